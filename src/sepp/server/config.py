@@ -1,0 +1,129 @@
+"""Server configuration (SPEC §7): TOML file < ``SEPP_*`` environment < CLI flags.
+
+Read once at the CLI edge (``load_config``) into a frozen ``ServerConfig`` that is
+passed explicitly to everything else. Nested fields use ``__`` in environment
+variables, e.g. ``SEPP_LIMITS__MAX_ENQUEUE_BATCH=512``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from sepp.limits import QueueSettings, ServerLimits
+from sepp.validation import Validator
+
+PersistMode = Literal["sync", "group", "async"]
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid (bad file, bad value, or contradictory limits)."""
+
+
+class ServerConfig(BaseSettings):
+    """Everything ``sepp serve`` needs. Durations are seconds; sizes bytes."""
+
+    model_config = SettingsConfigDict(env_prefix="SEPP_", env_nested_delimiter="__", frozen=True,
+                                      extra="forbid")
+
+    #: Folder of the embedded SQLite database (``sepp.db``).
+    data_dir: Path = Path("sepp-data")
+    #: gRPC listen address, HOST:PORT (port 0 = pick a free one).
+    grpc_listen: str = "127.0.0.1:7700"
+    #: HTTP listen address for the admin UI, /metrics and /healthz; empty disables HTTP.
+    http_listen: str = "127.0.0.1:7701"
+    #: SPEC §5: sync | group (default) | async.
+    persist_mode: PersistMode = "group"
+    #: Strict mode: an undeclared queue is UnknownQueue instead of being created.
+    strict: bool = False
+    #: Server-wide limits (SPEC §2).
+    limits: ServerLimits = ServerLimits()
+    #: Settings given to queues created on first enqueue.
+    queue_defaults: QueueSettings = QueueSettings()
+    #: Declared queues: name → settings.
+    queues: dict[str, QueueSettings] = Field(default_factory=dict)
+    #: Load shedding: most jobs waiting for the committer before OVERLOADED.
+    max_commit_backlog: int = Field(default=50_000, ge=1)
+    #: RetryInfo delay sent with OVERLOADED, seconds.
+    overload_retry_after: float = Field(default=0.05, gt=0)
+    #: Longest sleep of the sweeper between passes, seconds.
+    sweep_interval: float = Field(default=1.0, gt=0)
+    #: Background fsync period in async mode, seconds.
+    async_fsync_interval: float = Field(default=0.05, gt=0)
+    #: SQLite page cache of the writer, MiB.
+    cache_mib: int = Field(default=64, ge=1)
+    #: Grace period for in-flight RPCs on SIGTERM, seconds.
+    shutdown_grace: float = Field(default=10.0, ge=0)
+    #: When set, the admin API and UI need this token.
+    admin_token: str | None = None
+    #: Run the event loop on uvloop when available.
+    uvloop: bool = True
+    #: Node name reported by GetServerInfo (default: hostname).
+    node_name: str = ""
+    #: Log level: debug, info, warning, error.
+    log_level: str = "info"
+    #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
+    debug_commit_delay: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerConfig:
+        for name in self.queues:
+            probe = Validator(self.limits, lambda _q: None)
+            from sepp.api.v1 import common_pb2 as pb
+
+            rej = probe.validate(pb.EnqueueRequest(queue=name, job_type="x"), 0)
+            if rej is not None and rej.field == "queue" and rej.code != 4:
+                raise ValueError(f"queue name {name!r} is invalid: {rej.message}")
+        for name, settings in [("queue_defaults", self.queue_defaults), *self.queues.items()]:
+            if settings.limits.max_payload_bytes > self.limits.max_message_bytes:
+                raise ValueError(f"{name}: max_payload_bytes ({settings.limits.max_payload_bytes}) exceeds "
+                                 f"max_message_bytes ({self.limits.max_message_bytes})")
+        return self
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (init kwargs) > environment > TOML (passed through init as _toml) > defaults.
+        return init_settings, env_settings
+
+
+def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
+    """Build the config: defaults, then the TOML file, then ``SEPP_*``, then ``flags`` (None = unset).
+
+    Raises ``ConfigError`` with a readable message for a missing/invalid file or value.
+    """
+    from pydantic import ValidationError
+
+    file_data: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            file_data = tomllib.loads(Path(config_file).read_text("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+    set_flags = {k: v for k, v in flags.items() if v is not None}
+
+    class _WithFile(ServerConfig):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                       init_settings: PydanticBaseSettingsSource,
+                                       env_settings: PydanticBaseSettingsSource,
+                                       dotenv_settings: PydanticBaseSettingsSource,
+                                       file_secret_settings: PydanticBaseSettingsSource,
+                                       ) -> tuple[PydanticBaseSettingsSource, ...]:
+            from pydantic_settings import InitSettingsSource
+
+            return init_settings, env_settings, InitSettingsSource(settings_cls, file_data)
+
+    try:
+        loaded = _WithFile(**set_flags)
+    except ValidationError as exc:
+        raise ConfigError(str(exc)) from exc
+    return ServerConfig.model_construct(**{name: getattr(loaded, name) for name in ServerConfig.model_fields})

@@ -1,0 +1,292 @@
+"""JobEngine: the queue semantics, transport-agnostic (SPEC §2, §3, §6).
+
+Takes protobuf requests from the RPC layer, validates them with the shared
+``Validator``, builds rows and hands them to the store (one commit per call), and
+turns store results into acks. It never touches gRPC status codes: errors are
+``sepp.server.errors`` exceptions that ``rpc.status`` maps to the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+import uuid_utils
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.server.config import ServerConfig
+from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, LeaseRefused, Overloaded
+from sepp.server.notifier import Notifier
+from sepp.server.queues import QueueRegistry, QueueState
+from sepp.storage.base import (
+    ExtendResult,
+    JobRecord,
+    NewJob,
+    QueueRecord,
+    ReserveParams,
+    SettleParams,
+    SettleResult,
+    State,
+    Store,
+    Stored,
+)
+from sepp.validation import Validator
+
+_SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
+
+
+def now_us() -> int:
+    """Wall-clock UTC time in microseconds since the epoch."""
+    return time.time_ns() // 1000
+
+
+def job_id_text(raw: bytes) -> str:
+    """Canonical text form of a 16-byte UUID."""
+    return str(uuid.UUID(bytes=raw))
+
+
+def job_id_bytes(text: str) -> bytes | None:
+    """Parse a UUID's text form; None when it is not one."""
+    try:
+        return uuid.UUID(text).bytes
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+class JobEngine:
+    """Enqueue, reserve and settle on top of a ``Store``.
+
+    ``on_scheduled`` is called with the earliest run_at (µs) of newly stored
+    SCHEDULED jobs so the promotion sweep can wake in time.
+    """
+
+    def __init__(self, config: ServerConfig, store: Store, registry: QueueRegistry, notifier: Notifier) -> None:
+        self.config = config
+        self.store = store
+        self.queues = registry
+        self.notifier = notifier
+        self.limits = config.limits
+        self.validator = Validator(config.limits, registry.limits_for)
+        self.on_scheduled: Callable[[int], None] = lambda _run_at: None
+        self._max_backlog = config.max_commit_backlog
+
+    # ------------------------------------------------------------------ enqueue
+
+    def _check_backlog(self, jobs: int) -> None:
+        backlog = self.store.backlog
+        if backlog + jobs > self._max_backlog and backlog > 0:
+            raise Overloaded(self.config.overload_retry_after, backlog)
+
+    def _build(self, req: pb.EnqueueRequest, now: int, new_queues: list[QueueRecord]) -> tuple[NewJob, str]:
+        """Row for a validated request, plus its id text. Registers on-demand queues."""
+        name = req.queue
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues.on_demand(name)
+        if not q.persisted:
+            new_queues.append(q.record())
+        settings = q.settings
+        priority = req.priority if req.HasField("priority") else settings.default_priority
+        max_attempts = req.max_attempts if req.HasField("max_attempts") else settings.default_max_attempts
+        state, run_at = _READY, now
+        if req.HasField("scheduled_at"):
+            ts = req.scheduled_at
+            at = ts.seconds * 1_000_000 + ts.nanos // 1000
+            if at > now:
+                state, run_at = _SCHEDULED, at
+        extras = None
+        if req.custom or req.trace_context:
+            extras = pb.EnqueueRequest(custom=req.custom, trace_context=req.trace_context).SerializeToString()
+        payload = req.payload
+        key = req.idempotency_key or None
+        uid = uuid_utils.uuid7()
+        job = NewJob(uid.bytes, name, req.job_type, state, priority, run_at, now, max_attempts, payload.data,
+                     payload.encoding, extras, key, now + q.dedup_us if key else 0)
+        return job, str(uid)
+
+    async def _store(self, jobs: list[NewJob], now: int, new_queues: list[QueueRecord]) -> list[Stored]:
+        stored = await self.store.enqueue(jobs, now, new_queues)
+        for rec in new_queues:
+            q = self.queues.get(rec.name)
+            if q is not None:
+                q.persisted = True
+        earliest = 0
+        woke: set[str] = set()
+        for job, result in zip(jobs, stored, strict=False):
+            if result.deduplicated:
+                continue
+            if job.state == _READY:
+                woke.add(job.queue)
+            elif earliest == 0 or job.run_at < earliest:
+                earliest = job.run_at
+        for name in woke:
+            self.notifier.ready(name)
+        if earliest:
+            self.on_scheduled(earliest)
+        return stored
+
+    async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
+        """Validate and store one job. Raises ``JobRejected`` or ``Overloaded``."""
+        now_ns = time.time_ns()
+        rejection = self.validator.validate(req, now_ns)
+        if rejection is not None:
+            raise JobRejected(rejection)
+        self._check_backlog(1)
+        now = now_ns // 1000
+        new_queues: list[QueueRecord] = []
+        job, text = self._build(req, now, new_queues)
+        stored = (await self._store([job], now, new_queues))[0]
+        if stored.deduplicated:
+            return pb.EnqueueAck(job_id=job_id_text(stored.id), deduplicated=True)
+        return pb.EnqueueAck(job_id=text)
+
+    def _check_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> None:
+        n, cap = len(reqs), self.limits.max_enqueue_batch
+        if n == 0:
+            raise InvalidRequest("a batch needs at least one job", "jobs", cap, 0)
+        if n > cap:
+            raise InvalidRequest(f"a batch holds at most {cap} jobs", "jobs", cap, n)
+
+    async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> list[pb.EnqueueAck | pb.Rejection]:
+        """Best effort: each job validated alone; the valid ones stored in one commit.
+
+        Returns one ack or rejection per job, in order. Raises ``InvalidRequest`` for an
+        empty or over-cap batch and ``Overloaded`` when the backlog is full.
+        """
+        self._check_batch(reqs)
+        now_ns = time.time_ns()
+        now = now_ns // 1000
+        validate = self.validator.validate
+        out: list[pb.EnqueueAck | pb.Rejection] = []
+        jobs: list[NewJob] = []
+        texts: list[str] = []
+        slots: list[int] = []
+        new_queues: list[QueueRecord] = []
+        seen_new: set[str] = set()
+        for i, req in enumerate(reqs):
+            rejection = validate(req, now_ns)
+            if rejection is not None:
+                out.append(rejection)
+                continue
+            nq: list[QueueRecord] = []
+            job, text = self._build(req, now, nq)
+            for rec in nq:
+                if rec.name not in seen_new:
+                    seen_new.add(rec.name)
+                    new_queues.append(rec)
+            jobs.append(job)
+            texts.append(text)
+            slots.append(i)
+            out.append(pb.EnqueueAck())  # placeholder, filled below
+        if jobs:
+            self._check_backlog(len(jobs))
+            stored = await self._store(jobs, now, new_queues)
+            for slot, text, result in zip(slots, texts, stored, strict=True):
+                out[slot] = pb.EnqueueAck(job_id=job_id_text(result.id) if result.deduplicated else text,
+                                          deduplicated=result.deduplicated)
+        return out
+
+    async def enqueue_atomic(self, reqs: Sequence[pb.EnqueueRequest]) -> list[pb.EnqueueAck]:
+        """All or nothing: every job valid → all stored in one commit, else ``AtomicRejected``
+        listing every failure by index and nothing stored. Deduplicated jobs count as success."""
+        self._check_batch(reqs)
+        now_ns = time.time_ns()
+        now = now_ns // 1000
+        failures = []
+        for i, req in enumerate(reqs):
+            rejection = self.validator.validate(req, now_ns)
+            if rejection is not None:
+                failures.append(pb.IndexedRejection(index=i, rejection=rejection))
+        if failures:
+            raise AtomicRejected(failures)
+        self._check_backlog(len(reqs))
+        new_queues: list[QueueRecord] = []
+        seen: set[str] = set()
+        jobs, texts = [], []
+        for req in reqs:
+            nq: list[QueueRecord] = []
+            job, text = self._build(req, now, nq)
+            new_queues.extend(r for r in nq if r.name not in seen and not seen.add(r.name))  # type: ignore[func-returns-value]
+            jobs.append(job)
+            texts.append(text)
+        stored = await self._store(jobs, now, new_queues)
+        return [pb.EnqueueAck(job_id=job_id_text(s.id) if s.deduplicated else t, deduplicated=s.deduplicated)
+                for s, t in zip(stored, texts, strict=True)]
+
+    # ------------------------------------------------------------------ worker side
+
+    async def reserve(self, queues: Sequence[str], max_jobs: int, lease_s: float | None, wait_s: float,
+                      worker_id: str) -> list[JobRecord]:
+        """Lease up to ``max_jobs`` jobs from ``queues`` (in order), long-polling up to ``wait_s``.
+
+        Unknown and paused queues give nothing. Raises ``InvalidRequest`` for bad arguments.
+        """
+        lim = self.limits
+        if not queues:
+            raise InvalidRequest("reserve needs at least one queue", "queues")
+        if not 1 <= max_jobs <= lim.max_reserve_batch:
+            raise InvalidRequest(f"max_jobs must be between 1 and {lim.max_reserve_batch}", "max_jobs",
+                                 lim.max_reserve_batch, max_jobs)
+        if wait_s < 0 or wait_s > lim.max_reserve_wait:
+            raise InvalidRequest(f"wait must be between 0 and {lim.max_reserve_wait:g} s", "wait",
+                                 int(lim.max_reserve_wait), int(wait_s))
+        if lease_s is not None and lease_s <= 0:
+            raise InvalidRequest("lease_duration must be positive", "lease_duration")
+        names = list(dict.fromkeys(queues))
+        deadline = time.monotonic() + wait_s
+        event = self.notifier.register(names)
+        try:
+            while True:
+                active: list[QueueState] = []
+                for name in names:
+                    q = self.queues.get(name)
+                    if q is not None and not q.paused:
+                        active.append(q)
+                if active:
+                    lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
+                    params = ReserveParams([q.name for q in active], max_jobs, now_us(), lease_for, worker_id,
+                                           [uuid_utils.uuid7().bytes for _ in range(max_jobs)])
+                    jobs = await self.store.reserve(params)
+                    if jobs:
+                        return jobs
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                event.clear()
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except TimeoutError:
+                    return []
+        finally:
+            self.notifier.unregister(names, event)
+
+    async def settle(self, items: Sequence[SettleParams]) -> list[SettleResult]:
+        """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""
+        results = await self.store.settle(items, self.queues.policy_for)
+        for res in results:
+            if res.error is None and res.state == _SCHEDULED:
+                self.on_scheduled(res.run_at)
+        if any(r.error is None and r.state == _READY for r in results):
+            for q in self.queues.all():  # cheap: only wakes queues somebody polls
+                if self.notifier.has_waiters(q.name):
+                    self.notifier.ready(q.name)
+        return results
+
+    async def settle_one(self, item: SettleParams) -> SettleResult:
+        """One ack/nack. Raises ``LeaseRefused`` when the lease does not hold."""
+        result = (await self.settle([item]))[0]
+        if result.error is not None:
+            raise LeaseRefused(result.error, job_id_text(item.job_id))
+        return result
+
+    async def extend(self, job_id: bytes, lease_id: bytes, extend_by_s: float) -> ExtendResult:
+        """New expiry = now + ``extend_by_s``. Raises ``LeaseRefused`` or ``InvalidRequest``."""
+        if extend_by_s <= 0:
+            raise InvalidRequest("extend_by must be positive", "extend_by")
+        now = now_us()
+        result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000))
+        if result.error is not None:
+            raise LeaseRefused(result.error, job_id_text(job_id))
+        return result

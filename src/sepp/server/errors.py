@@ -1,0 +1,72 @@
+"""Errors the engine raises; ``rpc.status`` turns each into its wire status (SPEC §2, §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.storage.base import SettleError
+
+
+class EngineError(Exception):
+    """Root of the engine's errors."""
+
+
+class JobRejected(EngineError):
+    """One job failed validation; carries the catalogue ``Rejection``."""
+
+    def __init__(self, rejection: pb.Rejection) -> None:
+        super().__init__(rejection.message)
+        self.rejection = rejection
+
+
+class AtomicRejected(EngineError):
+    """An atomic batch failed validation; nothing was stored. Carries every (index, rejection)."""
+
+    def __init__(self, rejections: Sequence[pb.IndexedRejection]) -> None:
+        super().__init__(f"{len(rejections)} job(s) rejected")
+        self.rejections = list(rejections)
+
+
+class InvalidRequest(EngineError):
+    """A request is malformed as a whole (empty or over-cap batch, bad reserve arguments).
+
+    Sent as INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT and metadata
+    ``field``/``limit``/``actual``.
+    """
+
+    def __init__(self, message: str, field: str, limit: int | None = None, actual: int | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.limit = limit
+        self.actual = actual
+
+
+class Overloaded(EngineError):
+    """The commit backlog is full; retry after ``retry_after`` seconds (nothing stored)."""
+
+    def __init__(self, retry_after: float, backlog: int) -> None:
+        super().__init__("overloaded")
+        self.retry_after = retry_after
+        self.backlog = backlog
+
+
+class LeaseRefused(EngineError):
+    """A settle or extend was refused: JOB_NOT_FOUND, LEASE_MISMATCH or LEASE_EXPIRED."""
+
+    def __init__(self, error: SettleError, job_id: str) -> None:
+        super().__init__(f"{error.value} for job {job_id}")
+        self.error = error
+        self.job_id = job_id
+
+
+class NotFound(EngineError):
+    """A job or queue does not exist."""
+
+    def __init__(self, what: str, reason: str = "NOT_FOUND") -> None:
+        super().__init__(what)
+        self.reason = reason
+
+
+class ShuttingDown(EngineError):
+    """The server is stopping and takes no new work."""

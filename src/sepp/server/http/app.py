@@ -1,0 +1,36 @@
+"""Starlette app for the HTTP port: /healthz, /metrics (Prometheus text)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sepp.server.engine import JobEngine
+
+
+def build_http_app(engine: JobEngine, healthy: Callable[[], bool]) -> Starlette:
+    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping)."""
+    registry = CollectorRegistry()
+    backlog = Gauge("sepp_commit_backlog_jobs", "Jobs waiting for the committer", registry=registry)
+    commits = Gauge("sepp_commits_total", "Write transactions committed", registry=registry)
+    queues = Gauge("sepp_queues", "Queues known to the server", registry=registry)
+
+    async def healthz(_request: Request) -> Response:
+        ok = healthy()
+        return JSONResponse({"status": "ok" if ok else "stopping"}, status_code=200 if ok else 503)
+
+    async def metrics(_request: Request) -> Response:
+        store = engine.store
+        backlog.set(store.backlog)
+        committer = getattr(store, "committer", None)
+        if committer is not None:
+            commits.set(committer.commits)
+        queues.set(len(engine.queues.all()))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics)])

@@ -1,0 +1,117 @@
+"""The in-memory queue registry: declared and on-demand queues with their settings.
+
+Loaded from the store at start (plus the queues declared in config, which win) and
+kept in step with every change, so the enqueue path never reads the database for a
+queue's limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sepp.limits import QueueLimits, QueueSettings
+from sepp.storage.base import QueuePolicy, QueueRecord
+
+_US = 1_000_000
+
+
+@dataclass(slots=True)
+class QueueState:
+    """One queue: settings, flags and the derived values the hot paths need (µs)."""
+
+    name: str
+    settings: QueueSettings
+    paused: bool = False
+    declared: bool = False
+    persisted: bool = False
+    policy: QueuePolicy = field(init=False)
+    lease_us: int = field(init=False)
+    dedup_us: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.apply(self.settings)
+
+    def apply(self, settings: QueueSettings) -> None:
+        """Take new settings (admin update) and recompute the derived values."""
+        self.settings = settings
+        self.lease_us = int(settings.lease_duration * _US)
+        self.dedup_us = int(settings.dedup_window * _US)
+        self.policy = QueuePolicy(
+            backoff_base=int(settings.retry_base * _US), backoff_cap=int(settings.retry_cap * _US),
+            jitter=settings.retry_jitter, completed_retention=int(settings.completed_retention * _US),
+            dead_retention=int(settings.dead_letter_retention * _US))
+
+    @property
+    def limits(self) -> QueueLimits:
+        """The queue's validation limits."""
+        return self.settings.limits
+
+    def record(self) -> QueueRecord:
+        """The persisted form."""
+        return QueueRecord(self.name, self.settings.model_dump_json(), self.paused, self.declared)
+
+
+class QueueRegistry:
+    """Name → ``QueueState``; strict mode decides what an unknown name means (SPEC §1)."""
+
+    def __init__(self, defaults: QueueSettings, strict: bool) -> None:
+        self.defaults = defaults
+        self.strict = strict
+        self._queues: dict[str, QueueState] = {}
+        self._default_policy = QueueState("", defaults).policy
+
+    def load(self, records: list[QueueRecord], declared: dict[str, QueueSettings]) -> list[QueueState]:
+        """Fill from persisted rows, then apply config declarations (config wins).
+
+        Returns the queues whose persisted row must be written (new or changed by config).
+        """
+        for rec in records:
+            settings = QueueSettings.model_validate_json(rec.settings_json)
+            self._queues[rec.name] = QueueState(rec.name, settings, rec.paused, rec.declared, persisted=True)
+        changed = []
+        for name, settings in declared.items():
+            current = self._queues.get(name)
+            if current is None:
+                current = self._queues[name] = QueueState(name, settings, declared=True)
+                changed.append(current)
+            elif current.settings != settings or not current.declared:
+                current.apply(settings)
+                current.declared = True
+                changed.append(current)
+        return changed
+
+    def get(self, name: str) -> QueueState | None:
+        """The queue, or None when unknown."""
+        return self._queues.get(name)
+
+    def limits_for(self, name: str) -> QueueLimits | None:
+        """Validation lookup: the queue's limits, the defaults for an unknown queue, or None
+        for an unknown queue in strict mode (→ UnknownQueue)."""
+        q = self._queues.get(name)
+        if q is not None:
+            return q.settings.limits
+        return None if self.strict else self.defaults.limits
+
+    def policy_for(self, name: str) -> QueuePolicy:
+        """Backoff/retention of ``name`` (defaults for an unknown queue). Thread-safe read."""
+        q = self._queues.get(name)
+        return self._default_policy if q is None else q.policy
+
+    def on_demand(self, name: str) -> QueueState:
+        """Create (in memory) a queue on first enqueue, non-strict mode only."""
+        q = self._queues.get(name)
+        if q is None:
+            q = self._queues[name] = QueueState(name, self.defaults)
+        return q
+
+    def put(self, state: QueueState) -> None:
+        """Insert or replace a queue (admin declare)."""
+        self._queues[state.name] = state
+
+    def remove(self, name: str) -> QueueState | None:
+        """Forget a queue (admin delete)."""
+        return self._queues.pop(name, None)
+
+    def all(self) -> list[QueueState]:
+        """Every queue, sorted by name."""
+        return [self._queues[n] for n in sorted(self._queues)]

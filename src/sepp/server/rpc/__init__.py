@@ -1,0 +1,1 @@
+"""gRPC front end: servicers (no business logic), status mapping, the server builder."""

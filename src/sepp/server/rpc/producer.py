@@ -1,0 +1,105 @@
+"""ProducerService servicer: proto in, engine, proto out — no business logic here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import grpc
+
+from sepp._version import __version__
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.api.v1 import producer_pb2_grpc
+from sepp.server.engine import JobEngine
+from sepp.server.errors import EngineError
+from sepp.server.rpc.status import abort_for
+from sepp.storage.errors import StoreClosed
+from sepp.wire import seconds_to_duration
+
+Context = grpc.aio.ServicerContext  # type: ignore[type-arg]
+
+#: Feature flags advertised by GetServerInfo.
+FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
+            "trace_context", "worker", "settle_batch", "lease_extend")
+
+_PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
+
+
+def queue_settings_proto(s: object) -> pb.QueueSettings:
+    """``QueueSettings`` (pydantic) → proto."""
+    from sepp.limits import QueueSettings
+
+    assert isinstance(s, QueueSettings)
+    lim = s.limits
+    return pb.QueueSettings(
+        default_priority=s.default_priority, default_max_attempts=s.default_max_attempts,
+        lease_duration=seconds_to_duration(s.lease_duration), dedup_window=seconds_to_duration(s.dedup_window),
+        retry_base=seconds_to_duration(s.retry_base), retry_cap=seconds_to_duration(s.retry_cap),
+        retry_jitter=s.retry_jitter, completed_retention=seconds_to_duration(s.completed_retention),
+        dead_letter_retention=seconds_to_duration(s.dead_letter_retention),
+        limits=pb.QueueLimits(max_payload_bytes=lim.max_payload_bytes, allowed_encodings=lim.allowed_encodings,
+                              max_custom_entries=lim.max_custom_entries,
+                              max_custom_key_bytes=lim.max_custom_key_bytes, max_custom_bytes=lim.max_custom_bytes))
+
+
+class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
+    """Implements ``sepp.api.v1.ProducerService`` over a ``JobEngine``."""
+
+    def __init__(self, engine: JobEngine, started: float, node: str,
+                 is_stopping: Callable[[], bool] = lambda: False) -> None:
+        self.engine = engine
+        self.started = started
+        self.node = node
+
+    async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueAck:  # noqa: N802
+        try:
+            return await self.engine.enqueue(request)
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+
+    async def EnqueueBatch(self, request: ppb.EnqueueBatchRequest,  # noqa: N802
+                           context: Context) -> ppb.EnqueueBatchResponse:
+        try:
+            results = await self.engine.enqueue_batch(request.jobs)
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+        resp = ppb.EnqueueBatchResponse()
+        add = resp.results.add
+        for r in results:
+            if isinstance(r, pb.EnqueueAck):
+                add(ack=r)
+            else:
+                add(rejection=r)
+        return resp
+
+    async def EnqueueAtomic(self, request: ppb.EnqueueBatchRequest,  # noqa: N802
+                            context: Context) -> ppb.EnqueueAtomicResponse:
+        try:
+            return ppb.EnqueueAtomicResponse(acks=await self.engine.enqueue_atomic(request.jobs))
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+
+    async def GetServerInfo(self, request: ppb.GetServerInfoRequest,  # noqa: N802
+                            context: Context) -> ppb.ServerInfo:
+        return server_info(self.engine, self.started, self.node)
+
+
+def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
+    """The ``ServerInfo`` message: version, features, modes and every advertised limit."""
+    cfg = engine.config
+    lim = cfg.limits
+    info = ppb.ServerInfo(
+        version=__version__, features=FEATURES, persist_mode=_PERSIST[cfg.persist_mode], strict=cfg.strict,
+        limits=pb.ServerLimits(
+            max_enqueue_batch=lim.max_enqueue_batch, max_attempts_ceiling=lim.max_attempts_ceiling,
+            max_queue_name_bytes=lim.max_queue_name_bytes, max_job_type_bytes=lim.max_job_type_bytes,
+            max_schedule_horizon=seconds_to_duration(lim.max_schedule_horizon),
+            max_idempotency_key_bytes=lim.max_idempotency_key_bytes, max_encoding_bytes=lim.max_encoding_bytes,
+            max_trace_entries=lim.max_trace_entries, max_trace_value_bytes=lim.max_trace_value_bytes),
+        queue_defaults=queue_settings_proto(engine.queues.defaults),
+        uptime=seconds_to_duration(time.monotonic() - started), node=node)
+    for q in engine.queues.all():
+        info.queues.add(name=q.name, settings=queue_settings_proto(q.settings), paused=q.paused,
+                        declared=q.declared)
+    return info

@@ -1,0 +1,61 @@
+"""Builds the grpc.aio server: services, health, reflection, message caps (SPEC §2, §7)."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sepp.api.v1 import producer_pb2, producer_pb2_grpc, worker_pb2, worker_pb2_grpc
+from sepp.server.config import ServerConfig
+from sepp.server.engine import JobEngine
+from sepp.server.rpc.producer import ProducerServicer
+from sepp.server.rpc.worker import WorkerServicer
+
+SERVICE_NAMES = (
+    producer_pb2.DESCRIPTOR.services_by_name["ProducerService"].full_name,
+    worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+)
+
+
+class GrpcFront:
+    """The gRPC listener. ``port`` is known after ``start()`` (useful with port 0)."""
+
+    def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str) -> None:
+        cap = config.limits.max_message_bytes
+        self.config = config
+        self.server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", cap),
+            ("grpc.max_send_message_length", cap),
+            ("grpc.so_reuseport", 0),
+        ])
+        producer_pb2_grpc.add_ProducerServiceServicer_to_server(
+            ProducerServicer(engine, started, node), self.server)
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(engine), self.server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        self.port = 0
+
+    def add_service(self, register: object, servicer: object, name: str) -> None:
+        """Register another generated service (admin); call before ``start``."""
+        register(servicer, self.server)  # type: ignore[operator]
+
+    async def start(self) -> None:
+        """Bind and serve. Raises ``RuntimeError`` when the address cannot be bound."""
+        host, _, port = self.config.grpc_listen.rpartition(":")
+        try:
+            self.port = self.server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot listen on {self.config.grpc_listen}: {exc}") from exc
+        if self.port == 0:
+            raise RuntimeError(f"cannot listen on {self.config.grpc_listen}")
+        await self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new RPCs, let in-flight ones finish within ``grace`` seconds."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)

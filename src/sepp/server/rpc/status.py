@@ -1,0 +1,63 @@
+"""Engine errors → gRPC status with rich details (SPEC §2 "Wire form", §3).
+
+Used by every servicer: ``await abort_for(context, exc)`` never returns.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import grpc
+from google.rpc import code_pb2, status_pb2
+
+from sepp import wire
+from sepp.server.errors import (
+    AtomicRejected,
+    EngineError,
+    InvalidRequest,
+    JobRejected,
+    LeaseRefused,
+    NotFound,
+    Overloaded,
+    ShuttingDown,
+)
+from sepp.storage.base import SettleError
+from sepp.storage.errors import StoreClosed
+
+
+def status_for(exc: BaseException) -> status_pb2.Status:
+    """The ``google.rpc.Status`` for an engine (or store) error."""
+    if isinstance(exc, JobRejected):
+        return wire.rejection_status(exc.rejection)
+    if isinstance(exc, AtomicRejected):
+        return wire.atomic_status(exc.rejections)
+    if isinstance(exc, Overloaded):
+        return wire.overloaded_status(exc.retry_after, exc.backlog)
+    if isinstance(exc, InvalidRequest):
+        meta = {"field": exc.field}
+        if exc.limit is not None:
+            meta["limit"] = str(exc.limit)
+        if exc.actual is not None:
+            meta["actual"] = str(exc.actual)
+        return wire.plain_status(code_pb2.INVALID_ARGUMENT, "INVALID_ARGUMENT", f"InvalidArgument: {exc}", meta)
+    if isinstance(exc, LeaseRefused):
+        code = code_pb2.NOT_FOUND if exc.error is SettleError.NOT_FOUND else code_pb2.FAILED_PRECONDITION
+        return wire.plain_status(code, exc.error.value, str(exc), {"job_id": exc.job_id})
+    if isinstance(exc, NotFound):
+        return wire.plain_status(code_pb2.NOT_FOUND, exc.reason, str(exc))
+    if isinstance(exc, ShuttingDown | StoreClosed):
+        return wire.plain_status(code_pb2.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down")
+    if isinstance(exc, EngineError):
+        return wire.plain_status(code_pb2.INTERNAL, "INTERNAL", str(exc))
+    return wire.plain_status(code_pb2.INTERNAL, "INTERNAL", f"internal error: {type(exc).__name__}")
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+async def abort_for(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:  # type: ignore[type-arg]
+    """Abort the RPC with the rich status of ``exc``."""
+    status = status_for(exc)
+    await context.abort(_CODES[status.code], status.message,
+                        trailing_metadata=((wire.STATUS_DETAILS_KEY, status.SerializeToString()),))
+    raise AssertionError("unreachable")  # context.abort raises

@@ -1,0 +1,142 @@
+"""WorkerService servicer (SPEC §3): reserve, ack, nack, extend, batched settle."""
+
+from __future__ import annotations
+
+import grpc
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.api.v1 import worker_pb2_grpc
+from sepp.server.engine import JobEngine, job_id_bytes, now_us
+from sepp.server.errors import EngineError, InvalidRequest
+from sepp.server.rpc.convert import job_to_proto, ts
+from sepp.server.rpc.status import abort_for
+from sepp.storage.base import SettleKind, SettleParams
+from sepp.storage.errors import StoreClosed
+from sepp.validation import utf8_len
+from sepp.wire import duration_to_seconds
+
+Context = grpc.aio.ServicerContext  # type: ignore[type-arg]
+
+
+def _ids(job_id: str, lease_id: str) -> tuple[bytes, bytes]:
+    jid = job_id_bytes(job_id)
+    if jid is None:
+        raise InvalidRequest(f"job_id {job_id!r} is not a UUID", "job_id")
+    lid = job_id_bytes(lease_id)
+    if lid is None:
+        raise InvalidRequest(f"lease_id {lease_id!r} is not a UUID", "lease_id")
+    return jid, lid
+
+
+def _truncate(text: str, limit: int) -> str:
+    if utf8_len(text) <= limit:
+        return text
+    return text.encode("utf-8")[:limit].decode("utf-8", "ignore")
+
+
+def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: int) -> SettleParams:
+    """An ack or nack message → ``SettleParams``. Raises ``InvalidRequest`` for a bad one."""
+    jid, lid = _ids(item.job_id, item.lease_id)
+    if isinstance(item, wpb.AckRequest):
+        return SettleParams(jid, lid, SettleKind.ACK, now, outcome="completed")
+    directive = item.WhichOneof("directive")
+    message = item.error.message
+    detail = _truncate(item.error.detail, max_detail)
+    if directive is None or directive == "retry":
+        return SettleParams(jid, lid, SettleKind.RETRY, now, outcome="retry", error_message=message,
+                            error_detail=detail)
+    if directive == "retry_after":
+        delay = duration_to_seconds(item.retry_after)
+        if delay < 0:
+            raise InvalidRequest("retry_after must not be negative", "retry_after")
+        return SettleParams(jid, lid, SettleKind.RETRY, now, delay=int(delay * 1_000_000), outcome="retry_after",
+                            error_message=message, error_detail=detail)
+    if directive == "dead_letter":
+        reason = "NACK_DEAD_LETTER" + (f": {item.dead_letter}" if item.dead_letter else "")
+        return SettleParams(jid, lid, SettleKind.DEAD_LETTER, now, reason=reason, outcome="dead_letter",
+                            error_message=message or item.dead_letter, error_detail=detail)
+    return SettleParams(jid, lid, SettleKind.RELEASE, now, outcome="released", error_message=message,
+                        error_detail=detail)
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
+    """Implements ``sepp.api.v1.WorkerService`` over a ``JobEngine``."""
+
+    def __init__(self, engine: JobEngine) -> None:
+        self.engine = engine
+        self.max_detail = engine.limits.max_error_detail_bytes
+
+    async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:  # noqa: N802
+        try:
+            lease = duration_to_seconds(request.lease_duration) if request.HasField("lease_duration") else None
+            wait = duration_to_seconds(request.wait) if request.HasField("wait") else 0.0
+            jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id)
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+        resp = wpb.ReserveResponse()
+        for rec in jobs:
+            job = job_to_proto(rec)
+            resp.reservations.add(job=job, lease_id=job.lease_id, lease_expires_at=ts(rec.lease_expires_at),
+                                  attempt=rec.attempt)
+        return resp
+
+    async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:  # noqa: N802
+        try:
+            await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+        return wpb.AckResponse()
+
+    async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:  # noqa: N802
+        try:
+            result = await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+        return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
+
+    async def ExtendLease(self, request: wpb.ExtendLeaseRequest,  # noqa: N802
+                          context: Context) -> wpb.ExtendLeaseResponse:
+        try:
+            jid, lid = _ids(request.job_id, request.lease_id)
+            result = await self.engine.extend(jid, lid, duration_to_seconds(request.extend_by))
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+        return wpb.ExtendLeaseResponse(lease_expires_at=ts(result.lease_expires_at),
+                                       cancel_requested=result.cancel_requested)
+
+    async def Settle(self, request: wpb.SettleRequest, context: Context) -> wpb.SettleResponse:  # noqa: N802
+        now = now_us()
+        resp = wpb.SettleResponse()
+        params: list[SettleParams] = []
+        slots: list[int] = []
+        bad: dict[int, str] = {}
+        for i, item in enumerate(request.items):
+            kind = item.WhichOneof("kind")
+            try:
+                if kind is None:
+                    raise InvalidRequest("settle item has neither ack nor nack", "items")
+                params.append(settle_params(getattr(item, kind), now, self.max_detail))
+                slots.append(i)
+            except InvalidRequest as exc:
+                bad[i] = str(exc)
+        try:
+            results = await self.engine.settle(params) if params else []
+        except (EngineError, StoreClosed) as exc:
+            await abort_for(context, exc)
+        by_slot = dict(zip(slots, results, strict=True))
+        for i in range(len(request.items)):
+            if i in bad:
+                resp.results.add(ok=False, error_reason="INVALID_ARGUMENT", error_message=bad[i])
+                continue
+            r = by_slot[i]
+            if r.error is not None:
+                resp.results.add(ok=False, error_reason=r.error.value, error_message=r.error.value)
+            else:
+                res = resp.results.add(ok=True, state=r.state)  # type: ignore[arg-type]
+                if r.run_at:
+                    res.run_at.CopyFrom(ts(r.run_at))
+        return resp
+
+
+_ = pb  # re-exported proto module used in type hints above

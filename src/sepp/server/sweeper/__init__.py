@@ -1,0 +1,13 @@
+"""Sweeps: small single-duty passes over indexed rows (SPEC §3; STYLE habit 13).
+
+* ``promote`` — SCHEDULED → READY when due; sleeps until the next due time, so a due
+  job is reservable within milliseconds (reserve also promotes on its own).
+* ``reclaim`` — expired leases → READY, or DEAD_LETTERED (LEASE_EXPIRED) on the last attempt.
+* ``prune`` — finished jobs past retention; idempotency keys past their window.
+"""
+
+from __future__ import annotations
+
+from sepp.server.sweeper.runner import Sweeper
+
+__all__ = ["Sweeper"]

@@ -1,0 +1,248 @@
+"""The storage seam: domain-level operations every backend implements (STYLE habit 1).
+
+Internal and unstable: only ``sepp.server`` uses it. Times are integer microseconds
+since the Unix epoch (UTC); job and lease ids are 16-byte UUID blobs. Each write
+method is one transaction (one commit), so "one commit per batch call" holds
+(SPEC §2) and a crash never leaves half a call behind.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class State(enum.IntEnum):
+    """Job states; the numbers match ``sepp.api.v1.JobState`` and the schema."""
+
+    SCHEDULED = 1
+    READY = 2
+    RESERVED = 3
+    COMPLETED = 4
+    DEAD_LETTERED = 5
+    CANCELLED = 6
+
+
+#: States a job never leaves on its own (retention applies).
+FINISHED = (State.COMPLETED, State.DEAD_LETTERED, State.CANCELLED)
+
+
+@dataclass(slots=True)
+class NewJob:
+    """One validated job to store. ``dedup_expires_at`` is set iff ``idempotency_key`` is."""
+
+    id: bytes
+    queue: str
+    job_type: str
+    state: int
+    priority: int
+    run_at: int
+    enqueued_at: int
+    max_attempts: int
+    payload: bytes
+    encoding: str
+    extras: bytes | None
+    idempotency_key: str | None
+    dedup_expires_at: int
+
+    def row(self) -> tuple[object, ...]:
+        """The INSERT parameters, in schema order."""
+        return (self.id, self.queue, self.job_type, self.state, self.priority, self.run_at,
+                self.enqueued_at, self.max_attempts, self.payload, self.encoding, self.extras,
+                self.idempotency_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The outcome of storing one job: its id (the original's when deduplicated)."""
+
+    id: bytes
+    deduplicated: bool
+    state: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A persisted queue: settings as JSON text (``QueueSettings``), paused and declared flags."""
+
+    name: str
+    settings_json: str
+    paused: bool
+    declared: bool
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """A full job row as read back (reservations, admin)."""
+
+    id: bytes
+    queue: str
+    job_type: str
+    state: int
+    priority: int
+    run_at: int
+    enqueued_at: int
+    attempt: int
+    max_attempts: int
+    payload: bytes
+    encoding: str
+    extras: bytes | None
+    idempotency_key: str | None
+    lease_id: bytes | None
+    lease_expires_at: int | None
+    worker_id: str | None
+    started_at: int | None
+    history: str | None
+    finished_at: int | None
+    reason: str | None
+    cancel_requested: bool
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveParams:
+    """Reserve up to ``max_jobs`` from ``queues`` in order; ``lease_for`` gives each queue's
+    lease length in µs; ``lease_ids`` supplies one fresh lease id per possible job."""
+
+    queues: Sequence[str]
+    max_jobs: int
+    now: int
+    lease_for: dict[str, int]
+    worker_id: str
+    lease_ids: Sequence[bytes]
+
+
+class SettleKind(enum.Enum):
+    """What a settle does with a reserved job (SPEC §3)."""
+
+    ACK = "ack"
+    RETRY = "retry"            # run_at given (backoff or explicit delay); dead-letters at max_attempts
+    DEAD_LETTER = "dead_letter"
+    RELEASE = "release"        # back to READY, attempt given back
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """What the store needs to know of a queue's settings inside a write (all µs)."""
+
+    backoff_base: int = 1_000_000
+    backoff_cap: int = 3_600_000_000
+    jitter: float = 0.2
+    completed_retention: int = 86_400_000_000
+    dead_retention: int = 14 * 86_400_000_000
+
+    def backoff(self, attempt: int, rand: float) -> int:
+        """Delay before retry number ``attempt`` (1-based), µs: base × 2^(attempt−1), capped,
+        then scaled by (1 + jitter × rand) with ``rand`` uniform in [−1, 1] (SPEC §3)."""
+        delay = min(self.backoff_cap, self.backoff_base * (2 ** min(attempt - 1, 62)))
+        return max(0, int(delay * (1 + self.jitter * rand)))
+
+
+#: Looks a queue's policy up by name (called inside writes, from the writer thread).
+PolicyLookup = Callable[[str], QueuePolicy]
+
+
+@dataclass(frozen=True, slots=True)
+class SettleParams:
+    """One ack or nack (SPEC §3). RETRY uses ``delay`` (µs) when ≥ 0, else the queue's
+    backoff; DEAD_LETTER records ``reason``; ``outcome`` labels the attempt in history."""
+
+    job_id: bytes
+    lease_id: bytes
+    kind: SettleKind
+    now: int
+    delay: int = -1
+    reason: str = ""
+    outcome: str = ""
+    error_message: str = ""
+    error_detail: str = ""
+
+
+class SettleError(enum.Enum):
+    """Why a settle or extend was refused (SPEC §3, §6)."""
+
+    NOT_FOUND = "JOB_NOT_FOUND"
+    LEASE_MISMATCH = "LEASE_MISMATCH"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+
+
+@dataclass(frozen=True, slots=True)
+class SettleResult:
+    """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where the job went."""
+
+    error: SettleError | None
+    state: int = 0
+    run_at: int = 0
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendResult:
+    """The verdict on an extend: new expiry (µs) and whether an admin asked to cancel."""
+
+    error: SettleError | None
+    lease_expires_at: int = 0
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What a sweep pass changed: the queues that got newly READY jobs, and a count."""
+
+    count: int
+    queues: frozenset[str] = field(default_factory=frozenset)
+
+
+class Store(Protocol):
+    """Domain-level storage operations; implemented by SQLiteStore (and PostgreSQL later).
+
+    Every method may raise ``StoreClosed`` after ``close()`` began, and ``StoreError``
+    for a failure of the backend.
+    """
+
+    async def open(self) -> None:
+        """Create or migrate the schema and start the writer."""
+
+    async def close(self) -> None:
+        """Finish pending writes (each acked write is committed), then release everything."""
+
+    @property
+    def backlog(self) -> int:
+        """Jobs submitted to the writer and not yet committed (for load shedding)."""
+
+    async def enqueue(self, jobs: Sequence[NewJob], now: int, new_queues: Sequence[QueueRecord] = ()) -> list[Stored]:
+        """Store ``jobs`` in one commit, deduplicating by (queue, idempotency_key) against
+        unexpired keys (``now``) and against earlier jobs of the same call. ``new_queues``
+        are created (if absent) in the same commit."""
+
+    async def load_queues(self) -> list[QueueRecord]:
+        """Every persisted queue."""
+
+    async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
+        """Create or replace a queue's settings/flags."""
+
+    async def reserve(self, params: ReserveParams) -> list[JobRecord]:
+        """Promote due scheduled jobs, then move up to ``max_jobs`` READY jobs to RESERVED."""
+
+    async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
+        """Apply acks/nacks in one commit; one result per item, in order."""
+
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
+        """Move a live lease's expiry to ``expires_at``."""
+
+    async def promote_due(self, now: int, limit: int) -> SweepResult:
+        """SCHEDULED jobs with run_at ≤ now → READY (at most ``limit``)."""
+
+    async def next_due(self) -> int | None:
+        """The earliest run_at of a SCHEDULED job, or None."""
+
+    async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
+        """RESERVED jobs whose lease ran out → READY, or DEAD_LETTERED (LEASE_EXPIRED) on the last attempt."""
+
+    async def prune(self, now: int, limit: int) -> int:
+        """Delete finished jobs past their retention and expired idempotency keys."""
+
+    async def get_job(self, job_id: bytes) -> JobRecord | None:
+        """One job by id, or None."""

@@ -1,0 +1,16 @@
+"""Storage errors. Driver errors are wrapped here, at the boundary, with the cause kept
+(STYLE habit 6); the engine decides what they mean."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """The store failed."""
+
+
+class StoreClosed(StoreError):
+    """The store is closed or closing; no new writes are taken."""
+
+
+class StoreCorrupt(StoreError):
+    """The data directory holds something this version cannot read."""

@@ -1,0 +1,75 @@
+-- Named queries of the SQLite backend. Times in µs UTC, ids 16-byte blobs.
+
+-- name: insert_job
+INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
+                  payload, encoding, extras, idempotency_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: find_idempotency
+SELECT job_id, expires_at FROM idempotency WHERE queue = ? AND key = ?;
+
+-- name: claim_idempotency
+INSERT OR REPLACE INTO idempotency (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?);
+
+-- name: job_state
+SELECT state FROM jobs WHERE id = ?;
+
+-- name: insert_queue_if_absent
+INSERT OR IGNORE INTO queues (name, settings, paused, declared, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: upsert_queue
+INSERT INTO queues (name, settings, paused, declared, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET settings = excluded.settings, paused = excluded.paused,
+    declared = excluded.declared, updated_at = excluded.updated_at;
+
+-- name: load_queues
+SELECT name, settings, paused, declared FROM queues ORDER BY name;
+
+-- name: promote_due
+UPDATE jobs SET state = 2
+WHERE seq IN (SELECT seq FROM jobs WHERE state = 1 AND run_at <= ? ORDER BY run_at LIMIT ?)
+RETURNING queue;
+
+-- name: next_due
+SELECT min(run_at) FROM jobs WHERE state = 1;
+
+-- name: ready_jobs
+SELECT seq FROM jobs WHERE queue = ? AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?;
+
+-- name: lease_job
+UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?, lease_expires_at = ?, worker_id = ?,
+    started_at = ?, cancel_requested = 0
+WHERE seq = ?
+RETURNING seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload,
+    encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
+    finished_at, reason, cancel_requested;
+
+-- name: get_job
+SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload,
+    encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
+    finished_at, reason, cancel_requested
+FROM jobs WHERE id = ?;
+
+-- name: settle_lookup
+SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at, cancel_requested
+FROM jobs WHERE id = ?;
+
+-- name: settle_update
+UPDATE jobs SET state = ?, run_at = ?, attempt = ?, finished_at = ?, purge_at = ?, reason = ?,
+    history = json_insert(coalesce(history, '[]'), '$[#]', json(?))
+WHERE seq = ?;
+
+-- name: extend_lease
+UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
+
+-- name: expired_leases
+SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at
+FROM jobs WHERE state = 3 AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?;
+
+-- name: prune_jobs
+DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE purge_at <= ? LIMIT ?);
+
+-- name: prune_idempotency
+DELETE FROM idempotency WHERE (queue, key) IN (SELECT queue, key FROM idempotency WHERE expires_at <= ? LIMIT ?);

@@ -1,0 +1,321 @@
+"""SQLiteStore: the embedded backend (one WAL file, one writer thread, reader threads).
+
+Every write is an operation run by the ``Committer`` on the single writer
+connection; reads use per-thread read-only connections (WAL lets them run beside
+the writer). See ``base.Store`` for the contract of each method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sqlite3
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from sepp.storage._sql import load_queries, migrations
+from sepp.storage.base import (
+    ExtendResult,
+    JobRecord,
+    NewJob,
+    PolicyLookup,
+    QueueRecord,
+    ReserveParams,
+    SettleError,
+    SettleKind,
+    SettleParams,
+    SettleResult,
+    State,
+    Stored,
+    SweepResult,
+)
+from sepp.storage.errors import StoreCorrupt
+from sepp.storage.sqlite.committer import Committer
+
+Q = load_queries("sepp.storage.sqlite")
+_PKG = "sepp.storage.sqlite"
+DB_FILE = "sepp.db"
+_READY, _RESERVED = int(State.READY), int(State.RESERVED)
+
+
+def _record(row: Sequence[Any]) -> JobRecord:
+    (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding,
+     extras, idem, lease_id, lease_exp, worker, started, history, finished, reason, cancel) = row
+    return JobRecord(id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
+                     payload or b"", encoding, extras, idem, lease_id, lease_exp, worker, started, history,
+                     finished, reason, bool(cancel), seq)
+
+
+class SQLiteStore:
+    """The embedded store in ``data_dir/sepp.db``.
+
+    ``mode`` is the persist mode (``sync`` | ``group`` | ``async``, SPEC §5);
+    ``cache_mib`` the page cache of the writer connection.
+    """
+
+    def __init__(self, data_dir: Path, mode: str = "group", *, cache_mib: int = 64,
+                 fsync_interval: float = 0.05, commit_delay: float = 0.0, max_group_ops: int = 1024) -> None:
+        self.path = Path(data_dir) / DB_FILE
+        self.mode = mode
+        self._cache_mib = cache_mib
+        self._committer = Committer(self.path, mode, self._connect_writer, fsync_interval=fsync_interval,
+                                    commit_delay=commit_delay, max_group_ops=max_group_ops)
+        self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={'OFF' if self.mode == 'async' else 'FULL'}")
+        conn.execute(f"PRAGMA cache_size=-{self._cache_mib * 1024}")
+        conn.execute("PRAGMA temp_store=MEMORY")
+        conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute("PRAGMA foreign_keys=OFF")
+        self._migrate(conn)
+        return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        known = migrations(_PKG)
+        latest = known[-1][0] if known else 0
+        if current > latest:
+            raise StoreCorrupt(f"database schema version {current} is newer than this sepp ({latest})")
+        for number, _name, sql in known:
+            if number <= current:
+                continue
+            # One script = one transaction: the schema change and the version bump land together.
+            conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\n;PRAGMA user_version={number};\nCOMMIT;")
+
+    async def open(self) -> None:
+        """Create/migrate the schema and start the writer thread."""
+        await self._committer.start()
+
+    async def close(self) -> None:
+        """Commit what was submitted, stop the writer, close readers. Idempotent."""
+        await self._committer.stop()
+        self._readers.shutdown(wait=True)
+        for conn in self._reader_conns:
+            conn.close()
+        self._reader_conns.clear()
+
+    @property
+    def backlog(self) -> int:
+        """Jobs waiting for the writer (for load shedding)."""
+        return self._committer.backlog
+
+    @property
+    def committer(self) -> Committer:
+        """The writer (metrics, tests)."""
+        return self._committer
+
+    async def _read(self, sql: str, params: Sequence[Any] = (), one: bool = False) -> Any:
+        def run() -> Any:
+            conn = getattr(self._local, "conn", None)
+            if conn is None:
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute("PRAGMA busy_timeout=10000")
+                self._local.conn = conn
+                self._reader_conns.append(conn)
+            cur = conn.execute(sql, params)
+            return cur.fetchone() if one else cur.fetchall()
+
+        return await asyncio.get_running_loop().run_in_executor(self._readers, run)
+
+    # ------------------------------------------------------------------ enqueue
+
+    async def enqueue(self, jobs: Sequence[NewJob], now: int, new_queues: Sequence[QueueRecord] = ()) -> list[Stored]:
+        """See ``Store.enqueue``: one transaction; dedup against live keys and within the call."""
+        if not any(j.idempotency_key for j in jobs) and not new_queues:
+            rows = [j.row() for j in jobs]
+            sql = Q["insert_job"]
+
+            def plain(conn: sqlite3.Connection) -> list[Stored]:
+                conn.executemany(sql, rows)
+                return [Stored(j.id, False, j.state) for j in jobs]
+
+            return await self._committer.submit(plain, len(jobs))
+
+        def op(conn: sqlite3.Connection) -> list[Stored]:
+            for q in new_queues:
+                conn.execute(Q["insert_queue_if_absent"],
+                             (q.name, q.settings_json, int(q.paused), int(q.declared), now, now))
+            out: list[Stored] = []
+            rows = []
+            for job in jobs:
+                key = job.idempotency_key
+                if key:
+                    hit = conn.execute(Q["find_idempotency"], (job.queue, key)).fetchone()
+                    if hit is not None and hit[1] > now:
+                        state_row = conn.execute(Q["job_state"], (hit[0],)).fetchone()
+                        if state_row is None:  # the original was deleted or purged; the key stays claimed
+                            pending = next((r for r in rows if r[0] == hit[0]), None)
+                            state = pending[3] if pending else 0
+                        else:
+                            state = state_row[0]
+                        out.append(Stored(hit[0], True, state))
+                        continue
+                    conn.execute(Q["claim_idempotency"], (job.queue, key, job.id, job.dedup_expires_at))
+                rows.append(job.row())
+                out.append(Stored(job.id, False, job.state))
+            conn.executemany(Q["insert_job"], rows)
+            return out
+
+        return await self._committer.submit(op, len(jobs))
+
+    # ------------------------------------------------------------------ queues
+
+    async def load_queues(self) -> list[QueueRecord]:
+        """Every persisted queue, by name."""
+        rows = await self._committer.submit(lambda c: c.execute(Q["load_queues"]).fetchall())
+        return [QueueRecord(name, settings, bool(paused), bool(declared)) for name, settings, paused, declared in rows]
+
+    async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
+        """Create or replace a queue row."""
+        params = (queue.name, queue.settings_json, int(queue.paused), int(queue.declared), now, now)
+        await self._committer.submit(lambda c: c.execute(Q["upsert_queue"], params))
+
+    # ------------------------------------------------------------------ worker side
+
+    async def reserve(self, params: ReserveParams) -> list[JobRecord]:
+        """Promote due jobs, then lease up to ``max_jobs`` READY jobs from ``queues`` in order."""
+
+        def op(conn: sqlite3.Connection) -> list[JobRecord]:
+            conn.execute(Q["promote_due"], (params.now, 10_000)).fetchall()
+            out: list[JobRecord] = []
+            want = params.max_jobs
+            for queue in params.queues:
+                if want <= 0:
+                    break
+                seqs = conn.execute(Q["ready_jobs"], (queue, want)).fetchall()
+                expires = params.now + params.lease_for[queue]
+                for (seq,) in seqs:
+                    lease = params.lease_ids[len(out)]
+                    row = conn.execute(Q["lease_job"], (lease, expires, params.worker_id, params.now, seq)).fetchone()
+                    out.append(_record(row))
+                want -= len(seqs)
+            return out
+
+        return await self._committer.submit(op, 1)
+
+    async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
+        """Apply acks/nacks in one transaction (see ``Store.settle``)."""
+        return await self._committer.submit(lambda conn: [_settle_one(conn, p, policy) for p in items], len(items))
+
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
+        """Push a live lease's expiry to ``expires_at`` (µs)."""
+
+        def op(conn: sqlite3.Connection) -> ExtendResult:
+            row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
+            err = _lease_error(row, lease_id, now)
+            if err is not None:
+                return ExtendResult(err)
+            conn.execute(Q["extend_lease"], (expires_at, row[0]))
+            return ExtendResult(None, expires_at, bool(row[9]))
+
+        return await self._committer.submit(op)
+
+    # ------------------------------------------------------------------ sweeps
+
+    async def promote_due(self, now: int, limit: int) -> SweepResult:
+        """SCHEDULED → READY for due jobs (indexed by run_at)."""
+        rows = await self._committer.submit(lambda c: c.execute(Q["promote_due"], (now, limit)).fetchall())
+        return SweepResult(len(rows), frozenset(r[0] for r in rows))
+
+    async def next_due(self) -> int | None:
+        """Earliest run_at among SCHEDULED jobs (µs), or None."""
+        row = await self._read(Q["next_due"], one=True)
+        return None if row is None else row[0]
+
+    async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
+        """Expired leases → READY, or DEAD_LETTERED with LEASE_EXPIRED on the last attempt."""
+
+        def op(conn: sqlite3.Connection) -> SweepResult:
+            rows = conn.execute(Q["expired_leases"], (now, limit)).fetchall()
+            woke = set()
+            for seq, queue, attempt, max_attempts, worker, started, expired_at in rows:
+                entry = _history_entry(attempt, worker, started, expired_at, "lease_expired", "lease expired", "")
+                if attempt >= max_attempts:
+                    purge = now + policy(queue).dead_retention
+                    conn.execute(Q["settle_update"], (int(State.DEAD_LETTERED), expired_at, attempt, now, purge,
+                                                      "LEASE_EXPIRED", entry, seq))
+                else:
+                    conn.execute("UPDATE jobs SET state = 2, history = json_insert(coalesce(history, '[]'), "
+                                 "'$[#]', json(?)) WHERE seq = ?", (entry, seq))
+                    woke.add(queue)
+            return SweepResult(len(rows), frozenset(woke))
+
+        return await self._committer.submit(op)
+
+    async def prune(self, now: int, limit: int) -> int:
+        """Delete finished jobs past retention, then expired idempotency keys."""
+
+        def op(conn: sqlite3.Connection) -> int:
+            jobs = conn.execute(Q["prune_jobs"], (now, limit)).rowcount
+            keys = conn.execute(Q["prune_idempotency"], (now, limit)).rowcount
+            return int(jobs + keys)
+
+        return await self._committer.submit(op)
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_job(self, job_id: bytes) -> JobRecord | None:
+        """One job by id (read connection)."""
+        row = await self._read(Q["get_job"], (job_id,), one=True)
+        return None if row is None else _record(row)
+
+
+def _lease_error(row: Sequence[Any] | None, lease_id: bytes, now: int) -> SettleError | None:
+    """SPEC §6: unknown job; wrong lease (checked first); right lease but gone."""
+    if row is None:
+        return SettleError.NOT_FOUND
+    _seq, _queue, state, current, expires, *_ = row
+    if current != lease_id:
+        return SettleError.LEASE_MISMATCH
+    if state != _RESERVED or expires is None or expires <= now:
+        return SettleError.LEASE_EXPIRED
+    return None
+
+
+def _history_entry(attempt: int, worker: str | None, started: int | None, ended: int, outcome: str,
+                   message: str, detail: str) -> str:
+    return json.dumps({"attempt": attempt, "worker_id": worker or "", "started_at": started, "ended_at": ended,
+                       "outcome": outcome, "error_message": message, "error_detail": detail},
+                      separators=(",", ":"))
+
+
+def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup) -> SettleResult:
+    row = conn.execute(Q["settle_lookup"], (p.job_id,)).fetchone()
+    err = _lease_error(row, p.lease_id, p.now)
+    if err is not None:
+        # A repeated ack by the lease that completed the job succeeds again (SPEC §6).
+        if (err is SettleError.LEASE_EXPIRED and p.kind is SettleKind.ACK and row is not None
+                and row[2] == int(State.COMPLETED)):
+            return SettleResult(None, int(State.COMPLETED), 0, row[5])
+        return SettleResult(err)
+    seq, queue, _state, _lease, _exp, attempt, max_attempts, worker, started, _cancel = row
+    pol = policy(queue)
+    outcome = p.outcome or p.kind.value
+    entry = _history_entry(attempt, worker, started, p.now, outcome, p.error_message, p.error_detail)
+    if p.kind is SettleKind.ACK:
+        new = (int(State.COMPLETED), p.now, attempt, p.now, p.now + pol.completed_retention, None)
+    elif p.kind is SettleKind.DEAD_LETTER or (p.kind is SettleKind.RETRY and attempt >= max_attempts):
+        reason = p.reason if p.kind is SettleKind.DEAD_LETTER else "ATTEMPTS_EXHAUSTED"
+        new = (int(State.DEAD_LETTERED), p.now, attempt, p.now, p.now + pol.dead_retention, reason)
+    elif p.kind is SettleKind.RELEASE:
+        new = (_READY, p.now, attempt - 1, None, None, None)
+    else:  # RETRY with attempts left
+        delay = p.delay if p.delay >= 0 else pol.backoff(attempt, random.uniform(-1.0, 1.0))
+        run_at = p.now + delay
+        new = (int(State.SCHEDULED) if delay > 0 else _READY, run_at, attempt, None, None, None)
+    conn.execute(Q["settle_update"], (*new, entry, seq))
+    return SettleResult(None, new[0], new[1], new[2])

@@ -1,0 +1,227 @@
+"""Request validation shared by the server and the client (SPEC §2 catalogue).
+
+Both sides validate the same protobuf ``EnqueueRequest`` with the same code, so a
+client's local verdict always equals the server's (given the same limits and clock).
+Checks run in the catalogue's fixed order; the first failing one wins. Where several
+custom keys fail the same check, the smallest key (by code point) is reported, so the
+verdict does not depend on map iteration order.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.limits import QueueLimits, ServerLimits
+from sepp.rejections import RejectionCode
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z.
+_TS_MIN, _TS_MAX = -62135596800, 253402300799
+
+_IA = RejectionCode.INVALID_ARGUMENT.to_wire()
+_QNI = RejectionCode.QUEUE_NAME_INVALID.to_wire()
+_JTI = RejectionCode.JOB_TYPE_INVALID.to_wire()
+_UQ = RejectionCode.UNKNOWN_QUEUE.to_wire()
+_PTL = RejectionCode.PAYLOAD_TOO_LARGE.to_wire()
+_ENA = RejectionCode.ENCODING_NOT_ALLOWED.to_wire()
+_CETM = RejectionCode.CUSTOM_ENTRIES_TOO_MANY.to_wire()
+_CKTL = RejectionCode.CUSTOM_KEY_TOO_LONG.to_wire()
+_CMTL = RejectionCode.CUSTOM_MAP_TOO_LARGE.to_wire()
+_STF = RejectionCode.SCHEDULED_TOO_FAR.to_wire()
+_IKTL = RejectionCode.IDEMPOTENCY_KEY_TOO_LONG.to_wire()
+_TCI = RejectionCode.TRACE_CONTEXT_INVALID.to_wire()
+
+
+def utf8_len(text: str) -> int:
+    """Length of ``text`` in UTF-8 bytes."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def custom_value_size(value: pb.CustomValue) -> int:
+    """Size of one custom value (SPEC §2): UTF-8 bytes for a string, 8 for int/float, 1 for bool."""
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return utf8_len(value.string_value)
+    if kind == "bool_value":
+        return 1
+    return 8
+
+
+def _reject(code: int, message: str, field: str, limit: int | None = None,
+            actual: int | None = None) -> pb.Rejection:
+    rejection = pb.Rejection(code=code, message=message, field=field)  # type: ignore[arg-type]
+    if limit is not None:
+        rejection.limit = limit
+    if actual is not None:
+        rejection.actual = actual
+    return rejection
+
+
+def traceparent_valid(value: str) -> bool:
+    """W3C Trace Context ``traceparent`` check (version-format 00; future versions tolerated)."""
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None:
+        return False
+    version, trace_id, span_id, _flags, rest = match.groups()
+    if version == "ff" or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        return False
+    return not (version == "00" and rest is not None)
+
+
+#: Looks a queue up by name: its limits, or ``None`` when it is unknown in strict mode.
+QueueLookup = Callable[[str], QueueLimits | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Validator:
+    """Validates ``EnqueueRequest`` protos against server-wide and per-queue limits.
+
+    ``queue_limits`` maps a queue name to its limits, or to ``None`` when the queue is
+    unknown and the server is strict (→ ``UnknownQueue``).
+    """
+
+    limits: ServerLimits
+    queue_limits: QueueLookup
+
+    def validate(self, req: pb.EnqueueRequest, now_ns: int) -> pb.Rejection | None:
+        """Return the first failing check's ``Rejection`` (catalogue order), or ``None``.
+
+        ``now_ns`` is the current UTC time in nanoseconds since the epoch, used only
+        for ``ScheduledTooFar``.
+        """
+        lim = self.limits
+        custom = req.custom
+        # 1. InvalidArgument: malformed fields.
+        if req.HasField("priority") and not 0 <= req.priority <= 9:
+            return _reject(_IA, "priority must be between 0 and 9", "priority", 9, req.priority)
+        if req.HasField("max_attempts") and not 1 <= req.max_attempts <= lim.max_attempts_ceiling:
+            return _reject(_IA, f"max_attempts must be between 1 and {lim.max_attempts_ceiling}",
+                           "max_attempts", lim.max_attempts_ceiling, req.max_attempts)
+        payload = req.payload
+        encoding = payload.encoding
+        if encoding and utf8_len(encoding) > lim.max_encoding_bytes:
+            return _reject(_IA, "payload encoding label is too long", "payload.encoding",
+                           lim.max_encoding_bytes, utf8_len(encoding))
+        if custom:
+            bad = _first_malformed_custom(custom)
+            if bad is not None:
+                return bad
+        if req.HasField("scheduled_at"):
+            ts = req.scheduled_at
+            if not (_TS_MIN <= ts.seconds <= _TS_MAX and 0 <= ts.nanos < 1_000_000_000):
+                return _reject(_IA, "scheduled_at is not a valid timestamp", "scheduled_at")
+        # 2. QueueNameInvalid.
+        queue = req.queue
+        if not queue:
+            return _reject(_QNI, "queue name is empty", "queue")
+        qlen = utf8_len(queue)
+        if qlen > lim.max_queue_name_bytes:
+            return _reject(_QNI, "queue name is too long", "queue", lim.max_queue_name_bytes, qlen)
+        if _QUEUE_NAME.fullmatch(queue) is None:
+            return _reject(_QNI, "queue name must match [A-Za-z0-9][A-Za-z0-9._:-]*", "queue")
+        # 3. JobTypeInvalid.
+        job_type = req.job_type
+        if not job_type:
+            return _reject(_JTI, "job type is empty", "job_type")
+        jlen = utf8_len(job_type)
+        if jlen > lim.max_job_type_bytes:
+            return _reject(_JTI, "job type is too long", "job_type", lim.max_job_type_bytes, jlen)
+        if _CONTROL.search(job_type) is not None:
+            return _reject(_JTI, "job type contains control characters", "job_type")
+        # 4. UnknownQueue.
+        qlim = self.queue_limits(queue)
+        if qlim is None:
+            return _reject(_UQ, f"queue {queue!r} is not declared (strict mode)", "queue")
+        # 5. PayloadTooLarge.
+        size = len(payload.data)
+        if size > qlim.max_payload_bytes:
+            return _reject(_PTL, "payload is larger than the queue's max_payload_bytes", "payload.data",
+                           qlim.max_payload_bytes, size)
+        # 6. EncodingNotAllowed.
+        if qlim.allowed_encodings and encoding not in qlim.allowed_encodings:
+            return _reject(_ENA, f"encoding {encoding!r} is not allowed on this queue", "payload.encoding")
+        if custom:
+            # 7–9. Custom map bounds.
+            bad = _custom_bounds(custom, qlim)
+            if bad is not None:
+                return bad
+        # 10. ScheduledTooFar.
+        if req.HasField("scheduled_at"):
+            ts = req.scheduled_at
+            at_ns = ts.seconds * 1_000_000_000 + ts.nanos
+            horizon_ns = int(lim.max_schedule_horizon * 1_000_000_000)
+            if at_ns > now_ns + horizon_ns:
+                ahead_s = math.ceil((at_ns - now_ns) / 1_000_000_000)
+                return _reject(_STF, "scheduled_at is further ahead than max_schedule_horizon",
+                               "scheduled_at", int(lim.max_schedule_horizon), ahead_s)
+        # 11. IdempotencyKeyTooLong.
+        key = req.idempotency_key
+        if key:
+            klen = utf8_len(key)
+            if klen > lim.max_idempotency_key_bytes:
+                return _reject(_IKTL, "idempotency key is too long", "idempotency_key",
+                               lim.max_idempotency_key_bytes, klen)
+        # 12. TraceContextInvalid.
+        trace = req.trace_context
+        if trace:
+            return _trace_rejection(trace, lim)
+        return None
+
+
+def _first_malformed_custom(custom: Mapping[str, pb.CustomValue]) -> pb.Rejection | None:
+    bad: list[tuple[str, str]] = []
+    for key, value in custom.items():
+        kind = value.WhichOneof("kind")
+        if not key:
+            bad.append((key, "custom key is empty"))
+        elif kind is None:
+            bad.append((key, f"custom value {key!r} has no type"))
+        elif kind == "float_value" and not math.isfinite(value.float_value):
+            bad.append((key, f"custom value {key!r} is not a finite float"))
+    if not bad:
+        return None
+    key, message = min(bad)
+    return _reject(_IA, message, f"custom[{key}]")
+
+
+def _custom_bounds(custom: Mapping[str, pb.CustomValue], qlim: QueueLimits) -> pb.Rejection | None:
+    count = len(custom)
+    if count > qlim.max_custom_entries:
+        return _reject(_CETM, "custom map has too many entries", "custom", qlim.max_custom_entries, count)
+    total = 0
+    too_long: str | None = None
+    max_key = qlim.max_custom_key_bytes
+    for key, value in custom.items():
+        klen = utf8_len(key)
+        if klen > max_key and (too_long is None or key < too_long):
+            too_long = key
+        total += klen + custom_value_size(value)
+    if too_long is not None:
+        return _reject(_CKTL, "custom key is too long", f"custom[{too_long}]", max_key, utf8_len(too_long))
+    if total > qlim.max_custom_bytes:
+        return _reject(_CMTL, "custom map is larger than max_custom_bytes", "custom",
+                       qlim.max_custom_bytes, total)
+    return None
+
+
+def _trace_rejection(trace: Mapping[str, str], lim: ServerLimits) -> pb.Rejection | None:
+    count = len(trace)
+    if count > lim.max_trace_entries:
+        return _reject(_TCI, "trace context has too many entries", "trace_context", lim.max_trace_entries, count)
+    long_keys = sorted(k for k, v in trace.items() if utf8_len(v) > lim.max_trace_value_bytes)
+    if long_keys:
+        key = long_keys[0]
+        return _reject(_TCI, "trace context value is too long", f"trace_context[{key}]",
+                       lim.max_trace_value_bytes, utf8_len(trace[key]))
+    parent = trace.get("traceparent")
+    if parent is not None and not traceparent_valid(parent):
+        return _reject(_TCI, "traceparent is not a valid W3C traceparent", "trace_context[traceparent]")
+    return None

@@ -1,0 +1,186 @@
+"""Proto ↔ Python conversions and the rich-error codec, used by server and client.
+
+Rejections travel as ``google.rpc.Status`` with a ``google.rpc.ErrorInfo`` detail
+(domain ``sepp``, reason = UPPER_SNAKE code, metadata = field/limit/actual); a failed
+atomic batch adds an ``AtomicRejections`` detail; load shedding adds a
+``google.rpc.RetryInfo`` (SPEC §2 "Wire form").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.rejections import CATALOGUE, ERROR_DOMAIN, RejectionCode
+
+#: Trailing-metadata key of the binary google.rpc.Status (gRPC rich error model).
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+#: Python types a custom value may have.
+CustomPrimitive = str | int | float | bool
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def custom_to_proto(value: CustomPrimitive) -> pb.CustomValue:
+    """Convert a Python primitive to a ``CustomValue``.
+
+    bool stays bool (checked before int), int must fit int64, float is float64.
+    Raises ``TypeError`` for other types and ``OverflowError`` for an int outside int64.
+    """
+    if isinstance(value, bool):
+        return pb.CustomValue(bool_value=value)
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise OverflowError(f"custom int {value} does not fit in int64")
+        return pb.CustomValue(int_value=value)
+    if isinstance(value, float):
+        return pb.CustomValue(float_value=value)
+    if isinstance(value, str):
+        return pb.CustomValue(string_value=value)
+    raise TypeError(f"custom values must be str, int, float or bool, not {type(value).__name__}")
+
+
+def custom_from_proto(value: pb.CustomValue) -> CustomPrimitive | None:
+    """Convert a ``CustomValue`` back to its Python primitive (``None`` if unset)."""
+    kind = value.WhichOneof("kind")
+    return None if kind is None else getattr(value, kind)  # type: ignore[no-any-return]
+
+
+def custom_type_name(value: pb.CustomValue) -> str:
+    """``string``, ``int``, ``float``, ``bool`` or ``unset``: the type a UI shows."""
+    kind = value.WhichOneof("kind")
+    return "unset" if kind is None else kind.removesuffix("_value")
+
+
+def custom_map_from_proto(custom: Mapping[str, pb.CustomValue]) -> dict[str, CustomPrimitive]:
+    """A proto custom map as a plain dict, keys sorted."""
+    out: dict[str, CustomPrimitive] = {}
+    for key in sorted(custom):
+        value = custom_from_proto(custom[key])
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def seconds_to_duration(seconds: float) -> duration_pb2.Duration:
+    """A float number of seconds as a ``google.protobuf.Duration``."""
+    d = duration_pb2.Duration()
+    whole = math.floor(seconds)
+    d.seconds = int(whole)
+    d.nanos = int(round((seconds - whole) * 1e9))
+    if d.nanos >= 1_000_000_000:
+        d.seconds += 1
+        d.nanos -= 1_000_000_000
+    return d
+
+
+def duration_to_seconds(d: duration_pb2.Duration) -> float:
+    """A ``google.protobuf.Duration`` as float seconds."""
+    return d.seconds + d.nanos / 1e9
+
+
+# ---------------------------------------------------------------- rich errors
+
+
+def rejection_metadata(rejection: pb.Rejection) -> dict[str, str]:
+    """The ErrorInfo metadata of a rejection: ``field``, ``limit``, ``actual`` where set."""
+    meta: dict[str, str] = {}
+    if rejection.field:
+        meta["field"] = rejection.field
+    if rejection.HasField("limit"):
+        meta["limit"] = str(rejection.limit)
+    if rejection.HasField("actual"):
+        meta["actual"] = str(rejection.actual)
+    return meta
+
+
+def _pack(message: Any) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def error_info(reason: str, metadata: Mapping[str, str] | None = None) -> error_details_pb2.ErrorInfo:
+    """An ``ErrorInfo`` in sepp's domain."""
+    return error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=dict(metadata or {}))
+
+
+def rejection_status(rejection: pb.Rejection) -> status_pb2.Status:
+    """The ``google.rpc.Status`` of a rejected single ``Enqueue``.
+
+    The status code is NOT_FOUND for UnknownQueue and INVALID_ARGUMENT otherwise.
+    """
+    code = RejectionCode.from_wire(rejection.code)
+    status_code = CATALOGUE[code].status.value[0]
+    info = error_info(code.reason, rejection_metadata(rejection))
+    return status_pb2.Status(code=status_code, message=f"{code.value}: {rejection.message}",
+                             details=[_pack(info), _pack(rejection)])
+
+
+def atomic_status(rejections: Sequence[pb.IndexedRejection]) -> status_pb2.Status:
+    """The INVALID_ARGUMENT status of a failed ``EnqueueAtomic`` listing every (index, rejection)."""
+    first = rejections[0]
+    summary = ", ".join(
+        f"#{r.index} {RejectionCode.from_wire(r.rejection.code).value}" for r in rejections[:8])
+    more = "" if len(rejections) <= 8 else f" and {len(rejections) - 8} more"
+    info = error_info("ATOMIC_BATCH_REJECTED", {"count": str(len(rejections)), "first_index": str(first.index)})
+    return status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
+                             message=f"atomic batch rejected, nothing stored: {summary}{more}",
+                             details=[_pack(info), _pack(pb.AtomicRejections(rejections=rejections))])
+
+
+def plain_status(code: int, reason: str, message: str,
+                 metadata: Mapping[str, str] | None = None) -> status_pb2.Status:
+    """A status with just an ErrorInfo (batch-level InvalidArgument, lease errors, …)."""
+    return status_pb2.Status(code=code, message=message, details=[_pack(error_info(reason, metadata))])
+
+
+def overloaded_status(retry_after: float, backlog: int) -> status_pb2.Status:
+    """RESOURCE_EXHAUSTED + ErrorInfo ``OVERLOADED`` + RetryInfo: the commit backlog is full."""
+    retry = error_details_pb2.RetryInfo(retry_delay=seconds_to_duration(retry_after))
+    info = error_info("OVERLOADED", {"backlog": str(backlog)})
+    return status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
+                             message=f"server overloaded (commit backlog {backlog}); retry after {retry_after:.3f}s",
+                             details=[_pack(info), _pack(retry)])
+
+
+def status_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> status_pb2.Status | None:
+    """Find and parse the binary ``google.rpc.Status`` in trailing metadata, if any."""
+    for key, value in metadata or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            return status_pb2.Status.FromString(value)
+    return None
+
+
+def unpack_details(status: status_pb2.Status) -> dict[str, Any]:
+    """The known details of a status keyed by kind: ``error_info``, ``retry_info``,
+    ``rejection``, ``atomic``."""
+    found: dict[str, Any] = {}
+    for detail in status.details:
+        for name, cls in (("error_info", error_details_pb2.ErrorInfo), ("retry_info", error_details_pb2.RetryInfo),
+                          ("rejection", pb.Rejection), ("atomic", pb.AtomicRejections)):
+            if detail.Is(cls.DESCRIPTOR):
+                msg = cls()
+                detail.Unpack(msg)
+                found[name] = msg
+    return found
+
+
+def rejection_from_error_info(info: error_details_pb2.ErrorInfo, message: str = "") -> pb.Rejection:
+    """Rebuild a ``Rejection`` from an ErrorInfo (for peers that send only ErrorInfo).
+
+    Raises ``ValueError`` if the reason is not a catalogue code.
+    """
+    code = RejectionCode.from_wire(info.reason)
+    rej = pb.Rejection(code=code.to_wire(), message=message, field=info.metadata.get("field", ""))  # type: ignore[arg-type]
+    if "limit" in info.metadata:
+        rej.limit = int(info.metadata["limit"])
+    if "actual" in info.metadata:
+        rej.actual = int(info.metadata["actual"])
+    return rej

@@ -15,7 +15,7 @@ import grpc
 from sepp.api.v1 import common_pb2 as pb
 
 
-class RejectionCode(str, enum.Enum):
+class RejectionCode(enum.StrEnum):
     """Stable catalogue codes; the value is the catalogue name (seed wording)."""
 
     INVALID_ARGUMENT = "InvalidArgument"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueLimits, ServerLimits
@@ -80,16 +79,30 @@ def traceparent_valid(value: str) -> bool:
 QueueLookup = Callable[[str], QueueLimits | None]
 
 
-@dataclass(frozen=True, slots=True)
 class Validator:
     """Validates ``EnqueueRequest`` protos against server-wide and per-queue limits.
 
     ``queue_limits`` maps a queue name to its limits, or to ``None`` when the queue is
-    unknown and the server is strict (→ ``UnknownQueue``).
+    unknown and the server is strict (→ ``UnknownQueue``). Names, job types and
+    encodings that passed their (server-wide, static) checks once are remembered, so
+    the common case costs a few dictionary lookups.
     """
 
-    limits: ServerLimits
-    queue_limits: QueueLookup
+    __slots__ = ("_encodings", "_names", "_types", "limits", "queue_limits")
+
+    _CACHE_MAX = 4096
+
+    def __init__(self, limits: ServerLimits, queue_limits: QueueLookup) -> None:
+        self.limits = limits
+        self.queue_limits = queue_limits
+        self._names: set[str] = set()
+        self._types: set[str] = set()
+        self._encodings: set[str] = {""}
+
+    def _remember(self, cache: set[str], value: str) -> None:
+        if len(cache) >= self._CACHE_MAX:
+            cache.clear()
+        cache.add(value)
 
     def validate(self, req: pb.EnqueueRequest, now_ns: int) -> pb.Rejection | None:
         """Return the first failing check's ``Rejection`` (catalogue order), or ``None``.
@@ -99,43 +112,55 @@ class Validator:
         """
         lim = self.limits
         custom = req.custom
+        has = req.HasField
         # 1. InvalidArgument: malformed fields.
-        if req.HasField("priority") and not 0 <= req.priority <= 9:
-            return _reject(_IA, "priority must be between 0 and 9", "priority", 9, req.priority)
-        if req.HasField("max_attempts") and not 1 <= req.max_attempts <= lim.max_attempts_ceiling:
+        if has("priority") and not 0 <= req.priority <= 9:
+            # ``limit`` is the bound that was crossed: 0 below the range, 9 above it.
+            return _reject(_IA, "priority must be between 0 and 9", "priority", 0 if req.priority < 0 else 9,
+                           req.priority)
+        if has("max_attempts") and not 1 <= req.max_attempts <= lim.max_attempts_ceiling:
             return _reject(_IA, f"max_attempts must be between 1 and {lim.max_attempts_ceiling}",
-                           "max_attempts", lim.max_attempts_ceiling, req.max_attempts)
+                           "max_attempts", 1 if req.max_attempts < 1 else lim.max_attempts_ceiling,
+                           req.max_attempts)
         payload = req.payload
         encoding = payload.encoding
-        if encoding and utf8_len(encoding) > lim.max_encoding_bytes:
-            return _reject(_IA, "payload encoding label is too long", "payload.encoding",
-                           lim.max_encoding_bytes, utf8_len(encoding))
+        if encoding not in self._encodings:
+            elen = utf8_len(encoding)
+            if elen > lim.max_encoding_bytes:
+                return _reject(_IA, "payload encoding label is too long", "payload.encoding",
+                               lim.max_encoding_bytes, elen)
+            self._remember(self._encodings, encoding)
         if custom:
             bad = _first_malformed_custom(custom)
             if bad is not None:
                 return bad
-        if req.HasField("scheduled_at"):
+        scheduled = has("scheduled_at")
+        if scheduled:
             ts = req.scheduled_at
             if not (_TS_MIN <= ts.seconds <= _TS_MAX and 0 <= ts.nanos < 1_000_000_000):
                 return _reject(_IA, "scheduled_at is not a valid timestamp", "scheduled_at")
         # 2. QueueNameInvalid.
         queue = req.queue
-        if not queue:
-            return _reject(_QNI, "queue name is empty", "queue")
-        qlen = utf8_len(queue)
-        if qlen > lim.max_queue_name_bytes:
-            return _reject(_QNI, "queue name is too long", "queue", lim.max_queue_name_bytes, qlen)
-        if _QUEUE_NAME.fullmatch(queue) is None:
-            return _reject(_QNI, "queue name must match [A-Za-z0-9][A-Za-z0-9._:-]*", "queue")
+        if queue not in self._names:
+            if not queue:
+                return _reject(_QNI, "queue name is empty", "queue")
+            qlen = utf8_len(queue)
+            if qlen > lim.max_queue_name_bytes:
+                return _reject(_QNI, "queue name is too long", "queue", lim.max_queue_name_bytes, qlen)
+            if _QUEUE_NAME.fullmatch(queue) is None:
+                return _reject(_QNI, "queue name must match [A-Za-z0-9][A-Za-z0-9._:-]*", "queue")
+            self._remember(self._names, queue)
         # 3. JobTypeInvalid.
         job_type = req.job_type
-        if not job_type:
-            return _reject(_JTI, "job type is empty", "job_type")
-        jlen = utf8_len(job_type)
-        if jlen > lim.max_job_type_bytes:
-            return _reject(_JTI, "job type is too long", "job_type", lim.max_job_type_bytes, jlen)
-        if _CONTROL.search(job_type) is not None:
-            return _reject(_JTI, "job type contains control characters", "job_type")
+        if job_type not in self._types:
+            if not job_type:
+                return _reject(_JTI, "job type is empty", "job_type")
+            jlen = utf8_len(job_type)
+            if jlen > lim.max_job_type_bytes:
+                return _reject(_JTI, "job type is too long", "job_type", lim.max_job_type_bytes, jlen)
+            if _CONTROL.search(job_type) is not None:
+                return _reject(_JTI, "job type contains control characters", "job_type")
+            self._remember(self._types, job_type)
         # 4. UnknownQueue.
         qlim = self.queue_limits(queue)
         if qlim is None:
@@ -154,7 +179,7 @@ class Validator:
             if bad is not None:
                 return bad
         # 10. ScheduledTooFar.
-        if req.HasField("scheduled_at"):
+        if scheduled:
             ts = req.scheduled_at
             at_ns = ts.seconds * 1_000_000_000 + ts.nanos
             horizon_ns = int(lim.max_schedule_horizon * 1_000_000_000)

@@ -72,8 +72,8 @@ def seconds_to_duration(seconds: float) -> duration_pb2.Duration:
     """A float number of seconds as a ``google.protobuf.Duration``."""
     d = duration_pb2.Duration()
     whole = math.floor(seconds)
-    d.seconds = int(whole)
-    d.nanos = int(round((seconds - whole) * 1e9))
+    d.seconds = whole
+    d.nanos = round((seconds - whole) * 1e9)
     if d.nanos >= 1_000_000_000:
         d.seconds += 1
         d.nanos -= 1_000_000_000

@@ -21,20 +21,23 @@ from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, Leas
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry, QueueState
 from sepp.storage.base import (
+    Dedups,
     ExtendResult,
     JobRecord,
-    NewJob,
+    JobRow,
     QueueRecord,
     ReserveParams,
     SettleParams,
     SettleResult,
     State,
     Store,
-    Stored,
 )
 from sepp.validation import Validator
 
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
+
+#: A stored (or deduplicated) job as the engine reports it: (job id text, deduplicated).
+Ack = tuple[str, bool]
 
 
 def now_us() -> int:
@@ -79,22 +82,27 @@ class JobEngine:
         if backlog + jobs > self._max_backlog and backlog > 0:
             raise Overloaded(self.config.overload_retry_after, backlog)
 
-    def _build(self, req: pb.EnqueueRequest, now: int, new_queues: list[QueueRecord]) -> tuple[NewJob, str]:
-        """Row for a validated request, plus its id text. Registers on-demand queues."""
+    def _build(self, req: pb.EnqueueRequest, now: int, new_queues: list[QueueRecord]) -> tuple[JobRow, str, int]:
+        """Row for a validated request, its id text and its dedup deadline (µs, 0 = no key).
+
+        Registers an on-demand queue (non-strict mode) and adds it to ``new_queues``
+        until it is persisted.
+        """
         name = req.queue
         q = self.queues.get(name)
         if q is None:
             q = self.queues.on_demand(name)
-        if not q.persisted:
+        if not q.persisted and all(r.name != name for r in new_queues):
             new_queues.append(q.record())
         settings = q.settings
-        priority = req.priority if req.HasField("priority") else settings.default_priority
-        max_attempts = req.max_attempts if req.HasField("max_attempts") else settings.default_max_attempts
+        has = req.HasField
+        priority = req.priority if has("priority") else settings.default_priority
+        max_attempts = req.max_attempts if has("max_attempts") else settings.default_max_attempts
         state, run_at = _READY, now
-        if req.HasField("scheduled_at"):
+        if has("scheduled_at"):
             ts = req.scheduled_at
             at = ts.seconds * 1_000_000 + ts.nanos // 1000
-            if at > now:
+            if at > now:  # SPEC §6: run_at = max(scheduled_at, enqueue time)
                 state, run_at = _SCHEDULED, at
         extras = None
         if req.custom or req.trace_context:
@@ -102,33 +110,32 @@ class JobEngine:
         payload = req.payload
         key = req.idempotency_key or None
         uid = uuid_utils.uuid7()
-        job = NewJob(uid.bytes, name, req.job_type, state, priority, run_at, now, max_attempts, payload.data,
-                     payload.encoding, extras, key, now + q.dedup_us if key else 0)
-        return job, str(uid)
+        row = JobRow(uid.bytes, name, req.job_type, state, priority, run_at, now, max_attempts, payload.data,
+                     payload.encoding, extras, key)
+        return row, str(uid), (now + q.dedup_us if key else 0)
 
-    async def _store(self, jobs: list[NewJob], now: int, new_queues: list[QueueRecord]) -> list[Stored]:
-        stored = await self.store.enqueue(jobs, now, new_queues)
+    async def _store(self, rows: list[JobRow], dedup_until: list[int], now: int,
+                     new_queues: list[QueueRecord]) -> Dedups:
+        dedups = await self.store.enqueue(rows, dedup_until, now, new_queues)
         for rec in new_queues:
             q = self.queues.get(rec.name)
             if q is not None:
                 q.persisted = True
         earliest = 0
         woke: set[str] = set()
-        for job, result in zip(jobs, stored, strict=False):
-            if result.deduplicated:
-                continue
-            if job.state == _READY:
-                woke.add(job.queue)
-            elif earliest == 0 or job.run_at < earliest:
-                earliest = job.run_at
+        for i, row in enumerate(rows):
+            if row.state == _READY:
+                woke.add(row.queue)
+            elif (earliest == 0 or row.run_at < earliest) and i not in dedups:
+                earliest = row.run_at
         for name in woke:
             self.notifier.ready(name)
         if earliest:
             self.on_scheduled(earliest)
-        return stored
+        return dedups
 
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
-        """Validate and store one job. Raises ``JobRejected`` or ``Overloaded``."""
+        """Validate and store one job (SPEC §2). Raises ``JobRejected`` or ``Overloaded``."""
         now_ns = time.time_ns()
         rejection = self.validator.validate(req, now_ns)
         if rejection is not None:
@@ -136,10 +143,10 @@ class JobEngine:
         self._check_backlog(1)
         now = now_ns // 1000
         new_queues: list[QueueRecord] = []
-        job, text = self._build(req, now, new_queues)
-        stored = (await self._store([job], now, new_queues))[0]
-        if stored.deduplicated:
-            return pb.EnqueueAck(job_id=job_id_text(stored.id), deduplicated=True)
+        row, text, until = self._build(req, now, new_queues)
+        dedups = await self._store([row], [until], now, new_queues)
+        if dedups:
+            return pb.EnqueueAck(job_id=job_id_text(dedups[0][0]), deduplicated=True)
         return pb.EnqueueAck(job_id=text)
 
     def _check_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> None:
@@ -149,71 +156,67 @@ class JobEngine:
         if n > cap:
             raise InvalidRequest(f"a batch holds at most {cap} jobs", "jobs", cap, n)
 
-    async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> list[pb.EnqueueAck | pb.Rejection]:
-        """Best effort: each job validated alone; the valid ones stored in one commit.
+    async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> list[pb.Rejection | Ack]:
+        """Best effort (SPEC §2): each job validated alone; the valid ones stored in one commit.
 
-        Returns one ack or rejection per job, in order. Raises ``InvalidRequest`` for an
-        empty or over-cap batch and ``Overloaded`` when the backlog is full.
+        Returns one ``(job_id, deduplicated)`` or ``Rejection`` per job, in order. Raises
+        ``InvalidRequest`` for an empty or over-cap batch and ``Overloaded`` when the
+        commit backlog is full (then nothing is stored).
         """
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
         validate = self.validator.validate
-        out: list[pb.EnqueueAck | pb.Rejection] = []
-        jobs: list[NewJob] = []
-        texts: list[str] = []
+        build = self._build
+        out: list[pb.Rejection | Ack] = []
+        rows: list[JobRow] = []
+        untils: list[int] = []
         slots: list[int] = []
         new_queues: list[QueueRecord] = []
-        seen_new: set[str] = set()
-        for i, req in enumerate(reqs):
+        for req in reqs:
             rejection = validate(req, now_ns)
             if rejection is not None:
                 out.append(rejection)
                 continue
-            nq: list[QueueRecord] = []
-            job, text = self._build(req, now, nq)
-            for rec in nq:
-                if rec.name not in seen_new:
-                    seen_new.add(rec.name)
-                    new_queues.append(rec)
-            jobs.append(job)
-            texts.append(text)
-            slots.append(i)
-            out.append(pb.EnqueueAck())  # placeholder, filled below
-        if jobs:
-            self._check_backlog(len(jobs))
-            stored = await self._store(jobs, now, new_queues)
-            for slot, text, result in zip(slots, texts, stored, strict=True):
-                out[slot] = pb.EnqueueAck(job_id=job_id_text(result.id) if result.deduplicated else text,
-                                          deduplicated=result.deduplicated)
+            row, text, until = build(req, now, new_queues)
+            slots.append(len(out))
+            out.append((text, False))
+            rows.append(row)
+            untils.append(until)
+        if rows:
+            self._check_backlog(len(rows))
+            dedups = await self._store(rows, untils, now, new_queues)
+            for i, (original, _state) in dedups.items():
+                out[slots[i]] = (job_id_text(original), True)
         return out
 
-    async def enqueue_atomic(self, reqs: Sequence[pb.EnqueueRequest]) -> list[pb.EnqueueAck]:
-        """All or nothing: every job valid → all stored in one commit, else ``AtomicRejected``
-        listing every failure by index and nothing stored. Deduplicated jobs count as success."""
+    async def enqueue_atomic(self, reqs: Sequence[pb.EnqueueRequest]) -> list[Ack]:
+        """All or nothing (SPEC §2): every job valid → all stored in one commit, else
+        ``AtomicRejected`` listing every failure by index, and nothing stored.
+        Deduplicated jobs count as success."""
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
+        validate = self.validator.validate
         failures = []
         for i, req in enumerate(reqs):
-            rejection = self.validator.validate(req, now_ns)
+            rejection = validate(req, now_ns)
             if rejection is not None:
                 failures.append(pb.IndexedRejection(index=i, rejection=rejection))
         if failures:
             raise AtomicRejected(failures)
         self._check_backlog(len(reqs))
         new_queues: list[QueueRecord] = []
-        seen: set[str] = set()
-        jobs, texts = [], []
+        rows, untils, out = [], [], []
         for req in reqs:
-            nq: list[QueueRecord] = []
-            job, text = self._build(req, now, nq)
-            new_queues.extend(r for r in nq if r.name not in seen and not seen.add(r.name))  # type: ignore[func-returns-value]
-            jobs.append(job)
-            texts.append(text)
-        stored = await self._store(jobs, now, new_queues)
-        return [pb.EnqueueAck(job_id=job_id_text(s.id) if s.deduplicated else t, deduplicated=s.deduplicated)
-                for s, t in zip(stored, texts, strict=True)]
+            row, text, until = self._build(req, now, new_queues)
+            rows.append(row)
+            untils.append(until)
+            out.append((text, False))
+        dedups = await self._store(rows, untils, now, new_queues)
+        for i, (original, _state) in dedups.items():
+            out[i] = (job_id_text(original), True)
+        return out
 
     # ------------------------------------------------------------------ worker side
 

@@ -11,10 +11,8 @@ from sepp.server.engine import job_id_text
 from sepp.storage.base import JobRecord
 
 
-def ts(us: int | None) -> timestamp_pb2.Timestamp | None:
-    """µs since the epoch → Timestamp (None stays None)."""
-    if us is None:
-        return None
+def ts(us: int) -> timestamp_pb2.Timestamp:
+    """µs since the epoch (UTC) → Timestamp."""
     t = timestamp_pb2.Timestamp()
     t.seconds, rem = divmod(us, 1_000_000)
     t.nanos = rem * 1000

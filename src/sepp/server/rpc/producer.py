@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-
-import grpc
+from typing import Any, TypeAlias
 
 from sepp._version import __version__
 from sepp.api.v1 import common_pb2 as pb
@@ -17,7 +15,8 @@ from sepp.server.rpc.status import abort_for
 from sepp.storage.errors import StoreClosed
 from sepp.wire import seconds_to_duration
 
-Context = grpc.aio.ServicerContext  # type: ignore[type-arg]
+#: grpc.aio.ServicerContext (grpc ships no type stubs).
+Context: TypeAlias = Any
 
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
@@ -46,19 +45,18 @@ def queue_settings_proto(s: object) -> pb.QueueSettings:
 class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
     """Implements ``sepp.api.v1.ProducerService`` over a ``JobEngine``."""
 
-    def __init__(self, engine: JobEngine, started: float, node: str,
-                 is_stopping: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, engine: JobEngine, started: float, node: str) -> None:
         self.engine = engine
         self.started = started
         self.node = node
 
-    async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueAck:  # noqa: N802
+    async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueAck:
         try:
             return await self.engine.enqueue(request)
         except (EngineError, StoreClosed) as exc:
             await abort_for(context, exc)
 
-    async def EnqueueBatch(self, request: ppb.EnqueueBatchRequest,  # noqa: N802
+    async def EnqueueBatch(self, request: ppb.EnqueueBatchRequest,
                            context: Context) -> ppb.EnqueueBatchResponse:
         try:
             results = await self.engine.enqueue_batch(request.jobs)
@@ -67,20 +65,26 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
         resp = ppb.EnqueueBatchResponse()
         add = resp.results.add
         for r in results:
-            if isinstance(r, pb.EnqueueAck):
-                add(ack=r)
+            if type(r) is tuple:
+                ack = add().ack
+                ack.job_id, ack.deduplicated = r
             else:
                 add(rejection=r)
         return resp
 
-    async def EnqueueAtomic(self, request: ppb.EnqueueBatchRequest,  # noqa: N802
+    async def EnqueueAtomic(self, request: ppb.EnqueueBatchRequest,
                             context: Context) -> ppb.EnqueueAtomicResponse:
         try:
-            return ppb.EnqueueAtomicResponse(acks=await self.engine.enqueue_atomic(request.jobs))
+            acks = await self.engine.enqueue_atomic(request.jobs)
+            resp = ppb.EnqueueAtomicResponse()
+            add = resp.acks.add
+            for job_id, dedup in acks:
+                add(job_id=job_id, deduplicated=dedup)
+            return resp
         except (EngineError, StoreClosed) as exc:
             await abort_for(context, exc)
 
-    async def GetServerInfo(self, request: ppb.GetServerInfoRequest,  # noqa: N802
+    async def GetServerInfo(self, request: ppb.GetServerInfoRequest,
                             context: Context) -> ppb.ServerInfo:
         return server_info(self.engine, self.started, self.node)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import grpc
+from typing import Any, TypeAlias
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
@@ -16,7 +16,8 @@ from sepp.storage.errors import StoreClosed
 from sepp.validation import utf8_len
 from sepp.wire import duration_to_seconds
 
-Context = grpc.aio.ServicerContext  # type: ignore[type-arg]
+#: grpc.aio.ServicerContext (grpc ships no type stubs).
+Context: TypeAlias = Any
 
 
 def _ids(job_id: str, lease_id: str) -> tuple[bytes, bytes]:
@@ -67,7 +68,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.engine = engine
         self.max_detail = engine.limits.max_error_detail_bytes
 
-    async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:  # noqa: N802
+    async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
         try:
             lease = duration_to_seconds(request.lease_duration) if request.HasField("lease_duration") else None
             wait = duration_to_seconds(request.wait) if request.HasField("wait") else 0.0
@@ -77,25 +78,25 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         resp = wpb.ReserveResponse()
         for rec in jobs:
             job = job_to_proto(rec)
-            resp.reservations.add(job=job, lease_id=job.lease_id, lease_expires_at=ts(rec.lease_expires_at),
+            resp.reservations.add(job=job, lease_id=job.lease_id, lease_expires_at=ts(rec.lease_expires_at or 0),
                                   attempt=rec.attempt)
         return resp
 
-    async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:  # noqa: N802
+    async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         try:
             await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
         except (EngineError, StoreClosed) as exc:
             await abort_for(context, exc)
         return wpb.AckResponse()
 
-    async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:  # noqa: N802
+    async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
         try:
             result = await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
         except (EngineError, StoreClosed) as exc:
             await abort_for(context, exc)
         return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
 
-    async def ExtendLease(self, request: wpb.ExtendLeaseRequest,  # noqa: N802
+    async def ExtendLease(self, request: wpb.ExtendLeaseRequest,
                           context: Context) -> wpb.ExtendLeaseResponse:
         try:
             jid, lid = _ids(request.job_id, request.lease_id)
@@ -105,7 +106,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return wpb.ExtendLeaseResponse(lease_expires_at=ts(result.lease_expires_at),
                                        cancel_requested=result.cancel_requested)
 
-    async def Settle(self, request: wpb.SettleRequest, context: Context) -> wpb.SettleResponse:  # noqa: N802
+    async def Settle(self, request: wpb.SettleRequest, context: Context) -> wpb.SettleResponse:
         now = now_us()
         resp = wpb.SettleResponse()
         params: list[SettleParams] = []

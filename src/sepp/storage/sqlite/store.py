@@ -19,9 +19,10 @@ from typing import Any
 
 from sepp.storage._sql import load_queries, migrations
 from sepp.storage.base import (
+    Dedups,
     ExtendResult,
     JobRecord,
-    NewJob,
+    JobRow,
     PolicyLookup,
     QueueRecord,
     ReserveParams,
@@ -30,7 +31,6 @@ from sepp.storage.base import (
     SettleParams,
     SettleResult,
     State,
-    Stored,
     SweepResult,
 )
 from sepp.storage.errors import StoreCorrupt
@@ -58,12 +58,14 @@ class SQLiteStore:
     """
 
     def __init__(self, data_dir: Path, mode: str = "group", *, cache_mib: int = 64,
-                 fsync_interval: float = 0.05, commit_delay: float = 0.0, max_group_ops: int = 1024) -> None:
+                 fsync_interval: float = 0.05, commit_delay: float = 0.0, max_group_ops: int = 1024,
+                 group_wait: float = 0.001) -> None:
         self.path = Path(data_dir) / DB_FILE
         self.mode = mode
         self._cache_mib = cache_mib
         self._committer = Committer(self.path, mode, self._connect_writer, fsync_interval=fsync_interval,
-                                    commit_delay=commit_delay, max_group_ops=max_group_ops)
+                                    commit_delay=commit_delay, max_group_ops=max_group_ops,
+                                    group_wait=group_wait)
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
@@ -133,44 +135,43 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ enqueue
 
-    async def enqueue(self, jobs: Sequence[NewJob], now: int, new_queues: Sequence[QueueRecord] = ()) -> list[Stored]:
+    async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
+                      new_queues: Sequence[QueueRecord] = ()) -> Dedups:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call."""
-        if not any(j.idempotency_key for j in jobs) and not new_queues:
-            rows = [j.row() for j in jobs]
-            sql = Q["insert_job"]
+        insert = Q["insert_job"]
+        if not new_queues and not any(row[11] for row in rows):
 
-            def plain(conn: sqlite3.Connection) -> list[Stored]:
-                conn.executemany(sql, rows)
-                return [Stored(j.id, False, j.state) for j in jobs]
+            def plain(conn: sqlite3.Connection) -> Dedups:
+                conn.executemany(insert, rows)
+                return {}
 
-            return await self._committer.submit(plain, len(jobs))
+            return await self._committer.submit(plain, len(rows))
 
-        def op(conn: sqlite3.Connection) -> list[Stored]:
+        def op(conn: sqlite3.Connection) -> Dedups:
             for q in new_queues:
                 conn.execute(Q["insert_queue_if_absent"],
                              (q.name, q.settings_json, int(q.paused), int(q.declared), now, now))
-            out: list[Stored] = []
-            rows = []
-            for job in jobs:
-                key = job.idempotency_key
+            dedups: Dedups = {}
+            fresh: list[JobRow] = []
+            for i, row in enumerate(rows):
+                key = row.idempotency_key
                 if key:
-                    hit = conn.execute(Q["find_idempotency"], (job.queue, key)).fetchone()
+                    hit = conn.execute(Q["find_idempotency"], (row.queue, key)).fetchone()
                     if hit is not None and hit[1] > now:
-                        state_row = conn.execute(Q["job_state"], (hit[0],)).fetchone()
-                        if state_row is None:  # the original was deleted or purged; the key stays claimed
-                            pending = next((r for r in rows if r[0] == hit[0]), None)
-                            state = pending[3] if pending else 0
-                        else:
+                        original = hit[0]
+                        state_row = conn.execute(Q["job_state"], (original,)).fetchone()
+                        if state_row is not None:
                             state = state_row[0]
-                        out.append(Stored(hit[0], True, state))
+                        else:  # an earlier row of this call (not inserted yet), or purged: key stays claimed
+                            state = next((r.state for r in fresh if r.id == original), 0)
+                        dedups[i] = (original, state)
                         continue
-                    conn.execute(Q["claim_idempotency"], (job.queue, key, job.id, job.dedup_expires_at))
-                rows.append(job.row())
-                out.append(Stored(job.id, False, job.state))
-            conn.executemany(Q["insert_job"], rows)
-            return out
+                    conn.execute(Q["claim_idempotency"], (row.queue, key, row.id, dedup_until[i]))
+                fresh.append(row)
+            conn.executemany(insert, fresh)
+            return dedups
 
-        return await self._committer.submit(op, len(jobs))
+        return await self._committer.submit(op, len(rows))
 
     # ------------------------------------------------------------------ queues
 
@@ -306,6 +307,7 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
     pol = policy(queue)
     outcome = p.outcome or p.kind.value
     entry = _history_entry(attempt, worker, started, p.now, outcome, p.error_message, p.error_detail)
+    new: tuple[int, int, int, int | None, int | None, str | None]
     if p.kind is SettleKind.ACK:
         new = (int(State.COMPLETED), p.now, attempt, p.now, p.now + pol.completed_retention, None)
     elif p.kind is SettleKind.DEAD_LETTER or (p.kind is SettleKind.RETRY and attempt >= max_attempts):

@@ -1,0 +1,34 @@
+# sepp developer entry points. Both targets set up ./.venv themselves on a fresh machine.
+#   make serve   start sepp on the embedded default (SQLite in ./sepp-data, gRPC :7700, HTTP :7701)
+#   make test    run the whole test suite (codegen check, lint, types, pytest incl. browser tests)
+
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: serve test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/sepp serve
+
+lint: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py --check
+	$(BIN)/ruff check src tests benchmarks scripts examples
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	bash scripts/ensure-chromium.sh
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/producer.py
+
+clean:
+	rm -rf $(VENV) sepp-data

@@ -1,0 +1,106 @@
+"""sepp — a durable job-queue server and its Python client.
+
+::
+
+    from sepp import Client, EnqueueRequest, Payload
+
+    with Client("127.0.0.1:7700") as client:
+        ack = client.enqueue(EnqueueRequest("emails", "welcome", payload=Payload.json({"user_id": 42})))
+
+The names below are the public API. They are loaded on first access, so
+``import sepp`` (and every ``sepp.*`` import, such as the server's) stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from sepp._version import __version__
+
+if TYPE_CHECKING:
+    from sepp.client import AsyncClient, Client, ClientOptions, RetryPolicy
+    from sepp.errors import (
+        AtomicEnqueueError,
+        DeadlineExceeded,
+        MessageTooLarge,
+        Overloaded,
+        RejectedError,
+        SeppError,
+        ServerError,
+        TransportError,
+        Unavailable,
+    )
+    from sepp.rejections import RejectionCode
+    from sepp.request import (
+        EnqueueAck,
+        EnqueueRequest,
+        IndexedRejection,
+        Payload,
+        QueueInfo,
+        Rejection,
+        ServerInfo,
+    )
+
+#: Public name → the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "AsyncClient": "sepp.client",
+    "Client": "sepp.client",
+    "ClientOptions": "sepp.client",
+    "RetryPolicy": "sepp.client",
+    "EnqueueAck": "sepp.request",
+    "EnqueueRequest": "sepp.request",
+    "IndexedRejection": "sepp.request",
+    "Payload": "sepp.request",
+    "QueueInfo": "sepp.request",
+    "Rejection": "sepp.request",
+    "ServerInfo": "sepp.request",
+    "RejectionCode": "sepp.rejections",
+    "AtomicEnqueueError": "sepp.errors",
+    "DeadlineExceeded": "sepp.errors",
+    "MessageTooLarge": "sepp.errors",
+    "Overloaded": "sepp.errors",
+    "RejectedError": "sepp.errors",
+    "SeppError": "sepp.errors",
+    "ServerError": "sepp.errors",
+    "TransportError": "sepp.errors",
+    "Unavailable": "sepp.errors",
+}
+
+__all__ = [
+    "AsyncClient",
+    "AtomicEnqueueError",
+    "Client",
+    "ClientOptions",
+    "DeadlineExceeded",
+    "EnqueueAck",
+    "EnqueueRequest",
+    "IndexedRejection",
+    "MessageTooLarge",
+    "Overloaded",
+    "Payload",
+    "QueueInfo",
+    "RejectedError",
+    "Rejection",
+    "RejectionCode",
+    "RetryPolicy",
+    "SeppError",
+    "ServerError",
+    "ServerInfo",
+    "TransportError",
+    "Unavailable",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sepp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

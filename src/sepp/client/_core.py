@@ -1,0 +1,260 @@
+"""Transport-free logic shared by :class:`Client` and :class:`AsyncClient`.
+
+Builds the wire messages, validates locally against the cached ``ServerInfo``,
+merges local and server verdicts of a batch, turns ``grpc.RpcError`` into sepp's
+exceptions and decides whether (and how long) to back off before a retry. The two
+clients only add the channel, the sleeping and the locking.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from pydantic import ValidationError
+
+from sepp import wire
+from sepp._version import __version__
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.client.options import ClientOptions
+from sepp.errors import (
+    AtomicEnqueueError,
+    DeadlineExceeded,
+    MessageTooLarge,
+    Overloaded,
+    RejectedError,
+    SeppError,
+    ServerError,
+    TransportError,
+    Unavailable,
+)
+from sepp.rejections import ERROR_DOMAIN, RejectionCode
+from sepp.request import (
+    BatchResult,
+    EnqueueAck,
+    EnqueueRequest,
+    IndexedRejection,
+    Rejection,
+    ServerInfo,
+)
+from sepp.validation import Validator
+
+#: Sent as the primary user agent of every channel.
+USER_AGENT = f"sepp-python/{__version__}"
+
+#: A local ``UnknownQueue`` re-fetches ServerInfo when the cache is older than this, seconds.
+UNKNOWN_QUEUE_REFRESH_AFTER = 1.0
+
+DEFAULT_TARGET = "127.0.0.1:7700"
+
+
+def channel_options(options: ClientOptions) -> list[tuple[str, Any]]:
+    """gRPC channel arguments: message caps and the ``sepp-python/<version>`` user agent."""
+    return [
+        ("grpc.primary_user_agent", USER_AGENT),
+        ("grpc.max_send_message_length", options.max_message_bytes),
+        ("grpc.max_receive_message_length", options.max_message_bytes),
+        *options.channel_options,
+    ]
+
+
+def now_ns() -> int:
+    """The local wall clock, UTC nanoseconds since the epoch (for ``ScheduledTooFar``)."""
+    return time.time_ns()
+
+
+# ----------------------------------------------------------------- server info cache
+
+
+@dataclass(frozen=True, slots=True)
+class CachedInfo:
+    """A fetched ``ServerInfo``, the validator built from it and when it was fetched."""
+
+    info: ServerInfo
+    validator: Validator
+    fetched_at: float  # time.monotonic() seconds
+
+    @classmethod
+    def build(cls, msg: ppb.ServerInfo) -> CachedInfo:
+        """Convert a wire ``ServerInfo``; raises ``ServerError`` if its limits are invalid."""
+        try:
+            info = ServerInfo.from_proto(msg)
+        except ValidationError as exc:
+            raise ServerError(f"the server advertised invalid limits: {exc}") from exc
+        return cls(info, Validator(info.limits, info.queue_limits), time.monotonic())
+
+    def age(self) -> float:
+        """Seconds since the fetch."""
+        return time.monotonic() - self.fetched_at
+
+    def fresh(self, ttl: float | None) -> bool:
+        """Whether the cache may still be used under ``ttl`` seconds (``None`` = forever)."""
+        return ttl is None or self.age() < ttl
+
+
+# ----------------------------------------------------------------- requests
+
+
+def to_protos(requests: Iterable[EnqueueRequest]) -> list[Any]:
+    """Wire messages of ``requests``; raises ``TypeError`` for a non-``EnqueueRequest``."""
+    out = []
+    for req in requests:
+        if not isinstance(req, EnqueueRequest):
+            raise TypeError(f"expected EnqueueRequest, not {type(req).__name__}")
+        out.append(req.to_proto())
+    return out
+
+
+def batch_size_rejection(count: int, max_batch: int) -> Rejection | None:
+    """The batch-level ``InvalidArgument`` for an empty or over-cap batch, else ``None``."""
+    if 1 <= count <= max_batch:
+        return None
+    message = "a batch needs at least one job" if count < 1 else f"a batch holds at most {max_batch} jobs"
+    return Rejection(RejectionCode.INVALID_ARGUMENT, message, "jobs", max_batch, count)
+
+
+def validate(cached: CachedInfo, proto: Any, at_ns: int | None = None) -> Rejection | None:
+    """The local verdict on one wire request: its ``Rejection`` or ``None``."""
+    verdict = cached.validator.validate(proto, now_ns() if at_ns is None else at_ns)
+    return None if verdict is None else Rejection.from_proto(verdict)
+
+
+def needs_refresh(verdicts: Iterable[Rejection | None], cached: CachedInfo) -> bool:
+    """Whether a local ``UnknownQueue`` should trigger one re-fetch of ``ServerInfo``."""
+    return cached.age() >= UNKNOWN_QUEUE_REFRESH_AFTER and any(
+        v is not None and v.code is RejectionCode.UNKNOWN_QUEUE for v in verdicts)
+
+
+def validate_all(cached: CachedInfo, protos: Sequence[Any]) -> list[Rejection | None]:
+    """Local verdicts of every job of a batch, in order (one clock reading)."""
+    at = now_ns()
+    return [validate(cached, p, at) for p in protos]
+
+
+def atomic_local_error(verdicts: Sequence[Rejection | None]) -> AtomicEnqueueError | None:
+    """The error an atomic batch gets when any job fails locally (every failure, by index)."""
+    errors = [IndexedRejection(i, v) for i, v in enumerate(verdicts) if v is not None]
+    return AtomicEnqueueError(errors) if errors else None
+
+
+def merge_batch(verdicts: Sequence[Rejection | None], response: ppb.EnqueueBatchResponse | None
+                ) -> list[BatchResult]:
+    """Fill each slot: the local rejection, else the next server result (request order kept).
+
+    ``response`` answers exactly the jobs whose verdict is ``None``, in order; it is
+    ``None`` when nothing was sent. Raises ``ServerError`` on a count mismatch.
+    """
+    results = list(response.results) if response is not None else []
+    expected = sum(v is None for v in verdicts)
+    if len(results) != expected:
+        raise ServerError(f"the server returned {len(results)} results for {expected} jobs")
+    server = iter(results)
+    out: list[BatchResult] = []
+    for verdict in verdicts:
+        if verdict is not None:
+            out.append(verdict)
+            continue
+        result = next(server)
+        kind = result.WhichOneof("outcome")
+        if kind == "ack":
+            out.append(EnqueueAck.from_proto(result.ack))
+        elif kind == "rejection":
+            out.append(Rejection.from_proto(result.rejection))
+        else:
+            raise ServerError("the server returned a batch result with neither ack nor rejection")
+    return out
+
+
+def atomic_acks(response: ppb.EnqueueAtomicResponse, sent: int) -> list[EnqueueAck]:
+    """The acks of an atomic batch; raises ``ServerError`` on a count mismatch."""
+    if len(response.acks) != sent:
+        raise ServerError(f"the server returned {len(response.acks)} acks for {sent} jobs")
+    return [EnqueueAck.from_proto(a) for a in response.acks]
+
+
+def all_keyed(protos: Sequence[Any]) -> bool:
+    """Whether every job carries an idempotency key (so re-sending cannot duplicate)."""
+    return all(p.idempotency_key for p in protos)
+
+
+# ----------------------------------------------------------------- errors
+
+
+def error_from_rpc(exc: grpc.RpcError, target: str = "") -> SeppError:
+    """Convert a gRPC error (sync or aio) into a sepp exception of the right family."""
+    code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
+    details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
+    trailing = exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None)) else None
+    return error_from_status(code, details or "", trailing, target=target)
+
+
+def error_from_status(code: grpc.StatusCode, details: str,
+                      trailing: Iterable[tuple[str, str | bytes]] | None, *, target: str = "") -> SeppError:
+    """Classify a status (code, details, trailing metadata with ``grpc-status-details-bin``).
+
+    * ErrorInfo ``ATOMIC_BATCH_REJECTED`` + ``AtomicRejections`` → ``AtomicEnqueueError``
+    * ErrorInfo reason = a catalogue code → ``RejectedError`` (the packed ``Rejection``
+      detail when present, else rebuilt from the ErrorInfo metadata)
+    * RESOURCE_EXHAUSTED + ``OVERLOADED`` → ``Overloaded`` (``retry_after`` from RetryInfo)
+    * RESOURCE_EXHAUSTED without ErrorInfo → ``MessageTooLarge``
+    * UNAVAILABLE → ``Unavailable``; DEADLINE_EXCEEDED → ``DeadlineExceeded``
+    * anything else → ``ServerError`` (with ``code`` and the ErrorInfo ``reason``)
+    """
+    status = wire.status_from_metadata(trailing)
+    found = wire.unpack_details(status) if status is not None else {}
+    info = found.get("error_info")
+    if info is not None and info.domain not in (ERROR_DOMAIN, ""):
+        info = None
+    reason: str = info.reason if info is not None else ""
+    message = (status.message if status is not None and status.message else details) or ""
+
+    if reason == "ATOMIC_BATCH_REJECTED" and "atomic" in found:
+        errors = [IndexedRejection.from_proto(r) for r in found["atomic"].rejections]
+        if errors:
+            return AtomicEnqueueError(errors)
+    if reason in RejectionCode.__members__:
+        if "rejection" in found:
+            return RejectedError(Rejection.from_proto(found["rejection"]))
+        catalogue = RejectionCode[reason]
+        text = message.removeprefix(f"{catalogue.value}: ")
+        return RejectedError(Rejection.from_proto(wire.rejection_from_error_info(info, text)))
+
+    where = f" ({target})" if target else ""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if reason == "OVERLOADED":
+            retry = found.get("retry_info")
+            retry_after = wire.duration_to_seconds(retry.retry_delay) if retry is not None else None
+            return Overloaded(message or None, retry_after=retry_after, code=code)
+        if info is None:
+            text = f"the request exceeds the gRPC message cap{where}: {details}" if details else None
+            return MessageTooLarge(text, code=code)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return Unavailable(f"server unavailable{where}: {details}" if details else None, code=code)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(f"{DeadlineExceeded.__doc__}{where}" if where else None, code=code,
+                                reason=reason)
+    text = f"{code.name}{where}: {message}" if message else f"{code.name}{where}"
+    return ServerError(text, code=code, reason=reason)
+
+
+# ----------------------------------------------------------------- retry
+
+
+def retry_delay(error: SeppError, attempt: int, options: ClientOptions, *, idempotent: bool,
+                rand: Callable[[], float] | None = None) -> float | None:
+    """Seconds to wait before trying again after ``attempt`` (1-based) failed, or ``None``.
+
+    Retries only ``Overloaded`` (nothing was stored) and, when ``idempotent``, the other
+    transient errors; never rejections, ``MessageTooLarge`` or ``ServerError``.
+    """
+    policy = options.retry
+    if attempt >= policy.max_attempts or not isinstance(error, TransportError) or not error.transient:
+        return None
+    if isinstance(error, Overloaded):
+        return policy.delay(attempt, error.retry_after, *(() if rand is None else (rand,)))
+    if not idempotent:
+        return None
+    return policy.delay(attempt, None, *(() if rand is None else (rand,)))

@@ -1,0 +1,238 @@
+"""``AdminClient``: a small blocking client of the ``AdminService`` (SPEC §4), used by the CLI.
+
+::
+
+    with AdminClient("127.0.0.1:7700", token="s3cret") as admin:
+        admin.pause_queue("emails")
+        for s in admin.iter_jobs(queue="emails", state="dead_lettered"):
+            print(s.job.id, s.last_error)
+
+Methods return the protobuf messages of ``sepp.api.v1`` (``QueueInfo``, ``Job``,
+``QueueStats``, …). Failures raise:
+
+* :class:`AdminError` — the server refused: ``code`` is the gRPC status
+  (NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT, UNAUTHENTICATED), ``reason`` the
+  ErrorInfo reason (``QUEUE_NOT_FOUND``, ``JOB_STATE``, …), ``metadata`` its details;
+* :class:`sepp.errors.TransportError` subclasses — no answer (``Unavailable``,
+  ``DeadlineExceeded``) or an unexpected status (``ServerError``).
+
+Admin calls are not retried: most of them are not idempotent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+from google.protobuf import field_mask_pb2
+
+from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import admin_pb2_grpc
+from sepp.api.v1 import common_pb2 as pb
+from sepp.errors import DeadlineExceeded, SeppError, ServerError, TransportError, Unavailable
+from sepp.wire import status_from_metadata, unpack_details
+
+DEFAULT_TARGET = "127.0.0.1:7700"
+
+#: Job states by their lower-case names (``dead_lettered``; ``dead-lettered`` also works).
+STATES: dict[str, int] = {name.lower(): int(pb.JobState.Value(name)) for name in pb.JobState.keys()
+                          if name != "JOB_STATE_UNSPECIFIED"}
+
+_REFUSALS = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
+             grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ALREADY_EXISTS}
+
+
+class AdminError(SeppError):
+    """The server refused the admin request."""
+
+    def __init__(self, message: str, *, code: grpc.StatusCode, reason: str = "",
+                 metadata: dict[str, str] | None = None) -> None:
+        self.code = code
+        self.reason = reason
+        self.metadata = dict(metadata or {})
+        super().__init__(message)
+
+
+def state_number(state: str | int | None) -> int:
+    """A state given as name (``ready``, ``DEAD_LETTERED``, ``dead-lettered``) or number → number
+    (0 for None). Raises ``ValueError`` for an unknown one."""
+    if state is None or state == "":
+        return 0
+    if isinstance(state, int):
+        if state not in STATES.values():
+            raise ValueError(f"unknown job state {state}")
+        return state
+    key = state.strip().lower().replace("-", "_")
+    if key not in STATES:
+        raise ValueError(f"unknown job state {state!r} (one of {', '.join(STATES)})")
+    return STATES[key]
+
+
+def _error(exc: grpc.RpcError, target: str) -> SeppError:
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if hasattr(exc, "details") else "") or ""
+    reason, meta = "", {}
+    status = status_from_metadata(exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None)
+    if status is not None:
+        info = unpack_details(status).get("error_info")
+        if info is not None:
+            reason, meta = info.reason, dict(info.metadata)
+    if code in _REFUSALS:
+        return AdminError(details or code.name, code=code, reason=reason or code.name, metadata=meta)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return Unavailable(f"{target}: {details}" if details else None, code=code, reason=reason)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(None, code=code, reason=reason)
+    return ServerError(f"{code.name}: {details}", code=code, reason=reason)
+
+
+def _ts(moment: dt.datetime) -> Any:
+    from google.protobuf import timestamp_pb2
+
+    if moment.tzinfo is None:
+        raise TypeError("times must carry a time zone (a naive datetime is ambiguous)")
+    t = timestamp_pb2.Timestamp()
+    t.FromDatetime(moment.astimezone(dt.UTC))
+    return t
+
+
+class AdminClient:
+    """Blocking ``AdminService`` client. ``token`` is sent as ``authorization: Bearer <token>``;
+    ``timeout`` (seconds) bounds every call."""
+
+    def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, timeout: float = 30.0,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = (grpc.secure_channel(target, credentials) if credentials is not None
+                         else grpc.insecure_channel(target))
+        self._stub: Any = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise _error(exc, self.target) from None
+
+    # ------------------------------------------------------------------ queues
+
+    def list_queues(self) -> list[pb.QueueInfo]:
+        """Every queue, sorted by name."""
+        return list(self._call("ListQueues", apb.ListQueuesRequest()).queues)
+
+    def get_queue(self, name: str) -> pb.QueueInfo:
+        """One queue (AdminError QUEUE_NOT_FOUND when unknown)."""
+        return self._call("GetQueue", apb.GetQueueRequest(name=name))  # type: ignore[no-any-return]
+
+    def declare_queue(self, name: str, settings: pb.QueueSettings | None = None,
+                      paths: Sequence[str] = ()) -> tuple[pb.QueueInfo, bool]:
+        """Create or mark declared; ``paths`` names the settings taken from ``settings``
+        (empty = the populated ones). Returns (queue, created)."""
+        req = apb.DeclareQueueRequest(name=name, update_mask=field_mask_pb2.FieldMask(paths=list(paths)))
+        if settings is not None:
+            req.settings.CopyFrom(settings)
+        resp = self._call("DeclareQueue", req)
+        return resp.queue, resp.created
+
+    def update_queue(self, name: str, settings: pb.QueueSettings, paths: Sequence[str] = ()) -> pb.QueueInfo:
+        """Change settings of an existing queue at once."""
+        req = apb.UpdateQueueRequest(name=name, settings=settings,
+                                     update_mask=field_mask_pb2.FieldMask(paths=list(paths)))
+        return self._call("UpdateQueue", req)  # type: ignore[no-any-return]
+
+    def delete_queue(self, name: str, force: bool = False) -> int:
+        """Forget a queue (with ``force``, and its jobs). Returns the jobs deleted."""
+        return int(self._call("DeleteQueue", apb.DeleteQueueRequest(name=name, force=force)).jobs_deleted)
+
+    def pause_queue(self, name: str) -> pb.QueueInfo:
+        """Reserve gives nothing from the queue until resumed."""
+        return self._call("PauseQueue", apb.PauseQueueRequest(name=name))  # type: ignore[no-any-return]
+
+    def resume_queue(self, name: str) -> pb.QueueInfo:
+        """Undo a pause."""
+        return self._call("ResumeQueue", apb.ResumeQueueRequest(name=name))  # type: ignore[no-any-return]
+
+    def purge_queue(self, name: str, states: Iterable[str | int] = ()) -> int:
+        """Delete the queue's jobs in ``states`` (default SCHEDULED + READY). Returns how many."""
+        req = apb.PurgeQueueRequest(queue=name, states=[state_number(s) for s in states])  # type: ignore[misc]
+        return int(self._call("PurgeQueue", req, timeout=max(self.timeout, 600)).deleted)
+
+    def queue_stats(self, names: Sequence[str] = ()) -> list[apb.QueueStats]:
+        """Counts, oldest-ready age and throughput of ``names`` (every queue when empty)."""
+        return list(self._call("GetQueueStats", apb.GetQueueStatsRequest(queues=list(names))).stats)
+
+    # ------------------------------------------------------------------ jobs
+
+    def get_job(self, job_id: str) -> pb.Job:
+        """One job with payload and history."""
+        return self._call("GetJob", apb.GetJobRequest(job_id=job_id))  # type: ignore[no-any-return]
+
+    def list_jobs(self, *, queue: str = "", state: str | int | None = None, job_type: str = "",
+                  reason_prefix: str = "", page_size: int = 50, page_token: str = "") -> apb.ListJobsResponse:
+        """One page of jobs; pass ``next_page_token`` back for the next one."""
+        req = apb.ListJobsRequest(queue=queue, state=state_number(state), job_type=job_type,  # type: ignore[arg-type]
+                                  reason_prefix=reason_prefix, page_size=page_size, page_token=page_token)
+        return self._call("ListJobs", req)  # type: ignore[no-any-return]
+
+    def iter_jobs(self, *, queue: str = "", state: str | int | None = None, job_type: str = "",
+                  reason_prefix: str = "", page_size: int = 500) -> Iterator[apb.JobSummary]:
+        """Every matching job, page after page."""
+        token = ""
+        while True:
+            page = self.list_jobs(queue=queue, state=state, job_type=job_type, reason_prefix=reason_prefix,
+                                  page_size=page_size, page_token=token)
+            yield from page.jobs
+            token = page.next_page_token
+            if not token:
+                return
+
+    def find_job_by_key(self, queue: str, key: str) -> apb.FindJobByIdempotencyKeyResponse:
+        """The job a live idempotency key points at (``.job`` unset if it was deleted)."""
+        req = apb.FindJobByIdempotencyKeyRequest(queue=queue, key=key)
+        return self._call("FindJobByIdempotencyKey", req)  # type: ignore[no-any-return]
+
+    def cancel_job(self, job_id: str, reason: str = "") -> pb.Job:
+        """Cancel now (SCHEDULED/READY) or ask the worker to (RESERVED)."""
+        return self._call("CancelJob", apb.CancelJobRequest(job_id=job_id, reason=reason))  # type: ignore[no-any-return]
+
+    def requeue_job(self, job_id: str) -> pb.Job:
+        """Redrive a DEAD_LETTERED or CANCELLED job (attempt reset, history kept)."""
+        return self._call("RequeueJob", apb.RequeueJobRequest(job_id=job_id))  # type: ignore[no-any-return]
+
+    def requeue_dead_lettered(self, *, queue: str = "", job_type: str = "", reason_prefix: str = "",
+                              after: dt.datetime | None = None, before: dt.datetime | None = None,
+                              dry_run: bool = False, max_jobs: int = 0) -> tuple[int, int]:
+        """Bulk redrive of matching DEAD_LETTERED jobs. Returns (matched, requeued).
+
+        Raises ``TypeError`` for a naive ``after``/``before``.
+        """
+        f = apb.DeadLetterFilter(queue=queue, job_type=job_type, reason_prefix=reason_prefix)
+        if after is not None:
+            f.dead_lettered_after.CopyFrom(_ts(after))
+        if before is not None:
+            f.dead_lettered_before.CopyFrom(_ts(before))
+        req = apb.RequeueDeadLetteredRequest(filter=f, dry_run=dry_run, max_jobs=max_jobs)
+        resp = self._call("RequeueDeadLettered", req, timeout=max(self.timeout, 600))
+        return int(resp.matched), int(resp.requeued)
+
+    def delete_job(self, job_id: str) -> None:
+        """Delete one job."""
+        self._call("DeleteJob", apb.DeleteJobRequest(job_id=job_id))
+
+
+__all__ = ["STATES", "AdminClient", "AdminError", "TransportError", "state_number"]

@@ -1,0 +1,180 @@
+"""The asyncio producer client over a grpc.aio channel (same methods as ``Client``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
+from sepp.client import _core
+from sepp.client.options import ClientOptions
+from sepp.errors import RejectedError
+from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
+
+
+class AsyncClient:
+    """asyncio sepp producer client; every method of :class:`~sepp.Client`, awaited.
+
+    ::
+
+        async with AsyncClient("127.0.0.1:7700") as client:
+            ack = await client.enqueue(EnqueueRequest("emails", "welcome"))
+
+    The grpc.aio channel is created on first use inside the running event loop, so the
+    client may be constructed anywhere; use it from one event loop only.
+
+    Args:
+        target: ``host:port`` of the server's gRPC listener.
+        options: Timeouts, retries, local validation, TLS; defaults when ``None``.
+    """
+
+    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None) -> None:
+        self.target = target
+        self.options = options or ClientOptions()
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+        self._lock: asyncio.Lock | None = None
+        self._cached: _core.CachedInfo | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------ enqueue
+
+    async def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
+        """Enqueue one job; see :meth:`sepp.Client.enqueue` (same errors)."""
+        proto = _core.to_protos([request])[0]
+        if self.options.validate_locally:
+            rejection = (await self._validate_protos([proto]))[0]
+            if rejection is not None:
+                raise RejectedError(rejection)
+        response = await self._call("Enqueue", proto, idempotent=bool(proto.idempotency_key))
+        return EnqueueAck.from_proto(response)
+
+    async def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
+        """Enqueue jobs best-effort; see :meth:`sepp.Client.enqueue_batch`."""
+        protos = _core.to_protos(requests)
+        verdicts: list[Rejection | None] = [None] * len(protos)
+        if self.options.validate_locally:
+            await self._check_batch_size(len(protos))
+            verdicts = await self._validate_protos(protos)
+        to_send = [p for p, v in zip(protos, verdicts, strict=True) if v is None]
+        response = None
+        if to_send or not self.options.validate_locally:
+            response = await self._call("EnqueueBatch", ppb.EnqueueBatchRequest(jobs=to_send),
+                                        idempotent=_core.all_keyed(to_send))
+        return _core.merge_batch(verdicts, response)
+
+    async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
+        """Enqueue jobs all-or-nothing; see :meth:`sepp.Client.enqueue_atomic`."""
+        protos = _core.to_protos(requests)
+        if self.options.validate_locally:
+            await self._check_batch_size(len(protos))
+            error = _core.atomic_local_error(await self._validate_protos(protos))
+            if error is not None:
+                raise error
+        response = await self._call("EnqueueAtomic", ppb.EnqueueBatchRequest(jobs=protos),
+                                    idempotent=_core.all_keyed(protos))
+        return _core.atomic_acks(response, len(protos))
+
+    # ------------------------------------------------------------ server info
+
+    async def get_server_info(self, *, cached: bool = False) -> ServerInfo:
+        """The server's version, features, modes and limits; see :meth:`sepp.Client.get_server_info`."""
+        if cached:
+            return (await self._cached_info()).info
+        return await self.refresh_server_info()
+
+    async def refresh_server_info(self) -> ServerInfo:
+        """Fetch ``GetServerInfo`` now and replace the cached copy; return it."""
+        async with self._get_lock():
+            self._cached = await self._fetch_info()
+            return self._cached.info
+
+    async def validate(self, request: EnqueueRequest) -> Rejection | None:
+        """The local verdict on ``request``; see :meth:`sepp.Client.validate`."""
+        return (await self._validate_protos(_core.to_protos([request])))[0]
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        """Close the channel; calls in flight are cancelled. Closing twice is fine."""
+        if not self._closed:
+            self._closed = True
+            if self._channel is not None:
+                await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<AsyncClient {self.target} {state}>"
+
+    # ------------------------------------------------------------ internals
+
+    def _get_lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def _get_stub(self) -> Any:
+        if self._closed:
+            raise RuntimeError("this sepp AsyncClient is closed")
+        if self._stub is None:
+            channel_args = _core.channel_options(self.options)
+            if self.options.credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self.options.credentials,
+                                                        options=channel_args)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=channel_args)
+            self._stub = ppb_grpc.ProducerServiceStub(self._channel)
+        return self._stub
+
+    async def _fetch_info(self) -> _core.CachedInfo:
+        msg = await self._call("GetServerInfo", ppb.GetServerInfoRequest(), idempotent=True)
+        return _core.CachedInfo.build(msg)
+
+    async def _cached_info(self) -> _core.CachedInfo:
+        async with self._get_lock():
+            if self._cached is None or not self._cached.fresh(self.options.server_info_ttl):
+                self._cached = await self._fetch_info()
+            return self._cached
+
+    async def _check_batch_size(self, count: int) -> None:
+        limit = (await self._cached_info()).info.limits.max_enqueue_batch
+        rejection = _core.batch_size_rejection(count, limit)
+        if rejection is not None:
+            raise RejectedError(rejection)
+
+    async def _validate_protos(self, protos: list[Any]) -> list[Rejection | None]:
+        cached = await self._cached_info()
+        verdicts = _core.validate_all(cached, protos)
+        if _core.needs_refresh(verdicts, cached):
+            await self.refresh_server_info()
+            verdicts = _core.validate_all(await self._cached_info(), protos)
+        return verdicts
+
+    async def _call(self, method_name: str, request: Any, *, idempotent: bool) -> Any:
+        method = getattr(self._get_stub(), method_name)
+        metadata = self.options.metadata or None
+        attempt = 1
+        while True:
+            try:
+                return await method(request, timeout=self.options.timeout, metadata=metadata)
+            except grpc.RpcError as exc:
+                error = _core.error_from_rpc(exc, self.target)
+                cause = exc
+            delay = _core.retry_delay(error, attempt, self.options, idempotent=idempotent)
+            if delay is None:
+                raise error from cause
+            await asyncio.sleep(delay)
+            attempt += 1

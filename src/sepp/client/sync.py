@@ -1,0 +1,208 @@
+"""The blocking producer client over a grpc channel (same methods as ``AsyncClient``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
+from sepp.client import _core
+from sepp.client.options import ClientOptions
+from sepp.errors import RejectedError
+from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
+
+
+class Client:
+    """Blocking sepp producer client.
+
+    ::
+
+        with Client("127.0.0.1:7700") as client:
+            ack = client.enqueue(EnqueueRequest("emails", "welcome"))
+
+    The channel connects lazily, so constructing a client never fails on the network.
+    A client is safe to share between threads. With ``validate_locally`` (the default)
+    the first enqueue fetches ``GetServerInfo`` once and checks every request against
+    the advertised limits before sending.
+
+    Every method raises :class:`~sepp.errors.RejectedError` for a deterministic refusal
+    (local or from the server) and :class:`~sepp.errors.TransportError` when no verdict
+    was reached (after the retries the :class:`RetryPolicy` allows).
+
+    Args:
+        target: ``host:port`` of the server's gRPC listener.
+        options: Timeouts, retries, local validation, TLS; defaults when ``None``.
+    """
+
+    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None) -> None:
+        self.target = target
+        self.options = options or ClientOptions()
+        channel_args = _core.channel_options(self.options)
+        if self.options.credentials is not None:
+            self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
+        else:
+            self._channel = grpc.insecure_channel(target, options=channel_args)
+        self._stub: Any = ppb_grpc.ProducerServiceStub(self._channel)
+        self._lock = threading.Lock()
+        self._cached: _core.CachedInfo | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------ enqueue
+
+    def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
+        """Enqueue one job; return once it is durably stored (or deduplicated).
+
+        Raises:
+            RejectedError: the request breaks a catalogue rule (``.rejection`` says which).
+            TransportError: no verdict (``Unavailable``, ``DeadlineExceeded``,
+                ``Overloaded``, ``MessageTooLarge``, ``ServerError``).
+            TypeError: ``request`` is not an ``EnqueueRequest``.
+        """
+        proto = _core.to_protos([request])[0]
+        if self.options.validate_locally:
+            rejection = self._validate_protos([proto])[0]
+            if rejection is not None:
+                raise RejectedError(rejection)
+        response = self._call(self._stub.Enqueue, proto, idempotent=bool(proto.idempotency_key))
+        return EnqueueAck.from_proto(response)
+
+    def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
+        """Enqueue 1..``max_enqueue_batch`` jobs best-effort, in one round trip.
+
+        Returns one result per job in request order: an :class:`EnqueueAck` or the
+        job's :class:`Rejection`. Jobs rejected locally are not sent.
+
+        Raises:
+            RejectedError: the batch as a whole is empty or over the cap
+                (``InvalidArgument``, field ``jobs``).
+            TransportError: no verdict; then nothing is known about any job.
+        """
+        protos = _core.to_protos(requests)
+        verdicts: list[Rejection | None] = [None] * len(protos)
+        if self.options.validate_locally:
+            self._check_batch_size(len(protos))
+            verdicts = self._validate_protos(protos)
+        to_send = [p for p, v in zip(protos, verdicts, strict=True) if v is None]
+        response = None
+        if to_send or not self.options.validate_locally:
+            response = self._call(self._stub.EnqueueBatch, ppb.EnqueueBatchRequest(jobs=to_send),
+                                  idempotent=_core.all_keyed(to_send))
+        return _core.merge_batch(verdicts, response)
+
+    def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
+        """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.
+
+        A deduplicated job counts as a success (its ack says ``deduplicated``).
+
+        Raises:
+            AtomicEnqueueError: one or more jobs were refused; ``.errors`` lists every
+                ``(index, rejection)`` and nothing was enqueued.
+            RejectedError: the batch is empty or over the cap.
+            TransportError: no verdict.
+        """
+        protos = _core.to_protos(requests)
+        if self.options.validate_locally:
+            self._check_batch_size(len(protos))
+            error = _core.atomic_local_error(self._validate_protos(protos))
+            if error is not None:
+                raise error
+        response = self._call(self._stub.EnqueueAtomic, ppb.EnqueueBatchRequest(jobs=protos),
+                              idempotent=_core.all_keyed(protos))
+        return _core.atomic_acks(response, len(protos))
+
+    # ------------------------------------------------------------ server info
+
+    def get_server_info(self, *, cached: bool = False) -> ServerInfo:
+        """The server's version, features, modes and limits.
+
+        With ``cached=True`` the copy local validation uses is returned (fetched if
+        absent or older than ``server_info_ttl``); otherwise it is fetched now and
+        replaces that copy.
+
+        Raises:
+            TransportError: the server could not be asked.
+        """
+        if cached:
+            return self._cached_info().info
+        return self.refresh_server_info()
+
+    def refresh_server_info(self) -> ServerInfo:
+        """Fetch ``GetServerInfo`` now and replace the cached copy; return it."""
+        with self._lock:
+            self._cached = self._fetch_info()
+            return self._cached.info
+
+    def validate(self, request: EnqueueRequest) -> Rejection | None:
+        """The local verdict on ``request`` against the advertised limits, without sending.
+
+        Returns the :class:`Rejection` the server would give, or ``None``.
+        Raises ``TransportError`` if ``ServerInfo`` must be fetched and cannot be.
+        """
+        return self._validate_protos(_core.to_protos([request]))[0]
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close the channel; calls in flight are cancelled. Closing twice is fine."""
+        if not self._closed:
+            self._closed = True
+            self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Client {self.target} {state}>"
+
+    # ------------------------------------------------------------ internals
+
+    def _fetch_info(self) -> _core.CachedInfo:
+        msg = self._call(self._stub.GetServerInfo, ppb.GetServerInfoRequest(), idempotent=True)
+        return _core.CachedInfo.build(msg)
+
+    def _cached_info(self) -> _core.CachedInfo:
+        with self._lock:
+            if self._cached is None or not self._cached.fresh(self.options.server_info_ttl):
+                self._cached = self._fetch_info()
+            return self._cached
+
+    def _check_batch_size(self, count: int) -> None:
+        rejection = _core.batch_size_rejection(count, self._cached_info().info.limits.max_enqueue_batch)
+        if rejection is not None:
+            raise RejectedError(rejection)
+
+    def _validate_protos(self, protos: list[Any]) -> list[Rejection | None]:
+        cached = self._cached_info()
+        verdicts = _core.validate_all(cached, protos)
+        if _core.needs_refresh(verdicts, cached):
+            self.refresh_server_info()
+            verdicts = _core.validate_all(self._cached_info(), protos)
+        return verdicts
+
+    def _call(self, method: Any, request: Any, *, idempotent: bool) -> Any:
+        if self._closed:
+            raise RuntimeError("this sepp Client is closed")
+        metadata = self.options.metadata or None
+        attempt = 1
+        while True:
+            try:
+                return method(request, timeout=self.options.timeout, metadata=metadata)
+            except grpc.RpcError as exc:
+                error = _core.error_from_rpc(exc, self.target)
+                cause = exc
+            delay = _core.retry_delay(error, attempt, self.options, idempotent=idempotent)
+            if delay is None:
+                raise error from cause
+            time.sleep(delay)
+            attempt += 1

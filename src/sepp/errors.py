@@ -1,0 +1,136 @@
+"""sepp's exceptions: one root, two families that never mix (SPEC §2, STYLE habit 7).
+
+::
+
+    SeppError
+    ├── RejectedError            deterministic: fix the request, never retried
+    │   └── AtomicEnqueueError   an atomic batch refused whole, every failure by index
+    └── TransportError           no per-job verdict was reached
+        ├── Unavailable          transient (retried when safe)
+        ├── DeadlineExceeded     transient (retried when safe)
+        ├── Overloaded           transient, nothing stored; has ``retry_after`` (always retried)
+        ├── MessageTooLarge      not transient: the request exceeds max_message_bytes
+        └── ServerError          anything else, with the gRPC ``code``
+
+Each class's docstring is its default message. ``TransportError.transient`` tells
+whether backing off and retrying is reasonable.
+"""
+
+# A LeaseError family (LEASE_MISMATCH, LEASE_EXPIRED, …) will join for the worker
+# API; until then those statuses surface as ServerError with ``reason`` set.
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
+
+    from sepp.rejections import RejectionCode
+    from sepp.request import IndexedRejection, Rejection
+
+
+class SeppError(Exception):
+    """A sepp operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or (self.__doc__ or type(self).__name__).strip().splitlines()[0]
+        super().__init__(self.message)
+
+
+# ----------------------------------------------------------------- rejections
+
+
+class RejectedError(SeppError):
+    """The server refused the request; sending it again fails the same way."""
+
+    def __init__(self, rejection: Rejection, message: str | None = None) -> None:
+        self.rejection = rejection
+        super().__init__(message or str(rejection))
+
+    @property
+    def code(self) -> RejectionCode:
+        """The rejection's catalogue code."""
+        return self.rejection.code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.rejection, self.message))
+
+
+class AtomicEnqueueError(RejectedError):
+    """The atomic batch was refused; nothing was enqueued."""
+
+    def __init__(self, errors: Sequence[IndexedRejection], message: str | None = None) -> None:
+        if not errors:
+            raise ValueError("AtomicEnqueueError needs at least one rejection")
+        self.errors: list[IndexedRejection] = sorted(errors, key=lambda e: e.index)
+        shown = "; ".join(str(e) for e in self.errors[:4])
+        more = f"; and {len(self.errors) - 4} more" if len(self.errors) > 4 else ""
+        default = f"atomic batch rejected, nothing enqueued: {shown}{more}"
+        # ``.rejection`` is the first failure by index, so generic RejectedError handling works.
+        super().__init__(self.errors[0].rejection, message or default)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.errors, self.message))
+
+
+# ----------------------------------------------------------------- transport
+
+
+class TransportError(SeppError):
+    """The call did not reach a per-job verdict (connection, deadline, load or protocol)."""
+
+    #: Whether backing off and retrying is reasonable (safe with an idempotency key).
+    transient: bool = False
+
+    def __init__(self, message: str | None = None, *, code: grpc.StatusCode | None = None,
+                 reason: str = "") -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(message)
+
+
+class Unavailable(TransportError):
+    """The server is unreachable or the connection dropped."""
+
+    transient = True
+
+
+class DeadlineExceeded(TransportError):
+    """The call's deadline passed before the server answered; the job may or may not be stored."""
+
+    transient = True
+
+
+class Overloaded(TransportError):
+    """The server is shedding load (commit backlog full); nothing was stored."""
+
+    transient = True
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = None,
+                 code: grpc.StatusCode | None = None, reason: str = "OVERLOADED") -> None:
+        #: Seconds the server asked us to wait (``google.rpc.RetryInfo``), if it said.
+        self.retry_after = retry_after
+        super().__init__(message, code=code, reason=reason)
+
+
+class MessageTooLarge(TransportError):
+    """The request is larger than the gRPC message cap (max_message_bytes); split it."""
+
+
+class ServerError(TransportError):
+    """The server answered with an unexpected gRPC error."""
+
+
+__all__ = [
+    "AtomicEnqueueError",
+    "DeadlineExceeded",
+    "MessageTooLarge",
+    "Overloaded",
+    "RejectedError",
+    "SeppError",
+    "ServerError",
+    "TransportError",
+    "Unavailable",
+]

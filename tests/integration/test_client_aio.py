@@ -1,0 +1,90 @@
+"""The AsyncClient against a real ``sepp serve``: same surface as Client, plus load shedding."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from sepp import (
+    AsyncClient,
+    AtomicEnqueueError,
+    ClientOptions,
+    EnqueueAck,
+    EnqueueRequest,
+    Overloaded,
+    RejectedError,
+    Rejection,
+    RejectionCode,
+    RetryPolicy,
+)
+from sepp.testing import ServerProcess
+
+
+async def test_async_client_enqueues_and_deduplicates(server: ServerProcess) -> None:
+    async with AsyncClient(server.grpc_target) as client:
+        key = uuid.uuid4().hex
+        first = await client.enqueue(EnqueueRequest("emails", "welcome", idempotency_key=key))
+        again = await client.enqueue(EnqueueRequest("emails", "welcome", idempotency_key=key))
+        assert again == EnqueueAck(first.job_id, True)
+        info = await client.get_server_info()
+        assert info.limits.max_enqueue_batch == 256
+        assert await client.get_server_info(cached=True) == info
+
+
+@pytest.mark.parametrize("validate_locally", [True, False])
+async def test_async_client_batches_and_rejections_match_the_sync_shape(server: ServerProcess,
+                                                                        validate_locally: bool) -> None:
+    options = ClientOptions(validate_locally=validate_locally)
+    async with AsyncClient(server.grpc_target, options=options) as client:
+        results = await client.enqueue_batch([EnqueueRequest("q", "a"), EnqueueRequest("q", "b", priority=10),
+                                              EnqueueRequest("q", "c")])
+        assert isinstance(results[0], EnqueueAck) and isinstance(results[2], EnqueueAck)
+        assert isinstance(results[1], Rejection) and results[1].field == "priority"
+
+        with pytest.raises(RejectedError) as single:
+            await client.enqueue(EnqueueRequest("q", "\x07bell"))
+        assert single.value.code is RejectionCode.JOB_TYPE_INVALID
+
+        with pytest.raises(AtomicEnqueueError) as atomic:
+            await client.enqueue_atomic([EnqueueRequest("q", "a"), EnqueueRequest("q", "b", max_attempts=0)])
+        assert [(e.index, e.rejection.field) for e in atomic.value.errors] == [(1, "max_attempts")]
+
+        acks = await client.enqueue_atomic([EnqueueRequest("q", "a"), EnqueueRequest("q", "b")])
+        assert len(acks) == 2
+
+
+async def test_async_validate_gives_the_local_verdict(server: ServerProcess) -> None:
+    async with AsyncClient(server.grpc_target) as client:
+        assert await client.validate(EnqueueRequest("q", "t")) is None
+        verdict = await client.validate(EnqueueRequest("q", "t", idempotency_key="k" * 257))
+        assert verdict is not None and verdict.code is RejectionCode.IDEMPOTENCY_KEY_TOO_LONG
+
+
+async def test_overloaded_is_raised_with_retry_after_and_retried_when_allowed(server: ServerProcess) -> None:
+    server.restart(max_commit_backlog=1, debug_commit_delay=0.2, overload_retry_after=0.05)
+    jobs = [EnqueueRequest("q", f"job-{i}") for i in range(6)]
+
+    no_retry = ClientOptions(retry=RetryPolicy.disabled())
+    async with AsyncClient(server.grpc_target, options=no_retry) as client:
+        await client.get_server_info(cached=True)
+        outcomes = await asyncio.gather(*(client.enqueue(j) for j in jobs), return_exceptions=True)
+    shed = [o for o in outcomes if isinstance(o, Overloaded)]
+    assert shed, outcomes
+    assert all(o.retry_after == pytest.approx(0.05) for o in shed)
+    assert all(isinstance(o, EnqueueAck | Overloaded) for o in outcomes)
+
+    patient = ClientOptions(retry=RetryPolicy(max_attempts=100, initial_backoff=0.05, max_backoff=0.3))
+    async with AsyncClient(server.grpc_target, options=patient) as client:
+        acks = await asyncio.gather(*(client.enqueue(j) for j in jobs))
+    assert len({a.job_id for a in acks}) == len(jobs)
+
+
+async def test_async_client_closes_twice_and_refuses_calls_after(server: ServerProcess) -> None:
+    client = AsyncClient(server.grpc_target)
+    await client.get_server_info()
+    await client.close()
+    await client.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await client.get_server_info()

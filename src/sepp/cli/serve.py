@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,13 +15,13 @@ from sepp.cli.main import app
 
 @app.command()
 def serve(
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="TOML config file.")] = None,  # noqa: UP007
-    data_dir: Annotated[Optional[Path], typer.Option(help="Data folder [default: ./sepp-data].")] = None,  # noqa: UP007
-    grpc_listen: Annotated[Optional[str], typer.Option(help="gRPC HOST:PORT [default: 127.0.0.1:7700].")] = None,  # noqa: UP007
-    http_listen: Annotated[Optional[str], typer.Option(help="HTTP HOST:PORT [default: 127.0.0.1:7701]; '' = off.")] = None,  # noqa: UP007
-    persist_mode: Annotated[Optional[str], typer.Option(help="sync | group | async [default: group].")] = None,  # noqa: UP007
-    strict: Annotated[Optional[bool], typer.Option("--strict/--no-strict", help="Reject undeclared queues.")] = None,  # noqa: UP007
-    log_level: Annotated[Optional[str], typer.Option(help="debug | info | warning | error.")] = None,  # noqa: UP007
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Data folder [default: ./sepp-data].")] = None,
+    grpc_listen: Annotated[str | None, typer.Option(help="gRPC HOST:PORT [default: 127.0.0.1:7700].")] = None,
+    http_listen: Annotated[str | None, typer.Option(help="HTTP HOST:PORT [default: 127.0.0.1:7701]; '' = off.")] = None,
+    persist_mode: Annotated[str | None, typer.Option(help="sync | group | async [default: group].")] = None,
+    strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="Reject undeclared queues.")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error.")] = None,
 ) -> None:
     """Start sepp. Every flag is also a TOML key and a SEPP_* variable (flag > env > file)."""
     from sepp.server.config import ConfigError, load_config

@@ -14,3 +14,7 @@ class StoreClosed(StoreError):
 
 class StoreCorrupt(StoreError):
     """The data directory holds something this version cannot read."""
+
+
+class StoreLocked(StoreError):
+    """Another process owns the data folder (its lock file is held)."""

@@ -53,7 +53,8 @@ SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, 
 FROM jobs WHERE id = ?;
 
 -- name: settle_lookup
-SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at, cancel_requested
+SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at, cancel_requested,
+    run_at
 FROM jobs WHERE id = ?;
 
 -- name: settle_update

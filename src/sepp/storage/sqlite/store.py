@@ -8,7 +8,9 @@ the writer). See ``base.Store`` for the contract of each method.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
 import random
 import sqlite3
 import threading
@@ -33,12 +35,15 @@ from sepp.storage.base import (
     State,
     SweepResult,
 )
-from sepp.storage.errors import StoreCorrupt
+from sepp.storage.errors import StoreCorrupt, StoreError, StoreLocked
+from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer
 
 Q = load_queries("sepp.storage.sqlite")
 _PKG = "sepp.storage.sqlite"
 DB_FILE = "sepp.db"
+#: Held (flock) by the process that owns the folder: one sepp per data folder.
+LOCK_FILE = "sepp.lock"
 _READY, _RESERVED = int(State.READY), int(State.RESERVED)
 
 
@@ -69,6 +74,7 @@ class SQLiteStore:
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
+        self._lock_fd: int | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -98,8 +104,38 @@ class SQLiteStore:
             conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\n;PRAGMA user_version={number};\nCOMMIT;")
 
     async def open(self) -> None:
-        """Create/migrate the schema and start the writer thread."""
-        await self._committer.start()
+        """Lock the data folder, create/migrate the schema and start the writer thread.
+
+        Raises ``StoreLocked`` when another sepp process holds the folder, and
+        ``StoreError`` when the folder cannot be used.
+        """
+        self._lock_folder()
+        try:
+            await self._committer.start()
+        except BaseException:
+            self._unlock_folder()
+            raise
+
+    def _lock_folder(self) -> None:
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot use data folder {folder}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreLocked(f"data folder {folder} is in use by another sepp process") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock_folder(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
 
     async def close(self) -> None:
         """Commit what was submitted, stop the writer, close readers. Idempotent."""
@@ -108,6 +144,7 @@ class SQLiteStore:
         for conn in self._reader_conns:
             conn.close()
         self._reader_conns.clear()
+        self._unlock_folder()
 
     @property
     def backlog(self) -> int:
@@ -118,6 +155,11 @@ class SQLiteStore:
     def committer(self) -> Committer:
         """The writer (metrics, tests)."""
         return self._committer
+
+    @property
+    def admin(self) -> SQLiteAdmin:
+        """The admin operations (listings, stats, redrive; ``sepp.storage.admin.AdminStore``)."""
+        return SQLiteAdmin(self)
 
     async def _read(self, sql: str, params: Sequence[Any] = (), one: bool = False) -> Any:
         def run() -> Any:
@@ -229,7 +271,8 @@ class SQLiteStore:
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
         """SCHEDULED → READY for due jobs (indexed by run_at)."""
-        rows = await self._committer.submit(lambda c: c.execute(Q["promote_due"], (now, limit)).fetchall())
+        # Sweeps weigh 0: housekeeping must not count as producer backlog (load shedding).
+        rows = await self._committer.submit(lambda c: c.execute(Q["promote_due"], (now, limit)).fetchall(), 0)
         return SweepResult(len(rows), frozenset(r[0] for r in rows))
 
     async def next_due(self) -> int | None:
@@ -255,7 +298,7 @@ class SQLiteStore:
                     woke.add(queue)
             return SweepResult(len(rows), frozenset(woke))
 
-        return await self._committer.submit(op)
+        return await self._committer.submit(op, 0)
 
     async def prune(self, now: int, limit: int) -> int:
         """Delete finished jobs past retention, then expired idempotency keys."""
@@ -265,7 +308,7 @@ class SQLiteStore:
             keys = conn.execute(Q["prune_idempotency"], (now, limit)).rowcount
             return int(jobs + keys)
 
-        return await self._committer.submit(op)
+        return await self._committer.submit(op, 0)
 
     # ------------------------------------------------------------------ reads
 
@@ -303,7 +346,7 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
                 and row[2] == int(State.COMPLETED)):
             return SettleResult(None, int(State.COMPLETED), 0, row[5])
         return SettleResult(err)
-    seq, queue, _state, _lease, _exp, attempt, max_attempts, worker, started, _cancel = row
+    seq, queue, _state, _lease, _exp, attempt, max_attempts, worker, started, _cancel, run_at = row
     pol = policy(queue)
     outcome = p.outcome or p.kind.value
     entry = _history_entry(attempt, worker, started, p.now, outcome, p.error_message, p.error_detail)
@@ -314,10 +357,10 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         reason = p.reason if p.kind is SettleKind.DEAD_LETTER else "ATTEMPTS_EXHAUSTED"
         new = (int(State.DEAD_LETTERED), p.now, attempt, p.now, p.now + pol.dead_retention, reason)
     elif p.kind is SettleKind.RELEASE:
-        new = (_READY, p.now, attempt - 1, None, None, None)
+        # Given back unprocessed: keeps its run_at, so it keeps its place in the queue.
+        new = (_READY, run_at, attempt - 1, None, None, None)
     else:  # RETRY with attempts left
         delay = p.delay if p.delay >= 0 else pol.backoff(attempt, random.uniform(-1.0, 1.0))
-        run_at = p.now + delay
-        new = (int(State.SCHEDULED) if delay > 0 else _READY, run_at, attempt, None, None, None)
+        new = (int(State.SCHEDULED) if delay > 0 else _READY, p.now + delay, attempt, None, None, None)
     conn.execute(Q["settle_update"], (*new, entry, seq))
     return SettleResult(None, new[0], new[1], new[2])

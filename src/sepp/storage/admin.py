@@ -1,0 +1,166 @@
+"""The admin side of the storage seam (SPEC §4): listings, stats, cancel, redrive, purge.
+
+Internal and unstable, like ``sepp.storage.base``. Times are integer µs since the
+epoch (UTC); ids 16-byte UUID blobs; states the ``State`` numbers. A backend
+exposes an ``AdminStore`` as ``store.admin``.
+
+Listings are keyset-paginated: ``list_jobs`` returns a page plus the sort key of its
+last row (a short JSON-able list), which the caller hands back as ``after`` for the
+next page. The sort key of a job never changes while the job stays in the state being
+listed, and it is unique (it ends with the job's enqueue sequence), so a job that
+does not change state while a listing is paged appears exactly once (SPEC §6).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sepp.storage.base import JobRecord, PolicyLookup
+
+#: A page position: the sort key of the last row of the previous page (JSON-able).
+SortKey = list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Filters of a job listing; ``None`` = any.
+
+    ``reason_prefix`` matches the start of the dead-letter/cancel reason;
+    ``finished_after`` ≤ finished_at < ``finished_before`` (µs).
+    """
+
+    queue: str | None = None
+    state: int | None = None
+    job_type: str | None = None
+    reason_prefix: str | None = None
+    finished_after: int | None = None
+    finished_before: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A listed job: the record without payload bytes and history, plus what a table shows."""
+
+    record: JobRecord
+    payload_bytes: int
+    attempts_recorded: int
+    last_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a listing; ``next_key`` is None on the last page."""
+
+    jobs: list[JobSummary]
+    next_key: SortKey | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadFilter:
+    """Which DEAD_LETTERED jobs a bulk redrive takes (µs bounds on the dead-letter time)."""
+
+    queue: str | None = None
+    job_type: str | None = None
+    reason_prefix: str | None = None
+    after: int | None = None
+    before: int | None = None
+
+
+class Outcome(enum.Enum):
+    """The verdict of a single-job admin write."""
+
+    DONE = "done"
+    NOT_FOUND = "not_found"
+    WRONG_STATE = "wrong_state"
+    CANCEL_REQUESTED = "cancel_requested"   # RESERVED: asked cooperatively
+    UNCHANGED = "unchanged"                 # already in the target state
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """``outcome`` plus the job's queue and state as found (0 / "" when not found)."""
+
+    outcome: Outcome
+    queue: str = ""
+    state: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StateCounts:
+    """Jobs per state of one queue."""
+
+    scheduled: int = 0
+    ready: int = 0
+    reserved: int = 0
+    completed: int = 0
+    dead_lettered: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        """Jobs of every state."""
+        return (self.scheduled + self.ready + self.reserved + self.completed + self.dead_lettered
+                + self.cancelled)
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteRow:
+    """Throughput of one queue in one minute (``minute`` = µs // 60,000,000)."""
+
+    queue: str
+    minute: int
+    enqueued: int
+    completed: int
+    dead_lettered: int
+
+
+class AdminStore(Protocol):
+    """Admin operations of a backend. Every method may raise ``StoreClosed``/``StoreError``."""
+
+    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int) -> JobPage:
+        """Up to ``limit`` jobs matching ``query`` after the position ``after`` (None = start).
+
+        Raises ``ValueError`` when ``after`` does not fit the query's sort order.
+        """
+
+    async def state_counts(self, queue: str | None) -> dict[str, StateCounts]:
+        """Counts per state of one queue (``queue``) or of every queue with jobs (None)."""
+
+    async def oldest_ready(self, queue: str) -> int | None:
+        """The smallest run_at (µs) among the queue's READY jobs, or None."""
+
+    async def throughput(self, since_minute: int) -> list[MinuteRow]:
+        """Every throughput row from ``since_minute`` on."""
+
+    async def add_enqueued(self, counts: Mapping[tuple[str, int], int], keep_after_minute: int) -> None:
+        """Add in-memory enqueue counts {(queue, minute): n} and drop rows older than
+        ``keep_after_minute``, in one commit."""
+
+    async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
+        """(job id, expires_at µs) of a claimed key, expired or not; None when unclaimed."""
+
+    async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
+        """SCHEDULED/READY → CANCELLED (finished_at = now, kept for the queue's dead-letter
+        retention); RESERVED → cancel_requested set; CANCELLED → UNCHANGED; else WRONG_STATE."""
+
+    async def requeue(self, job_id: bytes, now: int) -> WriteResult:
+        """DEAD_LETTERED/CANCELLED → READY at ``now`` with attempt 0 (history kept); else WRONG_STATE."""
+
+    async def count_dead(self, where: DeadFilter) -> int:
+        """How many DEAD_LETTERED jobs match."""
+
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> tuple[int, set[str]]:
+        """Requeue up to ``limit`` matching DEAD_LETTERED jobs in one commit; returns
+        (how many, the queues they went to)."""
+
+    async def delete_job(self, job_id: bytes) -> WriteResult:
+        """Delete one job in any state."""
+
+    async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:
+        """Delete up to ``limit`` jobs of ``queue`` in ``states`` in one commit; returns how many."""
+
+    async def delete_queue(self, queue: str) -> bool:
+        """Delete the queue row and its throughput rows if it holds no job; False otherwise."""

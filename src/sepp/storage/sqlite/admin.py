@@ -1,0 +1,331 @@
+"""``SQLiteAdmin``: the admin operations of the SQLite backend (``sepp.storage.admin.AdminStore``).
+
+Reads go through the store's reader threads, writes through its committer (one
+transaction each, folded into group commits like every other write). Every query
+is driven by an index, so none of them slows down as the completed-job history grows:
+
+* READY listings walk ``jobs_ready`` queue by queue in reserve order;
+* SCHEDULED and RESERVED listings walk ``jobs_scheduled`` / ``jobs_leased`` (small sets);
+* COMPLETED / DEAD_LETTERED / CANCELLED listings, their counts and the bulk redrive
+  walk ``jobs_finished`` (migration 0002, partial: never touched by an insert);
+* a listing without a state walks the table in enqueue order.
+
+Bulk writes (purge, redrive) run in chunks so one request never holds the single
+writer for long.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sepp.storage._sql import load_queries
+from sepp.storage.admin import (
+    DeadFilter,
+    JobPage,
+    JobQuery,
+    JobSummary,
+    MinuteRow,
+    Outcome,
+    SortKey,
+    StateCounts,
+    WriteResult,
+)
+from sepp.storage.base import JobRecord, PolicyLookup, State
+
+if TYPE_CHECKING:
+    from sepp.storage.sqlite.store import SQLiteStore
+
+A = load_queries("sepp.storage.sqlite", "admin.sql")
+
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_FINISHED = (int(State.COMPLETED), int(State.DEAD_LETTERED), int(State.CANCELLED))
+_STATE_FIELDS = {1: "scheduled", 2: "ready", 3: "reserved", 4: "completed", 5: "dead_lettered", 6: "cancelled"}
+
+
+def _summary(row: Sequence[Any]) -> JobSummary:
+    (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, size, encoding,
+     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel, recorded, last_error) = row
+    record = JobRecord(id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, b"",
+                       encoding, extras, idem, lease_id, lease_exp, worker, started, None, finished, reason,
+                       bool(cancel), seq)
+    return JobSummary(record, int(size or 0), int(recorded or 0), last_error or "")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("malformed page position")
+    return value
+
+
+class SQLiteAdmin:
+    """Admin operations over one ``SQLiteStore`` (see ``AdminStore`` for each method's contract)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+        self._submit = store.committer.submit
+
+    async def _read(self, name: str, params: Any = (), one: bool = False) -> Any:
+        """Run the named query on a reader thread; ``params`` is a sequence or a mapping."""
+        return await self._store._read(A[name], params, one)
+
+    # ------------------------------------------------------------------ listings
+
+    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int) -> JobPage:
+        """One page of jobs (see ``AdminStore.list_jobs``); fetches ``limit + 1`` keys to
+        know whether another page follows."""
+        want = limit + 1
+        base = {"job_type": query.job_type, "reason": query.reason_prefix}
+        keys: list[tuple[int, SortKey]]
+        if query.state == int(State.READY):
+            keys = await self._list_ready(query, after, want, base)
+        elif query.state in _FINISHED:
+            keys = await self._list_finished(query, after, want, base)
+        elif query.state == int(State.SCHEDULED):
+            run_at, seq = (_int(after[0]), _int(after[1])) if after else (_INT_MIN, _INT_MIN)
+            rows = await self._read("list_scheduled", {**base, "queue": query.queue, "run_at": run_at,
+                                                       "seq": seq, "limit": want})
+            keys = [(s, [r, s]) for s, r in rows]
+        elif query.state == int(State.RESERVED):
+            seq = _int(after[0]) if after else _INT_MIN
+            rows = await self._read("list_reserved", {**base, "queue": query.queue, "seq": seq, "limit": want})
+            keys = [(s, [s]) for (s,) in rows]
+        else:
+            seq = _int(after[0]) if after else _INT_MIN
+            rows = await self._read("list_any", {**base, "queue": query.queue, "seq": seq, "limit": want,
+                                                 "after": query.finished_after, "before": query.finished_before})
+            keys = [(s, [s]) for (s,) in rows]
+        more = len(keys) > limit
+        keys = keys[:limit]
+        summaries = await self._summaries([seq for seq, _ in keys])
+        return JobPage(summaries, keys[-1][1] if more and keys else None)
+
+    async def _summaries(self, seqs: list[int]) -> list[JobSummary]:
+        if not seqs:
+            return []
+        rows = await self._read("job_summaries", {"seqs": json.dumps(seqs)})
+        by_seq = {row[0]: _summary(row) for row in rows}
+        # A job deleted between the two reads is simply left out.
+        return [by_seq[s] for s in seqs if s in by_seq]
+
+    async def _queues_from(self, query: JobQuery, after: SortKey | None, next_name: str,
+                           extra: Mapping[str, Any]) -> tuple[str | None, SortKey | None]:
+        """The queue a per-queue walk starts in, and the position inside it."""
+        if after is not None:
+            if not after or not isinstance(after[0], str):
+                raise ValueError("malformed page position")
+            if query.queue is not None and after[0] != query.queue:
+                raise ValueError("page position belongs to another queue")
+            return after[0], after[1:]
+        if query.queue is not None:
+            return query.queue, None
+        row = await self._read(next_name, {**extra, "queue": ""}, one=True)
+        return (row[0] if row else None), None
+
+    async def _list_ready(self, query: JobQuery, after: SortKey | None, want: int,
+                          base: Mapping[str, Any]) -> list[tuple[int, SortKey]]:
+        queue, pos = await self._queues_from(query, after, "next_ready_queue", {})
+        out: list[tuple[int, SortKey]] = []
+        while queue is not None and len(out) < want:
+            rows: list[tuple[int, int, int]] = []
+            priority = 10
+            if pos:
+                if len(pos) != 3:
+                    raise ValueError("malformed page position")
+                priority, run_at, seq = _int(pos[0]), _int(pos[1]), _int(pos[2])
+                rows = await self._read("list_ready", {**base, "queue": queue, "priority": priority,
+                                                       "run_at": run_at, "seq": seq, "limit": want - len(out)})
+            if len(rows) < want - len(out):
+                rows += await self._read("list_ready_lower", {**base, "queue": queue, "priority": priority,
+                                                              "limit": want - len(out) - len(rows)})
+            out.extend((s, [queue, p, r, s]) for s, p, r in rows)
+            if query.queue is not None:
+                break
+            row = await self._read("next_ready_queue", {"queue": queue}, one=True)
+            queue, pos = (row[0] if row else None), None
+        return out
+
+    async def _list_finished(self, query: JobQuery, after: SortKey | None, want: int,
+                             base: Mapping[str, Any]) -> list[tuple[int, SortKey]]:
+        state = query.state
+        queue, pos = await self._queues_from(query, after, "next_finished_queue", {"state": state})
+        bounds = {"after": _INT_MIN if query.finished_after is None else query.finished_after,
+                  "before": _INT_MAX if query.finished_before is None else query.finished_before}
+        out: list[tuple[int, SortKey]] = []
+        while queue is not None and len(out) < want:
+            finished_at, seq = _INT_MAX, _INT_MAX
+            if pos:
+                if len(pos) != 2:
+                    raise ValueError("malformed page position")
+                finished_at, seq = _int(pos[0]), _int(pos[1])
+            rows = await self._read("list_finished", {**base, **bounds, "state": state, "queue": queue,
+                                                      "finished_at": finished_at, "seq": seq,
+                                                      "limit": want - len(out)})
+            out.extend((s, [queue, f, s]) for s, f in rows)
+            if query.queue is not None:
+                break
+            row = await self._read("next_finished_queue", {"state": state, "queue": queue}, one=True)
+            queue, pos = (row[0] if row else None), None
+        return out
+
+    # ------------------------------------------------------------------ stats
+
+    async def state_counts(self, queue: str | None) -> dict[str, StateCounts]:
+        """Counts per state; one queue through its index ranges, or every queue at once."""
+        if queue is not None:
+            row = await self._read("count_queue", {"queue": queue}, one=True)
+            return {queue: StateCounts(*row)}
+        acc: dict[str, dict[str, int]] = {}
+        for name, state in (("count_scheduled_all", 1), ("count_ready_all", 2), ("count_reserved_all", 3)):
+            for q, n in await self._read(name):
+                acc.setdefault(q, {})[_STATE_FIELDS[state]] = n
+        for q, state, n in await self._read("count_finished_all"):
+            acc.setdefault(q, {})[_STATE_FIELDS[state]] = n
+        return {q: StateCounts(**fields) for q, fields in acc.items()}
+
+    async def oldest_ready(self, queue: str) -> int | None:
+        """min(run_at) of the queue's READY jobs (one index seek per priority)."""
+        row = await self._read("oldest_ready", {"queue": queue}, one=True)
+        return None if row is None or row[0] is None else int(row[0])
+
+    async def throughput(self, since_minute: int) -> list[MinuteRow]:
+        """Throughput rows from ``since_minute`` on."""
+        rows = await self._read("throughput_since", {"minute": since_minute})
+        return [MinuteRow(*row) for row in rows]
+
+    async def add_enqueued(self, counts: Mapping[tuple[str, int], int], keep_after_minute: int) -> None:
+        """Fold in-memory enqueue counts into ``queue_throughput`` and prune old minutes."""
+        rows = [(queue, minute, n) for (queue, minute), n in counts.items()]
+
+        def op(conn: sqlite3.Connection) -> None:
+            if rows:
+                conn.executemany(A["add_enqueued"], rows)
+            conn.execute(A["prune_throughput"], (keep_after_minute,))
+
+        await self._submit(op)
+
+    # ------------------------------------------------------------------ single jobs
+
+    async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
+        """(job id, expires_at) of a claimed key."""
+        row = await self._read("find_key", (queue, key), one=True)
+        return None if row is None else (bytes(row[0]), int(row[1]))
+
+    async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
+        """See ``AdminStore.cancel``."""
+
+        def op(conn: sqlite3.Connection) -> WriteResult:
+            row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
+            if row is None:
+                return WriteResult(Outcome.NOT_FOUND)
+            seq, queue, state = row
+            if state in (int(State.SCHEDULED), int(State.READY)):
+                purge = now + policy(queue).dead_retention
+                conn.execute(A["cancel_now"], (now, purge, reason or "cancelled by admin", seq))
+                return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
+            if state == int(State.RESERVED):
+                conn.execute(A["request_cancel"], (seq,))
+                return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
+            if state == int(State.CANCELLED):
+                return WriteResult(Outcome.UNCHANGED, queue, state)
+            return WriteResult(Outcome.WRONG_STATE, queue, state)
+
+        result: WriteResult = await self._submit(op)
+        return result
+
+    async def requeue(self, job_id: bytes, now: int) -> WriteResult:
+        """See ``AdminStore.requeue``."""
+
+        def op(conn: sqlite3.Connection) -> WriteResult:
+            row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
+            if row is None:
+                return WriteResult(Outcome.NOT_FOUND)
+            seq, queue, state = row
+            if state not in (int(State.DEAD_LETTERED), int(State.CANCELLED)):
+                return WriteResult(Outcome.WRONG_STATE, queue, state)
+            conn.execute(A["requeue_one"], (now, seq))
+            return WriteResult(Outcome.DONE, queue, int(State.READY))
+
+        result: WriteResult = await self._submit(op)
+        return result
+
+    async def delete_job(self, job_id: bytes) -> WriteResult:
+        """See ``AdminStore.delete_job``."""
+
+        def op(conn: sqlite3.Connection) -> WriteResult:
+            row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
+            if row is None:
+                return WriteResult(Outcome.NOT_FOUND)
+            conn.execute(A["delete_one"], (row[0],))
+            return WriteResult(Outcome.DONE, row[1], row[2])
+
+        result: WriteResult = await self._submit(op)
+        return result
+
+    # ------------------------------------------------------------------ bulk
+
+    @staticmethod
+    def _dead_params(where: DeadFilter) -> dict[str, Any]:
+        return {"queue": where.queue, "job_type": where.job_type, "reason": where.reason_prefix,
+                "after": _INT_MIN if where.after is None else where.after,
+                "before": _INT_MAX if where.before is None else where.before}
+
+    async def count_dead(self, where: DeadFilter) -> int:
+        """Matching DEAD_LETTERED jobs."""
+        params = self._dead_params(where)
+        name = "count_dead_all" if where.queue is None else "count_dead_queue"
+        if where.queue is None:
+            del params["queue"]
+        row = await self._read(name, params, one=True)
+        return int(row[0])
+
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> tuple[int, set[str]]:
+        """One chunk of a bulk redrive (oldest dead letters first within a queue)."""
+        params = {**self._dead_params(where), "now": now, "limit": limit}
+        name = "requeue_dead_all" if where.queue is None else "requeue_dead_queue"
+        if where.queue is None:
+            del params["queue"]
+
+        def op(conn: sqlite3.Connection) -> tuple[int, set[str]]:
+            rows = conn.execute(A[name], params).fetchall()
+            return len(rows), {r[0] for r in rows}
+
+        result: tuple[int, set[str]] = await self._submit(op)
+        return result
+
+    async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:
+        """Delete up to ``limit`` of the queue's jobs in ``states`` (one commit)."""
+
+        def op(conn: sqlite3.Connection) -> int:
+            left = limit
+            for state in states:
+                if left <= 0:
+                    break
+                if state == int(State.SCHEDULED):
+                    cur = conn.execute(A["purge_scheduled"], {"queue": queue, "limit": left})
+                elif state == int(State.READY):
+                    cur = conn.execute(A["purge_ready"], {"queue": queue, "limit": left})
+                elif state == int(State.RESERVED):
+                    cur = conn.execute(A["purge_reserved"], {"queue": queue, "limit": left})
+                else:
+                    cur = conn.execute(A["purge_finished"], {"queue": queue, "state": state, "limit": left})
+                left -= cur.rowcount
+            return limit - left
+
+        deleted: int = await self._submit(op)
+        return deleted
+
+    async def delete_queue(self, queue: str) -> bool:
+        """Delete the queue row (and its throughput) when it holds no job."""
+
+        def op(conn: sqlite3.Connection) -> bool:
+            if conn.execute(A["queue_has_jobs"], {"queue": queue}).fetchone()[0]:
+                return False
+            conn.execute(A["delete_queue_row"], (queue,))
+            conn.execute(A["delete_queue_throughput"], (queue,))
+            return True
+
+        done: bool = await self._submit(op)
+        return done

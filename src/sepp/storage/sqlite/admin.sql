@@ -1,0 +1,195 @@
+-- Named queries of the SQLite admin operations (sepp.storage.sqlite.admin).
+-- Times in µs UTC, ids 16-byte blobs. States are written as literals so SQLite can
+-- use the partial indexes (a bound parameter cannot prove a partial index's WHERE).
+-- Listing queries return the seqs of one page plus their sort key; job_summaries
+-- then reads those rows without the payload bytes.
+
+-- ------------------------------------------------------------------ listings
+
+-- name: list_ready
+-- One queue's READY jobs in reserve order after (priority, run_at, seq), same priority.
+SELECT seq, priority, run_at FROM jobs
+WHERE queue = :queue AND state = 2 AND priority = :priority AND (run_at, seq) > (:run_at, :seq)
+  AND (:job_type IS NULL OR job_type = :job_type)
+ORDER BY run_at, seq LIMIT :limit;
+
+-- name: list_ready_lower
+-- One queue's READY jobs with a priority below :priority (10 = from the start), reserve order.
+SELECT seq, priority, run_at FROM jobs
+WHERE queue = :queue AND state = 2 AND priority < :priority
+  AND (:job_type IS NULL OR job_type = :job_type)
+ORDER BY priority DESC, run_at, seq LIMIT :limit;
+
+-- name: next_ready_queue
+SELECT queue FROM jobs WHERE state = 2 AND queue > :queue ORDER BY queue LIMIT 1;
+
+-- name: list_finished
+-- One queue's jobs in one finished state, newest first, after (finished_at, seq).
+SELECT seq, finished_at FROM jobs
+WHERE state >= 4 AND state = :state AND queue = :queue
+  AND finished_at >= :after AND finished_at < :before AND (finished_at, seq) < (:finished_at, :seq)
+  AND (:job_type IS NULL OR job_type = :job_type)
+  AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
+ORDER BY finished_at DESC, seq DESC LIMIT :limit;
+
+-- name: next_finished_queue
+SELECT queue FROM jobs WHERE state >= 4 AND state = :state AND queue > :queue ORDER BY queue LIMIT 1;
+
+-- name: list_scheduled
+SELECT seq, run_at FROM jobs INDEXED BY jobs_scheduled
+WHERE state = 1 AND (run_at, seq) > (:run_at, :seq)
+  AND (:queue IS NULL OR queue = :queue) AND (:job_type IS NULL OR job_type = :job_type)
+ORDER BY run_at, seq LIMIT :limit;
+
+-- name: list_reserved
+SELECT seq FROM jobs INDEXED BY jobs_leased
+WHERE state = 3 AND seq > :seq
+  AND (:queue IS NULL OR queue = :queue) AND (:job_type IS NULL OR job_type = :job_type)
+ORDER BY seq LIMIT :limit;
+
+-- name: list_any
+-- Every state, enqueue order (a table scan filtered by queue/type; no state given).
+SELECT seq FROM jobs
+WHERE seq > :seq
+  AND (:queue IS NULL OR queue = :queue) AND (:job_type IS NULL OR job_type = :job_type)
+  AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
+  AND (:after IS NULL OR finished_at >= :after) AND (:before IS NULL OR finished_at < :before)
+ORDER BY seq LIMIT :limit;
+
+-- name: job_summaries
+SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
+    length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at,
+    finished_at, reason, cancel_requested,
+    json_array_length(coalesce(history, '[]')), json_extract(history, '$[#-1].error_message')
+FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs));
+
+-- ------------------------------------------------------------------ stats
+
+-- name: count_ready_all
+SELECT queue, count(*) FROM jobs WHERE state = 2 GROUP BY queue;
+
+-- name: count_scheduled_all
+SELECT queue, count(*) FROM jobs INDEXED BY jobs_scheduled WHERE state = 1 GROUP BY queue;
+
+-- name: count_reserved_all
+SELECT queue, count(*) FROM jobs INDEXED BY jobs_leased WHERE state = 3 GROUP BY queue;
+
+-- name: count_finished_all
+SELECT queue, state, count(*) FROM jobs WHERE state >= 4 GROUP BY state, queue;
+
+-- name: count_queue
+-- One queue: READY and finished states through their indexes; SCHEDULED/RESERVED are small sets.
+SELECT
+    (SELECT count(*) FROM jobs INDEXED BY jobs_scheduled WHERE state = 1 AND queue = :queue),
+    (SELECT count(*) FROM jobs WHERE queue = :queue AND state = 2),
+    (SELECT count(*) FROM jobs INDEXED BY jobs_leased WHERE state = 3 AND queue = :queue),
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 4 AND queue = :queue),
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 5 AND queue = :queue),
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 6 AND queue = :queue);
+
+-- name: oldest_ready
+-- min(run_at) of a queue's READY jobs: one index seek per priority (the index is ordered
+-- by priority first, so a plain min() would scan every ready job of the queue).
+SELECT min(first) FROM (
+    SELECT (SELECT run_at FROM jobs WHERE queue = :queue AND state = 2 AND priority = p.value
+            ORDER BY run_at LIMIT 1) AS first
+    FROM json_each('[0,1,2,3,4,5,6,7,8,9]') AS p);
+
+-- name: throughput_since
+SELECT queue, minute, enqueued, completed, dead_lettered FROM queue_throughput WHERE minute >= :minute;
+
+-- name: add_enqueued
+INSERT INTO queue_throughput (queue, minute, enqueued) VALUES (?, ?, ?)
+ON CONFLICT (queue, minute) DO UPDATE SET enqueued = enqueued + excluded.enqueued;
+
+-- name: prune_throughput
+DELETE FROM queue_throughput WHERE minute < ?;
+
+-- ------------------------------------------------------------------ single-job writes
+
+-- name: find_key
+SELECT job_id, expires_at FROM idempotency WHERE queue = ? AND key = ?;
+
+-- name: admin_lookup
+SELECT seq, queue, state FROM jobs WHERE id = ?;
+
+-- name: cancel_now
+UPDATE jobs SET state = 6, finished_at = ?, purge_at = ?, reason = ? WHERE seq = ? AND state IN (1, 2);
+
+-- name: request_cancel
+UPDATE jobs SET cancel_requested = 1 WHERE seq = ? AND state = 3;
+
+-- name: requeue_one
+-- Redrive (SPEC §6): READY now, attempt 0; id, payload, extras, priority, max_attempts and
+-- history are untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED.
+UPDATE jobs SET state = 2, attempt = 0, run_at = ?, finished_at = NULL, purge_at = NULL, reason = NULL,
+    cancel_requested = 0
+WHERE seq = ? AND state IN (5, 6);
+
+-- name: delete_one
+DELETE FROM jobs WHERE seq = ?;
+
+-- ------------------------------------------------------------------ bulk
+
+-- name: count_dead_queue
+SELECT count(*) FROM jobs
+WHERE state >= 4 AND state = 5 AND queue = :queue AND finished_at >= :after AND finished_at < :before
+  AND (:job_type IS NULL OR job_type = :job_type)
+  AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason);
+
+-- name: count_dead_all
+SELECT count(*) FROM jobs
+WHERE state >= 4 AND state = 5 AND finished_at >= :after AND finished_at < :before
+  AND (:job_type IS NULL OR job_type = :job_type)
+  AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason);
+
+-- name: requeue_dead_queue
+UPDATE jobs SET state = 2, attempt = 0, run_at = :now, finished_at = NULL, purge_at = NULL, reason = NULL,
+    cancel_requested = 0
+WHERE seq IN (
+    SELECT seq FROM jobs
+    WHERE state >= 4 AND state = 5 AND queue = :queue AND finished_at >= :after AND finished_at < :before
+      AND (:job_type IS NULL OR job_type = :job_type)
+      AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
+    ORDER BY finished_at, seq LIMIT :limit)
+RETURNING queue;
+
+-- name: requeue_dead_all
+UPDATE jobs SET state = 2, attempt = 0, run_at = :now, finished_at = NULL, purge_at = NULL, reason = NULL,
+    cancel_requested = 0
+WHERE seq IN (
+    SELECT seq FROM jobs
+    WHERE state >= 4 AND state = 5 AND finished_at >= :after AND finished_at < :before
+      AND (:job_type IS NULL OR job_type = :job_type)
+      AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
+    LIMIT :limit)
+RETURNING queue;
+
+-- name: purge_scheduled
+DELETE FROM jobs WHERE seq IN (
+    SELECT seq FROM jobs INDEXED BY jobs_scheduled WHERE state = 1 AND queue = :queue LIMIT :limit);
+
+-- name: purge_ready
+DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE queue = :queue AND state = 2 LIMIT :limit);
+
+-- name: purge_reserved
+DELETE FROM jobs WHERE seq IN (
+    SELECT seq FROM jobs INDEXED BY jobs_leased WHERE state = 3 AND queue = :queue LIMIT :limit);
+
+-- name: purge_finished
+DELETE FROM jobs WHERE seq IN (
+    SELECT seq FROM jobs WHERE state >= 4 AND state = :state AND queue = :queue LIMIT :limit);
+
+-- name: queue_has_jobs
+SELECT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_scheduled WHERE state = 1 AND queue = :queue)
+    OR EXISTS (SELECT 1 FROM jobs WHERE queue = :queue AND state = 2)
+    OR EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_leased WHERE state = 3 AND queue = :queue)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 4 AND queue = :queue)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 5 AND queue = :queue)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 6 AND queue = :queue);
+
+-- name: delete_queue_row
+DELETE FROM queues WHERE name = ?;
+
+-- name: delete_queue_throughput
+DELETE FROM queue_throughput WHERE queue = ?;

@@ -127,5 +127,9 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
     try:
         loaded = _WithFile(**set_flags)
     except ValidationError as exc:
-        raise ConfigError(str(exc)) from exc
+        # One "key: problem" line per error; pydantic's own text names the internal
+        # _WithFile class and links to its docs, which means nothing to a sepp user.
+        problems = [f"{'.'.join(str(p) for p in err['loc']) or 'config'}: "
+                    f"{err['msg'].removeprefix('Value error, ')}" for err in exc.errors()]
+        raise ConfigError("; ".join(problems)) from exc
     return ServerConfig.model_construct(**{name: getattr(loaded, name) for name in ServerConfig.model_fields})

@@ -27,6 +27,7 @@ from sepp.storage.base import (
     JobRow,
     QueueRecord,
     ReserveParams,
+    SettleKind,
     SettleParams,
     SettleResult,
     State,
@@ -73,7 +74,11 @@ class JobEngine:
         self.limits = config.limits
         self.validator = Validator(config.limits, registry.limits_for)
         self.on_scheduled: Callable[[int], None] = lambda _run_at: None
+        #: Called after each enqueue commit with the rows and their dedups (admin throughput stats).
+        self.on_stored: Callable[[Sequence[JobRow], Dedups], None] = lambda _rows, _dedups: None
         self._max_backlog = config.max_commit_backlog
+        #: Give-back tasks of abandoned reservations (kept referenced until done).
+        self._background: set[asyncio.Future[None]] = set()
 
     # ------------------------------------------------------------------ enqueue
 
@@ -117,6 +122,7 @@ class JobEngine:
     async def _store(self, rows: list[JobRow], dedup_until: list[int], now: int,
                      new_queues: list[QueueRecord]) -> Dedups:
         dedups = await self.store.enqueue(rows, dedup_until, now, new_queues)
+        self.on_stored(rows, dedups)
         for rec in new_queues:
             q = self.queues.get(rec.name)
             if q is not None:
@@ -173,8 +179,13 @@ class JobEngine:
         untils: list[int] = []
         slots: list[int] = []
         new_queues: list[QueueRecord] = []
-        for req in reqs:
-            rejection = validate(req, now_ns)
+        verdicts = [validate(req, now_ns) for req in reqs]
+        valid = verdicts.count(None)
+        if valid:
+            # Shed before building: _build registers on-demand queues (SPEC §2: nothing of
+            # a shed request may be stored or created).
+            self._check_backlog(valid)
+        for req, rejection in zip(reqs, verdicts, strict=True):
             if rejection is not None:
                 out.append(rejection)
                 continue
@@ -184,7 +195,6 @@ class JobEngine:
             rows.append(row)
             untils.append(until)
         if rows:
-            self._check_backlog(len(rows))
             dedups = await self._store(rows, untils, now, new_queues)
             for i, (original, _state) in dedups.items():
                 out[slots[i]] = (job_id_text(original), True)
@@ -251,7 +261,7 @@ class JobEngine:
                     lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
                     params = ReserveParams([q.name for q in active], max_jobs, now_us(), lease_for, worker_id,
                                            [uuid_utils.uuid7().bytes for _ in range(max_jobs)])
-                    jobs = await self.store.reserve(params)
+                    jobs = await self._lease(params)
                     if jobs:
                         return jobs
                 remaining = deadline - time.monotonic()
@@ -264,6 +274,33 @@ class JobEngine:
                     return []
         finally:
             self.notifier.unregister(names, event)
+
+    async def _lease(self, params: ReserveParams) -> list[JobRecord]:
+        """``store.reserve``, but if the caller goes away (deadline, cancel, disconnect) while the
+        store is leasing, the jobs it leased are given back (released: attempt and place kept)
+        instead of staying held by nobody until their lease expires."""
+        leasing = asyncio.ensure_future(self.store.reserve(params))
+        try:
+            return await asyncio.shield(leasing)
+        except asyncio.CancelledError:
+            leasing.add_done_callback(self._give_back_leased)
+            raise
+
+    def _give_back_leased(self, leasing: asyncio.Future[list[JobRecord]]) -> None:
+        if leasing.cancelled() or leasing.exception() is not None or not leasing.result():
+            return
+        task = asyncio.ensure_future(self.release(leasing.result(), "the reserve call ended before delivery"))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def release(self, jobs: Sequence[JobRecord], why: str) -> None:
+        """Give leased-but-undelivered ``jobs`` back at once (nack ``release``: attempt and place kept)."""
+        now = now_us()
+        items = [SettleParams(j.id, j.lease_id or b"", SettleKind.RELEASE, now, outcome="released",
+                              error_message=why) for j in jobs]
+        await self.settle(items)
+        for name in {j.queue for j in jobs}:
+            self.notifier.ready(name)
 
     async def settle(self, items: Sequence[SettleParams]) -> list[SettleResult]:
         """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""

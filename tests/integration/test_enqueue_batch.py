@@ -1,0 +1,103 @@
+"""Batch and atomic enqueue, over the wire (seed "Batch & atomic enqueue"; SPEC §2, §6).
+
+Covers: the batch caps of both calls (0 and 257 refused whole with INVALID_ARGUMENT,
+ErrorInfo reason INVALID_ARGUMENT, field ``jobs``, limit 256, actual; 1 and 256
+accepted) with nothing stored from a refused batch; results in request order (each
+ack names the job built from its request); best effort in EnqueueBatch; all or
+nothing in EnqueueAtomic — proven through the API: the failed call's keys were never
+claimed, nothing is reservable and no on-demand queue appeared.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from _rpc import Stubs, connect, fails, job
+
+from sepp.testing import ServerProcess
+
+
+def _keys(n: int) -> list[str]:
+    base = uuid.uuid4().hex
+    return [f"{base}-{i}" for i in range(n)]
+
+
+@pytest.fixture
+def s(server: ServerProcess) -> Iterator[Stubs]:
+    """Stubs on the default server."""
+    with connect(server.grpc_target) as stubs:
+        yield stubs
+
+
+@pytest.mark.parametrize("call", ["batch", "atomic"])
+@pytest.mark.parametrize("size", [0, 257])
+def test_an_empty_or_over_cap_batch_is_refused_whole(s: Stubs, call: str, size: int) -> None:
+    """0 or 257 jobs: INVALID_ARGUMENT / ErrorInfo INVALID_ARGUMENT (jobs, 256, size); no job
+    stored and no key claimed."""
+    keys = _keys(size)
+    failure = fails(getattr(s, call), [job("cap", f"t{i}", key=k) for i, k in enumerate(keys)])
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    info = failure.error_info
+    assert info is not None and (info.reason, info.domain) == ("INVALID_ARGUMENT", "sepp")
+    assert dict(info.metadata) == {"field": "jobs", "limit": "256", "actual": str(size)}
+    assert s.reserve_all(["cap"]) == []
+    assert "cap" not in {q.name for q in s.info().queues}, "a refused batch created its queue"
+    if keys:
+        results = s.batch(job("cap", key=k) for k in keys[:256])
+        assert [r.ack.deduplicated for r in results] == [False] * 256, "the refused batch claimed keys"
+
+
+@pytest.mark.parametrize("call", ["batch", "atomic"])
+@pytest.mark.parametrize("size", [1, 256])
+def test_one_and_256_jobs_are_accepted_in_request_order(s: Stubs, call: str, size: int) -> None:
+    """1 and 256 jobs: one ack per job, in request order — ack i names the job built from
+    request i — and FIFO delivery follows the request order."""
+    queue = f"ok-{call}-{size}"
+    out = getattr(s, call)([job(queue, f"t{i}") for i in range(size)])
+    acks = [r.ack for r in out] if call == "batch" else out
+    assert len(acks) == size and len({a.job_id for a in acks}) == size
+    assert not any(a.deduplicated for a in acks)
+    jobs = s.reserve_all([queue])
+    assert [j.job_type for j in jobs] == [f"t{i}" for i in range(size)]
+    assert [j.id for j in jobs] == [a.job_id for a in acks]
+
+
+def test_enqueue_batch_is_best_effort(s: Stubs) -> None:
+    """Valid jobs of a batch are stored even when their neighbours are refused."""
+    results = s.batch([job("be", "a"), job("be", "b", priority=42), job("bad name", "c"), job("be", "d")])
+    assert [r.WhichOneof("outcome") for r in results] == ["ack", "rejection", "rejection", "ack"]
+    assert {j.id: j.job_type for j in s.reserve_all(["be"])} == {results[0].ack.job_id: "a",
+                                                                 results[3].ack.job_id: "d"}
+
+
+def test_a_failed_atomic_call_stores_nothing(s: Stubs) -> None:
+    """One bad job in EnqueueAtomic: nothing is reservable, the good jobs' idempotency keys
+    were never claimed (re-sending them creates jobs, deduplicated=False) and the on-demand
+    queue the batch named was never created."""
+    keys = _keys(5)
+    reqs = [job("atom", f"good{i}", key=k) for i, k in enumerate(keys)]
+    reqs.insert(3, job("atom", "bad", custom={"x": float("nan")}))
+    failure = fails(s.atomic, reqs)
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert failure.atomic is not None and [r.index for r in failure.atomic.rejections] == [3]
+    assert s.reserve_all(["atom"]) == []
+    assert "atom" not in {q.name for q in s.info().queues}, "a rolled-back atomic call created its queue"
+    acks = s.atomic([job("atom", f"good{i}", key=k) for i, k in enumerate(keys)])
+    assert [a.deduplicated for a in acks] == [False] * 5, "the failed call claimed keys"
+    assert [j.job_type for j in s.reserve_all(["atom"])] == [f"good{i}" for i in range(5)]
+
+
+def test_a_failed_atomic_call_with_an_already_used_key_still_stores_nothing(s: Stubs) -> None:
+    """An atomic call whose jobs include a deduplicating key and a bad job: no new job, and
+    the original keeps its id."""
+    old, new = _keys(2)
+    original = s.enqueue(job("atom2", "orig", key=old))
+    failure = fails(s.atomic, [job("atom2", "dup", key=old), job("atom2", "fresh", key=new),
+                               job("atom2", "", key="x")])
+    assert failure.atomic is not None and [r.index for r in failure.atomic.rejections] == [2]
+    assert [j.id for j in s.reserve_all(["atom2"])] == [original.job_id]
+    ack = s.enqueue(job("atom2", "fresh", key=new))
+    assert ack.deduplicated is False

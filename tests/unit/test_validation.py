@@ -1,0 +1,273 @@
+"""Unit tests of the shared validator, no server (SPEC §2 "Rejection catalogue").
+
+``sepp.validation.Validator`` is what both the server and the client run, so its
+verdicts are the catalogue. Covered here: the UTF-8 measures (``utf8_len``,
+``custom_value_size``), ``traceparent_valid`` against W3C Trace Context, every check
+at its exact boundary with small custom limits (including ``ScheduledTooFar`` to the
+nanosecond, which the integration tests cannot pin), the fixed order, deterministic
+choice among several bad custom keys, the queue lookup being consulted only once
+the request is well-formed, and — by property tests — that a long-lived validator
+(which caches names that passed) agrees with a fresh one and that byte limits are
+measured in UTF-8 bytes for arbitrary text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.limits import QueueLimits, ServerLimits
+from sepp.validation import Validator, custom_value_size, traceparent_valid, utf8_len
+from sepp.wire import custom_to_proto
+
+NOW = 1_700_000_000 * 10**9  # a fixed "now", ns
+LIM = ServerLimits(max_attempts_ceiling=20, max_queue_name_bytes=8, max_job_type_bytes=6,
+                   max_schedule_horizon=100.0, max_idempotency_key_bytes=4, max_encoding_bytes=5,
+                   max_trace_entries=2, max_trace_value_bytes=60)
+QLIM = QueueLimits(max_payload_bytes=10, allowed_encodings=("a/b", "c"), max_custom_entries=3,
+                   max_custom_key_bytes=4, max_custom_bytes=20)
+OPEN = QueueLimits(max_payload_bytes=10, max_custom_entries=3, max_custom_key_bytes=4, max_custom_bytes=20)
+TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def lookup(name: str) -> QueueLimits | None:
+    """``enc`` restricts encodings, ``open`` does not, anything else is unknown (strict)."""
+    return {"enc": QLIM, "open": OPEN}.get(name)
+
+
+def req(queue: str = "open", job_type: str = "t", *, data: bytes = b"", encoding: str = "",
+        custom: Mapping[str, Any] | None = None, trace: Mapping[str, str] | None = None, at_ns: int | None = None,
+        **fields: Any) -> pb.EnqueueRequest:
+    """A request; ``custom`` values are Python primitives (or CustomValue), ``at_ns`` sets
+    scheduled_at, other keywords are EnqueueRequest fields."""
+    r = pb.EnqueueRequest(queue=queue, job_type=job_type, payload=pb.Payload(data=data, encoding=encoding),
+                          **fields)
+    for k, v in (custom or {}).items():
+        r.custom[k].CopyFrom(v if isinstance(v, pb.CustomValue) else custom_to_proto(v))
+    for k, s in (trace or {}).items():
+        r.trace_context[k] = s
+    if at_ns is not None:
+        r.scheduled_at.seconds, r.scheduled_at.nanos = divmod(at_ns, 10**9)
+    return r
+
+
+def verdict(r: pb.EnqueueRequest, validator: Validator | None = None, now: int = NOW) -> tuple[object, ...] | None:
+    """(reason, field, limit, actual) of the rejection, or None."""
+    rej = (validator or Validator(LIM, lookup)).validate(r, now)
+    if rej is None:
+        return None
+    return (pb.RejectionCode.Name(rej.code), rej.field, rej.limit if rej.HasField("limit") else None,
+            rej.actual if rej.HasField("actual") else None)
+
+
+# ---------------------------------------------------------------- measures
+
+
+def test_utf8_len_counts_bytes_not_characters() -> None:
+    assert [utf8_len(s) for s in ("", "abc", "é", "€", "😀", "aé€😀")] == [0, 3, 2, 3, 4, 10]
+
+
+def test_custom_value_size_is_utf8_bytes_for_strings_8_for_numbers_1_for_bool() -> None:
+    sizes = [custom_value_size(custom_to_proto(v)) for v in ("", "é€", 0, -(2**63), 1.5, float("nan"), True, False)]
+    assert sizes == [0, 5, 8, 8, 8, 8, 1, 1]
+
+
+@pytest.mark.parametrize(("value", "valid"), [
+    (TP, True),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", True),
+    ("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more-fields", True),
+    ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", False),
+    ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+    (TP.upper(), False),
+    ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", False),
+    (TP + "-extra", False),
+    (TP[:-1], False),
+    (TP + "0", False),
+    ("00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01", False),
+    ("0-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+    ("", False),
+    (" " + TP, False),
+])
+def test_traceparent_follows_w3c_trace_context(value: str, valid: bool) -> None:
+    assert traceparent_valid(value) is valid
+
+
+# ---------------------------------------------------------------- every check at its boundary
+
+BOUNDARIES: list[tuple[str, pb.EnqueueRequest, tuple[object, ...] | None]] = [
+    ("plain", req(), None),
+    ("priority 0", req(priority=0), None),
+    ("priority 9", req(priority=9), None),
+    ("priority -1", req(priority=-1), ("INVALID_ARGUMENT", "priority", 0, -1)),
+    ("priority 10", req(priority=10), ("INVALID_ARGUMENT", "priority", 9, 10)),
+    ("max_attempts 1", req(max_attempts=1), None),
+    ("max_attempts ceiling", req(max_attempts=20), None),
+    ("max_attempts 0", req(max_attempts=0), ("INVALID_ARGUMENT", "max_attempts", 1, 0)),
+    ("max_attempts ceiling+1", req(max_attempts=21), ("INVALID_ARGUMENT", "max_attempts", 20, 21)),
+    ("encoding 5 bytes", req(encoding="é€"), None),
+    ("encoding 6 bytes", req(encoding="€€"), ("INVALID_ARGUMENT", "payload.encoding", 5, 6)),
+    ("custom nan", req(custom={"k": math.nan}), ("INVALID_ARGUMENT", "custom[k]", None, None)),
+    ("custom -inf", req(custom={"k": -math.inf}), ("INVALID_ARGUMENT", "custom[k]", None, None)),
+    ("custom empty key", req(custom={"": 1}), ("INVALID_ARGUMENT", "custom[]", None, None)),
+    ("custom unset value", req(custom={"k": pb.CustomValue()}), ("INVALID_ARGUMENT", "custom[k]", None, None)),
+    ("timestamp nanos out of range", req(at_ns=None, scheduled_at={"seconds": 1, "nanos": 10**9}),
+     ("INVALID_ARGUMENT", "scheduled_at", None, None)),
+    ("timestamp before year 1", req(scheduled_at={"seconds": -62135596801}),
+     ("INVALID_ARGUMENT", "scheduled_at", None, None)),
+    ("queue 8 bytes", req(queue="q" * 8), ("UNKNOWN_QUEUE", "queue", None, None)),
+    ("queue 9 bytes", req(queue="q" * 9), ("QUEUE_NAME_INVALID", "queue", 8, 9)),
+    ("queue empty", req(queue=""), ("QUEUE_NAME_INVALID", "queue", None, None)),
+    ("queue '.'", req(queue="."), ("QUEUE_NAME_INVALID", "queue", None, None)),
+    ("queue '..'", req(queue=".."), ("QUEUE_NAME_INVALID", "queue", None, None)),
+    ("queue '-x'", req(queue="-x"), ("QUEUE_NAME_INVALID", "queue", None, None)),
+    ("queue non-ascii", req(queue="é"), ("QUEUE_NAME_INVALID", "queue", None, None)),
+    ("queue trailing newline", req(queue="open\n"), ("QUEUE_NAME_INVALID", "queue", None, None)),
+    ("job_type 6 bytes", req(job_type="€€"), None),
+    ("job_type 7 bytes", req(job_type="a€€"), ("JOB_TYPE_INVALID", "job_type", 6, 7)),
+    ("job_type 8 bytes, 2 chars", req(job_type="😀😀"), ("JOB_TYPE_INVALID", "job_type", 6, 8)),
+    ("job_type empty", req(job_type=""), ("JOB_TYPE_INVALID", "job_type", None, None)),
+    ("job_type U+0000", req(job_type="a\x00"), ("JOB_TYPE_INVALID", "job_type", None, None)),
+    ("job_type U+009F", req(job_type="a\x9f"), ("JOB_TYPE_INVALID", "job_type", None, None)),
+    ("job_type U+00A0 is not control", req(job_type="a\xa0b"), None),
+    ("unknown queue", req(queue="nope"), ("UNKNOWN_QUEUE", "queue", None, None)),
+    ("payload 10", req(data=b"x" * 10), None),
+    ("payload 11", req(data=b"x" * 11), ("PAYLOAD_TOO_LARGE", "payload.data", 10, 11)),
+    ("encoding allowed", req("enc", encoding="a/b"), None),
+    ("encoding not allowed", req("enc", encoding="a/B"), ("ENCODING_NOT_ALLOWED", "payload.encoding", None, None)),
+    ("encoding empty, not allowed", req("enc"), ("ENCODING_NOT_ALLOWED", "payload.encoding", None, None)),
+    ("3 entries", req(custom={"a": 1, "b": 2, "c": True}), None),
+    ("4 entries", req(custom={"a": 1, "b": 2, "c": 3, "d": 4}), ("CUSTOM_ENTRIES_TOO_MANY", "custom", 3, 4)),
+    ("key 4 bytes", req(custom={"éé": True}), None),
+    ("key 5 bytes", req(custom={"é€": True}), ("CUSTOM_KEY_TOO_LONG", "custom[é€]", 4, 5)),
+    # a=1 → 1+8, b="éééé" → 1+8, c=True → 1+1: 20 bytes
+    ("map 20 bytes", req(custom={"a": 1, "b": "é" * 4, "c": True}), None),
+    ("map 21 bytes", req(custom={"a": 1, "b": "é" * 4 + "x", "c": True}), ("CUSTOM_MAP_TOO_LARGE", "custom", 20, 21)),
+    ("map 27 bytes (bool→int)", req(custom={"a": 1, "b": "é" * 4, "c": 1}), ("CUSTOM_MAP_TOO_LARGE", "custom", 20, 27)),
+    ("scheduled exactly at the horizon", req(at_ns=NOW + 100 * 10**9), None),
+    ("scheduled 1 ns past the horizon", req(at_ns=NOW + 100 * 10**9 + 1),
+     ("SCHEDULED_TOO_FAR", "scheduled_at", 100, 101)),
+    ("scheduled far past the horizon", req(at_ns=NOW + 250 * 10**9), ("SCHEDULED_TOO_FAR", "scheduled_at", 100, 250)),
+    ("scheduled in the past", req(at_ns=NOW - 10**12), None),
+    ("key 4 bytes (é)", req(idempotency_key="éé"), None),
+    ("key 5 bytes", req(idempotency_key="éé!"), ("IDEMPOTENCY_KEY_TOO_LONG", "idempotency_key", 4, 5)),
+    ("trace 2 entries", req(trace={"traceparent": TP, "tracestate": "a=b"}), None),
+    ("trace 3 entries", req(trace={"a": "1", "b": "2", "c": "3"}), ("TRACE_CONTEXT_INVALID", "trace_context", 2, 3)),
+    ("trace value 60 bytes", req(trace={"x": "é" * 30}), None),
+    ("trace value 61 bytes", req(trace={"x": "é" * 30 + "!"}), ("TRACE_CONTEXT_INVALID", "trace_context[x]", 60, 61)),
+    ("traceparent invalid", req(trace={"traceparent": "00-x"}),
+     ("TRACE_CONTEXT_INVALID", "trace_context[traceparent]", None, None)),
+]
+
+
+@pytest.mark.parametrize(("request_", "expected"), [b[1:] for b in BOUNDARIES], ids=[b[0] for b in BOUNDARIES])
+def test_each_check_at_its_boundary(request_: pb.EnqueueRequest, expected: tuple[object, ...] | None) -> None:
+    assert verdict(request_) == expected
+
+
+# ---------------------------------------------------------------- order and determinism
+
+
+def test_catalogue_order_walks_down_as_each_failure_is_fixed() -> None:
+    """A request failing all twelve checks reports them in catalogue order as each is fixed."""
+    r = req(".x", "", priority=10, data=b"x" * 11, encoding="zz",
+            custom={"a": 1, "b": 2, "c": 3, "ddddd": "x" * 30}, at_ns=NOW + 10**12, idempotency_key="kkkkk",
+            trace={"a": "1", "b": "2", "c": "3"})
+    def long_key_to_big_value() -> None:
+        r.custom.pop("ddddd")
+        r.custom["d"].CopyFrom(custom_to_proto("x" * 30))
+
+    fixes: list[Callable[[], object]] = [
+        lambda: r.ClearField("priority"),
+        lambda: setattr(r, "queue", "nope"),
+        lambda: setattr(r, "job_type", "t"),
+        lambda: setattr(r, "queue", "enc"),
+        lambda: setattr(r.payload, "data", b""),
+        lambda: setattr(r.payload, "encoding", "c"),
+        lambda: r.custom.pop("a"),
+        long_key_to_big_value,
+        lambda: r.custom.pop("d"),
+        lambda: r.ClearField("scheduled_at"),
+        lambda: setattr(r, "idempotency_key", "k"),
+        lambda: r.trace_context.pop("c"),
+    ]
+    order = []
+    for fix in fixes:
+        v = verdict(r)
+        assert v is not None
+        order.append(v[0])
+        fix()
+    assert verdict(r) is None
+    assert order == list(pb.RejectionCode.keys())[1:]
+
+
+def test_among_several_bad_keys_the_smallest_is_reported_whatever_the_insertion_order() -> None:
+    keys = ["zzzzz", "bbbbbb", "aaaaaaa"]
+    for order in (keys, keys[::-1], keys[1:] + keys[:1]):
+        assert verdict(req(custom={k: 1 for k in order})) == ("CUSTOM_KEY_TOO_LONG", "custom[aaaaaaa]", 4, 7)
+    assert verdict(req(custom={"z": math.nan, "y": math.inf, "": 1})) == ("INVALID_ARGUMENT", "custom[]", None, None)
+
+
+def test_the_queue_lookup_runs_only_for_a_well_formed_request() -> None:
+    """The lookup (which in non-strict mode may create the queue) is not consulted for a
+    request refused by checks 1–3."""
+    seen: list[str] = []
+
+    def recording(name: str) -> QueueLimits | None:
+        seen.append(name)
+        return OPEN
+
+    v = Validator(LIM, recording)
+    for bad in (req(priority=10), req(queue=".x"), req(job_type="")):
+        assert v.validate(bad, NOW) is not None
+    assert seen == []
+    assert v.validate(req(queue="good"), NOW) is None
+    assert seen == ["good"]
+
+
+# ---------------------------------------------------------------- properties
+
+names = st.text(alphabet=st.sampled_from("ab.:-_é 0\n"), max_size=10)
+types = st.text(st.characters(codec="utf-8"), max_size=8)
+small = st.one_of(st.none(), st.integers(-2, 25))
+
+
+custom_values = st.one_of(st.integers(-(2**63), 2**63 - 1), st.booleans(), st.text(max_size=8),
+                          st.floats(allow_nan=True, allow_infinity=True))
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> pb.EnqueueRequest:
+    kw: dict[str, Any] = {}
+    if (p := draw(small)) is not None:
+        kw["priority"] = p
+    if (m := draw(small)) is not None:
+        kw["max_attempts"] = m
+    return req(draw(st.one_of(names, st.sampled_from(["open", "enc", "nope"]))), draw(types),
+               encoding=draw(st.sampled_from(["", "a/b", "c", "zzzzzz", "é€"])),
+               data=b"x" * draw(st.integers(0, 12)),
+               custom=draw(st.dictionaries(st.text(max_size=6), custom_values, max_size=4)),
+               idempotency_key=draw(st.text(max_size=6)), **kw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(requests(), min_size=1, max_size=8))
+def test_a_long_lived_validator_agrees_with_a_fresh_one(reqs: list[pb.EnqueueRequest]) -> None:
+    """The validator remembers names/types/encodings that passed; that must never change a verdict."""
+    shared = Validator(LIM, lookup)
+    for r in reqs + reqs[::-1]:
+        assert verdict(r, shared) == verdict(r, Validator(LIM, lookup))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), min_size=1, max_size=10))
+def test_job_type_length_is_measured_in_utf8_bytes(text: str) -> None:
+    size = len(text.encode("utf-8"))
+    expected = None if size <= LIM.max_job_type_bytes else ("JOB_TYPE_INVALID", "job_type", 6, size)
+    assert verdict(req(job_type=text)) == expected

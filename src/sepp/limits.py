@@ -69,7 +69,8 @@ class ServerLimits(BaseModel):
     max_idempotency_key_bytes: int = Field(default=256, ge=1)
     max_encoding_bytes: int = Field(default=128, ge=1)
     max_trace_entries: int = Field(default=8, ge=0)
-    max_trace_value_bytes: int = Field(default=512, ge=1)
+    #: ≥ 55: a traceparent (version 00) is 55 bytes long.
+    max_trace_value_bytes: int = Field(default=512, ge=55)
     #: Whole gRPC message cap, bytes (16 MiB); always ≥ every queue's max_payload_bytes.
     max_message_bytes: int = Field(default=16 * MiB, ge=1024)
     #: Most jobs one Reserve may ask for.

@@ -114,6 +114,7 @@ def test_resource_exhausted_without_details_is_message_too_large_and_not_transie
 
 @pytest.mark.parametrize(("code", "cls", "transient"), [
     (grpc.StatusCode.UNAVAILABLE, errors.Unavailable, True),
+    (grpc.StatusCode.CANCELLED, errors.Unavailable, True),  # cancelled by a stopping server
     (grpc.StatusCode.DEADLINE_EXCEEDED, errors.DeadlineExceeded, True),
     (grpc.StatusCode.INTERNAL, errors.ServerError, False),
     (grpc.StatusCode.UNIMPLEMENTED, errors.ServerError, False),

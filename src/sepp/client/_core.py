@@ -200,7 +200,8 @@ def error_from_status(code: grpc.StatusCode, details: str,
       detail when present, else rebuilt from the ErrorInfo metadata)
     * RESOURCE_EXHAUSTED + ``OVERLOADED`` → ``Overloaded`` (``retry_after`` from RetryInfo)
     * RESOURCE_EXHAUSTED without ErrorInfo → ``MessageTooLarge``
-    * UNAVAILABLE → ``Unavailable``; DEADLINE_EXCEEDED → ``DeadlineExceeded``
+    * UNAVAILABLE, or CANCELLED by the server (shutdown) → ``Unavailable``;
+      DEADLINE_EXCEEDED → ``DeadlineExceeded``
     * anything else → ``ServerError`` (with ``code`` and the ErrorInfo ``reason``)
     """
     status = wire.status_from_metadata(trailing)
@@ -233,6 +234,11 @@ def error_from_status(code: grpc.StatusCode, details: str,
             return MessageTooLarge(text, code=code)
     if code == grpc.StatusCode.UNAVAILABLE:
         return Unavailable(f"server unavailable{where}: {details}" if details else None, code=code)
+    if code == grpc.StatusCode.CANCELLED:
+        # The client did not cancel (that raises asyncio.CancelledError / is never classified):
+        # the server cancelled the call while stopping (grpc core does this to calls that
+        # arrive during shutdown). Transient like UNAVAILABLE: retried only when safe.
+        return Unavailable(f"the server cancelled the call while shutting down{where}", code=code)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(f"{DeadlineExceeded.__doc__}{where}" if where else None, code=code,
                                 reason=reason)

@@ -142,6 +142,7 @@ class ServerInfo(_message.Message):
     strict: _builtins.bool
     """In strict mode an undeclared queue is UNKNOWN_QUEUE; otherwise it is created on demand."""
     node: _builtins.str
+    """The node's name (config node_name, default: the host name)."""
     @_builtins.property
     def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Feature flags, e.g. "enqueue_atomic", "idempotency", "scheduling", "worker", "admin"."""
@@ -158,7 +159,7 @@ class ServerInfo(_message.Message):
 
     @_builtins.property
     def uptime(self) -> _duration_pb2.Duration:
-        """The server's current time and node name, for clock-skew diagnostics."""
+        """How long this server process has been running."""
 
     def __init__(
         self,

@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Extra flags: make serve ARGS="--grpc-listen 127.0.0.1:7710 --http-listen 127.0.0.1:7711"
 serve: $(STAMP)
-	$(BIN)/sepp serve
+	$(BIN)/sepp serve $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py --check

@@ -12,7 +12,7 @@ from sepp.api.v1 import producer_pb2_grpc
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError
 from sepp.server.rpc.status import abort_for
-from sepp.storage.errors import StoreClosed
+from sepp.storage.errors import StoreError
 from sepp.wire import seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
@@ -53,14 +53,14 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
     async def Enqueue(self, request: pb.EnqueueRequest, context: Context) -> pb.EnqueueAck:
         try:
             return await self.engine.enqueue(request)
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
 
     async def EnqueueBatch(self, request: ppb.EnqueueBatchRequest,
                            context: Context) -> ppb.EnqueueBatchResponse:
         try:
             results = await self.engine.enqueue_batch(request.jobs)
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         resp = ppb.EnqueueBatchResponse()
         add = resp.results.add
@@ -81,7 +81,7 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
             for job_id, dedup in acks:
                 add(job_id=job_id, deduplicated=dedup)
             return resp
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
 
     async def GetServerInfo(self, request: ppb.GetServerInfoRequest,

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from sepp.api.v1 import producer_pb2, producer_pb2_grpc, worker_pb2, worker_pb2_grpc
+from sepp.api.v1 import producer_pb2, worker_pb2
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.rpc.producer import ProducerServicer
+from sepp.server.rpc.registration import register
 from sepp.server.rpc.worker import WorkerServicer
 
 SERVICE_NAMES = (
@@ -29,18 +31,20 @@ class GrpcFront:
             ("grpc.max_send_message_length", cap),
             ("grpc.so_reuseport", 0),
         ])
-        producer_pb2_grpc.add_ProducerServiceServicer_to_server(
-            ProducerServicer(engine, started, node), self.server)
-        worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(engine), self.server)
+        register(self.server, producer_pb2.DESCRIPTOR.services_by_name["ProducerService"],
+                 ProducerServicer(engine, started, node))
+        register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(engine))
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         self.port = 0
 
-    def add_service(self, register: object, servicer: object, name: str) -> None:
-        """Register another generated service (admin); call before ``start``."""
-        register(servicer, self.server)  # type: ignore[operator]
+    def add_service(self, _generated_register: object, servicer: object, name: str) -> None:
+        """Register another sepp service (admin) by its name in ``sepp.api.v1``, with the
+        same hardened decoding; call before ``start``."""
+        service = descriptor_pool.Default().FindServiceByName(f"sepp.api.v1.{name}")
+        register(self.server, service, servicer)
 
     async def start(self) -> None:
         """Bind and serve. Raises ``RuntimeError`` when the address cannot be bound."""

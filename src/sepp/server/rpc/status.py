@@ -5,7 +5,7 @@ Used by every servicer: ``await abort_for(context, exc)`` never returns.
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 from google.rpc import code_pb2, status_pb2
@@ -22,7 +22,7 @@ from sepp.server.errors import (
     ShuttingDown,
 )
 from sepp.storage.base import SettleError
-from sepp.storage.errors import StoreClosed
+from sepp.storage.errors import StoreClosed, StoreError
 
 
 def status_for(exc: BaseException) -> status_pb2.Status:
@@ -47,6 +47,10 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         return wire.plain_status(code_pb2.NOT_FOUND, exc.reason, str(exc))
     if isinstance(exc, ShuttingDown | StoreClosed):
         return wire.plain_status(code_pb2.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down")
+    if isinstance(exc, StoreError):
+        # Nothing of the call was committed (the write transaction failed as a whole).
+        return wire.plain_status(code_pb2.UNAVAILABLE, "STORE_UNAVAILABLE",
+                                 f"the server could not write to its store; nothing was stored: {exc}")
     if isinstance(exc, EngineError):
         return wire.plain_status(code_pb2.INTERNAL, "INTERNAL", str(exc))
     return wire.plain_status(code_pb2.INTERNAL, "INTERNAL", f"internal error: {type(exc).__name__}")
@@ -55,9 +59,13 @@ def status_for(exc: BaseException) -> status_pb2.Status:
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
-async def abort_for(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:  # type: ignore[type-arg]
-    """Abort the RPC with the rich status of ``exc``."""
-    status = status_for(exc)
+async def abort_with(context: Any, status: status_pb2.Status) -> NoReturn:
+    """Abort the RPC with ``status`` (code, message, details in ``grpc-status-details-bin``)."""
     await context.abort(_CODES[status.code], status.message,
                         trailing_metadata=((wire.STATUS_DETAILS_KEY, status.SerializeToString()),))
     raise AssertionError("unreachable")  # context.abort raises
+
+
+async def abort_for(context: Any, exc: BaseException) -> NoReturn:
+    """Abort the RPC with the rich status of ``exc``."""
+    await abort_with(context, status_for(exc))

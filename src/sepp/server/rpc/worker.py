@@ -12,12 +12,15 @@ from sepp.server.errors import EngineError, InvalidRequest
 from sepp.server.rpc.convert import job_to_proto, ts
 from sepp.server.rpc.status import abort_for
 from sepp.storage.base import SettleKind, SettleParams
-from sepp.storage.errors import StoreClosed
+from sepp.storage.errors import StoreError
 from sepp.validation import utf8_len
 from sepp.wire import duration_to_seconds
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
 Context: TypeAlias = Any
+
+#: Room kept in a Reserve answer for framing beyond the reservations themselves, bytes.
+_RESPONSE_SLACK = 1024
 
 
 def _ids(job_id: str, lease_id: str) -> tuple[bytes, bytes]:
@@ -67,32 +70,52 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, engine: JobEngine) -> None:
         self.engine = engine
         self.max_detail = engine.limits.max_error_detail_bytes
+        self.max_message = engine.limits.max_message_bytes
 
     async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
         try:
             lease = duration_to_seconds(request.lease_duration) if request.HasField("lease_duration") else None
             wait = duration_to_seconds(request.wait) if request.HasField("wait") else 0.0
             jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id)
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         resp = wpb.ReserveResponse()
+        # The answer must fit in one message (max_message_bytes): what does not fit is given
+        # back at once, keeping its place and its attempt.
+        budget = self.max_message - _RESPONSE_SLACK
+        size = 0
+        overflow = []
         for rec in jobs:
+            if overflow:
+                overflow.append(rec)
+                continue
             job = job_to_proto(rec)
-            resp.reservations.add(job=job, lease_id=job.lease_id, lease_expires_at=ts(rec.lease_expires_at or 0),
+            res = wpb.Reservation(job=job, lease_id=job.lease_id, lease_expires_at=ts(rec.lease_expires_at or 0),
                                   attempt=rec.attempt)
+            n = res.ByteSize() + 16
+            if size + n > budget and not resp.reservations:
+                del res.job.attempts[:]  # a lone job with a huge attempt history: send it without
+                n = res.ByteSize() + 16
+            if size + n > budget and resp.reservations:
+                overflow.append(rec)
+                continue
+            resp.reservations.append(res)
+            size += n
+        if overflow:
+            await self.engine.release(overflow, "did not fit in the reserve response (max_message_bytes)")
         return resp
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         try:
             await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.AckResponse()
 
     async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
         try:
             result = await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
 
@@ -101,7 +124,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         try:
             jid, lid = _ids(request.job_id, request.lease_id)
             result = await self.engine.extend(jid, lid, duration_to_seconds(request.extend_by))
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.ExtendLeaseResponse(lease_expires_at=ts(result.lease_expires_at),
                                        cancel_requested=result.cancel_requested)
@@ -123,7 +146,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 bad[i] = str(exc)
         try:
             results = await self.engine.settle(params) if params else []
-        except (EngineError, StoreClosed) as exc:
+        except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         by_slot = dict(zip(slots, results, strict=True))
         for i in range(len(request.items)):

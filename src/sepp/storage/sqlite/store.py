@@ -79,15 +79,33 @@ class SQLiteStore:
     # ------------------------------------------------------------------ lifecycle
 
     def _connect_writer(self) -> sqlite3.Connection:
+        """Open, configure, migrate and write-probe the writer connection (writer thread).
+
+        Raises ``StoreCorrupt`` when the file is not a sepp database and ``StoreError``
+        when it cannot be written (read-only file, full disk, …).
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={'OFF' if self.mode == 'async' else 'FULL'}")
-        conn.execute(f"PRAGMA cache_size=-{self._cache_mib * 1024}")
-        conn.execute("PRAGMA temp_store=MEMORY")
-        conn.execute("PRAGMA busy_timeout=10000")
-        conn.execute("PRAGMA foreign_keys=OFF")
-        self._migrate(conn)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={'OFF' if self.mode == 'async' else 'FULL'}")
+            conn.execute(f"PRAGMA cache_size=-{self._cache_mib * 1024}")
+            conn.execute("PRAGMA temp_store=MEMORY")
+            conn.execute("PRAGMA busy_timeout=10000")
+            conn.execute("PRAGMA foreign_keys=OFF")
+            self._migrate(conn)
+            # SQLite opens a read-only file quietly; find out now, not at the first enqueue.
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            conn.execute(f"PRAGMA user_version={int(version)}")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            text = str(exc)
+            if "not a database" in text or "malformed" in text:
+                raise StoreCorrupt(f"{self.path} is not a sepp database: {text}") from exc
+            raise StoreError(f"cannot use {self.path}: {text}") from exc
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     @staticmethod
@@ -358,7 +376,7 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         new = (int(State.DEAD_LETTERED), p.now, attempt, p.now, p.now + pol.dead_retention, reason)
     elif p.kind is SettleKind.RELEASE:
         # Given back unprocessed: keeps its run_at, so it keeps its place in the queue.
-        new = (_READY, run_at, attempt - 1, None, None, None)
+        new = (_READY, p.now, attempt - 1, None, None, None)
     else:  # RETRY with attempts left
         delay = p.delay if p.delay >= 0 else pol.backoff(attempt, random.uniform(-1.0, 1.0))
         new = (int(State.SCHEDULED) if delay > 0 else _READY, p.now + delay, attempt, None, None, None)

@@ -18,11 +18,14 @@ from collections.abc import Callable, Iterator
 
 import uvicorn
 
+from sepp.api.v1 import admin_pb2_grpc
+from sepp.server.admin import AdminEngine
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine, now_us
 from sepp.server.http.app import build_http_app
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
+from sepp.server.rpc.admin import AdminServicer
 from sepp.server.rpc.server import GrpcFront
 from sepp.server.sweeper import Sweeper
 from sepp.storage.sqlite import SQLiteStore
@@ -53,6 +56,9 @@ class SeppServer:
         self.engine = JobEngine(config, self.store, self.registry, self.notifier)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)
         self.grpc = GrpcFront(config, self.engine, self.started, self.node)
+        self.admin = AdminEngine(self.engine, self.store.admin)
+        self.grpc.add_service(admin_pb2_grpc.add_AdminServiceServicer_to_server,
+                              AdminServicer(self.admin, config.admin_token), "AdminService")
         self.http: _Uvicorn | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_sock: socket.socket | None = None
@@ -82,11 +88,13 @@ class SeppServer:
                 await self.store.upsert_queue(q.record(), now_us())
                 q.persisted = True
             await self.sweeper.start()
+            await self.admin.start()
             await self.grpc.start()
             if self.config.http_listen:
                 await self._start_http()
         except BaseException:
             await self.sweeper.stop()
+            await self.admin.stop()
             await self.store.close()
             raise
 
@@ -99,7 +107,7 @@ class SeppServer:
         sock.setblocking(False)
         self._http_sock = sock
         self.http_port = sock.getsockname()[1]
-        app = build_http_app(self.engine, self.serving)
+        app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node)
         self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
         self._http_task = asyncio.create_task(self.http.serve(sockets=[sock]), name="sepp-http")
 
@@ -110,6 +118,7 @@ class SeppServer:
         self._stopping = True
         await self.grpc.stop(self.config.shutdown_grace)
         await self.sweeper.stop()
+        await self.admin.stop()
         await self.store.close()
         if self.http is not None and self._http_task is not None:
             self.http.should_exit = True

@@ -8,13 +8,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
+from sepp.server.admin import AdminEngine
 from sepp.server.engine import JobEngine
 
 
-def build_http_app(engine: JobEngine, healthy: Callable[[], bool]) -> Starlette:
-    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping)."""
+def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: AdminEngine | None = None,
+                   started: float = 0.0, node: str = "") -> Starlette:
+    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping).
+
+    With ``admin`` the web UI is mounted too (``sepp.server.http.ui``); ``started``
+    (monotonic) and ``node`` feed its server info.
+    """
     registry = CollectorRegistry()
     backlog = Gauge("sepp_commit_backlog_jobs", "Jobs waiting for the committer", registry=registry)
     commits = Gauge("sepp_commits_total", "Write transactions committed", registry=registry)
@@ -33,4 +39,11 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool]) -> Starlette:
         queues.set(len(engine.queues.all()))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    return Starlette(routes=[Route("/healthz", healthz), Route("/metrics", metrics)])
+    routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", metrics)]
+    if admin is None:
+        return Starlette(routes=routes)
+    from sepp.server.http.ui import AdminUI
+    from sepp.server.rpc.producer import server_info
+
+    ui = AdminUI(admin, lambda: server_info(engine, started, node), engine.config.admin_token)
+    return Starlette(routes=routes + ui.routes(), middleware=ui.middleware())

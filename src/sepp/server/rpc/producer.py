@@ -20,7 +20,7 @@ Context: TypeAlias = Any
 
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
-            "trace_context", "worker", "settle_batch", "lease_extend")
+            "trace_context", "worker", "settle_batch", "lease_extend", "admin")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 

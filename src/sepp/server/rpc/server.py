@@ -7,7 +7,7 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from sepp.api.v1 import producer_pb2, worker_pb2
+from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.rpc.producer import ProducerServicer
@@ -17,6 +17,7 @@ from sepp.server.rpc.worker import WorkerServicer
 SERVICE_NAMES = (
     producer_pb2.DESCRIPTOR.services_by_name["ProducerService"].full_name,
     worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
 )
 
 

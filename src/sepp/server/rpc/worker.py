@@ -11,7 +11,7 @@ from sepp.server.engine import JobEngine, job_id_bytes, now_us
 from sepp.server.errors import EngineError, InvalidRequest
 from sepp.server.rpc.convert import job_to_proto, ts
 from sepp.server.rpc.status import abort_for
-from sepp.storage.base import SettleKind, SettleParams
+from sepp.storage.base import JobRecord, SettleKind, SettleParams
 from sepp.storage.errors import StoreError
 from sepp.validation import utf8_len
 from sepp.wire import duration_to_seconds
@@ -84,7 +84,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         # back at once, keeping its place and its attempt.
         budget = self.max_message - _RESPONSE_SLACK
         size = 0
-        overflow = []
+        overflow: list[JobRecord] = []
         for rec in jobs:
             if overflow:
                 overflow.append(rec)

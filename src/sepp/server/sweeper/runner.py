@@ -65,6 +65,9 @@ class Sweeper:
     async def _promote_loop(self) -> None:
         store = self.engine.store
         while True:
+            # Clear before reading: a hint that arrives while next_due() is being read must
+            # still cut the sleep short (clearing after the read would lose it).
+            self._wake.clear()
             try:
                 moved = await self.promote_once()
                 if moved >= PASS_LIMIT:
@@ -75,7 +78,6 @@ class Sweeper:
             except Exception:
                 log.exception("promotion pass failed")
                 self._next_due = None
-            self._wake.clear()
             now = time.time_ns() // 1000
             sleep = self.interval
             if self._next_due is not None:

@@ -376,7 +376,7 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         new = (int(State.DEAD_LETTERED), p.now, attempt, p.now, p.now + pol.dead_retention, reason)
     elif p.kind is SettleKind.RELEASE:
         # Given back unprocessed: keeps its run_at, so it keeps its place in the queue.
-        new = (_READY, p.now, attempt - 1, None, None, None)
+        new = (_READY, run_at, attempt - 1, None, None, None)
     else:  # RETRY with attempts left
         delay = p.delay if p.delay >= 0 else pol.backoff(attempt, random.uniform(-1.0, 1.0))
         new = (int(State.SCHEDULED) if delay > 0 else _READY, p.now + delay, attempt, None, None, None)

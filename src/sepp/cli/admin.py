@@ -1,0 +1,689 @@
+"""``sepp queues …`` and ``sepp jobs …``: the admin side of the CLI, over ``AdminClient`` (SPEC §4).
+
+Every command takes ``--server HOST:PORT`` (env ``SEPP_SERVER``, default
+127.0.0.1:7700), ``--token`` (env ``SEPP_ADMIN_TOKEN``) and ``--json``. People get rich
+tables; ``--json`` prints one JSON document (times RFC 3339 UTC, durations seconds).
+Destructive commands (purge, delete, cancel, bulk requeue) ask first; ``--yes`` skips
+the question, and without a terminal they refuse unless ``--yes`` is given.
+
+Exit codes: 0 done; 1 declined at the confirmation; 2 refused by the server or bad
+input (unknown queue or job, wrong state, bad value, wrong token); 3 transport error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from google.protobuf import duration_pb2, timestamp_pb2
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import common_pb2 as pb
+from sepp.cli.main import app
+from sepp.client.admin import DEFAULT_TARGET, STATES, AdminClient, AdminError, state_number
+from sepp.errors import TransportError
+from sepp.wire import custom_from_proto
+
+EXIT_DECLINED, EXIT_REFUSED, EXIT_TRANSPORT = 1, 2, 3
+
+queues_app = typer.Typer(name="queues", help="List, inspect, declare, pause, resume, purge and delete queues.",
+                         no_args_is_help=True)
+jobs_app = typer.Typer(name="jobs", help="List, inspect, cancel, requeue (redrive) and delete jobs.",
+                       no_args_is_help=True)
+app.add_typer(queues_app)
+app.add_typer(jobs_app)
+
+ServerOpt = Annotated[str, typer.Option("--server", "-s", envvar="SEPP_SERVER",
+                                        help="gRPC address HOST:PORT of the sepp server.")]
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SEPP_ADMIN_TOKEN", show_default=False,
+                                              help="Admin token, when the server has one.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server.")]
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_SETTINGS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
+                      "dead_letter_retention")
+_STATE_ORDER = ("scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------- output helpers
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def _fail(message: str, as_json: bool, exit_code: int = EXIT_REFUSED, **extra: Any) -> NoReturn:
+    if as_json:
+        sys.stderr.write(json.dumps({"error": message, **extra}, ensure_ascii=False) + "\n")
+    else:
+        _err().print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(exit_code)
+
+
+@contextmanager
+def _client(server: str, token: str | None, timeout: float, as_json: bool) -> Iterator[AdminClient]:
+    """An ``AdminClient``; server refusals and transport errors become exit codes 2 and 3."""
+    client = AdminClient(server, token=token, timeout=timeout)
+    try:
+        yield client
+    except AdminError as exc:
+        hint = " (pass --token or set SEPP_ADMIN_TOKEN)" if exc.reason == "UNAUTHENTICATED" else ""
+        _fail(f"{exc.message}{hint}", as_json, EXIT_REFUSED, reason=exc.reason, status=exc.code.name,
+              metadata=exc.metadata)
+    except TransportError as exc:
+        _fail(f"cannot reach {server}: {exc.message}", as_json, EXIT_TRANSPORT, kind=type(exc).__name__)
+    finally:
+        client.close()
+
+
+def _confirm(question: str, yes: bool, as_json: bool) -> None:
+    """Ask before a destructive action; refuse without a terminal unless ``--yes``."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        _fail(f"{question} — refusing without --yes (no terminal to ask)", as_json, EXIT_REFUSED)
+    if not typer.confirm(question, default=False, err=True):
+        _err().print("Nothing done.")
+        raise typer.Exit(EXIT_DECLINED)
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``10m``, ``2h``, ``1d``, ``250ms``, ``1h30m`` or bare seconds → seconds.
+
+    Raises ``typer.BadParameter`` for anything else.
+    """
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise typer.BadParameter(f"{text!r} is not a duration (e.g. 30s, 10m, 2h, 1d, 1h30m)") from None
+        value = sum(float(n) * _UNITS[u] for n, u in parts)
+    if value < 0:
+        raise typer.BadParameter("a duration must not be negative")
+    return value
+
+
+def parse_moment(text: str) -> dt.datetime:
+    """An RFC 3339 time (naive = UTC) or a duration meaning "that long ago" → aware datetime."""
+    text = text.strip()
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_duration(text))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+
+
+def _iso(t: timestamp_pb2.Timestamp | None, present: bool = True) -> str | None:
+    if t is None or not present or (t.seconds == 0 and t.nanos == 0):
+        return None
+    return t.ToDatetime(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _seconds(d: duration_pb2.Duration) -> float:
+    return d.seconds + d.nanos / 1e9
+
+
+def _human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _state_name(state: int) -> str:
+    return pb.JobState.Name(state) if state in STATES.values() else str(state)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- JSON shapes
+
+
+def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
+    """Queue settings as plain JSON (durations in seconds)."""
+    lim = s.limits
+    return {"default_priority": s.default_priority, "default_max_attempts": s.default_max_attempts,
+            "lease_duration": _seconds(s.lease_duration), "dedup_window": _seconds(s.dedup_window),
+            "retry_base": _seconds(s.retry_base), "retry_cap": _seconds(s.retry_cap),
+            "retry_jitter": s.retry_jitter, "completed_retention": _seconds(s.completed_retention),
+            "dead_letter_retention": _seconds(s.dead_letter_retention),
+            "limits": {"max_payload_bytes": lim.max_payload_bytes, "allowed_encodings": list(lim.allowed_encodings),
+                       "max_custom_entries": lim.max_custom_entries,
+                       "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}
+
+
+def stats_json(s: apb.QueueStats) -> dict[str, Any]:
+    """Queue stats as plain JSON."""
+    return {"counts": {name: getattr(s, name) for name in _STATE_ORDER},
+            "oldest_ready_age": _seconds(s.oldest_ready_age) if s.HasField("oldest_ready_age") else None,
+            "oldest_ready_at": _iso(s.oldest_ready_at, s.HasField("oldest_ready_at")),
+            "throughput": [{"minute": _iso(m.minute), "enqueued": m.enqueued, "completed": m.completed,
+                            "dead_lettered": m.dead_lettered} for m in s.throughput]}
+
+
+def queue_json(q: pb.QueueInfo, stats: apb.QueueStats | None = None, with_settings: bool = True) -> dict[str, Any]:
+    """A queue (and its stats) as plain JSON."""
+    out: dict[str, Any] = {"name": q.name, "paused": q.paused, "declared": q.declared}
+    if with_settings:
+        out["settings"] = settings_json(q.settings)
+    if stats is not None:
+        out.update(stats_json(stats))
+    return out
+
+
+def job_json(job: pb.Job) -> dict[str, Any]:
+    """A job as plain JSON (payload as UTF-8 text when it decodes, else base64)."""
+    import base64
+
+    data = job.payload.data
+    try:
+        payload: dict[str, Any] = {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        payload = {"base64": base64.b64encode(data).decode()}
+    payload["encoding"] = job.payload.encoding
+    payload["bytes"] = len(data)
+    return {
+        "id": job.id, "queue": job.queue, "job_type": job.job_type, "state": _state_name(job.state),
+        "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
+        "run_at": _iso(job.run_at), "enqueued_at": _iso(job.enqueued_at),
+        "finished_at": _iso(job.finished_at, job.HasField("finished_at")),
+        "idempotency_key": job.idempotency_key or None, "reason": job.dead_letter_reason or None,
+        "lease_id": job.lease_id or None, "lease_expires_at": _iso(job.lease_expires_at,
+                                                                  job.HasField("lease_expires_at")),
+        "worker_id": job.worker_id or None, "cancel_requested": job.cancel_requested,
+        "payload": payload,
+        "custom": {k: {"type": v.WhichOneof("kind"), "value": custom_from_proto(v)}
+                   for k, v in sorted(job.custom.items())},
+        "trace_context": dict(job.trace_context),
+        "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "started_at": _iso(a.started_at),
+                      "ended_at": _iso(a.ended_at), "outcome": a.outcome, "error_message": a.error_message,
+                      "error_detail": a.error_detail} for a in job.attempts],
+    }
+
+
+def summary_json(s: apb.JobSummary) -> dict[str, Any]:
+    """A listed job as plain JSON."""
+    j = s.job
+    return {"id": j.id, "queue": j.queue, "job_type": j.job_type, "state": _state_name(j.state),
+            "priority": j.priority, "attempt": j.attempt, "max_attempts": j.max_attempts,
+            "run_at": _iso(j.run_at), "enqueued_at": _iso(j.enqueued_at),
+            "finished_at": _iso(j.finished_at, j.HasField("finished_at")), "reason": j.dead_letter_reason or None,
+            "payload_bytes": s.payload_bytes, "attempts_recorded": s.attempts_recorded,
+            "last_error": s.last_error or None, "cancel_requested": j.cancel_requested}
+
+
+# ---------------------------------------------------------------------- queues
+
+
+@queues_app.command("list")
+def queues_list(server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+                timeout: TimeoutOpt = 30.0) -> None:
+    """Every queue with its counts per state and the age of its oldest ready job."""
+    with _client(server, token, timeout, as_json) as client:
+        queues = client.list_queues()
+        stats = {s.queue: s for s in client.queue_stats()}
+    if as_json:
+        _print_json([queue_json(q, stats.get(q.name), with_settings=False) for q in queues])
+        return
+    if not queues:
+        _out().print("No queues.")
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("queue")
+    for name in _STATE_ORDER:
+        table.add_column(name.replace("_", "-"), justify="right")
+    table.add_column("oldest ready", justify="right")
+    for q in queues:
+        s = stats.get(q.name)
+        label = escape(q.name) + (" [yellow](paused)[/]" if q.paused else "")
+        counts = [f"{getattr(s, n):,}" if s else "–" for n in _STATE_ORDER]
+        age = _human_duration(_seconds(s.oldest_ready_age)) if s and s.HasField("oldest_ready_age") else "–"
+        table.add_row(label, *counts, age)
+    _out().print(table)
+
+
+@queues_app.command("show")
+def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_TARGET,
+                token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
+    """One queue: settings, counts per state, oldest-ready age, throughput of the last hour."""
+    with _client(server, token, timeout, as_json) as client:
+        q = client.get_queue(name)
+        s = client.queue_stats([name])[0]
+    if as_json:
+        _print_json(queue_json(q, s))
+        return
+    out = _out()
+    flags = ("paused" if q.paused else "active") + (", declared" if q.declared else ", created on demand")
+    out.print(f"[bold]{escape(q.name)}[/] ({flags})")
+    counts = Table(box=box.SIMPLE_HEAD)
+    for n in _STATE_ORDER:
+        counts.add_column(n.replace("_", "-"), justify="right")
+    counts.add_row(*[f"{getattr(s, n):,}" for n in _STATE_ORDER])
+    out.print(counts)
+    age = _human_duration(_seconds(s.oldest_ready_age)) if s.HasField("oldest_ready_age") else "–"
+    enq = sum(m.enqueued for m in s.throughput)
+    done = sum(m.completed for m in s.throughput)
+    dead = sum(m.dead_lettered for m in s.throughput)
+    out.print(f"oldest ready job waiting: {age}")
+    out.print(f"last hour: {enq:,} enqueued, {done:,} completed, {dead:,} dead-lettered")
+    table = Table(box=box.SIMPLE_HEAD, title="settings", title_justify="left")
+    table.add_column("setting")
+    table.add_column("value")
+    for key, value in settings_json(q.settings).items():
+        if key == "limits":
+            for lkey, lvalue in value.items():
+                table.add_row(f"limits.{lkey}", escape(", ".join(lvalue) or "any")
+                              if isinstance(lvalue, list) else f"{lvalue:,}")
+        elif key in _DURATION_SETTINGS:
+            table.add_row(key, _human_duration(float(value)))
+        elif key == "retry_jitter":
+            table.add_row(key, f"±{float(value) * 100:g}%")
+        else:
+            table.add_row(key, escape(str(value)))
+    out.print(table)
+
+
+def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[str]]:
+    """The settings and the mask paths of the flags that were given."""
+    settings = pb.QueueSettings()
+    paths: list[str] = []
+    for name, value in flags.items():
+        if value is None or value == []:
+            continue
+        if name in ("default_priority", "default_max_attempts", "retry_jitter"):
+            setattr(settings, name, value)
+            paths.append(name)
+        elif name in _DURATION_SETTINGS:
+            d = getattr(settings, name)
+            seconds = parse_duration(value)
+            d.seconds = int(seconds)
+            d.nanos = round((seconds - int(seconds)) * 1e9)
+            paths.append(name)
+        elif name == "allowed_encodings":
+            settings.limits.allowed_encodings.extend([] if value == ["*"] else value)
+            paths.append("limits.allowed_encodings")
+        else:
+            setattr(settings.limits, name, value)
+            paths.append(f"limits.{name}")
+    return (settings if paths else None), paths
+
+
+@queues_app.command("declare")
+def queues_declare(
+    name: Annotated[str, typer.Argument(help="Queue name: [A-Za-z0-9._:-], starting with a letter or digit.")],
+    priority: Annotated[int | None, typer.Option("--priority", help="Default priority 0–9.")] = None,
+    max_attempts: Annotated[int | None, typer.Option("--max-attempts", help="Default max attempts.")] = None,
+    lease: Annotated[str | None, typer.Option("--lease", help="Lease duration, e.g. 30s.")] = None,
+    dedup_window: Annotated[str | None, typer.Option("--dedup-window", help="Idempotency window, e.g. 24h.")] = None,
+    retry_base: Annotated[str | None, typer.Option("--retry-base", help="Backoff base, e.g. 1s.")] = None,
+    retry_cap: Annotated[str | None, typer.Option("--retry-cap", help="Backoff cap, e.g. 1h.")] = None,
+    retry_jitter: Annotated[float | None, typer.Option("--retry-jitter", help="Jitter fraction, e.g. 0.2.")] = None,
+    completed_retention: Annotated[str | None, typer.Option("--completed-retention",
+                                                           help="Keep completed jobs, e.g. 1d.")] = None,
+    dead_letter_retention: Annotated[str | None, typer.Option("--dead-letter-retention",
+                                                             help="Keep dead letters, e.g. 14d.")] = None,
+    max_payload_bytes: Annotated[int | None, typer.Option("--max-payload-bytes")] = None,
+    allowed_encodings: Annotated[list[str] | None, typer.Option(
+        "--allowed-encoding", help="Allowed payload encoding (repeatable; '*' = any).")] = None,
+    max_custom_entries: Annotated[int | None, typer.Option("--max-custom-entries")] = None,
+    max_custom_key_bytes: Annotated[int | None, typer.Option("--max-custom-key-bytes")] = None,
+    max_custom_bytes: Annotated[int | None, typer.Option("--max-custom-bytes")] = None,
+    server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Create a queue, or mark an existing one declared and change the settings given (at once)."""
+    try:
+        settings, paths = _settings_from_flags(
+            default_priority=priority, default_max_attempts=max_attempts, lease_duration=lease,
+            dedup_window=dedup_window, retry_base=retry_base, retry_cap=retry_cap, retry_jitter=retry_jitter,
+            completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
+            max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
+            max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
+            max_custom_bytes=max_custom_bytes)
+    except typer.BadParameter as exc:
+        _fail(str(exc), as_json)
+    with _client(server, token, timeout, as_json) as client:
+        q, created = client.declare_queue(name, settings, paths)
+    if as_json:
+        _print_json({**queue_json(q), "created": created, "changed": paths})
+        return
+    what = "created" if created else ("updated: " + ", ".join(paths) if paths else "declared (unchanged)")
+    _out().print(f"queue [bold]{escape(q.name)}[/] {escape(what)}")
+
+
+@queues_app.command("pause")
+def queues_pause(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_TARGET,
+                 token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
+    """Stop handing out the queue's jobs (enqueues are still accepted)."""
+    with _client(server, token, timeout, as_json) as client:
+        q = client.pause_queue(name)
+    if as_json:
+        _print_json(queue_json(q, with_settings=False))
+    else:
+        _out().print(f"queue [bold]{escape(q.name)}[/] paused")
+
+
+@queues_app.command("resume")
+def queues_resume(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_TARGET,
+                  token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
+    """Hand out the queue's jobs again."""
+    with _client(server, token, timeout, as_json) as client:
+        q = client.resume_queue(name)
+    if as_json:
+        _print_json(queue_json(q, with_settings=False))
+    else:
+        _out().print(f"queue [bold]{escape(q.name)}[/] resumed")
+
+
+def _states(values: list[str] | None, as_json: bool) -> list[int]:
+    try:
+        return [state_number(v) for v in values or []]
+    except ValueError as exc:
+        _fail(str(exc), as_json)
+
+
+@queues_app.command("purge")
+def queues_purge(
+    name: Annotated[str, typer.Argument(help="Queue name.")],
+    state: Annotated[list[str] | None, typer.Option(
+        "--state", help="State to delete (repeatable): scheduled, ready, reserved, completed, dead_lettered, "
+        "cancelled. Default: scheduled and ready.")] = None,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Delete the queue's jobs in the given states."""
+    states = _states(state, as_json)
+    labels = ", ".join(_state_name(s) for s in states) or "SCHEDULED, READY"
+    with _client(server, token, timeout, as_json) as client:
+        s = client.queue_stats([name])[0]
+        count = sum(getattr(s, _state_name(n).lower()) for n in (states or [1, 2]))
+        _confirm(f"Delete about {count:,} job(s) ({labels}) of queue {name}?", yes, as_json)
+        with _err().status("purging…"):
+            deleted = client.purge_queue(name, states)
+    if as_json:
+        _print_json({"queue": name, "deleted": deleted})
+    else:
+        _out().print(f"deleted {deleted:,} job(s) from [bold]{escape(name)}[/]")
+
+
+@queues_app.command("delete")
+def queues_delete(
+    name: Annotated[str, typer.Argument(help="Queue name.")],
+    force: Annotated[bool, typer.Option("--force", help="Also delete every job of the queue.")] = False,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Forget a queue. Refused while it holds jobs, unless --force (which deletes them)."""
+    with _client(server, token, timeout, as_json) as client:
+        client.get_queue(name)
+        what = f"Delete queue {name} and ALL its jobs?" if force else f"Delete queue {name}?"
+        _confirm(what, yes, as_json)
+        deleted = client.delete_queue(name, force)
+    if as_json:
+        _print_json({"queue": name, "deleted": True, "jobs_deleted": deleted})
+    else:
+        _out().print(f"queue [bold]{escape(name)}[/] deleted" + (f" with {deleted:,} job(s)" if deleted else ""))
+
+
+# ---------------------------------------------------------------------- jobs
+
+
+def _summary_table(rows: list[apb.JobSummary]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("id", no_wrap=True, min_width=36)
+    for col, justify in (("queue", "left"), ("type", "left"), ("state", "left"), ("prio", "right"),
+                         ("attempt", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table.add_column("when (UTC)", no_wrap=True)
+    table.add_column("reason / last error", overflow="fold")
+    for s in rows:
+        j = s.job
+        stamp = j.finished_at if j.HasField("finished_at") else j.run_at
+        when = stamp.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        note = " / ".join(x for x in (j.dead_letter_reason, s.last_error) if x)
+        if j.cancel_requested:
+            note = ("cancel requested; " + note).rstrip("; ")
+        table.add_row(j.id, escape(j.queue), escape(j.job_type), _state_name(j.state).lower(), str(j.priority),
+                      f"{j.attempt}/{j.max_attempts}", when, escape(note[:120]))
+    return table
+
+
+@jobs_app.command("list")
+def jobs_list(
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Only this queue.")] = "",
+    state: Annotated[str, typer.Option("--state", help="Only this state (ready, dead_lettered, …).")] = "",
+    job_type: Annotated[str, typer.Option("--type", help="Only this job type.")] = "",
+    reason: Annotated[str, typer.Option("--reason", help="Reason prefix (finished jobs).")] = "",
+    limit: Annotated[int, typer.Option("--limit", help="At most this many jobs (0 = all).")] = 50,
+    page_token: Annotated[str, typer.Option("--page-token", help="Continue a listing (from --json output).")] = "",
+    server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Jobs by queue, state and type, keyset-paginated (a job that keeps its state is listed once)."""
+    try:
+        state_number(state)
+    except ValueError as exc:
+        _fail(str(exc), as_json)
+    rows: list[apb.JobSummary] = []
+    next_token = page_token
+    with _client(server, token, timeout, as_json) as client, _err().status("listing…") as status:
+        while True:
+            want = 1000 if limit == 0 else min(1000, limit - len(rows))
+            page = client.list_jobs(queue=queue, state=state or None, job_type=job_type, reason_prefix=reason,
+                                    page_size=want, page_token=next_token)
+            rows.extend(page.jobs)
+            next_token = page.next_page_token
+            status.update(f"listing… {len(rows):,} job(s)")
+            if not next_token or (limit and len(rows) >= limit):
+                break
+    if as_json:
+        _print_json({"jobs": [summary_json(s) for s in rows], "next_page_token": next_token or None})
+        return
+    if not rows:
+        _out().print("No jobs match.")
+        return
+    _out().print(_summary_table(rows))
+    if next_token:
+        _err().print(f"more jobs follow: --page-token {next_token}")
+
+
+@jobs_app.command("show")
+def jobs_show(
+    job_id: Annotated[str | None, typer.Argument(help="Job id (or use --queue with --key).")] = None,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Queue of the idempotency key.")] = "",
+    key: Annotated[str, typer.Option("--key", help="Find the job by its idempotency key.")] = "",
+    server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Every field of one job: payload, custom map, attempt history."""
+    if not job_id and not (queue and key):
+        _fail("give a job id, or --queue and --key", as_json)
+    with _client(server, token, timeout, as_json) as client:
+        if job_id:
+            job = client.get_job(job_id)
+        else:
+            found = client.find_job_by_key(queue, key)
+            if not found.HasField("job"):
+                _fail(f"key {key!r} points at job {found.job_id}, which was deleted", as_json,
+                      job_id=found.job_id)
+            job = found.job
+    if as_json:
+        _print_json(job_json(job))
+        return
+    _print_job(job)
+
+
+def _print_job(job: pb.Job) -> None:
+    out = _out()
+    data = job_json(job)
+    out.print(f"[bold]job {job.id}[/]  {data['state']}" + ("  [yellow]cancel requested[/]"
+                                                           if job.cancel_requested else ""))
+    table = Table(box=box.SIMPLE, show_header=False)
+    table.add_column("field", style="dim")
+    table.add_column("value")
+    for key in ("queue", "job_type", "priority", "attempt", "max_attempts", "enqueued_at", "run_at", "finished_at",
+                "reason", "idempotency_key", "lease_id", "lease_expires_at", "worker_id"):
+        value = data[key]
+        if value is not None:
+            table.add_row(key, escape(str(value)))
+    out.print(table)
+    payload = data["payload"]
+    out.print(f"[bold]payload[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
+    if "text" in payload:
+        text = payload["text"]
+        if "json" in payload["encoding"]:
+            try:
+                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            except ValueError:
+                pass
+        out.print(escape(text[:4000]) or "(empty)")
+    else:
+        out.print(f"(binary, base64) {payload['base64'][:4000]}")
+    if data["custom"]:
+        custom = Table(box=box.SIMPLE_HEAD, title="custom", title_justify="left")
+        for col in ("key", "type", "value"):
+            custom.add_column(col)
+        for k, v in data["custom"].items():
+            custom.add_row(escape(k), str(v["type"]).removesuffix("_value"), escape(repr(v["value"])
+                                                                                 if v["type"] == "float_value"
+                                                                                 else str(v["value"])))
+        out.print(custom)
+    if data["trace_context"]:
+        out.print("trace_context: " + escape(json.dumps(data["trace_context"])))
+    if data["attempts"]:
+        attempts = Table(box=box.SIMPLE_HEAD, title="attempts", title_justify="left")
+        for col in ("#", "worker", "started", "ended", "outcome", "error"):
+            attempts.add_column(col)
+        for a in data["attempts"]:
+            attempts.add_row(str(a["attempt"]), escape(a["worker_id"]), a["started_at"] or "", a["ended_at"] or "",
+                             a["outcome"], escape(a["error_message"][:200]))
+        out.print(attempts)
+
+
+def _run_each(job_ids: list[str], action: Callable[[str], T]) -> list[T]:
+    return [action(job_id) for job_id in job_ids]
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="Job id(s).")],
+    reason: Annotated[str, typer.Option("--reason", help="Kept as the job's reason.")] = "",
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Cancel jobs: SCHEDULED/READY at once; RESERVED ones are asked to stop (via ExtendLease)."""
+    _confirm(f"Cancel {len(job_ids)} job(s)?", yes, as_json)
+    with _client(server, token, timeout, as_json) as client:
+        jobs = _run_each(job_ids, lambda i: client.cancel_job(i, reason))
+    if as_json:
+        _print_json([{"id": j.id, "state": _state_name(j.state), "cancel_requested": j.cancel_requested}
+                     for j in jobs])
+        return
+    for j in jobs:
+        what = "cancel requested (the worker learns it on its next lease extension)" \
+            if j.state == pb.RESERVED else _state_name(j.state).lower()
+        _out().print(f"{j.id}: {what}")
+
+
+@jobs_app.command("requeue")
+def jobs_requeue(
+    job_ids: Annotated[list[str] | None, typer.Argument(help="Job id(s) to redrive (DEAD_LETTERED or "
+                                                           "CANCELLED). Omit them to redrive by filter.")] = None,
+    all_dead: Annotated[bool, typer.Option("--all-dead", help="Redrive every dead letter matching the "
+                                                              "filters below.")] = False,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Filter: queue.")] = "",
+    job_type: Annotated[str, typer.Option("--type", help="Filter: job type.")] = "",
+    reason: Annotated[str, typer.Option("--reason", help="Filter: reason prefix, e.g. ATTEMPTS_EXHAUSTED.")] = "",
+    after: Annotated[str, typer.Option("--after", help="Filter: dead-lettered at or after (RFC 3339, or a "
+                                                       "duration ago such as 2h).")] = "",
+    before: Annotated[str, typer.Option("--before", help="Filter: dead-lettered before (same forms).")] = "",
+    max_jobs: Annotated[int, typer.Option("--max", help="Redrive at most this many (0 = all).")] = 0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count the matching dead letters.")] = False,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Redrive jobs: READY again with attempt 0; id, payload, custom map, priority and history kept."""
+    if job_ids and all_dead:
+        _fail("give job ids or --all-dead, not both", as_json)
+    if not job_ids and not all_dead:
+        _fail("give job ids, or --all-dead with filters", as_json)
+    with _client(server, token, timeout, as_json) as client:
+        if job_ids:
+            jobs = _run_each(job_ids, client.requeue_job)
+            if as_json:
+                _print_json([{"id": j.id, "state": _state_name(j.state), "attempt": j.attempt} for j in jobs])
+            else:
+                for j in jobs:
+                    _out().print(f"{j.id}: requeued ({_state_name(j.state).lower()}, attempt {j.attempt})")
+            return
+        try:
+            since = parse_moment(after) if after else None
+            until = parse_moment(before) if before else None
+        except typer.BadParameter as exc:
+            _fail(str(exc), as_json)
+        kw: dict[str, Any] = {"queue": queue, "job_type": job_type, "reason_prefix": reason, "after": since,
+                              "before": until}
+        matched, _ = client.requeue_dead_lettered(**kw, dry_run=True)
+        if dry_run or matched == 0:
+            if as_json:
+                _print_json({"matched": matched, "requeued": 0, "dry_run": dry_run})
+            else:
+                _out().print(f"{matched:,} dead-lettered job(s) match" + (" (dry run)" if dry_run else ""))
+            return
+        goal = matched if not max_jobs else min(max_jobs, matched)
+        _confirm(f"Requeue {goal:,} of {matched:,} matching dead-lettered job(s)?", yes, as_json)
+        with _err().status(f"requeueing {goal:,} job(s)…"):
+            matched, requeued = client.requeue_dead_lettered(**kw, max_jobs=max_jobs)
+    if as_json:
+        _print_json({"matched": matched, "requeued": requeued, "dry_run": False})
+    else:
+        _out().print(f"requeued {requeued:,} of {matched:,} matching dead-lettered job(s)")
+
+
+@jobs_app.command("delete")
+def jobs_delete(
+    job_ids: Annotated[list[str], typer.Argument(help="Job id(s).")],
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Delete jobs for good (any state; their idempotency keys stay claimed until they expire)."""
+    _confirm(f"Delete {len(job_ids)} job(s) for good?", yes, as_json)
+    with _client(server, token, timeout, as_json) as client:
+        _run_each(job_ids, client.delete_job)
+    if as_json:
+        _print_json({"deleted": job_ids})
+    else:
+        for job_id in job_ids:
+            _out().print(f"{job_id}: deleted")

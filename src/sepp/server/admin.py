@@ -1,0 +1,531 @@
+"""AdminEngine: queue administration, job inspection, cancel, redrive and stats (SPEC §4, §6).
+
+Transport-agnostic like ``JobEngine``: the gRPC ``AdminService`` and the web UI both
+call it in-process. Errors are ``sepp.server.errors`` exceptions (``NotFound``,
+``InvalidRequest``) plus ``StateConflict`` below (FAILED_PRECONDITION on the wire).
+
+Throughput stats (documented choice): enqueues are counted in memory per (queue,
+minute) through ``JobEngine.on_stored`` and folded into the ``queue_throughput`` table
+every ``flush_interval`` seconds and at stop (a crash loses at most that much of the
+*enqueued* series); completions and dead letters are counted by a trigger in the same
+transaction as the settle, so they are exact. Reads merge the table with the counts
+not flushed yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.limits import QueueSettings
+from sepp.rejections import RejectionCode
+from sepp.server.engine import JobEngine, job_id_bytes, job_id_text, now_us
+from sepp.server.errors import EngineError, InvalidRequest, NotFound
+from sepp.server.queues import QueueState
+from sepp.storage.admin import (
+    AdminStore,
+    DeadFilter,
+    JobQuery,
+    JobSummary,
+    MinuteRow,
+    Outcome,
+    StateCounts,
+)
+from sepp.storage.base import Dedups, JobRecord, JobRow, State
+
+log = logging.getLogger("sepp.admin")
+
+_MINUTE = 60_000_000
+#: Minutes of throughput shown (the last hour) and kept in the table (a day).
+WINDOW_MINUTES = 60
+KEEP_MINUTES = 24 * 60
+#: Page sizes of ListJobs.
+DEFAULT_PAGE, MAX_PAGE = 50, 1000
+#: Rows one purge / redrive transaction touches at most (keeps the single writer responsive).
+CHUNK = 2000
+#: Purge without states: the waiting backlog.
+DEFAULT_PURGE = (int(State.SCHEDULED), int(State.READY))
+ALL_STATES = tuple(int(s) for s in State)
+
+
+class StateConflict(EngineError):
+    """The target's state does not allow the operation (FAILED_PRECONDITION).
+
+    ``reason`` is ``JOB_STATE`` or ``QUEUE_NOT_EMPTY``; ``metadata`` goes into the ErrorInfo.
+    """
+
+    def __init__(self, reason: str, message: str, metadata: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.metadata = dict(metadata or {})
+
+
+def state_name(state: int) -> str:
+    """``READY``, ``DEAD_LETTERED``, …; ``UNKNOWN`` for anything else."""
+    try:
+        return State(state).name
+    except ValueError:
+        return "UNKNOWN"
+
+
+# ---------------------------------------------------------------------- throughput
+
+
+class ThroughputCounter:
+    """Enqueue counts per (queue, minute) not yet written to the store."""
+
+    def __init__(self) -> None:
+        self.pending: Counter[tuple[str, int]] = Counter()
+
+    def on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
+        """``JobEngine.on_stored`` hook: count the rows that were really stored."""
+        if not rows:
+            return
+        minute = rows[0].enqueued_at // _MINUTE  # one call = one ``now``
+        first = rows[0].queue
+        if all(r.queue == first for r in rows):
+            self.pending[(first, minute)] += len(rows) - len(dedups)
+            return
+        counts = Counter(r.queue for r in rows)
+        for i in dedups:
+            counts[rows[i].queue] -= 1
+        for queue, n in counts.items():
+            self.pending[(queue, minute)] += n
+
+    def take(self) -> dict[tuple[str, int], int]:
+        """Hand over and forget the pending counts."""
+        out = {k: n for k, n in self.pending.items() if n}
+        self.pending.clear()
+        return out
+
+    def restore(self, counts: Mapping[tuple[str, int], int]) -> None:
+        """Put counts back after a failed flush."""
+        for key, n in counts.items():
+            self.pending[key] += n
+
+    def forget(self, queue: str) -> None:
+        """Drop a deleted queue's counts."""
+        for key in [k for k in self.pending if k[0] == queue]:
+            del self.pending[key]
+
+
+# ---------------------------------------------------------------------- views
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatsView:
+    """What the dashboards show of one queue. Times in µs; ``throughput`` has one row per
+    minute of the last hour, oldest first, the current minute last."""
+
+    name: str
+    paused: bool
+    counts: StateCounts
+    oldest_ready_at: int | None
+    throughput: list[MinuteRow]
+    now: int
+
+    @property
+    def oldest_ready_age(self) -> float | None:
+        """Seconds the oldest READY job has waited, or None."""
+        return None if self.oldest_ready_at is None else max(0.0, (self.now - self.oldest_ready_at) / 1e6)
+
+
+@dataclass(frozen=True, slots=True)
+class JobListing:
+    """One page of ``list_jobs``; ``next_token`` is empty on the last page."""
+
+    jobs: list[JobSummary]
+    next_token: str
+
+
+@dataclass(slots=True)
+class _CountsCache:
+    value: dict[str, StateCounts] = field(default_factory=dict)
+    expires: float = 0.0
+
+
+# ---------------------------------------------------------------------- settings
+
+
+def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequence[str],
+                   max_message_bytes: int) -> QueueSettings:
+    """``current`` with the fields named by ``paths`` taken from ``patch`` (empty = every
+    field of ``patch``). Paths are QueueSettings field names, ``limits.<name>`` for a limit.
+
+    Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value.
+    """
+    merged = current.model_dump()
+    for path in paths or _all_paths(patch):
+        head, _, rest = path.partition(".")
+        if head not in QueueSettings.model_fields or (rest and head != "limits"):
+            raise InvalidRequest(f"unknown queue setting {path!r}", "update_mask")
+        if head not in patch:
+            raise InvalidRequest(f"setting {path!r} is named but not given", path)
+        if not rest:
+            merged[head] = patch[head]
+            continue
+        limits = patch[head] if isinstance(patch[head], Mapping) else {}
+        if rest not in merged["limits"] or rest not in limits:
+            raise InvalidRequest(f"unknown queue setting {path!r}", "update_mask")
+        merged["limits"][rest] = limits[rest]
+    try:
+        settings = QueueSettings.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise InvalidRequest(f"{where}: {err['msg']}", where) from None
+    if settings.limits.max_payload_bytes > max_message_bytes:
+        raise InvalidRequest(f"limits.max_payload_bytes must not exceed max_message_bytes ({max_message_bytes})",
+                             "limits.max_payload_bytes", max_message_bytes, settings.limits.max_payload_bytes)
+    return settings
+
+
+def _all_paths(patch: Mapping[str, Any]) -> list[str]:
+    return [k for k in patch if k in QueueSettings.model_fields]
+
+
+# ---------------------------------------------------------------------- cursors
+
+
+def _fingerprint(query: JobQuery) -> str:
+    raw = json.dumps([query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
+                      query.finished_before])
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+def encode_cursor(query: JobQuery, key: list[Any]) -> str:
+    """An opaque page token: the last row's sort key, bound to the query's filters."""
+    raw = json.dumps({"f": _fingerprint(query), "k": key}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(query: JobQuery, token: str) -> list[Any] | None:
+    """The sort key in ``token`` (None for an empty token). Raises ``InvalidRequest`` when it
+    is malformed or was made for other filters."""
+    if not token:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = json.loads(raw)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("page_token is malformed", "page_token") from None
+    if not isinstance(data, dict) or not isinstance(data.get("k"), list):
+        raise InvalidRequest("page_token is malformed", "page_token")
+    if data.get("f") != _fingerprint(query):
+        raise InvalidRequest("page_token was issued for other filters", "page_token")
+    key: list[Any] = data["k"]
+    return key
+
+
+# ---------------------------------------------------------------------- engine
+
+
+class AdminEngine:
+    """Admin operations over a ``JobEngine`` (queues, notifier, store) and an ``AdminStore``.
+
+    ``start()`` hooks the throughput counter into the engine and starts the flush loop;
+    ``stop()`` must run before the store closes (it writes the last counts).
+    """
+
+    def __init__(self, engine: JobEngine, store: AdminStore, *, flush_interval: float = 5.0) -> None:
+        self.engine = engine
+        self.store = store
+        self.counter = ThroughputCounter()
+        self.flush_interval = flush_interval
+        self._task: asyncio.Task[None] | None = None
+        self._counts = _CountsCache()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Count enqueues and flush them periodically."""
+        self.engine.on_stored = self.counter.on_stored
+        self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
+
+    async def stop(self) -> None:
+        """Stop the loop and write the last counts. Idempotent."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+            with contextlib.suppress(Exception):
+                await self.flush()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval)
+            try:
+                await self.flush()
+            except Exception:
+                log.warning("flushing throughput counts failed", exc_info=True)
+
+    async def flush(self) -> None:
+        """Write pending enqueue counts and prune minutes older than a day."""
+        counts = self.counter.take()
+        try:
+            await self.store.add_enqueued(counts, now_us() // _MINUTE - KEEP_MINUTES)
+        except BaseException:
+            self.counter.restore(counts)
+            raise
+
+    # ------------------------------------------------------------------ queues
+
+    def queue(self, name: str) -> QueueState:
+        """The queue, or ``NotFound`` (QUEUE_NOT_FOUND)."""
+        q = self.engine.queues.get(name)
+        if q is None:
+            raise NotFound(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
+        return q
+
+    def queues(self) -> list[QueueState]:
+        """Every queue, sorted by name."""
+        return self.engine.queues.all()
+
+    def _check_name(self, name: str) -> None:
+        rejection = self.engine.validator.validate(pb.EnqueueRequest(queue=name, job_type="x"), 0)
+        if rejection is not None and rejection.code == RejectionCode.QUEUE_NAME_INVALID.to_wire():
+            raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
+
+    async def _persist(self, q: QueueState) -> None:
+        await self.engine.store.upsert_queue(q.record(), now_us())
+        q.persisted = True
+
+    async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
+                            paths: Sequence[str] = ()) -> tuple[QueueState, bool]:
+        """Create ``name`` (server defaults + ``patch``) or mark it declared (applying ``patch``
+        when given). Returns the queue and whether it was created.
+
+        Raises ``InvalidRequest`` for a bad name or setting.
+        """
+        self._check_name(name)
+        cap = self.engine.limits.max_message_bytes
+        registry = self.engine.queues
+        current = registry.get(name)
+        if current is None:
+            settings = merge_settings(registry.defaults, patch, paths, cap) if patch is not None \
+                else registry.defaults
+            q = QueueState(name, settings, declared=True)
+            await self.engine.store.upsert_queue(q.record(), now_us())
+            q.persisted = True
+            raced = registry.get(name)  # an enqueue may have created it on demand meanwhile
+            if raced is not None:
+                raced.apply(settings)
+                raced.declared = True
+                return raced, False
+            registry.put(q)
+            return q, True
+        if patch is not None:
+            current.apply(merge_settings(current.settings, patch, paths, cap))
+        current.declared = True
+        await self._persist(current)
+        return current, False
+
+    async def update_queue(self, name: str, patch: Mapping[str, Any], paths: Sequence[str]) -> QueueState:
+        """Apply settings to an existing queue at once (validation and reserve use them next call)."""
+        q = self.queue(name)
+        settings = merge_settings(q.settings, patch, paths, self.engine.limits.max_message_bytes)
+        q.apply(settings)
+        await self._persist(q)
+        return q
+
+    async def set_paused(self, name: str, paused: bool) -> QueueState:
+        """Pause (Reserve gives nothing) or resume (waiting reservers are woken)."""
+        q = self.queue(name)
+        q.paused = paused
+        await self._persist(q)
+        if not paused:
+            self.engine.notifier.ready(name)
+        return q
+
+    async def purge(self, name: str, states: Iterable[int] = ()) -> int:
+        """Delete the queue's jobs in ``states`` (default SCHEDULED + READY); returns how many."""
+        self.queue(name)
+        wanted = tuple(dict.fromkeys(states)) or DEFAULT_PURGE
+        for s in wanted:
+            if s not in ALL_STATES:
+                raise InvalidRequest(f"unknown job state {s}", "states")
+        total = 0
+        while True:
+            n = await self.store.purge(name, wanted, CHUNK)
+            total += n
+            if n < CHUNK:
+                break
+        self._counts.expires = 0.0
+        return total
+
+    async def delete_queue(self, name: str, force: bool = False) -> int:
+        """Forget a queue; with ``force`` its jobs go too. Returns the jobs deleted.
+
+        Raises ``StateConflict`` (QUEUE_NOT_EMPTY) for a non-empty queue without ``force``.
+        """
+        self.queue(name)
+        deleted = 0
+        for _ in range(5):
+            if force:
+                deleted += await self.purge(name, ALL_STATES)
+            if await self.store.delete_queue(name):
+                self.engine.queues.remove(name)
+                self.counter.forget(name)
+                self._counts.expires = 0.0
+                return deleted
+            if not force:
+                counts = (await self.store.state_counts(name))[name]
+                raise StateConflict("QUEUE_NOT_EMPTY", f"queue {name!r} holds {counts.total} job(s); "
+                                    "purge it first or delete with force", {"jobs": str(counts.total)})
+        raise StateConflict("QUEUE_NOT_EMPTY", f"queue {name!r} keeps receiving jobs; pause producers first")
+
+    # ------------------------------------------------------------------ jobs
+
+    @staticmethod
+    def _job_id(text: str) -> bytes:
+        raw = job_id_bytes(text)
+        if raw is None:
+            raise InvalidRequest(f"job_id {text!r} is not a UUID", "job_id")
+        return raw
+
+    async def get_job(self, job_id: str) -> JobRecord:
+        """The full job, or ``NotFound`` (JOB_NOT_FOUND)."""
+        rec = await self.engine.store.get_job(self._job_id(job_id))
+        if rec is None:
+            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+        return rec
+
+    async def list_jobs(self, query: JobQuery, page_token: str = "", page_size: int = 0) -> JobListing:
+        """One page of jobs matching ``query`` (order: see ``sepp.storage.sqlite.admin``).
+
+        Raises ``InvalidRequest`` for a bad page size, state or token.
+        """
+        if page_size < 0 or page_size > MAX_PAGE:
+            raise InvalidRequest(f"page_size must be between 1 and {MAX_PAGE}", "page_size", MAX_PAGE, page_size)
+        if query.state is not None and query.state not in ALL_STATES:
+            raise InvalidRequest(f"unknown job state {query.state}", "state")
+        after = decode_cursor(query, page_token)
+        try:
+            page = await self.store.list_jobs(query, after, page_size or DEFAULT_PAGE)
+        except ValueError as exc:
+            raise InvalidRequest(f"page_token is malformed: {exc}", "page_token") from None
+        return JobListing(page.jobs, encode_cursor(query, page.next_key) if page.next_key is not None else "")
+
+    async def find_by_key(self, queue: str, key: str) -> tuple[str, int, JobRecord | None]:
+        """(job id, key expiry µs, the job or None if deleted) for a live idempotency key.
+
+        Raises ``NotFound`` (IDEMPOTENCY_KEY_NOT_FOUND) when the key is not claimed (or expired).
+        """
+        hit = await self.store.find_idempotency(queue, key)
+        if hit is None or hit[1] <= now_us():
+            raise NotFound(f"no live idempotency key {key!r} in queue {queue!r}", "IDEMPOTENCY_KEY_NOT_FOUND")
+        job = await self.engine.store.get_job(hit[0])
+        return job_id_text(hit[0]), hit[1], job
+
+    async def cancel(self, job_id: str, reason: str = "") -> JobRecord:
+        """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
+        ExtendLease). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
+        raw = self._job_id(job_id)
+        result = await self.store.cancel(raw, now_us(), self.engine.queues.policy_for,
+                                         reason[:1024] if reason else "")
+        if result.outcome is Outcome.NOT_FOUND:
+            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+        if result.outcome is Outcome.WRONG_STATE:
+            raise StateConflict("JOB_STATE", f"job {job_id} is {state_name(result.state)}; only SCHEDULED, "
+                                "READY and RESERVED jobs can be cancelled", {"state": state_name(result.state)})
+        self._counts.expires = 0.0
+        return await self.get_job(job_id)
+
+    async def requeue(self, job_id: str) -> JobRecord:
+        """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""
+        result = await self.store.requeue(self._job_id(job_id), now_us())
+        if result.outcome is Outcome.NOT_FOUND:
+            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+        if result.outcome is Outcome.WRONG_STATE:
+            raise StateConflict("JOB_STATE", f"job {job_id} is {state_name(result.state)}; only DEAD_LETTERED "
+                                "and CANCELLED jobs can be requeued", {"state": state_name(result.state)})
+        self.engine.notifier.ready(result.queue)
+        self._counts.expires = 0.0
+        return await self.get_job(job_id)
+
+    async def requeue_dead(self, where: DeadFilter, dry_run: bool = False, max_jobs: int = 0) -> tuple[int, int]:
+        """Bulk redrive: (matched, requeued). Only jobs dead-lettered before the call started
+        are taken, so a job that fails again meanwhile is not redriven twice."""
+        if max_jobs < 0:
+            raise InvalidRequest("max_jobs must not be negative", "max_jobs")
+        now = now_us()
+        before = now + 1 if where.before is None else min(where.before, now + 1)
+        snapshot = DeadFilter(where.queue, where.job_type, where.reason_prefix, where.after, before)
+        matched = await self.store.count_dead(snapshot)
+        if dry_run or matched == 0:
+            return matched, 0
+        goal = matched if max_jobs == 0 else min(max_jobs, matched)
+        done = 0
+        while done < goal:
+            n, queues = await self.store.requeue_dead(snapshot, now_us(), min(CHUNK, goal - done))
+            for name in queues:
+                self.engine.notifier.ready(name)
+            done += n
+            if n == 0:
+                break
+        self._counts.expires = 0.0
+        return matched, done
+
+    async def delete_job(self, job_id: str) -> None:
+        """Delete one job in any state. Raises ``NotFound``."""
+        result = await self.store.delete_job(self._job_id(job_id))
+        if result.outcome is Outcome.NOT_FOUND:
+            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+        self._counts.expires = 0.0
+
+    # ------------------------------------------------------------------ stats
+
+    async def _all_counts(self) -> dict[str, StateCounts]:
+        """Counts of every queue; cached for 5× the time the count took (≤ 10 s), so a
+        dashboard polling a huge database costs the readers at most ~1/6 of their time."""
+        cache = self._counts
+        if time.monotonic() < cache.expires:
+            return cache.value
+        started = time.monotonic()
+        cache.value = await self.store.state_counts(None)
+        took = time.monotonic() - started
+        cache.expires = time.monotonic() + min(10.0, 5 * took)
+        return cache.value
+
+    async def stats(self, names: Sequence[str] = ()) -> list[QueueStatsView]:
+        """Stats of ``names`` (every queue when empty), in the order given / by name.
+
+        Raises ``NotFound`` for an unknown name.
+        """
+        queues = [self.queue(n) for n in names] if names else self.queues()
+        if names and len(queues) <= 4:
+            counts: dict[str, StateCounts] = {}
+            for q in queues:
+                counts.update(await self.store.state_counts(q.name))
+        else:
+            counts = await self._all_counts()
+        now = now_us()
+        this_minute = now // _MINUTE
+        first = this_minute - WINDOW_MINUTES + 1
+        series: dict[str, dict[int, list[int]]] = {}
+        for row in await self.store.throughput(first):
+            series.setdefault(row.queue, {})[row.minute] = [row.enqueued, row.completed, row.dead_lettered]
+        for (queue, minute), n in self.counter.pending.items():
+            if minute >= first:
+                series.setdefault(queue, {}).setdefault(minute, [0, 0, 0])[0] += n
+        out = []
+        for q in queues:
+            oldest = await self.store.oldest_ready(q.name) if counts.get(q.name, StateCounts()).ready else None
+            per = series.get(q.name, {})
+            rows = [MinuteRow(q.name, m, *per.get(m, (0, 0, 0))) for m in range(first, this_minute + 1)]
+            out.append(QueueStatsView(q.name, q.paused, counts.get(q.name, StateCounts()), oldest, rows, now))
+        return out

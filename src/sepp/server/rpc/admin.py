@@ -1,0 +1,244 @@
+"""AdminService servicer (SPEC §4): proto in, ``AdminEngine``, proto out.
+
+Authentication: when ``admin_token`` is configured every call must carry the
+metadata ``authorization: Bearer <token>`` (compared in constant time); otherwise it
+fails UNAUTHENTICATED with ErrorInfo reason ``UNAUTHENTICATED``. Engine errors map
+to rich statuses through ``rpc.status``; ``StateConflict`` is FAILED_PRECONDITION.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeAlias, TypeVar
+
+from google.protobuf import field_mask_pb2
+from google.rpc import code_pb2
+
+from sepp import wire
+from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import admin_pb2_grpc
+from sepp.api.v1 import common_pb2 as pb
+from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict
+from sepp.server.errors import EngineError
+from sepp.server.queues import QueueState
+from sepp.server.rpc.convert import job_to_proto, ts
+from sepp.server.rpc.producer import queue_settings_proto
+from sepp.server.rpc.status import abort_for, abort_with
+from sepp.storage.admin import DeadFilter, JobQuery, JobSummary
+from sepp.storage.errors import StoreError
+from sepp.wire import duration_to_seconds, seconds_to_duration
+
+#: grpc.aio.ServicerContext (grpc ships no type stubs).
+Context: TypeAlias = Any
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+_DURATIONS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
+              "dead_letter_retention")
+_SCALARS = ("default_priority", "default_max_attempts", "retry_jitter")
+_LIMITS = ("max_payload_bytes", "allowed_encodings", "max_custom_entries", "max_custom_key_bytes",
+           "max_custom_bytes")
+
+
+# ---------------------------------------------------------------------- conversions
+
+
+def settings_patch(s: pb.QueueSettings) -> dict[str, Any]:
+    """A proto ``QueueSettings`` as the dict ``merge_settings`` takes (durations in seconds)."""
+    patch: dict[str, Any] = {name: getattr(s, name) for name in _SCALARS}
+    patch.update({name: duration_to_seconds(getattr(s, name)) for name in _DURATIONS})
+    lim = s.limits
+    patch["limits"] = {name: getattr(lim, name) for name in _LIMITS}
+    patch["limits"]["allowed_encodings"] = tuple(lim.allowed_encodings)
+    return patch
+
+
+def populated_paths(s: pb.QueueSettings) -> list[str]:
+    """The implied update mask (AIP-134): non-zero scalars, set durations, populated limits."""
+    paths = [name for name in _SCALARS if getattr(s, name)]
+    paths += [name for name in _DURATIONS if s.HasField(name)]  # type: ignore[arg-type]
+    if s.HasField("limits"):
+        paths += [f"limits.{name}" for name in _LIMITS if getattr(s.limits, name)]
+    return paths
+
+
+def mask_paths(settings: pb.QueueSettings, mask: field_mask_pb2.FieldMask) -> list[str]:
+    """The explicit mask's paths, or the implied one."""
+    return list(mask.paths) if mask.paths else populated_paths(settings)
+
+
+def queue_info(q: QueueState) -> pb.QueueInfo:
+    """A ``QueueInfo`` for a registry entry."""
+    return pb.QueueInfo(name=q.name, settings=queue_settings_proto(q.settings), paused=q.paused,
+                        declared=q.declared)
+
+
+def stats_proto(view: QueueStatsView) -> apb.QueueStats:
+    """A ``QueueStats`` for a stats view."""
+    c = view.counts
+    msg = apb.QueueStats(queue=view.name, paused=view.paused, scheduled=c.scheduled, ready=c.ready,
+                         reserved=c.reserved, completed=c.completed, dead_lettered=c.dead_lettered,
+                         cancelled=c.cancelled)
+    if view.oldest_ready_at is not None:
+        msg.oldest_ready_at.CopyFrom(ts(view.oldest_ready_at))
+        msg.oldest_ready_age.CopyFrom(seconds_to_duration(view.oldest_ready_age or 0.0))
+    for row in view.throughput:
+        msg.throughput.add(minute=ts(row.minute * 60_000_000), enqueued=row.enqueued, completed=row.completed,
+                           dead_lettered=row.dead_lettered)
+    return msg
+
+
+def summary_proto(s: JobSummary) -> apb.JobSummary:
+    """A ``JobSummary`` (Job without payload data and history)."""
+    return apb.JobSummary(job=job_to_proto(s.record, with_history=False), payload_bytes=s.payload_bytes,
+                          attempts_recorded=s.attempts_recorded, last_error=s.last_error)
+
+
+def _us(t: Any) -> int | None:
+    """A set Timestamp field as µs, None when unset."""
+    return None if t is None else int(t.seconds) * 1_000_000 + int(t.nanos) // 1000
+
+
+def _ts_field(msg: Any, name: str) -> int | None:
+    return _us(getattr(msg, name)) if msg.HasField(name) else None
+
+
+# ---------------------------------------------------------------------- auth + errors
+
+
+async def _abort(context: Context, code: int, reason: str, message: str,
+                 metadata: dict[str, str] | None = None) -> NoReturn:
+    await abort_with(context, wire.plain_status(code, reason, message, metadata))
+
+
+def _rpc(method: Callable[[AdminServicer, Req, Context], Awaitable[Resp]],
+         ) -> Callable[[AdminServicer, Req, Context], Awaitable[Resp]]:
+    """Authenticate, run, and map engine errors to rich statuses."""
+
+    @functools.wraps(method)
+    async def wrapper(self: AdminServicer, request: Req, context: Context) -> Resp:
+        if self.token is not None:
+            presented = ""
+            for key, value in context.invocation_metadata() or ():
+                if key == "authorization" and isinstance(value, str):
+                    presented = value
+            if not hmac.compare_digest(presented.encode(), self._expected):
+                await _abort(context, code_pb2.UNAUTHENTICATED, "UNAUTHENTICATED",
+                             "the admin API needs the metadata 'authorization: Bearer <admin token>'")
+        try:
+            return await method(self, request, context)
+        except StateConflict as exc:
+            await _abort(context, code_pb2.FAILED_PRECONDITION, exc.reason, str(exc), exc.metadata)
+        except (EngineError, StoreError) as exc:
+            await abort_for(context, exc)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------- servicer
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    """Implements ``sepp.api.v1.AdminService`` over an ``AdminEngine``. ``token`` = the admin token."""
+
+    def __init__(self, admin: AdminEngine, token: str | None) -> None:
+        self.admin = admin
+        self.token = token or None
+        self._expected = f"Bearer {token}".encode() if token else b""
+
+    # ------------------------------------------------------------------ queues
+
+    @_rpc
+    async def ListQueues(self, request: apb.ListQueuesRequest, context: Context) -> apb.ListQueuesResponse:
+        return apb.ListQueuesResponse(queues=[queue_info(q) for q in self.admin.queues()])
+
+    @_rpc
+    async def GetQueue(self, request: apb.GetQueueRequest, context: Context) -> pb.QueueInfo:
+        return queue_info(self.admin.queue(request.name))
+
+    @_rpc
+    async def DeclareQueue(self, request: apb.DeclareQueueRequest,
+                           context: Context) -> apb.DeclareQueueResponse:
+        if request.HasField("settings"):
+            q, created = await self.admin.declare_queue(
+                request.name, settings_patch(request.settings), mask_paths(request.settings, request.update_mask))
+        else:
+            q, created = await self.admin.declare_queue(request.name)
+        return apb.DeclareQueueResponse(queue=queue_info(q), created=created)
+
+    @_rpc
+    async def UpdateQueue(self, request: apb.UpdateQueueRequest, context: Context) -> pb.QueueInfo:
+        q = await self.admin.update_queue(request.name, settings_patch(request.settings),
+                                          mask_paths(request.settings, request.update_mask))
+        return queue_info(q)
+
+    @_rpc
+    async def DeleteQueue(self, request: apb.DeleteQueueRequest,
+                          context: Context) -> apb.DeleteQueueResponse:
+        return apb.DeleteQueueResponse(jobs_deleted=await self.admin.delete_queue(request.name, request.force))
+
+    @_rpc
+    async def PauseQueue(self, request: apb.PauseQueueRequest, context: Context) -> pb.QueueInfo:
+        return queue_info(await self.admin.set_paused(request.name, True))
+
+    @_rpc
+    async def ResumeQueue(self, request: apb.ResumeQueueRequest, context: Context) -> pb.QueueInfo:
+        return queue_info(await self.admin.set_paused(request.name, False))
+
+    @_rpc
+    async def PurgeQueue(self, request: apb.PurgeQueueRequest, context: Context) -> apb.PurgeQueueResponse:
+        return apb.PurgeQueueResponse(deleted=await self.admin.purge(request.queue, list(request.states)))
+
+    @_rpc
+    async def GetQueueStats(self, request: apb.GetQueueStatsRequest,
+                            context: Context) -> apb.GetQueueStatsResponse:
+        views = await self.admin.stats(list(request.queues))
+        return apb.GetQueueStatsResponse(stats=[stats_proto(v) for v in views])
+
+    # ------------------------------------------------------------------ jobs
+
+    @_rpc
+    async def GetJob(self, request: apb.GetJobRequest, context: Context) -> pb.Job:
+        return job_to_proto(await self.admin.get_job(request.job_id))
+
+    @_rpc
+    async def ListJobs(self, request: apb.ListJobsRequest, context: Context) -> apb.ListJobsResponse:
+        query = JobQuery(queue=request.queue or None, state=int(request.state) or None,
+                         job_type=request.job_type or None, reason_prefix=request.reason_prefix or None,
+                         finished_after=_ts_field(request, "finished_after"),
+                         finished_before=_ts_field(request, "finished_before"))
+        page = await self.admin.list_jobs(query, request.page_token, request.page_size)
+        return apb.ListJobsResponse(jobs=[summary_proto(s) for s in page.jobs], next_page_token=page.next_token)
+
+    @_rpc
+    async def FindJobByIdempotencyKey(self, request: apb.FindJobByIdempotencyKeyRequest,
+                                      context: Context) -> apb.FindJobByIdempotencyKeyResponse:
+        job_id, expires, job = await self.admin.find_by_key(request.queue, request.key)
+        resp = apb.FindJobByIdempotencyKeyResponse(job_id=job_id, key_expires_at=ts(expires))
+        if job is not None:
+            resp.job.CopyFrom(job_to_proto(job))
+        return resp
+
+    @_rpc
+    async def CancelJob(self, request: apb.CancelJobRequest, context: Context) -> pb.Job:
+        return job_to_proto(await self.admin.cancel(request.job_id, request.reason))
+
+    @_rpc
+    async def RequeueJob(self, request: apb.RequeueJobRequest, context: Context) -> pb.Job:
+        return job_to_proto(await self.admin.requeue(request.job_id))
+
+    @_rpc
+    async def RequeueDeadLettered(self, request: apb.RequeueDeadLetteredRequest,
+                                  context: Context) -> apb.RequeueDeadLetteredResponse:
+        f = request.filter
+        where = DeadFilter(queue=f.queue or None, job_type=f.job_type or None, reason_prefix=f.reason_prefix or None,
+                           after=_ts_field(f, "dead_lettered_after"), before=_ts_field(f, "dead_lettered_before"))
+        matched, requeued = await self.admin.requeue_dead(where, request.dry_run, request.max_jobs)
+        return apb.RequeueDeadLetteredResponse(matched=matched, requeued=requeued)
+
+    @_rpc
+    async def DeleteJob(self, request: apb.DeleteJobRequest, context: Context) -> apb.DeleteJobResponse:
+        await self.admin.delete_job(request.job_id)
+        return apb.DeleteJobResponse()

@@ -1,0 +1,168 @@
+"""``sepp queues …`` / ``sepp jobs …`` in subprocesses against a real server (SPEC §4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2_grpc, worker_pb2_grpc
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.testing import ServerProcess
+from sepp.testing.process import free_port
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module; every test uses its own queues."""
+    with ServerProcess(Path(tmp_path_factory.mktemp("cli-admin")), {"sweep_interval": 0.05}) as proc:
+        yield proc
+
+
+def sepp(*args: str, server: str | None = None, env: dict[str, str] | None = None,
+         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``sepp`` with ``args`` (``--server`` added when given); never inherits a terminal."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")}
+    full_env.update(env or {})
+    full_env["COLUMNS"] = "200"
+    argv = [sys.executable, "-m", "sepp", *args] + (["--server", server] if server else [])
+    return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=60,
+                          input=stdin if stdin is not None else "")
+
+
+def ok_json(*args: str, server: str) -> Any:
+    """Run with ``--json``, expect exit 0, parse stdout."""
+    result = sepp(*args, "--json", server=server)
+    assert result.returncode == 0, result.stderr + result.stdout
+    return json.loads(result.stdout)
+
+
+def enqueue(target: str, queue: str, **fields: Any) -> str:
+    with grpc.insecure_channel(target) as ch:
+        ack = producer_pb2_grpc.ProducerServiceStub(ch).Enqueue(pb.EnqueueRequest(queue=queue, job_type="t",
+                                                                                  **fields))
+        return str(ack.job_id)
+
+
+def dead_letter(target: str, queue: str, reason: str = "bad") -> str:
+    """Enqueue into a fresh queue and dead-letter the job through the worker API."""
+    job_id = enqueue(target, queue)
+    with grpc.insecure_channel(target) as ch:
+        worker = worker_pb2_grpc.WorkerServiceStub(ch)
+        (r,) = worker.Reserve(wpb.ReserveRequest(queues=[queue], max_jobs=1, worker_id="cli-test")).reservations
+        assert r.job.id == job_id
+        worker.Nack(wpb.NackRequest(job_id=job_id, lease_id=r.lease_id, dead_letter=reason,
+                                    error=wpb.JobError(message="no luck")))
+    return job_id
+
+
+def test_queues_declare_list_show_pause_resume(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    made = ok_json("queues", "declare", "cli:q.1", "--priority", "7", "--lease", "45s",
+                   "--allowed-encoding", "application/json", server=target)
+    assert made["created"] is True
+    assert made["settings"]["default_priority"] == 7 and made["settings"]["lease_duration"] == 45.0
+    assert made["settings"]["limits"]["allowed_encodings"] == ["application/json"]
+    changed = ok_json("queues", "declare", "cli:q.1", "--max-attempts", "3", server=target)
+    assert changed["created"] is False and changed["changed"] == ["default_max_attempts"]
+    assert changed["settings"]["default_priority"] == 7  # untouched
+    enqueue(target, "cli:q.1", payload=pb.Payload(data=b"{}", encoding="application/json"))
+    listed = ok_json("queues", "list", server=target)
+    row = next(q for q in listed if q["name"] == "cli:q.1")
+    assert row["counts"]["ready"] == 1 and row["oldest_ready_age"] is not None
+    shown = ok_json("queues", "show", "cli:q.1", server=target)
+    assert shown["declared"] is True and len(shown["throughput"]) == 60
+    assert sum(m["enqueued"] for m in shown["throughput"]) == 1
+    assert ok_json("queues", "pause", "cli:q.1", server=target)["paused"] is True
+    assert ok_json("queues", "resume", "cli:q.1", server=target)["paused"] is False
+    human = sepp("queues", "list", server=target)
+    assert human.returncode == 0 and "cli:q.1" in human.stdout
+    show = sepp("queues", "show", "cli:q.1", server=target)
+    assert "lease_duration" in show.stdout and "45s" in show.stdout
+
+
+def test_destructive_commands_refuse_without_yes_when_nobody_can_answer(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    enqueue(target, "cli-purge")
+    enqueue(target, "cli-purge")
+    refused = sepp("queues", "purge", "cli-purge", server=target)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert ok_json("queues", "purge", "cli-purge", "--yes", server=target) == {"queue": "cli-purge", "deleted": 2}
+    enqueue(target, "cli-del")
+    busy = sepp("queues", "delete", "cli-del", "--yes", "--json", server=target)
+    assert busy.returncode == 2 and json.loads(busy.stderr)["reason"] == "QUEUE_NOT_EMPTY"
+    gone = ok_json("queues", "delete", "cli-del", "--force", "--yes", server=target)
+    assert gone["jobs_deleted"] == 1
+    missing = sepp("queues", "show", "cli-del", server=target)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_jobs_list_show_and_page(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    ids = [enqueue(target, "cli-jobs", priority=5, idempotency_key=f"key-{i}",
+                   payload=pb.Payload(data=b'{"n": 1}', encoding="application/json")) for i in range(5)]
+    first = ok_json("jobs", "list", "--queue", "cli-jobs", "--state", "ready", "--limit", "2", server=target)
+    assert [j["id"] for j in first["jobs"]] == ids[:2] and first["next_page_token"]
+    rest = ok_json("jobs", "list", "--queue", "cli-jobs", "--state", "ready", "--limit", "0",
+                   "--page-token", first["next_page_token"], server=target)
+    assert [j["id"] for j in rest["jobs"]] == ids[2:] and rest["next_page_token"] is None
+    job = ok_json("jobs", "show", ids[0], server=target)
+    assert job["payload"] == {"text": '{"n": 1}', "encoding": "application/json", "bytes": 8}
+    assert job["state"] == "READY" and job["idempotency_key"] == "key-0"
+    by_key = ok_json("jobs", "show", "--queue", "cli-jobs", "--key", "key-3", server=target)
+    assert by_key["id"] == ids[3]
+    human = sepp("jobs", "show", ids[0], server=target)
+    assert human.returncode == 0 and '"n": 1' in human.stdout
+    table = sepp("jobs", "list", "--queue", "cli-jobs", server=target)
+    assert ids[4] in table.stdout
+    bad = sepp("jobs", "list", "--state", "sideways", server=target)
+    assert bad.returncode == 2 and "unknown job state" in bad.stderr
+
+
+def test_jobs_cancel_requeue_and_delete(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    job_id = enqueue(target, "cli-cx")
+    (cancelled,) = ok_json("jobs", "cancel", job_id, "--reason", "nope", "--yes", server=target)
+    assert cancelled["state"] == "CANCELLED"
+    (requeued,) = ok_json("jobs", "requeue", job_id, server=target)
+    assert requeued == {"id": job_id, "state": "READY", "attempt": 0}
+    assert ok_json("jobs", "delete", job_id, "--yes", server=target) == {"deleted": [job_id]}
+    missing = sepp("jobs", "show", job_id, "--json", server=target)
+    assert missing.returncode == 2 and json.loads(missing.stderr)["reason"] == "JOB_NOT_FOUND"
+
+
+def test_bulk_requeue_shows_the_dry_run_count_then_redrives(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    dead = [dead_letter(target, "cli-dead", reason="flaky") for _ in range(3)]
+    dead_letter(target, "cli-dead-other")
+    counted = ok_json("jobs", "requeue", "--all-dead", "--queue", "cli-dead", "--dry-run", server=target)
+    assert counted == {"matched": 3, "requeued": 0, "dry_run": True}
+    no_tty = sepp("jobs", "requeue", "--all-dead", "--queue", "cli-dead", server=target)
+    assert no_tty.returncode == 2 and "Requeue 3 of 3" in no_tty.stderr
+    done = ok_json("jobs", "requeue", "--all-dead", "--queue", "cli-dead", "--reason", "NACK_DEAD_LETTER",
+                   "--after", "1h", "--yes", server=target)
+    assert done == {"matched": 3, "requeued": 3, "dry_run": False}
+    states = {ok_json("jobs", "show", i, server=target)["state"] for i in dead}
+    assert states == {"READY"}
+    assert ok_json("jobs", "requeue", "--all-dead", "--queue", "cli-dead-other", "--dry-run",
+                   server=target)["matched"] == 1
+
+
+def test_transport_errors_and_missing_tokens_have_their_exit_codes(server_factory: Any) -> None:
+    down = sepp("queues", "list", server=f"127.0.0.1:{free_port()}", env={})
+    assert down.returncode == 3 and "cannot reach" in down.stderr
+    locked = server_factory(admin_token="tok-1")
+    refused = sepp("queues", "list", server=locked.grpc_target)
+    assert refused.returncode == 2 and "SEPP_ADMIN_TOKEN" in refused.stderr
+    allowed = sepp("queues", "list", "--json", server=locked.grpc_target, env={"SEPP_ADMIN_TOKEN": "tok-1"})
+    assert allowed.returncode == 0 and json.loads(allowed.stdout) == []
+    via_env = sepp("queues", "list", "--json", env={"SEPP_SERVER": locked.grpc_target, "SEPP_ADMIN_TOKEN": "tok-1"})
+    assert via_env.returncode == 0

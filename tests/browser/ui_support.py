@@ -1,0 +1,94 @@
+"""Helpers of the browser tests: the Chromium fixtures, UI-friendly server config, raw-stub job factories.
+
+The fixtures live here rather than in a ``conftest.py`` (a second conftest module would clash
+with ``tests/conftest.py`` under mypy); test modules import them by name. Without
+/usr/bin/chromium the browser tests are skipped (``apt-get install -y chromium``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2_grpc, worker_pb2_grpc
+from sepp.api.v1 import worker_pb2 as wpb
+
+CHROMIUM = os.environ.get("SEPP_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+#: The one Playwright + Chromium of the test process (sync Playwright allows one per thread;
+#: every test module imports the fixture, so the fixture shares this instead of owning it).
+_SHARED: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="session", name="browser")
+def browser_fixture() -> Iterator[Browser]:
+    """One headless Chromium for the session."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    if "browser" not in _SHARED:
+        pw = sync_playwright().start()
+        _SHARED["playwright"] = pw
+        _SHARED["browser"] = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    yield _SHARED["browser"]
+    if "browser" in _SHARED:
+        _SHARED.pop("browser").close()
+        _SHARED.pop("playwright").stop()
+
+
+@pytest.fixture(name="page")
+def page_fixture(browser: Browser) -> Iterator[Page]:
+    """A fresh browser context (own cookies) and page; dialogs (confirm) are accepted."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(10_000)
+    pg = context.new_page()
+    pg.on("dialog", lambda dialog: dialog.accept())
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    # Console errors (a CSP violation, a script error) fail the test; HTTP error statuses the
+    # tests provoke on purpose (400 rejection, 404) are logged as "Failed to load resource".
+    pg.on("console", lambda msg: errors.append(msg.text)
+          if msg.type == "error" and "Failed to load resource" not in msg.text else None)
+    try:
+        yield pg
+    finally:
+        context.close()
+    # Scripts must run under the UI's Content-Security-Policy without errors.
+    assert not errors, errors
+
+
+#: Server config of the UI tests: a declared queue with a tiny payload limit.
+UI_CONFIG: dict[str, Any] = {"sweep_interval": 0.05, "shutdown_grace": 5.0,
+                             "queues": {"small": {"limits": {"max_payload_bytes": 16}}}}
+
+
+def enqueue(target: str, queue: str, job_type: str = "t", **fields: Any) -> str:
+    """Enqueue one job through the producer API; returns its id."""
+    with grpc.insecure_channel(target) as ch:
+        ack = producer_pb2_grpc.ProducerServiceStub(ch).Enqueue(
+            pb.EnqueueRequest(queue=queue, job_type=job_type, **fields), timeout=20)
+        return str(ack.job_id)
+
+
+def dead_letter(target: str, queue: str, job_type: str = "t", reason: str = "bad input",
+                error: str = "it broke", **fields: Any) -> str:
+    """Enqueue a job on ``queue`` (which must hold no other ready job), Reserve it and Nack it with
+    ``dead_letter`` through raw worker stubs; returns its id."""
+    job_id = enqueue(target, queue, job_type, **fields)
+    with grpc.insecure_channel(target) as ch:
+        worker = worker_pb2_grpc.WorkerServiceStub(ch)
+        (r,) = worker.Reserve(wpb.ReserveRequest(queues=[queue], max_jobs=1, worker_id="ui-test"),
+                              timeout=20).reservations
+        assert r.job.id == job_id
+        worker.Nack(wpb.NackRequest(job_id=job_id, lease_id=r.lease_id, dead_letter=reason,
+                                    error=wpb.JobError(message=error, detail="Traceback: " + error)), timeout=20)
+    return job_id

@@ -25,16 +25,17 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-#: The one Playwright + Chromium of the test process (sync Playwright allows one per thread;
-#: every test module imports the fixture, so the fixture shares this instead of owning it).
+#: The Playwright + Chromium of the current test module (sync Playwright allows one per
+#: thread). Module scope, not session: sync Playwright keeps an event loop running in the
+#: main thread while it is started, which would break the async tests that run later.
 _SHARED: dict[str, Any] = {}
 
 
-@pytest.fixture(scope="session", name="browser")
+@pytest.fixture(scope="module", name="browser")
 def browser_fixture() -> Iterator[Browser]:
-    """One headless Chromium for the session."""
+    """One headless Chromium per test module. A missing Chromium fails (never skips)."""
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+        pytest.fail(f"no Chromium at {CHROMIUM}: run scripts/ensure-chromium.sh (apt-get install -y chromium)")
     if "browser" not in _SHARED:
         pw = sync_playwright().start()
         _SHARED["playwright"] = pw

@@ -165,6 +165,21 @@ def test_cancel_of_a_reserved_job_is_reported_through_extend_lease(stubs: AdminS
                                                                 "COMPLETED")
 
 
+@pytest.mark.parametrize("directive", ["retry", "release"])
+def test_a_reserved_job_asked_to_cancel_is_cancelled_when_the_worker_gives_it_back(stubs: AdminStubs,
+                                                                                  directive: str) -> None:
+    queue = f"cancel-{directive}"
+    job_id = stubs.enqueue(queue)
+    r = stubs.reserve_job(queue, job_id)
+    stubs.call("CancelJob", apb.CancelJobRequest(job_id=job_id))
+    nack = wpb.NackRequest(job_id=job_id, lease_id=r.lease_id)
+    getattr(nack, directive).SetInParent()
+    assert stubs.worker.Nack(nack).state == pb.CANCELLED
+    job = stubs.call("GetJob", apb.GetJobRequest(job_id=job_id))
+    assert job.state == pb.CANCELLED and "cancelled" in job.dead_letter_reason
+    assert stubs.reserve(queue) == []
+
+
 def test_requeue_keeps_the_job_and_its_history_and_resets_the_attempt(stubs: AdminStubs) -> None:
     job_id = stubs.dead_letter("rq", "work", payload=pb.Payload(data=b"\x00\x01", encoding="bin"),
                                custom={"k": pb.CustomValue(float_value=1.5)}, priority=3, max_attempts=4,

@@ -66,7 +66,7 @@ WHERE seq = ?;
 UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
 
 -- name: expired_leases
-SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at
+SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested
 FROM jobs WHERE state = 3 AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?;
 
 -- name: prune_jobs

@@ -44,6 +44,8 @@ _PKG = "sepp.storage.sqlite"
 DB_FILE = "sepp.db"
 #: Held (flock) by the process that owns the folder: one sepp per data folder.
 LOCK_FILE = "sepp.lock"
+#: Reason recorded when a cancel requested during a reservation takes effect.
+CANCELLED_WHILE_RESERVED = "cancelled by admin while reserved"
 _READY, _RESERVED = int(State.READY), int(State.RESERVED)
 
 
@@ -304,9 +306,13 @@ class SQLiteStore:
         def op(conn: sqlite3.Connection) -> SweepResult:
             rows = conn.execute(Q["expired_leases"], (now, limit)).fetchall()
             woke = set()
-            for seq, queue, attempt, max_attempts, worker, started, expired_at in rows:
+            for seq, queue, attempt, max_attempts, worker, started, expired_at, cancel in rows:
                 entry = _history_entry(attempt, worker, started, expired_at, "lease_expired", "lease expired", "")
-                if attempt >= max_attempts:
+                if cancel:  # an admin asked to cancel it while reserved: it does not go back
+                    conn.execute(Q["settle_update"], (int(State.CANCELLED), expired_at, attempt, now,
+                                                      now + policy(queue).dead_retention, CANCELLED_WHILE_RESERVED,
+                                                      entry, seq))
+                elif attempt >= max_attempts:
                     purge = now + policy(queue).dead_retention
                     conn.execute(Q["settle_update"], (int(State.DEAD_LETTERED), expired_at, attempt, now, purge,
                                                       "LEASE_EXPIRED", entry, seq))
@@ -364,7 +370,7 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
                 and row[2] == int(State.COMPLETED)):
             return SettleResult(None, int(State.COMPLETED), 0, row[5])
         return SettleResult(err)
-    seq, queue, _state, _lease, _exp, attempt, max_attempts, worker, started, _cancel, run_at = row
+    seq, queue, _state, _lease, _exp, attempt, max_attempts, worker, started, cancel, run_at = row
     pol = policy(queue)
     outcome = p.outcome or p.kind.value
     entry = _history_entry(attempt, worker, started, p.now, outcome, p.error_message, p.error_detail)
@@ -380,5 +386,8 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
     else:  # RETRY with attempts left
         delay = p.delay if p.delay >= 0 else pol.backoff(attempt, random.uniform(-1.0, 1.0))
         new = (int(State.SCHEDULED) if delay > 0 else _READY, p.now + delay, attempt, None, None, None)
+    if cancel and new[0] in (_READY, int(State.SCHEDULED)):
+        # An admin asked to cancel this job while it ran (SPEC §1): it does not go back.
+        new = (int(State.CANCELLED), new[1], new[2], p.now, p.now + pol.dead_retention, CANCELLED_WHILE_RESERVED)
     conn.execute(Q["settle_update"], (*new, entry, seq))
     return SettleResult(None, new[0], new[1], new[2])

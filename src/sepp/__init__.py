@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from sepp.rejections import RejectionCode
+    from sepp.worker import DeadLetter, Job, Retry, Worker
     from sepp.request import (
         EnqueueAck,
         EnqueueRequest,
@@ -56,6 +57,10 @@ _EXPORTS: dict[str, str] = {
     "Rejection": "sepp.request",
     "ServerInfo": "sepp.request",
     "RejectionCode": "sepp.rejections",
+    "Worker": "sepp.worker",
+    "Job": "sepp.worker",
+    "Retry": "sepp.worker",
+    "DeadLetter": "sepp.worker",
     "AtomicEnqueueError": "sepp.errors",
     "DeadlineExceeded": "sepp.errors",
     "MessageTooLarge": "sepp.errors",
@@ -69,6 +74,10 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AsyncClient",
+    "DeadLetter",
+    "Job",
+    "Retry",
+    "Worker",
     "AtomicEnqueueError",
     "Client",
     "ClientOptions",

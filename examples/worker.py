@@ -1,0 +1,43 @@
+"""An example worker: run it with ``sepp worker examples.worker:worker`` (see README.md).
+
+Handlers are registered by job type. ``async def`` handlers run on the worker's event
+loop; plain ``def`` handlers run in its thread pool, so they may block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sepp.worker import DeadLetter, Job, Retry, Worker
+
+worker = Worker("127.0.0.1:7700", queues=["emails"], concurrency=4, shutdown_grace=10.0)
+
+
+@worker.handler("welcome")
+async def welcome(job: Job) -> None:
+    """Return = success (ack): the job is COMPLETED."""
+    user_id = job.json()["user_id"]          # payload bytes parsed as JSON
+    vip = job.custom.get("vip", False)        # typed custom map: a bool stays a bool
+    await asyncio.sleep(0.2)                  # pretend to send a mail
+    if user_id is None:
+        raise DeadLetter("no user id")        # give up now: NACK_DEAD_LETTER
+    print(f"    sent welcome mail to user {user_id}{' (vip)' if vip else ''}", flush=True)
+
+
+def thumbnail(job: Job) -> None:
+    """A blocking handler: runs in a thread. ``Retry(after=...)`` asks for a fixed delay."""
+    if job.attempt == 1 and job.custom.get("busy", False):
+        raise Retry("image service busy", after=2.0)
+    time.sleep(0.5)
+
+
+worker.register("thumbnail", thumbnail)
+
+
+@worker.handler("flaky")
+async def flaky(job: Job) -> None:
+    """Always fails: each failure is retried with the queue's backoff until max_attempts,
+    then the job is dead-lettered (ATTEMPTS_EXHAUSTED). The error and traceback are kept
+    in the job's attempt history."""
+    raise RuntimeError(f"the flaky service failed (attempt {job.attempt} of {job.max_attempts})")

@@ -1,0 +1,128 @@
+"""Automatic lease extension for jobs a worker holds (running or prefetched).
+
+Each held job gets a timer at one third of its lease; when it fires, ``ExtendLease``
+pushes the expiry out by one whole lease again, so two thirds of a lease of slack
+absorb a slow call or a short server restart. An extension also reports an admin's
+cancel request (``Job.cancel_requested``). A refused extension (LEASE_MISMATCH /
+LEASE_EXPIRED) marks the job ``lease_lost`` and stops extending it; a transport
+error retries sooner.
+
+The lease length is the worker's ``lease_duration`` when set; otherwise it is
+estimated from the first reservation as ``lease_expires_at − local wall clock``
+(exact on one host; set ``lease_duration`` explicitly when clocks may drift).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sepp.errors import SeppError
+from sepp.worker._rpc import WorkerRpc
+from sepp.worker.errors import LeaseError
+from sepp.worker.job import Job, timestamp_to_datetime
+
+log = logging.getLogger("sepp.worker")
+
+#: Shortest lease length the keeper assumes, seconds (guards against clock skew).
+MIN_LEASE = 0.05
+
+
+@dataclass(slots=True)
+class _Held:
+    length: float
+    handle: asyncio.TimerHandle | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class LeaseKeeper:
+    """Keeps the leases of tracked jobs alive until ``untrack``.
+
+    ``on_lost(job, error)`` is called once when an extension is refused.
+    """
+
+    def __init__(self, rpc: WorkerRpc, lease_duration: float | None,
+                 on_lost: Callable[[Job, LeaseError], None] | None = None) -> None:
+        self._rpc = rpc
+        self._lease = lease_duration
+        self._on_lost = on_lost
+        self._held: dict[Job, _Held] = {}
+        #: Extensions sent (metrics, tests).
+        self.extensions = 0
+
+    def lease_length(self, job: Job) -> float:
+        """The lease length assumed for ``job``, seconds."""
+        if self._lease is not None:
+            return self._lease
+        remaining = job.lease_expires_at.timestamp() - time.time()
+        return max(MIN_LEASE, remaining)
+
+    def track(self, job: Job) -> None:
+        """Start keeping ``job``'s lease alive (call right after it was reserved)."""
+        held = _Held(self.lease_length(job))
+        self._held[job] = held
+        self._schedule(job, held, held.length / 3)
+
+    def untrack(self, job: Job) -> None:
+        """Stop extending ``job`` (it finished or was given back). Idempotent."""
+        held = self._held.pop(job, None)
+        if held is not None and held.handle is not None:
+            held.handle.cancel()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _schedule(self, job: Job, held: _Held, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        held.handle = loop.call_later(delay, self._fire, job)
+
+    def _fire(self, job: Job) -> None:
+        held = self._held.get(job)
+        if held is None:
+            return
+        held.handle = None
+        held.task = asyncio.create_task(self._extend(job, held), name=f"sepp-extend-{job.id}")
+
+    async def _extend(self, job: Job, held: _Held) -> None:
+        self.extensions += 1
+        try:
+            resp = await self._rpc.extend(job.id, job.lease_id, held.length)
+        except LeaseError as exc:
+            if self._held.pop(job, None) is None:
+                return  # finished meanwhile: the refusal is expected
+            job.lease_lost = True
+            log.warning("lease of job %s lost (%s): it may be delivered again", job.id, exc.reason)
+            if self._on_lost is not None:
+                self._on_lost(job, exc)
+            return
+        except SeppError as exc:
+            if job in self._held:
+                retry = max(MIN_LEASE / 2, min(held.length / 6, 1.0))
+                log.warning("extending the lease of job %s failed (%s); retrying in %.2fs",
+                            job.id, exc, retry)
+                self._schedule(job, held, retry)
+            return
+        if resp.cancel_requested:
+            job.cancel_requested = True
+        job.lease_expires_at = timestamp_to_datetime(resp.lease_expires_at)
+        if self._held.get(job) is held:
+            self._schedule(job, held, held.length / 3)
+
+    async def close(self) -> None:
+        """Stop every timer and wait for extensions in flight."""
+        held = list(self._held.values())
+        self._held.clear()
+        tasks = []
+        for h in held:
+            if h.handle is not None:
+                h.handle.cancel()
+            if h.task is not None and not h.task.done():
+                tasks.append(h.task)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+__all__ = ["LeaseKeeper"]

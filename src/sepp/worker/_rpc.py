@@ -1,0 +1,102 @@
+"""The worker's side of ``sepp.api.v1.WorkerService`` over one grpc.aio channel.
+
+Converts ``grpc.RpcError`` into sepp exceptions: lease refusals become
+``LeaseError``; everything else goes through the producer client's converter, so a
+transport failure is the same ``TransportError`` family on both sides (transient
+ones have ``.transient = True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.api.v1 import worker_pb2_grpc
+from sepp.client._core import USER_AGENT, error_from_rpc
+from sepp.errors import SeppError, ServerError
+from sepp.wire import seconds_to_duration
+from sepp.worker.errors import LEASE_REASONS, LeaseError
+
+#: Channel arguments: reservations may carry many large payloads, so receive without a cap
+#: (the server bounds what it sends by its own max_message_bytes).
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.primary_user_agent", USER_AGENT),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+    ("grpc.keepalive_time_ms", 30_000),
+]
+
+
+def convert_error(exc: grpc.RpcError, target: str, job_id: str = "") -> SeppError:
+    """A worker call's gRPC error as a sepp exception (``LeaseError`` for lease refusals)."""
+    err = error_from_rpc(exc, target)
+    if isinstance(err, ServerError) and err.reason in LEASE_REASONS:
+        return LeaseError(err.reason, job_id, err.message)
+    return err
+
+
+class WorkerRpc:
+    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``."""
+
+    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+        self.target = target
+        self._options = [*CHANNEL_OPTIONS, *channel_options]
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+
+    def _get_stub(self) -> Any:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
+        return self._stub
+
+    def reserve_call(self, queues: Sequence[str], max_jobs: int, wait: float, worker_id: str,
+                     lease_duration: float | None) -> Any:
+        """Start a ``Reserve`` and return the call object (await it; ``cancel()`` it).
+
+        The call's deadline is ``wait`` plus 10 s of slack.
+        """
+        req = wpb.ReserveRequest(queues=list(queues), max_jobs=max_jobs, worker_id=worker_id)
+        if wait > 0:
+            req.wait.CopyFrom(seconds_to_duration(wait))
+        if lease_duration is not None:
+            req.lease_duration.CopyFrom(seconds_to_duration(lease_duration))
+        return self._get_stub().Reserve(req, timeout=wait + 10.0)
+
+    async def settle(self, items: Sequence[wpb.SettleItem]) -> list[wpb.SettleResult]:
+        """One batched ``Settle`` (deadline 30 s); one result per item, in order.
+
+        Raises a ``TransportError`` (or ``ServerError`` for a count mismatch).
+        """
+        try:
+            resp = await self._get_stub().Settle(wpb.SettleRequest(items=list(items)), timeout=30.0)
+        except grpc.RpcError as exc:
+            raise convert_error(exc, self.target) from None
+        if len(resp.results) != len(items):
+            raise ServerError(f"the server answered {len(resp.results)} results for {len(items)} items")
+        return list(resp.results)
+
+    async def extend(self, job_id: str, lease_id: str, extend_by: float) -> wpb.ExtendLeaseResponse:
+        """``ExtendLease`` (deadline 10 s): new expiry = server now + ``extend_by`` seconds.
+
+        Raises ``LeaseError`` when the lease no longer holds, else a ``TransportError``.
+        """
+        req = wpb.ExtendLeaseRequest(job_id=job_id, lease_id=lease_id,
+                                     extend_by=seconds_to_duration(extend_by))
+        try:
+            return await self._get_stub().ExtendLease(req, timeout=10.0)  # type: ignore[no-any-return]
+        except grpc.RpcError as exc:
+            raise convert_error(exc, self.target, job_id) from None
+
+    async def close(self) -> None:
+        """Close the channel (idempotent)."""
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
+
+
+__all__ = ["CHANNEL_OPTIONS", "WorkerRpc", "convert_error"]

@@ -1,0 +1,107 @@
+"""Batched settling: acks and nacks of jobs that finish together share one ``Settle`` call.
+
+Natural batching (no timer): the first item goes out at once; items that arrive while
+a call is in flight wait and leave together in the next one (up to ``max_batch``).
+So an idle worker settles each job immediately and a busy one in large batches.
+
+A batch that fails with a transient transport error (the server restarting, say) is
+sent again with backoff for up to ``retry_for`` seconds. Re-sending is safe: a
+repeated ack by the completing lease succeeds again (SPEC §6); a nack that did land
+the first time is refused (LEASE_EXPIRED / LEASE_MISMATCH) the second, which the
+result reports with ``resent = True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.errors import SeppError, TransportError
+from sepp.worker._rpc import WorkerRpc
+
+log = logging.getLogger("sepp.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The server's verdict on one item; ``resent`` when it took more than one call."""
+
+    result: wpb.SettleResult
+    resent: bool
+
+
+class Settler:
+    """Queues settle items and sends them in batches over ``rpc`` (see the module docstring)."""
+
+    def __init__(self, rpc: WorkerRpc, *, max_batch: int = 256, retry_for: float = 60.0) -> None:
+        self._rpc = rpc
+        self._max_batch = max_batch
+        self._retry_for = retry_for
+        self._items: list[tuple[wpb.SettleItem, asyncio.Future[Settled]]] = []
+        self._task: asyncio.Task[None] | None = None
+        #: Settle calls made and items sent (metrics, tests).
+        self.calls = 0
+        self.items = 0
+
+    def submit(self, item: wpb.SettleItem) -> asyncio.Future[Settled]:
+        """Queue one ack/nack; the future resolves to its ``Settled`` verdict, or raises the
+        ``SeppError`` that made its batch fail for good."""
+        fut: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
+        self._items.append((item, fut))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="sepp-settler")
+        return fut
+
+    @property
+    def pending(self) -> int:
+        """Items queued or in flight."""
+        return len(self._items) + (0 if self._task is None or self._task.done() else 1)
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far has its verdict."""
+        while self._task is not None and not self._task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._task)
+
+    async def _drain(self) -> None:
+        while self._items:
+            batch, self._items = self._items[:self._max_batch], self._items[self._max_batch:]
+            batch = [(item, fut) for item, fut in batch if not fut.cancelled()]
+            if not batch:
+                continue
+            try:
+                results, resent = await self._send([item for item, _ in batch])
+            except SeppError as exc:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, fut), result in zip(batch, results, strict=True):
+                if not fut.done():
+                    fut.set_result(Settled(result, resent))
+
+    async def _send(self, items: list[wpb.SettleItem]) -> tuple[list[wpb.SettleResult], bool]:
+        deadline = time.monotonic() + self._retry_for
+        delay = 0.05
+        tries = 0
+        while True:
+            tries += 1
+            self.calls += 1
+            try:
+                results = await self._rpc.settle(items)
+                self.items += len(items)
+                return results, tries > 1
+            except TransportError as exc:
+                if not exc.transient or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("settling %d job(s) failed (%s); retrying in %.2fs", len(items), exc, delay)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, 2.0)
+
+
+__all__ = ["Settled", "Settler"]

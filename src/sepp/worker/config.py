@@ -1,0 +1,89 @@
+"""``WorkerConfig``: every setting of a :class:`~sepp.worker.Worker`, frozen (STYLE habit 7)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+#: Where ``sepp serve`` listens by default (SPEC §7).
+DEFAULT_TARGET = "127.0.0.1:7700"
+
+
+def default_worker_id() -> str:
+    """``host:pid`` — recorded in each attempt's history."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def queue_tuple(queues: str | Iterable[str]) -> tuple[str, ...]:
+    """Queue names as a tuple, order kept, duplicates dropped; a ``str`` may be ``"a,b"``.
+
+    Raises ``TypeError`` for a name that is not a ``str``.
+    """
+    items = queues.split(",") if isinstance(queues, str) else list(queues)
+    out: list[str] = []
+    for name in items:
+        if not isinstance(name, str):
+            raise TypeError(f"queue names must be str, not {type(name).__name__}")
+        name = name.strip()
+        if name and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How a worker reserves and runs jobs. Durations are seconds.
+
+    Attributes:
+        target: ``host:port`` of the server's gRPC listener.
+        queues: Queues to reserve from, tried in this order (SPEC §3); at least one.
+        concurrency: Most handlers running at once (≥ 1). Also the size of the thread
+            pool plain (non-async) handlers run in.
+        prefetch: Jobs reserved ahead beyond the running ones (≥ 0). Prefetched jobs hold a
+            lease (kept alive like running ones) and are released at shutdown.
+        lease_duration: Lease asked for at reserve and re-applied by each extension;
+            ``None`` = the queue's own ``lease_duration``.
+        shutdown_grace: How long a graceful stop waits for running handlers before it
+            releases their jobs.
+        worker_id: Name recorded in attempt history; empty = ``host:pid``.
+        poll_wait: Long-poll of each ``Reserve`` when nothing is ready (≤ 30).
+        max_reserve: Most jobs asked for by one ``Reserve`` (server cap: 256 by default).
+        settle_batch: Most acks/nacks in one ``Settle`` call.
+
+    Raises ``ValueError`` for an out-of-range value.
+    """
+
+    target: str = DEFAULT_TARGET
+    queues: tuple[str, ...] = ()
+    concurrency: int = 10
+    prefetch: int = 0
+    lease_duration: float | None = None
+    shutdown_grace: float = 30.0
+    worker_id: str = field(default_factory=default_worker_id)
+    poll_wait: float = 5.0
+    max_reserve: int = 256
+    settle_batch: int = 256
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queues", queue_tuple(self.queues))
+        if not self.worker_id:
+            object.__setattr__(self, "worker_id", default_worker_id())
+        if not self.target:
+            raise ValueError("target must be host:port")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be ≥ 1")
+        if self.prefetch < 0:
+            raise ValueError("prefetch must be ≥ 0")
+        if self.lease_duration is not None and not self.lease_duration > 0:
+            raise ValueError("lease_duration must be > 0 seconds (or None for the queue's)")
+        if not self.shutdown_grace >= 0:
+            raise ValueError("shutdown_grace must be ≥ 0 seconds")
+        if not 0 <= self.poll_wait <= 30:
+            raise ValueError("poll_wait must be between 0 and 30 seconds")
+        if self.max_reserve < 1 or self.settle_batch < 1:
+            raise ValueError("max_reserve and settle_batch must be ≥ 1")
+
+
+__all__ = ["DEFAULT_TARGET", "WorkerConfig", "default_worker_id", "queue_tuple"]

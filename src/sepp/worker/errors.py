@@ -1,0 +1,37 @@
+"""Errors of the worker side (SPEC §3), rooted in :class:`sepp.errors.SeppError`.
+
+::
+
+    SeppError
+    └── LeaseError    a settle or extend was refused: the job's lease no longer holds
+
+Transport failures of worker calls are the client's ``TransportError`` family
+(``Unavailable``, ``DeadlineExceeded``, ``ServerError`` …), converted by the same code.
+"""
+
+from __future__ import annotations
+
+from sepp.errors import SeppError
+
+#: ErrorInfo reasons the server gives for a refused settle or extend (SPEC §3, §6).
+LEASE_REASONS = frozenset({"LEASE_MISMATCH", "LEASE_EXPIRED", "JOB_NOT_FOUND"})
+
+
+class LeaseError(SeppError):
+    """The server refused a settle or extend because the lease no longer holds.
+
+    ``reason`` is ``LEASE_MISMATCH`` (another delivery holds the job: checked first),
+    ``LEASE_EXPIRED`` (the lease ran out, or the job was already settled with another
+    outcome) or ``JOB_NOT_FOUND``; ``job_id`` is the job's id.
+    """
+
+    def __init__(self, reason: str, job_id: str, message: str | None = None) -> None:
+        self.reason = reason
+        self.job_id = job_id
+        super().__init__(message or f"{reason} for job {job_id}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.reason, self.job_id, self.message))
+
+
+__all__ = ["LEASE_REASONS", "LeaseError"]

@@ -1,0 +1,208 @@
+"""``Job``: what a handler receives — every field of a reserved job, typed (SPEC §1, §3).
+
+A ``Job`` wraps the wire ``Reservation`` and converts fields on first access, so the
+runtime's hot path pays nothing for fields a handler never reads. Times are aware
+UTC ``datetime``s; custom-map values keep their type (int stays int, bool stays
+bool, SPEC §6).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json as _json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from google.protobuf import timestamp_pb2
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.wire import CustomPrimitive, custom_map_from_proto
+
+UTC = dt.UTC
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def timestamp_to_datetime(ts: timestamp_pb2.Timestamp) -> dt.datetime:
+    """A protobuf ``Timestamp`` as an aware UTC ``datetime`` (microsecond precision)."""
+    return _EPOCH + dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+
+
+def _maybe_datetime(msg: Any, field: str) -> dt.datetime | None:
+    return timestamp_to_datetime(getattr(msg, field)) if msg.HasField(field) else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One finished earlier attempt from the job's history (SPEC §1 "Job").
+
+    ``outcome`` is one of ``completed``, ``retry``, ``retry_after``, ``dead_letter``,
+    ``released``, ``lease_expired``, ``cancelled``; times are aware UTC.
+    """
+
+    attempt: int
+    worker_id: str
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    outcome: str
+    error_message: str
+    error_detail: str
+
+    @classmethod
+    def from_proto(cls, msg: pb.Attempt) -> JobAttempt:
+        """Build from a wire ``Attempt``."""
+        return cls(msg.attempt, msg.worker_id, _maybe_datetime(msg, "started_at"),
+                   _maybe_datetime(msg, "ended_at"), msg.outcome, msg.error_message, msg.error_detail)
+
+
+class Job:
+    """A reserved job as a handler sees it.
+
+    Attributes (read-only unless noted):
+        id: The job's UUID, canonical text.
+        queue, job_type: Where it came from and what it is.
+        payload: The body, ``bytes``; ``encoding`` its label (e.g. ``application/json``).
+        custom: The typed custom map (``str``/``int``/``float``/``bool`` values), read-only.
+        priority: 0 (lowest) … 9 (highest).
+        attempt: This delivery's number, 1 on the first (a released delivery is given back,
+            SPEC §6); ``max_attempts`` the cap; ``is_last_attempt`` says whether a retry
+            would dead-letter it.
+        trace_context: W3C ``traceparent``/``tracestate`` map from the producer.
+        enqueued_at, run_at: Aware UTC datetimes.
+        idempotency_key: The producer's key, or ``None``.
+        lease_id: The fencing token of this delivery; ``lease_expires_at`` its current expiry
+            (aware UTC, moved by each automatic extension).
+        history: Earlier finished attempts, oldest first (``JobAttempt``).
+        cancel_requested: Set (by the lease keeper) once an admin asked to cancel the job;
+            a long handler should check it and stop early (SPEC §3 ``ExtendLease``).
+        lease_lost: Set when an extension was refused: the job may already run elsewhere
+            and this delivery's settle will be refused.
+    """
+
+    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_trace", "cancel_requested",
+                 "lease_expires_at", "lease_id", "lease_lost", "reservation")
+
+    def __init__(self, reservation: wpb.Reservation) -> None:
+        #: The wire reservation this job was built from.
+        self.reservation = reservation
+        self._job = reservation.job
+        self.lease_id: str = reservation.lease_id
+        self.lease_expires_at: dt.datetime = timestamp_to_datetime(reservation.lease_expires_at)
+        self.cancel_requested: bool = reservation.job.cancel_requested
+        self.lease_lost = False
+        self._custom: Mapping[str, CustomPrimitive] | None = None
+        self._trace: Mapping[str, str] | None = None
+        self._history: tuple[JobAttempt, ...] | None = None
+
+    # -------------------------------------------------------------- identity
+
+    @property
+    def id(self) -> str:
+        """The job's UUID (canonical text)."""
+        return self._job.id
+
+    @property
+    def queue(self) -> str:
+        """The queue the job was reserved from."""
+        return self._job.queue
+
+    @property
+    def job_type(self) -> str:
+        """The type tag handlers are registered by."""
+        return self._job.job_type
+
+    # -------------------------------------------------------------- body
+
+    @property
+    def payload(self) -> bytes:
+        """The payload bytes (empty when the producer sent none)."""
+        return self._job.payload.data
+
+    @property
+    def encoding(self) -> str:
+        """The payload's encoding label (free-form, usually a MIME type)."""
+        return self._job.payload.encoding
+
+    def json(self) -> Any:
+        """The payload parsed as UTF-8 JSON, whatever its label.
+
+        Raises ``ValueError`` (``json.JSONDecodeError`` / ``UnicodeDecodeError``) when it is not.
+        An empty payload raises too: there is nothing to parse.
+        """
+        return _json.loads(self.payload.decode("utf-8"))
+
+    def text(self, encoding: str = "utf-8") -> str:
+        """The payload decoded as text. Raises ``UnicodeDecodeError``."""
+        return self.payload.decode(encoding)
+
+    @property
+    def custom(self) -> Mapping[str, CustomPrimitive]:
+        """The custom map with typed values (int64 ints, float64 floats, bools, strings)."""
+        if self._custom is None:
+            self._custom = MappingProxyType(custom_map_from_proto(self._job.custom))
+        return self._custom
+
+    # -------------------------------------------------------------- scheduling and attempts
+
+    @property
+    def priority(self) -> int:
+        """0 (lowest) to 9 (highest)."""
+        return self._job.priority
+
+    @property
+    def attempt(self) -> int:
+        """This delivery's number (1 on the first)."""
+        return self.reservation.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        """Deliveries allowed in total (SPEC §3: 1 = never retried)."""
+        return self._job.max_attempts
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """True when a failure now dead-letters the job (ATTEMPTS_EXHAUSTED)."""
+        return self.attempt >= self.max_attempts
+
+    @property
+    def enqueued_at(self) -> dt.datetime:
+        """When the producer's enqueue was stored (aware UTC)."""
+        return timestamp_to_datetime(self._job.enqueued_at)
+
+    @property
+    def run_at(self) -> dt.datetime:
+        """When the job became (or was due to become) reservable (aware UTC)."""
+        return timestamp_to_datetime(self._job.run_at)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The producer's idempotency key, or ``None``."""
+        return self._job.idempotency_key or None
+
+    @property
+    def trace_context(self) -> Mapping[str, str]:
+        """W3C trace context (``traceparent``, ``tracestate``), read-only; empty when none."""
+        if self._trace is None:
+            self._trace = MappingProxyType(dict(self._job.trace_context))
+        return self._trace
+
+    @property
+    def history(self) -> tuple[JobAttempt, ...]:
+        """Earlier finished attempts, oldest first."""
+        if self._history is None:
+            self._history = tuple(JobAttempt.from_proto(a) for a in self._job.attempts)
+        return self._history
+
+    @property
+    def worker_id(self) -> str:
+        """The worker id this delivery was reserved under."""
+        return self._job.worker_id
+
+    def __repr__(self) -> str:
+        return (f"Job(id={self.id!r}, queue={self.queue!r}, job_type={self.job_type!r}, "
+                f"attempt={self.attempt}/{self.max_attempts})")
+
+
+__all__ = ["Job", "JobAttempt", "timestamp_to_datetime"]

@@ -1,0 +1,452 @@
+"""``Worker``: reserve jobs, run their handlers, settle them; drain cleanly on SIGTERM.
+
+::
+
+    worker = Worker("127.0.0.1:7700", queues=["emails"], concurrency=8)
+
+    @worker.handler("welcome")
+    async def welcome(job: Job) -> None:
+        await send_mail(job.json()["user_id"])
+
+    worker.run_sync()          # or: await worker.run()
+
+Loop: one reserver long-polls ``Reserve`` for as many jobs as there is room for
+(``concurrency + prefetch − held``); jobs start as soon as a slot is free; a lease
+keeper extends every held job's lease at a third of its length; outcomes are settled
+in batches (one ``Settle`` call for the jobs that finish together). See
+:mod:`sepp.worker.outcome` for what a handler's return or exception means.
+
+Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving; release (nack
+``release``: the attempt is given back, SPEC §3) every prefetched job not started;
+let running handlers finish within ``shutdown_grace``; then cancel async handlers
+still running and release their jobs (a blocking handler's thread cannot be stopped:
+its job is released too and its result ignored). A second signal skips the grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import inspect
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import grpc
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.errors import SeppError
+from sepp.worker._lease import LeaseKeeper
+from sepp.worker._rpc import WorkerRpc, convert_error
+from sepp.worker._settler import Settler
+from sepp.worker._threads import DaemonThreadPool
+from sepp.worker.config import DEFAULT_TARGET, WorkerConfig, queue_tuple
+from sepp.worker.job import Job, timestamp_to_datetime
+from sepp.worker.outcome import COMPLETED, Outcome, OutcomeKind, no_handler, outcome_for_exception, released
+from sepp.worker.registry import HandlerRegistry
+
+log = logging.getLogger("sepp.worker")
+H = TypeVar("H", bound=Callable[..., Any])
+
+_STATE_NAMES = {pb.SCHEDULED: "scheduled", pb.READY: "ready", pb.RESERVED: "reserved",
+                pb.COMPLETED: "completed", pb.DEAD_LETTERED: "dead_lettered", pb.CANCELLED: "cancelled"}
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """What happened to one job this worker held; passed to ``on_outcome`` hooks.
+
+    Attributes:
+        job: The job.
+        outcome: What the worker asked for: ``completed``, ``retry``, ``retry_after``,
+            ``dead_letter`` or ``released``.
+        state: Where the server put the job: ``completed``, ``scheduled``, ``ready``,
+            ``dead_lettered`` (a retry on the last attempt lands here), or ``""`` when the
+            settle was refused or failed.
+        duration: Seconds the handler ran (0 for jobs released before they started).
+        error: The error message recorded with a nack ("" for a completed job).
+        run_at: When a retried job runs next (aware UTC), else ``None``.
+        refused: Why the settle did not apply: a lease reason (``LEASE_MISMATCH``,
+            ``LEASE_EXPIRED``, ``JOB_NOT_FOUND``) or a transport error; "" when it applied.
+    """
+
+    job: Job
+    outcome: OutcomeKind
+    state: str
+    duration: float
+    error: str = ""
+    run_at: dt.datetime | None = None
+    refused: str = ""
+
+
+OutcomeHook = Callable[[JobReport], None]
+
+
+class Worker:
+    """A sepp worker: handlers by job type, run with a concurrency limit (see module docstring).
+
+    Args:
+        target: ``host:port`` of the server (default ``127.0.0.1:7700``).
+        queues: Queue names to reserve from, in order (a ``"a,b"`` string works too).
+        concurrency, prefetch, lease_duration, shutdown_grace, worker_id, poll_wait,
+        max_reserve, settle_batch: See :class:`~sepp.worker.WorkerConfig`.
+
+    Raises ``ValueError`` for an invalid setting.
+    """
+
+    def __init__(self, target: str = DEFAULT_TARGET, queues: str | Iterable[str] = (), *,
+                 concurrency: int = 10, prefetch: int = 0, lease_duration: float | None = None,
+                 shutdown_grace: float = 30.0, worker_id: str = "", poll_wait: float = 5.0,
+                 max_reserve: int = 256, settle_batch: int = 256) -> None:
+        self.config = WorkerConfig(target, queue_tuple(queues), concurrency, prefetch, lease_duration,
+                                   shutdown_grace, worker_id, poll_wait, max_reserve, settle_batch)
+        self.registry = HandlerRegistry()
+        self._hooks: list[OutcomeHook] = []
+        self._phase = "new"  # new → running → stopping → stopped
+        self._pending: deque[Job] = deque()
+        self._running: dict[asyncio.Task[None], Job] = {}
+        #: Counters by outcome plus ``reserved`` and ``refused`` (metrics, tests).
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("reserved", "completed", "retry", "retry_after", "dead_letter", "released", "refused"), 0)
+
+    # ------------------------------------------------------------------ setup
+
+    def handler(self, job_type: str) -> Callable[[H], H]:
+        """Decorator registering an (async or plain) function for ``job_type``.
+
+        Raises ``ValueError`` when ``job_type`` already has a handler.
+        """
+        return self.registry.handler(job_type)
+
+    def register(self, job_type: str, fn: H) -> H:
+        """Register ``fn`` for ``job_type``; returns ``fn``. Raises like :meth:`handler`."""
+        return self.registry.register(job_type, fn)
+
+    def on_outcome(self, hook: OutcomeHook) -> OutcomeHook:
+        """Call ``hook(report)`` (on the loop, must not block) after each job is settled."""
+        self._hooks.append(hook)
+        return hook
+
+    def configure(self, **changes: Any) -> WorkerConfig:
+        """Replace settings (``WorkerConfig`` field names) before ``run``; returns the new config.
+
+        Raises ``RuntimeError`` once running, ``TypeError`` for an unknown name and
+        ``ValueError`` for an invalid value.
+        """
+        if self._phase != "new":
+            raise RuntimeError("configure() must be called before the worker runs")
+        self.config = replace(self.config, **changes)
+        return self.config
+
+    @property
+    def running(self) -> bool:
+        """True from ``run()`` until the graceful stop has finished."""
+        return self._phase in ("running", "stopping")
+
+    @property
+    def held(self) -> int:
+        """Jobs held right now: running plus prefetched."""
+        return len(self._running) + len(self._pending)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _setup(self) -> None:
+        cfg = self.config
+        if not cfg.queues:
+            raise ValueError("the worker has no queues to reserve from")
+        self._rpc = WorkerRpc(cfg.target)
+        self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
+        self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
+        self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
+        self._in_handler: set[asyncio.Task[None]] = set()
+        self._room = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._done = asyncio.Event()
+        self._reserve_call: Any = None
+        self._reserve_cancelled = False
+        self._abandoning = False
+        self._reserver: asyncio.Task[None] | None = None
+        self._shutdown_task: asyncio.Task[None] | None = None
+        self._signals: list[signal.Signals] = []
+        self._signal_count = 0
+
+    async def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Run until ``stop()`` (or SIGTERM/SIGINT when ``install_signal_handlers`` and on the
+        main thread), then drain gracefully. Raises ``RuntimeError`` if already run and
+        ``ValueError`` when no queue is configured."""
+        if self._phase != "new":
+            raise RuntimeError("a Worker runs once; create another one")
+        self._setup()
+        self._phase = "running"
+        cfg = self.config
+        log.info("worker %s: queues=%s concurrency=%d prefetch=%d target=%s handlers=%s",
+                 cfg.worker_id, ",".join(cfg.queues), cfg.concurrency, cfg.prefetch, cfg.target,
+                 ",".join(self.registry) or "-")
+        if install_signal_handlers:
+            self._install_signals()
+        self._reserver = asyncio.create_task(self._reserve_loop(), name="sepp-reserver")
+        try:
+            await self._done.wait()
+        finally:
+            self._remove_signals()
+            if not self._done.is_set():  # run() itself was cancelled: still drain
+                await asyncio.shield(self._begin_stop(cfg.shutdown_grace))
+
+    def run_sync(self, *, install_signal_handlers: bool = True) -> None:
+        """Blocking ``run()`` in a new event loop (uvloop when installed)."""
+        factory: Any = None
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(self.run(install_signal_handlers=install_signal_handlers))
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop gracefully and wait until done (``grace`` defaults to ``shutdown_grace``).
+
+        A second call with ``grace=0`` hurries a stop already in progress. A no-op before
+        ``run()`` and after the stop finished.
+        """
+        if self._phase == "new":
+            self._phase = "stopped"
+            return
+        if self._phase == "stopped":
+            return
+        if grace is not None and grace <= 0:
+            self._hurry.set()
+        await asyncio.shield(self._begin_stop(self.config.shutdown_grace if grace is None else grace))
+
+    def _begin_stop(self, grace: float) -> asyncio.Task[None]:
+        if self._shutdown_task is None:
+            self._phase = "stopping"
+            self._shutdown_task = asyncio.create_task(self._shutdown(grace), name="sepp-worker-stop")
+        return self._shutdown_task
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                self._signals.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not on this platform
+                pass
+
+    def _remove_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        self._signals.clear()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signal_count += 1
+        if self._signal_count == 1:
+            log.info("%s: stopping (grace %.1fs; send again to stop at once)", sig.name,
+                     self.config.shutdown_grace)
+            self._begin_stop(self.config.shutdown_grace)
+        else:
+            log.warning("%s again: releasing running jobs now", sig.name)
+            self._hurry.set()
+
+    # ------------------------------------------------------------------ reserving
+
+    def _room_for(self) -> int:
+        cfg = self.config
+        return cfg.concurrency + cfg.prefetch - len(self._running) - len(self._pending)
+
+    async def _reserve_loop(self) -> None:
+        cfg = self.config
+        backoff = 0.05
+        while self._phase == "running":
+            want = self._room_for()
+            if want <= 0:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            call = self._rpc.reserve_call(cfg.queues, min(want, cfg.max_reserve), cfg.poll_wait,
+                                          cfg.worker_id, cfg.lease_duration)
+            self._reserve_call = call
+            try:
+                resp = await call
+            except asyncio.CancelledError:
+                if self._reserve_cancelled:
+                    return  # stop() cancelled the long-poll
+                raise
+            except Exception as exc:  # transport errors; anything else is logged, never fatal to the loop
+                if self._phase != "running":
+                    return
+                if isinstance(exc, grpc.RpcError):
+                    log.warning("reserve failed (%s); retrying in %.2fs", convert_error(exc, cfg.target), backoff)
+                else:
+                    log.exception("reserve failed unexpectedly; retrying in %.2fs", backoff)
+                await self._sleep_unless_stopping(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            finally:
+                self._reserve_call = None
+            backoff = 0.05
+            if not resp.reservations:
+                continue
+            jobs = [Job(r) for r in resp.reservations]
+            self.stats["reserved"] += len(jobs)
+            for job in jobs:
+                self._keeper.track(job)
+            if self._phase != "running":
+                await self._release(jobs, "worker stopping: reservation arrived after stop")
+                return
+            self._pending.extend(jobs)
+            self._dispatch()
+
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._hurry_or_stop(), seconds)
+
+    async def _hurry_or_stop(self) -> None:
+        while self._phase == "running":
+            self._room.clear()
+            await self._room.wait()
+
+    # ------------------------------------------------------------------ running
+
+    def _dispatch(self) -> None:
+        limit = self.config.concurrency
+        while self._pending and len(self._running) < limit and self._phase == "running":
+            job = self._pending.popleft()
+            task = asyncio.create_task(self._execute(job))
+            self._running[task] = job
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("internal error running a job", exc_info=task.exception())
+        self._dispatch()
+        self._room.set()
+
+    async def _execute(self, job: Job) -> None:
+        started = time.perf_counter()
+        registered = self.registry.get(job.job_type)
+        outcome: Outcome
+        if registered is None:
+            outcome = no_handler(job.job_type)
+        else:
+            me = asyncio.current_task()
+            assert me is not None
+            self._in_handler.add(me)
+            try:
+                if registered.is_async:
+                    await registered.fn(job)
+                else:
+                    result = await self._threads.run(registered.fn, job)
+                    if inspect.isawaitable(result):
+                        await result
+                outcome = COMPLETED
+            except asyncio.CancelledError:
+                if not self._abandoning:
+                    raise
+                me.uncancel()
+                outcome = released("worker stopped before the handler finished (shutdown grace exceeded)")
+            except Exception as exc:
+                outcome = outcome_for_exception(exc)
+            finally:
+                self._in_handler.discard(me)
+        await self._settle(job, outcome, time.perf_counter() - started)
+
+    async def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
+        self._keeper.untrack(job)
+        self.stats[outcome.kind] += 1
+        refused = state = ""
+        run_at: dt.datetime | None = None
+        try:
+            settled = await self._settler.submit(outcome.to_settle_item(job.id, job.lease_id))
+        except SeppError as exc:
+            refused = f"{type(exc).__name__}: {exc}"
+            log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, exc)
+        else:
+            res = settled.result
+            if res.ok:
+                state = _STATE_NAMES.get(res.state, "")
+                if not state and outcome.kind == "completed":
+                    state = "completed"
+                if res.HasField("run_at") and state == "scheduled":
+                    run_at = timestamp_to_datetime(res.run_at)
+            else:
+                refused = res.error_reason
+                self.stats["refused"] += 1
+                level = logging.INFO if settled.resent else logging.WARNING
+                note = " (re-sent after a transport error: the first may have applied it)" if settled.resent else ""
+                log.log(level, "settle of job %s (%s) refused: %s%s", job.id, outcome.kind, res.error_reason, note)
+        report = JobReport(job, outcome.kind, state, duration, outcome.error_message, run_at, refused)
+        for hook in self._hooks:
+            try:
+                hook(report)
+            except Exception:
+                log.exception("on_outcome hook failed")
+
+    async def _release(self, jobs: Iterable[Job], why: str) -> None:
+        outcome = released(why)
+        await asyncio.gather(*(self._settle(job, outcome, 0.0) for job in jobs))
+
+    # ------------------------------------------------------------------ stopping
+
+    async def _shutdown(self, grace: float) -> None:
+        started = time.monotonic()
+        try:
+            # 1. stop reserving: cancel the long-poll (the server gives back what it had taken).
+            self._room.set()
+            call = self._reserve_call
+            if call is not None:
+                self._reserve_cancelled = True
+                call.cancel()
+            if self._reserver is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._reserver
+            # 2. release every prefetched job that never started.
+            pending = list(self._pending)
+            self._pending.clear()
+            if pending:
+                log.info("releasing %d prefetched job(s)", len(pending))
+                await self._release(pending, "worker stopping: job was prefetched, never started")
+            # 3. let running handlers finish within the grace period.
+            running = set(self._running)
+            if running:
+                log.info("waiting up to %.1fs for %d running job(s)", grace, len(running))
+                hurry = asyncio.create_task(self._hurry.wait())
+                remaining = max(0.0, grace - (time.monotonic() - started))
+                await asyncio.wait({*running, hurry}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                while not self._hurry.is_set() and any(not t.done() for t in running):
+                    remaining = grace - (time.monotonic() - started)
+                    if remaining <= 0:
+                        break
+                    await asyncio.wait({*(t for t in running if not t.done()), hurry}, timeout=remaining,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                hurry.cancel()
+            # 4. abandon what is still running: release it.
+            left = [t for t in self._running if not t.done()]
+            if left:
+                stuck = [t for t in left if t in self._in_handler]
+                log.warning("releasing %d job(s) still running after the grace period", len(stuck))
+                self._abandoning = True
+                for task in stuck:
+                    task.cancel()
+                await asyncio.wait(left, timeout=10)
+            await self._settler.flush()
+        finally:
+            await self._keeper.close()
+            await self._rpc.close()
+            self._threads.shutdown()
+            self._phase = "stopped"
+            self._done.set()
+            log.info("worker %s stopped", self.config.worker_id)
+
+
+__all__ = ["JobReport", "OutcomeHook", "Worker"]

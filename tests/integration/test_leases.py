@@ -1,0 +1,160 @@
+"""Leases (SPEC §3, §6): fencing by lease id, expiry, extension, idempotent acks, batched settle."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+from worker_support import ServerFactory, fast_queue, job_row, refusal, wait_for, wire_for
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.testing import ServerProcess
+
+FAILED = grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.fixture
+def lease_server(server_factory: ServerFactory) -> ServerProcess:
+    return server_factory(queues={"q": fast_queue(lease_duration=0.4)})
+
+
+def test_an_expired_lease_returns_the_job_and_the_next_delivery_has_a_new_lease_id(lease_server: ServerProcess) -> None:
+    with wire_for(lease_server) as w:
+        job_id = w.enqueue()
+        first = w.reserve_one()
+        assert first.attempt == 1 and first.lease_id
+        # Nobody settles it: after 0.4 s the sweep gives it back and a second worker gets it.
+        start = time.monotonic()
+        second = w.reserve_one(wait=3.0)
+        assert time.monotonic() - start < 1.5
+        assert second.job.id == job_id
+        assert second.lease_id != first.lease_id
+        assert second.attempt == 2
+        assert [a.outcome for a in second.job.attempts] == ["lease_expired"]
+        # The first worker's late ack is refused: the lease id is no longer the job's.
+        assert refusal(lambda: w.ack(first)) == (FAILED, "LEASE_MISMATCH")
+        assert refusal(lambda: w.nack(first)) == (FAILED, "LEASE_MISMATCH")
+        assert refusal(lambda: w.extend(first, 5)) == (FAILED, "LEASE_MISMATCH")
+        w.ack(second)
+        row = job_row(lease_server, job_id)
+        assert row is not None and row.state == "COMPLETED" and row.attempt == 2
+
+
+def test_the_right_lease_after_its_expiry_is_lease_expired(server_factory: ServerFactory) -> None:
+    # A long sweep interval: the job is still RESERVED in the table when the ack comes.
+    server = server_factory(queues={"q": fast_queue()}, sweep_interval=30.0)
+    with wire_for(server) as w:
+        job_id = w.enqueue()
+        res = w.reserve_one(lease=0.2)
+        time.sleep(0.3)
+        assert refusal(lambda: w.ack(res)) == (FAILED, "LEASE_EXPIRED")
+        assert refusal(lambda: w.extend(res, 5)) == (FAILED, "LEASE_EXPIRED")
+        assert refusal(lambda: w.nack(res, "release")) == (FAILED, "LEASE_EXPIRED")
+        # ... and a wrong lease id is LEASE_MISMATCH even though the lease also expired (checked first).
+        assert refusal(lambda: w.ack((job_id, "01900000-0000-7000-8000-000000000000"))) == (FAILED, "LEASE_MISMATCH")
+
+
+def test_extend_keeps_the_lease_past_its_original_expiry(lease_server: ServerProcess) -> None:
+    with wire_for(lease_server) as w:
+        job_id = w.enqueue()
+        res = w.reserve_one()
+        for _ in range(4):  # 4 × 0.2 s = twice the 0.4 s lease
+            time.sleep(0.2)
+            resp = w.extend(res, 0.4)
+            assert resp.lease_expires_at.ToMicroseconds() / 1e6 > time.time() + 0.3
+            assert resp.cancel_requested is False
+        assert w.reserve(wait=0) == []  # nobody else got it
+        w.ack(res)
+        row = job_row(lease_server, job_id)
+        assert row is not None and row.state == "COMPLETED" and row.attempt == 1
+
+
+def test_the_last_attempts_lease_expiring_dead_letters_with_reason_lease_expired(lease_server: ServerProcess) -> None:
+    with wire_for(lease_server) as w:
+        job_id = w.enqueue(max_attempts=2)
+        w.reserve_one()
+        second = w.reserve_one(wait=3.0)  # attempt 1's lease ran out: delivered again
+        assert second.attempt == 2
+        wait_for(lambda: (r := job_row(lease_server, job_id)) is not None and r.state == "DEAD_LETTERED",
+                 timeout=3.0, what="dead-letter after the last lease expired")
+        row = job_row(lease_server, job_id)
+        assert row is not None and row.reason == "LEASE_EXPIRED"
+        assert [h["outcome"] for h in row.history] == ["lease_expired", "lease_expired"]
+        assert w.reserve(wait=0.3) == []
+        assert refusal(lambda: w.ack(second)) == (FAILED, "LEASE_EXPIRED")
+
+
+def test_a_repeated_ack_by_the_completing_lease_succeeds_again(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        w.enqueue()
+        res = w.reserve_one()
+        w.ack(res)
+        w.ack(res)  # idempotent: a worker may retry a lost ack
+        w.ack(res)
+        # ... but not a nack: the job is no longer held.
+        assert refusal(lambda: w.nack(res)) == (FAILED, "LEASE_EXPIRED")
+
+
+def test_settling_an_unknown_job_is_not_found_and_a_malformed_id_is_invalid(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        unknown = ("01900000-0000-7000-8000-000000000001", "01900000-0000-7000-8000-000000000002")
+        assert refusal(lambda: w.ack(unknown)) == (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND")
+        assert refusal(lambda: w.ack(("nope", "nope")))[0] == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_batched_settle_answers_each_item_in_order(lease_server: ServerProcess) -> None:
+    with wire_for(lease_server) as w:
+        ids = [w.enqueue(max_attempts=5) for _ in range(4)]
+        got = w.reserve(max_jobs=4)
+        assert [r.job.id for r in got] == ids
+        a, b, c, d = got
+        items = [
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),
+            wpb.SettleItem(nack=wpb.NackRequest(job_id=b.job.id, lease_id=b.lease_id, release=wpb.ReleaseDirective())),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=c.job.id, lease_id=d.lease_id)),  # wrong lease
+            wpb.SettleItem(nack=wpb.NackRequest(job_id=d.job.id, lease_id=d.lease_id, dead_letter="bad input")),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id="garbage", lease_id="garbage")),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),  # repeat: ok again
+        ]
+        results = w.settle(items)
+        assert [r.ok for r in results] == [True, True, False, True, False, True]
+        assert results[0].state == pb.COMPLETED
+        assert results[1].state == pb.READY
+        assert results[2].error_reason == "LEASE_MISMATCH"
+        assert results[3].state == pb.DEAD_LETTERED
+        assert results[4].error_reason == "INVALID_ARGUMENT"
+        row = job_row(lease_server, d.job.id)
+        assert row is not None and row.reason == "NACK_DEAD_LETTER: bad input"
+        # c is untouched and still held by its lease.
+        w.ack(c)
+
+
+def test_a_reserve_whose_caller_gave_up_leaves_no_job_held(server_factory: ServerFactory) -> None:
+    # Every commit takes 0.3 s, so the caller's 0.1 s deadline passes while the store is
+    # leasing the job: the server must give it back instead of holding it for a lease.
+    server = server_factory(queues={"q": fast_queue(lease_duration=30.0)}, debug_commit_delay=0.3)
+    with wire_for(server) as w:
+        job_id = w.enqueue()
+        req = wpb.ReserveRequest(queues=["q"], max_jobs=1, worker_id="impatient")
+        code, _ = refusal(lambda: w.worker.Reserve(req, timeout=0.1))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        res = w.reserve_one(wait=3.0)
+        assert res.job.id == job_id
+        assert res.attempt == 1, "an undelivered reservation must not spend an attempt"
+
+
+def test_a_reserve_never_answers_more_than_the_message_cap(server_factory: ServerFactory) -> None:
+    # 3 jobs of 40 KB cannot travel in one 64 KiB message: the server sends what fits and
+    # gives the rest back at once, in place and with their attempt unspent.
+    small = {"max_payload_bytes": 60000}
+    server = server_factory(limits={"max_message_bytes": 65536}, queue_defaults={"limits": small},
+                            queues={"q": fast_queue(limits=small)})
+    with wire_for(server) as w:
+        ids = [w.enqueue(data=bytes([i]) * 40000) for i in range(3)]
+        got = w.reserve(max_jobs=3)
+        assert [r.job.id for r in got] == ids[:1]
+        rest = w.reserve(max_jobs=3) + w.reserve(max_jobs=3)
+        assert [r.job.id for r in rest] == ids[1:]
+        assert [r.attempt for r in rest] == [1, 1]

@@ -1,0 +1,195 @@
+"""Reservation order and promotion timing (SPEC §2 "Priority", "Scheduling"; §3; §6).
+
+Within a queue: priority 9 first, 0 last; within a priority FIFO by run_at, then by
+enqueue order; a promoted scheduled job is ordered by its scheduled time; a
+back-dated job does not jump ahead. Queues are tried in the order the worker gives.
+A due scheduled job is reservable within 100 ms of its time — right after enqueue,
+after a long idle, and after a restart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from worker_support import ServerFactory, Wire, ts_of, wire_for
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.testing import ServerProcess
+
+#: SPEC §2: a due job must be reservable within 100 ms of its time.
+PROMPT = 0.1
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def drain(w: Wire, queues: tuple[str, ...] = ("q",), batch: int = 1) -> list[str]:
+    """Reserve everything ready, ``batch`` at a time; returns job ids in delivery order."""
+    out: list[str] = []
+    while True:
+        got = w.reserve(queues, batch)
+        if not got:
+            return out
+        out.extend(r.job.id for r in got)
+
+
+def test_higher_priority_first_then_fifo_within_a_priority(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        plan = [3, 9, 0, 9, 5, 3, 0, 5, 9, 3]
+        ids = [w.enqueue(priority=p, job_type=f"p{p}") for p in plan]
+        expected = [job_id for _, _, job_id in sorted(((-p, i, j) for i, (p, j) in enumerate(zip(plan, ids,
+                                                                                               strict=True))))]
+        assert drain(w) == expected
+        # Batched reserves return the same order.
+        ids2 = [w.enqueue(priority=p) for p in plan]
+        expected2 = [j for _, _, j in sorted((-p, i, j) for i, (p, j) in enumerate(zip(plan, ids2, strict=True)))]
+        assert drain(w, batch=4) == expected2
+
+
+def test_the_queues_default_priority_applies_when_none_is_given(server_factory: ServerFactory) -> None:
+    server = server_factory(queues={"q": {"default_priority": 7}})
+    with wire_for(server) as w:
+        low = w.enqueue(priority=6)
+        default = w.enqueue()
+        high = w.enqueue(priority=8)
+        got = w.reserve(max_jobs=3)
+        assert [r.job.id for r in got] == [high, default, low]
+        assert [r.job.priority for r in got] == [8, 7, 6]
+
+
+def test_promoted_scheduled_jobs_are_ordered_by_their_scheduled_time(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        t0 = now()
+        early_ready = w.enqueue(job_type="ready-now")                     # run_at t0
+        late = w.enqueue(scheduled_at=t0 + dt.timedelta(seconds=0.45))   # run_at t0+0.45
+        early = w.enqueue(scheduled_at=t0 + dt.timedelta(seconds=0.3))   # run_at t0+0.3, enqueued after `late`
+        high = w.enqueue(priority=9, scheduled_at=t0 + dt.timedelta(seconds=0.4))
+        while now() < t0 + dt.timedelta(seconds=0.6):
+            time.sleep(0.02)
+        ready_later = w.enqueue(job_type="ready-later")                   # run_at t0+0.6
+        assert drain(w) == [high, early_ready, early, late, ready_later]
+
+
+def test_a_back_dated_job_does_not_jump_ahead_of_waiting_jobs(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        first = w.enqueue()
+        second = w.enqueue(scheduled_at=now() - dt.timedelta(hours=1))
+        third = w.enqueue()
+        got = w.reserve(max_jobs=3)
+        assert [r.job.id for r in got] == [first, second, third]
+        # run_at = max(scheduled_at, enqueue time), SPEC §6
+        assert got[1].job.run_at.ToMicroseconds() >= got[1].job.enqueued_at.ToMicroseconds()
+        assert got[1].job.run_at.ToMicroseconds() > got[0].job.run_at.ToMicroseconds()
+
+
+def test_a_scheduled_job_is_invisible_until_due(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        job_id = w.enqueue(scheduled_at=now() + dt.timedelta(seconds=0.5))
+        assert w.reserve() == []
+        got = w.reserve(wait=2.0)
+        assert [r.job.id for r in got] == [job_id]
+
+
+def test_queues_are_tried_in_the_order_given_and_one_reserve_spans_them(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        a = [w.enqueue("a", priority=9) for _ in range(2)]
+        b = [w.enqueue("b", priority=0) for _ in range(2)]
+        got = w.reserve(("b", "a"), 3)
+        assert [r.job.id for r in got] == [*b, a[0]]
+        assert [r.job.queue for r in got] == ["b", "b", "a"]
+        assert [r.job.id for r in w.reserve(("a", "b"), 5)] == [a[1]]
+        assert w.reserve(("nobody-enqueued-here",), 1) == []
+
+
+def _time_to_reserve(w: Wire, due: dt.datetime, wait: float = 5.0) -> float:
+    """Long-poll for the due job; returns how late (s) after ``due`` it arrived."""
+    got = w.reserve(wait=wait)
+    arrived = now()
+    assert len(got) == 1, "the scheduled job never arrived"
+    return (arrived - due).total_seconds()
+
+
+def test_a_due_job_is_reservable_within_100ms_by_a_long_polling_worker(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        for delay in (0.3, 0.7):
+            due = now() + dt.timedelta(seconds=delay)
+            w.enqueue(scheduled_at=due)
+            late = _time_to_reserve(w, due)
+            assert -0.005 <= late <= PROMPT, late
+
+
+def test_a_due_job_is_prompt_after_a_long_idle_even_with_a_slow_sweep(server_factory: ServerFactory) -> None:
+    # The promotion timer sleeps until the next due job, not for the sweep interval.
+    server = server_factory(sweep_interval=30.0)
+    with wire_for(server) as w:
+        due = now() + dt.timedelta(seconds=1.2)
+        w.enqueue(scheduled_at=due)
+        time.sleep(0.6)  # idle: nothing else happens
+        assert w.reserve() == []
+        late = _time_to_reserve(w, due)
+        assert late <= PROMPT, late
+        # Several scheduled jobs enqueued out of order are each prompt.
+        base = now()
+        dues = [base + dt.timedelta(seconds=s) for s in (0.9, 0.3, 0.6)]
+        for d in dues:
+            w.enqueue(scheduled_at=d)
+        for d in sorted(dues):
+            late = _time_to_reserve(w, d)
+            assert late <= PROMPT, late
+
+
+def test_a_due_job_is_prompt_right_after_a_restart(server_factory: ServerFactory) -> None:
+    server = server_factory(sweep_interval=30.0)
+    with wire_for(server) as w:
+        due = now() + dt.timedelta(seconds=2.5)
+        job_id = w.enqueue(scheduled_at=due)
+    server.restart()
+    with wire_for(server) as w:
+        assert now() < due, "the restart took too long for this test"
+        got = w.reserve(wait=5.0)
+        late = (now() - due).total_seconds()
+        assert [r.job.id for r in got] == [job_id]
+        assert late <= PROMPT, late
+
+
+def test_a_job_that_became_due_while_the_server_was_down_is_ready_at_start(server_factory: ServerFactory) -> None:
+    server = server_factory()
+    with wire_for(server) as w:
+        w.enqueue(scheduled_at=now() + dt.timedelta(seconds=0.2))
+        job_id = w.enqueue(scheduled_at=now() + dt.timedelta(seconds=0.1))
+    server.kill()
+    time.sleep(0.3)
+    server.start()
+    with wire_for(server) as w:
+        got = w.reserve(max_jobs=2)
+        assert len(got) == 2 and got[0].job.id == job_id
+
+
+def test_a_batch_of_scheduled_jobs_keeps_its_order(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        due = now() + dt.timedelta(seconds=0.3)
+        reqs = [pb.EnqueueRequest(queue="q", job_type=f"j{i}", scheduled_at=ts_of(due)) for i in range(20)]
+        ids = w.enqueue_many(reqs)
+        got = w.reserve(max_jobs=20, wait=2.0)
+        got += w.reserve(max_jobs=20)  # in case promotion split them
+        assert [r.job.id for r in got] == ids
+
+
+def test_a_paused_queue_gives_nothing_and_resuming_wakes_a_long_poll(server: ServerProcess) -> None:
+    with wire_for(server) as w:
+        a = w.enqueue("a")
+        b = w.enqueue("b")
+        w.pause("a")
+        assert w.reserve(("a",)) == []
+        # A paused queue is skipped, the next one in the list answers.
+        assert [r.job.id for r in w.reserve(("a", "b"), 2)] == [b]
+        # A long-poll on the paused queue is woken as soon as it is resumed.
+        import threading
+
+        threading.Timer(0.3, lambda: w.pause("a", False)).start()
+        t0 = time.monotonic()
+        got = w.reserve(("a",), wait=5.0)
+        assert [r.job.id for r in got] == [a]
+        assert 0.25 < time.monotonic() - t0 < 1.0

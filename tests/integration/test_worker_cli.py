@@ -1,0 +1,90 @@
+"""``sepp worker module:attr``: flags override the Worker, one clean line per outcome, usage errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from worker_support import ServerFactory, wait_for, wire_for
+
+MODULE = textwrap.dedent('''
+    from sepp.worker import Job, Worker
+
+    worker = Worker("127.0.0.1:1", queues=["not-this-one"], concurrency=1)
+
+    @worker.handler("ok")
+    async def ok(job: Job) -> None:
+        pass
+
+    @worker.handler("fail")
+    async def fail(job: Job) -> None:
+        raise ValueError("no luck")
+
+    def make_worker() -> Worker:
+        return worker
+
+    not_a_worker = 42
+''')
+
+
+def sepp_worker(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    (tmp_path / "cli_handlers.py").write_text(MODULE, "utf-8")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "sepp", "worker", *args], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("cli_handlers", "expected MODULE:ATTRIBUTE"),
+    ("no_such_module:worker", "cannot import module 'no_such_module'"),
+    ("cli_handlers:nope", "has no attribute 'nope'"),
+    ("cli_handlers:not_a_worker", "is a int, not a sepp.worker.Worker"),
+])
+def test_a_bad_target_is_a_usage_error(tmp_path: Path, spec: str, message: str) -> None:
+    proc = sepp_worker(tmp_path, spec)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert message in err and out == ""
+
+
+def test_flags_override_the_worker_and_each_outcome_is_one_line(server_factory: ServerFactory,
+                                                                tmp_path: Path) -> None:
+    server = server_factory(queues={"jobs": {"retry_base": 0.05, "retry_jitter": 0.0}})
+    with wire_for(server) as w:
+        ok = w.enqueue("jobs", "ok")
+        fail = w.enqueue("jobs", "fail", max_attempts=2)
+        unknown = w.enqueue("jobs", "mystery")
+    proc = sepp_worker(tmp_path, "cli_handlers:make_worker", "--server", server.grpc_target, "--queues", "jobs",
+                       "--concurrency", "2")
+    lines: list[str] = []
+    stdout = proc.stdout
+    assert stdout is not None
+
+    def four_lines() -> bool:
+        lines.append(stdout.readline().rstrip("\n"))
+        return len(lines) >= 4
+
+    try:
+        wait_for(four_lines, timeout=20, what="four outcome lines")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert rest == ""
+    by_id = {line.split()[1]: line for line in lines}
+    pattern = r"^\d\d:\d\d:\d\d\.\d\d\d {id} {type} attempt={a} {outcome} \d+\.\dms{error}$"
+    assert re.match(pattern.format(id=ok, type="ok", a="1/10", outcome="completed", error=""), by_id[ok])
+    fail_lines = [line for line in lines if fail in line]
+    assert re.match(pattern.format(id=fail, type="fail", a="1/2", outcome=r"retry in 0\.\d\ds",
+                                   error=' error="ValueError: no luck"'), fail_lines[0])
+    assert re.match(pattern.format(id=fail, type="fail", a="2/2", outcome=r"dead_lettered \(attempts exhausted\)",
+                                   error=' error="ValueError: no luck"'), fail_lines[1])
+    assert re.match(pattern.format(id=unknown, type="mystery", a="1/10", outcome="dead_lettered",
+                                   error=' error="no handler registered for job type \'mystery\'"'), by_id[unknown])
+    assert "queues=jobs concurrency=2" in err and "stopped" in err

@@ -1,0 +1,162 @@
+"""Nack directives, backoff, attempts and dead-letter reasons over the raw WorkerService (SPEC §3, §6).
+
+Queues use ``retry_jitter = 0`` and a short ``retry_base`` so backoff delays are exact.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+from worker_support import ServerFactory, fast_queue, job_row, refusal, wait_for, wire_for
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.testing import ServerProcess
+
+BASE = 0.1  # retry_base of the test queue, seconds
+
+
+@pytest.fixture
+def retry_server(server_factory: ServerFactory) -> ServerProcess:
+    return server_factory(queues={"q": fast_queue(retry_base=BASE, retry_cap=0.3, lease_duration=5.0)})
+
+
+def test_retry_backs_off_exponentially_and_dead_letters_at_max_attempts(retry_server: ServerProcess) -> None:
+    with wire_for(retry_server) as w:
+        job_id = w.enqueue(max_attempts=4)
+        gaps = []
+        res = w.reserve_one()
+        for attempt in range(1, 5):
+            assert res.attempt == attempt and res.job.attempt == attempt
+            nacked_at = time.time()
+            resp = w.nack(res, "retry", message=f"boom {attempt}", detail=f"trace {attempt}")
+            if attempt == 4:
+                assert resp.state == pb.DEAD_LETTERED
+                break
+            delay = min(BASE * 2 ** (attempt - 1), 0.3)  # 0.1, 0.2, 0.3 (capped)
+            assert resp.state == pb.SCHEDULED
+            assert resp.run_at.ToMicroseconds() / 1e6 == pytest.approx(nacked_at + delay, abs=0.03)
+            assert w.reserve() == []  # not before its time
+            res = w.reserve_one(wait=2.0)
+            gaps.append(time.time() - nacked_at)
+        assert gaps == [pytest.approx(d, abs=0.09) for d in (0.1, 0.2, 0.3)]
+        assert w.reserve(wait=0.3) == []
+        row = job_row(retry_server, job_id)
+        assert row is not None
+        assert (row.state, row.attempt, row.reason) == ("DEAD_LETTERED", 4, "ATTEMPTS_EXHAUSTED")
+        assert [(h["attempt"], h["outcome"], h["error_message"], h["error_detail"]) for h in row.history] == [
+            (i, "retry", f"boom {i}", f"trace {i}") for i in range(1, 5)]
+
+
+def test_the_attempt_history_travels_with_each_delivery(retry_server: ServerProcess) -> None:
+    with wire_for(retry_server) as w:
+        w.enqueue(max_attempts=3)
+        first = w.reserve_one(queues=("q",))
+        w.nack(first, "retry", message="first failure", detail="Traceback ...")
+        second = w.reserve_one(wait=2.0)
+        assert len(second.job.attempts) == 1
+        a = second.job.attempts[0]
+        assert (a.attempt, a.worker_id, a.outcome, a.error_message, a.error_detail) == (
+            1, "test", "retry", "first failure", "Traceback ...")
+        assert a.started_at.ToMicroseconds() <= a.ended_at.ToMicroseconds()
+
+
+def test_max_attempts_one_is_never_retried(retry_server: ServerProcess) -> None:
+    with wire_for(retry_server) as w:
+        job_id = w.enqueue(max_attempts=1)
+        res = w.reserve_one()
+        assert res.attempt == 1 and res.job.max_attempts == 1
+        assert w.nack(res, "retry").state == pb.DEAD_LETTERED
+        assert w.reserve(wait=0.3) == []
+        row = job_row(retry_server, job_id)
+        assert row is not None and (row.state, row.reason, row.attempt) == ("DEAD_LETTERED", "ATTEMPTS_EXHAUSTED", 1)
+        # retry_after on the last attempt dead-letters too.
+        other = w.enqueue(max_attempts=1)
+        assert w.nack(w.reserve_one(), "retry_after", delay=0.01).state == pb.DEAD_LETTERED
+        other_row = job_row(retry_server, other)
+        assert other_row is not None and other_row.reason == "ATTEMPTS_EXHAUSTED"
+
+
+def test_an_explicit_dead_letter_records_nack_dead_letter_and_the_reason(retry_server: ServerProcess) -> None:
+    with wire_for(retry_server) as w:
+        job_id = w.enqueue(max_attempts=10)
+        resp = w.nack(w.reserve_one(), "dead_letter", reason="payload is garbage", message="bad input")
+        assert resp.state == pb.DEAD_LETTERED
+        row = job_row(retry_server, job_id)
+        assert row is not None
+        assert (row.state, row.attempt, row.reason) == ("DEAD_LETTERED", 1, "NACK_DEAD_LETTER: payload is garbage")
+        assert row.history[-1]["outcome"] == "dead_letter" and row.history[-1]["error_message"] == "bad input"
+        assert w.reserve(wait=0.2) == []
+
+
+def test_retry_after_uses_exactly_the_given_delay(retry_server: ServerProcess) -> None:
+    with wire_for(retry_server) as w:
+        job_id = w.enqueue(max_attempts=5)
+        nacked_at = time.time()
+        resp = w.nack(w.reserve_one(), "retry_after", delay=0.5, message="try later")
+        assert resp.state == pb.SCHEDULED
+        assert resp.run_at.ToMicroseconds() / 1e6 == pytest.approx(nacked_at + 0.5, abs=0.03)
+        assert w.reserve(wait=0.3) == []
+        res = w.reserve_one(wait=1.0)
+        assert res.job.id == job_id and res.attempt == 2
+        assert time.time() - nacked_at == pytest.approx(0.5, abs=0.1)
+        # A zero delay makes it READY at once.
+        assert w.nack(res, "retry_after", delay=0.0).state == pb.READY
+        assert w.reserve_one(wait=0).attempt == 3
+
+
+def test_retry_after_refuses_a_negative_delay(retry_server: ServerProcess) -> None:
+    with wire_for(retry_server) as w:
+        w.enqueue()
+        res = w.reserve_one()
+        code, _ = refusal(lambda: w.nack(res, "retry_after", delay=-1.0))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        w.ack(res)  # the lease still holds
+
+
+def test_release_gives_the_attempt_back_and_keeps_the_jobs_place(retry_server: ServerProcess) -> None:
+    with wire_for(retry_server) as w:
+        first = w.enqueue(max_attempts=1)
+        second = w.enqueue(max_attempts=1)
+        res = w.reserve_one()
+        assert res.job.id == first and res.attempt == 1
+        for _ in range(3):  # releasing over and over never spends the only attempt
+            resp = w.nack(res, "release")
+            assert resp.state == pb.READY
+            res = w.reserve_one(wait=0)
+            assert res.job.id == first, "a released job goes back to its place, ahead of later jobs"
+            assert res.attempt == 1
+        assert [a.outcome for a in res.job.attempts] == ["released"] * 3
+        w.ack(res)
+        assert w.reserve_one(wait=0).job.id == second
+
+
+def test_a_nack_without_directive_is_a_plain_retry(retry_server: ServerProcess) -> None:
+    from sepp.api.v1 import worker_pb2 as wpb
+
+    with wire_for(retry_server) as w:
+        w.enqueue(max_attempts=2)
+        res = w.reserve_one()
+        resp = w.worker.Nack(wpb.NackRequest(job_id=res.job.id, lease_id=res.lease_id), timeout=5)
+        assert resp.state == pb.SCHEDULED
+        assert w.reserve_one(wait=1.0).attempt == 2
+
+
+def test_retention_deletes_finished_jobs_and_expired_idempotency_keys(server_factory: ServerFactory) -> None:
+    server = server_factory(queues={"q": fast_queue(completed_retention=0.3, dead_letter_retention=0.3,
+                                                    dedup_window=0.3)})
+    with wire_for(server) as w:
+        done = w.enqueue()
+        w.ack(w.reserve_one())
+        dead = w.enqueue(max_attempts=1)
+        w.nack(w.reserve_one(), "retry")
+        keyed = w.enqueue(idempotency_key="k1")
+        assert w.enqueue(idempotency_key="k1") == keyed  # deduplicated within the window
+        assert job_row(server, done) is not None and job_row(server, dead) is not None
+        wait_for(lambda: job_row(server, done) is None and job_row(server, dead) is None, timeout=3.0,
+                 what="retention to delete finished jobs")
+        # The key's window passed: the same key creates a new job now.
+        wait_for(lambda: w.enqueue(idempotency_key="k1") != keyed, timeout=3.0, what="the key to expire")
+        # A READY job is never pruned.
+        assert job_row(server, keyed) is not None

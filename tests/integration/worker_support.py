@@ -1,0 +1,271 @@
+"""Helpers for the worker-side integration tests: raw WorkerService calls, job state
+through the admin API, and poll-with-deadline waiting.
+
+Job state is read through the admin API (``GetJob``, ``ListJobs``): the worker API
+cannot show a finished job (its dead-letter reason, say).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.rpc import error_details_pb2
+
+from sepp import wire
+from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import admin_pb2_grpc, producer_pb2_grpc, worker_pb2_grpc
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.testing import ServerProcess
+
+T = TypeVar("T")
+
+#: The ``server_factory`` fixture's type (see tests/conftest.py).
+ServerFactory = Callable[..., ServerProcess]
+
+STATE_NAMES = {1: "SCHEDULED", 2: "READY", 3: "RESERVED", 4: "COMPLETED", 5: "DEAD_LETTERED", 6: "CANCELLED"}
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, what: str = "") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def ts_of(when: dt.datetime) -> Any:
+    """An aware datetime as a protobuf Timestamp."""
+    from google.protobuf import timestamp_pb2
+
+    t = timestamp_pb2.Timestamp()
+    t.FromDatetime(when.astimezone(dt.UTC))
+    return t
+
+
+def reason_of(exc: grpc.RpcError) -> str:
+    """The ErrorInfo reason of a failed call ('' when none)."""
+    status = wire.status_from_metadata(exc.trailing_metadata())  # type: ignore[attr-defined]
+    if status is None:
+        return ""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return str(info.reason)
+    return ""
+
+
+class Wire:
+    """Blocking raw stubs for one server: enqueue, reserve, ack, nack, extend, settle."""
+
+    def __init__(self, target: str) -> None:
+        self.channel = grpc.insecure_channel(target)
+        self.producer = producer_pb2_grpc.ProducerServiceStub(self.channel)
+        self.worker = worker_pb2_grpc.WorkerServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    def close(self) -> None:
+        """Close the channel."""
+        self.channel.close()
+
+    def enqueue(self, queue: str = "q", job_type: str = "t", *, priority: int | None = None,
+                max_attempts: int | None = None, scheduled_at: dt.datetime | None = None,
+                data: bytes = b"", **extra: Any) -> str:
+        """Enqueue one job; returns its id."""
+        req = pb.EnqueueRequest(queue=queue, job_type=job_type, payload=pb.Payload(data=data), **extra)
+        if priority is not None:
+            req.priority = priority
+        if max_attempts is not None:
+            req.max_attempts = max_attempts
+        if scheduled_at is not None:
+            req.scheduled_at.CopyFrom(ts_of(scheduled_at))
+        return str(self.producer.Enqueue(req, timeout=10).job_id)
+
+    def enqueue_many(self, reqs: Sequence[pb.EnqueueRequest]) -> list[str]:
+        """One EnqueueBatch; returns the ids (fails on any rejection)."""
+        resp = self.producer.EnqueueBatch(ppb.EnqueueBatchRequest(jobs=list(reqs)), timeout=10)
+        out = []
+        for r in resp.results:
+            assert r.WhichOneof("outcome") == "ack", r
+            out.append(r.ack.job_id)
+        return out
+
+    def reserve(self, queues: Sequence[str] = ("q",), max_jobs: int = 1, *, lease: float | None = None,
+                wait: float = 0.0, worker_id: str = "test") -> list[wpb.Reservation]:
+        """One Reserve call."""
+        req = wpb.ReserveRequest(queues=list(queues), max_jobs=max_jobs, worker_id=worker_id)
+        if lease is not None:
+            req.lease_duration.CopyFrom(wire.seconds_to_duration(lease))
+        if wait:
+            req.wait.CopyFrom(wire.seconds_to_duration(wait))
+        return list(self.worker.Reserve(req, timeout=wait + 10).reservations)
+
+    def reserve_one(self, queues: Sequence[str] = ("q",), *, lease: float | None = None,
+                    wait: float = 2.0) -> wpb.Reservation:
+        """Reserve exactly one job (long-polling up to ``wait``); fails when none comes."""
+        got = self.reserve(queues, 1, lease=lease, wait=wait)
+        assert len(got) == 1, "expected a job, got none"
+        return got[0]
+
+    def ack(self, res: wpb.Reservation | tuple[str, str]) -> None:
+        """Ack (raises grpc.RpcError when refused)."""
+        job_id, lease_id = _ids(res)
+        self.worker.Ack(wpb.AckRequest(job_id=job_id, lease_id=lease_id), timeout=10)
+
+    def nack(self, res: wpb.Reservation | tuple[str, str], directive: str = "retry", *, delay: float = 0.0,
+             reason: str = "", message: str = "", detail: str = "") -> wpb.NackResponse:
+        """Nack with ``retry`` | ``retry_after`` (``delay``) | ``dead_letter`` (``reason``) | ``release``."""
+        job_id, lease_id = _ids(res)
+        req = wpb.NackRequest(job_id=job_id, lease_id=lease_id, error=wpb.JobError(message=message, detail=detail))
+        if directive == "retry":
+            req.retry.SetInParent()
+        elif directive == "retry_after":
+            req.retry_after.CopyFrom(wire.seconds_to_duration(delay))
+        elif directive == "dead_letter":
+            req.dead_letter = reason
+        elif directive == "release":
+            req.release.SetInParent()
+        else:
+            raise ValueError(directive)
+        return self.worker.Nack(req, timeout=10)  # type: ignore[no-any-return]
+
+    def extend(self, res: wpb.Reservation | tuple[str, str], by: float) -> wpb.ExtendLeaseResponse:
+        """ExtendLease by ``by`` seconds."""
+        job_id, lease_id = _ids(res)
+        return self.worker.ExtendLease(  # type: ignore[no-any-return]
+            wpb.ExtendLeaseRequest(job_id=job_id, lease_id=lease_id, extend_by=wire.seconds_to_duration(by)),
+            timeout=10)
+
+    def settle(self, items: Sequence[wpb.SettleItem]) -> list[wpb.SettleResult]:
+        """One batched Settle."""
+        return list(self.worker.Settle(wpb.SettleRequest(items=list(items)), timeout=10).results)
+
+    # admin (SPEC §4)
+
+    def pause(self, queue: str, paused: bool = True) -> None:
+        """PauseQueue / ResumeQueue."""
+        if paused:
+            self.admin.PauseQueue(apb.PauseQueueRequest(name=queue), timeout=10)
+        else:
+            self.admin.ResumeQueue(apb.ResumeQueueRequest(name=queue), timeout=10)
+
+    def cancel(self, job_id: str, reason: str = "") -> pb.Job:
+        """CancelJob: SCHEDULED/READY → CANCELLED; RESERVED → cancel requested."""
+        return self.admin.CancelJob(apb.CancelJobRequest(job_id=job_id, reason=reason),  # type: ignore[no-any-return]
+                                    timeout=10)
+
+    def get_job(self, job_id: str) -> pb.Job:
+        """GetJob."""
+        return self.admin.GetJob(apb.GetJobRequest(job_id=job_id), timeout=10)  # type: ignore[no-any-return]
+
+
+def _ids(res: wpb.Reservation | tuple[str, str]) -> tuple[str, str]:
+    if isinstance(res, tuple):
+        return res
+    return res.job.id, res.lease_id
+
+
+def refusal(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
+    """Run a call that must fail; returns (status code, ErrorInfo reason)."""
+    try:
+        call()
+    except grpc.RpcError as exc:
+        return exc.code(), reason_of(exc)  # type: ignore[attr-defined]
+    raise AssertionError("the call succeeded but should have been refused")
+
+
+@contextmanager
+def wire_for(server: ServerProcess) -> Iterator[Wire]:
+    """A ``Wire`` for ``server``, closed afterwards."""
+    w = Wire(server.grpc_target)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+@dataclass(frozen=True)
+class Row:
+    """A job as the admin API shows it, reduced to what the tests need."""
+
+    state: str
+    attempt: int
+    max_attempts: int
+    reason: str | None
+    run_at: float  # seconds since the epoch
+    lease_id: str | None
+    history: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, job: pb.Job) -> Row:
+        """From a ``Job`` message (GetJob, or a ListJobs summary without history)."""
+        history = [{"attempt": a.attempt, "worker_id": a.worker_id, "outcome": a.outcome,
+                    "error_message": a.error_message, "error_detail": a.error_detail,
+                    "started_at": a.started_at.ToMicroseconds(), "ended_at": a.ended_at.ToMicroseconds()}
+                   for a in job.attempts]
+        return cls(STATE_NAMES[job.state], job.attempt, job.max_attempts, job.dead_letter_reason or None,
+                   job.run_at.ToMicroseconds() / 1e6, job.lease_id or None, history)
+
+
+_wires: dict[str, Wire] = {}
+
+
+def _admin(server: ServerProcess) -> Wire:
+    """A cached ``Wire`` for the server's current address."""
+    w = _wires.get(server.grpc_target)
+    if w is None:
+        w = _wires[server.grpc_target] = Wire(server.grpc_target)
+    return w
+
+
+def job_row(server: ServerProcess, job_id: str) -> Row | None:
+    """One job through the admin ``GetJob`` (None when it does not exist)."""
+    try:
+        return Row.of(_admin(server).get_job(job_id))
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]
+            return None
+        raise
+
+
+def _list(server: ServerProcess, queue: str) -> list[pb.Job]:
+    out: list[pb.Job] = []
+    token = ""
+    while True:
+        page = _admin(server).admin.ListJobs(apb.ListJobsRequest(queue=queue, page_size=1000, page_token=token),
+                                             timeout=10)
+        out.extend(s.job for s in page.jobs)
+        token = page.next_page_token
+        if not token:
+            return out
+
+
+def queue_rows(server: ServerProcess, queue: str) -> dict[str, Row]:
+    """Every job of ``queue`` by id through the admin ``ListJobs`` (rows without history)."""
+    return {job.id: Row.of(job) for job in _list(server, queue)}
+
+
+def count_states(server: ServerProcess, queue: str = "q") -> dict[str, int]:
+    """Jobs of ``queue`` by state name (admin ``ListJobs``)."""
+    counts: dict[str, int] = {}
+    for job in _list(server, queue):
+        name = STATE_NAMES[job.state]
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def fast_queue(**settings: Any) -> dict[str, Any]:
+    """Queue settings with a short, jitter-free backoff (override with ``settings``)."""
+    return {"retry_base": 0.05, "retry_jitter": 0.0, **settings}

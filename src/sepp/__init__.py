@@ -32,7 +32,6 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from sepp.rejections import RejectionCode
-    from sepp.worker import DeadLetter, Job, Retry, Worker
     from sepp.request import (
         EnqueueAck,
         EnqueueRequest,
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
         Rejection,
         ServerInfo,
     )
+    from sepp.worker import DeadLetter, Job, Retry, Worker
 
 #: Public name → the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -74,17 +74,15 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AsyncClient",
-    "DeadLetter",
-    "Job",
-    "Retry",
-    "Worker",
     "AtomicEnqueueError",
     "Client",
     "ClientOptions",
+    "DeadLetter",
     "DeadlineExceeded",
     "EnqueueAck",
     "EnqueueRequest",
     "IndexedRejection",
+    "Job",
     "MessageTooLarge",
     "Overloaded",
     "Payload",
@@ -92,12 +90,14 @@ __all__ = [
     "RejectedError",
     "Rejection",
     "RejectionCode",
+    "Retry",
     "RetryPolicy",
     "SeppError",
     "ServerError",
     "ServerInfo",
     "TransportError",
     "Unavailable",
+    "Worker",
     "__version__",
 ]
 

@@ -4,12 +4,12 @@ Transport-agnostic like ``JobEngine``: the gRPC ``AdminService`` and the web UI 
 call it in-process. Errors are ``sepp.server.errors`` exceptions (``NotFound``,
 ``InvalidRequest``) plus ``StateConflict`` below (FAILED_PRECONDITION on the wire).
 
-Throughput stats (documented choice): enqueues are counted in memory per (queue,
-minute) through ``JobEngine.on_stored`` and folded into the ``queue_throughput`` table
-every ``flush_interval`` seconds and at stop (a crash loses at most that much of the
-*enqueued* series); completions and dead letters are counted by a trigger in the same
-transaction as the settle, so they are exact. Reads merge the table with the counts
-not flushed yet.
+Throughput stats (documented choice): enqueues, completions and dead letters are
+counted in memory per (queue, minute) through ``JobEngine.on_stored`` /
+``on_finished`` and folded into the ``queue_throughput`` table every
+``flush_interval`` seconds and at stop, so no job write carries a statistics write (a
+crash loses at most that many seconds of the series). Reads merge the table with the
+counts not flushed yet.
 """
 
 from __future__ import annotations
@@ -85,10 +85,14 @@ def state_name(state: int) -> str:
 
 
 class ThroughputCounter:
-    """Enqueue counts per (queue, minute) not yet written to the store."""
+    """Throughput per (queue, minute) not yet written to the store: enqueued, completed and
+    dead-lettered counts (columns 0, 1, 2), kept in memory so neither the enqueue nor the
+    settle path writes a statistics row per job."""
+
+    ENQUEUED, COMPLETED, DEAD_LETTERED = 0, 1, 2
 
     def __init__(self) -> None:
-        self.pending: Counter[tuple[str, int]] = Counter()
+        self.pending: Counter[tuple[str, int, int]] = Counter()
 
     def on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
         """``JobEngine.on_stored`` hook: count the rows that were really stored."""
@@ -97,24 +101,33 @@ class ThroughputCounter:
         minute = rows[0].enqueued_at // _MINUTE  # one call = one ``now``
         first = rows[0].queue
         if all(r.queue == first for r in rows):
-            self.pending[(first, minute)] += len(rows) - len(dedups)
+            self.pending[(first, minute, 0)] += len(rows) - len(dedups)
             return
         counts = Counter(r.queue for r in rows)
         for i in dedups:
             counts[rows[i].queue] -= 1
         for queue, n in counts.items():
-            self.pending[(queue, minute)] += n
+            self.pending[(queue, minute, 0)] += n
 
-    def take(self) -> dict[tuple[str, int], int]:
-        """Hand over and forget the pending counts."""
-        out = {k: n for k, n in self.pending.items() if n}
+    def on_finished(self, queue: str, state: int, count: int) -> None:
+        """``JobEngine.on_finished`` hook: jobs of ``queue`` reached COMPLETED (4) or DEAD_LETTERED (5)."""
+        column = self.COMPLETED if state == 4 else self.DEAD_LETTERED
+        self.pending[(queue, now_us() // _MINUTE, column)] += count
+
+    def take(self) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """Hand over and forget the pending counts: {(queue, minute): (enqueued, completed, dead)}."""
+        out: dict[tuple[str, int], list[int]] = {}
+        for (queue, minute, column), n in self.pending.items():
+            if n:
+                out.setdefault((queue, minute), [0, 0, 0])[column] += n
         self.pending.clear()
-        return out
+        return {k: (v[0], v[1], v[2]) for k, v in out.items()}
 
-    def restore(self, counts: Mapping[tuple[str, int], int]) -> None:
+    def restore(self, counts: Mapping[tuple[str, int], tuple[int, int, int]]) -> None:
         """Put counts back after a failed flush."""
-        for key, n in counts.items():
-            self.pending[key] += n
+        for (queue, minute), values in counts.items():
+            for column, n in enumerate(values):
+                self.pending[(queue, minute, column)] += n
 
     def forget(self, queue: str) -> None:
         """Drop a deleted queue's counts."""
@@ -253,6 +266,7 @@ class AdminEngine:
     async def start(self) -> None:
         """Count enqueues and flush them periodically."""
         self.engine.on_stored = self.counter.on_stored
+        self.engine.on_finished = self.counter.on_finished
         self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
 
     async def stop(self) -> None:
@@ -277,7 +291,7 @@ class AdminEngine:
         """Write pending enqueue counts and prune minutes older than a day."""
         counts = self.counter.take()
         try:
-            await self.store.add_enqueued(counts, now_us() // _MINUTE - KEEP_MINUTES)
+            await self.store.add_counts(counts, now_us() // _MINUTE - KEEP_MINUTES)
         except BaseException:
             self.counter.restore(counts)
             raise
@@ -519,9 +533,9 @@ class AdminEngine:
         series: dict[str, dict[int, list[int]]] = {}
         for row in await self.store.throughput(first):
             series.setdefault(row.queue, {})[row.minute] = [row.enqueued, row.completed, row.dead_lettered]
-        for (queue, minute), n in self.counter.pending.items():
+        for (queue, minute, column), n in self.counter.pending.items():
             if minute >= first:
-                series.setdefault(queue, {}).setdefault(minute, [0, 0, 0])[0] += n
+                series.setdefault(queue, {}).setdefault(minute, [0, 0, 0])[column] += n
         out = []
         for q in queues:
             oldest = await self.store.oldest_ready(q.name) if counts.get(q.name, StateCounts()).ready else None

@@ -36,6 +36,8 @@ from sepp.storage.base import (
 from sepp.validation import Validator
 
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
+#: Terminal states the throughput statistics count.
+_COUNTED = (int(State.COMPLETED), int(State.DEAD_LETTERED))
 
 #: A stored (or deduplicated) job as the engine reports it: (job id text, deduplicated).
 Ack = tuple[str, bool]
@@ -76,6 +78,8 @@ class JobEngine:
         self.on_scheduled: Callable[[int], None] = lambda _run_at: None
         #: Called after each enqueue commit with the rows and their dedups (admin throughput stats).
         self.on_stored: Callable[[Sequence[JobRow], Dedups], None] = lambda _rows, _dedups: None
+        #: Called with (queue, state, count) when jobs reach COMPLETED or DEAD_LETTERED (admin stats).
+        self.on_finished: Callable[[str, int, int], None] = lambda _queue, _state, _count: None
         self._max_backlog = config.max_commit_backlog
         #: Give-back tasks of abandoned reservations (kept referenced until done).
         self._background: set[asyncio.Future[None]] = set()
@@ -259,8 +263,7 @@ class JobEngine:
                         active.append(q)
                 if active:
                     lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
-                    params = ReserveParams([q.name for q in active], max_jobs, now_us(), lease_for, worker_id,
-                                           [uuid_utils.uuid7().bytes for _ in range(max_jobs)])
+                    params = ReserveParams([q.name for q in active], max_jobs, now_us(), lease_for, worker_id)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs
@@ -305,9 +308,17 @@ class JobEngine:
     async def settle(self, items: Sequence[SettleParams]) -> list[SettleResult]:
         """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""
         results = await self.store.settle(items, self.queues.policy_for)
+        finished: dict[tuple[str, int], int] = {}
         for res in results:
-            if res.error is None and res.state == _SCHEDULED:
+            if res.error is not None:
+                continue
+            if res.state == _SCHEDULED:
                 self.on_scheduled(res.run_at)
+            elif res.state in _COUNTED and res.run_at:  # run_at 0: a repeated ack, counted already
+                key = (res.queue, res.state)
+                finished[key] = finished.get(key, 0) + 1
+        for (queue, state), count in finished.items():
+            self.on_finished(queue, state, count)
         if any(r.error is None and r.state == _READY for r in results):
             for q in self.queues.all():  # cheap: only wakes queues somebody polls
                 if self.notifier.has_waiters(q.name):

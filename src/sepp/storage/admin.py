@@ -135,9 +135,10 @@ class AdminStore(Protocol):
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Every throughput row from ``since_minute`` on."""
 
-    async def add_enqueued(self, counts: Mapping[tuple[str, int], int], keep_after_minute: int) -> None:
-        """Add in-memory enqueue counts {(queue, minute): n} and drop rows older than
-        ``keep_after_minute``, in one commit."""
+    async def add_counts(self, counts: Mapping[tuple[str, int], tuple[int, int, int]],
+                         keep_after_minute: int) -> None:
+        """Add in-memory counts {(queue, minute): (enqueued, completed, dead_lettered)} and drop
+        rows older than ``keep_after_minute``, in one commit."""
 
     async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
         """(job id, expires_at µs) of a claimed key, expired or not; None when unclaimed."""

@@ -96,14 +96,13 @@ class JobRecord:
 @dataclass(frozen=True, slots=True)
 class ReserveParams:
     """Reserve up to ``max_jobs`` from ``queues`` in order; ``lease_for`` gives each queue's
-    lease length in µs; ``lease_ids`` supplies one fresh lease id per possible job."""
+    lease length in µs. The store gives every delivered job a fresh random 128-bit lease id."""
 
     queues: Sequence[str]
     max_jobs: int
     now: int
     lease_for: dict[str, int]
     worker_id: str
-    lease_ids: Sequence[bytes]
 
 
 class SettleKind(enum.Enum):
@@ -162,12 +161,14 @@ class SettleError(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SettleResult:
-    """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where the job went."""
+    """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where
+    the job went; ``queue`` is the job's queue (empty on error)."""
 
     error: SettleError | None
     state: int = 0
     run_at: int = 0
     attempt: int = 0
+    queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +182,12 @@ class ExtendResult:
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    """What a sweep pass changed: the queues that got newly READY jobs, and a count."""
+    """What a sweep pass changed: the queues that got newly READY jobs, a count, and how many
+    jobs it dead-lettered per queue."""
 
     count: int
     queues: frozenset[str] = field(default_factory=frozenset)
+    dead_lettered: dict[str, int] = field(default_factory=dict)
 
 
 class Store(Protocol):

@@ -8,6 +8,7 @@ import logging
 import time
 
 from sepp.server.engine import JobEngine
+from sepp.storage.base import State
 from sepp.storage.errors import StoreClosed
 
 log = logging.getLogger("sepp.sweeper")
@@ -92,6 +93,8 @@ class Sweeper:
         result = await self.engine.store.reclaim_expired(now, PASS_LIMIT, self.engine.queues.policy_for)
         for name in result.queues:
             self.engine.notifier.ready(name)
+        for name, count in result.dead_lettered.items():
+            self.engine.on_finished(name, int(State.DEAD_LETTERED), count)
         self.passes["reclaim"] += 1
         return result.count
 

@@ -195,13 +195,14 @@ class SQLiteAdmin:
         rows = await self._read("throughput_since", {"minute": since_minute})
         return [MinuteRow(*row) for row in rows]
 
-    async def add_enqueued(self, counts: Mapping[tuple[str, int], int], keep_after_minute: int) -> None:
-        """Fold in-memory enqueue counts into ``queue_throughput`` and prune old minutes."""
-        rows = [(queue, minute, n) for (queue, minute), n in counts.items()]
+    async def add_counts(self, counts: Mapping[tuple[str, int], tuple[int, int, int]],
+                         keep_after_minute: int) -> None:
+        """Fold in-memory throughput counts into ``queue_throughput`` and prune old minutes."""
+        rows = [(queue, minute, *values) for (queue, minute), values in counts.items()]
 
         def op(conn: sqlite3.Connection) -> None:
             if rows:
-                conn.executemany(A["add_enqueued"], rows)
+                conn.executemany(A["add_counts"], rows)
             conn.execute(A["prune_throughput"], (keep_after_minute,))
 
         await self._submit(op)

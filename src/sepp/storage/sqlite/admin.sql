@@ -98,9 +98,10 @@ SELECT min(first) FROM (
 -- name: throughput_since
 SELECT queue, minute, enqueued, completed, dead_lettered FROM queue_throughput WHERE minute >= :minute;
 
--- name: add_enqueued
-INSERT INTO queue_throughput (queue, minute, enqueued) VALUES (?, ?, ?)
-ON CONFLICT (queue, minute) DO UPDATE SET enqueued = enqueued + excluded.enqueued;
+-- name: add_counts
+INSERT INTO queue_throughput (queue, minute, enqueued, completed, dead_lettered) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (queue, minute) DO UPDATE SET enqueued = enqueued + excluded.enqueued,
+    completed = completed + excluded.completed, dead_lettered = dead_lettered + excluded.dead_lettered;
 
 -- name: prune_throughput
 DELETE FROM queue_throughput WHERE minute < ?;

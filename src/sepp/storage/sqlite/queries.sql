@@ -38,13 +38,30 @@ SELECT min(run_at) FROM jobs WHERE state = 1;
 -- name: ready_jobs
 SELECT seq FROM jobs WHERE queue = ? AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?;
 
--- name: lease_job
-UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?, lease_expires_at = ?, worker_id = ?,
-    started_at = ?, cancel_requested = 0
-WHERE seq = ?
+-- name: lease_ready
+-- One statement leases up to ?5 READY jobs of queue ?4, each under a fresh random 128-bit
+-- lease id (the fencing token). RETURNING order is unspecified: the caller sorts by
+-- priority DESC, run_at, seq.
+UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = randomblob(16), lease_expires_at = ?1,
+    worker_id = ?2, started_at = ?3, cancel_requested = 0
+WHERE seq IN (SELECT seq FROM jobs WHERE queue = ?4 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?5)
 RETURNING seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload,
     encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
     finished_at, reason, cancel_requested;
+
+-- name: ack_many_head
+-- Acks of live leases in one statement; ?1 = now, ?2 = completed retention (µs); the
+-- (job id, lease id) pairs follow as a VALUES list from ?3 on. Returns what it completed.
+UPDATE jobs SET state = 4, finished_at = ?1, purge_at = ?1 + ?2,
+    history = json_insert(coalesce(history, '[]'), '$[#]', json_object(
+        'attempt', attempt, 'worker_id', coalesce(worker_id, ''), 'started_at', started_at, 'ended_at', ?1,
+        'outcome', 'completed', 'error_message', '', 'error_detail', ''))
+FROM (SELECT column1 AS jid, column2 AS lid FROM (VALUES {values})) AS v
+WHERE jobs.id = v.jid AND jobs.lease_id = v.lid AND jobs.state = 3 AND jobs.lease_expires_at > ?1
+RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq;
+
+-- name: set_purge_at
+UPDATE jobs SET purge_at = ? WHERE seq = ?;
 
 -- name: get_job
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload,

@@ -250,7 +250,9 @@ class SQLiteStore:
     # ------------------------------------------------------------------ worker side
 
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:
-        """Promote due jobs, then lease up to ``max_jobs`` READY jobs from ``queues`` in order."""
+        """Promote due jobs, then lease up to ``max_jobs`` READY jobs from ``queues`` in order
+        (one UPDATE … RETURNING per queue)."""
+        lease_sql = Q["lease_ready"]
 
         def op(conn: sqlite3.Connection) -> list[JobRecord]:
             conn.execute(Q["promote_due"], (params.now, 10_000)).fetchall()
@@ -259,20 +261,19 @@ class SQLiteStore:
             for queue in params.queues:
                 if want <= 0:
                     break
-                seqs = conn.execute(Q["ready_jobs"], (queue, want)).fetchall()
                 expires = params.now + params.lease_for[queue]
-                for (seq,) in seqs:
-                    lease = params.lease_ids[len(out)]
-                    row = conn.execute(Q["lease_job"], (lease, expires, params.worker_id, params.now, seq)).fetchone()
-                    out.append(_record(row))
-                want -= len(seqs)
+                rows = conn.execute(lease_sql, (expires, params.worker_id, params.now, queue, want)).fetchall()
+                rows.sort(key=_ready_order)
+                out.extend(_record(row) for row in rows)
+                want -= len(rows)
             return out
 
-        return await self._committer.submit(op, 1)
+        return await self._committer.submit(op, 0)
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
-        """Apply acks/nacks in one transaction (see ``Store.settle``)."""
-        return await self._committer.submit(lambda conn: [_settle_one(conn, p, policy) for p in items], len(items))
+        """Apply acks/nacks in one transaction (see ``Store.settle``). Acks of live leases go
+        in one statement; everything else (nacks, refused or repeated acks) one by one."""
+        return await self._committer.submit(lambda conn: _settle_many(conn, items, policy), len(items))
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
         """Push a live lease's expiry to ``expires_at`` (µs)."""
@@ -306,6 +307,7 @@ class SQLiteStore:
         def op(conn: sqlite3.Connection) -> SweepResult:
             rows = conn.execute(Q["expired_leases"], (now, limit)).fetchall()
             woke = set()
+            dead: dict[str, int] = {}
             for seq, queue, attempt, max_attempts, worker, started, expired_at, cancel in rows:
                 entry = _history_entry(attempt, worker, started, expired_at, "lease_expired", "lease expired", "")
                 if cancel:  # an admin asked to cancel it while reserved: it does not go back
@@ -316,11 +318,12 @@ class SQLiteStore:
                     purge = now + policy(queue).dead_retention
                     conn.execute(Q["settle_update"], (int(State.DEAD_LETTERED), expired_at, attempt, now, purge,
                                                       "LEASE_EXPIRED", entry, seq))
+                    dead[queue] = dead.get(queue, 0) + 1
                 else:
                     conn.execute("UPDATE jobs SET state = 2, history = json_insert(coalesce(history, '[]'), "
                                  "'$[#]', json(?)) WHERE seq = ?", (entry, seq))
                     woke.add(queue)
-            return SweepResult(len(rows), frozenset(woke))
+            return SweepResult(len(rows), frozenset(woke), dead)
 
         return await self._committer.submit(op, 0)
 
@@ -340,6 +343,49 @@ class SQLiteStore:
         """One job by id (read connection)."""
         row = await self._read(Q["get_job"], (job_id,), one=True)
         return None if row is None else _record(row)
+
+
+def _ready_order(row: Sequence[Any]) -> tuple[int, int, int]:
+    """Reserve order of a leased row: priority DESC, run_at, seq (SPEC §2)."""
+    return (-row[5], row[6], row[0])
+
+
+_ACK_SQL: dict[int, str] = {}
+
+
+def _ack_sql(n: int) -> str:
+    sql = _ACK_SQL.get(n)
+    if sql is None:
+        values = ", ".join(f"(?{3 + 2 * i}, ?{4 + 2 * i})" for i in range(n))
+        sql = _ACK_SQL[n] = Q["ack_many_head"].replace("{values}", values)
+    return sql
+
+
+def _settle_many(conn: sqlite3.Connection, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
+    acks = [i for i, p in enumerate(items) if p.kind is SettleKind.ACK]
+    if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
+        # Nothing to fold, or one job twice: apply strictly in request order.
+        return [_settle_one(conn, p, policy) for p in items]
+    now = items[acks[0]].now
+    default_keep = policy("").completed_retention
+    params: list[object] = [now, default_keep]
+    for i in acks:
+        params += (items[i].job_id, items[i].lease_id)
+    done: dict[bytes, tuple[str, int]] = {}
+    for job_id, queue, attempt, seq in conn.execute(_ack_sql(len(acks)), params).fetchall():
+        done[job_id] = (queue, attempt)
+        keep = policy(queue).completed_retention
+        if keep != default_keep:
+            conn.execute(Q["set_purge_at"], (now + keep, seq))
+    out: list[SettleResult] = []
+    completed = int(State.COMPLETED)
+    for p in items:
+        hit = done.get(p.job_id) if p.kind is SettleKind.ACK and p.now == now else None
+        if hit is not None:
+            out.append(SettleResult(None, completed, now, hit[1], hit[0]))
+        else:
+            out.append(_settle_one(conn, p, policy))
+    return out
 
 
 def _lease_error(row: Sequence[Any] | None, lease_id: bytes, now: int) -> SettleError | None:
@@ -368,7 +414,7 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         # A repeated ack by the lease that completed the job succeeds again (SPEC §6).
         if (err is SettleError.LEASE_EXPIRED and p.kind is SettleKind.ACK and row is not None
                 and row[2] == int(State.COMPLETED)):
-            return SettleResult(None, int(State.COMPLETED), 0, row[5])
+            return SettleResult(None, int(State.COMPLETED), 0, row[5], row[1])
         return SettleResult(err)
     seq, queue, _state, _lease, _exp, attempt, max_attempts, worker, started, cancel, run_at = row
     pol = policy(queue)
@@ -390,4 +436,4 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         # An admin asked to cancel this job while it ran (SPEC §1): it does not go back.
         new = (int(State.CANCELLED), new[1], new[2], p.now, p.now + pol.dead_retention, CANCELLED_WHILE_RESERVED)
     conn.execute(Q["settle_update"], (*new, entry, seq))
-    return SettleResult(None, new[0], new[1], new[2])
+    return SettleResult(None, new[0], new[1], new[2], queue)

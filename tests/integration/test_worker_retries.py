@@ -46,7 +46,7 @@ def test_retry_backs_off_exponentially_and_dead_letters_at_max_attempts(retry_se
         assert row is not None
         assert (row.state, row.attempt, row.reason) == ("DEAD_LETTERED", 4, "ATTEMPTS_EXHAUSTED")
         assert [(h["attempt"], h["outcome"], h["error_message"], h["error_detail"]) for h in row.history] == [
-            (i, "retry", f"boom {i}", f"trace {i}") for i in range(1, 5)]
+            (i, "retry" if i < 4 else "attempts_exhausted", f"boom {i}", f"trace {i}") for i in range(1, 5)]
 
 
 def test_the_attempt_history_travels_with_each_delivery(retry_server: ServerProcess) -> None:

@@ -63,7 +63,12 @@ T = TypeVar("T")
 
 
 def _out() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal or console.width < 160:
+        # Tables of job ids, states and reasons need room: when piped (rich assumes 80
+        # columns) or on a narrow terminal, lay them out for 160 columns and let lines run.
+        console = Console(highlight=False, soft_wrap=False, width=max(160, console.width))
+    return console
 
 
 def _err() -> Console:

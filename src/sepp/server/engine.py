@@ -49,12 +49,20 @@ def now_us() -> int:
 
 
 def job_id_text(raw: bytes) -> str:
-    """Canonical text form of a 16-byte UUID."""
-    return str(uuid.UUID(bytes=raw))
+    """Canonical text form (8-4-4-4-12 lowercase hex) of a 16-byte UUID."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def job_id_bytes(text: str) -> bytes | None:
-    """Parse a UUID's text form; None when it is not one."""
+    """Parse a UUID's text form (canonical, or any form ``uuid.UUID`` accepts); None when
+    it is not one."""
+    if len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-":
+        try:
+            raw = bytes.fromhex(text[:8] + text[9:13] + text[14:18] + text[19:23] + text[24:])
+        except ValueError:
+            return None
+        return raw if len(raw) == 16 else None
     try:
         return uuid.UUID(text).bytes
     except (ValueError, AttributeError, TypeError):

@@ -19,31 +19,55 @@ def ts(us: int) -> timestamp_pb2.Timestamp:
     return t
 
 
+def _set_ts(target: timestamp_pb2.Timestamp, us: int) -> None:
+    target.seconds, rem = divmod(us, 1_000_000)
+    target.nanos = rem * 1000
+
+
 def job_to_proto(rec: JobRecord, with_history: bool = True) -> pb.Job:
-    """A full ``Job`` message for a record."""
-    job = pb.Job(id=job_id_text(rec.id), queue=rec.queue, job_type=rec.job_type,
-                 payload=pb.Payload(data=rec.payload, encoding=rec.encoding), priority=rec.priority,
-                 max_attempts=rec.max_attempts, attempt=rec.attempt, state=rec.state,  # type: ignore[arg-type]
-                 idempotency_key=rec.idempotency_key or "", dead_letter_reason=rec.reason or "",
-                 worker_id=rec.worker_id or "", cancel_requested=rec.cancel_requested)
-    job.run_at.CopyFrom(ts(rec.run_at))
-    job.enqueued_at.CopyFrom(ts(rec.enqueued_at))
+    """A full ``Job`` message for a record (``with_history`` adds the attempt history)."""
+    job = pb.Job()
+    fill_job(job, rec, with_history)
+    return job
+
+
+def fill_job(job: pb.Job, rec: JobRecord, with_history: bool = True) -> None:
+    """Write ``rec`` into the (empty) ``job`` message in place — no copy of the payload."""
+    job.id = job_id_text(rec.id)
+    job.queue = rec.queue
+    job.job_type = rec.job_type
+    payload = job.payload
+    payload.data = rec.payload
+    payload.encoding = rec.encoding
+    job.priority = rec.priority
+    job.max_attempts = rec.max_attempts
+    job.attempt = rec.attempt
+    job.state = rec.state  # type: ignore[assignment]
+    if rec.idempotency_key:
+        job.idempotency_key = rec.idempotency_key
+    if rec.reason:
+        job.dead_letter_reason = rec.reason
+    if rec.worker_id:
+        job.worker_id = rec.worker_id
+    if rec.cancel_requested:
+        job.cancel_requested = True
+    _set_ts(job.run_at, rec.run_at)
+    _set_ts(job.enqueued_at, rec.enqueued_at)
     if rec.extras:
         extras = pb.EnqueueRequest.FromString(rec.extras)
         job.custom.MergeFrom(extras.custom)
         job.trace_context.MergeFrom(extras.trace_context)
     if rec.finished_at is not None:
-        job.finished_at.CopyFrom(ts(rec.finished_at))
+        _set_ts(job.finished_at, rec.finished_at)
     if rec.lease_id is not None:
         job.lease_id = job_id_text(rec.lease_id)
     if rec.lease_expires_at is not None:
-        job.lease_expires_at.CopyFrom(ts(rec.lease_expires_at))
+        _set_ts(job.lease_expires_at, rec.lease_expires_at)
     if with_history and rec.history:
         for entry in json.loads(rec.history):
             attempt = job.attempts.add(attempt=entry["attempt"], worker_id=entry["worker_id"],
                                        outcome=entry["outcome"], error_message=entry["error_message"],
                                        error_detail=entry["error_detail"])
             if entry.get("started_at") is not None:
-                attempt.started_at.CopyFrom(ts(entry["started_at"]))
-            attempt.ended_at.CopyFrom(ts(entry["ended_at"]))
-    return job
+                _set_ts(attempt.started_at, entry["started_at"])
+            _set_ts(attempt.ended_at, entry["ended_at"])

@@ -9,7 +9,7 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
 from sepp.server.engine import JobEngine, job_id_bytes, now_us
 from sepp.server.errors import EngineError, InvalidRequest
-from sepp.server.rpc.convert import job_to_proto, ts
+from sepp.server.rpc.convert import fill_job, job_to_proto, ts
 from sepp.server.rpc.status import abort_for
 from sepp.storage.base import JobRecord, SettleKind, SettleParams
 from sepp.storage.errors import StoreError
@@ -83,6 +83,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         # The answer must fit in one message (max_message_bytes): what does not fit is given
         # back at once, keeping its place and its attempt.
         budget = self.max_message - _RESPONSE_SLACK
+        # Cheap upper bound first: payload + history + a generous 2 KiB per job of the rest.
+        if sum(len(r.payload) + len(r.history or "") + len(r.extras or b"") + 2048 for r in jobs) < budget:
+            add = resp.reservations.add
+            for rec in jobs:
+                res = add()
+                job = res.job
+                fill_job(job, rec)
+                res.lease_id = job.lease_id
+                res.attempt = rec.attempt
+                res.lease_expires_at.CopyFrom(job.lease_expires_at)
+            return resp
         size = 0
         overflow: list[JobRecord] = []
         for rec in jobs:

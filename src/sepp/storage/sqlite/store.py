@@ -425,6 +425,9 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         new = (int(State.COMPLETED), p.now, attempt, p.now, p.now + pol.completed_retention, None)
     elif p.kind is SettleKind.DEAD_LETTER or (p.kind is SettleKind.RETRY and attempt >= max_attempts):
         reason = p.reason if p.kind is SettleKind.DEAD_LETTER else "ATTEMPTS_EXHAUSTED"
+        if p.kind is SettleKind.RETRY:  # the history says what happened, not what was asked
+            entry = _history_entry(attempt, worker, started, p.now, "attempts_exhausted", p.error_message,
+                                   p.error_detail)
         new = (int(State.DEAD_LETTERED), p.now, attempt, p.now, p.now + pol.dead_retention, reason)
     elif p.kind is SettleKind.RELEASE:
         # Given back unprocessed: keeps its run_at, so it keeps its place in the queue.

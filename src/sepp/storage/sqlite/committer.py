@@ -48,6 +48,24 @@ class _Pending(Generic[T]):
 _STOP = object()
 
 
+class MergeableInsert:
+    """An operation that only inserts ``rows`` with ``insert(conn, rows)`` and returns
+    ``result``. The committer folds all such operations of a group into one ``insert``
+    call (one statement), which matters when many single-job enqueues share a commit."""
+
+    __slots__ = ("insert", "result", "rows")
+
+    def __init__(self, insert: Callable[[sqlite3.Connection, list[Any]], None], rows: list[Any],
+                 result: Any) -> None:
+        self.insert = insert
+        self.rows = rows
+        self.result = result
+
+    def __call__(self, conn: sqlite3.Connection) -> Any:
+        self.insert(conn, self.rows)
+        return self.result
+
+
 class Committer:
     """Owns the writer connection; see the module docstring.
 
@@ -194,15 +212,22 @@ class Committer:
                      group: list[_Pending[Any]]) -> list[tuple[_Pending[Any], Any, BaseException | None]]:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            out: list[tuple[_Pending[Any], Any, BaseException | None]] = [
-                (item, item.fn(conn), None) for item in group]
+            out: list[tuple[_Pending[Any], Any, BaseException | None]] = []
+            merged = [item for item in group if isinstance(item.fn, MergeableInsert)] if len(group) > 1 else []
+            if len(merged) > 1:
+                # Many plain inserts (concurrent single enqueues): one statement for all.
+                first: MergeableInsert = merged[0].fn  # type: ignore[assignment]
+                first.insert(conn, [row for item in merged for row in item.fn.rows])  # type: ignore[attr-defined]
+                out.extend((item, item.fn.result, None) for item in merged)  # type: ignore[attr-defined]
+                group = [item for item in group if not isinstance(item.fn, MergeableInsert)]
+            out.extend((item, item.fn(conn), None) for item in group)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
         self.commits += 1
-        self.ops_committed += len(group)
+        self.ops_committed += len(out)
         return out
 
     def _resolve(self, results: list[tuple[_Pending[Any], Any, BaseException | None]]) -> None:

@@ -37,7 +37,7 @@ from sepp.storage.base import (
 )
 from sepp.storage.errors import StoreCorrupt, StoreError, StoreLocked
 from sepp.storage.sqlite.admin import SQLiteAdmin
-from sepp.storage.sqlite.committer import Committer
+from sepp.storage.sqlite.committer import Committer, MergeableInsert
 
 Q = load_queries("sepp.storage.sqlite")
 _PKG = "sepp.storage.sqlite"
@@ -200,14 +200,9 @@ class SQLiteStore:
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = ()) -> Dedups:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call."""
-        insert = Q["insert_job"]
         if not new_queues and not any(row[11] for row in rows):
 
-            def plain(conn: sqlite3.Connection) -> Dedups:
-                conn.executemany(insert, rows)
-                return {}
-
-            return await self._committer.submit(plain, len(rows))
+            return await self._committer.submit(MergeableInsert(_insert_jobs, list(rows), {}), len(rows))
 
         def op(conn: sqlite3.Connection) -> Dedups:
             for q in new_queues:
@@ -230,7 +225,7 @@ class SQLiteStore:
                         continue
                     conn.execute(Q["claim_idempotency"], (row.queue, key, row.id, dedup_until[i]))
                 fresh.append(row)
-            conn.executemany(insert, fresh)
+            _insert_jobs(conn, fresh)
             return dedups
 
         return await self._committer.submit(op, len(rows))
@@ -343,6 +338,34 @@ class SQLiteStore:
         """One job by id (read connection)."""
         row = await self._read(Q["get_job"], (job_id,), one=True)
         return None if row is None else _record(row)
+
+
+#: Rows per multi-row INSERT: 12 parameters each stays far below SQLite's 32,766 limit.
+_INSERT_CHUNK = 512
+_INSERT_SQL: dict[int, str] = {}
+
+
+def _insert_sql(n: int) -> str:
+    sql = _INSERT_SQL.get(n)
+    if sql is None:
+        head = Q["insert_job"].split("VALUES")[0]
+        sql = _INSERT_SQL[n] = head + "VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n)
+    return sql
+
+
+def _insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
+    """Insert rows with multi-row INSERTs: one sqlite3_step per chunk instead of one per row,
+    so the writer thread gives up and retakes the GIL once per chunk, not once per job
+    (with a busy event loop each retake can wait for the interpreter's switch interval)."""
+    for start in range(0, len(rows), _INSERT_CHUNK):
+        chunk = rows[start:start + _INSERT_CHUNK]
+        if len(chunk) == 1:
+            conn.execute(Q["insert_job"], chunk[0])
+            continue
+        params: list[object] = []
+        for row in chunk:
+            params.extend(row)
+        conn.execute(_insert_sql(len(chunk)), params)
 
 
 def _ready_order(row: Sequence[Any]) -> tuple[int, int, int]:

@@ -11,7 +11,10 @@ uvloop, measures:
   the time from the producer's send to the handler's start, p50/p99/max — again with
   raw stubs (long-poll ``Reserve``) and with the Worker.
 
-    python benchmarks/e2e.py [--duration 5] [--mode group] [--rate 1000]
+* **scheduled backlog** (``--scheduled N``): batched enqueue and end-to-end rates on an
+  empty database and with N far-future scheduled jobs waiting, and the change.
+
+    python benchmarks/e2e.py [--duration 5] [--mode group] [--rate 1000] [--scheduled 1000000]
 """
 
 from __future__ import annotations
@@ -205,6 +208,64 @@ async def worker_latency(target: str, rate: float, duration: float) -> list[floa
     return [(started[j] - sent[j]) * 1000 for j in sent if j in started]
 
 
+# ------------------------------------------------------------------ scheduled backlog
+
+
+async def fill_scheduled(target: str, jobs: int) -> float:
+    """Store ``jobs`` SCHEDULED jobs (a year out, on another queue); returns seconds taken."""
+    far = pb.EnqueueRequest(queue="later", job_type="noop", payload=PAYLOAD)
+    far.scheduled_at.FromSeconds(int(time.time()) + 300 * 86400)
+    raw = ppb.EnqueueBatchRequest(jobs=[far] * 256).SerializeToString()
+    started = time.perf_counter()
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary("/sepp.api.v1.ProducerService/EnqueueBatch")
+        sem = asyncio.Semaphore(4)
+
+        async def one() -> None:
+            async with sem:
+                await call(raw)
+
+        await asyncio.gather(*(one() for _ in range((jobs + 255) // 256)))
+    return time.perf_counter() - started
+
+
+async def enqueue_rate(target: str, duration: float) -> float:
+    """Batched enqueue jobs/s (4 batches of 256 in flight, pre-serialized)."""
+    raw = BATCH.SerializeToString()
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary("/sepp.api.v1.ProducerService/EnqueueBatch")
+        done = 0
+        end = time.perf_counter() + duration
+
+        async def loop() -> None:
+            nonlocal done
+            while time.perf_counter() < end:
+                await call(raw)
+                done += 256
+
+        await asyncio.gather(*(loop() for _ in range(4)))
+    return done / duration
+
+
+async def scheduled_backlog(tmp: Path, config: dict[str, object], jobs: int, duration: float,
+                            producers: int, consumers: int) -> list[list[str]]:
+    """Enqueue and end-to-end rates on an empty database, then with ``jobs`` scheduled jobs
+    waiting — same server settings, same run — and the ratio."""
+    rows = []
+    for label, backlog in (("empty database", 0), (f"{jobs:,} scheduled jobs waiting", jobs)):
+        with ServerProcess(tmp / f"backlog-{backlog}", config) as server:
+            fill = await fill_scheduled(server.grpc_target, backlog) if backlog else 0.0
+            enq = await enqueue_rate(server.grpc_target, duration)
+        with ServerProcess(tmp / f"backlog-{backlog}", config) as server:
+            e2e = await raw_throughput(server.grpc_target, duration, producers, consumers)
+        rows.append([label, f"{enq:,.0f}", f"{e2e:,.0f}", f"{fill:.0f} s" if backlog else "-"])
+    for col in (1, 2):
+        base = float(rows[0][col].replace(",", ""))
+        loaded = float(rows[1][col].replace(",", ""))
+        rows[1][col] += f" ({loaded / base - 1:+.0%})"
+    return rows
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -215,6 +276,8 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="jobs/s of the latency runs")
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument("--scheduled", type=int, default=0,
+                        help="also compare rates with this many scheduled jobs waiting (e.g. 1000000)")
     args = parser.parse_args()
 
     rows = []
@@ -240,6 +303,12 @@ async def main() -> None:
     print(table(["scenario", "jobs/s", "p50 ms", "p99 ms", "max ms"], rows))
     if lat_raw:
         print(f"- raw latency mean {statistics.fmean(lat_raw):.2f} ms")
+    if args.scheduled:
+        with tempfile.TemporaryDirectory() as tmp:
+            backlog = await scheduled_backlog(Path(tmp), config, args.scheduled, args.duration, args.producers,
+                                              args.consumers)
+        print()
+        print(table(["database", "batched enqueue jobs/s", "end-to-end jobs/s", "fill time"], backlog))
 
 
 if __name__ == "__main__":

@@ -419,3 +419,60 @@ async def test_an_admin_cancel_reaches_the_running_handler(server_factory: Serve
     assert noticed[0] - cancelled_at < 0.6  # seen at the next extension (every lease/3)
     assert reports[0].outcome == "retry" and reports[0].state == "cancelled"
     assert final.state == pb.CANCELLED and final.attempt == 1
+
+
+async def test_handlers_raising_base_exceptions_are_failures_not_crashes(server_factory: ServerFactory) -> None:
+    server = server_factory(queues={"q": fast_queue(lease_duration=2.0)})
+    worker, reports = make_worker(server)
+
+    @worker.handler("cancelled")
+    async def cancelled(job: Job) -> None:
+        raise asyncio.CancelledError()
+
+    @worker.handler("interrupt")
+    async def interrupt(job: Job) -> None:
+        raise KeyboardInterrupt("from the handler")
+
+    @worker.handler("exit")
+    def exit_in_thread(job: Job) -> None:
+        raise SystemExit(3)
+
+    with wire_for(server) as w:
+        ids = {t: w.enqueue("q", t, max_attempts=1) for t in ("cancelled", "interrupt", "exit")}
+    async with running(worker):
+        await until(lambda: len(reports) == 3, what="3 outcomes")
+    for job_type, job_id in ids.items():
+        row = job_row(server, job_id)
+        assert row is not None and (row.state, row.reason) == ("DEAD_LETTERED", "ATTEMPTS_EXHAUSTED"), job_type
+
+
+async def test_a_handler_that_swallows_cancellation_still_gets_its_job_released(fast: ServerProcess) -> None:
+    worker, _reports = make_worker(fast)
+    entered = asyncio.Event()
+    handler_tasks: list[asyncio.Task[Any]] = []
+    let_go = False
+
+    @worker.handler("stubborn")
+    async def stubborn(job: Job) -> None:
+        entered.set()
+        me = asyncio.current_task()
+        assert me is not None
+        handler_tasks.append(me)
+        while not let_go:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                pass
+
+    with wire_for(fast) as w:
+        job_id = w.enqueue("q", "stubborn")
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    await until(entered.is_set, what="handler running")
+    await worker.stop(0.2)
+    await asyncio.wait_for(task, 15)
+    row = job_row(fast, job_id)
+    assert row is not None and (row.state, row.attempt) == ("READY", 0)
+    let_go = True  # end the stubborn handler so the test's event loop can close
+    for t in handler_tasks:
+        t.cancel()
+    await asyncio.wait(handler_tasks, timeout=5)

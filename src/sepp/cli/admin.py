@@ -24,7 +24,7 @@ import typer
 from google.protobuf import duration_pb2, timestamp_pb2
 from rich import box
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from sepp.api.v1 import admin_pb2 as apb
@@ -60,6 +60,17 @@ T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------- output helpers
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape(text: str) -> str:
+    """Make user-supplied text safe for the terminal: control characters (escape sequences
+    that set titles, clear screens, recolour) and bidi overrides become visible ``\\xNN`` /
+    ``\\uNNNN`` escapes, and rich markup is escaped."""
+    cleaned = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return _markup_escape(cleaned)
 
 
 def _out() -> Console:

@@ -171,6 +171,8 @@ class Worker:
         self._reserve_call: Any = None
         self._reserve_cancelled = False
         self._abandoning = False
+        #: The job each running handler task works on (to release it if the task never ends).
+        self._task_jobs: dict[asyncio.Task[Any], Job] = {}
         self._reserver: asyncio.Task[None] | None = None
         self._shutdown_task: asyncio.Task[None] | None = None
         self._signals: list[signal.Signals] = []
@@ -205,8 +207,20 @@ class Worker:
             import uvloop
 
             factory = uvloop.new_event_loop
-        with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(self.run(install_signal_handlers=install_signal_handlers))
+        loop: asyncio.AbstractEventLoop = factory() if factory is not None else asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self.run(install_signal_handlers=install_signal_handlers))
+        finally:
+            # Unlike asyncio.run, do not wait forever for tasks that ignore cancellation
+            # (a handler swallowing CancelledError): give them a moment, then close.
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=1.0))
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop gracefully and wait until done (``grace`` defaults to ``shutdown_grace``).
@@ -342,6 +356,7 @@ class Worker:
             me = asyncio.current_task()
             assert me is not None
             self._in_handler.add(me)
+            self._task_jobs[me] = job
             try:
                 if registered.is_async:
                     await registered.fn(job)
@@ -350,15 +365,19 @@ class Worker:
                     if inspect.isawaitable(result):
                         await result
                 outcome = COMPLETED
-            except asyncio.CancelledError:
-                if not self._abandoning:
-                    raise
-                me.uncancel()
-                outcome = released("worker stopped before the handler finished (shutdown grace exceeded)")
-            except Exception as exc:
+            except asyncio.CancelledError as exc:
+                if self._abandoning:
+                    me.uncancel()
+                    outcome = released("worker stopped before the handler finished (shutdown grace exceeded)")
+                elif me.cancelling():
+                    raise  # this task itself is being cancelled
+                else:  # the handler raised CancelledError of its own: a failure like any other
+                    outcome = outcome_for_exception(exc)
+            except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
                 outcome = outcome_for_exception(exc)
             finally:
                 self._in_handler.discard(me)
+                self._task_jobs.pop(me, None)
         await self._settle(job, outcome, time.perf_counter() - started)
 
     async def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
@@ -438,7 +457,12 @@ class Worker:
                 self._abandoning = True
                 for task in stuck:
                     task.cancel()
-                await asyncio.wait(left, timeout=10)
+                await asyncio.wait(left, timeout=5)
+                # A handler that swallows cancellation never ends: give its job back anyway.
+                hung = [self._task_jobs.pop(t) for t in left if not t.done() and t in self._task_jobs]
+                if hung:
+                    log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
+                    await self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")
             await self._settler.flush()
         finally:
             await self._keeper.close()

@@ -39,13 +39,20 @@ def _truncate(text: str, limit: int) -> str:
     return text.encode("utf-8")[:limit].decode("utf-8", "ignore")
 
 
-def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: int) -> SettleParams:
-    """An ack or nack message → ``SettleParams``. Raises ``InvalidRequest`` for a bad one."""
+#: Longest dead-letter reason kept, UTF-8 bytes (longer is truncated).
+MAX_REASON_BYTES = 1024
+
+
+def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: int,
+                  max_delay: float = 365 * 86400.0) -> SettleParams:
+    """An ack or nack message → ``SettleParams``. Error message and detail are cut to
+    ``max_detail`` bytes, a dead-letter reason to 1 KiB. Raises ``InvalidRequest`` for a bad
+    item (malformed ids, a ``retry_after`` below 0 or above ``max_delay`` seconds)."""
     jid, lid = _ids(item.job_id, item.lease_id)
     if isinstance(item, wpb.AckRequest):
         return SettleParams(jid, lid, SettleKind.ACK, now, outcome="completed")
     directive = item.WhichOneof("directive")
-    message = item.error.message
+    message = _truncate(item.error.message, max_detail)
     detail = _truncate(item.error.detail, max_detail)
     if directive is None or directive == "retry":
         return SettleParams(jid, lid, SettleKind.RETRY, now, outcome="retry", error_message=message,
@@ -54,12 +61,16 @@ def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: 
         delay = duration_to_seconds(item.retry_after)
         if delay < 0:
             raise InvalidRequest("retry_after must not be negative", "retry_after")
+        if delay > max_delay:
+            raise InvalidRequest(f"retry_after must be at most {max_delay:g} s (max_schedule_horizon)", "retry_after",
+                                 int(max_delay), int(delay))
         return SettleParams(jid, lid, SettleKind.RETRY, now, delay=int(delay * 1_000_000), outcome="retry_after",
                             error_message=message, error_detail=detail)
     if directive == "dead_letter":
-        reason = "NACK_DEAD_LETTER" + (f": {item.dead_letter}" if item.dead_letter else "")
+        given = _truncate(item.dead_letter, MAX_REASON_BYTES)
+        reason = "NACK_DEAD_LETTER" + (f": {given}" if given else "")
         return SettleParams(jid, lid, SettleKind.DEAD_LETTER, now, reason=reason, outcome="dead_letter",
-                            error_message=message or item.dead_letter, error_detail=detail)
+                            error_message=message or given, error_detail=detail)
     return SettleParams(jid, lid, SettleKind.RELEASE, now, outcome="released", error_message=message,
                         error_detail=detail)
 
@@ -71,6 +82,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.engine = engine
         self.max_detail = engine.limits.max_error_detail_bytes
         self.max_message = engine.limits.max_message_bytes
+        self.max_delay = engine.limits.max_schedule_horizon
 
     async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
         try:
@@ -118,14 +130,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         try:
-            await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
+            await self.engine.settle_one(settle_params(request, now_us(), self.max_detail, self.max_delay))
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.AckResponse()
 
     async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
         try:
-            result = await self.engine.settle_one(settle_params(request, now_us(), self.max_detail))
+            result = await self.engine.settle_one(settle_params(request, now_us(), self.max_detail, self.max_delay))
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
@@ -151,7 +163,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             try:
                 if kind is None:
                     raise InvalidRequest("settle item has neither ack nor nack", "items")
-                params.append(settle_params(getattr(item, kind), now, self.max_detail))
+                params.append(settle_params(getattr(item, kind), now, self.max_detail, self.max_delay))
                 slots.append(i)
             except InvalidRequest as exc:
                 bad[i] = str(exc)

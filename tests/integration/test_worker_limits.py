@@ -1,0 +1,82 @@
+"""Out-of-range worker arguments are refused per item with INVALID_ARGUMENT, never UNKNOWN,
+and oversized texts are cut (SPEC §3: error detail ≤ 16 KiB)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2
+
+from sepp import wire
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2_grpc, worker_pb2_grpc
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.testing import ServerProcess
+
+HUGE = duration_pb2.Duration(seconds=2**40)
+
+
+def _reserved(channel: grpc.Channel, n: int) -> list[wpb.Reservation]:
+    producer = producer_pb2_grpc.ProducerServiceStub(channel)
+    for _ in range(n):
+        producer.Enqueue(pb.EnqueueRequest(queue="lim", job_type="t"))
+    worker = worker_pb2_grpc.WorkerServiceStub(channel)
+    return list(worker.Reserve(wpb.ReserveRequest(queues=["lim"], max_jobs=n, worker_id="w")).reservations)
+
+
+def _reason(error: grpc.RpcError) -> str:
+    status = wire.status_from_metadata(error.trailing_metadata())
+    assert status is not None
+    return str(wire.unpack_details(status)["error_info"].reason)
+
+
+def test_a_huge_retry_after_is_refused_per_item_and_the_rest_of_the_settle_applies(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        a, b = _reserved(channel, 2)
+        worker = worker_pb2_grpc.WorkerServiceStub(channel)
+        results = worker.Settle(wpb.SettleRequest(items=[
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),
+            wpb.SettleItem(nack=wpb.NackRequest(job_id=b.job.id, lease_id=b.lease_id, retry_after=HUGE)),
+        ])).results
+        assert [r.ok for r in results] == [True, False]
+        assert results[1].error_reason == "INVALID_ARGUMENT"
+        with pytest.raises(grpc.RpcError) as caught:
+            worker.Nack(wpb.NackRequest(job_id=b.job.id, lease_id=b.lease_id, retry_after=HUGE))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and _reason(caught.value) == "INVALID_ARGUMENT"
+        # The largest accepted delay is the schedule horizon (365 days).
+        ok = worker.Nack(wpb.NackRequest(job_id=b.job.id, lease_id=b.lease_id,
+                                         retry_after=duration_pb2.Duration(seconds=365 * 86400)))
+        assert ok.state == pb.SCHEDULED
+
+
+@pytest.mark.parametrize("seconds, accepted", [(86_400, True), (86_401, False), (2**40, False)])
+def test_lease_lengths_are_bounded_to_a_day(server: ServerProcess, seconds: int, accepted: bool) -> None:
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        (r,) = _reserved(channel, 1)
+        worker = worker_pb2_grpc.WorkerServiceStub(channel)
+        extend = wpb.ExtendLeaseRequest(job_id=r.job.id, lease_id=r.lease_id,
+                                        extend_by=duration_pb2.Duration(seconds=seconds))
+        reserve = wpb.ReserveRequest(queues=["lim"], max_jobs=1, lease_duration=duration_pb2.Duration(seconds=seconds))
+        if accepted:
+            assert worker.ExtendLease(extend).lease_expires_at.seconds > 0
+            worker.Reserve(reserve)
+            return
+        for call, request in ((worker.ExtendLease, extend), (worker.Reserve, reserve)):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(request)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_reason_and_message_are_cut_to_their_limits(server: ServerProcess) -> None:
+    from sepp.api.v1 import admin_pb2 as apb
+    from sepp.api.v1 import admin_pb2_grpc
+
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        (r,) = _reserved(channel, 1)
+        worker = worker_pb2_grpc.WorkerServiceStub(channel)
+        worker.Nack(wpb.NackRequest(job_id=r.job.id, lease_id=r.lease_id, dead_letter="R" * 100_000,
+                                    error=wpb.JobError(message="M" * 100_000, detail="D" * 100_000)))
+        job = admin_pb2_grpc.AdminServiceStub(channel).GetJob(apb.GetJobRequest(job_id=r.job.id))
+        assert job.dead_letter_reason == "NACK_DEAD_LETTER: " + "R" * 1024
+        assert len(job.attempts[-1].error_message) == 16 * 1024
+        assert len(job.attempts[-1].error_detail) == 16 * 1024

@@ -66,7 +66,7 @@ class SQLiteStore:
 
     def __init__(self, data_dir: Path, mode: str = "group", *, cache_mib: int = 64,
                  fsync_interval: float = 0.05, commit_delay: float = 0.0, max_group_ops: int = 1024,
-                 group_wait: float = 0.001) -> None:
+                 group_wait: float = 0.002) -> None:
         self.path = Path(data_dir) / DB_FILE
         self.mode = mode
         self._cache_mib = cache_mib

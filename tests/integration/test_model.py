@@ -153,8 +153,10 @@ class WorkerApiModel(RuleBasedStateMachine):
         action = data.draw(st.sampled_from(self.actions()), label="action")
         getattr(self, action)(data)
 
-    def _apply_nack(self, job: ModelJob, directive: str, delay: float) -> str:
-        """Model the nack of a held job; returns the new state."""
+    def _apply_nack(self, job: ModelJob, directive: str, delay: float, at: int | None = None) -> str:
+        """Model the nack of a held job; returns the new state. ``at`` is the logical time of
+        the settle (one Settle call is one instant: its retries tie on run_at, then go by
+        enqueue order — SPEC §2)."""
         self.stale.append((job.id, job.lease))
         if directive == "dead_letter":
             job.state, job.reason = "DEAD_LETTERED", "NACK_DEAD_LETTER: model"
@@ -166,7 +168,7 @@ class WorkerApiModel(RuleBasedStateMachine):
         elif delay > 0:
             job.state, job.run_at = "SCHEDULED", self.tick() + 10**9
         else:
-            job.state, job.run_at = "READY", self.tick()
+            job.state, job.run_at = "READY", self.tick() if at is None else at
         job.lease = ""
         return job.state
 
@@ -206,6 +208,7 @@ class WorkerApiModel(RuleBasedStateMachine):
                 items.append(wpb.SettleItem(nack=nack))
         results = self.wire.settle(items)
         assert all(r.ok for r in results), results
+        at = self.tick()
         for job, kind, result in zip(jobs, kinds, results, strict=True):
             if kind == "ack":
                 assert result.state == pb.COMPLETED
@@ -213,7 +216,7 @@ class WorkerApiModel(RuleBasedStateMachine):
                 self.stale.append((job.id, job.lease))
                 job.lease = ""
             else:
-                assert STATE_OF[result.state] == self._apply_nack(job, kind, 0.0)
+                assert STATE_OF[result.state] == self._apply_nack(job, kind, 0.0, at)
 
     def stale_lease(self, data: st.DataObject) -> None:
         """A settle or extend with a lease that is no longer current (SPEC §6 fencing)."""

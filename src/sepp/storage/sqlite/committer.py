@@ -47,6 +47,10 @@ class _Pending(Generic[T]):
 
 _STOP = object()
 
+#: The group-commit wait only pays off for many small writes (single enqueues); a group
+#: already carrying this many jobs (batches) is committed without waiting.
+_WAIT_BELOW_JOBS = 128
+
 
 class MergeableInsert:
     """An operation that only inserts ``rows`` with ``insert(conn, rows)`` and returns
@@ -71,8 +75,9 @@ class Committer:
 
     ``mode`` is ``sync``, ``group`` or ``async``. ``connect`` opens and configures the
     writer connection (called in the writer thread). ``group_wait`` (seconds): when the
-    previous group held more than one write (concurrent load), wait this long before
-    collecting the next group so one fsync covers more writes; 0 disables it. ``commit_delay`` (seconds) is a
+    previous group held more than one write but fewer than 128 jobs (many small concurrent
+    writes), wait this long before collecting the next group so one fsync covers more
+    writes; 0 disables it. ``commit_delay`` (seconds) is a
     fault-injection knob for tests of load shedding; 0 in production.
     """
 
@@ -87,6 +92,7 @@ class Committer:
         self._commit_delay = commit_delay
         self._group_wait = 0.0 if mode == "sync" else group_wait
         self._last_group = 0
+        self._last_weight = 0
         self._q: queue.SimpleQueue[_Pending[Any] | object] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -151,7 +157,7 @@ class Committer:
                     break
                 group: list[_Pending[Any]] = [first]  # type: ignore[list-item]
                 stop_after = False
-                if self._group_wait and self._last_group > 1:
+                if self._group_wait and self._last_group > 1 and self._last_weight < _WAIT_BELOW_JOBS:
                     # Under concurrent load, give the event loop a moment to hand over more
                     # writes so one fsync covers them all (PostgreSQL's commit_delay idea).
                     time.sleep(self._group_wait)
@@ -165,6 +171,7 @@ class Committer:
                         break
                     group.append(nxt)  # type: ignore[arg-type]
                 self._last_group = len(group)
+                self._last_weight = sum(item.weight for item in group)
                 self._commit_group(conn, group)
                 if stop_after:
                     break

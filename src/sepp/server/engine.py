@@ -313,9 +313,7 @@ class JobEngine:
         now = now_us()
         items = [SettleParams(j.id, j.lease_id or b"", SettleKind.RELEASE, now, outcome="released",
                               error_message=why) for j in jobs]
-        await self.settle(items)
-        for name in {j.queue for j in jobs}:
-            self.notifier.ready(name)
+        await self.settle(items)  # wakes the reservers of their queues
 
     async def settle(self, items: Sequence[SettleParams]) -> list[SettleResult]:
         """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""
@@ -331,10 +329,8 @@ class JobEngine:
                 finished[key] = finished.get(key, 0) + 1
         for (queue, state), count in finished.items():
             self.on_finished(queue, state, count)
-        if any(r.error is None and r.state == _READY for r in results):
-            for q in self.queues.all():  # cheap: only wakes queues somebody polls
-                if self.notifier.has_waiters(q.name):
-                    self.notifier.ready(q.name)
+        for name in {r.queue for r in results if r.error is None and r.state == _READY}:
+            self.notifier.ready(name)  # jobs given back (release, retry without delay)
         return results
 
     async def settle_one(self, item: SettleParams) -> SettleResult:

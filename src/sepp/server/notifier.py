@@ -39,7 +39,3 @@ class Notifier:
         if waiters:
             for event in waiters:
                 event.set()
-
-    def has_waiters(self, queue: str) -> bool:
-        """Whether anybody polls ``queue``."""
-        return bool(self._waiters.get(queue))

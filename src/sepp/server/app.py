@@ -65,7 +65,6 @@ class SeppServer:
         self._http_sock: socket.socket | None = None
         self.http_port = 0
         self._stopping = False
-        self._extra_starts: list[Callable[[], None]] = []
 
     @property
     def grpc_port(self) -> int:
@@ -125,6 +124,8 @@ class SeppServer:
             self.http.should_exit = True
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._http_task, 5)
+        if self._http_sock is not None:
+            self._http_sock.close()
 
 
 def tune_gc() -> None:

@@ -93,7 +93,8 @@ class ServerConfig(BaseSettings):
                                    dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Flags (init kwargs) > environment > TOML (passed through init as _toml) > defaults.
+        # Constructed directly: keyword arguments > SEPP_* environment > defaults (no .env,
+        # no secrets folder). load_config adds the TOML file below the environment.
         return init_settings, env_settings
 
 

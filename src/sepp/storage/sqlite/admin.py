@@ -33,7 +33,7 @@ from sepp.storage.admin import (
     StateCounts,
     WriteResult,
 )
-from sepp.storage.base import JobRecord, PolicyLookup, State
+from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 
 if TYPE_CHECKING:
     from sepp.storage.sqlite.store import SQLiteStore
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 A = load_queries("sepp.storage.sqlite", "admin.sql")
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
-_FINISHED = (int(State.COMPLETED), int(State.DEAD_LETTERED), int(State.CANCELLED))
+_FINISHED = tuple(int(s) for s in FINISHED)
 _STATE_FIELDS = {1: "scheduled", 2: "ready", 3: "reserved", 4: "completed", 5: "dead_lettered", 6: "cancelled"}
 
 

@@ -12,7 +12,8 @@ uvloop, measures:
   raw stubs (long-poll ``Reserve``) and with the Worker.
 
 * **scheduled backlog** (``--scheduled N``): batched enqueue and end-to-end rates on an
-  empty database and with N far-future scheduled jobs waiting, and the change.
+  empty database and with N far-future scheduled jobs waiting, and the change (median of
+  three alternating rounds, each from a fresh copy of the database).
 
     python benchmarks/e2e.py [--duration 5] [--mode group] [--rate 1000] [--scheduled 1000000]
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import tempfile
 import time
@@ -248,16 +250,34 @@ async def enqueue_rate(target: str, duration: float) -> float:
 
 
 async def scheduled_backlog(tmp: Path, config: dict[str, object], jobs: int, duration: float,
-                            producers: int, consumers: int) -> list[list[str]]:
-    """Enqueue and end-to-end rates on an empty database, then with ``jobs`` scheduled jobs
-    waiting — same server settings, same run — and the ratio."""
+                            producers: int, consumers: int, rounds: int = 3) -> list[list[str]]:
+    """Enqueue and end-to-end rates on an empty database and with ``jobs`` scheduled jobs
+    waiting — same server settings, same run — and the change.
+
+    The backlog is stored once (then the server stops, which checkpoints the WAL). Each
+    round measures both databases from a fresh copy, each rate in a freshly started
+    server; the rounds alternate empty / loaded so drift on the machine hits both, and the
+    table shows the median of ``rounds``.
+    """
+    pristine = {0: tmp / "pristine-0", jobs: tmp / f"pristine-{jobs}"}
+    pristine[0].mkdir()
+    with ServerProcess(pristine[jobs], config) as server:
+        fill = await fill_scheduled(server.grpc_target, jobs)
+    rates: dict[int, tuple[list[float], list[float]]] = {0: ([], []), jobs: ([], [])}
+    for n in range(rounds):
+        for backlog in (0, jobs):
+            folder = tmp / f"round-{n}-{backlog}"
+            shutil.copytree(pristine[backlog], folder)
+            with ServerProcess(folder, config) as server:
+                rates[backlog][0].append(await enqueue_rate(server.grpc_target, duration))
+            shutil.rmtree(folder)
+            shutil.copytree(pristine[backlog], folder)
+            with ServerProcess(folder, config) as server:
+                rates[backlog][1].append(await raw_throughput(server.grpc_target, duration, producers, consumers))
+            shutil.rmtree(folder)
     rows = []
     for label, backlog in (("empty database", 0), (f"{jobs:,} scheduled jobs waiting", jobs)):
-        with ServerProcess(tmp / f"backlog-{backlog}", config) as server:
-            fill = await fill_scheduled(server.grpc_target, backlog) if backlog else 0.0
-            enq = await enqueue_rate(server.grpc_target, duration)
-        with ServerProcess(tmp / f"backlog-{backlog}", config) as server:
-            e2e = await raw_throughput(server.grpc_target, duration, producers, consumers)
+        enq, e2e = (statistics.median(v) for v in rates[backlog])
         rows.append([label, f"{enq:,.0f}", f"{e2e:,.0f}", f"{fill:.0f} s" if backlog else "-"])
     for col in (1, 2):
         base = float(rows[0][col].replace(",", ""))
@@ -278,37 +298,50 @@ async def main() -> None:
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--scheduled", type=int, default=0,
                         help="also compare rates with this many scheduled jobs waiting (e.g. 1000000)")
+    parser.add_argument("--only", choices=("all", "throughput", "latency", "backlog"), default="all",
+                        help="run one part only (backlog needs --scheduled)")
     args = parser.parse_args()
-
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        config = {"persist_mode": args.mode, "queues": {QUEUE: {"lease_duration": 30.0}}}
-        with ServerProcess(Path(tmp) / "thr-raw", config) as server:
-            raw = await raw_throughput(server.grpc_target, args.duration, args.producers, args.consumers)
-        with ServerProcess(Path(tmp) / "thr-worker", config) as server:
-            wrk = await worker_throughput(server.grpc_target, args.duration, args.producers, 256)
-        with ServerProcess(Path(tmp) / "lat-raw", config) as server:
-            lat_raw = await raw_latency(server.grpc_target, args.rate, args.duration)
-        with ServerProcess(Path(tmp) / "lat-worker", config) as server:
-            lat_wrk = await worker_latency(server.grpc_target, args.rate, args.duration)
-
-    rows.append(["end-to-end, raw stubs (batch 256 / reserve 256 / settle 256)", f"{raw:,.0f}", "-", "-", "-"])
-    rows.append(["end-to-end, Worker runtime (no-op async handler, concurrency 256)", f"{wrk:,.0f}", "-", "-",
-                 "-"])
-    for name, lat in (("enqueue→start, raw long-poll reserve", lat_raw), ("enqueue→start, Worker runtime", lat_wrk)):
-        rows.append([f"{name} @ {args.rate:,.0f}/s ({len(lat):,} jobs)", "-", f"{pct(lat, 0.5):.2f}",
-                     f"{pct(lat, 0.99):.2f}", f"{max(lat):.2f}" if lat else "-"])
-    print(f"persist mode {args.mode}, {args.duration:g} s per scenario, "
-          f"{args.producers} producer(s) / {args.consumers} raw consumer(s)")
-    print(table(["scenario", "jobs/s", "p50 ms", "p99 ms", "max ms"], rows))
-    if lat_raw:
-        print(f"- raw latency mean {statistics.fmean(lat_raw):.2f} ms")
-    if args.scheduled:
+    config = {"persist_mode": args.mode, "queues": {QUEUE: {"lease_duration": 30.0}}}
+    if args.only != "backlog":
+        await throughput_and_latency(args, config)
+    if args.scheduled and args.only in ("all", "backlog"):
         with tempfile.TemporaryDirectory() as tmp:
             backlog = await scheduled_backlog(Path(tmp), config, args.scheduled, args.duration, args.producers,
                                               args.consumers)
         print()
         print(table(["database", "batched enqueue jobs/s", "end-to-end jobs/s", "fill time"], backlog))
+
+
+async def throughput_and_latency(args: argparse.Namespace, config: dict[str, object]) -> None:
+    """The throughput and latency table (``--only throughput`` / ``latency`` for one half)."""
+    raw = wrk = 0.0
+    lat_raw: list[float] = []
+    lat_wrk: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.only in ("all", "throughput"):
+            with ServerProcess(Path(tmp) / "thr-raw", config) as server:
+                raw = await raw_throughput(server.grpc_target, args.duration, args.producers, args.consumers)
+            with ServerProcess(Path(tmp) / "thr-worker", config) as server:
+                wrk = await worker_throughput(server.grpc_target, args.duration, args.producers, 256)
+        if args.only in ("all", "latency"):
+            with ServerProcess(Path(tmp) / "lat-raw", config) as server:
+                lat_raw = await raw_latency(server.grpc_target, args.rate, args.duration)
+            with ServerProcess(Path(tmp) / "lat-worker", config) as server:
+                lat_wrk = await worker_latency(server.grpc_target, args.rate, args.duration)
+    rows = []
+    if args.only in ("all", "throughput"):
+        rows.append(["end-to-end, raw stubs (batch 256 / reserve 256 / settle 256)", f"{raw:,.0f}", "-", "-", "-"])
+        rows.append(["end-to-end, Worker runtime (no-op async handler, concurrency 256)", f"{wrk:,.0f}", "-", "-",
+                     "-"])
+    for name, lat in (("enqueue→start, raw long-poll reserve", lat_raw), ("enqueue→start, Worker runtime", lat_wrk)):
+        if lat:
+            rows.append([f"{name} @ {args.rate:,.0f}/s ({len(lat):,} jobs)", "-", f"{pct(lat, 0.5):.2f}",
+                         f"{pct(lat, 0.99):.2f}", f"{max(lat):.2f}"])
+    print(f"persist mode {args.mode}, {args.duration:g} s per scenario, "
+          f"{args.producers} producer(s) / {args.consumers} raw consumer(s)")
+    print(table(["scenario", "jobs/s", "p50 ms", "p99 ms", "max ms"], rows))
+    if lat_raw:
+        print(f"- raw latency mean {statistics.fmean(lat_raw):.2f} ms")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import grpc
 import pytest
@@ -113,7 +114,8 @@ def test_a_batched_settle_answers_each_item_in_order(lease_server: ServerProcess
         items = [
             wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),
             wpb.SettleItem(nack=wpb.NackRequest(job_id=b.job.id, lease_id=b.lease_id, release=wpb.ReleaseDirective())),
-            wpb.SettleItem(ack=wpb.AckRequest(job_id=c.job.id, lease_id=d.lease_id)),  # wrong lease
+            # wrong lease (the jobs of one Reserve share theirs: a lease is job id + lease id)
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=c.job.id, lease_id=str(uuid.uuid4()))),
             wpb.SettleItem(nack=wpb.NackRequest(job_id=d.job.id, lease_id=d.lease_id, dead_letter="bad input")),
             wpb.SettleItem(ack=wpb.AckRequest(job_id="garbage", lease_id="garbage")),
             wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),  # repeat: ok again

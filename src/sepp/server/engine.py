@@ -62,7 +62,8 @@ def job_id_bytes(text: str) -> bytes | None:
     it is not one."""
     if len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-":
         try:
-            raw = bytes.fromhex(text[:8] + text[9:13] + text[14:18] + text[19:23] + text[24:])
+            # Any further "-" shortens the hex below 32 digits: caught by the length check.
+            raw = bytes.fromhex(text.replace("-", ""))
         except ValueError:
             return None
         return raw if len(raw) == 16 else None
@@ -268,6 +269,9 @@ class JobEngine:
         event = self.notifier.register(names)
         try:
             while True:
+                # Clear before trying, never after: a wake-up that lands while the store is
+                # leasing (a job released or stored in the meantime) must end the next wait.
+                event.clear()
                 active: list[QueueState] = []
                 for name in names:
                     q = self.queues.get(name)
@@ -282,7 +286,6 @@ class JobEngine:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                event.clear()
                 try:
                     await asyncio.wait_for(event.wait(), remaining)
                 except TimeoutError:

@@ -9,9 +9,10 @@ method is one transaction (one commit), so "one commit per batch call" holds
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class State(enum.IntEnum):
@@ -65,9 +66,13 @@ class QueueRecord:
     declared: bool
 
 
-@dataclass(slots=True)
-class JobRecord:
-    """A full job row as read back (reservations, admin)."""
+class JobRecord(NamedTuple):
+    """A full job row as read back (reservations, admin). Times are µs since the epoch (UTC).
+
+    A tuple whose fields are the store's SELECT columns in order, so a reserve of
+    hundreds of jobs builds its records with ``JobRecord._make(row)`` (no per-field
+    Python code on the writer thread).
+    """
 
     id: bytes
     queue: str
@@ -89,14 +94,34 @@ class JobRecord:
     history: str | None
     finished_at: int | None
     reason: str | None
-    cancel_requested: bool
+    cancel_requested: int               # 0/1: an admin asked to cancel it (truth value)
     seq: int = 0
+
+    def attempt_entries(self) -> list[dict[str, Any]]:
+        """The attempt history, oldest first: dicts with ``attempt``, ``worker_id``,
+        ``started_at``/``ended_at`` (µs UTC; started may be None), ``outcome``,
+        ``error_message`` and ``error_detail``.
+
+        The attempt that completed a job is not written to ``history`` (an ack only sets the
+        state and ``finished_at``; docs/decisions.md "The completing attempt is implicit"): it
+        is derived here from ``attempt``, ``worker_id``, ``started_at`` and ``finished_at``.
+        """
+        entries: list[dict[str, Any]] = json.loads(self.history) if self.history else []
+        if self.state == State.COMPLETED:
+            last = entries[-1] if entries else None
+            # Rows completed before schema 4 carry the entry already.
+            if last is None or last.get("outcome") != "completed" or last.get("attempt") != self.attempt:
+                entries.append({"attempt": self.attempt, "worker_id": self.worker_id or "",
+                                "started_at": self.started_at, "ended_at": self.finished_at,
+                                "outcome": "completed", "error_message": "", "error_detail": ""})
+        return entries
 
 
 @dataclass(frozen=True, slots=True)
 class ReserveParams:
     """Reserve up to ``max_jobs`` from ``queues`` in order; ``lease_for`` gives each queue's
-    lease length in µs. The store gives every delivered job a fresh random 128-bit lease id."""
+    lease length in µs. The store gives the jobs of one call a fresh random 128-bit lease id
+    (shared by them: a lease is the pair job id + lease id)."""
 
     queues: Sequence[str]
     max_jobs: int
@@ -135,8 +160,7 @@ class QueuePolicy:
 PolicyLookup = Callable[[str], QueuePolicy]
 
 
-@dataclass(frozen=True, slots=True)
-class SettleParams:
+class SettleParams(NamedTuple):
     """One ack or nack (SPEC §3). RETRY uses ``delay`` (µs) when ≥ 0, else the queue's
     backoff; DEAD_LETTER records ``reason``; ``outcome`` labels the attempt in history."""
 
@@ -159,8 +183,7 @@ class SettleError(enum.Enum):
     LEASE_EXPIRED = "LEASE_EXPIRED"
 
 
-@dataclass(frozen=True, slots=True)
-class SettleResult:
+class SettleResult(NamedTuple):
     """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where
     the job went; ``queue`` is the job's queue (empty on error)."""
 

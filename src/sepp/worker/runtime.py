@@ -11,9 +11,10 @@
     worker.run_sync()          # or: await worker.run()
 
 Loop: one reserver long-polls ``Reserve`` for as many jobs as there is room for
-(``concurrency + prefetch − held``); jobs start as soon as a slot is free; a lease
-keeper extends every held job's lease at a third of its length; outcomes are settled
-in batches (one ``Settle`` call for the jobs that finish together). See
+(``concurrency + prefetch − running − prefetched``); jobs start as soon as a slot is
+free, and a slot is free as soon as its handler returns (the outcome is settled in the
+background); a lease keeper extends every held job's lease at a third of its length;
+outcomes are settled in batches (one ``Settle`` call for the jobs that finish together). See
 :mod:`sepp.worker.outcome` for what a handler's return or exception means.
 
 Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving; release (nack
@@ -111,6 +112,8 @@ class Worker:
         self._phase = "new"  # new → running → stopping → stopped
         self._pending: deque[Job] = deque()
         self._running: dict[asyncio.Task[None], Job] = {}
+        #: Tasks whose handler is done and whose outcome is being settled (slot already free).
+        self._settling: set[asyncio.Task[None]] = set()
         #: Counters by outcome plus ``reserved`` and ``refused`` (metrics, tests).
         self.stats: dict[str, int] = dict.fromkeys(
             ("reserved", "completed", "retry", "retry_after", "dead_letter", "released", "refused"), 0)
@@ -151,8 +154,8 @@ class Worker:
 
     @property
     def held(self) -> int:
-        """Jobs held right now: running plus prefetched."""
-        return len(self._running) + len(self._pending)
+        """Jobs held right now: running, prefetched, or done and being settled."""
+        return len(self._running) + len(self._pending) + len(self._settling)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -349,12 +352,12 @@ class Worker:
     async def _execute(self, job: Job) -> None:
         started = time.perf_counter()
         registered = self.registry.get(job.job_type)
+        me = asyncio.current_task()
+        assert me is not None
         outcome: Outcome
         if registered is None:
             outcome = no_handler(job.job_type)
         else:
-            me = asyncio.current_task()
-            assert me is not None
             self._in_handler.add(me)
             self._task_jobs[me] = job
             try:
@@ -378,7 +381,16 @@ class Worker:
             finally:
                 self._in_handler.discard(me)
                 self._task_jobs.pop(me, None)
-        await self._settle(job, outcome, time.perf_counter() - started)
+        # The handler is done: its slot goes to the next job while the outcome is settled
+        # (the settle is queued before anything else runs; stop() waits for it).
+        if self._running.pop(me, None) is not None:
+            self._settling.add(me)
+            self._dispatch()
+            self._room.set()
+        try:
+            await self._settle(job, outcome, time.perf_counter() - started)
+        finally:
+            self._settling.discard(me)
 
     async def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
         self._keeper.untrack(job)
@@ -464,6 +476,8 @@ class Worker:
                     log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
                     await self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")
             await self._settler.flush()
+            if self._settling:  # outcome reports of the last settles
+                await asyncio.wait(set(self._settling), timeout=5)
         finally:
             await self._keeper.close()
             await self._rpc.close()

@@ -864,7 +864,7 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
             shown = str(raw)
         custom.append((key, kind, shown))
     attempts = []
-    for a in json.loads(rec.history) if rec.history else []:
+    for a in rec.attempt_entries():
         started, ended = a.get("started_at"), a.get("ended_at")
         took = (ended - started) / 1e6 if started is not None and ended is not None else None
         attempts.append({**a, "took": took})

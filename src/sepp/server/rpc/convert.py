@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from google.protobuf import timestamp_pb2
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.server.engine import job_id_text
-from sepp.storage.base import JobRecord
+from sepp.storage.base import JobRecord, State
+
+_COMPLETED = int(State.COMPLETED)
 
 
 def ts(us: int) -> timestamp_pb2.Timestamp:
@@ -19,7 +19,8 @@ def ts(us: int) -> timestamp_pb2.Timestamp:
     return t
 
 
-def _set_ts(target: timestamp_pb2.Timestamp, us: int) -> None:
+def set_ts(target: timestamp_pb2.Timestamp, us: int) -> None:
+    """Write µs since the epoch (UTC) into ``target`` in place."""
     target.seconds, rem = divmod(us, 1_000_000)
     target.nanos = rem * 1000
 
@@ -51,23 +52,23 @@ def fill_job(job: pb.Job, rec: JobRecord, with_history: bool = True) -> None:
         job.worker_id = rec.worker_id
     if rec.cancel_requested:
         job.cancel_requested = True
-    _set_ts(job.run_at, rec.run_at)
-    _set_ts(job.enqueued_at, rec.enqueued_at)
+    set_ts(job.run_at, rec.run_at)
+    set_ts(job.enqueued_at, rec.enqueued_at)
     if rec.extras:
         extras = pb.EnqueueRequest.FromString(rec.extras)
         job.custom.MergeFrom(extras.custom)
         job.trace_context.MergeFrom(extras.trace_context)
     if rec.finished_at is not None:
-        _set_ts(job.finished_at, rec.finished_at)
+        set_ts(job.finished_at, rec.finished_at)
     if rec.lease_id is not None:
         job.lease_id = job_id_text(rec.lease_id)
     if rec.lease_expires_at is not None:
-        _set_ts(job.lease_expires_at, rec.lease_expires_at)
-    if with_history and rec.history:
-        for entry in json.loads(rec.history):
+        set_ts(job.lease_expires_at, rec.lease_expires_at)
+    if with_history and (rec.history or rec.state == _COMPLETED):
+        for entry in rec.attempt_entries():
             attempt = job.attempts.add(attempt=entry["attempt"], worker_id=entry["worker_id"],
                                        outcome=entry["outcome"], error_message=entry["error_message"],
                                        error_detail=entry["error_detail"])
             if entry.get("started_at") is not None:
-                _set_ts(attempt.started_at, entry["started_at"])
-            _set_ts(attempt.ended_at, entry["ended_at"])
+                set_ts(attempt.started_at, entry["started_at"])
+            set_ts(attempt.ended_at, entry["ended_at"])

@@ -9,9 +9,9 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
 from sepp.server.engine import JobEngine, job_id_bytes, now_us
 from sepp.server.errors import EngineError, InvalidRequest
-from sepp.server.rpc.convert import fill_job, job_to_proto, ts
+from sepp.server.rpc.convert import fill_job, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
-from sepp.storage.base import JobRecord, SettleKind, SettleParams
+from sepp.storage.base import JobRecord, SettleKind, SettleParams, State
 from sepp.storage.errors import StoreError
 from sepp.validation import utf8_len
 from sepp.wire import duration_to_seconds
@@ -158,8 +158,16 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         params: list[SettleParams] = []
         slots: list[int] = []
         bad: dict[int, str] = {}
+        ack = SettleKind.ACK
         for i, item in enumerate(request.items):
             kind = item.WhichOneof("kind")
+            if kind == "ack":  # the common case, inline: two id parses and a tuple
+                a = item.ack
+                jid, lid = job_id_bytes(a.job_id), job_id_bytes(a.lease_id)
+                if jid is not None and lid is not None:
+                    params.append(SettleParams(jid, lid, ack, now, -1, "", "completed"))
+                    slots.append(i)
+                    continue
             try:
                 if kind is None:
                     raise InvalidRequest("settle item has neither ack nor nack", "items")
@@ -171,19 +179,28 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             results = await self.engine.settle(params) if params else []
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
-        by_slot = dict(zip(slots, results, strict=True))
+        add = resp.results.add
+        if not bad:
+            by_slot: Any = results  # every item parsed: slot i is results[i]
+        else:
+            by_slot = dict(zip(slots, results, strict=True))
         for i in range(len(request.items)):
             if i in bad:
-                resp.results.add(ok=False, error_reason="INVALID_ARGUMENT", error_message=bad[i])
+                add(ok=False, error_reason="INVALID_ARGUMENT", error_message=bad[i])
                 continue
             r = by_slot[i]
             if r.error is not None:
-                resp.results.add(ok=False, error_reason=r.error.value, error_message=r.error.value)
+                add(ok=False, error_reason=r.error.value, error_message=r.error.value)
+            elif r.state in _BACK:  # where a nacked job went (SPEC §3)
+                res = add(ok=True, state=r.state)
+                set_ts(res.run_at, r.run_at)
             else:
-                res = resp.results.add(ok=True, state=r.state)  # type: ignore[arg-type]
-                if r.run_at:
-                    res.run_at.CopyFrom(ts(r.run_at))
+                add(ok=True, state=r.state)
         return resp
+
+
+#: States a successful nack can leave a job in that come with a run_at (SCHEDULED, READY).
+_BACK = frozenset((int(State.SCHEDULED), int(State.READY)))
 
 
 _ = pb  # re-exported proto module used in type hints above

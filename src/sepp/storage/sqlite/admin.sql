@@ -60,7 +60,10 @@ ORDER BY seq LIMIT :limit;
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at,
     finished_at, reason, cancel_requested,
-    json_array_length(coalesce(history, '[]')), json_extract(history, '$[#-1].error_message')
+    -- attempts recorded: a completed job's last attempt is implicit (not in history)
+    json_array_length(coalesce(history, '[]'))
+        + (state = 4 AND coalesce(json_extract(history, '$[#-1].outcome'), '') <> 'completed'),
+    CASE WHEN state = 4 THEN '' ELSE json_extract(history, '$[#-1].error_message') END
 FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs));
 
 -- ------------------------------------------------------------------ stats

@@ -35,27 +35,27 @@ RETURNING queue;
 -- name: next_due
 SELECT min(run_at) FROM jobs WHERE state = 1;
 
--- name: ready_jobs
-SELECT seq FROM jobs WHERE queue = ? AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?;
+-- name: ready_for_lease
+-- The next ?2 READY jobs of queue ?1 in reserve order (priority DESC, run_at, seq): the
+-- columns a reservation needs, attempt already counting the delivery. lease_ready then
+-- leases exactly these (same ORDER BY and LIMIT, same transaction, sole writer).
+SELECT id, job_type, priority, run_at, enqueued_at, attempt + 1, max_attempts, coalesce(payload, x''), encoding,
+    extras, idempotency_key, history, seq
+FROM jobs WHERE queue = ?1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?2;
 
 -- name: lease_ready
--- One statement leases up to ?5 READY jobs of queue ?4, each under a fresh random 128-bit
--- lease id (the fencing token). RETURNING order is unspecified: the caller sorts by
--- priority DESC, run_at, seq.
-UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = randomblob(16), lease_expires_at = ?1,
-    worker_id = ?2, started_at = ?3, cancel_requested = 0
-WHERE seq IN (SELECT seq FROM jobs WHERE queue = ?4 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?5)
-RETURNING seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload,
-    encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
-    finished_at, reason, cancel_requested;
+-- Lease the jobs ready_for_lease returned: ?1 lease id (one fresh random 128-bit token per
+-- Reserve call), ?2 expiry, ?3 worker, ?4 now, ?5 queue, ?6 how many.
+UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?1, lease_expires_at = ?2, worker_id = ?3,
+    started_at = ?4, cancel_requested = 0
+WHERE seq IN (SELECT seq FROM jobs WHERE queue = ?5 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?6);
 
 -- name: ack_many_head
 -- Acks of live leases in one statement; ?1 = now, ?2 = completed retention (µs); the
 -- (job id, lease id) pairs follow as a VALUES list from ?3 on. Returns what it completed.
-UPDATE jobs SET state = 4, finished_at = ?1, purge_at = ?1 + ?2,
-    history = json_insert(coalesce(history, '[]'), '$[#]', json_object(
-        'attempt', attempt, 'worker_id', coalesce(worker_id, ''), 'started_at', started_at, 'ended_at', ?1,
-        'outcome', 'completed', 'error_message', '', 'error_detail', ''))
+-- The completing attempt is not appended to history: it is implicit in attempt,
+-- worker_id, started_at and finished_at (JobRecord.attempt_entries).
+UPDATE jobs SET state = 4, finished_at = ?1, purge_at = ?1 + ?2
 FROM (SELECT column1 AS jid, column2 AS lid FROM (VALUES {values})) AS v
 WHERE jobs.id = v.jid AND jobs.lease_id = v.lid AND jobs.state = 3 AND jobs.lease_expires_at > ?1
 RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq;
@@ -64,9 +64,9 @@ RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq;
 UPDATE jobs SET purge_at = ? WHERE seq = ?;
 
 -- name: get_job
-SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload,
+SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, coalesce(payload, x''),
     encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
-    finished_at, reason, cancel_requested
+    finished_at, reason, cancel_requested, seq
 FROM jobs WHERE id = ?;
 
 -- name: settle_lookup
@@ -78,6 +78,10 @@ FROM jobs WHERE id = ?;
 UPDATE jobs SET state = ?, run_at = ?, attempt = ?, finished_at = ?, purge_at = ?, reason = ?,
     history = json_insert(coalesce(history, '[]'), '$[#]', json(?))
 WHERE seq = ?;
+
+-- name: complete_one
+-- One ack of a live lease (the completing attempt stays implicit, as in ack_many_head).
+UPDATE jobs SET state = 4, finished_at = ?, purge_at = ?, reason = NULL WHERE seq = ?;
 
 -- name: extend_lease
 UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;

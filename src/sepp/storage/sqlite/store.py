@@ -49,12 +49,7 @@ CANCELLED_WHILE_RESERVED = "cancelled by admin while reserved"
 _READY, _RESERVED = int(State.READY), int(State.RESERVED)
 
 
-def _record(row: Sequence[Any]) -> JobRecord:
-    (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding,
-     extras, idem, lease_id, lease_exp, worker, started, history, finished, reason, cancel) = row
-    return JobRecord(id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
-                     payload or b"", encoding, extras, idem, lease_id, lease_exp, worker, started, history,
-                     finished, reason, bool(cancel), seq)
+_record = JobRecord._make  # rows of get_job are JobRecord fields in order
 
 
 class SQLiteStore:
@@ -245,21 +240,33 @@ class SQLiteStore:
     # ------------------------------------------------------------------ worker side
 
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:
-        """Promote due jobs, then lease up to ``max_jobs`` READY jobs from ``queues`` in order
-        (one UPDATE … RETURNING per queue)."""
-        lease_sql = Q["lease_ready"]
+        """Promote due jobs, then lease up to ``max_jobs`` READY jobs from ``queues`` in order:
+        per queue one SELECT of the jobs in reserve order and one UPDATE that leases exactly
+        those. Every job of the call gets the same fresh random 128-bit lease id (a lease is
+        the pair job id + lease id; docs/decisions.md "One lease id per Reserve call")."""
+        select_sql, lease_sql = Q["ready_for_lease"], Q["lease_ready"]
+        now, worker, reserved = params.now, params.worker_id, _RESERVED
 
         def op(conn: sqlite3.Connection) -> list[JobRecord]:
-            conn.execute(Q["promote_due"], (params.now, 10_000)).fetchall()
+            conn.execute(Q["promote_due"], (now, 10_000)).fetchall()
             out: list[JobRecord] = []
             want = params.max_jobs
+            lease_id = os.urandom(16)
             for queue in params.queues:
                 if want <= 0:
                     break
-                expires = params.now + params.lease_for[queue]
-                rows = conn.execute(lease_sql, (expires, params.worker_id, params.now, queue, want)).fetchall()
-                rows.sort(key=_ready_order)
-                out.extend(_record(row) for row in rows)
+                rows = conn.execute(select_sql, (queue, want)).fetchall()
+                if not rows:
+                    continue
+                expires = now + params.lease_for[queue]
+                leased = conn.execute(lease_sql, (lease_id, expires, worker, now, queue, len(rows))).rowcount
+                if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
+                    raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
+                out.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
+                                     max_attempts, payload, encoding, extras, idem, lease_id, expires, worker, now,
+                                     history, None, None, 0, seq)
+                           for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
+                                encoding, extras, idem, history, seq) in rows)
                 want -= len(rows)
             return out
 
@@ -368,11 +375,6 @@ def _insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
         conn.execute(_insert_sql(len(chunk)), params)
 
 
-def _ready_order(row: Sequence[Any]) -> tuple[int, int, int]:
-    """Reserve order of a leased row: priority DESC, run_at, seq (SPEC §2)."""
-    return (-row[5], row[6], row[0])
-
-
 _ACK_SQL: dict[int, str] = {}
 
 
@@ -441,12 +443,14 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         return SettleResult(err)
     seq, queue, _state, _lease, _exp, attempt, max_attempts, worker, started, cancel, run_at = row
     pol = policy(queue)
+    if p.kind is SettleKind.ACK:
+        # Like the batched ack: run_at stays (when it became reservable), history untouched.
+        conn.execute(Q["complete_one"], (p.now, p.now + pol.completed_retention, seq))
+        return SettleResult(None, int(State.COMPLETED), p.now, attempt, queue)
     outcome = p.outcome or p.kind.value
     entry = _history_entry(attempt, worker, started, p.now, outcome, p.error_message, p.error_detail)
     new: tuple[int, int, int, int | None, int | None, str | None]
-    if p.kind is SettleKind.ACK:
-        new = (int(State.COMPLETED), p.now, attempt, p.now, p.now + pol.completed_retention, None)
-    elif p.kind is SettleKind.DEAD_LETTER or (p.kind is SettleKind.RETRY and attempt >= max_attempts):
+    if p.kind is SettleKind.DEAD_LETTER or (p.kind is SettleKind.RETRY and attempt >= max_attempts):
         reason = p.reason if p.kind is SettleKind.DEAD_LETTER else "ATTEMPTS_EXHAUSTED"
         if p.kind is SettleKind.RETRY:  # the history says what happened, not what was asked
             entry = _history_entry(attempt, worker, started, p.now, "attempts_exhausted", p.error_message,

@@ -57,3 +57,9 @@ def test_batched_acks_probe_jobs_by_id(db: sqlite3.Connection) -> None:
 
 def test_a_multi_row_insert_takes_twelve_values_per_row(db: sqlite3.Connection) -> None:
     assert _insert_sql(3).count("?") == 36
+
+
+def test_a_multi_row_insert_binds_a_shared_column_once() -> None:
+    # queue shared, everything else per row: ?1 is the queue of all three rows.
+    sql = _insert_sql(3, (True,) + (False,) * 9)
+    assert sql.count("?1,") == 3 and "?34" in sql and "?35" not in sql

@@ -55,7 +55,7 @@ class ServerConfig(BaseSettings):
     #: Background fsync period in async mode, seconds.
     async_fsync_interval: float = Field(default=0.05, gt=0)
     #: Group commit: under concurrent load, wait this long to gather writes into one commit, seconds.
-    group_commit_wait: float = Field(default=0.002, ge=0, le=0.1)
+    group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
     #: SQLite page cache of the writer, MiB.
     cache_mib: int = Field(default=64, ge=1)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.

@@ -2,7 +2,9 @@
 
 Natural batching (no timer): the first item goes out at once; items that arrive while
 a call is in flight wait and leave together in the next one (up to ``max_batch``).
-So an idle worker settles each job immediately and a busy one in large batches.
+So an idle worker settles each job immediately and a busy one in large batches. When a
+full batch is waiting while a call is in flight, a second call takes it at once (at
+most ``max_in_flight`` calls): a busy worker is not held to one round trip per batch.
 
 A batch that fails with a transient transport error (the server restarting, say) is
 sent again with backoff for up to ``retry_for`` seconds. Re-sending is safe: a
@@ -38,12 +40,14 @@ class Settled:
 class Settler:
     """Queues settle items and sends them in batches over ``rpc`` (see the module docstring)."""
 
-    def __init__(self, rpc: WorkerRpc, *, max_batch: int = 256, retry_for: float = 60.0) -> None:
+    def __init__(self, rpc: WorkerRpc, *, max_batch: int = 256, retry_for: float = 60.0,
+                 max_in_flight: int = 2) -> None:
         self._rpc = rpc
         self._max_batch = max_batch
         self._retry_for = retry_for
+        self._max_in_flight = max_in_flight
         self._items: list[tuple[wpb.SettleItem, asyncio.Future[Settled]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         #: Settle calls made and items sent (metrics, tests).
         self.calls = 0
         self.items = 0
@@ -53,20 +57,22 @@ class Settler:
         ``SeppError`` that made its batch fail for good."""
         fut: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
         self._items.append((item, fut))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain(), name="sepp-settler")
+        if not self._tasks or (len(self._items) >= self._max_batch and len(self._tasks) < self._max_in_flight):
+            task = asyncio.create_task(self._drain(), name="sepp-settler")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return fut
 
     @property
     def pending(self) -> int:
-        """Items queued or in flight."""
-        return len(self._items) + (0 if self._task is None or self._task.done() else 1)
+        """Items queued, plus the calls in flight."""
+        return len(self._items) + len(self._tasks)
 
     async def flush(self) -> None:
         """Wait until everything submitted so far has its verdict."""
-        while self._task is not None and not self._task.done():
+        while self._tasks:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._task)
+                await asyncio.wait(set(self._tasks))
 
     async def _drain(self) -> None:
         while self._items:

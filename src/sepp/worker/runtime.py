@@ -171,12 +171,14 @@ class Worker:
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
-        self._reserve_call: Any = None
+        #: Reserve calls in flight, and the jobs they asked for.
+        self._reserve_calls: set[Any] = set()
+        self._asking = 0
         self._reserve_cancelled = False
         self._abandoning = False
         #: The job each running handler task works on (to release it if the task never ends).
         self._task_jobs: dict[asyncio.Task[Any], Job] = {}
-        self._reserver: asyncio.Task[None] | None = None
+        self._reservers: list[asyncio.Task[None]] = []
         self._shutdown_task: asyncio.Task[None] | None = None
         self._signals: list[signal.Signals] = []
         self._signal_count = 0
@@ -195,7 +197,11 @@ class Worker:
                  ",".join(self.registry) or "-")
         if install_signal_handlers:
             self._install_signals()
-        self._reserver = asyncio.create_task(self._reserve_loop(), name="sepp-reserver")
+        # A second lane keeps a Reserve in flight while the first one's answer is on its way,
+        # when there is room for two full batches (concurrency + prefetch ≥ 2 × max_reserve).
+        lanes = 2 if cfg.concurrency + cfg.prefetch >= 2 * cfg.max_reserve else 1
+        self._reservers = [asyncio.create_task(self._reserve_loop(lane), name=f"sepp-reserver-{lane}")
+                           for lane in range(lanes)]
         try:
             await self._done.wait()
         finally:
@@ -280,18 +286,20 @@ class Worker:
         cfg = self.config
         return cfg.concurrency + cfg.prefetch - len(self._running) - len(self._pending)
 
-    async def _reserve_loop(self) -> None:
+    async def _reserve_loop(self, lane: int = 0) -> None:
         cfg = self.config
         backoff = 0.05
         while self._phase == "running":
-            want = self._room_for()
-            if want <= 0:
+            want = self._room_for() - self._asking
+            # Lane 0 asks for whatever there is room for; lane 1 only for a full batch.
+            if want <= 0 or (lane > 0 and want < cfg.max_reserve):
                 self._room.clear()
                 await self._room.wait()
                 continue
-            call = self._rpc.reserve_call(cfg.queues, min(want, cfg.max_reserve), cfg.poll_wait,
-                                          cfg.worker_id, cfg.lease_duration)
-            self._reserve_call = call
+            ask = min(want, cfg.max_reserve)
+            call = self._rpc.reserve_call(cfg.queues, ask, cfg.poll_wait, cfg.worker_id, cfg.lease_duration)
+            self._reserve_calls.add(call)
+            self._asking += ask
             try:
                 resp = await call
             except asyncio.CancelledError:
@@ -309,7 +317,9 @@ class Worker:
                 backoff = min(backoff * 2, 5.0)
                 continue
             finally:
-                self._reserve_call = None
+                self._reserve_calls.discard(call)
+                self._asking -= ask
+                self._room.set()  # the other lane may now ask
             backoff = 0.05
             if not resp.reservations:
                 continue
@@ -434,13 +444,13 @@ class Worker:
         try:
             # 1. stop reserving: cancel the long-poll (the server gives back what it had taken).
             self._room.set()
-            call = self._reserve_call
-            if call is not None:
+            if self._reserve_calls:
                 self._reserve_cancelled = True
-                call.cancel()
-            if self._reserver is not None:
+                for call in list(self._reserve_calls):
+                    call.cancel()
+            for reserver in self._reservers:
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._reserver
+                    await reserver
             # 2. release every prefetched job that never started.
             pending = list(self._pending)
             self._pending.clear()

@@ -83,7 +83,7 @@ class Committer:
 
     def __init__(self, path: Path, mode: str, connect: Callable[[], sqlite3.Connection], *,
                  max_group_ops: int = 1024, fsync_interval: float = 0.05, commit_delay: float = 0.0,
-                 group_wait: float = 0.002) -> None:
+                 group_wait: float = 0.004) -> None:
         self._path = path
         self._mode = mode
         self._connect = connect

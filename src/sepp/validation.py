@@ -78,6 +78,12 @@ def traceparent_valid(value: str) -> bool:
 #: Looks a queue up by name: its limits, or ``None`` when it is unknown in strict mode.
 QueueLookup = Callable[[str], QueueLimits | None]
 
+#: What ``Validator.check`` read from a valid request: (queue, job_type, payload data,
+#: payload encoding, priority or None when unset, max_attempts or None when unset,
+#: scheduled_at in ns since the epoch (UTC) or None, has custom or trace entries,
+#: idempotency key or None).
+Checked = tuple[str, str, bytes, str, int | None, int | None, int | None, bool, str | None]
+
 
 class Validator:
     """Validates ``EnqueueRequest`` protos against server-wide and per-queue limits.
@@ -110,18 +116,24 @@ class Validator:
         ``now_ns`` is the current UTC time in nanoseconds since the epoch, used only
         for ``ScheduledTooFar``.
         """
+        verdict = self.check(req, now_ns)
+        return verdict if type(verdict) is pb.Rejection else None
+
+    def check(self, req: pb.EnqueueRequest, now_ns: int) -> pb.Rejection | Checked:
+        """``validate``, but a valid request gives back the fields the checks read (a
+        ``Checked`` tuple), so the server builds the row without reading them again."""
         lim = self.limits
         custom = req.custom
         has = req.HasField
         # 1. InvalidArgument: malformed fields.
-        if has("priority") and not 0 <= req.priority <= 9:
+        priority = req.priority if has("priority") else None
+        if priority is not None and not 0 <= priority <= 9:
             # ``limit`` is the bound that was crossed: 0 below the range, 9 above it.
-            return _reject(_IA, "priority must be between 0 and 9", "priority", 0 if req.priority < 0 else 9,
-                           req.priority)
-        if has("max_attempts") and not 1 <= req.max_attempts <= lim.max_attempts_ceiling:
+            return _reject(_IA, "priority must be between 0 and 9", "priority", 0 if priority < 0 else 9, priority)
+        max_attempts = req.max_attempts if has("max_attempts") else None
+        if max_attempts is not None and not 1 <= max_attempts <= lim.max_attempts_ceiling:
             return _reject(_IA, f"max_attempts must be between 1 and {lim.max_attempts_ceiling}",
-                           "max_attempts", 1 if req.max_attempts < 1 else lim.max_attempts_ceiling,
-                           req.max_attempts)
+                           "max_attempts", 1 if max_attempts < 1 else lim.max_attempts_ceiling, max_attempts)
         payload = req.payload
         encoding = payload.encoding
         if encoding not in self._encodings:
@@ -166,7 +178,8 @@ class Validator:
         if qlim is None:
             return _reject(_UQ, f"queue {queue!r} is not declared (strict mode)", "queue")
         # 5. PayloadTooLarge.
-        size = len(payload.data)
+        data = payload.data
+        size = len(data)
         if size > qlim.max_payload_bytes:
             return _reject(_PTL, "payload is larger than the queue's max_payload_bytes", "payload.data",
                            qlim.max_payload_bytes, size)
@@ -179,6 +192,7 @@ class Validator:
             if bad is not None:
                 return bad
         # 10. ScheduledTooFar.
+        at_ns = None
         if scheduled:
             ts = req.scheduled_at
             at_ns = ts.seconds * 1_000_000_000 + ts.nanos
@@ -197,8 +211,10 @@ class Validator:
         # 12. TraceContextInvalid.
         trace = req.trace_context
         if trace:
-            return _trace_rejection(trace, lim)
-        return None
+            bad_trace = _trace_rejection(trace, lim)
+            if bad_trace is not None:
+                return bad_trace
+        return (queue, job_type, data, encoding, priority, max_attempts, at_ns, bool(custom or trace), key or None)
 
 
 def _first_malformed_custom(custom: Mapping[str, pb.CustomValue]) -> pb.Rejection | None:

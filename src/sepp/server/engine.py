@@ -12,6 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import uuid_utils
 
@@ -33,7 +34,7 @@ from sepp.storage.base import (
     State,
     Store,
 )
-from sepp.validation import Validator
+from sepp.validation import Checked, Validator
 
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
 #: Longest lease a Reserve or ExtendLease may ask for, seconds (one day; refused, not clamped).
@@ -106,37 +107,37 @@ class JobEngine:
         if backlog + jobs > self._max_backlog and backlog > 0:
             raise Overloaded(self.config.overload_retry_after, backlog)
 
-    def _build(self, req: pb.EnqueueRequest, now: int, new_queues: list[QueueRecord]) -> tuple[JobRow, str, int]:
-        """Row for a validated request, its id text and its dedup deadline (µs, 0 = no key).
+    def _build(self, req: pb.EnqueueRequest, checked: Checked, now: int,
+               new_queues: list[QueueRecord]) -> tuple[JobRow, str, int]:
+        """Row for a validated request (``checked``: what ``Validator.check`` read from it),
+        its id text and its dedup deadline (µs, 0 = no key).
 
         Registers an on-demand queue (non-strict mode) and adds it to ``new_queues``
         until it is persisted.
         """
-        name = req.queue
+        name, job_type, data, encoding, priority, max_attempts, at_ns, has_extras, key = checked
         q = self.queues.get(name)
         if q is None:
             q = self.queues.on_demand(name)
         if not q.persisted and all(r.name != name for r in new_queues):
             new_queues.append(q.record())
         settings = q.settings
-        has = req.HasField
-        priority = req.priority if has("priority") else settings.default_priority
-        max_attempts = req.max_attempts if has("max_attempts") else settings.default_max_attempts
+        if priority is None:
+            priority = settings.default_priority
+        if max_attempts is None:
+            max_attempts = settings.default_max_attempts
         state, run_at = _READY, now
-        if has("scheduled_at"):
-            ts = req.scheduled_at
-            at = ts.seconds * 1_000_000 + ts.nanos // 1000
+        if at_ns is not None:
+            at = at_ns // 1000
             if at > now:  # SPEC §6: run_at = max(scheduled_at, enqueue time)
                 state, run_at = _SCHEDULED, at
         extras = None
-        if req.custom or req.trace_context:
+        if has_extras:
             extras = pb.EnqueueRequest(custom=req.custom, trace_context=req.trace_context).SerializeToString()
-        payload = req.payload
-        key = req.idempotency_key or None
         uid = uuid_utils.uuid7()
         # tuple.__new__ skips JobRow's Python-level __new__ (−0.2 µs a job on the batched path).
-        row = _new_row(JobRow, (uid.bytes, name, req.job_type, state, priority, run_at, now, max_attempts,
-                                payload.data, payload.encoding, extras, key))
+        row = _new_row(JobRow, (uid.bytes, name, job_type, state, priority, run_at, now, max_attempts, data,
+                                encoding, extras, key))
         return row, str(uid), (now + q.dedup_us if key else 0)
 
     async def _store(self, rows: list[JobRow], dedup_until: list[int], now: int,
@@ -163,13 +164,13 @@ class JobEngine:
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
         """Validate and store one job (SPEC §2). Raises ``JobRejected`` or ``Overloaded``."""
         now_ns = time.time_ns()
-        rejection = self.validator.validate(req, now_ns)
-        if rejection is not None:
-            raise JobRejected(rejection)
+        checked = self.validator.check(req, now_ns)
+        if type(checked) is pb.Rejection:
+            raise JobRejected(checked)
         self._check_backlog(1)
         now = now_ns // 1000
         new_queues: list[QueueRecord] = []
-        row, text, until = self._build(req, now, new_queues)
+        row, text, until = self._build(req, checked, now, new_queues)
         dedups = await self._store([row], [until], now, new_queues)
         if dedups:
             return pb.EnqueueAck(job_id=job_id_text(dedups[0][0]), deduplicated=True)
@@ -192,24 +193,24 @@ class JobEngine:
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
-        validate = self.validator.validate
+        check = self.validator.check
         build = self._build
         out: list[pb.Rejection | Ack] = []
         rows: list[JobRow] = []
         untils: list[int] = []
         slots: list[int] = []
         new_queues: list[QueueRecord] = []
-        verdicts = [validate(req, now_ns) for req in reqs]
-        valid = verdicts.count(None)
+        verdicts = [check(req, now_ns) for req in reqs]
+        valid = sum(type(v) is not pb.Rejection for v in verdicts)
         if valid:
             # Shed before building: _build registers on-demand queues (SPEC §2: nothing of
             # a shed request may be stored or created).
             self._check_backlog(valid)
-        for req, rejection in zip(reqs, verdicts, strict=True):
-            if rejection is not None:
-                out.append(rejection)
+        for req, verdict in zip(reqs, verdicts, strict=True):
+            if type(verdict) is pb.Rejection:
+                out.append(verdict)
                 continue
-            row, text, until = build(req, now, new_queues)
+            row, text, until = build(req, verdict, now, new_queues)
             slots.append(len(out))
             out.append((text, False))
             rows.append(row)
@@ -227,19 +228,17 @@ class JobEngine:
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
-        validate = self.validator.validate
-        failures = []
-        for i, req in enumerate(reqs):
-            rejection = validate(req, now_ns)
-            if rejection is not None:
-                failures.append(pb.IndexedRejection(index=i, rejection=rejection))
+        check = self.validator.check
+        verdicts = [check(req, now_ns) for req in reqs]
+        failures = [pb.IndexedRejection(index=i, rejection=v) for i, v in enumerate(verdicts)
+                    if type(v) is pb.Rejection]
         if failures:
             raise AtomicRejected(failures)
         self._check_backlog(len(reqs))
         new_queues: list[QueueRecord] = []
         rows, untils, out = [], [], []
-        for req in reqs:
-            row, text, until = self._build(req, now, new_queues)
+        for req, checked in zip(reqs, verdicts, strict=True):
+            row, text, until = self._build(req, cast("Checked", checked), now, new_queues)
             rows.append(row)
             untils.append(until)
             out.append((text, False))

@@ -65,11 +65,14 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
         resp = ppb.EnqueueBatchResponse()
         add = resp.results.add
         for r in results:
-            if type(r) is tuple:
-                ack = add().ack
-                ack.job_id, ack.deduplicated = r
-            else:
+            if type(r) is not tuple:
                 add(rejection=r)
+            elif r[1]:
+                ack = add().ack
+                ack.job_id = r[0]
+                ack.deduplicated = True
+            else:
+                add().ack.job_id = r[0]  # deduplicated stays false (the default)
         return resp
 
     async def EnqueueAtomic(self, request: ppb.EnqueueBatchRequest,

@@ -325,17 +325,21 @@ class JobEngine:
         """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""
         results = await self.store.settle(items, self.queues.policy_for)
         finished: dict[tuple[str, int], int] = {}
-        for res in results:
-            if res.error is not None:
+        woke: set[str] = set()
+        for error, state, run_at, _attempt, queue in results:
+            if error is not None:
                 continue
-            if res.state == _SCHEDULED:
-                self.on_scheduled(res.run_at)
-            elif res.state in _COUNTED and res.run_at:  # run_at 0: a repeated ack, counted already
-                key = (res.queue, res.state)
-                finished[key] = finished.get(key, 0) + 1
+            if state in _COUNTED:
+                if run_at:  # run_at 0: a repeated ack, counted already
+                    key = (queue, state)
+                    finished[key] = finished.get(key, 0) + 1
+            elif state == _SCHEDULED:
+                self.on_scheduled(run_at)
+            elif state == _READY:
+                woke.add(queue)
         for (queue, state), count in finished.items():
             self.on_finished(queue, state, count)
-        for name in {r.queue for r in results if r.error is None and r.state == _READY}:
+        for name in woke:
             self.notifier.ready(name)  # jobs given back (release, retry without delay)
         return results
 

@@ -9,7 +9,7 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
 from sepp.server.engine import JobEngine, job_id_bytes, now_us
 from sepp.server.errors import EngineError, InvalidRequest
-from sepp.server.rpc.convert import fill_job, job_to_proto, set_ts, ts
+from sepp.server.rpc.convert import fill_reservation, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
 from sepp.storage.base import JobRecord, SettleKind, SettleParams, State
 from sepp.storage.errors import StoreError
@@ -99,12 +99,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         if sum(len(r.payload) + len(r.history or "") + len(r.extras or b"") + 2048 for r in jobs) < budget:
             add = resp.reservations.add
             for rec in jobs:
-                res = add()
-                job = res.job
-                fill_job(job, rec)
-                res.lease_id = job.lease_id
-                res.attempt = rec.attempt
-                res.lease_expires_at.CopyFrom(job.lease_expires_at)
+                fill_reservation(add(), rec)
             return resp
         size = 0
         overflow: list[JobRecord] = []
@@ -165,7 +160,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 a = item.ack
                 jid, lid = job_id_bytes(a.job_id), job_id_bytes(a.lease_id)
                 if jid is not None and lid is not None:
-                    params.append(SettleParams(jid, lid, ack, now, -1, "", "completed"))
+                    params.append(_new_params(SettleParams, (jid, lid, ack, now, -1, "", "completed", "", "")))
                     slots.append(i)
                     continue
             try:
@@ -198,6 +193,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 add(ok=True, state=r.state)
         return resp
 
+
+#: Builds a SettleParams from a full tuple without NamedTuple's Python-level __new__.
+_new_params = tuple.__new__
 
 #: States a successful nack can leave a job in that come with a run_at (SCHEDULED, READY).
 _BACK = frozenset((int(State.SCHEDULED), int(State.READY)))

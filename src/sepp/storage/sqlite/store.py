@@ -421,30 +421,35 @@ def _ack_sql(n: int) -> str:
 
 
 def _settle_many(conn: sqlite3.Connection, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
-    acks = [i for i, p in enumerate(items) if p.kind is SettleKind.ACK]
+    ack = SettleKind.ACK
+    acks = [p for p in items if p.kind is ack]
     if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
         # Nothing to fold, or one job twice: apply strictly in request order.
         return [_settle_one(conn, p, policy) for p in items]
-    now = items[acks[0]].now
+    now = acks[0].now
     default_keep = policy("").completed_retention
     params: list[object] = [now, default_keep]
-    for i in acks:
-        params += (items[i].job_id, items[i].lease_id)
-    done: dict[bytes, tuple[str, int]] = {}
+    for p in acks:
+        params.append(p.job_id)
+        params.append(p.lease_id)
+    done: dict[bytes, SettleResult] = {}
+    completed = int(State.COMPLETED)
+    keeps: dict[str, int] = {}
     for job_id, queue, attempt, seq in conn.execute(_ack_sql(len(acks)), params).fetchall():
-        done[job_id] = (queue, attempt)
-        keep = policy(queue).completed_retention
+        done[job_id] = _new_result(SettleResult, (None, completed, now, attempt, queue))
+        keep = keeps.get(queue)
+        if keep is None:
+            keep = keeps[queue] = policy(queue).completed_retention
         if keep != default_keep:
             conn.execute(Q["set_purge_at"], (now + keep, seq))
     out: list[SettleResult] = []
-    completed = int(State.COMPLETED)
     for p in items:
-        hit = done.get(p.job_id) if p.kind is SettleKind.ACK and p.now == now else None
-        if hit is not None:
-            out.append(SettleResult(None, completed, now, hit[1], hit[0]))
-        else:
-            out.append(_settle_one(conn, p, policy))
+        hit = done.get(p.job_id) if p.kind is ack and p.now == now else None
+        out.append(hit if hit is not None else _settle_one(conn, p, policy))
     return out
+
+
+_new_result = tuple.__new__
 
 
 def _lease_error(row: Sequence[Any] | None, lease_id: bytes, now: int) -> SettleError | None:

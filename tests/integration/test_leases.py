@@ -160,3 +160,18 @@ def test_a_reserve_never_answers_more_than_the_message_cap(server_factory: Serve
         rest = w.reserve(max_jobs=3) + w.reserve(max_jobs=3)
         assert [r.job.id for r in rest] == ids[1:]
         assert [r.attempt for r in rest] == [1, 1]
+
+
+def test_one_settle_of_more_acks_than_a_statement_holds_completes_them_all(server_factory: ServerFactory) -> None:
+    # 600 acks in one Settle: the store folds them into UPDATEs of at most 256 acks each
+    # (one more past a chunk boundary: 256 + 256 + 88); every one completes, in order.
+    server = server_factory(queues={"q": fast_queue(lease_duration=30.0)})
+    with wire_for(server) as w:
+        for n in (256, 256, 88):
+            w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(n)])
+        got = w.reserve(max_jobs=256) + w.reserve(max_jobs=256) + w.reserve(max_jobs=256)
+        assert len(got) == 600
+        results = w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in got])
+        assert len(results) == 600
+        assert all(r.ok and r.state == pb.COMPLETED for r in results)
+        assert w.reserve(max_jobs=256, wait=0) == []

@@ -410,6 +410,8 @@ def _insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
 
 
 _ACK_SQL: dict[int, str] = {}
+#: Most acks folded into one UPDATE statement (a Settle of more is split).
+_ACK_CHUNK = 256
 
 
 def _ack_sql(n: int) -> str:
@@ -428,14 +430,20 @@ def _settle_many(conn: sqlite3.Connection, items: Sequence[SettleParams], policy
         return [_settle_one(conn, p, policy) for p in items]
     now = acks[0].now
     default_keep = policy("").completed_retention
-    params: list[object] = [now, default_keep]
-    for p in acks:
-        params.append(p.job_id)
-        params.append(p.lease_id)
     done: dict[bytes, SettleResult] = {}
     completed = int(State.COMPLETED)
     keeps: dict[str, int] = {}
-    for job_id, queue, attempt, seq in conn.execute(_ack_sql(len(acks)), params).fetchall():
+    rows: list[Any] = []
+    # At most _ACK_CHUNK acks per statement: preparing a VALUES list costs more than
+    # linearly in its length, and one statement text is cached per length.
+    for start in range(0, len(acks), _ACK_CHUNK):
+        chunk = acks[start:start + _ACK_CHUNK]
+        chunk_params: list[object] = [now, default_keep]
+        for p in chunk:
+            chunk_params.append(p.job_id)
+            chunk_params.append(p.lease_id)
+        rows += conn.execute(_ack_sql(len(chunk)), chunk_params).fetchall()
+    for job_id, queue, attempt, seq in rows:
         done[job_id] = _new_result(SettleResult, (None, completed, now, attempt, queue))
         keep = keeps.get(queue)
         if keep is None:

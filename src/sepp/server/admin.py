@@ -449,7 +449,7 @@ class AdminEngine:
         """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
         ExtendLease). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
         raw = self._job_id(job_id)
-        result = await self.store.cancel(raw, now_us(), self.engine.queues.policy_for,
+        result = await self.store.cancel(raw, now_us(), self.engine.queues.policies(),
                                          reason[:1024] if reason else "")
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")

@@ -68,6 +68,9 @@ class ServerConfig(BaseSettings):
     node_name: str = ""
     #: Log level: debug, info, warning, error.
     log_level: str = "info"
+    #: Where the SQLite writer runs: "process" (a child process of its own, so it never waits
+    #: for the server's interpreter lock; docs/decisions.md) or "thread" (in this process).
+    sqlite_writer: Literal["process", "thread"] = "process"
     #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
     debug_commit_delay: float = Field(default=0.0, ge=0)
 

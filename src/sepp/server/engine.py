@@ -323,7 +323,7 @@ class JobEngine:
 
     async def settle(self, items: Sequence[SettleParams]) -> list[SettleResult]:
         """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""
-        results = await self.store.settle(items, self.queues.policy_for)
+        results = await self.store.settle(items, self.queues.policies())
         finished: dict[tuple[str, int], int] = {}
         woke: set[str] = set()
         for error, state, run_at, _attempt, queue in results:

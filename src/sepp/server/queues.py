@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sepp.limits import QueueLimits, QueueSettings
-from sepp.storage.base import QueuePolicy, QueueRecord
+from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
 
 _US = 1_000_000
+#: Bumped by every change that can alter a queue's policy (QueueRegistry.policies caches by it).
+_generation = [0]
 
 
 @dataclass(slots=True)
@@ -40,6 +42,7 @@ class QueueState:
             backoff_base=int(settings.retry_base * _US), backoff_cap=int(settings.retry_cap * _US),
             jitter=settings.retry_jitter, completed_retention=int(settings.completed_retention * _US),
             dead_retention=int(settings.dead_letter_retention * _US))
+        _generation[0] += 1
 
     @property
     def limits(self) -> QueueLimits:
@@ -59,6 +62,8 @@ class QueueRegistry:
         self.strict = strict
         self._queues: dict[str, QueueState] = {}
         self._default_policy = QueueState("", defaults).policy
+        self._table = PolicyTable(self._default_policy)
+        self._table_generation = -1
 
     def load(self, records: list[QueueRecord], declared: dict[str, QueueSettings]) -> list[QueueState]:
         """Fill from persisted rows, then apply config declarations (config wins).
@@ -97,6 +102,17 @@ class QueueRegistry:
         q = self._queues.get(name)
         return self._default_policy if q is None else q.policy
 
+    def policies(self) -> PolicyTable:
+        """Every queue's backoff/retention as one picklable lookup (defaults for unknown names),
+        rebuilt only after a change. What the store's writes get (they may run in the writer
+        process)."""
+        if self._table_generation != _generation[0]:
+            default = self._default_policy
+            self._table = PolicyTable(default, {name: q.policy for name, q in self._queues.items()
+                                                if q.policy != default})
+            self._table_generation = _generation[0]
+        return self._table
+
     def on_demand(self, name: str) -> QueueState:
         """Create (in memory) a queue on first enqueue, non-strict mode only."""
         q = self._queues.get(name)
@@ -107,9 +123,11 @@ class QueueRegistry:
     def put(self, state: QueueState) -> None:
         """Insert or replace a queue (admin declare)."""
         self._queues[state.name] = state
+        _generation[0] += 1
 
     def remove(self, name: str) -> QueueState | None:
         """Forget a queue (admin delete)."""
+        _generation[0] += 1
         return self._queues.pop(name, None)
 
     def all(self) -> list[QueueState]:

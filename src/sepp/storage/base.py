@@ -156,8 +156,26 @@ class QueuePolicy:
         return max(0, int(delay * (1 + self.jitter * rand)))
 
 
-#: Looks a queue's policy up by name (called inside writes, from the writer thread).
+#: Looks a queue's policy up by name (called inside writes, where the writer runs).
 PolicyLookup = Callable[[str], QueuePolicy]
+
+
+class PolicyTable:
+    """A picklable, immutable ``PolicyLookup`` (it travels to the writer process with the
+    writes that need it): the policies of the queues whose settings differ from the
+    defaults, and ``default`` for every other name."""
+
+    __slots__ = ("custom", "default")
+
+    def __init__(self, default: QueuePolicy, custom: dict[str, QueuePolicy] | None = None) -> None:
+        self.default = default
+        self.custom = custom or {}
+
+    def __call__(self, name: str) -> QueuePolicy:
+        return self.custom.get(name, self.default)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PolicyTable, (self.default, self.custom))
 
 
 class SettleParams(NamedTuple):

@@ -90,7 +90,7 @@ class Sweeper:
     async def reclaim_once(self) -> int:
         """One lease-expiry pass. Returns how many leases were reclaimed."""
         now = time.time_ns() // 1000
-        result = await self.engine.store.reclaim_expired(now, PASS_LIMIT, self.engine.queues.policy_for)
+        result = await self.engine.store.reclaim_expired(now, PASS_LIMIT, self.engine.queues.policies())
         for name in result.queues:
             self.engine.notifier.ready(name)
         for name, count in result.dead_lettered.items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sepp.storage._sql import load_queries
@@ -200,12 +201,7 @@ class SQLiteAdmin:
         """Fold in-memory throughput counts into ``queue_throughput`` and prune old minutes."""
         rows = [(queue, minute, *values) for (queue, minute), values in counts.items()]
 
-        def op(conn: sqlite3.Connection) -> None:
-            if rows:
-                conn.executemany(A["add_counts"], rows)
-            conn.execute(A["prune_throughput"], (keep_after_minute,))
-
-        await self._submit(op)
+        await self._submit(partial(_add_counts_op, rows, keep_after_minute))
 
     # ------------------------------------------------------------------ single jobs
 
@@ -217,52 +213,19 @@ class SQLiteAdmin:
     async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
         """See ``AdminStore.cancel``."""
 
-        def op(conn: sqlite3.Connection) -> WriteResult:
-            row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
-            if row is None:
-                return WriteResult(Outcome.NOT_FOUND)
-            seq, queue, state = row
-            if state in (int(State.SCHEDULED), int(State.READY)):
-                purge = now + policy(queue).dead_retention
-                conn.execute(A["cancel_now"], (now, purge, reason or "cancelled by admin", seq))
-                return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
-            if state == int(State.RESERVED):
-                conn.execute(A["request_cancel"], (seq,))
-                return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
-            if state == int(State.CANCELLED):
-                return WriteResult(Outcome.UNCHANGED, queue, state)
-            return WriteResult(Outcome.WRONG_STATE, queue, state)
-
-        result: WriteResult = await self._submit(op)
+        result: WriteResult = await self._submit(partial(_cancel_op, job_id, now, policy, reason))
         return result
 
     async def requeue(self, job_id: bytes, now: int) -> WriteResult:
         """See ``AdminStore.requeue``."""
 
-        def op(conn: sqlite3.Connection) -> WriteResult:
-            row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
-            if row is None:
-                return WriteResult(Outcome.NOT_FOUND)
-            seq, queue, state = row
-            if state not in (int(State.DEAD_LETTERED), int(State.CANCELLED)):
-                return WriteResult(Outcome.WRONG_STATE, queue, state)
-            conn.execute(A["requeue_one"], (now, seq))
-            return WriteResult(Outcome.DONE, queue, int(State.READY))
-
-        result: WriteResult = await self._submit(op)
+        result: WriteResult = await self._submit(partial(_requeue_op, job_id, now))
         return result
 
     async def delete_job(self, job_id: bytes) -> WriteResult:
         """See ``AdminStore.delete_job``."""
 
-        def op(conn: sqlite3.Connection) -> WriteResult:
-            row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
-            if row is None:
-                return WriteResult(Outcome.NOT_FOUND)
-            conn.execute(A["delete_one"], (row[0],))
-            return WriteResult(Outcome.DONE, row[1], row[2])
-
-        result: WriteResult = await self._submit(op)
+        result: WriteResult = await self._submit(partial(_delete_op, job_id))
         return result
 
     # ------------------------------------------------------------------ bulk
@@ -289,44 +252,100 @@ class SQLiteAdmin:
         if where.queue is None:
             del params["queue"]
 
-        def op(conn: sqlite3.Connection) -> tuple[int, set[str]]:
-            rows = conn.execute(A[name], params).fetchall()
-            return len(rows), {r[0] for r in rows}
-
-        result: tuple[int, set[str]] = await self._submit(op)
+        result: tuple[int, set[str]] = await self._submit(partial(_requeue_dead_op, name, params))
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:
         """Delete up to ``limit`` of the queue's jobs in ``states`` (one commit)."""
 
-        def op(conn: sqlite3.Connection) -> int:
-            left = limit
-            for state in states:
-                if left <= 0:
-                    break
-                if state == int(State.SCHEDULED):
-                    cur = conn.execute(A["purge_scheduled"], {"queue": queue, "limit": left})
-                elif state == int(State.READY):
-                    cur = conn.execute(A["purge_ready"], {"queue": queue, "limit": left})
-                elif state == int(State.RESERVED):
-                    cur = conn.execute(A["purge_reserved"], {"queue": queue, "limit": left})
-                else:
-                    cur = conn.execute(A["purge_finished"], {"queue": queue, "state": state, "limit": left})
-                left -= cur.rowcount
-            return limit - left
-
-        deleted: int = await self._submit(op)
+        deleted: int = await self._submit(partial(_purge_op, queue, tuple(states), limit))
         return deleted
 
     async def delete_queue(self, queue: str) -> bool:
         """Delete the queue row (and its throughput) when it holds no job."""
 
-        def op(conn: sqlite3.Connection) -> bool:
-            if conn.execute(A["queue_has_jobs"], {"queue": queue}).fetchone()[0]:
-                return False
-            conn.execute(A["delete_queue_row"], (queue,))
-            conn.execute(A["delete_queue_throughput"], (queue,))
-            return True
-
-        done: bool = await self._submit(op)
+        done: bool = await self._submit(partial(_delete_queue_op, queue))
         return done
+
+
+# ---------------------------------------------------------------------- writer-side operations
+# Module-level so they pickle (the writer may run in its own process).
+
+
+def _add_counts_op(rows: list[tuple[Any, ...]], keep_after_minute: int, conn: sqlite3.Connection) -> None:
+    """Writer side of ``SQLiteAdmin.add_counts``."""
+    if rows:
+        conn.executemany(A["add_counts"], rows)
+    conn.execute(A["prune_throughput"], (keep_after_minute,))
+
+
+def _cancel_op(job_id: bytes, now: int, policy: PolicyLookup, reason: str, conn: sqlite3.Connection) -> WriteResult:
+    """Writer side of ``SQLiteAdmin.cancel``."""
+    row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
+    if row is None:
+        return WriteResult(Outcome.NOT_FOUND)
+    seq, queue, state = row
+    if state in (int(State.SCHEDULED), int(State.READY)):
+        purge = now + policy(queue).dead_retention
+        conn.execute(A["cancel_now"], (now, purge, reason or "cancelled by admin", seq))
+        return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
+    if state == int(State.RESERVED):
+        conn.execute(A["request_cancel"], (seq,))
+        return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
+    if state == int(State.CANCELLED):
+        return WriteResult(Outcome.UNCHANGED, queue, state)
+    return WriteResult(Outcome.WRONG_STATE, queue, state)
+
+
+def _requeue_op(job_id: bytes, now: int, conn: sqlite3.Connection) -> WriteResult:
+    """Writer side of ``SQLiteAdmin.requeue``."""
+    row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
+    if row is None:
+        return WriteResult(Outcome.NOT_FOUND)
+    seq, queue, state = row
+    if state not in (int(State.DEAD_LETTERED), int(State.CANCELLED)):
+        return WriteResult(Outcome.WRONG_STATE, queue, state)
+    conn.execute(A["requeue_one"], (now, seq))
+    return WriteResult(Outcome.DONE, queue, int(State.READY))
+
+
+def _delete_op(job_id: bytes, conn: sqlite3.Connection) -> WriteResult:
+    """Writer side of ``SQLiteAdmin.delete_job``."""
+    row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
+    if row is None:
+        return WriteResult(Outcome.NOT_FOUND)
+    conn.execute(A["delete_one"], (row[0],))
+    return WriteResult(Outcome.DONE, row[1], row[2])
+
+
+def _requeue_dead_op(name: str, params: dict[str, Any], conn: sqlite3.Connection) -> tuple[int, set[str]]:
+    """Writer side of ``SQLiteAdmin.requeue_dead``."""
+    rows = conn.execute(A[name], params).fetchall()
+    return len(rows), {r[0] for r in rows}
+
+
+def _purge_op(queue: str, states: Sequence[int], limit: int, conn: sqlite3.Connection) -> int:
+    """Writer side of ``SQLiteAdmin.purge``."""
+    left = limit
+    for state in states:
+        if left <= 0:
+            break
+        if state == int(State.SCHEDULED):
+            cur = conn.execute(A["purge_scheduled"], {"queue": queue, "limit": left})
+        elif state == int(State.READY):
+            cur = conn.execute(A["purge_ready"], {"queue": queue, "limit": left})
+        elif state == int(State.RESERVED):
+            cur = conn.execute(A["purge_reserved"], {"queue": queue, "limit": left})
+        else:
+            cur = conn.execute(A["purge_finished"], {"queue": queue, "state": state, "limit": left})
+        left -= cur.rowcount
+    return limit - left
+
+
+def _delete_queue_op(queue: str, conn: sqlite3.Connection) -> bool:
+    """Writer side of ``SQLiteAdmin.delete_queue``."""
+    if conn.execute(A["queue_has_jobs"], {"queue": queue}).fetchone()[0]:
+        return False
+    conn.execute(A["delete_queue_row"], (queue,))
+    conn.execute(A["delete_queue_throughput"], (queue,))
+    return True

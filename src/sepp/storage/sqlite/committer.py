@@ -15,6 +15,11 @@ again in a transaction of its own, so one bad write never fails its neighbours.
 In ``async`` mode the connection runs with ``synchronous=OFF`` (the commit is handed
 to the OS) and a background thread fsyncs the WAL and database files every
 ``fsync_interval`` seconds.
+
+The loop itself is ``GroupLoop``; ``Committer`` runs it in a thread of this process and
+``sepp.storage.sqlite.writer_process.ProcessCommitter`` runs the same loop in a child
+process of its own (the server's default: docs/decisions.md "The writer in its own
+process").
 """
 
 from __future__ import annotations
@@ -40,12 +45,20 @@ log = logging.getLogger("sepp.committer")
 
 @dataclass(slots=True)
 class _Pending(Generic[T]):
+    """One submitted operation; ``token`` identifies it to whoever waits for it (a future in
+    this process, an operation number across the writer-process pipe)."""
+
     fn: Op[T]
-    future: asyncio.Future[T]
+    token: Any
     weight: int
 
 
-_STOP = object()
+#: What the loop hands back per operation: (pending, value, exception).
+Results = list[tuple[_Pending[Any], Any, BaseException | None]]
+
+
+#: Put this to make ``GroupLoop.run`` commit what is queued and return.
+STOP = object()
 
 #: The group-commit wait only pays off for many small writes (single enqueues); a group
 #: already carrying this many jobs (batches) is committed without waiting.
@@ -70,23 +83,30 @@ class MergeableInsert:
         return self.result
 
 
-class Committer:
-    """Owns the writer connection; see the module docstring.
+class GroupLoop:
+    """The writer loop of the module docstring, independent of who waits for the results.
 
-    ``mode`` is ``sync``, ``group`` or ``async``. ``connect`` opens and configures the
-    writer connection (called in the writer thread). ``group_wait`` (seconds): when the
+    ``connect`` opens and configures the writer connection (called in the loop's thread).
+    ``deliver(results, loop)`` is called from the loop's thread after each group commits
+    (or fails), with one (pending, value, exception) entry per operation. Operations go in
+    with ``put``; ``put(STOP)`` makes ``run`` commit what is queued and return.
+
+    ``mode``: ``sync`` (one operation per commit), ``group`` or ``async``.
+    ``max_group_ops``: most operations per transaction. ``group_wait`` (seconds): when the
     previous group held more than one write but fewer than 128 jobs (many small concurrent
     writes), wait this long before collecting the next group so one fsync covers more
-    writes; 0 disables it. ``commit_delay`` (seconds) is a
-    fault-injection knob for tests of load shedding; 0 in production.
+    writes; 0 disables it. ``commit_delay`` (seconds): a fault-injection knob for tests of
+    load shedding; 0 in production. ``fsync_interval`` (seconds): the ``async`` mode's
+    background fsync period.
     """
 
-    def __init__(self, path: Path, mode: str, connect: Callable[[], sqlite3.Connection], *,
-                 max_group_ops: int = 1024, fsync_interval: float = 0.05, commit_delay: float = 0.0,
-                 group_wait: float = 0.004) -> None:
+    def __init__(self, path: Path, mode: str, connect: Callable[[], sqlite3.Connection],
+                 deliver: Callable[[Results], None], *, max_group_ops: int = 1024, fsync_interval: float = 0.05,
+                 commit_delay: float = 0.0, group_wait: float = 0.004) -> None:
         self._path = path
         self._mode = mode
         self._connect = connect
+        self._deliver = deliver
         self._max_group = 1 if mode == "sync" else max_group_ops
         self._fsync_interval = fsync_interval
         self._commit_delay = commit_delay
@@ -94,66 +114,29 @@ class Committer:
         self._last_group = 0
         self._last_weight = 0
         self._q: queue.SimpleQueue[_Pending[Any] | object] = queue.SimpleQueue()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._fsync_thread: threading.Thread | None = None
-        self._stopping = False
-        self._stopped = threading.Event()
-        self._ready: asyncio.Future[None] | None = None
-        #: Jobs (weights) submitted and not yet resolved. Touched only on the event loop.
-        self.backlog = 0
+        self._done = threading.Event()
         #: Commits done and operations committed, for metrics and tests.
         self.commits = 0
         self.ops_committed = 0
 
-    async def start(self) -> None:
-        """Open the writer connection in its thread; raises what opening raised."""
-        self._loop = asyncio.get_running_loop()
-        self._ready = self._loop.create_future()
-        self._thread = threading.Thread(target=self._run, name="sepp-committer", daemon=True)
-        self._thread.start()
-        await self._ready
+    def put(self, item: _Pending[Any] | object) -> None:
+        """Queue an operation (or ``STOP``); thread-safe."""
+        self._q.put(item)
+
+    def open(self) -> sqlite3.Connection:
+        """Open the writer connection (raises what ``connect`` raises)."""
+        return self._connect()
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        """Commit groups until ``STOP``; then checkpoint and close ``conn``."""
+        fsync: threading.Thread | None = None
         if self._mode == "async":
-            self._fsync_thread = threading.Thread(target=self._fsync_loop, name="sepp-fsync", daemon=True)
-            self._fsync_thread.start()
-
-    def submit(self, fn: Op[T], weight: int = 1) -> asyncio.Future[T]:
-        """Queue ``fn`` for the writer; the future resolves after its transaction commits.
-
-        Must be called on the event loop. Raises ``StoreClosed`` once stopping began.
-        """
-        if self._stopping or self._loop is None:
-            raise StoreClosed("the store is closing")
-        fut: asyncio.Future[T] = self._loop.create_future()
-        self.backlog += weight
-        self._q.put(_Pending(fn, fut, weight))
-        return fut
-
-    async def stop(self) -> None:
-        """Commit everything already submitted, then close the connection. Idempotent."""
-        if self._thread is None or self._stopping:
-            if self._thread is not None:
-                await asyncio.get_running_loop().run_in_executor(None, self._stopped.wait)
-            return
-        self._stopping = True
-        self._q.put(_STOP)
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-        self._stopped.set()
-
-    # ------------------------------------------------------------------ thread side
-
-    def _run(self) -> None:
-        assert self._loop is not None and self._ready is not None
-        try:
-            conn = self._connect()
-        except BaseException as exc:  # report the failure to start()
-            self._loop.call_soon_threadsafe(_set_exception, self._ready, exc)
-            return
-        self._loop.call_soon_threadsafe(_set_result, self._ready, None)
+            fsync = threading.Thread(target=self._fsync_loop, name="sepp-fsync", daemon=True)
+            fsync.start()
         try:
             while True:
                 first = self._q.get()
-                if first is _STOP:
+                if first is STOP:
                     break
                 group: list[_Pending[Any]] = [first]  # type: ignore[list-item]
                 stop_after = False
@@ -166,7 +149,7 @@ class Committer:
                         nxt = self._q.get_nowait()
                     except queue.Empty:
                         break
-                    if nxt is _STOP:
+                    if nxt is STOP:
                         stop_after = True
                         break
                     group.append(nxt)  # type: ignore[arg-type]
@@ -182,16 +165,19 @@ class Committer:
                     item = self._q.get_nowait()
                 except queue.Empty:
                     break
-                if item is not _STOP:
+                if item is not STOP:
                     rest.append(item)  # type: ignore[arg-type]
             if rest:
                 self._commit_group(conn, rest)
         finally:
+            self._done.set()
             try:
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error:
                 log.warning("final checkpoint failed", exc_info=True)
             conn.close()
+            if fsync is not None:
+                fsync.join()
 
     def _commit_group(self, conn: sqlite3.Connection, group: list[_Pending[Any]]) -> None:
         if self._commit_delay:
@@ -209,17 +195,12 @@ class Committer:
                         results.extend(self._transaction(conn, [item]))
                     except Exception as exc:
                         results.append((item, None, _wrap(exc)))
-        assert self._loop is not None
-        try:
-            self._loop.call_soon_threadsafe(self._resolve, results)
-        except RuntimeError:  # loop closed: nobody is waiting any more
-            pass
+        self._deliver(results)
 
-    def _transaction(self, conn: sqlite3.Connection,
-                     group: list[_Pending[Any]]) -> list[tuple[_Pending[Any], Any, BaseException | None]]:
+    def _transaction(self, conn: sqlite3.Connection, group: list[_Pending[Any]]) -> Results:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            out: list[tuple[_Pending[Any], Any, BaseException | None]] = []
+            out: Results = []
             merged = [item for item in group if isinstance(item.fn, MergeableInsert)] if len(group) > 1 else []
             if len(merged) > 1:
                 # Many plain inserts (concurrent single enqueues): one statement for all.
@@ -237,20 +218,9 @@ class Committer:
         self.ops_committed += len(out)
         return out
 
-    def _resolve(self, results: list[tuple[_Pending[Any], Any, BaseException | None]]) -> None:
-        for item, value, exc in results:
-            self.backlog -= item.weight
-            fut = item.future
-            if fut.done():
-                continue
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(value)
-
     def _fsync_loop(self) -> None:
         files = [self._path, self._path.with_name(self._path.name + "-wal")]
-        while not self._stopped.wait(self._fsync_interval):
+        while not self._done.wait(self._fsync_interval):
             for f in files:
                 try:
                     fd = os.open(f, os.O_RDONLY)
@@ -260,6 +230,93 @@ class Committer:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+
+
+class Committer:
+    """Runs a ``GroupLoop`` in a thread of this process (see the module docstring); the
+    arguments are ``GroupLoop``'s. ``submit`` is called on the event loop."""
+
+    def __init__(self, path: Path, mode: str, connect: Callable[[], sqlite3.Connection], *,
+                 max_group_ops: int = 1024, fsync_interval: float = 0.05, commit_delay: float = 0.0,
+                 group_wait: float = 0.004) -> None:
+        self._group = GroupLoop(path, mode, connect, self._deliver, max_group_ops=max_group_ops,
+                                fsync_interval=fsync_interval, commit_delay=commit_delay, group_wait=group_wait)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._ready: asyncio.Future[None] | None = None
+        #: Jobs (weights) submitted and not yet resolved. Touched only on the event loop.
+        self.backlog = 0
+
+    @property
+    def commits(self) -> int:
+        """Commits done (metrics, tests)."""
+        return self._group.commits
+
+    @property
+    def ops_committed(self) -> int:
+        """Operations committed (metrics, tests)."""
+        return self._group.ops_committed
+
+    async def start(self) -> None:
+        """Open the writer connection in its thread; raises what opening raised."""
+        self._loop = asyncio.get_running_loop()
+        self._ready = self._loop.create_future()
+        self._thread = threading.Thread(target=self._run, name="sepp-committer", daemon=True)
+        self._thread.start()
+        await self._ready
+
+    def submit(self, fn: Op[T], weight: int = 1) -> asyncio.Future[T]:
+        """Queue ``fn`` for the writer; the future resolves after its transaction commits.
+
+        Must be called on the event loop. Raises ``StoreClosed`` once stopping began.
+        """
+        if self._stopping or self._loop is None:
+            raise StoreClosed("the store is closing")
+        fut: asyncio.Future[T] = self._loop.create_future()
+        self.backlog += weight
+        self._group.put(_Pending(fn, fut, weight))
+        return fut
+
+    async def stop(self) -> None:
+        """Commit everything already submitted, then close the connection. Idempotent."""
+        if self._thread is None or self._stopping:
+            if self._thread is not None:
+                await asyncio.get_running_loop().run_in_executor(None, self._stopped.wait)
+            return
+        self._stopping = True
+        self._group.put(STOP)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._stopped.set()
+
+    def _run(self) -> None:
+        assert self._loop is not None and self._ready is not None
+        try:
+            conn = self._group.open()
+        except BaseException as exc:  # report the failure to start()
+            self._loop.call_soon_threadsafe(_set_exception, self._ready, exc)
+            return
+        self._loop.call_soon_threadsafe(_set_result, self._ready, None)
+        self._group.run(conn)
+
+    def _deliver(self, results: Results) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(self._resolve, results)
+        except RuntimeError:  # loop closed: nobody is waiting any more
+            pass
+
+    def _resolve(self, results: Results) -> None:
+        for item, value, exc in results:
+            self.backlog -= item.weight
+            fut = item.token
+            if fut.done():
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(value)
 
 
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:

@@ -16,6 +16,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from sepp.storage.base import (
 from sepp.storage.errors import StoreCorrupt, StoreError, StoreLocked
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert
+from sepp.storage.sqlite.writer_process import ProcessCommitter
 
 Q = load_queries("sepp.storage.sqlite")
 _PKG = "sepp.storage.sqlite"
@@ -56,18 +58,29 @@ class SQLiteStore:
     """The embedded store in ``data_dir/sepp.db``.
 
     ``mode`` is the persist mode (``sync`` | ``group`` | ``async``, SPEC §5);
-    ``cache_mib`` the page cache of the writer connection.
+    ``cache_mib`` the page cache of the writer connection. ``writer`` is ``thread`` (the
+    writer loop in a thread of this process) or ``process`` (in a child process of its own,
+    ``writer_process``: what ``sepp serve`` uses). Every write operation below is a
+    module-level function bound with ``functools.partial``, so either can run it.
     """
 
     def __init__(self, data_dir: Path, mode: str = "group", *, cache_mib: int = 64,
                  fsync_interval: float = 0.05, commit_delay: float = 0.0, max_group_ops: int = 1024,
-                 group_wait: float = 0.004) -> None:
+                 group_wait: float = 0.004, writer: str = "thread") -> None:
         self.path = Path(data_dir) / DB_FILE
         self.mode = mode
         self._cache_mib = cache_mib
-        self._committer = Committer(self.path, mode, self._connect_writer, fsync_interval=fsync_interval,
-                                    commit_delay=commit_delay, max_group_ops=max_group_ops,
-                                    group_wait=group_wait)
+        self._committer: Committer | ProcessCommitter
+        if writer == "process":
+            self._committer = ProcessCommitter({
+                "path": str(self.path), "mode": mode, "cache_mib": cache_mib, "max_group_ops": max_group_ops,
+                "fsync_interval": fsync_interval, "commit_delay": commit_delay, "group_wait": group_wait})
+        elif writer == "thread":
+            self._committer = Committer(self.path, mode, self._connect_writer, fsync_interval=fsync_interval,
+                                        commit_delay=commit_delay, max_group_ops=max_group_ops,
+                                        group_wait=group_wait)
+        else:
+            raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
@@ -76,49 +89,8 @@ class SQLiteStore:
     # ------------------------------------------------------------------ lifecycle
 
     def _connect_writer(self) -> sqlite3.Connection:
-        """Open, configure, migrate and write-probe the writer connection (writer thread).
-
-        Raises ``StoreCorrupt`` when the file is not a sepp database and ``StoreError``
-        when it cannot be written (read-only file, full disk, …).
-        """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Prepared statements kept: multi-row INSERTs and batched acks have one text per batch
-        # size (and shared-column mix); re-preparing a 256-row INSERT costs ~2 ms.
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, cached_statements=256)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={'OFF' if self.mode == 'async' else 'FULL'}")
-            conn.execute(f"PRAGMA cache_size=-{self._cache_mib * 1024}")
-            conn.execute("PRAGMA temp_store=MEMORY")
-            conn.execute("PRAGMA busy_timeout=10000")
-            conn.execute("PRAGMA foreign_keys=OFF")
-            self._migrate(conn)
-            # SQLite opens a read-only file quietly; find out now, not at the first enqueue.
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            conn.execute(f"PRAGMA user_version={int(version)}")
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            text = str(exc)
-            if "not a database" in text or "malformed" in text:
-                raise StoreCorrupt(f"{self.path} is not a sepp database: {text}") from exc
-            raise StoreError(f"cannot use {self.path}: {text}") from exc
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        current = conn.execute("PRAGMA user_version").fetchone()[0]
-        known = migrations(_PKG)
-        latest = known[-1][0] if known else 0
-        if current > latest:
-            raise StoreCorrupt(f"database schema version {current} is newer than this sepp ({latest})")
-        for number, _name, sql in known:
-            if number <= current:
-                continue
-            # One script = one transaction: the schema change and the version bump land together.
-            conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\n;PRAGMA user_version={number};\nCOMMIT;")
+        """Open, configure, migrate and write-probe the writer connection (``connect_writer``)."""
+        return connect_writer(self.path, self.mode, self._cache_mib)
 
     async def open(self) -> None:
         """Lock the data folder, create/migrate the schema and start the writer thread.
@@ -169,7 +141,7 @@ class SQLiteStore:
         return self._committer.backlog
 
     @property
-    def committer(self) -> Committer:
+    def committer(self) -> Committer | ProcessCommitter:
         """The writer (metrics, tests)."""
         return self._committer
 
@@ -198,46 +170,26 @@ class SQLiteStore:
                       new_queues: Sequence[QueueRecord] = ()) -> Dedups:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call."""
         if not new_queues and not any(row[11] for row in rows):
+            if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
+                return await self._committer.submit(MergeableInsert(_insert_jobs, list(rows), {}), 1)
+            # The statements are prepared here, on the event loop: the writer thread only runs
+            # them (docs/decisions.md "The writer thread runs SQL, little Python").
+            statements = _insert_statements(rows)
+            return await self._committer.submit(partial(_run_all, statements), len(rows))
 
-            return await self._committer.submit(MergeableInsert(_insert_jobs, list(rows), {}), len(rows))
-
-        def op(conn: sqlite3.Connection) -> Dedups:
-            for q in new_queues:
-                conn.execute(Q["insert_queue_if_absent"],
-                             (q.name, q.settings_json, int(q.paused), int(q.declared), now, now))
-            dedups: Dedups = {}
-            fresh: list[JobRow] = []
-            for i, row in enumerate(rows):
-                key = row.idempotency_key
-                if key:
-                    hit = conn.execute(Q["find_idempotency"], (row.queue, key)).fetchone()
-                    if hit is not None and hit[1] > now:
-                        original = hit[0]
-                        state_row = conn.execute(Q["job_state"], (original,)).fetchone()
-                        if state_row is not None:
-                            state = state_row[0]
-                        else:  # an earlier row of this call (not inserted yet), or purged: key stays claimed
-                            state = next((r.state for r in fresh if r.id == original), 0)
-                        dedups[i] = (original, state)
-                        continue
-                    conn.execute(Q["claim_idempotency"], (row.queue, key, row.id, dedup_until[i]))
-                fresh.append(row)
-            _insert_jobs(conn, fresh)
-            return dedups
-
-        return await self._committer.submit(op, len(rows))
+        return await self._committer.submit(partial(_enqueue_op, rows, dedup_until, now, new_queues), len(rows))
 
     # ------------------------------------------------------------------ queues
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""
-        rows = await self._committer.submit(lambda c: c.execute(Q["load_queues"]).fetchall())
+        rows = await self._committer.submit(partial(_fetch_all, Q["load_queues"], ()))
         return [QueueRecord(name, settings, bool(paused), bool(declared)) for name, settings, paused, declared in rows]
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
         """Create or replace a queue row."""
         params = (queue.name, queue.settings_json, int(queue.paused), int(queue.declared), now, now)
-        await self._committer.submit(lambda c: c.execute(Q["upsert_queue"], params))
+        await self._committer.submit(partial(_execute, Q["upsert_queue"], params))
 
     # ------------------------------------------------------------------ worker side
 
@@ -246,58 +198,60 @@ class SQLiteStore:
         per queue one SELECT of the jobs in reserve order and one UPDATE that leases exactly
         those. Every job of the call gets the same fresh random 128-bit lease id (a lease is
         the pair job id + lease id; docs/decisions.md "One lease id per Reserve call")."""
-        select_sql, lease_sql = Q["ready_for_lease"], Q["lease_ready"]
         now, worker, reserved = params.now, params.worker_id, _RESERVED
+        lease_id = os.urandom(16)
 
-        def op(conn: sqlite3.Connection) -> list[JobRecord]:
-            conn.execute(Q["promote_due"], (now, 10_000)).fetchall()
-            out: list[JobRecord] = []
-            want = params.max_jobs
-            lease_id = os.urandom(16)
-            for queue in params.queues:
-                if want <= 0:
-                    break
-                rows = conn.execute(select_sql, (queue, want)).fetchall()
-                if not rows:
-                    continue
-                expires = now + params.lease_for[queue]
-                leased = conn.execute(lease_sql, (lease_id, expires, worker, now, queue, len(rows))).rowcount
-                if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
-                    raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
-                out.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
+        records: list[JobRecord] = []
+        for queue, expires, rows in await self._committer.submit(partial(_reserve_op, params, lease_id), 0):
+            records.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
                                      max_attempts, payload, encoding, extras, idem, lease_id, expires, worker, now,
                                      history, None, None, 0, seq)
                            for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
                                 encoding, extras, idem, history, seq) in rows)
-                want -= len(rows)
-            return out
-
-        return await self._committer.submit(op, 0)
+        return records
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
         """Apply acks/nacks in one transaction (see ``Store.settle``). Acks of live leases go
-        in one statement; everything else (nacks, refused or repeated acks) one by one."""
-        return await self._committer.submit(lambda conn: _settle_many(conn, items, policy), len(items))
+        in one statement; everything else (nacks, refused or repeated acks) one by one.
+
+        The batched acks' statements are prepared here and their results built here, on the
+        event loop; the writer thread runs the SQL (docs/decisions.md "The writer thread runs
+        SQL, the event loop builds")."""
+        ack = SettleKind.ACK
+        acks = [p for p in items if p.kind is ack]
+        if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
+            # Nothing to fold, or one job twice: apply strictly in request order.
+            return await self._committer.submit(partial(_settle_each, items, policy), len(items))
+        now = acks[0].now
+        default_keep = policy("").completed_retention
+        # At most _ACK_CHUNK acks per statement: preparing a VALUES list costs more than
+        # linearly in its length, and one statement text is cached per length.
+        statements: list[list[object]] = []
+        for start in range(0, len(acks), _ACK_CHUNK):
+            chunk = acks[start:start + _ACK_CHUNK]
+            chunk_params: list[object] = [now, default_keep]
+            for p in chunk:
+                chunk_params.append(p.job_id)
+                chunk_params.append(p.lease_id)
+            statements.append(chunk_params)
+        rows, others = await self._committer.submit(
+            partial(_ack_many, statements, items, now, default_keep, policy), len(items))
+        completed = int(State.COMPLETED)
+        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue))
+                for job_id, queue, attempt, _seq in rows}
+        return [others[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
         """Push a live lease's expiry to ``expires_at`` (µs)."""
 
-        def op(conn: sqlite3.Connection) -> ExtendResult:
-            row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
-            err = _lease_error(row, lease_id, now)
-            if err is not None:
-                return ExtendResult(err)
-            conn.execute(Q["extend_lease"], (expires_at, row[0]))
-            return ExtendResult(None, expires_at, bool(row[9]))
-
-        return await self._committer.submit(op)
+        return await self._committer.submit(partial(_extend_op, job_id, lease_id, now, expires_at))
 
     # ------------------------------------------------------------------ sweeps
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
         """SCHEDULED → READY for due jobs (indexed by run_at)."""
         # Sweeps weigh 0: housekeeping must not count as producer backlog (load shedding).
-        rows = await self._committer.submit(lambda c: c.execute(Q["promote_due"], (now, limit)).fetchall(), 0)
+        rows = await self._committer.submit(partial(_fetch_all, Q["promote_due"], (now, limit)), 0)
         return SweepResult(len(rows), frozenset(r[0] for r in rows))
 
     async def next_due(self) -> int | None:
@@ -308,38 +262,12 @@ class SQLiteStore:
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
         """Expired leases → READY, or DEAD_LETTERED with LEASE_EXPIRED on the last attempt."""
 
-        def op(conn: sqlite3.Connection) -> SweepResult:
-            rows = conn.execute(Q["expired_leases"], (now, limit)).fetchall()
-            woke = set()
-            dead: dict[str, int] = {}
-            for seq, queue, attempt, max_attempts, worker, started, expired_at, cancel in rows:
-                entry = _history_entry(attempt, worker, started, expired_at, "lease_expired", "lease expired", "")
-                if cancel:  # an admin asked to cancel it while reserved: it does not go back
-                    conn.execute(Q["settle_update"], (int(State.CANCELLED), expired_at, attempt, now,
-                                                      now + policy(queue).dead_retention, CANCELLED_WHILE_RESERVED,
-                                                      entry, seq))
-                elif attempt >= max_attempts:
-                    purge = now + policy(queue).dead_retention
-                    conn.execute(Q["settle_update"], (int(State.DEAD_LETTERED), expired_at, attempt, now, purge,
-                                                      "LEASE_EXPIRED", entry, seq))
-                    dead[queue] = dead.get(queue, 0) + 1
-                else:
-                    conn.execute("UPDATE jobs SET state = 2, history = json_insert(coalesce(history, '[]'), "
-                                 "'$[#]', json(?)) WHERE seq = ?", (entry, seq))
-                    woke.add(queue)
-            return SweepResult(len(rows), frozenset(woke), dead)
-
-        return await self._committer.submit(op, 0)
+        return await self._committer.submit(partial(_reclaim_op, now, limit, policy), 0)
 
     async def prune(self, now: int, limit: int) -> int:
         """Delete finished jobs past retention, then expired idempotency keys."""
 
-        def op(conn: sqlite3.Connection) -> int:
-            jobs = conn.execute(Q["prune_jobs"], (now, limit)).rowcount
-            keys = conn.execute(Q["prune_idempotency"], (now, limit)).rowcount
-            return int(jobs + keys)
-
-        return await self._committer.submit(op, 0)
+        return await self._committer.submit(partial(_prune_op, now, limit), 0)
 
     # ------------------------------------------------------------------ reads
 
@@ -354,7 +282,9 @@ _INSERT_CHUNK = 512
 #: JobRow columns that are usually the same for every row of a batch (all but id and
 #: payload): bound once per statement when they are.
 _SHAREABLE = (1, 2, 3, 4, 5, 6, 7, 9, 10, 11)
-_INSERT_SQL: dict[tuple[int, tuple[bool, ...]], str] = {}
+#: A multi-row INSERT: (rows, which _SHAREABLE columns are bound once).
+_InsertKey = tuple[int, tuple[bool, ...]]
+_INSERT_SQL: dict[_InsertKey, str] = {}
 
 
 def _insert_sql(n: int, shared: tuple[bool, ...] = (False,) * len(_SHAREABLE)) -> str:
@@ -385,7 +315,19 @@ def _insert_sql(n: int, shared: tuple[bool, ...] = (False,) * len(_SHAREABLE)) -
     return sql
 
 
+def _run_all(statements: list[tuple[_InsertKey | None, Sequence[object]]], conn: sqlite3.Connection) -> Dedups:
+    """Run prepared inserts (``_insert_statements``); the empty dedup map of a plain insert."""
+    for key, params in statements:
+        conn.execute(Q["insert_job"] if key is None else _insert_sql(*key), params)
+    return {}
+
+
 def _insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
+    """Insert ``rows`` (see ``_insert_statements``)."""
+    _run_all(_insert_statements(rows), conn)
+
+
+def _insert_statements(rows: Sequence[JobRow]) -> list[tuple[_InsertKey | None, Sequence[object]]]:
     """Insert rows with multi-row INSERTs: one sqlite3_step per chunk instead of one per row,
     so the writer thread gives up and retakes the GIL once per chunk, not once per job
     (with a busy event loop each retake can wait for the interpreter's switch interval).
@@ -393,12 +335,15 @@ def _insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
     Binding parameters holds the GIL; a column with one value for the whole chunk (queue,
     type, state, times, … in a typical batch) is bound once instead of once per row
     (measured: 3.7 → 2.5 µs of writer time per job). The checks and the parameter list
-    are C-level list operations on the transposed chunk."""
+    are C-level list operations on the transposed chunk. Returns (statement key, params)
+    pairs: the key is ``_insert_sql``'s arguments, or None for the one-row INSERT; the
+    statement text is looked up where the statement runs."""
+    out: list[tuple[_InsertKey | None, Sequence[object]]] = []
     for start in range(0, len(rows), _INSERT_CHUNK):
         chunk = rows[start:start + _INSERT_CHUNK]
         n = len(chunk)
         if n == 1:
-            conn.execute(Q["insert_job"], chunk[0])
+            out.append((None, chunk[0]))
             continue
         columns = list(zip(*chunk, strict=True))
         shared = tuple(columns[c].count(columns[c][0]) == n for c in _SHAREABLE)
@@ -406,7 +351,8 @@ def _insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
         for c in range(12):
             if c not in _SHAREABLE or not shared[_SHAREABLE.index(c)]:
                 params.extend(columns[c])
-        conn.execute(_insert_sql(n, shared), params)
+        out.append(((n, shared), params))
+    return out
 
 
 _ACK_SQL: dict[int, str] = {}
@@ -422,39 +368,28 @@ def _ack_sql(n: int) -> str:
     return sql
 
 
-def _settle_many(conn: sqlite3.Connection, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
-    ack = SettleKind.ACK
-    acks = [p for p in items if p.kind is ack]
-    if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
-        # Nothing to fold, or one job twice: apply strictly in request order.
-        return [_settle_one(conn, p, policy) for p in items]
-    now = acks[0].now
-    default_keep = policy("").completed_retention
-    done: dict[bytes, SettleResult] = {}
-    completed = int(State.COMPLETED)
-    keeps: dict[str, int] = {}
+def _ack_many(statements: list[list[object]], items: Sequence[SettleParams], now: int, default_keep: int,
+              policy: PolicyLookup, conn: sqlite3.Connection) -> tuple[list[Any], dict[int, SettleResult]]:
+    """Writer side of a batched settle: run the prepared ack statements (the parameters of
+    ``ack_many_head`` with one (job id, lease id) pair per ack); give the jobs of a
+    queue with its own completed retention their purge time; apply every other item
+    (nacks, acks the batch did not complete) one by one, in this transaction.
+
+    Returns the completed rows (job id, queue, attempt, seq) and {item index: result} of
+    the rest."""
     rows: list[Any] = []
-    # At most _ACK_CHUNK acks per statement: preparing a VALUES list costs more than
-    # linearly in its length, and one statement text is cached per length.
-    for start in range(0, len(acks), _ACK_CHUNK):
-        chunk = acks[start:start + _ACK_CHUNK]
-        chunk_params: list[object] = [now, default_keep]
-        for p in chunk:
-            chunk_params.append(p.job_id)
-            chunk_params.append(p.lease_id)
-        rows += conn.execute(_ack_sql(len(chunk)), chunk_params).fetchall()
-    for job_id, queue, attempt, seq in rows:
-        done[job_id] = _new_result(SettleResult, (None, completed, now, attempt, queue))
-        keep = keeps.get(queue)
-        if keep is None:
-            keep = keeps[queue] = policy(queue).completed_retention
+    for params in statements:
+        rows += conn.execute(_ack_sql((len(params) - 2) // 2), params).fetchall()
+    for queue in {row[1] for row in rows}:
+        keep = policy(queue).completed_retention
         if keep != default_keep:
-            conn.execute(Q["set_purge_at"], (now + keep, seq))
-    out: list[SettleResult] = []
-    for p in items:
-        hit = done.get(p.job_id) if p.kind is ack and p.now == now else None
-        out.append(hit if hit is not None else _settle_one(conn, p, policy))
-    return out
+            for _job_id, row_queue, _attempt, seq in rows:
+                if row_queue == queue:
+                    conn.execute(Q["set_purge_at"], (now + keep, seq))
+    acked = {row[0] for row in rows}
+    ack = SettleKind.ACK
+    return rows, {i: _settle_one(conn, p, policy) for i, p in enumerate(items)
+                  if p.kind is not ack or p.now != now or p.job_id not in acked}
 
 
 _new_result = tuple.__new__
@@ -514,3 +449,160 @@ def _settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup)
         new = (int(State.CANCELLED), new[1], new[2], p.now, p.now + pol.dead_retention, CANCELLED_WHILE_RESERVED)
     conn.execute(Q["settle_update"], (*new, entry, seq))
     return SettleResult(None, new[0], new[1], new[2], queue)
+
+
+def connect_writer(path: Path, mode: str, cache_mib: int) -> sqlite3.Connection:
+    """Open, configure, migrate and write-probe the writer connection of ``path`` (called
+    where the writer loop runs: its thread, or the writer process).
+
+    Raises ``StoreCorrupt`` when the file is not a sepp database and ``StoreError``
+    when it cannot be written (read-only file, full disk, …).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Prepared statements kept: multi-row INSERTs and batched acks have one text per batch
+    # size (and shared-column mix); re-preparing a 256-row INSERT costs ~2 ms.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=256)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={'OFF' if mode == 'async' else 'FULL'}")
+        conn.execute(f"PRAGMA cache_size=-{cache_mib * 1024}")
+        conn.execute("PRAGMA temp_store=MEMORY")
+        conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute("PRAGMA foreign_keys=OFF")
+        _migrate(conn)
+        # SQLite opens a read-only file quietly; find out now, not at the first enqueue.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute(f"PRAGMA user_version={int(version)}")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        text = str(exc)
+        if "not a database" in text or "malformed" in text:
+            raise StoreCorrupt(f"{path} is not a sepp database: {text}") from exc
+        raise StoreError(f"cannot use {path}: {text}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    known = migrations(_PKG)
+    latest = known[-1][0] if known else 0
+    if current > latest:
+        raise StoreCorrupt(f"database schema version {current} is newer than this sepp ({latest})")
+    for number, _name, sql in known:
+        if number <= current:
+            continue
+        # One script = one transaction: the schema change and the version bump land together.
+        conn.executescript(f"BEGIN IMMEDIATE;\n{sql}\n;PRAGMA user_version={number};\nCOMMIT;")
+
+
+# ---------------------------------------------------------------------- writer-side operations
+# Module-level so they pickle (the writer may run in its own process); the connection comes last
+# (functools.partial binds the rest).
+
+
+def _enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new_queues: Sequence[QueueRecord],
+                conn: sqlite3.Connection) -> Dedups:
+    """Writer side of ``SQLiteStore.enqueue`` with idempotency keys or new queues."""
+    for q in new_queues:
+        conn.execute(Q["insert_queue_if_absent"],
+                     (q.name, q.settings_json, int(q.paused), int(q.declared), now, now))
+    dedups: Dedups = {}
+    fresh: list[JobRow] = []
+    for i, row in enumerate(rows):
+        key = row.idempotency_key
+        if key:
+            hit = conn.execute(Q["find_idempotency"], (row.queue, key)).fetchone()
+            if hit is not None and hit[1] > now:
+                original = hit[0]
+                state_row = conn.execute(Q["job_state"], (original,)).fetchone()
+                if state_row is not None:
+                    state = state_row[0]
+                else:  # an earlier row of this call (not inserted yet), or purged: key stays claimed
+                    state = next((r.state for r in fresh if r.id == original), 0)
+                dedups[i] = (original, state)
+                continue
+            conn.execute(Q["claim_idempotency"], (row.queue, key, row.id, dedup_until[i]))
+        fresh.append(row)
+    _insert_jobs(conn, fresh)
+    return dedups
+
+
+def _fetch_all(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> list[Any]:
+    """Run one statement; its rows."""
+    return conn.execute(sql, params).fetchall()
+
+
+def _execute(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> None:
+    """Run one statement."""
+    conn.execute(sql, params)
+
+
+def _reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection) -> list[tuple[str, int, list[Any]]]:
+    """Writer side of ``SQLiteStore.reserve``: SQL only; the records are built by the caller
+    (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
+    (queue, lease expiry µs, the ready_for_lease rows)."""
+    now = params.now
+    conn.execute(Q["promote_due"], (now, 10_000)).fetchall()
+    out: list[tuple[str, int, list[Any]]] = []
+    want = params.max_jobs
+    for queue in params.queues:
+        if want <= 0:
+            break
+        rows = conn.execute(Q["ready_for_lease"], (queue, want)).fetchall()
+        if not rows:
+            continue
+        expires = now + params.lease_for[queue]
+        leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows))).rowcount
+        if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
+            raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
+        out.append((queue, expires, rows))
+        want -= len(rows)
+    return out
+
+
+def _settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlite3.Connection) -> list[SettleResult]:
+    """Apply settle items one by one, in request order."""
+    return [_settle_one(conn, p, policy) for p in items]
+
+
+def _extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, conn: sqlite3.Connection) -> ExtendResult:
+    """Writer side of ``SQLiteStore.extend``."""
+    row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
+    err = _lease_error(row, lease_id, now)
+    if err is not None:
+        return ExtendResult(err)
+    conn.execute(Q["extend_lease"], (expires_at, row[0]))
+    return ExtendResult(None, expires_at, bool(row[9]))
+
+
+def _reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connection) -> SweepResult:
+    """Writer side of ``SQLiteStore.reclaim_expired``."""
+    rows = conn.execute(Q["expired_leases"], (now, limit)).fetchall()
+    woke = set()
+    dead: dict[str, int] = {}
+    for seq, queue, attempt, max_attempts, worker, started, expired_at, cancel in rows:
+        entry = _history_entry(attempt, worker, started, expired_at, "lease_expired", "lease expired", "")
+        if cancel:  # an admin asked to cancel it while reserved: it does not go back
+            conn.execute(Q["settle_update"], (int(State.CANCELLED), expired_at, attempt, now,
+                                              now + policy(queue).dead_retention, CANCELLED_WHILE_RESERVED,
+                                              entry, seq))
+        elif attempt >= max_attempts:
+            purge = now + policy(queue).dead_retention
+            conn.execute(Q["settle_update"], (int(State.DEAD_LETTERED), expired_at, attempt, now, purge,
+                                              "LEASE_EXPIRED", entry, seq))
+            dead[queue] = dead.get(queue, 0) + 1
+        else:
+            conn.execute("UPDATE jobs SET state = 2, history = json_insert(coalesce(history, '[]'), "
+                         "'$[#]', json(?)) WHERE seq = ?", (entry, seq))
+            woke.add(queue)
+    return SweepResult(len(rows), frozenset(woke), dead)
+
+
+def _prune_op(now: int, limit: int, conn: sqlite3.Connection) -> int:
+    """Writer side of ``SQLiteStore.prune``."""
+    jobs = conn.execute(Q["prune_jobs"], (now, limit)).rowcount
+    keys = conn.execute(Q["prune_idempotency"], (now, limit)).rowcount
+    return int(jobs + keys)

@@ -1,0 +1,282 @@
+"""The SQLite writer in a child process of its own (docs/decisions.md "The writer in its own
+process").
+
+Why: in one process the writer thread and the event loop share one interpreter lock. The
+writer gives the lock up inside every SQLite call and must take it back afterwards, which
+means waiting for whatever the event loop is running (measured: under end-to-end load the
+writer spent about as long waiting for the lock as working). A child process has its own
+interpreter: the writer never waits for the event loop, and the two use both cores.
+
+Parent side: ``ProcessCommitter`` has ``Committer``'s interface (``start``, ``submit``,
+``stop``, ``backlog``, ``commits``). ``submit(fn, weight)`` pickles ``fn`` — so ``fn`` must
+be picklable: a module-level function, a ``functools.partial`` of one with picklable
+arguments, or a ``MergeableInsert`` — and writes it to the child's stdin.
+
+Child side (``python -m sepp.storage.sqlite.writer_process``): a reader thread unpickles
+operations into a ``GroupLoop`` (the same loop ``Committer`` runs in a thread), which
+commits them in groups and writes every group's results back on stdout.
+
+Frames in both directions: a 4-byte big-endian length, then a pickle.
+
+* parent → child: the settings dict first; then ``(token, fn, weight)`` per operation;
+  ``None`` asks the child to commit what it holds and exit.
+* child → parent: ``("ready",)`` or ``("error", exception)`` once the connection is open
+  (or failed to open); ``("results", commits, ops_committed, [(token, value, exception),
+  ...])`` per group; ``("stopped",)`` last.
+
+The child ignores SIGINT and SIGTERM (a Ctrl-C in a terminal reaches the whole process
+group; the parent decides when the writer stops) and exits when its stdin closes, after
+committing what it already received — so a parent killed with SIGKILL leaves no writer
+behind. If the child dies, every waiting operation fails with ``StoreError`` and later
+submits raise ``StoreClosed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import signal
+import struct
+import sys
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+from sepp.storage.errors import StoreClosed, StoreError
+from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending
+
+T = TypeVar("T")
+log = logging.getLogger("sepp.committer")
+_HEADER = struct.Struct(">I")
+_PICKLE = pickle.HIGHEST_PROTOCOL
+#: Seconds ``stop`` waits for the child to commit and exit before killing it.
+STOP_TIMEOUT = 60.0
+
+
+def _frame(obj: Any) -> bytes:
+    body = pickle.dumps(obj, _PICKLE)
+    return _HEADER.pack(len(body)) + body
+
+
+class ProcessCommitter:
+    """The writer loop in a child process; see the module docstring.
+
+    ``settings`` are ``SQLiteStore``'s writer settings: ``path`` (str), ``mode``,
+    ``cache_mib``, ``max_group_ops``, ``fsync_interval``, ``commit_delay``, ``group_wait``.
+    """
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self._settings = settings
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._waiting: dict[int, tuple[asyncio.Future[Any], int]] = {}
+        self._next = 0
+        self._stopping = False
+        self._dead: str | None = None
+        self._stopped: asyncio.Future[None] | None = None
+        #: Jobs (weights) submitted and not yet resolved.
+        self.backlog = 0
+        #: Commits done and operations committed by the child (as of its last answer).
+        self.commits = 0
+        self.ops_committed = 0
+
+    async def start(self) -> None:
+        """Start the child and open the writer connection there; raises what opening raised
+        (``StoreCorrupt``, ``StoreError``) or ``StoreError`` when the child cannot start."""
+        loop = asyncio.get_running_loop()
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "sepp.storage.sqlite.writer_process",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(_frame(self._settings))
+        try:
+            first = await self._read_frame()
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            code = await self._proc.wait()
+            raise StoreError(f"the writer process exited at start (exit code {code})") from exc
+        if first[0] == "error":
+            await self._proc.wait()
+            raise first[1]
+        self._stopped = loop.create_future()
+        self._reader = asyncio.create_task(self._read_results(), name="sepp-writer-results")
+
+    def submit(self, fn: Op[T], weight: int = 1) -> asyncio.Future[T]:
+        """Send ``fn`` to the writer; the future resolves after its transaction commits.
+
+        Must be called on the event loop. Raises ``StoreClosed`` once stopping began or the
+        child is gone, and ``pickle.PicklingError``/``TypeError``/``AttributeError`` when
+        ``fn`` cannot be pickled (a programming error).
+        """
+        if self._stopping or self._proc is None or self._dead is not None:
+            raise StoreClosed(self._dead or "the store is closing")
+        frame = _frame((self._next, fn, weight))
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._waiting[self._next] = (fut, weight)
+        self._next += 1
+        self.backlog += weight
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(frame)
+        return fut
+
+    async def stop(self) -> None:
+        """Have the child commit everything already submitted and exit. Idempotent."""
+        if self._proc is None:
+            return
+        if not self._stopping:
+            self._stopping = True
+            if self._dead is None and self._proc.stdin is not None:
+                try:
+                    self._proc.stdin.write(_frame(None))
+                    await self._proc.stdin.drain()
+                except ConnectionError:
+                    pass
+        assert self._stopped is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self._stopped), STOP_TIMEOUT)
+            await asyncio.wait_for(self._proc.wait(), STOP_TIMEOUT)
+        except TimeoutError:
+            log.error("the writer process did not stop within %.0f s; killing it", STOP_TIMEOUT)
+            self._proc.kill()
+            await self._proc.wait()
+
+    async def _read_frame(self) -> Any:
+        assert self._proc is not None and self._proc.stdout is not None
+        head = await self._proc.stdout.readexactly(4)
+        return pickle.loads(await self._proc.stdout.readexactly(_HEADER.unpack(head)[0]))
+
+    async def _read_results(self) -> None:
+        assert self._stopped is not None and self._proc is not None
+        try:
+            while True:
+                frame = await self._read_frame()
+                if frame[0] == "stopped":
+                    break
+                _, self.commits, self.ops_committed, results = frame
+                waiting = self._waiting
+                for token, value, exc in results:
+                    fut, weight = waiting.pop(token)
+                    self.backlog -= weight
+                    if fut.done():
+                        continue
+                    if exc is not None:
+                        fut.set_exception(exc)
+                    else:
+                        fut.set_result(value)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            code = await self._proc.wait()
+            self._dead = f"the writer process exited (exit code {code})"
+            if not self._stopping:
+                log.error("%s; writes fail until sepp restarts", self._dead)
+        except BaseException as exc:  # a frame that does not unpickle: nothing can be trusted
+            self._dead = f"the writer process sent a bad answer: {exc!r}"
+            log.exception("writer process")
+            self._proc.kill()
+            await self._proc.wait()
+        finally:
+            for fut, _weight in self._waiting.values():
+                if not fut.done():
+                    fut.set_exception(StoreError(self._dead or "the writer process stopped"))
+            self._waiting.clear()
+            self.backlog = 0
+            if not self._stopped.done():
+                self._stopped.set_result(None)
+
+
+# ---------------------------------------------------------------------- child side
+
+
+class _Out:
+    """Frames to the parent (stdout), from the writer thread and the main thread."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def send(self, obj: Any) -> None:
+        try:
+            data = _frame(obj)
+        except Exception:  # an exception or value that does not pickle: send what can be
+            data = _frame(_picklable(obj))
+        with self._lock:
+            self._stream.write(data)
+            self._stream.flush()
+
+
+def _picklable(obj: Any) -> Any:
+    if obj[0] != "results":
+        return ("error", StoreError(repr(obj[1:])))
+    fixed = []
+    for token, value, exc in obj[3]:
+        try:
+            pickle.dumps((value, exc), _PICKLE)
+            fixed.append((token, value, exc))
+        except Exception as err:
+            fixed.append((token, None, StoreError(f"the writer's answer does not pickle: {exc or err!r}")))
+    return (obj[0], obj[1], obj[2], fixed)
+
+
+def _read_ops(stream: BinaryIO, group: GroupLoop) -> None:
+    """Reader thread: operations from stdin into the loop; STOP on ``None`` or end of input."""
+    try:
+        while True:
+            head = stream.read(4)
+            if len(head) < 4:
+                break
+            body = stream.read(_HEADER.unpack(head)[0])
+            item = pickle.loads(body)
+            if item is None:
+                break
+            token, fn, weight = item
+            group.put(_Pending(fn, token, weight))
+    except Exception:
+        log.exception("writer process: bad operation frame; stopping")
+    group.put(STOP)
+
+
+def child_main() -> None:
+    """Entry point of the writer process (see the module docstring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # stdout carries frames only: keep stray prints and logs away from it.
+    stdin = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
+    out = _Out(os.fdopen(os.dup(1), "wb", buffering=1 << 16))
+    os.dup2(2, 1)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s[writer]: %(message)s")
+    from sepp.storage.sqlite.store import connect_writer
+
+    head = stdin.read(4)
+    if len(head) < 4:
+        return
+    settings = pickle.loads(stdin.read(_HEADER.unpack(head)[0]))
+    path = Path(settings["path"])
+
+    def deliver(results: Results) -> None:
+        try:
+            out.send(("results", group.commits, group.ops_committed,
+                      [(item.token, value, exc) for item, value, exc in results]))
+        except (BrokenPipeError, OSError):
+            pass  # the parent is gone; keep committing what was received, then exit
+
+    group = GroupLoop(path, settings["mode"], lambda: connect_writer(path, settings["mode"], settings["cache_mib"]),
+                      deliver, max_group_ops=settings["max_group_ops"], fsync_interval=settings["fsync_interval"],
+                      commit_delay=settings["commit_delay"], group_wait=settings["group_wait"])
+    try:
+        conn = group.open()
+    except BaseException as exc:
+        out.send(("error", exc))
+        return
+    out.send(("ready",))
+    reader = threading.Thread(target=_read_ops, args=(stdin, group), name="sepp-writer-input", daemon=True)
+    reader.start()
+    group.run(conn)
+    try:
+        out.send(("stopped",))
+    except (BrokenPipeError, OSError):
+        pass
+
+
+if __name__ == "__main__":
+    child_main()

@@ -32,11 +32,14 @@ def one_job() -> pb.EnqueueRequest:
 
 
 def rss_mib(pid: int) -> float:
-    """Resident set size of ``pid`` in MiB (from /proc)."""
+    """Resident set size of ``pid`` and its child processes (the writer process), MiB (/proc)."""
+    total = 0.0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+            total += int(line.split()[1]) / 1024
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        total += rss_mib(int(child))
+    return total
 
 
 async def measure_mode(target: str, duration: float) -> dict[str, Result]:
@@ -110,7 +113,8 @@ async def main() -> None:
             before = rss_mib(server.pid)
             await fill(server.grpc_target, args.rss_jobs)
             after = rss_mib(server.pid)
-        print(f"- server RSS: {before:.0f} MiB at start, {after:.0f} MiB after {args.rss_jobs:,} jobs stored")
+        print(f"- server RSS (with its writer process): {before:.0f} MiB at start, "
+              f"{after:.0f} MiB after {args.rss_jobs:,} jobs stored")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def serve(
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from sepp.server.app import SeppServer, run
-    from sepp.storage.errors import StoreError
+    from sepp.storage.errors import StoreError, StoreFailed
 
     def announce(server: SeppServer) -> None:
         host = cfg.grpc_listen.rpartition(":")[0]
@@ -52,6 +52,9 @@ def serve(
             pass
     try:
         asyncio.run(run(cfg, announce))
+    except StoreFailed as exc:
+        typer.echo(f"sepp: stopped: {exc}", err=True)
+        raise typer.Exit(1) from None
     except (OSError, RuntimeError, StoreError) as exc:
         typer.echo(f"sepp: cannot start: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -143,7 +143,11 @@ def tune_gc() -> None:
 
 
 async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | None = None) -> None:
-    """Run a server until SIGTERM or SIGINT, then stop gracefully."""
+    """Run a server until SIGTERM or SIGINT, then stop gracefully.
+
+    Raises ``StoreFailed`` (after stopping) when the store can no longer write — its writer
+    process died — so the process exits non-zero and a supervisor starts it again.
+    """
     server = SeppServer(config)
     await server.start()
     stop = asyncio.Event()
@@ -153,6 +157,14 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
     tune_gc()
     if announce is not None:
         announce(server)
-    await stop.wait()
+    stopping = asyncio.ensure_future(stop.wait())
+    failing = asyncio.ensure_future(server.store.failure())
+    await asyncio.wait((stopping, failing), return_when=asyncio.FIRST_COMPLETED)
+    if failing.done():
+        failure = failing.result()
+        log.error("stopping: %s", failure)
+        await server.stop()
+        raise failure
+    failing.cancel()
     log.info("stopping: draining in-flight calls and pending commits")
     await server.stop()

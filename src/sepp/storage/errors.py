@@ -18,3 +18,8 @@ class StoreCorrupt(StoreError):
 
 class StoreLocked(StoreError):
     """Another process owns the data folder (its lock file is held)."""
+
+
+class StoreFailed(StoreError):
+    """The store can no longer write (its writer process ended unexpectedly); the server
+    stops so that a supervisor can start it again."""

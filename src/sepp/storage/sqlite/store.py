@@ -36,7 +36,7 @@ from sepp.storage.base import (
     State,
     SweepResult,
 )
-from sepp.storage.errors import StoreCorrupt, StoreError, StoreLocked
+from sepp.storage.errors import StoreCorrupt, StoreError, StoreFailed, StoreLocked
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert
 from sepp.storage.sqlite.writer_process import ProcessCommitter
@@ -134,6 +134,14 @@ class SQLiteStore:
             conn.close()
         self._reader_conns.clear()
         self._unlock_folder()
+
+    async def failure(self) -> StoreFailed:
+        """Wait until the store can no longer write: its writer process ended unexpectedly
+        (``writer="process"``). Never returns with the writer thread."""
+        if isinstance(self._committer, ProcessCommitter):
+            return await self._committer.failure()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
 
     @property
     def backlog(self) -> int:

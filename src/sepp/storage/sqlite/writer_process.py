@@ -44,7 +44,7 @@ import threading
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from sepp.storage.errors import StoreClosed, StoreError
+from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
 from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending
 
 T = TypeVar("T")
@@ -76,6 +76,7 @@ class ProcessCommitter:
         self._stopping = False
         self._dead: str | None = None
         self._stopped: asyncio.Future[None] | None = None
+        self._failed: asyncio.Future[str] | None = None
         #: Jobs (weights) submitted and not yet resolved.
         self.backlog = 0
         #: Commits done and operations committed by the child (as of its last answer).
@@ -100,6 +101,7 @@ class ProcessCommitter:
             await self._proc.wait()
             raise first[1]
         self._stopped = loop.create_future()
+        self._failed = loop.create_future()
         self._reader = asyncio.create_task(self._read_results(), name="sepp-writer-results")
 
     def submit(self, fn: Op[T], weight: int = 1) -> asyncio.Future[T]:
@@ -119,6 +121,13 @@ class ProcessCommitter:
         assert self._proc.stdin is not None
         self._proc.stdin.write(frame)
         return fut
+
+    async def failure(self) -> StoreFailed:
+        """Wait until the child ends without being asked to (never returns otherwise); the
+        error says how it ended. Pending and later writes fail meanwhile (``StoreError``,
+        ``StoreClosed``)."""
+        assert self._failed is not None, "start() first"
+        return StoreFailed(await asyncio.shield(self._failed))
 
     async def stop(self) -> None:
         """Have the child commit everything already submitted and exit. Idempotent."""
@@ -169,11 +178,16 @@ class ProcessCommitter:
             self._dead = f"the writer process exited (exit code {code})"
             if not self._stopping:
                 log.error("%s; writes fail until sepp restarts", self._dead)
+                assert self._failed is not None
+                self._failed.set_result(self._dead)
         except BaseException as exc:  # a frame that does not unpickle: nothing can be trusted
             self._dead = f"the writer process sent a bad answer: {exc!r}"
             log.exception("writer process")
             self._proc.kill()
             await self._proc.wait()
+            assert self._failed is not None
+            if not self._stopping:
+                self._failed.set_result(self._dead)
         finally:
             for fut, _weight in self._waiting.values():
                 if not fut.done():

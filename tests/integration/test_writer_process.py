@@ -1,0 +1,109 @@
+"""The SQLite writer in its own process (docs/decisions.md "The writer in its own process").
+
+* ``sepp serve`` runs exactly one writer child; a SIGKILLed server leaves no writer behind
+  and loses no acknowledged write;
+* a writer that dies makes the server stop with exit code 1 and a clear line, and a
+  restart on the same folder serves everything that was acknowledged;
+* ``sqlite_writer = "thread"`` keeps the writer in the server process and works the same.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from _rpc import ServerFactory
+from worker_support import wait_for, wire_for
+
+from sepp.testing import ServerProcess
+
+WRITER_MODULE = "sepp.storage.sqlite.writer_process"
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def cmdline(pid: int) -> str:
+    """The command line of ``pid`` ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def writer_of(server: ServerProcess) -> int:
+    """The pid of the server's one writer child."""
+    writers = [c for c in children(server.pid) if WRITER_MODULE in cmdline(c)]
+    assert len(writers) == 1, f"expected one writer child, found {writers}"
+    return writers[0]
+
+
+def test_sigkilled_server_leaves_no_writer_and_loses_no_acknowledged_job(server_factory: ServerFactory) -> None:
+    server = server_factory()
+    writer = writer_of(server)
+    with wire_for(server) as w:
+        ids = [w.enqueue("kept") for _ in range(20)]
+    server.kill()
+    wait_for(lambda: not alive(writer), timeout=10, what="the writer exits after its server is SIGKILLed")
+    server.start()
+    assert writer_of(server) != writer
+    with wire_for(server) as w:
+        got = w.reserve(["kept"], max_jobs=100)
+    assert sorted(r.job.id for r in got) == sorted(ids)
+
+
+def test_writer_death_stops_the_server_and_a_restart_serves_what_was_acknowledged(
+        server_factory: ServerFactory) -> None:
+    server = server_factory()
+    with wire_for(server) as w:
+        kept = w.enqueue("kept")
+    os.kill(writer_of(server), signal.SIGKILL)
+    assert server.proc is not None
+    code = server.proc.wait(30)
+    assert code == 1
+    wait_for(lambda: any("sepp: stopped: the writer process exited" in line for line in server.output), timeout=5,
+             what="the stop reason in the server's output")
+    server.start()
+    with wire_for(server) as w:
+        assert [r.job.id for r in w.reserve(["kept"], max_jobs=10)] == [kept]
+
+
+def test_sigterm_stops_the_writer_too(server_factory: ServerFactory) -> None:
+    server = server_factory()
+    writer = writer_of(server)
+    assert server.terminate() == 0
+    deadline = time.monotonic() + 10
+    while alive(writer) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(writer)
+
+
+@pytest.mark.parametrize("mode", ["sync", "group"])
+def test_thread_writer_serves_the_same(server_factory: ServerFactory, mode: str) -> None:
+    server = server_factory(sqlite_writer="thread", persist_mode=mode)
+    assert [c for c in children(server.pid) if WRITER_MODULE in cmdline(c)] == []
+    with wire_for(server) as w:
+        ids = [w.enqueue("t") for _ in range(3)]
+        got = w.reserve(["t"], max_jobs=10)
+        assert [r.job.id for r in got] == ids
+        for r in got:
+            w.ack(r)
+        assert w.get_job(ids[0]).state == 4  # COMPLETED

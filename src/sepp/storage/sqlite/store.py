@@ -180,8 +180,8 @@ class SQLiteStore:
         if not new_queues and not any(row[11] for row in rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
                 return await self._committer.submit(MergeableInsert(_insert_jobs, list(rows), {}), 1)
-            # The statements are prepared here, on the event loop: the writer thread only runs
-            # them (docs/decisions.md "The writer thread runs SQL, little Python").
+            # The statements are prepared here, on the event loop: the writer only runs them
+            # (docs/decisions.md "The writer runs SQL, the event loop builds").
             statements = _insert_statements(rows)
             return await self._committer.submit(partial(_run_all, statements), len(rows))
 
@@ -223,8 +223,8 @@ class SQLiteStore:
         in one statement; everything else (nacks, refused or repeated acks) one by one.
 
         The batched acks' statements are prepared here and their results built here, on the
-        event loop; the writer thread runs the SQL (docs/decisions.md "The writer thread runs
-        SQL, the event loop builds")."""
+        event loop; the writer runs the SQL (docs/decisions.md "The writer runs SQL, the event
+        loop builds")."""
         ack = SettleKind.ACK
         acks = [p for p in items if p.kind is ack]
         if len(acks) < 2 or len({p.job_id for p in items}) != len(items):

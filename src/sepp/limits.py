@@ -39,8 +39,8 @@ class QueueSettings(BaseModel):
 
     default_priority: int = Field(default=5, ge=0, le=9)
     default_max_attempts: int = Field(default=10, ge=1)
-    #: Lease length when Reserve gives none, seconds.
-    lease_duration: float = Field(default=30.0, gt=0)
+    #: Lease length when Reserve gives none, seconds (1 ms to 1 day, like a Reserve's own).
+    lease_duration: float = Field(default=30.0, ge=0.001, le=86_400)
     #: Idempotency window, seconds, anchored at the original enqueue (SPEC §6).
     dedup_window: float = Field(default=DAY, ge=0)
     #: Retry backoff: base × 2^(attempt−1), capped, ± jitter fraction (SPEC §3).

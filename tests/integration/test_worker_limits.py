@@ -49,14 +49,17 @@ def test_a_huge_retry_after_is_refused_per_item_and_the_rest_of_the_settle_appli
         assert ok.state == pb.SCHEDULED
 
 
-@pytest.mark.parametrize("seconds, accepted", [(86_400, True), (86_401, False), (2**40, False)])
-def test_lease_lengths_are_bounded_to_a_day(server: ServerProcess, seconds: int, accepted: bool) -> None:
+@pytest.mark.parametrize("seconds, nanos, accepted", [(86_400, 0, True), (86_401, 0, False), (2**40, 0, False),
+                                                     (0, 1_000_000, True), (0, 999_999, False), (0, 1, False)])
+def test_lease_lengths_are_bounded_from_a_millisecond_to_a_day(server: ServerProcess, seconds: int, nanos: int,
+                                                                accepted: bool) -> None:
+    """A lease (or extension) under 1 ms would be over before the worker got it: refused."""
+    length = duration_pb2.Duration(seconds=seconds, nanos=nanos)
     with grpc.insecure_channel(server.grpc_target) as channel:
         (r,) = _reserved(channel, 1)
         worker = worker_pb2_grpc.WorkerServiceStub(channel)
-        extend = wpb.ExtendLeaseRequest(job_id=r.job.id, lease_id=r.lease_id,
-                                        extend_by=duration_pb2.Duration(seconds=seconds))
-        reserve = wpb.ReserveRequest(queues=["lim"], max_jobs=1, lease_duration=duration_pb2.Duration(seconds=seconds))
+        extend = wpb.ExtendLeaseRequest(job_id=r.job.id, lease_id=r.lease_id, extend_by=length)
+        reserve = wpb.ReserveRequest(queues=["lim"], max_jobs=1, lease_duration=length)
         if accepted:
             assert worker.ExtendLease(extend).lease_expires_at.seconds > 0
             worker.Reserve(reserve)

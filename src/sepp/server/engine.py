@@ -39,6 +39,9 @@ from sepp.validation import Checked, Validator
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
 #: Longest lease a Reserve or ExtendLease may ask for, seconds (one day; refused, not clamped).
 MAX_LEASE_SECONDS = 86_400.0
+#: Shortest lease or extension, seconds: the server keeps time in µs, and a lease shorter than
+#: this would be over before its reservation reached the worker.
+MIN_LEASE_SECONDS = 0.001
 
 #: Terminal states the throughput statistics count.
 _COUNTED = (int(State.COMPLETED), int(State.DEAD_LETTERED))
@@ -264,8 +267,8 @@ class JobEngine:
         if wait_s < 0 or wait_s > lim.max_reserve_wait:
             raise InvalidRequest(f"wait must be between 0 and {lim.max_reserve_wait:g} s", "wait",
                                  int(lim.max_reserve_wait), int(wait_s))
-        if lease_s is not None and not 0 < lease_s <= MAX_LEASE_SECONDS:
-            raise InvalidRequest(f"lease_duration must be positive and at most {MAX_LEASE_SECONDS:g} s",
+        if lease_s is not None and not MIN_LEASE_SECONDS <= lease_s <= MAX_LEASE_SECONDS:
+            raise InvalidRequest(f"lease_duration must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
                                  "lease_duration", int(MAX_LEASE_SECONDS), int(lease_s))
         names = list(dict.fromkeys(queues))
         deadline = time.monotonic() + wait_s
@@ -352,8 +355,9 @@ class JobEngine:
 
     async def extend(self, job_id: bytes, lease_id: bytes, extend_by_s: float) -> ExtendResult:
         """New expiry = now + ``extend_by_s``. Raises ``LeaseRefused`` or ``InvalidRequest``."""
-        if not 0 < extend_by_s <= MAX_LEASE_SECONDS:
-            raise InvalidRequest(f"extend_by must be positive and at most {MAX_LEASE_SECONDS:g} s", "extend_by",
+        if not MIN_LEASE_SECONDS <= extend_by_s <= MAX_LEASE_SECONDS:
+            raise InvalidRequest(f"extend_by must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
+                                 "extend_by",
                                  int(MAX_LEASE_SECONDS), int(extend_by_s))
         now = now_us()
         result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000))

@@ -76,8 +76,8 @@ class WorkerConfig:
             raise ValueError("concurrency must be ≥ 1")
         if self.prefetch < 0:
             raise ValueError("prefetch must be ≥ 0")
-        if self.lease_duration is not None and not self.lease_duration > 0:
-            raise ValueError("lease_duration must be > 0 seconds (or None for the queue's)")
+        if self.lease_duration is not None and not 0.001 <= self.lease_duration <= 86_400:
+            raise ValueError("lease_duration must be between 0.001 and 86400 seconds (or None for the queue's)")
         if not self.shutdown_grace >= 0:
             raise ValueError("shutdown_grace must be ≥ 0 seconds")
         if not 0 <= self.poll_wait <= 30:

@@ -133,6 +133,30 @@ def test_a_batched_settle_answers_each_item_in_order(lease_server: ServerProcess
         w.ack(c)
 
 
+def test_a_folded_settle_answers_refused_and_repeated_acks_per_item(lease_server: ServerProcess) -> None:
+    # Distinct jobs only, so the acks are folded into one statement: the ones it cannot
+    # complete (wrong lease, already completed, unknown) are answered one by one, in place.
+    with wire_for(lease_server) as w:
+        ids = [w.enqueue(max_attempts=5) for _ in range(5)]
+        a, b, c, d, e = w.reserve(max_jobs=5)
+        w.ack(b)  # completed before the batch: its repeated ack succeeds again
+        unknown = "01900000-0000-7000-8000-000000000001"
+        results = w.settle([
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=b.job.id, lease_id=b.lease_id)),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=c.job.id, lease_id=str(uuid.uuid4()))),
+            wpb.SettleItem(nack=wpb.NackRequest(job_id=d.job.id, lease_id=d.lease_id, release=wpb.ReleaseDirective())),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=unknown, lease_id=e.lease_id)),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=e.job.id, lease_id=e.lease_id)),
+        ])
+        assert [r.ok for r in results] == [True, True, False, True, False, True]
+        assert [r.state for r in results if r.ok] == [pb.COMPLETED, pb.COMPLETED, pb.READY, pb.COMPLETED]
+        assert [r.error_reason for r in results if not r.ok] == ["LEASE_MISMATCH", "JOB_NOT_FOUND"]
+        rows = [job_row(lease_server, i) for i in ids]
+        assert [r.state if r else None for r in rows] == ["COMPLETED", "COMPLETED", "RESERVED", "READY", "COMPLETED"]
+        w.ack(c)  # still held by its own lease
+
+
 def test_a_reserve_whose_caller_gave_up_leaves_no_job_held(server_factory: ServerFactory) -> None:
     # Every commit takes 0.3 s, so the caller's 0.1 s deadline passes while the store is
     # leasing the job: the server must give it back instead of holding it for a lease.

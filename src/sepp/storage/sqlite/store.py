@@ -232,22 +232,25 @@ class SQLiteStore:
             return await self._committer.submit(partial(_settle_each, items, policy), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
-        # At most _ACK_CHUNK acks per statement: preparing a VALUES list costs more than
-        # linearly in its length, and one statement text is cached per length.
+        folded = [p for p in acks if p.now == now]
+        # Only what the writer needs crosses to it: the acks as statement parameters (at most
+        # _ACK_CHUNK per statement: preparing a VALUES list costs more than linearly in its
+        # length, and one statement text is cached per length), the rest by item index.
         statements: list[list[object]] = []
-        for start in range(0, len(acks), _ACK_CHUNK):
-            chunk = acks[start:start + _ACK_CHUNK]
+        for start in range(0, len(folded), _ACK_CHUNK):
             chunk_params: list[object] = [now, default_keep]
-            for p in chunk:
+            for p in folded[start:start + _ACK_CHUNK]:
                 chunk_params.append(p.job_id)
                 chunk_params.append(p.lease_id)
             statements.append(chunk_params)
-        rows, others = await self._committer.submit(
-            partial(_ack_many, statements, items, now, default_keep, policy), len(items))
+        others = {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now}
+        rows, refused, other_results = await self._committer.submit(
+            partial(_ack_many, statements, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
         done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue))
-                for job_id, queue, attempt, _seq in rows}
-        return [others[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
+                for job_id, queue, attempt in rows}
+        done.update(refused)
+        return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
         """Push a live lease's expiry to ``expires_at`` (µs)."""
@@ -376,15 +379,17 @@ def _ack_sql(n: int) -> str:
     return sql
 
 
-def _ack_many(statements: list[list[object]], items: Sequence[SettleParams], now: int, default_keep: int,
-              policy: PolicyLookup, conn: sqlite3.Connection) -> tuple[list[Any], dict[int, SettleResult]]:
-    """Writer side of a batched settle: run the prepared ack statements (the parameters of
-    ``ack_many_head`` with one (job id, lease id) pair per ack); give the jobs of a
-    queue with its own completed retention their purge time; apply every other item
-    (nacks, acks the batch did not complete) one by one, in this transaction.
+def _ack_many(statements: list[list[object]], others: dict[int, SettleParams], now: int, default_keep: int,
+              policy: PolicyLookup, conn: sqlite3.Connection
+              ) -> tuple[list[tuple[bytes, str, int]], dict[bytes, SettleResult], dict[int, SettleResult]]:
+    """Writer side of a batched settle, one transaction: run the ack statements (the
+    parameters of ``ack_many_head``: now, default retention, then one (job id, lease id)
+    pair per ack); give the jobs of a queue with its own completed retention their purge
+    time; apply each ack the statements did not complete (refused or repeated) and each of
+    ``others`` (nacks, by item index) one by one.
 
-    Returns the completed rows (job id, queue, attempt, seq) and {item index: result} of
-    the rest."""
+    Returns the completed (job id, queue, attempt), {job id: result} of the acks applied one
+    by one, and {item index: result} of ``others``."""
     rows: list[Any] = []
     for params in statements:
         rows += conn.execute(_ack_sql((len(params) - 2) // 2), params).fetchall()
@@ -395,9 +400,17 @@ def _ack_many(statements: list[list[object]], items: Sequence[SettleParams], now
                 if row_queue == queue:
                     conn.execute(Q["set_purge_at"], (now + keep, seq))
     acked = {row[0] for row in rows}
+    refused: dict[bytes, SettleResult] = {}
     ack = SettleKind.ACK
-    return rows, {i: _settle_one(conn, p, policy) for i, p in enumerate(items)
-                  if p.kind is not ack or p.now != now or p.job_id not in acked}
+    for params in statements:
+        for k in range(2, len(params), 2):
+            job_id, lease_id = params[k], params[k + 1]
+            if job_id not in acked:
+                assert isinstance(job_id, bytes) and isinstance(lease_id, bytes)
+                item = SettleParams(job_id, lease_id, ack, now, outcome="completed")
+                refused[job_id] = _settle_one(conn, item, policy)
+    return ([(job_id, queue, attempt) for job_id, queue, attempt, _seq in rows], refused,
+            {i: _settle_one(conn, p, policy) for i, p in others.items()})
 
 
 _new_result = tuple.__new__

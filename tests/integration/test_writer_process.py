@@ -20,7 +20,7 @@ from worker_support import wait_for, wire_for
 
 from sepp.testing import ServerProcess
 
-WRITER_MODULE = "sepp.storage.sqlite.writer_process"
+WRITER_MODULE = "sepp.storage.sqlite.writer"
 
 
 def children(pid: int) -> list[int]:

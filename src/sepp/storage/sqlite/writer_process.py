@@ -12,7 +12,7 @@ Parent side: ``ProcessCommitter`` has ``Committer``'s interface (``start``, ``su
 be picklable: a module-level function, a ``functools.partial`` of one with picklable
 arguments, or a ``MergeableInsert`` — and writes it to the child's stdin.
 
-Child side (``python -m sepp.storage.sqlite.writer_process``): a reader thread unpickles
+Child side (``python -m sepp.storage.sqlite.writer``, which calls ``child_main``): a reader thread unpickles
 operations into a ``GroupLoop`` (the same loop ``Committer`` runs in a thread), which
 commits them in groups and writes every group's results back on stdout.
 
@@ -39,6 +39,7 @@ import os
 import pickle
 import signal
 import struct
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -69,7 +70,9 @@ class ProcessCommitter:
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self._settings = settings
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._to_child: asyncio.StreamWriter | None = None
+        self._from_child: asyncio.StreamReader | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiting: dict[int, tuple[asyncio.Future[Any], int]] = {}
         self._next = 0
@@ -87,18 +90,28 @@ class ProcessCommitter:
         """Start the child and open the writer connection there; raises what opening raised
         (``StoreCorrupt``, ``StoreError``) or ``StoreError`` when the child cannot start."""
         loop = asyncio.get_running_loop()
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sepp.storage.sqlite.writer_process",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        # subprocess with close_fds=False (only stdio is inherited: Python's own descriptors
+        # are non-inheritable) starts the child with posix_spawn, not fork: no fork handlers
+        # run in this process (gRPC's would log that threads are busy), nothing is copied,
+        # and the call returns as soon as the child exists (once per server start).
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-m", "sepp.storage.sqlite.writer"],  # noqa: ASYNC220
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=False)
+        except OSError as exc:
+            raise StoreError(f"cannot start the writer process: {exc}") from exc
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(_frame(self._settings))
+        reader = self._from_child = asyncio.StreamReader(limit=1 << 30)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._proc.stdout)
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, self._proc.stdin)
+        self._to_child = asyncio.StreamWriter(transport, protocol, None, loop)
+        self._to_child.write(_frame(self._settings))
         try:
             first = await self._read_frame()
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            code = await self._proc.wait()
+            code = await self._wait_exit()
             raise StoreError(f"the writer process exited at start (exit code {code})") from exc
         if first[0] == "error":
-            await self._proc.wait()
+            await self._wait_exit()
             raise first[1]
         self._stopped = loop.create_future()
         self._failed = loop.create_future()
@@ -118,8 +131,8 @@ class ProcessCommitter:
         self._waiting[self._next] = (fut, weight)
         self._next += 1
         self.backlog += weight
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(frame)
+        assert self._to_child is not None
+        self._to_child.write(frame)
         return fut
 
     async def failure(self) -> StoreFailed:
@@ -135,25 +148,31 @@ class ProcessCommitter:
             return
         if not self._stopping:
             self._stopping = True
-            if self._dead is None and self._proc.stdin is not None:
+            if self._dead is None and self._to_child is not None:
                 try:
-                    self._proc.stdin.write(_frame(None))
-                    await self._proc.stdin.drain()
+                    self._to_child.write(_frame(None))
+                    await self._to_child.drain()
                 except ConnectionError:
                     pass
         assert self._stopped is not None
         try:
             await asyncio.wait_for(asyncio.shield(self._stopped), STOP_TIMEOUT)
-            await asyncio.wait_for(self._proc.wait(), STOP_TIMEOUT)
+            await asyncio.wait_for(self._wait_exit(), STOP_TIMEOUT)
         except TimeoutError:
             log.error("the writer process did not stop within %.0f s; killing it", STOP_TIMEOUT)
             self._proc.kill()
-            await self._proc.wait()
+            await self._wait_exit()
+        if self._to_child is not None:
+            self._to_child.close()
+
+    async def _wait_exit(self) -> int:
+        assert self._proc is not None
+        return await asyncio.get_running_loop().run_in_executor(None, self._proc.wait)
 
     async def _read_frame(self) -> Any:
-        assert self._proc is not None and self._proc.stdout is not None
-        head = await self._proc.stdout.readexactly(4)
-        return pickle.loads(await self._proc.stdout.readexactly(_HEADER.unpack(head)[0]))
+        assert self._from_child is not None
+        head = await self._from_child.readexactly(4)
+        return pickle.loads(await self._from_child.readexactly(_HEADER.unpack(head)[0]))
 
     async def _read_results(self) -> None:
         assert self._stopped is not None and self._proc is not None
@@ -174,7 +193,7 @@ class ProcessCommitter:
                     else:
                         fut.set_result(value)
         except (asyncio.IncompleteReadError, ConnectionError):
-            code = await self._proc.wait()
+            code = await self._wait_exit()
             self._dead = f"the writer process exited (exit code {code})"
             if not self._stopping:
                 log.error("%s; writes fail until sepp restarts", self._dead)
@@ -184,7 +203,7 @@ class ProcessCommitter:
             self._dead = f"the writer process sent a bad answer: {exc!r}"
             log.exception("writer process")
             self._proc.kill()
-            await self._proc.wait()
+            await self._wait_exit()
             assert self._failed is not None
             if not self._stopping:
                 self._failed.set_result(self._dead)
@@ -291,6 +310,3 @@ def child_main() -> None:
     except (BrokenPipeError, OSError):
         pass
 
-
-if __name__ == "__main__":
-    child_main()

@@ -9,11 +9,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test lint bench clean
 
+# One install at a time: `make serve` and `make test` started together on a fresh clone
+# both need ./.venv; the second waits for the first (flock) and then finds it done.
 $(STAMP): pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@flock $(VENV).lock sh -c '\
+	  if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then exit 0; fi; \
+	  set -e; \
+	  $(PY) -m venv $(VENV); \
+	  $(BIN)/pip install --quiet --upgrade pip; \
+	  $(BIN)/pip install --quiet -e ".[dev]"; \
+	  touch $(STAMP)'
 
 # Extra flags: make serve ARGS="--grpc-listen 127.0.0.1:7710 --http-listen 127.0.0.1:7711"
 serve: $(STAMP)
@@ -32,4 +37,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/producer.py
 
 clean:
-	rm -rf $(VENV) sepp-data
+	rm -rf $(VENV) $(VENV).lock sepp-data

@@ -7,11 +7,14 @@ loop; plain ``def`` handlers run in its thread pool, so they may block.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from sepp.worker import DeadLetter, Job, Retry, Worker
 
 worker = Worker("127.0.0.1:7700", queues=["emails"], concurrency=4, shutdown_grace=10.0)
+#: What handlers have to say goes to the log (stderr), so stdout keeps only the outcome lines.
+log = logging.getLogger("examples.worker")
 
 
 @worker.handler("welcome")
@@ -22,7 +25,7 @@ async def welcome(job: Job) -> None:
     await asyncio.sleep(0.2)                  # pretend to send a mail
     if user_id is None:
         raise DeadLetter("no user id")        # give up now: NACK_DEAD_LETTER
-    print(f"    sent welcome mail to user {user_id}{' (vip)' if vip else ''}", flush=True)
+    log.info("sent welcome mail to user %s%s", user_id, " (vip)" if vip else "")
 
 
 def thumbnail(job: Job) -> None:

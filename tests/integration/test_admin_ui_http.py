@@ -118,3 +118,17 @@ def test_htmx_polls_get_a_login_redirect_header_when_auth_is_on(server_factory: 
         assert evil.status_code == 303 and evil.headers["location"] == "/"
         assert web.get("/").status_code == 200
         assert web.get("/metrics").status_code == 200 and web.get("/healthz").status_code == 200
+
+
+def test_metrics_count_commits_as_a_counter(server_factory: ServerFactory) -> None:
+    server = server_factory()
+    with httpx.Client(base_url=server.http_url) as web:
+        def commits() -> float:
+            text = web.get("/metrics").text
+            assert "# TYPE sepp_commits_total counter" in text
+            return float(re.search(r"^sepp_commits_total (\S+)$", text, re.M)[1])  # type: ignore[index]
+
+        before = commits()
+        with connect(server.grpc_target) as stubs:
+            stubs.enqueue("metered")  # one write: one more commit
+        assert commits() >= before + 1

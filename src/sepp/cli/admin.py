@@ -569,8 +569,11 @@ def _print_job(job: pb.Job) -> None:
     table = Table(box=box.SIMPLE, show_header=False)
     table.add_column("field", style="dim")
     table.add_column("value")
-    for key in ("queue", "job_type", "priority", "attempt", "max_attempts", "enqueued_at", "run_at", "finished_at",
-                "reason", "idempotency_key", "lease_id", "lease_expires_at", "worker_id"):
+    keys = ["queue", "job_type", "priority", "attempt", "max_attempts", "enqueued_at", "run_at", "finished_at",
+            "reason", "idempotency_key"]
+    if job.state == pb.RESERVED:  # a finished or waiting job keeps its last lease only as history
+        keys += ["lease_id", "lease_expires_at", "worker_id"]
+    for key in keys:
         value = data[key]
         if value is not None:
             table.add_row(key, escape(str(value)))
@@ -606,6 +609,10 @@ def _print_job(job: pb.Job) -> None:
             attempts.add_row(str(a["attempt"]), escape(a["worker_id"]), a["started_at"] or "", a["ended_at"] or "",
                              a["outcome"], escape(a["error_message"][:200]))
         out.print(attempts)
+        last = next((a for a in reversed(data["attempts"]) if a["error_detail"]), None)
+        if last is not None:  # e.g. the traceback of the last failure (all of them: --json)
+            out.print(f"[bold]error detail of attempt {last['attempt']}[/]")
+            out.print(escape(last["error_detail"][:8000]))
 
 
 def _run_each(job_ids: list[str], action: Callable[[str], T]) -> list[T]:

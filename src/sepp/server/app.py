@@ -168,3 +168,4 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
     failing.cancel()
     log.info("stopping: draining in-flight calls and pending commits")
     await server.stop()
+    log.info("stopped: everything acknowledged is committed")

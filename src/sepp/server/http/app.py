@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -12,6 +13,20 @@ from starlette.routing import BaseRoute, Route
 
 from sepp.server.admin import AdminEngine
 from sepp.server.engine import JobEngine
+
+
+class _CommitsCollector:
+    """``sepp_commits_total``: write transactions committed since start, a counter read from
+    the committer at each scrape."""
+
+    def __init__(self, engine: JobEngine) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        committer = getattr(self._engine.store, "committer", None)
+        family = CounterMetricFamily("sepp_commits", "Write transactions committed")
+        family.add_metric([], float(committer.commits if committer is not None else 0))
+        yield family
 
 
 def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: AdminEngine | None = None,
@@ -23,7 +38,7 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     """
     registry = CollectorRegistry()
     backlog = Gauge("sepp_commit_backlog_jobs", "Jobs waiting for the committer", registry=registry)
-    commits = Gauge("sepp_commits_total", "Write transactions committed", registry=registry)
+    registry.register(_CommitsCollector(engine))  # type: ignore[arg-type]
     queues = Gauge("sepp_queues", "Queues known to the server", registry=registry)
 
     async def healthz(_request: Request) -> Response:
@@ -33,9 +48,6 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     async def metrics(_request: Request) -> Response:
         store = engine.store
         backlog.set(store.backlog)
-        committer = getattr(store, "committer", None)
-        if committer is not None:
-            commits.set(committer.commits)
         queues.set(len(engine.queues.all()))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -146,6 +146,11 @@ class ProcessCommitter:
         """Have the child commit everything already submitted and exit. Idempotent."""
         if self._proc is None:
             return
+        if self._stopped is None:  # start() failed: make sure the child is gone
+            if self._proc.poll() is None:
+                self._proc.kill()
+            await self._wait_exit()
+            return
         if not self._stopping:
             self._stopping = True
             if self._dead is None and self._to_child is not None:

@@ -107,3 +107,40 @@ def test_thread_writer_serves_the_same(server_factory: ServerFactory, mode: str)
         for r in got:
             w.ack(r)
         assert w.get_job(ids[0]).state == 4  # COMPLETED
+
+
+def test_a_second_signal_stops_at_once_even_with_a_hung_writer(server_factory: ServerFactory) -> None:
+    server = server_factory(shutdown_grace=1.0)
+    with wire_for(server) as w:
+        kept = w.enqueue("kept")
+    writer = writer_of(server)
+    os.kill(writer, signal.SIGSTOP)  # a writer stuck on a dead disk
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: any("a second signal stops at once" in line for line in server.output), timeout=10,
+             what="the graceful stop to begin")
+    time.sleep(0.2)
+    assert server.proc.poll() is None, "a hung writer holds the graceful stop up"
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(10) == 1
+    wait_for(lambda: not alive(writer), timeout=10, what="the hung writer to be killed")
+    server.start()
+    with wire_for(server) as w:
+        assert [r.job.id for r in w.reserve(["kept"], max_jobs=10)] == [kept]
+
+
+def test_reserve_does_not_lease_more_payload_than_one_answer_carries(server_factory: ServerFactory) -> None:
+    # 8 jobs of 20 KB against a 64 KiB message: the writer stops leasing at one message's
+    # worth of payload, so the jobs that did not travel were never leased at all (no
+    # attempt spent, nothing in their history), and a second Reserve gets the next ones.
+    small = {"max_payload_bytes": 30000}
+    server = server_factory(limits={"max_message_bytes": 65536}, queue_defaults={"limits": small})
+    with wire_for(server) as w:
+        ids = [w.enqueue("big", data=bytes([i]) * 20000) for i in range(8)]
+        first = w.reserve(["big"], max_jobs=8)
+        assert 1 <= len(first) <= 3
+        assert [r.job.id for r in first] == ids[:len(first)]
+        untouched = [w.get_job(i) for i in ids[len(first):]]
+        assert all(j.attempt == 0 and len(j.attempts) == 0 for j in untouched)
+        second = w.reserve(["big"], max_jobs=8)
+        assert [r.job.id for r in second] == ids[len(first):len(first) + len(second)]

@@ -246,6 +246,10 @@ def decode_cursor(query: JobQuery, token: str) -> list[Any] | None:
 # ---------------------------------------------------------------------- engine
 
 
+#: Seconds a stopping server waits for the last throughput counts to be written.
+FINAL_FLUSH_TIMEOUT = 10.0
+
+
 class AdminEngine:
     """Admin operations over a ``JobEngine`` (queues, notifier, store) and an ``AdminStore``.
 
@@ -270,14 +274,20 @@ class AdminEngine:
         self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
 
     async def stop(self) -> None:
-        """Stop the loop and write the last counts. Idempotent."""
+        """Stop the loop and write the last counts, waiting at most ``FINAL_FLUSH_TIMEOUT``
+        seconds for that write (a hung writer must not hold up the shutdown). Idempotent."""
+        timeout = FINAL_FLUSH_TIMEOUT
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-            with contextlib.suppress(Exception):
-                await self.flush()
+            try:
+                await asyncio.wait_for(self.flush(), timeout)
+            except TimeoutError:
+                log.warning("the last throughput counts were not written within %.0f s", timeout)
+            except Exception:
+                log.warning("writing the last throughput counts failed", exc_info=True)
 
     async def _flush_loop(self) -> None:
         while True:

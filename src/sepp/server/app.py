@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import time
@@ -143,7 +144,9 @@ def tune_gc() -> None:
 
 
 async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | None = None) -> None:
-    """Run a server until SIGTERM or SIGINT, then stop gracefully.
+    """Run a server until SIGTERM or SIGINT, then stop gracefully; a second SIGTERM or
+    SIGINT during the stop ends the process at once (exit 1) after killing the writer
+    process — a crash for the calls in flight, nothing acknowledged is lost.
 
     Raises ``StoreFailed`` (after stopping) when the store can no longer write — its writer
     process died — so the process exits non-zero and a supervisor starts it again.
@@ -166,6 +169,14 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
         await server.stop()
         raise failure
     failing.cancel()
-    log.info("stopping: draining in-flight calls and pending commits")
+    log.info("stopping: draining in-flight calls and pending commits (a second signal stops at once)")
+
+    def force() -> None:
+        log.error("second stop signal: stopping at once; calls in flight are lost, acknowledged ones are not")
+        server.store.kill_writer()
+        os._exit(1)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, force)
     await server.stop()
     log.info("stopped: everything acknowledged is committed")

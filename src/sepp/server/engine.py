@@ -285,7 +285,10 @@ class JobEngine:
                         active.append(q)
                 if active:
                     lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
-                    params = ReserveParams([q.name for q in active], max_jobs, now_us(), lease_for, worker_id)
+                    # Payloads beyond one message's worth are not leased at all (the servicer
+                    # gives back the few that still do not fit exactly).
+                    params = ReserveParams([q.name for q in active], max_jobs, now_us(), lease_for, worker_id,
+                                           self.limits.max_message_bytes)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs

@@ -128,6 +128,9 @@ class ReserveParams:
     now: int
     lease_for: dict[str, int]
     worker_id: str
+    #: Stop leasing once the jobs taken carry this many bytes of payload and history (the
+    #: answer must fit in one message); the first job is always taken. 0 = no limit.
+    max_bytes: int = 0
 
 
 class SettleKind(enum.Enum):

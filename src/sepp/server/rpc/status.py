@@ -22,7 +22,7 @@ from sepp.server.errors import (
     ShuttingDown,
 )
 from sepp.storage.base import SettleError
-from sepp.storage.errors import StoreClosed, StoreError
+from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
 
 
 def status_for(exc: BaseException) -> status_pb2.Status:
@@ -47,6 +47,11 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         return wire.plain_status(code_pb2.NOT_FOUND, exc.reason, str(exc))
     if isinstance(exc, ShuttingDown | StoreClosed):
         return wire.plain_status(code_pb2.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down")
+    if isinstance(exc, StoreFailed):
+        # The writer died while the call waited: its write may have been committed or not.
+        return wire.plain_status(code_pb2.UNAVAILABLE, "STORE_UNAVAILABLE",
+                                 f"the server's writer stopped while this call was being stored; it may or may "
+                                 f"not have been stored (an idempotency key makes a retry safe): {exc}")
     if isinstance(exc, StoreError):
         # Nothing of the call was committed (the write transaction failed as a whole).
         return wire.plain_status(code_pb2.UNAVAILABLE, "STORE_UNAVAILABLE",

@@ -143,6 +143,12 @@ class SQLiteStore:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
+    def kill_writer(self) -> None:
+        """Forced stop: SIGKILL the writer process (``writer="process"``); a crash for the
+        writes in flight, nothing acknowledged is lost. No-op with the writer thread."""
+        if isinstance(self._committer, ProcessCommitter):
+            self._committer.kill()
+
     @property
     def backlog(self) -> int:
         """Jobs waiting for the writer (for load shedding)."""
@@ -482,7 +488,10 @@ def connect_writer(path: Path, mode: str, cache_mib: int) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Prepared statements kept: multi-row INSERTs and batched acks have one text per batch
     # size (and shared-column mix); re-preparing a 256-row INSERT costs ~2 ms.
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=256)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, cached_statements=256)
+    except sqlite3.Error as exc:  # e.g. sepp.db is a folder, or the folder cannot be read
+        raise StoreError(f"cannot open {path}: {exc}") from exc
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={'OFF' if mode == 'async' else 'FULL'}")
@@ -569,10 +578,23 @@ def _reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
     conn.execute(Q["promote_due"], (now, 10_000)).fetchall()
     out: list[tuple[str, int, list[Any]]] = []
     want = params.max_jobs
+    budget, used = params.max_bytes, 0
     for queue in params.queues:
-        if want <= 0:
+        if want <= 0 or (budget and used >= budget):
             break
-        rows = conn.execute(Q["ready_for_lease"], (queue, want)).fetchall()
+        cur = conn.execute(Q["ready_for_lease"], (queue, want))
+        if budget:
+            # Rows are read one at a time: past the budget at most one more job is loaded.
+            rows: list[Any] = []
+            for row in cur:
+                size = len(row[7]) + len(row[11] or "")
+                if used + size > budget and (rows or out):
+                    break
+                rows.append(row)
+                used += size
+            cur.close()
+        else:
+            rows = cur.fetchall()
         if not rows:
             continue
         expires = now + params.lease_for[queue]

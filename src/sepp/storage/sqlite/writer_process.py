@@ -16,7 +16,7 @@ Child side (``python -m sepp.storage.sqlite.writer``, which calls ``child_main``
 operations into a ``GroupLoop`` (the same loop ``Committer`` runs in a thread), which
 commits them in groups and writes every group's results back on stdout.
 
-Frames in both directions: a 4-byte big-endian length, then a pickle.
+Frames in both directions: an 8-byte big-endian length, then a pickle.
 
 * parent → child: the settings dict first; then ``(token, fn, weight)`` per operation;
   ``None`` asks the child to commit what it holds and exit.
@@ -50,7 +50,7 @@ from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending
 
 T = TypeVar("T")
 log = logging.getLogger("sepp.committer")
-_HEADER = struct.Struct(">I")
+_HEADER = struct.Struct(">Q")
 _PICKLE = pickle.HIGHEST_PROTOCOL
 #: Seconds ``stop`` waits for the child to commit and exit before killing it.
 STOP_TIMEOUT = 60.0
@@ -153,14 +153,14 @@ class ProcessCommitter:
             return
         if not self._stopping:
             self._stopping = True
+        assert self._stopped is not None
+        try:
             if self._dead is None and self._to_child is not None:
                 try:
                     self._to_child.write(_frame(None))
-                    await self._to_child.drain()
+                    await asyncio.wait_for(self._to_child.drain(), STOP_TIMEOUT)
                 except ConnectionError:
                     pass
-        assert self._stopped is not None
-        try:
             await asyncio.wait_for(asyncio.shield(self._stopped), STOP_TIMEOUT)
             await asyncio.wait_for(self._wait_exit(), STOP_TIMEOUT)
         except TimeoutError:
@@ -170,13 +170,19 @@ class ProcessCommitter:
         if self._to_child is not None:
             self._to_child.close()
 
+    def kill(self) -> None:
+        """SIGKILL the child at once (a forced stop): what it committed stays committed, what
+        it had not is lost, exactly as in a crash; the waiting writes fail."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+
     async def _wait_exit(self) -> int:
         assert self._proc is not None
         return await asyncio.get_running_loop().run_in_executor(None, self._proc.wait)
 
     async def _read_frame(self) -> Any:
         assert self._from_child is not None
-        head = await self._from_child.readexactly(4)
+        head = await self._from_child.readexactly(_HEADER.size)
         return pickle.loads(await self._from_child.readexactly(_HEADER.unpack(head)[0]))
 
     async def _read_results(self) -> None:
@@ -214,8 +220,8 @@ class ProcessCommitter:
                 self._failed.set_result(self._dead)
         finally:
             for fut, _weight in self._waiting.values():
-                if not fut.done():
-                    fut.set_exception(StoreError(self._dead or "the writer process stopped"))
+                if not fut.done():  # committed or not: nobody can tell any more
+                    fut.set_exception(StoreFailed(self._dead or "the writer process stopped"))
             self._waiting.clear()
             self.backlog = 0
             if not self._stopped.done():
@@ -259,8 +265,8 @@ def _read_ops(stream: BinaryIO, group: GroupLoop) -> None:
     """Reader thread: operations from stdin into the loop; STOP on ``None`` or end of input."""
     try:
         while True:
-            head = stream.read(4)
-            if len(head) < 4:
+            head = stream.read(_HEADER.size)
+            if len(head) < _HEADER.size:
                 break
             body = stream.read(_HEADER.unpack(head)[0])
             item = pickle.loads(body)
@@ -285,8 +291,8 @@ def child_main() -> None:
                         format="%(asctime)s %(levelname)s %(name)s[writer]: %(message)s")
     from sepp.storage.sqlite.store import connect_writer
 
-    head = stdin.read(4)
-    if len(head) < 4:
+    head = stdin.read(_HEADER.size)
+    if len(head) < _HEADER.size:
         return
     settings = pickle.loads(stdin.read(_HEADER.unpack(head)[0]))
     path = Path(settings["path"])

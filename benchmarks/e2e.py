@@ -298,10 +298,12 @@ async def main() -> None:
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--scheduled", type=int, default=0,
                         help="also compare rates with this many scheduled jobs waiting (e.g. 1000000)")
+    parser.add_argument("--writer", choices=("process", "thread"), default="process",
+                        help="sqlite_writer of the server (default: process, the server's default)")
     parser.add_argument("--only", choices=("all", "throughput", "latency", "backlog"), default="all",
                         help="run one part only (backlog needs --scheduled)")
     args = parser.parse_args()
-    config = {"persist_mode": args.mode, "queues": {QUEUE: {"lease_duration": 30.0}}}
+    config = {"persist_mode": args.mode, "sqlite_writer": args.writer, "queues": {QUEUE: {"lease_duration": 30.0}}}
     if args.only != "backlog":
         await throughput_and_latency(args, config)
     if args.scheduled and args.only in ("all", "backlog"):

@@ -82,6 +82,8 @@ async def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--modes", default="sync,group,async")
     parser.add_argument("--rss-jobs", type=int, default=1_000_000, help="0 skips the memory run")
+    parser.add_argument("--writer", choices=("process", "thread"), default="process",
+                        help="sqlite_writer of the server (default: process, the server's default)")
     args = parser.parse_args()
 
     with EchoServer() as echo:
@@ -94,7 +96,8 @@ async def main() -> None:
              f"{ceiling64.pct(0.5):.2f} / {ceiling64.pct(0.99):.2f}"]]
     ratios = []
     for mode in args.modes.split(","):
-        with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), {"persist_mode": mode}) as server:
+        with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), {"persist_mode": mode,
+                                                                               "sqlite_writer": args.writer}) as server:
             r = await measure_mode(server.grpc_target, args.duration)
         rows.append([f"sepp enqueue, {mode}", mode, f"{r['single x1'].calls_per_s:,.0f}",
                      f"{r['single x64'].calls_per_s:,.0f}", f"{r['batch256 x1'].items_per_s:,.0f}",
@@ -109,7 +112,8 @@ async def main() -> None:
     for line in ratios:
         print("-", line)
     if args.rss_jobs:
-        with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), {"persist_mode": "group"}) as server:
+        config = {"persist_mode": "group", "sqlite_writer": args.writer}
+        with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), config) as server:
             before = rss_mib(server.pid)
             await fill(server.grpc_target, args.rss_jobs)
             after = rss_mib(server.pid)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sepp.storage.errors import StoreClosed, StoreError
 
@@ -55,6 +55,15 @@ class _Pending(Generic[T]):
 
 #: What the loop hands back per operation: (pending, value, exception).
 Results = list[tuple[_Pending[Any], Any, BaseException | None]]
+
+
+class Source(Protocol):
+    """Where ``GroupLoop`` takes operations from: ``get`` blocks for the next one,
+    ``get_nowait`` raises ``queue.Empty`` when none is waiting (``queue.SimpleQueue`` is one)."""
+
+    def get(self) -> _Pending[Any] | object: ...
+
+    def get_nowait(self) -> _Pending[Any] | object: ...
 
 
 #: Put this to make ``GroupLoop.run`` commit what is queued and return.
@@ -91,6 +100,7 @@ class GroupLoop:
     (or fails), with one (pending, value, exception) entry per operation. Operations go in
     with ``put``; ``put(STOP)`` makes ``run`` commit what is queued and return.
 
+    ``source``: where operations come from (default: a queue fed by ``put``).
     ``mode``: ``sync`` (one operation per commit), ``group`` or ``async``.
     ``max_group_ops``: most operations per transaction. ``group_wait`` (seconds): when the
     previous group held more than one write but fewer than 128 jobs (many small concurrent
@@ -102,7 +112,7 @@ class GroupLoop:
 
     def __init__(self, path: Path, mode: str, connect: Callable[[], sqlite3.Connection],
                  deliver: Callable[[Results], None], *, max_group_ops: int = 1024, fsync_interval: float = 0.05,
-                 commit_delay: float = 0.0, group_wait: float = 0.004) -> None:
+                 commit_delay: float = 0.0, group_wait: float = 0.004, source: Source | None = None) -> None:
         self._path = path
         self._mode = mode
         self._connect = connect
@@ -113,14 +123,15 @@ class GroupLoop:
         self._group_wait = 0.0 if mode == "sync" else group_wait
         self._last_group = 0
         self._last_weight = 0
-        self._q: queue.SimpleQueue[_Pending[Any] | object] = queue.SimpleQueue()
+        self._q: Source = source if source is not None else queue.SimpleQueue()
         self._done = threading.Event()
         #: Commits done and operations committed, for metrics and tests.
         self.commits = 0
         self.ops_committed = 0
 
     def put(self, item: _Pending[Any] | object) -> None:
-        """Queue an operation (or ``STOP``); thread-safe."""
+        """Queue an operation (or ``STOP``); thread-safe. Only with the default source."""
+        assert isinstance(self._q, queue.SimpleQueue)
         self._q.put(item)
 
     def open(self) -> sqlite3.Connection:

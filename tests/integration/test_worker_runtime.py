@@ -249,6 +249,28 @@ async def test_an_explicit_lease_duration_is_used_and_kept_alive(fast: ServerPro
     assert reports[0].state == "completed"
 
 
+async def test_jobs_reserved_together_keep_their_leases_when_some_finish_early(fast: ServerProcess) -> None:
+    # Six jobs in one reservation share their first extension timer (LeaseKeeper.track_all):
+    # the three quick ones finishing early must not stop the three slow ones being extended
+    # for four leases' worth of running.
+    worker, reports = make_worker(fast, lease_duration=0.3, concurrency=6, prefetch=0)
+
+    @worker.handler("t")
+    async def work(job: Job) -> None:
+        await asyncio.sleep(1.2 if job.custom["slow"] else 0.01)
+
+    with wire_for(fast) as w:
+        w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t",
+                                          custom={"slow": pb.CustomValue(bool_value=i % 2 == 0)})
+                        for i in range(6)])
+    async with running(worker):
+        await until(lambda: len(reports) == 6, what="six jobs")
+        assert worker._keeper.extensions >= 3 * 3
+    assert sorted(r.state for r in reports) == ["completed"] * 6
+    assert all(not r.job.lease_lost for r in reports)
+    assert count_states(fast) == {"COMPLETED": 6}
+
+
 async def test_jobs_finishing_together_share_settle_calls(fast: ServerProcess) -> None:
     worker, reports = make_worker(fast, concurrency=128, prefetch=128)
 

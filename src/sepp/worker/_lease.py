@@ -1,6 +1,7 @@
 """Automatic lease extension for jobs a worker holds (running or prefetched).
 
-Each held job gets a timer at one third of its lease; when it fires, ``ExtendLease``
+Each held job gets a timer at one third of its lease (the jobs of one reservation with
+the same lease length share one first timer: ``track_all``); when it fires, ``ExtendLease``
 pushes the expiry out by one whole lease again, so two thirds of a lease of slack
 absorb a slow call or a short server restart. An extension also reports an admin's
 cancel request (``Job.cancel_requested``). A refused extension (LEASE_MISMATCH /
@@ -32,10 +33,21 @@ MIN_LEASE = 0.05
 
 
 @dataclass(slots=True)
+class _Batch:
+    """Jobs reserved together whose first extension is one timer; cancelled when the last
+    of them is untracked before it fires."""
+
+    jobs: list[Job]
+    live: int
+    handle: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
 class _Held:
     length: float
     handle: asyncio.TimerHandle | None = None
     task: asyncio.Task[None] | None = None
+    batch: _Batch | None = None
 
 
 class LeaseKeeper:
@@ -66,11 +78,43 @@ class LeaseKeeper:
         self._held[job] = held
         self._schedule(job, held, held.length / 3)
 
+    def track_all(self, jobs: list[Job]) -> None:
+        """``track`` every job of one reservation; jobs with the same lease length share
+        one timer for their first extension (one timer per batch instead of per job)."""
+        if self._lease is None or len(jobs) < 2:
+            for job in jobs:
+                self.track(job)
+            return
+        length = self._lease
+        batch = _Batch(jobs, len(jobs))
+        held = self._held
+        for job in jobs:
+            held[job] = _Held(length, None, None, batch)
+        batch.handle = asyncio.get_running_loop().call_later(length / 3, self._fire_batch, batch)
+
     def untrack(self, job: Job) -> None:
         """Stop extending ``job`` (it finished or was given back). Idempotent."""
         held = self._held.pop(job, None)
-        if held is not None and held.handle is not None:
+        if held is None:
+            return
+        if held.handle is not None:
             held.handle.cancel()
+        batch = held.batch
+        if batch is not None:
+            held.batch = None
+            batch.live -= 1
+            if batch.live == 0 and batch.handle is not None:
+                batch.handle.cancel()
+                batch.handle = None
+                batch.jobs = []
+
+    def _fire_batch(self, batch: _Batch) -> None:
+        jobs, batch.jobs, batch.handle = batch.jobs, [], None
+        for job in jobs:
+            held = self._held.get(job)
+            if held is not None and held.batch is batch:
+                held.batch = None
+                self._fire(job)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -119,6 +163,9 @@ class LeaseKeeper:
         for h in held:
             if h.handle is not None:
                 h.handle.cancel()
+            if h.batch is not None and h.batch.handle is not None:
+                h.batch.handle.cancel()
+                h.batch.handle = None
             if h.task is not None and not h.task.done():
                 tasks.append(h.task)
         if tasks:

@@ -67,17 +67,17 @@ class WorkerRpc:
             req.lease_duration.CopyFrom(seconds_to_duration(lease_duration))
         return self._get_stub().Reserve(req, timeout=wait + 10.0)
 
-    async def settle(self, items: Sequence[wpb.SettleItem]) -> list[wpb.SettleResult]:
+    async def settle(self, request: wpb.SettleRequest) -> list[wpb.SettleResult]:
         """One batched ``Settle`` (deadline 30 s); one result per item, in order.
 
         Raises a ``TransportError`` (or ``ServerError`` for a count mismatch).
         """
         try:
-            resp = await self._get_stub().Settle(wpb.SettleRequest(items=list(items)), timeout=30.0)
+            resp = await self._get_stub().Settle(request, timeout=30.0)
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target) from None
-        if len(resp.results) != len(items):
-            raise ServerError(f"the server answered {len(resp.results)} results for {len(items)} items")
+        if len(resp.results) != len(request.items):
+            raise ServerError(f"the server answered {len(resp.results)} results for {len(request.items)} items")
         return list(resp.results)
 
     async def extend(self, job_id: str, lease_id: str, extend_by: float) -> wpb.ExtendLeaseResponse:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.errors import SeppError, TransportError
 from sepp.worker._rpc import WorkerRpc
+from sepp.worker.outcome import Outcome
 
 log = logging.getLogger("sepp.worker")
 
@@ -46,17 +47,18 @@ class Settler:
         self._max_batch = max_batch
         self._retry_for = retry_for
         self._max_in_flight = max_in_flight
-        self._items: list[tuple[wpb.SettleItem, asyncio.Future[Settled]]] = []
+        self._items: list[tuple[Outcome, str, str, asyncio.Future[Settled]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         #: Settle calls made and items sent (metrics, tests).
         self.calls = 0
         self.items = 0
 
-    def submit(self, item: wpb.SettleItem) -> asyncio.Future[Settled]:
-        """Queue one ack/nack; the future resolves to its ``Settled`` verdict, or raises the
-        ``SeppError`` that made its batch fail for good."""
+    def submit(self, outcome: Outcome, job_id: str, lease_id: str) -> asyncio.Future[Settled]:
+        """Queue the ack/nack ``outcome`` of the delivery (``job_id``, ``lease_id``); the future
+        resolves to its ``Settled`` verdict, or raises the ``SeppError`` that made its batch
+        fail for good. The wire items are written when the batch is sent."""
         fut: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
-        self._items.append((item, fut))
+        self._items.append((outcome, job_id, lease_id, fut))
         if not self._tasks or (len(self._items) >= self._max_batch and len(self._tasks) < self._max_in_flight):
             task = asyncio.create_task(self._drain(), name="sepp-settler")
             self._tasks.add(task)
@@ -77,21 +79,25 @@ class Settler:
     async def _drain(self) -> None:
         while self._items:
             batch, self._items = self._items[:self._max_batch], self._items[self._max_batch:]
-            batch = [(item, fut) for item, fut in batch if not fut.cancelled()]
+            batch = [entry for entry in batch if not entry[3].cancelled()]
             if not batch:
                 continue
+            request = wpb.SettleRequest()
+            add = request.items.add
+            for outcome, job_id, lease_id, _ in batch:
+                outcome.fill(add(), job_id, lease_id)
             try:
-                results, resent = await self._send([item for item, _ in batch])
+                results, resent = await self._send(request)
             except SeppError as exc:
-                for _, fut in batch:
+                for *_, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc)
                 continue
-            for (_, fut), result in zip(batch, results, strict=True):
+            for (*_, fut), result in zip(batch, results, strict=True):
                 if not fut.done():
                     fut.set_result(Settled(result, resent))
 
-    async def _send(self, items: list[wpb.SettleItem]) -> tuple[list[wpb.SettleResult], bool]:
+    async def _send(self, request: wpb.SettleRequest) -> tuple[list[wpb.SettleResult], bool]:
         deadline = time.monotonic() + self._retry_for
         delay = 0.05
         tries = 0
@@ -99,13 +105,13 @@ class Settler:
             tries += 1
             self.calls += 1
             try:
-                results = await self._rpc.settle(items)
-                self.items += len(items)
+                results = await self._rpc.settle(request)
+                self.items += len(request.items)
                 return results, tries > 1
             except TransportError as exc:
                 if not exc.transient or time.monotonic() + delay > deadline:
                     raise
-                log.warning("settling %d job(s) failed (%s); retrying in %.2fs", len(items), exc, delay)
+                log.warning("settling %d job(s) failed (%s); retrying in %.2fs", len(request.items), exc, delay)
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 2.0)
 

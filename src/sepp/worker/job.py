@@ -81,20 +81,31 @@ class Job:
             and this delivery's settle will be refused.
     """
 
-    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_trace", "cancel_requested",
-                 "lease_expires_at", "lease_id", "lease_lost", "reservation")
+    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_lease_expires", "_trace", "cancel_requested",
+                 "lease_id", "lease_lost", "reservation")
 
     def __init__(self, reservation: wpb.Reservation) -> None:
         #: The wire reservation this job was built from.
         self.reservation = reservation
         self._job = reservation.job
         self.lease_id: str = reservation.lease_id
-        self.lease_expires_at: dt.datetime = timestamp_to_datetime(reservation.lease_expires_at)
+        self._lease_expires: dt.datetime | None = None  # read from the reservation when first asked
         self.cancel_requested: bool = reservation.job.cancel_requested
         self.lease_lost = False
         self._custom: Mapping[str, CustomPrimitive] | None = None
         self._trace: Mapping[str, str] | None = None
         self._history: tuple[JobAttempt, ...] | None = None
+
+    @property
+    def lease_expires_at(self) -> dt.datetime:
+        """When the current lease ends (UTC); moved by each extension."""
+        if self._lease_expires is None:
+            self._lease_expires = timestamp_to_datetime(self.reservation.lease_expires_at)
+        return self._lease_expires
+
+    @lease_expires_at.setter
+    def lease_expires_at(self, value: dt.datetime) -> None:
+        self._lease_expires = value
 
     # -------------------------------------------------------------- identity
 

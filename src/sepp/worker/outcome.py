@@ -73,8 +73,21 @@ class Outcome:
 
     def to_settle_item(self, job_id: str, lease_id: str) -> wpb.SettleItem:
         """The wire ``SettleItem`` (ack or nack) for this outcome."""
+        item = wpb.SettleItem()
+        self.fill(item, job_id, lease_id)
+        return item
+
+    def fill(self, item: wpb.SettleItem, job_id: str, lease_id: str) -> None:
+        """Write this outcome into an empty ``item`` (one of a request's ``items.add()``):
+        setting fields in place costs a third of building and copying messages."""
         if self.kind == "completed":
-            return wpb.SettleItem(ack=wpb.AckRequest(job_id=job_id, lease_id=lease_id))
+            ack = item.ack
+            ack.job_id = job_id
+            ack.lease_id = lease_id
+            return
+        item.nack.CopyFrom(self._nack(job_id, lease_id))
+
+    def _nack(self, job_id: str, lease_id: str) -> wpb.NackRequest:
         nack = wpb.NackRequest(job_id=job_id, lease_id=lease_id,
                                error=wpb.JobError(message=self.error_message, detail=self.error_detail))
         if self.kind == "retry":
@@ -85,7 +98,7 @@ class Outcome:
             nack.dead_letter = self.reason
         else:
             nack.release.SetInParent()
-        return wpb.SettleItem(nack=nack)
+        return nack
 
 
 COMPLETED = Outcome("completed")

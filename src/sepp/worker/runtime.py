@@ -325,8 +325,7 @@ class Worker:
                 continue
             jobs = [Job(r) for r in resp.reservations]
             self.stats["reserved"] += len(jobs)
-            for job in jobs:
-                self._keeper.track(job)
+            self._keeper.track_all(jobs)
             if self._phase != "running":
                 await self._release(jobs, "worker stopping: reservation arrived after stop")
                 return
@@ -408,7 +407,7 @@ class Worker:
         refused = state = ""
         run_at: dt.datetime | None = None
         try:
-            settled = await self._settler.submit(outcome.to_settle_item(job.id, job.lease_id))
+            settled = await self._settler.submit(outcome, job.id, job.lease_id)
         except SeppError as exc:
             refused = f"{type(exc).__name__}: {exc}"
             log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, exc)

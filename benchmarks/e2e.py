@@ -298,8 +298,8 @@ async def main() -> None:
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--scheduled", type=int, default=0,
                         help="also compare rates with this many scheduled jobs waiting (e.g. 1000000)")
-    parser.add_argument("--writer", choices=("process", "thread"), default="process",
-                        help="sqlite_writer of the server (default: process, the server's default)")
+    parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto",
+                        help="sqlite_writer of the server (default: auto, the server's default)")
     parser.add_argument("--only", choices=("all", "throughput", "latency", "backlog"), default="all",
                         help="run one part only (backlog needs --scheduled)")
     args = parser.parse_args()

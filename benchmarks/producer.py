@@ -82,8 +82,8 @@ async def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--modes", default="sync,group,async")
     parser.add_argument("--rss-jobs", type=int, default=1_000_000, help="0 skips the memory run")
-    parser.add_argument("--writer", choices=("process", "thread"), default="process",
-                        help="sqlite_writer of the server (default: process, the server's default)")
+    parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto",
+                        help="sqlite_writer of the server (default: auto, the server's default)")
     args = parser.parse_args()
 
     with EchoServer() as echo:

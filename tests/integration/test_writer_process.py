@@ -144,3 +144,14 @@ def test_reserve_does_not_lease_more_payload_than_one_answer_carries(server_fact
         assert all(j.attempt == 0 and len(j.attempts) == 0 for j in untouched)
         second = w.reserve(["big"], max_jobs=8)
         assert [r.job.id for r in second] == ids[len(first):len(first) + len(second)]
+
+
+@pytest.mark.parametrize("mode, placement", [("sync", "thread"), ("group", "process"), ("async", "process")])
+def test_auto_puts_the_writer_where_the_persist_mode_wants_it(server_factory: ServerFactory, mode: str,
+                                                               placement: str) -> None:
+    # sync: every request waits for its own fsync, so the pipe hop (≈ 0.15–0.2 ms) is
+    # saved; group/async: throughput, so the writer gets its own interpreter.
+    server = server_factory(persist_mode=mode)
+    assert any(f"writer={placement}" in line for line in server.output)
+    writers = [c for c in children(server.pid) if WRITER_MODULE in cmdline(c)]
+    assert len(writers) == (1 if placement == "process" else 0)

@@ -41,7 +41,7 @@ def serve(
         host = cfg.grpc_listen.rpartition(":")[0]
         http = f" http={cfg.http_listen.rpartition(':')[0]}:{server.http_port}" if cfg.http_listen else ""
         print(f"sepp ready grpc={host}:{server.grpc_port}{http} data={cfg.data_dir} "
-              f"persist={cfg.persist_mode} strict={str(cfg.strict).lower()}", flush=True)
+              f"persist={cfg.persist_mode} writer={cfg.writer_placement} strict={str(cfg.strict).lower()}", flush=True)
 
     if cfg.uvloop:
         try:

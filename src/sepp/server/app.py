@@ -53,7 +53,7 @@ class SeppServer:
         self.store = SQLiteStore(config.data_dir, config.persist_mode, cache_mib=config.cache_mib,
                                  fsync_interval=config.async_fsync_interval,
                                  commit_delay=config.debug_commit_delay, group_wait=config.group_commit_wait,
-                                 writer=config.sqlite_writer)
+                                 writer=config.writer_placement)
         self.registry = QueueRegistry(config.queue_defaults, config.strict)
         self.notifier = Notifier()
         self.engine = JobEngine(config, self.store, self.registry, self.notifier)

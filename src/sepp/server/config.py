@@ -69,8 +69,16 @@ class ServerConfig(BaseSettings):
     #: Log level: debug, info, warning, error.
     log_level: str = "info"
     #: Where the SQLite writer runs: "process" (a child process of its own, so it never waits
-    #: for the server's interpreter lock; docs/decisions.md) or "thread" (in this process).
-    sqlite_writer: Literal["process", "thread"] = "process"
+    #: for the server's interpreter lock), "thread" (in this process), or "auto": process in
+    #: group and async mode, thread in sync mode (docs/decisions.md).
+    sqlite_writer: Literal["auto", "process", "thread"] = "auto"
+
+    @property
+    def writer_placement(self) -> str:
+        """``sqlite_writer`` with ``auto`` resolved: ``thread`` for sync mode, else ``process``."""
+        if self.sqlite_writer != "auto":
+            return self.sqlite_writer
+        return "thread" if self.persist_mode == "sync" else "process"
     #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
     debug_commit_delay: float = Field(default=0.0, ge=0)
 

@@ -321,13 +321,18 @@ class Committer:
     def _resolve(self, results: Results) -> None:
         for item, value, exc in results:
             self.backlog -= item.weight
-            fut = item.token
-            if fut.done():
-                continue
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(value)
+            resolve(item.token, value, exc)
+
+
+def resolve(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    """Give ``fut`` the result of its operation: ``exc`` when set, else ``value`` (no-op when
+    the waiter already gave up)."""
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
 
 
 def _set_result(fut: asyncio.Future[Any], value: Any) -> None:

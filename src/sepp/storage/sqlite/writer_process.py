@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
-from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending
+from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending, resolve
 
 T = TypeVar("T")
 log = logging.getLogger("sepp.committer")
@@ -200,12 +200,7 @@ class ProcessCommitter:
         for token, value, exc in results:
             fut, weight = waiting.pop(token)
             self.backlog -= weight
-            if fut.done():
-                continue
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(value)
+            resolve(fut, value, exc)
 
     def _on_end(self, error: BaseException | None) -> None:
         """The child's stdout closed (it exited) or sent what cannot be read (``error``)."""

@@ -130,20 +130,20 @@ def test_a_second_signal_stops_at_once_even_with_a_hung_writer(server_factory: S
 
 
 def test_reserve_does_not_lease_more_payload_than_one_answer_carries(server_factory: ServerFactory) -> None:
-    # 8 jobs of 20 KB against a 64 KiB message: the writer stops leasing at one message's
-    # worth of payload, so the jobs that did not travel were never leased at all (no
-    # attempt spent, nothing in their history), and a second Reserve gets the next ones.
+    # 8 jobs of 20,000 bytes against a 65,536-byte message: three payloads (60,000 bytes)
+    # fit, a fourth would not, so the writer leases exactly three; the other five were
+    # never leased at all (no attempt spent, nothing in their history), and the next
+    # Reserve gets the next three.
     small = {"max_payload_bytes": 30000}
     server = server_factory(limits={"max_message_bytes": 65536}, queue_defaults={"limits": small})
     with wire_for(server) as w:
         ids = [w.enqueue("big", data=bytes([i]) * 20000) for i in range(8)]
         first = w.reserve(["big"], max_jobs=8)
-        assert 1 <= len(first) <= 3
-        assert [r.job.id for r in first] == ids[:len(first)]
-        untouched = [w.get_job(i) for i in ids[len(first):]]
-        assert all(j.attempt == 0 and len(j.attempts) == 0 for j in untouched)
+        assert [r.job.id for r in first] == ids[:3]
+        untouched = [w.get_job(i) for i in ids[3:]]
+        assert [(j.attempt, len(j.attempts)) for j in untouched] == [(0, 0)] * 5
         second = w.reserve(["big"], max_jobs=8)
-        assert [r.job.id for r in second] == ids[len(first):len(first) + len(second)]
+        assert [r.job.id for r in second] == ids[3:6]
 
 
 @pytest.mark.parametrize("mode, placement", [("sync", "thread"), ("group", "process"), ("async", "process")])

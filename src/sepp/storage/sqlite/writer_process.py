@@ -19,7 +19,9 @@ group's results back on stdout.
 
 Frames in both directions: an 8-byte big-endian length, then a pickle.
 
-* parent → child: the settings dict first; then ``(token, fn, weight)`` per operation;
+The settings (a JSON object) are the child's one command-line argument.
+
+* parent → child: ``(token, fn, weight)`` per operation;
   ``None`` asks the child to commit what it holds and exit.
 * child → parent: ``("ready",)`` or ``("error", exception)`` once the connection is open
   (or failed to open); ``("results", commits, ops_committed, [(token, value, exception),
@@ -35,6 +37,7 @@ submits raise ``StoreClosed``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import pickle
@@ -44,7 +47,6 @@ import signal
 import struct
 import subprocess
 import sys
-import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -69,8 +71,9 @@ def _frame(obj: Any) -> bytes:
 class ProcessCommitter:
     """The writer loop in a child process; see the module docstring.
 
-    ``settings`` are ``SQLiteStore``'s writer settings: ``path`` (str), ``mode``,
-    ``cache_mib``, ``max_group_ops``, ``fsync_interval``, ``commit_delay``, ``group_wait``.
+    ``settings`` are ``SQLiteStore``'s writer settings, passed as the child's command-line
+    argument (JSON): ``path`` (str), ``mode``, ``cache_mib``, ``max_group_ops``,
+    ``fsync_interval``, ``commit_delay``, ``group_wait``.
     """
 
     def __init__(self, settings: dict[str, Any]) -> None:
@@ -100,7 +103,8 @@ class ProcessCommitter:
         # run in this process (gRPC's would log that threads are busy), nothing is copied,
         # and the call returns as soon as the child exists (once per server start).
         try:
-            self._proc = subprocess.Popen([sys.executable, "-m", "sepp.storage.sqlite.writer"],  # noqa: ASYNC220
+            self._proc = subprocess.Popen([sys.executable, "-m", "sepp.storage.sqlite.writer",  # noqa: ASYNC220
+                                           json.dumps(self._settings)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=False)
         except OSError as exc:
             raise StoreError(f"cannot start the writer process: {exc}") from exc
@@ -111,7 +115,6 @@ class ProcessCommitter:
         await loop.connect_read_pipe(lambda: _FromChild(self._on_frame, self._on_end), self._proc.stdout)
         transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, self._proc.stdin)
         self._to_child = asyncio.StreamWriter(transport, protocol, None, loop)
-        self._to_child.write(_frame(self._settings))
         first = await asyncio.shield(self._first)
         if first is None:
             code = await self._wait_exit()
@@ -271,20 +274,18 @@ class _FromChild(asyncio.Protocol):
 
 
 class _Out:
-    """Frames to the parent (stdout), from the writer thread and the main thread."""
+    """Frames to the parent (stdout); the child's one thread is the only writer."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self._lock = threading.Lock()
 
     def send(self, obj: Any) -> None:
         try:
             data = _frame(obj)
         except Exception:  # an exception or value that does not pickle: send what can be
             data = _frame(_picklable(obj))
-        with self._lock:
-            self._stream.write(data)
-            self._stream.flush()
+        self._stream.write(data)
+        self._stream.flush()
 
 
 def _picklable(obj: Any) -> Any:
@@ -354,22 +355,12 @@ class _Frames:
         return True
 
 
-def _read_exactly(stream: BinaryIO, n: int) -> bytes:
-    """``n`` bytes from an unbuffered stream (fewer only at the end of input)."""
-    data = b""
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
 def child_main() -> None:
     """Entry point of the writer process (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # stdout carries frames only: keep stray prints and logs away from it.
+    settings = json.loads(sys.argv[1])
     stdin_fd = os.dup(0)
     out = _Out(os.fdopen(os.dup(1), "wb", buffering=1 << 16))
     os.dup2(2, 1)
@@ -377,11 +368,6 @@ def child_main() -> None:
                         format="%(asctime)s %(levelname)s %(name)s[writer]: %(message)s")
     from sepp.storage.sqlite.store import connect_writer
 
-    with os.fdopen(os.dup(stdin_fd), "rb", buffering=0) as first:
-        head = _read_exactly(first, _HEADER.size)
-        if len(head) < _HEADER.size:
-            return
-        settings = pickle.loads(_read_exactly(first, _HEADER.unpack(head)[0]))
     path = Path(settings["path"])
 
     def deliver(results: Results) -> None:

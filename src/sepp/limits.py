@@ -1,18 +1,50 @@
-"""Limits and queue settings with their documented defaults (SPEC §2, §7).
+"""Limits and queue settings with their documented defaults and maxima (SPEC §2, §7; issue 14).
 
 Shared by server, client and CLI. Sizes are bytes, durations are seconds (float).
 These are pydantic models so the server can read them from TOML, ``SEPP_*``
 variables and the admin API with validation; all are frozen.
+
+Every duration and count has an upper bound (issue 14 "bounded at the edge"), so no
+setting can overflow the server's int64 microsecond arithmetic or a proto field: the
+per-field table is in docs/configuration.md, the reasoning in docs/decisions.md.
+``clamp_settings`` turns a stored (possibly out-of-range) settings row into valid
+settings instead of failing.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 KiB = 1024
 MiB = 1024 * KiB
+GiB = 1024 * MiB
 HOUR = 3600.0
 DAY = 24 * HOUR
+YEAR = 365 * DAY
+
+#: Longest idempotency window or retention of a queue, seconds: 10 years (issue 14).
+MAX_RETENTION = 10 * YEAR
+#: Longest retry backoff (``retry_base``, ``retry_cap``), seconds: 365 days, the default
+#: ``max_schedule_horizon`` (a nack's own ``retry_after`` is bounded by the configured one).
+MAX_BACKOFF = 365 * DAY
+#: Longest ``max_schedule_horizon`` a server may be configured with, seconds: 10 years.
+MAX_HORIZON = 10 * YEAR
+#: Shortest and longest lease (queue default, Reserve, ExtendLease), seconds: 1 ms .. 1 day.
+MIN_LEASE, MAX_LEASE = 0.001, DAY
+#: Largest size or count setting: gRPC's own message cap (int32), so it fits every proto field.
+MAX_SIZE = 2**31 - 1
+#: Largest ``max_attempts`` ceiling and queue ``default_max_attempts``.
+MAX_ATTEMPTS = 1_000_000
+#: Timestamps the server accepts (google.protobuf.Timestamp's range, seconds since the epoch,
+#: UTC): 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z. As µs that is at most
+#: ±2.6e17, far inside int64 (±9.2e18) even with a 10-year window added.
+MIN_TIMESTAMP_SECONDS, MAX_TIMESTAMP_SECONDS = -62_135_596_800, 253_402_300_799
+#: google.protobuf.Duration's range, seconds (±10,000 years); nanos in ±999,999,999, same sign.
+MAX_DURATION_SECONDS = 315_576_000_000
 
 
 class QueueLimits(BaseModel):
@@ -21,61 +53,147 @@ class QueueLimits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     #: Largest ``payload.data`` accepted, bytes; equal is allowed (seed: 1 MiB default).
-    max_payload_bytes: int = Field(default=1 * MiB, ge=0)
+    #: Also at most the server's ``max_message_bytes`` (checked where both are known).
+    max_payload_bytes: int = Field(default=1 * MiB, ge=0, le=MAX_SIZE)
     #: When non-empty, the only encoding labels accepted (exact match).
     allowed_encodings: tuple[str, ...] = ()
     #: Most custom-map entries.
-    max_custom_entries: int = Field(default=32, ge=0)
+    max_custom_entries: int = Field(default=32, ge=0, le=MAX_SIZE)
     #: Longest custom key, UTF-8 bytes.
-    max_custom_key_bytes: int = Field(default=64, ge=1)
+    max_custom_key_bytes: int = Field(default=64, ge=1, le=MAX_SIZE)
     #: Largest custom map, Σ(key bytes + value size), bytes.
-    max_custom_bytes: int = Field(default=8192, ge=0)
+    max_custom_bytes: int = Field(default=8192, ge=0, le=MAX_SIZE)
 
 
 class QueueSettings(BaseModel):
     """Everything a queue carries besides its name (SPEC §1 "Queue", defaults §7)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     default_priority: int = Field(default=5, ge=0, le=9)
-    default_max_attempts: int = Field(default=10, ge=1)
+    default_max_attempts: int = Field(default=10, ge=1, le=MAX_ATTEMPTS)
     #: Lease length when Reserve gives none, seconds (1 ms to 1 day, like a Reserve's own).
-    lease_duration: float = Field(default=30.0, ge=0.001, le=86_400)
-    #: Idempotency window, seconds, anchored at the original enqueue (SPEC §6).
-    dedup_window: float = Field(default=DAY, ge=0)
-    #: Retry backoff: base × 2^(attempt−1), capped, ± jitter fraction (SPEC §3).
-    retry_base: float = Field(default=1.0, ge=0)
-    retry_cap: float = Field(default=HOUR, ge=0)
+    lease_duration: float = Field(default=30.0, ge=MIN_LEASE, le=MAX_LEASE)
+    #: Idempotency window, seconds, anchored at the original enqueue (SPEC §6); ≤ 10 years.
+    dedup_window: float = Field(default=DAY, ge=0, le=MAX_RETENTION)
+    #: Retry backoff: base × 2^(attempt−1), capped, ± jitter fraction (SPEC §3); ≤ 365 days.
+    retry_base: float = Field(default=1.0, ge=0, le=MAX_BACKOFF)
+    retry_cap: float = Field(default=HOUR, ge=0, le=MAX_BACKOFF)
     retry_jitter: float = Field(default=0.2, ge=0, le=1)
-    #: How long COMPLETED jobs are kept, seconds.
-    completed_retention: float = Field(default=DAY, ge=0)
-    #: How long DEAD_LETTERED (and CANCELLED) jobs are kept, seconds.
-    dead_letter_retention: float = Field(default=14 * DAY, ge=0)
+    #: How long COMPLETED jobs are kept, seconds; ≤ 10 years.
+    completed_retention: float = Field(default=DAY, ge=0, le=MAX_RETENTION)
+    #: How long DEAD_LETTERED (and CANCELLED) jobs are kept, seconds; ≤ 10 years.
+    dead_letter_retention: float = Field(default=14 * DAY, ge=0, le=MAX_RETENTION)
     limits: QueueLimits = QueueLimits()
 
 
 class ServerLimits(BaseModel):
     """Server-wide limits (SPEC §2). ``max_message_bytes`` is enforced, not advertised."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    max_enqueue_batch: int = Field(default=256, ge=1)
+    max_enqueue_batch: int = Field(default=256, ge=1, le=MAX_SIZE)
     #: Ceiling for a job's ``max_attempts``.
-    max_attempts_ceiling: int = Field(default=1000, ge=1)
-    max_queue_name_bytes: int = Field(default=128, ge=1)
-    max_job_type_bytes: int = Field(default=256, ge=1)
-    #: How far ahead ``scheduled_at`` may be, seconds (365 days).
-    max_schedule_horizon: float = Field(default=365 * DAY, gt=0)
-    max_idempotency_key_bytes: int = Field(default=256, ge=1)
-    max_encoding_bytes: int = Field(default=128, ge=1)
-    max_trace_entries: int = Field(default=8, ge=0)
+    max_attempts_ceiling: int = Field(default=1000, ge=1, le=MAX_ATTEMPTS)
+    max_queue_name_bytes: int = Field(default=128, ge=1, le=MAX_SIZE)
+    max_job_type_bytes: int = Field(default=256, ge=1, le=MAX_SIZE)
+    #: How far ahead ``scheduled_at`` may be, seconds (365 days; at most 10 years).
+    max_schedule_horizon: float = Field(default=365 * DAY, gt=0, le=MAX_HORIZON)
+    max_idempotency_key_bytes: int = Field(default=256, ge=1, le=MAX_SIZE)
+    max_encoding_bytes: int = Field(default=128, ge=1, le=MAX_SIZE)
+    max_trace_entries: int = Field(default=8, ge=0, le=MAX_SIZE)
     #: ≥ 55: a traceparent (version 00) is 55 bytes long.
-    max_trace_value_bytes: int = Field(default=512, ge=55)
-    #: Whole gRPC message cap, bytes (16 MiB); always ≥ every queue's max_payload_bytes.
-    max_message_bytes: int = Field(default=16 * MiB, ge=1024)
+    max_trace_value_bytes: int = Field(default=512, ge=55, le=MAX_SIZE)
+    #: Whole gRPC message cap, bytes (16 MiB; at most 2 GiB − 1, gRPC's own cap); always
+    #: ≥ every queue's max_payload_bytes.
+    max_message_bytes: int = Field(default=16 * MiB, ge=1024, le=MAX_SIZE)
     #: Most jobs one Reserve may ask for.
-    max_reserve_batch: int = Field(default=256, ge=1)
+    max_reserve_batch: int = Field(default=256, ge=1, le=MAX_SIZE)
     #: Longest Reserve long-poll, seconds (SPEC §3: ≤ 30 s).
     max_reserve_wait: float = Field(default=30.0, ge=0, le=30.0)
     #: Longest error detail kept per attempt, bytes (SPEC §3: 16 KiB).
-    max_error_detail_bytes: int = Field(default=16 * KiB, ge=0)
+    max_error_detail_bytes: int = Field(default=16 * KiB, ge=0, le=MAX_SIZE)
+
+
+# ---------------------------------------------------------------- bounds and clamping
+
+
+def fmt_number(value: float) -> str:
+    """A bound or a value as error text: an integral value without a fraction
+    (``315360000``, ``10000000000000``), any other as Python writes it (``0.001``, ``nan``)."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    return repr(value)
+
+
+def field_bounds(model: type[BaseModel], name: str) -> tuple[float | None, float | None]:
+    """The inclusive (lower, upper) bounds of a numeric field of ``model`` (None = unbounded
+    on that side; an exclusive ``gt``/``lt`` is reported as its value)."""
+    lo: float | None = None
+    hi: float | None = None
+    for meta in model.model_fields[name].metadata:
+        for attr in ("ge", "gt"):
+            if getattr(meta, attr, None) is not None:
+                lo = getattr(meta, attr)
+        for attr in ("le", "lt"):
+            if getattr(meta, attr, None) is not None:
+                hi = getattr(meta, attr)
+    return lo, hi
+
+
+def _clamp_fields(model: type[BaseModel], data: Any, defaults: dict[str, Any],
+                  prefix: str) -> tuple[dict[str, Any], list[str]]:
+    out = dict(defaults)
+    notes: list[str] = []
+    if not isinstance(data, Mapping):
+        notes.append(f"{prefix.rstrip('.') or 'settings'} is not an object; using the defaults")
+        return out, notes
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in model.model_fields:
+            notes.append(f"{path} is not a setting; ignored")
+            continue
+        default = defaults[key]
+        if key == "limits":
+            out[key], more = _clamp_fields(QueueLimits, value, default, "limits.")
+            notes += more
+            continue
+        if key == "allowed_encodings":
+            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+                out[key] = tuple(value)
+            else:
+                notes.append(f"{path}={value!r} is not a list of labels; using {default!r}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            notes.append(f"{path}={value!r} is not a finite number; using the default {default!r}")
+            continue
+        lo, hi = field_bounds(model, key)
+        clamped: int | float = value
+        if lo is not None and clamped < lo:
+            clamped = lo
+        if hi is not None and clamped > hi:
+            clamped = hi
+        clamped = int(clamped) if isinstance(default, int) else float(clamped)
+        if clamped != value:
+            span = f"{fmt_number(lo) if lo is not None else ''}..{fmt_number(hi) if hi is not None else ''}"
+            notes.append(f"{path}={fmt_number(value)} is outside {span}; using {fmt_number(clamped)}")
+        out[key] = clamped
+    return out, notes
+
+
+def clamp_settings(data: Any) -> tuple[QueueSettings, list[str]]:
+    """Stored queue settings (decoded JSON) → valid ``QueueSettings`` and what was changed.
+
+    For a row written by an older server (issue 14: "a stored setting can never make a read
+    fail"): an out-of-range number is clamped to its bound, a value of the wrong type or an
+    unknown key is replaced by the default / dropped. Each change is one human-readable
+    note (``dedup_window=1e13 is outside 0..315360000; using 315360000.0``); no notes means
+    the row was valid as stored. Never raises.
+    """
+    fields, notes = _clamp_fields(QueueSettings, data, QueueSettings().model_dump(), "")
+    try:
+        return QueueSettings.model_validate(fields), notes
+    except ValidationError as exc:  # a combination the per-field pass cannot see
+        return QueueSettings(), [*notes, f"the settings are invalid ({exc.error_count()} error(s)); using the defaults"]

@@ -82,6 +82,23 @@ def test_load_config_reports_a_bad_value_as_config_error(tmp_path: Path) -> None
     assert "_WithFile" not in str(info.value)
 
 
+def test_load_config_takes_every_maximum_and_refuses_one_past(tmp_path: Path) -> None:
+    """Issue 14: windows and retentions up to 10 years, backoff up to 365 days, leases up to a
+    day — at the limit the file loads; one past it is a ConfigError naming key, limit, value."""
+    at = {"dedup_window": 315_360_000, "completed_retention": 315_360_000, "dead_letter_retention": 315_360_000,
+          "retry_base": 31_536_000, "retry_cap": 31_536_000, "lease_duration": 86_400, "default_max_attempts": 10**6}
+    path = tmp_path / "sepp.toml"
+    path.write_text("[queues.edge]\n" + "".join(f"{k} = {v}\n" for k, v in at.items()), "utf-8")
+    edge = load_config(path).queues["edge"]
+    assert {k: getattr(edge, k) for k in at} == at
+    for key, value in at.items():
+        path.write_text(f"[queues.edge]\n{key} = {value + 1}\n", "utf-8")
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert f"queues.edge.{key}" in str(info.value) and str(value) in str(info.value), info.value
+        assert f"got {value + 1}" in str(info.value), info.value
+
+
 # ---------------------------------------------------------------- sepp serve
 
 _READY = re.compile(r"sepp ready grpc=(\S+)")
@@ -161,6 +178,17 @@ INVALID = [
     ("bad env value", "", {"SEPP_LIMITS__MAX_ENQUEUE_BATCH": "zero"}, [], ["limits.max_enqueue_batch"]),
     ("bad flag value", "", {}, ["--persist-mode", "bogus"], ["persist_mode"]),
     ("missing file", None, {}, [], ["cannot read config file", "No such file"]),
+    # issue 14: every duration and count has a maximum; the line names key, limit and value.
+    ("queue window past 10 years", "[queues.archive]\ndedup_window = 1e13\n", {}, [],
+     ["queues.archive.dedup_window", "315360000", "10000000000000"]),
+    ("default retention past 10 years from env", "", {"SEPP_QUEUE_DEFAULTS__COMPLETED_RETENTION": "315360001"}, [],
+     ["queue_defaults.completed_retention", "315360000", "315360001"]),
+    ("backoff past a year", "[queue_defaults]\nretry_cap = 31536001\n", {}, [],
+     ["queue_defaults.retry_cap", "31536000", "31536001"]),
+    ("horizon past 10 years", "[limits]\nmax_schedule_horizon = 315360001\n", {}, [],
+     ["limits.max_schedule_horizon", "315360000"]),
+    ("count past int32", "[queues.q.limits]\nmax_custom_entries = 2147483648\n", {}, [],
+     ["queues.q.limits.max_custom_entries", "2147483647", "2147483648"]),
 ]
 
 

@@ -1,13 +1,21 @@
 """Queue settings bounds (SPEC §1 "Queue"; docs/configuration.md): a queue's default lease
 runs from 1 ms to 1 day, like a Reserve's own lease and an ExtendLease, at the limit and
-one past it on each side."""
+one past it on each side; every other duration and count has its maximum too (issue 14),
+a stored row out of range is clamped, and the edge helpers refuse malformed protos."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from sepp.limits import QueueSettings
+from sepp.limits import (
+    MAX_RETENTION,
+    MAX_SIZE,
+    MAX_TIMESTAMP_SECONDS,
+    MIN_TIMESTAMP_SECONDS,
+    QueueSettings,
+    clamp_settings,
+)
 from sepp.worker.config import WorkerConfig
 
 
@@ -28,3 +36,67 @@ def test_worker_lease_duration_bounds(seconds: float, accepted: bool) -> None:
     else:
         with pytest.raises(ValueError, match=r"lease_duration must be between 0\.001 and 86400"):
             WorkerConfig(target="127.0.0.1:1", queues=("q",), lease_duration=seconds)
+
+
+# ---------------------------------------------------------------- issue 14: every maximum
+
+MAXIMA = [("dedup_window", 315_360_000), ("completed_retention", 315_360_000), ("dead_letter_retention", 315_360_000),
+          ("retry_base", 31_536_000), ("retry_cap", 31_536_000), ("lease_duration", 86_400), ("retry_jitter", 1),
+          ("default_max_attempts", 1_000_000), ("default_priority", 9)]
+
+
+@pytest.mark.parametrize(("name", "limit"), MAXIMA, ids=[m[0] for m in MAXIMA])
+def test_each_queue_setting_has_a_maximum_taken_at_the_limit_refused_past_it(name: str, limit: int) -> None:
+    assert getattr(QueueSettings(**{name: limit}), name) == limit
+    past = limit + (0.001 if name == "retry_jitter" else 1)
+    with pytest.raises(ValidationError) as info:
+        QueueSettings(**{name: past})
+    assert info.value.errors()[0]["ctx"]["le"] == limit
+
+
+def test_non_finite_numbers_are_refused() -> None:
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValidationError):
+            QueueSettings(retry_jitter=value)
+        with pytest.raises(ValidationError):
+            QueueSettings(dedup_window=value)
+
+
+def test_clamp_settings_keeps_valid_rows_and_clamps_what_is_out_of_range() -> None:
+    valid = QueueSettings(default_priority=2, dedup_window=5.0)
+    assert clamp_settings(valid.model_dump()) == (valid, [])
+    settings, notes = clamp_settings({"default_priority": 2, "dedup_window": 1e13, "retry_base": -3,
+                                      "lease_duration": 0, "retry_jitter": float("nan"), "unknown": 1,
+                                      "limits": {"max_payload_bytes": 2**80, "allowed_encodings": "json"}})
+    assert settings.default_priority == 2
+    assert (settings.dedup_window, settings.retry_base, settings.lease_duration) == (MAX_RETENTION, 0.0, 0.001)
+    assert settings.retry_jitter == 0.2, "not a finite number → the default"
+    assert settings.limits.max_payload_bytes == MAX_SIZE and settings.limits.allowed_encodings == ()
+    assert "dedup_window=10000000000000 is outside 0..315360000; using 315360000" in notes
+    assert len(notes) == 7, notes
+    assert clamp_settings([1, 2])[0] == QueueSettings()
+
+
+def test_edge_helpers_refuse_malformed_and_out_of_range_protos_exactly() -> None:
+    from google.protobuf import duration_pb2, timestamp_pb2
+
+    from sepp.server.bounds import duration_arg, exact_seconds, timestamp_arg
+    from sepp.server.errors import InvalidRequest
+
+    assert duration_arg(duration_pb2.Duration(seconds=86_400), "d", 0.001, 86_400) == 86_400
+    assert exact_seconds(-1, -500_000_000) == "-1.5" and exact_seconds(0, 1) == "0.000000001"
+    for seconds, nanos, field, limit, actual in [(86_400, 1, "d", 86_400, "86400.000000001"),
+                                                 (0, 999_999, "d", 0.001, "0.000999999"),
+                                                 (2**63 - 1, 0, "d", 86_400, str(2**63 - 1)),
+                                                 (0, 10**9, "d.nanos", 999_999_999, 10**9),
+                                                 (-3, 7, "d.nanos", 0, 7)]:
+        with pytest.raises(InvalidRequest) as info:
+            duration_arg(duration_pb2.Duration(seconds=seconds, nanos=nanos), "d", 0.001, 86_400)
+        assert (info.value.field, info.value.limit, info.value.actual) == (field, limit, actual)
+    assert timestamp_arg(timestamp_pb2.Timestamp(seconds=MAX_TIMESTAMP_SECONDS, nanos=999_999_999), "t") \
+        == MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999
+    for seconds, nanos, field in [(MAX_TIMESTAMP_SECONDS + 1, 0, "t"), (MIN_TIMESTAMP_SECONDS - 1, 0, "t"),
+                                  (0, -1, "t.nanos"), (0, 10**9, "t.nanos")]:
+        with pytest.raises(InvalidRequest) as info:
+            timestamp_arg(timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos), "t")
+        assert info.value.field == field

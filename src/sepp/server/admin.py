@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueSettings
 from sepp.rejections import RejectionCode
+from sepp.server.bounds import invalid_from_pydantic
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text, now_us
 from sepp.server.errors import EngineError, InvalidRequest, NotFound
 from sepp.server.queues import QueueState
@@ -197,9 +198,7 @@ def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequ
     try:
         settings = QueueSettings.model_validate(merged)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise InvalidRequest(f"{where}: {err['msg']}", where) from None
+        raise invalid_from_pydantic(exc) from None
     if settings.limits.max_payload_bytes > max_message_bytes:
         raise InvalidRequest(f"limits.max_payload_bytes must not exceed max_message_bytes ({max_message_bytes})",
                              "limits.max_payload_bytes", max_message_bytes, settings.limits.max_payload_bytes)

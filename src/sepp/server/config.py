@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from sepp.limits import QueueSettings, ServerLimits
+from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number
 from sepp.validation import Validator
 
 PersistMode = Literal["sync", "group", "async"]
@@ -28,7 +28,7 @@ class ServerConfig(BaseSettings):
     """Everything ``sepp serve`` needs. Durations are seconds; sizes bytes."""
 
     model_config = SettingsConfigDict(env_prefix="SEPP_", env_nested_delimiter="__", frozen=True,
-                                      extra="forbid")
+                                      extra="forbid", allow_inf_nan=False)
 
     #: Folder of the embedded SQLite database (``sepp.db``).
     data_dir: Path = Path("sepp-data")
@@ -47,19 +47,19 @@ class ServerConfig(BaseSettings):
     #: Declared queues: name → settings.
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
     #: Load shedding: most jobs waiting for the committer before OVERLOADED.
-    max_commit_backlog: int = Field(default=50_000, ge=1)
+    max_commit_backlog: int = Field(default=50_000, ge=1, le=MAX_SIZE)
     #: RetryInfo delay sent with OVERLOADED, seconds.
-    overload_retry_after: float = Field(default=0.05, gt=0)
+    overload_retry_after: float = Field(default=0.05, gt=0, le=HOUR)
     #: Longest sleep of the sweeper between passes, seconds.
-    sweep_interval: float = Field(default=1.0, gt=0)
+    sweep_interval: float = Field(default=1.0, gt=0, le=HOUR)
     #: Background fsync period in async mode, seconds.
-    async_fsync_interval: float = Field(default=0.05, gt=0)
+    async_fsync_interval: float = Field(default=0.05, gt=0, le=HOUR)
     #: Group commit: under concurrent load, wait this long to gather writes into one commit, seconds.
     group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
     #: SQLite page cache of the writer, MiB.
-    cache_mib: int = Field(default=64, ge=1)
+    cache_mib: int = Field(default=64, ge=1, le=1024 * 1024)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.
-    shutdown_grace: float = Field(default=10.0, ge=0)
+    shutdown_grace: float = Field(default=10.0, ge=0, le=DAY)
     #: When set, the admin API and UI need this token.
     admin_token: str | None = None
     #: Run the event loop on uvloop when available.
@@ -80,7 +80,7 @@ class ServerConfig(BaseSettings):
             return self.sqlite_writer
         return "thread" if self.persist_mode == "sync" else "process"
     #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
-    debug_commit_delay: float = Field(default=0.0, ge=0)
+    debug_commit_delay: float = Field(default=0.0, ge=0, le=60.0)
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
@@ -107,6 +107,16 @@ class ServerConfig(BaseSettings):
         # Constructed directly: keyword arguments > SEPP_* environment > defaults (no .env,
         # no secrets folder). load_config adds the TOML file below the environment.
         return init_settings, env_settings
+
+
+def _given(value: Any) -> str:
+    """`` (got 1e13)`` for the number (or short text, e.g. from ``SEPP_*``) a config error
+    refused; nothing for other inputs (a table, a long text)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f" (got {fmt_number(value)})"
+    if isinstance(value, str) and len(value) <= 40:
+        return f" (got {value!r})"
+    return ""
 
 
 def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
@@ -142,6 +152,6 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
         # One "key: problem" line per error; pydantic's own text names the internal
         # _WithFile class and links to its docs, which means nothing to a sepp user.
         problems = [f"{'.'.join(str(p) for p in err['loc']) or 'config'}: "
-                    f"{err['msg'].removeprefix('Value error, ')}" for err in exc.errors()]
+                    f"{err['msg'].removeprefix('Value error, ')}{_given(err.get('input'))}" for err in exc.errors()]
         raise ConfigError("; ".join(problems)) from exc
     return ServerConfig.model_construct(**{name: getattr(loaded, name) for name in ServerConfig.model_fields})

@@ -17,6 +17,7 @@ from typing import cast
 import uuid_utils
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.server.config import ServerConfig
 from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, LeaseRefused, Overloaded
 from sepp.server.notifier import Notifier
@@ -38,10 +39,10 @@ from sepp.validation import Checked, Validator
 
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
 #: Longest lease a Reserve or ExtendLease may ask for, seconds (one day; refused, not clamped).
-MAX_LEASE_SECONDS = 86_400.0
+MAX_LEASE_SECONDS = MAX_LEASE
 #: Shortest lease or extension, seconds: the server keeps time in µs, and a lease shorter than
 #: this would be over before its reservation reached the worker.
-MIN_LEASE_SECONDS = 0.001
+MIN_LEASE_SECONDS = MIN_LEASE
 
 #: Terminal states the throughput statistics count.
 _COUNTED = (int(State.COMPLETED), int(State.DEAD_LETTERED))
@@ -264,12 +265,13 @@ class JobEngine:
         if not 1 <= max_jobs <= lim.max_reserve_batch:
             raise InvalidRequest(f"max_jobs must be between 1 and {lim.max_reserve_batch}", "max_jobs",
                                  lim.max_reserve_batch, max_jobs)
-        if wait_s < 0 or wait_s > lim.max_reserve_wait:
+        if not 0 <= wait_s <= lim.max_reserve_wait:
             raise InvalidRequest(f"wait must be between 0 and {lim.max_reserve_wait:g} s", "wait",
-                                 int(lim.max_reserve_wait), int(wait_s))
+                                 0 if wait_s < 0 else lim.max_reserve_wait, wait_s)
         if lease_s is not None and not MIN_LEASE_SECONDS <= lease_s <= MAX_LEASE_SECONDS:
             raise InvalidRequest(f"lease_duration must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
-                                 "lease_duration", int(MAX_LEASE_SECONDS), int(lease_s))
+                                 "lease_duration", MIN_LEASE_SECONDS if lease_s < MIN_LEASE_SECONDS
+                                 else MAX_LEASE_SECONDS, lease_s)
         names = list(dict.fromkeys(queues))
         deadline = time.monotonic() + wait_s
         event = self.notifier.register(names)
@@ -360,8 +362,8 @@ class JobEngine:
         """New expiry = now + ``extend_by_s``. Raises ``LeaseRefused`` or ``InvalidRequest``."""
         if not MIN_LEASE_SECONDS <= extend_by_s <= MAX_LEASE_SECONDS:
             raise InvalidRequest(f"extend_by must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
-                                 "extend_by",
-                                 int(MAX_LEASE_SECONDS), int(extend_by_s))
+                                 "extend_by", MIN_LEASE_SECONDS if extend_by_s < MIN_LEASE_SECONDS
+                                 else MAX_LEASE_SECONDS, extend_by_s)
         now = now_us()
         result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000))
         if result.error is not None:

@@ -32,10 +32,13 @@ class InvalidRequest(EngineError):
     """A request is malformed as a whole (empty or over-cap batch, bad reserve arguments).
 
     Sent as INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT and metadata
-    ``field``/``limit``/``actual``.
+    ``field``/``limit``/``actual``: ``limit`` is the bound that was crossed, ``actual`` the
+    value given (numbers are written by ``sepp.limits.fmt_number``; a string is sent as is,
+    e.g. a Duration's exact seconds).
     """
 
-    def __init__(self, message: str, field: str, limit: int | None = None, actual: int | None = None) -> None:
+    def __init__(self, message: str, field: str, limit: float | str | None = None,
+                 actual: float | str | None = None) -> None:
         super().__init__(message)
         self.field = field
         self.limit = limit

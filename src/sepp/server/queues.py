@@ -3,14 +3,24 @@
 Loaded from the store at start (plus the queues declared in config, which win) and
 kept in step with every change, so the enqueue path never reads the database for a
 queue's limits.
+
+A stored row whose settings are out of range or malformed (a database written before
+the bounds of issue 14) is clamped into range when it is loaded, with one warning per
+queue at start — never an error: every read (GetServerInfo, ListQueues, the UI) and
+every policy use (backoff, retention, dedup) sees valid settings. The row itself is left
+as stored until the queue is next changed.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 
-from sepp.limits import QueueLimits, QueueSettings
+from sepp.limits import QueueLimits, QueueSettings, clamp_settings
 from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
+
+log = logging.getLogger("sepp.queues")
 
 _US = 1_000_000
 #: Bumped by every change that can alter a queue's policy (QueueRegistry.policies caches by it).
@@ -54,6 +64,21 @@ class QueueState:
         return QueueRecord(self.name, self.settings.model_dump_json(), self.paused, self.declared)
 
 
+def stored_settings(rec: QueueRecord) -> QueueSettings:
+    """The settings of a persisted queue row, clamped into range (``clamp_settings``) and
+    logged once (a warning naming the queue and each value changed) when they were not."""
+    try:
+        data = json.loads(rec.settings_json)
+    except (TypeError, ValueError):
+        settings, notes = QueueSettings(), ["the stored settings are not JSON; using the defaults"]
+    else:
+        settings, notes = clamp_settings(data)
+    if notes:
+        log.warning("queue %r: stored settings out of range, clamped (the row is rewritten on the next change): %s",
+                    rec.name, "; ".join(notes))
+    return settings
+
+
 class QueueRegistry:
     """Name → ``QueueState``; strict mode decides what an unknown name means (SPEC §1)."""
 
@@ -71,7 +96,7 @@ class QueueRegistry:
         Returns the queues whose persisted row must be written (new or changed by config).
         """
         for rec in records:
-            settings = QueueSettings.model_validate_json(rec.settings_json)
+            settings = stored_settings(rec)
             self._queues[rec.name] = QueueState(rec.name, settings, rec.paused, rec.declared, persisted=True)
         changed = []
         for name, settings in declared.items():

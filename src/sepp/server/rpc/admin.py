@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
 from google.protobuf import field_mask_pb2
@@ -20,7 +20,9 @@ from sepp import wire
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
+from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict
+from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError
 from sepp.server.queues import QueueState
 from sepp.server.rpc.convert import job_to_proto, ts
@@ -45,10 +47,22 @@ _LIMITS = ("max_payload_bytes", "allowed_encodings", "max_custom_entries", "max_
 # ---------------------------------------------------------------------- conversions
 
 
-def settings_patch(s: pb.QueueSettings) -> dict[str, Any]:
-    """A proto ``QueueSettings`` as the dict ``merge_settings`` takes (durations in seconds)."""
+def settings_patch(s: pb.QueueSettings, paths: Sequence[str] | None = None) -> dict[str, Any]:
+    """A proto ``QueueSettings`` as the dict ``merge_settings`` takes (durations in seconds).
+
+    Every duration that ``paths`` names (all of them when ``paths`` is empty) is checked at
+    the edge against its bounds in ``sepp.limits.QueueSettings`` — so a huge or malformed
+    Duration is refused with its exact value before any float conversion. Raises
+    ``InvalidRequest``.
+    """
     patch: dict[str, Any] = {name: getattr(s, name) for name in _SCALARS}
-    patch.update({name: duration_to_seconds(getattr(s, name)) for name in _DURATIONS})
+    for name in _DURATIONS:
+        d = getattr(s, name)
+        if not paths or name in paths:
+            lo, hi = field_bounds(QueueSettings, name)
+            patch[name] = duration_arg(d, name, lo or 0.0, hi if hi is not None else MAX_DURATION_SECONDS)
+        else:
+            patch[name] = duration_to_seconds(d)
     lim = s.limits
     patch["limits"] = {name: getattr(lim, name) for name in _LIMITS}
     patch["limits"]["allowed_encodings"] = tuple(lim.allowed_encodings)
@@ -94,15 +108,6 @@ def summary_proto(s: JobSummary) -> apb.JobSummary:
     """A ``JobSummary`` (Job without payload data and history)."""
     return apb.JobSummary(job=job_to_proto(s.record, with_history=False), payload_bytes=s.payload_bytes,
                           attempts_recorded=s.attempts_recorded, last_error=s.last_error)
-
-
-def _us(t: Any) -> int | None:
-    """A set Timestamp field as µs, None when unset."""
-    return None if t is None else int(t.seconds) * 1_000_000 + int(t.nanos) // 1000
-
-
-def _ts_field(msg: Any, name: str) -> int | None:
-    return _us(getattr(msg, name)) if msg.HasField(name) else None
 
 
 # ---------------------------------------------------------------------- auth + errors
@@ -162,16 +167,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def DeclareQueue(self, request: apb.DeclareQueueRequest,
                            context: Context) -> apb.DeclareQueueResponse:
         if request.HasField("settings"):
-            q, created = await self.admin.declare_queue(
-                request.name, settings_patch(request.settings), mask_paths(request.settings, request.update_mask))
+            paths = mask_paths(request.settings, request.update_mask)
+            q, created = await self.admin.declare_queue(request.name, settings_patch(request.settings, paths), paths)
         else:
             q, created = await self.admin.declare_queue(request.name)
         return apb.DeclareQueueResponse(queue=queue_info(q), created=created)
 
     @_rpc
     async def UpdateQueue(self, request: apb.UpdateQueueRequest, context: Context) -> pb.QueueInfo:
-        q = await self.admin.update_queue(request.name, settings_patch(request.settings),
-                                          mask_paths(request.settings, request.update_mask))
+        paths = mask_paths(request.settings, request.update_mask)
+        q = await self.admin.update_queue(request.name, settings_patch(request.settings, paths), paths)
         return queue_info(q)
 
     @_rpc
@@ -207,8 +212,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListJobs(self, request: apb.ListJobsRequest, context: Context) -> apb.ListJobsResponse:
         query = JobQuery(queue=request.queue or None, state=int(request.state) or None,
                          job_type=request.job_type or None, reason_prefix=request.reason_prefix or None,
-                         finished_after=_ts_field(request, "finished_after"),
-                         finished_before=_ts_field(request, "finished_before"))
+                         finished_after=optional_timestamp(request, "finished_after"),
+                         finished_before=optional_timestamp(request, "finished_before"))
         page = await self.admin.list_jobs(query, request.page_token, request.page_size)
         return apb.ListJobsResponse(jobs=[summary_proto(s) for s in page.jobs], next_page_token=page.next_token)
 
@@ -234,7 +239,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                                   context: Context) -> apb.RequeueDeadLetteredResponse:
         f = request.filter
         where = DeadFilter(queue=f.queue or None, job_type=f.job_type or None, reason_prefix=f.reason_prefix or None,
-                           after=_ts_field(f, "dead_lettered_after"), before=_ts_field(f, "dead_lettered_before"))
+                           after=optional_timestamp(f, "dead_lettered_after", "filter.dead_lettered_after"),
+                           before=optional_timestamp(f, "dead_lettered_before", "filter.dead_lettered_before"))
         matched, requeued = await self.admin.requeue_dead(where, request.dry_run, request.max_jobs)
         return apb.RequeueDeadLetteredResponse(matched=matched, requeued=requeued)
 

@@ -11,6 +11,7 @@ import grpc
 from google.rpc import code_pb2, status_pb2
 
 from sepp import wire
+from sepp.limits import fmt_number
 from sepp.server.errors import (
     AtomicRejected,
     EngineError,
@@ -36,9 +37,9 @@ def status_for(exc: BaseException) -> status_pb2.Status:
     if isinstance(exc, InvalidRequest):
         meta = {"field": exc.field}
         if exc.limit is not None:
-            meta["limit"] = str(exc.limit)
+            meta["limit"] = exc.limit if isinstance(exc.limit, str) else fmt_number(exc.limit)
         if exc.actual is not None:
-            meta["actual"] = str(exc.actual)
+            meta["actual"] = exc.actual if isinstance(exc.actual, str) else fmt_number(exc.actual)
         return wire.plain_status(code_pb2.INVALID_ARGUMENT, "INVALID_ARGUMENT", f"InvalidArgument: {exc}", meta)
     if isinstance(exc, LeaseRefused):
         code = code_pb2.NOT_FOUND if exc.error is SettleError.NOT_FOUND else code_pb2.FAILED_PRECONDITION

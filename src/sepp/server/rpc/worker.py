@@ -7,6 +7,8 @@ from typing import Any, TypeAlias
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
+from sepp.limits import MAX_DURATION_SECONDS, MAX_LEASE, MIN_LEASE
+from sepp.server.bounds import duration_arg
 from sepp.server.engine import JobEngine, job_id_bytes, now_us
 from sepp.server.errors import EngineError, InvalidRequest
 from sepp.server.rpc.convert import fill_reservation, job_to_proto, set_ts, ts
@@ -14,7 +16,6 @@ from sepp.server.rpc.status import abort_for
 from sepp.storage.base import JobRecord, SettleKind, SettleParams, State
 from sepp.storage.errors import StoreError
 from sepp.validation import utf8_len
-from sepp.wire import duration_to_seconds
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
 Context: TypeAlias = Any
@@ -58,12 +59,12 @@ def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: 
         return SettleParams(jid, lid, SettleKind.RETRY, now, outcome="retry", error_message=message,
                             error_detail=detail)
     if directive == "retry_after":
-        delay = duration_to_seconds(item.retry_after)
+        delay = duration_arg(item.retry_after, "retry_after", -MAX_DURATION_SECONDS, MAX_DURATION_SECONDS)
         if delay < 0:
             raise InvalidRequest("retry_after must not be negative", "retry_after")
         if delay > max_delay:
             raise InvalidRequest(f"retry_after must be at most {max_delay:g} s (max_schedule_horizon)", "retry_after",
-                                 int(max_delay), int(delay))
+                                 max_delay, delay)
         return SettleParams(jid, lid, SettleKind.RETRY, now, delay=int(delay * 1_000_000), outcome="retry_after",
                             error_message=message, error_detail=detail)
     if directive == "dead_letter":
@@ -83,11 +84,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.max_detail = engine.limits.max_error_detail_bytes
         self.max_message = engine.limits.max_message_bytes
         self.max_delay = engine.limits.max_schedule_horizon
+        self.max_wait = engine.limits.max_reserve_wait
 
     async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
         try:
-            lease = duration_to_seconds(request.lease_duration) if request.HasField("lease_duration") else None
-            wait = duration_to_seconds(request.wait) if request.HasField("wait") else 0.0
+            lease = (duration_arg(request.lease_duration, "lease_duration", MIN_LEASE, MAX_LEASE)
+                     if request.HasField("lease_duration") else None)
+            wait = duration_arg(request.wait, "wait", 0.0, self.max_wait) if request.HasField("wait") else 0.0
             jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
@@ -141,7 +144,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                           context: Context) -> wpb.ExtendLeaseResponse:
         try:
             jid, lid = _ids(request.job_id, request.lease_id)
-            result = await self.engine.extend(jid, lid, duration_to_seconds(request.extend_by))
+            extend_by = duration_arg(request.extend_by, "extend_by", MIN_LEASE, MAX_LEASE)
+            result = await self.engine.extend(jid, lid, extend_by)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.ExtendLeaseResponse(lease_expires_at=ts(result.lease_expires_at),

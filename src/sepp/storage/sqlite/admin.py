@@ -56,9 +56,19 @@ def _summary(row: Sequence[Any]) -> JobSummary:
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    # A page position is a stored int64 (seq, run_at, …): anything else, or outside int64
+    # (SQLite would raise OverflowError), is a malformed token (issue 14).
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
         raise ValueError("malformed page position")
     return value
+
+
+def _start(after: Any, n: int) -> tuple[int, ...]:
+    """The first page's position (``n`` × the smallest int64) when there is no ``after``;
+    a position of the wrong length is malformed."""
+    if after:
+        raise ValueError("malformed page position")
+    return (_INT_MIN,) * n
 
 
 class SQLiteAdmin:
@@ -85,16 +95,16 @@ class SQLiteAdmin:
         elif query.state in _FINISHED:
             keys = await self._list_finished(query, after, want, base)
         elif query.state == int(State.SCHEDULED):
-            run_at, seq = (_int(after[0]), _int(after[1])) if after else (_INT_MIN, _INT_MIN)
+            run_at, seq = (_int(after[0]), _int(after[-1])) if after and len(after) == 2 else _start(after, 2)
             rows = await self._read("list_scheduled", {**base, "queue": query.queue, "run_at": run_at,
                                                        "seq": seq, "limit": want})
             keys = [(s, [r, s]) for s, r in rows]
         elif query.state == int(State.RESERVED):
-            seq = _int(after[0]) if after else _INT_MIN
+            seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
             rows = await self._read("list_reserved", {**base, "queue": query.queue, "seq": seq, "limit": want})
             keys = [(s, [s]) for (s,) in rows]
         else:
-            seq = _int(after[0]) if after else _INT_MIN
+            seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
             rows = await self._read("list_any", {**base, "queue": query.queue, "seq": seq, "limit": want,
                                                  "after": query.finished_after, "before": query.finished_before})
             keys = [(s, [s]) for (s,) in rows]

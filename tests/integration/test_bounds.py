@@ -64,6 +64,13 @@ def _refused(call: Callable[[], Any]) -> AdminError:
     return caught.value
 
 
+def _one(name: str, value: duration_pb2.Duration) -> pb.QueueSettings:
+    """QueueSettings with only the duration ``name`` set."""
+    settings = pb.QueueSettings()
+    getattr(settings, name).CopyFrom(value)
+    return settings
+
+
 def _not_stored(admin: AdminClient, name: str) -> None:
     err = _refused(lambda: admin.get_queue(name))
     assert (err.code, err.reason) == (grpc.StatusCode.NOT_FOUND, "QUEUE_NOT_FOUND")
@@ -103,17 +110,17 @@ UPPER = [("dedup_window", TEN_YEARS), ("completed_retention", TEN_YEARS), ("dead
 def test_each_duration_setting_is_accepted_at_its_limit_and_refused_one_past_it(
         srv: ServerProcess, admin: AdminClient, name: str, limit: int) -> None:
     queue = f"lim-{name}"
-    at, _ = admin.declare_queue(queue, pb.QueueSettings(**{name: duration_pb2.Duration(seconds=limit)}), [name])
+    at, _ = admin.declare_queue(queue, _one(name, duration_pb2.Duration(seconds=limit)), [name])
     assert getattr(at.settings, name).seconds == limit
     for past in (duration_pb2.Duration(seconds=limit + 1), duration_pb2.Duration(seconds=limit, nanos=1)):
-        err = _refused(lambda p=past: admin.update_queue(queue, pb.QueueSettings(**{name: p}), [name]))  # type: ignore[misc]
+        err = _refused(lambda p=past: admin.update_queue(queue, _one(name, p), [name]))  # type: ignore[misc]
         assert (err.code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
         shown = str(limit + 1) if past.nanos == 0 else f"{limit}.000000001"
         assert err.metadata == {"field": name, "limit": str(limit), "actual": shown}
         assert str(limit) in err.message and shown in err.message
     assert getattr(admin.get_queue(queue).settings, name).seconds == limit, "a refused update changes nothing"
     fresh = f"{queue}-past"
-    _refused(lambda: admin.declare_queue(fresh, pb.QueueSettings(**{name: duration_pb2.Duration(seconds=limit + 1)}),
+    _refused(lambda: admin.declare_queue(fresh, _one(name, duration_pb2.Duration(seconds=limit + 1)),
                                          [name]))
     _not_stored(admin, fresh)
 
@@ -168,8 +175,8 @@ REPRO_2 = ["dedup_window", "completed_retention", "retry_base", "retry_cap", "de
 
 @pytest.mark.parametrize("name", REPRO_2)
 def test_repro_2_ten_to_the_thirteen_seconds_is_refused(admin: AdminClient, srv: ServerProcess, name: str) -> None:
-    err = _refused(lambda: admin.declare_queue(f"r2-{name}", pb.QueueSettings(
-        **{name: duration_pb2.Duration(seconds=10**13)}), [name]))
+    err = _refused(lambda: admin.declare_queue(f"r2-{name}", _one(
+        name, duration_pb2.Duration(seconds=10**13)), [name]))
     assert (err.code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
     assert err.metadata["field"] == name and err.metadata["actual"] == str(10**13)
     _not_stored(admin, f"r2-{name}")

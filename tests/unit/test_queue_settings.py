@@ -47,10 +47,10 @@ MAXIMA = [("dedup_window", 315_360_000), ("completed_retention", 315_360_000), (
 
 @pytest.mark.parametrize(("name", "limit"), MAXIMA, ids=[m[0] for m in MAXIMA])
 def test_each_queue_setting_has_a_maximum_taken_at_the_limit_refused_past_it(name: str, limit: int) -> None:
-    assert getattr(QueueSettings(**{name: limit}), name) == limit
+    assert getattr(QueueSettings.model_validate({name: limit}), name) == limit
     past = limit + (0.001 if name == "retry_jitter" else 1)
     with pytest.raises(ValidationError) as info:
-        QueueSettings(**{name: past})
+        QueueSettings.model_validate({name: past})
     assert info.value.errors()[0]["ctx"]["le"] == limit
 
 

@@ -100,3 +100,30 @@ def test_edge_helpers_refuse_malformed_and_out_of_range_protos_exactly() -> None
         with pytest.raises(InvalidRequest) as info:
             timestamp_arg(timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos), "t")
         assert info.value.field == field
+
+
+def test_the_maxima_table_in_the_docs_matches_the_code() -> None:
+    """docs/configuration.md "Maxima" lists every bounded setting with the bounds the models enforce."""
+    from pathlib import Path
+
+    from pydantic import BaseModel
+
+    from sepp.limits import QueueLimits, ServerLimits, field_bounds
+    from sepp.server.config import ServerConfig
+
+    text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text("utf-8")
+    table = text.split("| setting | min | max | note |", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1:4] for line in table.strip().splitlines()[1:]]
+    assert len(rows) == 34, rows
+    seen: set[tuple[str, str]] = set()
+    for key, lo, hi in rows:
+        path = key.strip().strip("`").split(".")
+        model: type[BaseModel] = {("queue", "limits"): QueueLimits, ("queue",): QueueSettings,
+                                  ("limits",): ServerLimits}.get(tuple(path[:-1]), ServerConfig)
+        bounds = field_bounds(model, path[-1])
+        assert (float(lo.strip().lstrip("> ")), float(hi)) == bounds, key
+        seen.add((model.__name__, path[-1]))
+    for model in (QueueSettings, QueueLimits, ServerLimits, ServerConfig):
+        for name, info in model.model_fields.items():
+            if info.annotation in (int, float):
+                assert (model.__name__, name) in seen, f"{model.__name__}.{name} is missing from the Maxima table"

@@ -433,7 +433,8 @@ class AdminEngine:
         Raises ``InvalidRequest`` for a bad page size, state or token.
         """
         if page_size < 0 or page_size > MAX_PAGE:
-            raise InvalidRequest(f"page_size must be between 1 and {MAX_PAGE}", "page_size", MAX_PAGE, page_size)
+            raise InvalidRequest(f"page_size must be between 1 and {MAX_PAGE} (0 = {DEFAULT_PAGE}; got {page_size})",
+                                 "page_size", 0 if page_size < 0 else MAX_PAGE, page_size)
         if query.state is not None and query.state not in ALL_STATES:
             raise InvalidRequest(f"unknown job state {query.state}", "state")
         after = decode_cursor(query, page_token)
@@ -484,7 +485,8 @@ class AdminEngine:
         """Bulk redrive: (matched, requeued). Only jobs dead-lettered before the call started
         are taken, so a job that fails again meanwhile is not redriven twice."""
         if max_jobs < 0:
-            raise InvalidRequest("max_jobs must not be negative", "max_jobs")
+            raise InvalidRequest(f"max_jobs must not be negative (0 = every match; got {max_jobs})", "max_jobs", 0,
+                                 max_jobs)
         now = now_us()
         before = now + 1 if where.before is None else min(where.before, now + 1)
         snapshot = DeadFilter(where.queue, where.job_type, where.reason_prefix, where.after, before)

@@ -263,8 +263,8 @@ class JobEngine:
         if not queues:
             raise InvalidRequest("reserve needs at least one queue", "queues")
         if not 1 <= max_jobs <= lim.max_reserve_batch:
-            raise InvalidRequest(f"max_jobs must be between 1 and {lim.max_reserve_batch}", "max_jobs",
-                                 lim.max_reserve_batch, max_jobs)
+            raise InvalidRequest(f"max_jobs must be between 1 and {lim.max_reserve_batch} (got {max_jobs})", "max_jobs",
+                                 1 if max_jobs < 1 else lim.max_reserve_batch, max_jobs)
         if not 0 <= wait_s <= lim.max_reserve_wait:
             raise InvalidRequest(f"wait must be between 0 and {lim.max_reserve_wait:g} s", "wait",
                                  0 if wait_s < 0 else lim.max_reserve_wait, wait_s)

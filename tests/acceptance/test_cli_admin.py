@@ -166,3 +166,19 @@ def test_transport_errors_and_missing_tokens_have_their_exit_codes(server_factor
     assert allowed.returncode == 0 and json.loads(allowed.stdout) == []
     via_env = sepp("queues", "list", "--json", env={"SEPP_SERVER": locked.grpc_target, "SEPP_ADMIN_TOKEN": "tok-1"})
     assert via_env.returncode == 0
+
+
+def test_declare_with_a_duration_past_its_maximum_is_refused_with_field_and_limit(srv: ServerProcess) -> None:
+    """Issue 14: 3650 days (10 years) is the longest window; one day more is the server's
+    INVALID_ARGUMENT naming field, limit and value; a non-finite or absurd value is a usage
+    error before any call — never a traceback."""
+    target = srv.grpc_target
+    assert ok_json("queues", "declare", "cli-max", "--dedup-window", "3650d",
+                   server=target)["settings"]["dedup_window"] == 315_360_000
+    past = sepp("queues", "declare", "cli-max", "--dedup-window", "3651d", "--json", server=target)
+    assert past.returncode == 2, past.stderr + past.stdout
+    assert "dedup_window" in past.stderr + past.stdout and "315360000" in past.stderr + past.stdout
+    for absurd in ("1e30", "inf", "nan"):
+        bad = sepp("queues", "declare", "cli-max", "--dedup-window", absurd, server=target)
+        assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr
+    assert ok_json("queues", "show", "cli-max", server=target)["settings"]["dedup_window"] == 315_360_000

@@ -118,12 +118,13 @@ def test_the_maxima_table_in_the_docs_matches_the_code() -> None:
     seen: set[tuple[str, str]] = set()
     for key, lo, hi in rows:
         path = key.strip().strip("`").split(".")
-        model: type[BaseModel] = {("queue", "limits"): QueueLimits, ("queue",): QueueSettings,
-                                  ("limits",): ServerLimits}.get(tuple(path[:-1]), ServerConfig)
+        models: dict[tuple[str, ...], type[BaseModel]] = {("queue", "limits"): QueueLimits, ("queue",): QueueSettings,
+                                                          ("limits",): ServerLimits}
+        model = models.get(tuple(path[:-1]), ServerConfig)
         bounds = field_bounds(model, path[-1])
         assert (float(lo.strip().lstrip("> ")), float(hi)) == bounds, key
         seen.add((model.__name__, path[-1]))
-    for model in (QueueSettings, QueueLimits, ServerLimits, ServerConfig):
-        for name, info in model.model_fields.items():
+    for every in (QueueSettings, QueueLimits, ServerLimits, ServerConfig):
+        for name, info in every.model_fields.items():
             if info.annotation in (int, float):
-                assert (model.__name__, name) in seen, f"{model.__name__}.{name} is missing from the Maxima table"
+                assert (every.__name__, name) in seen, f"{every.__name__}.{name} is missing from the Maxima table"

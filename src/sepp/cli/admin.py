@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.cli.main import app
 from sepp.client.admin import DEFAULT_TARGET, STATES, AdminClient, AdminError, state_number
 from sepp.errors import TransportError
+from sepp.limits import MAX_DURATION_SECONDS
 from sepp.wire import custom_from_proto
 
 EXIT_DECLINED, EXIT_REFUSED, EXIT_TRANSPORT = 1, 2, 3
@@ -128,7 +130,9 @@ def _confirm(question: str, yes: bool, as_json: bool) -> None:
 def parse_duration(text: str) -> float:
     """``30s``, ``10m``, ``2h``, ``1d``, ``250ms``, ``1h30m`` or bare seconds → seconds.
 
-    Raises ``typer.BadParameter`` for anything else.
+    Raises ``typer.BadParameter`` for anything else, and for a value that is not finite or
+    beyond a protobuf Duration (10,000 years); the server refuses what is beyond the
+    setting's own maximum (docs/configuration.md "Maxima").
     """
     text = text.strip()
     try:
@@ -138,8 +142,12 @@ def parse_duration(text: str) -> float:
         if not parts or "".join(n + u for n, u in parts) != text:
             raise typer.BadParameter(f"{text!r} is not a duration (e.g. 30s, 10m, 2h, 1d, 1h30m)") from None
         value = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{text!r} is not a finite duration")
     if value < 0:
         raise typer.BadParameter("a duration must not be negative")
+    if value > MAX_DURATION_SECONDS:
+        raise typer.BadParameter(f"a duration must be at most {MAX_DURATION_SECONDS} s")
     return value
 
 

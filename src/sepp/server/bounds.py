@@ -83,15 +83,6 @@ def optional_timestamp(msg: Any, name: str, field: str | None = None) -> int | N
     return timestamp_arg(getattr(msg, name), field or name) if msg.HasField(name) else None
 
 
-def count_arg(value: int, field: str, lo: int, hi: int) -> int:
-    """A count argument within ``lo``..``hi`` (inclusive). Raises ``InvalidRequest``."""
-    if value < lo:
-        raise InvalidRequest(f"{field} must be at least {lo} (got {value})", field, lo, value)
-    if value > hi:
-        raise InvalidRequest(f"{field} must be at most {hi} (got {value})", field, hi, value)
-    return value
-
-
 def invalid_from_pydantic(exc: ValidationError, prefix: Sequence[str] = ()) -> InvalidRequest:
     """The first error of a pydantic ``ValidationError`` as an ``InvalidRequest``: ``field``
     is the dotted location, ``limit`` the bound from the error's context (``le``, ``ge``, …)

@@ -16,6 +16,9 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.quoting import QUOTE_LIMIT as QUOTE_LIMIT  # re-exported: bounded quoting of user input
+from sepp.quoting import clip as clip
+from sepp.quoting import quote as quote
 from sepp.rejections import CATALOGUE, ERROR_DOMAIN, RejectionCode
 
 #: Trailing-metadata key of the binary google.rpc.Status (gRPC rich error model).

@@ -161,7 +161,8 @@ def test_skipped_rows_cross_from_the_writer_process(writer: str) -> None:
     async def body(store: SQLiteStore, _db: Path) -> None:
         poison, mail = _row("archive", max_attempts=1), _row("emails")
         await _lease(store, [poison, mail])
-        result = await store.reclaim_expired(NOW + 2 * SECOND, 100, PolicyTable(QueuePolicy(), {"archive": OVERFLOWING}))
+        policy = PolicyTable(QueuePolicy(), {"archive": OVERFLOWING})
+        result = await store.reclaim_expired(NOW + 2 * SECOND, 100, policy)
         assert result.count == 1 and [s.job_id for s in result.skipped] == [poison.id]
 
     _run(body, writer)

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import field_mask_pb2
 
 from sepp import wire
 from sepp.api.v1 import admin_pb2 as apb
@@ -49,7 +50,8 @@ CASES: list[tuple[str, Call, grpc.StatusCode, str, str | None]] = [
      lambda a, w, x: a.FindJobByIdempotencyKey(apb.FindJobByIdempotencyKeyRequest(queue=x, key="k")),
      NF, "IDEMPOTENCY_KEY_NOT_FOUND", None),
     ("UpdateQueue(update_mask)", lambda a, w, x: a.UpdateQueue(apb.UpdateQueueRequest(
-        name="q", settings=pb.QueueSettings(), update_mask={"paths": [x]})), IA, "INVALID_ARGUMENT", "update_mask"),
+        name="q", settings=pb.QueueSettings(), update_mask=field_mask_pb2.FieldMask(paths=[x]))),
+     IA, "INVALID_ARGUMENT", "update_mask"),
     ("Ack", lambda a, w, x: w.Ack(wpb.AckRequest(job_id=x, lease_id=LEASE)), IA, "INVALID_ARGUMENT", "job_id"),
     ("Ack(lease_id)", lambda a, w, x: w.Ack(wpb.AckRequest(job_id=LEASE, lease_id=x)), IA, "INVALID_ARGUMENT",
      "lease_id"),

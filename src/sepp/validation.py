@@ -4,7 +4,8 @@ Both sides validate the same protobuf ``EnqueueRequest`` with the same code, so 
 client's local verdict always equals the server's (given the same limits and clock).
 Checks run in the catalogue's fixed order; the first failing one wins. Where several
 custom keys fail the same check, the smallest key (by code point) is reported, so the
-verdict does not depend on map iteration order.
+verdict does not depend on map iteration order. A message or field that names a value the
+caller sent quotes at most 200 bytes of it (``sepp.quoting``, issue 14).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueLimits, ServerLimits
+from sepp.quoting import clip, quote
 from sepp.rejections import RejectionCode
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
@@ -176,7 +178,7 @@ class Validator:
         # 4. UnknownQueue.
         qlim = self.queue_limits(queue)
         if qlim is None:
-            return _reject(_UQ, f"queue {queue!r} is not declared (strict mode)", "queue")
+            return _reject(_UQ, f"queue {quote(queue)} is not declared (strict mode)", "queue")
         # 5. PayloadTooLarge.
         data = payload.data
         size = len(data)
@@ -185,7 +187,7 @@ class Validator:
                            qlim.max_payload_bytes, size)
         # 6. EncodingNotAllowed.
         if qlim.allowed_encodings and encoding not in qlim.allowed_encodings:
-            return _reject(_ENA, f"encoding {encoding!r} is not allowed on this queue", "payload.encoding")
+            return _reject(_ENA, f"encoding {quote(encoding)} is not allowed on this queue", "payload.encoding")
         if custom:
             # 7–9. Custom map bounds.
             bad = _custom_bounds(custom, qlim)
@@ -224,13 +226,13 @@ def _first_malformed_custom(custom: Mapping[str, pb.CustomValue]) -> pb.Rejectio
         if not key:
             bad.append((key, "custom key is empty"))
         elif kind is None:
-            bad.append((key, f"custom value {key!r} has no type"))
+            bad.append((key, f"custom value {quote(key)} has no type"))
         elif kind == "float_value" and not math.isfinite(value.float_value):
-            bad.append((key, f"custom value {key!r} is not a finite float"))
+            bad.append((key, f"custom value {quote(key)} is not a finite float"))
     if not bad:
         return None
     key, message = min(bad)
-    return _reject(_IA, message, f"custom[{key}]")
+    return _reject(_IA, message, f"custom[{clip(key)}]")
 
 
 def _custom_bounds(custom: Mapping[str, pb.CustomValue], qlim: QueueLimits) -> pb.Rejection | None:
@@ -246,7 +248,7 @@ def _custom_bounds(custom: Mapping[str, pb.CustomValue], qlim: QueueLimits) -> p
             too_long = key
         total += klen + custom_value_size(value)
     if too_long is not None:
-        return _reject(_CKTL, "custom key is too long", f"custom[{too_long}]", max_key, utf8_len(too_long))
+        return _reject(_CKTL, "custom key is too long", f"custom[{clip(too_long)}]", max_key, utf8_len(too_long))
     if total > qlim.max_custom_bytes:
         return _reject(_CMTL, "custom map is larger than max_custom_bytes", "custom",
                        qlim.max_custom_bytes, total)
@@ -260,7 +262,7 @@ def _trace_rejection(trace: Mapping[str, str], lim: ServerLimits) -> pb.Rejectio
     long_keys = sorted(k for k, v in trace.items() if utf8_len(v) > lim.max_trace_value_bytes)
     if long_keys:
         key = long_keys[0]
-        return _reject(_TCI, "trace context value is too long", f"trace_context[{key}]",
+        return _reject(_TCI, "trace context value is too long", f"trace_context[{clip(key)}]",
                        lim.max_trace_value_bytes, utf8_len(trace[key]))
     parent = trace.get("traceparent")
     if parent is not None and not traceparent_valid(parent):

@@ -16,6 +16,9 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.quoting import QUOTE_LIMIT as QUOTE_LIMIT  # re-exported: bounded quoting of user input
+from sepp.quoting import clip as clip
+from sepp.quoting import quote as quote
 from sepp.rejections import CATALOGUE, ERROR_DOMAIN, RejectionCode
 
 #: Trailing-metadata key of the binary google.rpc.Status (gRPC rich error model).
@@ -135,10 +138,21 @@ def atomic_status(rejections: Sequence[pb.IndexedRejection]) -> status_pb2.Statu
                              details=[_pack(info), _pack(pb.AtomicRejections(rejections=rejections))])
 
 
+#: Longest status message sent, UTF-8 bytes, and longest ErrorInfo metadata value: a last
+#: bound under gRPC's 8 KiB metadata limit (the message travels twice: ``grpc-message`` and
+#: inside ``grpc-status-details-bin``), behind the quoting of user input where it is written.
+MAX_STATUS_MESSAGE_BYTES = 1024
+MAX_METADATA_VALUE_BYTES = 256
+
+
 def plain_status(code: int, reason: str, message: str,
                  metadata: Mapping[str, str] | None = None) -> status_pb2.Status:
-    """A status with just an ErrorInfo (batch-level InvalidArgument, lease errors, …)."""
-    return status_pb2.Status(code=code, message=message, details=[_pack(error_info(reason, metadata))])
+    """A status with just an ErrorInfo (batch-level InvalidArgument, lease errors, …). The
+    message is cut to ``MAX_STATUS_MESSAGE_BYTES`` and each metadata value to
+    ``MAX_METADATA_VALUE_BYTES`` (issue 14: no answer exceeds the metadata limit)."""
+    meta = {k: clip(v, MAX_METADATA_VALUE_BYTES) for k, v in (metadata or {}).items()}
+    return status_pb2.Status(code=code, message=clip(message, MAX_STATUS_MESSAGE_BYTES),
+                             details=[_pack(error_info(reason, meta))])
 
 
 def overloaded_status(retry_after: float, backlog: int) -> status_pb2.Status:

@@ -271,3 +271,21 @@ def test_job_type_length_is_measured_in_utf8_bytes(text: str) -> None:
     size = len(text.encode("utf-8"))
     expected = None if size <= LIM.max_job_type_bytes else ("JOB_TYPE_INVALID", "job_type", 6, size)
     assert verdict(req(job_type=text)) == expected
+
+
+def test_a_long_key_is_quoted_and_clipped_in_the_verdict() -> None:
+    # Issue 14 item 5: a refusal names a caller's value with at most 200 bytes of it.
+    v = Validator(LIM, lookup)
+    key = "k" * 10_240
+    untyped = req(custom={key: pb.CustomValue()})
+    rejection = v.validate(untyped, NOW)
+    assert rejection is not None
+    assert rejection.field == "custom[" + "k" * 200 + "…]"
+    assert rejection.message == "custom value '" + "k" * 200 + "…' (10240 bytes) has no type"
+    too_long = v.validate(req(custom={key: 1}), NOW)
+    assert too_long is not None and too_long.field == "custom[" + "k" * 200 + "…]" and too_long.actual == 10_240
+    trace = v.validate(req(trace={key: "v" * 61}), NOW)
+    assert trace is not None and trace.field == "trace_context[" + "k" * 200 + "…]"
+    # At the limit the key is named whole.
+    at_limit = v.validate(req(custom={"k" * 200: pb.CustomValue()}), NOW)
+    assert at_limit is not None and at_limit.field == f"custom[{'k' * 200}]"

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueSettings
+from sepp.quoting import clip, quote
 from sepp.rejections import RejectionCode
 from sepp.server.bounds import invalid_from_pydantic
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text, now_us
@@ -185,15 +186,15 @@ def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequ
     for path in paths or _all_paths(patch):
         head, _, rest = path.partition(".")
         if head not in QueueSettings.model_fields or (rest and head != "limits"):
-            raise InvalidRequest(f"unknown queue setting {path!r}", "update_mask")
+            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
         if head not in patch:
-            raise InvalidRequest(f"setting {path!r} is named but not given", path)
+            raise InvalidRequest(f"setting {quote(path)} is named but not given", clip(path))
         if not rest:
             merged[head] = patch[head]
             continue
         limits = patch[head] if isinstance(patch[head], Mapping) else {}
         if rest not in merged["limits"] or rest not in limits:
-            raise InvalidRequest(f"unknown queue setting {path!r}", "update_mask")
+            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
         merged["limits"][rest] = limits[rest]
     try:
         settings = QueueSettings.model_validate(merged)
@@ -311,7 +312,7 @@ class AdminEngine:
         """The queue, or ``NotFound`` (QUEUE_NOT_FOUND)."""
         q = self.engine.queues.get(name)
         if q is None:
-            raise NotFound(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
+            raise NotFound(f"queue {quote(name)} does not exist", "QUEUE_NOT_FOUND")
         return q
 
     def queues(self) -> list[QueueState]:
@@ -407,9 +408,9 @@ class AdminEngine:
                 return deleted
             if not force:
                 counts = (await self.store.state_counts(name))[name]
-                raise StateConflict("QUEUE_NOT_EMPTY", f"queue {name!r} holds {counts.total} job(s); "
+                raise StateConflict("QUEUE_NOT_EMPTY", f"queue {quote(name)} holds {counts.total} job(s); "
                                     "purge it first or delete with force", {"jobs": str(counts.total)})
-        raise StateConflict("QUEUE_NOT_EMPTY", f"queue {name!r} keeps receiving jobs; pause producers first")
+        raise StateConflict("QUEUE_NOT_EMPTY", f"queue {quote(name)} keeps receiving jobs; pause producers first")
 
     # ------------------------------------------------------------------ jobs
 
@@ -417,14 +418,14 @@ class AdminEngine:
     def _job_id(text: str) -> bytes:
         raw = job_id_bytes(text)
         if raw is None:
-            raise InvalidRequest(f"job_id {text!r} is not a UUID", "job_id")
+            raise InvalidRequest(f"job_id {quote(text)} is not a UUID", "job_id")
         return raw
 
     async def get_job(self, job_id: str) -> JobRecord:
         """The full job, or ``NotFound`` (JOB_NOT_FOUND)."""
         rec = await self.engine.store.get_job(self._job_id(job_id))
         if rec is None:
-            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
         return rec
 
     async def list_jobs(self, query: JobQuery, page_token: str = "", page_size: int = 0) -> JobListing:
@@ -441,7 +442,7 @@ class AdminEngine:
         try:
             page = await self.store.list_jobs(query, after, page_size or DEFAULT_PAGE)
         except ValueError as exc:
-            raise InvalidRequest(f"page_token is malformed: {exc}", "page_token") from None
+            raise InvalidRequest(f"page_token is malformed: {clip(exc)}", "page_token") from None
         return JobListing(page.jobs, encode_cursor(query, page.next_key) if page.next_key is not None else "")
 
     async def find_by_key(self, queue: str, key: str) -> tuple[str, int, JobRecord | None]:
@@ -451,7 +452,7 @@ class AdminEngine:
         """
         hit = await self.store.find_idempotency(queue, key)
         if hit is None or hit[1] <= now_us():
-            raise NotFound(f"no live idempotency key {key!r} in queue {queue!r}", "IDEMPOTENCY_KEY_NOT_FOUND")
+            raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}", "IDEMPOTENCY_KEY_NOT_FOUND")
         job = await self.engine.store.get_job(hit[0])
         return job_id_text(hit[0]), hit[1], job
 
@@ -462,9 +463,9 @@ class AdminEngine:
         result = await self.store.cancel(raw, now_us(), self.engine.queues.policies(),
                                          reason[:1024] if reason else "")
         if result.outcome is Outcome.NOT_FOUND:
-            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
         if result.outcome is Outcome.WRONG_STATE:
-            raise StateConflict("JOB_STATE", f"job {job_id} is {state_name(result.state)}; only SCHEDULED, "
+            raise StateConflict("JOB_STATE", f"job {clip(job_id, 64)} is {state_name(result.state)}; only SCHEDULED, "
                                 "READY and RESERVED jobs can be cancelled", {"state": state_name(result.state)})
         self._counts.expires = 0.0
         return await self.get_job(job_id)
@@ -473,10 +474,10 @@ class AdminEngine:
         """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""
         result = await self.store.requeue(self._job_id(job_id), now_us())
         if result.outcome is Outcome.NOT_FOUND:
-            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
         if result.outcome is Outcome.WRONG_STATE:
-            raise StateConflict("JOB_STATE", f"job {job_id} is {state_name(result.state)}; only DEAD_LETTERED "
-                                "and CANCELLED jobs can be requeued", {"state": state_name(result.state)})
+            raise StateConflict("JOB_STATE", f"job {clip(job_id, 64)} is {state_name(result.state)}; only "
+                                "DEAD_LETTERED and CANCELLED jobs can be requeued", {"state": state_name(result.state)})
         self.engine.notifier.ready(result.queue)
         self._counts.expires = 0.0
         return await self.get_job(job_id)
@@ -509,7 +510,7 @@ class AdminEngine:
         """Delete one job in any state. Raises ``NotFound``."""
         result = await self.store.delete_job(self._job_id(job_id))
         if result.outcome is Outcome.NOT_FOUND:
-            raise NotFound(f"job {job_id} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
         self._counts.expires = 0.0
 
     # ------------------------------------------------------------------ stats

@@ -109,7 +109,8 @@ class SeppServer:
         sock.setblocking(False)
         self._http_sock = sock
         self.http_port = sock.getsockname()[1]
-        app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node)
+        app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node,
+                             sweep_skipped=lambda: self.sweeper.skipped)
         self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
         self._http_task = asyncio.create_task(self.http.serve(sockets=[sock]), name="sepp-http")
 

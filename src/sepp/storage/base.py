@@ -224,14 +224,27 @@ class ExtendResult:
     cancel_requested: bool = False
 
 
+class SkippedRow(NamedTuple):
+    """A row a sweep pass could not process and left as it was (issue 14 "sweeps isolate
+    failures"): the job's 16-byte id (for an idempotency key, the job that claimed it), its
+    queue, the error (one line, already bounded: ``sepp.wire.quote``), and the key for an
+    idempotency-key row. The pass handled every other row; the next pass tries this one again."""
+
+    job_id: bytes
+    queue: str
+    error: str
+    key: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    """What a sweep pass changed: the queues that got newly READY jobs, a count, and how many
-    jobs it dead-lettered per queue."""
+    """What a sweep pass changed: a count (rows moved or deleted), the queues that got newly
+    READY jobs, how many jobs it dead-lettered per queue, and the rows it had to skip."""
 
     count: int
     queues: frozenset[str] = field(default_factory=frozenset)
     dead_lettered: dict[str, int] = field(default_factory=dict)
+    skipped: tuple[SkippedRow, ...] = ()
 
 
 class Store(Protocol):
@@ -274,7 +287,12 @@ class Store(Protocol):
         """Move a live lease's expiry to ``expires_at``."""
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
-        """SCHEDULED jobs with run_at ≤ now → READY (at most ``limit``)."""
+        """SCHEDULED jobs with run_at ≤ now → READY (at most ``limit``).
+
+        Every sweep (this, ``reclaim_expired``, ``prune``) isolates failures: a row it cannot
+        process is left as it is and reported in ``SweepResult.skipped``; every other due row
+        is still handled in the same pass (issue 14). Only a failure of the store as a whole
+        (``StoreError``) fails the pass."""
 
     async def next_due(self) -> int | None:
         """The earliest run_at of a SCHEDULED job, or None."""
@@ -282,8 +300,9 @@ class Store(Protocol):
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
         """RESERVED jobs whose lease ran out → READY, or DEAD_LETTERED (LEASE_EXPIRED) on the last attempt."""
 
-    async def prune(self, now: int, limit: int) -> int:
-        """Delete finished jobs past their retention and expired idempotency keys."""
+    async def prune(self, now: int, limit: int) -> SweepResult:
+        """Delete finished jobs past their retention and expired idempotency keys (at most
+        ``limit`` of each); ``count`` is the rows deleted."""
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id, or None."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -29,16 +29,35 @@ class _CommitsCollector:
         yield family
 
 
+class _SweepSkippedCollector:
+    """``sepp_sweep_skipped_total{pass=promote|reclaim|prune}``: rows a sweep pass could not
+    process and skipped since start (issue 14), read from the sweeper at each scrape."""
+
+    def __init__(self, skipped: Callable[[], Mapping[str, int]]) -> None:
+        self._skipped = skipped
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("sepp_sweep_skipped", "Rows a sweep pass could not process and skipped",
+                                     labels=["pass"])
+        for name, count in sorted(self._skipped().items()):
+            family.add_metric([name], float(count))
+        yield family
+
+
 def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: AdminEngine | None = None,
-                   started: float = 0.0, node: str = "") -> Starlette:
+                   started: float = 0.0, node: str = "",
+                   sweep_skipped: Callable[[], Mapping[str, int]] | None = None) -> Starlette:
     """The HTTP app. ``healthy`` says whether the server is serving (false while stopping).
 
     With ``admin`` the web UI is mounted too (``sepp.server.http.ui``); ``started``
-    (monotonic) and ``node`` feed its server info.
+    (monotonic) and ``node`` feed its server info. ``sweep_skipped`` gives the sweeper's
+    skipped rows by pass (``Sweeper.skipped``) for ``sepp_sweep_skipped_total``.
     """
     registry = CollectorRegistry()
     backlog = Gauge("sepp_commit_backlog_jobs", "Jobs waiting for the committer", registry=registry)
     registry.register(_CommitsCollector(engine))  # type: ignore[arg-type]
+    if sweep_skipped is not None:
+        registry.register(_SweepSkippedCollector(sweep_skipped))  # type: ignore[arg-type]
     queues = Gauge("sepp_queues", "Queues known to the server", registry=registry)
 
     async def healthz(_request: Request) -> Response:

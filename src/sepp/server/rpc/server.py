@@ -10,6 +10,7 @@ from grpc_reflection.v1alpha import reflection
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
+from sepp.server.rpc.interceptor import InternalErrors
 from sepp.server.rpc.producer import ProducerServicer
 from sepp.server.rpc.registration import register
 from sepp.server.rpc.worker import WorkerServicer
@@ -31,7 +32,7 @@ class GrpcFront:
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
             ("grpc.so_reuseport", 0),
-        ])
+        ], interceptors=[InternalErrors()])  # nothing answers UNKNOWN (issue 14)
         register(self.server, producer_pb2.DESCRIPTOR.services_by_name["ProducerService"],
                  ProducerServicer(engine, started, node))
         register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(engine))

@@ -57,9 +57,11 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         # Nothing of the call was committed (the write transaction failed as a whole).
         return wire.plain_status(code_pb2.UNAVAILABLE, "STORE_UNAVAILABLE",
                                  f"the server could not write to its store; nothing was stored: {exc}")
+    # Nothing else is expected: INTERNAL with reason INTERNAL_ERROR, as the interceptor answers
+    # (rpc.interceptor; issue 14). The text of an engine error is the server's own.
     if isinstance(exc, EngineError):
-        return wire.plain_status(code_pb2.INTERNAL, "INTERNAL", str(exc))
-    return wire.plain_status(code_pb2.INTERNAL, "INTERNAL", f"internal error: {type(exc).__name__}")
+        return wire.plain_status(code_pb2.INTERNAL, "INTERNAL_ERROR", wire.clip(str(exc)))
+    return wire.plain_status(code_pb2.INTERNAL, "INTERNAL_ERROR", f"internal error: {type(exc).__name__}")
 
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}

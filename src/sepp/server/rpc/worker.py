@@ -16,6 +16,7 @@ from sepp.server.rpc.status import abort_for
 from sepp.storage.base import JobRecord, SettleKind, SettleParams, State
 from sepp.storage.errors import StoreError
 from sepp.validation import utf8_len
+from sepp.wire import quote
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
 Context: TypeAlias = Any
@@ -27,10 +28,10 @@ _RESPONSE_SLACK = 1024
 def _ids(job_id: str, lease_id: str) -> tuple[bytes, bytes]:
     jid = job_id_bytes(job_id)
     if jid is None:
-        raise InvalidRequest(f"job_id {job_id!r} is not a UUID", "job_id")
+        raise InvalidRequest(f"job_id {quote(job_id)} is not a UUID", "job_id")
     lid = job_id_bytes(lease_id)
     if lid is None:
-        raise InvalidRequest(f"lease_id {lease_id!r} is not a UUID", "lease_id")
+        raise InvalidRequest(f"lease_id {quote(lease_id)} is not a UUID", "lease_id")
     return jid, lid
 
 

@@ -1,4 +1,11 @@
-"""The ``Sweeper`` service: runs the passes on the event loop with configurable intervals."""
+"""The ``Sweeper`` service: runs the passes on the event loop with configurable intervals.
+
+Failures are isolated (issue 14 "sweeps isolate failures"): the store skips a row it cannot
+process and reports it (``SweepResult.skipped``); the sweeper logs it with the job id and
+queue, counts it in ``skipped`` (``sepp_sweep_skipped_total{pass=...}`` on /metrics), and
+every other row of the pass is still handled. A pass that fails as a whole (the store
+cannot write) is logged and counted in ``failures``; it never stops the other passes.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +13,33 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
+from collections.abc import Sequence
 
 from sepp.server.engine import JobEngine
-from sepp.storage.base import State
+from sepp.storage.base import SkippedRow, State
 from sepp.storage.errors import StoreClosed
+from sepp.wire import quote
 
 log = logging.getLogger("sepp.sweeper")
 
 #: Rows a single pass touches at most (keeps each write transaction short).
 PASS_LIMIT = 5_000
+#: A row skipped again and again is logged at WARNING at most once per this many seconds
+#: (each skip is still counted); the repeats in between go to DEBUG.
+SKIP_LOG_EVERY = 60.0
+#: Most rows whose last WARNING time is remembered (the table is cleared when full).
+_SKIP_LOG_MEMORY = 10_000
+
+PASSES = ("promote", "reclaim", "prune")
 
 
 class Sweeper:
     """Promotion (timer to the next due job) plus a periodic reclaim/prune loop.
 
-    ``interval`` is the longest sleep between passes, seconds. ``passes`` counts
-    completed passes by name, for tests and metrics.
+    ``interval`` is the longest sleep between passes, seconds. ``passes`` counts completed
+    passes by name, ``skipped`` the rows each pass skipped (left unprocessed, tried again by
+    the next pass), and ``failures`` the passes that failed as a whole — for tests and metrics.
     """
 
     def __init__(self, engine: JobEngine, interval: float) -> None:
@@ -30,7 +48,11 @@ class Sweeper:
         self._wake = asyncio.Event()
         self._next_due: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.passes: dict[str, int] = {"promote": 0, "reclaim": 0, "prune": 0}
+        self.passes: dict[str, int] = dict.fromkeys(PASSES, 0)
+        self.skipped: dict[str, int] = dict.fromkeys(PASSES, 0)
+        self.failures: dict[str, int] = dict.fromkeys(PASSES, 0)
+        self._skip_logged: dict[tuple[str, bytes, str | None], float] = {}
+        self._promote_skipped = False
         engine.on_scheduled = self.hint
 
     def hint(self, run_at: int) -> None:
@@ -53,6 +75,26 @@ class Sweeper:
                 await task
         self._tasks = []
 
+    def _note_skipped(self, name: str, rows: Sequence[SkippedRow]) -> None:
+        """Count and log the rows pass ``name`` skipped (WARNING once per ``SKIP_LOG_EVERY``
+        seconds per row, DEBUG in between)."""
+        if not rows:
+            return
+        self.skipped[name] += len(rows)
+        now = time.monotonic()
+        if len(self._skip_logged) > _SKIP_LOG_MEMORY:
+            self._skip_logged.clear()
+        for row in rows:
+            ident = (name, row.job_id, row.key)
+            last = self._skip_logged.get(ident)
+            level = logging.DEBUG if last is not None and now - last < SKIP_LOG_EVERY else logging.WARNING
+            if level == logging.WARNING:
+                self._skip_logged[ident] = now
+            job_id = str(uuid.UUID(bytes=row.job_id)) if len(row.job_id) == 16 else row.job_id.hex()
+            what = f"idempotency key {quote(row.key)} of job" if row.key is not None else "job"
+            log.log(level, "%s pass skipped %s %s in queue %s (the other rows were handled; "
+                    "it is tried again by the next pass): %s", name, what, job_id, quote(row.queue), row.error)
+
     async def promote_once(self) -> int:
         """One promotion pass; wakes reservers of queues that got jobs. Returns how many moved."""
         store = self.engine.store
@@ -60,6 +102,8 @@ class Sweeper:
         result = await store.promote_due(now, PASS_LIMIT)
         for name in result.queues:
             self.engine.notifier.ready(name)
+        self._note_skipped("promote", result.skipped)
+        self._promote_skipped = bool(result.skipped)
         self.passes["promote"] += 1
         return result.count
 
@@ -69,6 +113,7 @@ class Sweeper:
             # Clear before reading: a hint that arrives while next_due() is being read must
             # still cut the sleep short (clearing after the read would lose it).
             self._wake.clear()
+            self._promote_skipped = False
             try:
                 moved = await self.promote_once()
                 if moved >= PASS_LIMIT:
@@ -78,10 +123,13 @@ class Sweeper:
                 return
             except Exception:
                 log.exception("promotion pass failed")
+                self.failures["promote"] += 1
                 self._next_due = None
             now = time.time_ns() // 1000
             sleep = self.interval
-            if self._next_due is not None:
+            if self._next_due is not None and (self._next_due > now or not self._promote_skipped):
+                # (A due job the pass skipped keeps next_due in the past: then the interval,
+                # not zero — the pass would only skip it again at once.)
                 sleep = min(sleep, max(0.0, (self._next_due - now) / 1e6))
             if sleep > 0:
                 with contextlib.suppress(TimeoutError):
@@ -95,24 +143,27 @@ class Sweeper:
             self.engine.notifier.ready(name)
         for name, count in result.dead_lettered.items():
             self.engine.on_finished(name, int(State.DEAD_LETTERED), count)
+        self._note_skipped("reclaim", result.skipped)
         self.passes["reclaim"] += 1
         return result.count
 
     async def prune_once(self) -> int:
         """One retention pass. Returns rows deleted."""
-        deleted = await self.engine.store.prune(time.time_ns() // 1000, PASS_LIMIT)
+        result = await self.engine.store.prune(time.time_ns() // 1000, PASS_LIMIT)
+        self._note_skipped("prune", result.skipped)
         self.passes["prune"] += 1
-        return deleted
+        return result.count
 
     async def _maintenance_loop(self) -> None:
         while True:
-            try:
-                busy = await self.reclaim_once() >= PASS_LIMIT
-                busy = await self.prune_once() >= PASS_LIMIT or busy
-            except StoreClosed:
-                return
-            except Exception:
-                log.exception("maintenance pass failed")
-                busy = False
+            busy = False
+            for name, run in (("reclaim", self.reclaim_once), ("prune", self.prune_once)):
+                try:
+                    busy = await run() >= PASS_LIMIT or busy
+                except StoreClosed:
+                    return
+                except Exception:  # the other pass still runs; this one again next time
+                    log.exception("%s pass failed", name)
+                    self.failures[name] += 1
             if not busy:
                 await asyncio.sleep(self.interval)

@@ -87,11 +87,39 @@ UPDATE jobs SET state = 4, finished_at = ?, purge_at = ?, reason = NULL WHERE se
 UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
 
 -- name: expired_leases
-SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested
-FROM jobs WHERE state = 3 AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?;
+-- Up to ?4 expired leases (expiry <= ?1) after the key (?2 expiry, ?3 seq), oldest first: a
+-- pass that skipped an unprocessable row goes on past it (keyset, never OFFSET).
+SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, id
+FROM jobs WHERE state = 3 AND lease_expires_at <= ?1 AND (lease_expires_at, seq) > (?2, ?3)
+ORDER BY lease_expires_at, seq LIMIT ?4;
 
 -- name: prune_jobs
 DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE purge_at <= ? LIMIT ?);
 
 -- name: prune_idempotency
 DELETE FROM idempotency WHERE (queue, key) IN (SELECT queue, key FROM idempotency WHERE expires_at <= ? LIMIT ?);
+
+-- Row by row, for a sweep whose batch statement failed (one unprocessable row must not stop
+-- the others; issue 14). Each SELECT pages by key after (?2, ?3[, ?4]) in index order.
+
+-- name: due_jobs
+SELECT seq, queue, run_at, id FROM jobs WHERE state = 1 AND run_at <= ?1 AND (run_at, seq) > (?2, ?3)
+ORDER BY run_at, seq LIMIT ?4;
+
+-- name: promote_one
+UPDATE jobs SET state = 2 WHERE seq = ? AND state = 1;
+
+-- name: purgeable_jobs
+SELECT seq, queue, purge_at, id FROM jobs WHERE purge_at <= ?1 AND (purge_at, seq) > (?2, ?3)
+ORDER BY purge_at, seq LIMIT ?4;
+
+-- name: prune_one
+DELETE FROM jobs WHERE seq = ?;
+
+-- name: expired_keys
+SELECT queue, key, expires_at, job_id FROM idempotency
+WHERE expires_at <= ?1 AND (expires_at, queue, key) > (?2, ?3, ?4)
+ORDER BY expires_at, queue, key LIMIT ?5;
+
+-- name: prune_key
+DELETE FROM idempotency WHERE queue = ? AND key = ?;

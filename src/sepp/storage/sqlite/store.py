@@ -14,12 +14,13 @@ import os
 import random
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from sepp.quoting import clip
 from sepp.storage._sql import load_queries, migrations
 from sepp.storage.base import (
     Dedups,
@@ -33,6 +34,7 @@ from sepp.storage.base import (
     SettleKind,
     SettleParams,
     SettleResult,
+    SkippedRow,
     State,
     SweepResult,
 )
@@ -266,10 +268,10 @@ class SQLiteStore:
     # ------------------------------------------------------------------ sweeps
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
-        """SCHEDULED → READY for due jobs (indexed by run_at)."""
+        """SCHEDULED → READY for due jobs (indexed by run_at); an unprocessable row is skipped
+        (``Store.promote_due``)."""
         # Sweeps weigh 0: housekeeping must not count as producer backlog (load shedding).
-        rows = await self._committer.submit(partial(_fetch_all, Q["promote_due"], (now, limit)), 0)
-        return SweepResult(len(rows), frozenset(r[0] for r in rows))
+        return await self._committer.submit(partial(_promote_op, now, limit), 0)
 
     async def next_due(self) -> int | None:
         """Earliest run_at among SCHEDULED jobs (µs), or None."""
@@ -281,8 +283,9 @@ class SQLiteStore:
 
         return await self._committer.submit(partial(_reclaim_op, now, limit, policy), 0)
 
-    async def prune(self, now: int, limit: int) -> int:
-        """Delete finished jobs past retention, then expired idempotency keys."""
+    async def prune(self, now: int, limit: int) -> SweepResult:
+        """Delete finished jobs past retention, then expired idempotency keys; an
+        unprocessable row is skipped (``Store.prune``)."""
 
         return await self._committer.submit(partial(_prune_op, now, limit), 0)
 
@@ -575,7 +578,7 @@ def _reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
     (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
     (queue, lease expiry µs, the ready_for_lease rows)."""
     now = params.now
-    conn.execute(Q["promote_due"], (now, 10_000)).fetchall()
+    _promote(conn, now, 10_000)  # a row it skips is reported by the promotion sweep
     out: list[tuple[str, int, list[Any]]] = []
     want = params.max_jobs
     budget, used = params.max_bytes, 0
@@ -621,31 +624,174 @@ def _extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, conn: 
     return ExtendResult(None, expires_at, bool(row[9]))
 
 
+# ---------------------------------------------------------------------- sweeps
+# A sweep pass isolates failures (issue 14; docs/decisions.md "Sweeps skip what they cannot
+# process"): its rows are first handled as a batch inside a savepoint; when that raises, the
+# savepoint is rolled back and every row is handled in a savepoint of its own, so a row that
+# cannot be processed is skipped (and reported) and every other row is still handled in the
+# same pass. The rows come in index order, one page at a time by key, so a pass goes on past
+# the rows it skipped: they are tried again by the next pass but never hold the others back.
+
+#: Rows a pass may skip before it stops (keeps one write transaction short even when a
+#: database holds very many unprocessable rows); the next pass starts over from the oldest.
+MAX_SKIPPED = 1_000
+_INT64_MIN = -(2**63)
+_Row = Sequence[Any]
+
+
+def _error_text(exc: BaseException) -> str:
+    """One line saying what went wrong with a row: type and message, at most ~300 bytes."""
+    return clip(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
+
+
+def _rollback_to(conn: sqlite3.Connection, name: str, exc: BaseException) -> None:
+    """Undo a failed savepoint. When SQLite already rolled the whole transaction back (disk
+    full, I/O error) the failure is not the row's: ``exc`` is raised and fails the pass."""
+    if not conn.in_transaction:
+        raise exc
+    conn.execute(f"ROLLBACK TO {name}")
+    conn.execute(f"RELEASE {name}")
+
+
+def _each_isolated(conn: sqlite3.Connection, rows: Sequence[_Row], apply: Callable[[sqlite3.Connection, _Row], Any],
+                   ) -> tuple[list[tuple[_Row, Any]], list[tuple[_Row, BaseException]]]:
+    """``apply(conn, row)`` for every row, in one savepoint; if one raises, everything is rolled
+    back and each row is applied in a savepoint of its own. Returns (row, value) of the rows
+    applied and (row, exception) of those that failed."""
+    conn.execute("SAVEPOINT sweep_batch")
+    try:
+        done = [(row, apply(conn, row)) for row in rows]
+    except Exception as exc:
+        _rollback_to(conn, "sweep_batch", exc)
+    else:
+        conn.execute("RELEASE sweep_batch")
+        return done, []
+    done = []
+    failed: list[tuple[_Row, BaseException]] = []
+    for row in rows:
+        conn.execute("SAVEPOINT sweep_row")
+        try:
+            value = apply(conn, row)
+        except Exception as exc:
+            _rollback_to(conn, "sweep_row", exc)
+            failed.append((row, exc))
+        else:
+            conn.execute("RELEASE sweep_row")
+            done.append((row, value))
+    return done, failed
+
+
+def _paged(conn: sqlite3.Connection, sql: str, now: int, limit: int, start: tuple[Any, ...],
+           key_of: Callable[[_Row], tuple[Any, ...]], apply: Callable[[sqlite3.Connection, _Row], Any],
+           ) -> tuple[list[tuple[_Row, Any]], list[tuple[_Row, BaseException]]]:
+    """Apply ``apply`` to up to ``limit`` rows of ``sql`` (parameters: ``now``, the key to
+    start after, the page size), isolating failures (``_each_isolated``). After a page with a
+    failed row the next page starts after that page's last key, until ``limit`` rows were
+    handled, the rows run out, or ``MAX_SKIPPED`` were skipped."""
+    done: list[tuple[_Row, Any]] = []
+    failed: list[tuple[_Row, BaseException]] = []
+    key = start
+    while len(done) < limit:
+        want = limit - len(done)
+        rows = conn.execute(sql, (now, *key, want)).fetchall()
+        page_done, page_failed = _each_isolated(conn, rows, apply)
+        done += page_done
+        failed += page_failed
+        if not page_failed or len(rows) < want or len(failed) >= MAX_SKIPPED:
+            break
+        key = key_of(rows[-1])
+    return done, failed
+
+
+def _batch_or_rows(conn: sqlite3.Connection, batch: Callable[[], Any]) -> tuple[bool, Any]:
+    """Run ``batch()`` (one statement) in a savepoint: (True, its value), or (False, None)
+    after rolling it back when it raised (the caller then goes row by row)."""
+    conn.execute("SAVEPOINT sweep_stmt")
+    try:
+        value = batch()
+    except Exception as exc:
+        _rollback_to(conn, "sweep_stmt", exc)
+        return False, None
+    conn.execute("RELEASE sweep_stmt")
+    return True, value
+
+
+def _skipped(failed: Sequence[tuple[_Row, BaseException]], id_at: int, queue_at: int,
+             key_at: int | None = None) -> tuple[SkippedRow, ...]:
+    return tuple(SkippedRow(row[id_at], row[queue_at], _error_text(exc), None if key_at is None else row[key_at])
+                 for row, exc in failed)
+
+
+def _promote_row(conn: sqlite3.Connection, row: _Row) -> None:
+    conn.execute(Q["promote_one"], (row[0],))
+
+
+def _promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
+    """Due SCHEDULED jobs → READY: one statement, or row by row when it fails."""
+    ok, rows = _batch_or_rows(conn, lambda: conn.execute(Q["promote_due"], (now, limit)).fetchall())
+    if ok:
+        return SweepResult(len(rows), frozenset(r[0] for r in rows))
+    done, failed = _paged(conn, Q["due_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[2], r[0]), _promote_row)
+    return SweepResult(len(done), frozenset(row[1] for row, _ in done), {}, _skipped(failed, 3, 1))
+
+
+def _promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
+    """Writer side of ``SQLiteStore.promote_due``."""
+    return _promote(conn, now, limit)
+
+
 def _reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connection) -> SweepResult:
-    """Writer side of ``SQLiteStore.reclaim_expired``."""
-    rows = conn.execute(Q["expired_leases"], (now, limit)).fetchall()
-    woke = set()
-    dead: dict[str, int] = {}
-    for seq, queue, attempt, max_attempts, worker, started, expired_at, cancel in rows:
+    """Writer side of ``SQLiteStore.reclaim_expired``: each expired lease back to READY, or
+    CANCELLED (cancel requested) or DEAD_LETTERED (last attempt); failures isolated per row."""
+
+    def reclaim(conn: sqlite3.Connection, row: _Row) -> int:
+        seq, queue, attempt, max_attempts, worker, started, expired_at, cancel, _id = row
         entry = _history_entry(attempt, worker, started, expired_at, "lease_expired", "lease expired", "")
         if cancel:  # an admin asked to cancel it while reserved: it does not go back
             conn.execute(Q["settle_update"], (int(State.CANCELLED), expired_at, attempt, now,
                                               now + policy(queue).dead_retention, CANCELLED_WHILE_RESERVED,
                                               entry, seq))
-        elif attempt >= max_attempts:
+            return int(State.CANCELLED)
+        if attempt >= max_attempts:
             purge = now + policy(queue).dead_retention
             conn.execute(Q["settle_update"], (int(State.DEAD_LETTERED), expired_at, attempt, now, purge,
                                               "LEASE_EXPIRED", entry, seq))
-            dead[queue] = dead.get(queue, 0) + 1
-        else:
-            conn.execute("UPDATE jobs SET state = 2, history = json_insert(coalesce(history, '[]'), "
-                         "'$[#]', json(?)) WHERE seq = ?", (entry, seq))
-            woke.add(queue)
-    return SweepResult(len(rows), frozenset(woke), dead)
+            return int(State.DEAD_LETTERED)
+        conn.execute("UPDATE jobs SET state = 2, history = json_insert(coalesce(history, '[]'), "
+                     "'$[#]', json(?)) WHERE seq = ?", (entry, seq))
+        return _READY
+
+    done, failed = _paged(conn, Q["expired_leases"], now, limit, (_INT64_MIN, 0), lambda r: (r[6], r[0]), reclaim)
+    woke = set()
+    dead: dict[str, int] = {}
+    for row, state in done:
+        if state == _READY:
+            woke.add(row[1])
+        elif state == int(State.DEAD_LETTERED):
+            dead[row[1]] = dead.get(row[1], 0) + 1
+    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 8, 1))
 
 
-def _prune_op(now: int, limit: int, conn: sqlite3.Connection) -> int:
-    """Writer side of ``SQLiteStore.prune``."""
-    jobs = conn.execute(Q["prune_jobs"], (now, limit)).rowcount
-    keys = conn.execute(Q["prune_idempotency"], (now, limit)).rowcount
-    return int(jobs + keys)
+def _prune_job(conn: sqlite3.Connection, row: _Row) -> None:
+    conn.execute(Q["prune_one"], (row[0],))
+
+
+def _prune_key(conn: sqlite3.Connection, row: _Row) -> None:
+    conn.execute(Q["prune_key"], (row[0], row[1]))
+
+
+def _prune_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
+    """Writer side of ``SQLiteStore.prune``: one statement for jobs and one for keys, each
+    row by row when it fails."""
+    skipped: tuple[SkippedRow, ...] = ()
+    ok, jobs = _batch_or_rows(conn, lambda: conn.execute(Q["prune_jobs"], (now, limit)).rowcount)
+    if not ok:
+        done, failed = _paged(conn, Q["purgeable_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[2], r[0]),
+                              _prune_job)
+        jobs, skipped = len(done), _skipped(failed, 3, 1)
+    ok, keys = _batch_or_rows(conn, lambda: conn.execute(Q["prune_idempotency"], (now, limit)).rowcount)
+    if not ok:
+        done, failed = _paged(conn, Q["expired_keys"], now, limit, (_INT64_MIN, "", ""),
+                              lambda r: (r[2], r[0], r[1]), _prune_key)
+        keys, skipped = len(done), skipped + _skipped(failed, 3, 0, 1)
+    return SweepResult(int(jobs + keys), skipped=skipped)

@@ -1,0 +1,115 @@
+"""Nothing answers ``UNKNOWN`` (issue 14 item 4): the server interceptor that catches what a
+handler did not.
+
+grpc answers an exception that escapes a handler with ``UNKNOWN`` and the exception's text.
+``InternalErrors`` wraps every method handler of the server — unary and streaming, sepp's
+services and grpc's own (health, reflection) — so that instead:
+
+* an engine or store error (``EngineError``, ``StoreError``) a servicer forgot to map gets
+  its catalogued status (``rpc.status.status_for``);
+* anything else is logged at ERROR with its traceback and answered ``INTERNAL`` with an
+  ErrorInfo reason ``INTERNAL_ERROR`` (metadata ``method``) and a short message naming the
+  method and the exception type only (the exception text may quote input or internals).
+
+Aborts (``context.abort``) and cancellations pass through untouched. Wrapped handlers are
+cached per method name, so a call costs one dictionary lookup more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.rpc import code_pb2
+
+from sepp import wire
+from sepp.server.errors import EngineError
+from sepp.server.rpc.status import abort_for, abort_with
+from sepp.storage.errors import StoreError
+
+log = logging.getLogger("sepp.rpc")
+
+#: The ErrorInfo reason of an unexpected server error (issue 14: exactly this name).
+INTERNAL_ERROR = "INTERNAL_ERROR"
+
+#: Most method names whose wrapped handler is kept (names come from callers; unknown ones
+#: have no handler and are never cached).
+_CACHE_MAX = 1024
+
+
+async def answer_unexpected(context: Any, method: str, exc: Exception) -> None:
+    """Abort the call for an exception its handler did not map (see the module docstring);
+    never returns normally (``context.abort`` raises)."""
+    if isinstance(exc, EngineError | StoreError):
+        await abort_for(context, exc)
+    log.error("unexpected error in %s; answered INTERNAL (INTERNAL_ERROR)", method, exc_info=exc)
+    status = wire.plain_status(code_pb2.INTERNAL, INTERNAL_ERROR,
+                               f"internal error in {method}: {type(exc).__name__} (the server logged it)",
+                               {"method": wire.clip(method)})
+    await abort_with(context, status)
+
+
+def _unary(behaviour: Callable[[Any, Any], Awaitable[Any]], method: str) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def guarded(request: Any, context: Any) -> Any:
+        try:
+            return await behaviour(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await answer_unexpected(context, method, exc)
+
+    return guarded
+
+
+def _streaming(behaviour: Callable[[Any, Any], Any], method: str) -> Callable[[Any, Any], AsyncIterator[Any]]:
+    async def guarded(request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            result = behaviour(request, context)
+            if hasattr(result, "__aiter__"):
+                async for response in result:
+                    yield response
+            else:  # a coroutine that answers with context.write()
+                await result
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await answer_unexpected(context, method, exc)
+
+    return guarded
+
+
+def guard(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """``handler`` with its behaviour wrapped (see the module docstring)."""
+    if handler.unary_unary is not None:
+        return handler._replace(unary_unary=_unary(handler.unary_unary, method))  # type: ignore[attr-defined, no-any-return]
+    if handler.stream_unary is not None:
+        return handler._replace(stream_unary=_unary(handler.stream_unary, method))  # type: ignore[attr-defined, no-any-return]
+    if handler.unary_stream is not None:
+        return handler._replace(unary_stream=_streaming(handler.unary_stream, method))  # type: ignore[attr-defined, no-any-return]
+    if handler.stream_stream is not None:
+        return handler._replace(stream_stream=_streaming(handler.stream_stream, method))  # type: ignore[attr-defined, no-any-return]
+    return handler
+
+
+class InternalErrors(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """The grpc.aio server interceptor of the module docstring; pass it to ``grpc.aio.server``."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        """The method's handler, guarded (None for an unknown method: grpc answers UNIMPLEMENTED)."""
+        method: str = details.method  # type: ignore[attr-defined]
+        cached = self._handlers.get(method)
+        if cached is not None:
+            return cached
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        guarded = guard(handler, method)
+        if len(self._handlers) < _CACHE_MAX:
+            self._handlers[method] = guarded
+        return guarded

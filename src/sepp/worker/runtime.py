@@ -55,6 +55,11 @@ from sepp.worker.registry import HandlerRegistry
 log = logging.getLogger("sepp.worker")
 H = TypeVar("H", bound=Callable[..., Any])
 
+#: Seconds a graceful stop waits for a ``Reserve`` in flight before it cancels the call: an
+#: answered call is never cancelled (its jobs would stay leased to nobody); one still open
+#: after this long is parked in its long-poll on empty queues (issue 15 item 7).
+RESERVE_STOP_WAIT = 0.25
+
 _STATE_NAMES = {pb.SCHEDULED: "scheduled", pb.READY: "ready", pb.RESERVED: "reserved",
                 pb.COMPLETED: "completed", pb.DEAD_LETTERED: "dead_lettered", pb.CANCELLED: "cancelled"}
 
@@ -438,18 +443,38 @@ class Worker:
 
     # ------------------------------------------------------------------ stopping
 
+    async def _await_reservers(self) -> None:
+        """Let the reservers end (each releases what its last call brought); after
+        ``RESERVE_STOP_WAIT`` seconds, or at once on a hurry, cancel the calls still open."""
+        reservers = [t for t in self._reservers if not t.done()]
+        if reservers and not self._hurry.is_set():
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + RESERVE_STOP_WAIT
+            hurry = asyncio.create_task(self._hurry.wait())
+            while not hurry.done() and (left := [t for t in reservers if not t.done()]):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.wait({*left, hurry}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+        if self._reserve_calls:
+            self._reserve_cancelled = True
+            for call in list(self._reserve_calls):
+                call.cancel()  # a no-op for a call whose answer was already taken in
+        for reserver in self._reservers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await reserver
+
     async def _shutdown(self, grace: float) -> None:
         started = time.monotonic()
         try:
-            # 1. stop reserving: cancel the long-poll (the server gives back what it had taken).
+            # 1. stop reserving. A Reserve in flight may have been answered already (its reply on
+            #    the wire): cancelling it would drop jobs the server leased to us, held by nobody
+            #    until their lease expires (issue 15 item 7). So let it end: what it brings is
+            #    released at once. Only a call still unanswered after RESERVE_STOP_WAIT (parked
+            #    in its long-poll: the queues were empty) is cancelled, or any after a hurry.
             self._room.set()
-            if self._reserve_calls:
-                self._reserve_cancelled = True
-                for call in list(self._reserve_calls):
-                    call.cancel()
-            for reserver in self._reservers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reserver
+            await self._await_reservers()
             # 2. release every prefetched job that never started.
             pending = list(self._pending)
             self._pending.clear()

@@ -11,13 +11,19 @@
     worker.run_sync()          # or: await worker.run()
 
 Loop: one reserver long-polls ``Reserve`` for as many jobs as there is room for
-(``concurrency + prefetch − running − prefetched``); jobs start as soon as a slot is
-free, and a slot is free as soon as its handler returns (the outcome is settled in the
-background); a lease keeper extends every held job's lease at a third of its length;
-outcomes are settled in batches (one ``Settle`` call for the jobs that finish together). See
-:mod:`sepp.worker.outcome` for what a handler's return or exception means.
+(``concurrency + prefetch − running − prefetched``); while prefetched jobs are still
+waiting it asks only once there is room for a worthwhile batch (half the room, or a full
+``max_reserve``), and a second reserver keeps another full batch in flight when the room
+allows two. Jobs start as soon as a slot is free, and a slot is free as soon as its handler
+returns (the outcome is settled in the background); a lease keeper extends every held
+job's lease at a third of its length; outcomes are settled in batches (one ``Settle`` call
+for the jobs that finish together). The default ``prefetch=None`` adapts the prefetch to
+the jobs (see :class:`~sepp.worker.WorkerConfig`). See :mod:`sepp.worker.outcome` for
+what a handler's return or exception means.
 
-Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving; release (nack
+Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving (a ``Reserve`` in flight is
+let finish and what it brings released; only one still parked in its long-poll after
+``RESERVE_STOP_WAIT`` is cancelled); release (nack
 ``release``: the attempt is given back, SPEC §3) every prefetched job not started;
 let running handlers finish within ``shutdown_grace``; then cancel async handlers
 still running and release their jobs (a blocking handler's thread cannot be stopped:
@@ -37,17 +43,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
 
 from sepp.api.v1 import common_pb2 as pb
-from sepp.errors import SeppError
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
-from sepp.worker._settler import Settler
+from sepp.worker._settler import Settled, Settler
 from sepp.worker._threads import DaemonThreadPool
-from sepp.worker.config import DEFAULT_TARGET, WorkerConfig, queue_tuple
+from sepp.worker.config import DEFAULT_TARGET, PREFETCH_MAX_WAIT, WorkerConfig, queue_tuple
 from sepp.worker.job import Job, timestamp_to_datetime
 from sepp.worker.outcome import COMPLETED, Outcome, OutcomeKind, no_handler, outcome_for_exception, released
 from sepp.worker.registry import HandlerRegistry
@@ -107,7 +113,7 @@ class Worker:
     """
 
     def __init__(self, target: str = DEFAULT_TARGET, queues: str | Iterable[str] = (), *,
-                 concurrency: int = 10, prefetch: int = 0, lease_duration: float | None = None,
+                 concurrency: int = 10, prefetch: int | None = None, lease_duration: float | None = None,
                  shutdown_grace: float = 30.0, worker_id: str = "", poll_wait: float = 5.0,
                  max_reserve: int = 256, settle_batch: int = 256) -> None:
         self.config = WorkerConfig(target, queue_tuple(queues), concurrency, prefetch, lease_duration,
@@ -115,10 +121,11 @@ class Worker:
         self.registry = HandlerRegistry()
         self._hooks: list[OutcomeHook] = []
         self._phase = "new"  # new → running → stopping → stopped
-        self._pending: deque[Job] = deque()
+        #: Prefetched jobs with the time (monotonic) their reservation arrived.
+        self._pending: deque[tuple[Job, float]] = deque()
         self._running: dict[asyncio.Task[None], Job] = {}
-        #: Tasks whose handler is done and whose outcome is being settled (slot already free).
-        self._settling: set[asyncio.Task[None]] = set()
+        #: Outcomes submitted whose verdict has not come back yet (their slot is already free).
+        self._settling = 0
         #: Counters by outcome plus ``reserved`` and ``refused`` (metrics, tests).
         self.stats: dict[str, int] = dict.fromkeys(
             ("reserved", "completed", "retry", "retry_after", "dead_letter", "released", "refused"), 0)
@@ -160,7 +167,7 @@ class Worker:
     @property
     def held(self) -> int:
         """Jobs held right now: running, prefetched, or done and being settled."""
-        return len(self._running) + len(self._pending) + len(self._settling)
+        return len(self._running) + len(self._pending) + self._settling
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -179,6 +186,11 @@ class Worker:
         #: Reserve calls in flight, and the jobs they asked for.
         self._reserve_calls: set[Any] = set()
         self._asking = 0
+        #: Prefetch now; adapted between 0 and ``_ahead_max`` when ``prefetch`` is None.
+        self._adaptive = cfg.prefetch is None
+        self._ahead_max = 2 * cfg.max_reserve if cfg.prefetch is None else cfg.prefetch
+        self._ahead = min(cfg.concurrency, self._ahead_max) if cfg.prefetch is None else cfg.prefetch
+        self._shrunk_at = 0.0
         self._reserve_cancelled = False
         self._abandoning = False
         #: The job each running handler task works on (to release it if the task never ends).
@@ -197,14 +209,15 @@ class Worker:
         self._setup()
         self._phase = "running"
         cfg = self.config
-        log.info("worker %s: queues=%s concurrency=%d prefetch=%d target=%s handlers=%s",
-                 cfg.worker_id, ",".join(cfg.queues), cfg.concurrency, cfg.prefetch, cfg.target,
+        log.info("worker %s: queues=%s concurrency=%d prefetch=%s target=%s handlers=%s",
+                 cfg.worker_id, ",".join(cfg.queues), cfg.concurrency,
+                 "auto" if cfg.prefetch is None else cfg.prefetch, cfg.target,
                  ",".join(self.registry) or "-")
         if install_signal_handlers:
             self._install_signals()
         # A second lane keeps a Reserve in flight while the first one's answer is on its way,
-        # when there is room for two full batches (concurrency + prefetch ≥ 2 × max_reserve).
-        lanes = 2 if cfg.concurrency + cfg.prefetch >= 2 * cfg.max_reserve else 1
+        # when there may be room for two full batches (concurrency + prefetch ≥ 2 × max_reserve).
+        lanes = 2 if cfg.concurrency + self._ahead_max >= 2 * cfg.max_reserve else 1
         self._reservers = [asyncio.create_task(self._reserve_loop(lane), name=f"sepp-reserver-{lane}")
                            for lane in range(lanes)]
         try:
@@ -287,21 +300,32 @@ class Worker:
 
     # ------------------------------------------------------------------ reserving
 
-    def _room_for(self) -> int:
+    def _want(self, lane: int) -> int:
+        """How many jobs lane ``lane`` should ask for now (0: none)."""
         cfg = self.config
-        return cfg.concurrency + cfg.prefetch - len(self._running) - len(self._pending)
+        capacity = cfg.concurrency + self._ahead
+        want = capacity - len(self._running) - len(self._pending) - self._asking
+        if want <= 0:
+            return 0
+        if lane > 0:  # the second lane only ever asks for a full batch
+            return cfg.max_reserve if want >= cfg.max_reserve else 0
+        if self._pending and want < min(cfg.max_reserve, capacity // 2):
+            return 0  # jobs are still waiting here: ask once a worthwhile batch fits
+        return min(want, cfg.max_reserve)
+
+    def _wake_reservers(self) -> None:
+        if not self._room.is_set() and (self._want(0) > 0 or self._want(1) > 0):
+            self._room.set()
 
     async def _reserve_loop(self, lane: int = 0) -> None:
         cfg = self.config
         backoff = 0.05
         while self._phase == "running":
-            want = self._room_for() - self._asking
-            # Lane 0 asks for whatever there is room for; lane 1 only for a full batch.
-            if want <= 0 or (lane > 0 and want < cfg.max_reserve):
+            ask = self._want(lane)
+            if ask <= 0:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            ask = min(want, cfg.max_reserve)
             call = self._rpc.reserve_call(cfg.queues, ask, cfg.poll_wait, cfg.worker_id, cfg.lease_duration)
             self._reserve_calls.add(call)
             self._asking += ask
@@ -334,7 +358,13 @@ class Worker:
             if self._phase != "running":
                 await self._release(jobs, "worker stopping: reservation arrived after stop")
                 return
-            self._pending.extend(jobs)
+            if (self._adaptive and len(jobs) >= ask and not self._pending
+                    and len(self._running) < cfg.concurrency):
+                # A full answer found free slots and nothing prefetched: the worker ran dry
+                # waiting for it, so hold more ahead next time.
+                self._ahead = min(self._ahead_max, max(2 * self._ahead, 1))
+            now = time.monotonic()
+            self._pending.extend([(job, now) for job in jobs])
             self._dispatch()
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
@@ -350,18 +380,28 @@ class Worker:
 
     def _dispatch(self) -> None:
         limit = self.config.concurrency
-        while self._pending and len(self._running) < limit and self._phase == "running":
-            job = self._pending.popleft()
-            task = asyncio.create_task(self._execute(job))
-            self._running[task] = job
-            task.add_done_callback(self._finished)
+        pending, running = self._pending, self._running
+        if not pending or len(running) >= limit or self._phase != "running":
+            return
+        if self._adaptive:
+            now = time.monotonic()
+            if now - pending[0][1] > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
+                # A prefetched job waited for a slot: the worker holds more than it runs.
+                self._ahead //= 2
+                self._shrunk_at = now
+        create_task, execute, finished = asyncio.create_task, self._execute, self._finished
+        while pending and len(running) < limit:
+            job = pending.popleft()[0]
+            task = create_task(execute(job))
+            running[task] = job
+            task.add_done_callback(finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("internal error running a job", exc_info=task.exception())
-        self._dispatch()
-        self._room.set()
+        if self._running.pop(task, None) is not None:  # ended without reaching its settle
+            self._dispatch()
+            self._wake_reservers()
 
     async def _execute(self, job: Job) -> None:
         started = time.perf_counter()
@@ -395,28 +435,32 @@ class Worker:
             finally:
                 self._in_handler.discard(me)
                 self._task_jobs.pop(me, None)
-        # The handler is done: its slot goes to the next job while the outcome is settled
-        # (the settle is queued before anything else runs; stop() waits for it).
+        # The handler is done: its slot goes to the next job while the outcome is settled in
+        # the background (queued before anything else runs; stop() waits for its verdict).
+        self._settle(job, outcome, time.perf_counter() - started)
         if self._running.pop(me, None) is not None:
-            self._settling.add(me)
             self._dispatch()
-            self._room.set()
-        try:
-            await self._settle(job, outcome, time.perf_counter() - started)
-        finally:
-            self._settling.discard(me)
+            self._wake_reservers()
 
-    async def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
+    def _settle(self, job: Job, outcome: Outcome, duration: float) -> asyncio.Future[Settled]:
+        """Queue ``outcome`` for ``job``; the report is made when its verdict comes back."""
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
+        self._settling += 1
+        fut = self._settler.submit(outcome, job.id, job.lease_id)
+        fut.add_done_callback(partial(self._report, job, outcome, duration))
+        return fut
+
+    def _report(self, job: Job, outcome: Outcome, duration: float, fut: asyncio.Future[Settled]) -> None:
+        self._settling -= 1
         refused = state = ""
         run_at: dt.datetime | None = None
-        try:
-            settled = await self._settler.submit(outcome, job.id, job.lease_id)
-        except SeppError as exc:
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is not None:
             refused = f"{type(exc).__name__}: {exc}"
             log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, exc)
         else:
+            settled = fut.result()
             res = settled.result
             if res.ok:
                 state = _STATE_NAMES.get(res.state, "")
@@ -439,7 +483,9 @@ class Worker:
 
     async def _release(self, jobs: Iterable[Job], why: str) -> None:
         outcome = released(why)
-        await asyncio.gather(*(self._settle(job, outcome, 0.0) for job in jobs))
+        futs = [self._settle(job, outcome, 0.0) for job in jobs]
+        if futs:
+            await asyncio.wait(futs)
 
     # ------------------------------------------------------------------ stopping
 
@@ -476,7 +522,7 @@ class Worker:
             self._room.set()
             await self._await_reservers()
             # 2. release every prefetched job that never started.
-            pending = list(self._pending)
+            pending = [job for job, _ in self._pending]
             self._pending.clear()
             if pending:
                 log.info("releasing %d prefetched job(s)", len(pending))
@@ -510,8 +556,10 @@ class Worker:
                     log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
                     await self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")
             await self._settler.flush()
-            if self._settling:  # outcome reports of the last settles
-                await asyncio.wait(set(self._settling), timeout=5)
+            for _ in range(3):  # the last verdicts' reports run as callbacks, right after
+                if not self._settling:
+                    break
+                await asyncio.sleep(0)
         finally:
             await self._keeper.close()
             await self._rpc.close()

@@ -90,7 +90,7 @@ def test_sigterm_of_a_loaded_worker_leaves_nothing_reserved(server: ServerProces
     (tmp_path / "stop_handlers.py").write_text(MODULE, "utf-8")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "sepp", "worker", "stop_handlers:worker", "--server", server.grpc_target,
-           "--log-level", "warning"]
+           "--log-level", "warning", "--quiet"]
     admin = AdminClient(server.grpc_target)
     enqueued = 0
     try:

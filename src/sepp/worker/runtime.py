@@ -126,9 +126,11 @@ class Worker:
         self._running: dict[asyncio.Task[None], Job] = {}
         #: Outcomes submitted whose verdict has not come back yet (their slot is already free).
         self._settling = 0
-        #: Counters by outcome plus ``reserved`` and ``refused`` (metrics, tests).
+        #: Counters by outcome plus ``reserved`` (jobs), ``reserve_calls`` (answered ``Reserve``
+        #: calls) and ``refused`` (metrics, tests).
         self.stats: dict[str, int] = dict.fromkeys(
-            ("reserved", "completed", "retry", "retry_after", "dead_letter", "released", "refused"), 0)
+            ("reserved", "reserve_calls", "completed", "retry", "retry_after", "dead_letter", "released",
+             "refused"), 0)
 
     # ------------------------------------------------------------------ setup
 
@@ -163,6 +165,14 @@ class Worker:
     def running(self) -> bool:
         """True from ``run()`` until the graceful stop has finished."""
         return self._phase in ("running", "stopping")
+
+    @property
+    def prefetch(self) -> int:
+        """Jobs the worker may hold ahead of its running ones right now (the adapted value
+        when ``config.prefetch`` is None; ``config.prefetch`` otherwise)."""
+        if self._phase == "new":
+            return self.config.concurrency if self.config.prefetch is None else self.config.prefetch
+        return self._ahead
 
     @property
     def held(self) -> int:
@@ -350,6 +360,7 @@ class Worker:
                 self._asking -= ask
                 self._room.set()  # the other lane may now ask
             backoff = 0.05
+            self.stats["reserve_calls"] += 1
             if not resp.reservations:
                 continue
             jobs = [Job(r) for r in resp.reservations]

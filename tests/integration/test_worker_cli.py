@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -103,10 +104,15 @@ def _stats(admin: AdminClient, queue: str) -> dict[str, int]:
 
 def run_until(server: ServerProcess, tmp_path: Path, done: dict[str, int], *flags: str) -> tuple[list[str], str, float]:
     """Run ``sepp worker`` on queue ``jobs`` until the admin stats reach ``done``, then SIGTERM;
-    returns (stdout lines, stderr, seconds it ran)."""
+    returns (stdout lines, stderr, seconds it ran). Output goes to files: a pipe nobody reads
+    would fill and block the worker."""
+    (tmp_path / "cli_handlers.py").write_text(MODULE, "utf-8")
+    out_path, err_path = tmp_path / "worker.out", tmp_path / "worker.err"
     started = time.monotonic()
-    proc = sepp_worker(tmp_path, "cli_handlers:make_worker", "--server", server.grpc_target, "--queues", "jobs",
-                       *flags)
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "sepp", "worker", "cli_handlers:make_worker", "--server",
+                                 server.grpc_target, "--queues", "jobs", *flags], cwd=tmp_path,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True, stdout=out, stderr=err)
     admin = AdminClient(server.grpc_target)
     try:
         wait_for(lambda: {k: v for k, v in _stats(admin, "jobs").items() if k in done} == done, timeout=60,
@@ -114,9 +120,9 @@ def run_until(server: ServerProcess, tmp_path: Path, done: dict[str, int], *flag
     finally:
         admin.close()
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    return out.splitlines(), err, time.monotonic() - started
+        proc.wait(30)
+    assert proc.returncode == 0, err_path.read_text()
+    return out_path.read_text().splitlines(), err_path.read_text(), time.monotonic() - started
 
 
 SUMMARY = re.compile(r"^\d\d:\d\d:\d\d\.\d\d\d completed ([\d,]+) jobs in the last \d+\.\d s$")
@@ -158,3 +164,15 @@ def test_a_bad_log_level_is_a_usage_error(tmp_path: Path) -> None:
     proc = sepp_worker(tmp_path, "cli_handlers:worker", "--log-level", "chatty")
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "--log-level must be" in err and out == ""
+
+
+def test_json_prints_every_job_whatever_the_rate(server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = server_factory(queues={"jobs": {}})
+    n = 1000
+    with wire_for(server) as w:
+        for _ in range(n // 250):
+            w.enqueue_many([pb.EnqueueRequest(queue="jobs", job_type="ok") for _ in range(250)])
+    lines, _err, seconds = run_until(server, tmp_path, {"completed": n}, "--concurrency", "64", "--json")
+    assert n > LINE_RATE * (int(seconds) + 2)  # a rate at which text lines would be summarised
+    records = [json.loads(line) for line in lines]
+    assert len(records) == n and {r["outcome"] for r in records} == {"completed"}

@@ -10,8 +10,9 @@ Outcome lines (issue 15 item 5): a failure (retry), a dead-letter and a refused 
 settle always get their own line. A success (completed, released) gets one while there
 are at most ``LINE_RATE`` of them in the current second; past that they are counted, and
 a summary line ("completed 12,345 jobs in the last 10.0 s") follows every
-``SUMMARY_EVERY`` seconds and at exit. ``--quiet`` prints failures and dead-letters only;
-``--log-level debug`` prints every outcome.
+``SUMMARY_EVERY`` seconds and at exit. ``--json`` (for programs, which want every record)
+and ``--log-level debug`` print every outcome; ``--quiet`` prints failures and
+dead-letters only.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ class OutcomeLines:
             self._timer.cancel()
             self._timer = None
         if self._counted:
-            self._write(format_summary(self._counted, time.monotonic() - self._since, self._json))
+            self._write(format_summary(self._counted, time.monotonic() - self._since))
             self._counted = {}
 
     def _write(self, line: str) -> None:
@@ -170,12 +171,9 @@ class OutcomeLines:
         self._out.flush()
 
 
-def format_summary(counts: dict[str, int], seconds: float, as_json: bool = False) -> str:
+def format_summary(counts: dict[str, int], seconds: float) -> str:
     """The summary line: time (UTC), ``completed 12,345[, released 3] jobs in the last 10.0 s``."""
     now = dt.datetime.now(dt.UTC)
-    if as_json:
-        return json.dumps({"time": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                           "summary": dict(counts), "seconds": round(seconds, 3)})
     what = ", ".join(f"{kind} {n:,}" for kind, n in sorted(counts.items()))
     return f"{now:%H:%M:%S}.{now.microsecond // 1000:03d} {what} jobs in the last {seconds:.1f} s"
 
@@ -190,7 +188,7 @@ def worker(
     prefetch: Annotated[int | None, typer.Option(min=0, help="Jobs reserved ahead of free slots.")] = None,
     shutdown_grace: Annotated[float | None, typer.Option(min=0, help="Seconds running jobs get on SIGTERM.")] = None,
     lease: Annotated[float | None, typer.Option(min=0.001, help="Lease seconds (default: the queue's).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per job outcome.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per job outcome (every job).")] = False,
     log_level: Annotated[str, typer.Option(
         help="debug | info | warning | error (stderr); debug also prints a line for every job.")] = "info",
     quiet: Annotated[bool, typer.Option("--quiet", help="Outcome lines for failures and dead-letters only.")] = False,
@@ -212,7 +210,8 @@ def worker(
         typer.echo(f"sepp worker: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
 
-    lines = OutcomeLines(sys.stdout, as_json=as_json, quiet=quiet, rate=None if level == "DEBUG" else LINE_RATE)
+    every_job = as_json or level == "DEBUG"
+    lines = OutcomeLines(sys.stdout, as_json=as_json, quiet=quiet, rate=None if every_job else LINE_RATE)
     w.on_outcome(lines)
     try:
         w.run_sync()

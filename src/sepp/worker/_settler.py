@@ -47,6 +47,7 @@ class Settler:
         self._max_batch = max_batch
         self._retry_for = retry_for
         self._max_in_flight = max_in_flight
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._items: list[tuple[Outcome, str, str, asyncio.Future[Settled]]] = []
         #: Every send task not yet finished (what ``flush`` waits for).
         self._tasks: set[asyncio.Task[None]] = set()
@@ -63,7 +64,10 @@ class Settler:
         """Queue the ack/nack ``outcome`` of the delivery (``job_id``, ``lease_id``); the future
         resolves to its ``Settled`` verdict, or raises the ``SeppError`` that made its batch
         fail for good. The wire items are written when the batch is sent."""
-        fut: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Settled] = loop.create_future()
         self._items.append((outcome, job_id, lease_id, fut))
         active = len(self._active)
         if not active or (len(self._items) >= self._max_batch and active < self._max_in_flight):
@@ -71,7 +75,8 @@ class Settler:
         return fut
 
     def _start(self) -> None:
-        task = asyncio.create_task(self._drain(), name="sepp-settler")
+        assert self._loop is not None
+        task = self._loop.create_task(self._drain(), name="sepp-settler")
         self._tasks.add(task)
         self._active.add(task)
         task.add_done_callback(self._ended)

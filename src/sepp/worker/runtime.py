@@ -189,7 +189,7 @@ class Worker:
         self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
-        self._in_handler: set[asyncio.Task[None]] = set()
+        self._loop = asyncio.get_running_loop()
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
@@ -201,9 +201,12 @@ class Worker:
         self._ahead_max = 2 * cfg.max_reserve if cfg.prefetch is None else cfg.prefetch
         self._ahead = min(cfg.concurrency, self._ahead_max) if cfg.prefetch is None else cfg.prefetch
         self._shrunk_at = 0.0
+        #: Reservers waiting on ``_room``, and how many there are.
+        self._parked = 0
+        self._lanes = 1
         self._reserve_cancelled = False
         self._abandoning = False
-        #: The job each running handler task works on (to release it if the task never ends).
+        #: The job each task inside its handler works on (to release it if the task never ends).
         self._task_jobs: dict[asyncio.Task[Any], Job] = {}
         self._reservers: list[asyncio.Task[None]] = []
         self._shutdown_task: asyncio.Task[None] | None = None
@@ -227,9 +230,9 @@ class Worker:
             self._install_signals()
         # A second lane keeps a Reserve in flight while the first one's answer is on its way,
         # when there may be room for two full batches (concurrency + prefetch ≥ 2 × max_reserve).
-        lanes = 2 if cfg.concurrency + self._ahead_max >= 2 * cfg.max_reserve else 1
+        self._lanes = 2 if cfg.concurrency + self._ahead_max >= 2 * cfg.max_reserve else 1
         self._reservers = [asyncio.create_task(self._reserve_loop(lane), name=f"sepp-reserver-{lane}")
-                           for lane in range(lanes)]
+                           for lane in range(self._lanes)]
         try:
             await self._done.wait()
         finally:
@@ -324,7 +327,8 @@ class Worker:
         return min(want, cfg.max_reserve)
 
     def _wake_reservers(self) -> None:
-        if not self._room.is_set() and (self._want(0) > 0 or self._want(1) > 0):
+        """Wake the reservers parked on ``_room`` when one of them now has something to ask."""
+        if self._parked and (self._want(0) > 0 or (self._lanes > 1 and self._want(1) > 0)):
             self._room.set()
 
     async def _reserve_loop(self, lane: int = 0) -> None:
@@ -334,7 +338,11 @@ class Worker:
             ask = self._want(lane)
             if ask <= 0:
                 self._room.clear()
-                await self._room.wait()
+                self._parked += 1
+                try:
+                    await self._room.wait()
+                finally:
+                    self._parked -= 1
                 continue
             call = self._rpc.reserve_call(cfg.queues, ask, cfg.poll_wait, cfg.worker_id, cfg.lease_duration)
             self._reserve_calls.add(call)
@@ -400,7 +408,7 @@ class Worker:
                 # A prefetched job waited for a slot: the worker holds more than it runs.
                 self._ahead //= 2
                 self._shrunk_at = now
-        create_task, execute, finished = asyncio.create_task, self._execute, self._finished
+        create_task, execute, finished = self._loop.create_task, self._execute, self._finished
         while pending and len(running) < limit:
             job = pending.popleft()[0]
             task = create_task(execute(job))
@@ -417,13 +425,12 @@ class Worker:
     async def _execute(self, job: Job) -> None:
         started = time.perf_counter()
         registered = self.registry.get(job.job_type)
-        me = asyncio.current_task()
+        me = asyncio.current_task(self._loop)
         assert me is not None
         outcome: Outcome
         if registered is None:
             outcome = no_handler(job.job_type)
         else:
-            self._in_handler.add(me)
             self._task_jobs[me] = job
             try:
                 if registered.is_async:
@@ -444,7 +451,6 @@ class Worker:
             except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
                 outcome = outcome_for_exception(exc)
             finally:
-                self._in_handler.discard(me)
                 self._task_jobs.pop(me, None)
         # The handler is done: its slot goes to the next job while the outcome is settled in
         # the background (queued before anything else runs; stop() waits for its verdict).
@@ -555,7 +561,7 @@ class Worker:
             # 4. abandon what is still running: release it.
             left = [t for t in self._running if not t.done()]
             if left:
-                stuck = [t for t in left if t in self._in_handler]
+                stuck = [t for t in left if t in self._task_jobs]
                 log.warning("releasing %d job(s) still running after the grace period", len(stuck))
                 self._abandoning = True
                 for task in stuck:

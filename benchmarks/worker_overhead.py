@@ -85,11 +85,18 @@ async def drain_raw(target: str, jobs: int, lanes: int = 2) -> None:
                     ack.lease_id = r.lease_id
                 await work.Settle(settle)
                 done += len(got)
+                calls[0] += 1
 
+        calls = [0]
         await asyncio.gather(*(lane() for _ in range(lanes)))
+        CALLS["raw"] = (calls[0], calls[0])
 
 
-async def drain_worker(target: str, jobs: int, settings: dict[str, Any]) -> None:
+#: Calls made by the last drain of each row: (Reserve, Settle).
+CALLS: dict[str, tuple[int, int]] = {}
+
+
+async def drain_worker(target: str, jobs: int, settings: dict[str, Any], name: str = "") -> None:
     """Drain ``jobs`` with a Worker (no-op handler), then stop it."""
     worker = Worker(target, [QUEUE], worker_id="bench-worker", **settings)
     done = 0
@@ -106,6 +113,7 @@ async def drain_worker(target: str, jobs: int, settings: dict[str, Any]) -> None
     await finished.wait()
     await worker.stop(5)
     await run
+    CALLS[name] = (worker.stats["reserve_calls"], worker._settler.calls)
 
 
 async def measure(target: str, jobs: int, drain: Callable[[], Awaitable[None]]) -> tuple[float, float]:
@@ -123,10 +131,11 @@ async def main(args: argparse.Namespace) -> None:
         server.start()
         try:
             target = server.grpc_target
-            rows: dict[str, Callable[[], Awaitable[None]]] = {
-                f"raw stubs (Reserve 256 + Settle, {args.lanes} lanes)": lambda: drain_raw(target, args.jobs, args.lanes)}
+            raw = f"raw stubs (Reserve 256 + Settle, {args.lanes} lanes)"
+            rows: dict[str, Callable[[], Awaitable[None]]] = {raw: lambda: drain_raw(target, args.jobs, args.lanes)}
             for name, settings in WORKER_ROWS.items():
-                rows[f"Worker {name}"] = lambda s=settings: drain_worker(target, args.jobs, s)  # type: ignore[misc]
+                rows[f"Worker {name}"] = lambda s=settings, n=name: drain_worker(  # type: ignore[misc]
+                    target, args.jobs, s, n)
             if args.profile:
                 settings = WORKER_ROWS[args.profile]
                 await fill(target, args.jobs)
@@ -144,13 +153,15 @@ async def main(args: argparse.Namespace) -> None:
             server.terminate()
     raw_cpu = statistics.median(c for _, c in next(iter(results.values())))
     out = []
-    for name, got in results.items():
+    for (name, got), key in zip(results.items(), ["raw", *WORKER_ROWS], strict=True):
         rate = statistics.median(r for r, _ in got)
         cpu = statistics.median(c for _, c in got)
-        extra = "—" if name.startswith("raw") else f"{cpu - raw_cpu:.1f}"
-        out.append([name, f"{rate:,.0f}", f"{cpu:.1f}", extra])
+        extra = "—" if key == "raw" else f"{cpu - raw_cpu:.1f}"
+        reserves, settles = CALLS.get(key, (0, 0))
+        out.append([name, f"{rate:,.0f}", f"{cpu:.1f}", extra, str(reserves), str(settles)])
     print(f"\nN = {args.jobs} jobs per drain, persist_mode={args.mode}, median of {args.rounds} rounds")
-    print(table(["consumer", "drain jobs/s", "client CPU µs/job", "runtime's own µs/job"], out))
+    print(table(["consumer", "drain jobs/s", "client CPU µs/job", "runtime's own µs/job", "Reserve calls",
+                 "Settle calls"], out))
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ async def drain_worker(target: str, jobs: int, settings: dict[str, Any], name: s
     await finished.wait()
     await worker.stop(5)
     await run
-    CALLS[name] = (worker.stats["reserve_calls"], worker._settler.calls)
+    CALLS[name] = (worker.stats.get("reserve_calls", 0), worker._settler.calls)
 
 
 async def measure(target: str, jobs: int, drain: Callable[[], Awaitable[None]]) -> tuple[float, float]:

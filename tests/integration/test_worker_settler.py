@@ -9,6 +9,7 @@ future runs after the send task has ended and before its done-callbacks.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from worker_support import ServerFactory, count_states, fast_queue, wire_for
@@ -25,6 +26,16 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def fast(server_factory: ServerFactory) -> ServerProcess:
     return server_factory(queues={"q": fast_queue(lease_duration=30.0)})
+
+
+@pytest.fixture
+async def settler(fast: ServerProcess) -> AsyncIterator[Settler]:
+    """A Settler over a real channel to ``fast``."""
+    rpc = WorkerRpc(fast.grpc_target)
+    try:
+        yield Settler(rpc)
+    finally:
+        await rpc.close()
 
 
 def reserve(server: ServerProcess, n: int) -> list[tuple[str, str]]:
@@ -54,45 +65,31 @@ async def submit_in_the_gap(settler: Settler, first: tuple[str, str],
     return out[0]
 
 
-async def test_an_item_submitted_as_the_last_send_ends_is_sent_without_flush(fast: ServerProcess) -> None:
+async def test_an_item_submitted_as_the_last_send_ends_is_sent_without_flush(fast: ServerProcess,
+                                                                           settler: Settler) -> None:
     first, late = reserve(fast, 2)
-    rpc = WorkerRpc(fast.grpc_target)
-    settler = Settler(rpc)
-    try:
-        fut = await submit_in_the_gap(settler, first, late)
-        settled = await asyncio.wait_for(fut, 5)  # never came before the fix
-        assert settled.result.ok and not settled.resent
-        assert (settler.calls, settler.items) == (2, 2)
-    finally:
-        await rpc.close()
+    fut = await submit_in_the_gap(settler, first, late)
+    settled = await asyncio.wait_for(fut, 5)  # never came before the fix
+    assert settled.result.ok and not settled.resent
+    assert (settler.calls, settler.items) == (2, 2)
     assert count_states(fast) == {"COMPLETED": 2}
 
 
-async def test_flush_waits_for_an_item_submitted_in_the_gap(fast: ServerProcess) -> None:
+async def test_flush_waits_for_an_item_submitted_in_the_gap(fast: ServerProcess, settler: Settler) -> None:
     first, late = reserve(fast, 2)
-    rpc = WorkerRpc(fast.grpc_target)
-    settler = Settler(rpc)
-    try:
-        fut = await submit_in_the_gap(settler, first, late)
-        await asyncio.wait_for(settler.flush(), 5)
-        assert fut.done() and fut.result().result.ok  # flush used to return with it unsent
-        assert settler.pending == 0
-    finally:
-        await rpc.close()
+    fut = await submit_in_the_gap(settler, first, late)
+    await asyncio.wait_for(settler.flush(), 5)
+    assert fut.done() and fut.result().result.ok  # flush used to return with it unsent
+    assert settler.pending == 0
     assert count_states(fast) == {"COMPLETED": 2}
 
 
-async def test_items_queued_while_a_send_is_in_flight_leave_together(fast: ServerProcess) -> None:
+async def test_items_queued_while_a_send_is_in_flight_leave_together(fast: ServerProcess, settler: Settler) -> None:
     jobs = reserve(fast, 6)
-    rpc = WorkerRpc(fast.grpc_target)
-    settler = Settler(rpc)
-    try:
-        futs = [settler.submit(COMPLETED, *job) for job in jobs]  # the first starts a send at once
-        results = await asyncio.wait_for(asyncio.gather(*futs), 5)
-        assert all(r.result.ok for r in results)
-        # One send task drains all six: one call for the first batch it took (all six were
-        # queued before it ran), no second task was started.
-        assert (settler.calls, settler.items) == (1, 6)
-    finally:
-        await rpc.close()
+    futs = [settler.submit(COMPLETED, *job) for job in jobs]  # the first starts a send at once
+    results = await asyncio.wait_for(asyncio.gather(*futs), 5)
+    assert all(r.result.ok for r in results)
+    # One send task drains all six: one call for the first batch it took (all six were
+    # queued before it ran), no second task was started.
+    assert (settler.calls, settler.items) == (1, 6)
     assert count_states(fast) == {"COMPLETED": 6}

@@ -8,8 +8,9 @@ Starts a ``sepp serve`` (ServerProcess, group commit by default), fills the queu
 * **Worker** rows: ``sepp.worker.Worker`` with a no-op async handler, at its defaults and
   at tuned settings.
 
-For each row: jobs/s (wall), and this process's CPU time per job (``time.process_time``,
-every thread: the event loop and gRPC's own). The runtime's own cost is a Worker row's
+For each row: jobs/s (wall), this process's CPU time per job (``time.process_time``,
+every thread: the event loop and gRPC's own), and the server's (``/proc``: the server
+process and its children, the SQLite writer). The runtime's own cost is a Worker row's
 CPU per job minus the raw row's — what the runtime adds on top of the two calls each
 job needs. ``--profile ROW`` prints the top of a cProfile of one Worker row instead.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import statistics
 import tempfile
@@ -116,13 +118,31 @@ async def drain_worker(target: str, jobs: int, settings: dict[str, Any], name: s
     CALLS[name] = (worker.stats.get("reserve_calls", 0), worker._settler.calls)
 
 
-async def measure(target: str, jobs: int, drain: Callable[[], Awaitable[None]]) -> tuple[float, float]:
-    """(jobs/s, CPU µs per job) of one drain of a freshly filled queue."""
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its children (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+async def measure(target: str, jobs: int, drain: Callable[[], Awaitable[None]],
+                  server_pid: int) -> tuple[float, float, float]:
+    """(jobs/s, client CPU µs per job, server CPU µs per job) of one drain of a freshly
+    filled queue."""
     await fill(target, jobs)
-    cpu0, t0 = time.process_time(), time.perf_counter()
+    cpu0, srv0, t0 = time.process_time(), tree_cpu(server_pid), time.perf_counter()
     await drain()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return jobs / wall, cpu / jobs * 1e6
+    wall, cpu, srv = time.perf_counter() - t0, time.process_time() - cpu0, tree_cpu(server_pid) - srv0
+    return jobs / wall, cpu / jobs * 1e6, srv / jobs * 1e6
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -145,23 +165,25 @@ async def main(args: argparse.Namespace) -> None:
                 prof.disable()
                 pstats.Stats(prof).sort_stats("tottime").print_stats(30)
                 return
-            results: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
+            assert server.proc is not None
+            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in rows}
             for _ in range(args.rounds):  # rounds interleave the rows, so drift hits all alike
                 for name, drain in rows.items():
-                    results[name].append(await measure(target, args.jobs, drain))
+                    results[name].append(await measure(target, args.jobs, drain, server.proc.pid))
         finally:
             server.terminate()
-    raw_cpu = statistics.median(c for _, c in next(iter(results.values())))
+    raw_cpu = statistics.median(c for _, c, _ in next(iter(results.values())))
     out = []
     for (name, got), key in zip(results.items(), ["raw", *WORKER_ROWS], strict=True):
-        rate = statistics.median(r for r, _ in got)
-        cpu = statistics.median(c for _, c in got)
+        rate = statistics.median(r for r, _, _ in got)
+        cpu = statistics.median(c for _, c, _ in got)
+        srv = statistics.median(c for _, _, c in got)
         extra = "—" if key == "raw" else f"{cpu - raw_cpu:.1f}"
         reserves, settles = CALLS.get(key, (0, 0))
-        out.append([name, f"{rate:,.0f}", f"{cpu:.1f}", extra, str(reserves), str(settles)])
+        out.append([name, f"{rate:,.0f}", f"{cpu:.1f}", extra, f"{srv:.1f}", str(reserves), str(settles)])
     print(f"\nN = {args.jobs} jobs per drain, persist_mode={args.mode}, median of {args.rounds} rounds")
-    print(table(["consumer", "drain jobs/s", "client CPU µs/job", "runtime's own µs/job", "Reserve calls",
-                 "Settle calls"], out))
+    print(table(["consumer", "drain jobs/s", "client CPU µs/job", "runtime's own µs/job", "server CPU µs/job",
+                 "Reserve calls", "Settle calls"], out))
 
 
 if __name__ == "__main__":

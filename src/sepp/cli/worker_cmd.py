@@ -185,7 +185,8 @@ def worker(
     queues: Annotated[str | None, typer.Option("--queues", "-q", help="Queues to reserve from, in order: a,b.")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=1,
                                                     help="Handlers running at once.")] = None,
-    prefetch: Annotated[int | None, typer.Option(min=0, help="Jobs reserved ahead of free slots.")] = None,
+    prefetch: Annotated[int | None, typer.Option(
+        min=0, help="Jobs reserved ahead of free slots (default: the Worker's; adaptive unless set).")] = None,
     shutdown_grace: Annotated[float | None, typer.Option(min=0, help="Seconds running jobs get on SIGTERM.")] = None,
     lease: Annotated[float | None, typer.Option(min=0.001, help="Lease seconds (default: the queue's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per job outcome (every job).")] = False,

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from worker_support import ServerFactory, wait_for, wire_for
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.cli.worker_cmd import LINE_RATE
+from sepp.client.admin import AdminClient
+from sepp.testing import ServerProcess
 
 MODULE = textwrap.dedent('''
     from sepp.worker import Job, Worker
@@ -88,3 +95,84 @@ def test_flags_override_the_worker_and_each_outcome_is_one_line(server_factory: 
     assert re.match(pattern.format(id=unknown, type="mystery", a="1/10", outcome="dead_lettered",
                                    error=' error="no handler registered for job type \'mystery\'"'), by_id[unknown])
     assert "queues=jobs concurrency=2" in err and "stopped" in err
+
+
+def _stats(admin: AdminClient, queue: str) -> dict[str, int]:
+    (s,) = admin.queue_stats([queue])
+    return {"completed": int(s.completed), "dead_lettered": int(s.dead_lettered), "reserved": int(s.reserved)}
+
+
+def run_until(server: ServerProcess, tmp_path: Path, done: dict[str, int], *flags: str) -> tuple[list[str], str, float]:
+    """Run ``sepp worker`` on queue ``jobs`` until the admin stats reach ``done``, then SIGTERM;
+    returns (stdout lines, stderr, seconds it ran). Output goes to files: a pipe nobody reads
+    would fill and block the worker."""
+    (tmp_path / "cli_handlers.py").write_text(MODULE, "utf-8")
+    out_path, err_path = tmp_path / "worker.out", tmp_path / "worker.err"
+    started = time.monotonic()
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "sepp", "worker", "cli_handlers:make_worker", "--server",
+                                 server.grpc_target, "--queues", "jobs", *flags], cwd=tmp_path,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True, stdout=out, stderr=err)
+    admin = AdminClient(server.grpc_target)
+    try:
+        wait_for(lambda: {k: v for k, v in _stats(admin, "jobs").items() if k in done} == done, timeout=60,
+                 interval=0.05, what=f"stats {done}")
+    finally:
+        admin.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert proc.returncode == 0, err_path.read_text()
+    return out_path.read_text().splitlines(), err_path.read_text(), time.monotonic() - started
+
+
+SUMMARY = re.compile(r"^\d\d:\d\d:\d\d\.\d\d\d completed ([\d,]+) jobs in the last \d+\.\d s$")
+
+
+def test_at_a_high_rate_successes_are_summarised_and_failures_keep_their_lines(
+        server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = server_factory(queues={"jobs": {"retry_base": 0.05, "retry_jitter": 0.0}})
+    n = 3000
+    with wire_for(server) as w:
+        for _ in range(n // 250):
+            w.enqueue_many([pb.EnqueueRequest(queue="jobs", job_type="ok") for _ in range(250)])
+        failing = {w.enqueue("jobs", "fail", max_attempts=1) for _ in range(3)}
+    lines, _err, seconds = run_until(server, tmp_path, {"completed": n, "dead_lettered": 3}, "--concurrency", "64")
+    per_job = [line for line in lines if re.search(r" ok attempt=1/10 completed ", line)]
+    summarised = [int(m[1].replace(",", "")) for line in lines if (m := SUMMARY.match(line))]
+    assert summarised, "no summary line at a high rate"
+    assert len(per_job) + sum(summarised) == n  # every success is either a line or counted
+    assert len(per_job) <= LINE_RATE * (int(seconds) + 2)
+    dead = [line for line in lines if "dead_lettered (attempts exhausted)" in line]
+    assert {line.split()[1] for line in dead} == failing  # failures are never summarised away
+    assert len(lines) == len(per_job) + len(summarised) + len(dead)
+
+
+def test_quiet_prints_failures_and_dead_letters_only(server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = server_factory(queues={"jobs": {"retry_base": 0.05, "retry_jitter": 0.0}})
+    with wire_for(server) as w:
+        w.enqueue_many([pb.EnqueueRequest(queue="jobs", job_type="ok") for _ in range(20)])
+        fail = w.enqueue("jobs", "fail", max_attempts=2)
+        unknown = w.enqueue("jobs", "mystery")
+    lines, err, _ = run_until(server, tmp_path, {"completed": 20, "dead_lettered": 2},
+                              "--quiet", "--log-level", "warning")
+    assert sorted((line.split()[1], line.split()[4]) for line in lines) == sorted(
+        [(fail, "retry"), (fail, "dead_lettered"), (unknown, "dead_lettered")])
+    assert "INFO" not in err and "queues=jobs" not in err
+
+
+def test_a_bad_log_level_is_a_usage_error(tmp_path: Path) -> None:
+    proc = sepp_worker(tmp_path, "cli_handlers:worker", "--log-level", "chatty")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "--log-level must be" in err and out == ""
+
+
+def test_json_prints_every_job_whatever_the_rate(server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = server_factory(queues={"jobs": {}})
+    n = 1000
+    with wire_for(server) as w:
+        for _ in range(n // 250):
+            w.enqueue_many([pb.EnqueueRequest(queue="jobs", job_type="ok") for _ in range(250)])
+    lines, _err, seconds = run_until(server, tmp_path, {"completed": n}, "--concurrency", "64", "--json")
+    assert n > LINE_RATE * (int(seconds) + 2)  # a rate at which text lines would be summarised
+    records = [json.loads(line) for line in lines]
+    assert len(records) == n and {r["outcome"] for r in records} == {"completed"}

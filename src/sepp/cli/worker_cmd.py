@@ -1,27 +1,43 @@
 """``sepp worker module:attr``: run a :class:`~sepp.worker.Worker` defined in an importable module.
 
 ``attr`` names a ``Worker`` (or a function of no arguments returning one). Flags
-override the worker's own settings. One line per job outcome goes to stdout (JSON
-with ``--json``); lifecycle messages and warnings go to stderr. SIGTERM or Ctrl-C
+override the worker's own settings. Job outcomes go to stdout (JSON with ``--json``);
+lifecycle messages and warnings go to stderr (``--log-level``). SIGTERM or Ctrl-C
 drains gracefully (a second one skips the grace period). Exit codes: 0 after a
 clean stop, 2 for a bad target or flag.
+
+Outcome lines (issue 15 item 5): a failure (retry), a dead-letter and a refused or failed
+settle always get their own line. A success (completed, released) gets one while there
+are at most ``LINE_RATE`` of them in the current second; past that they are counted, and
+a summary line ("completed 12,345 jobs in the last 10.0 s") follows every
+``SUMMARY_EVERY`` seconds and at exit. ``--json`` (for programs, which want every record)
+and ``--log-level debug`` print every outcome; ``--quiet`` prints failures and
+dead-letters only.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import importlib
 import json
 import logging
 import os
 import sys
-from typing import Annotated, Any
+import time
+from typing import IO, Annotated, Any
 
 import typer
 
 from sepp.cli.main import app
 
 EXIT_USAGE = 2
+
+#: Success lines per second before they are summarised instead (issue 15 item 5).
+LINE_RATE = 50
+#: Seconds between summary lines while successes are being counted, not printed.
+SUMMARY_EVERY = 10.0
 
 
 def load_worker(spec: str) -> Any:
@@ -92,6 +108,76 @@ def format_report(report: Any, as_json: bool = False) -> str:
     return line
 
 
+def _always_shown(report: Any) -> bool:
+    """Failures, dead-letters and refused/failed settles: never summarised away."""
+    return bool(report.refused) or report.outcome not in ("completed", "released") or report.state == "dead_lettered"
+
+
+class OutcomeLines:
+    """Writes a worker's outcome lines to ``out`` (see the module docstring for the rules).
+
+    ``rate``: success lines per second before they are counted instead (``None``: no
+    limit); ``quiet``: no success lines or summaries at all; ``every``: seconds from the
+    first counted success to its summary line. Runs on the worker's event loop (an
+    ``on_outcome`` hook); the summary is timed with ``loop.call_later``.
+    """
+
+    def __init__(self, out: IO[str], *, as_json: bool = False, quiet: bool = False, rate: int | None = LINE_RATE,
+                 every: float = SUMMARY_EVERY) -> None:
+        self._out = out
+        self._json = as_json
+        self._quiet = quiet
+        self._rate = rate
+        self._every = every
+        self._second = -1
+        self._in_second = 0
+        #: Successes counted, not printed, since ``_since`` (monotonic seconds).
+        self._counted: dict[str, int] = {}
+        self._since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, report: Any) -> None:
+        """The ``on_outcome`` hook."""
+        if _always_shown(report):
+            self._write(format_report(report, self._json))
+            return
+        if self._quiet:
+            return
+        now = time.monotonic()
+        second = int(now)
+        if second != self._second:
+            self._second, self._in_second = second, 0
+        if self._rate is None or (self._in_second < self._rate and not self._counted):
+            self._in_second += 1
+            self._write(format_report(report, self._json))
+            return
+        if not self._counted:  # counting starts: its summary is due in ``every`` seconds
+            self._since = now
+            with contextlib.suppress(RuntimeError):
+                self._timer = asyncio.get_running_loop().call_later(self._every, self.summary)
+        self._counted[report.outcome] = self._counted.get(report.outcome, 0) + 1
+
+    def summary(self) -> None:
+        """Print the summary of the successes counted so far, if any (also called at exit)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._counted:
+            self._write(format_summary(self._counted, time.monotonic() - self._since))
+            self._counted = {}
+
+    def _write(self, line: str) -> None:
+        self._out.write(line + "\n")
+        self._out.flush()
+
+
+def format_summary(counts: dict[str, int], seconds: float) -> str:
+    """The summary line: time (UTC), ``completed 12,345[, released 3] jobs in the last 10.0 s``."""
+    now = dt.datetime.now(dt.UTC)
+    what = ", ".join(f"{kind} {n:,}" for kind, n in sorted(counts.items()))
+    return f"{now:%H:%M:%S}.{now.microsecond // 1000:03d} {what} jobs in the last {seconds:.1f} s"
+
+
 @app.command("worker")
 def worker(
     target: Annotated[str, typer.Argument(help="MODULE:ATTRIBUTE naming a sepp.worker.Worker.")],
@@ -99,15 +185,21 @@ def worker(
     queues: Annotated[str | None, typer.Option("--queues", "-q", help="Queues to reserve from, in order: a,b.")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=1,
                                                     help="Handlers running at once.")] = None,
-    prefetch: Annotated[int | None, typer.Option(min=0, help="Jobs reserved ahead of free slots.")] = None,
+    prefetch: Annotated[int | None, typer.Option(
+        min=0, help="Jobs reserved ahead of free slots (default: the Worker's; adaptive unless set).")] = None,
     shutdown_grace: Annotated[float | None, typer.Option(min=0, help="Seconds running jobs get on SIGTERM.")] = None,
     lease: Annotated[float | None, typer.Option(min=0.001, help="Lease seconds (default: the queue's).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per job outcome.")] = False,
-    log_level: Annotated[str, typer.Option(help="debug | info | warning | error (stderr).")] = "info",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per job outcome (every job).")] = False,
+    log_level: Annotated[str, typer.Option(
+        help="debug | info | warning | error (stderr); debug also prints a line for every job.")] = "info",
+    quiet: Annotated[bool, typer.Option("--quiet", help="Outcome lines for failures and dead-letters only.")] = False,
 ) -> None:
     """Run handlers from an importable module until SIGTERM/SIGINT, then drain gracefully."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = log_level.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        typer.echo(f"sepp worker: --log-level must be debug, info, warning or error, not {log_level!r}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         w = load_worker(target)
         changes: dict[str, Any] = {"target": server, "queues": queues, "concurrency": concurrency,
@@ -119,11 +211,11 @@ def worker(
         typer.echo(f"sepp worker: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
 
-    out = sys.stdout
-
-    def emit(report: Any) -> None:
-        out.write(format_report(report, as_json) + "\n")
-        out.flush()
-
-    w.on_outcome(emit)
-    w.run_sync()
+    every_job = as_json or level == "DEBUG"
+    lines = OutcomeLines(sys.stdout, as_json=as_json, quiet=quiet, rate=None if every_job else LINE_RATE)
+    w.on_outcome(lines)
+    try:
+        w.run_sync()
+    finally:
+        if not quiet:
+            lines.summary()

@@ -79,13 +79,25 @@ class LeaseKeeper:
         self._schedule(job, held, held.length / 3)
 
     def track_all(self, jobs: list[Job]) -> None:
-        """``track`` every job of one reservation; jobs with the same lease length share
-        one timer for their first extension (one timer per batch instead of per job)."""
-        if self._lease is None or len(jobs) < 2:
+        """``track`` every job of one reservation; jobs with the same lease share one timer
+        for their first extension (one timer per batch instead of per job). Without a
+        ``lease_duration`` the jobs that expire at the same instant (all of one reservation
+        from one queue, as a rule) share it, with the length estimated once."""
+        if len(jobs) < 2:
             for job in jobs:
                 self.track(job)
             return
-        length = self._lease
+        if self._lease is not None:
+            self._track_batch(jobs, self._lease)
+            return
+        groups: dict[tuple[int, int], list[Job]] = {}
+        for job in jobs:
+            expires = job.reservation.lease_expires_at
+            groups.setdefault((expires.seconds, expires.nanos), []).append(job)
+        for group in groups.values():
+            self._track_batch(group, self.lease_length(group[0]))
+
+    def _track_batch(self, jobs: list[Job], length: float) -> None:
         batch = _Batch(jobs, len(jobs))
         held = self._held
         for job in jobs:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.errors import SeppError, TransportError
+from sepp.errors import TransportError
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker.outcome import Outcome
 
@@ -47,8 +47,15 @@ class Settler:
         self._max_batch = max_batch
         self._retry_for = retry_for
         self._max_in_flight = max_in_flight
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._items: list[tuple[Outcome, str, str, asyncio.Future[Settled]]] = []
+        #: Every send task not yet finished (what ``flush`` waits for).
         self._tasks: set[asyncio.Task[None]] = set()
+        #: The send tasks that will still look at ``_items`` before they end. A task leaves
+        #: this set in the same step in which it sees ``_items`` empty (no await between),
+        #: so an item queued after that always starts a task of its own (issue 15 item 1:
+        #: a finished task used to count as a sender until its done-callback ran).
+        self._active: set[asyncio.Task[None]] = set()
         #: Settle calls made and items sent (metrics, tests).
         self.calls = 0
         self.items = 0
@@ -57,13 +64,26 @@ class Settler:
         """Queue the ack/nack ``outcome`` of the delivery (``job_id``, ``lease_id``); the future
         resolves to its ``Settled`` verdict, or raises the ``SeppError`` that made its batch
         fail for good. The wire items are written when the batch is sent."""
-        fut: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Settled] = loop.create_future()
         self._items.append((outcome, job_id, lease_id, fut))
-        if not self._tasks or (len(self._items) >= self._max_batch and len(self._tasks) < self._max_in_flight):
-            task = asyncio.create_task(self._drain(), name="sepp-settler")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        active = len(self._active)
+        if not active or (len(self._items) >= self._max_batch and active < self._max_in_flight):
+            self._start()
         return fut
+
+    def _start(self) -> None:
+        assert self._loop is not None
+        task = self._loop.create_task(self._drain(), name="sepp-settler")
+        self._tasks.add(task)
+        self._active.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._active.discard(task)  # a task cancelled before it ever ran
 
     @property
     def pending(self) -> int:
@@ -72,30 +92,40 @@ class Settler:
 
     async def flush(self) -> None:
         """Wait until everything submitted so far has its verdict."""
-        while self._tasks:
+        while self._tasks or self._items:
+            if self._items and not self._active:  # cannot happen (see _active); never hang on it
+                self._start()
             with contextlib.suppress(Exception):
                 await asyncio.wait(set(self._tasks))
 
     async def _drain(self) -> None:
-        while self._items:
-            batch, self._items = self._items[:self._max_batch], self._items[self._max_batch:]
-            batch = [entry for entry in batch if not entry[3].cancelled()]
-            if not batch:
-                continue
+        me = asyncio.current_task()
+        assert me is not None
+        try:
+            while self._items:
+                batch, self._items = self._items[:self._max_batch], self._items[self._max_batch:]
+                await self._send_batch(batch)
+        finally:
+            self._active.discard(me)
+
+    async def _send_batch(self, batch: list[tuple[Outcome, str, str, asyncio.Future[Settled]]]) -> None:
+        batch = [entry for entry in batch if not entry[3].cancelled()]
+        if not batch:
+            return
+        try:
             request = wpb.SettleRequest()
             add = request.items.add
             for outcome, job_id, lease_id, _ in batch:
                 outcome.fill(add(), job_id, lease_id)
-            try:
-                results, resent = await self._send(request)
-            except SeppError as exc:
-                for *_, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (*_, fut), result in zip(batch, results, strict=True):
+            results, resent = await self._send(request)
+        except Exception as exc:  # a SeppError, or a bug: either way every waiter hears of it
+            for *_, fut in batch:
                 if not fut.done():
-                    fut.set_result(Settled(result, resent))
+                    fut.set_exception(exc)
+            return
+        for (*_, fut), result in zip(batch, results, strict=True):
+            if not fut.done():
+                fut.set_result(Settled(result, resent))
 
     async def _send(self, request: wpb.SettleRequest) -> tuple[list[wpb.SettleResult], bool]:
         deadline = time.monotonic() + self._retry_for

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 #: Where ``sepp serve`` listens by default (SPEC §7).
 DEFAULT_TARGET = "127.0.0.1:7700"
 
+#: Seconds a prefetched job may wait for a free slot before the adaptive prefetch
+#: (``prefetch=None``) halves: longer means the worker holds more than it runs.
+PREFETCH_MAX_WAIT = 0.05
+
 
 def default_worker_id() -> str:
     """``host:pid`` — recorded in each attempt's history."""
@@ -41,8 +45,13 @@ class WorkerConfig:
         queues: Queues to reserve from, tried in this order (SPEC §3); at least one.
         concurrency: Most handlers running at once (≥ 1). Also the size of the thread
             pool plain (non-async) handlers run in.
-        prefetch: Jobs reserved ahead beyond the running ones (≥ 0). Prefetched jobs hold a
-            lease (kept alive like running ones) and are released at shutdown.
+        prefetch: Jobs reserved ahead beyond the running ones: an ``int`` ≥ 0 holds exactly
+            that many at most; ``None`` (the default) adapts it (issue 15 item 4): it starts
+            at ``concurrency``, doubles (up to ``2 × max_reserve``) while the worker runs dry
+            waiting on a full reservation, and halves (down to 0) once a prefetched job waited
+            longer than ``PREFETCH_MAX_WAIT`` for a slot — so no-op-sized jobs are reserved in
+            large batches and slow ones are not hoarded. Prefetched jobs hold a lease (kept
+            alive like running ones) and are released at shutdown.
         lease_duration: Lease asked for at reserve and re-applied by each extension;
             ``None`` = the queue's own ``lease_duration``.
         shutdown_grace: How long a graceful stop waits for running handlers before it
@@ -58,7 +67,7 @@ class WorkerConfig:
     target: str = DEFAULT_TARGET
     queues: tuple[str, ...] = ()
     concurrency: int = 10
-    prefetch: int = 0
+    prefetch: int | None = None
     lease_duration: float | None = None
     shutdown_grace: float = 30.0
     worker_id: str = field(default_factory=default_worker_id)
@@ -74,8 +83,8 @@ class WorkerConfig:
             raise ValueError("target must be host:port")
         if self.concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
-        if self.prefetch < 0:
-            raise ValueError("prefetch must be ≥ 0")
+        if self.prefetch is not None and self.prefetch < 0:
+            raise ValueError("prefetch must be ≥ 0 (or None: adaptive)")
         if self.lease_duration is not None and not 0.001 <= self.lease_duration <= 86_400:
             raise ValueError("lease_duration must be between 0.001 and 86400 seconds (or None for the queue's)")
         if not self.shutdown_grace >= 0:
@@ -86,4 +95,4 @@ class WorkerConfig:
             raise ValueError("max_reserve and settle_batch must be ≥ 1")
 
 
-__all__ = ["DEFAULT_TARGET", "WorkerConfig", "default_worker_id", "queue_tuple"]
+__all__ = ["DEFAULT_TARGET", "PREFETCH_MAX_WAIT", "WorkerConfig", "default_worker_id", "queue_tuple"]

@@ -11,13 +11,19 @@
     worker.run_sync()          # or: await worker.run()
 
 Loop: one reserver long-polls ``Reserve`` for as many jobs as there is room for
-(``concurrency + prefetch − running − prefetched``); jobs start as soon as a slot is
-free, and a slot is free as soon as its handler returns (the outcome is settled in the
-background); a lease keeper extends every held job's lease at a third of its length;
-outcomes are settled in batches (one ``Settle`` call for the jobs that finish together). See
-:mod:`sepp.worker.outcome` for what a handler's return or exception means.
+(``concurrency + prefetch − running − prefetched``); while prefetched jobs are still
+waiting it asks only once there is room for a worthwhile batch (half the room, or a full
+``max_reserve``), and a second reserver keeps another full batch in flight when the room
+allows two. Jobs start as soon as a slot is free, and a slot is free as soon as its handler
+returns (the outcome is settled in the background); a lease keeper extends every held
+job's lease at a third of its length; outcomes are settled in batches (one ``Settle`` call
+for the jobs that finish together). The default ``prefetch=None`` adapts the prefetch to
+the jobs (see :class:`~sepp.worker.WorkerConfig`). See :mod:`sepp.worker.outcome` for
+what a handler's return or exception means.
 
-Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving; release (nack
+Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving (a ``Reserve`` in flight is
+let finish and what it brings released; only one still parked in its long-poll after
+``RESERVE_STOP_WAIT`` is cancelled); release (nack
 ``release``: the attempt is given back, SPEC §3) every prefetched job not started;
 let running handlers finish within ``shutdown_grace``; then cancel async handlers
 still running and release their jobs (a blocking handler's thread cannot be stopped:
@@ -37,23 +43,28 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 import grpc
 
 from sepp.api.v1 import common_pb2 as pb
-from sepp.errors import SeppError
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
-from sepp.worker._settler import Settler
+from sepp.worker._settler import Settled, Settler
 from sepp.worker._threads import DaemonThreadPool
-from sepp.worker.config import DEFAULT_TARGET, WorkerConfig, queue_tuple
+from sepp.worker.config import DEFAULT_TARGET, PREFETCH_MAX_WAIT, WorkerConfig, queue_tuple
 from sepp.worker.job import Job, timestamp_to_datetime
 from sepp.worker.outcome import COMPLETED, Outcome, OutcomeKind, no_handler, outcome_for_exception, released
 from sepp.worker.registry import HandlerRegistry
 
 log = logging.getLogger("sepp.worker")
 H = TypeVar("H", bound=Callable[..., Any])
+
+#: Seconds a graceful stop waits for a ``Reserve`` in flight before it cancels the call: an
+#: answered call is never cancelled (its jobs would stay leased to nobody); one still open
+#: after this long is parked in its long-poll on empty queues (issue 15 item 7).
+RESERVE_STOP_WAIT = 0.25
 
 _STATE_NAMES = {pb.SCHEDULED: "scheduled", pb.READY: "ready", pb.RESERVED: "reserved",
                 pb.COMPLETED: "completed", pb.DEAD_LETTERED: "dead_lettered", pb.CANCELLED: "cancelled"}
@@ -102,7 +113,7 @@ class Worker:
     """
 
     def __init__(self, target: str = DEFAULT_TARGET, queues: str | Iterable[str] = (), *,
-                 concurrency: int = 10, prefetch: int = 0, lease_duration: float | None = None,
+                 concurrency: int = 10, prefetch: int | None = None, lease_duration: float | None = None,
                  shutdown_grace: float = 30.0, worker_id: str = "", poll_wait: float = 5.0,
                  max_reserve: int = 256, settle_batch: int = 256) -> None:
         self.config = WorkerConfig(target, queue_tuple(queues), concurrency, prefetch, lease_duration,
@@ -110,13 +121,16 @@ class Worker:
         self.registry = HandlerRegistry()
         self._hooks: list[OutcomeHook] = []
         self._phase = "new"  # new → running → stopping → stopped
-        self._pending: deque[Job] = deque()
+        #: Prefetched jobs with the time (monotonic) their reservation arrived.
+        self._pending: deque[tuple[Job, float]] = deque()
         self._running: dict[asyncio.Task[None], Job] = {}
-        #: Tasks whose handler is done and whose outcome is being settled (slot already free).
-        self._settling: set[asyncio.Task[None]] = set()
-        #: Counters by outcome plus ``reserved`` and ``refused`` (metrics, tests).
+        #: Outcomes submitted whose verdict has not come back yet (their slot is already free).
+        self._settling = 0
+        #: Counters by outcome plus ``reserved`` (jobs), ``reserve_calls`` (answered ``Reserve``
+        #: calls) and ``refused`` (metrics, tests).
         self.stats: dict[str, int] = dict.fromkeys(
-            ("reserved", "completed", "retry", "retry_after", "dead_letter", "released", "refused"), 0)
+            ("reserved", "reserve_calls", "completed", "retry", "retry_after", "dead_letter", "released",
+             "refused"), 0)
 
     # ------------------------------------------------------------------ setup
 
@@ -153,9 +167,17 @@ class Worker:
         return self._phase in ("running", "stopping")
 
     @property
+    def prefetch(self) -> int:
+        """Jobs the worker may hold ahead of its running ones right now (the adapted value
+        when ``config.prefetch`` is None; ``config.prefetch`` otherwise)."""
+        if self._phase == "new":
+            return self.config.concurrency if self.config.prefetch is None else self.config.prefetch
+        return self._ahead
+
+    @property
     def held(self) -> int:
         """Jobs held right now: running, prefetched, or done and being settled."""
-        return len(self._running) + len(self._pending) + len(self._settling)
+        return len(self._running) + len(self._pending) + self._settling
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -167,16 +189,24 @@ class Worker:
         self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
-        self._in_handler: set[asyncio.Task[None]] = set()
+        self._loop = asyncio.get_running_loop()
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
         #: Reserve calls in flight, and the jobs they asked for.
         self._reserve_calls: set[Any] = set()
         self._asking = 0
+        #: Prefetch now; adapted between 0 and ``_ahead_max`` when ``prefetch`` is None.
+        self._adaptive = cfg.prefetch is None
+        self._ahead_max = 2 * cfg.max_reserve if cfg.prefetch is None else cfg.prefetch
+        self._ahead = min(cfg.concurrency, self._ahead_max) if cfg.prefetch is None else cfg.prefetch
+        self._shrunk_at = 0.0
+        #: Reservers waiting on ``_room``, and how many there are.
+        self._parked = 0
+        self._lanes = 1
         self._reserve_cancelled = False
         self._abandoning = False
-        #: The job each running handler task works on (to release it if the task never ends).
+        #: The job each task inside its handler works on (to release it if the task never ends).
         self._task_jobs: dict[asyncio.Task[Any], Job] = {}
         self._reservers: list[asyncio.Task[None]] = []
         self._shutdown_task: asyncio.Task[None] | None = None
@@ -192,16 +222,17 @@ class Worker:
         self._setup()
         self._phase = "running"
         cfg = self.config
-        log.info("worker %s: queues=%s concurrency=%d prefetch=%d target=%s handlers=%s",
-                 cfg.worker_id, ",".join(cfg.queues), cfg.concurrency, cfg.prefetch, cfg.target,
+        log.info("worker %s: queues=%s concurrency=%d prefetch=%s target=%s handlers=%s",
+                 cfg.worker_id, ",".join(cfg.queues), cfg.concurrency,
+                 "auto" if cfg.prefetch is None else cfg.prefetch, cfg.target,
                  ",".join(self.registry) or "-")
         if install_signal_handlers:
             self._install_signals()
         # A second lane keeps a Reserve in flight while the first one's answer is on its way,
-        # when there is room for two full batches (concurrency + prefetch ≥ 2 × max_reserve).
-        lanes = 2 if cfg.concurrency + cfg.prefetch >= 2 * cfg.max_reserve else 1
+        # when there may be room for two full batches (concurrency + prefetch ≥ 2 × max_reserve).
+        self._lanes = 2 if cfg.concurrency + self._ahead_max >= 2 * cfg.max_reserve else 1
         self._reservers = [asyncio.create_task(self._reserve_loop(lane), name=f"sepp-reserver-{lane}")
-                           for lane in range(lanes)]
+                           for lane in range(self._lanes)]
         try:
             await self._done.wait()
         finally:
@@ -282,21 +313,37 @@ class Worker:
 
     # ------------------------------------------------------------------ reserving
 
-    def _room_for(self) -> int:
+    def _want(self, lane: int) -> int:
+        """How many jobs lane ``lane`` should ask for now (0: none)."""
         cfg = self.config
-        return cfg.concurrency + cfg.prefetch - len(self._running) - len(self._pending)
+        capacity = cfg.concurrency + self._ahead
+        want = capacity - len(self._running) - len(self._pending) - self._asking
+        if want <= 0:
+            return 0
+        if lane > 0:  # the second lane only ever asks for a full batch
+            return cfg.max_reserve if want >= cfg.max_reserve else 0
+        if self._pending and want < min(cfg.max_reserve, capacity // 2):
+            return 0  # jobs are still waiting here: ask once a worthwhile batch fits
+        return min(want, cfg.max_reserve)
+
+    def _wake_reservers(self) -> None:
+        """Wake the reservers parked on ``_room`` when one of them now has something to ask."""
+        if self._parked and (self._want(0) > 0 or (self._lanes > 1 and self._want(1) > 0)):
+            self._room.set()
 
     async def _reserve_loop(self, lane: int = 0) -> None:
         cfg = self.config
         backoff = 0.05
         while self._phase == "running":
-            want = self._room_for() - self._asking
-            # Lane 0 asks for whatever there is room for; lane 1 only for a full batch.
-            if want <= 0 or (lane > 0 and want < cfg.max_reserve):
+            ask = self._want(lane)
+            if ask <= 0:
                 self._room.clear()
-                await self._room.wait()
+                self._parked += 1
+                try:
+                    await self._room.wait()
+                finally:
+                    self._parked -= 1
                 continue
-            ask = min(want, cfg.max_reserve)
             call = self._rpc.reserve_call(cfg.queues, ask, cfg.poll_wait, cfg.worker_id, cfg.lease_duration)
             self._reserve_calls.add(call)
             self._asking += ask
@@ -321,6 +368,7 @@ class Worker:
                 self._asking -= ask
                 self._room.set()  # the other lane may now ask
             backoff = 0.05
+            self.stats["reserve_calls"] += 1
             if not resp.reservations:
                 continue
             jobs = [Job(r) for r in resp.reservations]
@@ -329,7 +377,13 @@ class Worker:
             if self._phase != "running":
                 await self._release(jobs, "worker stopping: reservation arrived after stop")
                 return
-            self._pending.extend(jobs)
+            if (self._adaptive and len(jobs) >= ask and not self._pending
+                    and len(self._running) < cfg.concurrency):
+                # A full answer found free slots and nothing prefetched: the worker ran dry
+                # waiting for it, so hold more ahead next time.
+                self._ahead = min(self._ahead_max, max(2 * self._ahead, 1))
+            now = time.monotonic()
+            self._pending.extend([(job, now) for job in jobs])
             self._dispatch()
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
@@ -345,29 +399,38 @@ class Worker:
 
     def _dispatch(self) -> None:
         limit = self.config.concurrency
-        while self._pending and len(self._running) < limit and self._phase == "running":
-            job = self._pending.popleft()
-            task = asyncio.create_task(self._execute(job))
-            self._running[task] = job
-            task.add_done_callback(self._finished)
+        pending, running = self._pending, self._running
+        if not pending or len(running) >= limit or self._phase != "running":
+            return
+        if self._adaptive:
+            now = time.monotonic()
+            if now - pending[0][1] > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
+                # A prefetched job waited for a slot: the worker holds more than it runs.
+                self._ahead //= 2
+                self._shrunk_at = now
+        create_task, execute, finished = self._loop.create_task, self._execute, self._finished
+        while pending and len(running) < limit:
+            job = pending.popleft()[0]
+            task = create_task(execute(job))
+            running[task] = job
+            task.add_done_callback(finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("internal error running a job", exc_info=task.exception())
-        self._dispatch()
-        self._room.set()
+        if self._running.pop(task, None) is not None:  # ended without reaching its settle
+            self._dispatch()
+            self._wake_reservers()
 
     async def _execute(self, job: Job) -> None:
         started = time.perf_counter()
         registered = self.registry.get(job.job_type)
-        me = asyncio.current_task()
+        me = asyncio.current_task(self._loop)
         assert me is not None
         outcome: Outcome
         if registered is None:
             outcome = no_handler(job.job_type)
         else:
-            self._in_handler.add(me)
             self._task_jobs[me] = job
             try:
                 if registered.is_async:
@@ -388,30 +451,33 @@ class Worker:
             except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
                 outcome = outcome_for_exception(exc)
             finally:
-                self._in_handler.discard(me)
                 self._task_jobs.pop(me, None)
-        # The handler is done: its slot goes to the next job while the outcome is settled
-        # (the settle is queued before anything else runs; stop() waits for it).
+        # The handler is done: its slot goes to the next job while the outcome is settled in
+        # the background (queued before anything else runs; stop() waits for its verdict).
+        self._settle(job, outcome, time.perf_counter() - started)
         if self._running.pop(me, None) is not None:
-            self._settling.add(me)
             self._dispatch()
-            self._room.set()
-        try:
-            await self._settle(job, outcome, time.perf_counter() - started)
-        finally:
-            self._settling.discard(me)
+            self._wake_reservers()
 
-    async def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
+    def _settle(self, job: Job, outcome: Outcome, duration: float) -> asyncio.Future[Settled]:
+        """Queue ``outcome`` for ``job``; the report is made when its verdict comes back."""
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
+        self._settling += 1
+        fut = self._settler.submit(outcome, job.id, job.lease_id)
+        fut.add_done_callback(partial(self._report, job, outcome, duration))
+        return fut
+
+    def _report(self, job: Job, outcome: Outcome, duration: float, fut: asyncio.Future[Settled]) -> None:
+        self._settling -= 1
         refused = state = ""
         run_at: dt.datetime | None = None
-        try:
-            settled = await self._settler.submit(outcome, job.id, job.lease_id)
-        except SeppError as exc:
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is not None:
             refused = f"{type(exc).__name__}: {exc}"
             log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, exc)
         else:
+            settled = fut.result()
             res = settled.result
             if res.ok:
                 state = _STATE_NAMES.get(res.state, "")
@@ -434,24 +500,46 @@ class Worker:
 
     async def _release(self, jobs: Iterable[Job], why: str) -> None:
         outcome = released(why)
-        await asyncio.gather(*(self._settle(job, outcome, 0.0) for job in jobs))
+        futs = [self._settle(job, outcome, 0.0) for job in jobs]
+        if futs:
+            await asyncio.wait(futs)
 
     # ------------------------------------------------------------------ stopping
+
+    async def _await_reservers(self) -> None:
+        """Let the reservers end (each releases what its last call brought); after
+        ``RESERVE_STOP_WAIT`` seconds, or at once on a hurry, cancel the calls still open."""
+        reservers = [t for t in self._reservers if not t.done()]
+        if reservers and not self._hurry.is_set():
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + RESERVE_STOP_WAIT
+            hurry = asyncio.create_task(self._hurry.wait())
+            while not hurry.done() and (left := [t for t in reservers if not t.done()]):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.wait({*left, hurry}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+        if self._reserve_calls:
+            self._reserve_cancelled = True
+            for call in list(self._reserve_calls):
+                call.cancel()  # a no-op for a call whose answer was already taken in
+        for reserver in self._reservers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await reserver
 
     async def _shutdown(self, grace: float) -> None:
         started = time.monotonic()
         try:
-            # 1. stop reserving: cancel the long-poll (the server gives back what it had taken).
+            # 1. stop reserving. A Reserve in flight may have been answered already (its reply on
+            #    the wire): cancelling it would drop jobs the server leased to us, held by nobody
+            #    until their lease expires (issue 15 item 7). So let it end: what it brings is
+            #    released at once. Only a call still unanswered after RESERVE_STOP_WAIT (parked
+            #    in its long-poll: the queues were empty) is cancelled, or any after a hurry.
             self._room.set()
-            if self._reserve_calls:
-                self._reserve_cancelled = True
-                for call in list(self._reserve_calls):
-                    call.cancel()
-            for reserver in self._reservers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reserver
+            await self._await_reservers()
             # 2. release every prefetched job that never started.
-            pending = list(self._pending)
+            pending = [job for job, _ in self._pending]
             self._pending.clear()
             if pending:
                 log.info("releasing %d prefetched job(s)", len(pending))
@@ -473,7 +561,7 @@ class Worker:
             # 4. abandon what is still running: release it.
             left = [t for t in self._running if not t.done()]
             if left:
-                stuck = [t for t in left if t in self._in_handler]
+                stuck = [t for t in left if t in self._task_jobs]
                 log.warning("releasing %d job(s) still running after the grace period", len(stuck))
                 self._abandoning = True
                 for task in stuck:
@@ -485,8 +573,10 @@ class Worker:
                     log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
                     await self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")
             await self._settler.flush()
-            if self._settling:  # outcome reports of the last settles
-                await asyncio.wait(set(self._settling), timeout=5)
+            for _ in range(3):  # the last verdicts' reports run as callbacks, right after
+                if not self._settling:
+                    break
+                await asyncio.sleep(0)
         finally:
             await self._keeper.close()
             await self._rpc.close()

@@ -1,0 +1,196 @@
+"""The Worker runtime's own cost per job (issue 15 item 4), with no handler work at all.
+
+Starts a ``sepp serve`` (ServerProcess, group commit by default), fills the queue with
+``--jobs`` jobs, then drains it from this process (uvloop) once per row:
+
+* **raw stubs**: the floor — a loop of ``Reserve`` (up to 256) + one ``Settle`` of the acks,
+  ``--lanes`` such loops at once, nothing else;
+* **Worker** rows: ``sepp.worker.Worker`` with a no-op async handler, at its defaults and
+  at tuned settings.
+
+For each row: jobs/s (wall), this process's CPU time per job (``time.process_time``,
+every thread: the event loop and gRPC's own), and the server's (``/proc``: the server
+process and its children, the SQLite writer). The runtime's own cost is a Worker row's
+CPU per job minus the raw row's — what the runtime adds on top of the two calls each
+job needs. ``--profile ROW`` prints the top of a cProfile of one Worker row instead.
+
+    python benchmarks/worker_overhead.py [--jobs 20000] [--mode group] [--rounds 3] [--profile defaults]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import uvloop
+from _harness import table
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.api.v1 import producer_pb2_grpc, worker_pb2_grpc
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.testing import ServerProcess
+from sepp.worker import Job, Worker
+
+QUEUE = "bench"
+PAYLOAD = pb.Payload(data=b'{"i": 12345}', encoding="application/json")
+BATCH = ppb.EnqueueBatchRequest(jobs=[pb.EnqueueRequest(queue=QUEUE, job_type="noop", payload=PAYLOAD)] * 256)
+
+#: Worker rows: name → Worker keyword arguments (besides target and queues).
+WORKER_ROWS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "concurrency 256": {"concurrency": 256},
+    "concurrency 256, prefetch 256": {"concurrency": 256, "prefetch": 256},
+}
+
+
+async def fill(target: str, jobs: int) -> None:
+    """Enqueue ``jobs`` no-op jobs (batches of 256)."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = producer_pb2_grpc.ProducerServiceStub(channel)
+        left = jobs
+        while left > 0:
+            n = min(256, left)
+            await stub.EnqueueBatch(BATCH if n == 256 else ppb.EnqueueBatchRequest(jobs=list(BATCH.jobs[:n])))
+            left -= n
+
+
+async def drain_raw(target: str, jobs: int, lanes: int = 2) -> None:
+    """Drain ``jobs`` with bare Reserve + Settle loops."""
+    done = 0
+    async with grpc.aio.insecure_channel(target) as channel:
+        work = worker_pb2_grpc.WorkerServiceStub(channel)
+        req = wpb.ReserveRequest(queues=[QUEUE], max_jobs=256, worker_id="bench-raw")
+
+        async def lane() -> None:
+            nonlocal done
+            while done < jobs:
+                got = (await work.Reserve(req)).reservations
+                if not got:
+                    await asyncio.sleep(0.001)
+                    continue
+                settle = wpb.SettleRequest()
+                add = settle.items.add
+                for r in got:
+                    ack = add().ack
+                    ack.job_id = r.job.id
+                    ack.lease_id = r.lease_id
+                await work.Settle(settle)
+                done += len(got)
+                calls[0] += 1
+
+        calls = [0]
+        await asyncio.gather(*(lane() for _ in range(lanes)))
+        CALLS["raw"] = (calls[0], calls[0])
+
+
+#: Calls made by the last drain of each row: (Reserve, Settle).
+CALLS: dict[str, tuple[int, int]] = {}
+
+
+async def drain_worker(target: str, jobs: int, settings: dict[str, Any], name: str = "") -> None:
+    """Drain ``jobs`` with a Worker (no-op handler), then stop it."""
+    worker = Worker(target, [QUEUE], worker_id="bench-worker", **settings)
+    done = 0
+    finished = asyncio.Event()
+
+    @worker.handler("noop")
+    async def noop(job: Job) -> None:
+        nonlocal done
+        done += 1
+        if done >= jobs:
+            finished.set()
+
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    await finished.wait()
+    await worker.stop(5)
+    await run
+    CALLS[name] = (worker.stats.get("reserve_calls", 0), worker._settler.calls)
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its children (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+async def measure(target: str, jobs: int, drain: Callable[[], Awaitable[None]],
+                  server_pid: int) -> tuple[float, float, float]:
+    """(jobs/s, client CPU µs per job, server CPU µs per job) of one drain of a freshly
+    filled queue."""
+    await fill(target, jobs)
+    cpu0, srv0, t0 = time.process_time(), tree_cpu(server_pid), time.perf_counter()
+    await drain()
+    wall, cpu, srv = time.perf_counter() - t0, time.process_time() - cpu0, tree_cpu(server_pid) - srv0
+    return jobs / wall, cpu / jobs * 1e6, srv / jobs * 1e6
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="sepp-bench-") as tmp:
+        server = ServerProcess(Path(tmp) / "data", {"persist_mode": args.mode, "log_level": "warning"})
+        server.start()
+        try:
+            target = server.grpc_target
+            raw = f"raw stubs (Reserve 256 + Settle, {args.lanes} lanes)"
+            rows: dict[str, Callable[[], Awaitable[None]]] = {raw: lambda: drain_raw(target, args.jobs, args.lanes)}
+            for name, settings in WORKER_ROWS.items():
+                rows[f"Worker {name}"] = lambda s=settings, n=name: drain_worker(  # type: ignore[misc]
+                    target, args.jobs, s, n)
+            if args.profile:
+                settings = WORKER_ROWS[args.profile]
+                await fill(target, args.jobs)
+                prof = cProfile.Profile()
+                prof.enable()
+                await drain_worker(target, args.jobs, settings)
+                prof.disable()
+                pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+                return
+            assert server.proc is not None
+            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in rows}
+            for _ in range(args.rounds):  # rounds interleave the rows, so drift hits all alike
+                for name, drain in rows.items():
+                    results[name].append(await measure(target, args.jobs, drain, server.proc.pid))
+        finally:
+            server.terminate()
+    raw_cpu = statistics.median(c for _, c, _ in next(iter(results.values())))
+    out = []
+    for (name, got), key in zip(results.items(), ["raw", *WORKER_ROWS], strict=True):
+        rate = statistics.median(r for r, _, _ in got)
+        cpu = statistics.median(c for _, c, _ in got)
+        srv = statistics.median(c for _, _, c in got)
+        extra = "—" if key == "raw" else f"{cpu - raw_cpu:.1f}"
+        reserves, settles = CALLS.get(key, (0, 0))
+        out.append([name, f"{rate:,.0f}", f"{cpu:.1f}", extra, f"{srv:.1f}", str(reserves), str(settles)])
+    print(f"\nN = {args.jobs} jobs per drain, persist_mode={args.mode}, median of {args.rounds} rounds")
+    print(table(["consumer", "drain jobs/s", "client CPU µs/job", "runtime's own µs/job", "server CPU µs/job",
+                 "Reserve calls", "Settle calls"], out))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--mode", default="group", choices=["sync", "group", "async"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--lanes", type=int, default=2, help="raw Reserve+Settle loops at once")
+    ap.add_argument("--profile", choices=sorted(WORKER_ROWS), help="cProfile one Worker row instead")
+    uvloop.run(main(ap.parse_args()))

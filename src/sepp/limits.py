@@ -37,6 +37,16 @@ MAX_HORIZON = 10 * YEAR
 MIN_LEASE, MAX_LEASE = 0.001, DAY
 #: Largest size or count setting: gRPC's own message cap (int32), so it fits every proto field.
 MAX_SIZE = 2**31 - 1
+#: Most labels in a queue's ``limits.allowed_encodings`` (each label is also at most the
+#: server's ``limits.max_encoding_bytes``): every queue's settings travel in each
+#: GetServerInfo / ListQueues answer, so an unbounded list could push those answers past the
+#: message cap and stop every producer (issue 14).
+MAX_ALLOWED_ENCODINGS = 64
+#: Most items one ``Settle`` call may carry. A refusal costs the server a result per item
+#: (each may quote 200 bytes of a bad id), so an unbounded list made a 2 MB request cost
+#: seconds of the event loop and an answer beyond the message cap (issue 14). 10,000 is
+#: 40× the Worker's default ``settle_batch`` (256), which is bounded by it too.
+MAX_SETTLE_BATCH = 10_000
 #: Largest ``max_attempts`` ceiling and queue ``default_max_attempts``.
 MAX_ATTEMPTS = 1_000_000
 #: Timestamps the server accepts (google.protobuf.Timestamp's range, seconds since the epoch,
@@ -55,8 +65,9 @@ class QueueLimits(BaseModel):
     #: Largest ``payload.data`` accepted, bytes; equal is allowed (seed: 1 MiB default).
     #: Also at most the server's ``max_message_bytes`` (checked where both are known).
     max_payload_bytes: int = Field(default=1 * MiB, ge=0, le=MAX_SIZE)
-    #: When non-empty, the only encoding labels accepted (exact match).
-    allowed_encodings: tuple[str, ...] = ()
+    #: When non-empty, the only encoding labels accepted (exact match); at most 64 labels,
+    #: each at most the server's ``max_encoding_bytes`` (``long_encoding_label``).
+    allowed_encodings: tuple[str, ...] = Field(default=(), max_length=MAX_ALLOWED_ENCODINGS)
     #: Most custom-map entries.
     max_custom_entries: int = Field(default=32, ge=0, le=MAX_SIZE)
     #: Longest custom key, UTF-8 bytes.
@@ -143,8 +154,45 @@ def field_bounds(model: type[BaseModel], name: str) -> tuple[float | None, float
     return lo, hi
 
 
+def utf8_bytes(text: str) -> int:
+    """Length of ``text`` in UTF-8 bytes (a lone surrogate counts as its 3-byte escape)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def long_encoding_label(limits: QueueLimits, max_encoding_bytes: int) -> tuple[int, int] | None:
+    """(index, UTF-8 length) of the first ``allowed_encodings`` label longer than the server's
+    ``max_encoding_bytes`` (such a label could never match an enqueue, which is refused above
+    that length), or None when every label fits."""
+    for i, label in enumerate(limits.allowed_encodings):
+        size = utf8_bytes(label)
+        if size > max_encoding_bytes:
+            return i, size
+    return None
+
+
+def _clamp_labels(value: Any, default: tuple[str, ...], path: str, max_label: int | None,
+                  notes: list[str]) -> tuple[str, ...]:
+    if not (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)):
+        notes.append(f"{path}={clip_repr(value)} is not a list of labels; using {default!r}")
+        return default
+    labels = tuple(value)
+    if max_label is not None and any(utf8_bytes(v) > max_label for v in labels):
+        labels = tuple(v for v in labels if utf8_bytes(v) <= max_label)
+        notes.append(f"{path}: labels longer than max_encoding_bytes ({max_label}) dropped")
+    if len(labels) > MAX_ALLOWED_ENCODINGS:
+        notes.append(f"{path} has {len(labels)} labels; keeping the first {MAX_ALLOWED_ENCODINGS}")
+        labels = labels[:MAX_ALLOWED_ENCODINGS]
+    return labels
+
+
+def clip_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a stored value may be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} chars)"
+
+
 def _clamp_fields(model: type[BaseModel], data: Any, defaults: dict[str, Any],
-                  prefix: str) -> tuple[dict[str, Any], list[str]]:
+                  prefix: str, max_label: int | None = None) -> tuple[dict[str, Any], list[str]]:
     out = dict(defaults)
     notes: list[str] = []
     if not isinstance(data, Mapping):
@@ -157,17 +205,14 @@ def _clamp_fields(model: type[BaseModel], data: Any, defaults: dict[str, Any],
             continue
         default = defaults[key]
         if key == "limits":
-            out[key], more = _clamp_fields(QueueLimits, value, default, "limits.")
+            out[key], more = _clamp_fields(QueueLimits, value, default, "limits.", max_label)
             notes += more
             continue
         if key == "allowed_encodings":
-            if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-                out[key] = tuple(value)
-            else:
-                notes.append(f"{path}={value!r} is not a list of labels; using {default!r}")
+            out[key] = _clamp_labels(value, default, path, max_label, notes)
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            notes.append(f"{path}={value!r} is not a finite number; using the default {default!r}")
+            notes.append(f"{path}={clip_repr(value)} is not a finite number; using the default {default!r}")
             continue
         lo, hi = field_bounds(model, key)
         clamped: int | float = value
@@ -183,16 +228,17 @@ def _clamp_fields(model: type[BaseModel], data: Any, defaults: dict[str, Any],
     return out, notes
 
 
-def clamp_settings(data: Any) -> tuple[QueueSettings, list[str]]:
+def clamp_settings(data: Any, max_encoding_bytes: int | None = None) -> tuple[QueueSettings, list[str]]:
     """Stored queue settings (decoded JSON) → valid ``QueueSettings`` and what was changed.
 
     For a row written by an older server (issue 14: "a stored setting can never make a read
     fail"): an out-of-range number is clamped to its bound, a value of the wrong type or an
     unknown key is replaced by the default / dropped. Each change is one human-readable
     note (``dedup_window=1e13 is outside 0..315360000; using 315360000.0``); no notes means
-    the row was valid as stored. Never raises.
+    the row was valid as stored. ``allowed_encodings`` keeps its first 64 labels, without
+    those longer than ``max_encoding_bytes`` when that is given. Never raises.
     """
-    fields, notes = _clamp_fields(QueueSettings, data, QueueSettings().model_dump(), "")
+    fields, notes = _clamp_fields(QueueSettings, data, QueueSettings().model_dump(), "", max_encoding_bytes)
     try:
         return QueueSettings.model_validate(fields), notes
     except ValidationError as exc:  # a combination the per-field pass cannot see

@@ -152,13 +152,26 @@ def parse_duration(text: str) -> float:
 
 
 def parse_moment(text: str) -> dt.datetime:
-    """An RFC 3339 time (naive = UTC) or a duration meaning "that long ago" → aware datetime."""
+    """An RFC 3339 time (naive = UTC) or a duration meaning "that long ago" → aware datetime (UTC).
+
+    Raises ``typer.BadParameter`` for anything else, and for a moment outside
+    0001-01-01 .. 9999-12-31 UTC (e.g. ``0001-01-01T00:00:00+14:00``, ``--after 315576000000s``).
+    """
     text = text.strip()
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=parse_duration(text))
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
+        ago = parse_duration(text)
+        try:
+            return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=ago)
+        except OverflowError:
+            raise typer.BadParameter(f"{text!r} ago is before 0001-01-01T00:00:00Z") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:
+        raise typer.BadParameter(f"{text!r} is outside 0001-01-01 .. 9999-12-31 UTC") from None
 
 
 def _iso(t: timestamp_pb2.Timestamp | None, present: bool = True) -> str | None:
@@ -340,14 +353,19 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
 
 
 def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[str]]:
-    """The settings and the mask paths of the flags that were given."""
+    """The settings and the mask paths of the flags that were given.
+
+    Raises ``typer.BadParameter`` for a bad duration and for a number the proto field cannot
+    hold (``--priority -99999999999999999999``, ``--max-payload-bytes 2**31``); the server
+    refuses what is in the field's range but beyond the setting's maximum.
+    """
     settings = pb.QueueSettings()
     paths: list[str] = []
     for name, value in flags.items():
         if value is None or value == []:
             continue
         if name in ("default_priority", "default_max_attempts", "retry_jitter"):
-            setattr(settings, name, value)
+            _set_number(settings, name, value, name)
             paths.append(name)
         elif name in _DURATION_SETTINGS:
             d = getattr(settings, name)
@@ -359,9 +377,16 @@ def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[st
             settings.limits.allowed_encodings.extend([] if value == ["*"] else value)
             paths.append("limits.allowed_encodings")
         else:
-            setattr(settings.limits, name, value)
+            _set_number(settings.limits, name, value, f"limits.{name}")
             paths.append(f"limits.{name}")
     return (settings if paths else None), paths
+
+
+def _set_number(message: Any, name: str, value: Any, path: str) -> None:
+    try:
+        setattr(message, name, value)
+    except ValueError:  # beyond the proto field (int32 / uint32 / int64)
+        raise typer.BadParameter(f"{path}: {value} is out of range") from None
 
 
 @queues_app.command("declare")

@@ -112,7 +112,8 @@ def parse_custom(spec: str) -> tuple[str, CustomPrimitive]:
 def parse_duration(text: str) -> dt.timedelta:
     """Parse ``--in``: ``30s``, ``10m``, ``2h``, ``1d``, ``250ms``, combined ``1h30m``, or bare seconds.
 
-    Raises ``ValueError`` for anything else (negative durations included).
+    Raises ``ValueError`` for anything else (negative durations and ones beyond 999,999,999
+    days included).
     """
     text = text.strip()
     try:
@@ -128,7 +129,10 @@ def parse_duration(text: str) -> dt.timedelta:
             _bad_duration(text)
     if not math.isfinite(total) or total < 0:
         _bad_duration(text)
-    return dt.timedelta(seconds=total)
+    try:
+        return dt.timedelta(seconds=total)
+    except OverflowError:  # beyond timedelta's 999,999,999 days
+        raise ValueError(f"{text!r} is too long a delay (at most 999999999 days)") from None
 
 
 def _bad_duration(text: str) -> NoReturn:
@@ -404,7 +408,11 @@ def enqueue_cmd(
         if at is not None:
             when = parse_when(at)
         elif in_ is not None:
-            when = dt.datetime.now(dt.UTC) + parse_duration(in_)
+            delay = parse_duration(in_)
+            try:
+                when = dt.datetime.now(dt.UTC) + delay
+            except OverflowError:
+                raise ValueError(f"--in {in_}: that is after 9999-12-31T23:59:59Z") from None
     except ValueError as exc:
         _fail_input(str(exc), as_json)
 

@@ -95,7 +95,10 @@ def _ts(moment: dt.datetime) -> Any:
     if moment.tzinfo is None:
         raise TypeError("times must carry a time zone (a naive datetime is ambiguous)")
     t = timestamp_pb2.Timestamp()
-    t.FromDatetime(moment.astimezone(dt.UTC))
+    try:
+        t.FromDatetime(moment.astimezone(dt.UTC))
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise ValueError(f"{moment.isoformat()} is outside 0001-01-01 .. 9999-12-31 UTC") from None
     return t
 
 
@@ -219,7 +222,8 @@ class AdminClient:
                               dry_run: bool = False, max_jobs: int = 0) -> tuple[int, int]:
         """Bulk redrive of matching DEAD_LETTERED jobs. Returns (matched, requeued).
 
-        Raises ``TypeError`` for a naive ``after``/``before``.
+        Raises ``TypeError`` for a naive ``after``/``before``, ``ValueError`` for one outside
+        0001-01-01 .. 9999-12-31 UTC.
         """
         f = apb.DeadLetterFilter(queue=queue, job_type=job_type, reason_prefix=reason_prefix)
         if after is not None:

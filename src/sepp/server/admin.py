@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sepp.api.v1 import common_pb2 as pb
-from sepp.limits import QueueSettings
+from sepp.limits import QueueSettings, long_encoding_label
 from sepp.quoting import clip, quote
 from sepp.rejections import RejectionCode
 from sepp.server.bounds import invalid_from_pydantic
@@ -176,11 +176,14 @@ class _CountsCache:
 
 
 def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequence[str],
-                   max_message_bytes: int) -> QueueSettings:
+                   max_message_bytes: int, max_encoding_bytes: int | None = None) -> QueueSettings:
     """``current`` with the fields named by ``paths`` taken from ``patch`` (empty = every
     field of ``patch``). Paths are QueueSettings field names, ``limits.<name>`` for a limit.
 
-    Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value.
+    Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value:
+    also for ``max_payload_bytes`` above ``max_message_bytes`` and, when
+    ``max_encoding_bytes`` is given, an ``allowed_encodings`` label longer than that
+    (field ``limits.allowed_encodings[i]``; issue 14).
     """
     merged = current.model_dump()
     for path in paths or _all_paths(patch):
@@ -203,6 +206,13 @@ def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequ
     if settings.limits.max_payload_bytes > max_message_bytes:
         raise InvalidRequest(f"limits.max_payload_bytes must not exceed max_message_bytes ({max_message_bytes})",
                              "limits.max_payload_bytes", max_message_bytes, settings.limits.max_payload_bytes)
+    if max_encoding_bytes is not None:
+        long_label = long_encoding_label(settings.limits, max_encoding_bytes)
+        if long_label is not None:
+            i, size = long_label
+            raise InvalidRequest(f"limits.allowed_encodings[{i}] is {size} bytes long; a label is at most "
+                                 f"max_encoding_bytes ({max_encoding_bytes})", f"limits.allowed_encodings[{i}]",
+                                 max_encoding_bytes, size)
     return settings
 
 
@@ -336,11 +346,11 @@ class AdminEngine:
         Raises ``InvalidRequest`` for a bad name or setting.
         """
         self._check_name(name)
-        cap = self.engine.limits.max_message_bytes
+        cap, labels = self.engine.limits.max_message_bytes, self.engine.limits.max_encoding_bytes
         registry = self.engine.queues
         current = registry.get(name)
         if current is None:
-            settings = merge_settings(registry.defaults, patch, paths, cap) if patch is not None \
+            settings = merge_settings(registry.defaults, patch, paths, cap, labels) if patch is not None \
                 else registry.defaults
             q = QueueState(name, settings, declared=True)
             await self.engine.store.upsert_queue(q.record(), now_us())
@@ -353,7 +363,7 @@ class AdminEngine:
             registry.put(q)
             return q, True
         if patch is not None:
-            current.apply(merge_settings(current.settings, patch, paths, cap))
+            current.apply(merge_settings(current.settings, patch, paths, cap, labels))
         current.declared = True
         await self._persist(current)
         return current, False
@@ -361,7 +371,8 @@ class AdminEngine:
     async def update_queue(self, name: str, patch: Mapping[str, Any], paths: Sequence[str]) -> QueueState:
         """Apply settings to an existing queue at once (validation and reserve use them next call)."""
         q = self.queue(name)
-        settings = merge_settings(q.settings, patch, paths, self.engine.limits.max_message_bytes)
+        lim = self.engine.limits
+        settings = merge_settings(q.settings, patch, paths, lim.max_message_bytes, lim.max_encoding_bytes)
         q.apply(settings)
         await self._persist(q)
         return q
@@ -528,11 +539,13 @@ class AdminEngine:
         return cache.value
 
     async def stats(self, names: Sequence[str] = ()) -> list[QueueStatsView]:
-        """Stats of ``names`` (every queue when empty), in the order given / by name.
+        """Stats of ``names`` (every queue when empty), in the order given / by name; a name
+        given twice is answered once (so a request repeating one name 200,000 times costs one
+        queue's stats, not 200,000: issue 14).
 
         Raises ``NotFound`` for an unknown name.
         """
-        queues = [self.queue(n) for n in names] if names else self.queues()
+        queues = [self.queue(n) for n in dict.fromkeys(names)] if names else self.queues()
         if names and len(queues) <= 4:
             counts: dict[str, StateCounts] = {}
             for q in queues:

@@ -85,14 +85,17 @@ def optional_timestamp(msg: Any, name: str, field: str | None = None) -> int | N
 
 def invalid_from_pydantic(exc: ValidationError, prefix: Sequence[str] = ()) -> InvalidRequest:
     """The first error of a pydantic ``ValidationError`` as an ``InvalidRequest``: ``field``
-    is the dotted location, ``limit`` the bound from the error's context (``le``, ``ge``, …)
-    when there is one, ``actual`` the value given when it is a number."""
+    is the dotted location, ``limit`` the bound from the error's context (``le``, ``ge``, …,
+    ``max_length`` for a list) when there is one, ``actual`` the value given when it is a
+    number (the item count for a list that is too long)."""
     err = exc.errors()[0]
     where = ".".join([*prefix, *(str(p) for p in err["loc"])]) or "settings"
     ctx: Mapping[str, Any] = err.get("ctx") or {}
-    limit = next((ctx[k] for k in ("le", "ge", "lt", "gt") if k in ctx), None)
+    limit = next((ctx[k] for k in ("le", "ge", "lt", "gt", "max_length") if k in ctx), None)
     given = err.get("input")
     actual = given if isinstance(given, int | float) and not isinstance(given, bool) else None
+    if actual is None and isinstance(ctx.get("actual_length"), int):  # too many items: the count
+        actual = ctx["actual_length"]
     shown = f" (got {fmt_number(actual)})" if actual is not None else ""
     return InvalidRequest(f"{where}: {err['msg']}{shown}", where,
                           limit if isinstance(limit, int | float) else None, actual)

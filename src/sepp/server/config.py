@@ -11,13 +11,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
-from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number
+from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
 from sepp.validation import Validator
 
 PersistMode = Literal["sync", "group", "async"]
+#: The accepted ``log_level`` values.
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class ConfigError(ValueError):
@@ -82,6 +84,26 @@ class ServerConfig(BaseSettings):
     #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
     debug_commit_delay: float = Field(default=0.0, ge=0, le=60.0)
 
+    @field_validator("grpc_listen", "http_listen")
+    @classmethod
+    def _check_listen(cls, value: str, info: ValidationInfo) -> str:
+        """HOST:PORT with a port 0..65535 (0 = any free one); ``http_listen`` may be empty (off).
+        gRPC would take port 99999 as 34463 and uvicorn would fail with a traceback."""
+        if value == "" and info.field_name == "http_listen":
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
+            raise ValueError("must be HOST:PORT with a port from 0 to 65535")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        """One of debug, info, warning, error (any case)."""
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value.lower()
+
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
         for name in self.queues:
@@ -95,6 +117,10 @@ class ServerConfig(BaseSettings):
             if settings.limits.max_payload_bytes > self.limits.max_message_bytes:
                 raise ValueError(f"{name}: max_payload_bytes ({settings.limits.max_payload_bytes}) exceeds "
                                  f"max_message_bytes ({self.limits.max_message_bytes})")
+            long_label = long_encoding_label(settings.limits, self.limits.max_encoding_bytes)
+            if long_label is not None:
+                raise ValueError(f"{name}.limits.allowed_encodings[{long_label[0]}] is {long_label[1]} bytes long; "
+                                 f"a label is at most limits.max_encoding_bytes ({self.limits.max_encoding_bytes})")
         return self
 
     @classmethod
@@ -148,6 +174,8 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
 
     try:
         loaded = _WithFile(**set_flags)
+    except SettingsError as exc:  # a SEPP_* variable for a table that is not JSON, e.g. SEPP_LIMITS={bad
+        raise ConfigError(f"{exc} (a table given as a SEPP_* variable must be a JSON object)") from None
     except ValidationError as exc:
         # One "key: problem" line per error; pydantic's own text names the internal
         # _WithFile class and links to its docs, which means nothing to a sepp user.

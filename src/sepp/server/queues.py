@@ -64,15 +64,16 @@ class QueueState:
         return QueueRecord(self.name, self.settings.model_dump_json(), self.paused, self.declared)
 
 
-def stored_settings(rec: QueueRecord) -> QueueSettings:
-    """The settings of a persisted queue row, clamped into range (``clamp_settings``) and
-    logged once (a warning naming the queue and each value changed) when they were not."""
+def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None) -> QueueSettings:
+    """The settings of a persisted queue row, clamped into range (``clamp_settings``; labels
+    longer than ``max_encoding_bytes`` dropped) and logged once (a warning naming the queue
+    and each value changed) when they were not."""
     try:
         data = json.loads(rec.settings_json)
     except (TypeError, ValueError):
         settings, notes = QueueSettings(), ["the stored settings are not JSON; using the defaults"]
     else:
-        settings, notes = clamp_settings(data)
+        settings, notes = clamp_settings(data, max_encoding_bytes)
     if notes:
         log.warning("queue %r: stored settings out of range, clamped (the row is rewritten on the next change): %s",
                     rec.name, "; ".join(notes))
@@ -82,9 +83,11 @@ def stored_settings(rec: QueueRecord) -> QueueSettings:
 class QueueRegistry:
     """Name → ``QueueState``; strict mode decides what an unknown name means (SPEC §1)."""
 
-    def __init__(self, defaults: QueueSettings, strict: bool) -> None:
+    def __init__(self, defaults: QueueSettings, strict: bool, max_encoding_bytes: int | None = None) -> None:
         self.defaults = defaults
         self.strict = strict
+        #: The server's ``limits.max_encoding_bytes``: longer stored encoding labels are dropped at load.
+        self.max_encoding_bytes = max_encoding_bytes
         self._queues: dict[str, QueueState] = {}
         self._default_policy = QueueState("", defaults).policy
         self._table = PolicyTable(self._default_policy)
@@ -96,7 +99,7 @@ class QueueRegistry:
         Returns the queues whose persisted row must be written (new or changed by config).
         """
         for rec in records:
-            settings = stored_settings(rec)
+            settings = stored_settings(rec, self.max_encoding_bytes)
             self._queues[rec.name] = QueueState(rec.name, settings, rec.paused, rec.declared, persisted=True)
         changed = []
         for name, settings in declared.items():

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from sepp.limits import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS
+
 
 class State(enum.IntEnum):
     """Job states; the numbers match ``sepp.api.v1.JobState`` and the schema."""
@@ -106,7 +108,7 @@ class JobRecord(NamedTuple):
         state and ``finished_at``; docs/decisions.md "The completing attempt is implicit"): it
         is derived here from ``attempt``, ``worker_id``, ``started_at`` and ``finished_at``.
         """
-        entries: list[dict[str, Any]] = json.loads(self.history) if self.history else []
+        entries = _history_entries(self.history)
         if self.state == State.COMPLETED:
             last = entries[-1] if entries else None
             # Rows completed before schema 4 carry the entry already.
@@ -115,6 +117,47 @@ class JobRecord(NamedTuple):
                                 "started_at": self.started_at, "ended_at": self.finished_at,
                                 "outcome": "completed", "error_message": "", "error_detail": ""})
         return entries
+
+
+#: An attempt entry's fields and the value a missing or mistyped one reads as.
+_ENTRY_DEFAULTS: dict[str, Any] = {"attempt": 0, "worker_id": "", "started_at": None, "ended_at": None,
+                                   "outcome": "", "error_message": "", "error_detail": ""}
+_ENTRY_RANGE: dict[str, tuple[int, int]] = {
+    "attempt": (-(2**31), 2**31 - 1),
+    "started_at": (MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999),
+    "ended_at": (MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999)}
+_ENTRY_TYPES: dict[str, type] = {"attempt": int, "worker_id": str, "started_at": int, "ended_at": int,
+                                 "outcome": str, "error_message": str, "error_detail": str}
+
+
+def _history_entries(history: Any) -> list[dict[str, Any]]:
+    """A ``history`` column as attempt entries. A damaged column (not JSON, not an array,
+    entries that are not objects or have fields of the wrong type) never raises: what cannot
+    be read is left out or reads as the field's default (issue 14: a poison row must not
+    stop the reads of the others, and its own page still shows what can be read)."""
+    if not history:
+        return []
+    try:
+        data = json.loads(history)
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    entries = []
+    for item in data:
+        if not isinstance(item, dict):
+            continue
+        entry = dict(item)
+        for key, default in _ENTRY_DEFAULTS.items():
+            value = entry.get(key, default)
+            kind = _ENTRY_TYPES[key]
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                value = default
+            if kind is int and value is not None and not _ENTRY_RANGE[key][0] <= value <= _ENTRY_RANGE[key][1]:
+                value = default  # beyond a Timestamp (times) or an int32 (attempt)
+            entry[key] = value
+        entries.append(entry)
+    return entries
 
 
 @dataclass(frozen=True, slots=True)

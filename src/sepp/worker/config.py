@@ -7,6 +7,8 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sepp.limits import MAX_SETTLE_BATCH
+
 #: Where ``sepp serve`` listens by default (SPEC §7).
 DEFAULT_TARGET = "127.0.0.1:7700"
 
@@ -59,7 +61,7 @@ class WorkerConfig:
         worker_id: Name recorded in attempt history; empty = ``host:pid``.
         poll_wait: Long-poll of each ``Reserve`` when nothing is ready (≤ 30).
         max_reserve: Most jobs asked for by one ``Reserve`` (server cap: 256 by default).
-        settle_batch: Most acks/nacks in one ``Settle`` call.
+        settle_batch: Most acks/nacks in one ``Settle`` call (1 .. 10,000, the server's cap).
 
     Raises ``ValueError`` for an out-of-range value.
     """
@@ -93,6 +95,8 @@ class WorkerConfig:
             raise ValueError("poll_wait must be between 0 and 30 seconds")
         if self.max_reserve < 1 or self.settle_batch < 1:
             raise ValueError("max_reserve and settle_batch must be ≥ 1")
+        if self.settle_batch > MAX_SETTLE_BATCH:
+            raise ValueError(f"settle_batch must be at most {MAX_SETTLE_BATCH} (the server refuses a larger Settle)")
 
 
 __all__ = ["DEFAULT_TARGET", "PREFETCH_MAX_WAIT", "WorkerConfig", "default_worker_id", "queue_tuple"]

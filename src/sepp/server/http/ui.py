@@ -59,6 +59,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
+from sepp.quoting import quote as quote_value
 from sepp.rejections import RejectionCode
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_name
 from sepp.server.engine import job_id_text
@@ -334,13 +335,22 @@ def build_request(form: Mapping[str, str], customs: Sequence[tuple[str, str, str
         raw = form.get(name, "").strip()
         if raw:
             try:
-                setattr(req, name, int(raw))
+                number = int(raw)
             except ValueError:
-                raise FormError(name, f"{raw!r} is not an integer") from None
+                raise FormError(name, f"{quote_value(raw)} is not an integer") from None
+            try:
+                setattr(req, name, number)
+            except ValueError:  # beyond int32: the server would refuse it anyway
+                raise FormError(name, f"{quote_value(raw)} does not fit in int32") from None
     local = form.get("scheduled_at", "").strip()
     if local:
-        when = parse_schedule(local, form.get("scheduled_tz", "UTC"))
-        req.scheduled_at.FromDatetime(when.astimezone(dt.UTC))
+        zone = form.get("scheduled_tz", "UTC")
+        when = parse_schedule(local, zone)
+        try:
+            req.scheduled_at.FromDatetime(when.astimezone(dt.UTC))
+        except (OverflowError, ValueError):  # 9999-12-31T23:59 at UTC−12 is past year 9999 in UTC
+            raise FormError("scheduled_at", f"{quote_value(local)} in {quote_value(zone)} is outside "
+                                           "0001-01-01 .. 9999-12-31 UTC") from None
     key = form.get("idempotency_key", "")
     if key:
         req.idempotency_key = key

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+
 from google.protobuf import timestamp_pb2
+from google.protobuf.message import DecodeError
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.limits import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS
 from sepp.server.engine import job_id_text
 from sepp.storage.base import JobRecord, State
 
 _COMPLETED = int(State.COMPLETED)
+
+
+log = logging.getLogger("sepp.rpc")
+
+#: µs range of a google.protobuf.Timestamp (0001-01-01 .. 9999-12-31T23:59:59.999999Z).
+_MIN_US, _MAX_US = MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999
 
 
 def ts(us: int) -> timestamp_pb2.Timestamp:
@@ -56,9 +66,7 @@ def fill_job(job: pb.Job, rec: JobRecord, with_history: bool = True) -> None:
     set_ts(job.run_at, rec.run_at)
     set_ts(job.enqueued_at, rec.enqueued_at)
     if rec.extras:
-        extras = pb.EnqueueRequest.FromString(rec.extras)
-        job.custom.MergeFrom(extras.custom)
-        job.trace_context.MergeFrom(extras.trace_context)
+        _merge_extras(job, rec.extras, rec.id)
     if rec.finished_at is not None:
         set_ts(job.finished_at, rec.finished_at)
     if rec.lease_id is not None:
@@ -69,15 +77,34 @@ def fill_job(job: pb.Job, rec: JobRecord, with_history: bool = True) -> None:
         _fill_attempts(job, rec)
 
 
+def _merge_extras(job: pb.Job, extras: bytes, job_id: bytes) -> None:
+    """The custom map and trace context from the stored ``extras`` blob; a blob that does not
+    decode (a damaged row) is left out and logged, so the rest of the job is still readable."""
+    try:
+        more = pb.EnqueueRequest.FromString(extras)
+    except (DecodeError, TypeError):
+        log.warning("job %s: its stored custom map / trace context does not decode; shown without them",
+                    job_id.hex() if isinstance(job_id, bytes) else job_id)
+        return
+    job.custom.MergeFrom(more.custom)
+    job.trace_context.MergeFrom(more.trace_context)
+
+
+def _int32(value: int) -> int:
+    return max(-(2**31), min(2**31 - 1, value))
+
+
 def _fill_attempts(job: pb.Job, rec: JobRecord) -> None:
-    """The job's attempt history (``JobRecord.attempt_entries``) as ``job.attempts``."""
+    """The job's attempt history (``JobRecord.attempt_entries``, which reads a damaged history
+    as far as it can) as ``job.attempts``; a time outside the Timestamp range is left unset."""
     for entry in rec.attempt_entries():
-        attempt = job.attempts.add(attempt=entry["attempt"], worker_id=entry["worker_id"],
+        attempt = job.attempts.add(attempt=_int32(entry["attempt"]), worker_id=entry["worker_id"],
                                    outcome=entry["outcome"], error_message=entry["error_message"],
                                    error_detail=entry["error_detail"])
-        if entry.get("started_at") is not None:
-            set_ts(attempt.started_at, entry["started_at"])
-        set_ts(attempt.ended_at, entry["ended_at"])
+        for name in ("started_at", "ended_at"):
+            us = entry.get(name)
+            if us is not None and _MIN_US <= us <= _MAX_US:
+                set_ts(getattr(attempt, name), us)
 
 
 def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
@@ -124,8 +151,6 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
         t.seconds = seconds
         t.nanos = rem * 1000
     if extras:
-        more = pb.EnqueueRequest.FromString(extras)
-        job.custom.MergeFrom(more.custom)
-        job.trace_context.MergeFrom(more.trace_context)
+        _merge_extras(job, extras, id_)
     if history:
         _fill_attempts(job, rec)

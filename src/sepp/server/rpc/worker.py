@@ -7,7 +7,7 @@ from typing import Any, TypeAlias
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
-from sepp.limits import MAX_DURATION_SECONDS, MAX_LEASE, MIN_LEASE
+from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
 from sepp.server.bounds import duration_arg
 from sepp.server.engine import JobEngine, job_id_bytes, now_us
 from sepp.server.errors import EngineError, InvalidRequest
@@ -49,7 +49,8 @@ def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: 
                   max_delay: float = 365 * 86400.0) -> SettleParams:
     """An ack or nack message → ``SettleParams``. Error message and detail are cut to
     ``max_detail`` bytes, a dead-letter reason to 1 KiB. Raises ``InvalidRequest`` for a bad
-    item (malformed ids, a ``retry_after`` below 0 or above ``max_delay`` seconds)."""
+    item (malformed ids, a malformed ``retry_after`` or one below 0 or above ``max_delay``
+    seconds: field ``retry_after``, limit 0 or ``max_delay``, the exact value)."""
     jid, lid = _ids(item.job_id, item.lease_id)
     if isinstance(item, wpb.AckRequest):
         return SettleParams(jid, lid, SettleKind.ACK, now, outcome="completed")
@@ -60,12 +61,8 @@ def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: 
         return SettleParams(jid, lid, SettleKind.RETRY, now, outcome="retry", error_message=message,
                             error_detail=detail)
     if directive == "retry_after":
-        delay = duration_arg(item.retry_after, "retry_after", -MAX_DURATION_SECONDS, MAX_DURATION_SECONDS)
-        if delay < 0:
-            raise InvalidRequest("retry_after must not be negative", "retry_after")
-        if delay > max_delay:
-            raise InvalidRequest(f"retry_after must be at most {max_delay:g} s (max_schedule_horizon)", "retry_after",
-                                 max_delay, delay)
+        # 0 .. max_schedule_horizon, refused with the exact value (and the horizon as the limit).
+        delay = duration_arg(item.retry_after, "retry_after", 0.0, max_delay)
         return SettleParams(jid, lid, SettleKind.RETRY, now, delay=int(delay * 1_000_000), outcome="retry_after",
                             error_message=message, error_detail=detail)
     if directive == "dead_letter":
@@ -153,6 +150,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                                        cancel_requested=result.cancel_requested)
 
     async def Settle(self, request: wpb.SettleRequest, context: Context) -> wpb.SettleResponse:
+        n = len(request.items)
+        if n > MAX_SETTLE_BATCH:  # refused whole, before any item is looked at (issue 14)
+            await abort_for(context, InvalidRequest(f"a settle holds at most {MAX_SETTLE_BATCH} items (got {n})",
+                                                    "items", MAX_SETTLE_BATCH, n))
         now = now_us()
         resp = wpb.SettleResponse()
         params: list[SettleParams] = []

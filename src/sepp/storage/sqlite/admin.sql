@@ -61,10 +61,14 @@ SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, 
     length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at,
     finished_at, reason, cancel_requested,
     -- attempts recorded: a completed job's last attempt is implicit (not in history)
-    json_array_length(coalesce(history, '[]'))
-        + (state = 4 AND coalesce(json_extract(history, '$[#-1].outcome'), '') <> 'completed'),
-    CASE WHEN state = 4 THEN '' ELSE json_extract(history, '$[#-1].error_message') END
-FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs));
+    json_array_length(h) + (state = 4 AND coalesce(json_extract(h, '$[#-1].outcome'), '') <> 'completed'),
+    CASE WHEN state = 4 THEN '' ELSE json_extract(h, '$[#-1].error_message') END
+FROM (SELECT *,
+    -- a history that is not a JSON array (a damaged row) reads as none: the listing of the
+    -- other rows must not fail with it (issue 14)
+    CASE WHEN typeof(history) = 'text' AND json_valid(history) AND json_type(history) = 'array'
+        THEN history ELSE '[]' END AS h
+    FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs)));
 
 -- ------------------------------------------------------------------ stats
 

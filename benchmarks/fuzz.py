@@ -181,8 +181,9 @@ def main() -> int:
                  for rpc, n in sorted(tally.calls.items())]))
     if tally.broken:
         kinds: dict[tuple[str, str], tuple[int, set[str]]] = {}
-        for (rpc, code, _, _), n in tally.broken.items():
-            verdict = tally.examples[(rpc, code, _, _)][0]
+        for key, n in tally.broken.items():
+            verdict = tally.examples[key][0]
+            rpc, code = key[0], key[1]
             shape = "".join("#" if c.isdigit() else c for c in (verdict.problem or ""))
             shape = "; ".join(p for p in shape.split("; ") if not p.startswith("google.rpc.Status code"))
             count, rpcs = kinds.get((code, shape), (0, set()))

@@ -29,7 +29,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import grpc
 from google.protobuf import descriptor, duration_pb2, field_mask_pb2, message, message_factory, text_format
@@ -44,8 +44,9 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.limits import QueueSettings
+from sepp.rejections import ERROR_DOMAIN
 from sepp.server.rpc.producer import queue_settings_proto
-from sepp.wire import ERROR_DOMAIN, STATUS_DETAILS_KEY
+from sepp.wire import STATUS_DETAILS_KEY
 
 Message = message.Message
 Code = grpc.StatusCode
@@ -56,7 +57,7 @@ Code = grpc.StatusCode
 #: ``sepp/server/rpc/status.py``, ``rpc/admin.py``, ``rpc/registration.py`` and SPEC §2–§4.
 #: The values say whether a non-OK answer must carry a ``google.rpc.Status`` with an
 #: ``ErrorInfo`` (domain ``sepp``) in ``grpc-status-details-bin``.
-ALLOWED_CODES: dict[Code, bool] = {
+ALLOWED_CODES: dict[Any, bool] = {  # grpc.StatusCode → needs an ErrorInfo (grpc ships no stubs)
     Code.OK: False,
     # Catalogue rejections (SPEC §2), InvalidRequest (bad batch / reserve / settle / admin
     # arguments, malformed page tokens and ids), undecodable requests (registration.py).
@@ -186,7 +187,7 @@ class Pool:
             return bucket[(index // 2) % len(bucket)] if bucket else ""
 
     def pair(self, index: int) -> tuple[str, str]:
-        """A (job id, lease id) pair of a reservation seen (``i`` modulo their number)."""
+        """A (job id, lease id) pair of a Reservation seen (``index`` modulo their number)."""
         with self._lock:
             return self._pairs[index % len(self._pairs)] if self._pairs else ("", "")
 
@@ -216,9 +217,9 @@ class Pool:
         if depth > 4:
             return
         fields = answer.DESCRIPTOR.fields_by_name
-        if "lease_id" in fields and ("id" in fields or "job_id" in fields):
-            job_id = getattr(answer, "id" if "id" in fields else "job_id")
-            lease_id = answer.lease_id
+        if "lease_id" in fields and "job" in fields:  # a Reservation: a lease that is current
+            reservation = cast(Any, answer)
+            job_id, lease_id = reservation.job.id, reservation.lease_id
             if job_id and lease_id:
                 with self._lock:
                     self._pairs.append((job_id, lease_id))
@@ -343,13 +344,14 @@ class Requests:
         if cpp in _INT_RANGES:
             return _ints(*_INT_RANGES[cpp])
         if cpp in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
-            width = 64 if cpp == FieldDescriptor.CPPTYPE_DOUBLE else 32
+            width: Literal[32, 64] = 64 if cpp == FieldDescriptor.CPPTYPE_DOUBLE else 32
             return st.one_of(st.sampled_from(_FLOAT_EDGES), st.floats(width=width))
         if cpp == FieldDescriptor.CPPTYPE_BOOL:
             return st.booleans()
         if cpp == FieldDescriptor.CPPTYPE_ENUM:
-            known = [v.number for v in field.enum_type.values]
-            if field.enum_type.is_closed:
+            enum = _enum(field)
+            known = [v.number for v in enum.values]
+            if enum.is_closed:
                 return st.sampled_from(known)
             return st.one_of(st.sampled_from(known), _ints(*I32))  # open enum: unknown numbers too
         if field.type == FieldDescriptor.TYPE_BYTES:
@@ -399,8 +401,8 @@ class Requests:
             if not (len(members) == 1 and oneof.name == f"_{members[0].name}"):  # not a synthetic `optional`
                 groups.append(members)
         for field in desc.fields:
-            oneof = field.containing_oneof
-            if oneof is None or (len(oneof.fields) == 1 and oneof.name == f"_{field.name}"):
+            group = field.containing_oneof
+            if group is None or (len(group.fields) == 1 and group.name == f"_{field.name}"):
                 plain.append(field)
         return plain, groups
 
@@ -478,7 +480,7 @@ class Requests:
             elif depth > 5:
                 one = st.builds(message_factory.GetMessageClass(field.message_type))
             else:
-                one = st.deferred(lambda: self._tame(field.message_type, depth + 1))
+                one = st.deferred(lambda: self._tame(_sub(field), depth + 1))
         else:
             one = self._tame_scalar(field)
         return st.lists(one, min_size=1, max_size=3) if field.is_repeated else one
@@ -492,7 +494,7 @@ class Requests:
         if cpp == FieldDescriptor.CPPTYPE_BOOL:
             return st.booleans()
         if cpp == FieldDescriptor.CPPTYPE_ENUM:
-            return st.sampled_from([v.number for v in field.enum_type.values])
+            return st.sampled_from([v.number for v in _enum(field).values])
         if field.type == FieldDescriptor.TYPE_BYTES:
             return st.binary(max_size=64)
         kind = HINTS.get(field.name)
@@ -524,7 +526,7 @@ class Requests:
         return st.one_of(st.lists(one, max_size=4), big)
 
     def _map(self, field: FieldDescriptor, depth: int) -> st.SearchStrategy[list[tuple[str, Any]]]:
-        entry = field.message_type
+        entry = _sub(field)
         key_f, value_f = entry.fields_by_name["key"], entry.fields_by_name["value"]
         keys = self.text() if field.name != "trace_context" else st.one_of(
             st.sampled_from(["traceparent", "tracestate"]), self.text())
@@ -551,22 +553,37 @@ class Requests:
 
     def mutant(self, rpc: Rpc) -> st.SearchStrategy[Message]:
         """A request the server answered OK before (:meth:`Pool.kept`) with one field — at
-        any depth, through repeated messages too — replaced by a wild value. The draws do not
+        any depth, through repeated messages too — replaced by a wild value (or, now and then,
+        sent again as it was). The draws do not
         depend on what the pool holds (hypothesis wants the same draws for the same choices)."""
         paths = _leaf_paths(rpc.input)
         if not paths:
             return st.builds(message_factory.GetMessageClass(rpc.input))
-        values = [self.value(path[-1], path[-1].containing_type, len(path)) for path in paths]
+        values = [self.value(path[-1], cast(descriptor.Descriptor, path[-1].containing_type), len(path))
+                  for path in paths]
 
         @st.composite
         def build(draw: st.DrawFn) -> Message:
             base = self.pool.kept(rpc, draw(st.integers(0, 2**16)))
-            which = draw(st.integers(0, len(paths) - 1))
+            which = draw(st.integers(0, len(paths)))  # len(paths): sent again unchanged
             element = draw(st.integers(0, 255))
-            _put(base, paths[which], element, draw(values[which]))
+            if which < len(paths):
+                _put(base, paths[which], element, draw(values[which]))
             return base
 
         return build()
+
+
+def _sub(field: FieldDescriptor) -> descriptor.Descriptor:
+    """The message type of a message field."""
+    assert field.message_type is not None, field.full_name
+    return field.message_type
+
+
+def _enum(field: FieldDescriptor) -> descriptor.EnumDescriptor:
+    """The enum type of an enum field."""
+    assert field.enum_type is not None, field.full_name
+    return field.enum_type
 
 
 def _leaf_paths(desc: descriptor.Descriptor, depth: int = 0) -> list[tuple[FieldDescriptor, ...]]:
@@ -625,7 +642,7 @@ def _assemble_into(msg: Message, values: dict[str, Any]) -> None:
     desc = msg.DESCRIPTOR
     for name, value in values.items():
         field = desc.fields_by_name[name]
-        target = getattr(msg, name) if field.message_type is not None or field.is_repeated else None
+        target: Any = getattr(msg, name) if field.message_type is not None or field.is_repeated else None
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             target.clear()
             for key, item in value:
@@ -675,7 +692,7 @@ def judge(rpc: Rpc, request: Message, error: grpc.RpcError | None, *, max_messag
     trailers within :data:`MAX_TRAILER_BYTES`."""
     if error is None:
         return Verdict(rpc.label, "OK", "", "", None)
-    code: Code = error.code()  # type: ignore[attr-defined]
+    code: Any = error.code()  # a grpc.StatusCode
     text: str = error.details() or ""  # type: ignore[attr-defined]
     trailers = error.trailing_metadata() or ()  # type: ignore[attr-defined]
     reason = field = ""
@@ -779,12 +796,12 @@ def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6) -> None:
         return answer
 
     round_ = next(_seed_rounds)
-    overrides = {"fuzz-b": {"dedup_window": 60.0, "completed_retention": 120.0},
-                 "fuzz-dlq": {"default_max_attempts": 1}}
+    overrides = {"fuzz-b": QueueSettings(dedup_window=60.0, completed_retention=120.0),
+                 "fuzz-dlq": QueueSettings(default_max_attempts=1)}
     every_path = field_mask_pb2.FieldMask(paths=[f.name for f in pb.QueueSettings.DESCRIPTOR.fields])
     do("ProducerService.GetServerInfo", ppb.GetServerInfoRequest())
     for name in SEED_QUEUES:  # every setting back to a known value (the fuzzer changes them)
-        settings = queue_settings_proto(QueueSettings(**overrides.get(name, {})))
+        settings = queue_settings_proto(overrides.get(name, QueueSettings()))
         do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name, settings=settings, update_mask=every_path))
         do("AdminService.UpdateQueue", apb.UpdateQueueRequest(name=name, settings=settings, update_mask=every_path))
         do("AdminService.PauseQueue", apb.PauseQueueRequest(name=name))

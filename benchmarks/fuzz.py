@@ -79,7 +79,7 @@ def fuzz_for(target: str, seconds: float, concurrency: int, base_seed: int, per_
     fuzz.seed(channel, pool)
     requests = fuzz.Requests(pool)
     caller = fuzz.Caller(channel)
-    every = fuzz.rpcs()
+    every = fuzz.any_rpc()
     slots = threading.Semaphore(concurrency)
     end = time.monotonic() + seconds
     reseeded = time.monotonic()
@@ -114,7 +114,7 @@ def fuzz_for(target: str, seconds: float, concurrency: int, base_seed: int, per_
                   suppress_health_check=list(HealthCheck))
         @given(st.data())
         def one_round(data: st.DataObject) -> None:
-            rpc = data.draw(st.sampled_from(every))
+            rpc = data.draw(every)
             request = data.draw(requests.request(rpc))
             if time.monotonic() < end:  # always draw: hypothesis wants the same draws for the same choices
                 send(rpc, request)
@@ -131,7 +131,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="calls in flight (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed of the first round (default 0)")
     parser.add_argument("--round", type=int, default=200, help="examples per hypothesis round (default 200)")
-    parser.add_argument("--reseed", type=float, default=30.0, help="seed real rows again every N s (default 30)")
+    parser.add_argument("--reseed", type=float, default=10.0, help="seed real rows again every N s (default 10)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on any contract break, not only UNKNOWN/INTERNAL")
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # hypothesis' "@seed/@given outside a test" notes
@@ -149,6 +149,7 @@ def main() -> int:
             except Exception as exc:
                 serving = f"NO: {type(exc).__name__}: {str(exc)[:200]}"
             rss = fuzz.peak_rss_kib(server.pid)
+            errors = fuzz.server_errors(server.output)
             db_bytes = sum(p.stat().st_size for p in Path(tmp).rglob("*") if p.is_file())
             alive = server.proc is not None and server.proc.poll() is None
         finally:
@@ -162,6 +163,7 @@ def main() -> int:
             ["UNKNOWN", str(tally.codes["UNKNOWN"])], ["INTERNAL", str(tally.codes["INTERNAL"])],
             ["other contract breaks", str(others)],
             ["reseeds refused", f"{len(tally.reseed_failures)} {tally.reseed_failures[:1] or ''}"],
+            ["ERROR lines in the server log", f"{sum(errors.values()):,}"],
             ["server alive / serving at the end", f"{'yes' if alive else 'NO'} / {serving}"],
             ["peak RSS server (VmHWM)", f"{rss.get(server.pid, 0) / 1024:,.0f} MiB"],
             ["peak RSS writer child(ren)", ", ".join(f"{v / 1024:,.0f} MiB" for k, v in rss.items()
@@ -198,6 +200,9 @@ def main() -> int:
             verdict, request = tally.examples[key]
             print(f"- **{verdict.rpc} {verdict.code}** reason={verdict.reason or '-'} ×{n}: {verdict.problem}\n"
                   f"  - message: {verdict.message[:300]!r}\n  - request: `{request}`")
+    if errors:
+        print("\n### ERROR lines in the server log\n")
+        print(table(["line (digits folded)", "count"], [[line, f"{n:,}"] for line, n in errors.most_common(20)]))
     bad = tally.codes["UNKNOWN"] + tally.codes["INTERNAL"]
     if bad or serving != "yes" or not alive or (args.strict and tally.broken):
         return 1

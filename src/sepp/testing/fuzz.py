@@ -26,7 +26,7 @@ import pkgutil
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -133,6 +133,25 @@ def services() -> dict[str, list[Rpc]]:
     for rpc in rpcs():
         out.setdefault(rpc.service, []).append(rpc)
     return out
+
+
+def any_rpc() -> st.SearchStrategy[Rpc]:
+    """Any RPC, a service first (so each service gets a fair share, not each RPC: the admin
+    service's sixteen would otherwise drown the workers' five and delete their rows)."""
+    by_service = services()
+    return st.sampled_from(sorted(by_service)).flatmap(lambda name: st.sampled_from(by_service[name]))
+
+
+def server_errors(lines: Sequence[str]) -> Counter[str]:
+    """The ERROR and CRITICAL lines of a server's log (``sepp serve`` output), by shape
+    (digits folded, 160 characters): a sweep pass that failed, a handler that raised."""
+    found: Counter[str] = Counter()
+    for line in lines:
+        parts = line.split(" ", 3)  # "<date> <time> <LEVEL> <logger>: <message>"
+        level, rest = (parts[2], parts[3]) if len(parts) == 4 and line[:1].isdigit() else ("", "")
+        if level in ("ERROR", "CRITICAL"):
+            found["".join("#" if c.isdigit() else c for c in f"{level} {rest}")[:160]] += 1
+    return found
 
 
 # ---------------------------------------------------------------------- the pool of real values

@@ -1,7 +1,8 @@
 """Deep fuzz run (issue 14, item 6): N seconds of fuzzed requests over every RPC.
 
 Starts one real ``sepp serve`` (ServerProcess, ``sepp.testing.fuzz.SERVER_CONFIG``), seeds
-it with jobs in every state (again every ``--reseed`` seconds) and sends structurally
+it with jobs in every state (again every ``--reseed`` seconds; the seeded queues' settings
+are set back every ``--reset`` seconds) and sends structurally
 valid requests with extreme values (``sepp.testing.fuzz.Requests``) to every RPC of every
 service, with ``--concurrency`` calls in flight. Hypothesis generates the requests, one
 round of ``--round`` examples per seed (``--seed``, then +1, …), so a run is reproducible
@@ -71,7 +72,7 @@ class Tally:
 
 
 def fuzz_for(target: str, seconds: float, concurrency: int, base_seed: int, per_round: int, reseed_every: float,
-             tally: Tally) -> None:
+             reset_every: float, tally: Tally) -> None:
     """Send fuzzed requests to ``target`` for ``seconds``, at most ``concurrency`` in flight."""
     channel = grpc.insecure_channel(target, options=(("grpc.max_send_message_length", -1),
                                                      ("grpc.max_receive_message_length", -1)))
@@ -82,7 +83,7 @@ def fuzz_for(target: str, seconds: float, concurrency: int, base_seed: int, per_
     every = fuzz.any_rpc()
     slots = threading.Semaphore(concurrency)
     end = time.monotonic() + seconds
-    reseeded = time.monotonic()
+    reseeded = reset = time.monotonic()
 
     def send(rpc: fuzz.Rpc, request: Message) -> None:
         slots.acquire()
@@ -103,11 +104,13 @@ def fuzz_for(target: str, seconds: float, concurrency: int, base_seed: int, per_
         if time.monotonic() >= end:
             break
         if time.monotonic() - reseeded > reseed_every:
+            due = time.monotonic() - reset > reset_every
             try:
-                fuzz.seed(channel, pool)
+                fuzz.seed(channel, pool, reset_settings=due)
+                reset = time.monotonic() if due else reset
             except grpc.RpcError as exc:
                 tally.reseed_failures.append(f"{exc.code().name}: {(exc.details() or '')[:200]}")  # type: ignore[attr-defined]
-            reseeded = time.monotonic()
+            reseeded = reset = time.monotonic()
 
         @seed(base_seed + n)
         @settings(max_examples=per_round, database=None, deadline=None, phases=[Phase.generate],
@@ -132,6 +135,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed of the first round (default 0)")
     parser.add_argument("--round", type=int, default=200, help="examples per hypothesis round (default 200)")
     parser.add_argument("--reseed", type=float, default=10.0, help="seed real rows again every N s (default 10)")
+    parser.add_argument("--reset", type=float, default=60.0,
+                        help="set the seeded queues' settings back every N s (default 60): until then a setting the "
+                             "fuzzer stored meets the rows seeded in the meantime")
     parser.add_argument("--strict", action="store_true", help="exit 1 on any contract break, not only UNKNOWN/INTERNAL")
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # hypothesis' "@seed/@given outside a test" notes
@@ -142,7 +148,8 @@ def main() -> int:
         serving = "yes"
         try:
             started = time.monotonic()
-            fuzz_for(server.grpc_target, args.seconds, args.concurrency, args.seed, args.round, args.reseed, tally)
+            fuzz_for(server.grpc_target, args.seconds, args.concurrency, args.seed, args.round, args.reseed, args.reset,
+                     tally)
             elapsed = time.monotonic() - started
             try:
                 fuzz.check_serving(server.grpc_target)

@@ -798,8 +798,9 @@ SEED_QUEUES = ("fuzz-a", "fuzz-b", "fuzz-dlq")
 _seed_rounds = iter(range(10**9))
 
 
-def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6) -> None:
-    """Set :data:`SEED_QUEUES` back to known settings and store jobs in every state there:
+def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6, *, reset_settings: bool = True) -> None:
+    """Set :data:`SEED_QUEUES` back to known settings (unless not ``reset_settings``: then a
+    setting the fuzzer stored stays, and the jobs seeded now meet it) and store jobs in every state there:
     READY and SCHEDULED (one an hour ahead), RESERVED (lease 60 s, and 1 s so it expires),
     COMPLETED, DEAD_LETTERED, CANCELLED; then delete a scratch queue. Every RPC is called at
     least once with a request it accepts; names, ids, keys and leases go to ``pool`` and
@@ -818,11 +819,14 @@ def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6) -> None:
     overrides = {"fuzz-b": QueueSettings(dedup_window=60.0, completed_retention=120.0),
                  "fuzz-dlq": QueueSettings(default_max_attempts=1)}
     every_path = field_mask_pb2.FieldMask(paths=[f.name for f in pb.QueueSettings.DESCRIPTOR.fields])
-    do("ProducerService.GetServerInfo", ppb.GetServerInfoRequest())
     for name in SEED_QUEUES:  # every setting back to a known value (the fuzzer changes them)
         settings = queue_settings_proto(overrides.get(name, QueueSettings()))
-        do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name, settings=settings, update_mask=every_path))
-        do("AdminService.UpdateQueue", apb.UpdateQueueRequest(name=name, settings=settings, update_mask=every_path))
+        if reset_settings:
+            do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name, settings=settings,
+                                                                    update_mask=every_path))
+            do("AdminService.UpdateQueue", apb.UpdateQueueRequest(name=name, settings=settings, update_mask=every_path))
+        else:
+            do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name))
         do("AdminService.PauseQueue", apb.PauseQueueRequest(name=name))
         do("AdminService.ResumeQueue", apb.ResumeQueueRequest(name=name))
         do("AdminService.GetQueue", apb.GetQueueRequest(name=name))
@@ -864,7 +868,6 @@ def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6) -> None:
         do("AdminService.FindJobByIdempotencyKey",
            apb.FindJobByIdempotencyKeyRequest(queue=name, key=jobs[0].idempotency_key))
         do("AdminService.GetQueueStats", apb.GetQueueStatsRequest(queues=[name]))
-    do("AdminService.ListQueues", apb.ListQueuesRequest())
     do("AdminService.ListJobs", apb.ListJobsRequest(page_size=2))  # a page token for the pool
     do("AdminService.RequeueDeadLettered", apb.RequeueDeadLetteredRequest(
         filter=apb.DeadLetterFilter(queue=SEED_QUEUES[0]), dry_run=True))
@@ -874,6 +877,8 @@ def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6) -> None:
     do("AdminService.DeleteJob", apb.DeleteJobRequest(job_id=ack.job_id))
     do("AdminService.PurgeQueue", apb.PurgeQueueRequest(queue=scratch))
     do("AdminService.DeleteQueue", apb.DeleteQueueRequest(name=scratch, force=True))
+    do("AdminService.ListQueues", apb.ListQueuesRequest())  # last: a stored setting may break these two
+    do("ProducerService.GetServerInfo", ppb.GetServerInfoRequest())
 
 
 def _dur(seconds: int) -> duration_pb2.Duration:

@@ -206,9 +206,10 @@ class Pool:
             return bucket[(index // 2) % len(bucket)] if bucket else ""
 
     def pair(self, index: int) -> tuple[str, str]:
-        """A (job id, lease id) pair of a Reservation seen (``index`` modulo their number)."""
+        """A (job id, lease id) pair of one of the last 16 Reservations seen (``index`` modulo)."""
         with self._lock:
-            return self._pairs[index % len(self._pairs)] if self._pairs else ("", "")
+            recent = min(len(self._pairs), 16)  # the newest are the most likely to be current still
+            return self._pairs[-1 - index % recent] if recent else ("", "")
 
     def any(self, index: int) -> str:
         """A value of any kind (index picks the kind, then the value)."""
@@ -378,9 +379,13 @@ class Requests:
         return self.text(HINTS.get(field.name))
 
     def _seconds_nanos(self, relative: bool) -> st.SearchStrategy[tuple[int, int]]:
-        seconds = st.one_of(st.sampled_from(_SECONDS_EDGES), _ints(*I64), st.integers(0, 120))
+        # Hypothesis draws wide integers mostly small, so the edges and a uniform magnitude
+        # (10^k, k ≤ 18, with a sign) carry the extremes.
+        magnitude = st.tuples(st.integers(0, 18), st.sampled_from([1, -1])).map(lambda d: d[1] * 10 ** d[0])
+        choices = [(3, st.sampled_from(_SECONDS_EDGES)), (1, magnitude), (1, _ints(*I64)), (1, st.integers(0, 120))]
         if relative:  # around now: just past, just ahead, a year ahead (the schedule horizon)
-            seconds = st.one_of(seconds, st.integers(-10**6, 40_000_000).map(lambda d: int(time.time()) + d))
+            choices.append((1, st.integers(-10**6, 40_000_000).map(lambda d: int(time.time()) + d)))
+        seconds = weighted(*choices)
         nanos = st.one_of(st.sampled_from(_NANOS_EDGES), st.just(0), _ints(*I32))
         return st.tuples(seconds, nanos)
 
@@ -399,16 +404,19 @@ class Requests:
                 self._cache[key] = weighted((3, tame), (1, st.deferred(lambda: self._wild(desc, depth))))
         return self._cache[key]
 
-    def _time(self, desc: descriptor.Descriptor, wild: bool) -> st.SearchStrategy[Message]:
+    def _time(self, desc: descriptor.Descriptor, wild: bool, short: bool = False) -> st.SearchStrategy[Message]:
+        """A Timestamp or Duration: wild (:meth:`_seconds_nanos`) or plausible (within an hour of
+        now; 0–60 s, or 0–0.2 s when ``short``, for a long-poll wait)."""
         cls = message_factory.GetMessageClass(desc)
         relative = desc.full_name == "google.protobuf.Timestamp"
         if wild:
             pairs = self._seconds_nanos(relative)
         elif relative:  # within an hour of now
             pairs = st.tuples(st.integers(-3600, 3600).map(lambda d: int(time.time()) + d), st.integers(0, 999_999_999))
+        elif short:
+            pairs = st.tuples(st.just(0), st.sampled_from([0, 1_000_000, 50_000_000, 200_000_000]))
         else:
-            pairs = st.tuples(st.sampled_from([0, 1, 2, 5, 30, 60]),
-                              st.sampled_from([0, 1_000_000, 100_000_000, 500_000_000]))
+            pairs = st.tuples(st.sampled_from([0, 1, 5, 30, 60]), st.sampled_from([0, 1_000_000, 500_000_000]))
         return pairs.map(lambda sn: cls(seconds=sn[0], nanos=sn[1]))
 
     def _members(self, desc: descriptor.Descriptor) -> tuple[list[FieldDescriptor], list[list[FieldDescriptor]]]:
@@ -465,7 +473,7 @@ class Requests:
                     values[f.name] = draw(self.value(f, desc, depth))
                 elif f.name in HINTS or draw(st.integers(0, 7)):
                     values[f.name] = draw(self.tame_value(f, desc, depth))
-            if paired and draw(st.booleans()):
+            if paired and draw(st.integers(0, 3)):
                 job_id, lease_id = self.pool.pair(draw(st.integers(0, 2**16)))
                 values.update({k: v for k, v in (("job_id", job_id), ("lease_id", lease_id)) if k not in wild})
             oneofs: list[tuple[str, Any] | None] = []
@@ -496,6 +504,8 @@ class Requests:
                 paths = _paths(parent) or [""]
                 one: st.SearchStrategy[Any] = st.builds(_mask, st.one_of(
                     st.just([]), st.just(paths), st.lists(st.sampled_from(paths), min_size=1, max_size=3, unique=True)))
+            elif field.message_type.full_name in _TIME_TYPES:
+                one = self._time(field.message_type, wild=False, short=field.name == "wait")
             elif depth > 5:
                 one = st.builds(message_factory.GetMessageClass(field.message_type))
             else:

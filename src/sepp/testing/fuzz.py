@@ -808,76 +808,114 @@ SEED_QUEUES = ("fuzz-a", "fuzz-b", "fuzz-dlq")
 _seed_rounds = iter(range(10**9))
 
 
-def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6, *, reset_settings: bool = True) -> None:
-    """Set :data:`SEED_QUEUES` back to known settings (unless not ``reset_settings``: then a
-    setting the fuzzer stored stays, and the jobs seeded now meet it) and store jobs in every state there:
+class _Refused(Exception):
+    """A seeding call was refused (only raised inside :func:`seed`)."""
+
+
+def seed(channel: grpc.Channel, pool: Pool, jobs_per_queue: int = 6, *,
+         reset_settings: bool = True) -> list[tuple[Verdict, Message]]:
+    """Set :data:`SEED_QUEUES` back to known settings and store jobs in every state there:
     READY and SCHEDULED (one an hour ahead), RESERVED (lease 60 s, and 1 s so it expires),
     COMPLETED, DEAD_LETTERED, CANCELLED; then delete a scratch queue. Every RPC is called at
     least once with a request it accepts; names, ids, keys and leases go to ``pool`` and
-    the requests to its corpus (:meth:`Pool.keep`). Raises ``grpc.RpcError`` when the server
-    refuses one (it must not)."""
+    the requests to its corpus (:meth:`Pool.keep`).
+
+    With ``reset_settings`` every call must succeed (``grpc.RpcError`` otherwise). Without
+    it a setting the fuzzer stored stays, so the rows seeded now meet it; a refused call
+    skips the rest of its queue, and the refusals are returned judged (a stored setting
+    that makes an Ack answer UNKNOWN shows here)."""
     c = Caller(channel)
     by = {r.label: r for r in rpcs()}
+    refused: list[tuple[Verdict, Message]] = []
 
     def do(label: str, req: Message) -> Any:
-        answer = c.method(by[label])(req, timeout=CALL_TIMEOUT)
+        try:
+            answer = c.method(by[label])(req, timeout=CALL_TIMEOUT)
+        except grpc.RpcError as err:
+            if reset_settings:
+                raise
+            refused.append((judge(by[label], req, err), req))
+            raise _Refused from err
         pool.learn(answer)
         pool.keep(by[label], req)
         return answer
 
+    try:
+        _seed_rows(do, pool, jobs_per_queue, reset_settings)
+    except _Refused:
+        pass
+    return refused
+
+
+def _seed_rows(do: Callable[[str, Message], Any], pool: Pool, jobs_per_queue: int, reset_settings: bool) -> None:
+    """The body of :func:`seed`; ``do`` makes one call."""
     round_ = next(_seed_rounds)
     overrides = {"fuzz-b": QueueSettings(dedup_window=60.0, completed_retention=120.0),
                  "fuzz-dlq": QueueSettings(default_max_attempts=1)}
     every_path = field_mask_pb2.FieldMask(paths=[f.name for f in pb.QueueSettings.DESCRIPTOR.fields])
     for name in SEED_QUEUES:  # every setting back to a known value (the fuzzer changes them)
-        settings = queue_settings_proto(overrides.get(name, QueueSettings()))
-        if reset_settings:
-            do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name, settings=settings,
-                                                                    update_mask=every_path))
-            do("AdminService.UpdateQueue", apb.UpdateQueueRequest(name=name, settings=settings, update_mask=every_path))
-        else:
-            do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name))
-        do("AdminService.PauseQueue", apb.PauseQueueRequest(name=name))
-        do("AdminService.ResumeQueue", apb.ResumeQueueRequest(name=name))
-        do("AdminService.GetQueue", apb.GetQueueRequest(name=name))
-        pool.add("queue", name, sticky=True)
-        jobs = []
-        for i in range(jobs_per_queue):
-            key = f"{name}-key-{round_}-{i}"
-            job = pb.EnqueueRequest(queue=name, job_type=("email", "report")[i % 2], idempotency_key=key,
-                                    payload=pb.Payload(data=b'{"n": %d}' % i, encoding="application/json"))
-            job.custom["n"].int_value = i
-            job.trace_context["traceparent"] = _TRACEPARENT
-            if i == jobs_per_queue - 1:
-                job.scheduled_at.FromSeconds(int(time.time()) + 3600)
-            jobs.append(job)
-            pool.add("key", key, sticky=True)
-        do("ProducerService.EnqueueBatch", ppb.EnqueueBatchRequest(jobs=jobs[1:]))
-        do("ProducerService.Enqueue", jobs[0])
-        twice = [pb.EnqueueRequest(queue=name, job_type="t")] * 2
-        do("ProducerService.EnqueueAtomic", ppb.EnqueueBatchRequest(jobs=twice))
-        got = do("WorkerService.Reserve", wpb.ReserveRequest(queues=[name], max_jobs=3, lease_duration=_dur(60),
-                                                             worker_id="fuzz-seed")).reservations
-        if len(got) == 3:
-            first, second, third = got
-            do("WorkerService.Ack", wpb.AckRequest(job_id=first.job.id, lease_id=first.lease_id))
-            do("WorkerService.Nack", wpb.NackRequest(job_id=second.job.id, lease_id=second.lease_id,
-                                                     dead_letter="seeded", error=wpb.JobError(message="seeded")))
-            do("WorkerService.ExtendLease", wpb.ExtendLeaseRequest(job_id=third.job.id, lease_id=third.lease_id,
-                                                                   extend_by=_dur(60)))
-            again = wpb.SettleItem(ack=wpb.AckRequest(job_id=first.job.id, lease_id=first.lease_id))
-            do("WorkerService.Settle", wpb.SettleRequest(items=[again]))
-            do("AdminService.GetJob", apb.GetJobRequest(job_id=first.job.id))
-        do("WorkerService.Reserve", wpb.ReserveRequest(queues=[name], max_jobs=1, lease_duration=_dur(1),
-                                                       worker_id="fuzz-seed"))
-        ready = do("AdminService.ListJobs", apb.ListJobsRequest(queue=name, state=pb.READY, page_size=2)).jobs
-        for summary in ready:
-            do("AdminService.CancelJob", apb.CancelJobRequest(job_id=summary.job.id, reason="seeded"))
-        if ready:
-            do("AdminService.RequeueJob", apb.RequeueJobRequest(job_id=ready[0].job.id))
-        do("AdminService.FindJobByIdempotencyKey",
-           apb.FindJobByIdempotencyKeyRequest(queue=name, key=jobs[0].idempotency_key))
-        do("AdminService.GetQueueStats", apb.GetQueueStatsRequest(queues=[name]))
+        try:
+            _seed_queue(do, pool, name, round_, jobs_per_queue, reset_settings,
+                        queue_settings_proto(overrides.get(name, QueueSettings())), every_path)
+        except _Refused:
+            continue
+    _seed_tail(do, round_)
+
+
+def _seed_queue(do: Callable[[str, Message], Any], pool: Pool, name: str, round_: int, jobs_per_queue: int,
+                reset_settings: bool, settings: pb.QueueSettings, every_path: field_mask_pb2.FieldMask) -> None:
+    """One seeded queue (see :func:`seed`)."""
+    if reset_settings:
+        do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name, settings=settings,
+                                                                update_mask=every_path))
+        do("AdminService.UpdateQueue", apb.UpdateQueueRequest(name=name, settings=settings, update_mask=every_path))
+    else:
+        do("AdminService.DeclareQueue", apb.DeclareQueueRequest(name=name))
+    do("AdminService.PauseQueue", apb.PauseQueueRequest(name=name))
+    do("AdminService.ResumeQueue", apb.ResumeQueueRequest(name=name))
+    do("AdminService.GetQueue", apb.GetQueueRequest(name=name))
+    pool.add("queue", name, sticky=True)
+    jobs = []
+    for i in range(jobs_per_queue):
+        key = f"{name}-key-{round_}-{i}"
+        job = pb.EnqueueRequest(queue=name, job_type=("email", "report")[i % 2], idempotency_key=key,
+                                payload=pb.Payload(data=b'{"n": %d}' % i, encoding="application/json"))
+        job.custom["n"].int_value = i
+        job.trace_context["traceparent"] = _TRACEPARENT
+        if i == jobs_per_queue - 1:
+            job.scheduled_at.FromSeconds(int(time.time()) + 3600)
+        jobs.append(job)
+        pool.add("key", key, sticky=True)
+    do("ProducerService.EnqueueBatch", ppb.EnqueueBatchRequest(jobs=jobs[1:]))
+    do("ProducerService.Enqueue", jobs[0])
+    twice = [pb.EnqueueRequest(queue=name, job_type="t")] * 2
+    do("ProducerService.EnqueueAtomic", ppb.EnqueueBatchRequest(jobs=twice))
+    got = do("WorkerService.Reserve", wpb.ReserveRequest(queues=[name], max_jobs=3, lease_duration=_dur(60),
+                                                         worker_id="fuzz-seed")).reservations
+    if len(got) == 3:
+        first, second, third = got
+        do("WorkerService.Ack", wpb.AckRequest(job_id=first.job.id, lease_id=first.lease_id))
+        do("WorkerService.Nack", wpb.NackRequest(job_id=second.job.id, lease_id=second.lease_id,
+                                                 dead_letter="seeded", error=wpb.JobError(message="seeded")))
+        do("WorkerService.ExtendLease", wpb.ExtendLeaseRequest(job_id=third.job.id, lease_id=third.lease_id,
+                                                               extend_by=_dur(60)))
+        again = wpb.SettleItem(ack=wpb.AckRequest(job_id=first.job.id, lease_id=first.lease_id))
+        do("WorkerService.Settle", wpb.SettleRequest(items=[again]))
+        do("AdminService.GetJob", apb.GetJobRequest(job_id=first.job.id))
+    do("WorkerService.Reserve", wpb.ReserveRequest(queues=[name], max_jobs=1, lease_duration=_dur(1),
+                                                   worker_id="fuzz-seed"))
+    ready = do("AdminService.ListJobs", apb.ListJobsRequest(queue=name, state=pb.READY, page_size=2)).jobs
+    for summary in ready:
+        do("AdminService.CancelJob", apb.CancelJobRequest(job_id=summary.job.id, reason="seeded"))
+    if ready:
+        do("AdminService.RequeueJob", apb.RequeueJobRequest(job_id=ready[0].job.id))
+    do("AdminService.FindJobByIdempotencyKey",
+       apb.FindJobByIdempotencyKeyRequest(queue=name, key=jobs[0].idempotency_key))
+    do("AdminService.GetQueueStats", apb.GetQueueStatsRequest(queues=[name]))
+
+
+def _seed_tail(do: Callable[[str, Message], Any], round_: int) -> None:
+    """The calls of :func:`seed` across queues, and a scratch queue deleted."""
     do("AdminService.ListJobs", apb.ListJobsRequest(page_size=2))  # a page token for the pool
     do("AdminService.RequeueDeadLettered", apb.RequeueDeadLetteredRequest(
         filter=apb.DeadLetterFilter(queue=SEED_QUEUES[0]), dry_run=True))

@@ -59,20 +59,27 @@ class RejectedError(SeppError):
 
 
 class AtomicEnqueueError(RejectedError):
-    """The atomic batch was refused; nothing was enqueued."""
+    """The atomic batch was refused; nothing was enqueued.
 
-    def __init__(self, errors: Sequence[IndexedRejection], message: str | None = None) -> None:
+    ``errors`` are the failures by index: every one, except when a server's answer could not
+    carry them all (its detail is capped at 6 KiB, issue 14) — then the first ones, and
+    ``total`` says how many jobs failed (``total == len(errors)`` otherwise).
+    """
+
+    def __init__(self, errors: Sequence[IndexedRejection], message: str | None = None, *,
+                 total: int | None = None) -> None:
         if not errors:
             raise ValueError("AtomicEnqueueError needs at least one rejection")
         self.errors: list[IndexedRejection] = sorted(errors, key=lambda e: e.index)
+        self.total = max(total or 0, len(self.errors))
         shown = "; ".join(str(e) for e in self.errors[:4])
-        more = f"; and {len(self.errors) - 4} more" if len(self.errors) > 4 else ""
+        more = f"; and {self.total - 4} more" if self.total > 4 else ""
         default = f"atomic batch rejected, nothing enqueued: {shown}{more}"
         # ``.rejection`` is the first failure by index, so generic RejectedError handling works.
         super().__init__(self.errors[0].rejection, message or default)
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.errors, self.message))
+        return (_atomic_error, (self.errors, self.message, self.total))
 
 
 # ----------------------------------------------------------------- transport
@@ -134,3 +141,8 @@ __all__ = [
     "TransportError",
     "Unavailable",
 ]
+
+
+def _atomic_error(errors: Sequence[IndexedRejection], message: str | None, total: int) -> AtomicEnqueueError:
+    """Unpickles an ``AtomicEnqueueError`` (its ``total`` is keyword-only)."""
+    return AtomicEnqueueError(errors, message, total=total)

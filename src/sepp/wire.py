@@ -126,16 +126,60 @@ def rejection_status(rejection: pb.Rejection) -> status_pb2.Status:
                              details=[_pack(info), _pack(rejection)])
 
 
+#: Largest ``AtomicRejections`` detail a failed ``EnqueueAtomic`` carries, serialized bytes:
+#: with its short summary message the answer stays under gRPC's 8 KiB metadata limit
+#: (issue 14 item 5), whatever ``max_enqueue_batch`` is.
+MAX_ATOMIC_DETAIL_BYTES = 6 * 1024
+
+#: Failures of an atomic batch named in its status message (and kept with their message
+#: when the detail has to be shortened).
+ATOMIC_NAMED = 8
+
+
+def _atomic_detail(rejections: Sequence[pb.IndexedRejection]) -> list[pb.IndexedRejection]:
+    """Every failure when they fit in ``MAX_ATOMIC_DETAIL_BYTES``; else every failure with the
+    human message kept for the first ``ATOMIC_NAMED`` only (code, field, limit and actual stay);
+    else, in index order, as many of those as fit (at least one)."""
+    def size(items: Sequence[pb.IndexedRejection]) -> int:
+        return sum(item.ByteSize() + 3 for item in items)  # tag + length prefix (< 16 KiB each)
+
+    if size(rejections) <= MAX_ATOMIC_DETAIL_BYTES:
+        return list(rejections)
+    lean: list[pb.IndexedRejection] = []
+    for i, item in enumerate(rejections):
+        entry = pb.IndexedRejection()
+        entry.CopyFrom(item)
+        entry.rejection.field = clip(entry.rejection.field, MAX_METADATA_VALUE_BYTES)
+        entry.rejection.message = clip(entry.rejection.message, MAX_METADATA_VALUE_BYTES) if i < ATOMIC_NAMED else ""
+        lean.append(entry)
+    listed: list[pb.IndexedRejection] = []
+    total = 0
+    for entry in lean:
+        n = entry.ByteSize() + 3
+        if listed and total + n > MAX_ATOMIC_DETAIL_BYTES:
+            break
+        listed.append(entry)
+        total += n
+    return listed
+
+
 def atomic_status(rejections: Sequence[pb.IndexedRejection]) -> status_pb2.Status:
-    """The INVALID_ARGUMENT status of a failed ``EnqueueAtomic`` listing every (index, rejection)."""
+    """The INVALID_ARGUMENT status of a failed ``EnqueueAtomic`` listing every (index, rejection)
+    (SPEC §2) — as far as ``MAX_ATOMIC_DETAIL_BYTES`` allows (see ``_atomic_detail``). ErrorInfo
+    metadata: ``count`` (every failure), ``listed`` (those in the detail), ``first_index``."""
     first = rejections[0]
+    detail = _atomic_detail(rejections)
     summary = ", ".join(
-        f"#{r.index} {RejectionCode.from_wire(r.rejection.code).value}" for r in rejections[:8])
-    more = "" if len(rejections) <= 8 else f" and {len(rejections) - 8} more"
-    info = error_info("ATOMIC_BATCH_REJECTED", {"count": str(len(rejections)), "first_index": str(first.index)})
+        f"#{r.index} {RejectionCode.from_wire(r.rejection.code).value}" for r in rejections[:ATOMIC_NAMED])
+    more = "" if len(rejections) <= ATOMIC_NAMED else f" and {len(rejections) - ATOMIC_NAMED} more"
+    if len(detail) < len(rejections):
+        more += (f" ({len(rejections) - len(detail)} not listed in the detail: it is capped at "
+                 f"{MAX_ATOMIC_DETAIL_BYTES} bytes)")
+    info = error_info("ATOMIC_BATCH_REJECTED", {"count": str(len(rejections)), "listed": str(len(detail)),
+                                                "first_index": str(first.index)})
     return status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
                              message=f"atomic batch rejected, nothing stored: {summary}{more}",
-                             details=[_pack(info), _pack(pb.AtomicRejections(rejections=rejections))])
+                             details=[_pack(info), _pack(pb.AtomicRejections(rejections=detail))])
 
 
 #: Longest status message sent, UTF-8 bytes, and longest ErrorInfo metadata value: a last

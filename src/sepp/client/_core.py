@@ -215,7 +215,8 @@ def error_from_status(code: grpc.StatusCode, details: str,
     if reason == "ATOMIC_BATCH_REJECTED" and "atomic" in found:
         errors = [IndexedRejection.from_proto(r) for r in found["atomic"].rejections]
         if errors:
-            return AtomicEnqueueError(errors)
+            count = info.metadata.get("count", "") if info is not None else ""
+            return AtomicEnqueueError(errors, total=int(count) if count.isdigit() else None)
     if reason in RejectionCode.__members__:
         if "rejection" in found:
             return RejectedError(Rejection.from_proto(found["rejection"]))

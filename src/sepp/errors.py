@@ -92,9 +92,19 @@ class TransportError(SeppError):
 
 
 class Unavailable(TransportError):
-    """The server is unreachable or the connection dropped."""
+    """The server is unreachable or the connection dropped.
+
+    ``not_sent`` is true when the call provably never left the client (no connection could
+    be made: refused, unreachable), so retrying it cannot duplicate anything, idempotency
+    key or not (issue 15 item 6).
+    """
 
     transient = True
+
+    def __init__(self, message: str | None = None, *, code: grpc.StatusCode | None = None,
+                 reason: str = "", not_sent: bool = False) -> None:
+        super().__init__(message, code=code, reason=reason)
+        self.not_sent = not_sent
 
 
 class DeadlineExceeded(TransportError):

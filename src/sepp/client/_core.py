@@ -51,12 +51,26 @@ UNKNOWN_QUEUE_REFRESH_AFTER = 1.0
 DEFAULT_TARGET = "127.0.0.1:7700"
 
 
+#: Reconnect backoff of a client's channel, milliseconds: first retry after 100 ms, at most
+#: 1 s between tries (gRPC's defaults are 1 s and 120 s, which outlast a server restart and
+#: the client's deadline; issue 15 item 6).
+RECONNECT_BACKOFF_MS = (100, 1000)
+
+
 def channel_options(options: ClientOptions) -> list[tuple[str, Any]]:
-    """gRPC channel arguments: message caps and the ``sepp-python/<version>`` user agent."""
+    """gRPC channel arguments: message caps, the ``sepp-python/<version>`` user agent, a short
+    reconnect backoff and a subchannel pool of the channel's own (so a new client never
+    inherits the backoff another channel to the same address is sitting in); then
+    ``options.channel_options``, which override these."""
+    first, most = RECONNECT_BACKOFF_MS
     return [
         ("grpc.primary_user_agent", USER_AGENT),
         ("grpc.max_send_message_length", options.max_message_bytes),
         ("grpc.max_receive_message_length", options.max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", first),
+        ("grpc.min_reconnect_backoff_ms", first),
+        ("grpc.max_reconnect_backoff_ms", most),
+        ("grpc.use_local_subchannel_pool", 1),
         *options.channel_options,
     ]
 
@@ -233,7 +247,8 @@ def error_from_status(code: grpc.StatusCode, details: str,
             text = f"the request exceeds the gRPC message cap{where}: {details}" if details else None
             return MessageTooLarge(text, code=code)
     if code == grpc.StatusCode.UNAVAILABLE:
-        return Unavailable(f"server unavailable{where}: {details}" if details else None, code=code)
+        return Unavailable(f"server unavailable{where}: {details}" if details else None, code=code,
+                           not_sent=never_sent(details))
     if code == grpc.StatusCode.CANCELLED:
         # The client did not cancel (that raises asyncio.CancelledError / is never classified):
         # the server cancelled the call while stopping (grpc core does this to calls that
@@ -246,21 +261,49 @@ def error_from_status(code: grpc.StatusCode, details: str,
     return ServerError(text, code=code, reason=reason)
 
 
+def unreachable_within_deadline(error: SeppError, options: ClientOptions, connected: bool,
+                                target: str = "") -> SeppError | None:
+    """With ``wait_for_ready``, a deadline that passed while the channel had no connection
+    (``connected`` false: connecting or failing) means the call waited for a server that
+    never came and was never sent: that is ``Unavailable`` (``not_sent``), not a
+    ``DeadlineExceeded`` that may have stored the job. ``None`` when ``error`` is not that case.
+    Not retried: the deadline is the caller's bound on waiting."""
+    if not isinstance(error, DeadlineExceeded) or not options.wait_for_ready or connected:
+        return None
+    where = f" ({target})" if target else ""
+    return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline",
+                       code=grpc.StatusCode.UNAVAILABLE, not_sent=True)
+
+
 # ----------------------------------------------------------------- retry
+
+#: What gRPC core says in an UNAVAILABLE when the call got no connection at all: it was
+#: never written to any server (lower-case substrings of the status details).
+_NOT_SENT = ("failed to connect", "connection refused", "connect failed", "no route to host",
+             "network is unreachable", "dns resolution failed")
+
+
+def never_sent(details: str) -> bool:
+    """Whether an ``UNAVAILABLE`` with these status details provably never reached a server
+    (no connection could be made), so it may be retried without an idempotency key."""
+    text = details.lower()
+    return any(marker in text for marker in _NOT_SENT)
+
 
 
 def retry_delay(error: SeppError, attempt: int, options: ClientOptions, *, idempotent: bool,
                 rand: Callable[[], float] | None = None) -> float | None:
     """Seconds to wait before trying again after ``attempt`` (1-based) failed, or ``None``.
 
-    Retries only ``Overloaded`` (nothing was stored) and, when ``idempotent``, the other
-    transient errors; never rejections, ``MessageTooLarge`` or ``ServerError``.
+    Retries ``Overloaded`` (nothing was stored), an ``Unavailable`` that provably was never
+    sent (``not_sent``) and, when ``idempotent``, the other transient errors; never
+    rejections, ``MessageTooLarge`` or ``ServerError``.
     """
     policy = options.retry
     if attempt >= policy.max_attempts or not isinstance(error, TransportError) or not error.transient:
         return None
     if isinstance(error, Overloaded):
         return policy.delay(attempt, error.retry_after, *(() if rand is None else (rand,)))
-    if not idempotent:
+    if not idempotent and not (isinstance(error, Unavailable) and error.not_sent):
         return None
     return policy.delay(attempt, None, *(() if rand is None else (rand,)))

@@ -169,10 +169,17 @@ class AsyncClient:
         attempt = 1
         while True:
             try:
-                return await method(request, timeout=self.options.timeout, metadata=metadata)
+                return await method(request, timeout=self.options.timeout, metadata=metadata,
+                                    wait_for_ready=self.options.wait_for_ready)
             except grpc.RpcError as exc:
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
+            assert self._channel is not None
+            state = self._channel.get_state(try_to_connect=False)
+            connected = state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.IDLE)
+            unreachable = _core.unreachable_within_deadline(error, self.options, connected, self.target)
+            if unreachable is not None:
+                raise unreachable from cause
             delay = _core.retry_delay(error, attempt, self.options, idempotent=idempotent)
             if delay is None:
                 raise error from cause

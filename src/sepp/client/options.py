@@ -17,10 +17,12 @@ MiB = 1024 * 1024
 class RetryPolicy:
     """How transient failures are retried, and only when retrying is safe.
 
-    A call is retried when the server said ``OVERLOADED`` (nothing was stored), or on
-    ``UNAVAILABLE``/``DEADLINE_EXCEEDED`` when every job of the call carries an
-    idempotency key (``GetServerInfo`` is always safe). Rejections, oversized messages
-    and other server errors are never retried.
+    A call is retried when the server said ``OVERLOADED`` (nothing was stored), when it
+    provably never reached the server (``UNAVAILABLE`` because no connection could be made:
+    refused, unreachable — issue 15 item 6), or on any other ``UNAVAILABLE`` or
+    ``DEADLINE_EXCEEDED`` when every job of the call carries an idempotency key
+    (``GetServerInfo`` is always safe). Rejections, oversized messages and other server
+    errors are never retried.
 
     Attributes:
         max_attempts: Total tries including the first; 1 disables retrying.
@@ -93,7 +95,12 @@ class ClientOptions:
             as ``MessageTooLarge`` without being sent.
         metadata: Extra gRPC metadata sent with every call (e.g. an auth token).
         credentials: TLS channel credentials; ``None`` = plaintext.
-        channel_options: Extra raw gRPC channel arguments.
+        channel_options: Extra raw gRPC channel arguments (they override the client's own,
+            see ``sepp.client._core.channel_options``).
+        wait_for_ready: Calls wait (within ``timeout``) for the connection to come up
+            instead of failing at once while the server is unreachable — so a server
+            restart inside the deadline is invisible (gRPC ``wait_for_ready``; issue 15
+            item 6). ``False`` fails fast with ``Unavailable``.
     """
 
     timeout: float | None = 10.0
@@ -104,6 +111,7 @@ class ClientOptions:
     metadata: tuple[tuple[str, str], ...] = ()
     credentials: grpc.ChannelCredentials | None = None
     channel_options: tuple[tuple[str, Any], ...] = ()
+    wait_for_ready: bool = True
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:

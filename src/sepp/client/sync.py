@@ -190,6 +190,16 @@ class Client:
             verdicts = _core.validate_all(self._cached_info(), protos)
         return verdicts
 
+    def _connected(self) -> bool:
+        """Whether the channel has (or had, idle) a connection now. Reads grpc's core channel
+        state directly (what ``grpc.Channel.subscribe`` polls, without its polling thread);
+        True when that is not available, so nothing is reclassified."""
+        core = getattr(self._channel, "_channel", None)
+        check = getattr(core, "check_connectivity_state", None)
+        if check is None:
+            return True
+        return int(check(False)) in (0, 2)  # grpc_connectivity_state: IDLE, READY
+
     def _call(self, method: Any, request: Any, *, idempotent: bool) -> Any:
         if self._closed:
             raise RuntimeError("this sepp Client is closed")
@@ -197,10 +207,14 @@ class Client:
         attempt = 1
         while True:
             try:
-                return method(request, timeout=self.options.timeout, metadata=metadata)
+                return method(request, timeout=self.options.timeout, metadata=metadata,
+                              wait_for_ready=self.options.wait_for_ready)
             except grpc.RpcError as exc:
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
+            unreachable = _core.unreachable_within_deadline(error, self.options, self._connected(), self.target)
+            if unreachable is not None:
+                raise unreachable from cause
             delay = _core.retry_delay(error, attempt, self.options, idempotent=idempotent)
             if delay is None:
                 raise error from cause

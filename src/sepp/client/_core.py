@@ -9,8 +9,9 @@ clients only add the channel, the sleeping and the locking.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import grpc
@@ -120,6 +121,25 @@ def to_protos(requests: Iterable[EnqueueRequest]) -> list[Any]:
             raise TypeError(f"expected EnqueueRequest, not {type(req).__name__}")
         out.append(req.to_proto())
     return out
+
+
+#: ``enqueue_many``'s progress callback: ``progress(done, total)`` after each batch is
+#: answered, in request order — ``done`` jobs (acked or rejected) so far, ``total`` the
+#: number of requests when the iterable has a ``len()``, else ``None``.
+Progress = Callable[[int, "int | None"], None]
+
+
+def chunked(requests: Iterable[EnqueueRequest], size: int) -> Iterator[list[EnqueueRequest]]:
+    """``requests`` in lists of ``size`` (the last one shorter), read lazily."""
+    it = iter(requests)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def check_in_flight(in_flight: int) -> None:
+    """Raise ``ValueError`` unless ``in_flight`` ≥ 1."""
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise ValueError(f"in_flight must be an int ≥ 1, not {in_flight!r}")
 
 
 def batch_size_rejection(count: int, max_batch: int) -> Rejection | None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sized
 from types import TracebackType
 from typing import Any
 
@@ -68,6 +69,37 @@ class AsyncClient:
             response = await self._call("EnqueueBatch", ppb.EnqueueBatchRequest(jobs=to_send),
                                         idempotent=_core.all_keyed(to_send))
         return _core.merge_batch(verdicts, response)
+
+    async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
+                           progress: _core.Progress | None = None) -> list[BatchResult]:
+        """Enqueue any number of jobs best-effort, ``in_flight`` batches of
+        ``max_enqueue_batch`` at a time, results in request order; see
+        :meth:`sepp.Client.enqueue_many` (same arguments, ``progress`` callback and errors).
+        ``progress`` is called on the event loop."""
+        _core.check_in_flight(in_flight)
+        total = len(requests) if isinstance(requests, Sized) else None
+        size = (await self._cached_info()).info.limits.max_enqueue_batch
+        out: list[BatchResult] = []
+        pending: deque[asyncio.Task[list[BatchResult]]] = deque()
+
+        async def collect() -> None:
+            out.extend(await pending.popleft())
+            if progress is not None:
+                progress(len(out), total)
+
+        try:
+            for chunk in _core.chunked(requests, size):
+                if len(pending) >= in_flight:
+                    await collect()
+                pending.append(asyncio.ensure_future(self.enqueue_batch(chunk)))
+            while pending:
+                await collect()
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
+        return out
 
     async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue jobs all-or-nothing; see :meth:`sepp.Client.enqueue_atomic`."""

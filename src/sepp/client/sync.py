@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sized
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any
 
@@ -94,6 +96,51 @@ class Client:
             response = self._call(self._stub.EnqueueBatch, ppb.EnqueueBatchRequest(jobs=to_send),
                                   idempotent=_core.all_keyed(to_send))
         return _core.merge_batch(verdicts, response)
+
+    def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
+                     progress: _core.Progress | None = None) -> list[BatchResult]:
+        """Enqueue any number of jobs best-effort: ``requests`` (any iterable, read lazily) is
+        cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
+        batches in flight (each an :meth:`enqueue_batch`, with its local validation and
+        retries), and every job's result comes back in request order (issue 15 item 3).
+
+        ``progress(done, total)``, if given, is called after each batch is answered, in
+        order, from the calling thread: ``done`` jobs answered so far (acked or rejected),
+        ``total`` = ``len(requests)`` when it has one, else ``None``.
+
+        Raises:
+            TransportError: a batch got no verdict. Batches already sent are waited for
+                first; the jobs counted by the last ``progress`` call were answered, later
+                ones may or may not be stored (no key: not retried, as for enqueue_batch).
+            ValueError: ``in_flight`` < 1.
+            TypeError: an item is not an ``EnqueueRequest``.
+        """
+        _core.check_in_flight(in_flight)
+        total = len(requests) if isinstance(requests, Sized) else None
+        size = self._cached_info().info.limits.max_enqueue_batch
+        out: list[BatchResult] = []
+        pending: deque[Future[list[BatchResult]]] = deque()
+        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="sepp-enqueue-many") as pool:
+            try:
+                for chunk in _core.chunked(requests, size):
+                    if len(pending) >= in_flight:
+                        self._collect(pending.popleft(), out, progress, total)
+                    pending.append(pool.submit(self.enqueue_batch, chunk))
+                while pending:
+                    self._collect(pending.popleft(), out, progress, total)
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                wait(pending)
+                raise
+        return out
+
+    @staticmethod
+    def _collect(fut: Future[list[BatchResult]], out: list[BatchResult], progress: _core.Progress | None,
+                 total: int | None) -> None:
+        out.extend(fut.result())
+        if progress is not None:
+            progress(len(out), total)
 
     def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.

@@ -270,10 +270,14 @@ def error_from_status(code: grpc.StatusCode, details: str,
         return Unavailable(f"server unavailable{where}: {details}" if details else None, code=code,
                            not_sent=never_sent(details))
     if code == grpc.StatusCode.CANCELLED:
-        # The client did not cancel (that raises asyncio.CancelledError / is never classified):
-        # the server cancelled the call while stopping (grpc core does this to calls that
-        # arrive during shutdown). Transient like UNAVAILABLE: retried only when safe.
-        return Unavailable(f"the server cancelled the call while shutting down{where}", code=code)
+        # The client did not cancel (that raises asyncio.CancelledError / is never classified)
+        # and sepp's handlers never answer CANCELLED: gRPC core cancelled a call that reached
+        # a server whose shutdown had begun before any handler took it (a handler still
+        # running when the shutdown grace ends gets UNAVAILABLE "Cancelling all calls"
+        # instead). So it was never processed: not_sent (issue 15 item 6;
+        # tests/integration/test_client_restart.py checks that no such call was stored).
+        return Unavailable(f"the server cancelled the call while shutting down{where}", code=code,
+                           not_sent=True)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(f"{DeadlineExceeded.__doc__}{where}" if where else None, code=code,
                                 reason=reason)
@@ -281,34 +285,80 @@ def error_from_status(code: grpc.StatusCode, details: str,
     return ServerError(text, code=code, reason=reason)
 
 
-def unreachable_within_deadline(error: SeppError, options: ClientOptions, connected: bool,
-                                target: str = "") -> SeppError | None:
-    """With ``wait_for_ready``, a deadline that passed while the channel had no connection
-    (``connected`` false: connecting or failing) means the call waited for a server that
-    never came and was never sent: that is ``Unavailable`` (``not_sent``), not a
-    ``DeadlineExceeded`` that may have stored the job. ``None`` when ``error`` is not that case.
-    Not retried: the deadline is the caller's bound on waiting."""
-    if not isinstance(error, DeadlineExceeded) or not options.wait_for_ready or connected:
+# ----------------------------------------------------------------- waiting for a connection
+
+#: How long the blocking ``Client`` sleeps between tries while a call waits for a
+#: connection (each try that finds no connection fails at once, before anything is sent),
+#: seconds; ``AsyncClient`` waits for the channel's state to change instead, at most this
+#: long per wait: ``CONNECT_WAIT_MAX``.
+CONNECT_POLL = 0.05
+CONNECT_WAIT_MAX = 1.0
+
+#: A call waiting for a connection is not sent again with less than this left before its
+#: deadline (seconds): it could only time out, and a timeout would wrongly say "maybe stored".
+MIN_ATTEMPT_TIME = 0.01
+
+
+def deadline(options: ClientOptions) -> float | None:
+    """The monotonic deadline of an attempt starting now (``options.timeout``), or ``None``."""
+    return None if options.timeout is None else time.monotonic() + options.timeout
+
+
+def time_left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (≤ 0 once passed), or ``None`` without a deadline."""
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def waits_for_connection(error: SeppError, options: ClientOptions) -> bool:
+    """Whether a failed try should wait for the connection and be sent again, key or not:
+    ``options.wait_for_ready`` and the try provably never reached a server application
+    (``Unavailable.not_sent``). Such waits are not retries: they do not count against
+    ``RetryPolicy.max_attempts``, only the attempt's deadline bounds them (issue 15 item 6)."""
+    return options.wait_for_ready and isinstance(error, Unavailable) and error.not_sent
+
+
+def connect_pause(deadline: float | None, longest: float) -> float | None:
+    """How long to wait for a connection before the next try: ``longest``, or less when the
+    deadline is nearer; ``None`` when too little time is left for another try
+    (``MIN_ATTEMPT_TIME``)."""
+    left = time_left(deadline)
+    if left is None:
+        return longest
+    if left < MIN_ATTEMPT_TIME:
         return None
+    return min(longest, left)
+
+
+def no_connection(options: ClientOptions, target: str, maybe_sent: bool) -> Unavailable:
+    """The error of a call whose deadline passed while it waited for a connection:
+    ``Unavailable``, ``not_sent`` unless an earlier attempt of the same call may have reached
+    a server (``maybe_sent``). Not retried: the deadline is the caller's bound on waiting."""
     where = f" ({target})" if target else ""
     return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline",
-                       code=grpc.StatusCode.UNAVAILABLE, not_sent=True)
+                       code=grpc.StatusCode.UNAVAILABLE, not_sent=not maybe_sent)
+
+
+def not_sent(error: SeppError) -> bool:
+    """Whether ``error`` says its try provably never reached a server application."""
+    return isinstance(error, Unavailable) and error.not_sent
 
 
 # ----------------------------------------------------------------- retry
 
-#: What gRPC core says in an UNAVAILABLE when the call got no connection at all: it was
-#: never written to any server (lower-case substrings of the status details).
+#: What gRPC core says in an UNAVAILABLE when the call got no connection at all — the
+#: channel's pick failed ("failed to connect to all addresses; last error: ...") or the name
+#: did not resolve: it was never written to any server (lower-case substrings of the status
+#: details). A call that was on a connection when it broke says "Stream removed", "Socket
+#: closed", "Connection reset by peer" or "GOAWAY received" instead.
 _NOT_SENT = ("failed to connect", "connection refused", "connect failed", "no route to host",
              "network is unreachable", "dns resolution failed")
 
 
 def never_sent(details: str) -> bool:
     """Whether an ``UNAVAILABLE`` with these status details provably never reached a server
-    (no connection could be made), so it may be retried without an idempotency key."""
+    (no connection could be made), so it may be sent again without an idempotency key."""
     text = details.lower()
     return any(marker in text for marker in _NOT_SENT)
-
 
 
 def retry_delay(error: SeppError, attempt: int, options: ClientOptions, *, idempotent: bool,

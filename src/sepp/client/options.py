@@ -97,10 +97,14 @@ class ClientOptions:
         credentials: TLS channel credentials; ``None`` = plaintext.
         channel_options: Extra raw gRPC channel arguments (they override the client's own,
             see ``sepp.client._core.channel_options``).
-        wait_for_ready: Calls wait (within ``timeout``) for the connection to come up
-            instead of failing at once while the server is unreachable — so a server
-            restart inside the deadline is invisible (gRPC ``wait_for_ready``; issue 15
-            item 6). ``False`` fails fast with ``Unavailable``.
+        wait_for_ready: A call that finds no connection (server unreachable, restarting,
+            or stopping and refusing new calls) waits for one within its ``timeout`` and is
+            then sent, key or not — it provably never reached a server — so a server
+            restart inside the deadline is invisible (issue 15 item 6). The client owns
+            this wait (gRPC's own ``wait_for_ready`` is off): a deadline spent waiting
+            raises ``Unavailable`` with ``not_sent`` true, never an ambiguous
+            ``DeadlineExceeded``. ``False``: such a call fails with ``Unavailable``
+            (``not_sent``) and is retried per ``retry``.
     """
 
     timeout: float | None = 10.0

@@ -237,33 +237,42 @@ class Client:
             verdicts = _core.validate_all(self._cached_info(), protos)
         return verdicts
 
-    def _connected(self) -> bool:
-        """Whether the channel has (or had, idle) a connection now. Reads grpc's core channel
-        state directly (what ``grpc.Channel.subscribe`` polls, without its polling thread);
-        True when that is not available, so nothing is reclassified."""
-        core = getattr(self._channel, "_channel", None)
-        check = getattr(core, "check_connectivity_state", None)
-        if check is None:
-            return True
-        return int(check(False)) in (0, 2)  # grpc_connectivity_state: IDLE, READY
-
     def _call(self, method: Any, request: Any, *, idempotent: bool) -> Any:
+        """Call ``method`` with the client's metadata and deadline, waiting for the connection
+        and retrying per ``options`` (``_core.waits_for_connection``, ``_core.retry_delay``).
+
+        Each gRPC try is sent with gRPC's ``wait_for_ready`` off, so a try that finds no
+        connection fails at once and provably unsent; this loop waits (sleeping
+        ``CONNECT_POLL`` between tries) within the attempt's deadline instead — unlike
+        gRPC's own wait, a deadline spent that way is known to have sent nothing.
+        """
         if self._closed:
             raise RuntimeError("this sepp Client is closed")
-        metadata = self.options.metadata or None
+        options = self.options
+        metadata = options.metadata or None
         attempt = 1
+        maybe_sent = False  # whether an earlier try of this call may have reached a server
+        deadline = _core.deadline(options)
+        timeout = options.timeout
         while True:
             try:
-                return method(request, timeout=self.options.timeout, metadata=metadata,
-                              wait_for_ready=self.options.wait_for_ready)
+                return method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
-            unreachable = _core.unreachable_within_deadline(error, self.options, self._connected(), self.target)
-            if unreachable is not None:
-                raise unreachable from cause
-            delay = _core.retry_delay(error, attempt, self.options, idempotent=idempotent)
+            if _core.waits_for_connection(error, options):
+                pause = _core.connect_pause(deadline, _core.CONNECT_POLL)
+                if pause is not None:
+                    time.sleep(pause)
+                    timeout = _core.time_left(deadline)
+                if pause is None or (timeout is not None and timeout < _core.MIN_ATTEMPT_TIME):
+                    raise _core.no_connection(options, self.target, maybe_sent) from cause
+                continue
+            maybe_sent = maybe_sent or not _core.not_sent(error)
+            delay = _core.retry_delay(error, attempt, options, idempotent=idempotent)
             if delay is None:
                 raise error from cause
             time.sleep(delay)
             attempt += 1
+            deadline = _core.deadline(options)
+            timeout = options.timeout

@@ -18,7 +18,7 @@ import uuid_utils
 from sepp.storage.base import JobRow
 from sepp.storage.sqlite import SQLiteStore
 from sepp.storage.sqlite.committer import STOP, GroupLoop, Results, _Pending
-from sepp.storage.sqlite.lone import QUIET_GAP
+from sepp.storage.sqlite.lone import MAX_RUN, QUIET_GAP
 from sepp.storage.sqlite.store import _insert_jobs, connect_writer
 
 
@@ -103,3 +103,32 @@ def test_the_group_wait_never_delays_a_write_with_no_sibling(tmp_path: Path) -> 
     once; one submitted while another was in flight waits ``group_wait``."""
     assert _delay_after_a_group(tmp_path / "a.db", 0) < 0.5, "a lone write was held by the group-commit wait"
     assert _delay_after_a_group(tmp_path / "b.db", 1) >= 0.9, "the wait did not apply with a sibling in flight"
+
+
+@pytest.mark.parametrize(("mode", "writer", "writes"), [("async", "thread", 3000), ("group", "process", 1200)])
+async def test_a_long_run_of_lone_writes_keeps_the_wal_bounded(tmp_path: Path, mode: str, writer: str,
+                                                               writes: int) -> None:
+    """The lone connection never checkpoints (that would run on the event loop); every
+    ``MAX_RUN`` lone commits one write goes to the committer, whose commit checkpoints, so a
+    lone-only run keeps the WAL near SQLite's 1,000-page autocheckpoint mark. (Each one-job
+    insert appends ~2.5 pages: without the hand-over the WAL would reach ~3,000–7,500.)"""
+    store = SQLiteStore(tmp_path, mode, writer=writer)
+    await store.open()
+    wal = tmp_path / "sepp.db-wal"
+    try:
+        assert store._lone is not None
+        assert store._lone._conn is not None
+        assert store._lone._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        page = store._lone._conn.execute("PRAGMA page_size").fetchone()[0]
+        largest = 0
+        for i in range(writes):
+            if mode != "async":
+                await asyncio.sleep(QUIET_GAP * 1.5)
+            await store.enqueue([_row(i)], [0], 0)
+            largest = max(largest, wal.stat().st_size)
+        assert store._lone.commits >= writes * (1 - 2 / MAX_RUN), "the writes did not take the lone path"
+        assert store._lone.commits <= writes * (1 - 1 / (MAX_RUN + 1)) + 1, "no write went to the committer"
+        assert largest <= (1000 + 4 * MAX_RUN + 100) * (page + 24), f"the WAL grew to {largest // page} pages"
+    finally:
+        await store.close()
+    assert _stored(tmp_path / "sepp.db") == writes

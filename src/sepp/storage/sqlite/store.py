@@ -219,7 +219,7 @@ class SQLiteStore:
         in the committer, none just before), else through the committer, where it is grouped
         with the others (``sepp.storage.sqlite.lone``)."""
         lone = self._lone
-        if lone is not None and self._committer.idle and lone.quiet():
+        if lone is not None and self._committer.idle and lone.quiet(self._committer.commits):
             try:
                 return lone.run(op)
             except LoneBusy:

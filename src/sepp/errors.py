@@ -94,9 +94,11 @@ class TransportError(SeppError):
 class Unavailable(TransportError):
     """The server is unreachable or the connection dropped.
 
-    ``not_sent`` is true when the call provably never left the client (no connection could
-    be made: refused, unreachable), so retrying it cannot duplicate anything, idempotency
-    key or not (issue 15 item 6).
+    ``not_sent`` is true when the call provably never reached a server application — no
+    connection could be made (refused, unreachable, unresolvable), a stopping server
+    cancelled it before any handler took it, or its deadline passed while it waited for a
+    connection — so sending it again cannot duplicate anything, idempotency key or not
+    (issue 15 item 6).
     """
 
     transient = True

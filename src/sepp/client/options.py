@@ -18,11 +18,12 @@ class RetryPolicy:
     """How transient failures are retried, and only when retrying is safe.
 
     A call is retried when the server said ``OVERLOADED`` (nothing was stored), when it
-    provably never reached the server (``UNAVAILABLE`` because no connection could be made:
-    refused, unreachable — issue 15 item 6), or on any other ``UNAVAILABLE`` or
-    ``DEADLINE_EXCEEDED`` when every job of the call carries an idempotency key
-    (``GetServerInfo`` is always safe). Rejections, oversized messages and other server
-    errors are never retried.
+    provably never reached a server (``Unavailable.not_sent``: no connection could be made,
+    or a stopping server cancelled it before any handler took it — issue 15 item 6; with
+    ``ClientOptions.wait_for_ready`` such a call waits for the connection instead, without
+    using up attempts), or on any other ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` when every
+    job of the call carries an idempotency key (``GetServerInfo`` is always safe).
+    Rejections, oversized messages and other server errors are never retried.
 
     Attributes:
         max_attempts: Total tries including the first; 1 disables retrying.

@@ -99,9 +99,21 @@ class TransportError(SeppError):
 
 
 class Unavailable(TransportError):
-    """The server is unreachable or the connection dropped."""
+    """The server is unreachable or the connection dropped.
+
+    ``not_sent`` is true when the call provably never reached a server application — no
+    connection could be made (refused, unreachable, unresolvable), a stopping server
+    cancelled it before any handler took it, or its deadline passed while it waited for a
+    connection — so sending it again cannot duplicate anything, idempotency key or not
+    (issue 15 item 6).
+    """
 
     transient = True
+
+    def __init__(self, message: str | None = None, *, code: grpc.StatusCode | None = None,
+                 reason: str = "", not_sent: bool = False) -> None:
+        super().__init__(message, code=code, reason=reason)
+        self.not_sent = not_sent
 
 
 class DeadlineExceeded(TransportError):

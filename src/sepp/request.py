@@ -39,6 +39,10 @@ JSON_ENCODING = "application/json"
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: One encoder for every ``Payload.json``: ``json.dumps`` with non-default options builds a
+#: new ``JSONEncoder`` per call (issue 15 item 3: the client's per-job cost).
+_JSON = _json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_setattr = object.__setattr__
 
 
 def _check_utf8(what: str, text: str) -> None:
@@ -121,6 +125,8 @@ class Payload:
 
     def __post_init__(self) -> None:
         data: object = self.data
+        if type(data) is bytes and type(self.encoding) is str and self.encoding.isascii():
+            return  # the common case, checked in three C calls
         if isinstance(data, bytearray | memoryview):
             object.__setattr__(self, "data", bytes(data))
         elif not isinstance(data, bytes):
@@ -135,8 +141,7 @@ class Payload:
         Raises ``TypeError``/``ValueError`` when ``obj`` is not JSON-serializable
         (NaN and infinities are refused: they are not JSON).
         """
-        text = _json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return cls(text.encode("utf-8"), encoding)
+        return cls(_JSON(obj).encode("utf-8"), encoding)
 
     def decode_json(self) -> Any:
         """Parse ``data`` as UTF-8 JSON (whatever the label says).
@@ -196,10 +201,19 @@ class EnqueueRequest:
     scheduled_at: dt.datetime | None = None
     idempotency_key: str | None = None
     trace_context: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY, hash=False)
+    #: The wire message, built by the first ``to_proto`` and reused after (not a field).
+    _proto: pb.EnqueueRequest | None = dataclasses.field(default=None, init=False, repr=False, compare=False,
+                                                         hash=False)
 
     def __post_init__(self) -> None:
-        _check_str("queue", self.queue)
-        _check_str("job_type", self.job_type)
+        queue, job_type = self.queue, self.job_type
+        if (type(queue) is str and type(job_type) is str and queue.isascii() and job_type.isascii()
+                and self.custom is _EMPTY and self.trace_context is _EMPTY and self.priority is None
+                and self.max_attempts is None and self.scheduled_at is None and self.idempotency_key is None
+                and (self.payload is None or type(self.payload) is Payload)):
+            return  # the common case: nothing else to check or convert
+        _check_str("queue", queue)
+        _check_str("job_type", job_type)
         if self.payload is not None and not isinstance(self.payload, Payload):
             raise TypeError(f"payload must be a Payload, not {type(self.payload).__name__} "
                             "(wrap bytes as Payload(data, encoding))")
@@ -281,11 +295,21 @@ class EnqueueRequest:
     # -------------------------------------------------------------- wire
 
     def to_proto(self) -> pb.EnqueueRequest:
-        """The wire ``EnqueueRequest``: exactly what the client validates and sends."""
-        msg = pb.EnqueueRequest(queue=self.queue, job_type=self.job_type)
-        if self.payload is not None:
-            msg.payload.data = self.payload.data
-            msg.payload.encoding = self.payload.encoding
+        """The wire ``EnqueueRequest``: exactly what the client validates and sends. Built once
+        per request and kept (the request is immutable); treat the message as read-only."""
+        msg = self._proto
+        if msg is None:
+            msg = self._build_proto()
+            _setattr(self, "_proto", msg)
+        return msg
+
+    def _build_proto(self) -> pb.EnqueueRequest:
+        payload = self.payload
+        if payload is not None:
+            msg = pb.EnqueueRequest(queue=self.queue, job_type=self.job_type,
+                                    payload=pb.Payload(data=payload.data, encoding=payload.encoding))
+        else:
+            msg = pb.EnqueueRequest(queue=self.queue, job_type=self.job_type)
         for key, value in self.custom.items():
             msg.custom[key].CopyFrom(custom_to_proto(value))
         if self.priority is not None:

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+from conftest import ServerFactory
 
 from sepp import (
     AsyncClient,
@@ -18,8 +19,10 @@ from sepp import (
     Rejection,
     RejectionCode,
     RetryPolicy,
+    Unavailable,
 )
 from sepp.testing import ServerProcess
+from sepp.testing.process import free_port
 
 
 async def test_async_client_enqueues_and_deduplicates(server: ServerProcess) -> None:
@@ -88,3 +91,27 @@ async def test_async_client_closes_twice_and_refuses_calls_after(server: ServerP
     await client.close()
     with pytest.raises(RuntimeError, match="closed"):
         await client.get_server_info()
+
+
+async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_unavailable_unsent(
+        server_factory: ServerFactory) -> None:
+    """Issue 15 item 6 for the AsyncClient: calls made while the server is down (SIGTERM, or
+    SIGKILL) wait for it and go through once it is back, keyed or not; a server that never
+    comes back makes the call ``Unavailable`` with ``not_sent`` once its deadline passes."""
+    server = server_factory(grpc_listen=f"127.0.0.1:{free_port()}")  # the same port after a restart
+    async with AsyncClient(server.grpc_target) as client:
+        await client.enqueue(EnqueueRequest("back", "t"))
+        for stop in (server.terminate, server.kill):
+            stop()
+            calls = [asyncio.ensure_future(client.enqueue(EnqueueRequest("back", "t", idempotency_key=key)))
+                     for key in (uuid.uuid4().hex, None)]
+            await asyncio.sleep(0.3)
+            assert not any(call.done() for call in calls)
+            await asyncio.get_running_loop().run_in_executor(None, server.start)
+            acks = await asyncio.wait_for(asyncio.gather(*calls), 10)
+            assert [ack.deduplicated for ack in acks] == [False, False]
+    server.kill()
+    async with AsyncClient(server.grpc_target, options=ClientOptions(timeout=0.5)) as client:
+        with pytest.raises(Unavailable) as info:
+            await client.enqueue(EnqueueRequest("back", "t"))
+    assert info.value.not_sent

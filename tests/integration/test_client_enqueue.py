@@ -100,14 +100,14 @@ def test_a_payload_of_exactly_max_payload_bytes_is_accepted(client: Client) -> N
 
 
 def test_a_local_rejection_needs_no_round_trip(server: ServerProcess) -> None:
-    with Client(server.grpc_target) as c:
+    with Client(server.grpc_target, options=ClientOptions(timeout=0.3)) as c:
         c.get_server_info(cached=True)
         server.terminate()
         with pytest.raises(RejectedError) as info:
             c.enqueue(EnqueueRequest("emails", "welcome", priority=10))
         assert info.value.code is RejectionCode.INVALID_ARGUMENT and info.value.rejection.field == "priority"
         with pytest.raises(Unavailable):
-            c.enqueue(EnqueueRequest("emails", "welcome"))
+            c.enqueue(EnqueueRequest("emails", "welcome"))  # waits for a connection up to its timeout
 
 
 # ----------------------------------------------------------------- batches
@@ -230,12 +230,28 @@ def test_a_message_over_the_servers_cap_is_message_too_large(server: ServerProce
         c.enqueue(big)  # refused by the client's own cap, never sent
 
 
-def test_an_unreachable_server_is_unavailable() -> None:
-    options = ClientOptions(retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01))
+def test_an_unreachable_server_is_unavailable_and_nothing_was_sent() -> None:
+    """A call waits for a connection within its deadline (issue 15 item 6); when none comes
+    it is ``Unavailable`` with ``not_sent`` — never an ambiguous ``DeadlineExceeded``."""
+    options = ClientOptions(timeout=0.5, retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01))
+    started = time.monotonic()
     with Client(f"127.0.0.1:{free_port()}", options=options) as c:
         with pytest.raises(Unavailable) as info:
-            c.enqueue(EnqueueRequest("q", "t", idempotency_key="k"))
-    assert info.value.transient
+            c.enqueue(EnqueueRequest("q", "t"))
+    assert 0.45 <= time.monotonic() - started < 5
+    assert info.value.transient and info.value.not_sent
+    assert "no connection within the 0.5 s deadline" in str(info.value)
+
+
+def test_without_wait_for_ready_an_unreachable_server_fails_at_once_and_unsent() -> None:
+    options = ClientOptions(wait_for_ready=False, retry=RetryPolicy(max_attempts=2, initial_backoff=0.01,
+                                                                    max_backoff=0.01))
+    started = time.monotonic()
+    with Client(f"127.0.0.1:{free_port()}", options=options) as c:
+        with pytest.raises(Unavailable) as info:
+            c.enqueue(EnqueueRequest("q", "t"))
+    assert time.monotonic() - started < 5
+    assert info.value.not_sent and "failed to connect" in str(info.value)
 
 
 def test_a_timed_out_enqueue_may_still_be_stored_so_a_key_makes_the_retry_safe(server: ServerProcess) -> None:

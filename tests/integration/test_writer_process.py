@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 from _rpc import ServerFactory
 from worker_support import wait_for, wire_for
@@ -155,3 +156,55 @@ def test_auto_puts_the_writer_where_the_persist_mode_wants_it(server_factory: Se
     assert any(f"writer={placement}" in line for line in server.output)
     writers = [c for c in children(server.pid) if WRITER_MODULE in cmdline(c)]
     assert len(writers) == (1 if placement == "process" else 0)
+
+
+def test_lone_writes_need_no_writer_hop_and_every_acknowledged_one_survives_kill_9(
+        server_factory: ServerFactory) -> None:
+    """A one-job enqueue with nothing else writing commits on the server's own lone-write
+    connection (issue 15 item 2): with the writer process stopped (SIGSTOP) such enqueues
+    still succeed, so they took that path; then the server is SIGKILLed and every
+    acknowledged one is there after a restart (the WAL was fdatasync-ed before each answer).
+    (Sweeps are writes through the writer: none runs during the test.)"""
+    server = server_factory(persist_mode="group", sweep_interval=600.0)
+    writer = writer_of(server)
+    with wire_for(server) as w:
+        ids = [w.enqueue("lone")]  # the queue exists now (declaring one goes through the writer)
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            ids += [w.enqueue("lone", data=str(i).encode(), idempotency_key=f"k{i}" if i % 2 else "")
+                    for i in range(20)]
+        finally:
+            server.kill()
+            os.kill(writer, signal.SIGKILL)
+    wait_for(lambda: not alive(writer), timeout=10, what="the stopped writer to go")
+    server.start()
+    with wire_for(server) as w:
+        got = w.reserve(["lone"], max_jobs=100)
+    assert sorted(r.job.id for r in got) == sorted(ids)
+
+
+def test_writer_death_during_lone_writes_still_stops_the_server(server_factory: ServerFactory) -> None:
+    """The writer process dies while a producer sends one job at a time (lone writes, which do
+    not need it): the server still stops with exit code 1 and its stop line, and a restart
+    serves every acknowledged job."""
+    server = server_factory(persist_mode="group")
+    acked: list[str] = []
+    with wire_for(server) as w:
+        for i in range(10):
+            acked.append(w.enqueue("lone", data=str(i).encode()))
+        os.kill(writer_of(server), signal.SIGKILL)
+        for i in range(10, 2000):
+            try:
+                acked.append(w.enqueue("lone", data=str(i).encode()))
+            except grpc.RpcError:
+                break
+        else:
+            pytest.fail("the server kept serving without its writer")
+    assert server.proc is not None
+    assert server.proc.wait(30) == 1
+    wait_for(lambda: any("sepp: stopped: the writer process exited" in line for line in server.output), timeout=5,
+             what="the stop reason in the server's output")
+    server.start()
+    with wire_for(server) as w:
+        got = w.reserve(["lone"], max_jobs=len(acked) + 10)
+    assert sorted(r.job.id for r in got) == sorted(acked)

@@ -48,6 +48,35 @@ def test_deterministic_and_unknown_failures_are_never_retried(error: errors.Sepp
     assert _core.retry_delay(error, 1, OPTIONS, idempotent=True) is None
 
 
+def test_only_a_call_that_provably_reached_no_server_waits_for_the_connection() -> None:
+    """Issue 15 item 6: a refused connect and a call a stopping server cancelled before any
+    handler took it wait (key or not); a connection lost under a call does not."""
+    refused = _core.error_from_status(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: "
+                                      "UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused",
+                                      None)
+    cancelled = _core.error_from_status(grpc.StatusCode.CANCELLED, "CANCELLED", None)
+    broken = _core.error_from_status(grpc.StatusCode.UNAVAILABLE, "Socket closed", None)
+    assert _core.waits_for_connection(refused, OPTIONS) and _core.waits_for_connection(cancelled, OPTIONS)
+    assert not _core.waits_for_connection(broken, OPTIONS)
+    assert not _core.waits_for_connection(errors.DeadlineExceeded(), OPTIONS)
+    off = dataclasses.replace(OPTIONS, wait_for_ready=False)
+    assert not _core.waits_for_connection(refused, off)
+    # ... and then it is retried per the policy, key or not.
+    assert _core.retry_delay(refused, 1, off, idempotent=False) == pytest.approx(0.1)
+    assert _core.retry_delay(broken, 1, off, idempotent=False) is None
+
+
+def test_the_wait_for_a_connection_ends_with_the_deadline() -> None:
+    assert _core.connect_pause(None, 0.05) == 0.05
+    assert _core.connect_pause(time.monotonic() + 10, 0.05) == 0.05
+    assert 0.01 <= (_core.connect_pause(time.monotonic() + 0.03, 0.05) or 0) <= 0.03
+    assert _core.connect_pause(time.monotonic() + _core.MIN_ATTEMPT_TIME / 2, 0.05) is None
+    assert _core.connect_pause(time.monotonic() - 1, 0.05) is None
+    error = _core.no_connection(OPTIONS, "127.0.0.1:1", maybe_sent=False)
+    assert error.not_sent and "no connection within the 10 s deadline" in str(error)
+    assert not _core.no_connection(OPTIONS, "127.0.0.1:1", maybe_sent=True).not_sent
+
+
 def test_retrying_stops_after_max_attempts() -> None:
     assert _core.retry_delay(errors.Overloaded(retry_after=0.0), 2, OPTIONS, idempotent=True) is not None
     assert _core.retry_delay(errors.Overloaded(retry_after=0.0), 3, OPTIONS, idempotent=True) is None

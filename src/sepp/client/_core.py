@@ -9,8 +9,9 @@ clients only add the channel, the sleeping and the locking.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import grpc
@@ -51,12 +52,26 @@ UNKNOWN_QUEUE_REFRESH_AFTER = 1.0
 DEFAULT_TARGET = "127.0.0.1:7700"
 
 
+#: Reconnect backoff of a client's channel, milliseconds: first retry after 100 ms, at most
+#: 1 s between tries (gRPC's defaults are 1 s and 120 s, which outlast a server restart and
+#: the client's deadline; issue 15 item 6).
+RECONNECT_BACKOFF_MS = (100, 1000)
+
+
 def channel_options(options: ClientOptions) -> list[tuple[str, Any]]:
-    """gRPC channel arguments: message caps and the ``sepp-python/<version>`` user agent."""
+    """gRPC channel arguments: message caps, the ``sepp-python/<version>`` user agent, a short
+    reconnect backoff and a subchannel pool of the channel's own (so a new client never
+    inherits the backoff another channel to the same address is sitting in); then
+    ``options.channel_options``, which override these."""
+    first, most = RECONNECT_BACKOFF_MS
     return [
         ("grpc.primary_user_agent", USER_AGENT),
         ("grpc.max_send_message_length", options.max_message_bytes),
         ("grpc.max_receive_message_length", options.max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", first),
+        ("grpc.min_reconnect_backoff_ms", first),
+        ("grpc.max_reconnect_backoff_ms", most),
+        ("grpc.use_local_subchannel_pool", 1),
         *options.channel_options,
     ]
 
@@ -106,6 +121,25 @@ def to_protos(requests: Iterable[EnqueueRequest]) -> list[Any]:
             raise TypeError(f"expected EnqueueRequest, not {type(req).__name__}")
         out.append(req.to_proto())
     return out
+
+
+#: ``enqueue_many``'s progress callback: ``progress(done, total)`` after each batch is
+#: answered, in request order — ``done`` jobs (acked or rejected) so far, ``total`` the
+#: number of requests when the iterable has a ``len()``, else ``None``.
+Progress = Callable[[int, "int | None"], None]
+
+
+def chunked(requests: Iterable[EnqueueRequest], size: int) -> Iterator[list[EnqueueRequest]]:
+    """``requests`` in lists of ``size`` (the last one shorter), read lazily."""
+    it = iter(requests)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def check_in_flight(in_flight: int) -> None:
+    """Raise ``ValueError`` unless ``in_flight`` ≥ 1."""
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise ValueError(f"in_flight must be an int ≥ 1, not {in_flight!r}")
 
 
 def batch_size_rejection(count: int, max_batch: int) -> Rejection | None:
@@ -234,12 +268,17 @@ def error_from_status(code: grpc.StatusCode, details: str,
             text = f"the request exceeds the gRPC message cap{where}: {details}" if details else None
             return MessageTooLarge(text, code=code)
     if code == grpc.StatusCode.UNAVAILABLE:
-        return Unavailable(f"server unavailable{where}: {details}" if details else None, code=code)
+        return Unavailable(f"server unavailable{where}: {details}" if details else None, code=code,
+                           not_sent=never_sent(details))
     if code == grpc.StatusCode.CANCELLED:
-        # The client did not cancel (that raises asyncio.CancelledError / is never classified):
-        # the server cancelled the call while stopping (grpc core does this to calls that
-        # arrive during shutdown). Transient like UNAVAILABLE: retried only when safe.
-        return Unavailable(f"the server cancelled the call while shutting down{where}", code=code)
+        # The client did not cancel (that raises asyncio.CancelledError / is never classified)
+        # and sepp's handlers never answer CANCELLED: gRPC core cancelled a call that reached
+        # a server whose shutdown had begun before any handler took it (a handler still
+        # running when the shutdown grace ends gets UNAVAILABLE "Cancelling all calls"
+        # instead). So it was never processed: not_sent (issue 15 item 6;
+        # tests/integration/test_client_restart.py checks that no such call was stored).
+        return Unavailable(f"the server cancelled the call while shutting down{where}", code=code,
+                           not_sent=True)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(f"{DeadlineExceeded.__doc__}{where}" if where else None, code=code,
                                 reason=reason)
@@ -247,21 +286,95 @@ def error_from_status(code: grpc.StatusCode, details: str,
     return ServerError(text, code=code, reason=reason)
 
 
+# ----------------------------------------------------------------- waiting for a connection
+
+#: How long the blocking ``Client`` sleeps between tries while a call waits for a
+#: connection (each try that finds no connection fails at once, before anything is sent),
+#: seconds; ``AsyncClient`` waits for the channel's state to change instead, at most this
+#: long per wait: ``CONNECT_WAIT_MAX``.
+CONNECT_POLL = 0.05
+CONNECT_WAIT_MAX = 1.0
+
+#: A call waiting for a connection is not sent again with less than this left before its
+#: deadline (seconds): it could only time out, and a timeout would wrongly say "maybe stored".
+MIN_ATTEMPT_TIME = 0.01
+
+
+def deadline(options: ClientOptions) -> float | None:
+    """The monotonic deadline of an attempt starting now (``options.timeout``), or ``None``."""
+    return None if options.timeout is None else time.monotonic() + options.timeout
+
+
+def time_left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (≤ 0 once passed), or ``None`` without a deadline."""
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def waits_for_connection(error: SeppError, options: ClientOptions) -> bool:
+    """Whether a failed try should wait for the connection and be sent again, key or not:
+    ``options.wait_for_ready`` and the try provably never reached a server application
+    (``Unavailable.not_sent``). Such waits are not retries: they do not count against
+    ``RetryPolicy.max_attempts``, only the attempt's deadline bounds them (issue 15 item 6)."""
+    return options.wait_for_ready and isinstance(error, Unavailable) and error.not_sent
+
+
+def connect_pause(deadline: float | None, longest: float) -> float | None:
+    """How long to wait for a connection before the next try: ``longest``, or less when the
+    deadline is nearer; ``None`` when too little time is left for another try
+    (``MIN_ATTEMPT_TIME``)."""
+    left = time_left(deadline)
+    if left is None:
+        return longest
+    if left < MIN_ATTEMPT_TIME:
+        return None
+    return min(longest, left)
+
+
+def no_connection(options: ClientOptions, target: str, maybe_sent: bool) -> Unavailable:
+    """The error of a call whose deadline passed while it waited for a connection:
+    ``Unavailable``, ``not_sent`` unless an earlier attempt of the same call may have reached
+    a server (``maybe_sent``). Not retried: the deadline is the caller's bound on waiting."""
+    where = f" ({target})" if target else ""
+    return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline",
+                       code=grpc.StatusCode.UNAVAILABLE, not_sent=not maybe_sent)
+
+
+def not_sent(error: SeppError) -> bool:
+    """Whether ``error`` says its try provably never reached a server application."""
+    return isinstance(error, Unavailable) and error.not_sent
+
+
 # ----------------------------------------------------------------- retry
+
+#: What gRPC core says in an UNAVAILABLE when the call got no connection at all — the
+#: channel's pick failed ("failed to connect to all addresses; last error: ...") or the name
+#: did not resolve: it was never written to any server (lower-case substrings of the status
+#: details). A call that was on a connection when it broke says "Stream removed", "Socket
+#: closed", "Connection reset by peer" or "GOAWAY received" instead.
+_NOT_SENT = ("failed to connect", "connection refused", "connect failed", "no route to host",
+             "network is unreachable", "dns resolution failed")
+
+
+def never_sent(details: str) -> bool:
+    """Whether an ``UNAVAILABLE`` with these status details provably never reached a server
+    (no connection could be made), so it may be sent again without an idempotency key."""
+    text = details.lower()
+    return any(marker in text for marker in _NOT_SENT)
 
 
 def retry_delay(error: SeppError, attempt: int, options: ClientOptions, *, idempotent: bool,
                 rand: Callable[[], float] | None = None) -> float | None:
     """Seconds to wait before trying again after ``attempt`` (1-based) failed, or ``None``.
 
-    Retries only ``Overloaded`` (nothing was stored) and, when ``idempotent``, the other
-    transient errors; never rejections, ``MessageTooLarge`` or ``ServerError``.
+    Retries ``Overloaded`` (nothing was stored), an ``Unavailable`` that provably was never
+    sent (``not_sent``) and, when ``idempotent``, the other transient errors; never
+    rejections, ``MessageTooLarge`` or ``ServerError``.
     """
     policy = options.retry
     if attempt >= policy.max_attempts or not isinstance(error, TransportError) or not error.transient:
         return None
     if isinstance(error, Overloaded):
         return policy.delay(attempt, error.retry_after, *(() if rand is None else (rand,)))
-    if not idempotent:
+    if not idempotent and not (isinstance(error, Unavailable) and error.not_sent):
         return None
     return policy.delay(attempt, None, *(() if rand is None else (rand,)))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections import deque
+from collections.abc import Iterable, Sized
 from types import TracebackType
 from typing import Any
 
@@ -68,6 +70,37 @@ class AsyncClient:
             response = await self._call("EnqueueBatch", ppb.EnqueueBatchRequest(jobs=to_send),
                                         idempotent=_core.all_keyed(to_send))
         return _core.merge_batch(verdicts, response)
+
+    async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
+                           progress: _core.Progress | None = None) -> list[BatchResult]:
+        """Enqueue any number of jobs best-effort, ``in_flight`` batches of
+        ``max_enqueue_batch`` at a time, results in request order; see
+        :meth:`sepp.Client.enqueue_many` (same arguments, ``progress`` callback and errors).
+        ``progress`` is called on the event loop."""
+        _core.check_in_flight(in_flight)
+        total = len(requests) if isinstance(requests, Sized) else None
+        size = (await self._cached_info()).info.limits.max_enqueue_batch
+        out: list[BatchResult] = []
+        pending: deque[asyncio.Task[list[BatchResult]]] = deque()
+
+        async def collect() -> None:
+            out.extend(await pending.popleft())
+            if progress is not None:
+                progress(len(out), total)
+
+        try:
+            for chunk in _core.chunked(requests, size):
+                if len(pending) >= in_flight:
+                    await collect()
+                pending.append(asyncio.ensure_future(self.enqueue_batch(chunk)))
+            while pending:
+                await collect()
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
+        return out
 
     async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue jobs all-or-nothing; see :meth:`sepp.Client.enqueue_atomic`."""
@@ -164,17 +197,47 @@ class AsyncClient:
         return verdicts
 
     async def _call(self, method_name: str, request: Any, *, idempotent: bool) -> Any:
+        """Call the stub's ``method_name`` like ``Client._call``: every try has gRPC's
+        ``wait_for_ready`` off, and a try that found no connection waits here for the
+        channel's state to change (at most ``CONNECT_WAIT_MAX`` per wait) within the
+        attempt's deadline, then is sent again."""
         method = getattr(self._get_stub(), method_name)
-        metadata = self.options.metadata or None
+        options = self.options
+        metadata = options.metadata or None
         attempt = 1
+        maybe_sent = False  # whether an earlier try of this call may have reached a server
+        deadline = _core.deadline(options)
+        timeout = options.timeout
         while True:
             try:
-                return await method(request, timeout=self.options.timeout, metadata=metadata)
+                return await method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
-            delay = _core.retry_delay(error, attempt, self.options, idempotent=idempotent)
+            if _core.waits_for_connection(error, options):
+                pause = _core.connect_pause(deadline, _core.CONNECT_WAIT_MAX)
+                if pause is not None:
+                    await self._state_change(pause)
+                    timeout = _core.time_left(deadline)
+                if pause is None or (timeout is not None and timeout < _core.MIN_ATTEMPT_TIME):
+                    raise _core.no_connection(options, self.target, maybe_sent) from cause
+                continue
+            maybe_sent = maybe_sent or not _core.not_sent(error)
+            delay = _core.retry_delay(error, attempt, options, idempotent=idempotent)
             if delay is None:
                 raise error from cause
             await asyncio.sleep(delay)
             attempt += 1
+            deadline = _core.deadline(options)
+            timeout = options.timeout
+
+    async def _state_change(self, longest: float) -> None:
+        """Wait until the channel's connectivity changes (it asks to connect), at most
+        ``longest`` seconds; at once when it is READY already."""
+        channel = self._channel
+        assert channel is not None
+        state = channel.get_state(try_to_connect=True)
+        if state is grpc.ChannelConnectivity.READY:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(channel.wait_for_state_change(state), longest)

@@ -17,10 +17,13 @@ MiB = 1024 * 1024
 class RetryPolicy:
     """How transient failures are retried, and only when retrying is safe.
 
-    A call is retried when the server said ``OVERLOADED`` (nothing was stored), or on
-    ``UNAVAILABLE``/``DEADLINE_EXCEEDED`` when every job of the call carries an
-    idempotency key (``GetServerInfo`` is always safe). Rejections, oversized messages
-    and other server errors are never retried.
+    A call is retried when the server said ``OVERLOADED`` (nothing was stored), when it
+    provably never reached a server (``Unavailable.not_sent``: no connection could be made,
+    or a stopping server cancelled it before any handler took it — issue 15 item 6; with
+    ``ClientOptions.wait_for_ready`` such a call waits for the connection instead, without
+    using up attempts), or on any other ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` when every
+    job of the call carries an idempotency key (``GetServerInfo`` is always safe).
+    Rejections, oversized messages and other server errors are never retried.
 
     Attributes:
         max_attempts: Total tries including the first; 1 disables retrying.
@@ -93,7 +96,16 @@ class ClientOptions:
             as ``MessageTooLarge`` without being sent.
         metadata: Extra gRPC metadata sent with every call (e.g. an auth token).
         credentials: TLS channel credentials; ``None`` = plaintext.
-        channel_options: Extra raw gRPC channel arguments.
+        channel_options: Extra raw gRPC channel arguments (they override the client's own,
+            see ``sepp.client._core.channel_options``).
+        wait_for_ready: A call that finds no connection (server unreachable, restarting,
+            or stopping and refusing new calls) waits for one within its ``timeout`` and is
+            then sent, key or not — it provably never reached a server — so a server
+            restart inside the deadline is invisible (issue 15 item 6). The client owns
+            this wait (gRPC's own ``wait_for_ready`` is off): a deadline spent waiting
+            raises ``Unavailable`` with ``not_sent`` true, never an ambiguous
+            ``DeadlineExceeded``. ``False``: such a call fails with ``Unavailable``
+            (``not_sent``) and is retried per ``retry``.
     """
 
     timeout: float | None = 10.0
@@ -104,6 +116,7 @@ class ClientOptions:
     metadata: tuple[tuple[str, str], ...] = ()
     credentials: grpc.ChannelCredentials | None = None
     channel_options: tuple[tuple[str, Any], ...] = ()
+    wait_for_ready: bool = True
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:

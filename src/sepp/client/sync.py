@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sized
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any
 
@@ -94,6 +96,51 @@ class Client:
             response = self._call(self._stub.EnqueueBatch, ppb.EnqueueBatchRequest(jobs=to_send),
                                   idempotent=_core.all_keyed(to_send))
         return _core.merge_batch(verdicts, response)
+
+    def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
+                     progress: _core.Progress | None = None) -> list[BatchResult]:
+        """Enqueue any number of jobs best-effort: ``requests`` (any iterable, read lazily) is
+        cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
+        batches in flight (each an :meth:`enqueue_batch`, with its local validation and
+        retries), and every job's result comes back in request order (issue 15 item 3).
+
+        ``progress(done, total)``, if given, is called after each batch is answered, in
+        order, from the calling thread: ``done`` jobs answered so far (acked or rejected),
+        ``total`` = ``len(requests)`` when it has one, else ``None``.
+
+        Raises:
+            TransportError: a batch got no verdict. Batches already sent are waited for
+                first; the jobs counted by the last ``progress`` call were answered, later
+                ones may or may not be stored (no key: not retried, as for enqueue_batch).
+            ValueError: ``in_flight`` < 1.
+            TypeError: an item is not an ``EnqueueRequest``.
+        """
+        _core.check_in_flight(in_flight)
+        total = len(requests) if isinstance(requests, Sized) else None
+        size = self._cached_info().info.limits.max_enqueue_batch
+        out: list[BatchResult] = []
+        pending: deque[Future[list[BatchResult]]] = deque()
+        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="sepp-enqueue-many") as pool:
+            try:
+                for chunk in _core.chunked(requests, size):
+                    if len(pending) >= in_flight:
+                        self._collect(pending.popleft(), out, progress, total)
+                    pending.append(pool.submit(self.enqueue_batch, chunk))
+                while pending:
+                    self._collect(pending.popleft(), out, progress, total)
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                wait(pending)
+                raise
+        return out
+
+    @staticmethod
+    def _collect(fut: Future[list[BatchResult]], out: list[BatchResult], progress: _core.Progress | None,
+                 total: int | None) -> None:
+        out.extend(fut.result())
+        if progress is not None:
+            progress(len(out), total)
 
     def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.
@@ -191,18 +238,41 @@ class Client:
         return verdicts
 
     def _call(self, method: Any, request: Any, *, idempotent: bool) -> Any:
+        """Call ``method`` with the client's metadata and deadline, waiting for the connection
+        and retrying per ``options`` (``_core.waits_for_connection``, ``_core.retry_delay``).
+
+        Each gRPC try is sent with gRPC's ``wait_for_ready`` off, so a try that finds no
+        connection fails at once and provably unsent; this loop waits (sleeping
+        ``CONNECT_POLL`` between tries) within the attempt's deadline instead — unlike
+        gRPC's own wait, a deadline spent that way is known to have sent nothing.
+        """
         if self._closed:
             raise RuntimeError("this sepp Client is closed")
-        metadata = self.options.metadata or None
+        options = self.options
+        metadata = options.metadata or None
         attempt = 1
+        maybe_sent = False  # whether an earlier try of this call may have reached a server
+        deadline = _core.deadline(options)
+        timeout = options.timeout
         while True:
             try:
-                return method(request, timeout=self.options.timeout, metadata=metadata)
+                return method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
-            delay = _core.retry_delay(error, attempt, self.options, idempotent=idempotent)
+            if _core.waits_for_connection(error, options):
+                pause = _core.connect_pause(deadline, _core.CONNECT_POLL)
+                if pause is not None:
+                    time.sleep(pause)
+                    timeout = _core.time_left(deadline)
+                if pause is None or (timeout is not None and timeout < _core.MIN_ATTEMPT_TIME):
+                    raise _core.no_connection(options, self.target, maybe_sent) from cause
+                continue
+            maybe_sent = maybe_sent or not _core.not_sent(error)
+            delay = _core.retry_delay(error, attempt, options, idempotent=idempotent)
             if delay is None:
                 raise error from cause
             time.sleep(delay)
             attempt += 1
+            deadline = _core.deadline(options)
+            timeout = options.timeout

@@ -23,9 +23,9 @@ class _CommitsCollector:
         self._engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        committer = getattr(self._engine.store, "committer", None)
+        commits = getattr(self._engine.store, "commits", 0)
         family = CounterMetricFamily("sepp_commits", "Write transactions committed")
-        family.add_metric([], float(committer.commits if committer is not None else 0))
+        family.add_metric([], float(commits))
         yield family
 
 

@@ -46,11 +46,15 @@ log = logging.getLogger("sepp.committer")
 @dataclass(slots=True)
 class _Pending(Generic[T]):
     """One submitted operation; ``token`` identifies it to whoever waits for it (a future in
-    this process, an operation number across the writer-process pipe)."""
+    this process, an operation number across the writer-process pipe). ``siblings``: how many
+    other operations were in flight (submitted, not yet answered) when it was submitted —
+    the group-commit wait only applies when there were some (PostgreSQL's
+    ``commit_siblings``; issue 15)."""
 
     fn: Op[T]
     token: Any
     weight: int
+    siblings: int = 0
 
 
 #: What the loop hands back per operation: (pending, value, exception).
@@ -104,9 +108,12 @@ class GroupLoop:
     ``mode``: ``sync`` (one operation per commit), ``group`` or ``async``.
     ``max_group_ops``: most operations per transaction. ``group_wait`` (seconds): when the
     previous group held more than one write but fewer than 128 jobs (many small concurrent
-    writes), wait this long before collecting the next group so one fsync covers more
-    writes; 0 disables it. ``commit_delay`` (seconds): a fault-injection knob for tests of
-    load shedding; 0 in production. ``fsync_interval`` (seconds): the ``async`` mode's
+    writes) and the next group's first write was submitted while other writes were in
+    flight, wait this long before collecting the next group so one fsync covers more
+    writes; 0 disables it. A write submitted when no other was in flight (a lone
+    producer, or the first write after a burst) is never delayed (issue 15).
+    ``commit_delay`` (seconds): a fault-injection knob for tests of load shedding; 0 in
+    production. ``fsync_interval`` (seconds): the ``async`` mode's
     background fsync period.
     """
 
@@ -151,7 +158,8 @@ class GroupLoop:
                     break
                 group: list[_Pending[Any]] = [first]  # type: ignore[list-item]
                 stop_after = False
-                if self._group_wait and self._last_group > 1 and self._last_weight < _WAIT_BELOW_JOBS:
+                if (self._group_wait and self._last_group > 1 and self._last_weight < _WAIT_BELOW_JOBS
+                        and first.siblings > 0):  # type: ignore[attr-defined]
                     # Under concurrent load, give the event loop a moment to hand over more
                     # writes so one fsync covers them all (PostgreSQL's commit_delay idea).
                     time.sleep(self._group_wait)
@@ -259,6 +267,13 @@ class Committer:
         self._ready: asyncio.Future[None] | None = None
         #: Jobs (weights) submitted and not yet resolved. Touched only on the event loop.
         self.backlog = 0
+        #: Operations submitted and not yet resolved (whatever their weight).
+        self.in_flight = 0
+
+    @property
+    def idle(self) -> bool:
+        """True when the writer runs and holds no operation (so it holds no transaction)."""
+        return self.in_flight == 0 and not self._stopping and self._loop is not None
 
     @property
     def commits(self) -> int:
@@ -287,7 +302,8 @@ class Committer:
             raise StoreClosed("the store is closing")
         fut: asyncio.Future[T] = self._loop.create_future()
         self.backlog += weight
-        self._group.put(_Pending(fn, fut, weight))
+        self._group.put(_Pending(fn, fut, weight, self.in_flight))
+        self.in_flight += 1
         return fut
 
     async def stop(self) -> None:
@@ -321,6 +337,7 @@ class Committer:
     def _resolve(self, results: Results) -> None:
         for item, value, exc in results:
             self.backlog -= item.weight
+            self.in_flight -= 1
             resolve(item.token, value, exc)
 
 

@@ -40,7 +40,8 @@ from sepp.storage.base import (
 )
 from sepp.storage.errors import StoreCorrupt, StoreError, StoreFailed, StoreLocked
 from sepp.storage.sqlite.admin import SQLiteAdmin
-from sepp.storage.sqlite.committer import Committer, MergeableInsert
+from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op
+from sepp.storage.sqlite.lone import LoneBusy, LoneWriter
 from sepp.storage.sqlite.writer_process import ProcessCommitter
 
 Q = load_queries("sepp.storage.sqlite")
@@ -83,6 +84,9 @@ class SQLiteStore:
                                         group_wait=group_wait)
         else:
             raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
+        #: One-job enqueues run here when the committer is idle (issue 15); not with the
+        #: commit-delay fault knob, whose tests need every write to pass the committer.
+        self._lone: LoneWriter | None = LoneWriter(self.path, mode) if not commit_delay else None
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
@@ -106,6 +110,11 @@ class SQLiteStore:
         except BaseException:
             self._unlock_folder()
             raise
+        if self._lone is not None:
+            try:
+                self._lone.open()
+            except sqlite3.Error:  # the committer has the file: writes still work through it
+                self._lone = None
 
     def _lock_folder(self) -> None:
         folder = self.path.parent
@@ -130,6 +139,8 @@ class SQLiteStore:
 
     async def close(self) -> None:
         """Commit what was submitted, stop the writer, close readers. Idempotent."""
+        if self._lone is not None:
+            self._lone.close()
         await self._committer.stop()
         self._readers.shutdown(wait=True)
         for conn in self._reader_conns:
@@ -155,6 +166,11 @@ class SQLiteStore:
     def backlog(self) -> int:
         """Jobs waiting for the writer (for load shedding)."""
         return self._committer.backlog
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed: by the committer and on the lone-write path (metrics)."""
+        return self._committer.commits + (self._lone.commits if self._lone is not None else 0)
 
     @property
     def committer(self) -> Committer | ProcessCommitter:
@@ -187,13 +203,28 @@ class SQLiteStore:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call."""
         if not new_queues and not any(row[11] for row in rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
-                return await self._committer.submit(MergeableInsert(_insert_jobs, list(rows), {}), 1)
+                return await self._write_one(MergeableInsert(_insert_jobs, list(rows), {}))
             # The statements are prepared here, on the event loop: the writer only runs them
             # (docs/decisions.md "The writer runs SQL, the event loop builds").
             statements = _insert_statements(rows)
             return await self._committer.submit(partial(_run_all, statements), len(rows))
 
-        return await self._committer.submit(partial(_enqueue_op, rows, dedup_until, now, new_queues), len(rows))
+        op = partial(_enqueue_op, rows, dedup_until, now, new_queues)
+        if len(rows) == 1:
+            return await self._write_one(op)
+        return await self._committer.submit(op, len(rows))
+
+    async def _write_one(self, op: Op[Dedups]) -> Dedups:
+        """A one-job write: on the lone-write path when nothing else is writing (no operation
+        in the committer, none just before), else through the committer, where it is grouped
+        with the others (``sepp.storage.sqlite.lone``)."""
+        lone = self._lone
+        if lone is not None and self._committer.idle and lone.quiet(self._committer.commits):
+            try:
+                return lone.run(op)
+            except LoneBusy:
+                pass
+        return await self._committer.submit(op, 1)
 
     # ------------------------------------------------------------------ queues
 

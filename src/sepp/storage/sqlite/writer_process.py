@@ -21,7 +21,8 @@ Frames in both directions: an 8-byte big-endian length, then a pickle.
 
 The settings (a JSON object) are the child's one command-line argument.
 
-* parent → child: ``(token, fn, weight)`` per operation;
+* parent → child: ``(token, fn, weight, siblings)`` per operation (``siblings``: other
+  operations in flight when it was submitted, for the group-commit wait);
   ``None`` asks the child to commit what it holds and exit.
 * child → parent: ``("ready",)`` or ``("error", exception)`` once the connection is open
   (or failed to open); ``("results", commits, ops_committed, [(token, value, exception),
@@ -134,7 +135,7 @@ class ProcessCommitter:
         """
         if self._stopping or self._proc is None or self._dead is not None:
             raise StoreClosed(self._dead or "the store is closing")
-        frame = _frame((self._next, fn, weight))
+        frame = _frame((self._next, fn, weight, len(self._waiting)))
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._waiting[self._next] = (fut, weight)
         self._next += 1
@@ -142,6 +143,11 @@ class ProcessCommitter:
         assert self._to_child is not None
         self._to_child.write(frame)
         return fut
+
+    @property
+    def idle(self) -> bool:
+        """True when the child runs and holds no operation (so it holds no transaction)."""
+        return not self._waiting and not self._stopping and self._dead is None and self._proc is not None
 
     async def failure(self) -> StoreFailed:
         """Wait until the child ends without being asked to (never returns otherwise); the
@@ -349,8 +355,8 @@ class _Frames:
                 self._eof = True
                 self._items.append(STOP)
                 break
-            token, fn, weight = item
-            self._items.append(_Pending(fn, token, weight))
+            token, fn, weight, siblings = item
+            self._items.append(_Pending(fn, token, weight, siblings))
         del buf[:start]
         return True
 

@@ -1,0 +1,88 @@
+"""The Python client's own cost per job (issue 15 item 3), without a server or a network.
+
+Times each step ``Client.enqueue_batch`` takes for a batch of 256 jobs like the peer harness
+sends (``{"i": n}`` JSON payloads), and prints a Markdown table of µs per job:
+
+* build: ``EnqueueRequest(queue, job_type, payload=Payload.json(...))``
+* to_proto: the wire ``EnqueueRequest`` (``_core.to_protos``)
+* validate: the local verdicts against the advertised limits (``_core.validate_all``)
+* serialize: the ``EnqueueBatchRequest`` as bytes (what gRPC does before sending)
+* results: an ``EnqueueBatchResponse`` parsed and merged into ``EnqueueAck``s
+
+    python benchmarks/client_cost.py [--batch 256] [--rounds 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections.abc import Callable
+
+from _harness import table
+
+from sepp import EnqueueRequest, Payload
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.client import _core
+
+
+def _info() -> _core.CachedInfo:
+    """What a default server advertises (the same ``server_info`` the server builds)."""
+    from sepp.server.config import ServerConfig
+    from sepp.server.engine import JobEngine
+    from sepp.server.notifier import Notifier
+    from sepp.server.queues import QueueRegistry
+    from sepp.server.rpc.producer import server_info
+
+    config = ServerConfig()
+    engine = JobEngine(config, None, QueueRegistry(config.queue_defaults, config.strict), Notifier())  # type: ignore[arg-type]
+    return _core.CachedInfo.build(server_info(engine, time.monotonic(), "bench"))
+
+
+def _best(fn: Callable[[], object], rounds: int) -> float:
+    """Fastest of ``rounds`` runs of ``fn``, seconds (the least disturbed by the shared cores)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    n = args.batch
+    cached = _info()
+
+    def build() -> list[EnqueueRequest]:
+        return [EnqueueRequest("bench", "noop", payload=Payload.json({"i": i})) for i in range(n)]
+
+    reqs = build()
+    response = ppb.EnqueueBatchResponse()
+    for _ in range(n):
+        response.results.add().ack.job_id = str(uuid.uuid4())
+    answer = response.SerializeToString()
+
+    def to_proto() -> object:
+        return _core.to_protos(build())  # fresh requests: a built proto is kept on its request
+
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("build EnqueueRequest + Payload.json", build),
+        ("to_proto (fresh requests, minus build)", to_proto),
+        ("validate locally", lambda: _core.validate_all(cached, _core.to_protos(reqs))),
+        ("serialize EnqueueBatchRequest", lambda: ppb.EnqueueBatchRequest(jobs=_core.to_protos(reqs))
+         .SerializeToString()),
+        ("parse + merge results", lambda: _core.merge_batch([None] * n, ppb.EnqueueBatchResponse.FromString(answer))),
+    ]
+    times = {name: _best(fn, args.rounds) / n * 1e6 for name, fn in steps}
+    times["to_proto (fresh requests, minus build)"] -= times["build EnqueueRequest + Payload.json"]
+    rows = [[name, f"{us:.2f}"] for name, us in times.items()]
+    rows.append(["total per job", f"{sum(times.values()):.2f}"])
+    print(table([f"step (batch of {n})", "µs per job"], rows))
+
+
+if __name__ == "__main__":
+    main()

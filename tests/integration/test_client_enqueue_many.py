@@ -1,0 +1,84 @@
+"""``Client.enqueue_many`` / ``AsyncClient.enqueue_many`` (issue 15 item 3): any iterable is
+cut into ``max_enqueue_batch``-sized batches (at the limit: one batch; one past: two), several
+are kept in flight, every result comes back in request order (rejections in the middle
+included) and ``progress(done, total)`` is called after each batch, in order.
+A real server with ``max_enqueue_batch = 4``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import ServerFactory
+
+from sepp import AsyncClient, Client, EnqueueAck, EnqueueRequest, Payload, Rejection, RejectionCode
+from sepp.client.admin import AdminClient
+from sepp.testing import ServerProcess
+
+CAP = 4
+
+
+@pytest.fixture
+def capped(server_factory: ServerFactory) -> ServerProcess:
+    """A server whose batches hold at most ``CAP`` jobs."""
+    return server_factory(limits={"max_enqueue_batch": CAP})
+
+
+def _requests(queue: str, n: int, bad: frozenset[int] | set[int] = frozenset()) -> Iterator[EnqueueRequest]:
+    """A generator (no len): job i carries ``{"i": i}``; the ones in ``bad`` have priority 10."""
+    for i in range(n):
+        yield EnqueueRequest(queue, "t", payload=Payload.json({"i": i}), priority=10 if i in bad else None)
+
+
+def _stored(target: str, out: list[Any]) -> list[int]:
+    """The ``i`` each acked slot's stored job carries, in slot order."""
+    with AdminClient(target) as admin:
+        return [Payload(admin.get_job(r.job_id).payload.data).decode_json()["i"]
+                for r in out if isinstance(r, EnqueueAck)]
+
+
+@pytest.mark.parametrize("n", [CAP, CAP + 1, 3 * CAP + 2])
+def test_results_keep_request_order_and_batches_follow_the_cap(capped: ServerProcess, n: int) -> None:
+    calls: list[tuple[int, Any]] = []
+    with Client(capped.grpc_target) as client:
+        out = client.enqueue_many(_requests(f"m{n}", n), in_flight=3,
+                                  progress=lambda done, total: calls.append((done, total)))
+    assert len(out) == n and all(isinstance(r, EnqueueAck) for r in out)
+    # One progress call per batch of CAP (the last one shorter), in order; a generator has no len.
+    expected = [min(k, n) for k in range(CAP, n + CAP, CAP)]
+    assert calls == [(d, None) for d in expected]
+    assert _stored(capped.grpc_target, out) == list(range(n))
+
+
+def test_rejections_in_the_middle_stay_in_their_slots(capped: ServerProcess) -> None:
+    bad = {1, 5, 6, 9}
+    reqs = list(_requests("mid", 10, bad))
+    calls: list[tuple[int, Any]] = []
+    with Client(capped.grpc_target) as client:
+        out = client.enqueue_many(reqs, progress=lambda done, total: calls.append((done, total)))
+    assert [isinstance(r, Rejection) for r in out] == [i in bad for i in range(10)]
+    assert all(r.code is RejectionCode.INVALID_ARGUMENT for r in out if isinstance(r, Rejection))
+    assert calls == [(4, 10), (8, 10), (10, 10)]  # a list has a len: total is known
+    assert _stored(capped.grpc_target, out) == [i for i in range(10) if i not in bad]
+
+
+def test_an_empty_iterable_sends_nothing_and_in_flight_must_be_positive(capped: ServerProcess) -> None:
+    with Client(capped.grpc_target) as client:
+        assert client.enqueue_many([]) == []
+        with pytest.raises(ValueError, match="in_flight"):
+            client.enqueue_many(_requests("x", 1), in_flight=0)
+
+
+async def test_async_enqueue_many_matches_the_sync_one(capped: ServerProcess) -> None:
+    bad = {4}
+    calls: list[tuple[int, Any]] = []
+    async with AsyncClient(capped.grpc_target) as client:
+        out = await client.enqueue_many(list(_requests("amany", CAP + 1, bad)), in_flight=2,
+                                        progress=lambda done, total: calls.append((done, total)))
+        with pytest.raises(ValueError):
+            await client.enqueue_many([], in_flight=0)
+        assert await client.enqueue_many(iter(())) == []
+    assert [isinstance(r, Rejection) for r in out] == [i in bad for i in range(CAP + 1)]
+    assert calls == [(CAP, CAP + 1), (CAP + 1, CAP + 1)]
+    assert _stored(capped.grpc_target, out) == list(range(CAP))

@@ -1,0 +1,134 @@
+"""The lone-write path and the group-commit wait (issue 15 item 2): a one-job enqueue with
+nothing else writing skips the committer hop; concurrent ones still share commits; the
+group-commit wait never delays a write submitted while no other was in flight.
+Real SQLite files and a real writer process, no mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import uuid_utils
+
+from sepp.storage.base import JobRow
+from sepp.storage.sqlite import SQLiteStore
+from sepp.storage.sqlite.committer import STOP, GroupLoop, Results, _Pending
+from sepp.storage.sqlite.lone import MAX_RUN, QUIET_GAP
+from sepp.storage.sqlite.store import _insert_jobs, connect_writer
+
+
+def _row(i: int, key: str | None = None) -> JobRow:
+    now = time.time_ns() // 1000
+    return JobRow(uuid_utils.uuid7().bytes, "q", f"t{i}", 2, 0, now, now, 3, b"x", "", None, key)
+
+
+def _stored(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+
+@pytest.mark.parametrize(("mode", "writer"), [("group", "process"), ("async", "process"), ("sync", "thread")])
+async def test_a_lone_enqueue_commits_on_the_lone_path_and_is_stored(tmp_path: Path, mode: str, writer: str) -> None:
+    store = SQLiteStore(tmp_path, mode, writer=writer)
+    await store.open()
+    try:
+        before = store.committer.commits
+        for i in range(5):
+            await asyncio.sleep(QUIET_GAP * 2)  # a lone producer: a round trip between writes
+            assert await store.enqueue([_row(i)], [0], 0) == {}
+        # The key path (dedup inside the write) is lone too, and still deduplicates.
+        await asyncio.sleep(QUIET_GAP * 2)
+        assert await store.enqueue([_row(5, "k")], [2**62], 0) == {}
+        await asyncio.sleep(QUIET_GAP * 2)
+        assert 0 in await store.enqueue([_row(6, "k")], [2**62], 0)
+        assert store.committer.commits == before, "a lone write went through the committer"
+        assert store.commits == before + 7
+    finally:
+        await store.close()
+    assert _stored(tmp_path / "sepp.db") == 6
+
+
+async def test_concurrent_enqueues_still_share_commits(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path, "group", writer="process")
+    await store.open()
+    try:
+        before = store.commits
+        await asyncio.gather(*(store.enqueue([_row(i)], [0], 0) for i in range(64)))
+        assert store.commits - before <= 8, f"{store.commits - before} commits for 64 concurrent writes"
+    finally:
+        await store.close()
+    assert _stored(tmp_path / "sepp.db") == 64
+
+
+def _delay_after_a_group(path: Path, siblings: int) -> float:
+    """Seconds from submitting a write (``siblings`` others in flight) to its commit, right
+    after a group of two writes, with ``group_wait`` = 1 s."""
+    source: queue.SimpleQueue[object] = queue.SimpleQueue()
+    committed: list[float] = []
+
+    def deliver(results: Results) -> None:
+        committed.extend(time.monotonic() for _ in results)
+
+    loop = GroupLoop(path, "group", lambda: connect_writer(path, "group", 8), deliver, group_wait=1.0,
+                     source=source)  # type: ignore[arg-type]
+
+    def op(i: int, siblings: int = 0) -> _Pending[None]:
+        return _Pending(lambda conn: _insert_jobs(conn, [_row(i)]), f"op{i}", 1, siblings)
+
+    conn = loop.open()
+    source.put(op(0))  # queued before the loop runs: one group of two
+    source.put(op(1))
+    runner = threading.Thread(target=loop.run, args=(conn,))
+    runner.start()
+    try:
+        while len(committed) < 2:
+            time.sleep(0.001)
+        at = time.monotonic()
+        source.put(op(2, siblings))
+        while len(committed) < 3:
+            time.sleep(0.001)
+        return committed[2] - at
+    finally:
+        source.put(STOP)
+        runner.join()
+
+
+def test_the_group_wait_never_delays_a_write_with_no_sibling(tmp_path: Path) -> None:
+    """After a group of several writes, a write submitted with no other in flight commits at
+    once; one submitted while another was in flight waits ``group_wait``."""
+    assert _delay_after_a_group(tmp_path / "a.db", 0) < 0.5, "a lone write was held by the group-commit wait"
+    assert _delay_after_a_group(tmp_path / "b.db", 1) >= 0.9, "the wait did not apply with a sibling in flight"
+
+
+@pytest.mark.parametrize(("mode", "writer", "writes"), [("async", "thread", 3000), ("group", "process", 1200)])
+async def test_a_long_run_of_lone_writes_keeps_the_wal_bounded(tmp_path: Path, mode: str, writer: str,
+                                                               writes: int) -> None:
+    """The lone connection never checkpoints (that would run on the event loop); every
+    ``MAX_RUN`` lone commits one write goes to the committer, whose commit checkpoints, so a
+    lone-only run keeps the WAL near SQLite's 1,000-page autocheckpoint mark. (Each one-job
+    insert appends ~2.5 pages: without the hand-over the WAL would reach ~3,000–7,500.)"""
+    store = SQLiteStore(tmp_path, mode, writer=writer)
+    await store.open()
+    wal = tmp_path / "sepp.db-wal"
+    try:
+        assert store._lone is not None
+        assert store._lone._conn is not None
+        assert store._lone._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        page = store._lone._conn.execute("PRAGMA page_size").fetchone()[0]
+        largest = 0
+        for i in range(writes):
+            if mode != "async":
+                await asyncio.sleep(QUIET_GAP * 1.5)
+            await store.enqueue([_row(i)], [0], 0)
+            largest = max(largest, wal.stat().st_size)
+        assert store._lone.commits >= writes * (1 - 2 / MAX_RUN), "the writes did not take the lone path"
+        assert store._lone.commits <= writes * (1 - 1 / (MAX_RUN + 1)) + 1, "no write went to the committer"
+        assert largest <= (1000 + 4 * MAX_RUN + 100) * (page + 24), f"the WAL grew to {largest // page} pages"
+    finally:
+        await store.close()
+    assert _stored(tmp_path / "sepp.db") == writes

@@ -24,6 +24,8 @@ from sepp import (
     RetryPolicy,
     Unavailable,
 )
+from sepp.client.admin import AdminClient
+from sepp.errors import SeppError
 from sepp.testing import ServerProcess, free_port
 
 MiB = 1024 * 1024
@@ -255,14 +257,24 @@ def test_without_wait_for_ready_an_unreachable_server_fails_at_once_and_unsent()
 
 
 def test_a_timed_out_enqueue_may_still_be_stored_so_a_key_makes_the_retry_safe(server: ServerProcess) -> None:
-    server.restart(debug_commit_delay=0.5)
-    request = EnqueueRequest("q", "slow", idempotency_key=_key())
-    impatient = ClientOptions(timeout=0.1, retry=RetryPolicy.disabled())
+    server.restart(debug_commit_delay=1.0)
+    key = _key()
+    request = EnqueueRequest("q", "slow", idempotency_key=key)
+    impatient = ClientOptions(timeout=0.3, retry=RetryPolicy.disabled())
     with Client(server.grpc_target, options=impatient) as c:
         c.get_server_info(cached=True)
         with pytest.raises(DeadlineExceeded):
             c.enqueue(request)
-    time.sleep(0.8)
+    # The server goes on and stores it after the client gave up (no sleep: wait until it is there).
+    with AdminClient(server.grpc_target) as admin:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                admin.find_job_by_key("q", key)
+                break
+            except SeppError:
+                assert time.monotonic() < deadline, "the timed-out enqueue was never stored"
+                time.sleep(0.05)
     with Client(server.grpc_target) as c:
         assert c.enqueue(request).deduplicated is True
 

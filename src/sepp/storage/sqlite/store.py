@@ -38,6 +38,7 @@ from sepp.storage.base import (
     State,
     SweepResult,
 )
+from sepp.storage.rows import fetch_lenient, repair_job
 from sepp.storage.errors import StoreCorrupt, StoreError, StoreFailed, StoreLocked
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert
@@ -175,8 +176,9 @@ class SQLiteStore:
                 conn.execute("PRAGMA busy_timeout=10000")
                 self._local.conn = conn
                 self._reader_conns.append(conn)
-            cur = conn.execute(sql, params)
-            return cur.fetchone() if one else cur.fetchall()
+            # A text value that is not UTF-8 (a damaged row) is read with U+FFFD instead of
+            # failing the read of every row with it (issue 14; storage.rows).
+            return fetch_lenient(conn, sql, params, one)
 
         return await asyncio.get_running_loop().run_in_executor(self._readers, run)
 
@@ -292,9 +294,10 @@ class SQLiteStore:
     # ------------------------------------------------------------------ reads
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
-        """One job by id (read connection)."""
+        """One job by id (read connection); a damaged field reads as unset or clamped
+        (``storage.rows.repair_job``, logged once per job)."""
         row = await self._read(Q["get_job"], (job_id,), one=True)
-        return None if row is None else _record(row)
+        return None if row is None else repair_job(_record(row))
 
 
 #: Rows per multi-row INSERT: at most 12 parameters each, far below SQLite's 32,766 limit.

@@ -154,7 +154,7 @@ def damaged_fields(rec: JobRecord) -> tuple[JobRecord, list[str]]:
             new = 1 if _int(value, *_INT64, 0) else 0
         else:  # seq
             new = _int(value, *_INT64, 0)
-        if new is not value and new != value or type(new) is not type(value):
+        if (new is not value and new != value) or type(new) is not type(value):
             fixed[name] = new
     if not fixed:
         return rec, []

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sepp.quoting import clip
 from sepp.storage._sql import load_queries
 from sepp.storage.admin import (
     DeadFilter,
@@ -35,7 +36,6 @@ from sepp.storage.admin import (
     WriteResult,
 )
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
-from sepp.quoting import clip
 from sepp.storage.rows import as_text, lenient_text, note_damaged, repair_job
 
 if TYPE_CHECKING:

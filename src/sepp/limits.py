@@ -47,6 +47,9 @@ MAX_ALLOWED_ENCODINGS = 64
 #: seconds of the event loop and an answer beyond the message cap (issue 14). 10,000 is
 #: 40× the Worker's default ``settle_batch`` (256), which is bounded by it too.
 MAX_SETTLE_BATCH = 10_000
+#: Longest trace context key, UTF-8 bytes (fixed, not configurable; issue 14 O6: SPEC §2
+#: bounds the entry count and value size only). Propagation header names are far shorter.
+MAX_TRACE_KEY_BYTES = 256
 #: Largest ``max_attempts`` ceiling and queue ``default_max_attempts``.
 MAX_ATTEMPTS = 1_000_000
 #: Timestamps the server accepts (google.protobuf.Timestamp's range, seconds since the epoch,
@@ -112,6 +115,7 @@ class ServerLimits(BaseModel):
     max_schedule_horizon: float = Field(default=365 * DAY, gt=0, le=MAX_HORIZON)
     max_idempotency_key_bytes: int = Field(default=256, ge=1, le=MAX_SIZE)
     max_encoding_bytes: int = Field(default=128, ge=1, le=MAX_SIZE)
+    #: Entries of a job's trace context (keys are bounded by the fixed MAX_TRACE_KEY_BYTES).
     max_trace_entries: int = Field(default=8, ge=0, le=MAX_SIZE)
     #: ≥ 55: a traceparent (version 00) is 55 bytes long.
     max_trace_value_bytes: int = Field(default=512, ge=55, le=MAX_SIZE)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from sepp.api.v1 import common_pb2 as pb
-from sepp.limits import QueueLimits, ServerLimits
+from sepp.limits import MAX_TRACE_KEY_BYTES, QueueLimits, ServerLimits
 from sepp.quoting import clip, quote
 from sepp.rejections import RejectionCode
 
@@ -259,6 +259,13 @@ def _trace_rejection(trace: Mapping[str, str], lim: ServerLimits) -> pb.Rejectio
     count = len(trace)
     if count > lim.max_trace_entries:
         return _reject(_TCI, "trace context has too many entries", "trace_context", lim.max_trace_entries, count)
+    # Keys are bounded too (issue 14 O6; SPEC §2 bounds only count and value size): a fixed
+    # MAX_TRACE_KEY_BYTES, far above any propagation header name (traceparent, tracestate, baggage).
+    too_long = sorted(k for k in trace if utf8_len(k) > MAX_TRACE_KEY_BYTES)
+    if too_long:
+        key = too_long[0]
+        return _reject(_TCI, "trace context key is too long", f"trace_context[{clip(key)}]",
+                       MAX_TRACE_KEY_BYTES, utf8_len(key))
     long_keys = sorted(k for k, v in trace.items() if utf8_len(v) > lim.max_trace_value_bytes)
     if long_keys:
         key = long_keys[0]

@@ -93,8 +93,8 @@ def test_a_damaged_column_fails_nothing_but_its_own_delivery(server_factory: Ser
         assert set(good) <= ids and bad not in ids
         if case not in _NOT_IN_THE_QUEUE:
             # Rows that cannot be delivered are dead-lettered at once, never left leased.
-            state, reason = _row(server.data_dir, bad)
-            assert (state, reason) == (5, b"DAMAGED_ROW")
+            stored = _row(server.data_dir, bad)
+            assert stored == (5, b"DAMAGED_ROW")
             again = worker.Reserve(wpb.ReserveRequest(queues=["poison"], max_jobs=10, worker_id="w"), timeout=10)
             assert not again.reservations
     text = "\n".join(server.output)
@@ -141,7 +141,7 @@ def test_invalid_utf8_in_a_queue_name_does_not_stop_promotion_or_reclaim(server_
         admin = admin_pb2_grpc.AdminServiceStub(channel)
 
         def state(job_id: str) -> int:
-            return admin.GetJob(apb.GetJobRequest(job_id=job_id), timeout=10).state
+            return int(admin.GetJob(apb.GetJobRequest(job_id=job_id), timeout=10).state)
 
         wait_for(lambda: state(mail) == pb.READY and state(mail_leased) == pb.READY, timeout=8.0,
                  what="promotion and reclaim on the other queues")

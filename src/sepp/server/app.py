@@ -54,7 +54,8 @@ class SeppServer:
                                  fsync_interval=config.async_fsync_interval,
                                  commit_delay=config.debug_commit_delay, group_wait=config.group_commit_wait,
                                  writer=config.writer_placement)
-        self.registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
+        self.registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes,
+                                      config.limits.max_queues)
         self.notifier = Notifier()
         self.engine = JobEngine(config, self.store, self.registry, self.notifier)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)

@@ -173,6 +173,7 @@ class JobEngine:
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
         """Validate and store one job (SPEC §2). Raises ``JobRejected`` or ``Overloaded``."""
         now_ns = time.time_ns()
+        self.queues.begin_admission()
         checked = self.validator.check(req, now_ns)
         if type(checked) is pb.Rejection:
             raise JobRejected(checked)
@@ -202,6 +203,7 @@ class JobEngine:
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
+        self.queues.begin_admission()
         check = self.validator.check
         build = self._build
         out: list[pb.Rejection | Ack] = []
@@ -237,6 +239,7 @@ class JobEngine:
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
+        self.queues.begin_admission()
         check = self.validator.check
         verdicts = [check(req, now_ns) for req in reqs]
         failures = [pb.IndexedRejection(index=i, rejection=v) for i, v in enumerate(verdicts)

@@ -149,3 +149,21 @@ def test_invalid_utf8_in_a_queue_name_does_not_stop_promotion_or_reclaim(server_
         wait_for(lambda: state(scheduled) == pb.READY and state(leased) == pb.READY, timeout=8.0,
                  what="the damaged rows to be promoted / reclaimed")
     assert not any("pass failed" in line or "Traceback" in line for line in server.output)
+
+
+def test_a_pass_skipping_many_rows_logs_the_first_ten_and_one_summary(server_factory: ServerFactory) -> None:
+    """Minor finding: a first pass over 1,500 poison rows logged 1,500 warnings. 11 rows
+    here: one past the 10 logged one by one."""
+    server = server_factory()
+    with wire_for(server) as w:
+        w.enqueue_many([pb.EnqueueRequest(queue="poison", job_type="t") for _ in range(11)])
+        assert len(w.reserve(["poison"], max_jobs=11, lease=1.0)) == 11
+    server.terminate()
+    db = sqlite3.connect(server.data_dir / DB_FILE, isolation_level=None)
+    db.execute("UPDATE jobs SET history = 'not json'")
+    db.close()
+    server.start()
+    summary = wait_for(lambda: [line for line in server.output if "pass skipped 1 more rows" in line],
+                       timeout=8.0, what="the summary line")
+    assert "reclaim pass" in summary[0] and "11 skipped in this pass" in summary[0]
+    assert sum("reclaim pass skipped job" in line for line in server.output) == 10

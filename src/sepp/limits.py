@@ -47,6 +47,13 @@ MAX_ALLOWED_ENCODINGS = 64
 #: seconds of the event loop and an answer beyond the message cap (issue 14). 10,000 is
 #: 40× the Worker's default ``settle_batch`` (256), which is bounded by it too.
 MAX_SETTLE_BATCH = 10_000
+#: Largest ``limits.max_queues``. Every queue travels in each GetServerInfo / ListQueues
+#: answer (~150 bytes with default settings): 100,000 of them stay under the 16 MiB message
+#: cap, so producers (which read server info first) keep working (issue 14 O5).
+MAX_QUEUES = 100_000
+#: Longest trace context key, UTF-8 bytes (fixed, not configurable; issue 14 O6: SPEC §2
+#: bounds the entry count and value size only). Propagation header names are far shorter.
+MAX_TRACE_KEY_BYTES = 256
 #: Largest ``max_attempts`` ceiling and queue ``default_max_attempts``.
 MAX_ATTEMPTS = 1_000_000
 #: Timestamps the server accepts (google.protobuf.Timestamp's range, seconds since the epoch,
@@ -104,6 +111,10 @@ class ServerLimits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_enqueue_batch: int = Field(default=256, ge=1, le=MAX_SIZE)
+    #: Most queues the server holds (declared + created on first enqueue). In non-strict mode an
+    #: enqueue that would create one more is refused with UnknownQueue; DeclareQueue of one
+    #: more with FAILED_PRECONDITION / QUEUE_LIMIT_REACHED (issue 14 O5). Not advertised.
+    max_queues: int = Field(default=10_000, ge=1, le=MAX_QUEUES)
     #: Ceiling for a job's ``max_attempts``.
     max_attempts_ceiling: int = Field(default=1000, ge=1, le=MAX_ATTEMPTS)
     max_queue_name_bytes: int = Field(default=128, ge=1, le=MAX_SIZE)
@@ -112,6 +123,7 @@ class ServerLimits(BaseModel):
     max_schedule_horizon: float = Field(default=365 * DAY, gt=0, le=MAX_HORIZON)
     max_idempotency_key_bytes: int = Field(default=256, ge=1, le=MAX_SIZE)
     max_encoding_bytes: int = Field(default=128, ge=1, le=MAX_SIZE)
+    #: Entries of a job's trace context (keys are bounded by the fixed MAX_TRACE_KEY_BYTES).
     max_trace_entries: int = Field(default=8, ge=0, le=MAX_SIZE)
     #: ≥ 55: a traceparent (version 00) is 55 bytes long.
     max_trace_value_bytes: int = Field(default=512, ge=55, le=MAX_SIZE)

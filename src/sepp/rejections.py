@@ -90,7 +90,8 @@ _ROWS = (
     CatalogueRow(RejectionCode.IDEMPOTENCY_KEY_TOO_LONG, grpc.StatusCode.INVALID_ARGUMENT,
                  "idempotency key longer than max_idempotency_key_bytes"),
     CatalogueRow(RejectionCode.TRACE_CONTEXT_INVALID, grpc.StatusCode.INVALID_ARGUMENT,
-                 "more than max_trace_entries entries, a value too long, or an invalid traceparent"),
+                 "more than max_trace_entries entries, a key over 256 bytes, a value too long, "
+                 "or an invalid traceparent"),
 )
 
 #: The catalogue, keyed by code, in validation order.

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from sepp.api.v1 import common_pb2 as pb
-from sepp.limits import QueueLimits, ServerLimits
+from sepp.limits import MAX_TRACE_KEY_BYTES, QueueLimits, ServerLimits
 from sepp.quoting import clip, quote
 from sepp.rejections import RejectionCode
 
@@ -77,8 +78,19 @@ def traceparent_valid(value: str) -> bool:
     return not (version == "00" and rest is not None)
 
 
-#: Looks a queue up by name: its limits, or ``None`` when it is unknown in strict mode.
-QueueLookup = Callable[[str], QueueLimits | None]
+class QueueRefused(NamedTuple):
+    """What a ``QueueLookup`` answers for an unknown queue that may not be created: the end
+    of the UnknownQueue message, and the limit and count it carries (issue 14 O5: the
+    server's ``max_queues`` in non-strict mode)."""
+
+    why: str
+    limit: int
+    actual: int
+
+
+#: Looks a queue up by name: its limits, ``None`` when it is unknown in strict mode, or a
+#: ``QueueRefused`` when it is unknown and may not be created.
+QueueLookup = Callable[[str], QueueLimits | QueueRefused | None]
 
 #: What ``Validator.check`` read from a valid request: (queue, job_type, payload data,
 #: payload encoding, priority or None when unset, max_attempts or None when unset,
@@ -179,6 +191,9 @@ class Validator:
         qlim = self.queue_limits(queue)
         if qlim is None:
             return _reject(_UQ, f"queue {quote(queue)} is not declared (strict mode)", "queue")
+        if isinstance(qlim, QueueRefused):
+            return _reject(_UQ, f"queue {quote(queue)} does not exist and {qlim.why}", "queue", qlim.limit,
+                           qlim.actual)
         # 5. PayloadTooLarge.
         data = payload.data
         size = len(data)
@@ -259,6 +274,13 @@ def _trace_rejection(trace: Mapping[str, str], lim: ServerLimits) -> pb.Rejectio
     count = len(trace)
     if count > lim.max_trace_entries:
         return _reject(_TCI, "trace context has too many entries", "trace_context", lim.max_trace_entries, count)
+    # Keys are bounded too (issue 14 O6; SPEC §2 bounds only count and value size): a fixed
+    # MAX_TRACE_KEY_BYTES, far above any propagation header name (traceparent, tracestate, baggage).
+    too_long = sorted(k for k in trace if utf8_len(k) > MAX_TRACE_KEY_BYTES)
+    if too_long:
+        key = too_long[0]
+        return _reject(_TCI, "trace context key is too long", f"trace_context[{clip(key)}]",
+                       MAX_TRACE_KEY_BYTES, utf8_len(key))
     long_keys = sorted(k for k, v in trace.items() if utf8_len(v) > lim.max_trace_value_bytes)
     if long_keys:
         key = long_keys[0]

@@ -268,3 +268,15 @@ def test_sigterm_under_load_exits_0_and_keeps_every_acked_job(server_factory: Se
     assert not missing, f"{len(missing)} acked jobs lost on SIGTERM"
     cancelled_but_stored = [k for k, code in failed.items() if code == "CANCELLED" and k in by_key]
     assert not cancelled_but_stored, "a call answered CANCELLED had stored its job"
+
+
+def test_an_unresolvable_http_listen_host_is_one_clean_start_error(tmp_path: Path) -> None:
+    """Issue 14 (minor): the clean error line was followed by a grpc ``Server.__del__``
+    traceback (the gRPC server was left to the garbage collector after the loop closed)."""
+    done = subprocess.run([sys.executable, "-m", "sepp", "serve", "--data-dir", str(tmp_path / "data"),
+                           "--grpc-listen", "127.0.0.1:0", "--http-listen", "nosuchhost.invalid:0"],
+                          capture_output=True, text=True, env=_env(), timeout=30)
+    assert done.returncode != 0
+    err = done.stderr.strip()
+    assert err.startswith("sepp: cannot start: cannot listen on nosuchhost.invalid:0 (http_listen)"), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueLimits, ServerLimits
+from sepp.quoting import clip
 from sepp.validation import Validator, custom_value_size, traceparent_valid, utf8_len
 from sepp.wire import custom_to_proto
 
@@ -161,6 +162,12 @@ BOUNDARIES: list[tuple[str, pb.EnqueueRequest, tuple[object, ...] | None]] = [
     ("trace 3 entries", req(trace={"a": "1", "b": "2", "c": "3"}), ("TRACE_CONTEXT_INVALID", "trace_context", 2, 3)),
     ("trace value 60 bytes", req(trace={"x": "é" * 30}), None),
     ("trace value 61 bytes", req(trace={"x": "é" * 30 + "!"}), ("TRACE_CONTEXT_INVALID", "trace_context[x]", 60, 61)),
+    # Keys: a fixed 256 bytes (issue 14 O6), quoted at most ~200 bytes in the field name.
+    ("trace key 256 bytes", req(trace={"é" * 128: "v"}), None),
+    ("trace key 257 bytes", req(trace={"é" * 128 + "k": "v"}),
+     ("TRACE_CONTEXT_INVALID", "trace_context[" + clip("é" * 128 + "k") + "]", 256, 257)),
+    ("trace key 100 KB", req(trace={"k" * 100_000: "v"}),
+     ("TRACE_CONTEXT_INVALID", "trace_context[" + clip("k" * 100_000) + "]", 256, 100_000)),
     ("traceparent invalid", req(trace={"traceparent": "00-x"}),
      ("TRACE_CONTEXT_INVALID", "trace_context[traceparent]", None, None)),
 ]

@@ -32,6 +32,7 @@ from google.protobuf import field_mask_pb2
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
+from sepp.client.options import ClientOptions
 from sepp.errors import DeadlineExceeded, SeppError, ServerError, TransportError, Unavailable
 from sepp.wire import status_from_metadata, unpack_details
 
@@ -111,8 +112,12 @@ class AdminClient:
         self.target = target
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = (grpc.secure_channel(target, credentials) if credentials is not None
-                         else grpc.insecure_channel(target))
+        # Receive as much as the Client does (16 MiB, the server's default max_message_bytes):
+        # with gRPC's 4 MiB default a GetServerInfo / ListQueues answer of many queues failed
+        # here while producers still read it (issue 14 O5).
+        options = [("grpc.max_receive_message_length", ClientOptions().max_message_bytes)]
+        self._channel = (grpc.secure_channel(target, credentials, options=options) if credentials is not None
+                         else grpc.insecure_channel(target, options=options))
         self._stub: Any = admin_pb2_grpc.AdminServiceStub(self._channel)
 
     def __enter__(self) -> AdminClient:

@@ -35,7 +35,7 @@ from sepp.quoting import clip, quote
 from sepp.rejections import RejectionCode
 from sepp.server.bounds import invalid_from_pydantic
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text, now_us
-from sepp.server.errors import EngineError, InvalidRequest, NotFound
+from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
 from sepp.server.queues import QueueState
 from sepp.storage.admin import (
     AdminStore,
@@ -343,13 +343,16 @@ class AdminEngine:
         """Create ``name`` (server defaults + ``patch``) or mark it declared (applying ``patch``
         when given). Returns the queue and whether it was created.
 
-        Raises ``InvalidRequest`` for a bad name or setting.
+        Raises ``InvalidRequest`` for a bad name or setting, ``QueueLimitReached`` when a new
+        queue would exceed ``limits.max_queues`` (issue 14 O5).
         """
         self._check_name(name)
         cap, labels = self.engine.limits.max_message_bytes, self.engine.limits.max_encoding_bytes
         registry = self.engine.queues
         current = registry.get(name)
         if current is None:
+            if registry.full():
+                raise QueueLimitReached(name, registry.max_queues, registry.count())
             settings = merge_settings(registry.defaults, patch, paths, cap, labels) if patch is not None \
                 else registry.defaults
             q = QueueState(name, settings, declared=True)

@@ -54,7 +54,8 @@ class SeppServer:
                                  fsync_interval=config.async_fsync_interval,
                                  commit_delay=config.debug_commit_delay, group_wait=config.group_commit_wait,
                                  writer=config.writer_placement)
-        self.registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
+        self.registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes,
+                                      config.limits.max_queues)
         self.notifier = Notifier()
         self.engine = JobEngine(config, self.store, self.registry, self.notifier)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)
@@ -95,6 +96,10 @@ class SeppServer:
             if self.config.http_listen:
                 await self._start_http()
         except BaseException:
+            # Stop the gRPC server too (started or not): left to the garbage collector after
+            # the loop closed, it printed a Server.__del__ traceback under the clean error line.
+            with contextlib.suppress(Exception):
+                await self.grpc.stop(0)
             await self.sweeper.stop()
             await self.admin.stop()
             await self.store.close()
@@ -103,9 +108,13 @@ class SeppServer:
     async def _start_http(self) -> None:
         host, _, port = self.config.http_listen.rpartition(":")
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), int(port)))
-        sock.listen(128)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host.strip("[]"), int(port)))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            raise OSError(f"cannot listen on {self.config.http_listen} (http_listen): {exc.strerror or exc}") from None
         sock.setblocking(False)
         self._http_sock = sock
         self.http_port = sock.getsockname()[1]

@@ -9,6 +9,7 @@ turns store results into acks. It never touches gRPC status codes: errors are
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -18,11 +19,13 @@ import uuid_utils
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import MAX_LEASE, MIN_LEASE
+from sepp.quoting import clip
 from sepp.server.config import ServerConfig
 from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, LeaseRefused, Overloaded
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry, QueueState
 from sepp.storage.base import (
+    DAMAGED_ROW,
     Dedups,
     ExtendResult,
     JobRecord,
@@ -35,8 +38,10 @@ from sepp.storage.base import (
     State,
     Store,
 )
+from sepp.storage.rows import describe
 from sepp.validation import Checked, Validator
 
+log = logging.getLogger("sepp.engine")
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
 #: Longest lease a Reserve or ExtendLease may ask for, seconds (one day; refused, not clamped).
 MAX_LEASE_SECONDS = MAX_LEASE
@@ -168,6 +173,7 @@ class JobEngine:
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
         """Validate and store one job (SPEC §2). Raises ``JobRejected`` or ``Overloaded``."""
         now_ns = time.time_ns()
+        self.queues.begin_admission()
         checked = self.validator.check(req, now_ns)
         if type(checked) is pb.Rejection:
             raise JobRejected(checked)
@@ -197,6 +203,7 @@ class JobEngine:
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
+        self.queues.begin_admission()
         check = self.validator.check
         build = self._build
         out: list[pb.Rejection | Ack] = []
@@ -232,6 +239,7 @@ class JobEngine:
         self._check_batch(reqs)
         now_ns = time.time_ns()
         now = now_ns // 1000
+        self.queues.begin_admission()
         check = self.validator.check
         verdicts = [check(req, now_ns) for req in reqs]
         failures = [pb.IndexedRejection(index=i, rejection=v) for i, v in enumerate(verdicts)
@@ -328,6 +336,20 @@ class JobEngine:
         items = [SettleParams(j.id, j.lease_id or b"", SettleKind.RELEASE, now, outcome="released",
                               error_message=why) for j in jobs]
         await self.settle(items)  # wakes the reservers of their queues
+
+    async def bury_damaged(self, jobs: Sequence[tuple[JobRecord, Exception]]) -> None:
+        """Dead-letter leased ``jobs`` that could not be converted into a message (a damaged
+        row, with the error) with reason ``DAMAGED_ROW`` instead of handing them out; each is
+        logged with its id, queue and the error (issue 14 O4). A failure here is logged too:
+        the lease then expires and the sweeps deal with the row."""
+        for rec, exc in jobs:
+            log.warning("job %s in queue %s cannot be delivered (%s): dead-lettered with %s",
+                        describe(rec), clip(repr(rec.queue), 200), clip(f"{type(exc).__name__}: {exc}", 300),
+                        DAMAGED_ROW)
+        try:
+            await self.store.reserve_damaged([(rec.id, rec.lease_id or b"") for rec, _ in jobs], now_us())
+        except Exception:
+            log.exception("dead-lettering %d damaged job(s) failed; their leases will expire", len(jobs))
 
     async def settle(self, items: Sequence[SettleParams]) -> list[SettleResult]:
         """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""

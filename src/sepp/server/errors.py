@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.quoting import quote
 from sepp.storage.base import SettleError
 
 
@@ -69,6 +70,18 @@ class NotFound(EngineError):
     def __init__(self, what: str, reason: str = "NOT_FOUND") -> None:
         super().__init__(what)
         self.reason = reason
+
+
+class QueueLimitReached(EngineError):
+    """Creating one more queue would exceed the server's ``limits.max_queues`` (issue 14 O5).
+    Sent as FAILED_PRECONDITION with ErrorInfo reason ``QUEUE_LIMIT_REACHED`` and metadata
+    ``limit`` / ``actual`` (docs/decisions.md "A limit on the number of queues")."""
+
+    def __init__(self, name: str, limit: int, actual: int) -> None:
+        super().__init__(f"cannot create queue {quote(name)}: the server holds {actual} queues, its limit "
+                         f"(limits.max_queues = {limit}); delete unused queues or raise limits.max_queues")
+        self.limit = limit
+        self.actual = actual
 
 
 class ShuttingDown(EngineError):

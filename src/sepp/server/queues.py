@@ -17,8 +17,9 @@ import json
 import logging
 from dataclasses import dataclass, field
 
-from sepp.limits import QueueLimits, QueueSettings, clamp_settings
+from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings
 from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
+from sepp.validation import QueueRefused
 
 log = logging.getLogger("sepp.queues")
 
@@ -83,9 +84,16 @@ def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None) -> 
 class QueueRegistry:
     """Name → ``QueueState``; strict mode decides what an unknown name means (SPEC §1)."""
 
-    def __init__(self, defaults: QueueSettings, strict: bool, max_encoding_bytes: int | None = None) -> None:
+    def __init__(self, defaults: QueueSettings, strict: bool, max_encoding_bytes: int | None = None,
+                 max_queues: int = ServerLimits().max_queues) -> None:
         self.defaults = defaults
         self.strict = strict
+        #: The server's ``limits.max_queues`` (issue 14 O5): ``limits_for`` refuses to admit an
+        #: unknown queue beyond it; loading (stored rows, config) never refuses one.
+        self.max_queues = max_queues
+        #: Unknown names ``limits_for`` admitted since ``begin_admission`` that ``on_demand`` has
+        #: not created yet (a batch validates all its jobs before it creates any queue).
+        self._admitted: set[str] = set()
         #: The server's ``limits.max_encoding_bytes``: longer stored encoding labels are dropped at load.
         self.max_encoding_bytes = max_encoding_bytes
         self._queues: dict[str, QueueState] = {}
@@ -117,13 +125,38 @@ class QueueRegistry:
         """The queue, or None when unknown."""
         return self._queues.get(name)
 
-    def limits_for(self, name: str) -> QueueLimits | None:
+    def limits_for(self, name: str) -> QueueLimits | QueueRefused | None:
         """Validation lookup: the queue's limits, the defaults for an unknown queue, or None
-        for an unknown queue in strict mode (→ UnknownQueue)."""
+        for an unknown queue in strict mode (→ UnknownQueue), a ``QueueRefused`` for one that would be
+        created beyond ``max_queues`` (→ UnknownQueue, issue 14 O5)."""
         q = self._queues.get(name)
         if q is not None:
             return q.settings.limits
-        return None if self.strict else self.defaults.limits
+        if self.strict:
+            return None
+        if name not in self._admitted:
+            count = len(self._queues) + len(self._admitted)
+            if count >= self.max_queues:
+                return QueueRefused(f"the server's queue limit is reached (limits.max_queues = {self.max_queues}): "
+                                    "delete unused queues (sepp admin queues delete) or declare this one "
+                                    "after raising limits.max_queues", self.max_queues, count)
+            self._admitted.add(name)
+        return self.defaults.limits
+
+    def begin_admission(self) -> None:
+        """Forget the names admitted by earlier enqueue calls that did not create their queue
+        (refused by a later check, or shed). Called by the engine before each enqueue call's
+        validation, which runs without awaiting until its queues are created."""
+        if self._admitted:
+            self._admitted.clear()
+
+    def full(self) -> bool:
+        """True when one more queue would exceed ``max_queues``."""
+        return len(self._queues) >= self.max_queues
+
+    def count(self) -> int:
+        """How many queues there are (declared and created on demand)."""
+        return len(self._queues)
 
     def policy_for(self, name: str) -> QueuePolicy:
         """Backoff/retention of ``name`` (defaults for an unknown queue). Thread-safe read."""
@@ -146,6 +179,7 @@ class QueueRegistry:
         q = self._queues.get(name)
         if q is None:
             q = self._queues[name] = QueueState(name, self.defaults)
+            self._admitted.discard(name)
         return q
 
     def put(self, state: QueueState) -> None:

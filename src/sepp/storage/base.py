@@ -176,6 +176,10 @@ class ReserveParams:
     max_bytes: int = 0
 
 
+#: Dead-letter reason of a job whose stored row could not be delivered (issue 14 O4).
+DAMAGED_ROW = "DAMAGED_ROW"
+
+
 class SettleKind(enum.Enum):
     """What a settle does with a reserved job (SPEC §3)."""
 
@@ -322,6 +326,12 @@ class Store(Protocol):
 
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:
         """Promote due scheduled jobs, then move up to ``max_jobs`` READY jobs to RESERVED."""
+
+    async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
+        """Dead-letter leased jobs (job id, lease id) whose rows could not be delivered (a
+        damaged column: ``storage.rows``) with reason ``DAMAGED_ROW``; their history is not
+        touched and they are kept until an admin deletes or requeues them (no purge time).
+        Returns how many were still held by those leases. (Issue 14 O4.)"""
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
         """Apply acks/nacks in one commit; one result per item, in order."""

@@ -95,18 +95,28 @@ Handler = Callable[[Request], Awaitable[Response]]
 # ---------------------------------------------------------------------- formatting helpers
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _utc(us: int) -> dt.datetime | None:
+    """µs since the epoch → an aware datetime, exactly (no float rounding); None outside
+    the years 1–9999 (a damaged row's time: shown as empty, issue 14)."""
+    try:
+        return _EPOCH + dt.timedelta(microseconds=us)
+    except (OverflowError, TypeError):
+        return None
+
+
 def fmt_time(us: int | None) -> str:
-    """µs since the epoch → ``2026-05-01 10:30:05 UTC`` (empty for None)."""
-    if us is None:
-        return ""
-    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """µs since the epoch → ``2026-05-01 10:30:05 UTC`` (empty for None or out of range)."""
+    when = None if us is None else _utc(us)
+    return "" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def fmt_iso(us: int | None) -> str:
-    """µs since the epoch → ISO 8601 for ``<time datetime>``."""
-    if us is None:
-        return ""
-    return dt.datetime.fromtimestamp(us / 1e6, dt.UTC).isoformat(timespec="milliseconds")
+    """µs since the epoch → ISO 8601 for ``<time datetime>`` (empty for None or out of range)."""
+    when = None if us is None else _utc(us)
+    return "" if when is None else when.isoformat(timespec="milliseconds")
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -20,6 +20,7 @@ from sepp.server.errors import (
     LeaseRefused,
     NotFound,
     Overloaded,
+    QueueLimitReached,
     ShuttingDown,
 )
 from sepp.storage.base import SettleError
@@ -46,6 +47,9 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         return wire.plain_status(code, exc.error.value, str(exc), {"job_id": exc.job_id})
     if isinstance(exc, NotFound):
         return wire.plain_status(code_pb2.NOT_FOUND, exc.reason, str(exc))
+    if isinstance(exc, QueueLimitReached):
+        return wire.plain_status(code_pb2.FAILED_PRECONDITION, "QUEUE_LIMIT_REACHED", str(exc),
+                                 {"field": "name", "limit": str(exc.limit), "actual": str(exc.actual)})
     if isinstance(exc, ShuttingDown | StoreClosed):
         return wire.plain_status(code_pb2.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down")
     if isinstance(exc, StoreFailed):

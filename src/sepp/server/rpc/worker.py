@@ -21,6 +21,10 @@ from sepp.wire import quote
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
 Context: TypeAlias = Any
 
+#: What converting a damaged row into a message raises (a column of the wrong type or out
+#: of range: protobuf refuses it).
+_UNCONVERTIBLE = (TypeError, ValueError, OverflowError, UnicodeError)
+
 #: Room kept in a Reserve answer for framing beyond the reservations themselves, bytes.
 _RESPONSE_SLACK = 1024
 
@@ -93,14 +97,27 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         resp = wpb.ReserveResponse()
+        # Each job is converted on its own: one whose row cannot be (a damaged column) is not
+        # handed out but dead-lettered with DAMAGED_ROW, and the others are delivered (issue 14 O4).
+        damaged: list[tuple[JobRecord, Exception]] = []
         # The answer must fit in one message (max_message_bytes): what does not fit is given
         # back at once, keeping its place and its attempt.
         budget = self.max_message - _RESPONSE_SLACK
         # Cheap upper bound first: payload + history + a generous 2 KiB per job of the rest.
-        if sum(len(r.payload) + len(r.history or "") + len(r.extras or b"") + 2048 for r in jobs) < budget:
+        try:
+            small = sum(len(r.payload) + len(r.history or "") + len(r.extras or b"") + 2048 for r in jobs) < budget
+        except TypeError:  # a damaged row's column of the wrong type: the careful path below
+            small = False
+        if small:
             add = resp.reservations.add
             for rec in jobs:
-                fill_reservation(add(), rec)
+                try:
+                    fill_reservation(add(), rec)
+                except _UNCONVERTIBLE as exc:
+                    del resp.reservations[-1]
+                    damaged.append((rec, exc))
+            if damaged:
+                await self.engine.bury_damaged(damaged)
             return resp
         size = 0
         overflow: list[JobRecord] = []
@@ -108,10 +125,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             if overflow:
                 overflow.append(rec)
                 continue
-            job = job_to_proto(rec)
-            res = wpb.Reservation(job=job, lease_id=job.lease_id, lease_expires_at=ts(rec.lease_expires_at or 0),
-                                  attempt=rec.attempt)
-            n = res.ByteSize() + 16
+            try:
+                job = job_to_proto(rec)
+                res = wpb.Reservation(job=job, lease_id=job.lease_id, lease_expires_at=ts(rec.lease_expires_at or 0),
+                                      attempt=rec.attempt)
+                n = res.ByteSize() + 16
+            except _UNCONVERTIBLE as exc:
+                damaged.append((rec, exc))
+                continue
             if size + n > budget and not resp.reservations:
                 del res.job.attempts[:]  # a lone job with a huge attempt history: send it without
                 n = res.ByteSize() + 16
@@ -120,6 +141,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 continue
             resp.reservations.append(res)
             size += n
+        if damaged:
+            await self.engine.bury_damaged(damaged)
         if overflow:
             await self.engine.release(overflow, "did not fit in the reserve response (max_message_bytes)")
         return resp

@@ -28,6 +28,8 @@ PASS_LIMIT = 5_000
 #: A row skipped again and again is logged at WARNING at most once per this many seconds
 #: (each skip is still counted); the repeats in between go to DEBUG.
 SKIP_LOG_EVERY = 60.0
+#: Skipped rows one pass logs at WARNING one by one; the rest go in one summary line.
+SKIP_LOG_FIRST = 10
 #: Most rows whose last WARNING time is remembered (the table is cleared when full).
 _SKIP_LOG_MEMORY = 10_000
 
@@ -76,24 +78,36 @@ class Sweeper:
         self._tasks = []
 
     def _note_skipped(self, name: str, rows: Sequence[SkippedRow]) -> None:
-        """Count and log the rows pass ``name`` skipped (WARNING once per ``SKIP_LOG_EVERY``
-        seconds per row, DEBUG in between)."""
+        """Count and log the rows pass ``name`` skipped: WARNING once per ``SKIP_LOG_EVERY``
+        seconds per row (DEBUG in between), and of those at most ``SKIP_LOG_FIRST`` lines per
+        pass, the rest in one summary line with their count (a first pass over 1,500 poison
+        rows logged 1,500 warnings)."""
         if not rows:
             return
         self.skipped[name] += len(rows)
         now = time.monotonic()
         if len(self._skip_logged) > _SKIP_LOG_MEMORY:
             self._skip_logged.clear()
+        warned = 0
         for row in rows:
             ident = (name, row.job_id, row.key)
             last = self._skip_logged.get(ident)
             level = logging.DEBUG if last is not None and now - last < SKIP_LOG_EVERY else logging.WARNING
             if level == logging.WARNING:
                 self._skip_logged[ident] = now
-            job_id = str(uuid.UUID(bytes=row.job_id)) if len(row.job_id) == 16 else row.job_id.hex()
+                warned += 1
+                if warned > SKIP_LOG_FIRST:
+                    level = logging.DEBUG
+            raw = row.job_id
+            job_id = (str(uuid.UUID(bytes=raw)) if isinstance(raw, bytes) and len(raw) == 16
+                      else raw.hex() if isinstance(raw, bytes) else quote(str(raw)))
             what = f"idempotency key {quote(row.key)} of job" if row.key is not None else "job"
             log.log(level, "%s pass skipped %s %s in queue %s (the other rows were handled; "
-                    "it is tried again by the next pass): %s", name, what, job_id, quote(row.queue), row.error)
+                    "it is tried again by the next pass): %s", name, what, job_id, quote(str(row.queue)), row.error)
+        if warned > SKIP_LOG_FIRST:
+            log.warning("%s pass skipped %d more rows not logged one by one (%d skipped in this pass; "
+                        "each is counted in sepp_sweep_skipped_total and logged at DEBUG)",
+                        name, warned - SKIP_LOG_FIRST, len(rows))
 
     async def promote_once(self) -> int:
         """One promotion pass; wakes reservers of queues that got jobs. Returns how many moved."""

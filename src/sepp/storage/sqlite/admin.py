@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sepp.quoting import clip
 from sepp.storage._sql import load_queries
 from sepp.storage.admin import (
     DeadFilter,
@@ -35,6 +36,7 @@ from sepp.storage.admin import (
     WriteResult,
 )
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
+from sepp.storage.rows import as_text, lenient_text, note_damaged, repair_job
 
 if TYPE_CHECKING:
     from sepp.storage.sqlite.store import SQLiteStore
@@ -51,8 +53,16 @@ def _summary(row: Sequence[Any]) -> JobSummary:
      extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel, recorded, last_error) = row
     record = JobRecord(id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, b"",
                        encoding, extras, idem, lease_id, lease_exp, worker, started, None, finished, reason,
-                       bool(cancel), seq)
-    return JobSummary(record, int(size or 0), int(recorded or 0), last_error or "")
+                       cancel, seq)
+    # A damaged field reads as unset or clamped (logged once per job), so one such row
+    # never fails the page it is on (issue 14).
+    fixed = repair_job(record)
+    return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)),
+                      _count(size), _count(recorded), as_text(last_error, "") or "")
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def _int(value: Any) -> int:
@@ -61,6 +71,11 @@ def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
         raise ValueError("malformed page position")
     return value
+
+
+def _name(queue: str | bytes) -> str:
+    """A queue name of a walk as text (stored bytes that are not UTF-8 with U+FFFD)."""
+    return queue if isinstance(queue, str) else lenient_text(queue)
 
 
 def _start(after: Any, n: int) -> tuple[int, ...]:
@@ -122,8 +137,9 @@ class SQLiteAdmin:
         return [by_seq[s] for s in seqs if s in by_seq]
 
     async def _queues_from(self, query: JobQuery, after: SortKey | None, next_name: str,
-                           extra: Mapping[str, Any]) -> tuple[str | None, SortKey | None]:
-        """The queue a per-queue walk starts in, and the position inside it."""
+                           extra: Mapping[str, Any]) -> tuple[str | bytes | None, SortKey | None]:
+        """The queue a per-queue walk starts in (a name, or the stored bytes of one the walk
+        found: ``next_ready_queue``), and the position inside it."""
         if after is not None:
             if not after or not isinstance(after[0], str):
                 raise ValueError("malformed page position")
@@ -151,7 +167,8 @@ class SQLiteAdmin:
             if len(rows) < want - len(out):
                 rows += await self._read("list_ready_lower", {**base, "queue": queue, "priority": priority,
                                                               "limit": want - len(out) - len(rows)})
-            out.extend((s, [queue, p, r, s]) for s, p, r in rows)
+            name = _name(queue)
+            out.extend((s, [name, p, r, s]) for s, p, r in rows)
             if query.queue is not None:
                 break
             row = await self._read("next_ready_queue", {"queue": queue}, one=True)
@@ -174,7 +191,8 @@ class SQLiteAdmin:
             rows = await self._read("list_finished", {**base, **bounds, "state": state, "queue": queue,
                                                       "finished_at": finished_at, "seq": seq,
                                                       "limit": want - len(out)})
-            out.extend((s, [queue, f, s]) for s, f in rows)
+            name = _name(queue)
+            out.extend((s, [name, f, s]) for s, f in rows)
             if query.queue is not None:
                 break
             row = await self._read("next_finished_queue", {"state": state, "queue": queue}, one=True)
@@ -193,7 +211,15 @@ class SQLiteAdmin:
             for q, n in await self._read(name):
                 acc.setdefault(q, {})[_STATE_FIELDS[state]] = n
         for q, state, n in await self._read("count_finished_all"):
-            acc.setdefault(q, {})[_STATE_FIELDS[state]] = n
+            field = _STATE_FIELDS.get(state) if isinstance(state, int) else None
+            if field is None:
+                # A state no sepp writes (a damaged row): left out of the counts, logged once
+                # per state and queue (issue 14; the job lists with state "unknown").
+                note_damaged(f"state {state!r} {q}",
+                             f"queue {q!r}: {n} job(s) with unknown state {clip(repr(state), 40)} left out of "
+                             "the state counts")
+                continue
+            acc.setdefault(q, {})[field] = n
         return {q: StateCounts(**fields) for q, fields in acc.items()}
 
     async def oldest_ready(self, queue: str) -> int | None:

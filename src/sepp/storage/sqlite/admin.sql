@@ -9,31 +9,35 @@
 -- name: list_ready
 -- One queue's READY jobs in reserve order after (priority, run_at, seq), same priority.
 SELECT seq, priority, run_at FROM jobs
-WHERE queue = :queue AND state = 2 AND priority = :priority AND (run_at, seq) > (:run_at, :seq)
+WHERE queue = CAST(:queue AS TEXT) AND state = 2 AND priority = :priority AND (run_at, seq) > (:run_at, :seq)
   AND (:job_type IS NULL OR job_type = :job_type)
 ORDER BY run_at, seq LIMIT :limit;
 
 -- name: list_ready_lower
 -- One queue's READY jobs with a priority below :priority (10 = from the start), reserve order.
 SELECT seq, priority, run_at FROM jobs
-WHERE queue = :queue AND state = 2 AND priority < :priority
+WHERE queue = CAST(:queue AS TEXT) AND state = 2 AND priority < :priority
   AND (:job_type IS NULL OR job_type = :job_type)
 ORDER BY priority DESC, run_at, seq LIMIT :limit;
 
 -- name: next_ready_queue
-SELECT queue FROM jobs WHERE state = 2 AND queue > :queue ORDER BY queue LIMIT 1;
+-- The queue names of the per-queue walks are handled as their stored bytes (a BLOB here,
+-- CAST back to TEXT as a parameter), so a name that is not UTF-8 (a damaged row) is walked
+-- past like any other instead of failing the listing or repeating (issue 14).
+SELECT CAST(queue AS BLOB) FROM jobs WHERE state = 2 AND queue > CAST(:queue AS TEXT) ORDER BY queue LIMIT 1;
 
 -- name: list_finished
 -- One queue's jobs in one finished state, newest first, after (finished_at, seq).
 SELECT seq, finished_at FROM jobs
-WHERE state >= 4 AND state = :state AND queue = :queue
+WHERE state >= 4 AND state = :state AND queue = CAST(:queue AS TEXT)
   AND finished_at >= :after AND finished_at < :before AND (finished_at, seq) < (:finished_at, :seq)
   AND (:job_type IS NULL OR job_type = :job_type)
   AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
 ORDER BY finished_at DESC, seq DESC LIMIT :limit;
 
 -- name: next_finished_queue
-SELECT queue FROM jobs WHERE state >= 4 AND state = :state AND queue > :queue ORDER BY queue LIMIT 1;
+SELECT CAST(queue AS BLOB) FROM jobs WHERE state >= 4 AND state = :state AND queue > CAST(:queue AS TEXT)
+ORDER BY queue LIMIT 1;
 
 -- name: list_scheduled
 SELECT seq, run_at FROM jobs INDEXED BY jobs_scheduled

@@ -50,6 +50,16 @@ UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?1, lease_expires_a
     started_at = ?4, cancel_requested = 0
 WHERE seq IN (SELECT seq FROM jobs WHERE queue = ?5 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?6);
 
+-- name: bury_damaged
+-- A READY job whose row cannot be delivered (issue 14 O4): ?1 now, ?2 reason, ?3 seq. No
+-- purge time (kept until an admin deletes or requeues it); history untouched.
+UPDATE jobs SET state = 5, finished_at = ?1, purge_at = NULL, reason = ?2 WHERE seq = ?3 AND state = 2;
+
+-- name: bury_leased
+-- The same for a just-leased job the server could not convert: ?3 job id, ?4 its lease id.
+UPDATE jobs SET state = 5, finished_at = ?1, purge_at = NULL, reason = ?2
+WHERE id = ?3 AND lease_id = ?4 AND state = 3;
+
 -- name: ack_many_head
 -- Acks of live leases in one statement; ?1 = now, ?2 = completed retention (µs); the
 -- (job id, lease id) pairs follow as a VALUES list from ?3 on. Returns what it completed.

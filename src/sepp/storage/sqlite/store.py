@@ -23,6 +23,7 @@ from typing import Any
 from sepp.quoting import clip
 from sepp.storage._sql import load_queries, migrations
 from sepp.storage.base import (
+    DAMAGED_ROW,
     Dedups,
     ExtendResult,
     JobRecord,
@@ -39,6 +40,7 @@ from sepp.storage.base import (
     SweepResult,
 )
 from sepp.storage.errors import StoreCorrupt, StoreError, StoreFailed, StoreLocked
+from sepp.storage.rows import LenientText, describe, fetch_lenient, is_decode_error, note_damaged, repair_job
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op
 from sepp.storage.sqlite.lone import LoneBusy, LoneWriter
@@ -191,8 +193,9 @@ class SQLiteStore:
                 conn.execute("PRAGMA busy_timeout=10000")
                 self._local.conn = conn
                 self._reader_conns.append(conn)
-            cur = conn.execute(sql, params)
-            return cur.fetchone() if one else cur.fetchall()
+            # A text value that is not UTF-8 (a damaged row) is read with U+FFFD instead of
+            # failing the read of every row with it (issue 14; storage.rows).
+            return fetch_lenient(conn, sql, params, one)
 
         return await asyncio.get_running_loop().run_in_executor(self._readers, run)
 
@@ -256,6 +259,10 @@ class SQLiteStore:
                            for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
                                 encoding, extras, idem, history, seq) in rows)
         return records
+
+    async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
+        """See ``Store.reserve_damaged``: one transaction."""
+        return await self._committer.submit(partial(_bury_leased_op, list(leases), now), 0)
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
         """Apply acks/nacks in one transaction (see ``Store.settle``). Acks of live leases go
@@ -323,9 +330,10 @@ class SQLiteStore:
     # ------------------------------------------------------------------ reads
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
-        """One job by id (read connection)."""
+        """One job by id (read connection); a damaged field reads as unset or clamped
+        (``storage.rows.repair_job``, logged once per job)."""
         row = await self._read(Q["get_job"], (job_id,), one=True)
-        return None if row is None else _record(row)
+        return None if row is None else repair_job(_record(row))
 
 
 #: Rows per multi-row INSERT: at most 12 parameters each, far below SQLite's 32,766 limit.
@@ -607,7 +615,12 @@ def _execute(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> None:
 def _reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection) -> list[tuple[str, int, list[Any]]]:
     """Writer side of ``SQLiteStore.reserve``: SQL only; the records are built by the caller
     (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
-    (queue, lease expiry µs, the ready_for_lease rows)."""
+    (queue, lease expiry µs, the ready_for_lease rows).
+
+    A row the driver cannot read (a text column that is not UTF-8) or whose payload/history
+    is not bytes/text (a damaged row, ``storage.rows``) is not leased: it is dead-lettered
+    with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead
+    (issue 14 O4). That check runs only after the plain read failed, off the hot path."""
     now = params.now
     _promote(conn, now, 10_000)  # a row it skips is reported by the promotion sweep
     out: list[tuple[str, int, list[Any]]] = []
@@ -616,21 +629,19 @@ def _reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
     for queue in params.queues:
         if want <= 0 or (budget and used >= budget):
             break
-        cur = conn.execute(Q["ready_for_lease"], (queue, want))
-        if budget:
-            # Rows are read one at a time: past the budget at most one more job is loaded.
-            rows: list[Any] = []
-            for row in cur:
-                size = len(row[7]) + len(row[11] or "")
-                if used + size > budget and (rows or out):
-                    break
-                rows.append(row)
-                used += size
-            cur.close()
+        for _round in range(_DAMAGED_ROUNDS):
+            try:
+                rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, want)), budget, used, bool(out))
+                break
+            except (sqlite3.OperationalError, TypeError) as exc:
+                if isinstance(exc, sqlite3.OperationalError) and not is_decode_error(exc):
+                    raise
+                _bury_damaged_ready(conn, queue, want, now)  # then read the queue again
         else:
-            rows = cur.fetchall()
+            continue  # a queue full of damaged rows: the next Reserve buries more
         if not rows:
             continue
+        used += size
         expires = now + params.lease_for[queue]
         leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows))).rowcount
         if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
@@ -638,6 +649,62 @@ def _reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
         out.append((queue, expires, rows))
         want -= len(rows)
     return out
+
+
+#: Times a Reserve re-reads one queue after dead-lettering damaged rows at its head.
+_DAMAGED_ROUNDS = 4
+
+
+def _ready_rows(cur: sqlite3.Cursor, budget: int, used: int, have: bool) -> tuple[list[Any], int]:
+    """The ready_for_lease rows to lease and their size in bytes: with a ``budget``, rows
+    are read one at a time and past it at most one more job is loaded (the first job of the
+    call, ``have`` False, is always taken)."""
+    if not budget:
+        return cur.fetchall(), 0
+    rows: list[Any] = []
+    size = 0
+    for row in cur:
+        n = len(row[7]) + len(row[11] or "")
+        if used + size + n > budget and (rows or have):
+            break
+        rows.append(row)
+        size += n
+    cur.close()
+    return rows, size
+
+
+def _bury_damaged_ready(conn: sqlite3.Connection, queue: str, want: int, now: int) -> None:
+    """Dead-letter (``DAMAGED_ROW``) the damaged rows among the next ``want`` READY jobs of
+    ``queue``: text that is not UTF-8, a payload that is not bytes, a history that is not
+    text. Each is logged (once per job)."""
+    decoder = LenientText()
+    saved = conn.text_factory
+    conn.text_factory = decoder
+    try:
+        cur = conn.execute(Q["ready_for_lease"], (queue, want))
+        damaged: list[tuple[Any, str]] = []
+        while True:
+            before = decoder.damaged
+            row = cur.fetchone()
+            if row is None:
+                break
+            if decoder.damaged != before:
+                damaged.append((row, "a text column is not UTF-8"))
+            elif not isinstance(row[7], bytes) or not isinstance(row[11], str | None):
+                damaged.append((row, "its payload or history has the wrong type"))
+    finally:
+        conn.text_factory = saved
+    for row, why in damaged:
+        conn.execute(Q["bury_damaged"], (now, DAMAGED_ROW, row[12]))
+        note_damaged(row[0] if isinstance(row[0], bytes) else row[12],
+                     f"job {describe(row)} in queue {clip(repr(queue), 200)} cannot be delivered ({why}): "
+                     f"dead-lettered with {DAMAGED_ROW}")
+
+
+def _bury_leased_op(leases: list[tuple[bytes, bytes]], now: int, conn: sqlite3.Connection) -> int:
+    """Writer side of ``SQLiteStore.reserve_damaged``."""
+    return sum(conn.execute(Q["bury_leased"], (now, DAMAGED_ROW, job_id, lease_id)).rowcount
+               for job_id, lease_id in leases)
 
 
 def _settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlite3.Connection) -> list[SettleResult]:
@@ -724,7 +791,9 @@ def _paged(conn: sqlite3.Connection, sql: str, now: int, limit: int, start: tupl
     key = start
     while len(done) < limit:
         want = limit - len(done)
-        rows = conn.execute(sql, (now, *key, want)).fetchall()
+        # A text value that is not UTF-8 (a queue name of a damaged row) is read with U+FFFD
+        # rather than failing the whole pass (issue 14 O3); the rows are handled by seq.
+        rows = fetch_lenient(conn, sql, (now, *key, want))
         page_done, page_failed = _each_isolated(conn, rows, apply)
         done += page_done
         failed += page_failed

@@ -159,3 +159,9 @@ def test_serve_help_shows_its_defaults_without_stray_dots() -> None:
                             ("HTTP HOST:PORT; '' = off.", "127.0.0.1:7701"), ("sync | group | async.", "group"),
                             ("debug | info | warning | error.", "info")):
         assert f"{option} [default: ({default})]" in text, text
+
+
+def test_a_line_break_in_a_value_does_not_break_the_error_line() -> None:
+    result = runner.invoke(app, ["queues", "declare", "q", "--lease", "1h\n30m", *NOWHERE], env=NARROW)
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr).startswith("error: --lease 1h\\n30m: not a duration")

@@ -30,7 +30,15 @@ from rich.table import Table
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
-from sepp.cli.flags import DURATION_FORMS, FlagValueError, check_bounds, max_items, parse_seconds, setting_bounds
+from sepp.cli.flags import (
+    DURATION_FORMS,
+    FlagValueError,
+    check_bounds,
+    max_items,
+    one_line,
+    parse_seconds,
+    setting_bounds,
+)
 from sepp.cli.main import app
 from sepp.client.admin import DEFAULT_TARGET, STATES, AdminClient, AdminError, state_number
 from sepp.errors import TransportError
@@ -92,16 +100,11 @@ def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
-def _one_line(text: str) -> str:
-    """``text`` with line breaks shown as ``\\n``, so an error stays on one line."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
-
-
 def _fail(message: str, as_json: bool, exit_code: int = EXIT_REFUSED, **extra: Any) -> NoReturn:
     if as_json:
         sys.stderr.write(json.dumps({"error": message, **extra}, ensure_ascii=False) + "\n")
     else:
-        _err().print(f"[bold red]error:[/] {escape(_one_line(message))}")
+        _err().print(f"[bold red]error:[/] {escape(one_line(message))}")
     raise typer.Exit(exit_code)
 
 

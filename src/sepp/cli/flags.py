@@ -42,6 +42,12 @@ def quote(text: str) -> str:
     return text if len(text) <= QUOTE_LIMIT else f"{text[:QUOTE_LIMIT]}… ({len(text)} chars)"
 
 
+def one_line(text: object) -> str:
+    """An error message as one line whatever the terminal (issue 14): line breaks are shown
+    as ``\\n`` / ``\\r`` instead of breaking the line."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 class FlagValueError(ValueError):
     """A flag value refused by the CLI before any call.
 

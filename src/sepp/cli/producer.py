@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sepp.cli.flags import parse_seconds
+from sepp.cli.flags import one_line, parse_seconds
 from sepp.cli.main import app
 from sepp.limits import MAX_HORIZON
 from sepp.request import (
@@ -262,8 +262,7 @@ def _fail_input(message: str, as_json: bool) -> NoReturn:
     if as_json:
         _print_json({"error": "invalid_input", "message": message}, stderr=True)
     else:
-        one_line = message.replace("\n", "\\n")  # an error is one line (issue 14)
-        _err().print(f"[bold red]error:[/] {escape(one_line)}", markup=True)
+        _err().print(f"[bold red]error:[/] {escape(one_line(message))}", markup=True)
     raise typer.Exit(EXIT_REJECTED)
 
 

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from sepp.cli.flags import one_line
 from sepp.cli.main import app
 from sepp.server.config import ServerConfig
 
@@ -42,9 +43,7 @@ def serve(
         cfg = load_config(config, data_dir=data_dir, grpc_listen=grpc_listen, http_listen=http_listen,
                           persist_mode=persist_mode, strict=strict, log_level=log_level)
     except ConfigError as exc:
-        # One line whatever the terminal (issue 14): a line break in a value is shown as \\n.
-        one_line = str(exc).replace("\n", "\\n")
-        typer.echo(f"sepp: invalid configuration: {one_line}", err=True)
+        typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -67,8 +66,8 @@ def serve(
     try:
         asyncio.run(run(cfg, announce))
     except StoreFailed as exc:
-        typer.echo(f"sepp: stopped: {exc}", err=True)
+        typer.echo(f"sepp: stopped: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None
     except (OSError, RuntimeError, StoreError) as exc:
-        typer.echo(f"sepp: cannot start: {exc}", err=True)
+        typer.echo(f"sepp: cannot start: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None

@@ -31,8 +31,8 @@ def sepp(*args: str, server: str | None = None, env: dict[str, str] | None = Non
          stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``sepp`` with ``args`` (``--server`` added when given); never inherits a terminal."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")}
-    full_env.update(env or {})
     full_env["COLUMNS"] = "200"
+    full_env.update(env or {})
     argv = [sys.executable, "-m", "sepp", *args] + (["--server", server] if server else [])
     return subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=60,
                           input=stdin if stdin is not None else "")
@@ -177,8 +177,27 @@ def test_declare_with_a_duration_past_its_maximum_is_refused_with_field_and_limi
                    server=target)["settings"]["dedup_window"] == 315_360_000
     past = sepp("queues", "declare", "cli-max", "--dedup-window", "3651d", "--json", server=target)
     assert past.returncode == 2, past.stderr + past.stdout
-    assert "dedup_window" in past.stderr + past.stdout and "315360000" in past.stderr + past.stdout
+    assert json.loads(past.stderr) == {"error": "--dedup-window 3651d: must be at most 315360000 s (10 years)",
+                                       "flag": "--dedup-window", "limit": 315360000, "value": "3651d"}
     for absurd in ("1e30", "inf", "nan"):
         bad = sepp("queues", "declare", "cli-max", "--dedup-window", absurd, server=target)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr
     assert ok_json("queues", "show", "cli-max", server=target)["settings"]["dedup_window"] == 315_360_000
+
+
+def test_refusals_print_on_one_line_on_a_narrow_terminal(srv: ServerProcess, tmp_path: Path) -> None:
+    """Issue 14: rich wrapped errors at 80 columns when stderr is not a terminal (a 10,000-char
+    job id's refusal came out on 4 lines); now every error is one line at any width."""
+    narrow = {"COLUMNS": "40"}
+    long_id = sepp("jobs", "show", "x" * 10_000, server=srv.grpc_target, env=narrow)
+    assert long_id.returncode == 2, long_id.stderr
+    (line,) = long_id.stderr.splitlines()
+    assert line.startswith("error: ") and "10000" in line
+    unknown = sepp("queues", "show", "no-such-queue-" + "q" * 60, server=srv.grpc_target, env=narrow)
+    assert unknown.returncode == 2 and len(unknown.stderr.splitlines()) == 1, unknown.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[queues.archive]\ndedup_window = 10000000000000\n", "utf-8")
+    start = sepp("serve", "--config", str(bad), "--data-dir", str(tmp_path / "data"), env=narrow)
+    assert start.returncode == 2
+    assert start.stderr.splitlines() == ["sepp: invalid configuration: queues.archive.dedup_window: Input should "
+                                         "be less than or equal to 315360000 (got 10000000000000)"]

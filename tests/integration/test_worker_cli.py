@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -40,9 +41,9 @@ MODULE = textwrap.dedent('''
 ''')
 
 
-def sepp_worker(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def sepp_worker(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     (tmp_path / "cli_handlers.py").write_text(MODULE, "utf-8")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**{k: v for k, v in os.environ.items() if k != "SEPP_SERVER"}, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "sepp", "worker", *args], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -95,6 +96,31 @@ def test_flags_override_the_worker_and_each_outcome_is_one_line(server_factory: 
     assert re.match(pattern.format(id=unknown, type="mystery", a="1/10", outcome="dead_lettered",
                                    error=' error="no handler registered for job type \'mystery\'"'), by_id[unknown])
     assert "queues=jobs concurrency=2" in err and "stopped" in err
+
+
+def test_sepp_server_is_honoured_like_every_other_command(server_factory: ServerFactory, tmp_path: Path) -> None:
+    """Issue 14 (a new user's report): ``SEPP_SERVER`` was ignored and the Worker's own target
+    (here a closed port) was used. ``--server`` still beats the variable."""
+    server = server_factory()
+    with wire_for(server) as w:
+        job = w.enqueue("jobs", "ok")
+    for args, env in (((), {"SEPP_SERVER": server.grpc_target}),
+                      (("--server", server.grpc_target), {"SEPP_SERVER": "127.0.0.1:1"})):
+        proc = sepp_worker(tmp_path, "cli_handlers:make_worker", "--queues", "jobs", *args, env=env)
+        stdout = proc.stdout
+        assert stdout is not None
+        watchdog = threading.Timer(20, proc.kill)  # the wrong target prints nothing: fail, do not hang
+        watchdog.start()
+        try:
+            line = stdout.readline()
+        finally:
+            watchdog.cancel()
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert f" {job} ok attempt=1/10 completed " in line, (line, err)
+        with wire_for(server) as w:
+            job = w.enqueue("jobs", "ok")
 
 
 def _stats(admin: AdminClient, queue: str) -> dict[str, int]:

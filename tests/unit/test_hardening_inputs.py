@@ -5,12 +5,13 @@ one-line, catalogued refusal. Limits: docs/configuration.md "Maxima"."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
-import typer
 
 from sepp.cli.admin import _settings_from_flags, parse_moment
+from sepp.cli.flags import FlagValueError
 from sepp.cli.producer import parse_duration
 from sepp.client.admin import AdminClient
 from sepp.limits import MAX_ALLOWED_ENCODINGS, clamp_settings
@@ -68,33 +69,40 @@ def test_stored_encoding_labels_are_clamped_to_64_and_max_encoding_bytes() -> No
     assert kept.limits.allowed_encodings == ("e" * 128,) and none == []
 
 
-def test_enqueue_in_a_delay_past_year_9999_is_a_usage_error() -> None:
-    assert parse_duration("999999999d") == dt.timedelta(days=999_999_999)
-    with pytest.raises(ValueError, match="too long a delay"):
-        parse_duration("1000000000d")
-    with pytest.raises(ValueError, match="too long a delay"):
-        parse_duration("9999999999999999999999999999d")
+def test_enqueue_in_past_the_longest_schedule_horizon_is_a_usage_error() -> None:
+    """Issue 14: no server accepts a delay beyond MAX_HORIZON (10 years), so ``--in`` stops
+    there, naming the flag, the value and the limit."""
+    assert parse_duration("3650d") == dt.timedelta(days=3650)
+    for text in ("3651d", "999999999d", "9999999999999999999999999999d", "1e400"):
+        with pytest.raises(ValueError, match=rf"^--in {text}: must be at most 315360000 s \(10 years\)$"):
+            parse_duration(text)
 
 
 def test_admin_times_outside_the_timestamp_range_are_refused_not_tracebacks() -> None:
     assert parse_moment("0001-01-01T00:00:00Z") == dt.datetime(1, 1, 1, tzinfo=dt.UTC)
     for text in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "315576000000s"):
-        with pytest.raises(typer.BadParameter, match="0001-01-01"):
-            parse_moment(text)
+        with pytest.raises(ValueError, match=rf"^--after {re.escape(text)}: .*0001-01-01"):
+            parse_moment(text, "--after")
     with AdminClient("127.0.0.1:1") as client, pytest.raises(ValueError, match="outside 0001-01-01"):
         client.requeue_dead_lettered(after=dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=14))))
 
 
-@pytest.mark.parametrize(("flag", "at", "past"), [("default_priority", -(2**31), -(2**31) - 1),
-                                                   ("default_max_attempts", 2**31 - 1, 2**31),
-                                                   ("max_payload_bytes", 2**63 - 1, 2**63)])
-def test_queue_declare_flags_beyond_their_proto_field_are_usage_errors(flag: str, at: int, past: int) -> None:
-    """int32 / int64 fields: the field's own range goes to the server (which refuses what is
-    beyond the setting's maximum); one past it is a usage error (it was a traceback)."""
-    settings, paths = _settings_from_flags(**{flag: at})
+@pytest.mark.parametrize(("flag", "name", "at", "past"), [
+    ("--priority", "default_priority", 0, -1), ("--priority", "default_priority", 9, 10),
+    ("--max-attempts", "default_max_attempts", 1_000_000, 1_000_001),
+    ("--max-payload-bytes", "max_payload_bytes", 2**31 - 1, 2**63),
+    ("--max-custom-key-bytes", "max_custom_key_bytes", 1, 0),
+])
+def test_queue_declare_number_flags_are_checked_against_the_servers_bounds(flag: str, name: str, at: int,
+                                                                           past: int) -> None:
+    """The bound is the pydantic model's (what the server validates with); one past it is a
+    usage error naming the flag, the value and the limit (it was a traceback, then a proto
+    range error)."""
+    settings, paths = _settings_from_flags(**{name: at})
     assert paths and settings is not None
-    with pytest.raises(typer.BadParameter, match="out of range"):
-        _settings_from_flags(**{flag: past})
+    with pytest.raises(FlagValueError, match=rf"^{flag} {past}: must be at (least|most) ") as info:
+        _settings_from_flags(**{name: past})
+    assert info.value.limit == at
 
 
 def test_worker_settle_batch_is_bounded_by_the_servers_settle_cap() -> None:

@@ -30,10 +30,18 @@ from rich.table import Table
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
+from sepp.cli.flags import (
+    DURATION_FORMS,
+    FlagValueError,
+    check_bounds,
+    max_items,
+    one_line,
+    parse_seconds,
+    setting_bounds,
+)
 from sepp.cli.main import app
 from sepp.client.admin import DEFAULT_TARGET, STATES, AdminClient, AdminError, state_number
 from sepp.errors import TransportError
-from sepp.limits import MAX_DURATION_SECONDS
 from sepp.wire import custom_from_proto
 
 EXIT_DECLINED, EXIT_REFUSED, EXIT_TRANSPORT = 1, 2, 3
@@ -53,8 +61,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON out
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server.")]
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_SETTINGS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
                       "dead_letter_retention")
 _STATE_ORDER = ("scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")
@@ -85,7 +91,9 @@ def _out() -> Console:
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False)
+    # soft_wrap: an error is one line whatever the terminal width (issue 14); rich would
+    # otherwise break it at 80 columns when stderr is not a terminal.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _print_json(obj: Any) -> None:
@@ -96,8 +104,13 @@ def _fail(message: str, as_json: bool, exit_code: int = EXIT_REFUSED, **extra: A
     if as_json:
         sys.stderr.write(json.dumps({"error": message, **extra}, ensure_ascii=False) + "\n")
     else:
-        _err().print(f"[bold red]error:[/] {escape(message)}")
+        _err().print(f"[bold red]error:[/] {escape(one_line(message))}")
     raise typer.Exit(exit_code)
+
+
+def _fail_flag(exc: FlagValueError, as_json: bool) -> NoReturn:
+    """A refused flag value: exit 2; ``--json`` adds ``flag``, ``limit`` and ``value``."""
+    _fail(str(exc), as_json, EXIT_REFUSED, flag=exc.flag, limit=exc.limit, value=exc.value[:200])
 
 
 @contextmanager
@@ -127,51 +140,42 @@ def _confirm(question: str, yes: bool, as_json: bool) -> None:
         raise typer.Exit(EXIT_DECLINED)
 
 
-def parse_duration(text: str) -> float:
-    """``30s``, ``10m``, ``2h``, ``1d``, ``250ms``, ``1h30m`` or bare seconds → seconds.
+def parse_duration(text: str, flag: str = "duration", lo: float | None = 0.0, hi: float | None = None) -> float:
+    """A duration flag value → seconds (grammar: ``sepp.cli.flags``), within ``lo..hi``.
 
-    Raises ``typer.BadParameter`` for anything else, and for a value that is not finite or
-    beyond a protobuf Duration (10,000 years); the server refuses what is beyond the
-    setting's own maximum (docs/configuration.md "Maxima").
+    Raises ``FlagValueError`` (a ``ValueError``) whose text names ``flag`` and the value:
+    ``--dedup-window 999999999d: must be at most 315360000 s (10 years)``.
     """
-    text = text.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        parts = _DURATION_PART.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise typer.BadParameter(f"{text!r} is not a duration (e.g. 30s, 10m, 2h, 1d, 1h30m)") from None
-        value = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not math.isfinite(value):
-        raise typer.BadParameter(f"{text!r} is not a finite duration")
-    if value < 0:
-        raise typer.BadParameter("a duration must not be negative")
-    if value > MAX_DURATION_SECONDS:
-        raise typer.BadParameter(f"a duration must be at most {MAX_DURATION_SECONDS} s")
-    return value
+    return parse_seconds(flag, text, lo, hi)
 
 
-def parse_moment(text: str) -> dt.datetime:
+def parse_moment(text: str, flag: str = "time") -> dt.datetime:
     """An RFC 3339 time (naive = UTC) or a duration meaning "that long ago" → aware datetime (UTC).
 
-    Raises ``typer.BadParameter`` for anything else, and for a moment outside
+    Raises ``FlagValueError`` naming ``flag`` for anything else, and for a moment outside
     0001-01-01 .. 9999-12-31 UTC (e.g. ``0001-01-01T00:00:00+14:00``, ``--after 315576000000s``).
     """
-    text = text.strip()
+    stripped = text.strip()
     try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = dt.datetime.fromisoformat(stripped.replace("Z", "+00:00"))
     except ValueError:
-        ago = parse_duration(text)
+        try:
+            ago = parse_seconds(flag, text)
+        except FlagValueError as exc:
+            if exc.problem.startswith("not a duration"):
+                raise FlagValueError(flag, text, f"not an RFC 3339 time (2030-01-01T09:00:00Z) nor a "
+                                                 f"duration ago: {DURATION_FORMS}") from None
+            raise
         try:
             return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=ago)
         except OverflowError:
-            raise typer.BadParameter(f"{text!r} ago is before 0001-01-01T00:00:00Z") from None
+            raise FlagValueError(flag, text, "that long ago is before 0001-01-01T00:00:00Z") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
     try:
         return moment.astimezone(dt.UTC)
     except OverflowError:
-        raise typer.BadParameter(f"{text!r} is outside 0001-01-01 .. 9999-12-31 UTC") from None
+        raise FlagValueError(flag, text, "outside 0001-01-01 .. 9999-12-31 UTC") from None
 
 
 def _iso(t: timestamp_pb2.Timestamp | None, present: bool = True) -> str | None:
@@ -352,41 +356,55 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     out.print(table)
 
 
-def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[str]]:
-    """The settings and the mask paths of the flags that were given.
+#: ``sepp queues declare`` flag of each setting path (for error messages).
+SETTING_FLAGS = {
+    "default_priority": "--priority", "default_max_attempts": "--max-attempts", "lease_duration": "--lease",
+    "dedup_window": "--dedup-window", "retry_base": "--retry-base", "retry_cap": "--retry-cap",
+    "retry_jitter": "--retry-jitter", "completed_retention": "--completed-retention",
+    "dead_letter_retention": "--dead-letter-retention", "limits.max_payload_bytes": "--max-payload-bytes",
+    "limits.allowed_encodings": "--allowed-encoding", "limits.max_custom_entries": "--max-custom-entries",
+    "limits.max_custom_key_bytes": "--max-custom-key-bytes", "limits.max_custom_bytes": "--max-custom-bytes",
+}
 
-    Raises ``typer.BadParameter`` for a bad duration and for a number the proto field cannot
-    hold (``--priority -99999999999999999999``, ``--max-payload-bytes 2**31``); the server
-    refuses what is in the field's range but beyond the setting's maximum.
+
+def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[str]]:
+    """The settings and the mask paths of the flags that were given (keys: setting names,
+    ``limits.`` dropped; durations as typed, numbers as parsed).
+
+    Every value is checked against the bounds the server validates with — the ``ge``/``le``
+    of ``sepp.limits.QueueSettings`` / ``QueueLimits`` (issue 14) — so a refusal names the
+    flag, the limit and the value before any call. Raises ``FlagValueError``
+    (``--dedup-window 3651d: must be at most 315360000 s (10 years)``, ``--priority 10: must be
+    at most 9``, ``--lease soon: not a duration; use …``).
     """
     settings = pb.QueueSettings()
     paths: list[str] = []
     for name, value in flags.items():
         if value is None or value == []:
             continue
-        if name in ("default_priority", "default_max_attempts", "retry_jitter"):
-            _set_number(settings, name, value, name)
-            paths.append(name)
+        path = name if name in SETTING_FLAGS else f"limits.{name}"
+        flag = SETTING_FLAGS[path]
+        if path == "limits.allowed_encodings":
+            labels = [] if value == ["*"] else list(value)
+            most = max_items(path)
+            if most is not None and len(labels) > most:
+                raise FlagValueError(flag, f"(given {len(labels)} times)", f"at most {most} labels are allowed", most)
+            settings.limits.allowed_encodings.extend(labels)
         elif name in _DURATION_SETTINGS:
+            lo, hi = setting_bounds(path)
+            seconds = parse_seconds(flag, value, lo, hi)
             d = getattr(settings, name)
-            seconds = parse_duration(value)
             d.seconds = int(seconds)
             d.nanos = round((seconds - int(seconds)) * 1e9)
-            paths.append(name)
-        elif name == "allowed_encodings":
-            settings.limits.allowed_encodings.extend([] if value == ["*"] else value)
-            paths.append("limits.allowed_encodings")
         else:
-            _set_number(settings.limits, name, value, f"limits.{name}")
-            paths.append(f"limits.{name}")
+            lo, hi = setting_bounds(path)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise FlagValueError(flag, str(value), "must be a finite number")
+            check_bounds(flag, str(value), value, lo, hi, duration=False)
+            target = settings.limits if path.startswith("limits.") else settings
+            setattr(target, path.removeprefix("limits."), value)
+        paths.append(path)
     return (settings if paths else None), paths
-
-
-def _set_number(message: Any, name: str, value: Any, path: str) -> None:
-    try:
-        setattr(message, name, value)
-    except ValueError:  # beyond the proto field (int32 / uint32 / int64)
-        raise typer.BadParameter(f"{path}: {value} is out of range") from None
 
 
 @queues_app.command("declare")
@@ -421,8 +439,8 @@ def queues_declare(
             max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
             max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
             max_custom_bytes=max_custom_bytes)
-    except typer.BadParameter as exc:
-        _fail(str(exc), as_json)
+    except FlagValueError as exc:
+        _fail_flag(exc, as_json)
     with _client(server, token, timeout, as_json) as client:
         q, created = client.declare_queue(name, settings, paths)
     if as_json:
@@ -705,10 +723,10 @@ def jobs_requeue(
                     _out().print(f"{j.id}: requeued ({_state_name(j.state).lower()}, attempt {j.attempt})")
             return
         try:
-            since = parse_moment(after) if after else None
-            until = parse_moment(before) if before else None
-        except typer.BadParameter as exc:
-            _fail(str(exc), as_json)
+            since = parse_moment(after, "--after") if after else None
+            until = parse_moment(before, "--before") if before else None
+        except FlagValueError as exc:
+            _fail_flag(exc, as_json)
         kw: dict[str, Any] = {"queue": queue, "job_type": job_type, "reason_prefix": reason, "after": since,
                               "before": until}
         matched, _ = client.requeue_dead_lettered(**kw, dry_run=True)

@@ -26,7 +26,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sepp.cli.flags import one_line, parse_seconds
 from sepp.cli.main import app
+from sepp.limits import MAX_HORIZON
 from sepp.request import (
     INT64_MAX,
     INT64_MIN,
@@ -44,8 +46,6 @@ EXIT_TRANSPORT = 3
 DEFAULT_SERVER = "127.0.0.1:7700"
 
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _TYPES = ("int", "float", "bool", "str")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -109,34 +109,15 @@ def parse_custom(spec: str) -> tuple[str, CustomPrimitive]:
     return key, value
 
 
-def parse_duration(text: str) -> dt.timedelta:
-    """Parse ``--in``: ``30s``, ``10m``, ``2h``, ``1d``, ``250ms``, combined ``1h30m``, or bare seconds.
+def parse_duration(text: str, flag: str = "--in") -> dt.timedelta:
+    """Parse ``--in``: ``30s``, ``10m``, ``2h``, ``1d``, ``250ms``, combined ``1h30m``, bare
+    seconds (``45``, ``1e3``) or ``1e3s`` (grammar: ``sepp.cli.flags``).
 
-    Raises ``ValueError`` for anything else (negative durations and ones beyond 999,999,999
-    days included).
+    Raises ``FlagValueError`` (a ``ValueError``) naming ``flag`` and the value for anything
+    else, a negative delay, and one beyond ``MAX_HORIZON`` (10 years: the longest
+    ``max_schedule_horizon`` a server may have, so no server could accept it).
     """
-    text = text.strip()
-    try:
-        total = float(text)
-    except ValueError:
-        total, pos = 0.0, 0
-        for match in _DURATION_PART.finditer(text):
-            if match.start() != pos:
-                break
-            total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-            pos = match.end()
-        if pos != len(text) or not text:
-            _bad_duration(text)
-    if not math.isfinite(total) or total < 0:
-        _bad_duration(text)
-    try:
-        return dt.timedelta(seconds=total)
-    except OverflowError:  # beyond timedelta's 999,999,999 days
-        raise ValueError(f"{text!r} is too long a delay (at most 999999999 days)") from None
-
-
-def _bad_duration(text: str) -> NoReturn:
-    raise ValueError(f"{text!r} is not a duration like 30s, 10m, 2h, 1d, 1h30m or 250ms")
+    return dt.timedelta(seconds=parse_seconds(flag, text, 0.0, MAX_HORIZON))
 
 
 def parse_when(text: str) -> dt.datetime:
@@ -281,7 +262,7 @@ def _fail_input(message: str, as_json: bool) -> NoReturn:
     if as_json:
         _print_json({"error": "invalid_input", "message": message}, stderr=True)
     else:
-        _err().print(f"[bold red]error:[/] {escape(message)}", markup=True)
+        _err().print(f"[bold red]error:[/] {escape(one_line(message))}", markup=True)
     raise typer.Exit(EXIT_REJECTED)
 
 
@@ -408,11 +389,7 @@ def enqueue_cmd(
         if at is not None:
             when = parse_when(at)
         elif in_ is not None:
-            delay = parse_duration(in_)
-            try:
-                when = dt.datetime.now(dt.UTC) + delay
-            except OverflowError:
-                raise ValueError(f"--in {in_}: that is after 9999-12-31T23:59:59Z") from None
+            when = dt.datetime.now(dt.UTC) + parse_duration(in_)
     except ValueError as exc:
         _fail_input(str(exc), as_json)
 

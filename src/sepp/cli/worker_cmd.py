@@ -4,7 +4,8 @@
 override the worker's own settings. Job outcomes go to stdout (JSON with ``--json``);
 lifecycle messages and warnings go to stderr (``--log-level``). SIGTERM or Ctrl-C
 drains gracefully (a second one skips the grace period). Exit codes: 0 after a
-clean stop, 2 for a bad target or flag.
+clean stop, 2 for a bad target or flag. ``--server`` falls back to ``SEPP_SERVER`` like
+every other command, then to the Worker's own ``target``.
 
 Outcome lines (issue 15 item 5): a failure (retry), a dead-letter and a refused or failed
 settle always get their own line. A success (completed, released) gets one while there
@@ -23,6 +24,7 @@ import datetime as dt
 import importlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -30,7 +32,9 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from sepp.cli.flags import FlagValueError, check_bounds
 from sepp.cli.main import app
+from sepp.limits import MAX_LEASE, MIN_LEASE, fmt_number
 
 EXIT_USAGE = 2
 
@@ -178,17 +182,28 @@ def format_summary(counts: dict[str, int], seconds: float) -> str:
     return f"{now:%H:%M:%S}.{now.microsecond // 1000:03d} {what} jobs in the last {seconds:.1f} s"
 
 
+def _check_seconds(flag: str, value: float, lo: float, hi: float | None) -> None:
+    """Refuse a seconds flag outside ``lo..hi`` (or not finite) with a one-line
+    ``FlagValueError`` naming the flag, the limit and the value (issue 14)."""
+    if not math.isfinite(value):
+        raise FlagValueError(flag, fmt_number(value), "must be a finite number of seconds")
+    check_bounds(flag, fmt_number(value), value, lo, hi, duration=True)
+
+
 @app.command("worker")
 def worker(
     target: Annotated[str, typer.Argument(help="MODULE:ATTRIBUTE naming a sepp.worker.Worker.")],
-    server: Annotated[str | None, typer.Option("--server", "-s", help="gRPC HOST:PORT of the server.")] = None,
+    server: Annotated[str | None, typer.Option(
+        "--server", "-s", envvar="SEPP_SERVER", show_default=False,
+        help="gRPC HOST:PORT of the server [default: the Worker's own target].")] = None,
     queues: Annotated[str | None, typer.Option("--queues", "-q", help="Queues to reserve from, in order: a,b.")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=1,
                                                     help="Handlers running at once.")] = None,
     prefetch: Annotated[int | None, typer.Option(
         min=0, help="Jobs reserved ahead of free slots (default: the Worker's; adaptive unless set).")] = None,
-    shutdown_grace: Annotated[float | None, typer.Option(min=0, help="Seconds running jobs get on SIGTERM.")] = None,
-    lease: Annotated[float | None, typer.Option(min=0.001, help="Lease seconds (default: the queue's).")] = None,
+    shutdown_grace: Annotated[float | None, typer.Option(help="Seconds running jobs get on SIGTERM.")] = None,
+    lease: Annotated[float | None, typer.Option(
+        help=f"Lease seconds, {fmt_number(MIN_LEASE)} to {fmt_number(MAX_LEASE)} (default: the queue's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per job outcome (every job).")] = False,
     log_level: Annotated[str, typer.Option(
         help="debug | info | warning | error (stderr); debug also prints a line for every job.")] = "info",
@@ -200,6 +215,14 @@ def worker(
         typer.echo(f"sepp worker: --log-level must be debug, info, warning or error, not {log_level!r}", err=True)
         raise typer.Exit(EXIT_USAGE)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if lease is not None:
+            _check_seconds("--lease", lease, MIN_LEASE, MAX_LEASE)
+        if shutdown_grace is not None:
+            _check_seconds("--shutdown-grace", shutdown_grace, 0.0, None)
+    except FlagValueError as exc:
+        typer.echo(f"sepp worker: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     try:
         w = load_worker(target)
         changes: dict[str, Any] = {"target": server, "queues": queues, "concurrency": concurrency,

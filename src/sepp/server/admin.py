@@ -279,8 +279,8 @@ class AdminEngine:
 
     async def start(self) -> None:
         """Count enqueues and flush them periodically."""
-        self.engine.on_stored = self.counter.on_stored
-        self.engine.on_finished = self.counter.on_finished
+        self.engine.on_stored.subscribe(self.counter.on_stored)
+        self.engine.on_finished.subscribe(self.counter.on_finished)
         self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
 
     async def stop(self) -> None:

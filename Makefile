@@ -1,6 +1,6 @@
 # sepp developer entry points. Both targets set up ./.venv themselves on a fresh machine.
 #   make serve   start sepp on the embedded default (SQLite in ./sepp-data, gRPC :7700, HTTP :7701)
-#   make test    run the whole test suite (codegen check, lint, types, pytest incl. browser tests)
+#   make test    run the whole test suite (codegen check, lint, types, layer contracts, pytest incl. browser tests)
 
 PY ?= python3
 VENV := .venv
@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
 	$(BIN)/ruff check src tests benchmarks scripts examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: $(STAMP) lint
 	bash scripts/ensure-chromium.sh

@@ -3,8 +3,11 @@
 ::
 
     SeppError
-    ├── RejectedError            deterministic: fix the request, never retried
-    │   └── AtomicEnqueueError   an atomic batch refused whole, every failure by index
+    ├── RefusedError             the rejection family: deterministic, fix the request, never retried
+    │   ├── RejectedError        a job broke a catalogue rule (``.rejection``)
+    │   │   └── AtomicEnqueueError   an atomic batch refused whole, every failure by index
+    │   ├── AdminRefused         an admin request refused (also ``AdminError``: code, reason, metadata)
+    │   └── LeaseError           (sepp.worker.errors) a settle or extend found the lease gone
     └── TransportError           no per-job verdict was reached
         ├── Unavailable          transient (retried when safe)
         ├── DeadlineExceeded     transient (retried when safe)
@@ -13,11 +16,11 @@
         └── ServerError          anything else, with the gRPC ``code``
 
 Each class's docstring is its default message. ``TransportError.transient`` tells
-whether backing off and retrying is reasonable.
+whether backing off and retrying is reasonable. ``AdminError`` is a mixin, not a family:
+``except AdminError`` catches what the admin client's server refusals raise
+(``AdminRefused``); its transport failures are the ordinary ``TransportError`` classes.
+Which wire reason becomes which exception: ``sepp.rejections.REASONS`` (issue 9 item 7).
 """
-
-# A LeaseError family (LEASE_MISMATCH, LEASE_EXPIRED, …) will join for the worker
-# API; until then those statuses surface as ServerError with ``reason`` set.
 
 from __future__ import annotations
 
@@ -42,7 +45,11 @@ class SeppError(Exception):
 # ----------------------------------------------------------------- rejections
 
 
-class RejectedError(SeppError):
+class RefusedError(SeppError):
+    """The server refused the request deterministically; sending it again fails the same way."""
+
+
+class RejectedError(RefusedError):
     """The server refused the request; sending it again fails the same way."""
 
     def __init__(self, rejection: Rejection, message: str | None = None) -> None:
@@ -80,6 +87,27 @@ class AtomicEnqueueError(RejectedError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_atomic_error, (self.errors, self.message, self.total))
+
+
+class AdminError(SeppError):
+    """The server refused the admin request.
+
+    A mixin kept for ``except AdminError`` users: what is raised is ``AdminRefused``. ``code``
+    is the gRPC status (NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT, UNAUTHENTICATED, …),
+    ``reason`` the ErrorInfo reason (``QUEUE_NOT_FOUND``, ``JOB_STATE``, …; the status name
+    when the answer had none) and ``metadata`` the ErrorInfo metadata.
+    """
+
+    def __init__(self, message: str, *, code: grpc.StatusCode, reason: str = "",
+                 metadata: dict[str, str] | None = None) -> None:
+        self.code = code
+        self.reason = reason
+        self.metadata = dict(metadata or {})
+        super().__init__(message)
+
+
+class AdminRefused(AdminError, RefusedError):
+    """The server refused the admin request."""
 
 
 # ----------------------------------------------------------------- transport
@@ -143,10 +171,13 @@ class ServerError(TransportError):
 
 
 __all__ = [
+    "AdminError",
+    "AdminRefused",
     "AtomicEnqueueError",
     "DeadlineExceeded",
     "MessageTooLarge",
     "Overloaded",
+    "RefusedError",
     "RejectedError",
     "SeppError",
     "ServerError",

@@ -99,3 +99,93 @@ CATALOGUE: dict[RejectionCode, CatalogueRow] = {row.code: row for row in _ROWS}
 
 #: ErrorInfo domain of every sepp error.
 ERROR_DOMAIN = "sepp"
+
+
+# ----------------------------------------------------------------- every other wire reason
+
+
+class Reason(enum.StrEnum):
+    """Every ErrorInfo reason (domain ``sepp``) the server sends besides the 12 rejection codes
+    (issue 9 item 7). The value is the wire form; ``REASONS`` gives status and meaning.
+
+    ``INVALID_ARGUMENT`` is also the rejection code ``InvalidArgument``: the same reason
+    serves a malformed job and a request malformed as a whole.
+    """
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    ATOMIC_BATCH_REJECTED = "ATOMIC_BATCH_REJECTED"
+    OVERLOADED = "OVERLOADED"
+    LEASE_MISMATCH = "LEASE_MISMATCH"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    JOB_NOT_FOUND = "JOB_NOT_FOUND"
+    QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"
+    IDEMPOTENCY_KEY_NOT_FOUND = "IDEMPOTENCY_KEY_NOT_FOUND"
+    JOB_STATE = "JOB_STATE"
+    QUEUE_NOT_EMPTY = "QUEUE_NOT_EMPTY"
+    QUEUE_LIMIT_REACHED = "QUEUE_LIMIT_REACHED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+    @property
+    def grpc_status(self) -> grpc.StatusCode:
+        """The gRPC status a call failing with this reason carries."""
+        return REASONS[self].status
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonRow:
+    """One wire reason: its gRPC status, the RPCs that send it, what it means and the
+    client-side exception it becomes (``sepp.client._core.error_from_status``)."""
+
+    reason: Reason
+    status: grpc.StatusCode
+    sent_by: str
+    when: str
+    raises: str
+
+
+_REASON_ROWS = (
+    ReasonRow(Reason.INVALID_ARGUMENT, grpc.StatusCode.INVALID_ARGUMENT,
+              "every service; also a per-item SettleResult.error_reason",
+              "a request malformed as a whole: empty or over-cap batch, bad reserve/settle/extend/admin "
+              "arguments, a bad queue declaration; ErrorInfo metadata field/limit/actual",
+              "RejectedError (InvalidArgument); AdminError from the admin client"),
+    ReasonRow(Reason.ATOMIC_BATCH_REJECTED, grpc.StatusCode.INVALID_ARGUMENT, "EnqueueAtomic",
+              "the atomic batch was refused whole, nothing stored; metadata count/listed/first_index and "
+              "an AtomicRejections detail", "AtomicEnqueueError"),
+    ReasonRow(Reason.OVERLOADED, grpc.StatusCode.RESOURCE_EXHAUSTED, "Enqueue, EnqueueBatch, EnqueueAtomic",
+              "the commit backlog is full, nothing stored; metadata backlog, RetryInfo retry_delay", "Overloaded"),
+    ReasonRow(Reason.LEASE_MISMATCH, grpc.StatusCode.FAILED_PRECONDITION, "Settle, ExtendLease",
+              "another delivery holds the job (checked first)", "LeaseError (worker)"),
+    ReasonRow(Reason.LEASE_EXPIRED, grpc.StatusCode.FAILED_PRECONDITION, "Settle, ExtendLease",
+              "the lease ran out, or the job was settled already with another outcome", "LeaseError (worker)"),
+    ReasonRow(Reason.JOB_NOT_FOUND, grpc.StatusCode.NOT_FOUND, "Settle, ExtendLease, AdminService job calls",
+              "no job with that id", "LeaseError (worker); AdminError from the admin client"),
+    ReasonRow(Reason.QUEUE_NOT_FOUND, grpc.StatusCode.NOT_FOUND, "AdminService queue calls",
+              "no queue with that name", "AdminError"),
+    ReasonRow(Reason.IDEMPOTENCY_KEY_NOT_FOUND, grpc.StatusCode.NOT_FOUND, "AdminService.FindJobByIdempotencyKey",
+              "no live idempotency key of that name in the queue", "AdminError"),
+    ReasonRow(Reason.JOB_STATE, grpc.StatusCode.FAILED_PRECONDITION, "AdminService.CancelJob, RequeueJob",
+              "the job's state does not allow the action", "AdminError"),
+    ReasonRow(Reason.QUEUE_NOT_EMPTY, grpc.StatusCode.FAILED_PRECONDITION, "AdminService.DeleteQueue",
+              "the queue still holds jobs (or keeps receiving them)", "AdminError"),
+    ReasonRow(Reason.QUEUE_LIMIT_REACHED, grpc.StatusCode.FAILED_PRECONDITION, "AdminService.DeclareQueue",
+              "declaring one more queue would pass limits.max_queues; metadata field/limit/actual", "AdminError"),
+    ReasonRow(Reason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED, "AdminService (admin_token set)",
+              "no or a wrong bearer token", "AdminError"),
+    ReasonRow(Reason.SHUTTING_DOWN, grpc.StatusCode.UNAVAILABLE, "every call that writes",
+              "the server is stopping and takes no new work", "Unavailable"),
+    ReasonRow(Reason.STORE_UNAVAILABLE, grpc.StatusCode.UNAVAILABLE, "every call that writes",
+              "the store could not write (nothing stored) or its writer stopped mid-call (maybe stored)",
+              "Unavailable"),
+    ReasonRow(Reason.INTERNAL_ERROR, grpc.StatusCode.INTERNAL, "any RPC",
+              "an unexpected server error (issue 14); metadata method", "ServerError"),
+)
+
+#: Every wire reason besides the rejection codes, with its status and meaning.
+REASONS: dict[Reason, ReasonRow] = {row.reason: row for row in _REASON_ROWS}
+
+#: Every ErrorInfo reason the server can send: the 12 rejection codes and ``REASONS``.
+WIRE_REASONS: frozenset[str] = frozenset({c.reason for c in RejectionCode} | {str(r) for r in Reason})

@@ -19,7 +19,7 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.quoting import QUOTE_LIMIT as QUOTE_LIMIT  # re-exported: bounded quoting of user input
 from sepp.quoting import clip as clip
 from sepp.quoting import quote as quote
-from sepp.rejections import CATALOGUE, ERROR_DOMAIN, RejectionCode
+from sepp.rejections import CATALOGUE, ERROR_DOMAIN, Reason, RejectionCode
 
 #: Trailing-metadata key of the binary google.rpc.Status (gRPC rich error model).
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -175,7 +175,7 @@ def atomic_status(rejections: Sequence[pb.IndexedRejection]) -> status_pb2.Statu
     if len(detail) < len(rejections):
         more += (f" ({len(rejections) - len(detail)} not listed in the detail: it is capped at "
                  f"{MAX_ATOMIC_DETAIL_BYTES} bytes)")
-    info = error_info("ATOMIC_BATCH_REJECTED", {"count": str(len(rejections)), "listed": str(len(detail)),
+    info = error_info(Reason.ATOMIC_BATCH_REJECTED, {"count": str(len(rejections)), "listed": str(len(detail)),
                                                 "first_index": str(first.index)})
     return status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
                              message=f"atomic batch rejected, nothing stored: {summary}{more}",
@@ -202,7 +202,7 @@ def plain_status(code: int, reason: str, message: str,
 def overloaded_status(retry_after: float, backlog: int) -> status_pb2.Status:
     """RESOURCE_EXHAUSTED + ErrorInfo ``OVERLOADED`` + RetryInfo: the commit backlog is full."""
     retry = error_details_pb2.RetryInfo(retry_delay=seconds_to_duration(retry_after))
-    info = error_info("OVERLOADED", {"backlog": str(backlog)})
+    info = error_info(Reason.OVERLOADED, {"backlog": str(backlog)})
     return status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
                              message=f"server overloaded (commit backlog {backlog}); retry after {retry_after:.3f}s",
                              details=[_pack(info), _pack(retry)])

@@ -22,7 +22,6 @@ from sepp.api.v1 import admin_pb2_grpc, producer_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core
-from sepp.client import admin as admin_client
 from sepp.errors import ServerError, Unavailable
 from sepp.server.app import SeppServer
 from sepp.server.config import ServerConfig
@@ -68,7 +67,7 @@ def test_an_unexpected_exception_is_internal_error_logged_with_its_traceback(
         assert "RuntimeError" in message and SECRET not in message and len(message) < 200
         assert info.value.details() == message
         # The clients classify it: a ServerError keeping the reason, never retried.
-        for error in (_core.error_from_rpc(info.value), admin_client._error(info.value, "t")):
+        for error in (_core.error_from_rpc(info.value), _core.error_from_rpc(info.value, "t", admin=True)):
             assert type(error) is ServerError and error.reason == "INTERNAL_ERROR" and not error.transient
             assert error.code == grpc.StatusCode.INTERNAL and "RuntimeError" in str(error)
         # The server keeps serving.

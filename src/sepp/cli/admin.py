@@ -42,6 +42,7 @@ from sepp.cli.flags import (
 from sepp.cli.main import app
 from sepp.client.admin import DEFAULT_TARGET, STATES, AdminClient, AdminError, state_number
 from sepp.errors import TransportError
+from sepp.rejections import Reason
 from sepp.wire import custom_from_proto
 
 EXIT_DECLINED, EXIT_REFUSED, EXIT_TRANSPORT = 1, 2, 3
@@ -120,7 +121,7 @@ def _client(server: str, token: str | None, timeout: float, as_json: bool) -> It
     try:
         yield client
     except AdminError as exc:
-        hint = " (pass --token or set SEPP_ADMIN_TOKEN)" if exc.reason == "UNAUTHENTICATED" else ""
+        hint = " (pass --token or set SEPP_ADMIN_TOKEN)" if exc.reason == Reason.UNAUTHENTICATED else ""
         _fail(f"{exc.message}{hint}", as_json, EXIT_REFUSED, reason=exc.reason, status=exc.code.name,
               metadata=exc.metadata)
     except TransportError as exc:

@@ -22,6 +22,7 @@ from sepp._version import __version__
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client.options import ClientOptions
 from sepp.errors import (
+    AdminRefused,
     AtomicEnqueueError,
     DeadlineExceeded,
     MessageTooLarge,
@@ -32,7 +33,7 @@ from sepp.errors import (
     TransportError,
     Unavailable,
 )
-from sepp.rejections import ERROR_DOMAIN, RejectionCode
+from sepp.rejections import ERROR_DOMAIN, Reason, RejectionCode
 from sepp.request import (
     BatchResult,
     EnqueueAck,
@@ -217,18 +218,30 @@ def all_keyed(protos: Sequence[Any]) -> bool:
 # ----------------------------------------------------------------- errors
 
 
-def error_from_rpc(exc: grpc.RpcError, target: str = "") -> SeppError:
-    """Convert a gRPC error (sync or aio) into a sepp exception of the right family."""
+#: Statuses the admin client reports as ``AdminRefused`` (a deterministic refusal).
+ADMIN_REFUSALS = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
+                            grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
+                            grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ALREADY_EXISTS})
+
+
+def error_from_rpc(exc: grpc.RpcError, target: str = "", *, admin: bool = False) -> SeppError:
+    """Convert a gRPC error (sync or aio) into a sepp exception of the right family: the one
+    decoder of ``Client``, ``AsyncClient``, ``Worker`` (``worker._rpc.convert_error``) and
+    ``AdminClient`` (``admin=True``; see ``error_from_status``)."""
     code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
     details = exc.details() if callable(getattr(exc, "details", None)) else str(exc)
     trailing = exc.trailing_metadata() if callable(getattr(exc, "trailing_metadata", None)) else None
-    return error_from_status(code, details or "", trailing, target=target)
+    return error_from_status(code, details or "", trailing, target=target, admin=admin)
 
 
 def error_from_status(code: grpc.StatusCode, details: str,
-                      trailing: Iterable[tuple[str, str | bytes]] | None, *, target: str = "") -> SeppError:
+                      trailing: Iterable[tuple[str, str | bytes]] | None, *, target: str = "",
+                      admin: bool = False) -> SeppError:
     """Classify a status (code, details, trailing metadata with ``grpc-status-details-bin``).
+    Which reason becomes which exception is listed in ``sepp.rejections.REASONS``.
 
+    * ``admin`` and a status in ``ADMIN_REFUSALS`` → ``AdminRefused`` (an ``AdminError``;
+      ``reason`` the ErrorInfo reason or the status name, ``metadata`` the ErrorInfo's)
     * ErrorInfo ``ATOMIC_BATCH_REJECTED`` + ``AtomicRejections`` → ``AtomicEnqueueError``
     * ErrorInfo reason = a catalogue code → ``RejectedError`` (the packed ``Rejection``
       detail when present, else rebuilt from the ErrorInfo metadata)
@@ -246,7 +259,10 @@ def error_from_status(code: grpc.StatusCode, details: str,
     reason: str = info.reason if info is not None else ""
     message = (status.message if status is not None and status.message else details) or ""
 
-    if reason == "ATOMIC_BATCH_REJECTED" and "atomic" in found:
+    if admin and code in ADMIN_REFUSALS:
+        meta = dict(info.metadata) if info is not None else {}
+        return AdminRefused(details or code.name, code=code, reason=reason or code.name, metadata=meta)
+    if reason == Reason.ATOMIC_BATCH_REJECTED and "atomic" in found:
         errors = [IndexedRejection.from_proto(r) for r in found["atomic"].rejections]
         if errors:
             count = info.metadata.get("count", "") if info is not None else ""
@@ -260,7 +276,7 @@ def error_from_status(code: grpc.StatusCode, details: str,
 
     where = f" ({target})" if target else ""
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        if reason == "OVERLOADED":
+        if reason == Reason.OVERLOADED:
             retry = found.get("retry_info")
             retry_after = wire.duration_to_seconds(retry.retry_delay) if retry is not None else None
             return Overloaded(message or None, retry_after=retry_after, code=code)

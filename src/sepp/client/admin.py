@@ -10,11 +10,14 @@
 Methods return the protobuf messages of ``sepp.api.v1`` (``QueueInfo``, ``Job``,
 ``QueueStats``, …). Failures raise:
 
-* :class:`AdminError` — the server refused: ``code`` is the gRPC status
+* :class:`AdminRefused` (an :class:`AdminError`, in the rejection family
+  ``sepp.errors.RefusedError``) — the server refused: ``code`` is the gRPC status
   (NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT, UNAUTHENTICATED), ``reason`` the
   ErrorInfo reason (``QUEUE_NOT_FOUND``, ``JOB_STATE``, …), ``metadata`` its details;
 * :class:`sepp.errors.TransportError` subclasses — no answer (``Unavailable``,
   ``DeadlineExceeded``) or an unexpected status (``ServerError``).
+
+Errors are decoded by the clients' one decoder (``sepp.client._core.error_from_rpc``).
 
 Admin calls are not retried: most of them are not idempotent.
 """
@@ -32,29 +35,15 @@ from google.protobuf import field_mask_pb2
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
+from sepp.client._core import error_from_rpc
 from sepp.client.options import ClientOptions
-from sepp.errors import DeadlineExceeded, SeppError, ServerError, TransportError, Unavailable
-from sepp.wire import status_from_metadata, unpack_details
+from sepp.errors import AdminError, AdminRefused, TransportError
 
 DEFAULT_TARGET = "127.0.0.1:7700"
 
 #: Job states by their lower-case names (``dead_lettered``; ``dead-lettered`` also works).
 STATES: dict[str, int] = {name.lower(): int(pb.JobState.Value(name)) for name in pb.JobState.keys()
                           if name != "JOB_STATE_UNSPECIFIED"}
-
-_REFUSALS = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
-             grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ALREADY_EXISTS}
-
-
-class AdminError(SeppError):
-    """The server refused the admin request."""
-
-    def __init__(self, message: str, *, code: grpc.StatusCode, reason: str = "",
-                 metadata: dict[str, str] | None = None) -> None:
-        self.code = code
-        self.reason = reason
-        self.metadata = dict(metadata or {})
-        super().__init__(message)
 
 
 def state_number(state: str | int | None) -> int:
@@ -70,24 +59,6 @@ def state_number(state: str | int | None) -> int:
     if key not in STATES:
         raise ValueError(f"unknown job state {state!r} (one of {', '.join(STATES)})")
     return STATES[key]
-
-
-def _error(exc: grpc.RpcError, target: str) -> SeppError:
-    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-    details = (exc.details() if hasattr(exc, "details") else "") or ""
-    reason, meta = "", {}
-    status = status_from_metadata(exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None)
-    if status is not None:
-        info = unpack_details(status).get("error_info")
-        if info is not None:
-            reason, meta = info.reason, dict(info.metadata)
-    if code in _REFUSALS:
-        return AdminError(details or code.name, code=code, reason=reason or code.name, metadata=meta)
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return Unavailable(f"{target}: {details}" if details else None, code=code, reason=reason)
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return DeadlineExceeded(None, code=code, reason=reason)
-    return ServerError(f"{code.name}: {details}", code=code, reason=reason)
 
 
 def _ts(moment: dt.datetime) -> Any:
@@ -135,7 +106,7 @@ class AdminClient:
         try:
             return getattr(self._stub, method)(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            raise _error(exc, self.target) from None
+            raise error_from_rpc(exc, self.target, admin=True) from None
 
     # ------------------------------------------------------------------ queues
 
@@ -244,4 +215,4 @@ class AdminClient:
         self._call("DeleteJob", apb.DeleteJobRequest(job_id=job_id))
 
 
-__all__ = ["STATES", "AdminClient", "AdminError", "TransportError", "state_number"]
+__all__ = ["STATES", "AdminClient", "AdminError", "AdminRefused", "TransportError", "state_number"]

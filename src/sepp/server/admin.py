@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueSettings, long_encoding_label
 from sepp.quoting import clip, quote
-from sepp.rejections import RejectionCode
+from sepp.rejections import Reason, RejectionCode
 from sepp.server.bounds import invalid_from_pydantic
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text, now_us
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
@@ -69,7 +69,7 @@ class StateConflict(EngineError):
     ``reason`` is ``JOB_STATE`` or ``QUEUE_NOT_EMPTY``; ``metadata`` goes into the ErrorInfo.
     """
 
-    def __init__(self, reason: str, message: str, metadata: Mapping[str, str] | None = None) -> None:
+    def __init__(self, reason: Reason, message: str, metadata: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.metadata = dict(metadata or {})
@@ -279,8 +279,8 @@ class AdminEngine:
 
     async def start(self) -> None:
         """Count enqueues and flush them periodically."""
-        self.engine.on_stored = self.counter.on_stored
-        self.engine.on_finished = self.counter.on_finished
+        self.engine.on_stored.subscribe(self.counter.on_stored)
+        self.engine.on_finished.subscribe(self.counter.on_finished)
         self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
 
     async def stop(self) -> None:
@@ -322,7 +322,7 @@ class AdminEngine:
         """The queue, or ``NotFound`` (QUEUE_NOT_FOUND)."""
         q = self.engine.queues.get(name)
         if q is None:
-            raise NotFound(f"queue {quote(name)} does not exist", "QUEUE_NOT_FOUND")
+            raise NotFound(f"queue {quote(name)} does not exist", Reason.QUEUE_NOT_FOUND)
         return q
 
     def queues(self) -> list[QueueState]:
@@ -422,9 +422,9 @@ class AdminEngine:
                 return deleted
             if not force:
                 counts = (await self.store.state_counts(name))[name]
-                raise StateConflict("QUEUE_NOT_EMPTY", f"queue {quote(name)} holds {counts.total} job(s); "
+                raise StateConflict(Reason.QUEUE_NOT_EMPTY, f"queue {quote(name)} holds {counts.total} job(s); "
                                     "purge it first or delete with force", {"jobs": str(counts.total)})
-        raise StateConflict("QUEUE_NOT_EMPTY", f"queue {quote(name)} keeps receiving jobs; pause producers first")
+        raise StateConflict(Reason.QUEUE_NOT_EMPTY, f"queue {quote(name)} keeps receiving jobs; pause producers first")
 
     # ------------------------------------------------------------------ jobs
 
@@ -439,7 +439,7 @@ class AdminEngine:
         """The full job, or ``NotFound`` (JOB_NOT_FOUND)."""
         rec = await self.engine.store.get_job(self._job_id(job_id))
         if rec is None:
-            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         return rec
 
     async def list_jobs(self, query: JobQuery, page_token: str = "", page_size: int = 0) -> JobListing:
@@ -466,7 +466,8 @@ class AdminEngine:
         """
         hit = await self.store.find_idempotency(queue, key)
         if hit is None or hit[1] <= now_us():
-            raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}", "IDEMPOTENCY_KEY_NOT_FOUND")
+            raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}",
+                           Reason.IDEMPOTENCY_KEY_NOT_FOUND)
         job = await self.engine.store.get_job(hit[0])
         return job_id_text(hit[0]), hit[1], job
 
@@ -477,9 +478,10 @@ class AdminEngine:
         result = await self.store.cancel(raw, now_us(), self.engine.queues.policies(),
                                          reason[:1024] if reason else "")
         if result.outcome is Outcome.NOT_FOUND:
-            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
-            raise StateConflict("JOB_STATE", f"job {clip(job_id, 64)} is {state_name(result.state)}; only SCHEDULED, "
+            raise StateConflict(Reason.JOB_STATE,
+                                f"job {clip(job_id, 64)} is {state_name(result.state)}; only SCHEDULED, "
                                 "READY and RESERVED jobs can be cancelled", {"state": state_name(result.state)})
         self._counts.expires = 0.0
         return await self.get_job(job_id)
@@ -488,9 +490,9 @@ class AdminEngine:
         """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""
         result = await self.store.requeue(self._job_id(job_id), now_us())
         if result.outcome is Outcome.NOT_FOUND:
-            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
-            raise StateConflict("JOB_STATE", f"job {clip(job_id, 64)} is {state_name(result.state)}; only "
+            raise StateConflict(Reason.JOB_STATE, f"job {clip(job_id, 64)} is {state_name(result.state)}; only "
                                 "DEAD_LETTERED and CANCELLED jobs can be requeued", {"state": state_name(result.state)})
         self.engine.notifier.ready(result.queue)
         self._counts.expires = 0.0
@@ -524,7 +526,7 @@ class AdminEngine:
         """Delete one job in any state. Raises ``NotFound``."""
         result = await self.store.delete_job(self._job_id(job_id))
         if result.outcome is Outcome.NOT_FOUND:
-            raise NotFound(f"job {clip(job_id, 64)} does not exist", "JOB_NOT_FOUND")
+            raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         self._counts.expires = 0.0
 
     # ------------------------------------------------------------------ stats

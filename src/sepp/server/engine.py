@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 import uuid_utils
@@ -22,6 +22,7 @@ from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.config import ServerConfig
 from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, LeaseRefused, Overloaded
+from sepp.server.events import EngineEvents, Event
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry, QueueState
 from sepp.storage.base import (
@@ -89,8 +90,10 @@ def job_id_bytes(text: str) -> bytes | None:
 class JobEngine:
     """Enqueue, reserve and settle on top of a ``Store``.
 
-    ``on_scheduled`` is called with the earliest run_at (µs) of newly stored
-    SCHEDULED jobs so the promotion sweep can wake in time.
+    ``events`` (``on_scheduled`` / ``on_stored`` / ``on_finished`` name the same ``Event``
+    objects) are subscriber lists (issue 9 item 6): ``on_scheduled`` gets the earliest run_at
+    (µs) of newly stored SCHEDULED jobs so the promotion sweep can wake in time; ``on_stored``
+    and ``on_finished`` feed the admin throughput stats. Subscribe, do not assign.
     """
 
     def __init__(self, config: ServerConfig, store: Store, registry: QueueRegistry, notifier: Notifier) -> None:
@@ -100,14 +103,26 @@ class JobEngine:
         self.notifier = notifier
         self.limits = config.limits
         self.validator = Validator(config.limits, registry.limits_for)
-        self.on_scheduled: Callable[[int], None] = lambda _run_at: None
-        #: Called after each enqueue commit with the rows and their dedups (admin throughput stats).
-        self.on_stored: Callable[[Sequence[JobRow], Dedups], None] = lambda _rows, _dedups: None
-        #: Called with (queue, state, count) when jobs reach COMPLETED or DEAD_LETTERED (admin stats).
-        self.on_finished: Callable[[str, int, int], None] = lambda _queue, _state, _count: None
+        #: The engine's events; subscribers are called in order, one that raises is logged and skipped.
+        self.events = EngineEvents()
         self._max_backlog = config.max_commit_backlog
         #: Give-back tasks of abandoned reservations (kept referenced until done).
         self._background: set[asyncio.Future[None]] = set()
+
+    @property
+    def on_scheduled(self) -> Event[[int]]:
+        """``events.scheduled``: emitted with the earliest run_at (µs) of newly SCHEDULED jobs."""
+        return self.events.scheduled
+
+    @property
+    def on_stored(self) -> Event[[Sequence[JobRow], Dedups]]:
+        """``events.stored``: emitted after each enqueue commit with the rows and their dedups."""
+        return self.events.stored
+
+    @property
+    def on_finished(self) -> Event[[str, int, int]]:
+        """``events.finished``: emitted with (queue, state, count) when jobs reach COMPLETED or DEAD_LETTERED."""
+        return self.events.finished
 
     # ------------------------------------------------------------------ enqueue
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.quoting import quote
+from sepp.rejections import Reason
 from sepp.storage.base import SettleError
 
 
@@ -65,9 +66,10 @@ class LeaseRefused(EngineError):
 
 
 class NotFound(EngineError):
-    """A job or queue does not exist."""
+    """A job, queue or idempotency key does not exist; ``reason`` is its catalogue reason
+    (``JOB_NOT_FOUND``, ``QUEUE_NOT_FOUND``, ``IDEMPOTENCY_KEY_NOT_FOUND``)."""
 
-    def __init__(self, what: str, reason: str = "NOT_FOUND") -> None:
+    def __init__(self, what: str, reason: Reason) -> None:
         super().__init__(what)
         self.reason = reason
 

@@ -3,7 +3,8 @@
 ::
 
     SeppError
-    └── LeaseError    a settle or extend was refused: the job's lease no longer holds
+    └── RefusedError  (the rejection family, sepp.errors)
+        └── LeaseError    a settle or extend was refused: the job's lease no longer holds
 
 Transport failures of worker calls are the client's ``TransportError`` family
 (``Unavailable``, ``DeadlineExceeded``, ``ServerError`` …), converted by the same code.
@@ -11,13 +12,14 @@ Transport failures of worker calls are the client's ``TransportError`` family
 
 from __future__ import annotations
 
-from sepp.errors import SeppError
+from sepp.errors import RefusedError
+from sepp.rejections import Reason
 
 #: ErrorInfo reasons the server gives for a refused settle or extend (SPEC §3, §6).
-LEASE_REASONS = frozenset({"LEASE_MISMATCH", "LEASE_EXPIRED", "JOB_NOT_FOUND"})
+LEASE_REASONS: frozenset[str] = frozenset({Reason.LEASE_MISMATCH, Reason.LEASE_EXPIRED, Reason.JOB_NOT_FOUND})
 
 
-class LeaseError(SeppError):
+class LeaseError(RefusedError):
     """The server refused a settle or extend because the lease no longer holds.
 
     ``reason`` is ``LEASE_MISMATCH`` (another delivery holds the job: checked first),

@@ -21,6 +21,7 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
+from sepp.rejections import Reason
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict
 from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError
@@ -130,7 +131,7 @@ def _rpc(method: Callable[[AdminServicer, Req, Context], Awaitable[Resp]],
                 if key == "authorization" and isinstance(value, str):
                     presented = value
             if not hmac.compare_digest(presented.encode(), self._expected):
-                await _abort(context, code_pb2.UNAUTHENTICATED, "UNAUTHENTICATED",
+                await _abort(context, code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED,
                              "the admin API needs the metadata 'authorization: Bearer <admin token>'")
         try:
             return await method(self, request, context)

@@ -25,6 +25,7 @@ import grpc
 from google.rpc import code_pb2
 
 from sepp import wire
+from sepp.rejections import Reason
 from sepp.server.errors import EngineError
 from sepp.server.rpc.status import abort_for, abort_with
 from sepp.storage.errors import StoreError
@@ -32,7 +33,7 @@ from sepp.storage.errors import StoreError
 log = logging.getLogger("sepp.rpc")
 
 #: The ErrorInfo reason of an unexpected server error (issue 14: exactly this name).
-INTERNAL_ERROR = "INTERNAL_ERROR"
+INTERNAL_ERROR = Reason.INTERNAL_ERROR
 
 #: Most method names whose wrapped handler is kept (names come from callers; unknown ones
 #: have no handler and are never cached).

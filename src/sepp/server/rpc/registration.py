@@ -18,6 +18,7 @@ from google.protobuf import descriptor, message_factory
 from google.rpc import code_pb2
 
 from sepp import wire
+from sepp.rejections import Reason
 from sepp.server.rpc.status import abort_with
 
 
@@ -43,7 +44,7 @@ def _safe(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 def _guarded(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
     async def behaviour(request: Any, context: Any) -> Any:
         if type(request) is Malformed:
-            status = wire.plain_status(code_pb2.INVALID_ARGUMENT, "INVALID_ARGUMENT",
+            status = wire.plain_status(code_pb2.INVALID_ARGUMENT, Reason.INVALID_ARGUMENT,
                                        f"InvalidArgument: malformed request: {request.error}", {"field": ""})
             await abort_with(context, status)
         return await method(request, context)

@@ -12,6 +12,7 @@ from google.rpc import code_pb2, status_pb2
 
 from sepp import wire
 from sepp.limits import fmt_number
+from sepp.rejections import Reason
 from sepp.server.errors import (
     AtomicRejected,
     EngineError,
@@ -41,31 +42,31 @@ def status_for(exc: BaseException) -> status_pb2.Status:
             meta["limit"] = exc.limit if isinstance(exc.limit, str) else fmt_number(exc.limit)
         if exc.actual is not None:
             meta["actual"] = exc.actual if isinstance(exc.actual, str) else fmt_number(exc.actual)
-        return wire.plain_status(code_pb2.INVALID_ARGUMENT, "INVALID_ARGUMENT", f"InvalidArgument: {exc}", meta)
+        return wire.plain_status(code_pb2.INVALID_ARGUMENT, Reason.INVALID_ARGUMENT, f"InvalidArgument: {exc}", meta)
     if isinstance(exc, LeaseRefused):
         code = code_pb2.NOT_FOUND if exc.error is SettleError.NOT_FOUND else code_pb2.FAILED_PRECONDITION
         return wire.plain_status(code, exc.error.value, str(exc), {"job_id": exc.job_id})
     if isinstance(exc, NotFound):
         return wire.plain_status(code_pb2.NOT_FOUND, exc.reason, str(exc))
     if isinstance(exc, QueueLimitReached):
-        return wire.plain_status(code_pb2.FAILED_PRECONDITION, "QUEUE_LIMIT_REACHED", str(exc),
+        return wire.plain_status(code_pb2.FAILED_PRECONDITION, Reason.QUEUE_LIMIT_REACHED, str(exc),
                                  {"field": "name", "limit": str(exc.limit), "actual": str(exc.actual)})
     if isinstance(exc, ShuttingDown | StoreClosed):
-        return wire.plain_status(code_pb2.UNAVAILABLE, "SHUTTING_DOWN", "the server is shutting down")
+        return wire.plain_status(code_pb2.UNAVAILABLE, Reason.SHUTTING_DOWN, "the server is shutting down")
     if isinstance(exc, StoreFailed):
         # The writer died while the call waited: its write may have been committed or not.
-        return wire.plain_status(code_pb2.UNAVAILABLE, "STORE_UNAVAILABLE",
+        return wire.plain_status(code_pb2.UNAVAILABLE, Reason.STORE_UNAVAILABLE,
                                  f"the server's writer stopped while this call was being stored; it may or may "
                                  f"not have been stored (an idempotency key makes a retry safe): {exc}")
     if isinstance(exc, StoreError):
         # Nothing of the call was committed (the write transaction failed as a whole).
-        return wire.plain_status(code_pb2.UNAVAILABLE, "STORE_UNAVAILABLE",
+        return wire.plain_status(code_pb2.UNAVAILABLE, Reason.STORE_UNAVAILABLE,
                                  f"the server could not write to its store; nothing was stored: {exc}")
     # Nothing else is expected: INTERNAL with reason INTERNAL_ERROR, as the interceptor answers
     # (rpc.interceptor; issue 14). The text of an engine error is the server's own.
     if isinstance(exc, EngineError):
-        return wire.plain_status(code_pb2.INTERNAL, "INTERNAL_ERROR", wire.clip(str(exc)))
-    return wire.plain_status(code_pb2.INTERNAL, "INTERNAL_ERROR", f"internal error: {type(exc).__name__}")
+        return wire.plain_status(code_pb2.INTERNAL, Reason.INTERNAL_ERROR, wire.clip(str(exc)))
+    return wire.plain_status(code_pb2.INTERNAL, Reason.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
 
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}

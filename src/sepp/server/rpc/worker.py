@@ -8,6 +8,7 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
 from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
+from sepp.rejections import Reason
 from sepp.server.bounds import duration_arg
 from sepp.server.engine import JobEngine, job_id_bytes, now_us
 from sepp.server.errors import EngineError, InvalidRequest
@@ -210,7 +211,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             by_slot = dict(zip(slots, results, strict=True))
         for i in range(len(request.items)):
             if i in bad:
-                add(ok=False, error_reason="INVALID_ARGUMENT", error_message=bad[i])
+                add(ok=False, error_reason=Reason.INVALID_ARGUMENT, error_message=bad[i])
                 continue
             r = by_slot[i]
             if r.error is not None:

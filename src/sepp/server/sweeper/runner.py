@@ -55,7 +55,7 @@ class Sweeper:
         self.failures: dict[str, int] = dict.fromkeys(PASSES, 0)
         self._skip_logged: dict[tuple[str, bytes, str | None], float] = {}
         self._promote_skipped = False
-        engine.on_scheduled = self.hint
+        engine.on_scheduled.subscribe(self.hint)
 
     def hint(self, run_at: int) -> None:
         """A SCHEDULED job due at ``run_at`` (µs) was stored: wake earlier if needed."""

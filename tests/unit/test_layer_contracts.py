@@ -45,6 +45,10 @@ def test_contracts_hold_on_the_source_tree(tree: Path) -> None:
     ("storage/_bad.py", "import sepp.cli.main", "sepp.storage never imports sepp.server"),
     ("wire_bad.py", "import sepp.server.errors", "nothing imports sepp.server but sepp.cli and sepp.testing"),
     ("server/_bad.py", "from sepp.storage.sqlite import store", "sepp.server imports no storage driver"),
+    ("domain/_bad.py", "import grpc", "sepp.domain imports no transport"),
+    ("domain/_bad.py", "import sqlite3", "sepp.domain imports no transport"),
+    ("domain/_bad.py", "from sepp.api.v1 import common_pb2", "sepp.domain imports no transport"),
+    ("domain/_bad.py", "from sepp.storage import base", "sepp.domain imports no transport"),
 ])
 def test_a_violating_import_breaks_its_contract(tree: Path, module: str, line: str, contract: str) -> None:
     path = tree / "src" / "sepp" / module

@@ -1,0 +1,13 @@
+"""The domain core: what a job and a queue are and what may happen to them, with no
+transport and no database (issue 9 item 1).
+
+- ``states``: job states and their one name table.
+- ``records``: the rows stored and read back (``JobRow``, ``JobRecord``, ``QueueRecord``).
+- ``params``: the arguments and verdicts of store operations (reserve, settle, sweeps).
+- ``policy``: a queue's retry and retention policy (backoff with jitter).
+- ``clock``: the one place the time is read (``Clock``; ``FakeClock`` for tests).
+
+It imports nothing from ``sepp.storage``, ``sepp.server``, the front ends, grpc, protobuf
+or any database module; the layer contracts in pyproject.toml hold it to that.
+Times are integer microseconds since the Unix epoch (UTC) unless a name says otherwise.
+"""

@@ -1,0 +1,106 @@
+"""Arguments and verdicts of the store operations: reserve, settle, extend, sweeps (SPEC §2, §3).
+
+Times are integer microseconds since the Unix epoch (UTC); ids 16-byte UUID blobs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveParams:
+    """Reserve up to ``max_jobs`` from ``queues`` in order; ``lease_for`` gives each queue's
+    lease length in µs. The store gives the jobs of one call a fresh random 128-bit lease id
+    (shared by them: a lease is the pair job id + lease id)."""
+
+    queues: Sequence[str]
+    max_jobs: int
+    now: int
+    lease_for: dict[str, int]
+    worker_id: str
+    #: Stop leasing once the jobs taken carry this many bytes of payload and history (the
+    #: answer must fit in one message); the first job is always taken. 0 = no limit.
+    max_bytes: int = 0
+
+
+#: Dead-letter reason of a job whose stored row could not be delivered (issue 14 O4).
+DAMAGED_ROW = "DAMAGED_ROW"
+
+
+class SettleKind(enum.Enum):
+    """What a settle does with a reserved job (SPEC §3)."""
+
+    ACK = "ack"
+    RETRY = "retry"            # run_at given (backoff or explicit delay); dead-letters at max_attempts
+    DEAD_LETTER = "dead_letter"
+    RELEASE = "release"        # back to READY, attempt given back
+
+
+class SettleParams(NamedTuple):
+    """One ack or nack (SPEC §3). RETRY uses ``delay`` (µs) when ≥ 0, else the queue's
+    backoff; DEAD_LETTER records ``reason``; ``outcome`` labels the attempt in history."""
+
+    job_id: bytes
+    lease_id: bytes
+    kind: SettleKind
+    now: int
+    delay: int = -1
+    reason: str = ""
+    outcome: str = ""
+    error_message: str = ""
+    error_detail: str = ""
+
+
+class SettleError(enum.Enum):
+    """Why a settle or extend was refused (SPEC §3, §6)."""
+
+    NOT_FOUND = "JOB_NOT_FOUND"
+    LEASE_MISMATCH = "LEASE_MISMATCH"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+
+
+class SettleResult(NamedTuple):
+    """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where
+    the job went; ``queue`` is the job's queue (empty on error)."""
+
+    error: SettleError | None
+    state: int = 0
+    run_at: int = 0
+    attempt: int = 0
+    queue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendResult:
+    """The verdict on an extend: new expiry (µs) and whether an admin asked to cancel."""
+
+    error: SettleError | None
+    lease_expires_at: int = 0
+    cancel_requested: bool = False
+
+
+class SkippedRow(NamedTuple):
+    """A row a sweep pass could not process and left as it was (issue 14 "sweeps isolate
+    failures"): the job's 16-byte id (for an idempotency key, the job that claimed it), its
+    queue, the error (one line, already bounded: ``sepp.wire.quote``), and the key for an
+    idempotency-key row. The pass handled every other row; the next pass tries this one again."""
+
+    job_id: bytes
+    queue: str
+    error: str
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What a sweep pass changed: a count (rows moved or deleted), the queues that got newly
+    READY jobs, how many jobs it dead-lettered per queue, and the rows it had to skip."""
+
+    count: int
+    queues: frozenset[str] = field(default_factory=frozenset)
+    dead_lettered: dict[str, int] = field(default_factory=dict)
+    skipped: tuple[SkippedRow, ...] = ()

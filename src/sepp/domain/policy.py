@@ -1,0 +1,46 @@
+"""A queue's retry and retention policy as the store needs it inside a write (SPEC §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """What the store needs to know of a queue's settings inside a write (all µs)."""
+
+    backoff_base: int = 1_000_000
+    backoff_cap: int = 3_600_000_000
+    jitter: float = 0.2
+    completed_retention: int = 86_400_000_000
+    dead_retention: int = 14 * 86_400_000_000
+
+    def backoff(self, attempt: int, rand: float) -> int:
+        """Delay before retry number ``attempt`` (1-based), µs: base × 2^(attempt−1), capped,
+        then scaled by (1 + jitter × rand) with ``rand`` uniform in [−1, 1] (SPEC §3)."""
+        delay = min(self.backoff_cap, self.backoff_base * (2 ** min(attempt - 1, 62)))
+        return max(0, int(delay * (1 + self.jitter * rand)))
+
+
+#: Looks a queue's policy up by name (called inside writes, where the writer runs).
+PolicyLookup = Callable[[str], QueuePolicy]
+
+
+class PolicyTable:
+    """A picklable, immutable ``PolicyLookup`` (it travels to the writer process with the
+    writes that need it): the policies of the queues whose settings differ from the
+    defaults, and ``default`` for every other name."""
+
+    __slots__ = ("custom", "default")
+
+    def __init__(self, default: QueuePolicy, custom: dict[str, QueuePolicy] | None = None) -> None:
+        self.default = default
+        self.custom = custom or {}
+
+    def __call__(self, name: str) -> QueuePolicy:
+        return self.custom.get(name, self.default)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PolicyTable, (self.default, self.custom))

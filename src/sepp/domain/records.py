@@ -1,0 +1,142 @@
+"""The rows a store keeps and reads back (STYLE habit 1).
+
+Times are integer microseconds since the Unix epoch (UTC); job and lease ids are 16-byte
+UUID blobs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from sepp.domain.states import State
+from sepp.limits import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS
+
+
+class JobRow(NamedTuple):
+    """One validated job to store: exactly the INSERT parameters, in schema order.
+
+    A tuple on purpose — the batched enqueue path builds hundreds of thousands per
+    second and hands them straight to the driver.
+    """
+
+    id: bytes
+    queue: str
+    job_type: str
+    state: int
+    priority: int
+    run_at: int
+    enqueued_at: int
+    max_attempts: int
+    payload: bytes
+    encoding: str
+    extras: bytes | None
+    idempotency_key: str | None
+
+
+#: Deduplicated jobs of one enqueue call: row index → (original job id, its state now;
+#: 0 when the original no longer exists).
+Dedups = dict[int, tuple[bytes, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """A persisted queue: settings as JSON text (``QueueSettings``), paused and declared flags."""
+
+    name: str
+    settings_json: str
+    paused: bool
+    declared: bool
+
+
+class JobRecord(NamedTuple):
+    """A full job row as read back (reservations, admin). Times are µs since the epoch (UTC).
+
+    A tuple whose fields are the store's SELECT columns in order, so a reserve of
+    hundreds of jobs builds its records with ``JobRecord._make(row)`` (no per-field
+    Python code on the writer thread).
+    """
+
+    id: bytes
+    queue: str
+    job_type: str
+    state: int
+    priority: int
+    run_at: int
+    enqueued_at: int
+    attempt: int
+    max_attempts: int
+    payload: bytes
+    encoding: str
+    extras: bytes | None
+    idempotency_key: str | None
+    lease_id: bytes | None
+    lease_expires_at: int | None
+    worker_id: str | None
+    started_at: int | None
+    history: str | None
+    finished_at: int | None
+    reason: str | None
+    cancel_requested: int               # 0/1: an admin asked to cancel it (truth value)
+    seq: int = 0
+
+    def attempt_entries(self) -> list[dict[str, Any]]:
+        """The attempt history, oldest first: dicts with ``attempt``, ``worker_id``,
+        ``started_at``/``ended_at`` (µs UTC; started may be None), ``outcome``,
+        ``error_message`` and ``error_detail``.
+
+        The attempt that completed a job is not written to ``history`` (an ack only sets the
+        state and ``finished_at``; docs/decisions.md "The completing attempt is implicit"): it
+        is derived here from ``attempt``, ``worker_id``, ``started_at`` and ``finished_at``.
+        """
+        entries = _history_entries(self.history)
+        if self.state == State.COMPLETED:
+            last = entries[-1] if entries else None
+            # Rows completed before schema 4 carry the entry already.
+            if last is None or last.get("outcome") != "completed" or last.get("attempt") != self.attempt:
+                entries.append({"attempt": self.attempt, "worker_id": self.worker_id or "",
+                                "started_at": self.started_at, "ended_at": self.finished_at,
+                                "outcome": "completed", "error_message": "", "error_detail": ""})
+        return entries
+
+
+#: An attempt entry's fields and the value a missing or mistyped one reads as.
+_ENTRY_DEFAULTS: dict[str, Any] = {"attempt": 0, "worker_id": "", "started_at": None, "ended_at": None,
+                                   "outcome": "", "error_message": "", "error_detail": ""}
+_ENTRY_RANGE: dict[str, tuple[int, int]] = {
+    "attempt": (-(2**31), 2**31 - 1),
+    "started_at": (MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999),
+    "ended_at": (MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999)}
+_ENTRY_TYPES: dict[str, type] = {"attempt": int, "worker_id": str, "started_at": int, "ended_at": int,
+                                 "outcome": str, "error_message": str, "error_detail": str}
+
+
+def _history_entries(history: Any) -> list[dict[str, Any]]:
+    """A ``history`` column as attempt entries. A damaged column (not JSON, not an array,
+    entries that are not objects or have fields of the wrong type) never raises: what cannot
+    be read is left out or reads as the field's default (issue 14: a poison row must not
+    stop the reads of the others, and its own page still shows what can be read)."""
+    if not history:
+        return []
+    try:
+        data = json.loads(history)
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(data, list):
+        return []
+    entries = []
+    for item in data:
+        if not isinstance(item, dict):
+            continue
+        entry = dict(item)
+        for key, default in _ENTRY_DEFAULTS.items():
+            value = entry.get(key, default)
+            kind = _ENTRY_TYPES[key]
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                value = default
+            if kind is int and value is not None and not _ENTRY_RANGE[key][0] <= value <= _ENTRY_RANGE[key][1]:
+                value = default  # beyond a Timestamp (times) or an int32 (attempt)
+            entry[key] = value
+        entries.append(entry)
+    return entries

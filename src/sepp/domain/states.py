@@ -1,0 +1,37 @@
+"""Job states and their one name table (SPEC §3, §6).
+
+The numbers match ``sepp.api.v1.JobState`` and the stored ``state`` column. Every front
+end (UI, CLI, admin client, worker runtime) names states through ``STATE_NAMES`` /
+``state_name``, so a state has one spelling everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(enum.IntEnum):
+    """Job states; the numbers match ``sepp.api.v1.JobState`` and the schema."""
+
+    SCHEDULED = 1
+    READY = 2
+    RESERVED = 3
+    COMPLETED = 4
+    DEAD_LETTERED = 5
+    CANCELLED = 6
+
+
+#: States a job never leaves on its own (retention applies).
+FINISHED = (State.COMPLETED, State.DEAD_LETTERED, State.CANCELLED)
+
+#: State number → its lowercase name, as the UI, the CLI and JSON output spell it.
+STATE_NAMES: dict[int, str] = {int(s): s.name.lower() for s in State}
+
+#: Lowercase name → state number (the inverse of ``STATE_NAMES``).
+STATE_BY_NAME: dict[str, int] = {name: value for value, name in STATE_NAMES.items()}
+
+
+def state_name(state: int) -> str:
+    """The lowercase name of a state number (``"dead_lettered"``); an unknown number (a
+    damaged row, a newer server) reads as its decimal text rather than raising."""
+    return STATE_NAMES.get(state, str(state))

@@ -19,7 +19,8 @@ from sepp.storage.base import JobRow
 from sepp.storage.sqlite import SQLiteStore
 from sepp.storage.sqlite.committer import STOP, GroupLoop, Results, _Pending
 from sepp.storage.sqlite.lone import MAX_RUN, QUIET_GAP
-from sepp.storage.sqlite.store import _insert_jobs, connect_writer
+from sepp.storage.sqlite.ops import insert_jobs
+from sepp.storage.sqlite.schema import connect_writer
 
 
 def _row(i: int, key: str | None = None) -> JobRow:
@@ -78,7 +79,7 @@ def _delay_after_a_group(path: Path, siblings: int) -> float:
                      source=source)  # type: ignore[arg-type]
 
     def op(i: int, siblings: int = 0) -> _Pending[None]:
-        return _Pending(lambda conn: _insert_jobs(conn, [_row(i)]), f"op{i}", 1, siblings)
+        return _Pending(lambda conn: insert_jobs(conn, [_row(i)]), f"op{i}", 1, siblings)
 
     conn = loop.open()
     source.put(op(0))  # queued before the loop runs: one group of two

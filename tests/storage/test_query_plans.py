@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sepp.storage.sqlite import SQLiteStore
-from sepp.storage.sqlite.store import DB_FILE, Q, _ack_sql, _insert_sql
+from sepp.storage.sqlite.sql import Q, ack_sql, insert_sql
+from sepp.storage.sqlite.store import DB_FILE
 
 #: Query name → parameters (values do not matter for the plan).
 QUERIES: dict[str, tuple[object, ...]] = {
@@ -28,6 +29,9 @@ QUERIES: dict[str, tuple[object, ...]] = {
     "ready_for_lease": ("q", 10),
     "lease_ready": (b"l" * 16, 0, "w", 0, "q", 10),
     "settle_lookup": (b"x" * 16,),
+    "settle_update": (2, 0, 1, None, None, None, "{}", 1, b"l" * 16),
+    "complete_one": (0, 0, 1, b"l" * 16),
+    "reclaim_ready": (2, "{}", 1, b"l" * 16),
     "get_job": (b"x" * 16,),
     "find_idempotency": ("q", "k"),
 }
@@ -57,15 +61,15 @@ def test_the_query_never_scans_the_jobs_table(db: sqlite3.Connection, name: str)
 
 
 def test_batched_acks_probe_jobs_by_id(db: sqlite3.Connection) -> None:
-    plan = _plan(db, _ack_sql(2), (0, 0, b"a" * 16, b"b" * 16, b"c" * 16, b"d" * 16))
+    plan = _plan(db, ack_sql(2), (0, 0, b"a" * 16, b"b" * 16, b"c" * 16, b"d" * 16))
     assert "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)" in plan, plan
 
 
 def test_a_multi_row_insert_takes_twelve_values_per_row(db: sqlite3.Connection) -> None:
-    assert _insert_sql(3).count("?") == 36
+    assert insert_sql(3).count("?") == 36
 
 
 def test_a_multi_row_insert_binds_a_shared_column_once() -> None:
     # queue shared, everything else per row: ?1 is the queue of all three rows.
-    sql = _insert_sql(3, (True,) + (False,) * 9)
+    sql = insert_sql(3, (True,) + (False,) * 9)
     assert sql.count("?1,") == 3 and "?34" in sql and "?35" not in sql

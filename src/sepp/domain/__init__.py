@@ -5,6 +5,8 @@ transport and no database (issue 9 item 1).
 - ``records``: the rows stored and read back (``JobRow``, ``JobRecord``, ``QueueRecord``).
 - ``params``: the arguments and verdicts of store operations (reserve, settle, sweeps).
 - ``policy``: a queue's retry and retention policy (backoff with jitter).
+- ``transitions``: what an ack, a nack, a lease expiry, a cancel and a redrive do to a job
+  (the ``Decision`` a driver applies under the lease guard; history entries, reasons).
 - ``clock``: the one place the time is read (``Clock``; ``FakeClock`` for tests).
 
 It imports nothing from ``sepp.storage``, ``sepp.server``, the front ends, grpc, protobuf

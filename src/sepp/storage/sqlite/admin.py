@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sepp.domain.states import STATE_NAMES
+from sepp.domain.transitions import CancelAction, cancel, redrive
 from sepp.quoting import clip
 from sepp.storage._sql import load_queries
 from sepp.storage.admin import (
@@ -45,7 +47,6 @@ A = load_queries("sepp.storage.sqlite", "admin.sql")
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
-_STATE_FIELDS = {1: "scheduled", 2: "ready", 3: "reserved", 4: "completed", 5: "dead_lettered", 6: "cancelled"}
 
 
 def _summary(row: Sequence[Any]) -> JobSummary:
@@ -209,9 +210,9 @@ class SQLiteAdmin:
         acc: dict[str, dict[str, int]] = {}
         for name, state in (("count_scheduled_all", 1), ("count_ready_all", 2), ("count_reserved_all", 3)):
             for q, n in await self._read(name):
-                acc.setdefault(q, {})[_STATE_FIELDS[state]] = n
+                acc.setdefault(q, {})[STATE_NAMES[state]] = n
         for q, state, n in await self._read("count_finished_all"):
-            field = _STATE_FIELDS.get(state) if isinstance(state, int) else None
+            field = STATE_NAMES.get(state) if isinstance(state, int) else None
             if field is None:
                 # A state no sepp writes (a damaged row): left out of the counts, logged once
                 # per state and queue (issue 14; the job lists with state "unknown").
@@ -316,33 +317,35 @@ def _add_counts_op(rows: list[tuple[Any, ...]], keep_after_minute: int, conn: sq
 
 
 def _cancel_op(job_id: bytes, now: int, policy: PolicyLookup, reason: str, conn: sqlite3.Connection) -> WriteResult:
-    """Writer side of ``SQLiteAdmin.cancel``."""
+    """Writer side of ``SQLiteAdmin.cancel``: applies ``transitions.cancel``."""
     row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
     if row is None:
         return WriteResult(Outcome.NOT_FOUND)
     seq, queue, state = row
-    if state in (int(State.SCHEDULED), int(State.READY)):
-        purge = now + policy(queue).dead_retention
-        conn.execute(A["cancel_now"], (now, purge, reason or "cancelled by admin", seq))
+    decision = cancel(state, now, policy(queue), reason)
+    action = decision.action
+    if action is CancelAction.CANCEL:
+        conn.execute(A["cancel_now"], (decision.finished_at, decision.purge_at, decision.reason, seq))
         return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
-    if state == int(State.RESERVED):
+    if action is CancelAction.REQUEST:
         conn.execute(A["request_cancel"], (seq,))
         return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
-    if state == int(State.CANCELLED):
+    if action is CancelAction.UNCHANGED:
         return WriteResult(Outcome.UNCHANGED, queue, state)
     return WriteResult(Outcome.WRONG_STATE, queue, state)
 
 
 def _requeue_op(job_id: bytes, now: int, conn: sqlite3.Connection) -> WriteResult:
-    """Writer side of ``SQLiteAdmin.requeue``."""
+    """Writer side of ``SQLiteAdmin.requeue``: applies ``transitions.redrive``."""
     row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
     if row is None:
         return WriteResult(Outcome.NOT_FOUND)
     seq, queue, state = row
-    if state not in (int(State.DEAD_LETTERED), int(State.CANCELLED)):
+    decision = redrive(state, now)
+    if decision is None:
         return WriteResult(Outcome.WRONG_STATE, queue, state)
-    conn.execute(A["requeue_one"], (now, seq))
-    return WriteResult(Outcome.DONE, queue, int(State.READY))
+    conn.execute(A["requeue_one"], (decision.state, decision.attempt, decision.run_at, seq))
+    return WriteResult(Outcome.DONE, queue, decision.state)
 
 
 def _delete_op(job_id: bytes, conn: sqlite3.Connection) -> WriteResult:
@@ -355,7 +358,9 @@ def _delete_op(job_id: bytes, conn: sqlite3.Connection) -> WriteResult:
 
 
 def _requeue_dead_op(name: str, params: dict[str, Any], conn: sqlite3.Connection) -> tuple[int, set[str]]:
-    """Writer side of ``SQLiteAdmin.requeue_dead``."""
+    """Writer side of ``SQLiteAdmin.requeue_dead``: the columns of ``transitions.redrive``
+    (READY at ``:now``, attempt 0) for up to ``:limit`` ``BULK_REDRIVABLE`` (DEAD_LETTERED)
+    jobs, written by the statement itself (``requeue_dead_*`` in admin.sql)."""
     rows = conn.execute(A[name], params).fetchall()
     return len(rows), {r[0] for r in rows}
 

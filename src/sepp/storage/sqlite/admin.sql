@@ -132,9 +132,10 @@ UPDATE jobs SET state = 6, finished_at = ?, purge_at = ?, reason = ? WHERE seq =
 UPDATE jobs SET cancel_requested = 1 WHERE seq = ? AND state = 3;
 
 -- name: requeue_one
--- Redrive (SPEC §6): READY now, attempt 0; id, payload, extras, priority, max_attempts and
--- history are untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED.
-UPDATE jobs SET state = 2, attempt = 0, run_at = ?, finished_at = NULL, purge_at = NULL, reason = NULL,
+-- Redrive (SPEC §6; sepp.domain.transitions.redrive): ?1 state (READY), ?2 attempt (0),
+-- ?3 run_at (now), ?4 seq; id, payload, extras, priority, max_attempts and history are
+-- untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED.
+UPDATE jobs SET state = ?, attempt = ?, run_at = ?, finished_at = NULL, purge_at = NULL, reason = NULL,
     cancel_requested = 0
 WHERE seq = ? AND state IN (5, 6);
 

@@ -85,13 +85,23 @@ SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, wor
 FROM jobs WHERE id = ?;
 
 -- name: settle_update
+-- Apply a transition (sepp.domain.transitions.Decision) to a job under its lease guard
+-- (river's JobSetStateIfRunning): ?1 state, ?2 run_at, ?3 attempt, ?4 finished_at,
+-- ?5 purge_at, ?6 reason, ?7 the history entry appended (JSON text), ?8 seq, ?9 lease id.
 UPDATE jobs SET state = ?, run_at = ?, attempt = ?, finished_at = ?, purge_at = ?, reason = ?,
     history = json_insert(coalesce(history, '[]'), '$[#]', json(?))
-WHERE seq = ?;
+WHERE seq = ? AND lease_id IS ? AND state = 3;
+
+-- name: reclaim_ready
+-- A reclaimed lease back to READY (Decision with run_at None): ?1 state, ?2 the history
+-- entry; run_at, attempt and the other columns kept. Guarded like settle_update: ?3 seq, ?4 lease id.
+UPDATE jobs SET state = ?, history = json_insert(coalesce(history, '[]'), '$[#]', json(?))
+WHERE seq = ? AND lease_id IS ? AND state = 3;
 
 -- name: complete_one
 -- One ack of a live lease (the completing attempt stays implicit, as in ack_many_head).
-UPDATE jobs SET state = 4, finished_at = ?, purge_at = ?, reason = NULL WHERE seq = ?;
+-- ?1 finished_at, ?2 purge_at; guarded like settle_update: ?3 seq, ?4 lease id.
+UPDATE jobs SET state = 4, finished_at = ?, purge_at = ?, reason = NULL WHERE seq = ? AND lease_id IS ? AND state = 3;
 
 -- name: extend_lease
 UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
@@ -99,7 +109,7 @@ UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
 -- name: expired_leases
 -- Up to ?4 expired leases (expiry <= ?1) after the key (?2 expiry, ?3 seq), oldest first: a
 -- pass that skipped an unprocessable row goes on past it (keyset, never OFFSET).
-SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, id
+SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, id, lease_id
 FROM jobs WHERE state = 3 AND lease_expires_at <= ?1 AND (lease_expires_at, seq) > (?2, ?3)
 ORDER BY lease_expires_at, seq LIMIT ?4;
 

@@ -372,7 +372,7 @@ def child_main() -> None:
     os.dup2(2, 1)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s[writer]: %(message)s")
-    from sepp.storage.sqlite.store import connect_writer
+    from sepp.storage.sqlite.schema import connect_writer
 
     path = Path(settings["path"])
 

@@ -1,0 +1,260 @@
+"""The write operations of the SQLite backend (enqueue, reserve, settle, extend), run on the
+writer connection inside the committer's transaction; the sweeps are in ``sweeps``.
+
+What a settle does to a job is decided by ``sepp.domain.transitions``; these functions read
+the rows it judges and apply its ``Decision`` under the lease guard (``settle_update``:
+``WHERE seq = ? AND lease_id IS ? AND state = RESERVED``). The random jitter of a backoff
+is drawn here and handed to the rule.
+
+Module-level so they pickle (the writer may run in its own process, ``writer_process``);
+the connection comes last (``functools.partial`` binds the rest). They run SQL only; the
+statements are prepared and the results built on the event loop where that is cheaper
+(docs/decisions.md "The writer runs SQL, the event loop builds").
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from sepp.domain.params import DAMAGED_ROW, ExtendResult, ReserveParams, SettleKind, SettleParams, SettleResult
+from sepp.domain.policy import PolicyLookup
+from sepp.domain.records import Dedups, JobRow, QueueRecord
+from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease_error, settle
+from sepp.quoting import clip
+from sepp.storage.errors import StoreError
+from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
+from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, insert_sql, insert_statements
+from sepp.storage.sqlite.sweeps import promote
+
+# ---------------------------------------------------------------------- enqueue
+
+
+def run_inserts(statements: list[tuple[InsertKey | None, Sequence[object]]], conn: sqlite3.Connection) -> Dedups:
+    """Run prepared inserts (``sql.insert_statements``); the empty dedup map of a plain insert."""
+    for key, params in statements:
+        conn.execute(Q["insert_job"] if key is None else insert_sql(*key), params)
+    return {}
+
+
+def insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
+    """Insert ``rows`` (see ``sql.insert_statements``)."""
+    run_inserts(insert_statements(rows), conn)
+
+
+def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new_queues: Sequence[QueueRecord],
+               conn: sqlite3.Connection) -> Dedups:
+    """Writer side of ``SQLiteStore.enqueue`` with idempotency keys or new queues."""
+    for q in new_queues:
+        conn.execute(Q["insert_queue_if_absent"],
+                     (q.name, q.settings_json, int(q.paused), int(q.declared), now, now))
+    dedups: Dedups = {}
+    fresh: list[JobRow] = []
+    for i, row in enumerate(rows):
+        key = row.idempotency_key
+        if key:
+            hit = conn.execute(Q["find_idempotency"], (row.queue, key)).fetchone()
+            if hit is not None and hit[1] > now:
+                original = hit[0]
+                state_row = conn.execute(Q["job_state"], (original,)).fetchone()
+                if state_row is not None:
+                    state = state_row[0]
+                else:  # an earlier row of this call (not inserted yet), or purged: key stays claimed
+                    state = next((r.state for r in fresh if r.id == original), 0)
+                dedups[i] = (original, state)
+                continue
+            conn.execute(Q["claim_idempotency"], (row.queue, key, row.id, dedup_until[i]))
+        fresh.append(row)
+    insert_jobs(conn, fresh)
+    return dedups
+
+
+def fetch_all(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> list[Any]:
+    """Run one statement; its rows."""
+    return conn.execute(sql, params).fetchall()
+
+
+def execute(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> None:
+    """Run one statement."""
+    conn.execute(sql, params)
+
+
+# ---------------------------------------------------------------------- reserve
+
+
+def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection) -> list[tuple[str, int, list[Any]]]:
+    """Writer side of ``SQLiteStore.reserve``: SQL only; the records are built by the caller
+    (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
+    (queue, lease expiry µs, the ready_for_lease rows).
+
+    A row the driver cannot read (a text column that is not UTF-8) or whose payload/history
+    is not bytes/text (a damaged row, ``storage.rows``) is not leased: it is dead-lettered
+    with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead
+    (issue 14 O4). That check runs only after the plain read failed, off the hot path."""
+    now = params.now
+    promote(conn, now, 10_000)  # a row it skips is reported by the promotion sweep
+    out: list[tuple[str, int, list[Any]]] = []
+    want = params.max_jobs
+    budget, used = params.max_bytes, 0
+    for queue in params.queues:
+        if want <= 0 or (budget and used >= budget):
+            break
+        for _round in range(_DAMAGED_ROUNDS):
+            try:
+                rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, want)), budget, used, bool(out))
+                break
+            except (sqlite3.OperationalError, TypeError) as exc:
+                if isinstance(exc, sqlite3.OperationalError) and not is_decode_error(exc):
+                    raise
+                _bury_damaged_ready(conn, queue, want, now)  # then read the queue again
+        else:
+            continue  # a queue full of damaged rows: the next Reserve buries more
+        if not rows:
+            continue
+        used += size
+        expires = now + params.lease_for[queue]
+        leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows))).rowcount
+        if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
+            raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
+        out.append((queue, expires, rows))
+        want -= len(rows)
+    return out
+
+
+#: Times a Reserve re-reads one queue after dead-lettering damaged rows at its head.
+_DAMAGED_ROUNDS = 4
+
+
+def _ready_rows(cur: sqlite3.Cursor, budget: int, used: int, have: bool) -> tuple[list[Any], int]:
+    """The ready_for_lease rows to lease and their size in bytes: with a ``budget``, rows
+    are read one at a time and past it at most one more job is loaded (the first job of the
+    call, ``have`` False, is always taken)."""
+    if not budget:
+        return cur.fetchall(), 0
+    rows: list[Any] = []
+    size = 0
+    for row in cur:
+        n = len(row[7]) + len(row[11] or "")
+        if used + size + n > budget and (rows or have):
+            break
+        rows.append(row)
+        size += n
+    cur.close()
+    return rows, size
+
+
+def _bury_damaged_ready(conn: sqlite3.Connection, queue: str, want: int, now: int) -> None:
+    """Dead-letter (``DAMAGED_ROW``) the damaged rows among the next ``want`` READY jobs of
+    ``queue``: text that is not UTF-8, a payload that is not bytes, a history that is not
+    text. Each is logged (once per job)."""
+    decoder = LenientText()
+    saved = conn.text_factory
+    conn.text_factory = decoder
+    try:
+        cur = conn.execute(Q["ready_for_lease"], (queue, want))
+        damaged: list[tuple[Any, str]] = []
+        while True:
+            before = decoder.damaged
+            row = cur.fetchone()
+            if row is None:
+                break
+            if decoder.damaged != before:
+                damaged.append((row, "a text column is not UTF-8"))
+            elif not isinstance(row[7], bytes) or not isinstance(row[11], str | None):
+                damaged.append((row, "its payload or history has the wrong type"))
+    finally:
+        conn.text_factory = saved
+    for row, why in damaged:
+        conn.execute(Q["bury_damaged"], (now, DAMAGED_ROW, row[12]))
+        note_damaged(row[0] if isinstance(row[0], bytes) else row[12],
+                     f"job {describe(row)} in queue {clip(repr(queue), 200)} cannot be delivered ({why}): "
+                     f"dead-lettered with {DAMAGED_ROW}")
+
+
+def bury_leased_op(leases: list[tuple[bytes, bytes]], now: int, conn: sqlite3.Connection) -> int:
+    """Writer side of ``SQLiteStore.reserve_damaged``."""
+    return sum(conn.execute(Q["bury_leased"], (now, DAMAGED_ROW, job_id, lease_id)).rowcount
+               for job_id, lease_id in leases)
+
+
+# ---------------------------------------------------------------------- settle and extend
+
+
+def _held(row: Sequence[Any] | None) -> HeldJob | None:
+    """A ``settle_lookup`` row as the rules read it (its seq dropped)."""
+    return None if row is None else HeldJob._make(row[1:])
+
+
+def _apply(conn: sqlite3.Connection, seq: int, lease_id: bytes, d: Decision) -> None:
+    """Write ``d`` to the job ``seq`` under its lease guard (still RESERVED by ``lease_id``)."""
+    if d.entry is None:  # an ack: the one-job form of the batched ack statement
+        cur = conn.execute(Q["complete_one"], (d.finished_at, d.purge_at, seq, lease_id))
+    else:
+        cur = conn.execute(Q["settle_update"], (*d[:6], d.entry, seq, lease_id))
+    if cur.rowcount != 1:  # cannot happen with one writer: the lease was judged in this transaction
+        raise StoreError(f"settle of job seq {seq} found its lease gone")
+
+
+def settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup) -> SettleResult:
+    """Judge and apply one ack or nack (``transitions.settle``)."""
+    row = conn.execute(Q["settle_lookup"], (p.job_id,)).fetchone()
+    rand = random.uniform(-1.0, 1.0) if p.kind is SettleKind.RETRY else 0.0
+    verdict = settle(_held(row), p, policy, rand)
+    if isinstance(verdict, SettleResult):
+        return verdict
+    _apply(conn, row[0], p.lease_id, verdict)
+    return verdict.result(row[1])
+
+
+def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlite3.Connection) -> list[SettleResult]:
+    """Apply settle items one by one, in request order."""
+    return [settle_one(conn, p, policy) for p in items]
+
+
+def ack_many(statements: list[list[object]], others: dict[int, SettleParams], now: int, default_keep: int,
+             policy: PolicyLookup, conn: sqlite3.Connection
+             ) -> tuple[list[tuple[bytes, str, int]], dict[bytes, SettleResult], dict[int, SettleResult]]:
+    """Writer side of a batched settle, one transaction: run the ack statements (the
+    parameters of ``ack_many_head``: now, default retention, then one (job id, lease id)
+    pair per ack: the rule ``transitions.ack`` for many jobs); give the jobs of a queue with
+    its own completed retention their purge time; apply each ack the statements did not
+    complete (refused or repeated) and each of ``others`` (nacks, by item index) one by one.
+
+    Returns the completed (job id, queue, attempt), {job id: result} of the acks applied one
+    by one, and {item index: result} of ``others``."""
+    rows: list[Any] = []
+    for params in statements:
+        rows += conn.execute(ack_sql((len(params) - 2) // 2), params).fetchall()
+    for queue in {row[1] for row in rows}:
+        pol = policy(queue)
+        if pol.completed_retention != default_keep:
+            purge_at = completed_purge_at(now, pol)
+            for _job_id, row_queue, _attempt, seq in rows:
+                if row_queue == queue:
+                    conn.execute(Q["set_purge_at"], (purge_at, seq))
+    acked = {row[0] for row in rows}
+    refused: dict[bytes, SettleResult] = {}
+    ack = SettleKind.ACK
+    for params in statements:
+        for k in range(2, len(params), 2):
+            job_id, lease_id = params[k], params[k + 1]
+            if job_id not in acked:
+                assert isinstance(job_id, bytes) and isinstance(lease_id, bytes)
+                item = SettleParams(job_id, lease_id, ack, now, outcome="completed")
+                refused[job_id] = settle_one(conn, item, policy)
+    return ([(job_id, queue, attempt) for job_id, queue, attempt, _seq in rows], refused,
+            {i: settle_one(conn, p, policy) for i, p in others.items()})
+
+
+def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, conn: sqlite3.Connection) -> ExtendResult:
+    """Writer side of ``SQLiteStore.extend``: push a live lease's expiry to ``expires_at`` (µs)."""
+    row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
+    job = _held(row)
+    err = lease_error(job, lease_id, now)
+    if err is not None:
+        return ExtendResult(err)
+    assert job is not None
+    conn.execute(Q["extend_lease"], (expires_at, row[0]))
+    return ExtendResult(None, expires_at, bool(job.cancel_requested))

@@ -1,0 +1,200 @@
+"""The sweep passes of the SQLite backend, run on the writer: promotion (SCHEDULED → READY),
+reclaim of expired leases (``sepp.domain.transitions.reclaim``) and pruning.
+
+A sweep pass isolates failures (issue 14; docs/decisions.md "Sweeps skip what they cannot
+process"): its rows are first handled as a batch inside a savepoint; when that raises, the
+savepoint is rolled back and every row is handled in a savepoint of its own, so a row that
+cannot be processed is skipped (and reported) and every other row is still handled in the
+same pass. The rows come in index order, one page at a time by key, so a pass goes on past
+the rows it skipped: they are tried again by the next pass but never hold the others back.
+
+The ``*_op`` functions are module-level so they pickle (the writer may run in its own
+process); the connection comes last (``functools.partial`` binds the rest).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from sepp.domain.params import SkippedRow, SweepResult
+from sepp.domain.policy import PolicyLookup
+from sepp.domain.states import State
+from sepp.domain.transitions import ExpiredLease, reclaim
+from sepp.quoting import clip
+from sepp.storage.errors import StoreError
+from sepp.storage.rows import fetch_lenient
+from sepp.storage.sqlite.sql import Q
+
+#: Rows a pass may skip before it stops (keeps one write transaction short even when a
+#: database holds very many unprocessable rows); the next pass starts over from the oldest.
+MAX_SKIPPED = 1_000
+_INT64_MIN = -(2**63)
+_Row = Sequence[Any]
+_READY, _DEAD = int(State.READY), int(State.DEAD_LETTERED)
+
+
+def _error_text(exc: BaseException) -> str:
+    """One line saying what went wrong with a row: type and message, at most ~300 bytes."""
+    return clip(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
+
+
+def _rollback_to(conn: sqlite3.Connection, name: str, exc: BaseException) -> None:
+    """Undo a failed savepoint. When SQLite already rolled the whole transaction back (disk
+    full, I/O error) the failure is not the row's: ``exc`` is raised and fails the pass."""
+    if not conn.in_transaction:
+        raise exc
+    conn.execute(f"ROLLBACK TO {name}")
+    conn.execute(f"RELEASE {name}")
+
+
+def _each_isolated(conn: sqlite3.Connection, rows: Sequence[_Row], apply: Callable[[sqlite3.Connection, _Row], Any],
+                   ) -> tuple[list[tuple[_Row, Any]], list[tuple[_Row, BaseException]]]:
+    """``apply(conn, row)`` for every row, in one savepoint; if one raises, everything is rolled
+    back and each row is applied in a savepoint of its own. Returns (row, value) of the rows
+    applied and (row, exception) of those that failed."""
+    conn.execute("SAVEPOINT sweep_batch")
+    try:
+        done = [(row, apply(conn, row)) for row in rows]
+    except Exception as exc:
+        _rollback_to(conn, "sweep_batch", exc)
+    else:
+        conn.execute("RELEASE sweep_batch")
+        return done, []
+    done = []
+    failed: list[tuple[_Row, BaseException]] = []
+    for row in rows:
+        conn.execute("SAVEPOINT sweep_row")
+        try:
+            value = apply(conn, row)
+        except Exception as exc:
+            _rollback_to(conn, "sweep_row", exc)
+            failed.append((row, exc))
+        else:
+            conn.execute("RELEASE sweep_row")
+            done.append((row, value))
+    return done, failed
+
+
+def _paged(conn: sqlite3.Connection, sql: str, now: int, limit: int, start: tuple[Any, ...],
+           key_of: Callable[[_Row], tuple[Any, ...]], apply: Callable[[sqlite3.Connection, _Row], Any],
+           ) -> tuple[list[tuple[_Row, Any]], list[tuple[_Row, BaseException]]]:
+    """Apply ``apply`` to up to ``limit`` rows of ``sql`` (parameters: ``now``, the key to
+    start after, the page size), isolating failures (``_each_isolated``). After a page with a
+    failed row the next page starts after that page's last key, until ``limit`` rows were
+    handled, the rows run out, or ``MAX_SKIPPED`` were skipped."""
+    done: list[tuple[_Row, Any]] = []
+    failed: list[tuple[_Row, BaseException]] = []
+    key = start
+    while len(done) < limit:
+        want = limit - len(done)
+        # A text value that is not UTF-8 (a queue name of a damaged row) is read with U+FFFD
+        # rather than failing the whole pass (issue 14 O3); the rows are handled by seq.
+        rows = fetch_lenient(conn, sql, (now, *key, want))
+        page_done, page_failed = _each_isolated(conn, rows, apply)
+        done += page_done
+        failed += page_failed
+        if not page_failed or len(rows) < want or len(failed) >= MAX_SKIPPED:
+            break
+        key = key_of(rows[-1])
+    return done, failed
+
+
+def _batch_or_rows(conn: sqlite3.Connection, batch: Callable[[], Any]) -> tuple[bool, Any]:
+    """Run ``batch()`` (one statement) in a savepoint: (True, its value), or (False, None)
+    after rolling it back when it raised (the caller then goes row by row)."""
+    conn.execute("SAVEPOINT sweep_stmt")
+    try:
+        value = batch()
+    except Exception as exc:
+        _rollback_to(conn, "sweep_stmt", exc)
+        return False, None
+    conn.execute("RELEASE sweep_stmt")
+    return True, value
+
+
+def _skipped(failed: Sequence[tuple[_Row, BaseException]], id_at: int, queue_at: int,
+             key_at: int | None = None) -> tuple[SkippedRow, ...]:
+    return tuple(SkippedRow(row[id_at], row[queue_at], _error_text(exc), None if key_at is None else row[key_at])
+                 for row, exc in failed)
+
+
+# ---------------------------------------------------------------------- promotion
+
+def _promote_row(conn: sqlite3.Connection, row: _Row) -> None:
+    conn.execute(Q["promote_one"], (row[0],))
+
+
+def promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
+    """Due SCHEDULED jobs (run_at ≤ ``now`` µs) → READY, at most ``limit``: one statement,
+    or row by row when it fails (also run by every Reserve before it leases)."""
+    ok, rows = _batch_or_rows(conn, lambda: conn.execute(Q["promote_due"], (now, limit)).fetchall())
+    if ok:
+        return SweepResult(len(rows), frozenset(r[0] for r in rows))
+    done, failed = _paged(conn, Q["due_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[2], r[0]), _promote_row)
+    return SweepResult(len(done), frozenset(row[1] for row, _ in done), {}, _skipped(failed, 3, 1))
+
+
+def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
+    """Writer side of ``SQLiteStore.promote_due``."""
+    return promote(conn, now, limit)
+
+
+# ---------------------------------------------------------------------- reclaim
+
+def _reclaim_row(now: int, policy: PolicyLookup, conn: sqlite3.Connection, row: _Row) -> int:
+    """Apply the reclaim rule to one ``expired_leases`` row under its lease guard; the new state."""
+    seq, lease_id = row[0], row[9]
+    decision = reclaim(ExpiredLease._make(row[1:8]), now, policy)
+    if decision.run_at is None:
+        cur = conn.execute(Q["reclaim_ready"], (decision.state, decision.entry, seq, lease_id))
+    else:
+        cur = conn.execute(Q["settle_update"], (*decision[:6], decision.entry, seq, lease_id))
+    if cur.rowcount != 1:  # cannot happen with one writer: the row was read in this transaction
+        raise StoreError(f"reclaim of job seq {seq} found it no longer leased")
+    return decision.state
+
+
+def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connection) -> SweepResult:
+    """Writer side of ``SQLiteStore.reclaim_expired``: each expired lease back to READY, or
+    CANCELLED (cancel requested) or DEAD_LETTERED (last attempt) as ``transitions.reclaim``
+    decides; failures isolated per row."""
+    done, failed = _paged(conn, Q["expired_leases"], now, limit, (_INT64_MIN, 0), lambda r: (r[6], r[0]),
+                          partial(_reclaim_row, now, policy))
+    woke = set()
+    dead: dict[str, int] = {}
+    for row, state in done:
+        if state == _READY:
+            woke.add(row[1])
+        elif state == _DEAD:
+            dead[row[1]] = dead.get(row[1], 0) + 1
+    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 8, 1))
+
+
+# ---------------------------------------------------------------------- prune
+
+def _prune_job(conn: sqlite3.Connection, row: _Row) -> None:
+    conn.execute(Q["prune_one"], (row[0],))
+
+
+def _prune_key(conn: sqlite3.Connection, row: _Row) -> None:
+    conn.execute(Q["prune_key"], (row[0], row[1]))
+
+
+def prune_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
+    """Writer side of ``SQLiteStore.prune``: one statement for jobs and one for keys, each
+    row by row when it fails."""
+    skipped: tuple[SkippedRow, ...] = ()
+    ok, jobs = _batch_or_rows(conn, lambda: conn.execute(Q["prune_jobs"], (now, limit)).rowcount)
+    if not ok:
+        done, failed = _paged(conn, Q["purgeable_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[2], r[0]),
+                              _prune_job)
+        jobs, skipped = len(done), _skipped(failed, 3, 1)
+    ok, keys = _batch_or_rows(conn, lambda: conn.execute(Q["prune_idempotency"], (now, limit)).rowcount)
+    if not ok:
+        done, failed = _paged(conn, Q["expired_keys"], now, limit, (_INT64_MIN, "", ""),
+                              lambda r: (r[2], r[0], r[1]), _prune_key)
+        keys, skipped = len(done), skipped + _skipped(failed, 3, 0, 1)
+    return SweepResult(int(jobs + keys), skipped=skipped)

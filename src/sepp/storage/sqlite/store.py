@@ -36,6 +36,7 @@ from sepp.storage.base import (
     SettleParams,
     SettleResult,
     State,
+    StoreFigures,
     SweepResult,
 )
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
@@ -334,3 +335,12 @@ class SQLiteStore:
         row = await self._read(Q["get_job"], (job_id,), one=True)
         return None if row is None else repair_job(_record(row))
 
+    # ------------------------------------------------------------------ Store protocol: stop, metrics
+
+    def abort(self) -> None:
+        """``Store.abort``: the forced stop is ``kill_writer`` (SIGKILL the writer process)."""
+        self.kill_writer()
+
+    def figures(self) -> StoreFigures:
+        """``Store.figures``: commits (committer + lone-write path) and the commit backlog."""
+        return StoreFigures(self.commits, self._committer.backlog)

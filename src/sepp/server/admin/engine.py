@@ -5,36 +5,31 @@ call it in-process. Errors are ``sepp.server.errors`` exceptions (``NotFound``,
 ``InvalidRequest``) plus ``StateConflict`` below (FAILED_PRECONDITION on the wire).
 
 Throughput stats (documented choice): enqueues, completions and dead letters are
-counted in memory per (queue, minute) through ``JobEngine.on_stored`` /
-``on_finished`` and folded into the ``queue_throughput`` table every
-``flush_interval`` seconds and at stop, so no job write carries a statistics write (a
-crash loses at most that many seconds of the series). Reads merge the table with the
-counts not flushed yet.
+counted in memory per (queue, minute) by a ``ThroughputCounter`` (``admin.throughput``)
+subscribed to ``JobEngine.on_stored`` / ``on_finished``, and folded into the
+``queue_throughput`` table every ``flush_interval`` seconds and at stop, so no job write
+carries a statistics write (a crash loses at most that many seconds of the series). Reads
+merge the table with the counts not flushed yet. Page tokens: ``admin.cursor``; settings
+patches: ``admin.settings``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hashlib
-import json
 import logging
-import time
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from sepp.api.v1 import common_pb2 as pb
-from sepp.limits import QueueSettings, long_encoding_label
+from sepp.domain.states import STATE_NAMES
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason, RejectionCode
-from sepp.server.bounds import invalid_from_pydantic
-from sepp.server.engine import JobEngine, job_id_bytes, job_id_text, now_us
+from sepp.server.admin.cursor import decode_cursor, encode_cursor
+from sepp.server.admin.settings import merge_settings
+from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
+from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
 from sepp.server.queues import QueueState
 from sepp.storage.admin import (
@@ -46,11 +41,11 @@ from sepp.storage.admin import (
     Outcome,
     StateCounts,
 )
-from sepp.storage.base import Dedups, JobRecord, JobRow, State
+from sepp.storage.base import JobRecord, State
 
 log = logging.getLogger("sepp.admin")
 
-_MINUTE = 60_000_000
+_MINUTE = MINUTE_US
 #: Minutes of throughput shown (the last hour) and kept in the table (a day).
 WINDOW_MINUTES = 60
 KEEP_MINUTES = 24 * 60
@@ -76,65 +71,13 @@ class StateConflict(EngineError):
 
 
 def state_name(state: int) -> str:
-    """``READY``, ``DEAD_LETTERED``, …; ``UNKNOWN`` for anything else."""
-    try:
-        return State(state).name
-    except ValueError:
-        return "UNKNOWN"
-
-
-# ---------------------------------------------------------------------- throughput
-
-
-class ThroughputCounter:
-    """Throughput per (queue, minute) not yet written to the store: enqueued, completed and
-    dead-lettered counts (columns 0, 1, 2), kept in memory so neither the enqueue nor the
-    settle path writes a statistics row per job."""
-
-    ENQUEUED, COMPLETED, DEAD_LETTERED = 0, 1, 2
-
-    def __init__(self) -> None:
-        self.pending: Counter[tuple[str, int, int]] = Counter()
-
-    def on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
-        """``JobEngine.on_stored`` hook: count the rows that were really stored."""
-        if not rows:
-            return
-        minute = rows[0].enqueued_at // _MINUTE  # one call = one ``now``
-        first = rows[0].queue
-        if all(r.queue == first for r in rows):
-            self.pending[(first, minute, 0)] += len(rows) - len(dedups)
-            return
-        counts = Counter(r.queue for r in rows)
-        for i in dedups:
-            counts[rows[i].queue] -= 1
-        for queue, n in counts.items():
-            self.pending[(queue, minute, 0)] += n
-
-    def on_finished(self, queue: str, state: int, count: int) -> None:
-        """``JobEngine.on_finished`` hook: jobs of ``queue`` reached COMPLETED (4) or DEAD_LETTERED (5)."""
-        column = self.COMPLETED if state == 4 else self.DEAD_LETTERED
-        self.pending[(queue, now_us() // _MINUTE, column)] += count
-
-    def take(self) -> dict[tuple[str, int], tuple[int, int, int]]:
-        """Hand over and forget the pending counts: {(queue, minute): (enqueued, completed, dead)}."""
-        out: dict[tuple[str, int], list[int]] = {}
-        for (queue, minute, column), n in self.pending.items():
-            if n:
-                out.setdefault((queue, minute), [0, 0, 0])[column] += n
-        self.pending.clear()
-        return {k: (v[0], v[1], v[2]) for k, v in out.items()}
-
-    def restore(self, counts: Mapping[tuple[str, int], tuple[int, int, int]]) -> None:
-        """Put counts back after a failed flush."""
-        for (queue, minute), values in counts.items():
-            for column, n in enumerate(values):
-                self.pending[(queue, minute, column)] += n
-
-    def forget(self, queue: str) -> None:
-        """Drop a deleted queue's counts."""
-        for key in [k for k in self.pending if k[0] == queue]:
-            del self.pending[key]
+    """``READY``, ``DEAD_LETTERED``, …; ``UNKNOWN`` for anything else: the UPPERCASE spelling
+    of ``StateConflict`` messages and their ``state`` metadata (wire strings) and of the
+    admin UI. Read from the one name table (``sepp.domain.states.STATE_NAMES``); not
+    ``domain.states.state_name`` itself, which spells ``dead_lettered`` and an unknown
+    number as its digits."""
+    name = STATE_NAMES.get(state)
+    return "UNKNOWN" if name is None else name.upper()
 
 
 # ---------------------------------------------------------------------- views
@@ -172,87 +115,6 @@ class _CountsCache:
     expires: float = 0.0
 
 
-# ---------------------------------------------------------------------- settings
-
-
-def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequence[str],
-                   max_message_bytes: int, max_encoding_bytes: int | None = None) -> QueueSettings:
-    """``current`` with the fields named by ``paths`` taken from ``patch`` (empty = every
-    field of ``patch``). Paths are QueueSettings field names, ``limits.<name>`` for a limit.
-
-    Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value:
-    also for ``max_payload_bytes`` above ``max_message_bytes`` and, when
-    ``max_encoding_bytes`` is given, an ``allowed_encodings`` label longer than that
-    (field ``limits.allowed_encodings[i]``; issue 14).
-    """
-    merged = current.model_dump()
-    for path in paths or _all_paths(patch):
-        head, _, rest = path.partition(".")
-        if head not in QueueSettings.model_fields or (rest and head != "limits"):
-            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
-        if head not in patch:
-            raise InvalidRequest(f"setting {quote(path)} is named but not given", clip(path))
-        if not rest:
-            merged[head] = patch[head]
-            continue
-        limits = patch[head] if isinstance(patch[head], Mapping) else {}
-        if rest not in merged["limits"] or rest not in limits:
-            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
-        merged["limits"][rest] = limits[rest]
-    try:
-        settings = QueueSettings.model_validate(merged)
-    except ValidationError as exc:
-        raise invalid_from_pydantic(exc) from None
-    if settings.limits.max_payload_bytes > max_message_bytes:
-        raise InvalidRequest(f"limits.max_payload_bytes must not exceed max_message_bytes ({max_message_bytes})",
-                             "limits.max_payload_bytes", max_message_bytes, settings.limits.max_payload_bytes)
-    if max_encoding_bytes is not None:
-        long_label = long_encoding_label(settings.limits, max_encoding_bytes)
-        if long_label is not None:
-            i, size = long_label
-            raise InvalidRequest(f"limits.allowed_encodings[{i}] is {size} bytes long; a label is at most "
-                                 f"max_encoding_bytes ({max_encoding_bytes})", f"limits.allowed_encodings[{i}]",
-                                 max_encoding_bytes, size)
-    return settings
-
-
-def _all_paths(patch: Mapping[str, Any]) -> list[str]:
-    return [k for k in patch if k in QueueSettings.model_fields]
-
-
-# ---------------------------------------------------------------------- cursors
-
-
-def _fingerprint(query: JobQuery) -> str:
-    raw = json.dumps([query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
-                      query.finished_before])
-    return hashlib.sha256(raw.encode()).hexdigest()[:12]
-
-
-def encode_cursor(query: JobQuery, key: list[Any]) -> str:
-    """An opaque page token: the last row's sort key, bound to the query's filters."""
-    raw = json.dumps({"f": _fingerprint(query), "k": key}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(query: JobQuery, token: str) -> list[Any] | None:
-    """The sort key in ``token`` (None for an empty token). Raises ``InvalidRequest`` when it
-    is malformed or was made for other filters."""
-    if not token:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = json.loads(raw)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest("page_token is malformed", "page_token") from None
-    if not isinstance(data, dict) or not isinstance(data.get("k"), list):
-        raise InvalidRequest("page_token is malformed", "page_token")
-    if data.get("f") != _fingerprint(query):
-        raise InvalidRequest("page_token was issued for other filters", "page_token")
-    key: list[Any] = data["k"]
-    return key
-
-
 # ---------------------------------------------------------------------- engine
 
 
@@ -264,13 +126,17 @@ class AdminEngine:
     """Admin operations over a ``JobEngine`` (queues, notifier, store) and an ``AdminStore``.
 
     ``start()`` hooks the throughput counter into the engine and starts the flush loop;
-    ``stop()`` must run before the store closes (it writes the last counts).
+    ``stop()`` must run before the store closes (it writes the last counts). Every time it
+    reads (stats window, key expiry, cancel/redrive time, the counts cache) comes from
+    ``engine.clock`` (issue 9 item 3); the flush loop sleeps in real time.
     """
 
     def __init__(self, engine: JobEngine, store: AdminStore, *, flush_interval: float = 5.0) -> None:
         self.engine = engine
         self.store = store
-        self.counter = ThroughputCounter()
+        self.clock = engine.clock
+        self._now_us = engine.clock.now_us
+        self.counter = ThroughputCounter(engine.clock)
         self.flush_interval = flush_interval
         self._task: asyncio.Task[None] | None = None
         self._counts = _CountsCache()
@@ -311,7 +177,7 @@ class AdminEngine:
         """Write pending enqueue counts and prune minutes older than a day."""
         counts = self.counter.take()
         try:
-            await self.store.add_counts(counts, now_us() // _MINUTE - KEEP_MINUTES)
+            await self.store.add_counts(counts, self._now_us() // _MINUTE - KEEP_MINUTES)
         except BaseException:
             self.counter.restore(counts)
             raise
@@ -335,7 +201,7 @@ class AdminEngine:
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
 
     async def _persist(self, q: QueueState) -> None:
-        await self.engine.store.upsert_queue(q.record(), now_us())
+        await self.engine.store.upsert_queue(q.record(), self._now_us())
         q.persisted = True
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
@@ -356,7 +222,7 @@ class AdminEngine:
             settings = merge_settings(registry.defaults, patch, paths, cap, labels) if patch is not None \
                 else registry.defaults
             q = QueueState(name, settings, declared=True)
-            await self.engine.store.upsert_queue(q.record(), now_us())
+            await self.engine.store.upsert_queue(q.record(), self._now_us())
             q.persisted = True
             raced = registry.get(name)  # an enqueue may have created it on demand meanwhile
             if raced is not None:
@@ -465,7 +331,7 @@ class AdminEngine:
         Raises ``NotFound`` (IDEMPOTENCY_KEY_NOT_FOUND) when the key is not claimed (or expired).
         """
         hit = await self.store.find_idempotency(queue, key)
-        if hit is None or hit[1] <= now_us():
+        if hit is None or hit[1] <= self._now_us():
             raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}",
                            Reason.IDEMPOTENCY_KEY_NOT_FOUND)
         job = await self.engine.store.get_job(hit[0])
@@ -475,7 +341,7 @@ class AdminEngine:
         """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
         ExtendLease). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
         raw = self._job_id(job_id)
-        result = await self.store.cancel(raw, now_us(), self.engine.queues.policies(),
+        result = await self.store.cancel(raw, self._now_us(), self.engine.queues.policies(),
                                          reason[:1024] if reason else "")
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
@@ -488,7 +354,7 @@ class AdminEngine:
 
     async def requeue(self, job_id: str) -> JobRecord:
         """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""
-        result = await self.store.requeue(self._job_id(job_id), now_us())
+        result = await self.store.requeue(self._job_id(job_id), self._now_us())
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
@@ -504,7 +370,7 @@ class AdminEngine:
         if max_jobs < 0:
             raise InvalidRequest(f"max_jobs must not be negative (0 = every match; got {max_jobs})", "max_jobs", 0,
                                  max_jobs)
-        now = now_us()
+        now = self._now_us()
         before = now + 1 if where.before is None else min(where.before, now + 1)
         snapshot = DeadFilter(where.queue, where.job_type, where.reason_prefix, where.after, before)
         matched = await self.store.count_dead(snapshot)
@@ -513,7 +379,7 @@ class AdminEngine:
         goal = matched if max_jobs == 0 else min(max_jobs, matched)
         done = 0
         while done < goal:
-            n, queues = await self.store.requeue_dead(snapshot, now_us(), min(CHUNK, goal - done))
+            n, queues = await self.store.requeue_dead(snapshot, self._now_us(), min(CHUNK, goal - done))
             for name in queues:
                 self.engine.notifier.ready(name)
             done += n
@@ -535,12 +401,13 @@ class AdminEngine:
         """Counts of every queue; cached for 5× the time the count took (≤ 10 s), so a
         dashboard polling a huge database costs the readers at most ~1/6 of their time."""
         cache = self._counts
-        if time.monotonic() < cache.expires:
+        monotonic = self.clock.monotonic
+        if monotonic() < cache.expires:
             return cache.value
-        started = time.monotonic()
+        started = monotonic()
         cache.value = await self.store.state_counts(None)
-        took = time.monotonic() - started
-        cache.expires = time.monotonic() + min(10.0, 5 * took)
+        took = monotonic() - started
+        cache.expires = monotonic() + min(10.0, 5 * took)
         return cache.value
 
     async def stats(self, names: Sequence[str] = ()) -> list[QueueStatsView]:
@@ -557,7 +424,7 @@ class AdminEngine:
                 counts.update(await self.store.state_counts(q.name))
         else:
             counts = await self._all_counts()
-        now = now_us()
+        now = self._now_us()
         this_minute = now // _MINUTE
         first = this_minute - WINDOW_MINUTES + 1
         series: dict[str, dict[int, list[int]]] = {}

@@ -23,10 +23,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conformance_kit import ConformanceStore, StoreFactory
+
+from storage.conformance_kit import ConformanceStore, StoreFactory
 
 #: Every backend the conformance suite runs against (issue 10 adds "postgres").
-BACKENDS = ["sqlite"] + (["sqlite-process"] if os.environ.get("SEPP_CONFORMANCE_ALL") == "1" else [])
+BACKENDS = ["sqlite"] + (["sqlite-process"] if os.environ.get("CONFORMANCE_ALL") == "1" else [])
 
 
 def _new_store(backend: str, folder: Path) -> ConformanceStore:

@@ -6,11 +6,10 @@ Runs against every backend of ``conftest.BACKENDS``.
 
 from __future__ import annotations
 
-from conformance_kit import NOW, POLICY, S, ConformanceStore, StoreFactory, get, lease, put, row, settle1
-
 from sepp.domain.params import SettleKind
 from sepp.domain.records import QueueRecord
 from sepp.domain.states import State
+from storage.conformance_kit import NOW, POLICY, ConformanceStore, S, StoreFactory, get, lease, put, row, settle1
 
 
 async def test_every_field_of_a_single_and_a_batched_row_reads_back(store: ConformanceStore) -> None:

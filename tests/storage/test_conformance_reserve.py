@@ -5,10 +5,9 @@ promotion it does first (SPEC §3).
 
 from __future__ import annotations
 
-from conformance_kit import LEASE, NOW, S, ConformanceStore, get, lease, put, row
-
 from sepp.domain.params import ReserveParams
 from sepp.domain.states import State
+from storage.conformance_kit import LEASE, NOW, ConformanceStore, S, get, lease, put, row
 
 
 async def test_jobs_come_out_by_priority_then_run_at_then_enqueue_order(store: ConformanceStore) -> None:

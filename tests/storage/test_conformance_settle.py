@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import json
 
-from conformance_kit import (
+from sepp.domain.params import SettleError, SettleKind, SettleParams, SettleResult
+from sepp.domain.policy import PolicyTable, QueuePolicy
+from sepp.domain.records import JobRecord
+from sepp.domain.states import State
+from storage.conformance_kit import (
     CANCELLED_WHILE_RESERVED,
     LEASE,
     NOW,
     POLICY,
-    S,
     ConformanceStore,
+    S,
     get,
     lease,
     put,
     row,
     settle1,
 )
-
-from sepp.domain.params import SettleError, SettleKind, SettleParams, SettleResult
-from sepp.domain.policy import PolicyTable, QueuePolicy
-from sepp.domain.records import JobRecord
-from sepp.domain.states import State
 
 ACK, RETRY, DEAD, RELEASE = SettleKind.ACK, SettleKind.RETRY, SettleKind.DEAD_LETTER, SettleKind.RELEASE
 

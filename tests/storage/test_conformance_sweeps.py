@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 
-from conformance_kit import LEASE, NOW, POLICY, S, ConformanceStore, get, lease, put, row, settle1
-
 from sepp.domain.params import DAMAGED_ROW, SettleKind, SettleParams
 from sepp.domain.policy import PolicyTable, QueuePolicy
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
+from storage.conformance_kit import LEASE, NOW, POLICY, ConformanceStore, S, get, lease, put, row, settle1
 
 SCHEDULED = State.SCHEDULED
 

@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,11 +29,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.limits import QueueSettings, long_encoding_label
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason, RejectionCode
 from sepp.server.bounds import invalid_from_pydantic
-from sepp.server.engine import JobEngine, job_id_bytes, job_id_text, now_us
+from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
 from sepp.server.queues import QueueState
 from sepp.storage.admin import (
@@ -89,11 +89,13 @@ def state_name(state: int) -> str:
 class ThroughputCounter:
     """Throughput per (queue, minute) not yet written to the store: enqueued, completed and
     dead-lettered counts (columns 0, 1, 2), kept in memory so neither the enqueue nor the
-    settle path writes a statistics row per job."""
+    settle path writes a statistics row per job. ``clock`` dates the finished counts (an
+    enqueue is dated by its rows' ``enqueued_at``)."""
 
     ENQUEUED, COMPLETED, DEAD_LETTERED = 0, 1, 2
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._now_us = clock.now_us
         self.pending: Counter[tuple[str, int, int]] = Counter()
 
     def on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
@@ -114,7 +116,7 @@ class ThroughputCounter:
     def on_finished(self, queue: str, state: int, count: int) -> None:
         """``JobEngine.on_finished`` hook: jobs of ``queue`` reached COMPLETED (4) or DEAD_LETTERED (5)."""
         column = self.COMPLETED if state == 4 else self.DEAD_LETTERED
-        self.pending[(queue, now_us() // _MINUTE, column)] += count
+        self.pending[(queue, self._now_us() // _MINUTE, column)] += count
 
     def take(self) -> dict[tuple[str, int], tuple[int, int, int]]:
         """Hand over and forget the pending counts: {(queue, minute): (enqueued, completed, dead)}."""
@@ -264,13 +266,17 @@ class AdminEngine:
     """Admin operations over a ``JobEngine`` (queues, notifier, store) and an ``AdminStore``.
 
     ``start()`` hooks the throughput counter into the engine and starts the flush loop;
-    ``stop()`` must run before the store closes (it writes the last counts).
+    ``stop()`` must run before the store closes (it writes the last counts). Every time it
+    reads (stats window, key expiry, cancel/redrive time, the counts cache) comes from
+    ``engine.clock`` (issue 9 item 3); the flush loop sleeps in real time.
     """
 
     def __init__(self, engine: JobEngine, store: AdminStore, *, flush_interval: float = 5.0) -> None:
         self.engine = engine
         self.store = store
-        self.counter = ThroughputCounter()
+        self.clock = engine.clock
+        self._now_us = engine.clock.now_us
+        self.counter = ThroughputCounter(engine.clock)
         self.flush_interval = flush_interval
         self._task: asyncio.Task[None] | None = None
         self._counts = _CountsCache()
@@ -311,7 +317,7 @@ class AdminEngine:
         """Write pending enqueue counts and prune minutes older than a day."""
         counts = self.counter.take()
         try:
-            await self.store.add_counts(counts, now_us() // _MINUTE - KEEP_MINUTES)
+            await self.store.add_counts(counts, self._now_us() // _MINUTE - KEEP_MINUTES)
         except BaseException:
             self.counter.restore(counts)
             raise
@@ -335,7 +341,7 @@ class AdminEngine:
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
 
     async def _persist(self, q: QueueState) -> None:
-        await self.engine.store.upsert_queue(q.record(), now_us())
+        await self.engine.store.upsert_queue(q.record(), self._now_us())
         q.persisted = True
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
@@ -356,7 +362,7 @@ class AdminEngine:
             settings = merge_settings(registry.defaults, patch, paths, cap, labels) if patch is not None \
                 else registry.defaults
             q = QueueState(name, settings, declared=True)
-            await self.engine.store.upsert_queue(q.record(), now_us())
+            await self.engine.store.upsert_queue(q.record(), self._now_us())
             q.persisted = True
             raced = registry.get(name)  # an enqueue may have created it on demand meanwhile
             if raced is not None:
@@ -465,7 +471,7 @@ class AdminEngine:
         Raises ``NotFound`` (IDEMPOTENCY_KEY_NOT_FOUND) when the key is not claimed (or expired).
         """
         hit = await self.store.find_idempotency(queue, key)
-        if hit is None or hit[1] <= now_us():
+        if hit is None or hit[1] <= self._now_us():
             raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}",
                            Reason.IDEMPOTENCY_KEY_NOT_FOUND)
         job = await self.engine.store.get_job(hit[0])
@@ -475,7 +481,7 @@ class AdminEngine:
         """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
         ExtendLease). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
         raw = self._job_id(job_id)
-        result = await self.store.cancel(raw, now_us(), self.engine.queues.policies(),
+        result = await self.store.cancel(raw, self._now_us(), self.engine.queues.policies(),
                                          reason[:1024] if reason else "")
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
@@ -488,7 +494,7 @@ class AdminEngine:
 
     async def requeue(self, job_id: str) -> JobRecord:
         """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""
-        result = await self.store.requeue(self._job_id(job_id), now_us())
+        result = await self.store.requeue(self._job_id(job_id), self._now_us())
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
@@ -504,7 +510,7 @@ class AdminEngine:
         if max_jobs < 0:
             raise InvalidRequest(f"max_jobs must not be negative (0 = every match; got {max_jobs})", "max_jobs", 0,
                                  max_jobs)
-        now = now_us()
+        now = self._now_us()
         before = now + 1 if where.before is None else min(where.before, now + 1)
         snapshot = DeadFilter(where.queue, where.job_type, where.reason_prefix, where.after, before)
         matched = await self.store.count_dead(snapshot)
@@ -513,7 +519,7 @@ class AdminEngine:
         goal = matched if max_jobs == 0 else min(max_jobs, matched)
         done = 0
         while done < goal:
-            n, queues = await self.store.requeue_dead(snapshot, now_us(), min(CHUNK, goal - done))
+            n, queues = await self.store.requeue_dead(snapshot, self._now_us(), min(CHUNK, goal - done))
             for name in queues:
                 self.engine.notifier.ready(name)
             done += n
@@ -535,12 +541,13 @@ class AdminEngine:
         """Counts of every queue; cached for 5× the time the count took (≤ 10 s), so a
         dashboard polling a huge database costs the readers at most ~1/6 of their time."""
         cache = self._counts
-        if time.monotonic() < cache.expires:
+        monotonic = self.clock.monotonic
+        if monotonic() < cache.expires:
             return cache.value
-        started = time.monotonic()
+        started = monotonic()
         cache.value = await self.store.state_counts(None)
-        took = time.monotonic() - started
-        cache.expires = time.monotonic() + min(10.0, 5 * took)
+        took = monotonic() - started
+        cache.expires = monotonic() + min(10.0, 5 * took)
         return cache.value
 
     async def stats(self, names: Sequence[str] = ()) -> list[QueueStatsView]:
@@ -557,7 +564,7 @@ class AdminEngine:
                 counts.update(await self.store.state_counts(q.name))
         else:
             counts = await self._all_counts()
-        now = now_us()
+        now = self._now_us()
         this_minute = now // _MINUTE
         first = this_minute - WINDOW_MINUTES + 1
         series: dict[str, dict[int, list[int]]] = {}

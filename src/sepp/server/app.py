@@ -15,15 +15,15 @@ import logging
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable, Iterator
 
 import uvicorn
 
 from sepp.api.v1 import admin_pb2_grpc
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.server.admin import AdminEngine
 from sepp.server.config import ServerConfig
-from sepp.server.engine import JobEngine, now_us
+from sepp.server.engine import JobEngine
 from sepp.server.http.app import build_http_app
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
@@ -44,12 +44,18 @@ class _Uvicorn(uvicorn.Server):
 
 
 class SeppServer:
-    """One ``sepp serve`` process. ``grpc_port``/``http_port`` are known after ``start()``."""
+    """One ``sepp serve`` process. ``grpc_port``/``http_port`` are known after ``start()``.
 
-    def __init__(self, config: ServerConfig) -> None:
+    ``clock`` is the server's one source of time (issue 9 item 3), handed to the engine;
+    the sweeper, the admin engine and the front ends read ``engine.clock``.
+    """
+
+    def __init__(self, config: ServerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self.clock = clock
         self.node = config.node_name or socket.gethostname()
-        self.started = time.monotonic()
+        #: ``clock.monotonic()`` at construction (uptime in GetServerInfo and the UI).
+        self.started = clock.monotonic()
         self.store = SQLiteStore(config.data_dir, config.persist_mode, cache_mib=config.cache_mib,
                                  fsync_interval=config.async_fsync_interval,
                                  commit_delay=config.debug_commit_delay, group_wait=config.group_commit_wait,
@@ -57,7 +63,7 @@ class SeppServer:
         self.registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes,
                                       config.limits.max_queues)
         self.notifier = Notifier()
-        self.engine = JobEngine(config, self.store, self.registry, self.notifier)
+        self.engine = JobEngine(config, self.store, self.registry, self.notifier, clock=clock)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)
         self.grpc = GrpcFront(config, self.engine, self.started, self.node)
         self.admin = AdminEngine(self.engine, self.store.admin)
@@ -88,7 +94,7 @@ class SeppServer:
         try:
             changed = self.registry.load(await self.store.load_queues(), dict(self.config.queues))
             for q in changed:
-                await self.store.upsert_queue(q.record(), now_us())
+                await self.store.upsert_queue(q.record(), self.clock.now_us())
                 q.persisted = True
             await self.sweeper.start()
             await self.admin.start()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from typing import cast
@@ -18,6 +17,8 @@ from typing import cast
 import uuid_utils
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
+from sepp.domain.clock import now_us as now_us  # re-exported: importers outside the engine
 from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.config import ServerConfig
@@ -60,11 +61,6 @@ Ack = tuple[str, bool]
 _new_row = tuple.__new__
 
 
-def now_us() -> int:
-    """Wall-clock UTC time in microseconds since the epoch."""
-    return time.time_ns() // 1000
-
-
 def job_id_text(raw: bytes) -> str:
     """Canonical text form (8-4-4-4-12 lowercase hex) of a 16-byte UUID."""
     h = raw.hex()
@@ -94,10 +90,21 @@ class JobEngine:
     objects) are subscriber lists (issue 9 item 6): ``on_scheduled`` gets the earliest run_at
     (µs) of newly stored SCHEDULED jobs so the promotion sweep can wake in time; ``on_stored``
     and ``on_finished`` feed the admin throughput stats. Subscribe, do not assign.
+
+    ``clock`` (issue 9 item 3) is the one source of time of the server: every reading the
+    engine makes (enqueue time, lease start and expiry, settle time) comes from it, and the
+    sweeper, the admin engine and the RPC servicers read ``engine.clock`` too, so a test
+    drives all of them with one ``FakeClock``. The long-poll of ``reserve`` waits in real
+    time (the event loop's clock), like every sleep.
     """
 
-    def __init__(self, config: ServerConfig, store: Store, registry: QueueRegistry, notifier: Notifier) -> None:
+    def __init__(self, config: ServerConfig, store: Store, registry: QueueRegistry, notifier: Notifier, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        #: The injected clock: ``clock.now_us`` (µs UTC) and ``clock.monotonic`` (seconds).
+        self.clock = clock
+        # Bound once: the enqueue path reads the time once per call, through one attribute.
+        self._now_us = clock.now_us
         self.store = store
         self.queues = registry
         self.notifier = notifier
@@ -187,13 +194,12 @@ class JobEngine:
 
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
         """Validate and store one job (SPEC §2). Raises ``JobRejected`` or ``Overloaded``."""
-        now_ns = time.time_ns()
+        now = self._now_us()
         self.queues.begin_admission()
-        checked = self.validator.check(req, now_ns)
+        checked = self.validator.check(req, now * 1000)
         if type(checked) is pb.Rejection:
             raise JobRejected(checked)
         self._check_backlog(1)
-        now = now_ns // 1000
         new_queues: list[QueueRecord] = []
         row, text, until = self._build(req, checked, now, new_queues)
         dedups = await self._store([row], [until], now, new_queues)
@@ -216,8 +222,8 @@ class JobEngine:
         commit backlog is full (then nothing is stored).
         """
         self._check_batch(reqs)
-        now_ns = time.time_ns()
-        now = now_ns // 1000
+        now = self._now_us()
+        now_ns = now * 1000
         self.queues.begin_admission()
         check = self.validator.check
         build = self._build
@@ -252,8 +258,8 @@ class JobEngine:
         ``AtomicRejected`` listing every failure by index, and nothing stored.
         Deduplicated jobs count as success."""
         self._check_batch(reqs)
-        now_ns = time.time_ns()
-        now = now_ns // 1000
+        now = self._now_us()
+        now_ns = now * 1000
         self.queues.begin_admission()
         check = self.validator.check
         verdicts = [check(req, now_ns) for req in reqs]
@@ -296,7 +302,9 @@ class JobEngine:
                                  "lease_duration", MIN_LEASE_SECONDS if lease_s < MIN_LEASE_SECONDS
                                  else MAX_LEASE_SECONDS, lease_s)
         names = list(dict.fromkeys(queues))
-        deadline = time.monotonic() + wait_s
+        # The long-poll waits in real time, on the event loop's clock (the one wait_for uses).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
         event = self.notifier.register(names)
         try:
             while True:
@@ -312,12 +320,12 @@ class JobEngine:
                     lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
                     # Payloads beyond one message's worth are not leased at all (the servicer
                     # gives back the few that still do not fit exactly).
-                    params = ReserveParams([q.name for q in active], max_jobs, now_us(), lease_for, worker_id,
+                    params = ReserveParams([q.name for q in active], max_jobs, self._now_us(), lease_for, worker_id,
                                            self.limits.max_message_bytes)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs
-                remaining = deadline - time.monotonic()
+                remaining = deadline - loop.time()
                 if remaining <= 0:
                     return []
                 try:
@@ -347,7 +355,7 @@ class JobEngine:
 
     async def release(self, jobs: Sequence[JobRecord], why: str) -> None:
         """Give leased-but-undelivered ``jobs`` back at once (nack ``release``: attempt and place kept)."""
-        now = now_us()
+        now = self._now_us()
         items = [SettleParams(j.id, j.lease_id or b"", SettleKind.RELEASE, now, outcome="released",
                               error_message=why) for j in jobs]
         await self.settle(items)  # wakes the reservers of their queues
@@ -362,7 +370,7 @@ class JobEngine:
                         describe(rec), clip(repr(rec.queue), 200), clip(f"{type(exc).__name__}: {exc}", 300),
                         DAMAGED_ROW)
         try:
-            await self.store.reserve_damaged([(rec.id, rec.lease_id or b"") for rec, _ in jobs], now_us())
+            await self.store.reserve_damaged([(rec.id, rec.lease_id or b"") for rec, _ in jobs], self._now_us())
         except Exception:
             log.exception("dead-lettering %d damaged job(s) failed; their leases will expire", len(jobs))
 
@@ -401,7 +409,7 @@ class JobEngine:
             raise InvalidRequest(f"extend_by must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
                                  "extend_by", MIN_LEASE_SECONDS if extend_by_s < MIN_LEASE_SECONDS
                                  else MAX_LEASE_SECONDS, extend_by_s)
-        now = now_us()
+        now = self._now_us()
         result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000))
         if result.error is not None:
             raise LeaseRefused(result.error, job_id_text(job_id))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, TypeAlias
 
 from sepp._version import __version__
@@ -93,7 +92,8 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
 
 
 def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
-    """The ``ServerInfo`` message: version, features, modes and every advertised limit."""
+    """The ``ServerInfo`` message: version, features, modes and every advertised limit.
+    ``started`` is ``engine.clock.monotonic()`` at start (seconds): uptime is measured from it."""
     cfg = engine.config
     lim = cfg.limits
     info = ppb.ServerInfo(
@@ -105,7 +105,7 @@ def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
             max_idempotency_key_bytes=lim.max_idempotency_key_bytes, max_encoding_bytes=lim.max_encoding_bytes,
             max_trace_entries=lim.max_trace_entries, max_trace_value_bytes=lim.max_trace_value_bytes),
         queue_defaults=queue_settings_proto(engine.queues.defaults),
-        uptime=seconds_to_duration(time.monotonic() - started), node=node)
+        uptime=seconds_to_duration(engine.clock.monotonic() - started), node=node)
     for q in engine.queues.all():
         info.queues.add(name=q.name, settings=queue_settings_proto(q.settings), paused=q.paused,
                         declared=q.declared)

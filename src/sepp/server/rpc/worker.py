@@ -10,7 +10,7 @@ from sepp.api.v1 import worker_pb2_grpc
 from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
 from sepp.rejections import Reason
 from sepp.server.bounds import duration_arg
-from sepp.server.engine import JobEngine, job_id_bytes, now_us
+from sepp.server.engine import JobEngine, job_id_bytes
 from sepp.server.errors import EngineError, InvalidRequest
 from sepp.server.rpc.convert import fill_reservation, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
@@ -88,6 +88,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.max_message = engine.limits.max_message_bytes
         self.max_delay = engine.limits.max_schedule_horizon
         self.max_wait = engine.limits.max_reserve_wait
+        #: The settle time of acks and nacks (µs UTC) comes from the engine's clock.
+        self._now_us = engine.clock.now_us
 
     async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
         try:
@@ -150,14 +152,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         try:
-            await self.engine.settle_one(settle_params(request, now_us(), self.max_detail, self.max_delay))
+            await self.engine.settle_one(settle_params(request, self._now_us(), self.max_detail, self.max_delay))
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.AckResponse()
 
     async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
         try:
-            result = await self.engine.settle_one(settle_params(request, now_us(), self.max_detail, self.max_delay))
+            params = settle_params(request, self._now_us(), self.max_detail, self.max_delay)
+            result = await self.engine.settle_one(params)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
@@ -178,7 +181,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         if n > MAX_SETTLE_BATCH:  # refused whole, before any item is looked at (issue 14)
             await abort_for(context, InvalidRequest(f"a settle holds at most {MAX_SETTLE_BATCH} items (got {n})",
                                                     "items", MAX_SETTLE_BATCH, n))
-        now = now_us()
+        now = self._now_us()
         resp = wpb.SettleResponse()
         params: list[SettleParams] = []
         slots: list[int] = []

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 
+from sepp.domain.clock import Clock
+from sepp.domain.params import SkippedRow, SweepResult
+from sepp.domain.states import State
 from sepp.server.engine import JobEngine
-from sepp.storage.base import SkippedRow, State
 from sepp.storage.errors import StoreClosed
 from sepp.wire import quote
 
@@ -42,11 +43,18 @@ class Sweeper:
     ``interval`` is the longest sleep between passes, seconds. ``passes`` counts completed
     passes by name, ``skipped`` the rows each pass skipped (left unprocessed, tried again by
     the next pass), and ``failures`` the passes that failed as a whole — for tests and metrics.
+
+    ``clock`` (default ``engine.clock``; issue 9 item 3) gives every time a pass reads: the
+    ``now`` of promotion, reclaim and prune (µs UTC), the time to the next due job and the
+    log rate limit of skipped rows. The loops sleep in real time. ``run_once()`` runs one
+    pass of each sweep at once, without the loops (tests drive it with a ``FakeClock``).
     """
 
-    def __init__(self, engine: JobEngine, interval: float) -> None:
+    def __init__(self, engine: JobEngine, interval: float, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self.interval = interval
+        #: The clock the passes read (``engine.clock`` unless given).
+        self.clock: Clock = engine.clock if clock is None else clock
         self._wake = asyncio.Event()
         self._next_due: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -85,7 +93,7 @@ class Sweeper:
         if not rows:
             return
         self.skipped[name] += len(rows)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if len(self._skip_logged) > _SKIP_LOG_MEMORY:
             self._skip_logged.clear()
         warned = 0
@@ -109,17 +117,31 @@ class Sweeper:
                         "each is counted in sepp_sweep_skipped_total and logged at DEBUG)",
                         name, warned - SKIP_LOG_FIRST, len(rows))
 
+    async def run_once(self) -> dict[str, SweepResult]:
+        """One pass of each sweep now, in the order promote, reclaim, prune, at the clock's
+        current time, without waiting for the loops (which need not be started).
+
+        Returns each pass's ``SweepResult`` by name (``PASSES``): ``count`` is the rows
+        promoted, reclaimed or deleted (at most ``PASS_LIMIT`` each), ``queues`` the queues
+        that got READY jobs, ``dead_lettered`` the jobs a reclaim dead-lettered per queue,
+        ``skipped`` the rows left as they were. The passes have the loops' side effects
+        (reservers woken, ``on_finished`` emitted, ``passes`` / ``skipped`` counted). Raises
+        what the store raises (``StoreError``, ``StoreClosed``); a failing pass stops the rest.
+        """
+        return {"promote": await self._promote(), "reclaim": await self._reclaim(), "prune": await self._prune()}
+
     async def promote_once(self) -> int:
         """One promotion pass; wakes reservers of queues that got jobs. Returns how many moved."""
-        store = self.engine.store
-        now = time.time_ns() // 1000
-        result = await store.promote_due(now, PASS_LIMIT)
+        return (await self._promote()).count
+
+    async def _promote(self) -> SweepResult:
+        result = await self.engine.store.promote_due(self.clock.now_us(), PASS_LIMIT)
         for name in result.queues:
             self.engine.notifier.ready(name)
         self._note_skipped("promote", result.skipped)
         self._promote_skipped = bool(result.skipped)
         self.passes["promote"] += 1
-        return result.count
+        return result
 
     async def _promote_loop(self) -> None:
         store = self.engine.store
@@ -139,7 +161,7 @@ class Sweeper:
                 log.exception("promotion pass failed")
                 self.failures["promote"] += 1
                 self._next_due = None
-            now = time.time_ns() // 1000
+            now = self.clock.now_us()
             sleep = self.interval
             if self._next_due is not None and (self._next_due > now or not self._promote_skipped):
                 # (A due job the pass skipped keeps next_due in the past: then the interval,
@@ -151,22 +173,28 @@ class Sweeper:
 
     async def reclaim_once(self) -> int:
         """One lease-expiry pass. Returns how many leases were reclaimed."""
-        now = time.time_ns() // 1000
-        result = await self.engine.store.reclaim_expired(now, PASS_LIMIT, self.engine.queues.policies())
+        return (await self._reclaim()).count
+
+    async def _reclaim(self) -> SweepResult:
+        engine = self.engine
+        result = await engine.store.reclaim_expired(self.clock.now_us(), PASS_LIMIT, engine.queues.policies())
         for name in result.queues:
-            self.engine.notifier.ready(name)
+            engine.notifier.ready(name)
         for name, count in result.dead_lettered.items():
-            self.engine.on_finished(name, int(State.DEAD_LETTERED), count)
+            engine.on_finished(name, int(State.DEAD_LETTERED), count)
         self._note_skipped("reclaim", result.skipped)
         self.passes["reclaim"] += 1
-        return result.count
+        return result
 
     async def prune_once(self) -> int:
         """One retention pass. Returns rows deleted."""
-        result = await self.engine.store.prune(time.time_ns() // 1000, PASS_LIMIT)
+        return (await self._prune()).count
+
+    async def _prune(self) -> SweepResult:
+        result = await self.engine.store.prune(self.clock.now_us(), PASS_LIMIT)
         self._note_skipped("prune", result.skipped)
         self.passes["prune"] += 1
-        return result.count
+        return result
 
     async def _maintenance_loop(self) -> None:
         while True:

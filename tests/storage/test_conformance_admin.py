@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sepp.domain.params import SettleKind
+from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.records import QueueRecord
 from sepp.domain.states import State
 from sepp.storage.admin import DeadFilter, JobQuery, MinuteRow, Outcome, StateCounts, WriteResult
@@ -236,3 +236,46 @@ async def test_delete_purge_and_delete_queue(store: ConformanceStore) -> None:
     assert await admin.throughput(0) == []
     assert (await settle1(store, held, SettleKind.ACK, NOW + 1)).error is not None
     assert LEASE > 0
+
+
+@pytest.mark.parametrize("state", [None, int(READY), int(DEAD)])
+async def test_paging_while_other_jobs_change_lists_each_unchanged_job_once(store: ConformanceStore,
+                                                                             state: int | None) -> None:
+    # SPEC §6: a job that does not change state while a listing is paged appears exactly once.
+    rows = [row() for _ in range(6)]
+    await put(store, *rows)
+    if state == int(DEAD):
+        for i, rec in enumerate(await lease(store, n=6)):
+            await settle1(store, rec, SettleKind.DEAD_LETTER, NOW + i, reason="R")
+    query = JobQuery(state=state)
+    first = await store.admin.list_jobs(query, None, 2)
+    seen = [s.record.id for s in first.jobs]
+    # Between pages: one unseen job changes state, new jobs arrive, one seen job is deleted.
+    unseen = [r.id for r in rows if r.id not in seen]
+    changed = unseen[0]
+    if state == int(DEAD):
+        await store.admin.requeue(changed, NOW + 10)
+    else:
+        await store.admin.cancel(changed, NOW + 10, POLICY, "")
+    await store.admin.delete_job(seen[0])
+    await put(store, row(), row(), now=NOW + 11)
+    after = first.next_key
+    while after is not None:
+        page = await store.admin.list_jobs(query, after, 2)
+        seen += [s.record.id for s in page.jobs]
+        after = page.next_key
+    stable = [i for i in unseen if i != changed]
+    assert all(seen.count(i) == 1 for i in stable + seen[:2])
+    assert len(seen) == len(set(seen))
+
+
+async def test_a_batch_of_hundreds_of_keyed_rows_and_acks_in_one_call(store: ConformanceStore) -> None:
+    rows = [row(key=f"k{i % 500}") for i in range(600)]  # the last 100 repeat the first keys
+    dedups = await put(store, *rows)
+    assert dedups == {i: (rows[i - 500].id, int(READY)) for i in range(500, 600)}
+    recs = await lease(store, n=600)
+    assert len(recs) == 500
+    results = await store.settle([SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, NOW + 1) for r in recs],
+                                 POLICY)
+    assert [r.state for r in results] == [int(COMPLETED)] * 500
+    assert (await store.admin.state_counts("q"))["q"] == StateCounts(completed=500)

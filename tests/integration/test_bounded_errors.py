@@ -28,6 +28,7 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.quoting import QUOTE_LIMIT, clip, quote
 from sepp.server.app import SeppServer
 from sepp.server.config import ServerConfig
+from sepp.storage.config import SQLiteSettings
 
 LEASE = str(uuid.uuid4())
 NF, IA = grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT
@@ -68,7 +69,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], g
 
     async def main() -> dict[tuple[str, int], grpc.aio.AioRpcError]:
         server = SeppServer(ServerConfig(data_dir=Path(folder), grpc_listen="127.0.0.1:0", http_listen="",
-                                         sqlite_writer="thread", shutdown_grace=1.0))
+                                         sqlite=SQLiteSettings(writer="thread"), shutdown_grace=1.0))
         await server.start()
         out: dict[tuple[str, int], grpc.aio.AioRpcError] = {}
         try:

@@ -26,6 +26,7 @@ from sepp.errors import ServerError, Unavailable
 from sepp.server.app import SeppServer
 from sepp.server.config import ServerConfig
 from sepp.server.rpc.interceptor import InternalErrors
+from sepp.storage.config import SQLiteSettings
 from sepp.storage.errors import StoreError
 
 SECRET = "do-not-echo-this-" + "x" * 300
@@ -36,8 +37,8 @@ def _boom(*_args: Any, **_kwargs: Any) -> Any:
 
 
 async def _with_server(tmp: Path, body: Callable[[SeppServer, grpc.aio.Channel], Awaitable[None]]) -> None:
-    config = ServerConfig(data_dir=tmp, grpc_listen="127.0.0.1:0", http_listen="", sqlite_writer="thread",
-                          sweep_interval=0.05, shutdown_grace=1.0)
+    config = ServerConfig(data_dir=tmp, grpc_listen="127.0.0.1:0", http_listen="",
+                          sqlite=SQLiteSettings(writer="thread"), sweep_interval=0.05, shutdown_grace=1.0)
     server = SeppServer(config)
     await server.start()
     try:

@@ -4,7 +4,7 @@
   and loses no acknowledged write;
 * a writer that dies makes the server stop with exit code 1 and a clear line, and a
   restart on the same folder serves everything that was acknowledged;
-* ``sqlite_writer = "thread"`` keeps the writer in the server process and works the same.
+* ``[sqlite] writer = "thread"`` keeps the writer in the server process and works the same.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_sigterm_stops_the_writer_too(server_factory: ServerFactory) -> None:
 
 @pytest.mark.parametrize("mode", ["sync", "group"])
 def test_thread_writer_serves_the_same(server_factory: ServerFactory, mode: str) -> None:
-    server = server_factory(sqlite_writer="thread", persist_mode=mode)
+    server = server_factory(sqlite={"writer": "thread"}, persist_mode=mode)
     assert [c for c in children(server.pid) if WRITER_MODULE in cmdline(c)] == []
     with wire_for(server) as w:
         ids = [w.enqueue("t") for _ in range(3)]

@@ -110,6 +110,7 @@ def test_the_maxima_table_in_the_docs_matches_the_code() -> None:
 
     from sepp.limits import QueueLimits, ServerLimits, field_bounds
     from sepp.server.config import ServerConfig
+    from sepp.storage.config import SQLiteSettings
 
     text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text("utf-8")
     table = text.split("| setting | min | max | note |", 1)[1].split("\n\n", 1)[0]
@@ -119,12 +120,12 @@ def test_the_maxima_table_in_the_docs_matches_the_code() -> None:
     for key, lo, hi in rows:
         path = key.strip().strip("`").split(".")
         models: dict[tuple[str, ...], type[BaseModel]] = {("queue", "limits"): QueueLimits, ("queue",): QueueSettings,
-                                                          ("limits",): ServerLimits}
+                                                          ("limits",): ServerLimits, ("sqlite",): SQLiteSettings}
         model = models.get(tuple(path[:-1]), ServerConfig)
         bounds = field_bounds(model, path[-1])
         assert (float(lo.strip().lstrip("> ")), float(hi)) == bounds, key
         seen.add((model.__name__, path[-1]))
-    for every in (QueueSettings, QueueLimits, ServerLimits, ServerConfig):
+    for every in (QueueSettings, QueueLimits, ServerLimits, ServerConfig, SQLiteSettings):
         for name, info in every.model_fields.items():
             if info.annotation in (int, float):
                 assert (every.__name__, name) in seen, f"{every.__name__}.{name} is missing from the Maxima table"

@@ -80,7 +80,7 @@ def test_engine_and_sweeper_follow_the_fake_clock(tmp_path: Path) -> None:
 
 def test_settle_and_admin_times_come_from_the_clock(tmp_path: Path) -> None:
     async def body(engine: JobEngine, sweeper: Sweeper, clock: FakeClock) -> None:
-        admin = AdminEngine(engine, engine.store.admin)  # type: ignore[attr-defined]
+        admin = AdminEngine(engine, engine.store.admin)
         assert admin.clock is clock
         await admin.start()
         try:

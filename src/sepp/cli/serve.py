@@ -45,6 +45,8 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
+    for note in cfg.deprecations:  # an old key name, still accepted (issue 9 item 2)
+        typer.echo(f"sepp: warning: {note}", err=True)
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from sepp.server.app import SeppServer, run
@@ -65,6 +67,9 @@ def serve(
             pass
     try:
         asyncio.run(run(cfg, announce))
+    except ConfigError as exc:  # open_store: a storage backend this build does not know
+        typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
     except StoreFailed as exc:
         typer.echo(f"sepp: stopped: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None

@@ -30,7 +30,8 @@ from sepp.server.queues import QueueRegistry
 from sepp.server.rpc.admin import AdminServicer
 from sepp.server.rpc.server import GrpcFront
 from sepp.server.sweeper import Sweeper
-from sepp.storage.sqlite import SQLiteStore
+from sepp.storage.base import Store
+from sepp.storage.factory import open_store
 
 log = logging.getLogger("sepp.server")
 
@@ -56,10 +57,8 @@ class SeppServer:
         self.node = config.node_name or socket.gethostname()
         #: ``clock.monotonic()`` at construction (uptime in GetServerInfo and the UI).
         self.started = clock.monotonic()
-        self.store = SQLiteStore(config.data_dir, config.persist_mode, cache_mib=config.cache_mib,
-                                 fsync_interval=config.async_fsync_interval,
-                                 commit_delay=config.debug_commit_delay, group_wait=config.group_commit_wait,
-                                 writer=config.writer_placement)
+        #: The backend ``config.storage`` names (``open_store``); used only through ``Store``.
+        self.store: Store = open_store(config, clock)
         self.registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes,
                                       config.limits.max_queues)
         self.notifier = Notifier()
@@ -161,11 +160,13 @@ def tune_gc() -> None:
 
 async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | None = None) -> None:
     """Run a server until SIGTERM or SIGINT, then stop gracefully; a second SIGTERM or
-    SIGINT during the stop ends the process at once (exit 1) after killing the writer
-    process — a crash for the calls in flight, nothing acknowledged is lost.
+    SIGINT during the stop ends the process at once (exit 1) after aborting the store
+    (``Store.abort``: the SQLite writer process is killed) — a crash for the calls in
+    flight, nothing acknowledged is lost.
 
-    Raises ``StoreFailed`` (after stopping) when the store can no longer write — its writer
-    process died — so the process exits non-zero and a supervisor starts it again.
+    Raises ``StoreFailed`` (after stopping) when the store can no longer write
+    (``Store.failure``: the SQLite writer process died) — so the process exits non-zero and
+    a supervisor starts it again.
     """
     server = SeppServer(config)
     await server.start()
@@ -189,7 +190,7 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
 
     def force() -> None:
         log.error("second stop signal: stopping at once; calls in flight are lost, acknowledged ones are not")
-        server.store.kill_writer()
+        server.store.abort()
         os._exit(1)
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -3,27 +3,75 @@
 Read once at the CLI edge (``load_config``) into a frozen ``ServerConfig`` that is
 passed explicitly to everything else. Nested fields use ``__`` in environment
 variables, e.g. ``SEPP_LIMITS__MAX_ENQUEUE_BATCH=512``.
+
+The storage backend is chosen by ``storage`` (``"sqlite"``; issue 10 adds ``"postgres"``)
+and its own settings live in its table (``[sqlite]``: ``sepp.storage.config.SQLiteSettings``;
+issue 9 item 2). The old flat names of the SQLite settings (``sqlite_writer``,
+``cache_mib``, ``async_fsync_interval``) are still accepted from every source and moved
+into ``[sqlite]``; each use is reported in ``ServerConfig.deprecations`` (``sepp serve``
+prints one warning line for each), and a key given under both names is a ``ConfigError``.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
+from sepp.storage.config import LEGACY_SQLITE_KEYS, ConfigError, SQLiteSettings
 from sepp.validation import Validator
 
 PersistMode = Literal["sync", "group", "async"]
 #: The accepted ``log_level`` values.
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+__all__ = ["LOG_LEVELS", "ConfigError", "PersistMode", "ServerConfig", "load_config"]
 
-class ConfigError(ValueError):
-    """The configuration is invalid (bad file, bad value, or contradictory limits)."""
+
+def _migrate_legacy(data: Any) -> tuple[Any, list[str]]:
+    """Move the old flat SQLite keys of ``data`` (the merged input of every source) into its
+    ``sqlite`` table: (the new data, one warning line per key moved).
+
+    Raises ``ValueError`` when a key is given under both names (issue 9 item 2)."""
+    if not isinstance(data, dict) or not any(key in data for key in LEGACY_SQLITE_KEYS):
+        return data, []
+    data = dict(data)
+    table = data.get("sqlite", {})
+    if not isinstance(table, dict):  # a SEPP_SQLITE that is not a JSON object: pydantic says so
+        return data, []
+    table = dict(table)
+    notes: list[str] = []
+    for old, new in LEGACY_SQLITE_KEYS.items():
+        if old not in data:
+            continue
+        if new in table:
+            raise ValueError(f"{old} and sqlite.{new} are both given; {old} is the old name of sqlite.{new} "
+                             f"(SEPP_SQLITE__{new.upper()}): keep only sqlite.{new}")
+        table[new] = data.pop(old)
+        notes.append(f"config key {old} is deprecated: it is now sqlite.{new} (TOML [sqlite] {new}, "
+                     f"env SEPP_SQLITE__{new.upper()}); the old name still works")
+    data["sqlite"] = table
+    return data, notes
+
+
+class _LegacyEnv(PydanticBaseSettingsSource):
+    """The old ``SEPP_SQLITE_WRITER`` / ``SEPP_CACHE_MIB`` / ``SEPP_ASYNC_FSYNC_INTERVAL``
+    variables (any case, like every ``SEPP_*``), under their old flat names: ``ServerConfig``
+    moves them into ``sqlite`` like the same keys from a file."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        """Unused: ``__call__`` reads the variables directly."""
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        wanted = {f"sepp_{old}": old for old in LEGACY_SQLITE_KEYS}
+        return {wanted[name.lower()]: value for name, value in os.environ.items() if name.lower() in wanted}
 
 
 class ServerConfig(BaseSettings):
@@ -32,6 +80,8 @@ class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SEPP_", env_nested_delimiter="__", frozen=True,
                                       extra="forbid", allow_inf_nan=False)
 
+    #: The storage backend: "sqlite" (the embedded default; issue 10 adds "postgres").
+    storage: Literal["sqlite"] = "sqlite"
     #: Folder of the embedded SQLite database (``sepp.db``).
     data_dir: Path = Path("sepp-data")
     #: gRPC listen address, HOST:PORT (port 0 = pick a free one).
@@ -54,12 +104,8 @@ class ServerConfig(BaseSettings):
     overload_retry_after: float = Field(default=0.05, gt=0, le=HOUR)
     #: Longest sleep of the sweeper between passes, seconds.
     sweep_interval: float = Field(default=1.0, gt=0, le=HOUR)
-    #: Background fsync period in async mode, seconds.
-    async_fsync_interval: float = Field(default=0.05, gt=0, le=HOUR)
     #: Group commit: under concurrent load, wait this long to gather writes into one commit, seconds.
     group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
-    #: SQLite page cache of the writer, MiB.
-    cache_mib: int = Field(default=64, ge=1, le=1024 * 1024)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.
     shutdown_grace: float = Field(default=10.0, ge=0, le=DAY)
     #: When set, the admin API and UI need this token.
@@ -70,19 +116,33 @@ class ServerConfig(BaseSettings):
     node_name: str = ""
     #: Log level: debug, info, warning, error.
     log_level: str = "info"
-    #: Where the SQLite writer runs: "process" (a child process of its own, so it never waits
-    #: for the server's interpreter lock), "thread" (in this process), or "auto": process in
-    #: group and async mode, thread in sync mode (docs/decisions.md).
-    sqlite_writer: Literal["auto", "process", "thread"] = "auto"
+    #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
+    debug_commit_delay: float = Field(default=0.0, ge=0, le=60.0)
+    #: The SQLite backend's own settings: writer placement, page cache, async fsync period.
+    sqlite: SQLiteSettings = SQLiteSettings()
+
+    _deprecations: tuple[str, ...] = PrivateAttr(default=())
 
     @property
     def writer_placement(self) -> str:
-        """``sqlite_writer`` with ``auto`` resolved: ``thread`` for sync mode, else ``process``."""
-        if self.sqlite_writer != "auto":
-            return self.sqlite_writer
-        return "thread" if self.persist_mode == "sync" else "process"
-    #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
-    debug_commit_delay: float = Field(default=0.0, ge=0, le=60.0)
+        """``sqlite.writer`` with ``auto`` resolved: ``thread`` for sync mode, else ``process``."""
+        return self.sqlite.placement(self.persist_mode)
+
+    @property
+    def deprecations(self) -> tuple[str, ...]:
+        """One warning line per old key this config was given (e.g. ``cache_mib`` for
+        ``sqlite.cache_mib``); empty when it uses only current names."""
+        return self._deprecations
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _move_legacy_keys(cls, data: Any, handler: Callable[[Any], ServerConfig]) -> ServerConfig:
+        """The old flat SQLite keys → ``sqlite`` (``_migrate_legacy``), noted in ``deprecations``."""
+        data, notes = _migrate_legacy(data)
+        config = handler(data)
+        if notes:
+            config._deprecations = tuple(notes)
+        return config
 
     @field_validator("grpc_listen", "http_listen")
     @classmethod
@@ -130,9 +190,10 @@ class ServerConfig(BaseSettings):
                                    dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Constructed directly: keyword arguments > SEPP_* environment > defaults (no .env,
-        # no secrets folder). load_config adds the TOML file below the environment.
-        return init_settings, env_settings
+        # Constructed directly: keyword arguments > SEPP_* environment (the old flat SQLite
+        # names below the current ones) > defaults (no .env, no secrets folder). load_config
+        # adds the TOML file below the environment.
+        return init_settings, env_settings, _LegacyEnv(settings_cls)
 
 
 def _given(value: Any) -> str:
@@ -170,7 +231,7 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
                                        ) -> tuple[PydanticBaseSettingsSource, ...]:
             from pydantic_settings import InitSettingsSource
 
-            return init_settings, env_settings, InitSettingsSource(settings_cls, file_data)
+            return init_settings, env_settings, _LegacyEnv(settings_cls), InitSettingsSource(settings_cls, file_data)
 
     try:
         loaded = _WithFile(**set_flags)
@@ -182,4 +243,6 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
         problems = [f"{'.'.join(str(p) for p in err['loc']) or 'config'}: "
                     f"{err['msg'].removeprefix('Value error, ')}{_given(err.get('input'))}" for err in exc.errors()]
         raise ConfigError("; ".join(problems)) from exc
-    return ServerConfig.model_construct(**{name: getattr(loaded, name) for name in ServerConfig.model_fields})
+    config = ServerConfig.model_construct(**{name: getattr(loaded, name) for name in ServerConfig.model_fields})
+    config._deprecations = loaded.deprecations
+    return config

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sepp.storage.base import JobRecord, PolicyLookup
+from sepp.domain.policy import PolicyLookup
+from sepp.domain.records import JobRecord
 
 #: A page position: the sort key of the last row of the previous page (JSON-able).
 SortKey = list[Any]

@@ -7,11 +7,17 @@ method is one transaction (one commit), so "one commit per batch call" holds
 
 The types the operations take and return live in ``sepp.domain`` (issue 9 item 1); they
 are re-exported here so a driver needs one import.
+
+The protocol is complete (issue 9 item 2): the server builds a store with
+``storage.factory.open_store`` and uses nothing of it beyond ``Store`` — lifecycle
+(``open`` / ``close`` / ``abort``), failure reporting (``failure``), the admin side
+(``admin``) and the figures ``/metrics`` shows (``figures``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from sepp.domain.params import (
@@ -28,10 +34,25 @@ from sepp.domain.params import (
 from sepp.domain.policy import PolicyLookup, PolicyTable, QueuePolicy
 from sepp.domain.records import Dedups, JobRecord, JobRow, QueueRecord
 from sepp.domain.states import FINISHED, State
+from sepp.storage.admin import AdminStore
+from sepp.storage.errors import StoreFailed
 
 __all__ = ["DAMAGED_ROW", "FINISHED", "Dedups", "ExtendResult", "JobRecord", "JobRow", "PolicyLookup",
            "PolicyTable", "QueuePolicy", "QueueRecord", "ReserveParams", "SettleError", "SettleKind",
-           "SettleParams", "SettleResult", "SkippedRow", "State", "Store", "SweepResult"]
+           "SettleParams", "SettleResult", "SkippedRow", "State", "Store", "StoreFigures", "SweepResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFigures:
+    """A store's figures for ``/metrics`` at one moment.
+
+    ``commits``: write transactions committed since ``open()`` (a counter:
+    ``sepp_commits_total``); ``backlog``: jobs submitted to the writer and not committed yet
+    (a gauge: ``sepp_commit_backlog_jobs``; the same number as ``Store.backlog``).
+    """
+
+    commits: int
+    backlog: int
 
 
 class Store(Protocol):
@@ -45,11 +66,31 @@ class Store(Protocol):
         """Create or migrate the schema and start the writer."""
 
     async def close(self) -> None:
-        """Finish pending writes (each acked write is committed), then release everything."""
+        """Finish pending writes (each acked write is committed), then release everything.
+        Idempotent."""
+
+    def abort(self) -> None:
+        """Forced stop (a second stop signal; the process exits right after): end the
+        writer at once without waiting — a crash for the writes in flight, while nothing
+        acknowledged is lost. Quick and synchronous (it runs in a signal handler)."""
+
+    async def failure(self) -> StoreFailed:
+        """Wait until the store can no longer write and will not recover in this process
+        (the SQLite writer process died); returns the error for the server to stop with
+        (exit non-zero, a supervisor restarts it). Never returns for a store that cannot
+        fail that way; cancel the wait when the server stops."""
+
+    @property
+    def admin(self) -> AdminStore:
+        """The admin operations on the same data (``sepp.storage.admin.AdminStore``)."""
+
+    def figures(self) -> StoreFigures:
+        """Figures for ``/metrics`` (``StoreFigures``); cheap, no I/O."""
 
     @property
     def backlog(self) -> int:
-        """Jobs submitted to the writer and not yet committed (for load shedding)."""
+        """Jobs submitted to the writer and not yet committed (for load shedding; read on
+        every enqueue, so a plain attribute read)."""
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = ()) -> Dedups:

@@ -17,15 +17,14 @@ from sepp.server.engine import JobEngine
 
 class _CommitsCollector:
     """``sepp_commits_total``: write transactions committed since start, a counter read from
-    the committer at each scrape."""
+    the store's figures (``Store.figures``) at each scrape."""
 
     def __init__(self, engine: JobEngine) -> None:
         self._engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        commits = getattr(self._engine.store, "commits", 0)
         family = CounterMetricFamily("sepp_commits", "Write transactions committed")
-        family.add_metric([], float(commits))
+        family.add_metric([], float(self._engine.store.figures().commits))
         yield family
 
 
@@ -65,8 +64,7 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
         return JSONResponse({"status": "ok" if ok else "stopping"}, status_code=200 if ok else 503)
 
     async def metrics(_request: Request) -> Response:
-        store = engine.store
-        backlog.set(store.backlog)
+        backlog.set(engine.store.figures().backlog)
         queues.set(len(engine.queues.all()))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -37,6 +37,7 @@ from sepp.storage.base import (
     SettleResult,
     SkippedRow,
     State,
+    StoreFigures,
     SweepResult,
 )
 from sepp.storage.errors import StoreCorrupt, StoreError, StoreFailed, StoreLocked
@@ -334,6 +335,16 @@ class SQLiteStore:
         (``storage.rows.repair_job``, logged once per job)."""
         row = await self._read(Q["get_job"], (job_id,), one=True)
         return None if row is None else repair_job(_record(row))
+
+    # ------------------------------------------------------------------ Store protocol: stop, metrics
+
+    def abort(self) -> None:
+        """``Store.abort``: the forced stop is ``kill_writer`` (SIGKILL the writer process)."""
+        self.kill_writer()
+
+    def figures(self) -> StoreFigures:
+        """``Store.figures``: commits (committer + lone-write path) and the commit backlog."""
+        return StoreFigures(self.commits, self._committer.backlog)
 
 
 #: Rows per multi-row INSERT: at most 12 parameters each, far below SQLite's 32,766 limit.

@@ -62,5 +62,5 @@ async def test_a_batch_dedups_within_itself_and_against_stored_keys(make_harness
     assert (old_id, old_dup, plain_dup) == (job_id_text(stored), True, False)
     h.clock.advance(5)
     await h.sweeper.run_once()  # the prune pass drops the expired keys
-    assert await h.store.admin.find_idempotency("q", "old") is None  # type: ignore[attr-defined]
+    assert await h.store.admin.find_idempotency("q", "old") is None
     assert (await h.enqueue(key="old"))[1] is False

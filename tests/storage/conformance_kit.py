@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
 
 from sepp.domain.params import ReserveParams, SettleKind, SettleParams, SettleResult
 from sepp.domain.policy import PolicyTable, QueuePolicy
 from sepp.domain.records import Dedups, JobRecord, JobRow, QueueRecord
 from sepp.domain.states import State
-from sepp.storage.admin import AdminStore
 from sepp.storage.base import Store
 
 #: A fixed "now" (2026-09-21), µs UTC, and one second in µs.
@@ -28,17 +26,9 @@ CANCELLED_WHILE_RESERVED = "cancelled by admin while reserved"
 POLICY = PolicyTable(QueuePolicy(jitter=0.0))
 
 
-class ConformanceStore(Store, Protocol):
-    """A ``Store`` with its admin side (``store.admin``: ``AdminStore``), as backends expose it."""
-
-    @property
-    def admin(self) -> AdminStore:
-        """The admin operations."""
-
-
 #: Opens a store of the backend under test (``conftest.store_factory``): fresh on the first
 #: call, the same data on later calls.
-StoreFactory = Callable[[], Awaitable[ConformanceStore]]
+StoreFactory = Callable[[], Awaitable[Store]]
 
 
 def row(queue: str = "q", *, state: State = State.READY, priority: int = 0, run_at: int = NOW,

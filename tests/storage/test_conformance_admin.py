@@ -11,13 +11,14 @@ from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.records import QueueRecord
 from sepp.domain.states import State
 from sepp.storage.admin import DeadFilter, JobQuery, MinuteRow, Outcome, StateCounts, WriteResult
-from storage.conformance_kit import LEASE, NOW, POLICY, ConformanceStore, S, get, lease, put, row, settle1
+from sepp.storage.base import Store
+from storage.conformance_kit import LEASE, NOW, POLICY, S, get, lease, put, row, settle1
 
 SCHEDULED, READY, RESERVED = State.SCHEDULED, State.READY, State.RESERVED
 COMPLETED, DEAD, CANCELLED = State.COMPLETED, State.DEAD_LETTERED, State.CANCELLED
 
 
-async def _walk(store: ConformanceStore, query: JobQuery, limit: int) -> list[list[bytes]]:
+async def _walk(store: Store, query: JobQuery, limit: int) -> list[list[bytes]]:
     """Every page of a listing, as job ids; asserts the last page (and only it) has no next key."""
     pages: list[list[bytes]] = []
     after = None
@@ -31,7 +32,7 @@ async def _walk(store: ConformanceStore, query: JobQuery, limit: int) -> list[li
         assert len(pages) < 100, "listing does not end"
 
 
-async def _mixed(store: ConformanceStore) -> dict[State, list[bytes]]:
+async def _mixed(store: Store) -> dict[State, list[bytes]]:
     """12 jobs in every state over queues a and b; {state: ids in enqueue order}."""
     ready = [row("a", priority=p, run_at=NOW - i) for i, p in enumerate([1, 5, 5, 0])] + [row("b"), row("b")]
     sched = [row("a", state=SCHEDULED, run_at=NOW + t * S) for t in (9, 3, 6)]
@@ -48,7 +49,7 @@ async def _mixed(store: ConformanceStore) -> dict[State, list[bytes]]:
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3, 100])
-async def test_every_listing_pages_each_job_exactly_once(store: ConformanceStore, limit: int) -> None:
+async def test_every_listing_pages_each_job_exactly_once(store: Store, limit: int) -> None:
     ids = await _mixed(store)
     everything = [i for group in ids.values() for i in group]
     pages = await _walk(store, JobQuery(), limit)
@@ -59,7 +60,7 @@ async def test_every_listing_pages_each_job_exactly_once(store: ConformanceStore
         assert sorted(got) == sorted(expected), state.name
 
 
-async def test_listing_orders(store: ConformanceStore) -> None:
+async def test_listing_orders(store: Store) -> None:
     ids = await _mixed(store)
     a_ready = ids[READY][:4]
     # READY: queue by queue, each in reserve order (priority desc, run_at, seq).
@@ -72,7 +73,7 @@ async def test_listing_orders(store: ConformanceStore) -> None:
     assert any_a == [*a_ready, ids[SCHEDULED][0], ids[SCHEDULED][1], ids[CANCELLED][0]]
 
 
-async def test_finished_listings_are_newest_first_and_filter_by_time_and_reason(store: ConformanceStore) -> None:
+async def test_finished_listings_are_newest_first_and_filter_by_time_and_reason(store: Store) -> None:
     rows = [row() for _ in range(4)]
     await put(store, *rows)
     recs = await lease(store, n=4)
@@ -87,7 +88,7 @@ async def test_finished_listings_are_newest_first_and_filter_by_time_and_reason(
     assert await _walk(store, JobQuery(state=dead, reason_prefix="BADX"), 10) == [[]]
 
 
-async def test_listing_filters_by_queue_and_job_type(store: ConformanceStore) -> None:
+async def test_listing_filters_by_queue_and_job_type(store: Store) -> None:
     x, y, z = row("a", job_type="x"), row("a", job_type="y"), row("b", job_type="x")
     await put(store, x, y, z)
     assert await _walk(store, JobQuery(job_type="x"), 10) == [[x.id, z.id]]
@@ -95,14 +96,14 @@ async def test_listing_filters_by_queue_and_job_type(store: ConformanceStore) ->
     assert await _walk(store, JobQuery(state=int(READY), queue="c"), 10) == [[]]
 
 
-async def test_a_page_exactly_full_is_the_last_page(store: ConformanceStore) -> None:
+async def test_a_page_exactly_full_is_the_last_page(store: Store) -> None:
     await put(store, *[row() for _ in range(3)])
     for state in (None, int(READY)):
         assert (await store.admin.list_jobs(JobQuery(state=state), None, 3)).next_key is None
         assert (await store.admin.list_jobs(JobQuery(state=state), None, 2)).next_key is not None
 
 
-async def test_a_position_of_another_order_is_refused(store: ConformanceStore) -> None:
+async def test_a_position_of_another_order_is_refused(store: Store) -> None:
     await put(store, row(), row())
     page = await store.admin.list_jobs(JobQuery(state=int(READY)), None, 1)
     assert page.next_key is not None
@@ -114,7 +115,7 @@ async def test_a_position_of_another_order_is_refused(store: ConformanceStore) -
         await store.admin.list_jobs(JobQuery(), ["not", "a", "position"], 1)
 
 
-async def test_a_summary_carries_sizes_attempts_and_the_last_error(store: ConformanceStore) -> None:
+async def test_a_summary_carries_sizes_attempts_and_the_last_error(store: Store) -> None:
     await put(store, row(payload=bytes(37), max_attempts=3))
     (rec,) = await lease(store)
     await settle1(store, rec, SettleKind.RETRY, NOW + 1, delay=0, error_message="first")
@@ -125,7 +126,7 @@ async def test_a_summary_carries_sizes_attempts_and_the_last_error(store: Confor
     assert summary.record.payload == b"" and summary.record.attempt == 2
 
 
-async def test_state_counts_per_queue_and_for_all(store: ConformanceStore) -> None:
+async def test_state_counts_per_queue_and_for_all(store: Store) -> None:
     await _mixed(store)
     a = StateCounts(scheduled=2, ready=4, cancelled=1)
     b = StateCounts(ready=2, reserved=1, completed=1, dead_lettered=1)
@@ -135,7 +136,7 @@ async def test_state_counts_per_queue_and_for_all(store: ConformanceStore) -> No
     assert (a.total, b.total) == (7, 5)
 
 
-async def test_oldest_ready_is_the_smallest_run_at_of_any_priority(store: ConformanceStore) -> None:
+async def test_oldest_ready_is_the_smallest_run_at_of_any_priority(store: Store) -> None:
     assert await store.admin.oldest_ready("q") is None
     await put(store, row(priority=9, run_at=NOW - 1), row(priority=0, run_at=NOW - 7), row(run_at=NOW - 3))
     assert await store.admin.oldest_ready("q") == NOW - 7
@@ -145,7 +146,7 @@ def _by_minute(rows: list[MinuteRow]) -> list[MinuteRow]:
     return sorted(rows, key=lambda r: (r.queue, r.minute))
 
 
-async def test_throughput_counts_add_up_and_old_minutes_are_dropped(store: ConformanceStore) -> None:
+async def test_throughput_counts_add_up_and_old_minutes_are_dropped(store: Store) -> None:
     await store.admin.add_counts({("q", 10): (1, 2, 3), ("q", 11): (4, 0, 0)}, keep_after_minute=0)
     await store.admin.add_counts({("q", 10): (1, 1, 1), ("r", 12): (0, 5, 0)}, keep_after_minute=0)
     assert _by_minute(await store.admin.throughput(0)) == [
@@ -155,7 +156,7 @@ async def test_throughput_counts_add_up_and_old_minutes_are_dropped(store: Confo
     assert await store.admin.throughput(0) == [MinuteRow("r", 12, 0, 5, 0)]
 
 
-async def test_cancel_in_each_state(store: ConformanceStore) -> None:
+async def test_cancel_in_each_state(store: Store) -> None:
     ready, sched, held, done = row(), row(state=SCHEDULED, run_at=NOW + S), row(), row()
     await put(store, held, done, ready, sched)
     h, d = await lease(store, n=2)
@@ -176,7 +177,7 @@ async def test_cancel_in_each_state(store: ConformanceStore) -> None:
     assert (await store.prune(NOW + 1 + POLICY("q").dead_retention, 100)).count == 2
 
 
-async def test_requeue_brings_a_dead_or_cancelled_job_back_with_its_history(store: ConformanceStore) -> None:
+async def test_requeue_brings_a_dead_or_cancelled_job_back_with_its_history(store: Store) -> None:
     a, b, c = row(max_attempts=1), row(), row()
     await put(store, a, b, c)
     (rec,) = await lease(store)
@@ -197,7 +198,7 @@ async def test_requeue_brings_a_dead_or_cancelled_job_back_with_its_history(stor
     assert again == {a.id: 1, b.id: 1, c.id: 1}
 
 
-async def test_bulk_redrive_counts_filters_and_limit(store: ConformanceStore) -> None:
+async def test_bulk_redrive_counts_filters_and_limit(store: Store) -> None:
     rows = [row("a"), row("a"), row("b", job_type="other"), row("b")]
     await put(store, *rows)
     recs = await lease(store, "a", "b", n=4)
@@ -217,7 +218,7 @@ async def test_bulk_redrive_counts_filters_and_limit(store: ConformanceStore) ->
     assert await admin.requeue_dead(DeadFilter(queue="b"), NOW + 9, 10) == (1, {"b"})
 
 
-async def test_delete_purge_and_delete_queue(store: ConformanceStore) -> None:
+async def test_delete_purge_and_delete_queue(store: Store) -> None:
     rows = [row(), row(), row(), row(state=SCHEDULED, run_at=NOW + S), row("other")]
     await put(store, *rows, new_queues=[QueueRecord("q", "{}", False, False), QueueRecord("other", "{}", False, False)])
     (held,) = await lease(store)
@@ -239,7 +240,7 @@ async def test_delete_purge_and_delete_queue(store: ConformanceStore) -> None:
 
 
 @pytest.mark.parametrize("state", [None, int(READY), int(DEAD)])
-async def test_paging_while_other_jobs_change_lists_each_unchanged_job_once(store: ConformanceStore,
+async def test_paging_while_other_jobs_change_lists_each_unchanged_job_once(store: Store,
                                                                              state: int | None) -> None:
     # SPEC §6: a job that does not change state while a listing is paged appears exactly once.
     rows = [row() for _ in range(6)]
@@ -269,7 +270,7 @@ async def test_paging_while_other_jobs_change_lists_each_unchanged_job_once(stor
     assert len(seen) == len(set(seen))
 
 
-async def test_a_batch_of_hundreds_of_keyed_rows_and_acks_in_one_call(store: ConformanceStore) -> None:
+async def test_a_batch_of_hundreds_of_keyed_rows_and_acks_in_one_call(store: Store) -> None:
     rows = [row(key=f"k{i % 500}") for i in range(600)]  # the last 100 repeat the first keys
     dedups = await put(store, *rows)
     assert dedups == {i: (rows[i - 500].id, int(READY)) for i in range(500, 600)}

@@ -9,10 +9,11 @@ from __future__ import annotations
 from sepp.domain.params import SettleKind
 from sepp.domain.records import QueueRecord
 from sepp.domain.states import State
-from storage.conformance_kit import NOW, POLICY, ConformanceStore, S, StoreFactory, get, lease, put, row, settle1
+from sepp.storage.base import Store
+from storage.conformance_kit import NOW, POLICY, S, StoreFactory, get, lease, put, row, settle1
 
 
-async def test_every_field_of_a_single_and_a_batched_row_reads_back(store: ConformanceStore) -> None:
+async def test_every_field_of_a_single_and_a_batched_row_reads_back(store: Store) -> None:
     one = row("a", priority=7, run_at=NOW, payload=b"\x00\xff", encoding="application/json", extras=b"\x08\x01")
     batch = [row("b", state=State.SCHEDULED, run_at=NOW + 5 * S, max_attempts=9, job_type=f"t{i}",
                  enqueued_at=NOW - 1) for i in range(3)]
@@ -28,7 +29,7 @@ async def test_every_field_of_a_single_and_a_batched_row_reads_back(store: Confo
     assert store.backlog == 0
 
 
-async def test_a_key_repeated_in_one_call_stores_the_first_row_only(store: ConformanceStore) -> None:
+async def test_a_key_repeated_in_one_call_stores_the_first_row_only(store: Store) -> None:
     first, again, other = row(key="k"), row(key="k"), row(key="other")
     sched = row(key="s", state=State.SCHEDULED, run_at=NOW + S)
     dedups = await put(store, first, again, other, sched, row(key="s"))
@@ -39,7 +40,7 @@ async def test_a_key_repeated_in_one_call_stores_the_first_row_only(store: Confo
 
 
 async def test_a_key_already_claimed_by_an_earlier_call_dedups_to_the_original_in_its_current_state(
-        store: ConformanceStore) -> None:
+        store: Store) -> None:
     first = row(key="k")
     assert await put(store, first) == {}
     (held,) = await lease(store)
@@ -51,7 +52,7 @@ async def test_a_key_already_claimed_by_an_earlier_call_dedups_to_the_original_i
     assert await store.get_job(single.id) is None and await store.get_job(batched.id) is None
 
 
-async def test_keys_are_per_queue(store: ConformanceStore) -> None:
+async def test_keys_are_per_queue(store: Store) -> None:
     a, b = row("a", key="k"), row("b", key="k")
     assert await put(store, a, b) == {}
     assert (await get(store, b.id)).queue == "b"
@@ -60,7 +61,7 @@ async def test_keys_are_per_queue(store: ConformanceStore) -> None:
     assert await store.admin.find_idempotency("c", "k") is None
 
 
-async def test_the_window_ends_at_dedup_until_exactly(store: ConformanceStore) -> None:
+async def test_the_window_ends_at_dedup_until_exactly(store: Store) -> None:
     first = row(key="k")
     await put(store, first, until=[NOW + 10])
     just_before = row(key="k")
@@ -76,7 +77,7 @@ async def test_the_window_ends_at_dedup_until_exactly(store: ConformanceStore) -
     assert await store.admin.find_idempotency("q", "k") == (late.id, NOW + 60)
 
 
-async def test_an_expired_key_is_still_found_until_pruned(store: ConformanceStore) -> None:
+async def test_an_expired_key_is_still_found_until_pruned(store: Store) -> None:
     first = row(key="k")
     await put(store, first, until=[NOW + 10])
     assert await store.admin.find_idempotency("q", "k") == (first.id, NOW + 10)  # expired or not
@@ -84,7 +85,7 @@ async def test_an_expired_key_is_still_found_until_pruned(store: ConformanceStor
     assert await store.admin.find_idempotency("q", "k") is None
 
 
-async def test_a_deduplicated_original_that_was_pruned_reports_state_zero(store: ConformanceStore) -> None:
+async def test_a_deduplicated_original_that_was_pruned_reports_state_zero(store: Store) -> None:
     first = row(key="k")
     await put(store, first, until=[NOW + 2 * POLICY("q").completed_retention])
     (held,) = await lease(store)
@@ -96,7 +97,7 @@ async def test_a_deduplicated_original_that_was_pruned_reports_state_zero(store:
     assert await put(store, row(key="k"), now=NOW + 2 + retention) == {0: (first.id, 0)}
 
 
-async def test_new_queues_are_created_in_the_same_commit_and_never_overwrite(store: ConformanceStore) -> None:
+async def test_new_queues_are_created_in_the_same_commit_and_never_overwrite(store: Store) -> None:
     declared = QueueRecord("kept", '{"default_priority": 9}', True, True)
     await store.upsert_queue(declared, NOW)
     fresh = QueueRecord("fresh", "{}", False, False)
@@ -110,7 +111,7 @@ async def test_new_queues_are_created_in_the_same_commit_and_never_overwrite(sto
     assert [q.name for q in await store.load_queues()] == ["fresh", "kept", "other", "third"]
 
 
-async def test_everything_committed_is_there_after_close_and_reopen(store: ConformanceStore,
+async def test_everything_committed_is_there_after_close_and_reopen(store: Store,
                                                                    store_factory: StoreFactory) -> None:
     rows = [row(key=f"k{i}") for i in range(3)]
     await put(store, *rows)

@@ -12,12 +12,12 @@ from sepp.domain.params import SettleError, SettleKind, SettleParams, SettleResu
 from sepp.domain.policy import PolicyTable, QueuePolicy
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
+from sepp.storage.base import Store
 from storage.conformance_kit import (
     CANCELLED_WHILE_RESERVED,
     LEASE,
     NOW,
     POLICY,
-    ConformanceStore,
     S,
     get,
     lease,
@@ -29,7 +29,7 @@ from storage.conformance_kit import (
 ACK, RETRY, DEAD, RELEASE = SettleKind.ACK, SettleKind.RETRY, SettleKind.DEAD_LETTER, SettleKind.RELEASE
 
 
-async def _one(store: ConformanceStore, **kw: object) -> JobRecord:
+async def _one(store: Store, **kw: object) -> JobRecord:
     r = row(**kw)  # type: ignore[arg-type]
     await put(store, r)
     (rec,) = await lease(store, r.queue)
@@ -40,7 +40,7 @@ def _history(rec: JobRecord) -> list[dict[str, object]]:
     return json.loads(rec.history) if rec.history else []
 
 
-async def test_ack_completes_and_keeps_run_at_and_history(store: ConformanceStore) -> None:
+async def test_ack_completes_and_keeps_run_at_and_history(store: Store) -> None:
     rec = await _one(store)
     assert await settle1(store, rec, ACK, NOW + 5) == SettleResult(None, int(State.COMPLETED), NOW + 5, 1, "q")
     done = await get(store, rec.id)
@@ -50,7 +50,7 @@ async def test_ack_completes_and_keeps_run_at_and_history(store: ConformanceStor
             for e in done.attempt_entries()] == [(1, "completed", "w", NOW, NOW + 5)]
 
 
-async def test_a_repeated_ack_by_the_completing_lease_succeeds_again(store: ConformanceStore) -> None:
+async def test_a_repeated_ack_by_the_completing_lease_succeeds_again(store: Store) -> None:
     rec = await _one(store)
     await settle1(store, rec, ACK, NOW + 1)
     # run_at 0 marks the repeat (not counted twice by the statistics).
@@ -58,7 +58,7 @@ async def test_a_repeated_ack_by_the_completing_lease_succeeds_again(store: Conf
     assert (await settle1(store, rec, RETRY, NOW + 3)).error is SettleError.LEASE_EXPIRED
 
 
-async def test_fencing_wrong_lease_unknown_job_and_expiry_at_exactly_lease_end(store: ConformanceStore) -> None:
+async def test_fencing_wrong_lease_unknown_job_and_expiry_at_exactly_lease_end(store: Store) -> None:
     rec = await _one(store)
     end = NOW + LEASE
     assert (await settle1(store, rec, ACK, NOW + 1, lease_id=b"\x01" * 16)).error is SettleError.LEASE_MISMATCH
@@ -71,13 +71,13 @@ async def test_fencing_wrong_lease_unknown_job_and_expiry_at_exactly_lease_end(s
     assert (await settle1(store, rec, ACK, end - 1)).error is None
 
 
-async def test_the_wrong_lease_is_reported_before_expiry(store: ConformanceStore) -> None:
+async def test_the_wrong_lease_is_reported_before_expiry(store: Store) -> None:
     rec = await _one(store)
     late = NOW + LEASE + S
     assert (await settle1(store, rec, ACK, late, lease_id=b"\x03" * 16)).error is SettleError.LEASE_MISMATCH
 
 
-async def test_an_old_lease_is_fenced_off_after_redelivery(store: ConformanceStore) -> None:
+async def test_an_old_lease_is_fenced_off_after_redelivery(store: Store) -> None:
     rec = await _one(store)
     await store.reclaim_expired(NOW + LEASE, 100, POLICY)
     (again,) = await lease(store, now=NOW + LEASE + 1)
@@ -86,7 +86,7 @@ async def test_an_old_lease_is_fenced_off_after_redelivery(store: ConformanceSto
     assert (await settle1(store, again, ACK, NOW + LEASE + 2)).error is None
 
 
-async def test_retry_with_a_delay_schedules_it_and_records_the_attempt(store: ConformanceStore) -> None:
+async def test_retry_with_a_delay_schedules_it_and_records_the_attempt(store: Store) -> None:
     rec = await _one(store)
     got = await settle1(store, rec, RETRY, NOW + 10, delay=5 * S, outcome="failed", error_message="boom",
                         error_detail="trace")
@@ -103,13 +103,13 @@ async def test_retry_with_a_delay_schedules_it_and_records_the_attempt(store: Co
 
 
 async def test_retry_with_delay_zero_is_ready_at_once_and_outcome_defaults_to_the_kind(
-        store: ConformanceStore) -> None:
+        store: Store) -> None:
     rec = await _one(store)
     assert await settle1(store, rec, RETRY, NOW + 1, delay=0) == SettleResult(None, int(State.READY), NOW + 1, 1, "q")
     assert _history(await get(store, rec.id))[0]["outcome"] == "retry"
 
 
-async def test_retry_without_a_delay_follows_the_queues_backoff(store: ConformanceStore) -> None:
+async def test_retry_without_a_delay_follows_the_queues_backoff(store: Store) -> None:
     policy = PolicyTable(QueuePolicy(jitter=0.0), {"b": QueuePolicy(backoff_base=3 * S, backoff_cap=10 * S,
                                                                     jitter=0.0)})
     rec = await _one(store, queue="b", max_attempts=10)
@@ -122,7 +122,7 @@ async def test_retry_without_a_delay_follows_the_queues_backoff(store: Conforman
         (rec,) = await lease(store, "b", now=now)
 
 
-async def test_backoff_jitter_stays_within_its_bounds(store: ConformanceStore) -> None:
+async def test_backoff_jitter_stays_within_its_bounds(store: Store) -> None:
     policy = PolicyTable(QueuePolicy(backoff_base=10 * S, jitter=0.5))
     rows = [row() for _ in range(20)]
     await put(store, *rows)
@@ -133,7 +133,7 @@ async def test_backoff_jitter_stays_within_its_bounds(store: ConformanceStore) -
     assert len(set(delays)) > 1  # jittered, not one fixed value
 
 
-async def test_retry_on_the_last_attempt_dead_letters_with_attempts_exhausted(store: ConformanceStore) -> None:
+async def test_retry_on_the_last_attempt_dead_letters_with_attempts_exhausted(store: Store) -> None:
     rec = await _one(store, max_attempts=1)
     got = await settle1(store, rec, RETRY, NOW + 7, delay=S, error_message="no")
     assert got == SettleResult(None, int(State.DEAD_LETTERED), NOW + 7, 1, "q")
@@ -143,7 +143,7 @@ async def test_retry_on_the_last_attempt_dead_letters_with_attempts_exhausted(st
     assert await lease(store, now=NOW + 10 * S) == []
 
 
-async def test_dead_letter_records_its_reason_whatever_the_attempts_left(store: ConformanceStore) -> None:
+async def test_dead_letter_records_its_reason_whatever_the_attempts_left(store: Store) -> None:
     rec = await _one(store, max_attempts=5)
     got = await settle1(store, rec, DEAD, NOW + 3, reason="BAD_PAYLOAD", outcome="dead_letter")
     assert got == SettleResult(None, int(State.DEAD_LETTERED), NOW + 3, 1, "q")
@@ -151,7 +151,7 @@ async def test_dead_letter_records_its_reason_whatever_the_attempts_left(store: 
     assert (dead.reason, dead.finished_at, _history(dead)[0]["outcome"]) == ("BAD_PAYLOAD", NOW + 3, "dead_letter")
 
 
-async def test_release_gives_the_attempt_back_and_keeps_the_place(store: ConformanceStore) -> None:
+async def test_release_gives_the_attempt_back_and_keeps_the_place(store: Store) -> None:
     first, second = row(), row()
     await put(store, first, second)
     (rec,) = await lease(store)
@@ -166,7 +166,7 @@ async def test_release_gives_the_attempt_back_and_keeps_the_place(store: Conform
 
 
 async def test_a_cancel_requested_while_reserved_stops_a_retry_or_release_but_not_an_ack(
-        store: ConformanceStore) -> None:
+        store: Store) -> None:
     retried, released, acked = row(), row(), row()
     await put(store, retried, released, acked)
     recs = {r.id: r for r in await lease(store, n=3)}
@@ -179,7 +179,7 @@ async def test_a_cancel_requested_while_reserved_stops_a_retry_or_release_but_no
     assert (await settle1(store, recs[acked.id], ACK, NOW + 2)).state == State.COMPLETED
 
 
-async def test_a_batch_of_acks_is_answered_in_order_with_refusals_in_place(store: ConformanceStore) -> None:
+async def test_a_batch_of_acks_is_answered_in_order_with_refusals_in_place(store: Store) -> None:
     rows = [row() for _ in range(4)]
     await put(store, *rows)
     recs = await lease(store, n=4)
@@ -194,14 +194,14 @@ async def test_a_batch_of_acks_is_answered_in_order_with_refusals_in_place(store
     assert [(await get(store, r.id)).state for r in recs] == [4, 3, 2, 4]
 
 
-async def test_the_same_job_twice_in_one_call_is_applied_in_order(store: ConformanceStore) -> None:
+async def test_the_same_job_twice_in_one_call_is_applied_in_order(store: Store) -> None:
     rec = await _one(store)
     items = [SettleParams(rec.id, rec.lease_id or b"", ACK, NOW + 1)] * 2
     assert [(r.error, r.state, r.run_at) for r in await store.settle(items, POLICY)] == [
         (None, 4, NOW + 1), (None, 4, 0)]
 
 
-async def test_acks_in_a_batch_use_each_queues_retention(store: ConformanceStore) -> None:
+async def test_acks_in_a_batch_use_each_queues_retention(store: Store) -> None:
     policy = PolicyTable(QueuePolicy(completed_retention=100), {"short": QueuePolicy(completed_retention=10)})
     rows = [row("short"), row("short"), row("long"), row("long")]
     await put(store, *rows)
@@ -213,7 +213,7 @@ async def test_acks_in_a_batch_use_each_queues_retention(store: ConformanceStore
     assert (await store.prune(NOW + 100, 100)).count == 2
 
 
-async def test_extend_moves_a_live_lease(store: ConformanceStore) -> None:
+async def test_extend_moves_a_live_lease(store: Store) -> None:
     rec = await _one(store)
     lid = rec.lease_id or b""
     got = await store.extend(rec.id, lid, NOW + 1, NOW + 100 * S)
@@ -224,7 +224,7 @@ async def test_extend_moves_a_live_lease(store: ConformanceStore) -> None:
     assert (await settle1(store, rec, ACK, NOW + LEASE)).error is None
 
 
-async def test_extend_refusals(store: ConformanceStore) -> None:
+async def test_extend_refusals(store: Store) -> None:
     rec = await _one(store)
     lid = rec.lease_id or b""
     assert (await store.extend(rec.id, b"\x05" * 16, NOW + 1, NOW + S)).error is SettleError.LEASE_MISMATCH

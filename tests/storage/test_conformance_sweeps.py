@@ -11,13 +11,14 @@ from sepp.domain.params import DAMAGED_ROW, SettleKind, SettleParams
 from sepp.domain.policy import PolicyTable, QueuePolicy
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
-from storage.conformance_kit import LEASE, NOW, POLICY, ConformanceStore, S, get, lease, put, row, settle1
+from sepp.storage.base import Store
+from storage.conformance_kit import LEASE, NOW, POLICY, S, get, lease, put, row, settle1
 
 SCHEDULED = State.SCHEDULED
 
 
 async def test_promote_due_moves_jobs_due_at_or_before_now_earliest_first_up_to_limit(
-        store: ConformanceStore) -> None:
+        store: Store) -> None:
     rows = [row("a", state=SCHEDULED, run_at=NOW + 3), row("b", state=SCHEDULED, run_at=NOW + 1),
             row("c", state=SCHEDULED, run_at=NOW + 2), row("d", state=SCHEDULED, run_at=NOW + 9)]
     await put(store, *rows)
@@ -31,7 +32,7 @@ async def test_promote_due_moves_jobs_due_at_or_before_now_earliest_first_up_to_
     assert (await get(store, rows[0].id)).run_at == NOW + 3  # run_at kept
 
 
-async def test_next_due_is_the_earliest_scheduled_run_at(store: ConformanceStore) -> None:
+async def test_next_due_is_the_earliest_scheduled_run_at(store: Store) -> None:
     assert await store.next_due() is None
     await put(store, row(state=SCHEDULED, run_at=NOW + 7), row(state=SCHEDULED, run_at=NOW + 4), row())
     assert await store.next_due() == NOW + 4
@@ -41,7 +42,7 @@ async def test_next_due_is_the_earliest_scheduled_run_at(store: ConformanceStore
     assert await store.next_due() is None
 
 
-async def test_an_expired_lease_goes_back_to_ready_with_a_history_entry(store: ConformanceStore) -> None:
+async def test_an_expired_lease_goes_back_to_ready_with_a_history_entry(store: Store) -> None:
     await put(store, row(max_attempts=2))
     (rec,) = await lease(store)
     assert (await store.reclaim_expired(NOW + LEASE - 1, 100, POLICY)).count == 0
@@ -56,7 +57,7 @@ async def test_an_expired_lease_goes_back_to_ready_with_a_history_entry(store: C
     assert again.attempt == 2
 
 
-async def test_an_expired_lease_on_the_last_attempt_is_dead_lettered_lease_expired(store: ConformanceStore) -> None:
+async def test_an_expired_lease_on_the_last_attempt_is_dead_lettered_lease_expired(store: Store) -> None:
     await put(store, row(max_attempts=1), row("other", max_attempts=1))
     (rec,) = await lease(store)
     (other,) = await lease(store, "other")
@@ -74,7 +75,7 @@ async def test_an_expired_lease_on_the_last_attempt_is_dead_lettered_lease_expir
     assert other.id != rec.id
 
 
-async def test_an_expired_lease_with_a_cancel_request_is_cancelled(store: ConformanceStore) -> None:
+async def test_an_expired_lease_with_a_cancel_request_is_cancelled(store: Store) -> None:
     await put(store, row(max_attempts=5))
     (rec,) = await lease(store)
     await store.admin.cancel(rec.id, NOW + 1, POLICY, "")
@@ -83,7 +84,7 @@ async def test_an_expired_lease_with_a_cancel_request_is_cancelled(store: Confor
     assert (await get(store, rec.id)).state == State.CANCELLED
 
 
-async def test_reclaim_takes_the_oldest_expiries_first_up_to_limit(store: ConformanceStore) -> None:
+async def test_reclaim_takes_the_oldest_expiries_first_up_to_limit(store: Store) -> None:
     await put(store, row(), row(), row())
     first = await lease(store, lease_us=3 * S)
     second = await lease(store, lease_us=1 * S)
@@ -94,7 +95,7 @@ async def test_reclaim_takes_the_oldest_expiries_first_up_to_limit(store: Confor
     assert states == [State.RESERVED, State.READY, State.READY]
 
 
-async def test_prune_deletes_finished_jobs_at_their_retention_and_nothing_else(store: ConformanceStore) -> None:
+async def test_prune_deletes_finished_jobs_at_their_retention_and_nothing_else(store: Store) -> None:
     policy = PolicyTable(QueuePolicy(completed_retention=10, dead_retention=20))
     rows = [row(), row(), row(), row(), row(state=SCHEDULED, run_at=NOW + 1)]
     await put(store, *rows)
@@ -112,7 +113,7 @@ async def test_prune_deletes_finished_jobs_at_their_retention_and_nothing_else(s
     assert reserved.id == rows[3].id
 
 
-async def test_prune_deletes_expired_keys_and_keeps_live_ones(store: ConformanceStore) -> None:
+async def test_prune_deletes_expired_keys_and_keeps_live_ones(store: Store) -> None:
     a, b, c = row(key="a"), row(key="b"), row(key="c")
     await put(store, a, b, c, until=[NOW + 5, NOW + 6, NOW + 7])
     result = await store.prune(NOW + 6, 100)
@@ -123,7 +124,7 @@ async def test_prune_deletes_expired_keys_and_keeps_live_ones(store: Conformance
     assert await put(store, fresh, now=NOW + 6) == {}
 
 
-async def test_prune_limit_applies_to_jobs_and_to_keys_each(store: ConformanceStore) -> None:
+async def test_prune_limit_applies_to_jobs_and_to_keys_each(store: Store) -> None:
     policy = PolicyTable(QueuePolicy(completed_retention=0))
     rows = [row(key=f"k{i}") for i in range(3)]
     await put(store, *rows, until=[NOW + 1] * 3)
@@ -134,7 +135,7 @@ async def test_prune_limit_applies_to_jobs_and_to_keys_each(store: ConformanceSt
     assert (await store.prune(NOW + 1, 2)).count == 0
 
 
-async def test_reserve_damaged_dead_letters_held_jobs_and_keeps_them(store: ConformanceStore) -> None:
+async def test_reserve_damaged_dead_letters_held_jobs_and_keeps_them(store: Store) -> None:
     await put(store, row(), row(), row())
     held = await lease(store, n=3)
     n = await store.reserve_damaged([(held[0].id, held[0].lease_id or b""), (held[1].id, b"\x07" * 16),

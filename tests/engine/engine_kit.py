@@ -28,6 +28,19 @@ from sepp.storage.base import Store
 S = 1_000_000
 
 
+def request(queue: str = "q", *, key: str = "", at_us: int | None = None, max_attempts: int | None = None,
+            priority: int | None = None, job_type: str = "t") -> pb.EnqueueRequest:
+    """An enqueue request as a client builds it (``at_us``: scheduled_at, µs UTC)."""
+    req = pb.EnqueueRequest(queue=queue, job_type=job_type, idempotency_key=key)
+    if max_attempts is not None:
+        req.max_attempts = max_attempts
+    if priority is not None:
+        req.priority = priority
+    if at_us is not None:
+        req.scheduled_at.CopyFrom(Timestamp(seconds=at_us // S, nanos=at_us % S * 1000))
+    return req
+
+
 @dataclass
 class Harness:
     """The engine, its sweeper (loops not started: passes run with ``sweep()``), the fake
@@ -44,14 +57,10 @@ class Harness:
         return self.clock.now_us()
 
     async def enqueue(self, queue: str = "q", *, key: str = "", at_us: int | None = None,
-                      max_attempts: int | None = None) -> tuple[bytes, bool]:
+                      max_attempts: int | None = None, priority: int | None = None) -> tuple[bytes, bool]:
         """Enqueue one job (scheduled at ``at_us`` when given); (job id, deduplicated)."""
-        req = pb.EnqueueRequest(queue=queue, job_type="t", idempotency_key=key)
-        if max_attempts is not None:
-            req.max_attempts = max_attempts
-        if at_us is not None:
-            req.scheduled_at.CopyFrom(Timestamp(seconds=at_us // S, nanos=at_us % S * 1000))
-        ack = await self.engine.enqueue(req)
+        ack = await self.engine.enqueue(request(queue, key=key, at_us=at_us, max_attempts=max_attempts,
+                                                priority=priority))
         raw = job_id_bytes(ack.job_id)
         assert raw is not None
         return raw, ack.deduplicated

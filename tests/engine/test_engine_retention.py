@@ -56,8 +56,9 @@ async def test_a_batch_dedups_within_itself_and_against_stored_keys(make_harness
     stored, _ = await h.enqueue(key="old")
     reqs = [pb.EnqueueRequest(queue="q", job_type="t", idempotency_key=k) for k in ("new", "new", "old", "")]
     out = await h.engine.enqueue_batch(reqs)
-    assert [type(o) for o in out] == [tuple] * 4
-    (new_id, new_dup), (again_id, again_dup), (old_id, old_dup), (_, plain_dup) = out  # type: ignore[misc]
+    acks = [o for o in out if isinstance(o, tuple)]
+    assert len(acks) == 4  # no rejection
+    (new_id, new_dup), (again_id, again_dup), (old_id, old_dup), (_, plain_dup) = acks
     assert (new_dup, again_id, again_dup) == (False, new_id, True)
     assert (old_id, old_dup, plain_dup) == (job_id_text(stored), True, False)
     h.clock.advance(5)

@@ -61,10 +61,12 @@ async def get(store: Store, job_id: bytes) -> JobRecord:
 
 
 async def settle1(store: Store, rec: JobRecord, kind: SettleKind, now: int, *, lease_id: bytes | None = None,
-                  policy: PolicyTable = POLICY, **kw: str | int) -> SettleResult:
-    """Settle one leased job (its own lease unless ``lease_id`` is given)."""
+                  policy: PolicyTable = POLICY, delay: int = -1, reason: str = "", outcome: str = "",
+                  error_message: str = "", error_detail: str = "") -> SettleResult:
+    """Settle one leased job (its own lease unless ``lease_id`` is given); the other
+    arguments are ``SettleParams``'s."""
     lid = rec.lease_id if lease_id is None else lease_id
     assert lid is not None
-    item = SettleParams(rec.id, lid, kind, now, **kw)  # type: ignore[arg-type]
+    item = SettleParams(rec.id, lid, kind, now, delay, reason, outcome, error_message, error_detail)
     (result,) = await store.settle([item], policy)
     return result

@@ -29,8 +29,8 @@ from storage.conformance_kit import (
 ACK, RETRY, DEAD, RELEASE = SettleKind.ACK, SettleKind.RETRY, SettleKind.DEAD_LETTER, SettleKind.RELEASE
 
 
-async def _one(store: Store, **kw: object) -> JobRecord:
-    r = row(**kw)  # type: ignore[arg-type]
+async def _one(store: Store, queue: str = "q", max_attempts: int = 3) -> JobRecord:
+    r = row(queue, max_attempts=max_attempts)
     await put(store, r)
     (rec,) = await lease(store, r.queue)
     return rec

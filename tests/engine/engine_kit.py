@@ -75,8 +75,9 @@ class Harness:
         return await self.engine.settle_one(settle_params(req, self.now, 16 * 1024))
 
     async def nack(self, job: JobRecord, *, retry_after_s: int | None = None, dead_letter: str | None = None,
-                   release: bool = False, message: str = "") -> SettleResult:
-        """Nack through the RPC mapping: retry with backoff unless another directive is given."""
+                   release: bool = False, message: str = "", bare: bool = False) -> SettleResult:
+        """Nack through the RPC mapping: retry with backoff unless another directive is given
+        (``bare``: no directive at all)."""
         req = wpb.NackRequest(job_id=job_id_text(job.id), lease_id=job_id_text(job.lease_id or b""),
                               error=wpb.JobError(message=message))
         if retry_after_s is not None:
@@ -85,7 +86,7 @@ class Harness:
             req.dead_letter = dead_letter
         elif release:
             req.release.SetInParent()
-        else:
+        elif not bare:
             req.retry.SetInParent()
         return await self.engine.settle_one(settle_params(req, self.now, 16 * 1024))
 

@@ -13,7 +13,7 @@ import pytest
 from engine.engine_kit import Harness, HarnessFactory, S
 from sepp.domain.params import SettleError
 from sepp.domain.states import State
-from sepp.server.errors import LeaseRefused
+from sepp.server.errors import InvalidRequest, LeaseRefused
 
 
 async def test_each_backoff_retry_runs_at_base_times_two_to_the_attempt_capped(make_harness: HarnessFactory) -> None:
@@ -89,3 +89,27 @@ async def test_release_keeps_the_attempt_and_dead_letter_ends_at_once(harness: H
     with pytest.raises(LeaseRefused) as refused:
         await h.nack(job)
     assert refused.value.error is SettleError.LEASE_EXPIRED
+
+
+async def test_max_attempts_one_is_never_retried_and_a_bare_nack_is_a_plain_retry(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"retry_base": 3.0, "retry_jitter": 0.0}})
+    once, _ = await h.enqueue(max_attempts=1)
+    (job,) = await h.reserve()
+    assert (await h.nack(job, message="no")).state == State.DEAD_LETTERED
+    assert (await h.job(once)).reason == "ATTEMPTS_EXHAUSTED"
+    twice, _ = await h.enqueue(max_attempts=2)
+    (job,) = await h.reserve()
+    result = await h.nack(job, bare=True)
+    assert (result.state, result.run_at) == (int(State.SCHEDULED), h.now + 3 * S)
+    assert json.loads((await h.job(twice)).history or "[]")[0]["outcome"] == "retry"
+
+
+async def test_a_negative_retry_after_is_refused_and_the_lease_kept(harness: Harness) -> None:
+    h = harness
+    job_id, _ = await h.enqueue()
+    (job,) = await h.reserve()
+    with pytest.raises(InvalidRequest) as refused:
+        await h.nack(job, retry_after_s=-1)
+    assert refused.value.field == "retry_after"
+    assert (await h.job(job_id)).state == State.RESERVED
+    assert (await h.ack(job)).state == State.COMPLETED

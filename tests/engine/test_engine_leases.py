@@ -6,6 +6,8 @@ redelivery whose lease fences the old one off, the last attempt's expiry dead-le
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
 import pytest
@@ -83,3 +85,25 @@ async def test_an_extension_moves_the_end_of_the_lease(harness: Harness) -> None
     with pytest.raises(LeaseRefused):
         await h.engine.extend(job.id, job.lease_id or b"", 10.0)
     assert (await h.job(job_id)).state == State.COMPLETED
+
+
+async def test_a_reserve_whose_caller_gave_up_while_leasing_gives_the_jobs_back(harness: Harness) -> None:
+    h = harness
+    job_id, _ = await h.enqueue()
+    waiting = asyncio.create_task(h.engine.reserve(["q"], 1, None, 0.0, "w"))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the engine has handed the reserve to the store
+    waiting.cancel()            # the caller goes away (deadline, disconnect) meanwhile
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    # The SQLite writer runs operations in submission order: after two round trips the
+    # lease and then its give-back (a release: attempt and place kept) are committed.
+    for _ in range(2):
+        await h.store.load_queues()
+        for _ in range(3):
+            await asyncio.sleep(0)
+    rec = await h.job(job_id)
+    assert (rec.state, rec.attempt) == (int(State.READY), 0)
+    assert [e["outcome"] for e in json.loads(rec.history or "[]")] == ["released"]
+    (job,) = await h.reserve()
+    assert (job.id, job.attempt) == (job_id, 1)

@@ -252,11 +252,11 @@ def test_timestamp_filters_at_the_limits_are_taken_and_one_past_refused(stubs: A
 def test_a_page_token_with_numbers_outside_int64_is_invalid_argument(stubs: AdminStubs) -> None:
     import base64
 
-    from sepp.server.admin import _fingerprint
+    from sepp.server.admin.cursor import fingerprint
     from sepp.storage.admin import JobQuery
 
     for key in ([2**70], [1, 2, 3], ["q", 1]):
-        raw = json.dumps({"f": _fingerprint(JobQuery()), "k": key}).encode()
+        raw = json.dumps({"f": fingerprint(JobQuery()), "k": key}).encode()
         token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
         r = refusal(lambda t=token: stubs.call("ListJobs", apb.ListJobsRequest(page_token=t)))  # type: ignore[misc]
         assert (r.code, r.metadata.get("field")) == (grpc.StatusCode.INVALID_ARGUMENT, "page_token"), key

@@ -5,35 +5,30 @@ call it in-process. Errors are ``sepp.server.errors`` exceptions (``NotFound``,
 ``InvalidRequest``) plus ``StateConflict`` below (FAILED_PRECONDITION on the wire).
 
 Throughput stats (documented choice): enqueues, completions and dead letters are
-counted in memory per (queue, minute) through ``JobEngine.on_stored`` /
-``on_finished`` and folded into the ``queue_throughput`` table every
-``flush_interval`` seconds and at stop, so no job write carries a statistics write (a
-crash loses at most that many seconds of the series). Reads merge the table with the
-counts not flushed yet.
+counted in memory per (queue, minute) by a ``ThroughputCounter`` (``admin.throughput``)
+subscribed to ``JobEngine.on_stored`` / ``on_finished``, and folded into the
+``queue_throughput`` table every ``flush_interval`` seconds and at stop, so no job write
+carries a statistics write (a crash loses at most that many seconds of the series). Reads
+merge the table with the counts not flushed yet. Page tokens: ``admin.cursor``; settings
+patches: ``admin.settings``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hashlib
-import json
 import logging
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from sepp.api.v1 import common_pb2 as pb
-from sepp.domain.clock import SYSTEM_CLOCK, Clock
-from sepp.limits import QueueSettings, long_encoding_label
+from sepp.domain.states import STATE_NAMES
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason, RejectionCode
-from sepp.server.bounds import invalid_from_pydantic
+from sepp.server.admin.cursor import decode_cursor, encode_cursor
+from sepp.server.admin.settings import merge_settings
+from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
 from sepp.server.queues import QueueState
@@ -46,11 +41,11 @@ from sepp.storage.admin import (
     Outcome,
     StateCounts,
 )
-from sepp.storage.base import Dedups, JobRecord, JobRow, State
+from sepp.storage.base import JobRecord, State
 
 log = logging.getLogger("sepp.admin")
 
-_MINUTE = 60_000_000
+_MINUTE = MINUTE_US
 #: Minutes of throughput shown (the last hour) and kept in the table (a day).
 WINDOW_MINUTES = 60
 KEEP_MINUTES = 24 * 60
@@ -76,67 +71,13 @@ class StateConflict(EngineError):
 
 
 def state_name(state: int) -> str:
-    """``READY``, ``DEAD_LETTERED``, …; ``UNKNOWN`` for anything else."""
-    try:
-        return State(state).name
-    except ValueError:
-        return "UNKNOWN"
-
-
-# ---------------------------------------------------------------------- throughput
-
-
-class ThroughputCounter:
-    """Throughput per (queue, minute) not yet written to the store: enqueued, completed and
-    dead-lettered counts (columns 0, 1, 2), kept in memory so neither the enqueue nor the
-    settle path writes a statistics row per job. ``clock`` dates the finished counts (an
-    enqueue is dated by its rows' ``enqueued_at``)."""
-
-    ENQUEUED, COMPLETED, DEAD_LETTERED = 0, 1, 2
-
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._now_us = clock.now_us
-        self.pending: Counter[tuple[str, int, int]] = Counter()
-
-    def on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
-        """``JobEngine.on_stored`` hook: count the rows that were really stored."""
-        if not rows:
-            return
-        minute = rows[0].enqueued_at // _MINUTE  # one call = one ``now``
-        first = rows[0].queue
-        if all(r.queue == first for r in rows):
-            self.pending[(first, minute, 0)] += len(rows) - len(dedups)
-            return
-        counts = Counter(r.queue for r in rows)
-        for i in dedups:
-            counts[rows[i].queue] -= 1
-        for queue, n in counts.items():
-            self.pending[(queue, minute, 0)] += n
-
-    def on_finished(self, queue: str, state: int, count: int) -> None:
-        """``JobEngine.on_finished`` hook: jobs of ``queue`` reached COMPLETED (4) or DEAD_LETTERED (5)."""
-        column = self.COMPLETED if state == 4 else self.DEAD_LETTERED
-        self.pending[(queue, self._now_us() // _MINUTE, column)] += count
-
-    def take(self) -> dict[tuple[str, int], tuple[int, int, int]]:
-        """Hand over and forget the pending counts: {(queue, minute): (enqueued, completed, dead)}."""
-        out: dict[tuple[str, int], list[int]] = {}
-        for (queue, minute, column), n in self.pending.items():
-            if n:
-                out.setdefault((queue, minute), [0, 0, 0])[column] += n
-        self.pending.clear()
-        return {k: (v[0], v[1], v[2]) for k, v in out.items()}
-
-    def restore(self, counts: Mapping[tuple[str, int], tuple[int, int, int]]) -> None:
-        """Put counts back after a failed flush."""
-        for (queue, minute), values in counts.items():
-            for column, n in enumerate(values):
-                self.pending[(queue, minute, column)] += n
-
-    def forget(self, queue: str) -> None:
-        """Drop a deleted queue's counts."""
-        for key in [k for k in self.pending if k[0] == queue]:
-            del self.pending[key]
+    """``READY``, ``DEAD_LETTERED``, …; ``UNKNOWN`` for anything else: the UPPERCASE spelling
+    of ``StateConflict`` messages and their ``state`` metadata (wire strings) and of the
+    admin UI. Read from the one name table (``sepp.domain.states.STATE_NAMES``); not
+    ``domain.states.state_name`` itself, which spells ``dead_lettered`` and an unknown
+    number as its digits."""
+    name = STATE_NAMES.get(state)
+    return "UNKNOWN" if name is None else name.upper()
 
 
 # ---------------------------------------------------------------------- views
@@ -172,87 +113,6 @@ class JobListing:
 class _CountsCache:
     value: dict[str, StateCounts] = field(default_factory=dict)
     expires: float = 0.0
-
-
-# ---------------------------------------------------------------------- settings
-
-
-def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequence[str],
-                   max_message_bytes: int, max_encoding_bytes: int | None = None) -> QueueSettings:
-    """``current`` with the fields named by ``paths`` taken from ``patch`` (empty = every
-    field of ``patch``). Paths are QueueSettings field names, ``limits.<name>`` for a limit.
-
-    Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value:
-    also for ``max_payload_bytes`` above ``max_message_bytes`` and, when
-    ``max_encoding_bytes`` is given, an ``allowed_encodings`` label longer than that
-    (field ``limits.allowed_encodings[i]``; issue 14).
-    """
-    merged = current.model_dump()
-    for path in paths or _all_paths(patch):
-        head, _, rest = path.partition(".")
-        if head not in QueueSettings.model_fields or (rest and head != "limits"):
-            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
-        if head not in patch:
-            raise InvalidRequest(f"setting {quote(path)} is named but not given", clip(path))
-        if not rest:
-            merged[head] = patch[head]
-            continue
-        limits = patch[head] if isinstance(patch[head], Mapping) else {}
-        if rest not in merged["limits"] or rest not in limits:
-            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
-        merged["limits"][rest] = limits[rest]
-    try:
-        settings = QueueSettings.model_validate(merged)
-    except ValidationError as exc:
-        raise invalid_from_pydantic(exc) from None
-    if settings.limits.max_payload_bytes > max_message_bytes:
-        raise InvalidRequest(f"limits.max_payload_bytes must not exceed max_message_bytes ({max_message_bytes})",
-                             "limits.max_payload_bytes", max_message_bytes, settings.limits.max_payload_bytes)
-    if max_encoding_bytes is not None:
-        long_label = long_encoding_label(settings.limits, max_encoding_bytes)
-        if long_label is not None:
-            i, size = long_label
-            raise InvalidRequest(f"limits.allowed_encodings[{i}] is {size} bytes long; a label is at most "
-                                 f"max_encoding_bytes ({max_encoding_bytes})", f"limits.allowed_encodings[{i}]",
-                                 max_encoding_bytes, size)
-    return settings
-
-
-def _all_paths(patch: Mapping[str, Any]) -> list[str]:
-    return [k for k in patch if k in QueueSettings.model_fields]
-
-
-# ---------------------------------------------------------------------- cursors
-
-
-def _fingerprint(query: JobQuery) -> str:
-    raw = json.dumps([query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
-                      query.finished_before])
-    return hashlib.sha256(raw.encode()).hexdigest()[:12]
-
-
-def encode_cursor(query: JobQuery, key: list[Any]) -> str:
-    """An opaque page token: the last row's sort key, bound to the query's filters."""
-    raw = json.dumps({"f": _fingerprint(query), "k": key}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(query: JobQuery, token: str) -> list[Any] | None:
-    """The sort key in ``token`` (None for an empty token). Raises ``InvalidRequest`` when it
-    is malformed or was made for other filters."""
-    if not token:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = json.loads(raw)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest("page_token is malformed", "page_token") from None
-    if not isinstance(data, dict) or not isinstance(data.get("k"), list):
-        raise InvalidRequest("page_token is malformed", "page_token")
-    if data.get("f") != _fingerprint(query):
-        raise InvalidRequest("page_token was issued for other filters", "page_token")
-    key: list[Any] = data["k"]
-    return key
 
 
 # ---------------------------------------------------------------------- engine

@@ -1,0 +1,19 @@
+"""The admin side of the server (SPEC §4, §6), split by duty (issue 9 item 8):
+
+* ``engine`` — ``AdminEngine`` (queues, jobs, redrive, stats), its views and ``StateConflict``;
+* ``throughput`` — ``ThroughputCounter``, the in-memory per-minute counts;
+* ``cursor`` — the ``ListJobs`` page-token codec;
+* ``settings`` — ``merge_settings``, a settings patch applied to a queue's settings.
+
+The names the front ends use are re-exported here (``from sepp.server.admin import AdminEngine``).
+"""
+
+from __future__ import annotations
+
+from sepp.server.admin.cursor import decode_cursor, encode_cursor
+from sepp.server.admin.engine import AdminEngine, JobListing, QueueStatsView, StateConflict, state_name
+from sepp.server.admin.settings import merge_settings
+from sepp.server.admin.throughput import ThroughputCounter
+
+__all__ = ["AdminEngine", "JobListing", "QueueStatsView", "StateConflict", "ThroughputCounter", "decode_cursor",
+           "encode_cursor", "merge_settings", "state_name"]

@@ -1,0 +1,59 @@
+"""Applying a settings patch to a queue (DeclareQueue / UpdateQueue, the UI's queue form;
+SPEC §4, issue 14 bounds; issue 9 item 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from sepp.limits import QueueSettings, long_encoding_label
+from sepp.quoting import clip, quote
+from sepp.server.bounds import invalid_from_pydantic
+from sepp.server.errors import InvalidRequest
+
+
+def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequence[str],
+                   max_message_bytes: int, max_encoding_bytes: int | None = None) -> QueueSettings:
+    """``current`` with the fields named by ``paths`` taken from ``patch`` (empty = every
+    field of ``patch``). Paths are QueueSettings field names, ``limits.<name>`` for a limit.
+
+    Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value:
+    also for ``max_payload_bytes`` above ``max_message_bytes`` and, when
+    ``max_encoding_bytes`` is given, an ``allowed_encodings`` label longer than that
+    (field ``limits.allowed_encodings[i]``; issue 14).
+    """
+    merged = current.model_dump()
+    for path in paths or _all_paths(patch):
+        head, _, rest = path.partition(".")
+        if head not in QueueSettings.model_fields or (rest and head != "limits"):
+            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
+        if head not in patch:
+            raise InvalidRequest(f"setting {quote(path)} is named but not given", clip(path))
+        if not rest:
+            merged[head] = patch[head]
+            continue
+        limits = patch[head] if isinstance(patch[head], Mapping) else {}
+        if rest not in merged["limits"] or rest not in limits:
+            raise InvalidRequest(f"unknown queue setting {quote(path)}", "update_mask")
+        merged["limits"][rest] = limits[rest]
+    try:
+        settings = QueueSettings.model_validate(merged)
+    except ValidationError as exc:
+        raise invalid_from_pydantic(exc) from None
+    if settings.limits.max_payload_bytes > max_message_bytes:
+        raise InvalidRequest(f"limits.max_payload_bytes must not exceed max_message_bytes ({max_message_bytes})",
+                             "limits.max_payload_bytes", max_message_bytes, settings.limits.max_payload_bytes)
+    if max_encoding_bytes is not None:
+        long_label = long_encoding_label(settings.limits, max_encoding_bytes)
+        if long_label is not None:
+            i, size = long_label
+            raise InvalidRequest(f"limits.allowed_encodings[{i}] is {size} bytes long; a label is at most "
+                                 f"max_encoding_bytes ({max_encoding_bytes})", f"limits.allowed_encodings[{i}]",
+                                 max_encoding_bytes, size)
+    return settings
+
+
+def _all_paths(patch: Mapping[str, Any]) -> list[str]:
+    return [k for k in patch if k in QueueSettings.model_fields]

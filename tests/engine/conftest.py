@@ -1,0 +1,55 @@
+"""The engine-level harness (``engine_kit.Harness``) as a fixture: a fresh store built by
+``open_store`` from the ``ServerConfig`` (SQLite in ``tmp_path``, writer thread), the
+config's declared queues loaded as ``sepp serve`` loads them, a ``FakeClock`` at its
+default start; closed at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.engine_kit import Harness, HarnessFactory
+from sepp.domain.clock import FakeClock
+from sepp.limits import QueueSettings
+from sepp.server.config import ServerConfig
+from sepp.server.engine import JobEngine
+from sepp.server.notifier import Notifier
+from sepp.server.queues import QueueRegistry
+from sepp.server.sweeper.runner import Sweeper
+from sepp.storage.base import Store
+from sepp.storage.config import SQLiteSettings
+from sepp.storage.factory import open_store
+
+
+@pytest.fixture
+async def make_harness(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
+    """Build harnesses on demand (each in its own folder); every store is closed at teardown."""
+    stores: list[Store] = []
+
+    async def make(queues: dict[str, dict[str, Any]] | None = None, **config: Any) -> Harness:
+        folder = tmp_path / f"h{len(stores)}"
+        cfg = ServerConfig(data_dir=folder, queues={n: QueueSettings(**s) for n, s in (queues or {}).items()},
+                           sqlite=SQLiteSettings(writer="thread"), **config)
+        clock = FakeClock()
+        store = open_store(cfg, clock)
+        await store.open()
+        stores.append(store)
+        registry = QueueRegistry(cfg.queue_defaults, cfg.strict, cfg.limits.max_encoding_bytes, cfg.limits.max_queues)
+        for q in registry.load(await store.load_queues(), dict(cfg.queues)):  # as App.start does
+            await store.upsert_queue(q.record(), clock.now_us())
+            q.persisted = True
+        engine = JobEngine(cfg, store, registry, Notifier(), clock=clock)
+        return Harness(engine, Sweeper(engine, 60.0), clock, store)
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+@pytest.fixture
+async def harness(make_harness: HarnessFactory) -> Harness:
+    """A harness with the default config (non-strict: queues created on first enqueue)."""
+    return await make_harness()

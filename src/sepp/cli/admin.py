@@ -12,21 +12,30 @@ input (unknown queue or job, wrong state, bad value, wrong token); 3 transport e
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from google.protobuf import duration_pb2, timestamp_pb2
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
+from sepp.cli.admin_views import (
+    STATE_ORDER,
+    human_duration,
+    job_json,
+    print_job,
+    queue_json,
+    seconds_of,
+    settings_json,
+    state_label,
+    summary_json,
+    summary_table,
+)
 from sepp.cli.flags import FlagValueError, check_bounds, max_items, parse_seconds, setting_bounds
 from sepp.cli.main import app
 from sepp.cli.shell import (
@@ -47,10 +56,9 @@ from sepp.cli.shell import (
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
 from sepp.cli.shell import parse_moment as parse_moment
 from sepp.client.admin import AdminClient, AdminError, state_number
-from sepp.domain.states import STATE_NAMES, state_name
+from sepp.domain.states import state_name
 from sepp.errors import TransportError
 from sepp.rejections import Reason
-from sepp.wire import custom_from_proto
 
 queues_app = typer.Typer(name="queues", help="List, inspect, declare, pause, resume, purge and delete queues.",
                          no_args_is_help=True)
@@ -61,7 +69,7 @@ app.add_typer(jobs_app)
 
 _DURATION_SETTINGS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
                       "dead_letter_retention")
-_STATE_ORDER = tuple(STATE_NAMES.values())
+
 T = TypeVar("T")
 
 
@@ -101,114 +109,6 @@ def _client(server: str, token: str | None, timeout: float, as_json: bool) -> It
         client.close()
 
 
-def _iso(t: timestamp_pb2.Timestamp | None, present: bool = True) -> str | None:
-    if t is None or not present or (t.seconds == 0 and t.nanos == 0):
-        return None
-    return t.ToDatetime(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def _seconds(d: duration_pb2.Duration) -> float:
-    return d.seconds + d.nanos / 1e9
-
-
-def _human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:.0f}{unit}"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 120:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
-def _state_name(state: int) -> str:
-    """``DEAD_LETTERED``, …: the domain name in capitals; an unknown number as its digits."""
-    return state_name(state).upper()
-
-
-# ---------------------------------------------------------------------- JSON shapes
-
-
-def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
-    """Queue settings as plain JSON (durations in seconds)."""
-    lim = s.limits
-    return {"default_priority": s.default_priority, "default_max_attempts": s.default_max_attempts,
-            "lease_duration": _seconds(s.lease_duration), "dedup_window": _seconds(s.dedup_window),
-            "retry_base": _seconds(s.retry_base), "retry_cap": _seconds(s.retry_cap),
-            "retry_jitter": s.retry_jitter, "completed_retention": _seconds(s.completed_retention),
-            "dead_letter_retention": _seconds(s.dead_letter_retention),
-            "limits": {"max_payload_bytes": lim.max_payload_bytes, "allowed_encodings": list(lim.allowed_encodings),
-                       "max_custom_entries": lim.max_custom_entries,
-                       "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}
-
-
-def stats_json(s: apb.QueueStats) -> dict[str, Any]:
-    """Queue stats as plain JSON."""
-    return {"counts": {name: getattr(s, name) for name in _STATE_ORDER},
-            "oldest_ready_age": _seconds(s.oldest_ready_age) if s.HasField("oldest_ready_age") else None,
-            "oldest_ready_at": _iso(s.oldest_ready_at, s.HasField("oldest_ready_at")),
-            "throughput": [{"minute": _iso(m.minute), "enqueued": m.enqueued, "completed": m.completed,
-                            "dead_lettered": m.dead_lettered} for m in s.throughput]}
-
-
-def queue_json(q: pb.QueueInfo, stats: apb.QueueStats | None = None, with_settings: bool = True) -> dict[str, Any]:
-    """A queue (and its stats) as plain JSON."""
-    out: dict[str, Any] = {"name": q.name, "paused": q.paused, "declared": q.declared}
-    if with_settings:
-        out["settings"] = settings_json(q.settings)
-    if stats is not None:
-        out.update(stats_json(stats))
-    return out
-
-
-def job_json(job: pb.Job) -> dict[str, Any]:
-    """A job as plain JSON (payload as UTF-8 text when it decodes, else base64)."""
-    import base64
-
-    data = job.payload.data
-    try:
-        payload: dict[str, Any] = {"text": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        payload = {"base64": base64.b64encode(data).decode()}
-    payload["encoding"] = job.payload.encoding
-    payload["bytes"] = len(data)
-    return {
-        "id": job.id, "queue": job.queue, "job_type": job.job_type, "state": _state_name(job.state),
-        "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
-        "run_at": _iso(job.run_at), "enqueued_at": _iso(job.enqueued_at),
-        "finished_at": _iso(job.finished_at, job.HasField("finished_at")),
-        "idempotency_key": job.idempotency_key or None, "reason": job.dead_letter_reason or None,
-        "lease_id": job.lease_id or None, "lease_expires_at": _iso(job.lease_expires_at,
-                                                                  job.HasField("lease_expires_at")),
-        "worker_id": job.worker_id or None, "cancel_requested": job.cancel_requested,
-        "payload": payload,
-        "custom": {k: {"type": v.WhichOneof("kind"), "value": custom_from_proto(v)}
-                   for k, v in sorted(job.custom.items())},
-        "trace_context": dict(job.trace_context),
-        "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "started_at": _iso(a.started_at),
-                      "ended_at": _iso(a.ended_at), "outcome": a.outcome, "error_message": a.error_message,
-                      "error_detail": a.error_detail} for a in job.attempts],
-    }
-
-
-def summary_json(s: apb.JobSummary) -> dict[str, Any]:
-    """A listed job as plain JSON."""
-    j = s.job
-    return {"id": j.id, "queue": j.queue, "job_type": j.job_type, "state": _state_name(j.state),
-            "priority": j.priority, "attempt": j.attempt, "max_attempts": j.max_attempts,
-            "run_at": _iso(j.run_at), "enqueued_at": _iso(j.enqueued_at),
-            "finished_at": _iso(j.finished_at, j.HasField("finished_at")), "reason": j.dead_letter_reason or None,
-            "payload_bytes": s.payload_bytes, "attempts_recorded": s.attempts_recorded,
-            "last_error": s.last_error or None, "cancel_requested": j.cancel_requested}
-
-
 # ---------------------------------------------------------------------- queues
 
 
@@ -227,14 +127,14 @@ def queues_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_j
         return
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("queue")
-    for name in _STATE_ORDER:
+    for name in STATE_ORDER:
         table.add_column(name.replace("_", "-"), justify="right")
     table.add_column("oldest ready", justify="right")
     for q in queues:
         s = stats.get(q.name)
         label = escape(q.name) + (" [yellow](paused)[/]" if q.paused else "")
-        counts = [f"{getattr(s, n):,}" if s else "–" for n in _STATE_ORDER]
-        age = _human_duration(_seconds(s.oldest_ready_age)) if s and s.HasField("oldest_ready_age") else "–"
+        counts = [f"{getattr(s, n):,}" if s else "–" for n in STATE_ORDER]
+        age = human_duration(seconds_of(s.oldest_ready_age)) if s and s.HasField("oldest_ready_age") else "–"
         table.add_row(label, *counts, age)
     _out().print(table)
 
@@ -253,11 +153,11 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     flags = ("paused" if q.paused else "active") + (", declared" if q.declared else ", created on demand")
     out.print(f"[bold]{escape(q.name)}[/] ({flags})")
     counts = Table(box=box.SIMPLE_HEAD)
-    for n in _STATE_ORDER:
+    for n in STATE_ORDER:
         counts.add_column(n.replace("_", "-"), justify="right")
-    counts.add_row(*[f"{getattr(s, n):,}" for n in _STATE_ORDER])
+    counts.add_row(*[f"{getattr(s, n):,}" for n in STATE_ORDER])
     out.print(counts)
-    age = _human_duration(_seconds(s.oldest_ready_age)) if s.HasField("oldest_ready_age") else "–"
+    age = human_duration(seconds_of(s.oldest_ready_age)) if s.HasField("oldest_ready_age") else "–"
     enq = sum(m.enqueued for m in s.throughput)
     done = sum(m.completed for m in s.throughput)
     dead = sum(m.dead_lettered for m in s.throughput)
@@ -272,7 +172,7 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
                 table.add_row(f"limits.{lkey}", escape(", ".join(lvalue) or "any")
                               if isinstance(lvalue, list) else f"{lvalue:,}")
         elif key in _DURATION_SETTINGS:
-            table.add_row(key, _human_duration(float(value)))
+            table.add_row(key, human_duration(float(value)))
         elif key == "retry_jitter":
             table.add_row(key, f"±{float(value) * 100:g}%")
         else:
@@ -416,7 +316,7 @@ def queues_purge(
 ) -> None:
     """Delete the queue's jobs in the given states."""
     states = _states(state, as_json)
-    labels = ", ".join(_state_name(s) for s in states) or "SCHEDULED, READY"
+    labels = ", ".join(state_label(s) for s in states) or "SCHEDULED, READY"
     with _client(server, token, timeout, as_json) as client:
         s = client.queue_stats([name])[0]
         count = sum(getattr(s, state_name(n)) for n in (states or [1, 2]))
@@ -449,26 +349,6 @@ def queues_delete(
 
 
 # ---------------------------------------------------------------------- jobs
-
-
-def _summary_table(rows: list[apb.JobSummary]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD)
-    table.add_column("id", no_wrap=True, min_width=36)
-    for col, justify in (("queue", "left"), ("type", "left"), ("state", "left"), ("prio", "right"),
-                         ("attempt", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    table.add_column("when (UTC)", no_wrap=True)
-    table.add_column("reason / last error", overflow="fold")
-    for s in rows:
-        j = s.job
-        stamp = j.finished_at if j.HasField("finished_at") else j.run_at
-        when = stamp.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        note = " / ".join(x for x in (j.dead_letter_reason, s.last_error) if x)
-        if j.cancel_requested:
-            note = ("cancel requested; " + note).rstrip("; ")
-        table.add_row(j.id, escape(j.queue), escape(j.job_type), state_name(j.state), str(j.priority),
-                      f"{j.attempt}/{j.max_attempts}", when, escape(note[:120]))
-    return table
 
 
 @jobs_app.command("list")
@@ -505,7 +385,7 @@ def jobs_list(
     if not rows:
         _out().print("No jobs match.")
         return
-    _out().print(_summary_table(rows))
+    _out().print(summary_table(rows))
     if next_token:
         err_console().print(f"more jobs follow: --page-token {next_token}")
 
@@ -533,61 +413,7 @@ def jobs_show(
     if as_json:
         _print_json(job_json(job))
         return
-    _print_job(job)
-
-
-def _print_job(job: pb.Job) -> None:
-    out = _out()
-    data = job_json(job)
-    out.print(f"[bold]job {job.id}[/]  {data['state']}" + ("  [yellow]cancel requested[/]"
-                                                           if job.cancel_requested else ""))
-    table = Table(box=box.SIMPLE, show_header=False)
-    table.add_column("field", style="dim")
-    table.add_column("value")
-    keys = ["queue", "job_type", "priority", "attempt", "max_attempts", "enqueued_at", "run_at", "finished_at",
-            "reason", "idempotency_key"]
-    if job.state == pb.RESERVED:  # a finished or waiting job keeps its last lease only as history
-        keys += ["lease_id", "lease_expires_at", "worker_id"]
-    for key in keys:
-        value = data[key]
-        if value is not None:
-            table.add_row(key, escape(str(value)))
-    out.print(table)
-    payload = data["payload"]
-    out.print(f"[bold]payload[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
-    if "text" in payload:
-        text = payload["text"]
-        if "json" in payload["encoding"]:
-            try:
-                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-            except ValueError:
-                pass
-        out.print(escape(text[:4000]) or "(empty)")
-    else:
-        out.print(f"(binary, base64) {payload['base64'][:4000]}")
-    if data["custom"]:
-        custom = Table(box=box.SIMPLE_HEAD, title="custom", title_justify="left")
-        for col in ("key", "type", "value"):
-            custom.add_column(col)
-        for k, v in data["custom"].items():
-            custom.add_row(escape(k), str(v["type"]).removesuffix("_value"), escape(repr(v["value"])
-                                                                                 if v["type"] == "float_value"
-                                                                                 else str(v["value"])))
-        out.print(custom)
-    if data["trace_context"]:
-        out.print("trace_context: " + escape(json.dumps(data["trace_context"])))
-    if data["attempts"]:
-        attempts = Table(box=box.SIMPLE_HEAD, title="attempts", title_justify="left")
-        for col in ("#", "worker", "started", "ended", "outcome", "error"):
-            attempts.add_column(col)
-        for a in data["attempts"]:
-            attempts.add_row(str(a["attempt"]), escape(a["worker_id"]), a["started_at"] or "", a["ended_at"] or "",
-                             a["outcome"], escape(a["error_message"][:200]))
-        out.print(attempts)
-        last = next((a for a in reversed(data["attempts"]) if a["error_detail"]), None)
-        if last is not None:  # e.g. the traceback of the last failure (all of them: --json)
-            out.print(f"[bold]error detail of attempt {last['attempt']}[/]")
-            out.print(escape(last["error_detail"][:8000]))
+    print_job(job)
 
 
 def _run_each(job_ids: list[str], action: Callable[[str], T]) -> list[T]:
@@ -606,7 +432,7 @@ def jobs_cancel(
     with _client(server, token, timeout, as_json) as client:
         jobs = _run_each(job_ids, lambda i: client.cancel_job(i, reason))
     if as_json:
-        _print_json([{"id": j.id, "state": _state_name(j.state), "cancel_requested": j.cancel_requested}
+        _print_json([{"id": j.id, "state": state_label(j.state), "cancel_requested": j.cancel_requested}
                      for j in jobs])
         return
     for j in jobs:
@@ -641,7 +467,7 @@ def jobs_requeue(
         if job_ids:
             jobs = _run_each(job_ids, client.requeue_job)
             if as_json:
-                _print_json([{"id": j.id, "state": _state_name(j.state), "attempt": j.attempt} for j in jobs])
+                _print_json([{"id": j.id, "state": state_label(j.state), "attempt": j.attempt} for j in jobs])
             else:
                 for j in jobs:
                     _out().print(f"{j.id}: requeued ({state_name(j.state)}, attempt {j.attempt})")

@@ -1,54 +1,13 @@
-"""Shared fixtures: real ``sepp serve`` processes on loopback ports over real SQLite files.
-
-* ``server_factory(config=None, **kw)`` starts a server with the given ServerConfig keys
-  (nested dicts for ``limits``/``queues``/``queue_defaults``) in a fresh data folder
-  and stops it after the test.
-* ``server`` is one default server: non-strict, group commit, fast sweeps.
+"""Shared fixtures: real ``sepp serve`` processes on loopback ports over real SQLite files
+(``support.servers``: ``server_factory`` and ``server``; importing them here registers them
+for every test). Helpers shared by the tests live in the ``support`` package (tests/support).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
-
-import pytest
-
-from sepp.testing import ServerProcess
 
 for _name in [n for n in os.environ if n.startswith("SEPP_")]:
     del os.environ[_name]
 
-#: Config every test server gets unless the test says otherwise: short sweep interval
-#: so lease expiry and promotion are observed quickly (SPEC §3 timing rules).
-FAST = {"sweep_interval": 0.05, "shutdown_grace": 5.0}
-
-ServerFactory = Callable[..., ServerProcess]
-
-
-@pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
-    """Start servers on demand; every one is stopped at teardown."""
-    started: list[ServerProcess] = []
-    counter = iter(range(1000))
-
-    def make(config: dict[str, Any] | None = None, *, data_dir: Path | None = None, **kw: Any) -> ServerProcess:
-        folder = data_dir or tmp_path / f"sepp-{next(counter)}"
-        proc = ServerProcess(folder, {**FAST, **(config or {}), **kw})
-        started.append(proc)
-        return proc.start()
-
-    yield make
-    for proc in started:
-        try:
-            proc.terminate(timeout=15)
-        except Exception:
-            pass
-        proc.kill()
-
-
-@pytest.fixture
-def server(server_factory: ServerFactory) -> ServerProcess:
-    """A default, non-strict server in group mode."""
-    return server_factory()
+from support.servers import server, server_factory  # noqa: E402, F401  (fixtures)

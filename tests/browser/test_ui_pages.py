@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from ui_support import UI_CONFIG, browser_fixture, dead_letter, enqueue, page_fixture  # noqa: F401
+from support.browser import UI_CONFIG, browser_fixture, dead_letter, enqueue, page_fixture  # noqa: F401
 
 from sepp.testing import ServerProcess
 

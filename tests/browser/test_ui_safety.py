@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
-from ui_support import UI_CONFIG, browser_fixture, dead_letter, enqueue, page_fixture  # noqa: F401
+from support.browser import UI_CONFIG, browser_fixture, dead_letter, enqueue, page_fixture  # noqa: F401
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
-from admin_support import connect, refusal
+from support.admin import connect
+from support.failures import fails as refusal
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.testing import ServerProcess

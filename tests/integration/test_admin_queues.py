@@ -9,8 +9,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from admin_support import AdminStubs, connect, refusal
 from google.protobuf import duration_pb2, field_mask_pb2
+from support.admin import AdminStubs, connect
+from support.failures import fails as refusal
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb

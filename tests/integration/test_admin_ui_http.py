@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from admin_support import AdminStubs, connect
+from support.admin import AdminStubs, connect
 
 from sepp.testing import ServerProcess
 

@@ -18,9 +18,10 @@ from typing import Any
 
 import grpc
 import pytest
-from _rpc import duration
-from admin_support import AdminStubs, connect, refusal
 from google.protobuf import duration_pb2, timestamp_pb2
+from support.admin import AdminStubs, connect
+from support.failures import fails as refusal
+from support.producer import duration
 
 from sepp import Client, EnqueueRequest
 from sepp.api.v1 import admin_pb2 as apb

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from _rpc import MiB, Stubs, assert_rejected, assert_rejection, connect, fails, job
+from support.failures import fails
+from support.producer import MiB, Stubs, assert_rejected, assert_rejection, connect, job
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess

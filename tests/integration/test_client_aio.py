@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 import pytest
-from conftest import ServerFactory
+from support.servers import ServerFactory
 
 from sepp import (
     AsyncClient,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import ServerFactory
+from support.servers import ServerFactory
 
 from sepp import AsyncClient, Client, EnqueueAck, EnqueueRequest, Payload, Rejection, RejectionCode
 from sepp.client.admin import AdminClient

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import FAST
+from support.servers import FAST
 
 from sepp import Client, EnqueueRequest
 from sepp.client._core import never_sent

@@ -25,7 +25,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from _rpc import CHANNEL_OPTIONS, ServerFactory, connect, job
+from support.producer import connect, job
+from support.servers import ServerFactory
+from support.stubs import CHANNEL_OPTIONS
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2_grpc

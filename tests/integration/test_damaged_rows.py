@@ -13,7 +13,9 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from worker_support import ServerFactory, wait_for, wire_for
+from support.servers import ServerFactory
+from support.waiting import wait_for
+from support.worker import wire_for
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc, worker_pb2_grpc

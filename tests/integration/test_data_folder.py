@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ServerFactory
+from support.servers import ServerFactory
 
 from sepp.testing import ServerProcess
 

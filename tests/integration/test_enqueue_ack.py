@@ -16,7 +16,10 @@ import uuid
 
 import grpc
 import pytest
-from _rpc import CALL_TIMEOUT, ServerFactory, connect, job, wait_for
+from support.producer import connect, job
+from support.servers import ServerFactory
+from support.stubs import CALL_TIMEOUT
+from support.waiting import wait_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from _rpc import Stubs, connect, fails, job
+from support.failures import fails
+from support.producer import Stubs, connect, job
 
 from sepp.testing import ServerProcess
 

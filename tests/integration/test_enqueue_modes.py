@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from _rpc import MiB, ServerFactory, Stubs, assert_rejected, connect, fails, job, to_seconds
+from support.failures import fails
+from support.producer import MiB, Stubs, assert_rejected, connect, job, to_seconds
+from support.servers import ServerFactory
 
 from sepp import __version__
 from sepp.api.v1 import common_pb2 as pb

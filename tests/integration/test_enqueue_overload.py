@@ -17,7 +17,10 @@ from typing import Any
 
 import grpc
 import pytest
-from _rpc import CALL_TIMEOUT, Failure, ServerFactory, connect, failure_of, job
+from support.failures import Failure, failure_of
+from support.producer import connect, job
+from support.servers import ServerFactory
+from support.stubs import CALL_TIMEOUT
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb

@@ -31,7 +31,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from worker_support import ServerFactory, Wire, job_row, queue_rows, reason_of
+from support.failures import reason_of
+from support.servers import ServerFactory
+from support.worker import Wire, job_row, queue_rows
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb

@@ -12,7 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-from worker_support import ServerFactory, Wire, ts_of, wire_for
+from support.servers import ServerFactory
+from support.worker import Wire, ts_of, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from admin_support import connect, refusal
 from google.protobuf import field_mask_pb2
 from pydantic import ValidationError
-from worker_support import ServerFactory
+from support.admin import connect
+from support.failures import fails as refusal
+from support.servers import ServerFactory
 
 from sepp import Client, EnqueueRequest
 from sepp.api.v1 import admin_pb2 as apb

@@ -11,7 +11,9 @@ import sqlite3
 
 import grpc
 import httpx
-from worker_support import ServerFactory, job_row, wait_for, wire_for
+from support.servers import ServerFactory
+from support.waiting import wait_for
+from support.worker import job_row, wire_for
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc

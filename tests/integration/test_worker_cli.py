@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from worker_support import ServerFactory, wait_for, wire_for
+from support.servers import ServerFactory
+from support.waiting import wait_for
+from support.worker import wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.cli.worker_cmd import LINE_RATE

@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from worker_support import ServerFactory, count_states, fast_queue, job_row, wait_for, wire_for
+from support.servers import ServerFactory
+from support.waiting import wait_for
+from support.worker import count_states, fast_queue, job_row, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb

@@ -11,7 +11,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from worker_support import ServerFactory, count_states, fast_queue, wire_for
+from support.servers import ServerFactory
+from support.worker import count_states, fast_queue, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess

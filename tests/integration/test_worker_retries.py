@@ -9,7 +9,10 @@ import time
 
 import grpc
 import pytest
-from worker_support import ServerFactory, fast_queue, job_row, refusal, wait_for, wire_for
+from support.failures import code_reason as refusal
+from support.servers import ServerFactory
+from support.waiting import wait_for
+from support.worker import fast_queue, job_row, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess

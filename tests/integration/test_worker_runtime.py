@@ -17,7 +17,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from worker_support import ServerFactory, count_states, fast_queue, job_row, wire_for
+from support.servers import ServerFactory
+from support.worker import count_states, fast_queue, job_row, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess, free_port

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from worker_support import ServerFactory, fast_queue, wait_for, wire_for
+from support.servers import ServerFactory
+from support.waiting import wait_for
+from support.worker import fast_queue, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.client.admin import AdminClient

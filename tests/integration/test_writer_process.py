@@ -16,8 +16,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from _rpc import ServerFactory
-from worker_support import wait_for, wire_for
+from support.servers import ServerFactory
+from support.waiting import wait_for
+from support.worker import wire_for
 
 from sepp.testing import ServerProcess
 

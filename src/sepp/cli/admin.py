@@ -12,40 +12,53 @@ input (unknown queue or job, wrong state, bad value, wrong token); 3 transport e
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
-import re
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from google.protobuf import duration_pb2, timestamp_pb2
 from rich import box
 from rich.console import Console
-from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
-from sepp.cli.flags import (
-    DURATION_FORMS,
-    FlagValueError,
-    check_bounds,
-    max_items,
-    one_line,
-    parse_seconds,
-    setting_bounds,
+from sepp.cli.admin_views import (
+    STATE_ORDER,
+    human_duration,
+    job_json,
+    print_job,
+    queue_json,
+    seconds_of,
+    settings_json,
+    state_label,
+    summary_json,
+    summary_table,
 )
+from sepp.cli.flags import FlagValueError, check_bounds, max_items, parse_seconds, setting_bounds
 from sepp.cli.main import app
-from sepp.client.admin import DEFAULT_TARGET, STATES, AdminClient, AdminError, state_number
+from sepp.cli.shell import (
+    DEFAULT_SERVER,
+    EXIT_REFUSED,
+    EXIT_TRANSPORT,
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    YesOpt,
+    confirm,
+    err_console,
+    escape,
+    fail,
+    out_console,
+    print_json,
+)
+from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
+from sepp.cli.shell import parse_moment as parse_moment
+from sepp.client.admin import AdminClient, AdminError, state_number
+from sepp.domain.states import state_name
 from sepp.errors import TransportError
 from sepp.rejections import Reason
-from sepp.wire import custom_from_proto
-
-EXIT_DECLINED, EXIT_REFUSED, EXIT_TRANSPORT = 1, 2, 3
 
 queues_app = typer.Typer(name="queues", help="List, inspect, declare, pause, resume, purge and delete queues.",
                          no_args_is_help=True)
@@ -54,59 +67,25 @@ jobs_app = typer.Typer(name="jobs", help="List, inspect, cancel, requeue (redriv
 app.add_typer(queues_app)
 app.add_typer(jobs_app)
 
-ServerOpt = Annotated[str, typer.Option("--server", "-s", envvar="SEPP_SERVER",
-                                        help="gRPC address HOST:PORT of the sepp server.")]
-TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SEPP_ADMIN_TOKEN", show_default=False,
-                                              help="Admin token, when the server has one.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server.")]
-
 _DURATION_SETTINGS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
                       "dead_letter_retention")
-_STATE_ORDER = ("scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")
+
 T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------- output helpers
 
 
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def escape(text: str) -> str:
-    """Make user-supplied text safe for the terminal: control characters (escape sequences
-    that set titles, clear screens, recolour) and bidi overrides become visible ``\\xNN`` /
-    ``\\uNNNN`` escapes, and rich markup is escaped."""
-    cleaned = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
-    return _markup_escape(cleaned)
-
-
 def _out() -> Console:
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal or console.width < 160:
-        # Tables of job ids, states and reasons need room: when piped (rich assumes 80
-        # columns) or on a narrow terminal, lay them out for 160 columns and let lines run.
-        console = Console(highlight=False, soft_wrap=False, width=max(160, console.width))
-    return console
-
-
-def _err() -> Console:
-    # soft_wrap: an error is one line whatever the terminal width (issue 14); rich would
-    # otherwise break it at 80 columns when stderr is not a terminal.
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return out_console(tables=True)
 
 
 def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    print_json(obj, pretty=True)
 
 
 def _fail(message: str, as_json: bool, exit_code: int = EXIT_REFUSED, **extra: Any) -> NoReturn:
-    if as_json:
-        sys.stderr.write(json.dumps({"error": message, **extra}, ensure_ascii=False) + "\n")
-    else:
-        _err().print(f"[bold red]error:[/] {escape(one_line(message))}")
-    raise typer.Exit(exit_code)
+    fail(message, as_json, exit_code, {"error": message, **extra})
 
 
 def _fail_flag(exc: FlagValueError, as_json: bool) -> NoReturn:
@@ -130,167 +109,11 @@ def _client(server: str, token: str | None, timeout: float, as_json: bool) -> It
         client.close()
 
 
-def _confirm(question: str, yes: bool, as_json: bool) -> None:
-    """Ask before a destructive action; refuse without a terminal unless ``--yes``."""
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        _fail(f"{question} — refusing without --yes (no terminal to ask)", as_json, EXIT_REFUSED)
-    if not typer.confirm(question, default=False, err=True):
-        _err().print("Nothing done.")
-        raise typer.Exit(EXIT_DECLINED)
-
-
-def parse_duration(text: str, flag: str = "duration", lo: float | None = 0.0, hi: float | None = None) -> float:
-    """A duration flag value → seconds (grammar: ``sepp.cli.flags``), within ``lo..hi``.
-
-    Raises ``FlagValueError`` (a ``ValueError``) whose text names ``flag`` and the value:
-    ``--dedup-window 999999999d: must be at most 315360000 s (10 years)``.
-    """
-    return parse_seconds(flag, text, lo, hi)
-
-
-def parse_moment(text: str, flag: str = "time") -> dt.datetime:
-    """An RFC 3339 time (naive = UTC) or a duration meaning "that long ago" → aware datetime (UTC).
-
-    Raises ``FlagValueError`` naming ``flag`` for anything else, and for a moment outside
-    0001-01-01 .. 9999-12-31 UTC (e.g. ``0001-01-01T00:00:00+14:00``, ``--after 315576000000s``).
-    """
-    stripped = text.strip()
-    try:
-        moment = dt.datetime.fromisoformat(stripped.replace("Z", "+00:00"))
-    except ValueError:
-        try:
-            ago = parse_seconds(flag, text)
-        except FlagValueError as exc:
-            if exc.problem.startswith("not a duration"):
-                raise FlagValueError(flag, text, f"not an RFC 3339 time (2030-01-01T09:00:00Z) nor a "
-                                                 f"duration ago: {DURATION_FORMS}") from None
-            raise
-        try:
-            return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=ago)
-        except OverflowError:
-            raise FlagValueError(flag, text, "that long ago is before 0001-01-01T00:00:00Z") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    try:
-        return moment.astimezone(dt.UTC)
-    except OverflowError:
-        raise FlagValueError(flag, text, "outside 0001-01-01 .. 9999-12-31 UTC") from None
-
-
-def _iso(t: timestamp_pb2.Timestamp | None, present: bool = True) -> str | None:
-    if t is None or not present or (t.seconds == 0 and t.nanos == 0):
-        return None
-    return t.ToDatetime(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def _seconds(d: duration_pb2.Duration) -> float:
-    return d.seconds + d.nanos / 1e9
-
-
-def _human_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:.0f}{unit}"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 120:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
-def _state_name(state: int) -> str:
-    return pb.JobState.Name(state) if state in STATES.values() else str(state)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------------- JSON shapes
-
-
-def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
-    """Queue settings as plain JSON (durations in seconds)."""
-    lim = s.limits
-    return {"default_priority": s.default_priority, "default_max_attempts": s.default_max_attempts,
-            "lease_duration": _seconds(s.lease_duration), "dedup_window": _seconds(s.dedup_window),
-            "retry_base": _seconds(s.retry_base), "retry_cap": _seconds(s.retry_cap),
-            "retry_jitter": s.retry_jitter, "completed_retention": _seconds(s.completed_retention),
-            "dead_letter_retention": _seconds(s.dead_letter_retention),
-            "limits": {"max_payload_bytes": lim.max_payload_bytes, "allowed_encodings": list(lim.allowed_encodings),
-                       "max_custom_entries": lim.max_custom_entries,
-                       "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}
-
-
-def stats_json(s: apb.QueueStats) -> dict[str, Any]:
-    """Queue stats as plain JSON."""
-    return {"counts": {name: getattr(s, name) for name in _STATE_ORDER},
-            "oldest_ready_age": _seconds(s.oldest_ready_age) if s.HasField("oldest_ready_age") else None,
-            "oldest_ready_at": _iso(s.oldest_ready_at, s.HasField("oldest_ready_at")),
-            "throughput": [{"minute": _iso(m.minute), "enqueued": m.enqueued, "completed": m.completed,
-                            "dead_lettered": m.dead_lettered} for m in s.throughput]}
-
-
-def queue_json(q: pb.QueueInfo, stats: apb.QueueStats | None = None, with_settings: bool = True) -> dict[str, Any]:
-    """A queue (and its stats) as plain JSON."""
-    out: dict[str, Any] = {"name": q.name, "paused": q.paused, "declared": q.declared}
-    if with_settings:
-        out["settings"] = settings_json(q.settings)
-    if stats is not None:
-        out.update(stats_json(stats))
-    return out
-
-
-def job_json(job: pb.Job) -> dict[str, Any]:
-    """A job as plain JSON (payload as UTF-8 text when it decodes, else base64)."""
-    import base64
-
-    data = job.payload.data
-    try:
-        payload: dict[str, Any] = {"text": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        payload = {"base64": base64.b64encode(data).decode()}
-    payload["encoding"] = job.payload.encoding
-    payload["bytes"] = len(data)
-    return {
-        "id": job.id, "queue": job.queue, "job_type": job.job_type, "state": _state_name(job.state),
-        "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
-        "run_at": _iso(job.run_at), "enqueued_at": _iso(job.enqueued_at),
-        "finished_at": _iso(job.finished_at, job.HasField("finished_at")),
-        "idempotency_key": job.idempotency_key or None, "reason": job.dead_letter_reason or None,
-        "lease_id": job.lease_id or None, "lease_expires_at": _iso(job.lease_expires_at,
-                                                                  job.HasField("lease_expires_at")),
-        "worker_id": job.worker_id or None, "cancel_requested": job.cancel_requested,
-        "payload": payload,
-        "custom": {k: {"type": v.WhichOneof("kind"), "value": custom_from_proto(v)}
-                   for k, v in sorted(job.custom.items())},
-        "trace_context": dict(job.trace_context),
-        "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "started_at": _iso(a.started_at),
-                      "ended_at": _iso(a.ended_at), "outcome": a.outcome, "error_message": a.error_message,
-                      "error_detail": a.error_detail} for a in job.attempts],
-    }
-
-
-def summary_json(s: apb.JobSummary) -> dict[str, Any]:
-    """A listed job as plain JSON."""
-    j = s.job
-    return {"id": j.id, "queue": j.queue, "job_type": j.job_type, "state": _state_name(j.state),
-            "priority": j.priority, "attempt": j.attempt, "max_attempts": j.max_attempts,
-            "run_at": _iso(j.run_at), "enqueued_at": _iso(j.enqueued_at),
-            "finished_at": _iso(j.finished_at, j.HasField("finished_at")), "reason": j.dead_letter_reason or None,
-            "payload_bytes": s.payload_bytes, "attempts_recorded": s.attempts_recorded,
-            "last_error": s.last_error or None, "cancel_requested": j.cancel_requested}
-
-
 # ---------------------------------------------------------------------- queues
 
 
 @queues_app.command("list")
-def queues_list(server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+def queues_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
                 timeout: TimeoutOpt = 30.0) -> None:
     """Every queue with its counts per state and the age of its oldest ready job."""
     with _client(server, token, timeout, as_json) as client:
@@ -304,20 +127,20 @@ def queues_list(server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_j
         return
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("queue")
-    for name in _STATE_ORDER:
+    for name in STATE_ORDER:
         table.add_column(name.replace("_", "-"), justify="right")
     table.add_column("oldest ready", justify="right")
     for q in queues:
         s = stats.get(q.name)
         label = escape(q.name) + (" [yellow](paused)[/]" if q.paused else "")
-        counts = [f"{getattr(s, n):,}" if s else "–" for n in _STATE_ORDER]
-        age = _human_duration(_seconds(s.oldest_ready_age)) if s and s.HasField("oldest_ready_age") else "–"
+        counts = [f"{getattr(s, n):,}" if s else "–" for n in STATE_ORDER]
+        age = human_duration(seconds_of(s.oldest_ready_age)) if s and s.HasField("oldest_ready_age") else "–"
         table.add_row(label, *counts, age)
     _out().print(table)
 
 
 @queues_app.command("show")
-def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_TARGET,
+def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_SERVER,
                 token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """One queue: settings, counts per state, oldest-ready age, throughput of the last hour."""
     with _client(server, token, timeout, as_json) as client:
@@ -330,11 +153,11 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     flags = ("paused" if q.paused else "active") + (", declared" if q.declared else ", created on demand")
     out.print(f"[bold]{escape(q.name)}[/] ({flags})")
     counts = Table(box=box.SIMPLE_HEAD)
-    for n in _STATE_ORDER:
+    for n in STATE_ORDER:
         counts.add_column(n.replace("_", "-"), justify="right")
-    counts.add_row(*[f"{getattr(s, n):,}" for n in _STATE_ORDER])
+    counts.add_row(*[f"{getattr(s, n):,}" for n in STATE_ORDER])
     out.print(counts)
-    age = _human_duration(_seconds(s.oldest_ready_age)) if s.HasField("oldest_ready_age") else "–"
+    age = human_duration(seconds_of(s.oldest_ready_age)) if s.HasField("oldest_ready_age") else "–"
     enq = sum(m.enqueued for m in s.throughput)
     done = sum(m.completed for m in s.throughput)
     dead = sum(m.dead_lettered for m in s.throughput)
@@ -349,7 +172,7 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
                 table.add_row(f"limits.{lkey}", escape(", ".join(lvalue) or "any")
                               if isinstance(lvalue, list) else f"{lvalue:,}")
         elif key in _DURATION_SETTINGS:
-            table.add_row(key, _human_duration(float(value)))
+            table.add_row(key, human_duration(float(value)))
         elif key == "retry_jitter":
             table.add_row(key, f"±{float(value) * 100:g}%")
         else:
@@ -428,7 +251,7 @@ def queues_declare(
     max_custom_entries: Annotated[int | None, typer.Option("--max-custom-entries")] = None,
     max_custom_key_bytes: Annotated[int | None, typer.Option("--max-custom-key-bytes")] = None,
     max_custom_bytes: Annotated[int | None, typer.Option("--max-custom-bytes")] = None,
-    server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Create a queue, or mark an existing one declared and change the settings given (at once)."""
@@ -452,7 +275,7 @@ def queues_declare(
 
 
 @queues_app.command("pause")
-def queues_pause(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_TARGET,
+def queues_pause(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_SERVER,
                  token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """Stop handing out the queue's jobs (enqueues are still accepted)."""
     with _client(server, token, timeout, as_json) as client:
@@ -464,7 +287,7 @@ def queues_pause(name: Annotated[str, typer.Argument(help="Queue name.")], serve
 
 
 @queues_app.command("resume")
-def queues_resume(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_TARGET,
+def queues_resume(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_SERVER,
                   token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """Hand out the queue's jobs again."""
     with _client(server, token, timeout, as_json) as client:
@@ -488,17 +311,17 @@ def queues_purge(
     state: Annotated[list[str] | None, typer.Option(
         "--state", help="State to delete (repeatable): scheduled, ready, reserved, completed, dead_lettered, "
         "cancelled. Default: scheduled and ready.")] = None,
-    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Delete the queue's jobs in the given states."""
     states = _states(state, as_json)
-    labels = ", ".join(_state_name(s) for s in states) or "SCHEDULED, READY"
+    labels = ", ".join(state_label(s) for s in states) or "SCHEDULED, READY"
     with _client(server, token, timeout, as_json) as client:
         s = client.queue_stats([name])[0]
-        count = sum(getattr(s, _state_name(n).lower()) for n in (states or [1, 2]))
-        _confirm(f"Delete about {count:,} job(s) ({labels}) of queue {name}?", yes, as_json)
-        with _err().status("purging…"):
+        count = sum(getattr(s, state_name(n)) for n in (states or [1, 2]))
+        confirm(f"Delete about {count:,} job(s) ({labels}) of queue {name}?", yes, as_json)
+        with err_console().status("purging…"):
             deleted = client.purge_queue(name, states)
     if as_json:
         _print_json({"queue": name, "deleted": deleted})
@@ -510,14 +333,14 @@ def queues_purge(
 def queues_delete(
     name: Annotated[str, typer.Argument(help="Queue name.")],
     force: Annotated[bool, typer.Option("--force", help="Also delete every job of the queue.")] = False,
-    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Forget a queue. Refused while it holds jobs, unless --force (which deletes them)."""
     with _client(server, token, timeout, as_json) as client:
         client.get_queue(name)
         what = f"Delete queue {name} and ALL its jobs?" if force else f"Delete queue {name}?"
-        _confirm(what, yes, as_json)
+        confirm(what, yes, as_json)
         deleted = client.delete_queue(name, force)
     if as_json:
         _print_json({"queue": name, "deleted": True, "jobs_deleted": deleted})
@@ -528,26 +351,6 @@ def queues_delete(
 # ---------------------------------------------------------------------- jobs
 
 
-def _summary_table(rows: list[apb.JobSummary]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD)
-    table.add_column("id", no_wrap=True, min_width=36)
-    for col, justify in (("queue", "left"), ("type", "left"), ("state", "left"), ("prio", "right"),
-                         ("attempt", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    table.add_column("when (UTC)", no_wrap=True)
-    table.add_column("reason / last error", overflow="fold")
-    for s in rows:
-        j = s.job
-        stamp = j.finished_at if j.HasField("finished_at") else j.run_at
-        when = stamp.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        note = " / ".join(x for x in (j.dead_letter_reason, s.last_error) if x)
-        if j.cancel_requested:
-            note = ("cancel requested; " + note).rstrip("; ")
-        table.add_row(j.id, escape(j.queue), escape(j.job_type), _state_name(j.state).lower(), str(j.priority),
-                      f"{j.attempt}/{j.max_attempts}", when, escape(note[:120]))
-    return table
-
-
 @jobs_app.command("list")
 def jobs_list(
     queue: Annotated[str, typer.Option("--queue", "-q", help="Only this queue.")] = "",
@@ -556,7 +359,7 @@ def jobs_list(
     reason: Annotated[str, typer.Option("--reason", help="Reason prefix (finished jobs).")] = "",
     limit: Annotated[int, typer.Option("--limit", help="At most this many jobs (0 = all).")] = 50,
     page_token: Annotated[str, typer.Option("--page-token", help="Continue a listing (from --json output).")] = "",
-    server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Jobs by queue, state and type, keyset-paginated (a job that keeps its state is listed once)."""
@@ -566,7 +369,7 @@ def jobs_list(
         _fail(str(exc), as_json)
     rows: list[apb.JobSummary] = []
     next_token = page_token
-    with _client(server, token, timeout, as_json) as client, _err().status("listing…") as status:
+    with _client(server, token, timeout, as_json) as client, err_console().status("listing…") as status:
         while True:
             want = 1000 if limit == 0 else min(1000, limit - len(rows))
             page = client.list_jobs(queue=queue, state=state or None, job_type=job_type, reason_prefix=reason,
@@ -582,9 +385,9 @@ def jobs_list(
     if not rows:
         _out().print("No jobs match.")
         return
-    _out().print(_summary_table(rows))
+    _out().print(summary_table(rows))
     if next_token:
-        _err().print(f"more jobs follow: --page-token {next_token}")
+        err_console().print(f"more jobs follow: --page-token {next_token}")
 
 
 @jobs_app.command("show")
@@ -592,7 +395,7 @@ def jobs_show(
     job_id: Annotated[str | None, typer.Argument(help="Job id (or use --queue with --key).")] = None,
     queue: Annotated[str, typer.Option("--queue", "-q", help="Queue of the idempotency key.")] = "",
     key: Annotated[str, typer.Option("--key", help="Find the job by its idempotency key.")] = "",
-    server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Every field of one job: payload, custom map, attempt history."""
@@ -610,61 +413,7 @@ def jobs_show(
     if as_json:
         _print_json(job_json(job))
         return
-    _print_job(job)
-
-
-def _print_job(job: pb.Job) -> None:
-    out = _out()
-    data = job_json(job)
-    out.print(f"[bold]job {job.id}[/]  {data['state']}" + ("  [yellow]cancel requested[/]"
-                                                           if job.cancel_requested else ""))
-    table = Table(box=box.SIMPLE, show_header=False)
-    table.add_column("field", style="dim")
-    table.add_column("value")
-    keys = ["queue", "job_type", "priority", "attempt", "max_attempts", "enqueued_at", "run_at", "finished_at",
-            "reason", "idempotency_key"]
-    if job.state == pb.RESERVED:  # a finished or waiting job keeps its last lease only as history
-        keys += ["lease_id", "lease_expires_at", "worker_id"]
-    for key in keys:
-        value = data[key]
-        if value is not None:
-            table.add_row(key, escape(str(value)))
-    out.print(table)
-    payload = data["payload"]
-    out.print(f"[bold]payload[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
-    if "text" in payload:
-        text = payload["text"]
-        if "json" in payload["encoding"]:
-            try:
-                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-            except ValueError:
-                pass
-        out.print(escape(text[:4000]) or "(empty)")
-    else:
-        out.print(f"(binary, base64) {payload['base64'][:4000]}")
-    if data["custom"]:
-        custom = Table(box=box.SIMPLE_HEAD, title="custom", title_justify="left")
-        for col in ("key", "type", "value"):
-            custom.add_column(col)
-        for k, v in data["custom"].items():
-            custom.add_row(escape(k), str(v["type"]).removesuffix("_value"), escape(repr(v["value"])
-                                                                                 if v["type"] == "float_value"
-                                                                                 else str(v["value"])))
-        out.print(custom)
-    if data["trace_context"]:
-        out.print("trace_context: " + escape(json.dumps(data["trace_context"])))
-    if data["attempts"]:
-        attempts = Table(box=box.SIMPLE_HEAD, title="attempts", title_justify="left")
-        for col in ("#", "worker", "started", "ended", "outcome", "error"):
-            attempts.add_column(col)
-        for a in data["attempts"]:
-            attempts.add_row(str(a["attempt"]), escape(a["worker_id"]), a["started_at"] or "", a["ended_at"] or "",
-                             a["outcome"], escape(a["error_message"][:200]))
-        out.print(attempts)
-        last = next((a for a in reversed(data["attempts"]) if a["error_detail"]), None)
-        if last is not None:  # e.g. the traceback of the last failure (all of them: --json)
-            out.print(f"[bold]error detail of attempt {last['attempt']}[/]")
-            out.print(escape(last["error_detail"][:8000]))
+    print_job(job)
 
 
 def _run_each(job_ids: list[str], action: Callable[[str], T]) -> list[T]:
@@ -675,20 +424,20 @@ def _run_each(job_ids: list[str], action: Callable[[str], T]) -> list[T]:
 def jobs_cancel(
     job_ids: Annotated[list[str], typer.Argument(help="Job id(s).")],
     reason: Annotated[str, typer.Option("--reason", help="Kept as the job's reason.")] = "",
-    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Cancel jobs: SCHEDULED/READY at once; RESERVED ones are asked to stop (via ExtendLease)."""
-    _confirm(f"Cancel {len(job_ids)} job(s)?", yes, as_json)
+    confirm(f"Cancel {len(job_ids)} job(s)?", yes, as_json)
     with _client(server, token, timeout, as_json) as client:
         jobs = _run_each(job_ids, lambda i: client.cancel_job(i, reason))
     if as_json:
-        _print_json([{"id": j.id, "state": _state_name(j.state), "cancel_requested": j.cancel_requested}
+        _print_json([{"id": j.id, "state": state_label(j.state), "cancel_requested": j.cancel_requested}
                      for j in jobs])
         return
     for j in jobs:
         what = "cancel requested (the worker learns it on its next lease extension)" \
-            if j.state == pb.RESERVED else _state_name(j.state).lower()
+            if j.state == pb.RESERVED else state_name(j.state)
         _out().print(f"{j.id}: {what}")
 
 
@@ -706,7 +455,7 @@ def jobs_requeue(
     before: Annotated[str, typer.Option("--before", help="Filter: dead-lettered before (same forms).")] = "",
     max_jobs: Annotated[int, typer.Option("--max", help="Redrive at most this many (0 = all).")] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count the matching dead letters.")] = False,
-    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Redrive jobs: READY again with attempt 0; id, payload, custom map, priority and history kept."""
@@ -718,10 +467,10 @@ def jobs_requeue(
         if job_ids:
             jobs = _run_each(job_ids, client.requeue_job)
             if as_json:
-                _print_json([{"id": j.id, "state": _state_name(j.state), "attempt": j.attempt} for j in jobs])
+                _print_json([{"id": j.id, "state": state_label(j.state), "attempt": j.attempt} for j in jobs])
             else:
                 for j in jobs:
-                    _out().print(f"{j.id}: requeued ({_state_name(j.state).lower()}, attempt {j.attempt})")
+                    _out().print(f"{j.id}: requeued ({state_name(j.state)}, attempt {j.attempt})")
             return
         try:
             since = parse_moment(after, "--after") if after else None
@@ -738,8 +487,8 @@ def jobs_requeue(
                 _out().print(f"{matched:,} dead-lettered job(s) match" + (" (dry run)" if dry_run else ""))
             return
         goal = matched if not max_jobs else min(max_jobs, matched)
-        _confirm(f"Requeue {goal:,} of {matched:,} matching dead-lettered job(s)?", yes, as_json)
-        with _err().status(f"requeueing {goal:,} job(s)…"):
+        confirm(f"Requeue {goal:,} of {matched:,} matching dead-lettered job(s)?", yes, as_json)
+        with err_console().status(f"requeueing {goal:,} job(s)…"):
             matched, requeued = client.requeue_dead_lettered(**kw, max_jobs=max_jobs)
     if as_json:
         _print_json({"matched": matched, "requeued": requeued, "dry_run": False})
@@ -750,11 +499,11 @@ def jobs_requeue(
 @jobs_app.command("delete")
 def jobs_delete(
     job_ids: Annotated[list[str], typer.Argument(help="Job id(s).")],
-    yes: YesOpt = False, server: ServerOpt = DEFAULT_TARGET, token: TokenOpt = None, as_json: JsonOpt = False,
+    yes: YesOpt = False, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Delete jobs for good (any state; their idempotency keys stay claimed until they expire)."""
-    _confirm(f"Delete {len(job_ids)} job(s) for good?", yes, as_json)
+    confirm(f"Delete {len(job_ids)} job(s) for good?", yes, as_json)
     with _client(server, token, timeout, as_json) as client:
         _run_each(job_ids, client.delete_job)
     if as_json:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sepp.cli.main import app
-from sepp.cli.producer import ServerOpt
+from sepp.cli.shell import DEFAULT_SERVER, EXIT_TRANSPORT, ServerOpt
 
 
 async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int) -> tuple[float, list[float]]:
@@ -77,7 +77,7 @@ def _pct(values: list[float], q: float) -> float:
 
 @app.command()
 def bench(
-    server: ServerOpt = "127.0.0.1:7700",
+    server: ServerOpt = DEFAULT_SERVER,
     queue: Annotated[str, typer.Option(help="Queue to load (use a scratch queue).")] = "sepp-bench",
     jobs: Annotated[int, typer.Option(min=1, help="Jobs to enqueue.")] = 20_000,
     batch: Annotated[int, typer.Option(min=1, max=256, help="Jobs per call; 1 = single Enqueue.")] = 256,
@@ -97,7 +97,7 @@ def bench(
                 drained = asyncio.run(_drain(server, queue, jobs))
     except SeppError as exc:
         console.print(f"[red]bench failed:[/] {type(exc).__name__}: {exc}")
-        raise typer.Exit(3) from None
+        raise typer.Exit(EXIT_TRANSPORT) from None
     table = Table("what", "value")
     table.add_row("enqueued", f"{jobs:,} jobs in {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s")
     table.add_row("calls", f"{len(latencies):,} × {batch} job(s), {concurrency} in flight")

@@ -22,13 +22,24 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sepp.cli.flags import one_line, parse_seconds
 from sepp.cli.main import app
-from sepp.limits import MAX_HORIZON
+from sepp.cli.shell import (
+    DEFAULT_SERVER,
+    EXIT_REJECTED,
+    EXIT_TRANSPORT,
+    JsonOpt,
+    ServerOpt,
+    err_console,
+    fail,
+    out_console,
+    print_json,
+)
+from sepp.cli.shell import AttemptTimeoutOpt as TimeoutOpt
+from sepp.cli.shell import parse_duration as parse_duration
+from sepp.cli.shell import parse_when as parse_when
 from sepp.request import (
     INT64_MAX,
     INT64_MIN,
@@ -39,11 +50,6 @@ from sepp.request import (
     Payload,
     Rejection,
 )
-
-EXIT_REJECTED = 2
-EXIT_TRANSPORT = 3
-
-DEFAULT_SERVER = "127.0.0.1:7700"
 
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _TYPES = ("int", "float", "bool", "str")
@@ -107,31 +113,6 @@ def parse_custom(spec: str) -> tuple[str, CustomPrimitive]:
     if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"custom[{key}]: {raw} does not fit in int64 (use {key}:str=... or {key}:float=...)")
     return key, value
-
-
-def parse_duration(text: str, flag: str = "--in") -> dt.timedelta:
-    """Parse ``--in``: ``30s``, ``10m``, ``2h``, ``1d``, ``250ms``, combined ``1h30m``, bare
-    seconds (``45``, ``1e3``) or ``1e3s`` (grammar: ``sepp.cli.flags``).
-
-    Raises ``FlagValueError`` (a ``ValueError``) naming ``flag`` and the value for anything
-    else, a negative delay, and one beyond ``MAX_HORIZON`` (10 years: the longest
-    ``max_schedule_horizon`` a server may have, so no server could accept it).
-    """
-    return dt.timedelta(seconds=parse_seconds(flag, text, 0.0, MAX_HORIZON))
-
-
-def parse_when(text: str) -> dt.datetime:
-    """Parse ``--at`` / ``scheduled_at``: ISO 8601 with a zone (``Z`` or ``+01:00``).
-
-    Raises ``ValueError`` when unparsable or when the zone is missing (SPEC §6).
-    """
-    try:
-        when = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is not an ISO 8601 date-time") from None
-    if when.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone; add Z or an offset such as +01:00")
-    return when
 
 
 def payload_from_json_value(value: Any) -> Payload | None:
@@ -244,38 +225,20 @@ def ack_json(ack: EnqueueAck) -> dict[str, Any]:
 # ----------------------------------------------------------------- output
 
 
-def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
-
-
-def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _print_json(obj: Any, *, stderr: bool = False) -> None:
-    stream = sys.stderr if stderr else sys.stdout
-    stream.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    stream.flush()
-
-
 def _fail_input(message: str, as_json: bool) -> NoReturn:
-    if as_json:
-        _print_json({"error": "invalid_input", "message": message}, stderr=True)
-    else:
-        _err().print(f"[bold red]error:[/] {escape(one_line(message))}", markup=True)
-    raise typer.Exit(EXIT_REJECTED)
+    fail(message, as_json, EXIT_REJECTED, {"error": "invalid_input", "message": message}, clean=escape)
 
 
 def _fail_rejected(rejection: Rejection, as_json: bool, what: str = "rejected") -> NoReturn:
     if as_json:
-        _print_json({"error": "rejected", **rejection_json(rejection)}, stderr=True)
+        print_json({"error": "rejected", **rejection_json(rejection)}, stderr=True)
     else:
         _print_rejection(rejection, what)
     raise typer.Exit(EXIT_REJECTED)
 
 
 def _print_rejection(rejection: Rejection, what: str) -> None:
-    err = _err()
+    err = err_console()
     err.print(f"[bold red]{escape(what)}:[/] [bold]{rejection.code.value}[/] — {escape(rejection.message)}",
               markup=True)
     for name in ("field", "limit", "actual"):
@@ -290,21 +253,15 @@ def _fail_transport(exc: Exception, server: str, as_json: bool) -> NoReturn:
     kind = type(exc).__name__
     if as_json:
         extra = {"retry_after": exc.retry_after} if isinstance(exc, Overloaded) else {}
-        _print_json({"error": "transport", "kind": kind, "server": server, "message": str(exc), **extra},
+        print_json({"error": "transport", "kind": kind, "server": server, "message": str(exc), **extra},
                     stderr=True)
     else:
-        _err().print(f"[bold red]transport error ({kind}) talking to {escape(server)}:[/] {escape(str(exc))}",
+        err_console().print(f"[bold red]transport error ({kind}) talking to {escape(server)}:[/] {escape(str(exc))}",
                      markup=True)
     raise typer.Exit(EXIT_TRANSPORT)
 
 
 # ----------------------------------------------------------------- commands
-
-ServerOpt = Annotated[str, typer.Option("--server", "-s", envvar="SEPP_SERVER",
-                                        help="gRPC address HOST:PORT of the sepp server.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Deadline per call attempt, seconds.")]
-
 
 def _client(server: str, timeout: float, validate_locally: bool = True) -> Any:
     from sepp.client import Client, ClientOptions
@@ -432,11 +389,11 @@ def enqueue_cmd(
         except TransportError as exc:
             _fail_transport(exc, server, as_json)
     if as_json:
-        _print_json(ack_json(ack))
+        print_json(ack_json(ack))
     elif ack.deduplicated:
-        _out().print(f"deduplicated: job {ack.job_id} was already enqueued on {queue}")
+        out_console().print(f"deduplicated: job {ack.job_id} was already enqueued on {queue}")
     else:
-        _out().print(f"enqueued job {ack.job_id} on {queue}")
+        out_console().print(f"enqueued job {ack.job_id} on {queue}")
 
 
 def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, timeout: float,
@@ -465,12 +422,12 @@ def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, 
                     for failure in exc.errors:
                         line = lines[failure.index]
                         if as_json:
-                            _print_json({"line": line, "status": "rejected",
+                            print_json({"line": line, "status": "rejected",
                                          **rejection_json(failure.rejection)}, stderr=True)
                         else:
                             _print_rejection(failure.rejection, f"line {line} rejected")
                     if not as_json:
-                        _err().print(f"atomic batch refused: {len(exc.errors)} of {len(requests)} lines "
+                        err_console().print(f"atomic batch refused: {len(exc.errors)} of {len(requests)} lines "
                                      "rejected, nothing enqueued")
                     raise typer.Exit(EXIT_REJECTED) from None
                 for line, ack in zip(lines, acks, strict=True):
@@ -486,31 +443,31 @@ def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, 
                         else:
                             rejected += 1
                             if as_json:
-                                _print_json({"line": line, "status": "rejected", **rejection_json(result)})
+                                print_json({"line": line, "status": "rejected", **rejection_json(result)})
                             else:
-                                _out().print(f"line {line}: [red]rejected[/] {escape(str(result))}",
+                                out_console().print(f"line {line}: [red]rejected[/] {escape(str(result))}",
                                              markup=True)
                     done += len(chunk)
         except RejectedError as exc:
             _fail_rejected(exc.rejection, as_json)
         except TransportError as exc:
             if done:
-                _err().print(f"lines up to {lines[done - 1]} were sent; later lines were not enqueued "
+                err_console().print(f"lines up to {lines[done - 1]} were sent; later lines were not enqueued "
                              "or their outcome is unknown")
             _fail_transport(exc, server, as_json)
     if rejected:
         if not as_json:
-            _err().print(f"{rejected} of {len(requests)} jobs rejected; the others were enqueued")
+            err_console().print(f"{rejected} of {len(requests)} jobs rejected; the others were enqueued")
         raise typer.Exit(EXIT_REJECTED)
 
 
 def _report_ack(line: int, ack: EnqueueAck, as_json: bool) -> None:
     if as_json:
-        _print_json({"line": line, "status": "deduplicated" if ack.deduplicated else "enqueued",
+        print_json({"line": line, "status": "deduplicated" if ack.deduplicated else "enqueued",
                      **ack_json(ack)})
     else:
         verb = "deduplicated" if ack.deduplicated else "enqueued"
-        _out().print(f"line {line}: {verb} {ack.job_id}")
+        out_console().print(f"line {line}: {verb} {ack.job_id}")
 
 
 def _bytes(value: int) -> str:
@@ -548,7 +505,7 @@ def info_cmd(server: ServerOpt = DEFAULT_SERVER, timeout: TimeoutOpt = 10.0,
                   "max_trace_entries", "max_trace_value_bytes")
     limits = {name: getattr(info.limits, name) for name in advertised}
     if as_json:
-        _print_json({
+        print_json({
             "server": server, "version": info.version, "node": info.node, "uptime": info.uptime,
             "persist_mode": info.persist_mode, "strict": info.strict, "features": sorted(info.features),
             "limits": limits, "queue_defaults": info.queue_defaults.model_dump(mode="json"),
@@ -556,7 +513,7 @@ def info_cmd(server: ServerOpt = DEFAULT_SERVER, timeout: TimeoutOpt = 10.0,
                         "settings": q.settings.model_dump(mode="json")} for q in info.queues.values()],
         })
         return
-    out = _out()
+    out = out_console()
     out.print(f"[bold]sepp {escape(info.version)}[/] at {escape(server)}"
               + (f" (node {escape(info.node)})" if info.node else ""), markup=True)
     out.print(f"persist mode: {info.persist_mode}   strict: {'yes' if info.strict else 'no'}   "

@@ -34,9 +34,8 @@ import typer
 
 from sepp.cli.flags import FlagValueError, check_bounds
 from sepp.cli.main import app
+from sepp.cli.shell import EXIT_USAGE
 from sepp.limits import MAX_LEASE, MIN_LEASE, fmt_number
-
-EXIT_USAGE = 2
 
 #: Success lines per second before they are summarised instead (issue 15 item 5).
 LINE_RATE = 50

@@ -37,13 +37,14 @@ from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.client._core import error_from_rpc
 from sepp.client.options import ClientOptions
+from sepp.domain.states import STATE_BY_NAME
 from sepp.errors import AdminError, AdminRefused, TransportError
 
 DEFAULT_TARGET = "127.0.0.1:7700"
 
-#: Job states by their lower-case names (``dead_lettered``; ``dead-lettered`` also works).
-STATES: dict[str, int] = {name.lower(): int(pb.JobState.Value(name)) for name in pb.JobState.keys()
-                          if name != "JOB_STATE_UNSPECIFIED"}
+#: Job states by their lower-case names (``dead_lettered``; ``dead-lettered`` also works):
+#: the domain name table (``sepp.domain.states``).
+STATES: dict[str, int] = dict(STATE_BY_NAME)
 
 
 def state_number(state: str | int | None) -> int:

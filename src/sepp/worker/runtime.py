@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.states import STATE_NAMES
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
 from sepp.worker._settler import Settled, Settler
@@ -65,10 +65,6 @@ H = TypeVar("H", bound=Callable[..., Any])
 #: answered call is never cancelled (its jobs would stay leased to nobody); one still open
 #: after this long is parked in its long-poll on empty queues (issue 15 item 7).
 RESERVE_STOP_WAIT = 0.25
-
-_STATE_NAMES = {pb.SCHEDULED: "scheduled", pb.READY: "ready", pb.RESERVED: "reserved",
-                pb.COMPLETED: "completed", pb.DEAD_LETTERED: "dead_lettered", pb.CANCELLED: "cancelled"}
-
 
 @dataclass(frozen=True, slots=True)
 class JobReport:
@@ -480,7 +476,7 @@ class Worker:
             settled = fut.result()
             res = settled.result
             if res.ok:
-                state = _STATE_NAMES.get(res.state, "")
+                state = STATE_NAMES.get(res.state, "")
                 if not state and outcome.kind == "completed":
                     state = "completed"
                 if res.HasField("run_at") and state == "scheduled":

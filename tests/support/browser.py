@@ -1,8 +1,9 @@
-"""Helpers of the browser tests: the Chromium fixtures, UI-friendly server config, raw-stub job factories.
+"""Helpers of the browser tests: the Chromium fixtures, UI-friendly server config, job factories.
 
 The fixtures live here rather than in a ``conftest.py`` (a second conftest module would clash
 with ``tests/conftest.py`` under mypy); test modules import them by name. Without
-/usr/bin/chromium the browser tests are skipped (``apt-get install -y chromium``).
+/usr/bin/chromium the browser tests fail (``scripts/ensure-chromium.sh``). The job
+factories go through ``support.admin.AdminStubs``.
 """
 
 from __future__ import annotations
@@ -12,13 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from sepp.api.v1 import common_pb2 as pb
-from sepp.api.v1 import producer_pb2_grpc, worker_pb2_grpc
-from sepp.api.v1 import worker_pb2 as wpb
+from support.admin import connect
 
 CHROMIUM = os.environ.get("SEPP_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -74,22 +72,14 @@ UI_CONFIG: dict[str, Any] = {"sweep_interval": 0.05, "shutdown_grace": 5.0,
 
 def enqueue(target: str, queue: str, job_type: str = "t", **fields: Any) -> str:
     """Enqueue one job through the producer API; returns its id."""
-    with grpc.insecure_channel(target) as ch:
-        ack = producer_pb2_grpc.ProducerServiceStub(ch).Enqueue(
-            pb.EnqueueRequest(queue=queue, job_type=job_type, **fields), timeout=20)
-        return str(ack.job_id)
+    with connect(target) as stubs:
+        return stubs.enqueue(queue, job_type, **fields)
 
 
 def dead_letter(target: str, queue: str, job_type: str = "t", reason: str = "bad input",
                 error: str = "it broke", **fields: Any) -> str:
-    """Enqueue a job on ``queue`` (which must hold no other ready job), Reserve it and Nack it with
-    ``dead_letter`` through raw worker stubs; returns its id."""
-    job_id = enqueue(target, queue, job_type, **fields)
-    with grpc.insecure_channel(target) as ch:
-        worker = worker_pb2_grpc.WorkerServiceStub(ch)
-        (r,) = worker.Reserve(wpb.ReserveRequest(queues=[queue], max_jobs=1, worker_id="ui-test"),
-                              timeout=20).reservations
-        assert r.job.id == job_id
-        worker.Nack(wpb.NackRequest(job_id=job_id, lease_id=r.lease_id, dead_letter=reason,
-                                    error=wpb.JobError(message=error, detail="Traceback: " + error)), timeout=20)
-    return job_id
+    """Enqueue a job on ``queue``, Reserve it and Nack it with ``dead_letter`` through raw
+    worker stubs; returns its id."""
+    with connect(target) as stubs:
+        return stubs.dead_letter(queue, job_type, reason, error, detail="Traceback: " + error,
+                                 worker_id="ui-test", **fields)

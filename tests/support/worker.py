@@ -1,5 +1,5 @@
-"""Helpers for the worker-side integration tests: raw WorkerService calls, job state
-through the admin API, and poll-with-deadline waiting.
+"""Helpers for the worker-side integration tests: raw WorkerService calls (``Wire``) and
+job state through the admin API. Waiting is ``support.waiting``, failures ``support.failures``.
 
 Job state is read through the admin API (``GetJob``, ``ListJobs``): the worker API
 cannot show a finished job (its dead-letter reason, say).
@@ -8,41 +8,26 @@ cannot show a finished job (its dead-letter reason, say).
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
 
 from sepp import wire
 from sepp.api.v1 import admin_pb2 as apb
-from sepp.api.v1 import admin_pb2_grpc, producer_pb2_grpc, worker_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.domain.states import state_name
 from sepp.testing import ServerProcess
-
-T = TypeVar("T")
-
-#: The ``server_factory`` fixture's type (see tests/conftest.py).
-ServerFactory = Callable[..., ServerProcess]
-
-STATE_NAMES = {1: "SCHEDULED", 2: "READY", 3: "RESERVED", 4: "COMPLETED", 5: "DEAD_LETTERED", 6: "CANCELLED"}
+from support.stubs import StubSet
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, what: str = "") -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
+def _state(number: int) -> str:
+    """``DEAD_LETTERED``, …: the domain name table in capitals (as the worker tests spell states)."""
+    return state_name(number).upper()
 
 
 def ts_of(when: dt.datetime) -> Any:
@@ -54,31 +39,8 @@ def ts_of(when: dt.datetime) -> Any:
     return t
 
 
-def reason_of(exc: grpc.RpcError) -> str:
-    """The ErrorInfo reason of a failed call ('' when none)."""
-    status = wire.status_from_metadata(exc.trailing_metadata())  # type: ignore[attr-defined]
-    if status is None:
-        return ""
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return str(info.reason)
-    return ""
-
-
-class Wire:
+class Wire(StubSet):
     """Blocking raw stubs for one server: enqueue, reserve, ack, nack, extend, settle."""
-
-    def __init__(self, target: str) -> None:
-        self.channel = grpc.insecure_channel(target)
-        self.producer = producer_pb2_grpc.ProducerServiceStub(self.channel)
-        self.worker = worker_pb2_grpc.WorkerServiceStub(self.channel)
-        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
-
-    def close(self) -> None:
-        """Close the channel."""
-        self.channel.close()
 
     def enqueue(self, queue: str = "q", job_type: str = "t", *, priority: int | None = None,
                 max_attempts: int | None = None, scheduled_at: dt.datetime | None = None,
@@ -177,15 +139,6 @@ def _ids(res: wpb.Reservation | tuple[str, str]) -> tuple[str, str]:
     return res.job.id, res.lease_id
 
 
-def refusal(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
-    """Run a call that must fail; returns (status code, ErrorInfo reason)."""
-    try:
-        call()
-    except grpc.RpcError as exc:
-        return exc.code(), reason_of(exc)  # type: ignore[attr-defined]
-    raise AssertionError("the call succeeded but should have been refused")
-
-
 @contextmanager
 def wire_for(server: ServerProcess) -> Iterator[Wire]:
     """A ``Wire`` for ``server``, closed afterwards."""
@@ -215,7 +168,7 @@ class Row:
                     "error_message": a.error_message, "error_detail": a.error_detail,
                     "started_at": a.started_at.ToMicroseconds(), "ended_at": a.ended_at.ToMicroseconds()}
                    for a in job.attempts]
-        return cls(STATE_NAMES[job.state], job.attempt, job.max_attempts, job.dead_letter_reason or None,
+        return cls(_state(job.state), job.attempt, job.max_attempts, job.dead_letter_reason or None,
                    job.run_at.ToMicroseconds() / 1e6, job.lease_id or None, history)
 
 
@@ -261,7 +214,7 @@ def count_states(server: ServerProcess, queue: str = "q") -> dict[str, int]:
     """Jobs of ``queue`` by state name (admin ``ListJobs``)."""
     counts: dict[str, int] = {}
     for job in _list(server, queue):
-        name = STATE_NAMES[job.state]
+        name = _state(job.state)
         counts[name] = counts.get(name, 0) + 1
     return counts
 

@@ -2,40 +2,25 @@
 
 These tests talk to a real ``sepp serve`` through the generated stubs only — never
 through ``sepp.client`` — so they check the wire contract itself: request builders,
-a decoder for failed calls (gRPC status + the ``google.rpc.Status`` in the
-``grpc-status-details-bin`` trailer), rejection assertions, "reserve everything"
-and a poll-with-deadline helper.
+rejection assertions and "reserve everything". Failed calls are decoded by
+``support.failures``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
-from google.rpc import error_details_pb2, status_pb2
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.api.v1 import producer_pb2_grpc, worker_pb2, worker_pb2_grpc
-from sepp.testing import ServerProcess
-from sepp.wire import custom_to_proto, status_from_metadata, unpack_details
-
-T = TypeVar("T")
-
-#: The ``server_factory`` fixture of tests/conftest.py: ServerConfig keys → a started server.
-ServerFactory = Callable[..., ServerProcess]
-
-#: gRPC channel options of the test channels: no client-side size cap, so a request over
-#: the server's max_message_bytes really reaches the server and the server refuses it.
-CHANNEL_OPTIONS = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1))
-
-#: Timeout of every unary call the helpers make, seconds.
-CALL_TIMEOUT = 20.0
+from sepp.api.v1 import worker_pb2
+from sepp.wire import custom_to_proto
+from support.failures import Failure
+from support.stubs import CALL_TIMEOUT, CHANNEL_OPTIONS, StubSet
 
 MiB = 1024 * 1024
 
@@ -43,13 +28,8 @@ MiB = 1024 * 1024
 # ---------------------------------------------------------------- channels and stubs
 
 
-@dataclass
-class Stubs:
-    """A channel with both stubs the producer tests use."""
-
-    channel: grpc.Channel
-    producer: producer_pb2_grpc.ProducerServiceStub
-    worker: worker_pb2_grpc.WorkerServiceStub
+class Stubs(StubSet):
+    """Producer-test verbs over the stubs (a channel without a client-side size cap)."""
 
     def info(self) -> ppb.ServerInfo:
         """GetServerInfo."""
@@ -94,13 +74,12 @@ class Stubs:
 
 @contextmanager
 def connect(target: str) -> Iterator[Stubs]:
-    """Open an insecure channel to ``target`` and yield both stubs."""
-    channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+    """Open an insecure channel (no size cap) to ``target`` and yield the stubs."""
+    stubs = Stubs(target, options=CHANNEL_OPTIONS)
     try:
-        yield Stubs(channel, producer_pb2_grpc.ProducerServiceStub(channel),
-                    worker_pb2_grpc.WorkerServiceStub(channel))
+        yield stubs
     finally:
-        channel.close()
+        stubs.close()
 
 
 # ---------------------------------------------------------------- request builders
@@ -149,59 +128,6 @@ def job(queue: str = "q", job_type: str = "t", *, data: bytes | None = None, enc
     return req
 
 
-# ---------------------------------------------------------------- failed calls
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A failed RPC: its gRPC status plus whatever rich details the trailer carried."""
-
-    code: grpc.StatusCode
-    message: str
-    status: status_pb2.Status | None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def error_info(self) -> error_details_pb2.ErrorInfo | None:
-        """The ``google.rpc.ErrorInfo`` detail, if any."""
-        return self.details.get("error_info")
-
-    @property
-    def retry_info(self) -> error_details_pb2.RetryInfo | None:
-        """The ``google.rpc.RetryInfo`` detail, if any."""
-        return self.details.get("retry_info")
-
-    @property
-    def rejection(self) -> pb.Rejection | None:
-        """The ``sepp.api.v1.Rejection`` detail of a rejected ``Enqueue``, if any."""
-        return self.details.get("rejection")
-
-    @property
-    def atomic(self) -> pb.AtomicRejections | None:
-        """The ``AtomicRejections`` detail of a failed ``EnqueueAtomic``, if any."""
-        return self.details.get("atomic")
-
-
-def failure_of(err: grpc.RpcError) -> Failure:
-    """Decode a ``grpc.RpcError`` raised by a unary call (sync or aio)."""
-    trailers = err.trailing_metadata()  # type: ignore[attr-defined]
-    status = status_from_metadata(trailers)
-    details = unpack_details(status) if status is not None else {}
-    code = err.code()  # type: ignore[attr-defined]
-    if status is not None:
-        assert status.code == code.value[0], "google.rpc.Status code differs from the gRPC status"
-    return Failure(code, err.details() or "", status, details)  # type: ignore[attr-defined]
-
-
-def fails(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Failure:
-    """Run ``call`` expecting a ``grpc.RpcError``; return it decoded."""
-    try:
-        result = call(*args, **kwargs)
-    except grpc.RpcError as err:
-        return failure_of(err)
-    raise AssertionError(f"call succeeded but a failure was expected: {result!r}")
-
-
 # ---------------------------------------------------------------- rejection assertions
 
 #: Status of a rejected single Enqueue per reason (SPEC §2 "Wire form").
@@ -237,18 +163,3 @@ def assert_rejected(failure: Failure, reason: str, meta: Mapping[str, str]) -> N
     assert failure.rejection is not None, "the Rejection detail is missing"
     assert_rejection(failure.rejection, reason, meta)
     assert "retry_info" not in failure.details, "a rejection is not transient"
-
-
-# ---------------------------------------------------------------- waiting
-
-
-def wait_for(probe: Callable[[], T | None], timeout: float, interval: float = 0.02, what: str = "condition") -> T:
-    """Call ``probe`` until it returns something other than ``None``/``False``; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)

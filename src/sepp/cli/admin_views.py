@@ -1,0 +1,205 @@
+"""What ``sepp queues …`` / ``sepp jobs …`` print (SPEC §4): the JSON shapes of ``--json``
+(times RFC 3339 UTC, durations seconds) and the tables and job view people get."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from typing import Any
+
+from google.protobuf import duration_pb2, timestamp_pb2
+from rich import box
+from rich.table import Table
+
+from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import common_pb2 as pb
+from sepp.cli.shell import escape, out_console
+from sepp.domain.states import STATE_NAMES, state_name
+from sepp.wire import custom_from_proto
+
+#: State names in number order, as the counts columns and ``--json`` counts spell them.
+STATE_ORDER = tuple(STATE_NAMES.values())
+
+
+def iso_time(t: timestamp_pb2.Timestamp | None, present: bool = True) -> str | None:
+    """A Timestamp as RFC 3339 UTC (``2030-01-01T09:00:00Z``); None when absent or zero."""
+    if t is None or not present or (t.seconds == 0 and t.nanos == 0):
+        return None
+    return t.ToDatetime(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def seconds_of(d: duration_pb2.Duration) -> float:
+    """A Duration in seconds."""
+    return d.seconds + d.nanos / 1e9
+
+
+def human_duration(seconds: float | None) -> str:
+    """Seconds for a table cell: ``1h``, ``90s``, ``250ms``, ``1.5h``; ``–`` for None."""
+    if seconds is None:
+        return "–"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def state_label(state: int) -> str:
+    """``DEAD_LETTERED``, …: the domain name in capitals; an unknown number as its digits."""
+    return state_name(state).upper()
+
+
+def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
+    """Queue settings as plain JSON (durations in seconds)."""
+    lim = s.limits
+    return {"default_priority": s.default_priority, "default_max_attempts": s.default_max_attempts,
+            "lease_duration": seconds_of(s.lease_duration), "dedup_window": seconds_of(s.dedup_window),
+            "retry_base": seconds_of(s.retry_base), "retry_cap": seconds_of(s.retry_cap),
+            "retry_jitter": s.retry_jitter, "completed_retention": seconds_of(s.completed_retention),
+            "dead_letter_retention": seconds_of(s.dead_letter_retention),
+            "limits": {"max_payload_bytes": lim.max_payload_bytes, "allowed_encodings": list(lim.allowed_encodings),
+                       "max_custom_entries": lim.max_custom_entries,
+                       "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}
+
+
+def stats_json(s: apb.QueueStats) -> dict[str, Any]:
+    """Queue stats as plain JSON."""
+    return {"counts": {name: getattr(s, name) for name in STATE_ORDER},
+            "oldest_ready_age": seconds_of(s.oldest_ready_age) if s.HasField("oldest_ready_age") else None,
+            "oldest_ready_at": iso_time(s.oldest_ready_at, s.HasField("oldest_ready_at")),
+            "throughput": [{"minute": iso_time(m.minute), "enqueued": m.enqueued, "completed": m.completed,
+                            "dead_lettered": m.dead_lettered} for m in s.throughput]}
+
+
+def queue_json(q: pb.QueueInfo, stats: apb.QueueStats | None = None, with_settings: bool = True) -> dict[str, Any]:
+    """A queue (and its stats) as plain JSON."""
+    out: dict[str, Any] = {"name": q.name, "paused": q.paused, "declared": q.declared}
+    if with_settings:
+        out["settings"] = settings_json(q.settings)
+    if stats is not None:
+        out.update(stats_json(stats))
+    return out
+
+
+def job_json(job: pb.Job) -> dict[str, Any]:
+    """A job as plain JSON (payload as UTF-8 text when it decodes, else base64)."""
+    data = job.payload.data
+    try:
+        payload: dict[str, Any] = {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        payload = {"base64": base64.b64encode(data).decode()}
+    payload["encoding"] = job.payload.encoding
+    payload["bytes"] = len(data)
+    return {
+        "id": job.id, "queue": job.queue, "job_type": job.job_type, "state": state_label(job.state),
+        "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
+        "run_at": iso_time(job.run_at), "enqueued_at": iso_time(job.enqueued_at),
+        "finished_at": iso_time(job.finished_at, job.HasField("finished_at")),
+        "idempotency_key": job.idempotency_key or None, "reason": job.dead_letter_reason or None,
+        "lease_id": job.lease_id or None, "lease_expires_at": iso_time(job.lease_expires_at,
+                                                                  job.HasField("lease_expires_at")),
+        "worker_id": job.worker_id or None, "cancel_requested": job.cancel_requested,
+        "payload": payload,
+        "custom": {k: {"type": v.WhichOneof("kind"), "value": custom_from_proto(v)}
+                   for k, v in sorted(job.custom.items())},
+        "trace_context": dict(job.trace_context),
+        "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "started_at": iso_time(a.started_at),
+                      "ended_at": iso_time(a.ended_at), "outcome": a.outcome, "error_message": a.error_message,
+                      "error_detail": a.error_detail} for a in job.attempts],
+    }
+
+
+def summary_json(s: apb.JobSummary) -> dict[str, Any]:
+    """A listed job as plain JSON."""
+    j = s.job
+    return {"id": j.id, "queue": j.queue, "job_type": j.job_type, "state": state_label(j.state),
+            "priority": j.priority, "attempt": j.attempt, "max_attempts": j.max_attempts,
+            "run_at": iso_time(j.run_at), "enqueued_at": iso_time(j.enqueued_at),
+            "finished_at": iso_time(j.finished_at, j.HasField("finished_at")), "reason": j.dead_letter_reason or None,
+            "payload_bytes": s.payload_bytes, "attempts_recorded": s.attempts_recorded,
+            "last_error": s.last_error or None, "cancel_requested": j.cancel_requested}
+
+
+def summary_table(rows: list[apb.JobSummary]) -> Table:
+    """The ``sepp jobs list`` table of listed jobs (user text escaped for the terminal)."""
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("id", no_wrap=True, min_width=36)
+    for col, justify in (("queue", "left"), ("type", "left"), ("state", "left"), ("prio", "right"),
+                         ("attempt", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table.add_column("when (UTC)", no_wrap=True)
+    table.add_column("reason / last error", overflow="fold")
+    for s in rows:
+        j = s.job
+        stamp = j.finished_at if j.HasField("finished_at") else j.run_at
+        when = stamp.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        note = " / ".join(x for x in (j.dead_letter_reason, s.last_error) if x)
+        if j.cancel_requested:
+            note = ("cancel requested; " + note).rstrip("; ")
+        table.add_row(j.id, escape(j.queue), escape(j.job_type), state_name(j.state), str(j.priority),
+                      f"{j.attempt}/{j.max_attempts}", when, escape(note[:120]))
+    return table
+
+
+def print_job(job: pb.Job) -> None:
+    """``sepp jobs show`` for people: fields, payload (first 4000 characters), custom map,
+    trace context, attempts and the last error detail, on stdout."""
+    out = out_console(tables=True)
+    data = job_json(job)
+    out.print(f"[bold]job {job.id}[/]  {data['state']}" + ("  [yellow]cancel requested[/]"
+                                                           if job.cancel_requested else ""))
+    table = Table(box=box.SIMPLE, show_header=False)
+    table.add_column("field", style="dim")
+    table.add_column("value")
+    keys = ["queue", "job_type", "priority", "attempt", "max_attempts", "enqueued_at", "run_at", "finished_at",
+            "reason", "idempotency_key"]
+    if job.state == pb.RESERVED:  # a finished or waiting job keeps its last lease only as history
+        keys += ["lease_id", "lease_expires_at", "worker_id"]
+    for key in keys:
+        value = data[key]
+        if value is not None:
+            table.add_row(key, escape(str(value)))
+    out.print(table)
+    payload = data["payload"]
+    out.print(f"[bold]payload[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
+    if "text" in payload:
+        text = payload["text"]
+        if "json" in payload["encoding"]:
+            try:
+                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            except ValueError:
+                pass
+        out.print(escape(text[:4000]) or "(empty)")
+    else:
+        out.print(f"(binary, base64) {payload['base64'][:4000]}")
+    if data["custom"]:
+        custom = Table(box=box.SIMPLE_HEAD, title="custom", title_justify="left")
+        for col in ("key", "type", "value"):
+            custom.add_column(col)
+        for k, v in data["custom"].items():
+            custom.add_row(escape(k), str(v["type"]).removesuffix("_value"), escape(repr(v["value"])
+                                                                                 if v["type"] == "float_value"
+                                                                                 else str(v["value"])))
+        out.print(custom)
+    if data["trace_context"]:
+        out.print("trace_context: " + escape(json.dumps(data["trace_context"])))
+    if data["attempts"]:
+        attempts = Table(box=box.SIMPLE_HEAD, title="attempts", title_justify="left")
+        for col in ("#", "worker", "started", "ended", "outcome", "error"):
+            attempts.add_column(col)
+        for a in data["attempts"]:
+            attempts.add_row(str(a["attempt"]), escape(a["worker_id"]), a["started_at"] or "", a["ended_at"] or "",
+                             a["outcome"], escape(a["error_message"][:200]))
+        out.print(attempts)
+        last = next((a for a in reversed(data["attempts"]) if a["error_detail"]), None)
+        if last is not None:  # e.g. the traceback of the last failure (all of them: --json)
+            out.print(f"[bold]error detail of attempt {last['attempt']}[/]")
+            out.print(escape(last["error_detail"][:8000]))

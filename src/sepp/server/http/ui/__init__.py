@@ -1,0 +1,41 @@
+"""The admin web UI (SPEC §4): Starlette routes + Jinja2 templates + htmx, served by ``sepp serve``.
+
+Pages (all HTML, server-rendered; JavaScript only enhances):
+
+========================================  ==============================================
+``GET /``                                 dashboard: queues, counts, oldest-ready age, chart
+``GET /ui/partials/dashboard``            the dashboard body (htmx polls it every 5 s)
+``GET /queues/{name}``                    queue: settings, counts, jobs by state (paged)
+``GET /ui/partials/queue/{name}``         the queue's live counts + chart (polled)
+``POST /queues/{name}/pause|resume|purge``
+``GET /jobs/{id}``                        job: every field, payload, custom map, attempts
+``POST /jobs/{id}/cancel|requeue|delete``
+``GET /dead``                             dead letters: filters, dry-run count, list
+``POST /dead/requeue``                    bulk redrive of the filtered dead letters
+``GET /enqueue`` / ``POST /enqueue``      enqueue form → ``JobEngine.enqueue`` in-process
+``GET /find``                             job id or (queue, idempotency key) → job page
+``GET /login`` / ``POST /login|logout``   only when ``admin_token`` is configured
+``GET /static/...``                       CSS, JS, vendored htmx (no CDN)
+========================================  ==============================================
+
+Safety: Jinja2 autoescaping is on for every template (payloads, custom values, errors,
+names are user data and are never marked safe); every POST must carry the session's
+CSRF token (form field ``csrf_token`` or header ``X-CSRF-Token``), else 403; responses
+carry a strict Content-Security-Policy (scripts and styles from ``/static`` only). When
+``admin_token`` is set, every page but ``/login`` and ``/static`` redirects to the
+login page until the token was entered; the session is a signed cookie whose key is
+derived from the token (so changing the token logs everybody out), else a random
+per-process key.
+
+Layout (issue 9 item 8): ``routes`` (``AdminUI``: handlers and the route table),
+``views`` (formatters, payload view / hex dump, job and settings context), ``chart``
+(the throughput SVG), ``forms`` (enqueue form → request, dead-letter filter),
+``security`` (CSP headers, session key, login marker, CSRF). Templates and static
+files stay in ``sepp/server/http/templates`` and ``static``.
+"""
+
+from __future__ import annotations
+
+from sepp.server.http.ui.routes import AdminUI
+
+__all__ = ["AdminUI"]

@@ -1,0 +1,444 @@
+"""The UI's handlers and route table (SPEC §4): ``AdminUI`` over an ``AdminEngine``.
+
+Formatting lives in ``views`` and ``chart``, form parsing in ``forms``, CSRF / session /
+headers in ``security``; this module only maps requests to engine calls and templates.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import secrets
+import zoneinfo
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.rejections import RejectionCode
+from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_name
+from sepp.server.engine import job_id_text
+from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
+from sepp.server.http.ui.chart import Chart, build_chart, merge_rows
+from sepp.server.http.ui.forms import FormError, build_request, dead_filter, limits_json, read_form
+from sepp.server.http.ui.security import (
+    SecurityHeaders,
+    auth_marker,
+    csrf_ok,
+    csrf_token,
+    is_authed,
+    safe_next,
+    session_secret,
+)
+from sepp.server.http.ui.views import (
+    SLUG_OF,
+    STATE_SLUGS,
+    fmt_bytes,
+    fmt_duration,
+    fmt_iso,
+    fmt_time,
+    job_context,
+    settings_rows,
+)
+from sepp.storage.admin import JobQuery
+from sepp.storage.base import State
+from sepp.storage.errors import StoreError
+
+#: Templates and static files stay next to the package (``sepp/server/http/``).
+HTTP_DIR = Path(__file__).parent.parent
+TEMPLATES = HTTP_DIR / "templates"
+STATIC = HTTP_DIR / "static"
+HTMX = "vendor/htmx.org/htmx.min.js"
+
+#: Dashboard refresh period, seconds.
+POLL_SECONDS = 5
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class AdminUI:
+    """Routes and helpers of the web UI over an ``AdminEngine``.
+
+    ``server_info`` returns the live ``ServerInfo`` (limits for the enqueue form);
+    ``token`` is the admin token (None = no login).
+    """
+
+    def __init__(self, admin: AdminEngine, server_info: Callable[[], ppb.ServerInfo], token: str | None) -> None:
+        self.admin = admin
+        self.server_info = server_info
+        self.token = token or None
+        self._auth_marker = auth_marker(self.token)
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                                 undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+        env.filters.update(time=fmt_time, iso=fmt_iso, duration=fmt_duration, bytes=fmt_bytes,
+                           qurl=lambda name: quote(str(name), safe=""), state=state_name,
+                           slug=lambda s: SLUG_OF.get(int(s), ""), number=lambda n: f"{n:,}",
+                           uuid=job_id_text)
+        env.globals.update(POLL_SECONDS=POLL_SECONDS, HTMX=HTMX, STATE_SLUGS=STATE_SLUGS)
+        self.templates = Jinja2Templates(env=env)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def routes(self) -> list[BaseRoute]:
+        """Every UI route (mount them on the HTTP app)."""
+        page, post = self._page, self._post
+        return [
+            Route("/", page(self.dashboard)),
+            Route("/ui/partials/dashboard", page(self.dashboard_partial)),
+            Route("/queues/{name}", page(self.queue_page)),
+            Route("/ui/partials/queue/{name}", page(self.queue_partial)),
+            Route("/queues/{name}/pause", post(self.queue_pause), methods=["POST"]),
+            Route("/queues/{name}/resume", post(self.queue_resume), methods=["POST"]),
+            Route("/queues/{name}/purge", post(self.queue_purge), methods=["POST"]),
+            Route("/jobs/{job_id}", page(self.job_page)),
+            Route("/jobs/{job_id}/cancel", post(self.job_cancel), methods=["POST"]),
+            Route("/jobs/{job_id}/requeue", post(self.job_requeue), methods=["POST"]),
+            Route("/jobs/{job_id}/delete", post(self.job_delete), methods=["POST"]),
+            Route("/dead", page(self.dead_page)),
+            Route("/dead/requeue", post(self.dead_requeue), methods=["POST"]),
+            Route("/enqueue", page(self.enqueue_page)),
+            Route("/enqueue", post(self.enqueue_submit), methods=["POST"]),
+            Route("/find", page(self.find)),
+            Route("/login", self._open(self.login_page)),
+            Route("/login", self._open_post(self.login_submit), methods=["POST"]),
+            Route("/logout", post(self.logout), methods=["POST"]),
+            Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+        ]
+
+    def middleware(self) -> list[Middleware]:
+        """Session (signed cookie) and security headers."""
+        return [Middleware(SecurityHeaders),
+                Middleware(SessionMiddleware, secret_key=session_secret(self.token), session_cookie="sepp_session",
+                           max_age=12 * 3600, same_site="lax")]
+
+    csrf_token = staticmethod(csrf_token)
+
+    def _authed(self, request: Request) -> bool:
+        return is_authed(request, self.token, self._auth_marker)
+
+    def _login_redirect(self, request: Request) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        url = "/login?" + urlencode({"next": target})
+        if request.headers.get("HX-Request"):
+            return Response(status_code=200, headers={"HX-Redirect": url})
+        return RedirectResponse(url, status_code=303)
+
+    def _page(self, handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def wrapped(request: Request) -> Response:
+            if not self._authed(request):
+                return self._login_redirect(request)
+            return await self._guard(handler, request)
+
+        return wrapped
+
+    def _post(self, handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def wrapped(request: Request) -> Response:
+            if not await self._csrf_ok(request):
+                return self.render(request, "error.html", {"title": "Forbidden", "message":
+                                   "This form is stale or was not sent by the sepp UI (CSRF token missing or "
+                                   "wrong). Reload the page and try again."}, 403)
+            if not self._authed(request):
+                return self._login_redirect(request)
+            return await self._guard(handler, request)
+
+        return wrapped
+
+    def _open(self, handler: Handler) -> Handler:
+        return handler
+
+    def _open_post(self, handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def wrapped(request: Request) -> Response:
+            if not await self._csrf_ok(request):
+                return self.render(request, "error.html", {"title": "Forbidden", "message":
+                                   "CSRF token missing or wrong. Reload the page and try again."}, 403)
+            return await handler(request)
+
+        return wrapped
+
+    async def _form(self, request: Request) -> FormData:
+        """The parsed form (``forms.read_form`` with the engine's message limit)."""
+        return await read_form(request, self.admin.engine.limits.max_message_bytes)
+
+    async def _csrf_ok(self, request: Request) -> bool:
+        return await csrf_ok(request, self._form)
+
+    async def _guard(self, handler: Handler, request: Request) -> Response:
+        try:
+            return await handler(request)
+        except NotFound as exc:
+            return self.render(request, "error.html", {"title": "Not found", "message": str(exc)}, 404)
+        except (InvalidRequest, StateConflict) as exc:
+            return self.render(request, "error.html", {"title": "Refused", "message": str(exc)}, 400)
+        except StoreError as exc:
+            return self.render(request, "error.html", {"title": "Unavailable", "message":
+                               f"The server could not use its store ({exc}); nothing was changed."}, 503)
+
+    def render(self, request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+        """Render a template with the common context (CSRF token, flashes, auth state)."""
+        flashes = request.session.pop("flash", []) if not name.startswith("_") else []
+        base = {"csrf": self.csrf_token(request), "flashes": flashes, "auth_on": self._authed(request)
+                and self.token is not None, "path": request.url.path}
+        return self.templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
+
+    @staticmethod
+    def flash(request: Request, text: str, level: str = "ok") -> None:
+        """Queue a message for the next page."""
+        request.session.setdefault("flash", []).append([level, text])
+
+    # ------------------------------------------------------------------ dashboard
+
+    async def _dashboard_context(self) -> dict[str, Any]:
+        views = await self.admin.stats()
+        totals = {f: sum(getattr(v.counts, f) for v in views) for f in
+                  ("scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")}
+        chart = build_chart(merge_rows(views)) if views else None
+        return {"views": views, "totals": totals, "chart": chart}
+
+    async def dashboard(self, request: Request) -> Response:
+        """The dashboard page."""
+        return self.render(request, "dashboard.html", {"title": "Dashboard", **await self._dashboard_context()})
+
+    async def dashboard_partial(self, request: Request) -> Response:
+        """The dashboard body for htmx polling."""
+        return self.render(request, "_dashboard.html", await self._dashboard_context())
+
+    # ------------------------------------------------------------------ queue
+
+    async def _queue_stats(self, name: str) -> tuple[QueueStatsView, Chart]:
+        view = (await self.admin.stats([name]))[0]
+        return view, build_chart(view.throughput)
+
+    async def queue_page(self, request: Request) -> Response:
+        """Settings, counts, chart and the jobs of one state (``?state=ready&page=<token>``)."""
+        name = request.path_params["name"]
+        q = self.admin.queue(name)
+        slug = request.query_params.get("state", "ready")
+        state = STATE_SLUGS.get(slug, int(State.READY))
+        token = request.query_params.get("page", "")
+        job_type = request.query_params.get("job_type", "") or None
+        listing = await self.admin.list_jobs(JobQuery(queue=name, state=state, job_type=job_type), token, 50)
+        view, chart = await self._queue_stats(name)
+        return self.render(request, "queue.html", {
+            "title": f"Queue {name}", "q": q, "view": view, "chart": chart, "state": state, "slug": SLUG_OF[state],
+            "jobs": listing.jobs, "next_token": listing.next_token, "paged": bool(token), "job_type": job_type or "",
+            "settings": settings_rows(q.settings.model_dump())})
+
+    async def queue_partial(self, request: Request) -> Response:
+        """Live counts and chart of one queue."""
+        name = request.path_params["name"]
+        self.admin.queue(name)
+        view, chart = await self._queue_stats(name)
+        slug = request.query_params.get("state", "ready")
+        return self.render(request, "_queue_stats.html", {"view": view, "chart": chart,
+                                                          "state": STATE_SLUGS.get(slug, 2), "q_name": name})
+
+    async def queue_pause(self, request: Request) -> Response:
+        """Pause the queue."""
+        name = request.path_params["name"]
+        await self.admin.set_paused(name, True)
+        self.flash(request, f"Queue {name} paused: workers get nothing from it until it is resumed.")
+        return RedirectResponse(f"/queues/{quote(name, safe='')}", status_code=303)
+
+    async def queue_resume(self, request: Request) -> Response:
+        """Resume the queue."""
+        name = request.path_params["name"]
+        await self.admin.set_paused(name, False)
+        self.flash(request, f"Queue {name} resumed.")
+        return RedirectResponse(f"/queues/{quote(name, safe='')}", status_code=303)
+
+    async def queue_purge(self, request: Request) -> Response:
+        """Delete the queue's jobs in the ticked states."""
+        name = request.path_params["name"]
+        form = await self._form(request)
+        states = [STATE_SLUGS[s] for s in form.getlist("states") if isinstance(s, str) and s in STATE_SLUGS]
+        if not states:
+            self.flash(request, "Nothing purged: tick at least one state.", "warn")
+        else:
+            n = await self.admin.purge(name, states)
+            labels = ", ".join(state_name(s) for s in states)
+            self.flash(request, f"Purged {n:,} job(s) ({labels}) from {name}.")
+        return RedirectResponse(f"/queues/{quote(name, safe='')}", status_code=303)
+
+    # ------------------------------------------------------------------ job
+
+    async def job_page(self, request: Request) -> Response:
+        """Every field of one job."""
+        rec = await self.admin.get_job(request.path_params["job_id"])
+        return self.render(request, "job.html", job_context(rec))
+
+    async def _job_action(self, request: Request, verb: str) -> Response:
+        job_id = request.path_params["job_id"]
+        url = f"/jobs/{quote(job_id, safe='')}"
+        try:
+            if verb == "cancel":
+                form = await self._form(request)
+                reason = form.get("reason", "")
+                rec = await self.admin.cancel(job_id, reason if isinstance(reason, str) else "")
+                if rec.state == int(State.RESERVED):
+                    self.flash(request, "Cancel requested: the worker holding the job learns it on its next "
+                                        "lease extension.")
+                else:
+                    self.flash(request, "Job cancelled.")
+            elif verb == "requeue":
+                await self.admin.requeue(job_id)
+                self.flash(request, "Job requeued: READY again with attempt 0 (history kept).")
+            else:
+                rec = await self.admin.get_job(job_id)
+                await self.admin.delete_job(job_id)
+                self.flash(request, f"Job {job_id} deleted.")
+                return RedirectResponse(f"/queues/{quote(rec.queue, safe='')}", status_code=303)
+        except StateConflict as exc:
+            self.flash(request, str(exc), "error")
+        return RedirectResponse(url, status_code=303)
+
+    async def job_cancel(self, request: Request) -> Response:
+        """Cancel (or request cancellation of) the job."""
+        return await self._job_action(request, "cancel")
+
+    async def job_requeue(self, request: Request) -> Response:
+        """Redrive the job."""
+        return await self._job_action(request, "requeue")
+
+    async def job_delete(self, request: Request) -> Response:
+        """Delete the job."""
+        return await self._job_action(request, "delete")
+
+    # ------------------------------------------------------------------ dead letters
+
+    async def dead_page(self, request: Request) -> Response:
+        """Dead letters with filters, the dry-run count and a bulk requeue form."""
+        where, raw = dead_filter(request.query_params)
+        matched, _ = await self.admin.requeue_dead(where, dry_run=True)
+        query = JobQuery(queue=where.queue, state=int(State.DEAD_LETTERED), job_type=where.job_type,
+                         reason_prefix=where.reason_prefix, finished_after=where.after, finished_before=where.before)
+        token = request.query_params.get("page", "")
+        listing = await self.admin.list_jobs(query, token, 50)
+        keep = {k: v for k, v in raw.items() if v}
+        next_url = "/dead?" + urlencode({**keep, "page": listing.next_token}) if listing.next_token else ""
+        return self.render(request, "dead.html", {
+            "title": "Dead letters", "f": raw, "matched": matched, "jobs": listing.jobs, "next_url": next_url,
+            "first_url": "/dead?" + urlencode(keep) if token else "", "queue_names": [q.name for q in
+                                                                                    self.admin.queues()]})
+
+    async def dead_requeue(self, request: Request) -> Response:
+        """Requeue every dead letter matching the posted filter."""
+        form = await self._form(request)
+        where, raw = dead_filter({k: v for k, v in form.items() if isinstance(v, str)})
+        matched, done = await self.admin.requeue_dead(where)
+        self.flash(request, f"Requeued {done:,} of {matched:,} matching dead-lettered job(s).")
+        keep = {k: v for k, v in raw.items() if v}
+        return RedirectResponse("/dead?" + urlencode(keep), status_code=303)
+
+    # ------------------------------------------------------------------ enqueue
+
+    def _enqueue_context(self, values: Mapping[str, str], customs: Sequence[tuple[str, str, str]],
+                         **extra: Any) -> dict[str, Any]:
+        info = self.server_info()
+        rows = list(customs) or [("", "string", "")]
+        return {"title": "Enqueue", "v": values, "customs": rows, "limits": limits_json(info),
+                "queue_names": [q.name for q in info.queues], "strict": info.strict,
+                "zones": sorted(zoneinfo.available_timezones()), "result": None, "rejection": None,
+                "form_error": None, **extra}
+
+    async def enqueue_page(self, request: Request) -> Response:
+        """The empty enqueue form (``?queue=`` pre-fills the queue)."""
+        values = {"queue": request.query_params.get("queue", ""), "payload_format": "text",
+                  "encoding": "application/json", "scheduled_tz": "UTC"}
+        return self.render(request, "enqueue.html", self._enqueue_context(values, []))
+
+    async def enqueue_submit(self, request: Request) -> Response:
+        """Build the EnqueueRequest, call ``JobEngine.enqueue`` in-process, show the ack or the rejection."""
+        form = await self._form(request)
+        values = {k: v for k, v in form.items() if isinstance(v, str) and not k.startswith("custom_")}
+        keys, types, raws = (form.getlist(n) for n in ("custom_key", "custom_type", "custom_value"))
+        customs = [(str(k), str(t), str(r)) for k, t, r in zip(keys, types, raws, strict=False)]
+        status = 200
+        try:
+            req = build_request(values, customs)
+            ack = await self.admin.engine.enqueue(req)
+            ctx = self._enqueue_context(values, customs, result={"job_id": ack.job_id,
+                                                                  "deduplicated": ack.deduplicated})
+        except FormError as exc:
+            status = 400
+            ctx = self._enqueue_context(values, customs, rejection={
+                "code": RejectionCode.INVALID_ARGUMENT.value, "message": str(exc), "field": exc.field,
+                "limit": None, "actual": None, "local": True})
+        except JobRejected as exc:
+            status = 400 if exc.rejection.code != RejectionCode.UNKNOWN_QUEUE.to_wire() else 404
+            r = exc.rejection
+            ctx = self._enqueue_context(values, customs, rejection={
+                "code": RejectionCode.from_wire(r.code).value, "message": r.message, "field": r.field,
+                "limit": r.limit if r.HasField("limit") else None,
+                "actual": r.actual if r.HasField("actual") else None, "local": False})
+        except Overloaded as exc:
+            status = 503
+            ctx = self._enqueue_context(values, customs, form_error=f"The server is overloaded (commit backlog "
+                                        f"{exc.backlog:,}); nothing was stored. Retry in a moment.")
+        except EngineError as exc:
+            status = 500
+            ctx = self._enqueue_context(values, customs, form_error=str(exc))
+        return self.render(request, "enqueue.html", ctx, status)
+
+    # ------------------------------------------------------------------ search
+
+    async def find(self, request: Request) -> Response:
+        """``?q=<job id>`` or ``?queue=&key=`` → the job's page."""
+        text = request.query_params.get("q", "").strip()
+        queue = request.query_params.get("queue", "").strip()
+        key = request.query_params.get("key", "")
+        if queue and key:
+            job_id, expires, job = await self.admin.find_by_key(queue, key)
+            if job is None:
+                return self.render(request, "error.html", {"title": "Job gone", "message":
+                                   f"The key still points at job {job_id} (until {fmt_time(expires)}), but that "
+                                   "job was deleted or purged."}, 404)
+            return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+        if text:
+            rec = await self.admin.get_job(text)
+            return RedirectResponse(f"/jobs/{job_id_text(rec.id)}", status_code=303)
+        return self.render(request, "error.html", {"title": "Find a job", "message":
+                           "Enter a job id, or a queue and an idempotency key."}, 400)
+
+    # ------------------------------------------------------------------ login
+
+    async def login_page(self, request: Request) -> Response:
+        """The token form (or straight through when no token is configured)."""
+        nxt = safe_next(request.query_params.get("next"))
+        if self._authed(request):
+            return RedirectResponse(nxt, status_code=303)
+        return self.render(request, "login.html", {"title": "Log in", "next": nxt, "error": ""})
+
+    async def login_submit(self, request: Request) -> Response:
+        """Check the token (constant time); on success mark the session and go back."""
+        form = await self._form(request)
+        nxt = safe_next(str(form.get("next", "/")))
+        presented = str(form.get("token", ""))
+        if self.token is None:
+            return RedirectResponse(nxt, status_code=303)
+        if not hmac.compare_digest(presented.encode(), self.token.encode()):
+            return self.render(request, "login.html", {"title": "Log in", "next": nxt,
+                                                       "error": "That is not the admin token."}, 401)
+        request.session.clear()
+        request.session["auth"] = self._auth_marker
+        request.session["csrf"] = secrets.token_urlsafe(32)
+        return RedirectResponse(nxt, status_code=303)
+
+    async def logout(self, request: Request) -> Response:
+        """Forget the session."""
+        request.session.clear()
+        return RedirectResponse("/login" if self.token else "/", status_code=303)
+

@@ -1,0 +1,176 @@
+"""What the UI shows, formatted: times, durations, sizes, payloads (text / JSON / hex dump),
+queue settings and the job page's context (SPEC §4). Pure functions of records; no request
+handling here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sepp.domain.states import STATE_NAMES
+from sepp.server.admin import state_name
+from sepp.server.rpc.convert import job_to_proto
+from sepp.storage.base import JobRecord
+from sepp.wire import custom_type_name
+
+#: How much of a payload the job page shows (bytes); the rest is summarised.
+PAYLOAD_SHOWN = 256 * 1024
+HEX_SHOWN = 16 * 1024
+
+#: URL / CSS slug of each state (``dead-lettered``) → state number, from the domain name table.
+STATE_SLUGS: dict[str, int] = {name.replace("_", "-"): number for number, name in STATE_NAMES.items()}
+#: State number → its slug.
+SLUG_OF: dict[int, str] = {number: slug for slug, number in STATE_SLUGS.items()}
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _utc(us: int) -> dt.datetime | None:
+    """µs since the epoch → an aware datetime, exactly (no float rounding); None outside
+    the years 1–9999 (a damaged row's time: shown as empty, issue 14)."""
+    try:
+        return _EPOCH + dt.timedelta(microseconds=us)
+    except (OverflowError, TypeError):
+        return None
+
+
+def fmt_time(us: int | None) -> str:
+    """µs since the epoch → ``2026-05-01 10:30:05 UTC`` (empty for None or out of range)."""
+    when = None if us is None else _utc(us)
+    return "" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def fmt_iso(us: int | None) -> str:
+    """µs since the epoch → ISO 8601 for ``<time datetime>`` (empty for None or out of range)."""
+    when = None if us is None else _utc(us)
+    return "" if when is None else when.isoformat(timespec="milliseconds")
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Seconds → ``850 ms``, ``42 s``, ``3 min 5 s``, ``2 h 10 min``, ``3 d 4 h``."""
+    if seconds is None:
+        return "–"
+    s = abs(seconds)
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 60:
+        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+    if s < 3600:
+        big, small = f"{int(s // 60)} min", int(s % 60)
+        return f"{big} {small} s" if small else big
+    if s < 86400:
+        big, small = f"{int(s // 3600)} h", int(s % 3600 // 60)
+        return f"{big} {small} min" if small else big
+    big, small = f"{int(s // 86400)} d", int(s % 86400 // 3600)
+    return f"{big} {small} h" if small else big
+
+
+def fmt_bytes(n: int) -> str:
+    """``512 B``, ``1.5 KiB``, ``16 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            return f"{value:.1f} {unit}".replace(".0 ", " ")
+    return f"{n} B"
+
+
+def is_json_encoding(encoding: str) -> bool:
+    """Whether a payload encoding label means JSON (``application/json``, ``*+json``, ``json``)."""
+    label = encoding.split(";", 1)[0].strip().lower()
+    return label in ("application/json", "text/json", "json") or label.endswith("+json")
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadView:
+    """How the job page shows a payload: ``kind`` is json | text | hex | empty."""
+
+    kind: str
+    text: str
+    size: int
+    truncated: bool
+
+
+def payload_view(data: bytes, encoding: str) -> PayloadView:
+    """Pretty JSON for JSON encodings (when it parses), UTF-8 text when printable, else a hex dump."""
+    size = len(data)
+    if not data:
+        return PayloadView("empty", "", 0, False)
+    if is_json_encoding(encoding) and size <= PAYLOAD_SHOWN:
+        try:
+            return PayloadView("json", json.dumps(json.loads(data), indent=2, ensure_ascii=False), size, False)
+        except (ValueError, UnicodeDecodeError):
+            pass
+    head = data[:PAYLOAD_SHOWN]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if size > PAYLOAD_SHOWN and exc.reason == "unexpected end of data":
+            text = head[:exc.start].decode("utf-8")  # a character cut by the display limit
+        else:
+            return PayloadView("hex", hexdump(data[:HEX_SHOWN]), size, size > HEX_SHOWN)
+    if any(ord(c) < 32 and c not in "\n\r\t" for c in text):
+        return PayloadView("hex", hexdump(data[:HEX_SHOWN]), size, size > HEX_SHOWN)
+    return PayloadView("text", text, size, size > PAYLOAD_SHOWN)
+
+
+def hexdump(data: bytes) -> str:
+    """Classic 16-bytes-a-line dump: offset, hex, printable ASCII."""
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:08x}  {hexes:<47}  {text}")
+    return "\n".join(lines)
+
+
+
+def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Queue settings as (label, human value) rows; durations in seconds → readable."""
+    rows = []
+    for key, value in settings.items():
+        if key == "limits":
+            for lkey, lvalue in value.items():
+                shown = ", ".join(lvalue) or "any" if lkey == "allowed_encodings" else (
+                    fmt_bytes(lvalue) if lkey.endswith("_bytes") else f"{lvalue:,}")
+                rows.append((f"limits.{lkey}", shown))
+        elif key in ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
+                     "dead_letter_retention"):
+            rows.append((key, fmt_duration(float(value))))
+        elif key == "retry_jitter":
+            rows.append((key, f"±{float(value) * 100:g}%"))
+        else:
+            rows.append((key, str(value)))
+    return rows
+
+
+def job_context(rec: JobRecord) -> dict[str, Any]:
+    """Everything the job page shows of a record."""
+    job = job_to_proto(rec)
+    custom = []
+    for key in sorted(job.custom):
+        value = job.custom[key]
+        kind = custom_type_name(value)
+        raw = getattr(value, value.WhichOneof("kind") or "string_value")
+        shown = ("true" if raw else "false") if kind == "bool" else (repr(raw) if kind == "float" else str(raw))
+        if kind == "float" and not math.isfinite(raw):
+            shown = str(raw)
+        custom.append((key, kind, shown))
+    attempts = []
+    for a in rec.attempt_entries():
+        started, ended = a.get("started_at"), a.get("ended_at")
+        took = (ended - started) / 1e6 if started is not None and ended is not None else None
+        attempts.append({**a, "took": took})
+    return {"title": f"Job {job.id}", "job": job, "rec": rec, "payload": payload_view(rec.payload, rec.encoding),
+            "custom": custom, "trace": sorted(job.trace_context.items()), "attempts": attempts,
+            "state_name": state_name(rec.state), "can_cancel": rec.state in (1, 2, 3) and not rec.cancel_requested,
+            "can_requeue": rec.state in (5, 6)}

@@ -1,0 +1,16 @@
+"""Helpers shared by the tests (issue 9 item 8): one place for stubs, failure decoding,
+waiting and the server fixtures. Importable as ``support`` (``pythonpath = ["tests"]``).
+
+* ``servers``  — ``ServerFactory``, the ``FAST`` test config, the ``server_factory`` /
+  ``server`` fixtures (registered by tests/conftest.py).
+* ``stubs``    — ``StubSet``, the one stub wrapper: a channel with the producer, worker and
+  admin stubs and the call metadata; the verbs below build on it.
+* ``failures`` — ``failure_of``, the one decoder of a failed call (status, ErrorInfo
+  reason and metadata, every rich detail), and ``fails`` / ``code_reason`` around it.
+* ``waiting``  — ``wait_for``, the one poll-with-deadline.
+* ``producer`` — request builders, ``Stubs`` for the wire-contract tests, rejection assertions.
+* ``worker``   — ``Wire`` (enqueue / reserve / ack / nack / extend / settle) and job state
+  read through the admin API.
+* ``admin``    — ``AdminStubs`` (admin calls with the token, job factories, listings).
+* ``browser``  — the Chromium fixtures and job factories of the UI tests.
+"""

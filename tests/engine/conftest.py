@@ -39,7 +39,7 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
         stores.append(store)
         registry = QueueRegistry(cfg.queue_defaults, cfg.strict, cfg.limits.max_encoding_bytes, cfg.limits.max_queues)
         for q in registry.load(await store.load_queues(), dict(cfg.queues)):  # as App.start does
-            await store.upsert_queue(q.record(), clock.now_us())
+            await store.upsert_queue(q.record(), clock.now())
             q.persisted = True
         engine = JobEngine(cfg, store, registry, Notifier(), clock=clock)
         return Harness(engine, Sweeper(engine, 60.0), clock, store)

@@ -54,7 +54,7 @@ class Harness:
     @property
     def now(self) -> int:
         """The fake clock's time, µs UTC."""
-        return self.clock.now_us()
+        return self.clock.now()
 
     async def enqueue(self, queue: str = "q", *, key: str = "", at_us: int | None = None,
                       max_attempts: int | None = None, priority: int | None = None) -> tuple[bytes, bool]:

@@ -32,8 +32,8 @@ def test_a_page_token_keeps_its_wire_form_and_its_filters() -> None:
 def test_the_throughput_counter_dates_finished_jobs_by_its_clock() -> None:
     clock = FakeClock()
     counter = ThroughputCounter(clock)
-    minute = clock.now_us() // MINUTE_US
-    rows = [JobRow(bytes(16), "a", "t", 2, 5, 0, clock.now_us(), 3, b"", "", None, None) for _ in range(3)]
+    minute = clock.now() // MINUTE_US
+    rows = [JobRow(bytes(16), "a", "t", 2, 5, 0, clock.now(), 3, b"", "", None, None) for _ in range(3)]
     counter.on_stored(rows, {1: (bytes(16), 2)})
     clock.advance(60)
     counter.on_finished("a", int(State.COMPLETED), 2)

@@ -93,7 +93,7 @@ class SeppServer:
         try:
             changed = self.registry.load(await self.store.load_queues(), dict(self.config.queues))
             for q in changed:
-                await self.store.upsert_queue(q.record(), self.clock.now_us())
+                await self.store.upsert_queue(q.record(), self.clock.now())
                 q.persisted = True
             await self.sweeper.start()
             await self.admin.start()

@@ -101,10 +101,10 @@ class JobEngine:
     def __init__(self, config: ServerConfig, store: Store, registry: QueueRegistry, notifier: Notifier, *,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
-        #: The injected clock: ``clock.now_us`` (µs UTC) and ``clock.monotonic`` (seconds).
+        #: The injected clock: ``clock.now`` (µs UTC) and ``clock.monotonic`` (seconds).
         self.clock = clock
         # Bound once: the enqueue path reads the time once per call, through one attribute.
-        self._now_us = clock.now_us
+        self._clock_now = clock.now
         self.store = store
         self.queues = registry
         self.notifier = notifier
@@ -194,7 +194,7 @@ class JobEngine:
 
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
         """Validate and store one job (SPEC §2). Raises ``JobRejected`` or ``Overloaded``."""
-        now = self._now_us()
+        now = self._clock_now()
         self.queues.begin_admission()
         checked = self.validator.check(req, now * 1000)
         if type(checked) is pb.Rejection:
@@ -222,7 +222,7 @@ class JobEngine:
         commit backlog is full (then nothing is stored).
         """
         self._check_batch(reqs)
-        now = self._now_us()
+        now = self._clock_now()
         now_ns = now * 1000
         self.queues.begin_admission()
         check = self.validator.check
@@ -258,7 +258,7 @@ class JobEngine:
         ``AtomicRejected`` listing every failure by index, and nothing stored.
         Deduplicated jobs count as success."""
         self._check_batch(reqs)
-        now = self._now_us()
+        now = self._clock_now()
         now_ns = now * 1000
         self.queues.begin_admission()
         check = self.validator.check
@@ -320,7 +320,7 @@ class JobEngine:
                     lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
                     # Payloads beyond one message's worth are not leased at all (the servicer
                     # gives back the few that still do not fit exactly).
-                    params = ReserveParams([q.name for q in active], max_jobs, self._now_us(), lease_for, worker_id,
+                    params = ReserveParams([q.name for q in active], max_jobs, self._clock_now(), lease_for, worker_id,
                                            self.limits.max_message_bytes)
                     jobs = await self._lease(params)
                     if jobs:
@@ -355,7 +355,7 @@ class JobEngine:
 
     async def release(self, jobs: Sequence[JobRecord], why: str) -> None:
         """Give leased-but-undelivered ``jobs`` back at once (nack ``release``: attempt and place kept)."""
-        now = self._now_us()
+        now = self._clock_now()
         items = [SettleParams(j.id, j.lease_id or b"", SettleKind.RELEASE, now, outcome="released",
                               error_message=why) for j in jobs]
         await self.settle(items)  # wakes the reservers of their queues
@@ -370,7 +370,7 @@ class JobEngine:
                         describe(rec), clip(repr(rec.queue), 200), clip(f"{type(exc).__name__}: {exc}", 300),
                         DAMAGED_ROW)
         try:
-            await self.store.reserve_damaged([(rec.id, rec.lease_id or b"") for rec, _ in jobs], self._now_us())
+            await self.store.reserve_damaged([(rec.id, rec.lease_id or b"") for rec, _ in jobs], self._clock_now())
         except Exception:
             log.exception("dead-lettering %d damaged job(s) failed; their leases will expire", len(jobs))
 
@@ -409,7 +409,7 @@ class JobEngine:
             raise InvalidRequest(f"extend_by must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
                                  "extend_by", MIN_LEASE_SECONDS if extend_by_s < MIN_LEASE_SECONDS
                                  else MAX_LEASE_SECONDS, extend_by_s)
-        now = self._now_us()
+        now = self._clock_now()
         result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000))
         if result.error is not None:
             raise LeaseRefused(result.error, job_id_text(job_id))

@@ -135,7 +135,7 @@ class AdminEngine:
         self.engine = engine
         self.store = store
         self.clock = engine.clock
-        self._now_us = engine.clock.now_us
+        self._clock_now = engine.clock.now
         self.counter = ThroughputCounter(engine.clock)
         self.flush_interval = flush_interval
         self._task: asyncio.Task[None] | None = None
@@ -177,7 +177,7 @@ class AdminEngine:
         """Write pending enqueue counts and prune minutes older than a day."""
         counts = self.counter.take()
         try:
-            await self.store.add_counts(counts, self._now_us() // _MINUTE - KEEP_MINUTES)
+            await self.store.add_counts(counts, self._clock_now() // _MINUTE - KEEP_MINUTES)
         except BaseException:
             self.counter.restore(counts)
             raise
@@ -201,7 +201,7 @@ class AdminEngine:
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
 
     async def _persist(self, q: QueueState) -> None:
-        await self.engine.store.upsert_queue(q.record(), self._now_us())
+        await self.engine.store.upsert_queue(q.record(), self._clock_now())
         q.persisted = True
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
@@ -222,7 +222,7 @@ class AdminEngine:
             settings = merge_settings(registry.defaults, patch, paths, cap, labels) if patch is not None \
                 else registry.defaults
             q = QueueState(name, settings, declared=True)
-            await self.engine.store.upsert_queue(q.record(), self._now_us())
+            await self.engine.store.upsert_queue(q.record(), self._clock_now())
             q.persisted = True
             raced = registry.get(name)  # an enqueue may have created it on demand meanwhile
             if raced is not None:
@@ -331,7 +331,7 @@ class AdminEngine:
         Raises ``NotFound`` (IDEMPOTENCY_KEY_NOT_FOUND) when the key is not claimed (or expired).
         """
         hit = await self.store.find_idempotency(queue, key)
-        if hit is None or hit[1] <= self._now_us():
+        if hit is None or hit[1] <= self._clock_now():
             raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}",
                            Reason.IDEMPOTENCY_KEY_NOT_FOUND)
         job = await self.engine.store.get_job(hit[0])
@@ -341,7 +341,7 @@ class AdminEngine:
         """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
         ExtendLease). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
         raw = self._job_id(job_id)
-        result = await self.store.cancel(raw, self._now_us(), self.engine.queues.policies(),
+        result = await self.store.cancel(raw, self._clock_now(), self.engine.queues.policies(),
                                          reason[:1024] if reason else "")
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
@@ -354,7 +354,7 @@ class AdminEngine:
 
     async def requeue(self, job_id: str) -> JobRecord:
         """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""
-        result = await self.store.requeue(self._job_id(job_id), self._now_us())
+        result = await self.store.requeue(self._job_id(job_id), self._clock_now())
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
@@ -370,7 +370,7 @@ class AdminEngine:
         if max_jobs < 0:
             raise InvalidRequest(f"max_jobs must not be negative (0 = every match; got {max_jobs})", "max_jobs", 0,
                                  max_jobs)
-        now = self._now_us()
+        now = self._clock_now()
         before = now + 1 if where.before is None else min(where.before, now + 1)
         snapshot = DeadFilter(where.queue, where.job_type, where.reason_prefix, where.after, before)
         matched = await self.store.count_dead(snapshot)
@@ -379,7 +379,7 @@ class AdminEngine:
         goal = matched if max_jobs == 0 else min(max_jobs, matched)
         done = 0
         while done < goal:
-            n, queues = await self.store.requeue_dead(snapshot, self._now_us(), min(CHUNK, goal - done))
+            n, queues = await self.store.requeue_dead(snapshot, self._clock_now(), min(CHUNK, goal - done))
             for name in queues:
                 self.engine.notifier.ready(name)
             done += n
@@ -424,7 +424,7 @@ class AdminEngine:
                 counts.update(await self.store.state_counts(q.name))
         else:
             counts = await self._all_counts()
-        now = self._now_us()
+        now = self._clock_now()
         this_minute = now // _MINUTE
         first = this_minute - WINDOW_MINUTES + 1
         series: dict[str, dict[int, list[int]]] = {}

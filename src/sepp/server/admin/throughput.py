@@ -27,7 +27,7 @@ class ThroughputCounter:
     ENQUEUED, COMPLETED, DEAD_LETTERED = 0, 1, 2
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._now_us = clock.now_us
+        self._clock_now = clock.now
         self.pending: Counter[tuple[str, int, int]] = Counter()
 
     def on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
@@ -48,7 +48,7 @@ class ThroughputCounter:
     def on_finished(self, queue: str, state: int, count: int) -> None:
         """``JobEngine.on_finished`` hook: jobs of ``queue`` reached COMPLETED (4) or DEAD_LETTERED (5)."""
         column = self.COMPLETED if state == 4 else self.DEAD_LETTERED
-        self.pending[(queue, self._now_us() // MINUTE_US, column)] += count
+        self.pending[(queue, self._clock_now() // MINUTE_US, column)] += count
 
     def take(self) -> dict[tuple[str, int], tuple[int, int, int]]:
         """Hand over and forget the pending counts: {(queue, minute): (enqueued, completed, dead)}."""

@@ -89,7 +89,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.max_delay = engine.limits.max_schedule_horizon
         self.max_wait = engine.limits.max_reserve_wait
         #: The settle time of acks and nacks (µs UTC) comes from the engine's clock.
-        self._now_us = engine.clock.now_us
+        self._clock_now = engine.clock.now
 
     async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
         try:
@@ -152,14 +152,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         try:
-            await self.engine.settle_one(settle_params(request, self._now_us(), self.max_detail, self.max_delay))
+            await self.engine.settle_one(settle_params(request, self._clock_now(), self.max_detail, self.max_delay))
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         return wpb.AckResponse()
 
     async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
         try:
-            params = settle_params(request, self._now_us(), self.max_detail, self.max_delay)
+            params = settle_params(request, self._clock_now(), self.max_detail, self.max_delay)
             result = await self.engine.settle_one(params)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
@@ -181,7 +181,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         if n > MAX_SETTLE_BATCH:  # refused whole, before any item is looked at (issue 14)
             await abort_for(context, InvalidRequest(f"a settle holds at most {MAX_SETTLE_BATCH} items (got {n})",
                                                     "items", MAX_SETTLE_BATCH, n))
-        now = self._now_us()
+        now = self._clock_now()
         resp = wpb.SettleResponse()
         params: list[SettleParams] = []
         slots: list[int] = []

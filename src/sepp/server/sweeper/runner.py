@@ -135,7 +135,7 @@ class Sweeper:
         return (await self._promote()).count
 
     async def _promote(self) -> SweepResult:
-        result = await self.engine.store.promote_due(self.clock.now_us(), PASS_LIMIT)
+        result = await self.engine.store.promote_due(self.clock.now(), PASS_LIMIT)
         for name in result.queues:
             self.engine.notifier.ready(name)
         self._note_skipped("promote", result.skipped)
@@ -161,7 +161,7 @@ class Sweeper:
                 log.exception("promotion pass failed")
                 self.failures["promote"] += 1
                 self._next_due = None
-            now = self.clock.now_us()
+            now = self.clock.now()
             sleep = self.interval
             if self._next_due is not None and (self._next_due > now or not self._promote_skipped):
                 # (A due job the pass skipped keeps next_due in the past: then the interval,
@@ -177,7 +177,7 @@ class Sweeper:
 
     async def _reclaim(self) -> SweepResult:
         engine = self.engine
-        result = await engine.store.reclaim_expired(self.clock.now_us(), PASS_LIMIT, engine.queues.policies())
+        result = await engine.store.reclaim_expired(self.clock.now(), PASS_LIMIT, engine.queues.policies())
         for name in result.queues:
             engine.notifier.ready(name)
         for name, count in result.dead_lettered.items():
@@ -191,7 +191,7 @@ class Sweeper:
         return (await self._prune()).count
 
     async def _prune(self) -> SweepResult:
-        result = await self.engine.store.prune(self.clock.now_us(), PASS_LIMIT)
+        result = await self.engine.store.prune(self.clock.now(), PASS_LIMIT)
         self._note_skipped("prune", result.skipped)
         self.passes["prune"] += 1
         return result

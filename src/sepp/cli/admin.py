@@ -278,24 +278,24 @@ def queues_declare(
 def queues_pause(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_SERVER,
                  token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """Stop handing out the queue's jobs (enqueues are still accepted)."""
-    with _client(server, token, timeout, as_json) as client:
-        q = client.pause_queue(name)
-    if as_json:
-        _print_json(queue_json(q, with_settings=False))
-    else:
-        _out().print(f"queue [bold]{escape(q.name)}[/] paused")
+    _set_paused(name, True, server, token, as_json, timeout)
 
 
 @queues_app.command("resume")
 def queues_resume(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_SERVER,
                   token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """Hand out the queue's jobs again."""
+    _set_paused(name, False, server, token, as_json, timeout)
+
+
+def _set_paused(name: str, paused: bool, server: str, token: str | None, as_json: bool, timeout: float) -> None:
+    """Pause or resume ``name`` and print the queue (JSON without settings) or one line."""
     with _client(server, token, timeout, as_json) as client:
-        q = client.resume_queue(name)
+        q = client.pause_queue(name) if paused else client.resume_queue(name)
     if as_json:
         _print_json(queue_json(q, with_settings=False))
     else:
-        _out().print(f"queue [bold]{escape(q.name)}[/] resumed")
+        _out().print(f"queue [bold]{escape(q.name)}[/] {'paused' if paused else 'resumed'}")
 
 
 def _states(values: list[str] | None, as_json: bool) -> list[int]:

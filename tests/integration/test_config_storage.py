@@ -55,9 +55,40 @@ def test_a_flat_key_is_moved_into_the_section_with_one_warning_naming_the_new_ke
     # Constructed directly (tests, embedders) the old keyword works the same way.
     direct = ServerConfig(sqlite_writer="thread")  # type: ignore[call-arg]
     assert direct.sqlite.writer == "thread" and direct.deprecations == (_warning("sqlite_writer", "writer"),)
-    # A bad value under the old name is refused like one under the new name.
-    with pytest.raises(ConfigError, match=r"sqlite\.cache_mib: Input should be greater than or equal to 1"):
+    # A bad value under the old name is refused like one under the new name, named as written.
+    with pytest.raises(ConfigError, match=r"^cache_mib \(now sqlite\.cache_mib\): Input should be greater than or "
+                                          r"equal to 1 \(got 0\)$"):
         _load(tmp_path, "cache_mib = 0\n")
+    with pytest.raises(ConfigError, match=r"^sqlite\.cache_mib: Input should be greater than or equal to 1"):
+        _load(tmp_path, "[sqlite]\ncache_mib = 0\n")
+    with pytest.raises(ConfigError, match=r"^sqlite_writer \(now sqlite\.writer\): Input should be 'auto', "):
+        _load(tmp_path, 'sqlite_writer = "fork"\n')
+    # The old names still read back (deprecated aliases of the [sqlite] values).
+    assert (cfg.sqlite_writer, cfg.cache_mib, cfg.async_fsync_interval) == ("thread", 32, 0.5)
+
+
+def test_a_bad_old_env_value_is_named_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEPP_CACHE_MIB", "big")
+    with pytest.raises(ConfigError, match=r"^cache_mib \(now sqlite\.cache_mib\): Input should be a valid integer"):
+        _load(tmp_path, "")
+
+
+@pytest.mark.parametrize(("text", "table"), [("sqlite = 3\n", "sqlite"), ("sqlite = []\n", "sqlite"),
+                                             ("limits = 5\n", "limits")])
+def test_a_table_given_as_a_value_says_it_must_be_a_table(tmp_path: Path, text: str, table: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, text)
+    assert str(info.value).startswith(f"{table}: must be a table ([{table}] in TOML, a JSON object in "
+                                      f"SEPP_{table.upper()})")
+    assert "SQLiteSettings" not in str(info.value) and "dictionary" not in str(info.value)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe[sqlite]\n", bytes(range(256))])
+def test_a_config_file_that_is_not_utf8_is_a_one_line_error(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "sepp.toml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=r"^cannot read config file .*: not UTF-8 text \(byte \d+: "):
+        load_config(path)
 
 
 def test_a_key_given_under_both_names_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,6 +129,22 @@ class ServerConfig(BaseSettings):
         return self.sqlite.placement(self.persist_mode)
 
     @property
+    def sqlite_writer(self) -> str:
+        """Deprecated read-back alias of ``sqlite.writer`` (the pre-issue-9 flat key)."""
+        return self.sqlite.writer
+
+    @property
+    def cache_mib(self) -> int:
+        """Deprecated read-back alias of ``sqlite.cache_mib`` (MiB; the pre-issue-9 flat key)."""
+        return self.sqlite.cache_mib
+
+    @property
+    def async_fsync_interval(self) -> float:
+        """Deprecated read-back alias of ``sqlite.async_fsync_interval`` (seconds; the
+        pre-issue-9 flat key)."""
+        return self.sqlite.async_fsync_interval
+
+    @property
     def deprecations(self) -> tuple[str, ...]:
         """One warning line per old key this config was given (e.g. ``cache_mib`` for
         ``sqlite.cache_mib``); empty when it uses only current names."""
@@ -206,6 +222,30 @@ def _given(value: Any) -> str:
     return ""
 
 
+def _legacy_given(file_data: dict[str, Any]) -> dict[str, str]:
+    """New ``[sqlite]`` key → the old flat name it was given under (file or ``SEPP_*``), so a
+    refused value is named as the user wrote it."""
+    given = set(file_data) | set(_LegacyEnv(ServerConfig)())
+    return {new: old for old, new in LEGACY_SQLITE_KEYS.items() if old in given}
+
+
+def _key_name(loc: tuple[Any, ...], moved: dict[str, str]) -> str:
+    """The dotted key of a pydantic error location; an old flat key moved into ``[sqlite]``
+    reads as ``cache_mib (now sqlite.cache_mib)``."""
+    if len(loc) == 2 and loc[0] == "sqlite" and loc[1] in moved:
+        return f"{moved[loc[1]]} (now sqlite.{loc[1]})"
+    return ".".join(str(p) for p in loc) or "config"
+
+
+def _problem(err: Any) -> str:
+    """pydantic's message for one error, in a sepp user's words: a table given as something
+    else says so instead of naming the internal model class."""
+    if err["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        name = ".".join(str(p) for p in err["loc"])
+        return f"must be a table ([{name}] in TOML, a JSON object in SEPP_{name.upper().replace('.', '__')})"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
 def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
     """Build the config: defaults, then the TOML file, then ``SEPP_*``, then ``flags`` (None = unset).
 
@@ -219,6 +259,9 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
             file_data = tomllib.loads(Path(config_file).read_text("utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+        except UnicodeDecodeError as exc:  # TOML is UTF-8 (a binary file, UTF-16, Latin-1)
+            raise ConfigError(f"cannot read config file {config_file}: not UTF-8 text "
+                              f"(byte {exc.start}: {exc.reason})") from None
     set_flags = {k: v for k, v in flags.items() if v is not None}
 
     class _WithFile(ServerConfig):
@@ -240,8 +283,9 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
     except ValidationError as exc:
         # One "key: problem" line per error; pydantic's own text names the internal
         # _WithFile class and links to its docs, which means nothing to a sepp user.
-        problems = [f"{'.'.join(str(p) for p in err['loc']) or 'config'}: "
-                    f"{err['msg'].removeprefix('Value error, ')}{_given(err.get('input'))}" for err in exc.errors()]
+        moved = _legacy_given(file_data)
+        problems = [f"{_key_name(err['loc'], moved)}: {_problem(err)}{_given(err.get('input'))}"
+                    for err in exc.errors()]
         raise ConfigError("; ".join(problems)) from exc
     config = ServerConfig.model_construct(**{name: getattr(loaded, name) for name in ServerConfig.model_fields})
     config._deprecations = loaded.deprecations

@@ -42,6 +42,7 @@ from sepp.storage.admin import (
     StateCounts,
 )
 from sepp.storage.base import JobRecord, State
+from sepp.storage.errors import StoreError
 
 log = logging.getLogger("sepp.admin")
 
@@ -162,6 +163,9 @@ class AdminEngine:
                 await asyncio.wait_for(self.flush(), timeout)
             except TimeoutError:
                 log.warning("the last throughput counts were not written within %.0f s", timeout)
+            except StoreError as exc:  # the store is gone (its writer died): one line, no traceback
+                log.warning("the last throughput counts were not written: %s: %s", type(exc).__name__,
+                            clip(str(exc), 200))
             except Exception:
                 log.warning("writing the last throughput counts failed", exc_info=True)
 

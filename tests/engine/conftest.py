@@ -1,7 +1,7 @@
 """The engine-level harness (``engine_kit.Harness``) as a fixture: a fresh store built by
-``open_store`` from the ``ServerConfig`` (SQLite in ``tmp_path``, writer thread), the
-config's declared queues loaded as ``sepp serve`` loads them, a ``FakeClock`` at its
-default start; closed at teardown."""
+``open_store`` from the ``ServerConfig`` (each backend of ``support.backends.BACKENDS``,
+data in ``tmp_path``), the config's declared queues loaded as ``sepp serve`` loads them, a
+``FakeClock`` at its default start; closed at teardown."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.backends import BACKENDS, store_settings
 
 from engine.engine_kit import Harness, HarnessFactory
 from sepp.domain.clock import FakeClock
@@ -20,19 +21,20 @@ from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
 from sepp.server.sweeper.runner import Sweeper
 from sepp.storage.base import Store
-from sepp.storage.config import SQLiteSettings
 from sepp.storage.factory import open_store
 
 
-@pytest.fixture
-async def make_harness(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
-    """Build harnesses on demand (each in its own folder); every store is closed at teardown."""
+@pytest.fixture(params=BACKENDS)
+async def make_harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[HarnessFactory]:
+    """Build harnesses on demand (each in its own folder), on each backend of
+    ``support.backends.BACKENDS``; every store is closed at teardown."""
+    backend: str = request.param
     stores: list[Store] = []
 
     async def make(queues: dict[str, dict[str, Any]] | None = None, **config: Any) -> Harness:
         folder = tmp_path / f"h{len(stores)}"
         cfg = ServerConfig(data_dir=folder, queues={n: QueueSettings(**s) for n, s in (queues or {}).items()},
-                           sqlite=SQLiteSettings(writer="thread"), **config)
+                           **store_settings(backend), **config)
         clock = FakeClock()
         store = open_store(cfg, clock)
         await store.open()

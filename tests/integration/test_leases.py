@@ -90,8 +90,8 @@ def test_the_last_attempts_lease_expiring_dead_letters_with_reason_lease_expired
         assert refusal(lambda: w.ack(second)) == (FAILED, "LEASE_EXPIRED")
 
 
-def test_a_repeated_ack_by_the_completing_lease_succeeds_again(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_a_repeated_ack_by_the_completing_lease_succeeds_again(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         w.enqueue()
         res = w.reserve_one()
         w.ack(res)
@@ -101,8 +101,8 @@ def test_a_repeated_ack_by_the_completing_lease_succeeds_again(server: ServerPro
         assert refusal(lambda: w.nack(res)) == (FAILED, "LEASE_EXPIRED")
 
 
-def test_settling_an_unknown_job_is_not_found_and_a_malformed_id_is_invalid(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_settling_an_unknown_job_is_not_found_and_a_malformed_id_is_invalid(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         unknown = ("01900000-0000-7000-8000-000000000001", "01900000-0000-7000-8000-000000000002")
         assert refusal(lambda: w.ack(unknown)) == (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND")
         assert refusal(lambda: w.ack(("nope", "nope")))[0] == grpc.StatusCode.INVALID_ARGUMENT

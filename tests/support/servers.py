@@ -9,11 +9,14 @@
   queue names no other test of the module uses (nothing that restarts or crashes the server,
   changes its config, reads its data folder, or counts every job/queue in it).
 
+* ``fresh_queue`` is a queue name no other test uses, for tests on a shared server.
+
 tests/conftest.py imports the fixtures, which registers them for every test.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +68,13 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     to queue names of their own and must not depend on server-wide state (see module doc).
     """
     yield from module_server(tmp_path_factory)
+
+
+@pytest.fixture
+def fresh_queue() -> str:
+    """A queue name of this test's own (``q-`` + 12 hex digits): on a shared server no other
+    test has put jobs in it, so counts and delivery order are the test's alone."""
+    return f"q-{uuid.uuid4().hex[:12]}"
 
 
 def module_server(tmp_path_factory: pytest.TempPathFactory, **config: Any) -> Iterator[ServerProcess]:

@@ -8,7 +8,7 @@
   asking for it instead of ``server``. Only for tests that need *a* default server and use
   queue names no other test of the module uses (nothing that restarts or crashes the server,
   changes its config, reads its data folder, or counts every job/queue in it).
-
+  ``module_server(tmp_path_factory, **config)`` builds such a fixture with a config.
 * ``fresh_queue`` is a queue name no other test uses, for tests on a shared server.
 
 tests/conftest.py imports the fixtures, which registers them for every test.

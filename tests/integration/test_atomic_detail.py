@@ -40,8 +40,8 @@ def _trailer_bytes(error: grpc.RpcError) -> int:
     return sum(len(k) + len(v) for k, v in error.trailing_metadata()) + len((error.details() or "").encode())
 
 
-def test_a_full_batch_of_small_failures_lists_every_one_within_the_limit(server: ServerProcess) -> None:
-    error = _refusal(server, [pb.EnqueueRequest(queue="q", job_type="")] * BATCH)
+def test_a_full_batch_of_small_failures_lists_every_one_within_the_limit(shared_server: ServerProcess) -> None:
+    error = _refusal(shared_server, [pb.EnqueueRequest(queue="q", job_type="")] * BATCH)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _trailer_bytes(error) <= METADATA_LIMIT
     status = wire.status_from_metadata(error.trailing_metadata())
@@ -55,14 +55,14 @@ def test_a_full_batch_of_small_failures_lists_every_one_within_the_limit(server:
     assert not any(r.rejection.message for r in listed[wire.ATOMIC_NAMED:])
 
 
-def test_failures_that_quote_long_input_are_listed_as_far_as_the_cap_and_counted(server: ServerProcess) -> None:
+def test_failures_that_quote_long_input_are_listed_as_far_as_the_cap_and_counted(shared_server: ServerProcess) -> None:
     # A 100-byte custom key is too long (limit 64); the field names the (quoted) key.
     jobs = []
     for i in range(BATCH):
         job = pb.EnqueueRequest(queue="q", job_type="t")
         job.custom[f"{i:04d}" + "k" * 96].int_value = 1
         jobs.append(job)
-    error = _refusal(server, jobs)
+    error = _refusal(shared_server, jobs)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _trailer_bytes(error) <= METADATA_LIMIT
     status = wire.status_from_metadata(error.trailing_metadata())
@@ -75,7 +75,7 @@ def test_failures_that_quote_long_input_are_listed_as_far_as_the_cap_and_counted
     assert all(r.rejection.code == pb.CUSTOM_KEY_TOO_LONG for r in listed)
     assert f"{BATCH - len(listed)} not listed" in status.message
 
-    with Client(server.grpc_target, options=ClientOptions(validate_locally=False)) as client:
+    with Client(shared_server.grpc_target, options=ClientOptions(validate_locally=False)) as client:
         with pytest.raises(AtomicEnqueueError) as caught:
             client.enqueue_atomic([EnqueueRequest("q", "t", custom={f"{i:04d}" + "k" * 96: 1}) for i in range(BATCH)])
     assert caught.value.total == BATCH

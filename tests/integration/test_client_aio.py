@@ -25,8 +25,8 @@ from sepp.testing import ServerProcess
 from sepp.testing.process import free_port
 
 
-async def test_async_client_enqueues_and_deduplicates(server: ServerProcess) -> None:
-    async with AsyncClient(server.grpc_target) as client:
+async def test_async_client_enqueues_and_deduplicates(shared_server: ServerProcess) -> None:
+    async with AsyncClient(shared_server.grpc_target) as client:
         key = uuid.uuid4().hex
         first = await client.enqueue(EnqueueRequest("emails", "welcome", idempotency_key=key))
         again = await client.enqueue(EnqueueRequest("emails", "welcome", idempotency_key=key))
@@ -37,10 +37,10 @@ async def test_async_client_enqueues_and_deduplicates(server: ServerProcess) -> 
 
 
 @pytest.mark.parametrize("validate_locally", [True, False])
-async def test_async_client_batches_and_rejections_match_the_sync_shape(server: ServerProcess,
+async def test_async_client_batches_and_rejections_match_the_sync_shape(shared_server: ServerProcess,
                                                                         validate_locally: bool) -> None:
     options = ClientOptions(validate_locally=validate_locally)
-    async with AsyncClient(server.grpc_target, options=options) as client:
+    async with AsyncClient(shared_server.grpc_target, options=options) as client:
         results = await client.enqueue_batch([EnqueueRequest("q", "a"), EnqueueRequest("q", "b", priority=10),
                                               EnqueueRequest("q", "c")])
         assert isinstance(results[0], EnqueueAck) and isinstance(results[2], EnqueueAck)
@@ -58,8 +58,8 @@ async def test_async_client_batches_and_rejections_match_the_sync_shape(server: 
         assert len(acks) == 2
 
 
-async def test_async_validate_gives_the_local_verdict(server: ServerProcess) -> None:
-    async with AsyncClient(server.grpc_target) as client:
+async def test_async_validate_gives_the_local_verdict(shared_server: ServerProcess) -> None:
+    async with AsyncClient(shared_server.grpc_target) as client:
         assert await client.validate(EnqueueRequest("q", "t")) is None
         verdict = await client.validate(EnqueueRequest("q", "t", idempotency_key="k" * 257))
         assert verdict is not None and verdict.code is RejectionCode.IDEMPOTENCY_KEY_TOO_LONG
@@ -84,8 +84,8 @@ async def test_overloaded_is_raised_with_retry_after_and_retried_when_allowed(se
     assert len({a.job_id for a in acks}) == len(jobs)
 
 
-async def test_async_client_closes_twice_and_refuses_calls_after(server: ServerProcess) -> None:
-    client = AsyncClient(server.grpc_target)
+async def test_async_client_closes_twice_and_refuses_calls_after(shared_server: ServerProcess) -> None:
+    client = AsyncClient(shared_server.grpc_target)
     await client.get_server_info()
     await client.close()
     await client.close()

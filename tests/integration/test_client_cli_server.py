@@ -23,33 +23,33 @@ def _run(server: ServerProcess, *args: str, stdin: str | bytes | None = None) ->
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_enqueue_prints_the_job_id(server: ServerProcess) -> None:
-    code, out, _ = _run(server, "enqueue", "emails", "welcome", '{"user_id": 42}', "--json-payload",
+def test_enqueue_prints_the_job_id(shared_server: ServerProcess) -> None:
+    code, out, _ = _run(shared_server, "enqueue", "emails", "welcome", '{"user_id": 42}', "--json-payload",
                         "-c", "user_id=42", "-c", "vip:bool=yes", "-p", "7", "--in", "10m")
     assert code == 0 and out.startswith("enqueued job ")
 
 
-def test_enqueue_json_output_and_deduplication(server: ServerProcess) -> None:
+def test_enqueue_json_output_and_deduplication(shared_server: ServerProcess) -> None:
     key = uuid.uuid4().hex
-    code, out, _ = _run(server, "enqueue", "emails", "welcome", "-k", key, "--json")
+    code, out, _ = _run(shared_server, "enqueue", "emails", "welcome", "-k", key, "--json")
     first = json.loads(out)
     assert code == 0 and first["deduplicated"] is False
-    code, out, _ = _run(server, "enqueue", "emails", "welcome", "-k", key, "--json")
+    code, out, _ = _run(shared_server, "enqueue", "emails", "welcome", "-k", key, "--json")
     assert json.loads(out) == {"job_id": first["job_id"], "deduplicated": True}
 
 
-def test_payload_from_stdin_and_from_a_file(server: ServerProcess, tmp_path: Path) -> None:
-    assert _run(server, "enqueue", "q", "t", "-", "-e", "text/plain", stdin="raw bytes")[0] == 0
+def test_payload_from_stdin_and_from_a_file(shared_server: ServerProcess, tmp_path: Path) -> None:
+    assert _run(shared_server, "enqueue", "q", "t", "-", "-e", "text/plain", stdin="raw bytes")[0] == 0
     blob = tmp_path / "blob.bin"
     blob.write_bytes(b"\x00\x01\x02")
-    assert _run(server, "enqueue", "q", "t", "--payload-file", str(blob))[0] == 0
+    assert _run(shared_server, "enqueue", "q", "t", "--payload-file", str(blob))[0] == 0
 
 
-def test_a_rejection_prints_code_and_details_to_stderr_and_exits_2(server: ServerProcess) -> None:
-    code, out, err = _run(server, "enqueue", "q", "t", "-c", "x:float=nan")
+def test_a_rejection_prints_code_and_details_to_stderr_and_exits_2(shared_server: ServerProcess) -> None:
+    code, out, err = _run(shared_server, "enqueue", "q", "t", "-c", "x:float=nan")
     assert code == 2 and out == ""
     assert "InvalidArgument" in err and "field: custom[x]" in err
-    code, _, err = _run(server, "enqueue", "q", "t", "--priority", "12", "--json", "--no-local-validation")
+    code, _, err = _run(shared_server, "enqueue", "q", "t", "--priority", "12", "--json", "--no-local-validation")
     assert code == 2
     assert json.loads(err) == {"error": "rejected", "code": "InvalidArgument", "field": "priority",
                                "message": "priority must be between 0 and 9", "limit": 9, "actual": 12}
@@ -76,14 +76,14 @@ def test_a_batch_file_is_sent_in_chunks_with_per_line_results(server: ServerProc
     assert results[3]["code"] == "InvalidArgument" and results[3]["field"] == "priority"
 
 
-def test_an_atomic_batch_file_is_all_or_nothing(server: ServerProcess, tmp_path: Path) -> None:
+def test_an_atomic_batch_file_is_all_or_nothing(shared_server: ServerProcess, tmp_path: Path) -> None:
     path = tmp_path / "jobs.jsonl"
     path.write_text('{"job_type": "a"}\n{"job_type": "b", "max_attempts": 0}\n')
-    code, out, err = _run(server, "enqueue", "checkout", "--batch-file", str(path), "--atomic")
+    code, out, err = _run(shared_server, "enqueue", "checkout", "--batch-file", str(path), "--atomic")
     assert code == 2 and out == ""
     assert "line 2 rejected" in err and "nothing enqueued" in err
     path.write_text('{"job_type": "a"}\n{"job_type": "b"}\n')
-    code, out, _ = _run(server, "enqueue", "checkout", "--batch-file", str(path), "--atomic")
+    code, out, _ = _run(shared_server, "enqueue", "checkout", "--batch-file", str(path), "--atomic")
     assert code == 0 and out.count("enqueued") == 2
 
 

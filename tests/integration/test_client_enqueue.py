@@ -33,15 +33,15 @@ SERVER_ONLY = ClientOptions(validate_locally=False)
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.grpc_target) as c:
+def client(shared_server: ServerProcess) -> Iterator[Client]:
+    with Client(shared_server.grpc_target) as c:
         yield c
 
 
 @pytest.fixture
-def remote(server: ServerProcess) -> Iterator[Client]:
+def remote(shared_server: ServerProcess) -> Iterator[Client]:
     """A client that skips local validation: every verdict is the server's."""
-    with Client(server.grpc_target, options=SERVER_ONLY) as c:
+    with Client(shared_server.grpc_target, options=SERVER_ONLY) as c:
         yield c
 
 
@@ -87,9 +87,9 @@ def test_get_server_info_advertises_version_modes_and_limits(client: Client) -> 
 
 
 @pytest.mark.parametrize("options", [ClientOptions(), SERVER_ONLY], ids=["local", "server"])
-def test_a_rejection_is_the_same_whether_found_locally_or_by_the_server(server: ServerProcess,
+def test_a_rejection_is_the_same_whether_found_locally_or_by_the_server(shared_server: ServerProcess,
                                                                         options: ClientOptions) -> None:
-    with Client(server.grpc_target, options=options) as c:
+    with Client(shared_server.grpc_target, options=options) as c:
         with pytest.raises(RejectedError) as info:
             c.enqueue(EnqueueRequest("emails", "welcome", payload=Payload(b"x" * (MiB + 1))))
     assert info.value.rejection == Rejection(RejectionCode.PAYLOAD_TOO_LARGE,
@@ -150,10 +150,10 @@ def test_a_key_repeated_inside_one_batch_is_created_once(client: Client) -> None
 
 @pytest.mark.parametrize("count", [0, 257])
 @pytest.mark.parametrize("options", [ClientOptions(), SERVER_ONLY], ids=["local", "server"])
-def test_an_empty_or_over_cap_batch_is_refused_whole(server: ServerProcess, options: ClientOptions,
+def test_an_empty_or_over_cap_batch_is_refused_whole(shared_server: ServerProcess, options: ClientOptions,
                                                      count: int) -> None:
     jobs = [EnqueueRequest("q", "t")] * count
-    with Client(server.grpc_target, options=options) as c:
+    with Client(shared_server.grpc_target, options=options) as c:
         for call in (c.enqueue_batch, c.enqueue_atomic):
             with pytest.raises(RejectedError) as info:
                 call(jobs)
@@ -176,12 +176,12 @@ def test_enqueue_atomic_returns_every_ack_in_order(client: Client) -> None:
 
 
 @pytest.mark.parametrize("options", [ClientOptions(), SERVER_ONLY], ids=["local", "server"])
-def test_a_failed_atomic_batch_stores_nothing_and_lists_every_failure(server: ServerProcess,
+def test_a_failed_atomic_batch_stores_nothing_and_lists_every_failure(shared_server: ServerProcess,
                                                                       options: ClientOptions) -> None:
     keys = [_key(), _key()]
     good = [EnqueueRequest("checkout", "reserve_seat", idempotency_key=keys[0]),
             EnqueueRequest("checkout", "charge_card", idempotency_key=keys[1])]
-    with Client(server.grpc_target, options=options) as c:
+    with Client(shared_server.grpc_target, options=options) as c:
         with pytest.raises(AtomicEnqueueError) as info:
             c.enqueue_atomic([good[0], EnqueueRequest("checkout", "x", priority=-1), good[1],
                               EnqueueRequest("bad queue", "x")])
@@ -221,14 +221,14 @@ def test_a_queue_declared_after_the_client_started_is_found(server: ServerProces
 # ----------------------------------------------------------------- transport errors
 
 
-def test_a_message_over_the_servers_cap_is_message_too_large(server: ServerProcess) -> None:
+def test_a_message_over_the_servers_cap_is_message_too_large(shared_server: ServerProcess) -> None:
     big = EnqueueRequest("q", "t", payload=Payload(b"x" * (17 * MiB)))
-    with Client(server.grpc_target, options=ClientOptions(validate_locally=False,
+    with Client(shared_server.grpc_target, options=ClientOptions(validate_locally=False,
                                                           max_message_bytes=64 * MiB)) as c:
         with pytest.raises(MessageTooLarge) as info:
             c.enqueue(big)
     assert not info.value.transient
-    with Client(server.grpc_target, options=SERVER_ONLY) as c, pytest.raises(MessageTooLarge):
+    with Client(shared_server.grpc_target, options=SERVER_ONLY) as c, pytest.raises(MessageTooLarge):
         c.enqueue(big)  # refused by the client's own cap, never sent
 
 
@@ -279,8 +279,8 @@ def test_a_timed_out_enqueue_may_still_be_stored_so_a_key_makes_the_retry_safe(s
         assert c.enqueue(request).deduplicated is True
 
 
-def test_closing_twice_is_fine_and_a_closed_client_refuses_calls(server: ServerProcess) -> None:
-    c = Client(server.grpc_target)
+def test_closing_twice_is_fine_and_a_closed_client_refuses_calls(shared_server: ServerProcess) -> None:
+    c = Client(shared_server.grpc_target)
     c.close()
     c.close()
     with pytest.raises(RuntimeError, match="closed"):

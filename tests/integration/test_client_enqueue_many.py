@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.servers import ServerFactory
+from support.servers import module_server
 
 from sepp import AsyncClient, Client, EnqueueAck, EnqueueRequest, Payload, Rejection, RejectionCode
 from sepp.client.admin import AdminClient
@@ -19,10 +19,11 @@ from sepp.testing import ServerProcess
 CAP = 4
 
 
-@pytest.fixture
-def capped(server_factory: ServerFactory) -> ServerProcess:
-    """A server whose batches hold at most ``CAP`` jobs."""
-    return server_factory(limits={"max_enqueue_batch": CAP})
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server whose batches hold at most ``CAP`` jobs; one for the module (every test
+    uses queues of its own)."""
+    yield from module_server(tmp_path_factory, limits={"max_enqueue_batch": CAP})
 
 
 def _requests(queue: str, n: int, bad: frozenset[int] | set[int] = frozenset()) -> Iterator[EnqueueRequest]:

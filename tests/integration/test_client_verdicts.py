@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.servers import module_server
 
 from sepp import (
     AtomicEnqueueError,
@@ -121,12 +122,18 @@ def _shape(results: list[EnqueueAck | Rejection]) -> list[tuple[Any, ...] | None
     return [None if isinstance(r, EnqueueAck) else _key(r) for r in results]
 
 
-@pytest.fixture(params=[True, False], ids=["strict", "relaxed"])
-def clients(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[tuple[Client, Client]]:
+@pytest.fixture(scope="module", params=[True, False], ids=["strict", "relaxed"])
+def small_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server with small limits, strict or not; one of each for the whole module."""
+    yield from module_server(tmp_path_factory, strict=request.param, limits=LIMITS,
+                             queue_defaults={"limits": DEFAULT_LIMITS}, queues=QUEUES)
+
+
+@pytest.fixture
+def clients(small_server: ServerProcess) -> Iterator[tuple[Client, Client]]:
     """(local-only verdicts, server verdicts) against a server with small limits."""
-    server.restart(strict=request.param, limits=LIMITS, queue_defaults={"limits": DEFAULT_LIMITS}, queues=QUEUES)
-    with Client(server.grpc_target) as local, \
-            Client(server.grpc_target, options=ClientOptions(validate_locally=False)) as remote:
+    with Client(small_server.grpc_target) as local, \
+            Client(small_server.grpc_target, options=ClientOptions(validate_locally=False)) as remote:
         yield local, remote
 
 

@@ -32,10 +32,10 @@ def _key() -> str:
     return f"key-{uuid.uuid4().hex}"
 
 
-def test_ack_job_id_is_a_uuidv7_naming_the_stored_job(server: ServerProcess) -> None:
+def test_ack_job_id_is_a_uuidv7_naming_the_stored_job(shared_server: ServerProcess) -> None:
     """The ack's job_id is a canonical UUIDv7 (ids sort by creation), deduplicated is False,
     and the job behind it carries the request field by field."""
-    with connect(server.grpc_target) as s:
+    with connect(shared_server.grpc_target) as s:
         req = job("ack", "welcome", data=b'{"user_id": 42}', encoding="application/json",
                   custom={"user_id": 42, "locale": "en-US", "vip": True, "score": 0.25, "big": 2**63 - 1},
                   priority=7, max_attempts=5, key="welcome-user-42",
@@ -66,10 +66,10 @@ def test_ack_job_id_is_a_uuidv7_naming_the_stored_job(server: ServerProcess) -> 
         assert plain.payload.data == b"" and plain.payload.encoding == "" and not plain.custom
 
 
-def test_single_enqueue_with_a_used_key_is_deduplicated_whatever_the_state(server: ServerProcess) -> None:
+def test_single_enqueue_with_a_used_key_is_deduplicated_whatever_the_state(shared_server: ServerProcess) -> None:
     """A repeated key returns the original id with deduplicated=True and stores nothing —
     also after the original was reserved and completed."""
-    with connect(server.grpc_target) as s:
+    with connect(shared_server.grpc_target) as s:
         key = _key()
         first = s.enqueue(job("dd", "a", key=key))
         again = s.enqueue(job("dd", "different-type", data=b"other", key=key))
@@ -83,10 +83,10 @@ def test_single_enqueue_with_a_used_key_is_deduplicated_whatever_the_state(serve
         assert s.reserve(["dd"]) == []
 
 
-def test_batch_dedups_against_stored_keys_and_within_itself(server: ServerProcess) -> None:
+def test_batch_dedups_against_stored_keys_and_within_itself(shared_server: ServerProcess) -> None:
     """EnqueueBatch: a stored key is deduplicated; two equal keys in one batch → the first is
     created, the second is deduplicated to it (same id); a rejected neighbour changes nothing."""
-    with connect(server.grpc_target) as s:
+    with connect(shared_server.grpc_target) as s:
         old, k1, k2 = _key(), _key(), _key()
         original = s.enqueue(job("bd", "old", key=old))
         results = s.batch([job("bd", "j0", key=k1), job("bd", "j1", key=old), job("bd", "j2", key=k1),
@@ -103,9 +103,9 @@ def test_batch_dedups_against_stored_keys_and_within_itself(server: ServerProces
         assert jobs == {original.job_id: "old", acks[0].job_id: "j0", acks[4].job_id: "j4", acks[5].job_id: "j5"}
 
 
-def test_atomic_counts_a_deduplicated_job_as_success(server: ServerProcess) -> None:
+def test_atomic_counts_a_deduplicated_job_as_success(shared_server: ServerProcess) -> None:
     """EnqueueAtomic: a stored key and an in-batch repeat are deduplicated acks, not failures."""
-    with connect(server.grpc_target) as s:
+    with connect(shared_server.grpc_target) as s:
         old, k = _key(), _key()
         original = s.enqueue(job("ad", "old", key=old))
         acks = s.atomic([job("ad", "a", key=k), job("ad", "b", key=old), job("ad", "c", key=k), job("ad", "d")])
@@ -115,9 +115,9 @@ def test_atomic_counts_a_deduplicated_job_as_success(server: ServerProcess) -> N
             original.job_id: "old", acks[0].job_id: "a", acks[3].job_id: "d"}
 
 
-def test_a_key_is_per_queue(server: ServerProcess) -> None:
+def test_a_key_is_per_queue(shared_server: ServerProcess) -> None:
     """The same key on two queues makes two jobs."""
-    with connect(server.grpc_target) as s:
+    with connect(shared_server.grpc_target) as s:
         key = _key()
         a, b = s.enqueue(job("per-a", key=key)), s.enqueue(job("per-b", key=key))
         assert not a.deduplicated and not b.deduplicated and a.job_id != b.job_id
@@ -148,21 +148,21 @@ async def _concurrent(target: str, make: list[tuple[str, object]]) -> list[pb.En
 
 
 @pytest.mark.parametrize("mix", ["single", "mixed"])
-async def test_32_concurrent_enqueues_with_one_key_create_one_job(server: ServerProcess, mix: str) -> None:
+async def test_32_concurrent_enqueues_with_one_key_create_one_job(shared_server: ServerProcess, mix: str) -> None:
     """32 simultaneous enqueues of one key (single calls, or single/batch/atomic mixed):
     every ack carries the same id, exactly one has deduplicated=False, one job exists."""
     key = _key()
     methods = ["Enqueue"] * 32 if mix == "single" else ["Enqueue", "EnqueueBatch", "EnqueueAtomic", "Enqueue"] * 8
     make: list[tuple[str, object]] = []
     for i, method in enumerate(methods):
-        req = job("race", f"t{i}", key=key)
+        req = job(f"race-{mix}", f"t{i}", key=key)
         make.append((method, req if method == "Enqueue" else ppb.EnqueueBatchRequest(jobs=[req])))
-    acks = await _concurrent(server.grpc_target, make)
+    acks = await _concurrent(shared_server.grpc_target, make)
     assert len(acks) == 32
     assert len({a.job_id for a in acks}) == 1, "all acks name one job"
     assert sum(not a.deduplicated for a in acks) == 1, "exactly one enqueue created it"
-    with connect(server.grpc_target) as s:
-        assert [j.id for j in s.reserve_all(["race"])] == [acks[0].job_id]
+    with connect(shared_server.grpc_target) as s:
+        assert [j.id for j in s.reserve_all([f"race-{mix}"])] == [acks[0].job_id]
 
 
 def test_the_end_of_the_dedup_window_frees_the_key(server_factory: ServerFactory) -> None:

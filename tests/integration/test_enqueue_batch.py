@@ -27,9 +27,9 @@ def _keys(n: int) -> list[str]:
 
 
 @pytest.fixture
-def s(server: ServerProcess) -> Iterator[Stubs]:
-    """Stubs on the default server."""
-    with connect(server.grpc_target) as stubs:
+def s(shared_server: ServerProcess) -> Iterator[Stubs]:
+    """Stubs on the module's shared default server."""
+    with connect(shared_server.grpc_target) as stubs:
         yield stubs
 
 
@@ -39,15 +39,16 @@ def test_an_empty_or_over_cap_batch_is_refused_whole(s: Stubs, call: str, size: 
     """0 or 257 jobs: INVALID_ARGUMENT / ErrorInfo INVALID_ARGUMENT (jobs, 256, size); no job
     stored and no key claimed."""
     keys = _keys(size)
-    failure = fails(getattr(s, call), [job("cap", f"t{i}", key=k) for i, k in enumerate(keys)])
+    queue = f"cap-{call}-{size}"  # the module shares one server: a queue of its own
+    failure = fails(getattr(s, call), [job(queue, f"t{i}", key=k) for i, k in enumerate(keys)])
     assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
     info = failure.error_info
     assert info is not None and (info.reason, info.domain) == ("INVALID_ARGUMENT", "sepp")
     assert dict(info.metadata) == {"field": "jobs", "limit": "256", "actual": str(size)}
-    assert s.reserve_all(["cap"]) == []
-    assert "cap" not in {q.name for q in s.info().queues}, "a refused batch created its queue"
+    assert s.reserve_all([queue]) == []
+    assert queue not in {q.name for q in s.info().queues}, "a refused batch created its queue"
     if keys:
-        results = s.batch(job("cap", key=k) for k in keys[:256])
+        results = s.batch(job(queue, key=k) for k in keys[:256])
         assert [r.ack.deduplicated for r in results] == [False] * 256, "the refused batch claimed keys"
 
 

@@ -76,10 +76,10 @@ def test_non_strict_mode_creates_undeclared_queues_on_demand(server_factory: Ser
 # ---------------------------------------------------------------- scheduled vs ready
 
 
-def test_a_future_job_is_invisible_until_due_then_reservable_within_100ms(server: ServerProcess) -> None:
+def test_a_future_job_is_invisible_until_due_then_reservable_within_100ms(shared_server: ServerProcess) -> None:
     """scheduled_at ~1 s ahead: SCHEDULED (nothing to reserve), then a long-polling Reserve
     gets it no earlier than its time and within 100 ms of it; run_at is the scheduled time."""
-    with connect(server.grpc_target) as s:
+    with connect(shared_server.grpc_target) as s:
         at = time.time() + 1.0
         ack = s.enqueue(job("later", "remind", scheduled_at=at))
         ready = s.enqueue(job("later", "now"))
@@ -95,13 +95,14 @@ def test_a_future_job_is_invisible_until_due_then_reservable_within_100ms(server
 
 
 @pytest.mark.parametrize("offset", [-3600.0, -0.001, 0.0])
-def test_a_past_or_present_scheduled_at_is_ready_at_once(server: ServerProcess, offset: float) -> None:
+def test_a_past_or_present_scheduled_at_is_ready_at_once(shared_server: ServerProcess, offset: float) -> None:
     """scheduled_at in the past (or now): READY at once, and its run_at is its enqueue time
     (so it does not jump ahead of jobs already waiting, SPEC §6)."""
-    with connect(server.grpc_target) as s:
-        earlier = s.enqueue(job("past", "earlier"))
-        ack = s.enqueue(job("past", "back-dated", scheduled_at=time.time() + offset))
-        jobs = s.reserve_all(["past"])
+    with connect(shared_server.grpc_target) as s:
+        queue = f"past{offset}"  # the module shares one server: a queue of its own per case
+        earlier = s.enqueue(job(queue, "earlier"))
+        ack = s.enqueue(job(queue, "back-dated", scheduled_at=time.time() + offset))
+        jobs = s.reserve_all([queue])
         assert [j.id for j in jobs] == [earlier.job_id, ack.job_id]
         back = jobs[1]
         assert back.run_at == back.enqueued_at

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 
 import grpc
 import pytest
 from support.failures import code_reason as refusal
-from support.servers import ServerFactory
+from support.servers import ServerFactory, module_server
 from support.waiting import wait_for
 from support.worker import fast_queue, job_row, wire_for
 
@@ -19,13 +20,15 @@ from sepp.testing import ServerProcess
 FAILED = grpc.StatusCode.FAILED_PRECONDITION
 
 
-@pytest.fixture
-def lease_server(server_factory: ServerFactory) -> ServerProcess:
-    return server_factory(queues={"q": fast_queue(lease_duration=0.4)})
+@pytest.fixture(scope="module")
+def lease_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module: every queue has a 0.4 s lease; each test works on its ``fresh_queue``."""
+    yield from module_server(tmp_path_factory, queue_defaults=fast_queue(lease_duration=0.4))
 
 
-def test_an_expired_lease_returns_the_job_and_the_next_delivery_has_a_new_lease_id(lease_server: ServerProcess) -> None:
-    with wire_for(lease_server) as w:
+def test_an_expired_lease_returns_the_job_and_the_next_delivery_has_a_new_lease_id(lease_server: ServerProcess,
+                                                                                   fresh_queue: str) -> None:
+    with wire_for(lease_server, fresh_queue) as w:
         job_id = w.enqueue()
         first = w.reserve_one()
         assert first.attempt == 1 and first.lease_id
@@ -60,8 +63,8 @@ def test_the_right_lease_after_its_expiry_is_lease_expired(server_factory: Serve
         assert refusal(lambda: w.ack((job_id, "01900000-0000-7000-8000-000000000000"))) == (FAILED, "LEASE_MISMATCH")
 
 
-def test_extend_keeps_the_lease_past_its_original_expiry(lease_server: ServerProcess) -> None:
-    with wire_for(lease_server) as w:
+def test_extend_keeps_the_lease_past_its_original_expiry(lease_server: ServerProcess, fresh_queue: str) -> None:
+    with wire_for(lease_server, fresh_queue) as w:
         job_id = w.enqueue()
         res = w.reserve_one()
         for _ in range(4):  # 4 × 0.2 s = twice the 0.4 s lease
@@ -75,8 +78,9 @@ def test_extend_keeps_the_lease_past_its_original_expiry(lease_server: ServerPro
         assert row is not None and row.state == "COMPLETED" and row.attempt == 1
 
 
-def test_the_last_attempts_lease_expiring_dead_letters_with_reason_lease_expired(lease_server: ServerProcess) -> None:
-    with wire_for(lease_server) as w:
+def test_the_last_attempts_lease_expiring_dead_letters_with_reason_lease_expired(lease_server: ServerProcess,
+                                                                                 fresh_queue: str) -> None:
+    with wire_for(lease_server, fresh_queue) as w:
         job_id = w.enqueue(max_attempts=2)
         w.reserve_one()
         second = w.reserve_one(wait=3.0)  # attempt 1's lease ran out: delivered again
@@ -90,8 +94,8 @@ def test_the_last_attempts_lease_expiring_dead_letters_with_reason_lease_expired
         assert refusal(lambda: w.ack(second)) == (FAILED, "LEASE_EXPIRED")
 
 
-def test_a_repeated_ack_by_the_completing_lease_succeeds_again(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_a_repeated_ack_by_the_completing_lease_succeeds_again(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         w.enqueue()
         res = w.reserve_one()
         w.ack(res)
@@ -101,15 +105,15 @@ def test_a_repeated_ack_by_the_completing_lease_succeeds_again(server: ServerPro
         assert refusal(lambda: w.nack(res)) == (FAILED, "LEASE_EXPIRED")
 
 
-def test_settling_an_unknown_job_is_not_found_and_a_malformed_id_is_invalid(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_settling_an_unknown_job_is_not_found_and_a_malformed_id_is_invalid(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         unknown = ("01900000-0000-7000-8000-000000000001", "01900000-0000-7000-8000-000000000002")
         assert refusal(lambda: w.ack(unknown)) == (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND")
         assert refusal(lambda: w.ack(("nope", "nope")))[0] == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_a_batched_settle_answers_each_item_in_order(lease_server: ServerProcess) -> None:
-    with wire_for(lease_server) as w:
+def test_a_batched_settle_answers_each_item_in_order(lease_server: ServerProcess, fresh_queue: str) -> None:
+    with wire_for(lease_server, fresh_queue) as w:
         ids = [w.enqueue(max_attempts=5) for _ in range(4)]
         got = w.reserve(max_jobs=4)
         assert [r.job.id for r in got] == ids
@@ -136,10 +140,11 @@ def test_a_batched_settle_answers_each_item_in_order(lease_server: ServerProcess
         w.ack(c)
 
 
-def test_a_folded_settle_answers_refused_and_repeated_acks_per_item(lease_server: ServerProcess) -> None:
+def test_a_folded_settle_answers_refused_and_repeated_acks_per_item(lease_server: ServerProcess,
+                                                                    fresh_queue: str) -> None:
     # Distinct jobs only, so the acks are folded into one statement: the ones it cannot
     # complete (wrong lease, already completed, unknown) are answered one by one, in place.
-    with wire_for(lease_server) as w:
+    with wire_for(lease_server, fresh_queue) as w:
         ids = [w.enqueue(max_attempts=5) for _ in range(5)]
         a, b, c, d, e = w.reserve(max_jobs=5)
         w.ack(b)  # completed before the batch: its repeated ack succeeds again

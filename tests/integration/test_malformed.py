@@ -27,9 +27,9 @@ _CASES = [(method, payload) for method in ("Enqueue", "EnqueueBatch", "EnqueueAt
 
 
 @pytest.mark.parametrize(("method", "payload"), _CASES)
-def test_undecodable_requests_are_invalid_argument_with_error_info(server: ServerProcess, method: str,
+def test_undecodable_requests_are_invalid_argument_with_error_info(shared_server: ServerProcess, method: str,
                                                                    payload: bytes) -> None:
-    with grpc.insecure_channel(server.grpc_target) as channel:
+    with grpc.insecure_channel(shared_server.grpc_target) as channel:
         call = channel.unary_unary(f"/sepp.api.v1.ProducerService/{method}")
         with pytest.raises(grpc.RpcError) as caught:
             call(payload, timeout=10)
@@ -45,8 +45,8 @@ def test_undecodable_requests_are_invalid_argument_with_error_info(server: Serve
         assert ack.job_id
 
 
-def test_worker_calls_decode_defensively_too(server: ServerProcess) -> None:
-    with grpc.insecure_channel(server.grpc_target) as channel:
+def test_worker_calls_decode_defensively_too(shared_server: ServerProcess) -> None:
+    with grpc.insecure_channel(shared_server.grpc_target) as channel:
         call = channel.unary_unary("/sepp.api.v1.WorkerService/Ack")
         with pytest.raises(grpc.RpcError) as caught:
             call(b"\x0a\x01\xff", timeout=10)

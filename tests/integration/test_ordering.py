@@ -36,17 +36,17 @@ def drain(w: Wire, queues: tuple[str, ...] = ("q",), batch: int = 1) -> list[str
         out.extend(r.job.id for r in got)
 
 
-def test_higher_priority_first_then_fifo_within_a_priority(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_higher_priority_first_then_fifo_within_a_priority(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         plan = [3, 9, 0, 9, 5, 3, 0, 5, 9, 3]
-        ids = [w.enqueue(priority=p, job_type=f"p{p}") for p in plan]
+        ids = [w.enqueue("prio", priority=p, job_type=f"p{p}") for p in plan]
         expected = [job_id for _, _, job_id in sorted(((-p, i, j) for i, (p, j) in enumerate(zip(plan, ids,
                                                                                                strict=True))))]
-        assert drain(w) == expected
+        assert drain(w, ("prio",)) == expected
         # Batched reserves return the same order.
-        ids2 = [w.enqueue(priority=p) for p in plan]
+        ids2 = [w.enqueue("prio", priority=p) for p in plan]
         expected2 = [j for _, _, j in sorted((-p, i, j) for i, (p, j) in enumerate(zip(plan, ids2, strict=True)))]
-        assert drain(w, batch=4) == expected2
+        assert drain(w, ("prio",), batch=4) == expected2
 
 
 def test_the_queues_default_priority_applies_when_none_is_given(server_factory: ServerFactory) -> None:
@@ -60,64 +60,64 @@ def test_the_queues_default_priority_applies_when_none_is_given(server_factory: 
         assert [r.job.priority for r in got] == [8, 7, 6]
 
 
-def test_promoted_scheduled_jobs_are_ordered_by_their_scheduled_time(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_promoted_scheduled_jobs_are_ordered_by_their_scheduled_time(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         t0 = now()
-        early_ready = w.enqueue(job_type="ready-now")                     # run_at t0
-        late = w.enqueue(scheduled_at=t0 + dt.timedelta(seconds=0.45))   # run_at t0+0.45
-        early = w.enqueue(scheduled_at=t0 + dt.timedelta(seconds=0.3))   # run_at t0+0.3, enqueued after `late`
-        high = w.enqueue(priority=9, scheduled_at=t0 + dt.timedelta(seconds=0.4))
+        early_ready = w.enqueue("promo", job_type="ready-now")                    # run_at t0
+        late = w.enqueue("promo", scheduled_at=t0 + dt.timedelta(seconds=0.45))   # run_at t0+0.45
+        early = w.enqueue("promo", scheduled_at=t0 + dt.timedelta(seconds=0.3))   # run_at t0+0.3, after `late`
+        high = w.enqueue("promo", priority=9, scheduled_at=t0 + dt.timedelta(seconds=0.4))
         while now() < t0 + dt.timedelta(seconds=0.6):
             time.sleep(0.02)
-        ready_later = w.enqueue(job_type="ready-later")                   # run_at t0+0.6
-        assert drain(w) == [high, early_ready, early, late, ready_later]
+        ready_later = w.enqueue("promo", job_type="ready-later")                  # run_at t0+0.6
+        assert drain(w, ("promo",)) == [high, early_ready, early, late, ready_later]
 
 
-def test_a_back_dated_job_does_not_jump_ahead_of_waiting_jobs(server: ServerProcess) -> None:
-    with wire_for(server) as w:
-        first = w.enqueue()
-        second = w.enqueue(scheduled_at=now() - dt.timedelta(hours=1))
-        third = w.enqueue()
-        got = w.reserve(max_jobs=3)
+def test_a_back_dated_job_does_not_jump_ahead_of_waiting_jobs(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
+        first = w.enqueue("back")
+        second = w.enqueue("back", scheduled_at=now() - dt.timedelta(hours=1))
+        third = w.enqueue("back")
+        got = w.reserve(("back",), max_jobs=3)
         assert [r.job.id for r in got] == [first, second, third]
         # run_at = max(scheduled_at, enqueue time), SPEC §6
         assert got[1].job.run_at.ToMicroseconds() >= got[1].job.enqueued_at.ToMicroseconds()
         assert got[1].job.run_at.ToMicroseconds() > got[0].job.run_at.ToMicroseconds()
 
 
-def test_a_scheduled_job_is_invisible_until_due(server: ServerProcess) -> None:
-    with wire_for(server) as w:
-        job_id = w.enqueue(scheduled_at=now() + dt.timedelta(seconds=0.5))
-        assert w.reserve() == []
-        got = w.reserve(wait=2.0)
+def test_a_scheduled_job_is_invisible_until_due(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
+        job_id = w.enqueue("invisible", scheduled_at=now() + dt.timedelta(seconds=0.5))
+        assert w.reserve(("invisible",)) == []
+        got = w.reserve(("invisible",), wait=2.0)
         assert [r.job.id for r in got] == [job_id]
 
 
-def test_queues_are_tried_in_the_order_given_and_one_reserve_spans_them(server: ServerProcess) -> None:
-    with wire_for(server) as w:
-        a = [w.enqueue("a", priority=9) for _ in range(2)]
-        b = [w.enqueue("b", priority=0) for _ in range(2)]
-        got = w.reserve(("b", "a"), 3)
+def test_queues_are_tried_in_the_order_given_and_one_reserve_spans_them(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
+        a = [w.enqueue("order-a", priority=9) for _ in range(2)]
+        b = [w.enqueue("order-b", priority=0) for _ in range(2)]
+        got = w.reserve(("order-b", "order-a"), 3)
         assert [r.job.id for r in got] == [*b, a[0]]
-        assert [r.job.queue for r in got] == ["b", "b", "a"]
-        assert [r.job.id for r in w.reserve(("a", "b"), 5)] == [a[1]]
+        assert [r.job.queue for r in got] == ["order-b", "order-b", "order-a"]
+        assert [r.job.id for r in w.reserve(("order-a", "order-b"), 5)] == [a[1]]
         assert w.reserve(("nobody-enqueued-here",), 1) == []
 
 
-def _time_to_reserve(w: Wire, due: dt.datetime, wait: float = 5.0) -> float:
-    """Long-poll for the due job; returns how late (s) after ``due`` it arrived."""
-    got = w.reserve(wait=wait)
+def _time_to_reserve(w: Wire, due: dt.datetime, wait: float = 5.0, queue: str = "q") -> float:
+    """Long-poll ``queue`` for the due job; returns how late (s) after ``due`` it arrived."""
+    got = w.reserve((queue,), wait=wait)
     arrived = now()
     assert len(got) == 1, "the scheduled job never arrived"
     return (arrived - due).total_seconds()
 
 
-def test_a_due_job_is_reservable_within_100ms_by_a_long_polling_worker(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_a_due_job_is_reservable_within_100ms_by_a_long_polling_worker(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         for delay in (0.3, 0.7):
             due = now() + dt.timedelta(seconds=delay)
-            w.enqueue(scheduled_at=due)
-            late = _time_to_reserve(w, due)
+            w.enqueue("due", scheduled_at=due)
+            late = _time_to_reserve(w, due, queue="due")
             assert -0.005 <= late <= PROMPT, late
 
 
@@ -168,29 +168,29 @@ def test_a_job_that_became_due_while_the_server_was_down_is_ready_at_start(serve
         assert len(got) == 2 and got[0].job.id == job_id
 
 
-def test_a_batch_of_scheduled_jobs_keeps_its_order(server: ServerProcess) -> None:
-    with wire_for(server) as w:
+def test_a_batch_of_scheduled_jobs_keeps_its_order(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
         due = now() + dt.timedelta(seconds=0.3)
-        reqs = [pb.EnqueueRequest(queue="q", job_type=f"j{i}", scheduled_at=ts_of(due)) for i in range(20)]
+        reqs = [pb.EnqueueRequest(queue="sched-batch", job_type=f"j{i}", scheduled_at=ts_of(due)) for i in range(20)]
         ids = w.enqueue_many(reqs)
-        got = w.reserve(max_jobs=20, wait=2.0)
-        got += w.reserve(max_jobs=20)  # in case promotion split them
+        got = w.reserve(("sched-batch",), max_jobs=20, wait=2.0)
+        got += w.reserve(("sched-batch",), max_jobs=20)  # in case promotion split them
         assert [r.job.id for r in got] == ids
 
 
-def test_a_paused_queue_gives_nothing_and_resuming_wakes_a_long_poll(server: ServerProcess) -> None:
-    with wire_for(server) as w:
-        a = w.enqueue("a")
-        b = w.enqueue("b")
-        w.pause("a")
-        assert w.reserve(("a",)) == []
+def test_a_paused_queue_gives_nothing_and_resuming_wakes_a_long_poll(shared_server: ServerProcess) -> None:
+    with wire_for(shared_server) as w:
+        a = w.enqueue("paused-a")
+        b = w.enqueue("paused-b")
+        w.pause("paused-a")
+        assert w.reserve(("paused-a",)) == []
         # A paused queue is skipped, the next one in the list answers.
-        assert [r.job.id for r in w.reserve(("a", "b"), 2)] == [b]
+        assert [r.job.id for r in w.reserve(("paused-a", "paused-b"), 2)] == [b]
         # A long-poll on the paused queue is woken as soon as it is resumed.
         import threading
 
-        threading.Timer(0.3, lambda: w.pause("a", False)).start()
+        threading.Timer(0.3, lambda: w.pause("paused-a", False)).start()
         t0 = time.monotonic()
-        got = w.reserve(("a",), wait=5.0)
+        got = w.reserve(("paused-a",), wait=5.0)
         assert [r.job.id for r in got] == [a]
         assert 0.25 < time.monotonic() - t0 < 1.0

@@ -16,12 +16,13 @@ from sepp.testing import ServerProcess
 HUGE = duration_pb2.Duration(seconds=2**40)
 
 
-def _reserved(channel: grpc.Channel, n: int) -> list[wpb.Reservation]:
+def _reserved(channel: grpc.Channel, n: int, queue: str) -> list[wpb.Reservation]:
+    """Enqueue ``n`` jobs on ``queue`` (one of the test's own: the server is shared) and reserve them."""
     producer = producer_pb2_grpc.ProducerServiceStub(channel)
     for _ in range(n):
-        producer.Enqueue(pb.EnqueueRequest(queue="lim", job_type="t"))
+        producer.Enqueue(pb.EnqueueRequest(queue=queue, job_type="t"))
     worker = worker_pb2_grpc.WorkerServiceStub(channel)
-    return list(worker.Reserve(wpb.ReserveRequest(queues=["lim"], max_jobs=n, worker_id="w")).reservations)
+    return list(worker.Reserve(wpb.ReserveRequest(queues=[queue], max_jobs=n, worker_id="w")).reservations)
 
 
 def _reason(error: grpc.RpcError) -> str:
@@ -30,9 +31,10 @@ def _reason(error: grpc.RpcError) -> str:
     return str(wire.unpack_details(status)["error_info"].reason)
 
 
-def test_a_huge_retry_after_is_refused_per_item_and_the_rest_of_the_settle_applies(server: ServerProcess) -> None:
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        a, b = _reserved(channel, 2)
+def test_a_huge_retry_after_is_refused_per_item_and_the_rest_of_the_settle_applies(
+        shared_server: ServerProcess) -> None:
+    with grpc.insecure_channel(shared_server.grpc_target) as channel:
+        a, b = _reserved(channel, 2, "lim-retry")
         worker = worker_pb2_grpc.WorkerServiceStub(channel)
         results = worker.Settle(wpb.SettleRequest(items=[
             wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),
@@ -51,15 +53,16 @@ def test_a_huge_retry_after_is_refused_per_item_and_the_rest_of_the_settle_appli
 
 @pytest.mark.parametrize("seconds, nanos, accepted", [(86_400, 0, True), (86_401, 0, False), (2**40, 0, False),
                                                      (0, 1_000_000, True), (0, 999_999, False), (0, 1, False)])
-def test_lease_lengths_are_bounded_from_a_millisecond_to_a_day(server: ServerProcess, seconds: int, nanos: int,
-                                                                accepted: bool) -> None:
+def test_lease_lengths_are_bounded_from_a_millisecond_to_a_day(shared_server: ServerProcess, seconds: int, nanos: int,
+                                                               accepted: bool) -> None:
     """A lease (or extension) under 1 ms would be over before the worker got it: refused."""
     length = duration_pb2.Duration(seconds=seconds, nanos=nanos)
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        (r,) = _reserved(channel, 1)
+    with grpc.insecure_channel(shared_server.grpc_target) as channel:
+        queue = f"lim-{seconds}-{nanos}"
+        (r,) = _reserved(channel, 1, queue)
         worker = worker_pb2_grpc.WorkerServiceStub(channel)
         extend = wpb.ExtendLeaseRequest(job_id=r.job.id, lease_id=r.lease_id, extend_by=length)
-        reserve = wpb.ReserveRequest(queues=["lim"], max_jobs=1, lease_duration=length)
+        reserve = wpb.ReserveRequest(queues=[queue], max_jobs=1, lease_duration=length)
         if accepted:
             assert worker.ExtendLease(extend).lease_expires_at.seconds > 0
             worker.Reserve(reserve)
@@ -70,12 +73,12 @@ def test_lease_lengths_are_bounded_from_a_millisecond_to_a_day(server: ServerPro
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_reason_and_message_are_cut_to_their_limits(server: ServerProcess) -> None:
+def test_reason_and_message_are_cut_to_their_limits(shared_server: ServerProcess) -> None:
     from sepp.api.v1 import admin_pb2 as apb
     from sepp.api.v1 import admin_pb2_grpc
 
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        (r,) = _reserved(channel, 1)
+    with grpc.insecure_channel(shared_server.grpc_target) as channel:
+        (r,) = _reserved(channel, 1, "lim-cut")
         worker = worker_pb2_grpc.WorkerServiceStub(channel)
         worker.Nack(wpb.NackRequest(job_id=r.job.id, lease_id=r.lease_id, dead_letter="R" * 100_000,
                                     error=wpb.JobError(message="M" * 100_000, detail="D" * 100_000)))

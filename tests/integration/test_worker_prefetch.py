@@ -8,10 +8,11 @@ fixed ``prefetch`` is never adapted. Counted in calls and jobs held, not timed.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.servers import ServerFactory
+from support.servers import module_server
 from support.worker import count_states, fast_queue, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
@@ -22,15 +23,17 @@ from sepp.worker.config import PREFETCH_MAX_WAIT
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def fast(server_factory: ServerFactory) -> ServerProcess:
-    return server_factory(queues={"q": fast_queue(lease_duration=30.0)})
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module: every queue has a 30 s lease; each test works on its ``fresh_queue``."""
+    yield from module_server(tmp_path_factory, queue_defaults=fast_queue(lease_duration=30.0))
 
 
-def enqueue(server: ServerProcess, n: int, **fields: Any) -> None:
+def enqueue(server: ServerProcess, queue: str, n: int, **fields: Any) -> None:
+    """Enqueue ``n`` jobs of type ``t`` on ``queue``, 250 a batch."""
     with wire_for(server) as w:
         for start in range(0, n, 250):
-            w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t", **fields) for _ in range(min(250, n - start))])
+            w.enqueue_many([pb.EnqueueRequest(queue=queue, job_type="t", **fields) for _ in range(min(250, n - start))])
 
 
 async def drain(worker: Worker, n: int, reports: list[JobReport]) -> None:
@@ -45,10 +48,10 @@ async def drain(worker: Worker, n: int, reports: list[JobReport]) -> None:
         await asyncio.wait_for(run, 10)
 
 
-async def test_the_defaults_reserve_no_op_jobs_in_large_batches(fast: ServerProcess) -> None:
+async def test_the_defaults_reserve_no_op_jobs_in_large_batches(fast: ServerProcess, fresh_queue: str) -> None:
     n = 4000
-    enqueue(fast, n)
-    worker = Worker(fast.grpc_target, ["q"], poll_wait=0.5)  # concurrency 10, prefetch adaptive
+    enqueue(fast, fresh_queue, n)
+    worker = Worker(fast.grpc_target, [fresh_queue], poll_wait=0.5)  # concurrency 10, prefetch adaptive
     assert worker.prefetch == 10
     reports: list[JobReport] = []
     worker.on_outcome(reports.append)
@@ -58,7 +61,7 @@ async def test_the_defaults_reserve_no_op_jobs_in_large_batches(fast: ServerProc
         pass
 
     await drain(worker, n, reports)
-    assert count_states(fast) == {"COMPLETED": n}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": n}
     # Fixed prefetch 0 would take ≥ n / 10 = 400 Reserve calls; the adapted one grows to
     # full batches of 256 within a few calls.
     assert worker.stats["reserve_calls"] <= n // 100, worker.stats
@@ -66,10 +69,10 @@ async def test_the_defaults_reserve_no_op_jobs_in_large_batches(fast: ServerProc
     assert worker._settler.calls <= n // 50
 
 
-async def test_the_defaults_do_not_hoard_slow_jobs(fast: ServerProcess) -> None:
+async def test_the_defaults_do_not_hoard_slow_jobs(fast: ServerProcess, fresh_queue: str) -> None:
     n = 16
-    enqueue(fast, n)
-    worker = Worker(fast.grpc_target, ["q"], concurrency=2, poll_wait=0.5)
+    enqueue(fast, fresh_queue, n)
+    worker = Worker(fast.grpc_target, [fresh_queue], concurrency=2, poll_wait=0.5)
     reports: list[JobReport] = []
     worker.on_outcome(reports.append)
     held: list[int] = []
@@ -80,7 +83,7 @@ async def test_the_defaults_do_not_hoard_slow_jobs(fast: ServerProcess) -> None:
         await asyncio.sleep(PREFETCH_MAX_WAIT * 4)
 
     await drain(worker, n, reports)
-    assert count_states(fast) == {"COMPLETED": n}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": n}
     assert held[0] <= 4  # 2 running + 2 prefetched at the start (prefetch = concurrency)
     # Prefetched jobs waited for a slot: it fell to nothing, and a reservation that finds a
     # slot free and nothing prefetched lets it grow to 1 again at most.
@@ -88,10 +91,10 @@ async def test_the_defaults_do_not_hoard_slow_jobs(fast: ServerProcess) -> None:
     assert max(held[6:]) <= 3, held  # from then on at most one job waits (it started at 2)
 
 
-async def test_a_fixed_prefetch_is_kept(fast: ServerProcess) -> None:
+async def test_a_fixed_prefetch_is_kept(fast: ServerProcess, fresh_queue: str) -> None:
     n = 600
-    enqueue(fast, n)
-    worker = Worker(fast.grpc_target, ["q"], concurrency=4, prefetch=3, poll_wait=0.5)
+    enqueue(fast, fresh_queue, n)
+    worker = Worker(fast.grpc_target, [fresh_queue], concurrency=4, prefetch=3, poll_wait=0.5)
     reports: list[JobReport] = []
     worker.on_outcome(reports.append)
     held: list[int] = []

@@ -6,11 +6,12 @@ Queues use ``retry_jitter = 0`` and a short ``retry_base`` so backoff delays are
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
 from support.failures import code_reason as refusal
-from support.servers import ServerFactory
+from support.servers import ServerFactory, module_server
 from support.waiting import wait_for
 from support.worker import fast_queue, job_row, wire_for
 
@@ -20,13 +21,16 @@ from sepp.testing import ServerProcess
 BASE = 0.1  # retry_base of the test queue, seconds
 
 
-@pytest.fixture
-def retry_server(server_factory: ServerFactory) -> ServerProcess:
-    return server_factory(queues={"q": fast_queue(retry_base=BASE, retry_cap=0.3, lease_duration=5.0)})
+@pytest.fixture(scope="module")
+def retry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module: every queue gets the test settings; each test uses its ``fresh_queue``."""
+    yield from module_server(tmp_path_factory,
+                             queue_defaults=fast_queue(retry_base=BASE, retry_cap=0.3, lease_duration=5.0))
 
 
-def test_retry_backs_off_exponentially_and_dead_letters_at_max_attempts(retry_server: ServerProcess) -> None:
-    with wire_for(retry_server) as w:
+def test_retry_backs_off_exponentially_and_dead_letters_at_max_attempts(retry_server: ServerProcess,
+                                                                        fresh_queue: str) -> None:
+    with wire_for(retry_server, fresh_queue) as w:
         job_id = w.enqueue(max_attempts=4)
         gaps = []
         res = w.reserve_one()
@@ -52,10 +56,10 @@ def test_retry_backs_off_exponentially_and_dead_letters_at_max_attempts(retry_se
             (i, "retry" if i < 4 else "attempts_exhausted", f"boom {i}", f"trace {i}") for i in range(1, 5)]
 
 
-def test_the_attempt_history_travels_with_each_delivery(retry_server: ServerProcess) -> None:
-    with wire_for(retry_server) as w:
+def test_the_attempt_history_travels_with_each_delivery(retry_server: ServerProcess, fresh_queue: str) -> None:
+    with wire_for(retry_server, fresh_queue) as w:
         w.enqueue(max_attempts=3)
-        first = w.reserve_one(queues=("q",))
+        first = w.reserve_one(queues=(fresh_queue,))
         w.nack(first, "retry", message="first failure", detail="Traceback ...")
         second = w.reserve_one(wait=2.0)
         assert len(second.job.attempts) == 1
@@ -65,8 +69,8 @@ def test_the_attempt_history_travels_with_each_delivery(retry_server: ServerProc
         assert a.started_at.ToMicroseconds() <= a.ended_at.ToMicroseconds()
 
 
-def test_max_attempts_one_is_never_retried(retry_server: ServerProcess) -> None:
-    with wire_for(retry_server) as w:
+def test_max_attempts_one_is_never_retried(retry_server: ServerProcess, fresh_queue: str) -> None:
+    with wire_for(retry_server, fresh_queue) as w:
         job_id = w.enqueue(max_attempts=1)
         res = w.reserve_one()
         assert res.attempt == 1 and res.job.max_attempts == 1
@@ -81,8 +85,9 @@ def test_max_attempts_one_is_never_retried(retry_server: ServerProcess) -> None:
         assert other_row is not None and other_row.reason == "ATTEMPTS_EXHAUSTED"
 
 
-def test_an_explicit_dead_letter_records_nack_dead_letter_and_the_reason(retry_server: ServerProcess) -> None:
-    with wire_for(retry_server) as w:
+def test_an_explicit_dead_letter_records_nack_dead_letter_and_the_reason(retry_server: ServerProcess,
+                                                                         fresh_queue: str) -> None:
+    with wire_for(retry_server, fresh_queue) as w:
         job_id = w.enqueue(max_attempts=10)
         resp = w.nack(w.reserve_one(), "dead_letter", reason="payload is garbage", message="bad input")
         assert resp.state == pb.DEAD_LETTERED
@@ -93,8 +98,8 @@ def test_an_explicit_dead_letter_records_nack_dead_letter_and_the_reason(retry_s
         assert w.reserve(wait=0.2) == []
 
 
-def test_retry_after_uses_exactly_the_given_delay(retry_server: ServerProcess) -> None:
-    with wire_for(retry_server) as w:
+def test_retry_after_uses_exactly_the_given_delay(retry_server: ServerProcess, fresh_queue: str) -> None:
+    with wire_for(retry_server, fresh_queue) as w:
         job_id = w.enqueue(max_attempts=5)
         nacked_at = time.time()
         resp = w.nack(w.reserve_one(), "retry_after", delay=0.5, message="try later")
@@ -109,8 +114,8 @@ def test_retry_after_uses_exactly_the_given_delay(retry_server: ServerProcess) -
         assert w.reserve_one(wait=0).attempt == 3
 
 
-def test_retry_after_refuses_a_negative_delay(retry_server: ServerProcess) -> None:
-    with wire_for(retry_server) as w:
+def test_retry_after_refuses_a_negative_delay(retry_server: ServerProcess, fresh_queue: str) -> None:
+    with wire_for(retry_server, fresh_queue) as w:
         w.enqueue()
         res = w.reserve_one()
         code, _ = refusal(lambda: w.nack(res, "retry_after", delay=-1.0))
@@ -118,8 +123,8 @@ def test_retry_after_refuses_a_negative_delay(retry_server: ServerProcess) -> No
         w.ack(res)  # the lease still holds
 
 
-def test_release_gives_the_attempt_back_and_keeps_the_jobs_place(retry_server: ServerProcess) -> None:
-    with wire_for(retry_server) as w:
+def test_release_gives_the_attempt_back_and_keeps_the_jobs_place(retry_server: ServerProcess, fresh_queue: str) -> None:
+    with wire_for(retry_server, fresh_queue) as w:
         first = w.enqueue(max_attempts=1)
         second = w.enqueue(max_attempts=1)
         res = w.reserve_one()
@@ -135,10 +140,10 @@ def test_release_gives_the_attempt_back_and_keeps_the_jobs_place(retry_server: S
         assert w.reserve_one(wait=0).job.id == second
 
 
-def test_a_nack_without_directive_is_a_plain_retry(retry_server: ServerProcess) -> None:
+def test_a_nack_without_directive_is_a_plain_retry(retry_server: ServerProcess, fresh_queue: str) -> None:
     from sepp.api.v1 import worker_pb2 as wpb
 
-    with wire_for(retry_server) as w:
+    with wire_for(retry_server, fresh_queue) as w:
         w.enqueue(max_attempts=2)
         res = w.reserve_one()
         resp = w.worker.Nack(wpb.NackRequest(job_id=res.job.id, lease_id=res.lease_id), timeout=5)

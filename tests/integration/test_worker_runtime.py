@@ -12,12 +12,12 @@ import datetime as dt
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from support.servers import ServerFactory
+from support.servers import ServerFactory, module_server
 from support.worker import count_states, fast_queue, job_row, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
@@ -48,22 +48,24 @@ async def until(predicate: Callable[[], Any], within: float = 10.0, what: str = 
     return value
 
 
-def make_worker(server: ServerProcess, **kw: Any) -> tuple[Worker, list[JobReport]]:
-    """A worker on queue ``q`` with short polls, plus the list its reports go to."""
+def make_worker(server: ServerProcess, queue: str = "q", **kw: Any) -> tuple[Worker, list[JobReport]]:
+    """A worker on ``queue`` with short polls, plus the list its reports go to."""
     kw.setdefault("poll_wait", 0.5)
-    worker = Worker(server.grpc_target, ["q"], **kw)
+    worker = Worker(server.grpc_target, [queue], **kw)
     reports: list[JobReport] = []
     worker.on_outcome(reports.append)
     return worker, reports
 
 
-@pytest.fixture
-def fast(server_factory: ServerFactory) -> ServerProcess:
-    return server_factory(queues={"q": fast_queue(lease_duration=2.0)})
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module's tests that need no config of their own: every queue has a
+    2 s lease and a short backoff, and each test works on its ``fresh_queue``."""
+    yield from module_server(tmp_path_factory, queue_defaults=fast_queue(lease_duration=2.0))
 
 
-async def test_a_handler_gets_every_field_of_its_job_typed(fast: ServerProcess) -> None:
-    worker, _ = make_worker(fast)
+async def test_a_handler_gets_every_field_of_its_job_typed(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, _ = make_worker(fast, fresh_queue)
     seen: list[Job] = []
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     big = 2**62 + 1  # would lose precision through a float
@@ -72,9 +74,9 @@ async def test_a_handler_gets_every_field_of_its_job_typed(fast: ServerProcess) 
     async def welcome(job: Job) -> None:
         seen.append(job)
 
-    with wire_for(fast) as w:
+    with wire_for(fast, fresh_queue) as w:
         before = dt.datetime.now(dt.UTC)
-        job_id = w.enqueue("q", "welcome", data=b'{"user_id": 42}', priority=7, max_attempts=3,
+        job_id = w.enqueue(fresh_queue, "welcome", data=b'{"user_id": 42}', priority=7, max_attempts=3,
                            idempotency_key="welcome-42", trace_context={"traceparent": traceparent},
                            custom={"n": pb.CustomValue(int_value=big), "vip": pb.CustomValue(bool_value=True),
                                    "ratio": pb.CustomValue(float_value=0.5),
@@ -82,7 +84,7 @@ async def test_a_handler_gets_every_field_of_its_job_typed(fast: ServerProcess) 
     async with running(worker):
         await until(lambda: seen, what="the handler to run")
     job = seen[0]
-    assert job.id == job_id and job.queue == "q" and job.job_type == "welcome"
+    assert job.id == job_id and job.queue == fresh_queue and job.job_type == "welcome"
     assert job.payload == b'{"user_id": 42}' and job.json() == {"user_id": 42}
     assert dict(job.custom) == {"n": big, "vip": True, "ratio": 0.5, "locale": "en-US"}
     assert type(job.custom["n"]) is int and type(job.custom["vip"]) is bool and type(job.custom["ratio"]) is float
@@ -96,8 +98,8 @@ async def test_a_handler_gets_every_field_of_its_job_typed(fast: ServerProcess) 
     assert job.worker_id == worker.config.worker_id
 
 
-async def test_async_handlers_run_on_the_loop_and_plain_ones_in_threads(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast)
+async def test_async_handlers_run_on_the_loop_and_plain_ones_in_threads(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue)
     threads: dict[str, str] = {}
 
     @worker.handler("async")
@@ -111,9 +113,9 @@ async def test_async_handlers_run_on_the_loop_and_plain_ones_in_threads(fast: Se
     worker.register("plain", blocking)
     with pytest.raises(ValueError, match="already has a handler"):
         worker.register("plain", blocking)
-    with wire_for(fast) as w:
-        w.enqueue("q", "async")
-        w.enqueue("q", "plain")
+    with wire_for(fast, fresh_queue) as w:
+        w.enqueue(fresh_queue, "async")
+        w.enqueue(fresh_queue, "plain")
     async with running(worker):
         await until(lambda: len(reports) == 2, what="both jobs")
     assert threads["async"] == threading.current_thread().name
@@ -121,8 +123,8 @@ async def test_async_handlers_run_on_the_loop_and_plain_ones_in_threads(fast: Se
     assert {r.outcome for r in reports} == {"completed"} and {r.state for r in reports} == {"completed"}
 
 
-async def test_no_more_than_concurrency_handlers_run_at_once(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast, concurrency=4)
+async def test_no_more_than_concurrency_handlers_run_at_once(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue, concurrency=4)
     active = peak = 0
 
     @worker.handler("t")
@@ -133,32 +135,32 @@ async def test_no_more_than_concurrency_handlers_run_at_once(fast: ServerProcess
         await asyncio.sleep(0.05)
         active -= 1
 
-    with wire_for(fast) as w:
-        ids = w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(24)])
+    with wire_for(fast, fresh_queue) as w:
+        ids = w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="t") for _ in range(24)])
     async with running(worker):
         await until(lambda: len(reports) == 24, what="24 jobs")
     assert peak == 4
     assert sorted(r.job.id for r in reports) == sorted(ids)
 
 
-async def test_prefetch_bounds_the_jobs_a_worker_holds(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast, concurrency=2, prefetch=3)
+async def test_prefetch_bounds_the_jobs_a_worker_holds(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue, concurrency=2, prefetch=3)
     gate = asyncio.Event()
 
     @worker.handler("t")
     async def blocked(job: Job) -> None:
         await gate.wait()
 
-    with wire_for(fast) as w:
-        w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(10)])
+    with wire_for(fast, fresh_queue) as w:
+        w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="t") for _ in range(10)])
     async with running(worker):
-        await until(lambda: count_states(fast).get("RESERVED") == 5, what="5 jobs held")
+        await until(lambda: count_states(fast, fresh_queue).get("RESERVED") == 5, what="5 jobs held")
         await asyncio.sleep(0.3)
-        assert count_states(fast) == {"RESERVED": 5, "READY": 5}
+        assert count_states(fast, fresh_queue) == {"RESERVED": 5, "READY": 5}
         assert worker.held == 5
         gate.set()
         await until(lambda: len(reports) == 10, what="all jobs")
-    assert count_states(fast) == {"COMPLETED": 10}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 10}
 
 
 async def test_each_handler_result_settles_the_job_accordingly(server_factory: ServerFactory) -> None:
@@ -233,8 +235,8 @@ async def test_a_long_handler_keeps_its_lease_alive(server_factory: ServerFactor
     assert [h["outcome"] for h in row.history] == ["completed"]
 
 
-async def test_an_explicit_lease_duration_is_used_and_kept_alive(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast, lease_duration=0.25)
+async def test_an_explicit_lease_duration_is_used_and_kept_alive(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue, lease_duration=0.25)
     seen: list[float] = []
 
     @worker.handler("t")
@@ -242,26 +244,27 @@ async def test_an_explicit_lease_duration_is_used_and_kept_alive(fast: ServerPro
         seen.append((job.lease_expires_at - dt.datetime.now(dt.UTC)).total_seconds())
         time.sleep(1.0)
 
-    with wire_for(fast) as w:
-        w.enqueue("q", "t")
+    with wire_for(fast, fresh_queue) as w:
+        w.enqueue(fresh_queue, "t")
     async with running(worker):
         await until(lambda: reports, what="the job")
     assert 0 < seen[0] <= 0.25
     assert reports[0].state == "completed"
 
 
-async def test_jobs_reserved_together_keep_their_leases_when_some_finish_early(fast: ServerProcess) -> None:
+async def test_jobs_reserved_together_keep_their_leases_when_some_finish_early(fast: ServerProcess,
+                                                                               fresh_queue: str) -> None:
     # Six jobs in one reservation share their first extension timer (LeaseKeeper.track_all):
     # the three quick ones finishing early must not stop the three slow ones being extended
     # for four leases' worth of running.
-    worker, reports = make_worker(fast, lease_duration=0.3, concurrency=6, prefetch=0)
+    worker, reports = make_worker(fast, fresh_queue, lease_duration=0.3, concurrency=6, prefetch=0)
 
     @worker.handler("t")
     async def work(job: Job) -> None:
         await asyncio.sleep(1.2 if job.custom["slow"] else 0.01)
 
-    with wire_for(fast) as w:
-        w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t",
+    with wire_for(fast, fresh_queue) as w:
+        w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="t",
                                           custom={"slow": pb.CustomValue(bool_value=i % 2 == 0)})
                         for i in range(6)])
     async with running(worker):
@@ -269,29 +272,30 @@ async def test_jobs_reserved_together_keep_their_leases_when_some_finish_early(f
         assert worker._keeper.extensions >= 3 * 3
     assert sorted(r.state for r in reports) == ["completed"] * 6
     assert all(not r.job.lease_lost for r in reports)
-    assert count_states(fast) == {"COMPLETED": 6}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 6}
 
 
-async def test_jobs_finishing_together_share_settle_calls(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast, concurrency=128, prefetch=128)
+async def test_jobs_finishing_together_share_settle_calls(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue, concurrency=128, prefetch=128)
 
     @worker.handler("t")
     async def noop(job: Job) -> None:
         return None
 
-    with wire_for(fast) as w:
+    with wire_for(fast, fresh_queue) as w:
         for _ in range(4):
-            w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(128)])
+            w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="t") for _ in range(128)])
     async with running(worker):
         await until(lambda: len(reports) == 512, what="512 jobs")
         settler = worker._settler
         assert settler.items == 512
         assert settler.calls <= 512 / 4, f"{settler.calls} Settle calls for 512 jobs"
-    assert count_states(fast) == {"COMPLETED": 512}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 512}
 
 
-async def test_graceful_stop_finishes_running_jobs_and_releases_prefetched_ones(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast, concurrency=2, prefetch=4)
+async def test_graceful_stop_finishes_running_jobs_and_releases_prefetched_ones(fast: ServerProcess,
+                                                                                fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue, concurrency=2, prefetch=4)
     started: Counter[str] = Counter()
 
     @worker.handler("t")
@@ -299,8 +303,8 @@ async def test_graceful_stop_finishes_running_jobs_and_releases_prefetched_ones(
         started[job.id] += 1
         await asyncio.sleep(0.5)
 
-    with wire_for(fast) as w:
-        ids = w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(10)])
+    with wire_for(fast, fresh_queue) as w:
+        ids = w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="t") for _ in range(10)])
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
     await until(lambda: len(started) == 2 and worker.held == 6, what="2 running + 4 prefetched")
     t0 = time.monotonic()
@@ -308,7 +312,7 @@ async def test_graceful_stop_finishes_running_jobs_and_releases_prefetched_ones(
     await asyncio.wait_for(task, 5)
     assert time.monotonic() - t0 < 1.5  # waited for the running pair only
     assert not worker.running
-    assert count_states(fast) == {"COMPLETED": 2, "READY": 8}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 2, "READY": 8}
     assert max(started.values()) == 1
     released = [r for r in reports if r.outcome == "released"]
     assert len(released) == 4 and all(r.state == "ready" and r.duration == 0 for r in released)
@@ -320,14 +324,14 @@ async def test_graceful_stop_finishes_running_jobs_and_releases_prefetched_ones(
         else:  # released jobs got their attempt back; nobody else was ever reserved
             assert (row.state, row.attempt) == ("READY", 0)
     # A second worker gets all eight, in enqueue order (released ones kept their place), each once.
-    with wire_for(fast) as w:
+    with wire_for(fast, fresh_queue) as w:
         rest = w.reserve(max_jobs=10)
     assert [r.job.id for r in rest] == [i for i in ids if i not in started]
     assert {r.attempt for r in rest} == {1}
 
 
-async def test_a_handler_past_the_grace_period_is_released_not_lost(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast, concurrency=2)
+async def test_a_handler_past_the_grace_period_is_released_not_lost(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue, concurrency=2)
     entered = asyncio.Event()
 
     @worker.handler("async")
@@ -339,9 +343,9 @@ async def test_a_handler_past_the_grace_period_is_released_not_lost(fast: Server
         time.sleep(3)
 
     worker.register("thread", stuck)
-    with wire_for(fast) as w:
-        a = w.enqueue("q", "async")
-        b = w.enqueue("q", "thread")
+    with wire_for(fast, fresh_queue) as w:
+        a = w.enqueue(fresh_queue, "async")
+        b = w.enqueue(fresh_queue, "thread")
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
     await until(lambda: worker.held == 2 and entered.is_set(), what="both jobs running")
     t0 = time.monotonic()
@@ -355,15 +359,15 @@ async def test_a_handler_past_the_grace_period_is_released_not_lost(fast: Server
         assert row.history[-1]["outcome"] == "released"
 
 
-async def test_a_second_stop_with_zero_grace_hurries_the_first(fast: ServerProcess) -> None:
-    worker, reports = make_worker(fast)
+async def test_a_second_stop_with_zero_grace_hurries_the_first(fast: ServerProcess, fresh_queue: str) -> None:
+    worker, reports = make_worker(fast, fresh_queue)
 
     @worker.handler("t")
     async def forever(job: Job) -> None:
         await asyncio.sleep(60)
 
-    with wire_for(fast) as w:
-        w.enqueue("q", "t")
+    with wire_for(fast, fresh_queue) as w:
+        w.enqueue(fresh_queue, "t")
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
     await until(lambda: worker.held == 1, what="the job to start")
     first = asyncio.create_task(worker.stop(30))
@@ -377,8 +381,9 @@ async def test_a_second_stop_with_zero_grace_hurries_the_first(fast: ServerProce
     assert [r.outcome for r in reports] == ["released"]
 
 
-async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reserved(fast: ServerProcess) -> None:
-    worker, _ = make_worker(fast, poll_wait=20.0)
+async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reserved(fast: ServerProcess,
+                                                                                    fresh_queue: str) -> None:
+    worker, _ = make_worker(fast, fresh_queue, poll_wait=20.0)
     worker.register("t", lambda job: None)
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
     await asyncio.sleep(0.3)  # the reserver is parked in a 20 s long-poll
@@ -386,8 +391,8 @@ async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reser
     await worker.stop()
     await asyncio.wait_for(task, 5)
     assert time.monotonic() - t0 < 1.0
-    with wire_for(fast) as w:
-        job_id = w.enqueue("q", "t")
+    with wire_for(fast, fresh_queue) as w:
+        job_id = w.enqueue(fresh_queue, "t")
         assert w.reserve_one(wait=1.0).job.id == job_id
 
 
@@ -469,8 +474,9 @@ async def test_handlers_raising_base_exceptions_are_failures_not_crashes(server_
         assert row is not None and (row.state, row.reason) == ("DEAD_LETTERED", "ATTEMPTS_EXHAUSTED"), job_type
 
 
-async def test_a_handler_that_swallows_cancellation_still_gets_its_job_released(fast: ServerProcess) -> None:
-    worker, _reports = make_worker(fast)
+async def test_a_handler_that_swallows_cancellation_still_gets_its_job_released(fast: ServerProcess,
+                                                                                fresh_queue: str) -> None:
+    worker, _reports = make_worker(fast, fresh_queue)
     entered = asyncio.Event()
     handler_tasks: list[asyncio.Task[Any]] = []
     let_go = False
@@ -487,8 +493,8 @@ async def test_a_handler_that_swallows_cancellation_still_gets_its_job_released(
             except asyncio.CancelledError:
                 pass
 
-    with wire_for(fast) as w:
-        job_id = w.enqueue("q", "stubborn")
+    with wire_for(fast, fresh_queue) as w:
+        job_id = w.enqueue(fresh_queue, "stubborn")
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
     await until(entered.is_set, what="handler running")
     await worker.stop(0.2)

@@ -9,10 +9,10 @@ future runs after the send task has ended and before its done-callbacks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from support.servers import ServerFactory
+from support.servers import module_server
 from support.worker import count_states, fast_queue, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
@@ -24,9 +24,10 @@ from sepp.worker.outcome import COMPLETED
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def fast(server_factory: ServerFactory) -> ServerProcess:
-    return server_factory(queues={"q": fast_queue(lease_duration=30.0)})
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module: every queue has a 30 s lease; each test works on its ``fresh_queue``."""
+    yield from module_server(tmp_path_factory, queue_defaults=fast_queue(lease_duration=30.0))
 
 
 @pytest.fixture
@@ -39,10 +40,10 @@ async def settler(fast: ServerProcess) -> AsyncIterator[Settler]:
         await rpc.close()
 
 
-def reserve(server: ServerProcess, n: int) -> list[tuple[str, str]]:
-    """Enqueue and reserve ``n`` jobs; their (job id, lease id) pairs."""
-    with wire_for(server) as w:
-        w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(n)])
+def reserve(server: ServerProcess, queue: str, n: int) -> list[tuple[str, str]]:
+    """Enqueue and reserve ``n`` jobs on ``queue``; their (job id, lease id) pairs."""
+    with wire_for(server, queue) as w:
+        w.enqueue_many([pb.EnqueueRequest(queue=queue, job_type="t") for _ in range(n)])
         got = w.reserve(max_jobs=n)
     assert len(got) == n
     return [(r.job.id, r.lease_id) for r in got]
@@ -66,31 +67,33 @@ async def submit_in_the_gap(settler: Settler, first: tuple[str, str],
     return out[0]
 
 
-async def test_an_item_submitted_as_the_last_send_ends_is_sent_without_flush(fast: ServerProcess,
-                                                                           settler: Settler) -> None:
-    first, late = reserve(fast, 2)
+async def test_an_item_submitted_as_the_last_send_ends_is_sent_without_flush(fast: ServerProcess, fresh_queue: str,
+                                                                            settler: Settler) -> None:
+    first, late = reserve(fast, fresh_queue, 2)
     fut = await submit_in_the_gap(settler, first, late)
     settled = await asyncio.wait_for(fut, 5)  # never came before the fix
     assert settled.result.ok and not settled.resent
     assert (settler.calls, settler.items) == (2, 2)
-    assert count_states(fast) == {"COMPLETED": 2}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 2}
 
 
-async def test_flush_waits_for_an_item_submitted_in_the_gap(fast: ServerProcess, settler: Settler) -> None:
-    first, late = reserve(fast, 2)
+async def test_flush_waits_for_an_item_submitted_in_the_gap(fast: ServerProcess, fresh_queue: str,
+                                                           settler: Settler) -> None:
+    first, late = reserve(fast, fresh_queue, 2)
     fut = await submit_in_the_gap(settler, first, late)
     await asyncio.wait_for(settler.flush(), 5)
     assert fut.done() and fut.result().result.ok  # flush used to return with it unsent
     assert settler.pending == 0
-    assert count_states(fast) == {"COMPLETED": 2}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 2}
 
 
-async def test_items_queued_while_a_send_is_in_flight_leave_together(fast: ServerProcess, settler: Settler) -> None:
-    jobs = reserve(fast, 6)
+async def test_items_queued_while_a_send_is_in_flight_leave_together(fast: ServerProcess, fresh_queue: str,
+                                                                    settler: Settler) -> None:
+    jobs = reserve(fast, fresh_queue, 6)
     futs = [settler.submit(COMPLETED, *job) for job in jobs]  # the first starts a send at once
     results = await asyncio.wait_for(asyncio.gather(*futs), 5)
     assert all(r.result.ok for r in results)
     # One send task drains all six: one call for the first batch it took (all six were
     # queued before it ran), no second task was started.
     assert (settler.calls, settler.items) == (1, 6)
-    assert count_states(fast) == {"COMPLETED": 6}
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 6}

@@ -40,13 +40,22 @@ def ts_of(when: dt.datetime) -> Any:
 
 
 class Wire(StubSet):
-    """Blocking raw stubs for one server: enqueue, reserve, ack, nack, extend, settle."""
+    """Blocking raw stubs for one server: enqueue, reserve, ack, nack, extend, settle.
 
-    def enqueue(self, queue: str = "q", job_type: str = "t", *, priority: int | None = None,
+    ``queue`` is the queue ``enqueue``/``reserve``/``reserve_one`` use when given none
+    (a test on a shared server passes one of its own).
+    """
+
+    def __init__(self, target: str, *, queue: str = "q", **kw: Any) -> None:
+        super().__init__(target, **kw)
+        self.queue = queue
+
+    def enqueue(self, queue: str | None = None, job_type: str = "t", *, priority: int | None = None,
                 max_attempts: int | None = None, scheduled_at: dt.datetime | None = None,
                 data: bytes = b"", **extra: Any) -> str:
         """Enqueue one job; returns its id."""
-        req = pb.EnqueueRequest(queue=queue, job_type=job_type, payload=pb.Payload(data=data), **extra)
+        req = pb.EnqueueRequest(queue=self.queue if queue is None else queue, job_type=job_type,
+                                payload=pb.Payload(data=data), **extra)
         if priority is not None:
             req.priority = priority
         if max_attempts is not None:
@@ -64,17 +73,18 @@ class Wire(StubSet):
             out.append(r.ack.job_id)
         return out
 
-    def reserve(self, queues: Sequence[str] = ("q",), max_jobs: int = 1, *, lease: float | None = None,
+    def reserve(self, queues: Sequence[str] | None = None, max_jobs: int = 1, *, lease: float | None = None,
                 wait: float = 0.0, worker_id: str = "test") -> list[wpb.Reservation]:
         """One Reserve call."""
-        req = wpb.ReserveRequest(queues=list(queues), max_jobs=max_jobs, worker_id=worker_id)
+        names = (self.queue,) if queues is None else queues
+        req = wpb.ReserveRequest(queues=list(names), max_jobs=max_jobs, worker_id=worker_id)
         if lease is not None:
             req.lease_duration.CopyFrom(wire.seconds_to_duration(lease))
         if wait:
             req.wait.CopyFrom(wire.seconds_to_duration(wait))
         return list(self.worker.Reserve(req, timeout=wait + 10).reservations)
 
-    def reserve_one(self, queues: Sequence[str] = ("q",), *, lease: float | None = None,
+    def reserve_one(self, queues: Sequence[str] | None = None, *, lease: float | None = None,
                     wait: float = 2.0) -> wpb.Reservation:
         """Reserve exactly one job (long-polling up to ``wait``); fails when none comes."""
         got = self.reserve(queues, 1, lease=lease, wait=wait)
@@ -140,9 +150,9 @@ def _ids(res: wpb.Reservation | tuple[str, str]) -> tuple[str, str]:
 
 
 @contextmanager
-def wire_for(server: ServerProcess) -> Iterator[Wire]:
-    """A ``Wire`` for ``server``, closed afterwards."""
-    w = Wire(server.grpc_target)
+def wire_for(server: ServerProcess, queue: str = "q") -> Iterator[Wire]:
+    """A ``Wire`` for ``server`` whose default queue is ``queue``, closed afterwards."""
+    w = Wire(server.grpc_target, queue=queue)
     try:
         yield w
     finally:

@@ -2,13 +2,33 @@
 (``support.servers``: ``server_factory``, ``server``, the per-module ``shared_server`` and
 ``fresh_queue``; importing them here registers them for every test). Helpers shared by the
 tests live in the ``support`` package (tests/support).
+
+At the end of the session the PostgreSQL schemas the tests created
+(``support.backends.CREATED_SCHEMAS``) are dropped; a failure there is only a warning.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import warnings
+from collections.abc import Iterator
+
+import pytest
 
 for _name in [n for n in os.environ if n.startswith("SEPP_")]:
     del os.environ[_name]
 
+from support.backends import drop_schemas  # noqa: E402
 from support.servers import fresh_queue, server, server_factory, shared_server  # noqa: E402, F401  (fixtures)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_test_schemas() -> Iterator[None]:
+    """After the last test: drop every PostgreSQL schema ``store_settings("postgres")``
+    named (issue 10 item 3: each test its own schema). Tolerates a database that is gone."""
+    yield
+    try:
+        asyncio.run(drop_schemas())
+    except Exception as exc:  # cleanup only: never fail the run for it
+        warnings.warn(f"could not drop the test schemas: {exc}", stacklevel=1)

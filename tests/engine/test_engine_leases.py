@@ -96,12 +96,7 @@ async def test_a_reserve_whose_caller_gave_up_while_leasing_gives_the_jobs_back(
     waiting.cancel()            # the caller goes away (deadline, disconnect) meanwhile
     with contextlib.suppress(asyncio.CancelledError):
         await waiting
-    # The SQLite writer runs operations in submission order: after two round trips the
-    # lease and then its give-back (a release: attempt and place kept) are committed.
-    for _ in range(2):
-        await h.store.load_queues()
-        for _ in range(3):
-            await asyncio.sleep(0)
+    await h.engine.quiesce()  # the lease, then its give-back (a release: attempt and place kept)
     rec = await h.job(job_id)
     assert (rec.state, rec.attempt) == (int(State.READY), 0)
     assert [e["outcome"] for e in json.loads(rec.history or "[]")] == ["released"]

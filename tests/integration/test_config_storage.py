@@ -1,6 +1,7 @@
 """The storage keys of the configuration (issue 9 item 2; docs/configuration.md "[sqlite]").
 
-Rules: ``storage`` picks the backend ("sqlite"; anything else is one line at start); SQLite's
+Rules: ``storage`` picks the backend ("sqlite" or "postgres"; anything else is one line at
+start — tests/integration/test_config_postgres.py covers "postgres"); SQLite's
 own settings live in ``[sqlite]`` (``SEPP_SQLITE__…`` in the environment); the old flat keys
 ``sqlite_writer`` / ``cache_mib`` / ``async_fsync_interval`` (file, ``SEPP_*``, keyword) are
 moved there with one warning line naming the new key; a key given under both names is a
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sepp.server.config import ConfigError, ServerConfig, load_config
-from sepp.storage.config import SQLiteSettings
+from sepp.storage.config import PostgresSettings, SQLiteSettings
 from sepp.storage.factory import open_store
 from sepp.testing import ServerProcess
 
@@ -118,8 +119,8 @@ def test_environment_variables_old_and_new(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_an_unknown_storage_is_refused_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"^storage: Input should be 'sqlite' \(got 'postgres'\)$"):
-        _load(tmp_path, 'storage = "postgres"\n')
+    with pytest.raises(ConfigError, match=r"^storage: Input should be 'sqlite' or 'postgres' \(got 'mysql'\)$"):
+        _load(tmp_path, 'storage = "mysql"\n')
 
     @dataclass
     class Settings:  # any object with the StoreConfig attributes
@@ -129,9 +130,13 @@ def test_an_unknown_storage_is_refused_in_one_line(tmp_path: Path) -> None:
         group_commit_wait: float = 0.004
         debug_commit_delay: float = 0.0
         sqlite: SQLiteSettings = field(default_factory=SQLiteSettings)
+        postgres_dsn: str = ""
+        postgres: PostgresSettings = field(default_factory=PostgresSettings)
+        node_name: str = ""
 
-    with pytest.raises(ConfigError, match=r"^storage: unknown backend 'postgres' \(this build knows 'sqlite'\)$"):
-        open_store(Settings("postgres", tmp_path))
+    with pytest.raises(ConfigError, match=r"^storage: unknown backend 'mysql' \(this build knows 'sqlite', "
+                                          r"'postgres'\)$"):
+        open_store(Settings("mysql", tmp_path))
 
     async def opens() -> None:
         store = open_store(Settings("sqlite", tmp_path / "d", sqlite=SQLiteSettings(writer="thread")))
@@ -166,7 +171,7 @@ def test_sepp_serve_warns_once_per_old_key_and_runs_with_it(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("content", "words"), [
     ("cache_mib = 32\n[sqlite]\ncache_mib = 64\n", ["cache_mib and sqlite.cache_mib are both given"]),
-    ('storage = "postgres"\n', ["storage:", "'sqlite'", "'postgres'"]),
+    ('storage = "mysql"\n', ["storage:", "'sqlite'", "'postgres'", "'mysql'"]),
     ("[sqlite]\ncache_mib = 0\n", ["sqlite.cache_mib", "greater than or equal to 1", "(got 0)"]),
 ], ids=["both names", "unknown storage", "bad section value"])
 def test_sepp_serve_refuses_a_bad_storage_config_in_one_line(tmp_path: Path, content: str,

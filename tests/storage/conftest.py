@@ -20,7 +20,7 @@ from support.backends import BACKENDS, store_settings
 
 from sepp.domain.clock import FakeClock
 from sepp.storage.base import Store
-from sepp.storage.config import SQLiteSettings
+from sepp.storage.config import PostgresSettings, SQLiteSettings
 from sepp.storage.factory import open_store
 from storage.conformance_kit import NOW, StoreFactory
 
@@ -35,10 +35,14 @@ class _Config:
     group_commit_wait: float = 0.004
     debug_commit_delay: float = 0.0
     sqlite: SQLiteSettings = field(default_factory=SQLiteSettings)
+    postgres_dsn: str = ""
+    postgres: PostgresSettings = field(default_factory=PostgresSettings)
+    node_name: str = "conformance"
 
 
 def _config(backend: str, folder: Path) -> _Config:
-    """The store config of ``backend`` keeping its data under ``folder``."""
+    """The store config of ``backend`` keeping its data under ``folder`` (SQLite) or in a
+    fresh schema of its own (PostgreSQL: ``store_settings`` names one per call)."""
     return _Config(data_dir=folder, **store_settings(backend))
 
 

@@ -1,4 +1,12 @@
-"""``sepp serve``: start the server on the embedded SQLite default (SPEC §7)."""
+"""``sepp serve``: start the server — on the embedded SQLite default (SPEC §7) or on a
+PostgreSQL database shared by any number of nodes (``--storage postgres --postgres-dsn``,
+issue 10) — and ``sepp migrate``: create or migrate the PostgreSQL schema ahead of a deploy.
+
+The ready line ``sepp serve`` prints once it serves is parsed by scripts and tests:
+``sepp ready grpc=HOST:PORT [http=HOST:PORT] data=FOLDER persist=… writer=… strict=…`` for
+SQLite, ``sepp ready grpc=HOST:PORT [http=HOST:PORT] storage=postgres schema=… node=…
+persist=… strict=…`` for PostgreSQL (no data folder: none is used or locked).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +32,16 @@ def _default(key: str) -> str:
 @app.command()
 def serve(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file.")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Data folder.", show_default=_default("data_dir"))] = None,
+    storage: Annotated[str | None, typer.Option(help="Storage backend: sqlite | postgres.",
+                                                show_default=_default("storage"))] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Data folder (sqlite storage).",
+                                                  show_default=_default("data_dir"))] = None,
+    postgres_dsn: Annotated[str | None, typer.Option(
+        help="PostgreSQL database for --storage postgres: postgresql://USER@HOST:PORT/DB "
+             "(env SEPP_POSTGRES_DSN).", show_default=False)] = None,
+    node_name: Annotated[str | None, typer.Option(
+        help="This node's name in GetServerInfo, logs, attempt history and the UI.",
+        show_default="the host name")] = None,
     grpc_listen: Annotated[str | None, typer.Option(help="gRPC HOST:PORT.",
                                                     show_default=_default("grpc_listen"))] = None,
     http_listen: Annotated[str | None, typer.Option(help="HTTP HOST:PORT; '' = off.",
@@ -40,7 +57,8 @@ def serve(
     from sepp.server.config import ConfigError, load_config
 
     try:
-        cfg = load_config(config, data_dir=data_dir, grpc_listen=grpc_listen, http_listen=http_listen,
+        cfg = load_config(config, storage=storage, data_dir=data_dir, postgres_dsn=postgres_dsn,
+                          node_name=node_name, grpc_listen=grpc_listen, http_listen=http_listen,
                           persist_mode=persist_mode, strict=strict, log_level=log_level)
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
@@ -55,8 +73,13 @@ def serve(
     def announce(server: SeppServer) -> None:
         host = cfg.grpc_listen.rpartition(":")[0]
         http = f" http={cfg.http_listen.rpartition(':')[0]}:{server.http_port}" if cfg.http_listen else ""
+        strict_text = str(cfg.strict).lower()
+        if cfg.storage == "postgres":  # no data folder: the database is shared by every node
+            print(f"sepp ready grpc={host}:{server.grpc_port}{http} storage=postgres schema={cfg.postgres.schema} "
+                  f"node={server.node} persist={cfg.persist_mode} strict={strict_text}", flush=True)
+            return
         print(f"sepp ready grpc={host}:{server.grpc_port}{http} data={cfg.data_dir} "
-              f"persist={cfg.persist_mode} writer={cfg.writer_placement} strict={str(cfg.strict).lower()}", flush=True)
+              f"persist={cfg.persist_mode} writer={cfg.writer_placement} strict={strict_text}", flush=True)
 
     if cfg.uvloop:
         try:
@@ -76,3 +99,51 @@ def serve(
     except (OSError, RuntimeError, StoreError) as exc:
         typer.echo(f"sepp: cannot start: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None
+
+
+@app.command()
+def migrate(
+    postgres_dsn: Annotated[str | None, typer.Option(
+        help="PostgreSQL database: postgresql://USER@HOST:PORT/DB (else env SEPP_POSTGRES_DSN, else "
+             "postgres_dsn in --config).", show_default=False)] = None,
+    schema: Annotated[str | None, typer.Option(
+        help="Schema to create or migrate (else \\[postgres] schema in --config, or SEPP_POSTGRES__SCHEMA).",
+        show_default="sepp")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file of sepp serve.")] = None,
+) -> None:
+    """Create or migrate sepp's PostgreSQL schema, as every node does at start (issue 10), under
+    the same advisory lock: for operators who migrate ahead of a deploy. Prints
+    ``schema NAME: version A -> B`` or ``schema NAME: already at version B``; exit 0.
+    A database that cannot be used (unreachable, login refused, missing, schema newer than
+    this sepp) is one line on stderr and exit 1; a bad setting is exit 2."""
+    from pydantic import ValidationError
+
+    from sepp.server.config import ConfigError, load_config
+    from sepp.storage.config import PostgresSettings
+    from sepp.storage.errors import StoreError
+
+    try:
+        cfg = load_config(config, postgres_dsn=postgres_dsn)
+        settings = cfg.postgres if schema is None else PostgresSettings(schema=schema)
+    except ConfigError as exc:
+        typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
+    except ValidationError as exc:  # --schema
+        problem = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        typer.echo(f"sepp: invalid configuration: --schema {schema!r}: {one_line(problem)}", err=True)
+        raise typer.Exit(2) from None
+    if not cfg.postgres_dsn.strip():
+        typer.echo("sepp: invalid configuration: postgres_dsn is not set (--postgres-dsn, env SEPP_POSTGRES_DSN, "
+                   "or postgres_dsn in --config)", err=True)
+        raise typer.Exit(2)
+    from sepp.storage.postgres.schema import migrate_dsn
+
+    try:
+        before, after = asyncio.run(migrate_dsn(cfg.postgres_dsn, settings.schema))
+    except StoreError as exc:
+        typer.echo(f"sepp: cannot migrate: {one_line(exc)}", err=True)
+        raise typer.Exit(1) from None
+    if before == after:
+        typer.echo(f"schema {settings.schema}: already at version {after}")
+    else:
+        typer.echo(f"schema {settings.schema}: version {before} -> {after}")

@@ -140,3 +140,16 @@ def _history_entries(history: Any) -> list[dict[str, Any]]:
             entry[key] = value
         entries.append(entry)
     return entries
+
+
+class NodeRecord(NamedTuple):
+    """One ``sepp serve`` process of a cluster as the store keeps it (issue 10 item 2):
+    ``name`` (``node_name``, default the host name), ``address`` (its gRPC listen address),
+    ``version`` (sepp's), ``started_at`` and ``last_seen`` (µs UTC; ``last_seen`` moves on
+    with every heartbeat, ``sepp.server.cluster.HEARTBEAT_EVERY``)."""
+
+    name: str
+    address: str
+    version: str
+    started_at: int
+    last_seen: int

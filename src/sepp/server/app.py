@@ -22,6 +22,7 @@ import uvicorn
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.server.admin import AdminEngine
+from sepp.server.cluster import Cluster
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.http.app import build_http_app
@@ -64,6 +65,8 @@ class SeppServer:
         self.notifier = Notifier()
         self.engine = JobEngine(config, self.store, self.registry, self.notifier, clock=clock)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)
+        #: Wake-ups, queue settings and the heartbeat shared with the other nodes (issue 10).
+        self.cluster = Cluster(self.engine, self.node, config.grpc_listen)
         self.grpc = GrpcFront(config, self.engine, self.started, self.node)
         self.admin = AdminEngine(self.engine, self.store.admin)
         self.grpc.add_service(admin_pb2_grpc.add_AdminServiceServicer_to_server,
@@ -98,6 +101,9 @@ class SeppServer:
             await self.sweeper.start()
             await self.admin.start()
             await self.grpc.start()
+            host = self.config.grpc_listen.rpartition(":")[0]
+            self.cluster.address = f"{host}:{self.grpc_port}"
+            await self.cluster.start()
             if self.config.http_listen:
                 await self._start_http()
         except BaseException:
@@ -106,6 +112,7 @@ class SeppServer:
             with contextlib.suppress(Exception):
                 await self.grpc.stop(0)
             await self.sweeper.stop()
+            await self.cluster.stop()
             await self.admin.stop()
             await self.store.close()
             raise
@@ -135,6 +142,7 @@ class SeppServer:
         self._stopping = True
         await self.grpc.stop(self.config.shutdown_grace)
         await self.sweeper.stop()
+        await self.cluster.stop()
         await self.admin.stop()
         await self.store.close()
         if self.http is not None and self._http_task is not None:

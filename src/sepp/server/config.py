@@ -4,9 +4,12 @@ Read once at the CLI edge (``load_config``) into a frozen ``ServerConfig`` that 
 passed explicitly to everything else. Nested fields use ``__`` in environment
 variables, e.g. ``SEPP_LIMITS__MAX_ENQUEUE_BATCH=512``.
 
-The storage backend is chosen by ``storage`` (``"sqlite"``; issue 10 adds ``"postgres"``)
-and its own settings live in its table (``[sqlite]``: ``sepp.storage.config.SQLiteSettings``;
-issue 9 item 2). The old flat names of the SQLite settings (``sqlite_writer``,
+The storage backend is chosen by ``storage`` (``"sqlite"``, the default, or ``"postgres"``:
+issue 10) and its own settings live in its table (``[sqlite]``:
+``sepp.storage.config.SQLiteSettings``, issue 9 item 2; ``[postgres]``:
+``sepp.storage.config.PostgresSettings``). The PostgreSQL database is the top-level
+``postgres_dsn`` (``SEPP_POSTGRES_DSN``, ``--postgres-dsn``), required with
+``storage = "postgres"``. The old flat names of the SQLite settings (``sqlite_writer``,
 ``cache_mib``, ``async_fsync_interval``) are still accepted from every source and moved
 into ``[sqlite]``; each use is reported in ``ServerConfig.deprecations`` (``sepp serve``
 prints one warning line for each), and a key given under both names is a ``ConfigError``.
@@ -24,7 +27,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
-from sepp.storage.config import LEGACY_SQLITE_KEYS, ConfigError, SQLiteSettings
+from sepp.storage.config import LEGACY_SQLITE_KEYS, ConfigError, PostgresSettings, SQLiteSettings
 from sepp.validation import Validator
 
 PersistMode = Literal["sync", "group", "async"]
@@ -80,10 +83,14 @@ class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SEPP_", env_nested_delimiter="__", frozen=True,
                                       extra="forbid", allow_inf_nan=False)
 
-    #: The storage backend: "sqlite" (the embedded default; issue 10 adds "postgres").
-    storage: Literal["sqlite"] = "sqlite"
-    #: Folder of the embedded SQLite database (``sepp.db``).
+    #: The storage backend: "sqlite" (the embedded default, one node) or "postgres" (any
+    #: number of nodes on one PostgreSQL database; issue 10).
+    storage: Literal["sqlite", "postgres"] = "sqlite"
+    #: Folder of the embedded SQLite database (``sepp.db``); unused with "postgres".
     data_dir: Path = Path("sepp-data")
+    #: The PostgreSQL database with ``storage = "postgres"``: ``postgresql://USER@HOST:PORT/DB``
+    #: (a password in it is never printed). Required then; ignored with "sqlite".
+    postgres_dsn: str = Field(default="", validate_default=True)
     #: gRPC listen address, HOST:PORT (port 0 = pick a free one).
     grpc_listen: str = "127.0.0.1:7700"
     #: HTTP listen address for the admin UI, /metrics and /healthz; empty disables HTTP.
@@ -120,6 +127,8 @@ class ServerConfig(BaseSettings):
     debug_commit_delay: float = Field(default=0.0, ge=0, le=60.0)
     #: The SQLite backend's own settings: writer placement, page cache, async fsync period.
     sqlite: SQLiteSettings = SQLiteSettings()
+    #: The PostgreSQL backend's own settings: schema, read and write connections per node.
+    postgres: PostgresSettings = PostgresSettings()
 
     _deprecations: tuple[str, ...] = PrivateAttr(default=())
 
@@ -170,6 +179,16 @@ class ServerConfig(BaseSettings):
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
             raise ValueError("must be HOST:PORT with a port from 0 to 65535")
+        return value
+
+    @field_validator("postgres_dsn")
+    @classmethod
+    def _check_postgres_dsn(cls, value: str, info: ValidationInfo) -> str:
+        """Required (non-blank) when ``storage`` is "postgres" (issue 10): the message names
+        the key, the flag and the variable. Runs on the default too (``validate_default``)."""
+        if info.data.get("storage") == "postgres" and not value.strip():
+            raise ValueError("must be set when storage is 'postgres' (--postgres-dsn, env SEPP_POSTGRES_DSN), "
+                             "e.g. postgresql://USER@HOST:5432/DB")
         return value
 
     @field_validator("log_level")

@@ -12,13 +12,14 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import uuid_utils
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.domain.clock import now_us as now_us  # re-exported: importers outside the engine
+from sepp.domain.records import NodeRecord
 from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.config import ServerConfig
@@ -113,8 +114,11 @@ class JobEngine:
         #: The engine's events; subscribers are called in order, one that raises is logged and skipped.
         self.events = EngineEvents()
         self._max_backlog = config.max_commit_backlog
+        #: The nodes sharing the store as last read (``sepp.server.cluster.Cluster``, every
+        #: heartbeat): what GetServerInfo and the UI list (issue 10).
+        self.nodes: list[NodeRecord] = []
         #: Give-back tasks of abandoned reservations (kept referenced until done).
-        self._background: set[asyncio.Future[None]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
 
     @property
     def on_scheduled(self) -> Event[[int]]:
@@ -344,7 +348,15 @@ class JobEngine:
             return await asyncio.shield(leasing)
         except asyncio.CancelledError:
             leasing.add_done_callback(self._give_back_leased)
+            self._background.add(leasing)  # type: ignore[arg-type]
+            leasing.add_done_callback(self._background.discard)  # type: ignore[arg-type]
             raise
+
+    async def quiesce(self) -> None:
+        """Wait until every give-back of an abandoned reservation is done: the lease it waits
+        for and the release that follows (tests; the store may run operations in any order)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     def _give_back_leased(self, leasing: asyncio.Future[list[JobRecord]]) -> None:
         if leasing.cancelled() or leasing.exception() is not None or not leasing.result():

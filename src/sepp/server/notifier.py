@@ -33,6 +33,12 @@ class Notifier:
                 if not waiters:
                     del self._waiters[q]
 
+    def ready_all(self) -> None:
+        """Wake every reserver (wake-ups from other nodes may have been missed)."""
+        for waiters in self._waiters.values():
+            for event in waiters:
+                event.set()
+
     def ready(self, queue: str) -> None:
         """Wake every reserver polling ``queue``."""
         waiters = self._waiters.get(queue)

@@ -65,17 +65,18 @@ class QueueState:
         return QueueRecord(self.name, self.settings.model_dump_json(), self.paused, self.declared)
 
 
-def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None) -> QueueSettings:
+def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None, *, quiet: bool = False) -> QueueSettings:
     """The settings of a persisted queue row, clamped into range (``clamp_settings``; labels
     longer than ``max_encoding_bytes`` dropped) and logged once (a warning naming the queue
-    and each value changed) when they were not."""
+    and each value changed) when they were not — unless ``quiet`` (a periodic refresh, which
+    would repeat the warning given at start)."""
     try:
         data = json.loads(rec.settings_json)
     except (TypeError, ValueError):
         settings, notes = QueueSettings(), ["the stored settings are not JSON; using the defaults"]
     else:
         settings, notes = clamp_settings(data, max_encoding_bytes)
-    if notes:
+    if notes and not quiet:
         log.warning("queue %r: stored settings out of range, clamped (the row is rewritten on the next change): %s",
                     rec.name, "; ".join(notes))
     return settings
@@ -120,6 +121,45 @@ class QueueRegistry:
                 current.declared = True
                 changed.append(current)
         return changed
+
+    @property
+    def generation(self) -> int:
+        """A number that changes with every local change of a queue (settings, flags, create,
+        delete): ``refresh`` compares it to skip a read that a local change overtook."""
+        return _generation[0]
+
+    def touch(self) -> None:
+        """Note a local change of a queue's flags (``generation`` moves on)."""
+        _generation[0] += 1
+
+    def refresh(self, records: list[QueueRecord], read_at: int) -> list[str] | None:
+        """Take the queue rows as another node left them (issue 10: several nodes share one
+        database): new rows are added, changed settings and flags applied, queues whose row
+        is gone (deleted on another node) forgotten; queues created here on demand and not
+        stored yet are kept. ``read_at`` is ``generation`` before ``records`` were read: when
+        a local change happened since, the read may predate it and nothing is applied
+        (returns None; the caller reads again). Returns the queues that were resumed (their
+        waiting reservers should be woken)."""
+        if read_at != _generation[0]:
+            return None
+        resumed: list[str] = []
+        stored = {rec.name: rec for rec in records}
+        for name, rec in stored.items():
+            settings = stored_settings(rec, self.max_encoding_bytes, quiet=True)
+            q = self._queues.get(name)
+            if q is None:
+                self._queues[name] = QueueState(name, settings, rec.paused, rec.declared, persisted=True)
+                self._admitted.discard(name)
+                continue
+            if q.settings != settings:
+                q.apply(settings)
+            if q.paused and not rec.paused:
+                resumed.append(name)
+            q.paused, q.declared, q.persisted = rec.paused, rec.declared, True
+        for name in [n for n, q in self._queues.items() if q.persisted and n not in stored]:
+            del self._queues[name]
+        _generation[0] += 1
+        return resumed
 
     def get(self, name: str) -> QueueState | None:
         """The queue, or None when unknown."""

@@ -16,7 +16,7 @@ The protocol is complete (issue 9 item 2): the server builds a store with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,12 +32,12 @@ from sepp.domain.params import (
     SweepResult,
 )
 from sepp.domain.policy import PolicyLookup, PolicyTable, QueuePolicy
-from sepp.domain.records import Dedups, JobRecord, JobRow, QueueRecord
+from sepp.domain.records import Dedups, JobRecord, JobRow, NodeRecord, QueueRecord
 from sepp.domain.states import FINISHED, State
 from sepp.storage.admin import AdminStore
 from sepp.storage.errors import StoreFailed
 
-__all__ = ["DAMAGED_ROW", "FINISHED", "Dedups", "ExtendResult", "JobRecord", "JobRow", "PolicyLookup",
+__all__ = ["DAMAGED_ROW", "FINISHED", "Dedups", "ExtendResult", "JobRecord", "JobRow", "NodeRecord", "PolicyLookup",
            "PolicyTable", "QueuePolicy", "QueueRecord", "ReserveParams", "SettleError", "SettleKind",
            "SettleParams", "SettleResult", "SkippedRow", "State", "Store", "StoreFigures", "SweepResult"]
 
@@ -86,6 +86,26 @@ class Store(Protocol):
 
     def figures(self) -> StoreFigures:
         """Figures for ``/metrics`` (``StoreFigures``); cheap, no I/O."""
+
+    @property
+    def shared(self) -> bool:
+        """True when other sepp nodes may use the same data at the same time (PostgreSQL):
+        the server then keeps its queue cache in step with the store and heartbeats its node
+        (``sepp.server.cluster``). False for SQLite (one process owns the folder)."""
+
+    def subscribe(self, ready: Callable[[str | None], None], queues_changed: Callable[[], None]) -> None:
+        """Cluster events from the other nodes (issue 10 item 2): ``ready(queue)`` when another
+        node made jobs of ``queue`` READY (an enqueue, a promotion, a retry, a reclaim, a
+        redrive), ``ready(None)`` when such events may have been missed (wake every waiter);
+        ``queues_changed()`` when another node created, changed or deleted a queue. Called on
+        the event loop. A store that is not ``shared`` never calls them."""
+
+    async def heartbeat(self, node: NodeRecord) -> None:
+        """Record that ``node`` is alive (insert or update its row; ``last_seen``)."""
+
+    async def nodes(self) -> list[NodeRecord]:
+        """Every node that recorded a heartbeat, by name (a node that stopped keeps its row
+        with its last ``last_seen``; the UI shows how long ago that was)."""
 
     @property
     def backlog(self) -> int:

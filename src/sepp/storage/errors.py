@@ -23,3 +23,9 @@ class StoreLocked(StoreError):
 class StoreFailed(StoreError):
     """The store can no longer write (its writer process ended unexpectedly); the server
     stops so that a supervisor can start it again."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached right now (PostgreSQL down or restarting, a
+    connection lost mid-call): transient, the call may be retried (gRPC ``UNAVAILABLE``).
+    A write that fails this way may or may not have committed; an acknowledged one has."""

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from sepp.api.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
@@ -136,6 +137,8 @@ class ServerInfo(_message.Message):
     QUEUES_FIELD_NUMBER: _builtins.int
     UPTIME_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
+    STORAGE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """sepp's version, e.g. "0.1.0"."""
     persist_mode: _common_pb2.PersistMode.ValueType
@@ -143,6 +146,8 @@ class ServerInfo(_message.Message):
     """In strict mode an undeclared queue is UNKNOWN_QUEUE; otherwise it is created on demand."""
     node: _builtins.str
     """The node's name (config node_name, default: the host name)."""
+    storage: _builtins.str
+    """The storage backend: "sqlite" (one node) or "postgres" (any number of nodes on one database)."""
     @_builtins.property
     def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Feature flags, e.g. "enqueue_atomic", "idempotency", "scheduling", "worker", "admin"."""
@@ -161,6 +166,12 @@ class ServerInfo(_message.Message):
     def uptime(self) -> _duration_pb2.Duration:
         """How long this server process has been running."""
 
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeInfo]:
+        """Every node that shares this server's store, by name (this one included; with SQLite
+        only this one). A node that stopped keeps its entry with its last heartbeat.
+        """
+
     def __init__(
         self,
         *,
@@ -173,11 +184,55 @@ class ServerInfo(_message.Message):
         queues: _abc.Iterable[_common_pb2.QueueInfo] | None = ...,
         uptime: _duration_pb2.Duration | None = ...,
         node: _builtins.str = ...,
+        storage: _builtins.str = ...,
+        nodes: _abc.Iterable[Global___NodeInfo] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "queue_defaults", b"queue_defaults", "uptime", b"uptime"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "limits", b"limits", "node", b"node", "persist_mode", b"persist_mode", "queue_defaults", b"queue_defaults", "queues", b"queues", "strict", b"strict", "uptime", b"uptime", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "limits", b"limits", "node", b"node", "nodes", b"nodes", "persist_mode", b"persist_mode", "queue_defaults", b"queue_defaults", "queues", b"queues", "storage", b"storage", "strict", b"strict", "uptime", b"uptime", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ServerInfo: _TypeAlias = ServerInfo  # noqa: Y015
+
+@_typing.final
+class NodeInfo(_message.Message):
+    """One sepp server process of a cluster (issue 10)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """config node_name (default: the host name)."""
+    address: _builtins.str
+    """Its gRPC listen address as it bound it, e.g. "10.0.0.5:7700"."""
+    version: _builtins.str
+    """Its sepp version."""
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp:
+        """When it started (UTC)."""
+
+    @_builtins.property
+    def last_seen(self) -> _timestamp_pb2.Timestamp:
+        """Its last heartbeat (UTC; every 5 s while it runs)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        address: _builtins.str = ...,
+        version: _builtins.str = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        last_seen: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_seen", b"last_seen", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "last_seen", b"last_seen", "name", b"name", "started_at", b"started_at", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeInfo: _TypeAlias = NodeInfo  # noqa: Y015

@@ -205,6 +205,7 @@ class AdminEngine:
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
 
     async def _persist(self, q: QueueState) -> None:
+        self.engine.queues.touch()  # a cluster refresh reading meanwhile must not undo it
         await self.engine.store.upsert_queue(q.record(), self._clock_now())
         q.persisted = True
 

@@ -93,7 +93,9 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
 
 def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
     """The ``ServerInfo`` message: version, features, modes and every advertised limit.
-    ``started`` is ``engine.clock.monotonic()`` at start (seconds): uptime is measured from it."""
+    ``started`` is ``engine.clock.monotonic()`` at start (seconds): uptime is measured from it.
+    ``storage`` and ``nodes`` say which backend and which nodes share it (``engine.nodes``,
+    as of the last heartbeat; issue 10)."""
     cfg = engine.config
     lim = cfg.limits
     info = ppb.ServerInfo(
@@ -105,7 +107,11 @@ def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
             max_idempotency_key_bytes=lim.max_idempotency_key_bytes, max_encoding_bytes=lim.max_encoding_bytes,
             max_trace_entries=lim.max_trace_entries, max_trace_value_bytes=lim.max_trace_value_bytes),
         queue_defaults=queue_settings_proto(engine.queues.defaults),
-        uptime=seconds_to_duration(engine.clock.monotonic() - started), node=node)
+        uptime=seconds_to_duration(engine.clock.monotonic() - started), node=node, storage=cfg.storage)
+    for n in engine.nodes:
+        entry = info.nodes.add(name=n.name, address=n.address, version=n.version)
+        entry.started_at.FromMicroseconds(n.started_at)
+        entry.last_seen.FromMicroseconds(n.last_seen)
     for q in engine.queues.all():
         info.queues.add(name=q.name, settings=queue_settings_proto(q.settings), paused=q.paused,
                         declared=q.declared)

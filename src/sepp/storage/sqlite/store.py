@@ -18,7 +18,7 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -29,6 +29,7 @@ from sepp.storage.base import (
     ExtendResult,
     JobRecord,
     JobRow,
+    NodeRecord,
     PolicyLookup,
     QueueRecord,
     ReserveParams,
@@ -93,6 +94,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
         self._lock_fd: int | None = None
+        self._node: NodeRecord | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -344,3 +346,21 @@ class SQLiteStore:
     def figures(self) -> StoreFigures:
         """``Store.figures``: commits (committer + lone-write path) and the commit backlog."""
         return StoreFigures(self.commits, self._committer.backlog)
+
+    # ------------------------------------------------------------------ Store protocol: one node
+
+    @property
+    def shared(self) -> bool:
+        """``Store.shared``: False, one process owns the data folder (``LOCK_FILE``)."""
+        return False
+
+    def subscribe(self, ready: Callable[[str | None], None], queues_changed: Callable[[], None]) -> None:
+        """``Store.subscribe``: there are no other nodes, so nothing is ever called."""
+
+    async def heartbeat(self, node: NodeRecord) -> None:
+        """``Store.heartbeat``: the one node is kept in memory (nothing written)."""
+        self._node = node
+
+    async def nodes(self) -> list[NodeRecord]:
+        """``Store.nodes``: this process's node, once it sent a heartbeat."""
+        return [] if self._node is None else [self._node]

@@ -1,0 +1,121 @@
+"""``Cluster``: what a node does because other nodes share its store (issue 10 item 2).
+
+* **Wake-ups**: the store tells (``Store.subscribe``) when another node made jobs ready;
+  the notifier wakes this node's long-polling reservers (``None``: wake them all).
+* **Queue settings**: when another node creates, changes or deletes a queue, the registry
+  is reloaded from the store (``QueueRegistry.refresh``) at once, and every
+  ``QUEUE_REFRESH_EVERY`` seconds regardless — so a change made on one node takes effect
+  on every node within that bound even if its notification was lost (docs/deploying.md).
+* **Heartbeat**: the node's row (name, address, version, started, last seen) is written
+  every ``HEARTBEAT_EVERY`` seconds; ``GetServerInfo`` and the UI list the nodes.
+
+With a store that is not ``shared`` (SQLite) only the heartbeat runs, in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from sepp import __version__
+from sepp.domain.records import NodeRecord
+from sepp.server.engine import JobEngine
+from sepp.storage.errors import StoreClosed, StoreError
+
+log = logging.getLogger("sepp.cluster")
+
+#: Seconds between heartbeats of a node's row.
+HEARTBEAT_EVERY = 5.0
+#: Longest time (seconds) a queue change made on another node can go unseen here.
+QUEUE_REFRESH_EVERY = 5.0
+#: A node not seen for this many seconds is shown as gone (UI, GetServerInfo stays exact).
+NODE_GONE_AFTER = 3 * HEARTBEAT_EVERY
+
+
+class Cluster:
+    """Keeps one node in step with the others on a shared store (see the module docstring).
+
+    ``node``: this node's name; ``address``: its gRPC address (as configured);
+    ``heartbeat_every`` / ``refresh_every``: seconds (tests shorten them).
+    """
+
+    def __init__(self, engine: JobEngine, node: str, address: str, *, heartbeat_every: float = HEARTBEAT_EVERY,
+                 refresh_every: float = QUEUE_REFRESH_EVERY) -> None:
+        self.engine = engine
+        self.node = node
+        self.address = address
+        self.heartbeat_every = heartbeat_every
+        self.refresh_every = refresh_every
+        self.started_at = engine.clock.now()
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        #: Queue refreshes applied (tests, metrics).
+        self.refreshes = 0
+
+    def record(self) -> NodeRecord:
+        """This node's row as of now."""
+        return NodeRecord(self.node, self.address, __version__, self.started_at, self.engine.clock.now())
+
+    async def start(self) -> None:
+        """Subscribe to the store's cluster events, write the first heartbeat, start the loops."""
+        store = self.engine.store
+        notifier = self.engine.notifier
+        store.subscribe(lambda q: notifier.ready_all() if q is None else notifier.ready(q), self._changed.set)
+        await self._beat()
+        self._tasks.append(asyncio.create_task(self._heartbeats(), name="sepp-heartbeat"))
+        if store.shared:
+            self._tasks.append(asyncio.create_task(self._refreshes(), name="sepp-queue-refresh"))
+
+    async def stop(self) -> None:
+        """Stop the loops (the node's row stays, with its last ``last_seen``). Idempotent."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_every)
+            try:
+                await self._beat()
+            except StoreClosed:
+                return
+            except StoreError as exc:  # the database is away: the next beat tries again
+                log.warning("heartbeat not written: %s", exc)
+
+    async def _beat(self) -> None:
+        """Write this node's row, then read every node's (``engine.nodes``)."""
+        store = self.engine.store
+        await store.heartbeat(self.record())
+        self.engine.nodes = await store.nodes()
+
+    async def refresh(self) -> bool:
+        """Reload the queues from the store once (``QueueRegistry.refresh``); True when
+        applied, False when a local change overtook the read (try again). Raises
+        ``StoreError`` when the store cannot be read."""
+        registry = self.engine.queues
+        read_at = registry.generation
+        records = await self.engine.store.load_queues()
+        resumed = registry.refresh(records, read_at)
+        if resumed is None:
+            return False
+        self.refreshes += 1
+        for name in resumed:
+            self.engine.notifier.ready(name)
+        return True
+
+    async def _refreshes(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), self.refresh_every)
+            self._changed.clear()
+            try:
+                if not await self.refresh():
+                    self._changed.set()  # overtaken by a local change: read again at once
+            except StoreClosed:
+                return
+            except StoreError as exc:
+                log.warning("queue settings not refreshed: %s", exc)

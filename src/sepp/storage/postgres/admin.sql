@@ -1,0 +1,256 @@
+-- Named queries of the PostgreSQL admin operations (sepp.storage.postgres.admin), the
+-- counterparts of sqlite/admin.sql with the same sort keys and filters (issue 10).
+-- Times in µs UTC (bigint), ids 16-byte bytea, states smallint. States are written as
+-- literals where a partial index must be proved (jobs_ready: state = 2, jobs_scheduled:
+-- state = 1, jobs_leased: state = 3, jobs_finished: state >= 4); a finished state given as a
+-- parameter is paired with the literal "state >= 4" so a generic plan can still use
+-- jobs_finished. Every parameter carries its type, so optional filters ("$n IS NULL OR …")
+-- prepare without guessing. Priorities and page positions are compared as bigint, so a
+-- malformed page position never overflows a parameter.
+-- Writes that judge a row's state (cancel, requeue) lock it first (admin_lookup) and
+-- keep the state guard in the UPDATE; bulk writes take their rows through
+-- "FOR UPDATE SKIP LOCKED" subselects, so a row another node is reserving or settling is
+-- left for a later chunk instead of being overwritten or waited on. Those subselects are
+-- MATERIALIZED CTEs, never "WHERE seq IN (SELECT … LIMIT n)": PostgreSQL may run such an IN
+-- subquery again while the outer statement proceeds (a nested-loop semi join), and each run
+-- finds other rows, so more than n rows were written (seen: LIMIT 2 redrove 3).
+
+-- ------------------------------------------------------------------ listings
+
+-- name: list_ready
+-- One queue's READY jobs in reserve order after (priority, run_at, seq), same priority.
+-- $1 queue, $2 priority, $3 run_at, $4 seq, $5 job_type or NULL, $6 limit.
+SELECT seq, priority, run_at FROM jobs
+WHERE queue = $1::text AND state = 2 AND priority = $2::bigint AND (run_at, seq) > ($3::bigint, $4::bigint)
+  AND ($5::text IS NULL OR job_type = $5::text)
+ORDER BY run_at, seq LIMIT $6::bigint;
+
+-- name: list_ready_lower
+-- One queue's READY jobs with a priority below $2 (10 = from the start), reserve order.
+-- $1 queue, $2 priority, $3 job_type or NULL, $4 limit.
+SELECT seq, priority, run_at FROM jobs
+WHERE queue = $1::text AND state = 2 AND priority < $2::bigint
+  AND ($3::text IS NULL OR job_type = $3::text)
+ORDER BY priority DESC, run_at, seq LIMIT $4::bigint;
+
+-- name: next_ready_queue
+-- The next queue name after $1 holding READY jobs (a skip through jobs_ready).
+SELECT queue FROM jobs WHERE state = 2 AND queue > $1::text ORDER BY queue LIMIT 1;
+
+-- name: list_finished
+-- One queue's jobs in one finished state, newest first, after (finished_at, seq).
+-- $1 state, $2 queue, $3 finished_after, $4 finished_before, $5 finished_at, $6 seq,
+-- $7 job_type or NULL, $8 reason prefix or NULL, $9 limit.
+SELECT seq, finished_at FROM jobs
+WHERE state >= 4 AND state = $1::smallint AND queue = $2::text
+  AND finished_at >= $3::bigint AND finished_at < $4::bigint AND (finished_at, seq) < ($5::bigint, $6::bigint)
+  AND ($7::text IS NULL OR job_type = $7::text)
+  AND ($8::text IS NULL OR starts_with(reason, $8::text))
+ORDER BY finished_at DESC, seq DESC LIMIT $9::bigint;
+
+-- name: next_finished_queue
+-- $1 state, $2 the queue after which to look.
+SELECT queue FROM jobs WHERE state >= 4 AND state = $1::smallint AND queue > $2::text
+ORDER BY queue LIMIT 1;
+
+-- name: list_scheduled
+-- $1 run_at, $2 seq, $3 queue or NULL, $4 job_type or NULL, $5 limit.
+SELECT seq, run_at FROM jobs
+WHERE state = 1 AND (run_at, seq) > ($1::bigint, $2::bigint)
+  AND ($3::text IS NULL OR queue = $3::text) AND ($4::text IS NULL OR job_type = $4::text)
+ORDER BY run_at, seq LIMIT $5::bigint;
+
+-- name: list_reserved
+-- $1 seq, $2 queue or NULL, $3 job_type or NULL, $4 limit.
+SELECT seq FROM jobs
+WHERE state = 3 AND seq > $1::bigint
+  AND ($2::text IS NULL OR queue = $2::text) AND ($3::text IS NULL OR job_type = $3::text)
+ORDER BY seq LIMIT $4::bigint;
+
+-- name: list_any
+-- Every state, enqueue order (the primary key filtered by queue/type; no state given).
+-- $1 seq, $2 queue, $3 job_type, $4 reason prefix, $5 finished_after, $6 finished_before
+-- (each NULL = any), $7 limit.
+SELECT seq FROM jobs
+WHERE seq > $1::bigint
+  AND ($2::text IS NULL OR queue = $2::text) AND ($3::text IS NULL OR job_type = $3::text)
+  AND ($4::text IS NULL OR starts_with(reason, $4::text))
+  AND ($5::bigint IS NULL OR finished_at >= $5::bigint) AND ($6::bigint IS NULL OR finished_at < $6::bigint)
+ORDER BY seq LIMIT $7::bigint;
+
+-- name: job_summaries
+-- The listed rows without their payload bytes ($1 their seqs). The history text comes
+-- along: the attempts recorded and the last error are derived from it in Python
+-- (admin._attempts), so a history that is not a JSON array never fails the page.
+SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
+    octet_length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
+    started_at, finished_at, reason, cancel_requested, history
+FROM jobs WHERE seq = ANY($1::bigint[]);
+
+-- ------------------------------------------------------------------ stats
+
+-- name: count_ready_all
+SELECT queue, count(*) FROM jobs WHERE state = 2 GROUP BY queue;
+
+-- name: count_scheduled_all
+SELECT queue, count(*) FROM jobs WHERE state = 1 GROUP BY queue;
+
+-- name: count_reserved_all
+SELECT queue, count(*) FROM jobs WHERE state = 3 GROUP BY queue;
+
+-- name: count_finished_all
+SELECT queue, state, count(*) FROM jobs WHERE state >= 4 GROUP BY state, queue;
+
+-- name: count_queue
+-- One queue ($1): each state through its index.
+SELECT
+    (SELECT count(*) FROM jobs WHERE state = 1 AND queue = $1::text),
+    (SELECT count(*) FROM jobs WHERE state = 2 AND queue = $1::text),
+    (SELECT count(*) FROM jobs WHERE state = 3 AND queue = $1::text),
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 4 AND queue = $1::text),
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 5 AND queue = $1::text),
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 6 AND queue = $1::text);
+
+-- name: oldest_ready
+-- min(run_at) of a queue's READY jobs: one index seek per priority 0..9 (jobs_ready is
+-- ordered by priority first, so a plain min() would scan every ready job of the queue).
+SELECT min(f.run_at) FROM generate_series(0, 9) AS p(priority)
+CROSS JOIN LATERAL (
+    SELECT run_at FROM jobs WHERE queue = $1::text AND state = 2 AND priority = p.priority
+    ORDER BY run_at LIMIT 1) AS f;
+
+-- name: throughput_since
+SELECT queue, minute, enqueued, completed, dead_lettered FROM queue_throughput WHERE minute >= $1::bigint;
+
+-- name: add_counts
+-- Every node adds its own in-memory counts (issue 10 "admin stats show the whole cluster"):
+-- a row that exists is added to, never overwritten. Rows in (queue, minute) order, so two
+-- nodes adding the same minutes lock them in the same order (no deadlock).
+-- $1 queues, $2 minutes, $3 enqueued, $4 completed, $5 dead_lettered (arrays of one length,
+-- (queue, minute) unique).
+INSERT INTO queue_throughput AS t (queue, minute, enqueued, completed, dead_lettered)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
+ORDER BY 1, 2
+ON CONFLICT (queue, minute) DO UPDATE SET enqueued = t.enqueued + excluded.enqueued,
+    completed = t.completed + excluded.completed, dead_lettered = t.dead_lettered + excluded.dead_lettered;
+
+-- name: prune_throughput
+DELETE FROM queue_throughput WHERE minute < $1::bigint;
+
+-- ------------------------------------------------------------------ single-job writes
+
+-- name: find_key
+SELECT job_id, expires_at FROM idempotency WHERE queue = $1::text AND key = $2::text;
+
+-- name: admin_lookup
+-- The row an admin write judges, locked until the write commits (a concurrent reserve skips
+-- it, a concurrent settle waits), so the state judged is the state written over.
+SELECT seq, queue, state FROM jobs WHERE id = $1::bytea FOR UPDATE;
+
+-- name: cancel_now
+-- $1 finished_at, $2 purge_at, $3 reason (transitions.cancel), $4 seq; guarded on the state.
+UPDATE jobs SET state = 6, finished_at = $1::bigint, purge_at = $2::bigint, reason = $3::text
+WHERE seq = $4::bigint AND state IN (1, 2);
+
+-- name: request_cancel
+UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state = 3;
+
+-- name: requeue_one
+-- Redrive (SPEC §6; sepp.domain.transitions.redrive): $1 state (READY), $2 attempt (0),
+-- $3 run_at (now), $4 seq; id, payload, extras, priority, max_attempts and history are
+-- untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED. Guarded on the state.
+UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
+    purge_at = NULL, reason = NULL, cancel_requested = 0
+WHERE seq = $4::bigint AND state IN (5, 6);
+
+-- name: delete_one
+-- One statement: it waits for a concurrent writer of the row and reports the state deleted.
+DELETE FROM jobs WHERE id = $1::bytea RETURNING queue, state;
+
+-- ------------------------------------------------------------------ bulk
+
+-- name: count_dead_queue
+-- $1 queue, $2 after, $3 before, $4 job_type or NULL, $5 reason prefix or NULL.
+SELECT count(*) FROM jobs
+WHERE state >= 4 AND state = 5 AND queue = $1::text AND finished_at >= $2::bigint AND finished_at < $3::bigint
+  AND ($4::text IS NULL OR job_type = $4::text)
+  AND ($5::text IS NULL OR starts_with(reason, $5::text));
+
+-- name: count_dead_all
+-- $1 after, $2 before, $3 job_type or NULL, $4 reason prefix or NULL.
+SELECT count(*) FROM jobs
+WHERE state >= 4 AND state = 5 AND finished_at >= $1::bigint AND finished_at < $2::bigint
+  AND ($3::text IS NULL OR job_type = $3::text)
+  AND ($4::text IS NULL OR starts_with(reason, $4::text));
+
+-- name: requeue_dead_queue
+-- One chunk of a bulk redrive, oldest dead letters first: $1 state, $2 attempt, $3 run_at
+-- (transitions.redrive), $4 queue, $5 after, $6 before, $7 job_type, $8 reason prefix,
+-- $9 limit. Rows locked by another transaction are skipped (left for a later chunk).
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs
+    WHERE state >= 4 AND state = 5 AND queue = $4::text AND finished_at >= $5::bigint AND finished_at < $6::bigint
+      AND ($7::text IS NULL OR job_type = $7::text)
+      AND ($8::text IS NULL OR starts_with(reason, $8::text))
+    ORDER BY finished_at, seq LIMIT $9::bigint
+    FOR UPDATE SKIP LOCKED)
+UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
+    purge_at = NULL, reason = NULL, cancel_requested = 0
+FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state = 5
+RETURNING jobs.queue;
+
+-- name: requeue_dead_all
+-- As requeue_dead_queue over every queue (jobs_finished order): $1 state, $2 attempt,
+-- $3 run_at, $4 after, $5 before, $6 job_type, $7 reason prefix, $8 limit.
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs
+    WHERE state >= 4 AND state = 5 AND finished_at >= $4::bigint AND finished_at < $5::bigint
+      AND ($6::text IS NULL OR job_type = $6::text)
+      AND ($7::text IS NULL OR starts_with(reason, $7::text))
+    ORDER BY queue, finished_at, seq LIMIT $8::bigint
+    FOR UPDATE SKIP LOCKED)
+UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
+    purge_at = NULL, reason = NULL, cancel_requested = 0
+FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state = 5
+RETURNING jobs.queue;
+
+-- name: purge_scheduled
+-- $1 queue, $2 limit (each purge_*): up to $2 rows, locked rows skipped.
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE state = 1 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = 1;
+
+-- name: purge_ready
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE state = 2 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = 2;
+
+-- name: purge_reserved
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE state = 3 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = 3;
+
+-- name: purge_finished
+-- $1 queue, $2 limit, $3 state (4, 5 or 6).
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE state >= 4 AND state = $3::smallint AND queue = $1::text LIMIT $2::bigint
+    FOR UPDATE SKIP LOCKED)
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = $3::smallint;
+
+-- name: lock_queue_row
+-- delete_queue: the queue row, locked until the deletion commits (absent = nothing locked).
+SELECT 1 FROM queues WHERE name = $1::text FOR UPDATE;
+
+-- name: queue_has_jobs
+SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 1 AND queue = $1::text)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state = 2 AND queue = $1::text)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state = 3 AND queue = $1::text)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 4 AND queue = $1::text)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 5 AND queue = $1::text)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 6 AND queue = $1::text);
+
+-- name: delete_queue_row
+DELETE FROM queues WHERE name = $1::text;
+
+-- name: delete_queue_throughput
+DELETE FROM queue_throughput WHERE queue = $1::text;

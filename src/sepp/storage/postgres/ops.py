@@ -1,0 +1,369 @@
+"""The write operations of the PostgreSQL backend, run by the committer inside a group
+transaction (``committer.Tx``): enqueue, reserve, settle, extend and the sweeps.
+
+What a settle, a reclaim or an expiry does to a job is decided by
+``sepp.domain.transitions``; these functions lock the rows they judge (``FOR UPDATE``, or
+``FOR UPDATE SKIP LOCKED`` where another node may take the row instead) and apply the
+decision under the lease guard, so several nodes can run each of them at the same moment
+(issue 10 item 2).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from sepp.domain.params import ExtendResult, ReserveParams, SettleKind, SettleParams, SettleResult, SweepResult
+from sepp.domain.policy import PolicyLookup
+from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord
+from sepp.domain.states import State
+from sepp.domain.transitions import Decision, ExpiredLease, HeldJob, completed_purge_at, lease_error, reclaim, settle
+from sepp.storage.errors import StoreError
+from sepp.storage.postgres.committer import FoldableOp, Tx
+from sepp.storage.postgres.sql import Q
+
+_READY, _DEAD = int(State.READY), int(State.DEAD_LETTERED)
+
+
+# ---------------------------------------------------------------------- enqueue
+
+
+def columns(rows: Sequence[JobRow]) -> list[Any]:
+    """``rows`` as one list per column (the parameters of ``insert_jobs``)."""
+    return [list(col) for col in zip(*rows, strict=True)]
+
+
+async def insert(tx: Tx, rows: Sequence[JobRow]) -> None:
+    """Insert ``rows`` (one statement) and note the queues of READY rows for NOTIFY."""
+    if not rows:
+        return
+    if len(rows) == 1:
+        await tx.conn.execute(Q["insert_job"], *rows[0])
+    else:
+        await tx.conn.execute(Q["insert_jobs"], *columns(rows))
+    for row in rows:
+        if row.state == _READY:
+            tx.wake(row.queue)
+
+
+class InsertOp(FoldableOp):
+    """A plain enqueue (no idempotency key, no new queue): the committer folds the plain
+    enqueues of a group into one multi-row INSERT (``committer.FoldableOp``)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    async def run_all(tx: Tx, rows: list[Any]) -> None:
+        """Insert the rows of every folded enqueue in one statement."""
+        await insert(tx, rows)
+
+
+class EnqueueOp:
+    """An enqueue with idempotency keys or new queues (``Store.enqueue``)."""
+
+    __slots__ = ("dedup_until", "new_queues", "now", "rows")
+
+    def __init__(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
+                 new_queues: Sequence[QueueRecord]) -> None:
+        self.rows, self.dedup_until, self.now, self.new_queues = rows, dedup_until, now, new_queues
+
+    async def __call__(self, tx: Tx) -> Dedups:
+        conn, now = tx.conn, self.now
+        for q in self.new_queues:
+            await conn.execute(Q["insert_queue_if_absent"], q.name, q.settings_json, q.paused, q.declared, now, now)
+        if self.new_queues:
+            tx.queues_changed()
+        # The first row of the call with a key claims it; later rows with the same key are
+        # deduplicated against that row (or against the job holding it already).
+        first: dict[tuple[str, str], int] = {}
+        for i, row in enumerate(self.rows):
+            if row.idempotency_key:
+                first.setdefault((row.queue, row.idempotency_key), i)
+        claimed: set[tuple[str, str]] = set()
+        holders: dict[tuple[str, str], tuple[bytes, int]] = {}
+        if first:
+            idx = list(first.values())
+            got = await conn.fetch(Q["claim_keys"], [self.rows[i].queue for i in idx],
+                                   [self.rows[i].idempotency_key for i in idx], [self.rows[i].id for i in idx],
+                                   [self.dedup_until[i] for i in idx], now)
+            claimed = {(r[0], r[1]) for r in got}
+            lost = [k for k in first if k not in claimed]
+            if lost:
+                for q, k, job_id, state in await conn.fetch(Q["held_keys"], [k[0] for k in lost], [k[1] for k in lost]):
+                    holders[(q, k)] = (job_id, 0 if state is None else state)
+        dedups: Dedups = {}
+        fresh: list[JobRow] = []
+        for i, row in enumerate(self.rows):
+            key = row.idempotency_key
+            if not key:
+                fresh.append(row)
+                continue
+            k = (row.queue, key)
+            if k in claimed and first[k] == i:
+                fresh.append(row)
+            elif k in claimed:
+                owner = self.rows[first[k]]
+                dedups[i] = (owner.id, owner.state)
+            elif k in holders:
+                dedups[i] = holders[k]
+            else:  # claimed by a transaction that then vanished (cannot happen: the insert waited)
+                raise StoreError(f"idempotency key {key!r} of queue {row.queue!r} neither claimed nor held")
+        await insert(tx, fresh)
+        return dedups
+
+
+# ---------------------------------------------------------------------- reserve
+
+_ORDER = lambda r: (-r[2], r[3], r[12])  # noqa: E731 - priority DESC, run_at, seq
+
+
+async def promote(tx: Tx, now: int, limit: int) -> list[str]:
+    """Due SCHEDULED jobs → READY (``promote_due``); their queues (one entry per job)."""
+    rows = await tx.conn.fetch(Q["promote_due"], now, limit)
+    queues = [r[0] for r in rows]
+    for q in set(queues):
+        tx.wake(q)
+    return queues
+
+
+class ReserveOp:
+    """``Store.reserve``: promote due jobs, then lease up to ``max_jobs`` READY jobs from the
+    queues in order. Result: per queue with jobs (queue, lease expiry µs, rows in reserve
+    order)."""
+
+    __slots__ = ("lease_id", "params")
+
+    def __init__(self, params: ReserveParams, lease_id: bytes) -> None:
+        self.params, self.lease_id = params, lease_id
+
+    async def __call__(self, tx: Tx) -> list[tuple[str, int, list[Any]]]:
+        p, conn = self.params, tx.conn
+        now = p.now
+        await promote(tx, now, 10_000)
+        out: list[tuple[str, int, list[Any]]] = []
+        want = p.max_jobs
+        budget, used = p.max_bytes, 0
+        for queue in p.queues:
+            if want <= 0 or (budget and used >= budget):
+                break
+            expires = now + p.lease_for[queue]
+            if not budget:
+                rows = await conn.fetch(Q["lease_ready"], queue, want, self.lease_id, expires, p.worker_id, now)
+            else:
+                sizes = await conn.fetch(Q["ready_sizes"], queue, want)
+                take: list[int] = []
+                for seq, n in sizes:
+                    if used + n > budget and (take or out):
+                        break
+                    take.append(seq)
+                    used += n
+                rows = (await conn.fetch(Q["lease_seqs"], take, self.lease_id, expires, p.worker_id, now)
+                        if take else [])
+            if not rows:
+                continue
+            rows = sorted(rows, key=_ORDER)
+            out.append((queue, expires, rows))
+            want -= len(rows)
+        return out
+
+
+class BuryLeasedOp:
+    """``Store.reserve_damaged``: dead-letter leased jobs the server could not deliver."""
+
+    __slots__ = ("leases", "now")
+
+    def __init__(self, leases: list[tuple[bytes, bytes]], now: int) -> None:
+        self.leases, self.now = leases, now
+
+    async def __call__(self, tx: Tx) -> int:
+        from sepp.domain.params import DAMAGED_ROW
+        n = 0
+        for job_id, lease_id in self.leases:
+            status = await tx.conn.execute(Q["bury_leased"], self.now, DAMAGED_ROW, job_id, lease_id)
+            n += _count(status)
+        return n
+
+
+def _count(status: str) -> int:
+    """Rows touched, from a command tag such as ``UPDATE 3``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+# ---------------------------------------------------------------------- settle and extend
+
+
+def _held(row: Any) -> HeldJob | None:
+    return None if row is None else HeldJob._make(tuple(row)[1:])
+
+
+async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision) -> None:
+    if d.entry is None:
+        status = await tx.conn.execute(Q["complete_one"], d.finished_at, d.purge_at, seq, lease_id)
+    else:
+        status = await tx.conn.execute(Q["settle_update"], *d[:6], d.entry, seq, lease_id)
+    if _count(status) != 1:  # the row is locked (settle_lookup FOR UPDATE): cannot happen
+        raise StoreError(f"settle of job seq {seq} found its lease gone")
+    if d.state == _READY:
+        tx.wake(queue)
+
+
+async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleResult:
+    """Judge (``transitions.settle``) and apply one ack or nack, the row locked meanwhile."""
+    row = await tx.conn.fetchrow(Q["settle_lookup"], p.job_id)
+    rand = random.uniform(-1.0, 1.0) if p.kind is SettleKind.RETRY else 0.0
+    verdict = settle(_held(row), p, policy, rand)
+    if isinstance(verdict, SettleResult):
+        return verdict
+    assert row is not None
+    await _apply(tx, row[0], p.lease_id, row[1], verdict)
+    return verdict.result(row[1])
+
+
+class SettleEachOp:
+    """Settle items one by one, in request order."""
+
+    __slots__ = ("items", "policy")
+
+    def __init__(self, items: Sequence[SettleParams], policy: PolicyLookup) -> None:
+        self.items, self.policy = items, policy
+
+    async def __call__(self, tx: Tx) -> list[SettleResult]:
+        return [await settle_one(tx, p, self.policy) for p in self.items]
+
+
+class AckManyOp:
+    """A batched settle: the acks of live leases at ``now`` in one statement (the rule
+    ``transitions.ack`` for many jobs), a queue's own completed retention applied after,
+    then every ack the statement did not complete (refused or repeated) and every other item
+    (``others``, by index) one by one. Result: the completed (job id, queue, attempt), {job
+    id: result} of the acks applied one by one, {index: result} of ``others``."""
+
+    __slots__ = ("acks", "default_keep", "now", "others", "policy")
+
+    def __init__(self, acks: list[SettleParams], others: dict[int, SettleParams], now: int, default_keep: int,
+                 policy: PolicyLookup) -> None:
+        self.acks, self.others, self.now, self.default_keep, self.policy = acks, others, now, default_keep, policy
+
+    async def __call__(self, tx: Tx) -> tuple[list[tuple[bytes, str, int]], dict[bytes, SettleResult],
+                                             dict[int, SettleResult]]:
+        conn, now = tx.conn, self.now
+        rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in self.acks],
+                                [p.lease_id for p in self.acks])
+        by_queue: dict[str, list[int]] = {}
+        for r in rows:
+            by_queue.setdefault(r[1], []).append(r[3])
+        for queue, seqs in by_queue.items():
+            pol = self.policy(queue)
+            if pol.completed_retention != self.default_keep:
+                await conn.execute(Q["set_purge_at"], completed_purge_at(now, pol), seqs)
+        acked = {r[0] for r in rows}
+        refused = {p.job_id: await settle_one(tx, p, self.policy) for p in self.acks if p.job_id not in acked}
+        others = {i: await settle_one(tx, p, self.policy) for i, p in self.others.items()}
+        return [(r[0], r[1], r[2]) for r in rows], refused, others
+
+
+class ExtendOp:
+    """``Store.extend``: push a live lease's expiry to ``expires_at`` (µs)."""
+
+    __slots__ = ("expires_at", "job_id", "lease_id", "now")
+
+    def __init__(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> None:
+        self.job_id, self.lease_id, self.now, self.expires_at = job_id, lease_id, now, expires_at
+
+    async def __call__(self, tx: Tx) -> ExtendResult:
+        row = await tx.conn.fetchrow(Q["settle_lookup"], self.job_id)
+        job = _held(row)
+        err = lease_error(job, self.lease_id, self.now)
+        if err is not None:
+            return ExtendResult(err)
+        assert job is not None and row is not None
+        await tx.conn.execute(Q["extend_lease"], self.expires_at, row[0])
+        return ExtendResult(None, self.expires_at, bool(job.cancel_requested))
+
+
+# ---------------------------------------------------------------------- sweeps
+
+
+class PromoteOp:
+    """``Store.promote_due``."""
+
+    __slots__ = ("limit", "now")
+
+    def __init__(self, now: int, limit: int) -> None:
+        self.now, self.limit = now, limit
+
+    async def __call__(self, tx: Tx) -> SweepResult:
+        queues = await promote(tx, self.now, self.limit)
+        return SweepResult(len(queues), frozenset(queues))
+
+
+class ReclaimOp:
+    """``Store.reclaim_expired``: each expired lease (locked, skipping the ones another node
+    holds) back to READY, or CANCELLED / DEAD_LETTERED as ``transitions.reclaim`` decides."""
+
+    __slots__ = ("limit", "now", "policy")
+
+    def __init__(self, now: int, limit: int, policy: PolicyLookup) -> None:
+        self.now, self.limit, self.policy = now, limit, policy
+
+    async def __call__(self, tx: Tx) -> SweepResult:
+        conn, now = tx.conn, self.now
+        woke: set[str] = set()
+        dead: dict[str, int] = {}
+        rows = await conn.fetch(Q["expired_leases"], now, self.limit)
+        for r in rows:
+            seq, queue, lease_id = r[0], r[1], r[9]
+            d = reclaim(ExpiredLease._make(tuple(r)[1:8]), now, self.policy)
+            if d.run_at is None:
+                status = await conn.execute(Q["reclaim_ready"], d.state, d.entry, seq, lease_id)
+            else:
+                status = await conn.execute(Q["settle_update"], *d[:6], d.entry, seq, lease_id)
+            if _count(status) != 1:
+                raise StoreError(f"reclaim of job seq {seq} found it no longer leased")
+            if d.state == _READY:
+                woke.add(queue)
+                tx.wake(queue)
+            elif d.state == _DEAD:
+                dead[queue] = dead.get(queue, 0) + 1
+        return SweepResult(len(rows), frozenset(woke), dead)
+
+
+class PruneOp:
+    """``Store.prune``: finished jobs past retention, then expired idempotency keys."""
+
+    __slots__ = ("limit", "now")
+
+    def __init__(self, now: int, limit: int) -> None:
+        self.now, self.limit = now, limit
+
+    async def __call__(self, tx: Tx) -> SweepResult:
+        jobs = _count(await tx.conn.execute(Q["prune_jobs"], self.now, self.limit))
+        keys = _count(await tx.conn.execute(Q["prune_idempotency"], self.now, self.limit))
+        return SweepResult(jobs + keys)
+
+
+class QueueOp:
+    """``Store.upsert_queue``."""
+
+    __slots__ = ("now", "queue")
+
+    def __init__(self, queue: QueueRecord, now: int) -> None:
+        self.queue, self.now = queue, now
+
+    async def __call__(self, tx: Tx) -> None:
+        q = self.queue
+        await tx.conn.execute(Q["upsert_queue"], q.name, q.settings_json, q.paused, q.declared, self.now, self.now)
+        tx.queues_changed()
+
+
+class HeartbeatOp:
+    """``Store.heartbeat``: insert or update the node's row."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: NodeRecord) -> None:
+        self.node = node
+
+    async def __call__(self, tx: Tx) -> None:
+        await tx.conn.execute(Q["heartbeat"], *self.node)

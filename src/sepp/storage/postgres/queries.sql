@@ -1,0 +1,177 @@
+-- Named queries of the PostgreSQL backend ($n parameters). Times bigint µs UTC, ids 16-byte
+-- bytea. Every statement that changes a job a worker or another node may touch at the same
+-- moment either locks it first (FOR UPDATE / FOR UPDATE SKIP LOCKED) or guards the write on
+-- the state it judged (lease id and state in the WHERE), so several nodes may run it at once.
+
+-- name: insert_job
+INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
+                  payload, encoding, extras, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+
+-- name: insert_jobs
+-- Many rows in one statement: one array per column (JobRow order).
+INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
+                  payload, encoding, extras, idempotency_key)
+SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::smallint[], $5::integer[], $6::bigint[],
+                     $7::bigint[], $8::integer[], $9::bytea[], $10::text[], $11::bytea[], $12::text[]);
+
+-- name: claim_keys
+-- Claim idempotency keys (distinct within the call): a key nobody holds, or whose claim has
+-- expired ($5 = now), is taken for the new job; a live claim is left alone and not
+-- returned. The unique key makes this exactly-once across nodes: a racing transaction
+-- waits here for the other's commit or rollback (never read-then-write).
+INSERT INTO idempotency AS i (queue, key, job_id, expires_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])
+ON CONFLICT (queue, key) DO UPDATE SET job_id = excluded.job_id, expires_at = excluded.expires_at
+    WHERE i.expires_at <= $5
+RETURNING queue, key;
+
+-- name: held_keys
+-- The holders of keys that claim_keys did not take, with the holder's state (NULL when the
+-- job is gone: purged while its key is still claimed).
+SELECT i.queue, i.key, i.job_id, j.state
+FROM unnest($1::text[], $2::text[]) AS w(queue, key)
+JOIN idempotency i ON i.queue = w.queue AND i.key = w.key
+LEFT JOIN jobs j ON j.id = i.job_id;
+
+-- name: insert_queue_if_absent
+INSERT INTO queues (name, settings, paused, declared, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING;
+
+-- name: upsert_queue
+INSERT INTO queues (name, settings, paused, declared, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (name) DO UPDATE SET settings = excluded.settings, paused = excluded.paused,
+    declared = excluded.declared, updated_at = excluded.updated_at;
+
+-- name: load_queues
+SELECT name, settings, paused, declared FROM queues ORDER BY name;
+
+-- name: promote_due
+-- Due SCHEDULED jobs → READY; rows another node is promoting right now are skipped (it
+-- promotes them), so every job is promoted exactly once however many nodes sweep.
+-- Every chunk below is a MATERIALIZED CTE: as `seq IN (SELECT … LIMIT n FOR UPDATE SKIP
+-- LOCKED)` the planner may re-run the subquery per outer row and touch more than n rows.
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j SET state = 2 FROM chunk WHERE j.seq = chunk.seq AND j.state = 1
+RETURNING j.queue;
+
+-- name: next_due
+SELECT min(run_at) FROM jobs WHERE state = 1;
+
+-- name: lease_ready
+-- Lease the next $2 READY jobs of queue $1 in reserve order (priority DESC, run_at, seq),
+-- skipping rows another reserver holds (no job is leased twice): $3 lease id, $4 expiry,
+-- $5 worker, $6 now. RETURNING has no order: the caller sorts by (priority DESC, run_at, seq).
+WITH picked AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $3, lease_expires_at = $4, worker_id = $5,
+    started_at = $6, cancel_requested = 0
+FROM picked WHERE j.seq = picked.seq
+RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
+    coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
+
+-- name: ready_sizes
+-- With a byte budget: the next $2 READY jobs of queue $1 in reserve order with their sizes
+-- (payload + history bytes), locked; the caller leases a prefix with lease_seqs.
+SELECT seq, octet_length(coalesce(payload, '\x'::bytea)) + coalesce(octet_length(history), 0)
+FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2
+FOR UPDATE SKIP LOCKED;
+
+-- name: lease_seqs
+UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $2, lease_expires_at = $3, worker_id = $4,
+    started_at = $5, cancel_requested = 0
+WHERE j.seq = ANY($1::bigint[]) AND j.state = 2
+RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
+    coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
+
+-- name: bury_leased
+-- A just-leased job the server could not convert (issue 14 O4): $1 now, $2 reason, $3 job
+-- id, $4 its lease id. No purge time (kept until an admin deletes or requeues it).
+UPDATE jobs SET state = 5, finished_at = $1, purge_at = NULL, reason = $2
+WHERE id = $3 AND lease_id = $4 AND state = 3;
+
+-- name: ack_many
+-- Acks of live leases in one statement: $1 now, $2 completed retention (µs), $3/$4 the job
+-- ids and lease ids. Returns what it completed. The completing attempt is not appended to
+-- history (JobRecord.attempt_entries derives it).
+UPDATE jobs j SET state = 4, finished_at = $1, purge_at = $1 + $2
+FROM unnest($3::bytea[], $4::bytea[]) AS v(jid, lid)
+WHERE j.id = v.jid AND j.lease_id = v.lid AND j.state = 3 AND j.lease_expires_at > $1
+RETURNING j.id, j.queue, j.attempt, j.seq;
+
+-- name: set_purge_at
+UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);
+
+-- name: get_job
+SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
+    coalesce(payload, '\x'::bytea), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
+    started_at, history, finished_at, reason, cancel_requested, seq
+FROM jobs WHERE id = $1;
+
+-- name: settle_lookup
+-- The job a settle or extend judges, locked until the transaction ends (another node's
+-- reclaim or settle of it waits), so the write below finds it as judged.
+SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at,
+    cancel_requested, run_at
+FROM jobs WHERE id = $1 FOR UPDATE;
+
+-- name: settle_update
+-- Apply a transition (sepp.domain.transitions.Decision) under the lease guard: $1 state,
+-- $2 run_at, $3 attempt, $4 finished_at, $5 purge_at, $6 reason, $7 the history entry
+-- appended (compact JSON text), $8 seq, $9 lease id.
+UPDATE jobs SET state = $1, run_at = $2, attempt = $3, finished_at = $4, purge_at = $5, reason = $6,
+    history = CASE WHEN history IS NULL OR history = '' OR history = '[]' THEN '[' || $7 || ']'
+                   ELSE left(history, -1) || ',' || $7 || ']' END
+WHERE seq = $8 AND lease_id IS NOT DISTINCT FROM $9 AND state = 3;
+
+-- name: reclaim_ready
+-- A reclaimed lease back to READY: $1 state, $2 the history entry; guarded: $3 seq, $4 lease id.
+UPDATE jobs SET state = $1,
+    history = CASE WHEN history IS NULL OR history = '' OR history = '[]' THEN '[' || $2 || ']'
+                   ELSE left(history, -1) || ',' || $2 || ']' END
+WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state = 3;
+
+-- name: complete_one
+-- One ack of a live lease: $1 finished_at, $2 purge_at; guarded: $3 seq, $4 lease id.
+UPDATE jobs SET state = 4, finished_at = $1, purge_at = $2, reason = NULL
+WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state = 3;
+
+-- name: extend_lease
+UPDATE jobs SET lease_expires_at = $1 WHERE seq = $2;
+
+-- name: expired_leases
+-- Up to $2 expired leases (expiry <= $1), oldest first, locked; a lease another node is
+-- reclaiming or settling right now is skipped (it handles it).
+SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, id, lease_id
+FROM jobs WHERE state = 3 AND lease_expires_at <= $1
+ORDER BY lease_expires_at, seq LIMIT $2
+FOR UPDATE SKIP LOCKED;
+
+-- name: prune_jobs
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE purge_at <= $1 ORDER BY purge_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs j USING chunk WHERE j.seq = chunk.seq;
+
+-- name: prune_idempotency
+WITH chunk AS MATERIALIZED (
+    SELECT queue, key FROM idempotency WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotency i USING chunk WHERE i.queue = chunk.queue AND i.key = chunk.key;
+
+-- name: notify
+SELECT pg_notify($1, $2);
+
+-- name: heartbeat
+-- A node is alive: $1 name, $2 address, $3 version, $4 started_at, $5 last_seen (µs UTC).
+INSERT INTO nodes (name, address, version, started_at, last_seen) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (name) DO UPDATE SET address = excluded.address, version = excluded.version,
+    started_at = excluded.started_at, last_seen = excluded.last_seen;
+
+-- name: nodes
+SELECT name, address, version, started_at, last_seen FROM nodes ORDER BY name;

@@ -1,0 +1,301 @@
+"""PostgresStore: the PostgreSQL backend (issue 10): any number of sepp nodes on one database.
+
+Writes go through the ``PgCommitter`` (group commit on ``writers`` connections of their
+own); reads (``get_job``, ``next_due``, the admin listings) through an asyncpg pool of
+``pool_size`` connections; one more connection LISTENs for the other nodes' wake-ups
+(``listener``). Every connection's ``search_path`` is the sepp schema (``[postgres]
+schema``), so several independent sepp installations (or test runs) can share one
+database. See ``base.Store`` for the contract of each method; the operations are in
+``ops``, what they do to a job is decided by ``sepp.domain.transitions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import asyncpg
+
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
+from sepp.storage.base import (
+    Dedups,
+    ExtendResult,
+    JobRecord,
+    JobRow,
+    NodeRecord,
+    PolicyLookup,
+    QueueRecord,
+    ReserveParams,
+    SettleKind,
+    SettleParams,
+    SettleResult,
+    State,
+    StoreFigures,
+    SweepResult,
+)
+from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
+from sepp.storage.postgres import ops
+from sepp.storage.postgres.committer import PgCommitter, is_connection_error, store_error
+from sepp.storage.postgres.listener import Listener
+from sepp.storage.postgres.schema import connect, connect_error, migrate, server_settings
+from sepp.storage.postgres.sql import Q
+
+_RESERVED = int(State.RESERVED)
+_record = JobRecord._make
+
+
+class PostgresStore:
+    """The store in schema ``schema`` of the database at ``dsn``.
+
+    ``mode``: persist mode (SPEC §5): ``sync`` and ``group`` commit with
+    ``synchronous_commit = on`` (``sync`` one operation per transaction, ``group`` folding
+    what waits at the same moment), ``async`` with ``synchronous_commit = off``.
+    ``pool_size``: read connections; ``writers``: write connections (group commit);
+    ``commit_delay``: seconds slept before each commit (a test knob). ``node``: this
+    node's name (connection ``application_name``). ``clock`` is unused (every operation
+    takes its ``now``), kept for the factory's one signature.
+    """
+
+    def __init__(self, dsn: str, mode: str = "group", *, schema: str = "sepp", pool_size: int = 10,
+                 writers: int = 4, commit_delay: float = 0.0, node: str = "", clock: Clock = SYSTEM_CLOCK) -> None:
+        self.dsn = dsn
+        self.mode = mode
+        self.schema = schema
+        self.node = node
+        self._pool_size = pool_size
+        self._application = f"sepp {node}".strip()
+        #: This store's token in NOTIFY payloads (its own notifications are ignored).
+        self.origin = os.urandom(8).hex()
+        self.channel = f"sepp_{schema}"
+        self._committer = PgCommitter(self._connect_writer, writers=writers, channel=self.channel,
+                                      origin=self.origin, max_group_ops=1 if mode == "sync" else 256,
+                                      commit_delay=commit_delay)
+        self._pool: asyncpg.Pool | None = None
+        self._listener = Listener(self._connect_listener, self.channel, self.origin)
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _connect_writer(self) -> asyncpg.Connection:
+        return await connect(self.dsn, self.schema, self.mode, self._application)
+
+    async def _connect_listener(self) -> asyncpg.Connection:
+        return await connect(self.dsn, self.schema, self.mode, f"{self._application} listen")
+
+    async def open(self) -> None:
+        """Create or migrate the schema (under its advisory lock), open the read pool, the
+        writer connections and the listener.
+
+        Raises ``StoreUnavailable`` (PostgreSQL not answering), ``StoreError`` (bad login,
+        missing database, bad DSN) or ``StoreCorrupt`` (schema newer than this build), each
+        with a one-line message."""
+        conn = await connect(self.dsn, self.schema, self.mode, self._application)
+        try:
+            await migrate(conn, self.schema)
+        finally:
+            await conn.close()
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=self._pool_size, timeout=10,
+                server_settings=server_settings(self.schema, self.mode, self._application))
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
+            raise connect_error(exc, self.dsn) from None
+        try:
+            await self._committer.start()
+            await self._listener.start()
+        except BaseException:
+            await self._committer.stop()
+            await self._pool.close()
+            raise
+
+    async def close(self) -> None:
+        """Commit what was submitted, then close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._committer.stop()
+        await self._listener.stop()
+        if self._pool is not None:
+            try:
+                await asyncio.wait_for(self._pool.close(), 10)
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                self._pool.terminate()
+
+    def abort(self) -> None:
+        """``Store.abort``: drop every connection at once (PostgreSQL rolls back what was in
+        flight; nothing committed is lost)."""
+        self._committer.kill()
+        self._listener.kill()
+        if self._pool is not None:
+            self._pool.terminate()
+
+    async def failure(self) -> StoreFailed:
+        """Never returns: a lost connection is made again (calls fail as ``UNAVAILABLE``
+        meanwhile); nothing in this process stops the store for good."""
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    @property
+    def shared(self) -> bool:
+        """``Store.shared``: True, any number of nodes may use the database."""
+        return True
+
+    def subscribe(self, ready: Callable[[str | None], None], queues_changed: Callable[[], None]) -> None:
+        """``Store.subscribe``: ``ready(queue)`` when another node made jobs of ``queue``
+        ready, ``ready(None)`` after the listener connection was made again (notifications
+        may have been missed); ``queues_changed()`` when another node changed queue rows."""
+        self._listener.subscribe(ready, queues_changed)
+
+    async def heartbeat(self, node: NodeRecord) -> None:
+        """``Store.heartbeat``: upsert the node's row (one small transaction)."""
+        await self._committer.submit(ops.HeartbeatOp(node), 0)
+
+    async def nodes(self) -> list[NodeRecord]:
+        """``Store.nodes``: every node row, by name."""
+        return [NodeRecord(*r) for r in await self._fetch(Q["nodes"])]
+
+    @property
+    def backlog(self) -> int:
+        """Jobs submitted to the committer and not committed yet (load shedding)."""
+        return self._committer.backlog
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed (metrics)."""
+        return self._committer.commits
+
+    @property
+    def committer(self) -> PgCommitter:
+        """The group committer (metrics, tests)."""
+        return self._committer
+
+    def figures(self) -> StoreFigures:
+        """``Store.figures``: commits and the commit backlog."""
+        return StoreFigures(self._committer.commits, self._committer.backlog)
+
+    @property
+    def admin(self) -> Any:
+        """The admin operations (``sepp.storage.admin.AdminStore``)."""
+        from sepp.storage.postgres.admin import PostgresAdmin
+        return PostgresAdmin(self)
+
+    # ------------------------------------------------------------------ reads
+
+    def _reader(self) -> asyncpg.Pool:
+        if self._closed or self._pool is None:
+            raise StoreClosed("store is closed")
+        return self._pool
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """Rows of one read on the pool; driver errors as ``StoreError`` / ``StoreUnavailable``."""
+        try:
+            rows: list[asyncpg.Record] = await self._reader().fetch(sql, *args)
+            return rows
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise store_error(exc) from exc
+
+    async def _fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        """The first row of one read, or None (errors as ``_fetch``)."""
+        try:
+            return await self._reader().fetchrow(sql, *args)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise store_error(exc) from exc
+
+    async def _fetchval(self, sql: str, *args: Any) -> Any:
+        """The first column of the first row of one read (errors as ``_fetch``)."""
+        try:
+            return await self._reader().fetchval(sql, *args)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise store_error(exc) from exc
+
+    # ------------------------------------------------------------------ enqueue and queues
+
+    async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
+                      new_queues: Sequence[QueueRecord] = ()) -> Dedups:
+        """See ``Store.enqueue``: one transaction; keys claimed with ``INSERT … ON CONFLICT``
+        (exactly once across nodes; ``queries.sql`` ``claim_keys``)."""
+        if not new_queues and not any(row[11] for row in rows):
+            return await self._committer.submit(ops.InsertOp(rows), len(rows))
+        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues), len(rows))
+
+    async def load_queues(self) -> list[QueueRecord]:
+        """Every persisted queue, by name."""
+        return [QueueRecord(r[0], r[1], bool(r[2]), bool(r[3])) for r in await self._fetch(Q["load_queues"])]
+
+    async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
+        """Create or replace a queue row."""
+        await self._committer.submit(ops.QueueOp(queue, now), 0)
+
+    # ------------------------------------------------------------------ worker side
+
+    async def reserve(self, params: ReserveParams) -> list[JobRecord]:
+        """Promote due jobs, then lease up to ``max_jobs`` READY jobs from the queues in order
+        with ``FOR UPDATE SKIP LOCKED`` (no job leased twice, however many nodes reserve).
+        Every job of the call gets the same fresh random 128-bit lease id."""
+        now, worker, reserved = params.now, params.worker_id, _RESERVED
+        lease_id = os.urandom(16)
+        records: list[JobRecord] = []
+        for queue, expires, rows in await self._committer.submit(ops.ReserveOp(params, lease_id), 0):
+            records.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
+                                     max_attempts, payload, encoding, extras, idem, lease_id, expires, worker, now,
+                                     history, None, None, 0, seq)
+                           for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
+                                encoding, extras, idem, history, seq) in rows)
+        return records
+
+    async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
+        """See ``Store.reserve_damaged``: one transaction."""
+        return await self._committer.submit(ops.BuryLeasedOp(list(leases), now), 0)
+
+    async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
+        """Apply acks/nacks in one transaction (``Store.settle``): acks of live leases in one
+        statement, everything else one by one with the row locked."""
+        ack = SettleKind.ACK
+        acks = [p for p in items if p.kind is ack]
+        if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
+            return await self._committer.submit(ops.SettleEachOp(items, policy), len(items))
+        now = acks[0].now
+        default_keep = policy("").completed_retention
+        folded = [p for p in acks if p.now == now]
+        others = {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now}
+        rows, refused, other_results = await self._committer.submit(
+            ops.AckManyOp(folded, others, now, default_keep, policy), len(items))
+        completed = int(State.COMPLETED)
+        done = {job_id: SettleResult(None, completed, now, attempt, queue) for job_id, queue, attempt in rows}
+        done.update(refused)
+        return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
+
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
+        """Push a live lease's expiry to ``expires_at`` (µs)."""
+        return await self._committer.submit(ops.ExtendOp(job_id, lease_id, now, expires_at), 0)
+
+    # ------------------------------------------------------------------ sweeps
+
+    async def promote_due(self, now: int, limit: int) -> SweepResult:
+        """SCHEDULED → READY for due jobs; rows another node promotes are skipped (it does)."""
+        return await self._committer.submit(ops.PromoteOp(now, limit), 0)
+
+    async def next_due(self) -> int | None:
+        """Earliest run_at among SCHEDULED jobs (µs), or None."""
+        value = await self._fetchval(Q["next_due"])
+        return None if value is None else int(value)
+
+    async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
+        """Expired leases → READY, or CANCELLED / DEAD_LETTERED (``transitions.reclaim``)."""
+        return await self._committer.submit(ops.ReclaimOp(now, limit, policy), 0)
+
+    async def prune(self, now: int, limit: int) -> SweepResult:
+        """Delete finished jobs past retention, then expired idempotency keys."""
+        return await self._committer.submit(ops.PruneOp(now, limit), 0)
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_job(self, job_id: bytes) -> JobRecord | None:
+        """One job by id (read pool)."""
+        row = await self._fetchrow(Q["get_job"], job_id)
+        return None if row is None else _record(tuple(row))
+
+
+__all__ = ["PostgresStore", "StoreError", "is_connection_error"]

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +45,27 @@ from sepp.worker import Job, Worker
 QUEUE = "bench"
 PAYLOAD = pb.Payload(data=b'{"user_id": 42, "template": "welcome", "locale": "en-US"}', encoding="application/json")
 BATCH = ppb.EnqueueBatchRequest(jobs=[pb.EnqueueRequest(queue=QUEUE, job_type="noop", payload=PAYLOAD)] * 256)
+
+
+_SCHEMAS: list[str] = []
+
+
+def fresh(config: dict[str, object]) -> dict[str, object]:
+    """``config`` for one more server: on PostgreSQL with a schema of its own (an empty
+    database, like the fresh data folder SQLite gets); dropped by ``drop_schemas``."""
+    pg = config.get("postgres")
+    if not isinstance(pg, dict):
+        return config
+    schema = f"bench_{os.getpid()}_{len(_SCHEMAS)}"
+    _SCHEMAS.append(schema)
+    return {**config, "postgres": {**pg, "schema": schema}}
+
+
+def drop_schemas(dsn: str) -> None:
+    """Drop the schemas ``fresh`` made (psql; errors ignored)."""
+    for schema in _SCHEMAS:
+        subprocess.run(["psql", dsn, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"], check=False,
+                       capture_output=True)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -302,10 +325,23 @@ async def main() -> None:
                         help="sqlite_writer of the server (default: auto, the server's default)")
     parser.add_argument("--only", choices=("all", "throughput", "latency", "backlog"), default="all",
                         help="run one part only (backlog needs --scheduled)")
+    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite",
+                        help="storage backend of the server (postgres: a fresh schema per server, dropped after)")
+    parser.add_argument("--postgres-dsn", default="postgresql://postgres@127.0.0.1:5432/test",
+                        help="database of --storage postgres")
+    parser.add_argument("--writers", type=int, default=4, help="postgres.writers (write connections per node)")
     args = parser.parse_args()
-    config = {"persist_mode": args.mode, "sqlite_writer": args.writer, "queues": {QUEUE: {"lease_duration": 30.0}}}
-    if args.only != "backlog":
-        await throughput_and_latency(args, config)
+    config: dict[str, object] = {"persist_mode": args.mode, "queues": {QUEUE: {"lease_duration": 30.0}}}
+    if args.storage == "postgres":
+        config.update(storage="postgres", postgres_dsn=args.postgres_dsn,
+                      postgres={"schema": f"bench_{os.getpid()}", "writers": args.writers})
+    else:
+        config["sqlite"] = {"writer": args.writer}
+    try:
+        if args.only != "backlog":
+            await throughput_and_latency(args, config)
+    finally:
+        drop_schemas(args.postgres_dsn)
     if args.scheduled and args.only in ("all", "backlog"):
         with tempfile.TemporaryDirectory() as tmp:
             backlog = await scheduled_backlog(Path(tmp), config, args.scheduled, args.duration, args.producers,
@@ -321,14 +357,14 @@ async def throughput_and_latency(args: argparse.Namespace, config: dict[str, obj
     lat_wrk: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.only in ("all", "throughput"):
-            with ServerProcess(Path(tmp) / "thr-raw", config) as server:
+            with ServerProcess(Path(tmp) / "thr-raw", fresh(config)) as server:
                 raw = await raw_throughput(server.grpc_target, args.duration, args.producers, args.consumers)
-            with ServerProcess(Path(tmp) / "thr-worker", config) as server:
+            with ServerProcess(Path(tmp) / "thr-worker", fresh(config)) as server:
                 wrk = await worker_throughput(server.grpc_target, args.duration, args.producers, 256)
         if args.only in ("all", "latency"):
-            with ServerProcess(Path(tmp) / "lat-raw", config) as server:
+            with ServerProcess(Path(tmp) / "lat-raw", fresh(config)) as server:
                 lat_raw = await raw_latency(server.grpc_target, args.rate, args.duration)
-            with ServerProcess(Path(tmp) / "lat-worker", config) as server:
+            with ServerProcess(Path(tmp) / "lat-worker", fresh(config)) as server:
                 lat_wrk = await worker_latency(server.grpc_target, args.rate, args.duration)
     rows = []
     if args.only in ("all", "throughput"):

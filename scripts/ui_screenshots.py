@@ -1,4 +1,4 @@
-"""Write screenshots of the admin web UI to docs/screenshots/ (dashboard, queue, job, dead letters, enqueue).
+"""Write screenshots of the admin web UI to docs/screenshots/ (dashboard, queue, job, dead letters, nodes, enqueue).
 
 Usage: ``python scripts/ui_screenshots.py [--out docs/screenshots] [--chromium /usr/bin/chromium]``.
 
@@ -29,7 +29,7 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.testing import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = {"sweep_interval": 0.2, "queues": {
+CONFIG = {"sweep_interval": 0.2, "node_name": "node-a", "queues": {
     "emails": {"default_priority": 5},
     "billing:invoices": {"default_max_attempts": 3},
     "reports.daily": {"limits": {"max_payload_bytes": 65536}},
@@ -124,7 +124,7 @@ def main() -> int:
                 browser = pw.chromium.launch(executable_path=args.chromium, args=ARGS, headless=True)
                 page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
                 shots = [("dashboard", "/"), ("queue", "/queues/billing:invoices?state=dead-lettered"),
-                         ("job", f"/jobs/{ids['job']}"), ("dead-letters", "/dead")]
+                         ("job", f"/jobs/{ids['job']}"), ("dead-letters", "/dead"), ("nodes", "/nodes")]
                 for name, path in shots:
                     page.goto(proc.http_url + path)
                     page.wait_for_load_state("networkidle")

@@ -505,6 +505,31 @@ class QueueInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One server process of a cluster, as ``GetServerInfo`` lists it (issue 10).
+
+    Attributes:
+        name: Its node name (``node_name``, default the host name).
+        address: Its gRPC address as it bound it, ``HOST:PORT``.
+        version: Its sepp version.
+        started_at: When it started, seconds since the epoch (UTC).
+        last_seen: Its last heartbeat (every 5 s while it runs), seconds since the epoch (UTC).
+    """
+
+    name: str
+    address: str = ""
+    version: str = ""
+    started_at: float = 0.0
+    last_seen: float = 0.0
+
+    @classmethod
+    def from_proto(cls, msg: ppb.NodeInfo) -> NodeInfo:
+        """Build from a wire ``NodeInfo``."""
+        return cls(msg.name, msg.address, msg.version, msg.started_at.ToMicroseconds() / 1e6,
+                   msg.last_seen.ToMicroseconds() / 1e6)
+
+
+@dataclass(frozen=True, slots=True)
 class ServerInfo:
     """What ``GetServerInfo`` advertises: enough to validate requests locally.
 
@@ -519,6 +544,9 @@ class ServerInfo:
         queues: Every queue the server knows, by name (sorted).
         uptime: Seconds since the server started.
         node: The server's node name.
+        storage: The storage backend, ``"sqlite"`` or ``"postgres"`` (``""`` from an older server).
+        nodes: Every node sharing the server's store, by name (issue 10; with SQLite the
+            server itself).
     """
 
     version: str
@@ -530,6 +558,8 @@ class ServerInfo:
     queues: Mapping[str, QueueInfo] = dataclasses.field(hash=False)
     uptime: float = 0.0
     node: str = ""
+    storage: str = ""
+    nodes: tuple[NodeInfo, ...] = ()
 
     def queue_limits(self, queue: str) -> QueueLimits | None:
         """The limits a job for ``queue`` is validated against.
@@ -564,6 +594,8 @@ class ServerInfo:
             queues=MappingProxyType(queues),
             uptime=_duration(msg.uptime),
             node=msg.node,
+            storage=msg.storage,
+            nodes=tuple(NodeInfo.from_proto(n) for n in msg.nodes),
         )
 
 
@@ -578,6 +610,7 @@ __all__ = [
     "EnqueueAck",
     "EnqueueRequest",
     "IndexedRejection",
+    "NodeInfo",
     "Payload",
     "QueueInfo",
     "Rejection",

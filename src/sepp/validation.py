@@ -155,6 +155,8 @@ class Validator:
             if elen > lim.max_encoding_bytes:
                 return _reject(_IA, "payload encoding label is too long", "payload.encoding",
                                lim.max_encoding_bytes, elen)
+            if "\x00" in encoding:  # every backend stores labels as text (docs/decisions.md)
+                return _reject(_IA, "payload encoding label contains a NUL character (U+0000)", "payload.encoding")
             self._remember(self._encodings, encoding)
         if custom:
             bad = _first_malformed_custom(custom)
@@ -225,6 +227,8 @@ class Validator:
             if klen > lim.max_idempotency_key_bytes:
                 return _reject(_IKTL, "idempotency key is too long", "idempotency_key",
                                lim.max_idempotency_key_bytes, klen)
+            if "\x00" in key:  # every backend stores keys as text (docs/decisions.md)
+                return _reject(_IA, "idempotency key contains a NUL character (U+0000)", "idempotency_key")
         # 12. TraceContextInvalid.
         trace = req.trace_context
         if trace:

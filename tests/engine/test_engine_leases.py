@@ -102,3 +102,24 @@ async def test_a_reserve_whose_caller_gave_up_while_leasing_gives_the_jobs_back(
     assert [e["outcome"] for e in json.loads(rec.history or "[]")] == ["released"]
     (job,) = await h.reserve()
     assert (job.id, job.attempt) == (job_id, 1)
+
+
+async def test_the_engine_leases_as_its_node_and_the_history_names_it(make_harness: HarnessFactory) -> None:
+    # issue 10: attempt history names the node — node_name, else the host name
+    import socket
+
+    h = await make_harness(node_name="node-e")
+    assert h.engine.node == "node-e"
+    job_id, _ = await h.enqueue(max_attempts=3)
+    (first,) = await h.reserve(lease_s=5.0)
+    assert first.node == "node-e" and (await h.job(job_id)).node == "node-e"
+    h.clock.advance(us=5 * S)
+    await h.sweeper.run_once()  # the lease expired: reclaimed
+    (second,) = await h.reserve()
+    await h.nack(second, retry_after_s=0, message="boom")
+    (third,) = await h.reserve()
+    await h.ack(third)
+    assert [(e["outcome"], e["node"]) for e in (await h.job(job_id)).attempt_entries()] == [
+        ("lease_expired", "node-e"), ("retry_after", "node-e"), ("completed", "node-e")]
+    unnamed = await make_harness()
+    assert unnamed.engine.node == socket.gethostname()

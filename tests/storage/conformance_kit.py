@@ -47,10 +47,12 @@ async def put(store: Store, *rows: JobRow, until: Sequence[int] | None = None, n
 
 
 async def lease(store: Store, *queues: str, n: int = 1, now: int = NOW, lease_us: int = LEASE,
-                worker: str = "w", max_bytes: int = 0) -> list[JobRecord]:
-    """Reserve up to ``n`` jobs from ``queues`` (default ``"q"``) in order."""
+                worker: str = "w", max_bytes: int = 0, node: str = "") -> list[JobRecord]:
+    """Reserve up to ``n`` jobs from ``queues`` (default ``"q"``) in order, leased by the
+    node named ``node``."""
     names = list(queues) or ["q"]
-    return await store.reserve(ReserveParams(names, n, now, dict.fromkeys(names, lease_us), worker, max_bytes))
+    return await store.reserve(ReserveParams(names, n, now, dict.fromkeys(names, lease_us), worker, max_bytes,
+                                             node))
 
 
 async def get(store: Store, job_id: bytes) -> JobRecord:

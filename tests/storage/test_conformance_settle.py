@@ -94,7 +94,7 @@ async def test_retry_with_a_delay_schedules_it_and_records_the_attempt(store: St
     after = await get(store, rec.id)
     assert (after.state, after.run_at, after.attempt, after.finished_at) == (
         int(State.SCHEDULED), NOW + 10 + 5 * S, 1, None)
-    assert _history(after) == [{"attempt": 1, "worker_id": "w", "started_at": NOW, "ended_at": NOW + 10,
+    assert _history(after) == [{"attempt": 1, "worker_id": "w", "node": "", "started_at": NOW, "ended_at": NOW + 10,
                                 "outcome": "failed", "error_message": "boom", "error_detail": "trace"}]
     # Not reservable before run_at; at run_at it is, as attempt 2.
     assert await lease(store, now=NOW + 10 + 5 * S - 1) == []

@@ -11,6 +11,7 @@ from sepp.domain.params import DAMAGED_ROW, SettleKind, SettleParams
 from sepp.domain.policy import PolicyTable, QueuePolicy
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
+from sepp.storage.admin import JobQuery
 from sepp.storage.base import Store
 from storage.conformance_kit import LEASE, NOW, POLICY, S, get, lease, put, row, settle1
 
@@ -151,3 +152,30 @@ async def test_reserve_damaged_dead_letters_held_jobs_and_keeps_them(store: Stor
 
 def _ack(rec: JobRecord) -> SettleParams:
     return SettleParams(rec.id, rec.lease_id or b"", SettleKind.ACK, NOW)
+
+
+async def test_the_history_entries_of_a_nack_and_a_lease_expiry_name_the_node_that_leased_the_job(
+        store: Store) -> None:
+    # issue 10: attempt history names the node (ReserveParams.node → the job's node column)
+    await put(store, row(max_attempts=5))
+    (rec,) = await lease(store, node="node-a")
+    assert rec.node == "node-a" and (await get(store, rec.id)).node == "node-a"
+    await settle1(store, rec, SettleKind.RETRY, NOW + 1, delay=0, error_message="boom")
+    (rec,) = await lease(store, now=NOW + 2, node="node-b")
+    await store.reclaim_expired(NOW + 2 + LEASE, 100, POLICY)
+    (rec,) = await lease(store, now=NOW + 3 + LEASE, node="node-c")
+    await settle1(store, rec, SettleKind.ACK, NOW + 4 + LEASE)
+    done = await get(store, rec.id)
+    assert [(e["attempt"], e["outcome"], e["node"]) for e in done.attempt_entries()] == [
+        (1, "retry", "node-a"), (2, "lease_expired", "node-b"), (3, "completed", "node-c")]
+    assert [e["node"] for e in json.loads(done.history or "[]")] == ["node-a", "node-b"]
+    (summary,) = (await store.admin.list_jobs(JobQuery(), None, 10)).jobs
+    assert summary.record.node == "node-c"
+
+
+async def test_a_job_leased_without_a_node_name_reads_as_an_empty_node(store: Store) -> None:
+    await put(store, row(max_attempts=5))
+    (rec,) = await lease(store)
+    await settle1(store, rec, SettleKind.RELEASE, NOW + 1)
+    (entry,) = (await get(store, rec.id)).attempt_entries()
+    assert entry["node"] == ""

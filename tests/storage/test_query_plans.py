@@ -27,7 +27,7 @@ QUERIES: dict[str, tuple[object, ...]] = {
     "prune_jobs": (0, 10),
     "prune_idempotency": (0, 10),
     "ready_for_lease": ("q", 10),
-    "lease_ready": (b"l" * 16, 0, "w", 0, "q", 10),
+    "lease_ready": (b"l" * 16, 0, "w", 0, "q", 10, "n1"),
     "settle_lookup": (b"x" * 16,),
     "settle_update": (2, 0, 1, None, None, None, "{}", 1, b"l" * 16),
     "complete_one": (0, 0, 1, b"l" * 16),

@@ -56,7 +56,7 @@ def _row(db: sqlite3.Connection, job_id: bytes) -> dict[str, Any]:
 def _held(db: sqlite3.Connection, job_id: bytes) -> HeldJob:
     return HeldJob._make(db.execute(
         "SELECT queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at, "
-        "cancel_requested, run_at FROM jobs WHERE id = ?", (job_id,)).fetchone())
+        "cancel_requested, run_at, node FROM jobs WHERE id = ?", (job_id,)).fetchone())
 
 
 def _applied(before: dict[str, Any], d: Decision) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def test_a_reclaim_writes_the_rules_decision(tmp_path: Path, attempts: int, canc
         now = NOW + 5 * S
         before = _row(db, row.id)
         expired = ExpiredLease._make(db.execute(
-            "SELECT queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested "
+            "SELECT queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node "
             "FROM jobs WHERE id = ?", (row.id,)).fetchone())
         decision = reclaim(expired, now, POLICY)
         result = await store.reclaim_expired(now, 10, POLICY)

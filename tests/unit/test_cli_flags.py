@@ -155,7 +155,8 @@ def test_serve_help_shows_its_defaults_without_stray_dots() -> None:
     assert result.exit_code == 0
     text = re.sub(r"\s+", " ", result.stdout)
     assert " ." not in text and " ;" not in text
-    for option, default in (("Data folder.", "sepp-data"), ("gRPC HOST:PORT.", "127.0.0.1:7700"),
+    for option, default in (("Data folder (sqlite storage).", "sepp-data"),
+                            ("Storage backend: sqlite | postgres.", "sqlite"), ("gRPC HOST:PORT.", "127.0.0.1:7700"),
                             ("HTTP HOST:PORT; '' = off.", "127.0.0.1:7701"), ("sync | group | async.", "group"),
                             ("debug | info | warning | error.", "info")):
         assert f"{option} [default: ({default})]" in text, text

@@ -33,7 +33,7 @@ _history = json.dumps([{"attempt": 1, "worker_id": "w", "started_at": NOW - 5, "
 @pytest.mark.parametrize("changes", [
     {},
     {"extras": _extras.SerializeToString()},
-    {"history": _history},
+    {"history": _history, "node": "node-a"},
     {"idempotency_key": "k-1", "cancel_requested": 1, "reason": "why"},
     {"payload": b"", "encoding": "", "worker_id": None},
 ], ids=["plain", "custom+trace", "history", "key+cancel+reason", "empty"])

@@ -41,11 +41,14 @@ POLICY = QueuePolicy(backoff_base=S, backoff_cap=8 * S, jitter=0.2, completed_re
 TABLE = PolicyTable(POLICY)
 RUN_AT = NOW - 30 * S
 STARTED = NOW - 10 * S
+NODE = "node-a"  # the node that leased the job (issue 10: attempt history names the node)
 
 
 def _job(attempt: int = 1, max_attempts: int = 3, *, state: int = int(State.RESERVED), lease: bytes | None = LEASE,
-         expires: int | None = NOW + S, cancel_requested: int = 0, worker: str | None = "w1") -> HeldJob:
-    return HeldJob("emails", state, lease, expires, attempt, max_attempts, worker, STARTED, cancel_requested, RUN_AT)
+         expires: int | None = NOW + S, cancel_requested: int = 0, worker: str | None = "w1",
+         node: str | None = NODE) -> HeldJob:
+    return HeldJob("emails", state, lease, expires, attempt, max_attempts, worker, STARTED, cancel_requested, RUN_AT,
+                   node)
 
 
 def _p(kind: SettleKind, *, delay: int = -1, reason: str = "", outcome: str = "", lease: bytes = LEASE,
@@ -54,8 +57,8 @@ def _p(kind: SettleKind, *, delay: int = -1, reason: str = "", outcome: str = ""
 
 
 def _entry(attempt: int, outcome: str, message: str = "boom", detail: str = "trace", *, ended: int = NOW,
-           worker: str = "w1") -> str:
-    return (f'{{"attempt":{attempt},"worker_id":"{worker}","started_at":{STARTED},"ended_at":{ended},'
+           worker: str = "w1", node: str = NODE) -> str:
+    return (f'{{"attempt":{attempt},"worker_id":"{worker}","node":"{node}","started_at":{STARTED},"ended_at":{ended},'
             f'"outcome":"{outcome}","error_message":"{message}","error_detail":"{detail}"}}')
 
 
@@ -67,9 +70,9 @@ def _no_policy(queue: str) -> QueuePolicy:
 
 
 def test_a_history_entry_is_compact_json_in_a_fixed_field_order() -> None:
-    assert history_entry(2, "w1", STARTED, NOW, "retry", "boom", "trace") == _entry(2, "retry")
+    assert history_entry(2, "w1", STARTED, NOW, "retry", "boom", "trace", NODE) == _entry(2, "retry")
     text = history_entry(1, None, None, NOW, "release", "", "")
-    assert text == f'{{"attempt":1,"worker_id":"","started_at":null,"ended_at":{NOW},"outcome":"release",' \
+    assert text == f'{{"attempt":1,"worker_id":"","node":"","started_at":null,"ended_at":{NOW},"outcome":"release",' \
                    '"error_message":"","error_detail":""}'
     assert json.loads(history_entry(1, "w", 5, 6, "x", 'quote " and é', ""))["error_message"] == 'quote " and é'
 
@@ -218,6 +221,14 @@ def test_a_missing_worker_id_is_written_as_empty_text() -> None:
     assert json.loads(decision.entry or "")["worker_id"] == ""
 
 
+def test_the_entry_names_the_node_that_leased_the_job_and_an_unknown_node_is_empty_text() -> None:
+    # issue 10: attempt history names the node (the key follows worker_id)
+    entry = json.loads(nack(_job(), _p(SettleKind.DEAD_LETTER), POLICY, 0.0).entry or "")
+    assert list(entry)[:3] == ["attempt", "worker_id", "node"] and entry["node"] == NODE
+    assert json.loads(reclaim(_expired(1), NOW, _no_policy).entry or "")["node"] == NODE
+    assert json.loads(nack(_job(node=None), _p(SettleKind.RELEASE), POLICY, 0.0).entry or "")["node"] == ""
+
+
 # ---------------------------------------------------------------------- cancel while reserved
 
 
@@ -245,7 +256,7 @@ def test_a_cancel_request_does_not_override_a_dead_letter_or_an_ack() -> None:
 
 
 def _expired(attempt: int, max_attempts: int = 3, cancel_requested: int = 0) -> ExpiredLease:
-    return ExpiredLease("emails", attempt, max_attempts, "w1", STARTED, NOW - 5 * S, cancel_requested)
+    return ExpiredLease("emails", attempt, max_attempts, "w1", STARTED, NOW - 5 * S, cancel_requested, NODE)
 
 
 def _lease_entry(attempt: int) -> str:
@@ -317,3 +328,17 @@ def test_the_rules_are_deterministic_given_rand() -> None:
     job, p = _job(attempt=2, max_attempts=5), _p(SettleKind.RETRY)
     assert settle(job, p, TABLE, 0.25) == settle(job, p, TABLE, 0.25)
     assert settle(job, p, TABLE, 0.25) != settle(job, p, TABLE, -0.25)
+
+
+# ---------------------------------------------------------------------- history as read back
+
+
+def test_attempt_entries_read_the_node_and_an_entry_written_before_it_reads_as_empty() -> None:
+    from sepp.domain.records import JobRecord
+    old = '{"attempt":1,"worker_id":"w0","started_at":1,"ended_at":2,"outcome":"retry","error_message":"x",' \
+          '"error_detail":""}'
+    new = history_entry(2, "w1", STARTED, NOW, "retry", "boom", "trace", "node-b")
+    rec = JobRecord(JOB, "emails", "t", int(State.COMPLETED), 0, RUN_AT, RUN_AT, 3, 5, b"", "", None, None, LEASE,
+                    NOW, "w2", STARTED, f"[{old},{new}]", NOW + S, None, 0, 7, "node-c")
+    assert [(e["attempt"], e["node"]) for e in rec.attempt_entries()] == [(1, ""), (2, "node-b"), (3, "node-c")]
+    assert rec._replace(node=None).attempt_entries()[-1]["node"] == ""

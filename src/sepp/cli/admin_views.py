@@ -106,12 +106,13 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key or None, "reason": job.dead_letter_reason or None,
         "lease_id": job.lease_id or None, "lease_expires_at": iso_time(job.lease_expires_at,
                                                                   job.HasField("lease_expires_at")),
-        "worker_id": job.worker_id or None, "cancel_requested": job.cancel_requested,
+        "worker_id": job.worker_id or None, "node": job.node or None, "cancel_requested": job.cancel_requested,
         "payload": payload,
         "custom": {k: {"type": v.WhichOneof("kind"), "value": custom_from_proto(v)}
                    for k, v in sorted(job.custom.items())},
         "trace_context": dict(job.trace_context),
-        "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "started_at": iso_time(a.started_at),
+        "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "node": a.node,
+                      "started_at": iso_time(a.started_at),
                       "ended_at": iso_time(a.ended_at), "outcome": a.outcome, "error_message": a.error_message,
                       "error_detail": a.error_detail} for a in job.attempts],
     }
@@ -162,7 +163,7 @@ def print_job(job: pb.Job) -> None:
     keys = ["queue", "job_type", "priority", "attempt", "max_attempts", "enqueued_at", "run_at", "finished_at",
             "reason", "idempotency_key"]
     if job.state == pb.RESERVED:  # a finished or waiting job keeps its last lease only as history
-        keys += ["lease_id", "lease_expires_at", "worker_id"]
+        keys += ["lease_id", "lease_expires_at", "worker_id", "node"]
     for key in keys:
         value = data[key]
         if value is not None:
@@ -193,11 +194,11 @@ def print_job(job: pb.Job) -> None:
         out.print("trace_context: " + escape(json.dumps(data["trace_context"])))
     if data["attempts"]:
         attempts = Table(box=box.SIMPLE_HEAD, title="attempts", title_justify="left")
-        for col in ("#", "worker", "started", "ended", "outcome", "error"):
+        for col in ("#", "worker", "node", "started", "ended", "outcome", "error"):
             attempts.add_column(col)
         for a in data["attempts"]:
-            attempts.add_row(str(a["attempt"]), escape(a["worker_id"]), a["started_at"] or "", a["ended_at"] or "",
-                             a["outcome"], escape(a["error_message"][:200]))
+            attempts.add_row(str(a["attempt"]), escape(a["worker_id"]), escape(a["node"]), a["started_at"] or "",
+                             a["ended_at"] or "", a["outcome"], escape(a["error_message"][:200]))
         out.print(attempts)
         last = next((a for a in reversed(data["attempts"]) if a["error_detail"]), None)
         if last is not None:  # e.g. the traceback of the last failure (all of them: --json)

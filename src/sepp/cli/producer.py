@@ -15,6 +15,7 @@ import json
 import math
 import re
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -507,6 +508,9 @@ def info_cmd(server: ServerOpt = DEFAULT_SERVER, timeout: TimeoutOpt = 10.0,
     if as_json:
         print_json({
             "server": server, "version": info.version, "node": info.node, "uptime": info.uptime,
+            "storage": info.storage,
+            "nodes": [{"name": n.name, "address": n.address, "version": n.version, "started_at": n.started_at,
+                       "last_seen": n.last_seen} for n in info.nodes],
             "persist_mode": info.persist_mode, "strict": info.strict, "features": sorted(info.features),
             "limits": limits, "queue_defaults": info.queue_defaults.model_dump(mode="json"),
             "queues": [{"name": q.name, "declared": q.declared, "paused": q.paused,
@@ -519,6 +523,17 @@ def info_cmd(server: ServerOpt = DEFAULT_SERVER, timeout: TimeoutOpt = 10.0,
     out.print(f"persist mode: {info.persist_mode}   strict: {'yes' if info.strict else 'no'}   "
               f"uptime: {_seconds(round(info.uptime))}")
     out.print(f"features: {', '.join(sorted(info.features)) or '-'}")
+    if info.storage:
+        out.print(f"storage: {info.storage}")
+    if info.nodes:
+        nodes = Table(title="Nodes", title_justify="left", box=box.SIMPLE_HEAD)
+        for column in ("node", "address", "version", "started", "last seen"):
+            nodes.add_column(column)
+        now = time.time()
+        for n in info.nodes:
+            nodes.add_row(escape(n.name), escape(n.address), escape(n.version),
+                          f"{max(0, round(now - n.started_at))} s ago", f"{max(0, round(now - n.last_seen))} s ago")
+        out.print(nodes)
     table = Table(title="Server limits", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("limit")
     table.add_column("value", justify="right")

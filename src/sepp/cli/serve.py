@@ -5,22 +5,32 @@ issue 10) — and ``sepp migrate``: create or migrate the PostgreSQL schema ahea
 The ready line ``sepp serve`` prints once it serves is parsed by scripts and tests:
 ``sepp ready grpc=HOST:PORT [http=HOST:PORT] data=FOLDER persist=… writer=… strict=…`` for
 SQLite, ``sepp ready grpc=HOST:PORT [http=HOST:PORT] storage=postgres schema=… node=…
-persist=… strict=…`` for PostgreSQL (no data folder: none is used or locked).
+persist=… writer=connections:N strict=…`` for PostgreSQL (no data folder: none is used or
+locked; ``writer`` says where writes run, as for SQLite: N write connections).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from sepp._version import __version__
 from sepp.cli.flags import one_line
 from sepp.cli.main import app
 from sepp.server.config import ServerConfig
+
+
+def log_format(node: str) -> str:
+    """The ``logging`` format of ``sepp serve``: every line names the node (issue 10: logs
+    name the node), e.g. ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]: stopping …``.
+    A ``%`` in the name is escaped (the format is %-style)."""
+    return f"%(asctime)s %(levelname)s %(name)s [{node.replace('%', '%%')}]: %(message)s"
 
 
 def _default(key: str) -> str:
@@ -65,8 +75,8 @@ def serve(
         raise typer.Exit(2) from None
     for note in cfg.deprecations:  # an old key name, still accepted (issue 9 item 2)
         typer.echo(f"sepp: warning: {note}", err=True)
-    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    node = cfg.node_name or socket.gethostname()  # SeppServer.node's rule
+    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr, format=log_format(node))
     from sepp.server.app import SeppServer, run
     from sepp.storage.errors import StoreError, StoreFailed
 
@@ -74,9 +84,15 @@ def serve(
         host = cfg.grpc_listen.rpartition(":")[0]
         http = f" http={cfg.http_listen.rpartition(':')[0]}:{server.http_port}" if cfg.http_listen else ""
         strict_text = str(cfg.strict).lower()
+        # The start line, once serving (a failed start stays one line on stderr: "sepp: cannot start: …").
+        where = f"schema {cfg.postgres.schema}" if cfg.storage == "postgres" else f"data {cfg.data_dir}"
+        logging.getLogger("sepp.server").info("serving: sepp %s, node %s, storage %s (%s), grpc %s:%d%s",
+                                              __version__, server.node, cfg.storage, where, host,
+                                              server.grpc_port, http.replace(" http=", ", http "))
         if cfg.storage == "postgres":  # no data folder: the database is shared by every node
             print(f"sepp ready grpc={host}:{server.grpc_port}{http} storage=postgres schema={cfg.postgres.schema} "
-                  f"node={server.node} persist={cfg.persist_mode} strict={strict_text}", flush=True)
+                  f"node={server.node} persist={cfg.persist_mode} writer=connections:{cfg.postgres.writers} "
+                  f"strict={strict_text}", flush=True)
             return
         print(f"sepp ready grpc={host}:{server.grpc_port}{http} data={cfg.data_dir} "
               f"persist={cfg.persist_mode} writer={cfg.writer_placement} strict={strict_text}", flush=True)
@@ -111,11 +127,13 @@ def migrate(
         show_default="sepp")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file of sepp serve.")] = None,
 ) -> None:
-    """Create or migrate sepp's PostgreSQL schema, as every node does at start (issue 10), under
-    the same advisory lock: for operators who migrate ahead of a deploy. Prints
-    ``schema NAME: version A -> B`` or ``schema NAME: already at version B``; exit 0.
-    A database that cannot be used (unreachable, login refused, missing, schema newer than
-    this sepp) is one line on stderr and exit 1; a bad setting is exit 2."""
+    """Create or migrate the PostgreSQL schema ahead of a deploy (every node also does it at start).
+
+    Runs under the same advisory lock as a starting node (issue 10; docs/deploying.md).
+    Prints "schema NAME: version A -> B" or "schema NAME: already at version B" (exit 0). A
+    database that cannot be used (unreachable, login refused, missing, schema newer than this
+    sepp) is one line on stderr and exit 1; a bad setting is exit 2.
+    """
     from pydantic import ValidationError
 
     from sepp.server.config import ConfigError, load_config

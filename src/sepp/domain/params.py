@@ -25,6 +25,9 @@ class ReserveParams:
     #: Stop leasing once the jobs taken carry this many bytes of payload and history (the
     #: answer must fit in one message); the first job is always taken. 0 = no limit.
     max_bytes: int = 0
+    #: The name of the node leasing (``node_name``, default the host name; issue 10): stored
+    #: on each job leased and written into the attempt's history entry. "" = unnamed.
+    node: str = ""
 
 
 #: Dead-letter reason of a job whose stored row could not be delivered (issue 14 O4).

@@ -80,15 +80,19 @@ class JobRecord(NamedTuple):
     reason: str | None
     cancel_requested: int               # 0/1: an admin asked to cancel it (truth value)
     seq: int = 0
+    #: The node that leased it last (``ReserveParams.node``; issue 10); None if never leased
+    #: or leased before the column existed.
+    node: str | None = None
 
     def attempt_entries(self) -> list[dict[str, Any]]:
-        """The attempt history, oldest first: dicts with ``attempt``, ``worker_id``,
+        """The attempt history, oldest first: dicts with ``attempt``, ``worker_id``, ``node``
+        (the node that leased the job for that attempt, "" when unknown; issue 10),
         ``started_at``/``ended_at`` (µs UTC; started may be None), ``outcome``,
         ``error_message`` and ``error_detail``.
 
         The attempt that completed a job is not written to ``history`` (an ack only sets the
         state and ``finished_at``; docs/decisions.md "The completing attempt is implicit"): it
-        is derived here from ``attempt``, ``worker_id``, ``started_at`` and ``finished_at``.
+        is derived here from ``attempt``, ``worker_id``, ``node``, ``started_at`` and ``finished_at``.
         """
         entries = _history_entries(self.history)
         if self.state == State.COMPLETED:
@@ -96,19 +100,19 @@ class JobRecord(NamedTuple):
             # Rows completed before schema 4 carry the entry already.
             if last is None or last.get("outcome") != "completed" or last.get("attempt") != self.attempt:
                 entries.append({"attempt": self.attempt, "worker_id": self.worker_id or "",
-                                "started_at": self.started_at, "ended_at": self.finished_at,
+                                "node": self.node or "", "started_at": self.started_at, "ended_at": self.finished_at,
                                 "outcome": "completed", "error_message": "", "error_detail": ""})
         return entries
 
 
 #: An attempt entry's fields and the value a missing or mistyped one reads as.
-_ENTRY_DEFAULTS: dict[str, Any] = {"attempt": 0, "worker_id": "", "started_at": None, "ended_at": None,
-                                   "outcome": "", "error_message": "", "error_detail": ""}
+_ENTRY_DEFAULTS: dict[str, Any] = {"attempt": 0, "worker_id": "", "node": "", "started_at": None,
+                                   "ended_at": None, "outcome": "", "error_message": "", "error_detail": ""}
 _ENTRY_RANGE: dict[str, tuple[int, int]] = {
     "attempt": (-(2**31), 2**31 - 1),
     "started_at": (MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999),
     "ended_at": (MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999)}
-_ENTRY_TYPES: dict[str, type] = {"attempt": int, "worker_id": str, "started_at": int, "ended_at": int,
+_ENTRY_TYPES: dict[str, type] = {"attempt": int, "worker_id": str, "node": str, "started_at": int, "ended_at": int,
                                  "outcome": str, "error_message": str, "error_detail": str}
 
 

@@ -61,6 +61,7 @@ class HeldJob(NamedTuple):
     started_at: int | None
     cancel_requested: int               # 0/1 (truth value)
     run_at: int
+    node: str | None = None             # the node that leased it (``ReserveParams.node``; issue 10)
 
 
 class ExpiredLease(NamedTuple):
@@ -73,6 +74,7 @@ class ExpiredLease(NamedTuple):
     started_at: int | None
     lease_expires_at: int
     cancel_requested: int               # 0/1 (truth value)
+    node: str | None = None             # the node that leased it (``ReserveParams.node``; issue 10)
 
 
 class Decision(NamedTuple):
@@ -100,12 +102,15 @@ class Decision(NamedTuple):
 
 
 def history_entry(attempt: int, worker: str | None, started: int | None, ended: int, outcome: str,
-                  message: str, detail: str) -> str:
+                  message: str, detail: str, node: str | None = None) -> str:
     """One attempt-history entry as compact JSON text (the shape ``JobRecord.attempt_entries``
-    reads): ``{"attempt","worker_id","started_at","ended_at","outcome","error_message",
-    "error_detail"}`` in that order, times µs UTC (``started_at`` may be null)."""
-    return json.dumps({"attempt": attempt, "worker_id": worker or "", "started_at": started, "ended_at": ended,
-                       "outcome": outcome, "error_message": message, "error_detail": detail},
+    reads): ``{"attempt","worker_id","node","started_at","ended_at","outcome",
+    "error_message","error_detail"}`` in that order, times µs UTC (``started_at`` may be
+    null). ``node`` is the name of the node that leased the job for this attempt (issue 10:
+    attempt history names the node; "" when unknown — entries written before it lack the key
+    and read as "")."""
+    return json.dumps({"attempt": attempt, "worker_id": worker or "", "node": node or "", "started_at": started,
+                       "ended_at": ended, "outcome": outcome, "error_message": message, "error_detail": detail},
                       separators=(",", ":"))
 
 
@@ -167,9 +172,11 @@ def nack(job: HeldJob, p: SettleParams, policy: QueuePolicy, rand: float) -> Dec
             reason, outcome = ATTEMPTS_EXHAUSTED, OUTCOME_EXHAUSTED
         else:
             reason = p.reason
-        entry = history_entry(attempt, job.worker_id, job.started_at, now, outcome, p.error_message, p.error_detail)
+        entry = history_entry(attempt, job.worker_id, job.started_at, now, outcome, p.error_message, p.error_detail,
+                              job.node)
         return Decision(_DEAD, now, attempt, now, now + policy.dead_retention, reason, entry)
-    entry = history_entry(attempt, job.worker_id, job.started_at, now, outcome, p.error_message, p.error_detail)
+    entry = history_entry(attempt, job.worker_id, job.started_at, now, outcome, p.error_message, p.error_detail,
+                          job.node)
     if kind is SettleKind.RELEASE:
         state, run_at, attempt = _READY, job.run_at, attempt - 1
     else:  # RETRY with attempts left
@@ -207,7 +214,7 @@ def reclaim(job: ExpiredLease, now: int, policy: PolicyLookup) -> Decision:
     the queue's dead retention (``policy`` is looked up only then)."""
     expired, attempt = job.lease_expires_at, job.attempt
     entry = history_entry(attempt, job.worker_id, job.started_at, expired, OUTCOME_LEASE_EXPIRED,
-                          MESSAGE_LEASE_EXPIRED, "")
+                          MESSAGE_LEASE_EXPIRED, "", job.node)
     if job.cancel_requested:
         return Decision(_CANCELLED, expired, attempt, now, now + policy(job.queue).dead_retention,
                         CANCELLED_WHILE_RESERVED, entry)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import uuid
 from collections.abc import Sequence
 from typing import Any, cast
@@ -102,6 +103,9 @@ class JobEngine:
     def __init__(self, config: ServerConfig, store: Store, registry: QueueRegistry, notifier: Notifier, *,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        #: This node's name (``node_name``, else the host name — the rule of ``SeppServer.node``):
+        #: stored on each job it leases and named in that attempt's history (issue 10).
+        self.node = config.node_name or socket.gethostname()
         #: The injected clock: ``clock.now`` (µs UTC) and ``clock.monotonic`` (seconds).
         self.clock = clock
         # Bound once: the enqueue path reads the time once per call, through one attribute.
@@ -305,6 +309,8 @@ class JobEngine:
             raise InvalidRequest(f"lease_duration must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
                                  "lease_duration", MIN_LEASE_SECONDS if lease_s < MIN_LEASE_SECONDS
                                  else MAX_LEASE_SECONDS, lease_s)
+        if "\x00" in worker_id:  # a label; PostgreSQL text cannot hold U+0000 (docs/decisions.md)
+            raise InvalidRequest("worker_id must not contain a NUL character (U+0000)", "worker_id")
         names = list(dict.fromkeys(queues))
         # The long-poll waits in real time, on the event loop's clock (the one wait_for uses).
         loop = asyncio.get_running_loop()
@@ -325,7 +331,7 @@ class JobEngine:
                     # Payloads beyond one message's worth are not leased at all (the servicer
                     # gives back the few that still do not fit exactly).
                     params = ReserveParams([q.name for q in active], max_jobs, self._clock_now(), lease_for, worker_id,
-                                           self.limits.max_message_bytes)
+                                           self.limits.max_message_bytes, self.node)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs

@@ -138,7 +138,7 @@ def damaged_fields(rec: JobRecord) -> tuple[JobRecord, list[str]]:
             new = value if isinstance(value, int) and not isinstance(value, bool) and value in KNOWN_STATES else 0
         elif name in ("queue", "job_type", "encoding"):
             new = as_text(value, "")
-        elif name in ("idempotency_key", "worker_id", "history", "reason"):
+        elif name in ("idempotency_key", "worker_id", "history", "reason", "node"):
             new = as_text(value, None)
         elif name == "payload":
             new = _blob(value, b"")
@@ -173,8 +173,9 @@ def repair_job(rec: JobRecord) -> JobRecord:
 
 
 def describe(rec: Sequence[Any]) -> str:
-    """A job row's id as hex (or its seq when the id is damaged), for log lines."""
-    job_id, seq = rec[0], rec[-1]
+    """A job row's id as hex (or its seq when the id is damaged), for log lines: a
+    ``JobRecord`` or a raw row whose last column is the seq."""
+    job_id, seq = rec[0], (rec.seq if isinstance(rec, JobRecord) else rec[-1])
     return job_id.hex() if isinstance(job_id, bytes) and len(job_id) == 16 else f"with seq {seq!r}"
 
 

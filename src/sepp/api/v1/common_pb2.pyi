@@ -591,12 +591,17 @@ class Attempt(_message.Message):
     OUTCOME_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     ERROR_DETAIL_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
     attempt: _builtins.int
     worker_id: _builtins.str
     outcome: _builtins.str
     """"completed", "retry", "retry_after", "dead_letter", "released", "lease_expired", "cancelled"."""
     error_message: _builtins.str
     error_detail: _builtins.str
+    node: _builtins.str
+    """The node (`sepp serve --node-name`, default the host name) that leased the job for this
+    attempt; empty when unknown (attempts recorded before nodes were named). Issue 10.
+    """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -611,10 +616,11 @@ class Attempt(_message.Message):
         outcome: _builtins.str = ...,
         error_message: _builtins.str = ...,
         error_detail: _builtins.str = ...,
+        node: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "ended_at", b"ended_at", "error_detail", b"error_detail", "error_message", b"error_message", "outcome", b"outcome", "started_at", b"started_at", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "ended_at", b"ended_at", "error_detail", b"error_detail", "error_message", b"error_message", "node", b"node", "outcome", b"outcome", "started_at", b"started_at", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -687,6 +693,7 @@ class Job(_message.Message):
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     job_type: _builtins.str
@@ -703,6 +710,8 @@ class Job(_message.Message):
     worker_id: _builtins.str
     cancel_requested: _builtins.bool
     """An admin asked to cancel this RESERVED job; the worker learns it via ExtendLease."""
+    node: _builtins.str
+    """The node that leased it last (empty when never leased). Issue 10."""
     @_builtins.property
     def payload(self) -> Global___Payload: ...
     @_builtins.property
@@ -744,10 +753,11 @@ class Job(_message.Message):
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
         worker_id: _builtins.str = ...,
         cancel_requested: _builtins.bool = ...,
+        node: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "lease_expires_at", b"lease_expires_at", "payload", b"payload", "run_at", b"run_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "node", b"node", "payload", b"payload", "priority", b"priority", "queue", b"queue", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -174,6 +174,8 @@ class AdminEngine:
             await asyncio.sleep(self.flush_interval)
             try:
                 await self.flush()
+            except StoreError as exc:  # e.g. PostgreSQL restarting: kept, written with the next flush
+                log.warning("throughput counts not written yet: %s", exc)
             except Exception:
                 log.warning("flushing throughput counts failed", exc_info=True)
 
@@ -346,8 +348,9 @@ class AdminEngine:
         """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
         ExtendLease). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
         raw = self._job_id(job_id)
-        result = await self.store.cancel(raw, self._clock_now(), self.engine.queues.policies(),
-                                         reason[:1024] if reason else "")
+        # A NUL cannot be stored as text by PostgreSQL: the free-form reason keeps U+FFFD instead.
+        text = reason[:1024].replace("\x00", "\ufffd") if reason else ""
+        result = await self.store.cancel(raw, self._clock_now(), self.engine.queues.policies(), text)
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:

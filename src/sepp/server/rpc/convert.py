@@ -61,6 +61,8 @@ def fill_job(job: pb.Job, rec: JobRecord, with_history: bool = True) -> None:
         job.dead_letter_reason = rec.reason
     if rec.worker_id:
         job.worker_id = rec.worker_id
+    if rec.node:
+        job.node = rec.node
     if rec.cancel_requested:
         job.cancel_requested = True
     set_ts(job.run_at, rec.run_at)
@@ -99,7 +101,7 @@ def _fill_attempts(job: pb.Job, rec: JobRecord) -> None:
     as far as it can) as ``job.attempts``; a time outside the Timestamp range is left unset."""
     for entry in rec.attempt_entries():
         attempt = job.attempts.add(attempt=_int32(entry["attempt"]), worker_id=entry["worker_id"],
-                                   outcome=entry["outcome"], error_message=entry["error_message"],
+                                   node=entry["node"], outcome=entry["outcome"], error_message=entry["error_message"],
                                    error_detail=entry["error_detail"])
         for name in ("started_at", "ended_at"):
             us = entry.get(name)
@@ -115,7 +117,7 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
     Raises ``TypeError``/``ValueError`` for a damaged row (a column of the wrong type, a time
     outside the Timestamp range): the caller does not hand such a job out (issue 14 O4)."""
     (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
-     idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq) = rec
+     idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node) = rec
     if not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US):
         # A damaged row (issue 14 O4): a time no Timestamp can carry; the caller buries it.
         raise ValueError("run_at or enqueued_at is outside the Timestamp range")
@@ -140,6 +142,8 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
         job.dead_letter_reason = reason
     if worker_id:
         job.worker_id = worker_id
+    if node:
+        job.node = node
     if cancel:
         job.cancel_requested = True
     t = job.run_at

@@ -25,7 +25,7 @@ from sepp.server.errors import (
     ShuttingDown,
 )
 from sepp.storage.base import SettleError
-from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
+from sepp.storage.errors import StoreClosed, StoreError, StoreFailed, StoreUnavailable
 
 
 def status_for(exc: BaseException) -> status_pb2.Status:
@@ -57,6 +57,11 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         # The writer died while the call waited: its write may have been committed or not.
         return wire.plain_status(code_pb2.UNAVAILABLE, Reason.STORE_UNAVAILABLE,
                                  f"the server's writer stopped while this call was being stored; it may or may "
+                                 f"not have been stored (an idempotency key makes a retry safe): {exc}")
+    if isinstance(exc, StoreUnavailable):
+        # The database went away (PostgreSQL restarting): a commit in flight may have landed.
+        return wire.plain_status(code_pb2.UNAVAILABLE, Reason.STORE_UNAVAILABLE,
+                                 f"the server cannot reach its database right now; a write in flight may or may "
                                  f"not have been stored (an idempotency key makes a retry safe): {exc}")
     if isinstance(exc, StoreError):
         # Nothing of the call was committed (the write transaction failed as a whole).

@@ -19,7 +19,7 @@ from sepp.domain.clock import Clock
 from sepp.domain.params import SkippedRow, SweepResult
 from sepp.domain.states import State
 from sepp.server.engine import JobEngine
-from sepp.storage.errors import StoreClosed
+from sepp.storage.errors import StoreClosed, StoreUnavailable
 from sepp.wire import quote
 
 log = logging.getLogger("sepp.sweeper")
@@ -157,9 +157,8 @@ class Sweeper:
                 self._next_due = await store.next_due()
             except StoreClosed:
                 return
-            except Exception:
-                log.exception("promotion pass failed")
-                self.failures["promote"] += 1
+            except Exception as exc:
+                self._failed("promote", exc)
                 self._next_due = None
             now = self.clock.now()
             sleep = self.interval
@@ -196,6 +195,20 @@ class Sweeper:
         self.passes["prune"] += 1
         return result
 
+    def _failed(self, name: str, exc: Exception) -> None:
+        """Count a pass that failed as a whole and log it: with its traceback, except when the
+        database is unreachable (``StoreUnavailable``, e.g. PostgreSQL restarting), which is
+        one warning line at most every ``SKIP_LOG_EVERY`` seconds per pass."""
+        self.failures[name] += 1
+        if not isinstance(exc, StoreUnavailable):
+            log.error("%s pass failed", name, exc_info=exc)
+            return
+        now = self.clock.monotonic()
+        key = (name, b"", "unavailable")
+        if now - self._skip_logged.get(key, -SKIP_LOG_EVERY) >= SKIP_LOG_EVERY:
+            self._skip_logged[key] = now
+            log.warning("%s pass failed: %s (the passes go on and resume when the database is back)", name, exc)
+
     async def _maintenance_loop(self) -> None:
         while True:
             busy = False
@@ -204,8 +217,7 @@ class Sweeper:
                     busy = await run() >= PASS_LIMIT or busy
                 except StoreClosed:
                     return
-                except Exception:  # the other pass still runs; this one again next time
-                    log.exception("%s pass failed", name)
-                    self.failures[name] += 1
+                except Exception as exc:  # the other pass still runs; this one again next time
+                    self._failed(name, exc)
             if not busy:
                 await asyncio.sleep(self.interval)

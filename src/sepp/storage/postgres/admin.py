@@ -132,11 +132,11 @@ def _attempts(state: Any, history: str | None) -> tuple[int, str]:
 
 def _summary(row: Sequence[Any]) -> JobSummary:
     (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, size, encoding,
-     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel_req, history) = row
+     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel_req, history, node) = row
     record = JobRecord(bytes(id_), queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
                        b"", encoding, None if extras is None else bytes(extras), idem,
                        None if lease_id is None else bytes(lease_id), lease_exp, worker, started, None, finished,
-                       reason, cancel_req, seq)
+                       reason, cancel_req, seq, node)
     # A value no sepp writes reads as unset or clamped (logged once per job), so one such row
     # never fails the page it is on (issue 14).
     fixed = repair_job(record)
@@ -462,6 +462,7 @@ class PostgresAdmin:
                 return False
             await tx.conn.execute(A["delete_queue_row"], queue)
             await tx.conn.execute(A["delete_queue_throughput"], queue)
+            tx.queues_changed()  # the other nodes forget it (QueueRegistry.refresh)
             return True
 
         done: bool = await self._submit(op, 0)

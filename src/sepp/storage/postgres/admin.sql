@@ -84,7 +84,7 @@ ORDER BY seq LIMIT $7::bigint;
 -- (admin._attempts), so a history that is not a JSON array never fails the page.
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     octet_length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
-    started_at, finished_at, reason, cancel_requested, history
+    started_at, finished_at, reason, cancel_requested, history, node
 FROM jobs WHERE seq = ANY($1::bigint[]);
 
 -- ------------------------------------------------------------------ stats

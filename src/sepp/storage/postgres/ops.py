@@ -10,6 +10,7 @@ decision under the lease guard, so several nodes can run each of them at the sam
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -34,12 +35,23 @@ def columns(rows: Sequence[JobRow]) -> list[Any]:
     return [list(col) for col in zip(*rows, strict=True)]
 
 
+#: The columns of a JobRow, for COPY.
+JOB_COLUMNS = ("id", "queue", "job_type", "state", "priority", "run_at", "enqueued_at", "max_attempts", "payload",
+               "encoding", "extras", "idempotency_key")
+#: From this many rows on, an insert is a binary COPY (measured: about 30% less time per row
+#: than the unnest INSERT at 256 rows, but an extra round trip for the column types).
+COPY_FROM = 64
+
+
 async def insert(tx: Tx, rows: Sequence[JobRow]) -> None:
-    """Insert ``rows`` (one statement) and note the queues of READY rows for NOTIFY."""
+    """Insert ``rows`` (one statement, or a COPY for many) and note the queues of READY rows
+    for NOTIFY."""
     if not rows:
         return
     if len(rows) == 1:
         await tx.conn.execute(Q["insert_job"], *rows[0])
+    elif len(rows) >= COPY_FROM:
+        await tx.conn.copy_records_to_table("jobs", records=rows, columns=JOB_COLUMNS)
     else:
         await tx.conn.execute(Q["insert_jobs"], *columns(rows))
     for row in rows:
@@ -57,6 +69,17 @@ class InsertOp(FoldableOp):
     async def run_all(tx: Tx, rows: list[Any]) -> None:
         """Insert the rows of every folded enqueue in one statement."""
         await insert(tx, rows)
+
+    @staticmethod
+    async def run_autocommit(conn: Any, rows: list[Any], channel: str, origin: str) -> bool:
+        """Fewer than ``COPY_FROM`` rows: one INSERT with its NOTIFY (``insert_jobs_notify``),
+        committed by itself."""
+        if len(rows) >= COPY_FROM:
+            return False
+        ready = sorted({row.queue for row in rows if row.state == _READY})
+        payload = json.dumps({"o": origin, "q": ready}) if ready else None
+        await conn.execute(Q["insert_jobs_notify"], *columns(rows), channel, payload)
+        return True
 
 
 class EnqueueOp:
@@ -149,7 +172,7 @@ class ReserveOp:
                 break
             expires = now + p.lease_for[queue]
             if not budget:
-                rows = await conn.fetch(Q["lease_ready"], queue, want, self.lease_id, expires, p.worker_id, now)
+                rows = await conn.fetch(Q["lease_ready"], queue, want, self.lease_id, expires, p.worker_id, now, p.node)
             else:
                 sizes = await conn.fetch(Q["ready_sizes"], queue, want)
                 take: list[int] = []
@@ -158,7 +181,7 @@ class ReserveOp:
                         break
                     take.append(seq)
                     used += n
-                rows = (await conn.fetch(Q["lease_seqs"], take, self.lease_id, expires, p.worker_id, now)
+                rows = (await conn.fetch(Q["lease_seqs"], take, self.lease_id, expires, p.worker_id, now, p.node)
                         if take else [])
             if not rows:
                 continue
@@ -313,8 +336,8 @@ class ReclaimOp:
         dead: dict[str, int] = {}
         rows = await conn.fetch(Q["expired_leases"], now, self.limit)
         for r in rows:
-            seq, queue, lease_id = r[0], r[1], r[9]
-            d = reclaim(ExpiredLease._make(tuple(r)[1:8]), now, self.policy)
+            seq, queue, lease_id = r[0], r[1], r[10]
+            d = reclaim(ExpiredLease._make(tuple(r)[1:9]), now, self.policy)
             if d.run_at is None:
                 status = await conn.execute(Q["reclaim_ready"], d.state, d.entry, seq, lease_id)
             else:

@@ -15,6 +15,17 @@ INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max
 SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::smallint[], $5::integer[], $6::bigint[],
                      $7::bigint[], $8::integer[], $9::bytea[], $10::text[], $11::bytea[], $12::text[]);
 
+-- name: insert_jobs_notify
+-- insert_jobs and its wake-up in one statement, run outside a transaction block (it commits
+-- by itself: one round trip): $13 the channel, $14 the payload (NULL: no READY row, no NOTIFY).
+WITH ins AS (
+    INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
+                      payload, encoding, extras, idempotency_key)
+    SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::smallint[], $5::integer[], $6::bigint[],
+                         $7::bigint[], $8::integer[], $9::bytea[], $10::text[], $11::bytea[], $12::text[])
+)
+SELECT pg_notify($13, $14) WHERE $14::text IS NOT NULL;
+
 -- name: claim_keys
 -- Claim idempotency keys (distinct within the call): a key nobody holds, or whose claim has
 -- expired ($5 = now), is taken for the new job; a live claim is left alone and not
@@ -64,13 +75,14 @@ SELECT min(run_at) FROM jobs WHERE state = 1;
 -- name: lease_ready
 -- Lease the next $2 READY jobs of queue $1 in reserve order (priority DESC, run_at, seq),
 -- skipping rows another reserver holds (no job is leased twice): $3 lease id, $4 expiry,
--- $5 worker, $6 now. RETURNING has no order: the caller sorts by (priority DESC, run_at, seq).
+-- $5 worker, $6 now, $7 the leasing node. RETURNING has no order: the caller sorts by
+-- (priority DESC, run_at, seq).
 WITH picked AS MATERIALIZED (
     SELECT seq FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
 UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $3, lease_expires_at = $4, worker_id = $5,
-    started_at = $6, cancel_requested = 0
+    started_at = $6, cancel_requested = 0, node = $7
 FROM picked WHERE j.seq = picked.seq
 RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
     coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
@@ -83,8 +95,9 @@ FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIM
 FOR UPDATE SKIP LOCKED;
 
 -- name: lease_seqs
+-- Lease the seqs $1 (from ready_sizes): $2 lease id, $3 expiry, $4 worker, $5 now, $6 node.
 UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $2, lease_expires_at = $3, worker_id = $4,
-    started_at = $5, cancel_requested = 0
+    started_at = $5, cancel_requested = 0, node = $6
 WHERE j.seq = ANY($1::bigint[]) AND j.state = 2
 RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
     coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
@@ -110,14 +123,14 @@ UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);
 -- name: get_job
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     coalesce(payload, '\x'::bytea), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
-    started_at, history, finished_at, reason, cancel_requested, seq
+    started_at, history, finished_at, reason, cancel_requested, seq, node
 FROM jobs WHERE id = $1;
 
 -- name: settle_lookup
 -- The job a settle or extend judges, locked until the transaction ends (another node's
 -- reclaim or settle of it waits), so the write below finds it as judged.
 SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at,
-    cancel_requested, run_at
+    cancel_requested, run_at, node
 FROM jobs WHERE id = $1 FOR UPDATE;
 
 -- name: settle_update
@@ -147,7 +160,8 @@ UPDATE jobs SET lease_expires_at = $1 WHERE seq = $2;
 -- name: expired_leases
 -- Up to $2 expired leases (expiry <= $1), oldest first, locked; a lease another node is
 -- reclaiming or settling right now is skipped (it handles it).
-SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, id, lease_id
+SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node, id,
+    lease_id
 FROM jobs WHERE state = 3 AND lease_expires_at <= $1
 ORDER BY lease_expires_at, seq LIMIT $2
 FOR UPDATE SKIP LOCKED;

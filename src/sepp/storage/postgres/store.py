@@ -240,7 +240,7 @@ class PostgresStore:
         for queue, expires, rows in await self._committer.submit(ops.ReserveOp(params, lease_id), 0):
             records.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
                                      max_attempts, payload, encoding, extras, idem, lease_id, expires, worker, now,
-                                     history, None, None, 0, seq)
+                                     history, None, None, 0, seq, params.node)
                            for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
                                 encoding, extras, idem, history, seq) in rows)
         return records

@@ -51,10 +51,10 @@ _FINISHED = tuple(int(s) for s in FINISHED)
 
 def _summary(row: Sequence[Any]) -> JobSummary:
     (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, size, encoding,
-     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel, recorded, last_error) = row
+     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel, recorded, last_error, node) = row
     record = JobRecord(id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, b"",
                        encoding, extras, idem, lease_id, lease_exp, worker, started, None, finished, reason,
-                       cancel, seq)
+                       cancel, seq, node)
     # A damaged field reads as unset or clamped (logged once per job), so one such row
     # never fails the page it is on (issue 14).
     fixed = repair_job(record)

@@ -66,7 +66,8 @@ SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, 
     finished_at, reason, cancel_requested,
     -- attempts recorded: a completed job's last attempt is implicit (not in history)
     json_array_length(h) + (state = 4 AND coalesce(json_extract(h, '$[#-1].outcome'), '') <> 'completed'),
-    CASE WHEN state = 4 THEN '' ELSE json_extract(h, '$[#-1].error_message') END
+    CASE WHEN state = 4 THEN '' ELSE json_extract(h, '$[#-1].error_message') END,
+    node
 FROM (SELECT *,
     -- a history that is not a JSON array (a damaged row) reads as none: the listing of the
     -- other rows must not fail with it (issue 14)

@@ -115,7 +115,8 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
             continue
         used += size
         expires = now + params.lease_for[queue]
-        leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows))).rowcount
+        leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows),
+                                                  params.node)).rowcount
         if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
             raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
         out.append((queue, expires, rows))

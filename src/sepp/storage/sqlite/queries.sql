@@ -45,9 +45,9 @@ FROM jobs WHERE queue = ?1 AND state = 2 ORDER BY priority DESC, run_at, seq LIM
 
 -- name: lease_ready
 -- Lease the jobs ready_for_lease returned: ?1 lease id (one fresh random 128-bit token per
--- Reserve call), ?2 expiry, ?3 worker, ?4 now, ?5 queue, ?6 how many.
+-- Reserve call), ?2 expiry, ?3 worker, ?4 now, ?5 queue, ?6 how many, ?7 the leasing node.
 UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?1, lease_expires_at = ?2, worker_id = ?3,
-    started_at = ?4, cancel_requested = 0
+    started_at = ?4, cancel_requested = 0, node = ?7
 WHERE seq IN (SELECT seq FROM jobs WHERE queue = ?5 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?6);
 
 -- name: bury_damaged
@@ -76,12 +76,12 @@ UPDATE jobs SET purge_at = ? WHERE seq = ?;
 -- name: get_job
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, coalesce(payload, x''),
     encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
-    finished_at, reason, cancel_requested, seq
+    finished_at, reason, cancel_requested, seq, node
 FROM jobs WHERE id = ?;
 
 -- name: settle_lookup
 SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at, cancel_requested,
-    run_at
+    run_at, node
 FROM jobs WHERE id = ?;
 
 -- name: settle_update
@@ -109,7 +109,8 @@ UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
 -- name: expired_leases
 -- Up to ?4 expired leases (expiry <= ?1) after the key (?2 expiry, ?3 seq), oldest first: a
 -- pass that skipped an unprocessable row goes on past it (keyset, never OFFSET).
-SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, id, lease_id
+SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node, id,
+    lease_id
 FROM jobs WHERE state = 3 AND lease_expires_at <= ?1 AND (lease_expires_at, seq) > (?2, ?3)
 ORDER BY lease_expires_at, seq LIMIT ?4;
 

@@ -257,7 +257,7 @@ class SQLiteStore:
         for queue, expires, rows in await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0):
             records.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
                                      max_attempts, payload, encoding, extras, idem, lease_id, expires, worker, now,
-                                     history, None, None, 0, seq)
+                                     history, None, None, 0, seq, params.node)
                            for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
                                 encoding, extras, idem, history, seq) in rows)
         return records

@@ -146,8 +146,8 @@ def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
 
 def _reclaim_row(now: int, policy: PolicyLookup, conn: sqlite3.Connection, row: _Row) -> int:
     """Apply the reclaim rule to one ``expired_leases`` row under its lease guard; the new state."""
-    seq, lease_id = row[0], row[9]
-    decision = reclaim(ExpiredLease._make(row[1:8]), now, policy)
+    seq, lease_id = row[0], row[10]
+    decision = reclaim(ExpiredLease._make(row[1:9]), now, policy)
     if decision.run_at is None:
         cur = conn.execute(Q["reclaim_ready"], (decision.state, decision.entry, seq, lease_id))
     else:
@@ -170,7 +170,7 @@ def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connect
             woke.add(row[1])
         elif state == _DEAD:
             dead[row[1]] = dead.get(row[1], 0) + 1
-    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 8, 1))
+    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 9, 1))
 
 
 # ---------------------------------------------------------------------- prune

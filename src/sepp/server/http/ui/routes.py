@@ -28,6 +28,7 @@ from starlette.templating import Jinja2Templates
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.rejections import RejectionCode
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_name
+from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
 from sepp.server.engine import job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
 from sepp.server.http.ui.chart import Chart, build_chart, merge_rows
@@ -44,12 +45,15 @@ from sepp.server.http.ui.security import (
 from sepp.server.http.ui.views import (
     SLUG_OF,
     STATE_SLUGS,
+    fmt_ago,
     fmt_bytes,
     fmt_duration,
     fmt_iso,
     fmt_time,
     job_context,
+    node_views,
     settings_rows,
+    storage_label,
 )
 from sepp.storage.admin import JobQuery
 from sepp.storage.base import State
@@ -81,7 +85,7 @@ class AdminUI:
         self._auth_marker = auth_marker(self.token)
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                                  undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-        env.filters.update(time=fmt_time, iso=fmt_iso, duration=fmt_duration, bytes=fmt_bytes,
+        env.filters.update(time=fmt_time, iso=fmt_iso, duration=fmt_duration, bytes=fmt_bytes, ago=fmt_ago,
                            qurl=lambda name: quote(str(name), safe=""), state=state_name,
                            slug=lambda s: SLUG_OF.get(int(s), ""), number=lambda n: f"{n:,}",
                            uuid=job_id_text)
@@ -109,6 +113,8 @@ class AdminUI:
             Route("/dead/requeue", post(self.dead_requeue), methods=["POST"]),
             Route("/enqueue", page(self.enqueue_page)),
             Route("/enqueue", post(self.enqueue_submit), methods=["POST"]),
+            Route("/nodes", page(self.nodes_page)),
+            Route("/ui/partials/nodes", page(self.nodes_partial)),
             Route("/find", page(self.find)),
             Route("/login", self._open(self.login_page)),
             Route("/login", self._open_post(self.login_submit), methods=["POST"]),
@@ -392,6 +398,25 @@ class AdminUI:
             status = 500
             ctx = self._enqueue_context(values, customs, form_error=str(exc))
         return self.render(request, "enqueue.html", ctx, status)
+
+    # ------------------------------------------------------------------ nodes
+
+    def _nodes_context(self) -> dict[str, Any]:
+        engine = self.admin.engine
+        cfg = engine.config
+        nodes = node_views(engine.nodes, engine.clock.now(), engine.node, NODE_GONE_AFTER)
+        return {"nodes": nodes, "this_node": engine.node, "gone_after": NODE_GONE_AFTER,
+                "heartbeat_every": HEARTBEAT_EVERY,
+                "storage": storage_label(cfg.storage, cfg.postgres.schema, str(cfg.data_dir), cfg.persist_mode)}
+
+    async def nodes_page(self, request: Request) -> Response:
+        """The nodes sharing the store (issue 10): name, address, version, started, last seen
+        (gone after ``NODE_GONE_AFTER`` s without a heartbeat), and the storage backend."""
+        return self.render(request, "nodes.html", {"title": "Nodes", **self._nodes_context()})
+
+    async def nodes_partial(self, request: Request) -> Response:
+        """The nodes table for htmx polling."""
+        return self.render(request, "_nodes.html", self._nodes_context())
 
     # ------------------------------------------------------------------ search
 

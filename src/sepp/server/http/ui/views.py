@@ -8,10 +8,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sepp.domain.records import NodeRecord
 from sepp.domain.states import STATE_NAMES
 from sepp.server.admin import state_name
 from sepp.server.rpc.convert import job_to_proto
@@ -174,3 +175,50 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
             "custom": custom, "trace": sorted(job.trace_context.items()), "attempts": attempts,
             "state_name": state_name(rec.state), "can_cancel": rec.state in (1, 2, 3) and not rec.cancel_requested,
             "can_requeue": rec.state in (5, 6)}
+
+
+def fmt_ago(seconds: float) -> str:
+    """How long ago, for people: ``3 s ago``, ``2 min 5 s ago``; ``just now`` under a
+    second (a clock a little ahead of another node's reads as just now too)."""
+    if seconds < 1:
+        return "just now"
+    if seconds < 60:
+        return f"{seconds:.0f} s ago"
+    return f"{fmt_duration(seconds)} ago"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node of the cluster as the Nodes page shows it (issue 10: "the UI shows the
+    nodes (name, address, version, last seen)"). ``started_at``/``last_seen`` µs UTC;
+    ``seen_ago`` seconds since its last heartbeat; ``gone`` when that is over the
+    ``gone_after`` bound (``sepp.server.cluster.NODE_GONE_AFTER``); ``this`` for the node
+    serving the page."""
+
+    name: str
+    address: str
+    version: str
+    started_at: int
+    last_seen: int
+    seen_ago: float
+    gone: bool
+    this: bool
+
+
+def node_views(nodes: Sequence[NodeRecord], now: int, this_node: str, gone_after: float) -> list[NodeView]:
+    """``nodes`` (``JobEngine.nodes``, by name) at ``now`` (µs UTC): live nodes first, then
+    the gone ones, each by name. ``gone_after`` is in seconds."""
+    views = []
+    for n in nodes:
+        ago = max(0.0, (now - n.last_seen) / 1e6)
+        views.append(NodeView(n.name, n.address, n.version, n.started_at, n.last_seen, ago, ago > gone_after,
+                              n.name == this_node))
+    return sorted(views, key=lambda v: (v.gone, v.name))
+
+
+def storage_label(storage: str, schema: str, data_dir: str, persist_mode: str) -> str:
+    """The storage line of the Nodes page: ``PostgreSQL, schema sepp (persist group)`` or
+    ``SQLite, data folder ./data (persist group)``. Never the DSN (it may carry a password)."""
+    if storage == "postgres":
+        return f"PostgreSQL, schema {schema} (persist {persist_mode})"
+    return f"SQLite, data folder {data_dir} (persist {persist_mode})"

@@ -1,6 +1,7 @@
 """In-process engine benchmark (issue 9): the server's own cost of batched enqueue, without gRPC.
 
-Builds ``JobEngine`` over a real ``SQLiteStore`` (writer process, a temp folder) in this
+Builds ``JobEngine`` over a real ``SQLiteStore`` (writer process, a temp folder; or a
+``PostgresStore`` in a fresh schema with ``--postgres-dsn``) in this
 process and calls ``enqueue_batch`` with batches of 256 jobs (100-byte payloads), 4 in
 flight. Prints a Markdown table: jobs/s (wall) and the CPU µs per job spent in this process
 (the engine, validation, row building and the store's side of the pipe; the writer's own
@@ -8,32 +9,41 @@ work runs in its child process). Comparing two commits with this script shows a 
 the engine's per-job cost that the end-to-end benchmarks' noise (the gRPC layer, the client
 on the same 2 cores) hides.
 
-    python benchmarks/engine_enqueue.py [--batches 300] [--modes async,group]
+    python benchmarks/engine_enqueue.py [--batches 300] [--modes async,group] [--postgres-dsn DSN]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
+from sepp.storage.config import PostgresSettings
 from sepp.storage.factory import open_store
 
 BATCH = 256
 IN_FLIGHT = 4
 
 
-async def measure(mode: str, batches: int) -> tuple[float, float]:
-    """(jobs/s wall, CPU µs per job in this process) for ``batches`` batches in ``mode``."""
+async def measure(mode: str, batches: int, dsn: str = "") -> tuple[float, float]:
+    """(jobs/s wall, CPU µs per job in this process) for ``batches`` batches in ``mode``;
+    on PostgreSQL (``dsn``) in a fresh schema, dropped after."""
     folder = Path(tempfile.mkdtemp(prefix="sepp-engine-bench-"))
-    config = ServerConfig(data_dir=folder, persist_mode=mode)  # type: ignore[arg-type]
+    extra: dict[str, Any] = {}
+    if dsn:
+        extra = {"storage": "postgres", "postgres_dsn": dsn,
+                 "postgres": PostgresSettings(schema=f"bench_engine_{os.getpid()}")}
+    config = ServerConfig(data_dir=folder, persist_mode=mode, **extra)  # type: ignore[arg-type]
     store = open_store(config)
     await store.open()
     try:
@@ -53,6 +63,9 @@ async def measure(mode: str, batches: int) -> tuple[float, float]:
         cpu1, wall1 = time.process_time(), time.perf_counter()
     finally:
         await store.close()
+        if dsn:
+            drop = ["psql", dsn, "-qc", f"DROP SCHEMA IF EXISTS bench_engine_{os.getpid()} CASCADE"]
+            await asyncio.to_thread(subprocess.run, drop, check=False, capture_output=True)
     jobs = (batches // IN_FLIGHT) * IN_FLIGHT * BATCH
     return jobs / (wall1 - wall0), (cpu1 - cpu0) / jobs * 1e6
 
@@ -62,11 +75,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=300, help="batches of 256 per mode")
     parser.add_argument("--modes", default="async,group", help="persist modes, comma-separated")
+    parser.add_argument("--postgres-dsn", default="", help="run on PostgreSQL (a fresh schema) instead of SQLite")
     args = parser.parse_args()
     print("| mode | jobs/s (wall) | CPU µs/job (engine process) |")
     print("|---|---|---|")
     for mode in args.modes.split(","):
-        rate, cpu = asyncio.run(measure(mode, args.batches))
+        rate, cpu = asyncio.run(measure(mode, args.batches, args.postgres_dsn))
         print(f"| {mode} | {rate:,.0f} | {cpu:.2f} |")
 
 

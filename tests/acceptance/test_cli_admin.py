@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from support.servers import backend_config
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2_grpc, worker_pb2_grpc
@@ -21,9 +22,10 @@ from sepp.testing.process import free_port
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the module; every test uses its own queues."""
-    with ServerProcess(Path(tmp_path_factory.mktemp("cli-admin")), {"sweep_interval": 0.05}) as proc:
+    config = {"sweep_interval": 0.05, **backend_config(backend)}
+    with ServerProcess(Path(tmp_path_factory.mktemp("cli-admin")), config) as proc:
         yield proc
 
 

@@ -10,16 +10,19 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 from support.browser import UI_CONFIG, browser_fixture, dead_letter, enqueue, page_fixture  # noqa: F401
+from support.servers import backend_config
 
 from sepp.testing import ServerProcess
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser,
+              pytest.mark.sqlite_only(reason="backend-neutral (the pages' JavaScript); the UI over HTTP runs on "
+                                      "PostgreSQL in tests/integration/test_admin_ui_http.py")]
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the module; each test uses its own queues."""
-    with ServerProcess(Path(tmp_path_factory.mktemp("ui-pages")), UI_CONFIG) as proc:
+    with ServerProcess(Path(tmp_path_factory.mktemp("ui-pages")), {**UI_CONFIG, **backend_config(backend)}) as proc:
         yield proc
 
 

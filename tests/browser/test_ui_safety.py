@@ -9,19 +9,22 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 from support.browser import UI_CONFIG, browser_fixture, dead_letter, enqueue, page_fixture  # noqa: F401
+from support.servers import backend_config
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser,
+              pytest.mark.sqlite_only(reason="backend-neutral (the pages' JavaScript); the UI over HTTP runs on "
+                                      "PostgreSQL in tests/integration/test_admin_ui_http.py")]
 
 ServerFactory = Callable[..., ServerProcess]
 XSS = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with ServerProcess(Path(tmp_path_factory.mktemp("ui-safety")), UI_CONFIG) as proc:
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
+    with ServerProcess(Path(tmp_path_factory.mktemp("ui-safety")), {**UI_CONFIG, **backend_config(backend)}) as proc:
         yield proc
 
 

@@ -12,6 +12,7 @@ import pytest
 from google.protobuf import duration_pb2, field_mask_pb2
 from support.admin import AdminStubs, connect
 from support.failures import fails as refusal
+from support.servers import backend_config
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
@@ -22,10 +23,10 @@ ServerFactory = Callable[..., ServerProcess]
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the tests of this module (each uses its own queues)."""
     with ServerProcess(Path(tmp_path_factory.mktemp("admin-queues")),
-                       {"sweep_interval": 0.05, "shutdown_grace": 5.0}) as proc:
+                       {"sweep_interval": 0.05, "shutdown_grace": 5.0, **backend_config(backend)}) as proc:
         yield proc
 
 

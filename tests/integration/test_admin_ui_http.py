@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support.admin import AdminStubs, connect
+from support.servers import backend_config
 
 from sepp.testing import ServerProcess
 
@@ -16,8 +17,9 @@ ServerFactory = Callable[..., ServerProcess]
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with ServerProcess(Path(tmp_path_factory.mktemp("ui-http")), {"sweep_interval": 0.05}) as proc:
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
+    config = {"sweep_interval": 0.05, **backend_config(backend)}
+    with ServerProcess(Path(tmp_path_factory.mktemp("ui-http")), config) as proc:
         yield proc
 
 

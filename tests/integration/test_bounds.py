@@ -22,6 +22,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from support.admin import AdminStubs, connect
 from support.failures import fails as refusal
 from support.producer import duration
+from support.servers import backend_config
 
 from sepp import Client, EnqueueRequest
 from sepp.api.v1 import admin_pb2 as apb
@@ -40,10 +41,10 @@ NS = 1_000_000_000
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the tests of this module (each uses its own queues)."""
-    with ServerProcess(Path(tmp_path_factory.mktemp("bounds")), {"sweep_interval": 0.05,
-                                                                  "shutdown_grace": 5.0}) as proc:
+    with ServerProcess(Path(tmp_path_factory.mktemp("bounds")), {"sweep_interval": 0.05, "shutdown_grace": 5.0,
+                                                                  **backend_config(backend)}) as proc:
         yield proc
 
 
@@ -342,6 +343,7 @@ def _write_settings(db: Path, rows: dict[str, str]) -> None:
         conn.close()
 
 
+@pytest.mark.sqlite_only(reason="writes an old queue row into the sepp.db file with sqlite3")
 def test_an_out_of_range_stored_setting_is_clamped_logged_once_and_never_blocks_a_read(
         server_factory: ServerFactory, tmp_path: Path) -> None:
     data = tmp_path / "old-db"

@@ -26,6 +26,7 @@ import grpc
 import pytest
 from support.failures import fails
 from support.producer import MiB, Stubs, assert_rejected, assert_rejection, connect, job
+from support.servers import backend_config
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess
@@ -42,8 +43,10 @@ assert [len(c.encode()) for c in (E2, E3, E4)] == [2, 3, 4]
 # ---------------------------------------------------------------- servers
 
 
-def _start(tmp_path_factory: pytest.TempPathFactory, name: str, **config: object) -> Iterator[ServerProcess]:
-    proc = ServerProcess(Path(tmp_path_factory.mktemp(name)), {"sweep_interval": 0.05, **config})
+def _start(tmp_path_factory: pytest.TempPathFactory, backend: str, name: str,
+           **config: object) -> Iterator[ServerProcess]:
+    settings = {"sweep_interval": 0.05, **backend_config(backend), **config}
+    proc = ServerProcess(Path(tmp_path_factory.mktemp(name)), settings)
     proc.start()
     try:
         yield proc
@@ -55,17 +58,17 @@ def _start(tmp_path_factory: pytest.TempPathFactory, name: str, **config: object
 
 
 @pytest.fixture(scope="module")
-def lax(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stubs]:
+def lax(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[Stubs]:
     """A non-strict server with default limits and a queue ``enc`` that restricts encodings."""
-    for proc in _start(tmp_path_factory, "lax", strict=False, queues=QUEUES):
+    for proc in _start(tmp_path_factory, backend, "lax", strict=False, queues=QUEUES):
         with connect(proc.grpc_target) as stubs:
             yield stubs
 
 
 @pytest.fixture(scope="module")
-def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stubs]:
+def strict(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[Stubs]:
     """A strict server declaring ``q`` and ``enc`` (same settings as on ``lax``)."""
-    for proc in _start(tmp_path_factory, "strict", strict=True, queues=QUEUES):
+    for proc in _start(tmp_path_factory, backend, "strict", strict=True, queues=QUEUES):
         with connect(proc.grpc_target) as stubs:
             yield stubs
 

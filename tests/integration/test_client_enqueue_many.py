@@ -20,10 +20,10 @@ CAP = 4
 
 
 @pytest.fixture(scope="module")
-def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def capped(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """A server whose batches hold at most ``CAP`` jobs; one for the module (every test
     uses queues of its own)."""
-    yield from module_server(tmp_path_factory, limits={"max_enqueue_batch": CAP})
+    yield from module_server(tmp_path_factory, backend, limits={"max_enqueue_batch": CAP})
 
 
 def _requests(queue: str, n: int, bad: frozenset[int] | set[int] = frozenset()) -> Iterator[EnqueueRequest]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.servers import FAST
+from support.servers import FAST, backend_config
 
 from sepp import Client, EnqueueRequest
 from sepp.client._core import never_sent
@@ -113,8 +113,9 @@ def _in_flight_at(failure: _Failure, stop: _Stop) -> bool:
     return failure.started <= stop.gone and failure.ended >= stop.issued
 
 
-def test_producers_see_no_failure_across_sigterm_and_kill_9_restarts(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data", {**FAST, "grpc_listen": f"127.0.0.1:{free_port()}"})
+def test_producers_see_no_failure_across_sigterm_and_kill_9_restarts(tmp_path: Path, backend: str) -> None:
+    config = {**FAST, **backend_config(backend), "grpc_listen": f"127.0.0.1:{free_port()}"}
+    server = ServerProcess(tmp_path / "data", config)
     server.start()
     target = server.grpc_target
     keyed = _Producer(target, "keyed", keyed=True)

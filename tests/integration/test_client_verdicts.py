@@ -123,9 +123,10 @@ def _shape(results: list[EnqueueAck | Rejection]) -> list[tuple[Any, ...] | None
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["strict", "relaxed"])
-def small_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def small_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                 backend: str) -> Iterator[ServerProcess]:
     """A server with small limits, strict or not; one of each for the whole module."""
-    yield from module_server(tmp_path_factory, strict=request.param, limits=LIMITS,
+    yield from module_server(tmp_path_factory, backend, strict=request.param, limits=LIMITS,
                              queue_defaults={"limits": DEFAULT_LIMITS}, queues=QUEUES)
 
 

@@ -23,6 +23,8 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.storage.sqlite.store import DB_FILE
 
+pytestmark = pytest.mark.sqlite_only(reason="damages rows in the sepp.db file with sqlite3")
+
 #: One damaged column per case, as SQL assignments.
 DAMAGE = {
     "priority_text": "priority = 'abc'",

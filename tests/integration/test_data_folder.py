@@ -11,6 +11,8 @@ from support.servers import ServerFactory
 
 from sepp.testing import ServerProcess
 
+pytestmark = pytest.mark.sqlite_only(reason="the data folder and its lock (PostgreSQL needs none, issue 10)")
+
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sepp", "serve", "--http-listen", "", *args],

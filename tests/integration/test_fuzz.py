@@ -46,6 +46,7 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from support.servers import backend_config
 
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
 from sepp.testing import ServerProcess, fuzz
@@ -67,8 +68,9 @@ class Fuzzed:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
-    server = ServerProcess(Path(tmp_path_factory.mktemp("fuzz")), fuzz.SERVER_CONFIG).start()
+def fuzzed(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[Fuzzed]:
+    config = {**fuzz.SERVER_CONFIG, **backend_config(backend)}
+    server = ServerProcess(Path(tmp_path_factory.mktemp("fuzz")), config).start()
     channel = grpc.insecure_channel(server.grpc_target, options=(("grpc.max_send_message_length", -1),
                                                                  ("grpc.max_receive_message_length", -1)))
     pool = fuzz.Pool()

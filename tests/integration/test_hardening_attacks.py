@@ -26,6 +26,7 @@ import pytest
 from google.protobuf import duration_pb2, field_mask_pb2
 from support.admin import AdminStubs, connect
 from support.failures import fails as refusal
+from support.servers import backend_config
 
 from sepp import Client, EnqueueRequest
 from sepp.api.v1 import admin_pb2 as apb
@@ -39,9 +40,10 @@ HORIZON = 365 * 86400
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the module (each test uses its own queues)."""
-    with ServerProcess(Path(tmp_path_factory.mktemp("attacks")), {"sweep_interval": 0.2}) as proc:
+    config = {"sweep_interval": 0.2, **backend_config(backend)}
+    with ServerProcess(Path(tmp_path_factory.mktemp("attacks")), config) as proc:
         yield proc
 
 

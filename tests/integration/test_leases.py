@@ -21,9 +21,9 @@ FAILED = grpc.StatusCode.FAILED_PRECONDITION
 
 
 @pytest.fixture(scope="module")
-def lease_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def lease_server(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the module: every queue has a 0.4 s lease; each test works on its ``fresh_queue``."""
-    yield from module_server(tmp_path_factory, queue_defaults=fast_queue(lease_duration=0.4))
+    yield from module_server(tmp_path_factory, backend, queue_defaults=fast_queue(lease_duration=0.4))
 
 
 def test_an_expired_lease_returns_the_job_and_the_next_delivery_has_a_new_lease_id(lease_server: ServerProcess,

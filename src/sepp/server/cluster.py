@@ -29,7 +29,8 @@ log = logging.getLogger("sepp.cluster")
 HEARTBEAT_EVERY = 5.0
 #: Longest time (seconds) a queue change made on another node can go unseen here.
 QUEUE_REFRESH_EVERY = 5.0
-#: A node not seen for this many seconds is shown as gone (UI, GetServerInfo stays exact).
+#: A node not seen for this many seconds is shown as gone in the UI (three missed heartbeats;
+#: GetServerInfo lists every node with its last heartbeat and leaves the judgement to the reader).
 NODE_GONE_AFTER = 3 * HEARTBEAT_EVERY
 
 

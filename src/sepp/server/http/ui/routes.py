@@ -401,9 +401,13 @@ class AdminUI:
 
     # ------------------------------------------------------------------ nodes
 
-    def _nodes_context(self) -> dict[str, Any]:
+    async def _nodes_context(self) -> dict[str, Any]:
         engine = self.admin.engine
         cfg = engine.config
+        try:  # read at once: engine.nodes is as old as this node's last heartbeat (up to 5 s)
+            engine.nodes = await engine.store.nodes()
+        except StoreError:  # the database is away: show what was last read
+            pass
         nodes = node_views(engine.nodes, engine.clock.now(), engine.node, NODE_GONE_AFTER)
         return {"nodes": nodes, "this_node": engine.node, "gone_after": NODE_GONE_AFTER,
                 "heartbeat_every": HEARTBEAT_EVERY,
@@ -412,11 +416,11 @@ class AdminUI:
     async def nodes_page(self, request: Request) -> Response:
         """The nodes sharing the store (issue 10): name, address, version, started, last seen
         (gone after ``NODE_GONE_AFTER`` s without a heartbeat), and the storage backend."""
-        return self.render(request, "nodes.html", {"title": "Nodes", **self._nodes_context()})
+        return self.render(request, "nodes.html", {"title": "Nodes", **(await self._nodes_context())})
 
     async def nodes_partial(self, request: Request) -> Response:
         """The nodes table for htmx polling."""
-        return self.render(request, "_nodes.html", self._nodes_context())
+        return self.render(request, "_nodes.html", await self._nodes_context())
 
     # ------------------------------------------------------------------ search
 

@@ -49,13 +49,13 @@ FAST = {"queues": {QUEUE: {"lease_duration": 30.0}}, "log_level": "warning"}
 
 
 @contextlib.contextmanager
-def cluster(tmp: Path, nodes: int, storage: str, dsn: str, tag: str) -> Iterator[list[ServerProcess]]:
+def cluster(tmp: Path, nodes: int, storage: str, dsn: str, tag: str, writers: int = 4) -> Iterator[list[ServerProcess]]:
     """``nodes`` servers on one fresh schema (PostgreSQL) or one server on a fresh folder
     (SQLite); stopped (and the schema dropped) on exit."""
     schema = f"bench_{tag}_{os.getpid()}"
     config: dict[str, Any] = dict(FAST)
     if storage == "postgres":
-        config.update(storage="postgres", postgres_dsn=dsn, postgres={"schema": schema})
+        config.update(storage="postgres", postgres_dsn=dsn, postgres={"schema": schema, "writers": writers})
     procs: list[ServerProcess] = []
     try:
         for i in range(nodes):
@@ -146,6 +146,8 @@ async def main() -> None:
     parser.add_argument("--nodes", default="1,3", help="PostgreSQL node counts, comma-separated")
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite reference row")
+    parser.add_argument("--writers", type=int, default=4, help="postgres.writers of every node")
+    parser.add_argument("--only", choices=("all", "enqueue", "e2e"), default="all", help="run one part only")
     args = parser.parse_args()
     setups = [] if args.no_sqlite else [("sqlite", 1)]
     setups += [("postgres", int(n)) for n in args.nodes.split(",")]
@@ -153,10 +155,14 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for storage, nodes in setups:
             tag = f"{storage}{nodes}"
-            with cluster(Path(tmp), nodes, storage, args.dsn, tag + "e") as procs:
-                rates = await enqueue_rates([p.grpc_target for p in procs], args.duration)
-            with cluster(Path(tmp), nodes, storage, args.dsn, tag + "w") as procs:
-                e2e = await end_to_end([p.grpc_target for p in procs], args.duration)
+            rates = {"batch x1": 0.0, "batch x4/node": 0.0, "single x64": 0.0}
+            e2e = 0.0
+            if args.only in ("all", "enqueue"):
+                with cluster(Path(tmp), nodes, storage, args.dsn, tag + "e", args.writers) as procs:
+                    rates = await enqueue_rates([p.grpc_target for p in procs], args.duration)
+            if args.only in ("all", "e2e"):
+                with cluster(Path(tmp), nodes, storage, args.dsn, tag + "w", args.writers) as procs:
+                    e2e = await end_to_end([p.grpc_target for p in procs], args.duration)
             rows.append([f"{storage}, {nodes} node{'s' if nodes > 1 else ''}", f"{rates['batch x1']:,.0f}",
                          f"{rates['batch x4/node']:,.0f}", f"{rates['single x64']:,.0f}", f"{e2e:,.0f}"])
             print(" | ".join(rows[-1]), flush=True)

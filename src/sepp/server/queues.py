@@ -153,7 +153,7 @@ class QueueRegistry:
                 if not rec.paused:
                     # A reserver may be long-polling it already: the other node's wake-up
                     # arrived before this refresh made the queue known here.
-                    pass  # BRKREVERT
+                    resumed.append(name)
                 continue
             if q.settings != settings:
                 q.apply(settings)

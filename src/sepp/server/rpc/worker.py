@@ -73,7 +73,7 @@ def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: 
     if directive == "dead_letter":
         # PostgreSQL text cannot hold U+0000: the free-form reason keeps U+FFFD instead (as
         # an admin cancel reason does), on every backend alike (docs/decisions.md).
-        given = _truncate(item.dead_letter, MAX_REASON_BYTES)  # BRKREVERT
+        given = _truncate(item.dead_letter, MAX_REASON_BYTES).replace("\x00", "\ufffd")
         reason = "NACK_DEAD_LETTER" + (f": {given}" if given else "")
         return SettleParams(jid, lid, SettleKind.DEAD_LETTER, now, reason=reason, outcome="dead_letter",
                             error_message=message or given, error_detail=detail)

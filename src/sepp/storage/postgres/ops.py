@@ -121,7 +121,7 @@ class EnqueueOp:
         if first:
             # In (queue, key) order: two transactions claiming overlapping keys then lock them
             # in the same order and wait for each other instead of deadlocking.
-            idx = list(first.values())  # BRKREVERT
+            idx = sorted(first.values(), key=lambda i: (self.rows[i].queue, self.rows[i].idempotency_key))
             got = await conn.fetch(Q["claim_keys"], [self.rows[i].queue for i in idx],
                                    [self.rows[i].idempotency_key for i in idx], [self.rows[i].id for i in idx],
                                    [self.dedup_until[i] for i in idx], now)

@@ -8,6 +8,7 @@ is what a client sees, without a process, a port or a sleep. Times are µs UTC.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -96,7 +97,18 @@ class Harness:
         assert rec is not None
         return rec
 
+    async def writes_done(self) -> None:
+        """Wait until the store has run every write operation submitted so far (its
+        committer is idle): a backend may run them on several connections, in any order."""
+        committer = self.store.committer  # type: ignore[attr-defined]
+        for _ in range(10_000):
+            if committer.idle:
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("the store's committer did not become idle within 10 s")
+
 
 #: Builds a harness (``conftest.make_harness``); keyword arguments are ``ServerConfig``
 #: fields, ``queues`` as {name: {setting: value}}.
 HarnessFactory = Callable[..., Awaitable[Harness]]
+

@@ -55,9 +55,9 @@ async def test_a_long_polling_reserve_wakes_when_the_promotion_makes_its_job_rea
     waiting = asyncio.create_task(h.engine.reserve(["q"], 1, None, 10.0, "w"))
     for _ in range(3):
         await asyncio.sleep(0)
-    # The SQLite writer runs operations in submission order: once this one is back, the
-    # reserve's first attempt (taken at the old time) found nothing and it waits.
-    await h.store.load_queues()
+    # Once the store has run what was submitted, the reserve's first attempt (taken at the
+    # old time) found nothing and it waits.
+    await h.writes_done()
     assert not waiting.done()
     h.clock.set(run_at)
     assert (await h.sweeper.run_once())["promote"].count == 1

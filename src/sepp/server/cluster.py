@@ -63,6 +63,12 @@ class Cluster:
         store = self.engine.store
         notifier = self.engine.notifier
         store.subscribe(lambda q: notifier.ready_all() if q is None else notifier.ready(q), self._changed.set)
+        now = self.engine.clock.now()
+        for other in await store.nodes():
+            if other.name == self.node and now - other.last_seen < NODE_GONE_AFTER * 1_000_000:
+                log.warning("another node named %r (at %s) sent a heartbeat %.0f s ago: node names must be unique "
+                            "(--node-name); both now show as one node", self.node, other.address or "?",
+                            (now - other.last_seen) / 1e6)
         await self._beat()
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="sepp-heartbeat"))
         if store.shared:

@@ -47,9 +47,12 @@ def is_connection_error(exc: BaseException) -> bool:
     """True when ``exc`` means the connection (or the server) is gone, not the statement."""
     # InternalClientError: asyncpg's protocol state broke with the connection (seen while
     # PostgreSQL restarts: "cannot switch to state 15; another operation is in progress").
+    # Of class 57 (operator intervention) only the shutdowns are: a cancelled statement
+    # (57014, statement_timeout) leaves the connection usable (finding B7).
     return isinstance(exc, OSError | TimeoutError | asyncio.TimeoutError | asyncpg.ConnectionDoesNotExistError
                       | asyncpg.InterfaceError | asyncpg.PostgresConnectionError | asyncpg.InternalClientError
-                      | asyncpg.OperatorInterventionError | asyncpg.CannotConnectNowError)
+                      | asyncpg.AdminShutdownError | asyncpg.CrashShutdownError | asyncpg.CannotConnectNowError
+                      | asyncpg.IdleInTransactionSessionTimeoutError)
 
 
 def store_error(exc: BaseException) -> StoreError:
@@ -266,14 +269,21 @@ class PgCommitter:
         tx = Tx(conn)
         async with conn.transaction():
             folded = [op for op in ops if isinstance(op, FoldableOp)]
-            if len(folded) > 1:
+            merged = len(folded) > 1
+            if merged:
                 rows: list[Any] = []
                 for op in folded:
                     rows.extend(op.rows)
                 await type(folded[0]).run_all(tx, rows)
-                results = [{} if isinstance(op, FoldableOp) else await op(tx) for op in ops]
-            else:
-                results = [await op(tx) for op in ops]
+            # Operations that lock rows by key (``lock_key``: keyed enqueues) run last, in key
+            # order, so two groups claiming the same hot keys lock them in the same order and
+            # wait for each other instead of deadlocking (finding B6); the others keep their
+            # submission order (the sort is stable). Results go back in submission order.
+            order = sorted(range(len(ops)), key=lambda i: getattr(ops[i], "lock_key", ("", "")))
+            results: list[Any] = [None] * len(ops)
+            for i in order:
+                op = ops[i]
+                results[i] = {} if merged and isinstance(op, FoldableOp) else await op(tx)
             if tx.ready or tx.queues:
                 message: dict[str, Any] = {"o": self._origin, "q": sorted(tx.ready)}
                 if tx.queues:

@@ -98,11 +98,15 @@ class InsertOp(FoldableOp):
 class EnqueueOp:
     """An enqueue with idempotency keys or new queues (``Store.enqueue``)."""
 
-    __slots__ = ("dedup_until", "new_queues", "now", "rows")
+    __slots__ = ("dedup_until", "lock_key", "new_queues", "now", "rows")
 
     def __init__(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                  new_queues: Sequence[QueueRecord]) -> None:
         self.rows, self.dedup_until, self.now, self.new_queues = rows, dedup_until, now, new_queues
+        #: The first (queue, key) this operation locks: the committer runs the keyed
+        #: enqueues of a group in this order, so two groups claiming the same hot keys
+        #: lock them in the same order and wait instead of deadlocking (finding B6).
+        self.lock_key = min(((r.queue, r.idempotency_key) for r in rows if r.idempotency_key), default=("", ""))
 
     async def __call__(self, tx: Tx) -> Dedups:
         conn, now = tx.conn, self.now

@@ -60,6 +60,9 @@ def describe_failure(exc: BaseException, dsn: str) -> str:
         return f"PostgreSQL at {where} cannot be reached: no answer within {CONNECT_TIMEOUT:g} s"
     if isinstance(exc, OSError):
         return f"PostgreSQL at {where} cannot be reached: {exc.strerror or exc}"
+    if isinstance(exc, ValueError):  # asyncpg's DSN parser, e.g. a port that is not a number
+        return f"postgres_dsn {where} is not a valid PostgreSQL URL ({' '.join(str(exc).split())}); " \
+               "expected postgresql://USER[:PASSWORD]@HOST:PORT/DB"
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"PostgreSQL at {where}: {text}"
 
@@ -74,20 +77,38 @@ def connect_error(exc: BaseException, dsn: str) -> StoreError:
     return (StoreUnavailable if transient else StoreError)(line)
 
 
-def server_settings(schema: str, mode: str, application: str) -> dict[str, str]:
+#: Seconds a sepp session may sit idle inside an open transaction before PostgreSQL ends it
+#: (``idle_in_transaction_session_timeout``). sepp's own transactions never wait for
+#: anything but PostgreSQL, so only a node that froze mid-transaction (SIGSTOP, a paused VM)
+#: hits it — and then its row locks (an idempotency key it was claiming) are released
+#: instead of stalling every other node's writers (attack finding B5).
+IDLE_TX_TIMEOUT = 5.0
+
+
+def server_settings(schema: str, mode: str, application: str, idle_tx_timeout: float = IDLE_TX_TIMEOUT
+                    ) -> dict[str, str]:
     """The session settings of every sepp connection: ``search_path`` = the sepp schema,
     ``synchronous_commit`` = ``off`` in async mode (a crash of PostgreSQL itself may lose
-    the last moments of commits; docs/deploying.md), ``on`` otherwise."""
+    the last moments of commits; docs/deploying.md), ``on`` otherwise;
+    ``idle_in_transaction_session_timeout`` = ``idle_tx_timeout`` seconds
+    (``IDLE_TX_TIMEOUT``); TCP keepalives every 10 s (a node cut off by a partition is
+    noticed by PostgreSQL within about 25 s, and its locks released); ``statement_timeout``
+    and ``lock_timeout`` 0 whatever the role's default (a role-level timeout cancelled
+    sepp's sweeps and group commits; finding B7: sepp bounds its own waits)."""
     return {"search_path": schema, "synchronous_commit": "off" if mode == "async" else "on",
-            "application_name": application[:63]}
+            "application_name": application[:63],
+            "idle_in_transaction_session_timeout": str(int(idle_tx_timeout * 1000)),
+            "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
+            "statement_timeout": "0", "lock_timeout": "0"}
 
 
-async def connect(dsn: str, schema: str, mode: str = "group", application: str = "sepp") -> asyncpg.Connection:
+async def connect(dsn: str, schema: str, mode: str = "group", application: str = "sepp",
+                  idle_tx_timeout: float = IDLE_TX_TIMEOUT) -> asyncpg.Connection:
     """One connection with ``server_settings``. Raises ``StoreUnavailable`` / ``StoreError``
     (``connect_error``) when it cannot be made."""
     try:
         return await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT,
-                                     server_settings=server_settings(schema, mode, application))
+                                     server_settings=server_settings(schema, mode, application, idle_tx_timeout))
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
         raise connect_error(exc, dsn) from None
 

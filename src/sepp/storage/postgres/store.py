@@ -40,7 +40,7 @@ from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
 from sepp.storage.postgres import ops
 from sepp.storage.postgres.committer import PgCommitter, is_connection_error, store_error
 from sepp.storage.postgres.listener import Listener
-from sepp.storage.postgres.schema import connect, connect_error, migrate, server_settings
+from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
 
 _RESERVED = int(State.RESERVED)
@@ -69,6 +69,9 @@ class PostgresStore:
         self.node = node
         self._pool_size = pool_size
         self._application = f"sepp {node}".strip()
+        #: idle_in_transaction_session_timeout, seconds: the test knob ``commit_delay`` idles
+        #: inside every transaction, so it lengthens the bound.
+        self._idle_tx = IDLE_TX_TIMEOUT + commit_delay
         #: This store's token in NOTIFY payloads (its own notifications are ignored).
         self.origin = os.urandom(8).hex()
         self.channel = f"sepp_{schema}"
@@ -85,7 +88,7 @@ class PostgresStore:
     # ------------------------------------------------------------------ lifecycle
 
     async def _connect_writer(self) -> asyncpg.Connection:
-        return await connect(self.dsn, self.schema, self.mode, self._application)
+        return await connect(self.dsn, self.schema, self.mode, self._application, self._idle_tx)
 
     async def _connect_listener(self) -> asyncpg.Connection:
         return await connect(self.dsn, self.schema, self.mode, f"{self._application} listen")
@@ -105,7 +108,7 @@ class PostgresStore:
         try:
             self._pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self._pool_size, timeout=10,
-                server_settings=server_settings(self.schema, self.mode, self._application))
+                server_settings=server_settings(self.schema, self.mode, self._application, self._idle_tx))
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
             raise connect_error(exc, self.dsn) from None
         try:

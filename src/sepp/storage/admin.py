@@ -24,6 +24,31 @@ from sepp.domain.records import JobRecord
 #: A page position: the sort key of the last row of the previous page (JSON-able).
 SortKey = list[Any]
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def position_int(value: Any) -> int:
+    """A field of a page position (``SortKey``): a stored int64 (seq, run_at, …). Anything
+    else, or outside int64, is a malformed token: ``ValueError`` (issue 14), for every
+    backend alike."""
+    if isinstance(value, bool) or not isinstance(value, int) or not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError("malformed page position")
+    return value
+
+
+def first_position(after: Any, n: int) -> tuple[int, ...]:
+    """The first page's position (``n`` × the smallest int64) when there is no ``after``; a
+    position of the wrong length is malformed (``ValueError``)."""
+    if after:
+        raise ValueError("malformed page position")
+    return (_INT64_MIN,) * n
+
+
+def count_or_zero(value: Any) -> int:
+    """A stored count as a non-negative int (anything else reads as 0: a damaged row never
+    fails a listing)."""
+    return value if isinstance(value, int) and value >= 0 else 0
+
 
 @dataclass(frozen=True, slots=True)
 class JobQuery:

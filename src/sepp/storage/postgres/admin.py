@@ -54,7 +54,11 @@ from sepp.storage.admin import (
     StateCounts,
     WriteResult,
 )
+from sepp.storage.admin import count_or_zero as _count
+from sepp.storage.admin import first_position as _start
+from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
+from sepp.storage.postgres.sql import rowcount
 from sepp.storage.rows import as_text, note_damaged, repair_job
 
 if TYPE_CHECKING:
@@ -63,6 +67,7 @@ if TYPE_CHECKING:
 
 #: The named queries of admin.sql.
 A = load_queries("sepp.storage.postgres", "admin.sql")
+_rowcount = rowcount
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
@@ -74,26 +79,6 @@ def _storable(*texts: str | None) -> bool:
     can equal (or start with) it, so the read matches nothing (as it would in SQLite) instead
     of failing with a driver error."""
     return not any(t is not None and "\x00" in t for t in texts)
-
-
-def _int(value: Any) -> int:
-    """A page position field: a stored int64 (seq, run_at, …); anything else, or outside
-    int64, is a malformed token (``ValueError``; issue 14)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not _INT_MIN <= value <= _INT_MAX:
-        raise ValueError("malformed page position")
-    return value
-
-
-def _start(after: Any, n: int) -> tuple[int, ...]:
-    """The first page's position (``n`` × the smallest int64) when there is no ``after``;
-    a position of the wrong length is malformed (``ValueError``)."""
-    if after:
-        raise ValueError("malformed page position")
-    return (_INT_MIN,) * n
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def _json_text(value: Any) -> str:
@@ -143,12 +128,6 @@ def _summary(row: Sequence[Any]) -> JobSummary:
     recorded, last_error = _attempts(state, history)
     return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)), _count(size), recorded,
                       last_error)
-
-
-def _rowcount(status: str) -> int:
-    """The row count of a command status ("DELETE 3", "UPDATE 0")."""
-    tail = status.rsplit(" ", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
 
 
 class PostgresAdmin:

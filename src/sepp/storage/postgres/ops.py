@@ -24,6 +24,7 @@ from sepp.domain.transitions import Decision, ExpiredLease, HeldJob, completed_p
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres.committer import FoldableOp, Tx
 from sepp.storage.postgres.sql import Q
+from sepp.storage.postgres.sql import rowcount as _count
 
 _READY, _DEAD = int(State.READY), int(State.DEAD_LETTERED)
 log = logging.getLogger("sepp.storage.postgres")
@@ -225,11 +226,6 @@ class BuryLeasedOp:
             status = await tx.conn.execute(Q["bury_leased"], self.now, DAMAGED_ROW, job_id, lease_id)
             n += _count(status)
         return n
-
-
-def _count(status: str) -> int:
-    """Rows touched, from a command tag such as ``UPDATE 3``."""
-    return int(status.rsplit(" ", 1)[-1])
 
 
 # ---------------------------------------------------------------------- settle and extend

@@ -37,6 +37,9 @@ from sepp.storage.admin import (
     StateCounts,
     WriteResult,
 )
+from sepp.storage.admin import count_or_zero as _count
+from sepp.storage.admin import first_position as _start
+from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 from sepp.storage.rows import as_text, lenient_text, note_damaged, repair_job
 
@@ -62,29 +65,9 @@ def _summary(row: Sequence[Any]) -> JobSummary:
                       _count(size), _count(recorded), as_text(last_error, "") or "")
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _int(value: Any) -> int:
-    # A page position is a stored int64 (seq, run_at, …): anything else, or outside int64
-    # (SQLite would raise OverflowError), is a malformed token (issue 14).
-    if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
-        raise ValueError("malformed page position")
-    return value
-
-
 def _name(queue: str | bytes) -> str:
     """A queue name of a walk as text (stored bytes that are not UTF-8 with U+FFFD)."""
     return queue if isinstance(queue, str) else lenient_text(queue)
-
-
-def _start(after: Any, n: int) -> tuple[int, ...]:
-    """The first page's position (``n`` × the smallest int64) when there is no ``after``;
-    a position of the wrong length is malformed."""
-    if after:
-        raise ValueError("malformed page position")
-    return (_INT_MIN,) * n
 
 
 class SQLiteAdmin:

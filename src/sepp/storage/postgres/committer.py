@@ -104,12 +104,14 @@ class FoldableOp:
         raise NotImplementedError
 
     @staticmethod
-    async def run_autocommit(conn: asyncpg.Connection, rows: list[Any], channel: str, origin: str) -> bool:
+    async def run_autocommit(conn: asyncpg.Connection, rows: list[Any], channel: str, origin: str
+                             ) -> tuple[bool, Callable[[], Awaitable[None]] | None]:
         """Do the work of a group made only of such operations as ONE statement outside a
-        transaction block (it commits by itself: one round trip instead of three), with its
-        NOTIFY inside that statement. Returns False when ``rows`` do not fit one statement
-        (then the group runs in a transaction with ``run_all``)."""
-        return False
+        transaction block (it commits by itself: one round trip instead of three). Returns
+        (False, None) when ``rows`` do not fit (then the group runs in a transaction with
+        ``run_all``), else (True, ``after``): ``after`` (or None) is what is left once it
+        committed — its NOTIFY — which the committer runs after answering the callers."""
+        return False, None
 
     async def __call__(self, tx: Tx) -> dict[Any, Any]:
         await self.run_all(tx, list(self.rows))
@@ -147,6 +149,8 @@ class PgCommitter:
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._busy = 0
+        #: The follow-up of the autocommit group that just committed (``FoldableOp.run_autocommit``).
+        self._after: Callable[[], Awaitable[None]] | None = None
         #: Jobs submitted and not yet committed (load shedding; ``Store.backlog``).
         self.backlog = 0
         #: Transactions committed.
@@ -237,6 +241,14 @@ class PgCommitter:
         for item, result in zip(live, results, strict=True):
             if not item.future.done():
                 item.future.set_result(result)
+        await self._follow_up()
+
+    async def _follow_up(self) -> None:
+        """Run what a committed autocommit group left to do (its NOTIFY), now that its callers
+        have their answers; on this writer's connection, before its next group."""
+        after, self._after = self._after, None
+        if after is not None:
+            await after()
 
     async def _retry_lone(self, index: int, item: _Pending[Any], exc: Exception) -> None:
         for _ in range(RETRIES):
@@ -253,6 +265,7 @@ class PgCommitter:
                 continue
             if not item.future.done():
                 item.future.set_result(result)
+            await self._follow_up()
             return
         _fail(item, exc if isinstance(exc, StoreError) else store_error(exc))
 
@@ -263,8 +276,10 @@ class PgCommitter:
             lone: list[Any] = []
             for op in ops:
                 lone.extend(op.rows)  # type: ignore[attr-defined]
-            if await first.run_autocommit(conn, lone, self._channel, self._origin):
+            done, after = await first.run_autocommit(conn, lone, self._channel, self._origin)
+            if done:
                 self.commits += 1
+                self._after = after
                 return [{} for _ in ops]
         tx = Tx(conn)
         async with conn.transaction():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from sepp import wire
 from sepp._version import __version__
+from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client.options import ClientOptions
 from sepp.errors import (
@@ -33,8 +34,10 @@ from sepp.errors import (
     TransportError,
     Unavailable,
 )
+from sepp.limits import QueueLimits
 from sepp.rejections import ERROR_DOMAIN, Reason, RejectionCode
 from sepp.request import (
+    _EMPTY,
     BatchResult,
     EnqueueAck,
     EnqueueRequest,
@@ -92,6 +95,8 @@ class CachedInfo:
     info: ServerInfo
     validator: Validator
     fetched_at: float  # time.monotonic() seconds
+    #: ``_plain_cap``'s memo: (queue, job_type, encoding) → payload cap in bytes, or -1.
+    plain_caps: dict[tuple[str, str, str], int] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, msg: ppb.ServerInfo) -> CachedInfo:
@@ -394,3 +399,107 @@ def retry_delay(error: SeppError, attempt: int, options: ClientOptions, *, idemp
     if not idempotent and not (isinstance(error, Unavailable) and error.not_sent):
         return None
     return policy.delay(attempt, None, *(() if rand is None else (rand,)))
+
+
+# ----------------------------------------------------------------- the batch fast path
+#
+# ``enqueue_batch`` of "plain" requests — queue, job type and payload only, the shape of a
+# bulk producer — is validated without a wire message per job (issue 15 item 3: the client's
+# per-job cost): the verdict comes from a per-(queue, job type, encoding) memo of the
+# validator's own verdict plus the payload size. Anything else is validated whole, so the
+# verdicts stay exactly the validator's. The messages sent are still built by protobuf.
+
+def _plain(req: EnqueueRequest) -> bool:
+    """Whether ``req`` carries nothing but queue, job type and payload (and is no subclass,
+    whose ``to_proto`` may differ)."""
+    return (type(req) is EnqueueRequest and req.custom is _EMPTY and req.trace_context is _EMPTY
+            and req.priority is None and req.max_attempts is None and req.scheduled_at is None
+            and req.idempotency_key is None)
+
+
+def check_requests(requests: Iterable[EnqueueRequest]) -> list[EnqueueRequest]:
+    """``requests`` as a list; raises ``TypeError`` for a non-``EnqueueRequest`` (as ``to_protos``)."""
+    out: list[EnqueueRequest] = []
+    append = out.append
+    for req in requests:
+        if not isinstance(req, EnqueueRequest):
+            raise TypeError(f"expected EnqueueRequest, not {type(req).__name__}")
+        append(req)
+    return out
+
+
+def _plain_cap(cached: CachedInfo, queue: str, job_type: str, encoding: str) -> int:
+    """The largest payload a plain request of (queue, job_type, encoding) passes with, or -1
+    when such a request fails a check before or after the size (then it is validated whole).
+
+    A probe with no data and that encoding passes exactly when every check but the payload
+    size passes (a plain request meets nothing but checks 1–6; the probe's size 0 passes 5),
+    and then the size is the only thing left: ``data`` ≤ the queue's ``max_payload_bytes``.
+    """
+    key = (queue, job_type, encoding)
+    cap = cached.plain_caps.get(key)
+    if cap is None:
+        probe = pb.EnqueueRequest(queue=queue, job_type=job_type, payload=pb.Payload(encoding=encoding))
+        cap = -1
+        if cached.validator.validate(probe, now_ns()) is None:
+            limits = cached.validator.queue_limits(queue)
+            if isinstance(limits, QueueLimits):
+                cap = limits.max_payload_bytes
+        if len(cached.plain_caps) >= _PLAIN_CAPS_MAX:
+            cached.plain_caps.clear()
+        cached.plain_caps[key] = cap
+    return cap
+
+
+_PLAIN_CAPS_MAX = 4096
+
+
+def validate_requests(cached: CachedInfo, requests: Sequence[EnqueueRequest]) -> list[Rejection | None]:
+    """Local verdicts of every job of a batch, in order (one clock reading): the same as
+    ``validate_all(cached, to_protos(requests))``, without wire messages for plain requests
+    whose verdict the memo (``_plain_cap``) already knows."""
+    at = now_ns()
+    out: list[Rejection | None] = []
+    append = out.append
+    caps = cached.plain_caps
+    for req in requests:
+        if _plain(req):
+            payload = req.payload
+            if payload is None:
+                cap = caps.get((req.queue, req.job_type, ""))
+                if cap is None:
+                    cap = _plain_cap(cached, req.queue, req.job_type, "")
+                if cap >= 0:
+                    append(None)
+                    continue
+            else:
+                cap = caps.get((req.queue, req.job_type, payload.encoding))
+                if cap is None:
+                    cap = _plain_cap(cached, req.queue, req.job_type, payload.encoding)
+                if len(payload.data) <= cap:
+                    append(None)
+                    continue
+        append(validate(cached, req.to_proto(), at))
+    return out
+
+
+def batch_message(requests: Sequence[EnqueueRequest]) -> ppb.EnqueueBatchRequest:
+    """``EnqueueBatchRequest(jobs=[r.to_proto() for r in requests])``, built in place: a plain
+    request (``_plain``) whose wire message was never built is written straight into the
+    batch's repeated field (no message of its own to make and then copy: 0.55 instead of
+    1.3 µs a job with the serialization), any other request's ``to_proto`` is copied in. The
+    same message, field for field (presence of an empty payload included)."""
+    batch = ppb.EnqueueBatchRequest()
+    jobs = batch.jobs
+    add = jobs.add
+    for req in requests:
+        if req._proto is None and _plain(req):
+            job = add(queue=req.queue, job_type=req.job_type)
+            payload = req.payload
+            if payload is not None:
+                wire_payload = job.payload
+                wire_payload.data = payload.data
+                wire_payload.encoding = payload.encoding
+        else:
+            jobs.append(req.to_proto())
+    return batch

@@ -59,16 +59,20 @@ class AsyncClient:
 
     async def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
         """Enqueue jobs best-effort; see :meth:`sepp.Client.enqueue_batch`."""
-        protos = _core.to_protos(requests)
-        verdicts: list[Rejection | None] = [None] * len(protos)
+        # Plain requests are validated from a memo of their shape, as in Client.
+        reqs = _core.check_requests(requests)
+        verdicts: list[Rejection | None] = [None] * len(reqs)
         if self.options.validate_locally:
-            await self._check_batch_size(len(protos))
-            verdicts = await self._validate_protos(protos)
-        to_send = [p for p, v in zip(protos, verdicts, strict=True) if v is None]
+            await self._check_batch_size(len(reqs))
+            verdicts = await self._validate_requests(reqs)
+            to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
+        else:
+            to_send = reqs
         response = None
         if to_send or not self.options.validate_locally:
-            response = await self._call("EnqueueBatch", ppb.EnqueueBatchRequest(jobs=to_send),
-                                        idempotent=_core.all_keyed(to_send))
+            response = await self._call("EnqueueBatch",
+                                        _core.batch_message(to_send),
+                                        idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
 
     async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
@@ -187,6 +191,14 @@ class AsyncClient:
         rejection = _core.batch_size_rejection(count, limit)
         if rejection is not None:
             raise RejectedError(rejection)
+
+    async def _validate_requests(self, reqs: list[EnqueueRequest]) -> list[Rejection | None]:
+        cached = await self._cached_info()
+        verdicts = _core.validate_requests(cached, reqs)
+        if _core.needs_refresh(verdicts, cached):
+            await self.refresh_server_info()
+            verdicts = _core.validate_requests(await self._cached_info(), reqs)
+        return verdicts
 
     async def _validate_protos(self, protos: list[Any]) -> list[Rejection | None]:
         cached = await self._cached_info()

@@ -85,16 +85,20 @@ class Client:
                 (``InvalidArgument``, field ``jobs``).
             TransportError: no verdict; then nothing is known about any job.
         """
-        protos = _core.to_protos(requests)
-        verdicts: list[Rejection | None] = [None] * len(protos)
+        # Plain requests are validated from a memo of their shape (``_core.validate_requests``).
+        reqs = _core.check_requests(requests)
+        verdicts: list[Rejection | None] = [None] * len(reqs)
         if self.options.validate_locally:
-            self._check_batch_size(len(protos))
-            verdicts = self._validate_protos(protos)
-        to_send = [p for p, v in zip(protos, verdicts, strict=True) if v is None]
+            self._check_batch_size(len(reqs))
+            verdicts = self._validate_requests(reqs)
+            to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
+        else:
+            to_send = reqs
         response = None
         if to_send or not self.options.validate_locally:
-            response = self._call(self._stub.EnqueueBatch, ppb.EnqueueBatchRequest(jobs=to_send),
-                                  idempotent=_core.all_keyed(to_send))
+            response = self._call(self._stub.EnqueueBatch,
+                                  _core.batch_message(to_send),
+                                  idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
 
     def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
@@ -228,6 +232,14 @@ class Client:
         rejection = _core.batch_size_rejection(count, self._cached_info().info.limits.max_enqueue_batch)
         if rejection is not None:
             raise RejectedError(rejection)
+
+    def _validate_requests(self, reqs: list[EnqueueRequest]) -> list[Rejection | None]:
+        cached = self._cached_info()
+        verdicts = _core.validate_requests(cached, reqs)
+        if _core.needs_refresh(verdicts, cached):
+            self.refresh_server_info()
+            verdicts = _core.validate_requests(self._cached_info(), reqs)
+        return verdicts
 
     def _validate_protos(self, protos: list[Any]) -> list[Rejection | None]:
         cached = self._cached_info()

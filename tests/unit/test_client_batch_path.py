@@ -1,0 +1,126 @@
+"""The client's lean ``enqueue_batch`` path gives exactly what the plain path gives (issue 15
+item 3, issue 10's enqueue benchmark).
+
+* ``_core.batch_message(reqs)`` is the same message as ``EnqueueBatchRequest(jobs=[r.to_proto()
+  for r in reqs])`` — byte for byte, empty payloads and requests with every knob included;
+* ``_core.validate_requests(cached, reqs)`` (a per-(queue, job type, encoding) memo of the
+  validator's verdict plus the payload size) gives the validator's own verdicts, on a lax
+  server and on a strict one with declared queues and tight limits;
+* ``Payload.json`` produces ``json.dumps(…, ensure_ascii=False, separators=(",", ":"),
+  allow_nan=False)``'s bytes and raises its errors.
+
+Seeded random requests (thousands per test, well under a second), boundaries included:
+payloads of 0, 1, 127, 128 bytes and one over a queue's cap, NUL and non-ASCII in names and
+labels, names over their length limits.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+import time
+from typing import Any
+
+import pytest
+
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.client import _core
+from sepp.limits import QueueLimits, QueueSettings, ServerLimits
+from sepp.request import EnqueueRequest, Payload, QueueInfo, ServerInfo
+from sepp.validation import Validator
+
+_ALPHABETS = ["abc", "aé\u2603._:-Z9", "\x00\x01a", "x"]
+
+
+def _cached(strict: bool, queues: dict[str, QueueInfo]) -> _core.CachedInfo:
+    info = ServerInfo("1", frozenset(), "group", strict, ServerLimits(), QueueSettings(), queues)
+    return _core.CachedInfo(info, Validator(info.limits, info.queue_limits), time.monotonic())
+
+
+def _request(rnd: random.Random, alphabets: list[str]) -> EnqueueRequest:
+    def text(n: int) -> str:
+        alphabet = rnd.choice(alphabets)
+        return "".join(rnd.choice(alphabet) for _ in range(n))
+
+    kw: dict[str, Any] = {}
+    if rnd.random() < 0.8:
+        size = rnd.choice([0, 1, 10, 11, 100, 101, 127, 128, 300])
+        kw["payload"] = Payload(bytes(rnd.getrandbits(8) for _ in range(size)),
+                                rnd.choice(["", "application/json", "x" * 200, "a\x00b", "é"]))
+    if rnd.random() < 0.15:
+        kw["priority"] = rnd.choice([0, 5, 9])
+    if rnd.random() < 0.1:
+        kw["custom"] = {"a": 1}
+    if rnd.random() < 0.1:
+        kw["idempotency_key"] = rnd.choice(["k", "a\x00"])
+    if rnd.random() < 0.05:
+        kw["scheduled_at"] = dt.datetime.now(dt.UTC) + dt.timedelta(days=rnd.choice([1, 10000]))
+    return EnqueueRequest(text(rnd.choice([1, 5, 128, 129])), text(rnd.choice([1, 3, 256, 257])), **kw)
+
+
+def _copy(req: EnqueueRequest) -> EnqueueRequest:
+    """The same request, built again (its wire message not built yet)."""
+    return EnqueueRequest(req.queue, req.job_type, payload=req.payload, custom=req.custom, priority=req.priority,
+                          max_attempts=req.max_attempts, scheduled_at=req.scheduled_at,
+                          idempotency_key=req.idempotency_key, trace_context=req.trace_context)
+
+
+def test_the_batch_message_is_the_one_to_proto_builds() -> None:
+    rnd = random.Random(1)
+    for _ in range(2000):
+        reqs = [_request(rnd, _ALPHABETS) for _ in range(rnd.choice([1, 3, 20]))]
+        want = ppb.EnqueueBatchRequest(jobs=[r.to_proto() for r in reqs]).SerializeToString()
+        fresh = [_copy(r) for r in reqs]
+        if rnd.random() < 0.3:  # some with their wire message built already
+            fresh[0].to_proto()
+        assert _core.batch_message(fresh).SerializeToString() == want
+    bare = EnqueueRequest("q", "t")
+    empty = EnqueueRequest("q", "t", payload=Payload())
+    assert _core.batch_message([bare, empty]) == ppb.EnqueueBatchRequest(jobs=[bare.to_proto(), empty.to_proto()])
+    assert not _core.batch_message([bare]).jobs[0].HasField("payload")
+    assert _core.batch_message([empty]).jobs[0].HasField("payload")
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_memoized_verdicts_are_the_validators(strict: bool) -> None:
+    queues = {name: QueueInfo(name, QueueSettings(limits=QueueLimits(max_payload_bytes=cap,
+                                                                     allowed_encodings=tuple(encodings))))
+              for name, encodings, cap in [("abc", ["application/json"], 100), ("x", [], 10), ("a", ["", "é"], 1)]}
+    alphabets = ["abc", "x", "a"] if strict else _ALPHABETS
+    plain_path, memo_path = _cached(strict, queues), _cached(strict, queues)
+    rnd = random.Random(2 + strict)
+    rejected = 0
+    for _ in range(3000):
+        reqs = [_request(rnd, alphabets) for _ in range(rnd.choice([1, 3, 20]))]
+        want = _core.validate_all(plain_path, [r.to_proto() for r in reqs])
+        assert _core.validate_requests(memo_path, [_copy(r) for r in reqs]) == want
+        rejected += sum(v is not None for v in want)
+    assert rejected > 100 and memo_path.plain_caps  # the boundaries were crossed, the memo used
+
+
+@pytest.mark.parametrize("value", [
+    {"i": 1}, [1, 2.5, "é\u2603", None, True, False], "plain", "", 0, -1.5e300, {"nested": {"a": [{}]}},
+    {"emoji": "\U0001F600", "ctl": "\x00\x1f\"\\"}, [], {}, 2**70,
+])
+def test_payload_json_is_json_dumps(value: Any) -> None:
+    want = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    assert Payload.json(value).data == want
+    assert Payload.json(value).encoding == "application/json"
+
+
+@pytest.mark.parametrize("bad", [math.nan, {"x": math.inf}, {1j: 1}, {"s": {1, 2}}, object()])
+def test_payload_json_refuses_what_json_dumps_refuses(bad: Any) -> None:
+    with pytest.raises((TypeError, ValueError)) as ours:
+        Payload.json(bad)
+    with pytest.raises((TypeError, ValueError)) as theirs:
+        json.dumps(bad, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert type(ours.value) is type(theirs.value)
+
+
+def test_payload_json_refuses_a_circular_value() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular"):
+        Payload.json(loop)

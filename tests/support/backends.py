@@ -51,16 +51,28 @@ def fresh_schema() -> str:
     return name
 
 
+#: The schemas ``fresh_schema`` names, of any run.
+_TEST_SCHEMAS = r"SELECT nspname FROM pg_namespace WHERE nspname ~ '^t[0-9]+_[0-9]+_[0-9a-f]+$'"
+
+
+def _run_gone(pid: int) -> bool:
+    """Whether the test run of process ``pid`` has ended (and is not this one)."""
+    return pid != os.getpid() and not os.path.exists(f"/proc/{pid}")
+
+
 async def drop_schemas(dsn: str = PG_TEST_DSN) -> None:
     """``DROP SCHEMA … CASCADE`` every name of ``CREATED_SCHEMAS`` (those never created
-    are skipped by ``IF EXISTS``) over one plain asyncpg connection, then forget them.
-    Raises what asyncpg raises when the database cannot be reached (the caller tolerates it)."""
-    if not CREATED_SCHEMAS:
-        return
+    are skipped by ``IF EXISTS``) over one plain asyncpg connection, then forget them; also
+    the test schemas (``t<pid>_…``) of earlier runs whose process is gone (a run that was
+    killed never dropped its own). Raises what asyncpg raises when the database cannot be
+    reached (the caller tolerates it)."""
     import asyncpg
 
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
+        for (name,) in await conn.fetch(_TEST_SCHEMAS):
+            if _run_gone(int(name[1:].split("_", 1)[0])):
+                await conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
         while CREATED_SCHEMAS:
             await conn.execute(f"DROP SCHEMA IF EXISTS {CREATED_SCHEMAS[-1]} CASCADE")
             CREATED_SCHEMAS.pop()

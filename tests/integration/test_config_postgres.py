@@ -24,14 +24,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support.backends import BACKENDS, PG_TEST_DSN, fresh_schema, store_settings
+from support.backends import BACKENDS, PG_TEST_DSN, StoreSettings, fresh_schema, store_settings
 
 from sepp.server.config import ConfigError, ServerConfig, load_config
-from sepp.storage.config import SCHEMA_NAME_PATTERN, STORAGES, PostgresSettings, SQLiteSettings
+from sepp.storage.config import SCHEMA_NAME_PATTERN, STORAGES, PostgresSettings
 from sepp.storage.factory import open_store
 
 #: A DSN nothing listens on, and one naming a database that does not exist.
@@ -148,24 +147,11 @@ def test_reading_the_config_imports_no_driver() -> None:
     assert done.returncode == 0, done.stderr
 
 
-@dataclass
-class _Settings:
-    """Any object with the ``StoreConfig`` attributes."""
-
-    storage: str = "postgres"
-    data_dir: Path = Path("unused")
-    persist_mode: str = "group"
-    group_commit_wait: float = 0.004
-    debug_commit_delay: float = 0.0
-    sqlite: SQLiteSettings = field(default_factory=SQLiteSettings)
-    postgres_dsn: str = ""
-    postgres: PostgresSettings = field(default_factory=PostgresSettings)
-    node_name: str = ""
 
 
 def test_open_store_refuses_postgres_without_a_dsn() -> None:
     with pytest.raises(ConfigError, match=r"^postgres_dsn: must be set when storage is 'postgres'"):
-        open_store(_Settings())
+        open_store(StoreSettings(storage="postgres"))
 
 
 def test_the_test_backends_include_postgres_with_a_fresh_schema_each() -> None:
@@ -189,8 +175,8 @@ def test_the_schema_rule_is_the_drivers() -> None:  # driver
 def test_open_store_builds_the_postgres_store_without_connecting() -> None:  # driver
     from sepp.storage.postgres import PostgresStore
 
-    store = open_store(_Settings(postgres_dsn=UNREACHABLE, postgres=PostgresSettings(schema=fresh_schema()),
-                                 node_name="n1"))
+    store = open_store(StoreSettings(storage="postgres", postgres_dsn=UNREACHABLE,
+                                     postgres=PostgresSettings(schema=fresh_schema()), node_name="n1"))
     assert isinstance(store, PostgresStore)
 
 

@@ -15,13 +15,13 @@ import asyncio
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.backends import StoreSettings
 
 from sepp.server.config import ConfigError, ServerConfig, load_config
-from sepp.storage.config import PostgresSettings, SQLiteSettings
+from sepp.storage.config import SQLiteSettings
 from sepp.storage.factory import open_store
 from sepp.testing import ServerProcess
 
@@ -122,24 +122,12 @@ def test_an_unknown_storage_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^storage: Input should be 'sqlite' or 'postgres' \(got 'mysql'\)$"):
         _load(tmp_path, 'storage = "mysql"\n')
 
-    @dataclass
-    class Settings:  # any object with the StoreConfig attributes
-        storage: str
-        data_dir: Path
-        persist_mode: str = "group"
-        group_commit_wait: float = 0.004
-        debug_commit_delay: float = 0.0
-        sqlite: SQLiteSettings = field(default_factory=SQLiteSettings)
-        postgres_dsn: str = ""
-        postgres: PostgresSettings = field(default_factory=PostgresSettings)
-        node_name: str = ""
-
     with pytest.raises(ConfigError, match=r"^storage: unknown backend 'mysql' \(this build knows 'sqlite', "
                                           r"'postgres'\)$"):
-        open_store(Settings("mysql", tmp_path))
+        open_store(StoreSettings(data_dir=tmp_path, storage="mysql"))
 
     async def opens() -> None:
-        store = open_store(Settings("sqlite", tmp_path / "d", sqlite=SQLiteSettings(writer="thread")))
+        store = open_store(StoreSettings(data_dir=tmp_path / "d", sqlite=SQLiteSettings(writer="thread")))
         await store.open()
         try:
             assert await store.load_queues() == []

@@ -12,38 +12,21 @@ Persist modes (``sync`` / ``group`` / ``async``) are not a parameter: they chang
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from support.backends import BACKENDS, store_settings
+from support.backends import BACKENDS, StoreSettings, store_settings
 
 from sepp.domain.clock import FakeClock
 from sepp.storage.base import Store
-from sepp.storage.config import PostgresSettings, SQLiteSettings
 from sepp.storage.factory import open_store
 from storage.conformance_kit import NOW, StoreFactory
 
 
-@dataclass(frozen=True)
-class _Config:
-    """What ``open_store`` reads (``storage.config.StoreConfig``), without the server's config."""
-
-    data_dir: Path
-    storage: str = "sqlite"
-    persist_mode: str = "group"
-    group_commit_wait: float = 0.004
-    debug_commit_delay: float = 0.0
-    sqlite: SQLiteSettings = field(default_factory=SQLiteSettings)
-    postgres_dsn: str = ""
-    postgres: PostgresSettings = field(default_factory=PostgresSettings)
-    node_name: str = "conformance"
-
-
-def _config(backend: str, folder: Path) -> _Config:
+def _config(backend: str, folder: Path) -> StoreSettings:
     """The store config of ``backend`` keeping its data under ``folder`` (SQLite) or in a
     fresh schema of its own (PostgreSQL: ``store_settings`` names one per call)."""
-    return _Config(data_dir=folder, **store_settings(backend))
+    return StoreSettings(data_dir=folder, node_name="conformance", **store_settings(backend))
 
 
 @pytest.fixture(params=BACKENDS)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sepp.storage.config import PostgresSettings, SQLiteSettings
@@ -90,3 +92,19 @@ def store_settings(backend: str) -> dict[str, Any]:
     if backend == "postgres":
         return {"storage": "postgres", "postgres_dsn": PG_TEST_DSN, "postgres": PostgresSettings(schema=fresh_schema())}
     raise AssertionError(f"unknown backend {backend!r}")
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """What ``open_store`` reads (``storage.config.StoreConfig``), without the server's whole
+    config: the conformance suite's stores and the factory's own tests build one."""
+
+    data_dir: Path = Path("unused")
+    storage: str = "sqlite"
+    persist_mode: str = "group"
+    group_commit_wait: float = 0.004
+    debug_commit_delay: float = 0.0
+    sqlite: SQLiteSettings = field(default_factory=SQLiteSettings)
+    postgres_dsn: str = ""
+    postgres: PostgresSettings = field(default_factory=PostgresSettings)
+    node_name: str = ""

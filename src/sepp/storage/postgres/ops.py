@@ -16,7 +16,15 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sepp.domain.params import ExtendResult, ReserveParams, SettleKind, SettleParams, SettleResult, SweepResult
+from sepp.domain.params import (
+    DAMAGED_ROW,
+    ExtendResult,
+    ReserveParams,
+    SettleKind,
+    SettleParams,
+    SettleResult,
+    SweepResult,
+)
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord
 from sepp.domain.states import State
@@ -226,7 +234,6 @@ class BuryLeasedOp:
         self.leases, self.now = leases, now
 
     async def __call__(self, tx: Tx) -> int:
-        from sepp.domain.params import DAMAGED_ROW
         n = 0
         for job_id, lease_id in self.leases:
             status = await tx.conn.execute(Q["bury_leased"], self.now, DAMAGED_ROW, job_id, lease_id)

@@ -36,9 +36,9 @@ from sepp.storage.base import (
     StoreFigures,
     SweepResult,
 )
-from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
+from sepp.storage.errors import StoreClosed, StoreFailed
 from sepp.storage.postgres import ops
-from sepp.storage.postgres.committer import PgCommitter, is_connection_error, store_error
+from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
@@ -306,5 +306,3 @@ class PostgresStore:
         row = await self._fetchrow(Q["get_job"], job_id)
         return None if row is None else _record(tuple(row))
 
-
-__all__ = ["PostgresStore", "StoreError", "is_connection_error"]

@@ -32,7 +32,6 @@ from sepp.cli.admin_views import (
     queue_json,
     seconds_of,
     settings_json,
-    state_label,
     summary_json,
     summary_table,
 )
@@ -56,7 +55,7 @@ from sepp.cli.shell import (
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
 from sepp.cli.shell import parse_moment as parse_moment
 from sepp.client.admin import AdminClient, AdminError, state_number
-from sepp.domain.states import state_name
+from sepp.domain.states import state_label, state_name
 from sepp.errors import TransportError
 from sepp.rejections import Reason
 

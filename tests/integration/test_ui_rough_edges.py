@@ -132,3 +132,15 @@ def test_the_favicon_is_served(web: httpx.Client) -> None:
     resp = web.get("/favicon.ico")
     assert resp.status_code == 200 and resp.headers["content-type"] == "image/x-icon"
     assert resp.content[:4] == b"\x00\x00\x01\x00"  # an ICO header
+
+
+def test_the_chart_windows_reach_back_24_hours(web: httpx.Client, stubs: AdminStubs, fresh_queue: str) -> None:
+    stubs.enqueue(fresh_queue)
+    for path in ("/", f"/queues/{fresh_queue}", "/ui/partials/dashboard", f"/ui/partials/queue/{fresh_queue}"):
+        for window, per in (("1h", "per minute"), ("6h", "per 5 minutes"), ("24h", "per 20 minutes")):
+            page = web.get(path, params={"window": window})
+            assert page.status_code == 200 and f"{per} over the last" in page.text, (path, window)
+            assert f'window={window}" aria-current="true"' in page.text
+            assert "&amp;amp;" not in page.text
+            assert f"window={window}" in page.text.split("hx-get=", 1)[1][:200]  # polling keeps the window
+        assert web.get(path, params={"window": "2d"}).status_code == 400

@@ -31,7 +31,7 @@ from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
 from sepp.server.engine import job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
-from sepp.server.http.ui.chart import Chart, build_chart, merge_rows
+from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param
 from sepp.server.http.ui.forms import (
     FormError,
     build_request,
@@ -216,36 +216,40 @@ class AdminUI:
 
     # ------------------------------------------------------------------ dashboard
 
-    async def _dashboard_context(self) -> dict[str, Any]:
-        views = await self.admin.stats()
+    async def _dashboard_context(self, request: Request) -> dict[str, Any]:
+        window = window_param(request.query_params.get("window"))
+        views = await self.admin.stats(minutes=window.minutes)
         totals = {f: sum(getattr(v.counts, f) for v in views) for f in
                   ("scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")}
-        chart = build_chart(merge_rows(views)) if views else None
-        return {"views": views, "totals": totals, "chart": chart}
+        chart = build_chart(merge_rows(views), window) if views else None
+        return {"views": views, "totals": totals, "chart": chart, "window": window, "WINDOWS": WINDOWS}
 
     async def dashboard(self, request: Request) -> Response:
-        """The dashboard page."""
-        return self.render(request, "dashboard.html", {"title": "Dashboard", **await self._dashboard_context()})
+        """The dashboard page (``?window=1h|6h|24h`` for the chart)."""
+        return self.render(request, "dashboard.html",
+                           {"title": "Dashboard", **await self._dashboard_context(request)})
 
     async def dashboard_partial(self, request: Request) -> Response:
         """The dashboard body for htmx polling."""
-        return self.render(request, "_dashboard.html", await self._dashboard_context())
+        return self.render(request, "_dashboard.html", await self._dashboard_context(request))
 
     # ------------------------------------------------------------------ queue
 
-    async def _queue_stats(self, name: str) -> tuple[QueueStatsView, Chart]:
-        view = (await self.admin.stats([name]))[0]
-        return view, build_chart(view.throughput)
+    async def _queue_stats(self, name: str, window: Window) -> tuple[QueueStatsView, Chart]:
+        view = (await self.admin.stats([name], minutes=window.minutes))[0]
+        return view, build_chart(view.throughput, window)
 
     async def queue_page(self, request: Request) -> Response:
-        """Settings, counts, chart and the jobs of one state (``?state=ready&page=<token>``)."""
+        """Settings, counts, chart and the jobs of one state
+        (``?state=ready&page=<token>&window=1h|6h|24h``)."""
         name = request.path_params["name"]
         q = self.admin.queue(name)
         state = state_param(request.query_params.get("state"), int(State.READY))
         token = request.query_params.get("page", "")
         job_type = request.query_params.get("job_type", "") or None
+        window = window_param(request.query_params.get("window"))
         listing = await self.admin.list_jobs(JobQuery(queue=name, state=state, job_type=job_type), token, 50)
-        view, chart = await self._queue_stats(name)
+        view, chart = await self._queue_stats(name, window)
         return self.render(request, "queue.html", {
             "title": f"Queue {name}", "q": q, "view": view, "chart": chart, "state": state, "slug": SLUG_OF[state],
             "jobs": listing.jobs, "next_token": listing.next_token, "paged": bool(token), "job_type": job_type or "",
@@ -255,7 +259,7 @@ class AdminUI:
         """Live counts and chart of one queue."""
         name = request.path_params["name"]
         self.admin.queue(name)
-        view, chart = await self._queue_stats(name)
+        view, chart = await self._queue_stats(name, window_param(request.query_params.get("window")))
         return self.render(request, "_queue_stats.html", {"view": view, "chart": chart,
                                                           "state": state_param(request.query_params.get("state")),
                                                           "q_name": name})

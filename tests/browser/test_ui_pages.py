@@ -151,6 +151,22 @@ def test_the_dashboard_refreshes_itself(page: Page, srv: ServerProcess) -> None:
     expect(row.locator("td").nth(1)).to_have_text("2", timeout=12_000)  # htmx polls every 5 s
 
 
+def test_the_24_hour_chart_is_one_click_away_and_stays_while_polling(page: Page, srv: ServerProcess) -> None:
+    enqueue(srv.grpc_target, "ui-history")
+    page.goto(srv.http_url + "/queues/ui-history")
+    chart = page.locator("figure.chart")
+    expect(chart.locator("figcaption")).to_contain_text("per minute over the last hour")
+    chart.get_by_role("link", name="24h").click()
+    expect(page).to_have_url(re.compile(r"window=24h"))
+    expect(chart.locator("figcaption")).to_contain_text("per 20 minutes over the last 24 hours")
+    expect(chart.locator(".xaxis span").first).to_have_text("−24 h")
+    expect(chart.locator("svg polyline.enq:not(.partial)")).to_have_count(1)
+    expect(chart.locator("nav.windows a[aria-current=true]")).to_have_text("24h")
+    enqueue(srv.grpc_target, "ui-history")
+    expect(page.locator("#queue-stats .state-ready .n")).to_have_text("2", timeout=12_000)  # htmx polled
+    expect(chart.locator("figcaption")).to_contain_text("per 20 minutes")  # … and kept the window
+
+
 def test_the_pages_fit_a_phone_screen_and_are_keyboard_reachable(browser: Browser, srv: ServerProcess) -> None:
     job_id = dead_letter(srv.grpc_target, "ui-phone", error="e" * 300)
     context = browser.new_context(viewport={"width": 360, "height": 740}, is_mobile=True, has_touch=True)

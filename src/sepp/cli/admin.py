@@ -32,7 +32,6 @@ from sepp.cli.admin_views import (
     queue_json,
     seconds_of,
     settings_json,
-    state_label,
     summary_json,
     summary_table,
 )
@@ -56,7 +55,7 @@ from sepp.cli.shell import (
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
 from sepp.cli.shell import parse_moment as parse_moment
 from sepp.client.admin import AdminClient, AdminError, state_number
-from sepp.domain.states import state_name
+from sepp.domain.states import state_label, state_name
 from sepp.errors import TransportError
 from sepp.rejections import Reason
 
@@ -128,7 +127,7 @@ def queues_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_j
     table = Table(box=box.SIMPLE_HEAD)
     table.add_column("queue")
     for name in STATE_ORDER:
-        table.add_column(name.replace("_", "-"), justify="right")
+        table.add_column(name.upper(), justify="right")
     table.add_column("oldest ready", justify="right")
     for q in queues:
         s = stats.get(q.name)
@@ -154,7 +153,7 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     out.print(f"[bold]{escape(q.name)}[/] ({flags})")
     counts = Table(box=box.SIMPLE_HEAD)
     for n in STATE_ORDER:
-        counts.add_column(n.replace("_", "-"), justify="right")
+        counts.add_column(n.upper(), justify="right")
     counts.add_row(*[f"{getattr(s, n):,}" for n in STATE_ORDER])
     out.print(counts)
     age = human_duration(seconds_of(s.oldest_ready_age)) if s.HasField("oldest_ready_age") else "–"
@@ -437,7 +436,7 @@ def jobs_cancel(
         return
     for j in jobs:
         what = "cancel requested (the worker learns it on its next lease extension)" \
-            if j.state == pb.RESERVED else state_name(j.state)
+            if j.state == pb.RESERVED else state_label(j.state)
         _out().print(f"{j.id}: {what}")
 
 
@@ -470,7 +469,7 @@ def jobs_requeue(
                 _print_json([{"id": j.id, "state": state_label(j.state), "attempt": j.attempt} for j in jobs])
             else:
                 for j in jobs:
-                    _out().print(f"{j.id}: requeued ({state_name(j.state)}, attempt {j.attempt})")
+                    _out().print(f"{j.id}: requeued ({state_label(j.state)}, attempt {j.attempt})")
             return
         try:
             since = parse_moment(after, "--after") if after else None

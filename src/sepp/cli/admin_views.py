@@ -15,7 +15,7 @@ from rich.table import Table
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.cli.shell import escape, out_console
-from sepp.domain.states import STATE_NAMES, state_name
+from sepp.domain.states import STATE_NAMES, state_label
 from sepp.wire import custom_from_proto
 
 #: State names in number order, as the counts columns and ``--json`` counts spell them.
@@ -52,9 +52,13 @@ def human_duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def state_label(state: int) -> str:
-    """``DEAD_LETTERED``, …: the domain name in capitals; an unknown number as its digits."""
-    return state_name(state).upper()
+def reason_note(reason: str, last_error: str) -> str:
+    """A listing's "reason / last error" cell: both when they differ, one when the reason
+    already quotes the error (``NACK_DEAD_LETTER: boom`` and ``boom``: issue 13 saw the text
+    twice)."""
+    if last_error and last_error not in reason:
+        return f"{reason} / {last_error}" if reason else last_error
+    return reason
 
 
 def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
@@ -142,10 +146,10 @@ def summary_table(rows: list[apb.JobSummary]) -> Table:
         j = s.job
         stamp = j.finished_at if j.HasField("finished_at") else j.run_at
         when = stamp.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        note = " / ".join(x for x in (j.dead_letter_reason, s.last_error) if x)
+        note = reason_note(j.dead_letter_reason, s.last_error)
         if j.cancel_requested:
             note = ("cancel requested; " + note).rstrip("; ")
-        table.add_row(j.id, escape(j.queue), escape(j.job_type), state_name(j.state), str(j.priority),
+        table.add_row(j.id, escape(j.queue), escape(j.job_type), state_label(j.state), str(j.priority),
                       f"{j.attempt}/{j.max_attempts}", when, escape(note[:120]))
     return table
 

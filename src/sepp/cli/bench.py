@@ -2,7 +2,8 @@
 
 Enqueues ``--jobs`` jobs (single calls or batches) with ``--concurrency`` calls in
 flight through the Python ``AsyncClient``, then optionally drains them with a no-op
-``Worker``, and prints throughput and ack latency. For the full, reproducible figures
+``Worker``, prints throughput and ack latency (a table, or one JSON document with
+``--json``), and deletes its queue with whatever is left in it unless ``--keep``. For the full, reproducible figures
 see ``benchmarks/`` and docs/benchmarks.md; this command is for trying a deployment.
 """
 
@@ -16,8 +17,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sepp.cli.admin_views import STATE_ORDER
 from sepp.cli.main import app
-from sepp.cli.shell import DEFAULT_SERVER, EXIT_TRANSPORT, ServerOpt
+from sepp.cli.shell import (
+    DEFAULT_SERVER,
+    EXIT_REFUSED,
+    EXIT_TRANSPORT,
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    fail,
+    print_json,
+)
 
 
 async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int) -> tuple[float, list[float]]:
@@ -75,33 +86,80 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else float("nan")
 
 
+def _queue_jobs(server: str, queue: str, token: str | None) -> int | None:
+    """Jobs the queue holds now (any state), or None when the server does not know it."""
+    from sepp.client.admin import AdminClient, AdminError
+
+    with AdminClient(server, token=token) as admin:
+        try:
+            stats = admin.queue_stats([queue])
+        except AdminError as exc:
+            if exc.reason == "QUEUE_NOT_FOUND":
+                return None
+            raise
+    return sum(getattr(s, name) for s in stats for name in STATE_ORDER) if stats else None
+
+
+def _clean_up(server: str, queue: str, token: str | None) -> int:
+    """Delete the bench queue and every job in it; returns the jobs deleted."""
+    from sepp.client.admin import AdminClient
+
+    with AdminClient(server, token=token) as admin:
+        return admin.delete_queue(queue, force=True)
+
+
 @app.command()
 def bench(
     server: ServerOpt = DEFAULT_SERVER,
-    queue: Annotated[str, typer.Option(help="Queue to load (use a scratch queue).")] = "sepp-bench",
+    token: TokenOpt = None,
+    queue: Annotated[str, typer.Option(help="Queue to load: a scratch queue, deleted afterwards unless --keep.")]
+    = "sepp-bench",
     jobs: Annotated[int, typer.Option(min=1, help="Jobs to enqueue.")] = 20_000,
     batch: Annotated[int, typer.Option(min=1, max=256, help="Jobs per call; 1 = single Enqueue.")] = 256,
     concurrency: Annotated[int, typer.Option(min=1, help="Calls in flight.")] = 4,
     drain: Annotated[bool, typer.Option("--drain/--no-drain", help="Then work them off with a no-op Worker.")] = True,
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the queue and its jobs in place afterwards.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Load-test a running server: enqueue rate, ack latency, and (with --drain) work-off rate."""
+    """Load-test a running server: enqueue rate, ack latency, and (with --drain) work-off rate.
+
+    Afterwards the bench queue and its jobs are deleted (issue 13: 20,000 leftover jobs
+    dominated the dashboard), so it refuses a queue that already holds jobs unless --keep.
+    """
     from sepp.errors import SeppError
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, quiet=as_json)
     try:
+        held = _queue_jobs(server, queue, token)
+        if held and not keep:
+            fail(f"queue {queue!r} already holds {held:,} job(s); sepp bench deletes its queue afterwards — "
+                 "use a scratch --queue, or --keep to leave everything in place",
+                 as_json, EXIT_REFUSED, {"error": "queue not empty", "queue": queue, "jobs": held})
         with console.status(f"enqueueing {jobs:,} jobs…"):
             seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency))
         drained = None
         if drain:
             with console.status(f"working off {jobs:,} jobs…"):
                 drained = asyncio.run(_drain(server, queue, jobs))
+        deleted = None if keep else _clean_up(server, queue, token)
     except SeppError as exc:
-        console.print(f"[red]bench failed:[/] {type(exc).__name__}: {exc}")
-        raise typer.Exit(EXIT_TRANSPORT) from None
+        fail(f"bench failed: {type(exc).__name__}: {exc}", as_json, EXIT_TRANSPORT,
+             {"error": "bench failed", "type": type(exc).__name__, "message": str(exc)})
+    if as_json:
+        print_json({"queue": queue, "jobs": jobs, "batch": batch, "concurrency": concurrency,
+                    "calls": len(latencies), "enqueue_seconds": round(seconds, 6),
+                    "enqueue_jobs_per_second": round(jobs / seconds, 1),
+                    "ack_latency_ms": {"p50": round(_pct(latencies, 0.5), 3), "p99": round(_pct(latencies, 0.99), 3)},
+                    "drain_seconds": None if drained is None else round(drained, 6),
+                    "drain_jobs_per_second": None if drained is None else round(jobs / drained, 1),
+                    "cleaned_up": deleted is not None, "jobs_deleted": deleted})
+        return
     table = Table("what", "value")
     table.add_row("enqueued", f"{jobs:,} jobs in {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s")
     table.add_row("calls", f"{len(latencies):,} × {batch} job(s), {concurrency} in flight")
     table.add_row("ack latency p50 / p99", f"{_pct(latencies, 0.5):.2f} / {_pct(latencies, 0.99):.2f} ms")
     if drained is not None:
         table.add_row("worked off (no-op Worker)", f"{jobs:,} jobs in {drained:.2f} s = {jobs / drained:,.0f} jobs/s")
+    cleanup = "kept (--keep)" if deleted is None else f"queue {queue} deleted with {deleted:,} job(s)"
+    table.add_row("cleaned up", cleanup)
     console.print(table)

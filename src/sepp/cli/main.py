@@ -6,7 +6,13 @@ into explicit config objects; nothing below the CLI reads the environment.
 
 from __future__ import annotations
 
+import json
+import platform
+from typing import Annotated
+
 import typer
+
+from sepp._version import __version__
 
 app = typer.Typer(
     name="sepp",
@@ -18,9 +24,29 @@ app = typer.Typer(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"sepp {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_show_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
     """sepp — a durable job-queue server."""
+
+
+@app.command("version")
+def version_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")] = False,
+) -> None:
+    """Print this installation's version (no server needed; `sepp info` asks a server for its own)."""
+    if as_json:
+        typer.echo(json.dumps({"version": __version__, "python": platform.python_version()}))
+    else:
+        typer.echo(f"sepp {__version__} (Python {platform.python_version()})")
 
 
 def _register() -> None:

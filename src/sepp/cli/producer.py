@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sepp.cli.main import app
+from sepp.cli.progress import progress_bar, wanted
 from sepp.cli.shell import (
     DEFAULT_SERVER,
     EXIT_REJECTED,
@@ -320,6 +321,10 @@ def enqueue_cmd(
         "idempotency_key, trace_context. Command-line values are defaults for every line.")] = None,
     atomic: Annotated[bool, typer.Option(
         "--atomic", help="With --batch-file: all lines in one all-or-nothing call.")] = False,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--no-progress", show_default=False,
+        help="With --batch-file: a progress bar on stderr (counts, rate, time left). "
+        "Default: when stderr is a terminal.")] = None,
     no_local_validation: Annotated[bool, typer.Option(
         "--no-local-validation", help="Send without checking the advertised limits first.")] = False,
     server: ServerOpt = DEFAULT_SERVER,
@@ -357,7 +362,8 @@ def enqueue_cmd(
         if idempotency_key is not None:
             _fail_input("--idempotency-key cannot apply to a whole batch (put one in each line)", as_json)
         defaults = JobDefaults(queue, job_type, custom_map, priority, max_attempts, when)
-        _enqueue_file(batch_file, defaults, atomic, server, timeout, not no_local_validation, as_json)
+        _enqueue_file(batch_file, defaults, atomic, server, timeout, not no_local_validation, as_json,
+                      progress=wanted(progress, as_json))
         return
     if atomic:
         _fail_input("--atomic needs --batch-file", as_json)
@@ -398,7 +404,7 @@ def enqueue_cmd(
 
 
 def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, timeout: float,
-                  validate_locally: bool, as_json: bool) -> None:
+                  validate_locally: bool, as_json: bool, *, progress: bool = False) -> None:
     from sepp.errors import AtomicEnqueueError, RejectedError, TransportError
 
     try:
@@ -435,20 +441,22 @@ def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, 
                     _report_ack(line, ack, as_json)
             else:
                 size = client.get_server_info(cached=True).limits.max_enqueue_batch
-                for chunk in chunks(requests, size):
-                    results = client.enqueue_batch(chunk)
-                    for offset, result in enumerate(results):
-                        line = lines[done + offset]
-                        if isinstance(result, EnqueueAck):
-                            _report_ack(line, result, as_json)
-                        else:
-                            rejected += 1
-                            if as_json:
-                                print_json({"line": line, "status": "rejected", **rejection_json(result)})
+                with progress_bar(len(requests), f"enqueue {path.name}", show=progress) as advance:
+                    for chunk in chunks(requests, size):
+                        results = client.enqueue_batch(chunk)
+                        for offset, result in enumerate(results):
+                            line = lines[done + offset]
+                            if isinstance(result, EnqueueAck):
+                                _report_ack(line, result, as_json)
                             else:
-                                out_console().print(f"line {line}: [red]rejected[/] {escape(str(result))}",
-                                             markup=True)
-                    done += len(chunk)
+                                rejected += 1
+                                if as_json:
+                                    print_json({"line": line, "status": "rejected", **rejection_json(result)})
+                                else:
+                                    out_console().print(f"line {line}: [red]rejected[/] {escape(str(result))}",
+                                                        markup=True)
+                        done += len(chunk)
+                        advance(len(chunk))
         except RejectedError as exc:
             _fail_rejected(exc.rejection, as_json)
         except TransportError as exc:

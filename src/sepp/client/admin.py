@@ -37,7 +37,7 @@ from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.client._core import error_from_rpc
 from sepp.client.options import ClientOptions
-from sepp.domain.states import STATE_BY_NAME
+from sepp.domain.states import STATE_BY_NAME, parse_state
 from sepp.errors import AdminError, AdminRefused, TransportError
 
 DEFAULT_TARGET = "127.0.0.1:7700"
@@ -48,18 +48,16 @@ STATES: dict[str, int] = dict(STATE_BY_NAME)
 
 
 def state_number(state: str | int | None) -> int:
-    """A state given as name (``ready``, ``DEAD_LETTERED``, ``dead-lettered``) or number → number
-    (0 for None). Raises ``ValueError`` for an unknown one."""
+    """A state given in any spelling (``ready``, ``DEAD_LETTERED``, ``dead-lettered``,
+    ``Dead lettered``) or as its number → number (0 for None or ``""``). Raises
+    ``ValueError`` for an unknown one (``sepp.domain.states.parse_state``)."""
     if state is None or state == "":
         return 0
     if isinstance(state, int):
         if state not in STATES.values():
             raise ValueError(f"unknown job state {state}")
         return state
-    key = state.strip().lower().replace("-", "_")
-    if key not in STATES:
-        raise ValueError(f"unknown job state {state!r} (one of {', '.join(STATES)})")
-    return STATES[key]
+    return parse_state(state)
 
 
 def _ts(moment: dt.datetime) -> Any:

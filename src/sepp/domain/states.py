@@ -35,3 +35,26 @@ def state_name(state: int) -> str:
     """The lowercase name of a state number (``"dead_lettered"``); an unknown number (a
     damaged row, a newer server) reads as its decimal text rather than raising."""
     return STATE_NAMES.get(state, str(state))
+
+
+def state_label(state: int) -> str:
+    """The one spelling a state is *shown* in (issue 13): the API's enum name in capitals —
+    ``DEAD_LETTERED`` — in the UI, the CLI's tables and its JSON alike. An unknown number (a
+    damaged row, a newer server) reads as its decimal text."""
+    name = STATE_NAMES.get(state)
+    return str(state) if name is None else name.upper()
+
+
+def parse_state(text: str) -> int:
+    """A state given in any of the spellings people type (issue 13: ``DEAD_LETTERED``,
+    ``dead_lettered``, ``dead-lettered``, ``Dead lettered``, or its number) → its number.
+
+    Case, ``-``, ``_`` and spaces do not matter. Raises ``ValueError`` naming the valid
+    states for anything else (an unknown state is an error, never silently READY).
+    """
+    key = "_".join(text.strip().lower().replace("-", " ").replace("_", " ").split())
+    if key in STATE_BY_NAME:
+        return STATE_BY_NAME[key]
+    if key.isdigit() and int(key) in STATE_NAMES:
+        return int(key)
+    raise ValueError(f"unknown job state {text!r}: one of {', '.join(s.upper() for s in STATE_BY_NAME)}")

@@ -87,7 +87,8 @@ def state_name(state: int) -> str:
 @dataclass(frozen=True, slots=True)
 class QueueStatsView:
     """What the dashboards show of one queue. Times in µs; ``throughput`` has one row per
-    minute of the last hour, oldest first, the current minute last."""
+    minute of the window asked for (the last hour by default), oldest first, the current
+    minute last."""
 
     name: str
     paused: bool
@@ -418,13 +419,15 @@ class AdminEngine:
         cache.expires = monotonic() + min(10.0, 5 * took)
         return cache.value
 
-    async def stats(self, names: Sequence[str] = ()) -> list[QueueStatsView]:
+    async def stats(self, names: Sequence[str] = (), minutes: int = WINDOW_MINUTES) -> list[QueueStatsView]:
         """Stats of ``names`` (every queue when empty), in the order given / by name; a name
         given twice is answered once (so a request repeating one name 200,000 times costs one
-        queue's stats, not 200,000: issue 14).
+        queue's stats, not 200,000: issue 14). ``throughput`` covers the last ``minutes``
+        minutes (1 … ``KEEP_MINUTES``, the day the table keeps; issue 13 "History").
 
         Raises ``NotFound`` for an unknown name.
         """
+        minutes = max(1, min(minutes, KEEP_MINUTES))
         queues = [self.queue(n) for n in dict.fromkeys(names)] if names else self.queues()
         if names and len(queues) <= 4:
             counts: dict[str, StateCounts] = {}
@@ -434,7 +437,7 @@ class AdminEngine:
             counts = await self._all_counts()
         now = self._clock_now()
         this_minute = now // _MINUTE
-        first = this_minute - WINDOW_MINUTES + 1
+        first = this_minute - minutes + 1
         series: dict[str, dict[int, list[int]]] = {}
         for row in await self.store.throughput(first):
             series.setdefault(row.queue, {})[row.minute] = [row.enqueued, row.completed, row.dead_lettered]

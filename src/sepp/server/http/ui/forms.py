@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import json
+import secrets
 import zoneinfo
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -88,6 +90,37 @@ def parse_schedule(local: str, zone: str) -> dt.datetime:
     return naive.replace(tzinfo=tz)
 
 
+def is_json_encoding(encoding: str) -> bool:
+    """Whether an encoding label names JSON: ``application/json`` or any ``…+json`` media
+    type, parameters (``; charset=utf-8``) and case ignored."""
+    media = encoding.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def check_json(data: bytes, encoding: str) -> None:
+    """The form's own check of a JSON payload before anything is sent (issue 13: an empty
+    payload labelled ``application/json`` was stored, and a worker then failed on it every
+    attempt). The server stores payload bytes as given (seed: payloads are opaque); this is
+    the form helping its user. Raises ``FormError`` (field ``payload.data``)."""
+    if not is_json_encoding(encoding):
+        return
+    if not data.strip():
+        raise FormError("payload.data", f"the payload is empty but its encoding is {encoding!r}: write a JSON "
+                                        "value (e.g. {} or null), or clear the encoding for an empty payload")
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FormError("payload.data", f"the payload is not valid JSON ({exc}) but its encoding is "
+                                        f"{encoding!r}") from None
+
+
+def fresh_idempotency_key() -> str:
+    """The key a freshly loaded enqueue form offers (issue 13): ``ui-`` and 24 random hex
+    digits, so submitting the same loaded form twice (a double click, a reload) returns the
+    first job (``deduplicated``), while loading the form again offers a new key."""
+    return "ui-" + secrets.token_hex(12)
+
+
 def build_request(form: Mapping[str, str], customs: Sequence[tuple[str, str, str]]) -> pb.EnqueueRequest:
     """Map the enqueue form field by field onto an ``EnqueueRequest`` (seed "Enqueue from the
     admin UI"). Empty optional fields stay unset. Raises ``FormError`` for a value that has no
@@ -95,6 +128,7 @@ def build_request(form: Mapping[str, str], customs: Sequence[tuple[str, str, str
     req = pb.EnqueueRequest(queue=form.get("queue", ""), job_type=form.get("job_type", ""))
     data = parse_payload(form.get("payload", ""), form.get("payload_format", "text"))
     encoding = form.get("encoding", "")
+    check_json(data, encoding)
     if data or encoding:
         req.payload.CopyFrom(pb.Payload(data=data, encoding=encoding))
     for key, type_name, raw in customs:

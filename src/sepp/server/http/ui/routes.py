@@ -20,7 +20,7 @@ from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -31,8 +31,15 @@ from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
 from sepp.server.engine import job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
-from sepp.server.http.ui.chart import Chart, build_chart, merge_rows
-from sepp.server.http.ui.forms import FormError, build_request, dead_filter, limits_json, read_form
+from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param
+from sepp.server.http.ui.forms import (
+    FormError,
+    build_request,
+    dead_filter,
+    fresh_idempotency_key,
+    limits_json,
+    read_form,
+)
 from sepp.server.http.ui.security import (
     SecurityHeaders,
     auth_marker,
@@ -53,6 +60,7 @@ from sepp.server.http.ui.views import (
     job_context,
     node_views,
     settings_rows,
+    state_param,
     storage_label,
 )
 from sepp.storage.admin import JobQuery
@@ -120,6 +128,7 @@ class AdminUI:
             Route("/login", self._open_post(self.login_submit), methods=["POST"]),
             Route("/logout", post(self.logout), methods=["POST"]),
             Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
+            Route("/favicon.ico", self._open(self.favicon)),
         ]
 
     def middleware(self) -> list[Middleware]:
@@ -207,37 +216,40 @@ class AdminUI:
 
     # ------------------------------------------------------------------ dashboard
 
-    async def _dashboard_context(self) -> dict[str, Any]:
-        views = await self.admin.stats()
+    async def _dashboard_context(self, request: Request) -> dict[str, Any]:
+        window = window_param(request.query_params.get("window"))
+        views = await self.admin.stats(minutes=window.minutes)
         totals = {f: sum(getattr(v.counts, f) for v in views) for f in
                   ("scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")}
-        chart = build_chart(merge_rows(views)) if views else None
-        return {"views": views, "totals": totals, "chart": chart}
+        chart = build_chart(merge_rows(views), window) if views else None
+        return {"views": views, "totals": totals, "chart": chart, "window": window, "WINDOWS": WINDOWS}
 
     async def dashboard(self, request: Request) -> Response:
-        """The dashboard page."""
-        return self.render(request, "dashboard.html", {"title": "Dashboard", **await self._dashboard_context()})
+        """The dashboard page (``?window=1h|6h|24h`` for the chart)."""
+        return self.render(request, "dashboard.html",
+                           {"title": "Dashboard", **await self._dashboard_context(request)})
 
     async def dashboard_partial(self, request: Request) -> Response:
         """The dashboard body for htmx polling."""
-        return self.render(request, "_dashboard.html", await self._dashboard_context())
+        return self.render(request, "_dashboard.html", await self._dashboard_context(request))
 
     # ------------------------------------------------------------------ queue
 
-    async def _queue_stats(self, name: str) -> tuple[QueueStatsView, Chart]:
-        view = (await self.admin.stats([name]))[0]
-        return view, build_chart(view.throughput)
+    async def _queue_stats(self, name: str, window: Window) -> tuple[QueueStatsView, Chart]:
+        view = (await self.admin.stats([name], minutes=window.minutes))[0]
+        return view, build_chart(view.throughput, window)
 
     async def queue_page(self, request: Request) -> Response:
-        """Settings, counts, chart and the jobs of one state (``?state=ready&page=<token>``)."""
+        """Settings, counts, chart and the jobs of one state
+        (``?state=ready&page=<token>&window=1h|6h|24h``)."""
         name = request.path_params["name"]
         q = self.admin.queue(name)
-        slug = request.query_params.get("state", "ready")
-        state = STATE_SLUGS.get(slug, int(State.READY))
+        state = state_param(request.query_params.get("state"), int(State.READY))
         token = request.query_params.get("page", "")
         job_type = request.query_params.get("job_type", "") or None
+        window = window_param(request.query_params.get("window"))
         listing = await self.admin.list_jobs(JobQuery(queue=name, state=state, job_type=job_type), token, 50)
-        view, chart = await self._queue_stats(name)
+        view, chart = await self._queue_stats(name, window)
         return self.render(request, "queue.html", {
             "title": f"Queue {name}", "q": q, "view": view, "chart": chart, "state": state, "slug": SLUG_OF[state],
             "jobs": listing.jobs, "next_token": listing.next_token, "paged": bool(token), "job_type": job_type or "",
@@ -247,10 +259,10 @@ class AdminUI:
         """Live counts and chart of one queue."""
         name = request.path_params["name"]
         self.admin.queue(name)
-        view, chart = await self._queue_stats(name)
-        slug = request.query_params.get("state", "ready")
+        view, chart = await self._queue_stats(name, window_param(request.query_params.get("window")))
         return self.render(request, "_queue_stats.html", {"view": view, "chart": chart,
-                                                          "state": STATE_SLUGS.get(slug, 2), "q_name": name})
+                                                          "state": state_param(request.query_params.get("state")),
+                                                          "q_name": name})
 
     async def queue_pause(self, request: Request) -> Response:
         """Pause the queue."""
@@ -270,7 +282,7 @@ class AdminUI:
         """Delete the queue's jobs in the ticked states."""
         name = request.path_params["name"]
         form = await self._form(request)
-        states = [STATE_SLUGS[s] for s in form.getlist("states") if isinstance(s, str) and s in STATE_SLUGS]
+        states = [state_param(s) for s in form.getlist("states") if isinstance(s, str) and s.strip()]
         if not states:
             self.flash(request, "Nothing purged: tick at least one state.", "warn")
         else:
@@ -361,9 +373,11 @@ class AdminUI:
                 "form_error": None, **extra}
 
     async def enqueue_page(self, request: Request) -> Response:
-        """The empty enqueue form (``?queue=`` pre-fills the queue)."""
+        """The enqueue form (``?queue=`` pre-fills the queue) with a fresh idempotency key, so
+        submitting one loaded form twice stores one job (issue 13)."""
         values = {"queue": request.query_params.get("queue", ""), "payload_format": "text",
-                  "encoding": "application/json", "scheduled_tz": "UTC"}
+                  "encoding": "application/json", "scheduled_tz": "UTC", "payload": "{}",
+                  "idempotency_key": fresh_idempotency_key()}
         return self.render(request, "enqueue.html", self._enqueue_context(values, []))
 
     async def enqueue_submit(self, request: Request) -> Response:
@@ -443,6 +457,11 @@ class AdminUI:
                            "Enter a job id, or a queue and an idempotency key."}, 400)
 
     # ------------------------------------------------------------------ login
+
+    async def favicon(self, _request: Request) -> Response:
+        """``/favicon.ico`` (issue 13: it was a 404 in every browser's log); open without login."""
+        return FileResponse(STATIC / "favicon.ico", media_type="image/x-icon",
+                            headers={"cache-control": "public, max-age=86400"})
 
     async def login_page(self, request: Request) -> Response:
         """The token form (or straight through when no token is configured)."""

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sepp.domain.records import NodeRecord
-from sepp.domain.states import STATE_NAMES
+from sepp.domain.states import STATE_NAMES, parse_state
 from sepp.server.admin import state_name
+from sepp.server.errors import InvalidRequest
 from sepp.server.rpc.convert import job_to_proto
 from sepp.storage.base import JobRecord
 from sepp.wire import custom_type_name
@@ -27,6 +28,19 @@ HEX_SHOWN = 16 * 1024
 STATE_SLUGS: dict[str, int] = {name.replace("_", "-"): number for number, name in STATE_NAMES.items()}
 #: State number → its slug.
 SLUG_OF: dict[int, str] = {number: slug for slug, number in STATE_SLUGS.items()}
+
+
+def state_param(value: str | None, default: int = 2) -> int:
+    """A ``?state=`` value in any spelling (``dead_lettered``, ``DEAD_LETTERED``,
+    ``dead-lettered``, ``Dead lettered``, or the number; issue 13) → its number; ``default``
+    (READY) when absent or empty. Raises ``InvalidRequest`` (a 400 page naming the valid
+    states) for an unknown one — never silently another state's tab."""
+    if value is None or not value.strip():
+        return default
+    try:
+        return parse_state(value)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), "state", actual=value[:64]) from None
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -167,12 +181,20 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
             shown = str(raw)
         custom.append((key, kind, shown))
     attempts = []
+    previous = None
     for a in rec.attempt_entries():
         started, ended = a.get("started_at"), a.get("ended_at")
         took = (ended - started) / 1e6 if started is not None and ended is not None else None
-        attempts.append({**a, "took": took})
+        # Attempt numbers only grow, except across a redrive (requeue restarts them at 0):
+        # mark that row so the table does not read as one history starting over (issue 13).
+        redriven = previous is not None and a.get("attempt", 0) <= previous
+        attempts.append({**a, "took": took, "redriven": redriven})
+        previous = a.get("attempt", 0)
+    # Requeued and not run since: the last entry's number is past the job's own attempt.
+    requeued_since = previous is not None and rec.state in (1, 2) and rec.attempt < previous
     return {"title": f"Job {job.id}", "job": job, "rec": rec, "payload": payload_view(rec.payload, rec.encoding),
             "custom": custom, "trace": sorted(job.trace_context.items()), "attempts": attempts,
+            "requeued_since": requeued_since, "leased": rec.state == 3,
             "state_name": state_name(rec.state), "can_cancel": rec.state in (1, 2, 3) and not rec.cancel_requested,
             "can_requeue": rec.state in (5, 6)}
 

@@ -1,0 +1,146 @@
+"""The rough edges a new user hit in the web UI (issue 13 "Rough edges to fix"), over plain
+HTTP against a real server: state spellings in URLs, one spelling shown, finished jobs without
+lease fields, the redrive marker in the attempts table, a dead-letter reason shown once, the
+enqueue form's JSON check and fresh idempotency key, and ``/favicon.ico``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from support.admin import AdminStubs, connect
+
+from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.testing import ServerProcess
+
+
+@pytest.fixture
+def web(shared_server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=shared_server.http_url, timeout=20) as client:
+        yield client
+
+
+@pytest.fixture
+def stubs(shared_server: ServerProcess) -> Iterator[AdminStubs]:
+    with connect(shared_server.grpc_target) as s:
+        yield s
+
+
+def csrf(web: httpx.Client) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', web.get("/enqueue").text)
+    assert match
+    return match[1]
+
+
+@pytest.mark.parametrize("spelling", ["dead_lettered", "DEAD_LETTERED", "dead-lettered", "Dead lettered", "5"])
+def test_every_spelling_of_a_state_opens_its_tab(web: httpx.Client, stubs: AdminStubs, fresh_queue: str,
+                                                 spelling: str) -> None:
+    job_id = stubs.dead_letter(fresh_queue, reason="no handler", error="no handler")
+    page = web.get(f"/queues/{fresh_queue}", params={"state": spelling})
+    assert page.status_code == 200
+    assert "Jobs: DEAD_LETTERED" in page.text and job_id in page.text
+
+
+def test_an_unknown_state_is_a_400_naming_the_states_not_the_ready_tab(web: httpx.Client, stubs: AdminStubs,
+                                                                        fresh_queue: str) -> None:
+    stubs.enqueue(fresh_queue)
+    page = web.get(f"/queues/{fresh_queue}", params={"state": "deadlettered"})
+    assert page.status_code == 400
+    assert "unknown job state" in page.text and "DEAD_LETTERED" in page.text
+    assert "Jobs: READY" not in page.text
+    assert web.get(f"/queues/{fresh_queue}", params={"state": ""}).status_code == 200  # absent = READY
+
+
+def test_the_dashboard_spells_states_as_the_api_does(web: httpx.Client) -> None:
+    page = web.get("/").text
+    assert "DEAD_LETTERED" in page and "Dead-lettered" not in page and ">Dead<" not in page
+
+
+def test_a_finished_job_shows_no_lease_fields_and_a_reserved_one_does(web: httpx.Client, stubs: AdminStubs,
+                                                                      fresh_queue: str) -> None:
+    dead = stubs.dead_letter(fresh_queue, worker_id="w-finished")
+    page = web.get(f"/jobs/{dead}").text
+    assert ">lease_id<" not in page and ">lease_expires_at<" not in page and ">worker_id<" not in page
+    assert "w-finished" in page  # still in the attempts table
+    held = stubs.enqueue(fresh_queue)
+    stubs.reserve_job(fresh_queue, held, worker_id="w-holding")
+    page = web.get(f"/jobs/{held}").text
+    assert ">lease_id<" in page and ">lease_expires_at<" in page and "w-holding" in page
+
+
+def test_a_redrive_is_marked_in_the_attempts_table(web: httpx.Client, stubs: AdminStubs, fresh_queue: str) -> None:
+    job_id = stubs.dead_letter(fresh_queue, error="first life", max_attempts=1)
+    assert "Requeued" not in web.get(f"/jobs/{job_id}").text
+    stubs.call("RequeueJob", apb.RequeueJobRequest(job_id=job_id))
+    page = web.get(f"/jobs/{job_id}").text
+    assert "Requeued: the next attempt is number 1." in page
+    r = stubs.reserve_job(fresh_queue, job_id)
+    stubs.worker.Nack(wpb.NackRequest(job_id=job_id, lease_id=r.lease_id, dead_letter="again",
+                                      error=wpb.JobError(message="second life")), timeout=10)
+    page = web.get(f"/jobs/{job_id}").text
+    assert page.count("Requeued (redrive): the attempts below restart at 1.") == 1
+    assert page.index("first life") < page.index("Requeued (redrive)") < page.index("second life")
+
+
+def test_a_dead_letter_reason_that_quotes_the_error_is_shown_once(web: httpx.Client, stubs: AdminStubs,
+                                                                  fresh_queue: str) -> None:
+    stubs.dead_letter(fresh_queue, reason="no handler registered for t", error="no handler registered for t")
+    page = web.get(f"/queues/{fresh_queue}", params={"state": "dead_lettered"}).text
+    assert page.count("no handler registered for t") == 1
+    stubs.dead_letter(fresh_queue, reason="bad input", error="KeyError: user_id")
+    page = web.get(f"/queues/{fresh_queue}", params={"state": "dead_lettered"}).text
+    assert "NACK_DEAD_LETTER: bad input" in page and "KeyError: user_id" in page  # different: both shown
+
+
+@pytest.mark.parametrize(("payload", "encoding", "refused"), [
+    ("", "application/json", "the payload is empty"),
+    ("   ", "application/json; charset=utf-8", "the payload is empty"),
+    ("{not json", "application/json", "not valid JSON"),
+    ("", "application/vnd.sepp+json", "the payload is empty"),
+    ("", "text/plain", None),
+    ("", "", None),
+    ("null", "application/json", None),
+])
+def test_the_form_checks_a_json_payload_before_sending(web: httpx.Client, fresh_queue: str, payload: str,
+                                                       encoding: str, refused: str | None) -> None:
+    body = {"csrf_token": csrf(web), "queue": fresh_queue, "job_type": "t", "payload_format": "text",
+            "payload": payload, "encoding": encoding}
+    resp = web.post("/enqueue", data=body)
+    if refused is None:
+        assert resp.status_code == 200 and 'id="ack-job-id"' in resp.text
+    else:
+        assert resp.status_code == 400 and refused in resp.text and "Not sent" in resp.text
+
+
+def test_each_form_load_offers_a_fresh_key_and_resubmitting_one_form_stores_one_job(
+        web: httpx.Client, fresh_queue: str) -> None:
+    keys = [re.search(r'id="idempotency_key" name="idempotency_key" value="([^"]*)"', web.get("/enqueue").text)
+            for _ in range(2)]
+    assert keys[0] and keys[1] and keys[0][1] != keys[1][1] and keys[0][1].startswith("ui-")
+    body = {"csrf_token": csrf(web), "queue": fresh_queue, "job_type": "t", "payload_format": "text",
+            "payload": "{}", "encoding": "application/json", "idempotency_key": keys[0][1]}
+    first, second = web.post("/enqueue", data=body), web.post("/enqueue", data=body)
+    ids = [re.search(r'id="ack-job-id">([0-9a-f-]{36})<', r.text) for r in (first, second)]
+    assert ids[0] and ids[1] and ids[0][1] == ids[1][1]
+    assert 'id="ack-dedup">true<' in second.text and 'id="enqueue-another"' in second.text
+
+
+def test_the_favicon_is_served(web: httpx.Client) -> None:
+    resp = web.get("/favicon.ico")
+    assert resp.status_code == 200 and resp.headers["content-type"] == "image/x-icon"
+    assert resp.content[:4] == b"\x00\x00\x01\x00"  # an ICO header
+
+
+def test_the_chart_windows_reach_back_24_hours(web: httpx.Client, stubs: AdminStubs, fresh_queue: str) -> None:
+    stubs.enqueue(fresh_queue)
+    for path in ("/", f"/queues/{fresh_queue}", "/ui/partials/dashboard", f"/ui/partials/queue/{fresh_queue}"):
+        for window, per in (("1h", "per minute"), ("6h", "per 5 minutes"), ("24h", "per 20 minutes")):
+            page = web.get(path, params={"window": window})
+            assert page.status_code == 200 and f"{per} over the last" in page.text, (path, window)
+            assert f'window={window}" aria-current="true"' in page.text
+            assert "&amp;amp;" not in page.text
+            assert f"window={window}" in page.text.split("hx-get=", 1)[1][:200]  # polling keeps the window
+        assert web.get(path, params={"window": "2d"}).status_code == 400

@@ -167,6 +167,23 @@ def test_the_24_hour_chart_is_one_click_away_and_stays_while_polling(page: Page,
     expect(chart.locator("figcaption")).to_contain_text("per 20 minutes")  # … and kept the window
 
 
+def test_the_workers_page_lists_a_worker_and_its_jobs_in_flight(page: Page, srv: ServerProcess) -> None:
+    from support.admin import connect
+
+    with connect(srv.grpc_target) as stubs:
+        stubs.enqueue("ui-workers")
+        stubs.enqueue("ui-workers")
+        assert len(stubs.reserve("ui-workers", 2, worker_id="ui-worker-1")) == 2
+    page.goto(srv.http_url + "/")
+    page.get_by_role("link", name="Workers", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/workers$"))
+    row = page.locator("table.workers tr[data-worker='ui-worker-1']")
+    expect(row).to_contain_text("live")
+    expect(row.locator("td").nth(4)).to_have_text("2")  # in flight
+    expect(row.locator("a[href='/queues/ui-workers']")).to_be_visible()
+    expect(page.locator("#workers-summary")).to_contain_text("gone quiet")
+
+
 def test_the_pages_fit_a_phone_screen_and_are_keyboard_reachable(browser: Browser, srv: ServerProcess) -> None:
     job_id = dead_letter(srv.grpc_target, "ui-phone", error="e" * 300)
     context = browser.new_context(viewport={"width": 360, "height": 740}, is_mobile=True, has_touch=True)

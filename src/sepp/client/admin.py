@@ -213,5 +213,12 @@ class AdminClient:
         """Delete one job."""
         self._call("DeleteJob", apb.DeleteJobRequest(job_id=job_id))
 
+    # ------------------------------------------------------------------ workers
+
+    def list_workers(self) -> apb.ListWorkersResponse:
+        """Every worker that called within the last hour, on any node (issue 13): ``workers``
+        (live first) and ``quiet`` (how many went quiet)."""
+        return self._call("ListWorkers", apb.ListWorkersRequest())  # type: ignore[no-any-return]
+
 
 __all__ = ["STATES", "AdminClient", "AdminError", "AdminRefused", "TransportError", "state_number"]

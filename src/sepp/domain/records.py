@@ -157,3 +157,24 @@ class NodeRecord(NamedTuple):
     version: str
     started_at: int
     last_seen: int
+
+
+class WorkerRecord(NamedTuple):
+    """One worker as one node saw it (issue 13 "Workers page"), the row a node reports to the
+    store with each heartbeat: ``worker_id`` (``Reserve.worker_id``), ``node`` (the node that
+    saw it), what its last Reserve said (``host``, ``queues``, ``concurrency`` — 0 when not
+    said —, ``client_version``), ``first_seen`` / ``last_reserve`` / ``last_seen`` (µs UTC;
+    ``last_seen`` is its last call of any kind) and the jobs it completed / nacked through
+    this node in the 60 seconds before the report (``completed_minute`` / ``failed_minute``)."""
+
+    worker_id: str
+    node: str
+    host: str
+    queues: tuple[str, ...]
+    concurrency: int
+    client_version: str
+    first_seen: int
+    last_reserve: int
+    last_seen: int
+    completed_minute: int
+    failed_minute: int

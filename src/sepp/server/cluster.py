@@ -7,7 +7,8 @@
   ``QUEUE_REFRESH_EVERY`` seconds regardless — so a change made on one node takes effect
   on every node within that bound even if its notification was lost (docs/deploying.md).
 * **Heartbeat**: the node's row (name, address, version, started, last seen) is written
-  every ``HEARTBEAT_EVERY`` seconds; ``GetServerInfo`` and the UI list the nodes.
+  every ``HEARTBEAT_EVERY`` seconds; ``GetServerInfo`` and the UI list the nodes. The
+  workers this node saw go with it (``Store.report_workers``, the Workers page).
 
 With a store that is not ``shared`` (SQLite) only the heartbeat runs, in memory.
 """
@@ -21,6 +22,7 @@ import logging
 from sepp import __version__
 from sepp.domain.records import NodeRecord
 from sepp.server.engine import JobEngine
+from sepp.server.workers import FORGET_AFTER
 from sepp.storage.errors import StoreClosed, StoreError
 
 log = logging.getLogger("sepp.cluster")
@@ -94,9 +96,17 @@ class Cluster:
                 log.warning("heartbeat not written: %s", exc)
 
     async def _beat(self) -> None:
-        """Write this node's row, then read every node's (``engine.nodes``)."""
+        """Write this node's row and its workers (issue 13), then read every node's
+        (``engine.nodes``)."""
         store = self.engine.store
         await store.heartbeat(self.record())
+        forget_before = self.engine.clock.now() - int(FORGET_AFTER * 1_000_000)
+        try:
+            await store.report_workers(self.node, self.engine.workers.snapshot(self.node), forget_before)
+        except StoreClosed:
+            raise
+        except StoreError as exc:  # the node list must not depend on the workers' report
+            log.warning("workers not reported: %s", exc)
         self.engine.nodes = await store.nodes()
 
     async def refresh(self) -> bool:

@@ -28,6 +28,7 @@ from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, Leas
 from sepp.server.events import EngineEvents, Event
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry, QueueState
+from sepp.server.workers import WorkerRegistry
 from sepp.storage.base import (
     DAMAGED_ROW,
     Dedups,
@@ -121,6 +122,9 @@ class JobEngine:
         #: The nodes sharing the store as last read (``sepp.server.cluster.Cluster``, every
         #: heartbeat): what GetServerInfo and the UI list (issue 10).
         self.nodes: list[NodeRecord] = []
+        #: The workers this node sees (issue 13): fed by the worker servicer, reported with
+        #: each heartbeat (``sepp.server.cluster``).
+        self.workers = WorkerRegistry(clock)
         #: Give-back tasks of abandoned reservations (kept referenced until done).
         self._background: set[asyncio.Future[Any]] = set()
 

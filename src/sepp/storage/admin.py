@@ -158,6 +158,10 @@ class AdminStore(Protocol):
     async def oldest_ready(self, queue: str) -> int | None:
         """The smallest run_at (µs) among the queue's READY jobs, or None."""
 
+    async def reserved_by_worker(self) -> dict[str, int]:
+        """RESERVED jobs per ``worker_id`` right now, every queue (issue 13: a worker's jobs
+        in flight); jobs reserved without a worker id count under ``""``."""
+
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Every throughput row from ``since_minute`` on."""
 

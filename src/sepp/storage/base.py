@@ -32,14 +32,15 @@ from sepp.domain.params import (
     SweepResult,
 )
 from sepp.domain.policy import PolicyLookup, PolicyTable, QueuePolicy
-from sepp.domain.records import Dedups, JobRecord, JobRow, NodeRecord, QueueRecord
+from sepp.domain.records import Dedups, JobRecord, JobRow, NodeRecord, QueueRecord, WorkerRecord
 from sepp.domain.states import FINISHED, State
 from sepp.storage.admin import AdminStore
 from sepp.storage.errors import StoreFailed
 
 __all__ = ["DAMAGED_ROW", "FINISHED", "Dedups", "ExtendResult", "JobRecord", "JobRow", "NodeRecord", "PolicyLookup",
            "PolicyTable", "QueuePolicy", "QueueRecord", "ReserveParams", "SettleError", "SettleKind",
-           "SettleParams", "SettleResult", "SkippedRow", "State", "Store", "StoreFigures", "SweepResult"]
+           "SettleParams", "SettleResult", "SkippedRow", "State", "Store", "StoreFigures", "SweepResult",
+           "WorkerRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,14 @@ class Store(Protocol):
     async def nodes(self) -> list[NodeRecord]:
         """Every node that recorded a heartbeat, by name (a node that stopped keeps its row
         with its last ``last_seen``; the UI shows how long ago that was)."""
+
+    async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
+        """Replace what ``node`` last reported of its workers with ``workers`` (issue 13: the
+        Workers page), and forget every worker row — of any node — whose ``last_seen`` is
+        before ``forget_before`` (µs UTC). Sent with each heartbeat."""
+
+    async def workers(self) -> list[WorkerRecord]:
+        """Every worker row the nodes reported (one per worker and node), by worker then node."""
 
     @property
     def backlog(self) -> int:

@@ -8,6 +8,7 @@ ones have ``.transient = True``).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,11 +40,21 @@ def convert_error(exc: grpc.RpcError, target: str, job_id: str = "") -> SeppErro
     return err
 
 
+#: What the Worker runtime reports as its client on Reserve (issue 13, the Workers page).
+CLIENT_VERSION = USER_AGENT
+
+
 class WorkerRpc:
     """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``."""
 
-    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = (), *, worker_id: str = "",
+                 concurrency: int = 0) -> None:
         self.target = target
+        #: Sent with every call for the server's Workers page (issue 13): who calls, and on
+        #: Reserve its handler slots, host and client version.
+        self.worker_id = worker_id
+        self.concurrency = concurrency
+        self.host = socket.gethostname()
         self._options = [*CHANNEL_OPTIONS, *channel_options]
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
@@ -60,7 +71,8 @@ class WorkerRpc:
 
         The call's deadline is ``wait`` plus 10 s of slack.
         """
-        req = wpb.ReserveRequest(queues=list(queues), max_jobs=max_jobs, worker_id=worker_id)
+        req = wpb.ReserveRequest(queues=list(queues), max_jobs=max_jobs, worker_id=worker_id,
+                                 concurrency=self.concurrency, client_version=CLIENT_VERSION, host=self.host)
         if wait > 0:
             req.wait.CopyFrom(seconds_to_duration(wait))
         if lease_duration is not None:
@@ -72,6 +84,8 @@ class WorkerRpc:
 
         Raises a ``TransportError`` (or ``ServerError`` for a count mismatch).
         """
+        if self.worker_id and not request.worker_id:
+            request.worker_id = self.worker_id
         try:
             resp = await self._get_stub().Settle(request, timeout=30.0)
         except grpc.RpcError as exc:
@@ -86,7 +100,7 @@ class WorkerRpc:
         Raises ``LeaseError`` when the lease no longer holds, else a ``TransportError``.
         """
         req = wpb.ExtendLeaseRequest(job_id=job_id, lease_id=lease_id,
-                                     extend_by=seconds_to_duration(extend_by))
+                                     extend_by=seconds_to_duration(extend_by), worker_id=self.worker_id)
         try:
             return await self._get_stub().ExtendLease(req, timeout=10.0)  # type: ignore[no-any-return]
         except grpc.RpcError as exc:

@@ -181,7 +181,7 @@ class Worker:
         cfg = self.config
         if not cfg.queues:
             raise ValueError("the worker has no queues to reserve from")
-        self._rpc = WorkerRpc(cfg.target)
+        self._rpc = WorkerRpc(cfg.target, worker_id=cfg.worker_id, concurrency=cfg.concurrency)
         self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")

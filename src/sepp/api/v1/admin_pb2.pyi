@@ -779,3 +779,122 @@ class DeleteJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteJobResponse: _TypeAlias = DeleteJobResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkersRequest(_message.Message):
+    """------------------------------------------------------------------ workers (issue 13)"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersRequest: _TypeAlias = ListWorkersRequest  # noqa: Y015
+
+@_typing.final
+class WorkerInfo(_message.Message):
+    """One worker as the Workers page shows it: what it said on its last Reserve, and what the
+    servers counted. A worker that talks to several nodes is one entry (its counts summed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    CLIENT_VERSION_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    FIRST_SEEN_FIELD_NUMBER: _builtins.int
+    LAST_RESERVE_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_FIELD_NUMBER: _builtins.int
+    COMPLETED_LAST_MINUTE_FIELD_NUMBER: _builtins.int
+    FAILED_LAST_MINUTE_FIELD_NUMBER: _builtins.int
+    QUIET_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    host: _builtins.str
+    """As the worker reported it (Reserve.host; "" when it did not)."""
+    concurrency: _builtins.int
+    """Its handler slots (0 = not reported)."""
+    client_version: _builtins.str
+    """Its client library and version ("" = not reported)."""
+    in_flight: _builtins.int
+    """Jobs RESERVED under its worker_id right now (the store's count, cluster-wide)."""
+    completed_last_minute: _builtins.int
+    """Jobs it completed / nacked in the last 60 seconds (as of the nodes' last reports, ≤ 5 s old)."""
+    failed_last_minute: _builtins.int
+    quiet: _builtins.bool
+    """No call within two lease periods (twice the longest lease_duration of its queues)."""
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The queues of its last Reserve."""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The nodes it called within the listing's hour."""
+
+    @_builtins.property
+    def first_seen(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_reserve(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_seen(self) -> _timestamp_pb2.Timestamp:
+        """Its last call of any kind (Reserve, Settle, Ack, Nack, ExtendLease)."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        queues: _abc.Iterable[_builtins.str] | None = ...,
+        concurrency: _builtins.int = ...,
+        client_version: _builtins.str = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        in_flight: _builtins.int = ...,
+        first_seen: _timestamp_pb2.Timestamp | None = ...,
+        last_reserve: _timestamp_pb2.Timestamp | None = ...,
+        last_seen: _timestamp_pb2.Timestamp | None = ...,
+        completed_last_minute: _builtins.int = ...,
+        failed_last_minute: _builtins.int = ...,
+        quiet: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["first_seen", b"first_seen", "last_reserve", b"last_reserve", "last_seen", b"last_seen"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "completed_last_minute", b"completed_last_minute", "concurrency", b"concurrency", "failed_last_minute", b"failed_last_minute", "first_seen", b"first_seen", "host", b"host", "in_flight", b"in_flight", "last_reserve", b"last_reserve", "last_seen", b"last_seen", "nodes", b"nodes", "queues", b"queues", "quiet", b"quiet", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerInfo: _TypeAlias = WorkerInfo  # noqa: Y015
+
+@_typing.final
+class ListWorkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    QUIET_FIELD_NUMBER: _builtins.int
+    quiet: _builtins.int
+    """How many of them have gone quiet."""
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
+        """Live workers first (most recent call first), then the quiet ones."""
+
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+        quiet: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["quiet", b"quiet", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015

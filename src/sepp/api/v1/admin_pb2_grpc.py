@@ -115,6 +115,11 @@ class AdminServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.DeleteJobRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.DeleteJobResponse.FromString,
                 _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/sepp.api.v1.AdminService/ListWorkers',
+                request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -233,6 +238,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkers(self, request, context):
+        """Every worker that called Reserve within the last hour, on any node (issue 13).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -315,6 +327,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DeleteJob,
                     request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.DeleteJobRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.DeleteJobResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -749,6 +766,33 @@ class AdminService:
             '/sepp.api.v1.AdminService/DeleteJob',
             sepp_dot_api_dot_v1_dot_admin__pb2.DeleteJobRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_admin__pb2.DeleteJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/ListWorkers',
+            sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,8 @@ class AdminServiceStub:
     """Redrive every DEAD_LETTERED job matching a filter (or count them with dry_run)."""
     DeleteJob: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteJobRequest, _admin_pb2.DeleteJobResponse]
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]
+    """Every worker that called Reserve within the last hour, on any node (issue 13)."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -118,6 +120,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Redrive every DEAD_LETTERED job matching a filter (or count them with dry_run)."""
     DeleteJob: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteJobRequest, _admin_pb2.DeleteJobResponse]  # type: ignore[assignment]
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    """Every worker that called Reserve within the last hour, on any node (issue 13)."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -250,5 +254,13 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DeleteJobResponse, _abc.Awaitable[_admin_pb2.DeleteJobResponse]]:
         """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _admin_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListWorkersResponse, _abc.Awaitable[_admin_pb2.ListWorkersResponse]]:
+        """Every worker that called Reserve within the last hour, on any node (issue 13)."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -35,10 +35,22 @@ class ReserveRequest(_message.Message):
     LEASE_DURATION_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    CLIENT_VERSION_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
     max_jobs: _builtins.int
     """1..max_reserve_batch (default 256)."""
     worker_id: _builtins.str
-    """Free-form name of the worker (host:pid or similar), recorded in attempt history."""
+    """Free-form name of the worker (host:pid or similar), recorded in attempt history and
+    shown on the Workers page (issue 13).
+    """
+    concurrency: _builtins.int
+    """Optional, for the Workers page (issue 13; 0 / "" = not said, as older clients send):
+    the worker's handler slots, its client library and version ("sepp-python/0.1.0"), and
+    the host it runs on.
+    """
+    client_version: _builtins.str
+    host: _builtins.str
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Queues in priority order of the caller; the first with work wins."""
@@ -59,10 +71,13 @@ class ReserveRequest(_message.Message):
         lease_duration: _duration_pb2.Duration | None = ...,
         wait: _duration_pb2.Duration | None = ...,
         worker_id: _builtins.str = ...,
+        concurrency: _builtins.int = ...,
+        client_version: _builtins.str = ...,
+        host: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_duration", b"lease_duration", "wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_duration", b"lease_duration", "max_jobs", b"max_jobs", "queues", b"queues", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "concurrency", b"concurrency", "host", b"host", "lease_duration", b"lease_duration", "max_jobs", b"max_jobs", "queues", b"queues", "wait", b"wait", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -128,17 +143,23 @@ class AckRequest(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     LEASE_ID_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     lease_id: _builtins.str
+    worker_id: _builtins.str
+    """Optional: the worker_id of the Reserve that leased the job (the Workers page counts
+    its jobs done; issue 13).
+    """
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         lease_id: _builtins.str = ...,
+        worker_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_id", b"lease_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_id", b"lease_id", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -195,10 +216,13 @@ class NackRequest(_message.Message):
     DEAD_LETTER_FIELD_NUMBER: _builtins.int
     RELEASE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     lease_id: _builtins.str
     dead_letter: _builtins.str
     """Dead-letter now with this reason (NACK_DEAD_LETTER)."""
+    worker_id: _builtins.str
+    """Optional: the worker_id of the Reserve that leased the job (Workers page, issue 13)."""
     @_builtins.property
     def retry(self) -> Global___RetryDirective:
         """Retry with the queue's exponential backoff and jitter; dead-letters at max_attempts."""
@@ -223,10 +247,11 @@ class NackRequest(_message.Message):
         dead_letter: _builtins.str = ...,
         release: Global___ReleaseDirective | None = ...,
         error: Global___JobError | None = ...,
+        worker_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "directive", b"directive", "error", b"error", "release", b"release", "retry", b"retry", "retry_after", b"retry_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "directive", b"directive", "error", b"error", "job_id", b"job_id", "lease_id", b"lease_id", "release", b"release", "retry", b"retry", "retry_after", b"retry_after"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "directive", b"directive", "error", b"error", "job_id", b"job_id", "lease_id", b"lease_id", "release", b"release", "retry", b"retry", "retry_after", b"retry_after", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_directive: _TypeAlias = _typing.Literal["retry", "retry_after", "dead_letter", "release"]  # noqa: Y015
     _WhichOneofArgType_directive: _TypeAlias = _typing.Literal["directive", b"directive"]  # noqa: Y015
@@ -297,8 +322,11 @@ class ExtendLeaseRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     LEASE_ID_FIELD_NUMBER: _builtins.int
     EXTEND_BY_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     lease_id: _builtins.str
+    worker_id: _builtins.str
+    """Optional: the worker_id of the Reserve that leased the job (Workers page, issue 13)."""
     @_builtins.property
     def extend_by(self) -> _duration_pb2.Duration:
         """New expiry = now + extend_by."""
@@ -309,10 +337,11 @@ class ExtendLeaseRequest(_message.Message):
         job_id: _builtins.str = ...,
         lease_id: _builtins.str = ...,
         extend_by: _duration_pb2.Duration | None = ...,
+        worker_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["extend_by", b"extend_by"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extend_by", b"extend_by", "job_id", b"job_id", "lease_id", b"lease_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extend_by", b"extend_by", "job_id", b"job_id", "lease_id", b"lease_id", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -375,16 +404,20 @@ class SettleRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ITEMS_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """Optional: the worker_id of the Reserve that leased these jobs (Workers page, issue 13)."""
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___SettleItem]: ...
     def __init__(
         self,
         *,
         items: _abc.Iterable[Global___SettleItem] | None = ...,
+        worker_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

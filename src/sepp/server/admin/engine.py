@@ -29,6 +29,7 @@ from sepp.rejections import Reason, RejectionCode
 from sepp.server.admin.cursor import decode_cursor, encode_cursor
 from sepp.server.admin.settings import merge_settings
 from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
+from sepp.server.admin.workers import WorkerView, merge_workers
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
 from sepp.server.queues import QueueState
@@ -403,6 +404,19 @@ class AdminEngine:
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         self._counts.expires = 0.0
+
+    # ------------------------------------------------------------------ workers
+
+    async def workers(self) -> list[WorkerView]:
+        """Every worker that called within the last hour, on any node (issue 13 "Workers
+        page"; ``sepp.server.admin.workers``): the nodes' reports, with this node's own rows
+        taken fresh from memory, and the jobs each holds RESERVED now. Raises ``StoreError``."""
+        engine = self.engine
+        node = engine.node
+        rows = [r for r in await engine.store.workers() if r.node != node]
+        rows += engine.workers.snapshot(node)
+        in_flight = await self.store.reserved_by_worker()
+        return merge_workers(rows, in_flight, engine.queues, self._clock_now())
 
     # ------------------------------------------------------------------ stats
 

@@ -22,7 +22,7 @@ from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.rejections import Reason
-from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict
+from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, WorkerView
 from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError
 from sepp.server.queues import QueueState
@@ -46,6 +46,15 @@ _LIMITS = ("max_payload_bytes", "allowed_encodings", "max_custom_entries", "max_
 
 
 # ---------------------------------------------------------------------- conversions
+
+
+def worker_info(v: WorkerView) -> apb.WorkerInfo:
+    """A ``WorkerView`` as the wire's ``WorkerInfo`` (issue 13)."""
+    return apb.WorkerInfo(worker_id=v.worker_id, host=v.host, queues=list(v.queues), concurrency=v.concurrency,
+                          client_version=v.client_version, nodes=list(v.nodes), in_flight=v.in_flight,
+                          first_seen=ts(v.first_seen), last_reserve=ts(v.last_reserve), last_seen=ts(v.last_seen),
+                          completed_last_minute=v.completed_last_minute, failed_last_minute=v.failed_last_minute,
+                          quiet=v.quiet)
 
 
 def settings_patch(s: pb.QueueSettings, paths: Sequence[str] | None = None) -> dict[str, Any]:
@@ -249,3 +258,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def DeleteJob(self, request: apb.DeleteJobRequest, context: Context) -> apb.DeleteJobResponse:
         await self.admin.delete_job(request.job_id)
         return apb.DeleteJobResponse()
+
+    @_rpc
+    async def ListWorkers(self, request: apb.ListWorkersRequest, context: Context) -> apb.ListWorkersResponse:
+        views = await self.admin.workers()
+        return apb.ListWorkersResponse(workers=[worker_info(v) for v in views], quiet=sum(v.quiet for v in views))

@@ -92,15 +92,21 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.max_wait = engine.limits.max_reserve_wait
         #: The settle time of acks and nacks (µs UTC) comes from the engine's clock.
         self._clock_now = engine.clock.now
+        self.workers = engine.workers
 
     async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
         try:
             lease = (duration_arg(request.lease_duration, "lease_duration", MIN_LEASE, MAX_LEASE)
                      if request.HasField("lease_duration") else None)
             wait = duration_arg(request.wait, "wait", 0.0, self.max_wait) if request.HasField("wait") else 0.0
+            if request.worker_id:  # the Workers page (issue 13); before the wait, which may be long
+                self.workers.reserved(request.worker_id, request.host, request.queues, request.concurrency,
+                                      request.client_version)
             jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+        if request.worker_id and wait:
+            self.workers.called(request.worker_id)  # a long poll ended: that was a call too
         resp = wpb.ReserveResponse()
         # Each job is converted on its own: one whose row cannot be (a damaged column) is not
         # handed out but dead-lettered with DAMAGED_ROW, and the others are delivered (issue 14 O4).
@@ -157,6 +163,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             await self.engine.settle_one(settle_params(request, self._clock_now(), self.max_detail, self.max_delay))
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+        if request.worker_id:
+            self.workers.called(request.worker_id, completed=1)
         return wpb.AckResponse()
 
     async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
@@ -165,6 +173,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             result = await self.engine.settle_one(params)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+        if request.worker_id:
+            self.workers.called(request.worker_id, failed=1)
         return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
 
     async def ExtendLease(self, request: wpb.ExtendLeaseRequest,
@@ -175,6 +185,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             result = await self.engine.extend(jid, lid, extend_by)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+        if request.worker_id:
+            self.workers.called(request.worker_id)
         return wpb.ExtendLeaseResponse(lease_expires_at=ts(result.lease_expires_at),
                                        cancel_requested=result.cancel_requested)
 
@@ -226,11 +238,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 set_ts(res.run_at, r.run_at)
             else:
                 add(ok=True, state=r.state)
+        if request.worker_id:  # the Workers page (issue 13): jobs done per worker
+            done = sum(1 for r in results if r.error is None and r.state == _COMPLETED)
+            failed = sum(1 for r in results if r.error is None) - done
+            self.workers.called(request.worker_id, completed=done, failed=failed)
         return resp
 
 
 #: Builds a SettleParams from a full tuple without NamedTuple's Python-level __new__.
 _new_params = tuple.__new__
+
+_COMPLETED = int(State.COMPLETED)
 
 #: States a successful nack can leave a job in that come with a run_at (SCHEDULED, READY).
 _BACK = frozenset((int(State.SCHEDULED), int(State.READY)))

@@ -269,6 +269,12 @@ class PostgresAdmin:
         value = await self._store._fetchval(A["oldest_ready"], queue)
         return None if value is None else int(value)
 
+    async def reserved_by_worker(self) -> dict[str, int]:
+        """See ``AdminStore.reserved_by_worker`` (the ``jobs_leased`` partial index holds only
+        RESERVED rows)."""
+        rows = await self._store._fetch(A["count_reserved_by_worker"])
+        return {("" if w is None else str(w)): int(n) for w, n in rows}
+
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows of every queue from ``since_minute`` (µs // 60,000,000) on: the sums
         every node added."""

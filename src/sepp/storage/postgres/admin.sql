@@ -98,6 +98,9 @@ SELECT queue, count(*) FROM jobs WHERE state = 1 GROUP BY queue;
 -- name: count_reserved_all
 SELECT queue, count(*) FROM jobs WHERE state = 3 GROUP BY queue;
 
+-- name: count_reserved_by_worker
+SELECT worker_id, count(*) FROM jobs WHERE state = 3 GROUP BY worker_id;
+
 -- name: count_finished_all
 SELECT queue, state, count(*) FROM jobs WHERE state >= 4 GROUP BY state, queue;
 

@@ -26,7 +26,7 @@ from sepp.domain.params import (
     SweepResult,
 )
 from sepp.domain.policy import PolicyLookup
-from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord
+from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord, WorkerRecord
 from sepp.domain.states import State
 from sepp.domain.transitions import Decision, ExpiredLease, HeldJob, completed_purge_at, lease_error, reclaim, settle
 from sepp.storage.errors import StoreError
@@ -406,6 +406,29 @@ class QueueOp:
         q = self.queue
         await tx.conn.execute(Q["upsert_queue"], q.name, q.settings_json, q.paused, q.declared, self.now, self.now)
         tx.queues_changed()
+
+
+class ReportWorkersOp:
+    """``Store.report_workers``: replace the node's worker rows, forget the old ones."""
+
+    __slots__ = ("forget_before", "node", "workers")
+
+    def __init__(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
+        self.node = node
+        self.workers = workers
+        self.forget_before = forget_before
+
+    async def __call__(self, tx: Tx) -> None:
+        conn = tx.conn
+        await conn.execute(Q["forget_node_workers"], self.node)
+        if self.workers:
+            ws = self.workers
+            await conn.execute(Q["report_workers"], [w.worker_id for w in ws], [w.host for w in ws],
+                               [json.dumps(list(w.queues)) for w in ws], [w.concurrency for w in ws],
+                               [w.client_version for w in ws], [w.first_seen for w in ws],
+                               [w.last_reserve for w in ws], [w.last_seen for w in ws],
+                               [w.completed_minute for w in ws], [w.failed_minute for w in ws], self.node)
+        await conn.execute(Q["forget_old_workers"], self.forget_before)
 
 
 class HeartbeatOp:

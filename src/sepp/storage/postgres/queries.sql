@@ -181,6 +181,33 @@ DELETE FROM idempotency i USING chunk WHERE i.queue = chunk.queue AND i.key = ch
 -- name: notify
 SELECT pg_notify($1, $2);
 
+-- name: forget_node_workers
+-- Store.report_workers, step 1: $1 the reporting node's name.
+DELETE FROM workers WHERE node = $1;
+
+-- name: report_workers
+-- Store.report_workers, step 2: the node's workers as parallel arrays ($1 worker_id …, $10
+-- failed_minute; $11 the node). Each worker's queues travel as one JSON array text (a
+-- text[][] would need every worker to have as many queues).
+INSERT INTO workers (worker_id, node, host, queues, concurrency, client_version, first_seen, last_reserve,
+                     last_seen, completed_minute, failed_minute)
+SELECT w, $11::text, h, ARRAY(SELECT json_array_elements_text(q::json)), c, v, f, r, s, d, x
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
+            $9::bigint[], $10::bigint[]) AS t(w, h, q, c, v, f, r, s, d, x)
+ON CONFLICT (worker_id, node) DO UPDATE SET host = excluded.host, queues = excluded.queues,
+    concurrency = excluded.concurrency, client_version = excluded.client_version, first_seen = excluded.first_seen,
+    last_reserve = excluded.last_reserve, last_seen = excluded.last_seen,
+    completed_minute = excluded.completed_minute, failed_minute = excluded.failed_minute;
+
+-- name: forget_old_workers
+-- Store.report_workers, step 3: rows of any node not seen since $1 (µs UTC).
+DELETE FROM workers WHERE last_seen < $1;
+
+-- name: workers
+SELECT worker_id, node, host, queues, concurrency, client_version, first_seen, last_reserve, last_seen,
+       completed_minute, failed_minute
+FROM workers ORDER BY worker_id, node;
+
 -- name: heartbeat
 -- A node is alive: $1 name, $2 address, $3 version, $4 started_at, $5 last_seen (µs UTC).
 INSERT INTO nodes (name, address, version, started_at, last_seen) VALUES ($1, $2, $3, $4, $5)

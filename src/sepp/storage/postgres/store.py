@@ -35,6 +35,7 @@ from sepp.storage.base import (
     State,
     StoreFigures,
     SweepResult,
+    WorkerRecord,
 )
 from sepp.storage.errors import StoreClosed, StoreFailed
 from sepp.storage.postgres import ops
@@ -164,6 +165,16 @@ class PostgresStore:
     async def nodes(self) -> list[NodeRecord]:
         """``Store.nodes``: every node row, by name."""
         return [NodeRecord(*r) for r in await self._fetch(Q["nodes"])]
+
+    async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
+        """``Store.report_workers``: the node's rows replaced and old rows forgotten, in one
+        transaction."""
+        await self._committer.submit(ops.ReportWorkersOp(node, list(workers), forget_before), 0)
+
+    async def workers(self) -> list[WorkerRecord]:
+        """``Store.workers``: every worker row, by worker then node."""
+        return [WorkerRecord(w, n, h, tuple(q or ()), int(c), v, int(f), int(r), int(s), int(d), int(x))
+                for w, n, h, q, c, v, f, r, s, d, x in await self._fetch(Q["workers"])]
 
     @property
     def backlog(self) -> int:

@@ -211,6 +211,11 @@ class SQLiteAdmin:
         row = await self._read("oldest_ready", {"queue": queue}, one=True)
         return None if row is None or row[0] is None else int(row[0])
 
+    async def reserved_by_worker(self) -> dict[str, int]:
+        """See ``AdminStore.reserved_by_worker`` (through the ``jobs_leased`` index: only
+        RESERVED rows are read)."""
+        return {("" if w is None else str(w)): int(n) for w, n in await self._read("count_reserved_by_worker")}
+
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows from ``since_minute`` on."""
         rows = await self._read("throughput_since", {"minute": since_minute})

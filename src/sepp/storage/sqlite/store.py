@@ -39,6 +39,7 @@ from sepp.storage.base import (
     State,
     StoreFigures,
     SweepResult,
+    WorkerRecord,
 )
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.rows import fetch_lenient, repair_job
@@ -95,6 +96,7 @@ class SQLiteStore:
         self._reader_conns: list[sqlite3.Connection] = []
         self._lock_fd: int | None = None
         self._node: NodeRecord | None = None
+        self._workers: list[WorkerRecord] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -364,3 +366,13 @@ class SQLiteStore:
     async def nodes(self) -> list[NodeRecord]:
         """``Store.nodes``: this process's node, once it sent a heartbeat."""
         return [] if self._node is None else [self._node]
+
+    async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
+        """``Store.report_workers``: one node, so its last report is kept in memory (nothing
+        written; a restart starts with no workers, as they reconnect within a poll)."""
+        self._workers = sorted((w for w in workers if w.last_seen >= forget_before),
+                               key=lambda w: (w.worker_id, w.node))
+
+    async def workers(self) -> list[WorkerRecord]:
+        """``Store.workers``: the last report."""
+        return list(self._workers)

@@ -121,6 +121,8 @@ class AdminUI:
             Route("/dead/requeue", post(self.dead_requeue), methods=["POST"]),
             Route("/enqueue", page(self.enqueue_page)),
             Route("/enqueue", post(self.enqueue_submit), methods=["POST"]),
+            Route("/workers", page(self.workers_page)),
+            Route("/ui/partials/workers", page(self.workers_partial)),
             Route("/nodes", page(self.nodes_page)),
             Route("/ui/partials/nodes", page(self.nodes_partial)),
             Route("/find", page(self.find)),
@@ -435,6 +437,24 @@ class AdminUI:
     async def nodes_partial(self, request: Request) -> Response:
         """The nodes table for htmx polling."""
         return self.render(request, "_nodes.html", await self._nodes_context())
+
+    # ------------------------------------------------------------------ workers
+
+    async def _workers_context(self) -> dict[str, Any]:
+        workers = await self.admin.workers()
+        quiet = sum(w.quiet for w in workers)
+        return {"workers": workers, "quiet": quiet, "live": len(workers) - quiet, "now": self.admin.clock.now(),
+                "heartbeat_every": HEARTBEAT_EVERY}
+
+    async def workers_page(self, request: Request) -> Response:
+        """Every worker that called within the last hour, on any node (issue 13): id, status
+        (quiet = no call within two lease periods), host, queues, concurrency, jobs in flight,
+        last reserve, jobs done and failed in the last minute, nodes, client version."""
+        return self.render(request, "workers.html", {"title": "Workers", **(await self._workers_context())})
+
+    async def workers_partial(self, request: Request) -> Response:
+        """The workers table for htmx polling."""
+        return self.render(request, "_workers.html", await self._workers_context())
 
     # ------------------------------------------------------------------ search
 

@@ -1,0 +1,146 @@
+"""The workers this node sees (issue 13 "Workers page"), counted in memory.
+
+Every ``Reserve`` says who calls (``worker_id``) and, from current clients, its host, handler
+slots and client version; every ``Settle`` / ``Ack`` / ``Nack`` / ``ExtendLease`` that names
+its ``worker_id`` moves the worker's last call on and counts its jobs done. Nothing of this
+is written per call: the node reports its workers to the store with each heartbeat
+(``Store.report_workers``, ``sepp.server.cluster``), so every node's Workers page sees the
+whole cluster within a heartbeat (5 s) — the same bound as the node list.
+
+Bounds (a worker id is caller input): at most ``MAX_WORKERS`` workers are tracked (a new one
+beyond that is not, and a warning is logged once); each is forgotten after ``FORGET_AFTER``
+seconds without a call; the done counts keep 60 one-second buckets per worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sepp.domain.clock import Clock
+from sepp.domain.records import WorkerRecord
+
+log = logging.getLogger("sepp.workers")
+
+#: Most workers one node tracks at once.
+MAX_WORKERS = 10_000
+#: Seconds without a call after which a worker is forgotten (the Workers page lists the last hour).
+FORGET_AFTER = 3600.0
+#: Longest worker_id / host / client_version kept, in characters (longer is cut).
+MAX_TEXT = 256
+#: Most queue names kept of one Reserve.
+MAX_QUEUES = 64
+
+_US = 1_000_000
+
+
+@dataclass(slots=True)
+class _Live:
+    host: str
+    queues: tuple[str, ...]
+    concurrency: int
+    client_version: str
+    first_seen: int
+    last_reserve: int
+    last_seen: int
+    #: Jobs completed / failed per second (second since the epoch → counts), the last minute.
+    done: dict[int, list[int]] = field(default_factory=dict)
+
+
+class WorkerRegistry:
+    """This node's workers, by ``worker_id`` (see the module docstring). ``clock`` gives now."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._now = clock.now
+        self._workers: dict[str, _Live] = {}
+        self._full_warned = False
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def _get(self, worker_id: str, now: int) -> _Live | None:
+        live = self._workers.get(worker_id)
+        if live is not None:
+            return live
+        if len(self._workers) >= MAX_WORKERS:
+            self.forget_idle(now)
+            if len(self._workers) >= MAX_WORKERS:
+                if not self._full_warned:
+                    self._full_warned = True
+                    log.warning("tracking %d workers already: further worker ids are not shown on the Workers "
+                                "page until some go idle for %.0f s", MAX_WORKERS, FORGET_AFTER)
+                return None
+        live = self._workers[worker_id] = _Live("", (), 0, "", now, 0, now)
+        return live
+
+    def reserved(self, worker_id: str, host: str, queues: Sequence[str], concurrency: int,
+                 client_version: str) -> None:
+        """A ``Reserve`` from ``worker_id`` (ignored when empty): what it said replaces what it
+        said before (``host`` / ``client_version`` "" and ``concurrency`` ≤ 0 keep the old)."""
+        if not worker_id:
+            return
+        now = self._now()
+        live = self._get(_clean(worker_id), now)
+        if live is None:
+            return
+        live.last_reserve = live.last_seen = now
+        live.queues = tuple(_clean(q) for q in queues[:MAX_QUEUES])
+        if host:
+            live.host = _clean(host)
+        if concurrency > 0:
+            live.concurrency = concurrency
+        if client_version:
+            live.client_version = _clean(client_version)
+
+    def called(self, worker_id: str, completed: int = 0, failed: int = 0) -> None:
+        """Any other call of ``worker_id`` (ignored when empty or never seen reserving):
+        ``completed`` / ``failed`` jobs it settled with it."""
+        if not worker_id:
+            return
+        live = self._workers.get(_clean(worker_id))
+        if live is None:
+            return
+        now = self._now()
+        live.last_seen = now
+        if completed or failed:
+            second = now // _US
+            bucket = live.done.get(second)
+            if bucket is None:
+                if len(live.done) >= 61:
+                    _drop_old(live.done, second)
+                bucket = live.done[second] = [0, 0]
+            bucket[0] += completed
+            bucket[1] += failed
+
+    def forget_idle(self, now: int) -> None:
+        """Forget the workers without a call for ``FORGET_AFTER`` seconds."""
+        cutoff = now - int(FORGET_AFTER * _US)
+        for worker_id in [w for w, live in self._workers.items() if live.last_seen < cutoff]:
+            del self._workers[worker_id]
+
+    def snapshot(self, node: str) -> list[WorkerRecord]:
+        """Every tracked worker as this node's ``WorkerRecord`` (counts over the last 60 s),
+        forgetting the idle ones first."""
+        now = self._now()
+        self.forget_idle(now)
+        second = now // _US
+        out = []
+        for worker_id, live in self._workers.items():
+            _drop_old(live.done, second)
+            completed = sum(b[0] for b in live.done.values())
+            failed = sum(b[1] for b in live.done.values())
+            out.append(WorkerRecord(worker_id, node, live.host, live.queues, live.concurrency, live.client_version,
+                                    live.first_seen, live.last_reserve, live.last_seen, completed, failed))
+        return out
+
+
+def _clean(text: str) -> str:
+    """Caller text as kept: cut to ``MAX_TEXT`` characters, NUL as U+FFFD (PostgreSQL text
+    cannot hold it; the row would fail the node's whole report)."""
+    return text[:MAX_TEXT].replace("\x00", "\ufffd")
+
+
+def _drop_old(done: dict[int, list[int]], second: int) -> None:
+    for s in [s for s in done if s <= second - 60]:
+        del done[s]

@@ -1,0 +1,124 @@
+"""The Workers page (issue 13 "New capabilities" 1) against a real server on each backend: a
+Worker runtime reports its concurrency and version on Reserve, the admin API, the UI and
+``sepp workers list`` show it with its jobs in flight and jobs done, an old client (raw stubs
+without the new fields) still works and shows up, and a worker with no call for two lease
+periods is counted as gone quiet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from google.protobuf import duration_pb2
+from support.admin import AdminStubs, connect
+from support.servers import module_server
+from support.waiting import wait_for
+from support.worker import fast_queue
+
+from sepp import Job, Worker
+from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.client._core import USER_AGENT
+from sepp.testing import ServerProcess
+
+#: Every queue's lease: 1 s, so "quiet" (two lease periods without a call) comes after 2 s.
+LEASE = 1.0
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
+    yield from module_server(tmp_path_factory, backend, queue_defaults=fast_queue(lease_duration=LEASE))
+
+
+@pytest.fixture
+def stubs(srv: ServerProcess) -> Iterator[AdminStubs]:
+    with connect(srv.grpc_target) as s:
+        yield s
+
+
+def workers(stubs: AdminStubs) -> dict[str, apb.WorkerInfo]:
+    return {w.worker_id: w for w in stubs.call("ListWorkers", apb.ListWorkersRequest()).workers}
+
+
+async def test_a_running_worker_is_listed_with_what_it_said_and_what_it_did(srv: ServerProcess, stubs: AdminStubs,
+                                                                            fresh_queue: str) -> None:
+    release = asyncio.Event()
+    started: list[str] = []
+    worker = Worker(srv.grpc_target, [fresh_queue], concurrency=7, prefetch=0, poll_wait=0.2,
+                    worker_id=f"page-{fresh_queue}")
+
+    @worker.handler("t")
+    async def hold(job: Job) -> None:
+        started.append(job.id)
+        if job.custom.get("hold"):
+            await release.wait()
+
+    for _ in range(5):
+        stubs.enqueue(fresh_queue)
+    for _ in range(3):
+        stubs.enqueue(fresh_queue, custom={"hold": pb_true()})
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    try:
+        me = f"page-{fresh_queue}"
+        info = await asyncio.to_thread(wait_for, lambda: (w := workers(stubs).get(me)) is not None
+                                       and w.in_flight == 3 and w.completed_last_minute == 5 and w, 15.0)
+        assert (info.concurrency, info.client_version, info.host) == (7, USER_AGENT, socket.gethostname())
+        assert list(info.queues) == [fresh_queue] and not info.quiet and info.failed_last_minute == 0
+        assert info.last_reserve.seconds > 0 and info.first_seen.seconds <= info.last_seen.seconds
+        assert len(info.nodes) == 1
+        async with httpx.AsyncClient(timeout=20) as web:
+            page = (await web.get(f"{srv.http_url}/workers")).text
+        assert me in page and USER_AGENT in page and ">7<" in page
+    finally:
+        release.set()
+        await worker.stop(5.0)
+        await run
+
+
+def pb_true() -> pb.CustomValue:
+    return pb.CustomValue(bool_value=True)
+
+
+def test_an_old_client_still_reserves_and_a_silent_worker_goes_quiet(srv: ServerProcess, stubs: AdminStubs,
+                                                                     fresh_queue: str) -> None:
+    job_id = stubs.enqueue(fresh_queue)
+    old = f"old-{fresh_queue}"
+    (res,) = stubs.reserve(fresh_queue, worker_id=old)  # raw stubs: none of the new fields
+    assert res.job.id == job_id
+    info = workers(stubs)[old]
+    assert (info.concurrency, info.client_version, info.host, info.in_flight) == (0, "", "", 1)
+    assert not info.quiet
+    quiet = wait_for(lambda: (w := workers(stubs)[old]).quiet and w, 10.0)  # 2 × the 1 s lease without a call
+    assert quiet.worker_id == old
+    assert stubs.call("ListWorkers", apb.ListWorkersRequest()).quiet >= 1
+    again = stubs.reserve(fresh_queue, worker_id=old)  # its lease expired; it calls again and gets the job back
+    assert [r.job.id for r in again] == [job_id]
+    stubs.worker.Ack(wpb.AckRequest(job_id=job_id, lease_id=again[0].lease_id, worker_id=old), timeout=10)
+    back = workers(stubs)[old]
+    assert (back.quiet, back.completed_last_minute, back.in_flight) == (False, 1, 0)
+
+
+def test_sepp_workers_list(srv: ServerProcess, stubs: AdminStubs, fresh_queue: str) -> None:
+    me = f"cli-{fresh_queue}"
+    stubs.enqueue(fresh_queue)
+    held = stubs.worker.Reserve(wpb.ReserveRequest(queues=[fresh_queue], max_jobs=1, worker_id=me,
+                                                   lease_duration=duration_pb2.Duration(seconds=60)), timeout=10)
+    assert len(held.reservations) == 1
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "COLUMNS": "250"}
+    done = subprocess.run([sys.executable, "-m", "sepp", "workers", "list", "--server", srv.grpc_target, "--json"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    (mine,) = [w for w in doc["workers"] if w["worker_id"] == me]
+    assert mine["in_flight"] == 1 and mine["queues"] == [fresh_queue] and mine["last_reserve"].endswith("Z")
+    assert isinstance(doc["quiet"], int)
+    table = subprocess.run([sys.executable, "-m", "sepp", "workers", "list", "--server", srv.grpc_target],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert table.returncode == 0 and me in table.stdout and "gone quiet" in table.stdout

@@ -1,0 +1,79 @@
+"""The in-memory worker registry and the cluster view of the Workers page (issue 13), on a fake
+clock: what a Reserve records, what other calls move on, the one-minute done counts, bounds,
+forgetting, and merging one worker's rows from several nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from sepp.domain.clock import FakeClock
+from sepp.domain.records import WorkerRecord
+from sepp.limits import QueueSettings
+from sepp.server import workers as registry_module
+from sepp.server.admin.workers import merge_workers, quiet_after
+from sepp.server.queues import QueueRegistry
+from sepp.server.workers import WorkerRegistry
+
+S = 1_000_000
+
+
+def test_a_reserve_records_the_worker_and_later_calls_count_its_jobs() -> None:
+    clock = FakeClock()
+    reg = WorkerRegistry(clock)
+    t0 = clock.now()
+    reg.reserved("w1", "host-a", ["mail", "sms"], 8, "sepp-python/0.1.0")
+    reg.called("w1", completed=5, failed=1)
+    clock.advance(30)
+    reg.called("w1", completed=2)
+    reg.called("unknown", completed=9)   # never reserved: not tracked
+    reg.reserved("", "h", ["q"], 1, "v")  # no id: not tracked
+    (rec,) = reg.snapshot("n1")
+    assert rec == WorkerRecord("w1", "n1", "host-a", ("mail", "sms"), 8, "sepp-python/0.1.0", t0, t0, t0 + 30 * S,
+                               7, 1)
+    clock.advance(31)                     # the first counts are now over a minute old
+    (rec,) = reg.snapshot("n1")
+    assert (rec.completed_minute, rec.failed_minute) == (2, 0)
+    reg.reserved("w1", "", ["mail"], 0, "")  # an older client: what it did not say is kept
+    (rec,) = reg.snapshot("n1")
+    assert (rec.host, rec.queues, rec.concurrency, rec.client_version) == ("host-a", ("mail",), 8, "sepp-python/0.1.0")
+
+
+def test_idle_workers_are_forgotten_after_an_hour_and_the_registry_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    reg = WorkerRegistry(clock)
+    reg.reserved("old", "", ["q"], 1, "")
+    clock.advance(registry_module.FORGET_AFTER - 1)
+    reg.reserved("new", "", ["q"], 1, "")
+    assert [r.worker_id for r in reg.snapshot("n")] == ["old", "new"]
+    clock.advance(2)
+    assert [r.worker_id for r in reg.snapshot("n")] == ["new"]
+    monkeypatch.setattr(registry_module, "MAX_WORKERS", 3)
+    for i in range(5):
+        reg.reserved(f"w{i}", "", ["q"], 1, "")
+    assert len(reg) == 3 and "w3" not in {r.worker_id for r in reg.snapshot("n")}
+    monkeypatch.setattr(registry_module, "MAX_WORKERS", 10)
+    reg.reserved("x" * 1000, "h" * 1000, ["q" * 1000] * 100, 1, "v" * 1000)  # caller input is cut
+    big = next(r for r in reg.snapshot("n") if r.worker_id.startswith("x"))
+    assert (len(big.worker_id), len(big.host), len(big.queues), len(big.queues[0])) == (256, 256, 64, 256)
+
+
+def test_one_worker_on_two_nodes_is_one_entry_and_quiet_is_two_lease_periods() -> None:
+    queues = QueueRegistry(QueueSettings(lease_duration=30), strict=False)
+    now = 1_000 * S
+    rows = [WorkerRecord("w", "n1", "h", ("q",), 4, "v", now - 100 * S, now - 10 * S, now - 10 * S, 3, 0),
+            WorkerRecord("w", "n2", "h", ("q",), 4, "v", now - 50 * S, now - 5 * S, now - 2 * S, 4, 1),
+            WorkerRecord("gone", "n1", "h", ("q",), 1, "v", now - 100 * S, now - 61 * S, now - 61 * S, 0, 0)]
+    assert quiet_after(["q"], queues) == 60
+    live, quiet = merge_workers(rows, {"w": 6}, queues, now)
+    assert (live.worker_id, live.nodes, live.in_flight, live.completed_last_minute, live.failed_last_minute) == \
+        ("w", ("n1", "n2"), 6, 7, 1)
+    assert (live.first_seen, live.last_reserve, live.last_seen, live.quiet) == (now - 100 * S, now - 5 * S,
+                                                                                 now - 2 * S, False)
+    assert (quiet.worker_id, quiet.quiet, quiet.in_flight, quiet.idle) == ("gone", True, 0, 61.0)
+
+
+def test_a_nul_in_caller_text_is_kept_as_a_replacement_character() -> None:
+    reg = WorkerRegistry(FakeClock())
+    reg.reserved("w", "ho\x00st", ["q\x00"], 1, "v\x00")
+    (rec,) = reg.snapshot("n")
+    assert (rec.host, rec.queues, rec.client_version) == ("ho\ufffdst", ("q\ufffd",), "v\ufffd")

@@ -50,6 +50,7 @@ from sepp.storage.admin import (
     JobSummary,
     MinuteRow,
     Outcome,
+    QueueGauges,
     SortKey,
     StateCounts,
     WriteResult,
@@ -268,6 +269,14 @@ class PostgresAdmin:
             return None
         value = await self._store._fetchval(A["oldest_ready"], queue)
         return None if value is None else int(value)
+
+    async def queue_gauges(self) -> QueueGauges:
+        """``AdminStore.queue_gauges`` for the whole cluster: ``state_counts(None)`` and one
+        index seek per queue and priority for the oldest READY job."""
+        counts = await self.state_counts(None)
+        oldest = {q: int(run_at) for q, run_at in await self._store._fetch(A["oldest_ready_all"])
+                  if run_at is not None}
+        return QueueGauges(counts, oldest)
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows of every queue from ``since_minute`` (µs // 60,000,000) on: the sums

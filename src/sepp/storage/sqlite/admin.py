@@ -33,6 +33,7 @@ from sepp.storage.admin import (
     JobSummary,
     MinuteRow,
     Outcome,
+    QueueGauges,
     SortKey,
     StateCounts,
     WriteResult,
@@ -210,6 +211,13 @@ class SQLiteAdmin:
         """min(run_at) of the queue's READY jobs (one index seek per priority)."""
         row = await self._read("oldest_ready", {"queue": queue}, one=True)
         return None if row is None or row[0] is None else int(row[0])
+
+    async def queue_gauges(self) -> QueueGauges:
+        """``AdminStore.queue_gauges``: ``state_counts(None)`` and one index seek per queue and
+        priority for the oldest READY job (reader threads, off the event loop)."""
+        counts = await self.state_counts(None)
+        oldest = {q: int(run_at) for q, run_at in await self._read("oldest_ready_all") if isinstance(run_at, int)}
+        return QueueGauges(counts, oldest)
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows from ``since_minute`` on."""

@@ -1,0 +1,223 @@
+"""``Metrics``: the node's metrics, fed by the engine's events, read by ``/metrics`` (issue 11).
+
+Subscribes to ``JobEngine.events`` (``sepp.server.events``); each subscriber does O(1) work
+per event plus, where the metric is per job, a dictionary increment or a cheap histogram
+observation per job (``families.Histogram``). Everything runs on the event loop. ``collect``
+(a prometheus_client custom collector) builds the families from these figures, the store's
+figures (commits, backlog, commit histograms), the sweeper's skipped rows, the queue
+registry (paused) and the latest queue-gauge read (``gauges.GaugeSampler``) — which
+``refresh_gauges`` fetches before the registry is rendered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.states import STATE_NAMES, State
+from sepp.server.metrics import definitions as m
+from sepp.server.metrics.families import Histogram, counter_family, from_counts, histogram_family
+from sepp.server.metrics.gauges import GaugeSampler
+from sepp.server.queues import QueueState
+from sepp.storage.admin import QueueGauges
+from sepp.storage.base import Dedups, JobRow, SettleKind, SettleParams, SettleResult
+
+if TYPE_CHECKING:
+    from sepp.server.engine import JobEngine
+
+_SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
+_COMPLETED, _DEAD = int(State.COMPLETED), int(State.DEAD_LETTERED)
+_RETRY, _DEAD_LETTER, _RELEASE = SettleKind.RETRY, SettleKind.DEAD_LETTER, SettleKind.RELEASE
+#: Every state's label (``sepp_queue_jobs{state}``): the lowercase name sepp spells states with.
+_STATES = [STATE_NAMES[int(s)] for s in State]
+_queue_of = itemgetter(1)
+
+
+class Metrics:
+    """This node's metrics (see the module docstring). ``gauge_interval`` is
+    ``metrics_gauge_interval`` (seconds; 0 = read the store at every scrape).
+
+    ``auth_failures_from(source)`` wires ``sepp_auth_failures_total{reason}`` to a callable
+    returning {reason: count}; ``auth_failure(reason)`` counts one here instead. Without
+    either the family has no samples. ``sweep_skipped`` is ``Sweeper.skipped``."""
+
+    def __init__(self, engine: JobEngine, *, gauge_interval: float = 5.0,
+                 sweep_skipped: Callable[[], Mapping[str, int]] | None = None) -> None:
+        self.engine = engine
+        self._sweep_skipped = sweep_skipped
+        self.enqueued: Counter[str] = Counter()
+        self.deduplicated: Counter[str] = Counter()
+        self.rejections: Counter[tuple[str, str]] = Counter()
+        self.completed: Counter[str] = Counter()
+        self.retried: Counter[str] = Counter()
+        self.dead_lettered: Counter[tuple[str, str]] = Counter()
+        self.leases_expired: Counter[str] = Counter()
+        self.overloaded = 0
+        self._auth: Counter[str] = Counter()
+        self._auth_source: Callable[[], Mapping[str, int]] | None = None
+        self.rpc: dict[tuple[str, str], Histogram] = {}
+        self.promotion_lag = Histogram(m.PROMOTION_LAG.buckets)
+        self.runtime: dict[str, Histogram] = {}
+        self.sampler = GaugeSampler(engine.store.admin.queue_gauges, gauge_interval,
+                                    monotonic=engine.clock.monotonic)
+        self._gauges: tuple[QueueGauges, float] | None = None
+        ev = engine.events
+        self._unsubscribe = [ev.stored.subscribe(self._on_stored), ev.rejected.subscribe(self._on_rejected),
+                             ev.overloaded.subscribe(self._on_overloaded), ev.settled.subscribe(self._on_settled),
+                             ev.leases_expired.subscribe(self._on_leases_expired),
+                             ev.promoted.subscribe(self._on_promoted)]
+
+    # ------------------------------------------------------------------ wiring
+
+    def auth_failures_from(self, source: Callable[[], Mapping[str, int]]) -> None:
+        """Feed ``sepp_auth_failures_total{reason}`` from ``source()`` ({reason: count since
+        start}), read at each scrape (the auth layer's own tally)."""
+        self._auth_source = source
+
+    def auth_failure(self, reason: str) -> None:
+        """Count one refused call with ``reason`` (when the auth layer has no tally of its own)."""
+        self._auth[reason] += 1
+
+    def observe_rpc(self, method: str, code: str, seconds: float) -> None:
+        """One finished gRPC call (``rpc_metrics.RpcMetrics``)."""
+        h = self.rpc.get((method, code))
+        if h is None:
+            h = self.rpc[(method, code)] = Histogram(m.RPC_DURATION.buckets)
+        h.observe(seconds)
+
+    def close(self) -> None:
+        """Unsubscribe from the engine's events (the sampler is stopped by ``stop``)."""
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+
+    async def stop(self) -> None:
+        """Unsubscribe and stop the background gauge reads."""
+        self.close()
+        await self.sampler.stop()
+
+    # ------------------------------------------------------------------ events
+
+    def _on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
+        if len(rows) == 1:
+            self.enqueued[rows[0][1]] += 1
+        else:
+            self.enqueued.update(map(_queue_of, rows))
+        if dedups:
+            for i in dedups:
+                queue = rows[i][1]
+                self.enqueued[queue] -= 1
+                self.deduplicated[queue] += 1
+
+    def _on_rejected(self, rejections: Sequence[tuple[str, pb.Rejection]]) -> None:
+        known = self.engine.queues.get
+        name = pb.RejectionCode.Name
+        for queue, rejection in rejections:
+            label = queue if known(queue) is not None else ""
+            try:
+                code = name(rejection.code)
+            except ValueError:
+                code = str(rejection.code)
+            self.rejections[(label, code)] += 1
+
+    def _on_overloaded(self, jobs: int) -> None:
+        self.overloaded += jobs
+
+    def _on_settled(self, items: Sequence[SettleParams], results: Sequence[SettleResult]) -> None:
+        runtime = self.runtime
+        for p, r in zip(items, results, strict=False):
+            if r.error is not None:
+                continue
+            state, queue, kind = r.state, r.queue, p.kind
+            if state == _COMPLETED:
+                if not r.run_at:  # a repeated ack: counted the first time
+                    continue
+                self.completed[queue] += 1
+            elif kind is _RELEASE:
+                continue  # given back undelivered: no attempt ran
+            elif state == _DEAD:
+                reason = m.NACK_DEAD_LETTER if kind is _DEAD_LETTER else m.ATTEMPTS_EXHAUSTED
+                self.dead_lettered[(queue, reason)] += 1
+            elif kind is _RETRY and state in (_SCHEDULED, _READY):
+                self.retried[queue] += 1
+            if r.started_at:
+                h = runtime.get(queue)
+                if h is None:
+                    h = runtime[queue] = Histogram(m.JOB_RUNTIME.buckets)
+                h.observe(max(0, p.now - r.started_at) / 1e6)
+
+    def _on_leases_expired(self, expired: Mapping[str, int], dead: Mapping[str, int]) -> None:
+        for queue, n in expired.items():
+            self.leases_expired[queue] += n
+        for queue, n in dead.items():
+            self.dead_lettered[(queue, m.LEASE_EXPIRED)] += n
+
+    def _on_promoted(self, now: int, run_ats: Sequence[int]) -> None:
+        observe = self.promotion_lag.observe
+        for run_at in run_ats:
+            observe(max(0, now - run_at) / 1e6)
+
+    # ------------------------------------------------------------------ scrape
+
+    async def refresh_gauges(self) -> None:
+        """Fetch the queue gauges to show in the next ``collect`` (``GaugeSampler.current``)."""
+        self._gauges = await self.sampler.current()
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family of ``definitions.ALL`` (prometheus_client custom-collector protocol)."""
+        yield counter_family(m.JOBS_ENQUEUED, (((q,), n) for q, n in self.enqueued.items()))
+        yield counter_family(m.JOBS_DEDUPLICATED, (((q,), n) for q, n in self.deduplicated.items()))
+        yield counter_family(m.ENQUEUE_REJECTIONS, self.rejections.items())
+        yield counter_family(m.JOBS_COMPLETED, (((q,), n) for q, n in self.completed.items()))
+        yield counter_family(m.JOBS_RETRIED, (((q,), n) for q, n in self.retried.items()))
+        yield counter_family(m.JOBS_DEAD_LETTERED, self.dead_lettered.items())
+        yield counter_family(m.LEASES_EXPIRED, (((q,), n) for q, n in self.leases_expired.items()))
+        yield counter_family(m.JOBS_OVERLOADED, [((), self.overloaded)])
+        auth = dict(self._auth)
+        if self._auth_source is not None:
+            for reason, n in self._auth_source().items():
+                auth[reason] = auth.get(reason, 0) + n
+        yield counter_family(m.AUTH_FAILURES, (((r,), n) for r, n in auth.items()))
+        yield counter_family(m.SCRAPE_ERRORS, (((r,), n) for r, n in self.sampler.errors.items()))
+        figures = self.engine.store.figures()
+        yield counter_family(m.COMMITS, [((), figures.commits)])
+        if self._sweep_skipped is not None:
+            yield counter_family(m.SWEEP_SKIPPED, (((p,), n) for p, n in self._sweep_skipped().items()))
+        yield GaugeMetricFamily(m.COMMIT_BACKLOG.name, m.COMMIT_BACKLOG.help, value=figures.backlog)
+        registry = self.engine.queues.all()
+        yield GaugeMetricFamily(m.QUEUES.name, m.QUEUES.help, value=len(registry))
+        yield from self._queue_gauges(registry)
+        stats = figures.commit_stats
+        yield from_counts(m.COMMIT_BATCH_JOBS, stats.jobs_counts, stats.jobs_sum)
+        yield from_counts(m.COMMIT_DURATION, stats.seconds_counts, stats.seconds_sum)
+        yield histogram_family(m.RPC_DURATION, self.rpc)
+        yield histogram_family(m.PROMOTION_LAG, {(): self.promotion_lag})
+        yield histogram_family(m.JOB_RUNTIME, {(q,): h for q, h in self.runtime.items()})
+
+    def _queue_gauges(self, registry: Sequence[QueueState]) -> Iterator[Metric]:
+        paused = GaugeMetricFamily(m.QUEUE_PAUSED.name, m.QUEUE_PAUSED.help, labels=["queue"])
+        names: set[str] = set()
+        for q in sorted(registry, key=lambda q: q.name):
+            names.add(q.name)
+            paused.add_metric([q.name], 1.0 if q.paused else 0.0)
+        snapshot = self._gauges
+        if snapshot is not None:
+            gauges, age = snapshot
+            jobs = GaugeMetricFamily(m.QUEUE_JOBS.name, m.QUEUE_JOBS.help, labels=["queue", "state"])
+            oldest = GaugeMetricFamily(m.QUEUE_OLDEST_READY_AGE.name, m.QUEUE_OLDEST_READY_AGE.help,
+                                       labels=["queue"])
+            now = self.engine.clock.now()
+            for name in sorted(names | gauges.counts.keys()):
+                counts = gauges.counts.get(name)
+                for label in _STATES:
+                    jobs.add_metric([name, label], float(getattr(counts, label)) if counts is not None else 0.0)
+                run_at = gauges.oldest_ready.get(name)
+                oldest.add_metric([name], max(0, now - run_at) / 1e6 if run_at is not None else 0.0)
+            yield jobs
+            yield oldest
+            yield GaugeMetricFamily(m.QUEUE_GAUGES_AGE.name, m.QUEUE_GAUGES_AGE.help, value=age)
+        yield paused

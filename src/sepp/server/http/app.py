@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,8 +28,6 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     """
     if metrics is None:
         metrics = Metrics(engine, gauge_interval=engine.config.metrics_gauge_interval, sweep_skipped=sweep_skipped)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics)  # type: ignore[arg-type]
 
     async def healthz(_request: Request) -> Response:
         ok = healthy()
@@ -37,7 +35,7 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
 
     async def scrape(_request: Request) -> Response:
         await metrics.refresh_gauges()  # bounded: at most gauges.SCRAPE_WAIT seconds
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", scrape)]
     if admin is None:

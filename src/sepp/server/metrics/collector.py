@@ -2,26 +2,24 @@
 
 Subscribes to ``JobEngine.events`` (``sepp.server.events``); each subscriber does O(1) work
 per event plus, where the metric is per job, a dictionary increment or a cheap histogram
-observation per job (``families.Histogram``). Everything runs on the event loop. ``collect``
-(a prometheus_client custom collector) builds the families from these figures, the store's
+observation per job (``exposition.Histogram``). Everything runs on the event loop. ``render``
+writes the exposition (``exposition.Text``) from these figures, the store's
 figures (commits, backlog, commit histograms), the sweeper's skipped rows, the queue
 registry (paused) and the latest queue-gauge read (``gauges.GaugeSampler``) — which
-``refresh_gauges`` fetches before the registry is rendered.
+``refresh_gauges`` fetches before each rendering.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING
-
-from prometheus_client.core import GaugeMetricFamily, Metric
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.states import STATE_NAMES, State
 from sepp.server.metrics import definitions as m
-from sepp.server.metrics.families import Histogram, counter_family, from_counts, histogram_family
+from sepp.server.metrics.exposition import Histogram, Text, label_value
 from sepp.server.metrics.gauges import GaugeSampler
 from sepp.server.queues import QueueState
 from sepp.storage.admin import QueueGauges
@@ -167,57 +165,61 @@ class Metrics:
         """Fetch the queue gauges to show in the next ``collect`` (``GaugeSampler.current``)."""
         self._gauges = await self.sampler.current()
 
-    def collect(self) -> Iterator[Metric]:
-        """Every family of ``definitions.ALL`` (prometheus_client custom-collector protocol)."""
-        yield counter_family(m.JOBS_ENQUEUED, (((q,), n) for q, n in self.enqueued.items()))
-        yield counter_family(m.JOBS_DEDUPLICATED, (((q,), n) for q, n in self.deduplicated.items()))
-        yield counter_family(m.ENQUEUE_REJECTIONS, self.rejections.items())
-        yield counter_family(m.JOBS_COMPLETED, (((q,), n) for q, n in self.completed.items()))
-        yield counter_family(m.JOBS_RETRIED, (((q,), n) for q, n in self.retried.items()))
-        yield counter_family(m.JOBS_DEAD_LETTERED, self.dead_lettered.items())
-        yield counter_family(m.LEASES_EXPIRED, (((q,), n) for q, n in self.leases_expired.items()))
-        yield counter_family(m.JOBS_OVERLOADED, [((), self.overloaded)])
+    def render(self) -> bytes:
+        """Every metric of ``definitions.ALL`` in the Prometheus text format (``exposition``)."""
+        out = Text()
+        out.samples(m.JOBS_ENQUEUED, (((q,), n) for q, n in self.enqueued.items()))
+        out.samples(m.JOBS_DEDUPLICATED, (((q,), n) for q, n in self.deduplicated.items()))
+        out.samples(m.ENQUEUE_REJECTIONS, self.rejections.items())
+        out.samples(m.JOBS_COMPLETED, (((q,), n) for q, n in self.completed.items()))
+        out.samples(m.JOBS_RETRIED, (((q,), n) for q, n in self.retried.items()))
+        out.samples(m.JOBS_DEAD_LETTERED, self.dead_lettered.items())
+        out.samples(m.LEASES_EXPIRED, (((q,), n) for q, n in self.leases_expired.items()))
+        out.samples(m.JOBS_OVERLOADED, [((), self.overloaded)])
         auth = dict(self._auth)
         if self._auth_source is not None:
             for reason, n in self._auth_source().items():
                 auth[reason] = auth.get(reason, 0) + n
-        yield counter_family(m.AUTH_FAILURES, (((r,), n) for r, n in auth.items()))
-        yield counter_family(m.SCRAPE_ERRORS, (((r,), n) for r, n in self.sampler.errors.items()))
+        out.samples(m.AUTH_FAILURES, (((r,), n) for r, n in auth.items()))
+        out.samples(m.SCRAPE_ERRORS, (((r,), n) for r, n in self.sampler.errors.items()))
         figures = self.engine.store.figures()
-        yield counter_family(m.COMMITS, [((), figures.commits)])
+        out.samples(m.COMMITS, [((), figures.commits)])
         if self._sweep_skipped is not None:
-            yield counter_family(m.SWEEP_SKIPPED, (((p,), n) for p, n in self._sweep_skipped().items()))
-        yield GaugeMetricFamily(m.COMMIT_BACKLOG.name, m.COMMIT_BACKLOG.help, value=figures.backlog)
+            out.samples(m.SWEEP_SKIPPED, (((p,), n) for p, n in self._sweep_skipped().items()))
+        out.samples(m.COMMIT_BACKLOG, [((), figures.backlog)])
         registry = self.engine.queues.all()
-        yield GaugeMetricFamily(m.QUEUES.name, m.QUEUES.help, value=len(registry))
-        yield from self._queue_gauges(registry)
+        out.samples(m.QUEUES, [((), len(registry))])
+        self._queue_gauges(out, registry)
         stats = figures.commit_stats
-        yield from_counts(m.COMMIT_BATCH_JOBS, stats.jobs_counts, stats.jobs_sum)
-        yield from_counts(m.COMMIT_DURATION, stats.seconds_counts, stats.seconds_sum)
-        yield histogram_family(m.RPC_DURATION, self.rpc)
-        yield histogram_family(m.PROMOTION_LAG, {(): self.promotion_lag})
-        yield histogram_family(m.JOB_RUNTIME, {(q,): h for q, h in self.runtime.items()})
+        out.family(m.COMMIT_BATCH_JOBS)
+        out.histogram(m.COMMIT_BATCH_JOBS, (), stats.jobs_counts, stats.jobs_sum)
+        out.family(m.COMMIT_DURATION)
+        out.histogram(m.COMMIT_DURATION, (), stats.seconds_counts, stats.seconds_sum)
+        out.histograms(m.RPC_DURATION, self.rpc.items())
+        out.histograms(m.PROMOTION_LAG, [((), self.promotion_lag)])
+        out.histograms(m.JOB_RUNTIME, (((q,), h) for q, h in self.runtime.items()))
+        return out.body()
 
-    def _queue_gauges(self, registry: Sequence[QueueState]) -> Iterator[Metric]:
-        paused = GaugeMetricFamily(m.QUEUE_PAUSED.name, m.QUEUE_PAUSED.help, labels=["queue"])
-        names: set[str] = set()
-        for q in sorted(registry, key=lambda q: q.name):
-            names.add(q.name)
-            paused.add_metric([q.name], 1.0 if q.paused else 0.0)
+    def _queue_gauges(self, out: Text, registry: Sequence[QueueState]) -> None:
+        names = {q.name for q in registry}
         snapshot = self._gauges
         if snapshot is not None:
             gauges, age = snapshot
-            jobs = GaugeMetricFamily(m.QUEUE_JOBS.name, m.QUEUE_JOBS.help, labels=["queue", "state"])
-            oldest = GaugeMetricFamily(m.QUEUE_OLDEST_READY_AGE.name, m.QUEUE_OLDEST_READY_AGE.help,
-                                       labels=["queue"])
             now = self.engine.clock.now()
-            for name in sorted(names | gauges.counts.keys()):
-                counts = gauges.counts.get(name)
+            every = sorted(names | gauges.counts.keys())
+            out.family(m.QUEUE_JOBS)
+            name = m.QUEUE_JOBS.name
+            for queue in every:
+                counts = gauges.counts.get(queue)
+                q = label_value(queue)
                 for label in _STATES:
-                    jobs.add_metric([name, label], float(getattr(counts, label)) if counts is not None else 0.0)
-                run_at = gauges.oldest_ready.get(name)
-                oldest.add_metric([name], max(0, now - run_at) / 1e6 if run_at is not None else 0.0)
-            yield jobs
-            yield oldest
-            yield GaugeMetricFamily(m.QUEUE_GAUGES_AGE.name, m.QUEUE_GAUGES_AGE.help, value=age)
-        yield paused
+                    out.sample(name, f'{{queue="{q}",state="{label}"}}',
+                               getattr(counts, label) if counts is not None else 0)
+            out.family(m.QUEUE_OLDEST_READY_AGE)
+            name = m.QUEUE_OLDEST_READY_AGE.name
+            for queue in every:
+                run_at = gauges.oldest_ready.get(queue)
+                out.sample(name, f'{{queue="{label_value(queue)}"}}',
+                           max(0, now - run_at) / 1e6 if run_at is not None else 0)
+            out.samples(m.QUEUE_GAUGES_AGE, [((), age)])
+        out.samples(m.QUEUE_PAUSED, (((q.name,), 1 if q.paused else 0) for q in registry))

@@ -71,7 +71,8 @@ SELECT decode(md5(i::text || 'x'), 'hex'), 'bench-' || lpad((i % $2)::text, 2, '
     CASE WHEN st = 3 THEN decode(md5(i::text || 'l'), 'hex') END, CASE WHEN st = 3 THEN $4 END,
     CASE WHEN st >= 3 THEN $3 - i END, CASE WHEN st >= 4 THEN $3 - i END,
     CASE WHEN st >= 4 THEN $4 END, CASE WHEN st = 5 THEN 'bench' END
-FROM (SELECT i, ({_STATE.format(k="((i / 100) % 100)")})::smallint AS st FROM generate_series($5::bigint, $1 - 1) AS i) AS r;
+FROM (SELECT i, ({_STATE.format(k="((i / 100) % 100)")})::smallint AS st
+      FROM generate_series($5::bigint, $1 - 1) AS i) AS r;
 """
 
 

@@ -49,9 +49,8 @@ def labels(names: Sequence[str], values: Sequence[str]) -> str:
 
 
 def number(value: float) -> str:
-    """A sample value as Prometheus writes it (ints plainly, floats by ``repr``)."""
-    if isinstance(value, int):
-        return str(value)
+    """A sample value as prometheus_client writes it (``repr`` of the float: ``1.0``)."""
+    value = float(value)
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
@@ -97,9 +96,9 @@ class Text:
         running = 0
         for bound, n in zip(le, counts, strict=True):
             running += n
-            parts.append(f'{prefix}le="{bound}"}} {running}\n')
+            parts.append(f'{prefix}le="{bound}"}} {running}.0\n')
         tail = f"{{{base}}}" if base else ""
-        parts.append(f"{d.name}_count{tail} {running}\n{d.name}_sum{tail} {number(float(total))}\n")
+        parts.append(f"{d.name}_count{tail} {running}.0\n{d.name}_sum{tail} {number(total)}\n")
 
     def histograms(self, d: MetricDef, series: Iterable[tuple[Sequence[str], Histogram]]) -> None:
         """The family of ``d`` with one series per (label values, histogram), sorted."""

@@ -274,7 +274,8 @@ class PostgresAdmin:
         """``AdminStore.queue_gauges`` for the whole cluster: ``state_counts(None)`` and one
         index seek per queue and priority for the oldest READY job."""
         counts = await self.state_counts(None)
-        oldest = {q: int(run_at) for q, run_at in await self._store._fetch(A["oldest_ready_all"])
+        names = sorted(q for q, c in counts.items() if c.ready)
+        oldest = {q: int(run_at) for q, run_at in await self._store._fetch(A["oldest_ready_all"], names)
                   if run_at is not None}
         return QueueGauges(counts, oldest)
 

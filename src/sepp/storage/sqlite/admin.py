@@ -216,7 +216,9 @@ class SQLiteAdmin:
         """``AdminStore.queue_gauges``: ``state_counts(None)`` and one index seek per queue and
         priority for the oldest READY job (reader threads, off the event loop)."""
         counts = await self.state_counts(None)
-        oldest = {q: int(run_at) for q, run_at in await self._read("oldest_ready_all") if isinstance(run_at, int)}
+        names = json.dumps(sorted(q for q, c in counts.items() if c.ready))
+        oldest = {q: int(run_at) for q, run_at in await self._read("oldest_ready_all", {"names": names})
+                  if isinstance(run_at, int)}
         return QueueGauges(counts, oldest)
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:

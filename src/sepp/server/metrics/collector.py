@@ -44,7 +44,7 @@ class Metrics:
     returning {reason: count}; ``auth_failure(reason)`` counts one here instead. Without
     either the family has no samples. ``sweep_skipped`` is ``Sweeper.skipped``."""
 
-    def __init__(self, engine: JobEngine, *, gauge_interval: float = 5.0,
+    def __init__(self, engine: JobEngine, *, gauge_interval: float = 15.0,
                  sweep_skipped: Callable[[], Mapping[str, int]] | None = None) -> None:
         self.engine = engine
         self._sweep_skipped = sweep_skipped
@@ -61,8 +61,8 @@ class Metrics:
         self.rpc: dict[tuple[str, str], Histogram] = {}
         self.promotion_lag = Histogram(m.PROMOTION_LAG.buckets)
         self.runtime: dict[str, Histogram] = {}
-        self.sampler = GaugeSampler(engine.store.admin.queue_gauges, gauge_interval,
-                                    monotonic=engine.clock.monotonic)
+        # Real time (like the sampler's sleeps), not the engine's clock.
+        self.sampler = GaugeSampler(engine.store.admin.queue_gauges, gauge_interval)
         self._gauges: tuple[QueueGauges, float] | None = None
         ev = engine.events
         self._unsubscribe = [ev.stored.subscribe(self._on_stored), ev.rejected.subscribe(self._on_rejected),

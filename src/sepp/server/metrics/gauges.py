@@ -5,11 +5,14 @@
 ``AdminStore.queue_gauges`` — counts per state over every stored job, which costs tens to
 hundreds of milliseconds with a million jobs, too much for a scrape. So:
 
-* ``interval`` > 0 (the default, ``metrics_gauge_interval``): the first scrape starts a
-  background task that reads the store every ``interval`` seconds (each read bounded by
-  ``READ_TIMEOUT``); a scrape shows the latest read, so the values are at most ``interval``
-  plus one read old (``sepp_queue_gauges_age_seconds`` says how old). Only the very first
-  scrape waits for a read, at most ``SCRAPE_WAIT`` seconds.
+* ``interval`` > 0 (the default, ``metrics_gauge_interval``): a scrape starts a background
+  task that reads the store every ``interval`` seconds (each read bounded by
+  ``READ_TIMEOUT``) for as long as scrapes keep coming (it stops after ``idle_after``
+  seconds without one: an unscraped node does not pay for the reads); a scrape shows the
+  latest read, so the values are at most ``interval`` plus one read old
+  (``sepp_queue_gauges_age_seconds`` says how old). Only a scrape that finds no read young
+  enough (the first one, the first after an idle spell) waits for one, at most
+  ``SCRAPE_WAIT`` seconds.
 * ``interval`` = 0: every scrape reads the store itself (concurrent scrapes share one read)
   and waits for it at most ``SCRAPE_WAIT`` seconds — exact values, for tests and small stores.
 
@@ -53,7 +56,13 @@ class GaugeSampler:
         self._latest_at = 0.0
         self._inflight: asyncio.Task[QueueGauges | None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
-        self._first: asyncio.Event = asyncio.Event()
+        self._last_scrape = 0.0
+
+    @property
+    def idle_after(self) -> float:
+        """Seconds without a scrape after which the background reads stop (restarted by the
+        next scrape): four intervals, at least a minute."""
+        return max(60.0, 4 * self.interval)
 
     @property
     def stale_after(self) -> float:
@@ -74,7 +83,6 @@ class GaugeSampler:
             log.warning("reading the queue gauges failed: %s", " ".join(str(exc).split()) or type(exc).__name__)
             return None
         self._latest, self._latest_at = gauges, self._monotonic()
-        self._first.set()
         return gauges
 
     def _shared_read(self) -> asyncio.Task[QueueGauges | None]:
@@ -88,6 +96,8 @@ class GaugeSampler:
             with contextlib.suppress(Exception):
                 await self._shared_read()
             await asyncio.sleep(self.interval)
+            if self._monotonic() - self._last_scrape > self.idle_after:
+                return
 
     async def current(self) -> tuple[QueueGauges, float] | None:
         """The gauges to show and their age (seconds), or None when there is no read young
@@ -100,11 +110,15 @@ class GaugeSampler:
                 self.errors["timeout"] += 1
                 return None
             return None if gauges is None else (gauges, 0.0)
-        if self._loop_task is None:
+        self._last_scrape = self._monotonic()
+        if self._loop_task is None or self._loop_task.done():
+            self._shared_read()  # at once: the loop's first read is this one
             self._loop_task = asyncio.ensure_future(self._loop())
-        if self._latest is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._first.wait(), SCRAPE_WAIT)
+        if self._latest is None or self._monotonic() - self._latest_at > self.stale_after:
+            pending = self._inflight
+            if pending is not None and not pending.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(pending), SCRAPE_WAIT)
         if self._latest is None:
             return None
         age = self._monotonic() - self._latest_at

@@ -11,6 +11,7 @@ registry (paused) and the latest queue-gauge read (``gauges.GaugeSampler``) — 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
@@ -126,27 +127,42 @@ class Metrics:
         self.overloaded += jobs
 
     def _on_settled(self, items: Sequence[SettleParams], results: Sequence[SettleResult]) -> None:
+        # Per job on the settle path: kept to tuple unpacking, one dict increment and an
+        # inlined histogram observation (~0.3 µs a job; benchmarks in docs/benchmarks.md).
         runtime = self.runtime
+        completed = self.completed
+        last: str | None = None
+        counts: list[int] = []
+        bounds: tuple[float, ...] = ()
+        h: Histogram | None = None
         for p, r in zip(items, results, strict=False):
-            if r.error is not None:
+            error, state, run_at, _attempt, queue, started = r
+            if error is not None:
                 continue
-            state, queue, kind = r.state, r.queue, p.kind
             if state == _COMPLETED:
-                if not r.run_at:  # a repeated ack: counted the first time
+                if not run_at:  # a repeated ack: counted the first time
                     continue
-                self.completed[queue] += 1
-            elif kind is _RELEASE:
-                continue  # given back undelivered: no attempt ran
-            elif state == _DEAD:
-                reason = m.NACK_DEAD_LETTER if kind is _DEAD_LETTER else m.ATTEMPTS_EXHAUSTED
-                self.dead_lettered[(queue, reason)] += 1
-            elif kind is _RETRY and state in (_SCHEDULED, _READY):
-                self.retried[queue] += 1
-            if r.started_at:
-                h = runtime.get(queue)
-                if h is None:
-                    h = runtime[queue] = Histogram(m.JOB_RUNTIME.buckets)
-                h.observe(max(0, p.now - r.started_at) / 1e6)
+                completed[queue] += 1
+            else:
+                kind = p[2]
+                if kind is _RELEASE:
+                    continue  # given back undelivered: no attempt ran
+                if state == _DEAD:
+                    reason = m.NACK_DEAD_LETTER if kind is _DEAD_LETTER else m.ATTEMPTS_EXHAUSTED
+                    self.dead_lettered[(queue, reason)] += 1
+                elif kind is _RETRY and (state == _SCHEDULED or state == _READY):
+                    self.retried[queue] += 1
+            if started:
+                if queue != last:
+                    h = runtime.get(queue)
+                    if h is None:
+                        h = runtime[queue] = Histogram(m.JOB_RUNTIME.buckets)
+                    counts, bounds, last = h.counts, h.bounds, queue
+                seconds = (p[3] - started) / 1e6
+                if seconds < 0:  # another node's clock ahead of this one
+                    seconds = 0.0
+                counts[bisect_left(bounds, seconds)] += 1
+                h.total += seconds  # type: ignore[union-attr]
 
     def _on_leases_expired(self, expired: Mapping[str, int], dead: Mapping[str, int]) -> None:
         for queue, n in expired.items():

@@ -44,12 +44,16 @@ class GaugeSampler:
     """Reads ``read()`` (``store.admin.queue_gauges``) as the module docstring says.
 
     ``errors`` counts failed reads by reason (``error``, ``timeout``). ``monotonic`` is the
-    clock for ages (seconds; real time by default)."""
+    clock for ages (seconds; real time by default); ``idle_after`` overrides the default
+    idle spell (seconds) after which the background reads stop."""
 
     def __init__(self, read: Callable[[], Awaitable[QueueGauges]], interval: float, *,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, idle_after: float | None = None) -> None:
         self._read = read
         self.interval = interval
+        self._idle_after = idle_after
+        #: Longest a scrape waits for a read, and a read may take (seconds; tests shorten them).
+        self.scrape_wait, self.read_timeout = SCRAPE_WAIT, READ_TIMEOUT
         self._monotonic = monotonic
         self.errors: dict[str, int] = {"error": 0, "timeout": 0}
         self._latest: QueueGauges | None = None
@@ -62,19 +66,19 @@ class GaugeSampler:
     def idle_after(self) -> float:
         """Seconds without a scrape after which the background reads stop (restarted by the
         next scrape): four intervals, at least a minute."""
-        return max(60.0, 4 * self.interval)
+        return self._idle_after if self._idle_after is not None else max(60.0, 4 * self.interval)
 
     @property
     def stale_after(self) -> float:
         """Age (seconds) past which a read is no longer shown: two intervals plus a read."""
-        return 2 * self.interval + SCRAPE_WAIT
+        return 2 * self.interval + self.scrape_wait
 
     async def _read_once(self) -> QueueGauges | None:
         try:
-            gauges = await asyncio.wait_for(self._read(), READ_TIMEOUT)
+            gauges = await asyncio.wait_for(self._read(), self.read_timeout)
         except TimeoutError:
             self.errors["timeout"] += 1
-            log.warning("reading the queue gauges took longer than %g s; gauges left out", READ_TIMEOUT)
+            log.warning("reading the queue gauges took longer than %g s; gauges left out", self.read_timeout)
             return None
         except asyncio.CancelledError:
             raise
@@ -105,7 +109,7 @@ class GaugeSampler:
         if self.interval <= 0:
             task = self._shared_read()
             try:
-                gauges = await asyncio.wait_for(asyncio.shield(task), SCRAPE_WAIT)
+                gauges = await asyncio.wait_for(asyncio.shield(task), self.scrape_wait)
             except TimeoutError:
                 self.errors["timeout"] += 1
                 return None
@@ -118,7 +122,7 @@ class GaugeSampler:
             pending = self._inflight
             if pending is not None and not pending.done():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(pending), SCRAPE_WAIT)
+                    await asyncio.wait_for(asyncio.shield(pending), self.scrape_wait)
         if self._latest is None:
             return None
         age = self._monotonic() - self._latest_at

@@ -1,8 +1,9 @@
 """Engine events as subscriber lists (issue 9 item 6).
 
-``JobEngine`` announces three things: SCHEDULED jobs stored (the promotion sweep wakes in
-time), rows committed by an enqueue (admin throughput stats) and jobs that reached
-COMPLETED / DEAD_LETTERED (admin stats). Each is an ``Event``: any number of subscribers
+``JobEngine`` announces SCHEDULED jobs stored (the promotion sweep wakes in time), rows
+committed by an enqueue (admin throughput stats), jobs that reached COMPLETED /
+DEAD_LETTERED (admin stats), and — for the metrics of issue 11 — rejections, shed calls,
+settles, expired leases and promotions (the last two from the sweeper). Each is an ``Event``: any number of subscribers
 (the sweeper, the admin engine, later metrics or tracing) sit next to each other, none
 replaces another. A subscriber that raises is logged and skipped: the other subscribers
 still run and the request that emitted the event is not failed by it.

@@ -68,13 +68,16 @@ class SettleError(enum.Enum):
 
 class SettleResult(NamedTuple):
     """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where
-    the job went; ``queue`` is the job's queue (empty on error)."""
+    the job went; ``queue`` is the job's queue (empty on error); ``started_at`` (µs UTC) is
+    when the settled attempt was leased (0 when unknown: an error, a repeated ack), for
+    ``sepp_job_runtime_seconds`` (issue 11)."""
 
     error: SettleError | None
     state: int = 0
     run_at: int = 0
     attempt: int = 0
     queue: str = ""
+    started_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +104,15 @@ class SkippedRow(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class SweepResult:
     """What a sweep pass changed: a count (rows moved or deleted), the queues that got newly
-    READY jobs, how many jobs it dead-lettered per queue, and the rows it had to skip."""
+    READY jobs, how many jobs it dead-lettered per queue, and the rows it had to skip.
+
+    Issue 11 (metrics): ``expired`` is how many leases a reclaim took back per queue (every
+    outcome: READY, DEAD_LETTERED, CANCELLED); ``promoted_run_at`` the run_at (µs UTC) of
+    each job a promotion made READY (the lag is the pass's ``now`` minus it)."""
 
     count: int
     queues: frozenset[str] = field(default_factory=frozenset)
     dead_lettered: dict[str, int] = field(default_factory=dict)
     skipped: tuple[SkippedRow, ...] = ()
+    expired: dict[str, int] = field(default_factory=dict)
+    promoted_run_at: tuple[int, ...] = ()

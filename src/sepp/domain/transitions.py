@@ -94,11 +94,11 @@ class Decision(NamedTuple):
     reason: str | None
     entry: str | None
 
-    def result(self, queue: str) -> SettleResult:
-        """The settle verdict of this decision on a job of ``queue``: ``run_at`` is where the
-        job went (its finish time for a completed job)."""
+    def result(self, queue: str, started_at: int | None = 0) -> SettleResult:
+        """The settle verdict of this decision on a job of ``queue`` leased at ``started_at``
+        (µs): ``run_at`` is where the job went (its finish time for a completed job)."""
         run_at = self.finished_at if self.run_at is None else self.run_at
-        return SettleResult(None, self.state, run_at or 0, self.attempt, queue)
+        return SettleResult(None, self.state, run_at or 0, self.attempt, queue, started_at or 0)
 
 
 def history_entry(attempt: int, worker: str | None, started: int | None, ended: int, outcome: str,

@@ -26,10 +26,12 @@ from sepp.server.cluster import Cluster
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.http.app import build_http_app
+from sepp.server.metrics import Metrics
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
 from sepp.server.rpc.admin import AdminServicer
 from sepp.server.rpc.server import GrpcFront
+from sepp.server.rpc.timing import RpcMetrics
 from sepp.server.sweeper import Sweeper
 from sepp.storage.base import Store
 from sepp.storage.factory import open_store
@@ -65,9 +67,13 @@ class SeppServer:
         self.notifier = Notifier()
         self.engine = JobEngine(config, self.store, self.registry, self.notifier, clock=clock)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)
+        #: The node's metrics (issue 11), fed by the engine's events; /metrics renders them.
+        self.metrics = Metrics(self.engine, gauge_interval=config.metrics_gauge_interval,
+                               sweep_skipped=lambda: self.sweeper.skipped)
         #: Wake-ups, queue settings and the heartbeat shared with the other nodes (issue 10).
         self.cluster = Cluster(self.engine, self.node, config.grpc_listen)
-        self.grpc = GrpcFront(config, self.engine, self.started, self.node)
+        self.grpc = GrpcFront(config, self.engine, self.started, self.node,
+                              interceptors=[RpcMetrics(self.metrics.observe_rpc)])
         self.admin = AdminEngine(self.engine, self.store.admin)
         self.grpc.add_service(admin_pb2_grpc.add_AdminServiceServicer_to_server,
                               AdminServicer(self.admin, config.admin_token), "AdminService")
@@ -131,7 +137,7 @@ class SeppServer:
         self._http_sock = sock
         self.http_port = sock.getsockname()[1]
         app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node,
-                             sweep_skipped=lambda: self.sweeper.skipped)
+                             metrics=self.metrics)
         self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
         self._http_task = asyncio.create_task(self.http.serve(sockets=[sock]), name="sepp-http")
 
@@ -141,6 +147,7 @@ class SeppServer:
             return
         self._stopping = True
         await self.grpc.stop(self.config.shutdown_grace)
+        await self.metrics.stop()
         await self.sweeper.stop()
         await self.cluster.stop()
         await self.admin.stop()

@@ -111,6 +111,9 @@ class ServerConfig(BaseSettings):
     overload_retry_after: float = Field(default=0.05, gt=0, le=HOUR)
     #: Longest sleep of the sweeper between passes, seconds.
     sweep_interval: float = Field(default=1.0, gt=0, le=HOUR)
+    #: How often /metrics re-reads the queue gauges from storage in the background, seconds;
+    #: 0 reads them at every scrape (issue 11; docs/operations.md "## Metrics").
+    metrics_gauge_interval: float = Field(default=15.0, ge=0, le=HOUR)
     #: Group commit: under concurrent load, wait this long to gather writes into one commit, seconds.
     group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.

@@ -148,6 +148,7 @@ class JobEngine:
     def _check_backlog(self, jobs: int) -> None:
         backlog = self.store.backlog
         if backlog + jobs > self._max_backlog and backlog > 0:
+            self.events.overloaded(jobs)
             raise Overloaded(self.config.overload_retry_after, backlog)
 
     def _build(self, req: pb.EnqueueRequest, checked: Checked, now: int,
@@ -210,6 +211,7 @@ class JobEngine:
         self.queues.begin_admission()
         checked = self.validator.check(req, now * 1000)
         if type(checked) is pb.Rejection:
+            self.events.rejected(((req.queue, checked),))
             raise JobRejected(checked)
         self._check_backlog(1)
         new_queues: list[QueueRecord] = []
@@ -250,6 +252,9 @@ class JobEngine:
             # Shed before building: _build registers on-demand queues (SPEC §2: nothing of
             # a shed request may be stored or created).
             self._check_backlog(valid)
+        if valid < len(verdicts):
+            self.events.rejected([(req.queue, v) for req, v in zip(reqs, verdicts, strict=True)
+                                  if type(v) is pb.Rejection])
         for req, verdict in zip(reqs, verdicts, strict=True):
             if type(verdict) is pb.Rejection:
                 out.append(verdict)
@@ -278,6 +283,7 @@ class JobEngine:
         failures = [pb.IndexedRejection(index=i, rejection=v) for i, v in enumerate(verdicts)
                     if type(v) is pb.Rejection]
         if failures:
+            self.events.rejected([(reqs[f.index].queue, f.rejection) for f in failures])
             raise AtomicRejected(failures)
         self._check_backlog(len(reqs))
         new_queues: list[QueueRecord] = []
@@ -401,7 +407,7 @@ class JobEngine:
         results = await self.store.settle(items, self.queues.policies())
         finished: dict[tuple[str, int], int] = {}
         woke: set[str] = set()
-        for error, state, run_at, _attempt, queue in results:
+        for error, state, run_at, _attempt, queue, _started in results:
             if error is not None:
                 continue
             if state in _COUNTED:
@@ -416,6 +422,7 @@ class JobEngine:
             self.on_finished(queue, state, count)
         for name in woke:
             self.notifier.ready(name)  # jobs given back (release, retry without delay)
+        self.events.settled(items, results)
         return results
 
     async def settle_one(self, item: SettleParams) -> SettleResult:

@@ -1,8 +1,9 @@
 """Engine events as subscriber lists (issue 9 item 6).
 
-``JobEngine`` announces three things: SCHEDULED jobs stored (the promotion sweep wakes in
-time), rows committed by an enqueue (admin throughput stats) and jobs that reached
-COMPLETED / DEAD_LETTERED (admin stats). Each is an ``Event``: any number of subscribers
+``JobEngine`` announces SCHEDULED jobs stored (the promotion sweep wakes in time), rows
+committed by an enqueue (admin throughput stats), jobs that reached COMPLETED /
+DEAD_LETTERED (admin stats), and — for the metrics of issue 11 — rejections, shed calls,
+settles, expired leases and promotions (the last two from the sweeper). Each is an ``Event``: any number of subscribers
 (the sweeper, the admin engine, later metrics or tracing) sit next to each other, none
 replaces another. A subscriber that raises is logged and skipped: the other subscribers
 still run and the request that emitted the event is not failed by it.
@@ -11,11 +12,12 @@ still run and the request that emitted the event is not failed by it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, ParamSpec
 
-from sepp.storage.base import Dedups, JobRow
+from sepp.api.v1 import common_pb2 as pb
+from sepp.storage.base import Dedups, JobRow, SettleParams, SettleResult
 
 log = logging.getLogger("sepp.events")
 
@@ -70,8 +72,28 @@ class EngineEvents:
       the indexes of rows that were deduplicated (not stored) with the existing job.
     - ``finished(queue, state, count)``: ``count`` jobs of ``queue`` reached ``state``
       (COMPLETED = 4 or DEAD_LETTERED = 5).
+
+    Issue 11 (metrics subscribe to these; each is emitted once per call or pass, never per job):
+
+    - ``rejected(rejections)``: jobs of an enqueue call were rejected (and the call was
+      answered with them): one (queue, ``pb.Rejection``) per rejected job, the queue as the
+      request named it (unvalidated text).
+    - ``overloaded(jobs)``: an enqueue call of ``jobs`` valid jobs was shed (OVERLOADED).
+    - ``settled(items, results)``: one settle call, its ``SettleParams`` and the store's
+      ``SettleResult`` for each, in order (refused ones included, with their error).
+    - ``leases_expired(expired, dead)``: a reclaim pass took back ``expired[queue]`` leases and
+      dead-lettered ``dead[queue]`` of them (LEASE_EXPIRED on the last attempt).
+    - ``promoted(now, run_ats)``: the promotion sweep made jobs READY at ``now`` (µs); the
+      run_at (µs) each had.
     """
 
     scheduled: Event[[int]] = field(default_factory=lambda: Event("scheduled"))
     stored: Event[[Sequence[JobRow], Dedups]] = field(default_factory=lambda: Event("stored"))
     finished: Event[[str, int, int]] = field(default_factory=lambda: Event("finished"))
+    rejected: Event[[Sequence[tuple[str, pb.Rejection]]]] = field(default_factory=lambda: Event("rejected"))
+    overloaded: Event[[int]] = field(default_factory=lambda: Event("overloaded"))
+    settled: Event[[Sequence[SettleParams], Sequence[SettleResult]]] = field(
+        default_factory=lambda: Event("settled"))
+    leases_expired: Event[[Mapping[str, int], Mapping[str, int]]] = field(
+        default_factory=lambda: Event("leases_expired"))
+    promoted: Event[[int, Sequence[int]]] = field(default_factory=lambda: Event("promoted"))

@@ -133,6 +133,16 @@ class StateCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueGauges:
+    """What the ``/metrics`` queue gauges show (issue 11), read in one call: ``counts`` the
+    jobs per state of every queue with jobs (``state_counts(None)``), ``oldest_ready`` the
+    smallest run_at (µs UTC) of the READY jobs of every queue that has some."""
+
+    counts: dict[str, StateCounts]
+    oldest_ready: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class MinuteRow:
     """Throughput of one queue in one minute (``minute`` = µs // 60,000,000)."""
 
@@ -161,6 +171,12 @@ class AdminStore(Protocol):
     async def reserved_by_worker(self) -> dict[str, int]:
         """RESERVED jobs per ``worker_id`` right now, every queue (issue 13: a worker's jobs
         in flight); jobs reserved without a worker id count under ``""``."""
+
+    async def queue_gauges(self) -> QueueGauges:
+        """Counts per state of every queue with jobs and the oldest READY run_at of every
+        queue with READY jobs (``QueueGauges``), for the ``/metrics`` gauges (issue 11). Reads
+        every stored job's index entry once: the server calls it off the scrape path (see
+        ``sepp.server.metrics.gauges``)."""
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Every throughput row from ``since_minute`` on."""

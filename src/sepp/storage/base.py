@@ -35,6 +35,7 @@ from sepp.domain.policy import PolicyLookup, PolicyTable, QueuePolicy
 from sepp.domain.records import Dedups, JobRecord, JobRow, NodeRecord, QueueRecord, WorkerRecord
 from sepp.domain.states import FINISHED, State
 from sepp.storage.admin import AdminStore
+from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreFailed
 
 __all__ = ["DAMAGED_ROW", "FINISHED", "Dedups", "ExtendResult", "JobRecord", "JobRow", "NodeRecord", "PolicyLookup",
@@ -49,11 +50,14 @@ class StoreFigures:
 
     ``commits``: write transactions committed since ``open()`` (a counter:
     ``sepp_commits_total``); ``backlog``: jobs submitted to the writer and not committed yet
-    (a gauge: ``sepp_commit_backlog_jobs``; the same number as ``Store.backlog``).
+    (a gauge: ``sepp_commit_backlog_jobs``; the same number as ``Store.backlog``);
+    ``commit_stats``: the cumulative commit histograms (``sepp.storage.commit_stats``; issue 11:
+    ``sepp_commit_batch_jobs``, ``sepp_commit_duration_seconds``).
     """
 
     commits: int
     backlog: int
+    commit_stats: CommitHistograms = EMPTY
 
 
 class Store(Protocol):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,14 +27,16 @@ SERVICE_NAMES = (
 class GrpcFront:
     """The gRPC listener. ``port`` is known after ``start()`` (useful with port 0)."""
 
-    def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str) -> None:
+    def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str,
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
+        """``interceptors`` run before the built-in ``InternalErrors`` (issue 11: the RPC timing)."""
         cap = config.limits.max_message_bytes
         self.config = config
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
             ("grpc.so_reuseport", 0),
-        ], interceptors=[InternalErrors()])  # nothing answers UNKNOWN (issue 14)
+        ], interceptors=[*interceptors, InternalErrors()])  # nothing answers UNKNOWN (issue 14)
         register(self.server, producer_pb2.DESCRIPTOR.services_by_name["ProducerService"],
                  ProducerServicer(engine, started, node))
         register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(engine))

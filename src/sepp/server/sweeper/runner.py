@@ -135,7 +135,10 @@ class Sweeper:
         return (await self._promote()).count
 
     async def _promote(self) -> SweepResult:
-        result = await self.engine.store.promote_due(self.clock.now(), PASS_LIMIT)
+        now = self.clock.now()
+        result = await self.engine.store.promote_due(now, PASS_LIMIT)
+        if result.promoted_run_at:
+            self.engine.events.promoted(now, result.promoted_run_at)
         for name in result.queues:
             self.engine.notifier.ready(name)
         self._note_skipped("promote", result.skipped)
@@ -181,6 +184,8 @@ class Sweeper:
             engine.notifier.ready(name)
         for name, count in result.dead_lettered.items():
             engine.on_finished(name, int(State.DEAD_LETTERED), count)
+        if result.expired:
+            engine.events.leases_expired(result.expired, result.dead_lettered)
         self._note_skipped("reclaim", result.skipped)
         self.passes["reclaim"] += 1
         return result

@@ -50,6 +50,7 @@ from sepp.storage.admin import (
     JobSummary,
     MinuteRow,
     Outcome,
+    QueueGauges,
     SortKey,
     StateCounts,
     WriteResult,
@@ -274,6 +275,15 @@ class PostgresAdmin:
         RESERVED rows)."""
         rows = await self._store._fetch(A["count_reserved_by_worker"])
         return {("" if w is None else str(w)): int(n) for w, n in rows}
+
+    async def queue_gauges(self) -> QueueGauges:
+        """``AdminStore.queue_gauges`` for the whole cluster: ``state_counts(None)`` and one
+        index seek per queue and priority for the oldest READY job."""
+        counts = await self.state_counts(None)
+        names = sorted(q for q, c in counts.items() if c.ready)
+        oldest = {q: int(run_at) for q, run_at in await self._store._fetch(A["oldest_ready_all"], names)
+                  if run_at is not None}
+        return QueueGauges(counts, oldest)
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows of every queue from ``since_minute`` (µs // 60,000,000) on: the sums

@@ -122,6 +122,15 @@ CROSS JOIN LATERAL (
     SELECT run_at FROM jobs WHERE queue = $1::text AND state = 2 AND priority = p.priority
     ORDER BY run_at LIMIT 1) AS f;
 
+-- name: oldest_ready_all
+-- oldest_ready for every queue at once (NULL for a queue without READY jobs).
+-- $1 the queue names.
+SELECT q.name, (SELECT min(f.run_at) FROM generate_series(0, 9) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT run_at FROM jobs WHERE queue = q.name AND state = 2 AND priority = p.priority
+        ORDER BY run_at LIMIT 1) AS f)
+FROM unnest($1::text[]) AS q(name);
+
 -- name: throughput_since
 SELECT queue, minute, enqueued, completed, dead_lettered FROM queue_throughput WHERE minute >= $1::bigint;
 

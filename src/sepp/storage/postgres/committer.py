@@ -26,12 +26,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import asyncpg
 
+from sepp.storage.commit_stats import CommitStats
 from sepp.storage.errors import StoreClosed, StoreError, StoreUnavailable
 
 T = TypeVar("T")
@@ -155,6 +157,8 @@ class PgCommitter:
         self.backlog = 0
         #: Transactions committed.
         self.commits = 0
+        #: Commit histograms (issue 11; ``sepp.storage.commit_stats``).
+        self.stats = CommitStats()
 
     @property
     def idle(self) -> bool:
@@ -222,7 +226,7 @@ class PgCommitter:
                 _fail(item, exc)
             return
         try:
-            results = await self._transaction(conn, [item.op for item in live])
+            results = await self._transaction(conn, [item.op for item in live], sum(item.weight for item in live))
         except Exception as exc:
             if is_connection_error(exc) or conn.is_closed():
                 self._drop(index)
@@ -255,7 +259,7 @@ class PgCommitter:
             if getattr(exc, "sqlstate", None) not in _RETRY_STATES:
                 break
             try:
-                (result,) = await self._transaction(await self._conn(index), [item.op])
+                (result,) = await self._transaction(await self._conn(index), [item.op], item.weight)
             except Exception as again:
                 if is_connection_error(again):
                     self._drop(index)
@@ -269,15 +273,19 @@ class PgCommitter:
             return
         _fail(item, exc if isinstance(exc, StoreError) else store_error(exc))
 
-    async def _transaction(self, conn: asyncpg.Connection, ops: list[Op[Any]]) -> list[Any]:
+    async def _transaction(self, conn: asyncpg.Connection, ops: list[Op[Any]], jobs: int = 0) -> list[Any]:
+        """Run ``ops`` (weighing ``jobs`` jobs) in one commit; the commit is timed into
+        ``stats`` (issue 11): the COMMIT round trip, or the whole one-statement autocommit."""
         first = ops[0]
         if (isinstance(first, FoldableOp) and not self._commit_delay
                 and all(type(op) is type(first) for op in ops)):
             lone: list[Any] = []
             for op in ops:
                 lone.extend(op.rows)  # type: ignore[attr-defined]
+            started = time.perf_counter()
             done, after = await first.run_autocommit(conn, lone, self._channel, self._origin)
             if done:
+                self.stats.observe(jobs, time.perf_counter() - started)
                 self.commits += 1
                 self._after = after
                 return [{} for _ in ops]
@@ -306,6 +314,8 @@ class PgCommitter:
                 await conn.execute("SELECT pg_notify($1, $2)", self._channel, json.dumps(message))
             if self._commit_delay:
                 await asyncio.sleep(self._commit_delay)
+            started = time.perf_counter()
+        self.stats.observe(jobs, time.perf_counter() - started)
         self.commits += 1
         return results
 

@@ -175,13 +175,12 @@ class EnqueueOp:
 _ORDER = lambda r: (-r[2], r[3], r[12])  # noqa: E731 - priority DESC, run_at, seq
 
 
-async def promote(tx: Tx, now: int, limit: int) -> list[str]:
-    """Due SCHEDULED jobs → READY (``promote_due``); their queues (one entry per job)."""
+async def promote(tx: Tx, now: int, limit: int) -> list[Any]:
+    """Due SCHEDULED jobs → READY (``promote_due``); one (queue, run_at) row per job."""
     rows = await tx.conn.fetch(Q["promote_due"], now, limit)
-    queues = [r[0] for r in rows]
-    for q in set(queues):
+    for q in {r[0] for r in rows}:
         tx.wake(q)
-    return queues
+    return list(rows)
 
 
 class ReserveOp:
@@ -268,7 +267,7 @@ async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleRes
         return verdict
     assert row is not None
     await _apply(tx, row[0], p.lease_id, row[1], verdict)
-    return verdict.result(row[1])
+    return verdict.result(row[1], row[8])
 
 
 class SettleEachOp:
@@ -296,7 +295,7 @@ class AckManyOp:
                  policy: PolicyLookup) -> None:
         self.acks, self.others, self.now, self.default_keep, self.policy = acks, others, now, default_keep, policy
 
-    async def __call__(self, tx: Tx) -> tuple[list[tuple[bytes, str, int]], dict[bytes, SettleResult],
+    async def __call__(self, tx: Tx) -> tuple[list[tuple[bytes, str, int, int]], dict[bytes, SettleResult],
                                              dict[int, SettleResult]]:
         conn, now = tx.conn, self.now
         rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in self.acks],
@@ -311,7 +310,7 @@ class AckManyOp:
         acked = {r[0] for r in rows}
         refused = {p.job_id: await settle_one(tx, p, self.policy) for p in self.acks if p.job_id not in acked}
         others = {i: await settle_one(tx, p, self.policy) for i, p in self.others.items()}
-        return [(r[0], r[1], r[2]) for r in rows], refused, others
+        return [(r[0], r[1], r[2], r[4] or 0) for r in rows], refused, others
 
 
 class ExtendOp:
@@ -345,8 +344,8 @@ class PromoteOp:
         self.now, self.limit = now, limit
 
     async def __call__(self, tx: Tx) -> SweepResult:
-        queues = await promote(tx, self.now, self.limit)
-        return SweepResult(len(queues), frozenset(queues))
+        rows = await promote(tx, self.now, self.limit)
+        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows))
 
 
 class ReclaimOp:
@@ -362,9 +361,11 @@ class ReclaimOp:
         conn, now = tx.conn, self.now
         woke: set[str] = set()
         dead: dict[str, int] = {}
+        expired: dict[str, int] = {}
         rows = await conn.fetch(Q["expired_leases"], now, self.limit)
         for r in rows:
             seq, queue, lease_id = r[0], r[1], r[10]
+            expired[queue] = expired.get(queue, 0) + 1
             d = reclaim(ExpiredLease._make(tuple(r)[1:9]), now, self.policy)
             if d.run_at is None:
                 status = await conn.execute(Q["reclaim_ready"], d.state, d.entry, seq, lease_id)
@@ -377,7 +378,7 @@ class ReclaimOp:
                 tx.wake(queue)
             elif d.state == _DEAD:
                 dead[queue] = dead.get(queue, 0) + 1
-        return SweepResult(len(rows), frozenset(woke), dead)
+        return SweepResult(len(rows), frozenset(woke), dead, expired=expired)
 
 
 class PruneOp:

@@ -67,7 +67,7 @@ WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
 )
 UPDATE jobs j SET state = 2 FROM chunk WHERE j.seq = chunk.seq AND j.state = 1
-RETURNING j.queue;
+RETURNING j.queue, j.run_at;
 
 -- name: next_due
 SELECT min(run_at) FROM jobs WHERE state = 1;
@@ -115,7 +115,7 @@ WHERE id = $3 AND lease_id = $4 AND state = 3;
 UPDATE jobs j SET state = 4, finished_at = $1, purge_at = $1 + $2
 FROM unnest($3::bytea[], $4::bytea[]) AS v(jid, lid)
 WHERE j.id = v.jid AND j.lease_id = v.lid AND j.state = 3 AND j.lease_expires_at > $1
-RETURNING j.id, j.queue, j.attempt, j.seq;
+RETURNING j.id, j.queue, j.attempt, j.seq, j.started_at;
 
 -- name: set_purge_at
 UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);

@@ -193,7 +193,7 @@ class PostgresStore:
 
     def figures(self) -> StoreFigures:
         """``Store.figures``: commits and the commit backlog."""
-        return StoreFigures(self._committer.commits, self._committer.backlog)
+        return StoreFigures(self._committer.commits, self._committer.backlog, self._committer.stats.snapshot())
 
     @property
     def admin(self) -> Any:
@@ -283,7 +283,8 @@ class PostgresStore:
         rows, refused, other_results = await self._committer.submit(
             ops.AckManyOp(folded, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
-        done = {job_id: SettleResult(None, completed, now, attempt, queue) for job_id, queue, attempt in rows}
+        done = {job_id: SettleResult(None, completed, now, attempt, queue, started)
+                for job_id, queue, attempt, started in rows}
         done.update(refused)
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 

@@ -33,6 +33,7 @@ from sepp.storage.admin import (
     JobSummary,
     MinuteRow,
     Outcome,
+    QueueGauges,
     SortKey,
     StateCounts,
     WriteResult,
@@ -215,6 +216,15 @@ class SQLiteAdmin:
         """See ``AdminStore.reserved_by_worker`` (through the ``jobs_leased`` index: only
         RESERVED rows are read)."""
         return {("" if w is None else str(w)): int(n) for w, n in await self._read("count_reserved_by_worker")}
+
+    async def queue_gauges(self) -> QueueGauges:
+        """``AdminStore.queue_gauges``: ``state_counts(None)`` and one index seek per queue and
+        priority for the oldest READY job (reader threads, off the event loop)."""
+        counts = await self.state_counts(None)
+        names = json.dumps(sorted(q for q, c in counts.items() if c.ready))
+        oldest = {q: int(run_at) for q, run_at in await self._read("oldest_ready_all", {"names": names})
+                  if isinstance(run_at, int)}
+        return QueueGauges(counts, oldest)
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows from ``since_minute`` on."""

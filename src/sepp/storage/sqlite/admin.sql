@@ -110,6 +110,15 @@ SELECT min(first) FROM (
             ORDER BY run_at LIMIT 1) AS first
     FROM json_each('[0,1,2,3,4,5,6,7,8,9]') AS p);
 
+-- name: oldest_ready_all
+-- oldest_ready for every queue at once (NULL for a queue without READY jobs).
+-- :names is a JSON array of queue names.
+SELECT q.value, (SELECT min(first) FROM (
+    SELECT (SELECT run_at FROM jobs WHERE queue = q.value AND state = 2 AND priority = p.value
+            ORDER BY run_at LIMIT 1) AS first
+    FROM json_each('[0,1,2,3,4,5,6,7,8,9]') AS p))
+FROM json_each(:names) AS q;
+
 -- name: throughput_since
 SELECT queue, minute, enqueued, completed, dead_lettered FROM queue_throughput WHERE minute >= :minute;
 

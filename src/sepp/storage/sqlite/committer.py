@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from sepp.storage.commit_stats import CommitHistograms, CommitStats
 from sepp.storage.errors import StoreClosed, StoreError
 
 T = TypeVar("T")
@@ -135,6 +136,8 @@ class GroupLoop:
         #: Commits done and operations committed, for metrics and tests.
         self.commits = 0
         self.ops_committed = 0
+        #: Commit histograms (issue 11), written by this loop's thread.
+        self.stats = CommitStats()
 
     def put(self, item: _Pending[Any] | object) -> None:
         """Queue an operation (or ``STOP``); thread-safe. Only with the default source."""
@@ -217,6 +220,7 @@ class GroupLoop:
         self._deliver(results)
 
     def _transaction(self, conn: sqlite3.Connection, group: list[_Pending[Any]]) -> Results:
+        jobs = sum(item.weight for item in group)
         conn.execute("BEGIN IMMEDIATE")
         try:
             out: Results = []
@@ -228,11 +232,14 @@ class GroupLoop:
                 out.extend((item, item.fn.result, None) for item in merged)  # type: ignore[attr-defined]
                 group = [item for item in group if not isinstance(item.fn, MergeableInsert)]
             out.extend((item, item.fn(conn), None) for item in group)
+            started = time.perf_counter()
             conn.execute("COMMIT")
+            took = time.perf_counter() - started
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        self.stats.observe(jobs, took)
         self.commits += 1
         self.ops_committed += len(out)
         return out
@@ -284,6 +291,11 @@ class Committer:
     def ops_committed(self) -> int:
         """Operations committed (metrics, tests)."""
         return self._group.ops_committed
+
+    @property
+    def stats(self) -> CommitHistograms:
+        """The commit histograms so far (issue 11; ``sepp.storage.commit_stats``)."""
+        return self._group.stats.snapshot()
 
     async def start(self) -> None:
         """Open the writer connection in its thread; raises what opening raised."""

@@ -65,6 +65,7 @@ import time
 from pathlib import Path
 from typing import TypeVar
 
+from sepp.storage.commit_stats import CommitStats
 from sepp.storage.errors import StoreError
 from sepp.storage.sqlite.committer import Op, _wrap
 
@@ -104,6 +105,8 @@ class LoneWriter:
         self._broken = False  # an fdatasync failed: no more lone writes
         #: Transactions committed on this path (metrics).
         self.commits = 0
+        #: Commit histograms of this path (issue 11; every lone write is one job).
+        self.stats = CommitStats()
 
     def open(self) -> None:
         """Open the connection. Raises ``sqlite3.Error`` when the file cannot be opened."""
@@ -151,6 +154,7 @@ class LoneWriter:
             raise LoneBusy(str(exc)) from exc
         try:
             value = fn(conn)
+            started = time.perf_counter()
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
@@ -165,6 +169,7 @@ class LoneWriter:
                 self._sync_wal()
             finally:
                 self._ended = time.perf_counter()
+        self.stats.observe(1, time.perf_counter() - started)
         return value
 
     def _sync_wal(self) -> None:

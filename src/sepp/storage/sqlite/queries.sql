@@ -30,7 +30,7 @@ SELECT name, settings, paused, declared FROM queues ORDER BY name;
 -- name: promote_due
 UPDATE jobs SET state = 2
 WHERE seq IN (SELECT seq FROM jobs WHERE state = 1 AND run_at <= ? ORDER BY run_at LIMIT ?)
-RETURNING queue;
+RETURNING queue, run_at;
 
 -- name: next_due
 SELECT min(run_at) FROM jobs WHERE state = 1;
@@ -68,7 +68,7 @@ WHERE id = ?3 AND lease_id = ?4 AND state = 3;
 UPDATE jobs SET state = 4, finished_at = ?1, purge_at = ?1 + ?2
 FROM (SELECT column1 AS jid, column2 AS lid FROM (VALUES {values})) AS v
 WHERE jobs.id = v.jid AND jobs.lease_id = v.lid AND jobs.state = 3 AND jobs.lease_expires_at > ?1
-RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq;
+RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq, jobs.started_at;
 
 -- name: set_purge_at
 UPDATE jobs SET purge_at = ? WHERE seq = ?;

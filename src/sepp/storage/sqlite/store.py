@@ -41,6 +41,7 @@ from sepp.storage.base import (
     SweepResult,
     WorkerRecord,
 )
+from sepp.storage.commit_stats import merge
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.rows import fetch_lenient, repair_job
 from sepp.storage.sqlite import ops, sweeps
@@ -297,8 +298,8 @@ class SQLiteStore:
         rows, refused, other_results = await self._committer.submit(
             partial(ops.ack_many, statements, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
-        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue))
-                for job_id, queue, attempt in rows}
+        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started))
+                for job_id, queue, attempt, started in rows}
         done.update(refused)
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
@@ -347,7 +348,10 @@ class SQLiteStore:
 
     def figures(self) -> StoreFigures:
         """``Store.figures``: commits (committer + lone-write path) and the commit backlog."""
-        return StoreFigures(self.commits, self._committer.backlog)
+        stats = self._committer.stats
+        if self._lone is not None:
+            stats = merge(stats, self._lone.stats.snapshot())
+        return StoreFigures(self.commits, self._committer.backlog, stats)
 
     # ------------------------------------------------------------------ Store protocol: one node
 

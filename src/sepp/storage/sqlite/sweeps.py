@@ -132,9 +132,10 @@ def promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
     or row by row when it fails (also run by every Reserve before it leases)."""
     ok, rows = _batch_or_rows(conn, lambda: conn.execute(Q["promote_due"], (now, limit)).fetchall())
     if ok:
-        return SweepResult(len(rows), frozenset(r[0] for r in rows))
+        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows))
     done, failed = _paged(conn, Q["due_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[2], r[0]), _promote_row)
-    return SweepResult(len(done), frozenset(row[1] for row, _ in done), {}, _skipped(failed, 3, 1))
+    return SweepResult(len(done), frozenset(row[1] for row, _ in done), {}, _skipped(failed, 3, 1),
+                       promoted_run_at=tuple(row[2] for row, _ in done))
 
 
 def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
@@ -165,12 +166,14 @@ def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connect
                           partial(_reclaim_row, now, policy))
     woke = set()
     dead: dict[str, int] = {}
+    expired: dict[str, int] = {}
     for row, state in done:
+        expired[row[1]] = expired.get(row[1], 0) + 1
         if state == _READY:
             woke.add(row[1])
         elif state == _DEAD:
             dead[row[1]] = dead.get(row[1], 0) + 1
-    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 9, 1))
+    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 9, 1), expired)
 
 
 # ---------------------------------------------------------------------- prune

@@ -26,7 +26,8 @@ The settings (a JSON object) are the child's one command-line argument.
   ``None`` asks the child to commit what it holds and exit.
 * child → parent: ``("ready",)`` or ``("error", exception)`` once the connection is open
   (or failed to open); ``("results", commits, ops_committed, [(token, value, exception),
-  ...])`` per group; ``("stopped",)`` last.
+  ...], commit_stats)`` per group (``commit_stats``: the child's cumulative
+  ``CommitHistograms``, issue 11); ``("stopped",)`` last.
 
 The child ignores SIGINT and SIGTERM (a Ctrl-C in a terminal reaches the whole process
 group; the parent decides when the writer stops) and exits when its stdin closes, after
@@ -53,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
 from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending, resolve
 
@@ -94,6 +96,8 @@ class ProcessCommitter:
         #: Commits done and operations committed by the child (as of its last answer).
         self.commits = 0
         self.ops_committed = 0
+        #: The child's commit histograms (as of its last answer; issue 11).
+        self.stats: CommitHistograms = EMPTY
 
     async def start(self) -> None:
         """Start the child and open the writer connection there; raises what opening raised
@@ -204,7 +208,7 @@ class ProcessCommitter:
             if not self._stopped.done():
                 self._stopped.set_result(None)
             return
-        _, self.commits, self.ops_committed, results = frame
+        _, self.commits, self.ops_committed, results, self.stats = frame
         waiting = self._waiting
         for token, value, exc in results:
             fut, weight = waiting.pop(token)
@@ -379,7 +383,7 @@ def child_main() -> None:
     def deliver(results: Results) -> None:
         try:
             out.send(("results", group.commits, group.ops_committed,
-                      [(item.token, value, exc) for item, value, exc in results]))
+                      [(item.token, value, exc) for item, value, exc in results], group.stats.snapshot()))
         except (BrokenPipeError, OSError):
             pass  # the parent is gone; keep committing what was received, then exit
 

@@ -18,16 +18,18 @@ from rich.table import Table
 
 from sepp.cli.main import app
 from sepp.cli.shell import DEFAULT_SERVER, EXIT_TRANSPORT, ServerOpt
+from sepp.cli.tls import TlsFiles, client_tls
 
 
-async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int) -> tuple[float, list[float]]:
+async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int,
+                   tls: TlsFiles) -> tuple[float, list[float]]:
     from sepp import AsyncClient, EnqueueRequest, Payload
 
     request = EnqueueRequest(queue, "bench", payload=Payload.json({"bench": True}))
     calls = (jobs + batch - 1) // batch
     latencies: list[float] = []
     next_call = 0
-    async with AsyncClient(server) as client:
+    async with AsyncClient(server, **tls) as client:
         await client.get_server_info()
 
         async def loop() -> None:
@@ -47,10 +49,10 @@ async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: 
         return time.perf_counter() - started, latencies
 
 
-async def _drain(server: str, queue: str, jobs: int) -> float:
+async def _drain(server: str, queue: str, jobs: int, tls: TlsFiles) -> float:
     from sepp import Job, Worker
 
-    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5)
+    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5, **tls)
     done = 0
     finished = asyncio.Event()
 
@@ -90,11 +92,11 @@ def bench(
     console = Console(highlight=False)
     try:
         with console.status(f"enqueueing {jobs:,} jobs…"):
-            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency))
+            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency, client_tls()))
         drained = None
         if drain:
             with console.status(f"working off {jobs:,} jobs…"):
-                drained = asyncio.run(_drain(server, queue, jobs))
+                drained = asyncio.run(_drain(server, queue, jobs, client_tls()))
     except SeppError as exc:
         console.print(f"[red]bench failed:[/] {type(exc).__name__}: {exc}")
         raise typer.Exit(EXIT_TRANSPORT) from None

@@ -40,17 +40,23 @@ def convert_error(exc: grpc.RpcError, target: str, job_id: str = "") -> SeppErro
 
 
 class WorkerRpc:
-    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``."""
+    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``
+    (TLS with ``credentials``, issue 11)."""
 
-    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = (), *,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
         self.target = target
+        self._credentials = credentials
         self._options = [*CHANNEL_OPTIONS, *channel_options]
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
 
     def _get_stub(self) -> Any:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            if self._credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self._credentials, options=self._options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         return self._stub
 

@@ -1,18 +1,20 @@
-"""Starlette app for the HTTP port: /healthz, /metrics (Prometheus text)."""
+"""Starlette app for the HTTP port: /healthz, /readyz (``sepp.server.http.health``), /metrics (Prometheus text)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from sepp.server.admin import AdminEngine
 from sepp.server.engine import JobEngine
+from sepp.server.http.health import health_routes
+from sepp.server.readiness import Verdict
 
 
 class _CommitsCollector:
@@ -45,8 +47,10 @@ class _SweepSkippedCollector:
 
 def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: AdminEngine | None = None,
                    started: float = 0.0, node: str = "",
-                   sweep_skipped: Callable[[], Mapping[str, int]] | None = None) -> Starlette:
-    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping).
+                   sweep_skipped: Callable[[], Mapping[str, int]] | None = None,
+                   ready: Callable[[], Awaitable[Verdict]] | None = None) -> Starlette:
+    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping);
+    ``ready`` gives a fresh readiness verdict for ``/readyz`` (``sepp.server.http.health``).
 
     With ``admin`` the web UI is mounted too (``sepp.server.http.ui``); ``started``
     (monotonic) and ``node`` feed its server info. ``sweep_skipped`` gives the sweeper's
@@ -59,16 +63,12 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
         registry.register(_SweepSkippedCollector(sweep_skipped))  # type: ignore[arg-type]
     queues = Gauge("sepp_queues", "Queues known to the server", registry=registry)
 
-    async def healthz(_request: Request) -> Response:
-        ok = healthy()
-        return JSONResponse({"status": "ok" if ok else "stopping"}, status_code=200 if ok else 503)
-
     async def metrics(_request: Request) -> Response:
         backlog.set(engine.store.figures().backlog)
         queues.set(len(engine.queues.all()))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", metrics)]
+    routes: list[BaseRoute] = [*health_routes(healthy, ready), Route("/metrics", metrics)]
     if admin is None:
         return Starlette(routes=routes)
     from sepp.server.http.ui import AdminUI

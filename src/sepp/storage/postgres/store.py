@@ -36,7 +36,7 @@ from sepp.storage.base import (
     StoreFigures,
     SweepResult,
 )
-from sepp.storage.errors import StoreClosed, StoreFailed
+from sepp.storage.errors import StoreClosed, StoreFailed, StoreUnavailable
 from sepp.storage.postgres import ops
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.listener import Listener
@@ -47,6 +47,8 @@ _RESERVED = int(State.RESERVED)
 #: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
 _DRIVER_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 _record = JobRecord._make
+#: Longest ``ping`` waits for PostgreSQL, seconds (readiness: "answers within 1 s", issue 11).
+PING_TIMEOUT = 1.0
 
 
 class PostgresStore:
@@ -183,6 +185,17 @@ class PostgresStore:
     def figures(self) -> StoreFigures:
         """``Store.figures``: commits and the commit backlog."""
         return StoreFigures(self._committer.commits, self._committer.backlog)
+
+    async def ping(self) -> None:
+        """``Store.ping``: ``SELECT 1`` on the read pool within ``PING_TIMEOUT`` (the pool's
+        acquire included). Raises ``StoreUnavailable`` / ``StoreError`` (``store_error``) when
+        PostgreSQL does not answer in time or refuses, ``StoreClosed`` once closing."""
+        try:
+            await asyncio.wait_for(self._reader().fetchval(Q["ping"]), PING_TIMEOUT)
+        except TimeoutError:
+            raise StoreUnavailable(f"PostgreSQL unavailable: no answer to SELECT 1 within {PING_TIMEOUT:g} s") from None
+        except _DRIVER_ERRORS as exc:
+            raise store_error(exc) from exc
 
     @property
     def admin(self) -> Any:

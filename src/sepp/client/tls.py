@@ -103,9 +103,9 @@ def with_tls(options: ClientOptions, tls_ca: PathArg | None, tls_cert: PathArg |
     return replace(options, credentials=credentials)
 
 
-#: What gRPC core says when a TLS handshake failed (lower case), and the OpenSSL reason after it.
-_HANDSHAKE = re.compile(r"(?:tls|ssl) handshake failed.*?(?:OPENSSL_internal:|SSL routines:)?([A-Z_]{6,}(?::[^:]+)?)",
-                        re.IGNORECASE)
+#: What gRPC core says when a TLS handshake failed; OpenSSL's reason follows its marker.
+_HANDSHAKE = re.compile(r"(?:tls|ssl) handshake failed", re.IGNORECASE)
+_OPENSSL = "OPENSSL_internal:"
 
 
 def tls_hint(details: str, tls: bool) -> str:
@@ -120,7 +120,9 @@ def tls_hint(details: str, tls: bool) -> str:
     """
     match = _HANDSHAKE.search(details)
     if match:
-        return f"; TLS handshake failed ({match[1].strip()})"
+        rest = details[match.end():]
+        reason = rest.split(_OPENSSL, 1)[1] if _OPENSSL in rest else rest.lstrip(" :")
+        return f"; TLS handshake failed ({reason.removesuffix(': OK').strip()})"
     if "socket closed" in details.lower():
         if tls:
             return ("; the server closed the connection during the TLS handshake: it may require a client "

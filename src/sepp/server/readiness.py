@@ -35,6 +35,12 @@ class Verdict:
     reason: str = ""
 
 
+def _consume(task: asyncio.Future[None]) -> None:
+    """Retrieve the outcome of an abandoned ping (no "exception never retrieved" noise)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Readiness:
     """The readiness probe loop of one server (see the module docstring).
 
@@ -96,10 +102,18 @@ class Readiness:
         return verdict
 
     async def _run_probe(self) -> Verdict:
-        try:
-            await asyncio.wait_for(self._store.ping(), self._timeout)
-        except TimeoutError:
+        # Not asyncio.wait_for: it waits for the cancelled ping to end, and a ping stuck on a
+        # database that does not answer ends its cancellation only when the database answers
+        # (asyncpg cancels the query over the same silent network). A ping that overstays is
+        # cancelled and left to end by itself; the verdict comes on time.
+        ping = asyncio.ensure_future(self._store.ping())
+        done, _ = await asyncio.wait({ping}, timeout=self._timeout)
+        if not done:
+            ping.cancel()
+            ping.add_done_callback(_consume)
             return Verdict(False, f"storage did not answer within {self._timeout:g} s")
+        try:
+            ping.result()
         except StoreError as exc:
             return Verdict(False, f"storage: {exc}")
         return Verdict(True)

@@ -187,11 +187,13 @@ class PostgresStore:
         return StoreFigures(self._committer.commits, self._committer.backlog)
 
     async def ping(self) -> None:
-        """``Store.ping``: ``SELECT 1`` on the read pool within ``PING_TIMEOUT`` (the pool's
-        acquire included). Raises ``StoreUnavailable`` / ``StoreError`` (``store_error``) when
-        PostgreSQL does not answer in time or refuses, ``StoreClosed`` once closing."""
+        """``Store.ping``: ``SELECT 1`` on the read pool with asyncpg's own ``PING_TIMEOUT``
+        on the query. Raises ``StoreUnavailable`` / ``StoreError`` (``store_error``) when
+        PostgreSQL does not answer in time or refuses, ``StoreClosed`` once closing. The wait
+        for a pool connection is not bounded here: the caller bounds the whole ping (on a
+        silent network even a cancelled query waits for the database)."""
         try:
-            await asyncio.wait_for(self._reader().fetchval(Q["ping"]), PING_TIMEOUT)
+            await self._reader().fetchval(Q["ping"], timeout=PING_TIMEOUT)
         except TimeoutError:
             raise StoreUnavailable(f"PostgreSQL unavailable: no answer to SELECT 1 within {PING_TIMEOUT:g} s") from None
         except _DRIVER_ERRORS as exc:

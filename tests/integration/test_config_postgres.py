@@ -301,6 +301,6 @@ def test_sepp_serve_postgres_says_so_in_the_ready_line(tmp_path: Path) -> None: 
         proc.wait(30)
     line = next(x for x in lines if x.startswith("sepp ready"))
     assert re.fullmatch(rf"sepp ready grpc=127\.0\.0\.1:\d+ http=127\.0\.0\.1:\d+ storage=postgres schema={name} "
-                        r"node=node-a persist=group writer=connections:4 strict=false", line), line
+                        r"node=node-a persist=group writer=connections:4 strict=false tls=off", line), line
     assert " data=" not in line and not (tmp_path / "d").exists(), "no data folder with PostgreSQL"
     assert proc.returncode == 0, lines

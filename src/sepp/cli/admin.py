@@ -54,6 +54,7 @@ from sepp.cli.shell import (
 )
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
 from sepp.cli.shell import parse_moment as parse_moment
+from sepp.cli.tls import client_tls
 from sepp.client.admin import AdminClient, AdminError, state_number
 from sepp.domain.states import state_label, state_name
 from sepp.errors import TransportError
@@ -95,7 +96,7 @@ def _fail_flag(exc: FlagValueError, as_json: bool) -> NoReturn:
 @contextmanager
 def _client(server: str, token: str | None, timeout: float, as_json: bool) -> Iterator[AdminClient]:
     """An ``AdminClient``; server refusals and transport errors become exit codes 2 and 3."""
-    client = AdminClient(server, token=token, timeout=timeout)
+    client = AdminClient(server, token=token, timeout=timeout, **client_tls())
     try:
         yield client
     except AdminError as exc:

@@ -29,16 +29,18 @@ from sepp.cli.shell import (
     fail,
     print_json,
 )
+from sepp.cli.tls import TlsFiles, client_tls
 
 
-async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int) -> tuple[float, list[float]]:
+async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int,
+                   tls: TlsFiles) -> tuple[float, list[float]]:
     from sepp import AsyncClient, EnqueueRequest, Payload
 
     request = EnqueueRequest(queue, "bench", payload=Payload.json({"bench": True}))
     calls = (jobs + batch - 1) // batch
     latencies: list[float] = []
     next_call = 0
-    async with AsyncClient(server) as client:
+    async with AsyncClient(server, **tls) as client:
         await client.get_server_info()
 
         async def loop() -> None:
@@ -58,10 +60,10 @@ async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: 
         return time.perf_counter() - started, latencies
 
 
-async def _drain(server: str, queue: str, jobs: int) -> float:
+async def _drain(server: str, queue: str, jobs: int, tls: TlsFiles) -> float:
     from sepp import Job, Worker
 
-    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5)
+    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5, **tls)
     done = 0
     finished = asyncio.Event()
 
@@ -90,7 +92,7 @@ def _queue_jobs(server: str, queue: str, token: str | None) -> int | None:
     """Jobs the queue holds now (any state), or None when the server does not know it."""
     from sepp.client.admin import AdminClient, AdminError
 
-    with AdminClient(server, token=token) as admin:
+    with AdminClient(server, token=token, **client_tls()) as admin:
         try:
             stats = admin.queue_stats([queue])
         except AdminError as exc:
@@ -104,7 +106,7 @@ def _clean_up(server: str, queue: str, token: str | None) -> int:
     """Delete the bench queue and every job in it; returns the jobs deleted."""
     from sepp.client.admin import AdminClient
 
-    with AdminClient(server, token=token) as admin:
+    with AdminClient(server, token=token, **client_tls()) as admin:
         return admin.delete_queue(queue, force=True)
 
 
@@ -136,11 +138,11 @@ def bench(
                  "use a scratch --queue, or --keep to leave everything in place",
                  as_json, EXIT_REFUSED, {"error": "queue not empty", "queue": queue, "jobs": held})
         with console.status(f"enqueueing {jobs:,} jobs…"):
-            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency))
+            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency, client_tls()))
         drained = None
         if drain:
             with console.status(f"working off {jobs:,} jobs…"):
-                drained = asyncio.run(_drain(server, queue, jobs))
+                drained = asyncio.run(_drain(server, queue, jobs, client_tls()))
         deleted = None if keep else _clean_up(server, queue, token)
     except SeppError as exc:
         fail(f"bench failed: {type(exc).__name__}: {exc}", as_json, EXIT_TRANSPORT,

@@ -59,6 +59,9 @@ def _register() -> None:
         except ModuleNotFoundError as exc:  # a command group not built yet
             if exc.name != f"sepp.cli.{name}":
                 raise
+    from sepp.cli.tls import add_tls_options
+
+    add_tls_options(app)  # --tls-ca/--tls-cert/--tls-key on every command with --server (issue 11)
 
 
 def main() -> None:

@@ -42,6 +42,7 @@ from sepp.cli.shell import (
 from sepp.cli.shell import AttemptTimeoutOpt as TimeoutOpt
 from sepp.cli.shell import parse_duration as parse_duration
 from sepp.cli.shell import parse_when as parse_when
+from sepp.cli.tls import client_tls
 from sepp.request import (
     INT64_MAX,
     INT64_MIN,
@@ -268,7 +269,8 @@ def _fail_transport(exc: Exception, server: str, as_json: bool) -> NoReturn:
 def _client(server: str, timeout: float, validate_locally: bool = True) -> Any:
     from sepp.client import Client, ClientOptions
 
-    return Client(server, options=ClientOptions(timeout=timeout, validate_locally=validate_locally))
+    return Client(server, options=ClientOptions(timeout=timeout, validate_locally=validate_locally),
+                  **client_tls())
 
 
 def _read_payload(payload: str | None, payload_file: Path | None, as_json: bool) -> bytes | None:

@@ -6,7 +6,8 @@ The ready line ``sepp serve`` prints once it serves is parsed by scripts and tes
 ``sepp ready grpc=HOST:PORT [http=HOST:PORT] data=FOLDER persist=… writer=… strict=…`` for
 SQLite, ``sepp ready grpc=HOST:PORT [http=HOST:PORT] storage=postgres schema=… node=…
 persist=… writer=connections:N strict=…`` for PostgreSQL (no data folder: none is used or
-locked; ``writer`` says where writes run, as for SQLite: N write connections).
+locked; ``writer`` says where writes run, as for SQLite: N write connections). Both end with
+``tls=off|on|mtls`` (issue 11: plaintext, TLS, TLS with client certificates).
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ def serve(
                                                 show_default=_default("strict"))] = None,
     log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error.",
                                                   show_default=_default("log_level"))] = None,
+    tls_cert: Annotated[str | None, typer.Option(
+        help="PEM certificate: serve gRPC and HTTP over TLS only (with --tls-key).", show_default=False)] = None,
+    tls_key: Annotated[str | None, typer.Option(help="PEM private key of --tls-cert.", show_default=False)] = None,
+    tls_client_ca: Annotated[str | None, typer.Option(
+        help="PEM CA bundle: require client certificates signed by it (mutual TLS).", show_default=False)] = None,
 ) -> None:
     """Start sepp. Every flag is also a TOML key and a SEPP_* variable (flag > env > file)."""
     from sepp.server.config import ConfigError, load_config
@@ -69,7 +75,8 @@ def serve(
     try:
         cfg = load_config(config, storage=storage, data_dir=data_dir, postgres_dsn=postgres_dsn,
                           node_name=node_name, grpc_listen=grpc_listen, http_listen=http_listen,
-                          persist_mode=persist_mode, strict=strict, log_level=log_level)
+                          persist_mode=persist_mode, strict=strict, log_level=log_level,
+                          tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca)
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
@@ -86,16 +93,17 @@ def serve(
         strict_text = str(cfg.strict).lower()
         # The start line, once serving (a failed start stays one line on stderr: "sepp: cannot start: …").
         where = f"schema {cfg.postgres.schema}" if cfg.storage == "postgres" else f"data {cfg.data_dir}"
+        tls = f" tls={server.tls.mode if server.tls is not None else 'off'}"
         logging.getLogger("sepp.server").info("serving: sepp %s, node %s, storage %s (%s), grpc %s:%d%s",
                                               __version__, server.node, cfg.storage, where, host,
                                               server.grpc_port, http.replace(" http=", ", http "))
         if cfg.storage == "postgres":  # no data folder: the database is shared by every node
             print(f"sepp ready grpc={host}:{server.grpc_port}{http} storage=postgres schema={cfg.postgres.schema} "
                   f"node={server.node} persist={cfg.persist_mode} writer=connections:{cfg.postgres.writers} "
-                  f"strict={strict_text}", flush=True)
+                  f"strict={strict_text}{tls}", flush=True)
             return
         print(f"sepp ready grpc={host}:{server.grpc_port}{http} data={cfg.data_dir} "
-              f"persist={cfg.persist_mode} writer={cfg.writer_placement} strict={strict_text}", flush=True)
+              f"persist={cfg.persist_mode} writer={cfg.writer_placement} strict={strict_text}{tls}", flush=True)
 
     if cfg.uvloop:
         try:

@@ -35,6 +35,7 @@ import typer
 from sepp.cli.flags import FlagValueError, check_bounds
 from sepp.cli.main import app
 from sepp.cli.shell import EXIT_USAGE
+from sepp.cli.tls import client_tls
 from sepp.limits import MAX_LEASE, MIN_LEASE, fmt_number
 
 #: Success lines per second before they are summarised instead (issue 15 item 5).
@@ -225,7 +226,8 @@ def worker(
     try:
         w = load_worker(target)
         changes: dict[str, Any] = {"target": server, "queues": queues, "concurrency": concurrency,
-                                   "prefetch": prefetch, "shutdown_grace": shutdown_grace, "lease_duration": lease}
+                                   "prefetch": prefetch, "shutdown_grace": shutdown_grace, "lease_duration": lease,
+                                   **client_tls()}
         w.configure(**{k: v for k, v in changes.items() if v is not None})
         if not w.config.queues:
             raise ValueError("the worker has no queues: pass --queues a,b or set them in the Worker")

@@ -22,6 +22,7 @@ from sepp._version import __version__
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client.options import ClientOptions
+from sepp.client.tls import tls_hint
 from sepp.errors import (
     AdminRefused,
     AtomicEnqueueError,
@@ -351,12 +352,16 @@ def connect_pause(deadline: float | None, longest: float) -> float | None:
     return min(longest, left)
 
 
-def no_connection(options: ClientOptions, target: str, maybe_sent: bool) -> Unavailable:
+def no_connection(options: ClientOptions, target: str, maybe_sent: bool,
+                  last: grpc.RpcError | None = None) -> Unavailable:
     """The error of a call whose deadline passed while it waited for a connection:
     ``Unavailable``, ``not_sent`` unless an earlier attempt of the same call may have reached
-    a server (``maybe_sent``). Not retried: the deadline is the caller's bound on waiting."""
+    a server (``maybe_sent``). Not retried: the deadline is the caller's bound on waiting.
+    ``last``: the last try's error; a TLS failure it shows is named (``tls.tls_hint``, issue 11)."""
     where = f" ({target})" if target else ""
-    return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline",
+    details = last.details() if last is not None and hasattr(last, "details") else ""
+    hint = tls_hint(details or "", options.credentials is not None)
+    return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline{hint}",
                        code=grpc.StatusCode.UNAVAILABLE, not_sent=not maybe_sent)
 
 

@@ -37,6 +37,7 @@ from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.client._core import error_from_rpc
 from sepp.client.options import ClientOptions
+from sepp.client.tls import PathArg, with_tls
 from sepp.domain.states import STATE_BY_NAME, parse_state
 from sepp.errors import AdminError, AdminRefused, TransportError
 
@@ -75,10 +76,14 @@ def _ts(moment: dt.datetime) -> Any:
 
 class AdminClient:
     """Blocking ``AdminService`` client. ``token`` is sent as ``authorization: Bearer <token>``;
-    ``timeout`` (seconds) bounds every call."""
+    ``timeout`` (seconds) bounds every call. TLS: ``credentials``, or ``tls_ca`` / ``tls_cert`` /
+    ``tls_key`` PEM files (issue 11; ``sepp.client.tls``), not both. Raises ``ValueError`` for
+    a TLS file that cannot be read or used."""
 
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, timeout: float = 30.0,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, tls_ca: PathArg | None = None,
+                 tls_cert: PathArg | None = None, tls_key: PathArg | None = None) -> None:
+        credentials = with_tls(ClientOptions(credentials=credentials), tls_ca, tls_cert, tls_key).credentials
         self.target = target
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()

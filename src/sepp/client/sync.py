@@ -16,6 +16,7 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
 from sepp.client.options import ClientOptions
+from sepp.client.tls import PathArg, with_tls
 from sepp.errors import RejectedError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
@@ -40,11 +41,18 @@ class Client:
     Args:
         target: ``host:port`` of the server's gRPC listener.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
+        tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
+            the server's certificate must chain to, and the client's certificate and key for
+            mutual TLS. A TLS failure (unknown CA, no client certificate) is ``Unavailable``.
+
+    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
     """
 
-    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None) -> None:
+    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
+                 tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
+                 tls_key: PathArg | None = None) -> None:
         self.target = target
-        self.options = options or ClientOptions()
+        self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
         channel_args = _core.channel_options(self.options)
         if self.options.credentials is not None:
             self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
@@ -278,7 +286,7 @@ class Client:
                     time.sleep(pause)
                     timeout = _core.time_left(deadline)
                 if pause is None or (timeout is not None and timeout < _core.MIN_ATTEMPT_TIME):
-                    raise _core.no_connection(options, self.target, maybe_sent) from cause
+                    raise _core.no_connection(options, self.target, maybe_sent, cause) from cause
                 continue
             maybe_sent = maybe_sent or not _core.not_sent(error)
             delay = _core.retry_delay(error, attempt, options, idempotent=idempotent)

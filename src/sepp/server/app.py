@@ -1,7 +1,12 @@
 """Composition root of ``sepp serve``: builds store, registry, engine, sweeper, gRPC and
 HTTP front ends; starts them in order and stops them in reverse (STYLE habit 11).
 
-Stop order on SIGTERM: health goes NOT_SERVING, gRPC stops taking calls and lets
+TLS (issue 11): ``load_server_tls`` checks the files named by ``tls_cert`` / ``tls_key`` /
+``tls_client_ca`` when the server is built, before the store opens or a port is bound; both
+listeners then serve TLS only. Readiness (issue 11): ``Readiness`` probes the store every
+``readiness_interval`` seconds and flips the gRPC health service; ``/readyz`` asks it.
+
+Stop order on SIGTERM: readiness and health go NOT_SERVING, gRPC stops taking calls and lets
 in-flight ones finish (their commits included) within ``shutdown_grace``, the
 sweeper stops, the committer commits what was submitted, the HTTP server closes.
 """
@@ -29,10 +34,12 @@ from sepp.server.http.app import build_http_app
 from sepp.server.metrics import Metrics
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
+from sepp.server.readiness import Readiness
 from sepp.server.rpc.admin import AdminServicer
 from sepp.server.rpc.server import GrpcFront
 from sepp.server.rpc.timing import RpcMetrics
 from sepp.server.sweeper import Sweeper
+from sepp.server.tls import load_server_tls
 from sepp.storage.base import Store
 from sepp.storage.factory import open_store
 
@@ -58,6 +65,8 @@ class SeppServer:
         self.config = config
         self.clock = clock
         self.node = config.node_name or socket.gethostname()
+        #: The checked TLS files (None: plaintext). Raises ``ConfigError`` for a bad file.
+        self.tls = load_server_tls(config)
         #: ``clock.monotonic()`` at construction (uptime in GetServerInfo and the UI).
         self.started = clock.monotonic()
         #: The backend ``config.storage`` names (``open_store``); used only through ``Store``.
@@ -73,7 +82,9 @@ class SeppServer:
         #: Wake-ups, queue settings and the heartbeat shared with the other nodes (issue 10).
         self.cluster = Cluster(self.engine, self.node, config.grpc_listen)
         self.grpc = GrpcFront(config, self.engine, self.started, self.node,
-                              interceptors=[RpcMetrics(self.metrics.observe_rpc)])
+                              interceptors=[RpcMetrics(self.metrics.observe_rpc)], tls=self.tls)
+        #: Does the storage answer? Flips the gRPC health service; ``/readyz`` asks it.
+        self.readiness = Readiness(self.store, config.readiness_interval, self.grpc.set_serving)
         self.admin = AdminEngine(self.engine, self.store.admin)
         self.grpc.add_service(admin_pb2_grpc.add_AdminServiceServicer_to_server,
                               AdminServicer(self.admin, config.admin_token), "AdminService")
@@ -110,9 +121,11 @@ class SeppServer:
             host = self.config.grpc_listen.rpartition(":")[0]
             self.cluster.address = f"{host}:{self.grpc_port}"
             await self.cluster.start()
+            await self.readiness.start()
             if self.config.http_listen:
                 await self._start_http()
         except BaseException:
+            await self.readiness.stopping()
             # Stop the gRPC server too (started or not): left to the garbage collector after
             # the loop closed, it printed a Server.__del__ traceback under the clean error line.
             with contextlib.suppress(Exception):
@@ -137,8 +150,9 @@ class SeppServer:
         self._http_sock = sock
         self.http_port = sock.getsockname()[1]
         app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node,
-                             metrics=self.metrics)
-        self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+                             metrics=self.metrics, ready=self.readiness.check)
+        tls = self.tls.uvicorn_settings() if self.tls is not None else {}
+        self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **tls))
         self._http_task = asyncio.create_task(self.http.serve(sockets=[sock]), name="sepp-http")
 
     async def stop(self) -> None:
@@ -146,6 +160,7 @@ class SeppServer:
         if self._stopping:
             return
         self._stopping = True
+        await self.readiness.stopping()
         await self.grpc.stop(self.config.shutdown_grace)
         await self.metrics.stop()
         await self.sweeper.stop()

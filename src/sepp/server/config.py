@@ -133,6 +133,19 @@ class ServerConfig(BaseSettings):
     #: The PostgreSQL backend's own settings: schema, read and write connections per node.
     postgres: PostgresSettings = PostgresSettings()
 
+    # -- TLS and readiness (issue 11; docs/operations.md). The files are checked at start
+    # (sepp.server.tls.load_server_tls): a bad one is a one-line start error naming its key.
+    #: PEM certificate (chain) the gRPC and HTTP listeners present; with ``tls_key`` both
+    #: serve TLS only. Empty = plaintext.
+    tls_cert: str = ""
+    #: PEM private key of ``tls_cert`` (unencrypted).
+    tls_key: str = Field(default="", validate_default=True)
+    #: PEM CA bundle: with it every client must present a certificate signed by one of these
+    #: CAs (mutual TLS, on gRPC and HTTP). Needs ``tls_cert``.
+    tls_client_ca: str = Field(default="", validate_default=True)
+    #: Seconds between two readiness probes of the storage (gRPC health, ``/readyz``).
+    readiness_interval: float = Field(default=1.0, gt=0, le=HOUR)
+
     _deprecations: tuple[str, ...] = PrivateAttr(default=())
 
     @property
@@ -211,6 +224,20 @@ class ServerConfig(BaseSettings):
         if value.lower() not in LOG_LEVELS:
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return value.lower()
+
+    @field_validator("tls_key", "tls_client_ca")
+    @classmethod
+    def _check_tls(cls, value: str, info: ValidationInfo) -> str:
+        """``tls_cert`` and ``tls_key`` both or neither; ``tls_client_ca`` only with them
+        (issue 11). Runs on the defaults too (``validate_default``)."""
+        cert = str(info.data.get("tls_cert", "")).strip()
+        if info.field_name == "tls_key" and bool(cert) != bool(value.strip()):
+            if cert:
+                raise ValueError("must be set when tls_cert is: TLS needs both (--tls-cert and --tls-key)")
+            raise ValueError("is set but tls_cert is not: TLS needs both (--tls-cert and --tls-key)")
+        if info.field_name == "tls_client_ca" and value.strip() and not cert:
+            raise ValueError("needs tls_cert and tls_key (mutual TLS is TLS that also checks client certificates)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:

@@ -92,6 +92,16 @@ class Store(Protocol):
     def figures(self) -> StoreFigures:
         """Figures for ``/metrics`` (``StoreFigures``); cheap, no I/O."""
 
+    async def ping(self) -> None:
+        """Prove the store can answer right now (readiness, issue 11): a trivial read and,
+        where writes run elsewhere (the SQLite writer thread or process), a round trip to
+        the writer that writes nothing and counts as no commit. Returns when both answered.
+
+        Raises ``StoreClosed`` after ``close()`` began and ``StoreError`` (``StoreFailed``,
+        ``StoreUnavailable``) when the store cannot answer. Does not bound its own time:
+        the caller does (``sepp.server.readiness``: 1 s); a cancelled ping leaves nothing
+        behind that matters (a writer answer that comes later is dropped)."""
+
     @property
     def shared(self) -> bool:
         """True when other sepp nodes may use the same data at the same time (PostgreSQL):

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 _READY = re.compile(r"sepp ready grpc=(\S+) http=(\S+)")
+#: The ``tls=off|on|mtls`` field of the ready line (issue 11).
+_TLS = re.compile(r" tls=(off|on|mtls)\b")
 
 
 def free_port() -> int:
@@ -53,6 +55,9 @@ class ServerProcess:
 
     ``config`` holds ServerConfig keys (nested dicts for ``limits``, ``queues``,
     ``queue_defaults``). ``grpc_listen``/``http_listen`` default to free loopback ports.
+    Readiness is the ``sepp ready`` line (no probe over the network), so a server with
+    ``tls_cert`` / ``tls_key`` (and ``tls_client_ca``) starts the same way; ``tls`` then says
+    ``on`` / ``mtls`` and ``http_url`` is ``https://…`` (issue 11).
     """
 
     def __init__(self, data_dir: Path, config: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
@@ -65,6 +70,9 @@ class ServerProcess:
         self.grpc_target = ""
         self.http_url = ""
         self.output: list[str] = []
+        #: The ready line's ``tls`` field: ``off``, ``on`` (TLS) or ``mtls`` (client
+        #: certificates required); ``http_url`` is ``https://…`` unless ``off``.
+        self.tls = "off"
 
     def start(self, **overrides: Any) -> ServerProcess:
         """Start (or start again) and wait until it serves. Raises ``RuntimeError`` on failure."""
@@ -88,8 +96,10 @@ class ServerProcess:
                 self.output.append(line.rstrip("\n"))
                 match = _READY.search(line)
                 if match:
+                    tls = _TLS.search(line)
+                    self.tls = tls[1] if tls else "off"
                     self.grpc_target = match[1]
-                    self.http_url = f"http://{match[2]}"
+                    self.http_url = f"{'http' if self.tls == 'off' else 'https'}://{match[2]}"
                     ready.set()
 
         threading.Thread(target=pump, daemon=True).start()

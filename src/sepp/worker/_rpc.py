@@ -45,11 +45,14 @@ CLIENT_VERSION = USER_AGENT
 
 
 class WorkerRpc:
-    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``."""
+    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``
+    (TLS with ``credentials``, issue 11)."""
 
-    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = (), *, worker_id: str = "",
+    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = (), *,
+                 credentials: grpc.ChannelCredentials | None = None, worker_id: str = "",
                  concurrency: int = 0) -> None:
         self.target = target
+        self._credentials = credentials
         #: Sent with every call for the server's Workers page (issue 13): who calls, and on
         #: Reserve its handler slots, host and client version.
         self.worker_id = worker_id
@@ -61,7 +64,10 @@ class WorkerRpc:
 
     def _get_stub(self) -> Any:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            if self._credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self._credentials, options=self._options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         return self._stub
 

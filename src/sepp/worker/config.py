@@ -7,6 +7,9 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import grpc
+
+from sepp.client.tls import PathArg, channel_credentials, read_tls_files
 from sepp.limits import MAX_SETTLE_BATCH
 
 #: Where ``sepp serve`` listens by default (SPEC §7).
@@ -62,8 +65,11 @@ class WorkerConfig:
         poll_wait: Long-poll of each ``Reserve`` when nothing is ready (≤ 30).
         max_reserve: Most jobs asked for by one ``Reserve`` (server cap: 256 by default).
         settle_batch: Most acks/nacks in one ``Settle`` call (1 .. 10,000, the server's cap).
+        tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
+            of the server's certificate, the worker's own certificate and key (mutual TLS).
 
-    Raises ``ValueError`` for an out-of-range value.
+    Raises ``ValueError`` for an out-of-range value, and for a TLS file that cannot be read
+    or used (checked here, so a bad path fails at construction, not at ``run``).
     """
 
     target: str = DEFAULT_TARGET
@@ -76,6 +82,9 @@ class WorkerConfig:
     poll_wait: float = 5.0
     max_reserve: int = 256
     settle_batch: int = 256
+    tls_ca: PathArg | None = None
+    tls_cert: PathArg | None = None
+    tls_key: PathArg | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queues", queue_tuple(self.queues))
@@ -97,6 +106,12 @@ class WorkerConfig:
             raise ValueError("max_reserve and settle_batch must be ≥ 1")
         if self.settle_batch > MAX_SETTLE_BATCH:
             raise ValueError(f"settle_batch must be at most {MAX_SETTLE_BATCH} (the server refuses a larger Settle)")
+        read_tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """The TLS channel credentials of ``tls_ca`` / ``tls_cert`` / ``tls_key`` (None:
+        plaintext). Raises ``ValueError`` for a file that became unreadable since."""
+        return channel_credentials(self.tls_ca, self.tls_cert, self.tls_key)
 
 
 __all__ = ["DEFAULT_TARGET", "PREFETCH_MAX_WAIT", "WorkerConfig", "default_worker_id", "queue_tuple"]

@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
@@ -104,16 +105,20 @@ class Worker:
         queues: Queue names to reserve from, in order (a ``"a,b"`` string works too).
         concurrency, prefetch, lease_duration, shutdown_grace, worker_id, poll_wait,
         max_reserve, settle_batch: See :class:`~sepp.worker.WorkerConfig`.
+        tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11): the CA of the server's
+            certificate; the worker's certificate and key for mutual TLS.
 
-    Raises ``ValueError`` for an invalid setting.
+    Raises ``ValueError`` for an invalid setting (a TLS file that cannot be read or used too).
     """
 
     def __init__(self, target: str = DEFAULT_TARGET, queues: str | Iterable[str] = (), *,
                  concurrency: int = 10, prefetch: int | None = None, lease_duration: float | None = None,
                  shutdown_grace: float = 30.0, worker_id: str = "", poll_wait: float = 5.0,
-                 max_reserve: int = 256, settle_batch: int = 256) -> None:
+                 max_reserve: int = 256, settle_batch: int = 256, tls_ca: PathArg | None = None,
+                 tls_cert: PathArg | None = None, tls_key: PathArg | None = None) -> None:
         self.config = WorkerConfig(target, queue_tuple(queues), concurrency, prefetch, lease_duration,
-                                   shutdown_grace, worker_id, poll_wait, max_reserve, settle_batch)
+                                   shutdown_grace, worker_id, poll_wait, max_reserve, settle_batch,
+                                   tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
         self.registry = HandlerRegistry()
         self._hooks: list[OutcomeHook] = []
         self._phase = "new"  # new → running → stopping → stopped
@@ -181,7 +186,8 @@ class Worker:
         cfg = self.config
         if not cfg.queues:
             raise ValueError("the worker has no queues to reserve from")
-        self._rpc = WorkerRpc(cfg.target, worker_id=cfg.worker_id, concurrency=cfg.concurrency)
+        self._rpc = WorkerRpc(cfg.target, credentials=cfg.credentials(), worker_id=cfg.worker_id,
+                              concurrency=cfg.concurrency)
         self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")

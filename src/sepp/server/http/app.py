@@ -1,25 +1,29 @@
-"""Starlette app for the HTTP port: /healthz, /metrics (Prometheus text)."""
+"""Starlette app for the HTTP port: /healthz, /readyz (``sepp.server.http.health``), /metrics (Prometheus text)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from sepp.server.admin import AdminEngine
 from sepp.server.engine import JobEngine
+from sepp.server.http.health import health_routes
 from sepp.server.metrics import Metrics
+from sepp.server.readiness import Verdict
 
 
 def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: AdminEngine | None = None,
                    started: float = 0.0, node: str = "",
                    sweep_skipped: Callable[[], Mapping[str, int]] | None = None,
-                   metrics: Metrics | None = None) -> Starlette:
-    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping).
+                   metrics: Metrics | None = None,
+                   ready: Callable[[], Awaitable[Verdict]] | None = None) -> Starlette:
+    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping);
+    ``ready`` gives a fresh readiness verdict for ``/readyz`` (``sepp.server.http.health``).
 
     With ``admin`` the web UI is mounted too (``sepp.server.http.ui``); ``started``
     (monotonic) and ``node`` feed its server info. ``/metrics`` renders ``metrics``
@@ -29,15 +33,11 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     if metrics is None:
         metrics = Metrics(engine, gauge_interval=engine.config.metrics_gauge_interval, sweep_skipped=sweep_skipped)
 
-    async def healthz(_request: Request) -> Response:
-        ok = healthy()
-        return JSONResponse({"status": "ok" if ok else "stopping"}, status_code=200 if ok else 503)
-
     async def scrape(_request: Request) -> Response:
         await metrics.refresh_gauges()  # bounded: at most gauges.SCRAPE_WAIT seconds
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    routes: list[BaseRoute] = [Route("/healthz", healthz), Route("/metrics", scrape)]
+    routes: list[BaseRoute] = [*health_routes(healthy, ready), Route("/metrics", scrape)]
     if admin is None:
         return Starlette(routes=routes)
     from sepp.server.http.ui import AdminUI

@@ -16,6 +16,7 @@ from sepp.server.rpc.interceptor import InternalErrors
 from sepp.server.rpc.producer import ProducerServicer
 from sepp.server.rpc.registration import register
 from sepp.server.rpc.worker import WorkerServicer
+from sepp.server.tls import ServerTLS
 
 SERVICE_NAMES = (
     producer_pb2.DESCRIPTOR.services_by_name["ProducerService"].full_name,
@@ -25,13 +26,15 @@ SERVICE_NAMES = (
 
 
 class GrpcFront:
-    """The gRPC listener. ``port`` is known after ``start()`` (useful with port 0)."""
+    """The gRPC listener. ``port`` is known after ``start()`` (useful with port 0). With
+    ``tls`` it serves TLS only (mutual TLS when ``tls`` has a client CA; issue 11)."""
 
     def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str,
-                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> None:
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (), *, tls: ServerTLS | None = None) -> None:
         """``interceptors`` run before the built-in ``InternalErrors`` (issue 11: the RPC timing)."""
         cap = config.limits.max_message_bytes
         self.config = config
+        self.tls = tls
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
@@ -56,7 +59,10 @@ class GrpcFront:
         """Bind and serve. Raises ``RuntimeError`` when the address cannot be bound."""
         host, _, port = self.config.grpc_listen.rpartition(":")
         try:
-            self.port = self.server.add_insecure_port(f"{host}:{port}")
+            if self.tls is not None:
+                self.port = self.server.add_secure_port(f"{host}:{port}", self.tls.grpc_credentials())
+            else:
+                self.port = self.server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
             raise RuntimeError(f"cannot listen on {self.config.grpc_listen}: {exc}") from exc
         if self.port == 0:
@@ -64,6 +70,13 @@ class GrpcFront:
         await self.server.start()
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report SERVING or NOT_SERVING for ``""`` and every sepp service (the readiness
+        verdict, ``sepp.server.readiness``); no effect once the graceful stop began."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, status)
 
     async def stop(self, grace: float) -> None:
         """Refuse new RPCs, let in-flight ones finish within ``grace`` seconds."""

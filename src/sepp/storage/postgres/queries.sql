@@ -216,3 +216,7 @@ ON CONFLICT (name) DO UPDATE SET address = excluded.address, version = excluded.
 
 -- name: nodes
 SELECT name, address, version, started_at, last_seen FROM nodes ORDER BY name;
+
+-- name: ping
+-- Readiness (Store.ping, issue 11): the store answers a trivial query.
+SELECT 1;

@@ -37,7 +37,7 @@ from sepp.storage.base import (
     SweepResult,
     WorkerRecord,
 )
-from sepp.storage.errors import StoreClosed, StoreFailed
+from sepp.storage.errors import StoreClosed, StoreFailed, StoreUnavailable
 from sepp.storage.postgres import ops
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.listener import Listener
@@ -48,6 +48,8 @@ _RESERVED = int(State.RESERVED)
 #: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
 _DRIVER_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 _record = JobRecord._make
+#: Longest ``ping`` waits for PostgreSQL, seconds (readiness: "answers within 1 s", issue 11).
+PING_TIMEOUT = 1.0
 
 
 class PostgresStore:
@@ -194,6 +196,19 @@ class PostgresStore:
     def figures(self) -> StoreFigures:
         """``Store.figures``: commits and the commit backlog."""
         return StoreFigures(self._committer.commits, self._committer.backlog, self._committer.stats.snapshot())
+
+    async def ping(self) -> None:
+        """``Store.ping``: ``SELECT 1`` on the read pool with asyncpg's own ``PING_TIMEOUT``
+        on the query. Raises ``StoreUnavailable`` / ``StoreError`` (``store_error``) when
+        PostgreSQL does not answer in time or refuses, ``StoreClosed`` once closing. The wait
+        for a pool connection is not bounded here: the caller bounds the whole ping (on a
+        silent network even a cancelled query waits for the database)."""
+        try:
+            await self._reader().fetchval(Q["ping"], timeout=PING_TIMEOUT)
+        except TimeoutError:
+            raise StoreUnavailable(f"PostgreSQL unavailable: no answer to SELECT 1 within {PING_TIMEOUT:g} s") from None
+        except _DRIVER_ERRORS as exc:
+            raise store_error(exc) from exc
 
     @property
     def admin(self) -> Any:

@@ -97,6 +97,18 @@ class MergeableInsert:
         return self.result
 
 
+class Probe:
+    """A readiness probe (``Store.ping``, issue 11): the loop answers it outside any
+    transaction with ``SELECT 1`` on the writer connection — proof that the writer takes
+    and answers operations — and counts it as no commit and no committed operation, so
+    probes never show in the commit figures. Picklable (it crosses to the writer process)."""
+
+    __slots__ = ()
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        conn.execute("SELECT 1").fetchone()
+
+
 class GroupLoop:
     """The writer loop of the module docstring, independent of who waits for the results.
 
@@ -202,6 +214,18 @@ class GroupLoop:
                 fsync.join()
 
     def _commit_group(self, conn: sqlite3.Connection, group: list[_Pending[Any]]) -> None:
+        if any(item.fn.__class__ is Probe for item in group):
+            probes = [item for item in group if item.fn.__class__ is Probe]
+            answers: Results = []
+            for item in probes:
+                try:
+                    answers.append((item, item.fn(conn), None))
+                except Exception as exc:
+                    answers.append((item, None, _wrap(exc)))
+            self._deliver(answers)
+            group = [item for item in group if item.fn.__class__ is not Probe]
+            if not group:
+                return
         if self._commit_delay:
             time.sleep(self._commit_delay)
         try:

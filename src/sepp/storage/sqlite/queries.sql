@@ -144,3 +144,7 @@ ORDER BY expires_at, queue, key LIMIT ?5;
 
 -- name: prune_key
 DELETE FROM idempotency WHERE queue = ? AND key = ?;
+
+-- name: ping
+-- Readiness (Store.ping, issue 11): the store answers a trivial query.
+SELECT 1;

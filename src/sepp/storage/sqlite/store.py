@@ -46,7 +46,7 @@ from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.rows import fetch_lenient, repair_job
 from sepp.storage.sqlite import ops, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
-from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op
+from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
 from sepp.storage.sqlite.lone import LoneBusy, LoneWriter
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
@@ -352,6 +352,18 @@ class SQLiteStore:
         if self._lone is not None:
             stats = merge(stats, self._lone.stats.snapshot())
         return StoreFigures(self.commits, self._committer.backlog, stats)
+
+    async def ping(self) -> None:
+        """``Store.ping``: ``SELECT 1`` on a reader connection and, at the same time, a
+        ``Probe`` round trip through the writer (thread or process: a stopped or hung
+        writer process does not answer it), which commits nothing. Raises ``StoreClosed``
+        once closing, ``StoreFailed`` when the writer process is gone, ``StoreError`` for an
+        SQLite failure."""
+        answered = self._committer.submit(Probe(), 0)  # raises StoreClosed before any read starts
+        try:
+            await asyncio.gather(self._read(Q["ping"], one=True), answered)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: {exc}") from exc
 
     # ------------------------------------------------------------------ Store protocol: one node
 

@@ -1,0 +1,81 @@
+"""A small TCP proxy that can be paused: real sockets between a server and its database.
+
+``PausableProxy(upstream_host, upstream_port)`` listens on ``127.0.0.1:<port>`` and relays
+every connection to the upstream, one thread per direction. ``pause()`` stops relaying
+(bytes read meanwhile are held, connections stay open: the database simply stops
+answering, as it does when its host stalls); ``resume()`` forwards what was held and goes
+on. ``close()`` ends the listener and every connection. Used by the readiness tests
+(issue 11) to make PostgreSQL stop answering without stopping PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class PausableProxy:
+    """See the module docstring. ``port`` is the listening port."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._running = threading.Event()
+        self._running.set()
+        self._closed = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
+
+    def pause(self) -> None:
+        """Stop relaying bytes (in both directions) until ``resume``."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Relay again, the held bytes first."""
+        self._running.set()
+
+    def close(self) -> None:
+        """Close the listener and every relayed connection."""
+        self._closed = True
+        self._running.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self._upstream, timeout=10)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                self._running.wait()
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)

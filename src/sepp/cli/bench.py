@@ -17,17 +17,18 @@ from rich.console import Console
 from rich.table import Table
 
 from sepp.cli.main import app
-from sepp.cli.shell import DEFAULT_SERVER, EXIT_TRANSPORT, ServerOpt
+from sepp.cli.shell import DEFAULT_SERVER, EXIT_TRANSPORT, ClientTokenOpt, ServerOpt, fail_auth
 
 
-async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int) -> tuple[float, list[float]]:
+async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int,
+                   token: str | None = None) -> tuple[float, list[float]]:
     from sepp import AsyncClient, EnqueueRequest, Payload
 
     request = EnqueueRequest(queue, "bench", payload=Payload.json({"bench": True}))
     calls = (jobs + batch - 1) // batch
     latencies: list[float] = []
     next_call = 0
-    async with AsyncClient(server) as client:
+    async with AsyncClient(server, token=token or "") as client:
         await client.get_server_info()
 
         async def loop() -> None:
@@ -47,10 +48,10 @@ async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: 
         return time.perf_counter() - started, latencies
 
 
-async def _drain(server: str, queue: str, jobs: int) -> float:
+async def _drain(server: str, queue: str, jobs: int, token: str | None = None) -> float:
     from sepp import Job, Worker
 
-    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5)
+    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5, token=token or "")
     done = 0
     finished = asyncio.Event()
 
@@ -83,18 +84,21 @@ def bench(
     batch: Annotated[int, typer.Option(min=1, max=256, help="Jobs per call; 1 = single Enqueue.")] = 256,
     concurrency: Annotated[int, typer.Option(min=1, help="Calls in flight.")] = 4,
     drain: Annotated[bool, typer.Option("--drain/--no-drain", help="Then work them off with a no-op Worker.")] = True,
+    token: ClientTokenOpt = None,
 ) -> None:
     """Load-test a running server: enqueue rate, ack latency, and (with --drain) work-off rate."""
-    from sepp.errors import SeppError
+    from sepp.errors import PermissionDenied, SeppError, Unauthenticated
 
     console = Console(highlight=False)
     try:
         with console.status(f"enqueueing {jobs:,} jobs…"):
-            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency))
+            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency, token))
         drained = None
         if drain:
             with console.status(f"working off {jobs:,} jobs…"):
-                drained = asyncio.run(_drain(server, queue, jobs))
+                drained = asyncio.run(_drain(server, queue, jobs, token))
+    except (Unauthenticated, PermissionDenied) as exc:  # issue 11: exit 2, fix the token (both roles needed)
+        fail_auth(exc, False)
     except SeppError as exc:
         console.print(f"[red]bench failed:[/] {type(exc).__name__}: {exc}")
         raise typer.Exit(EXIT_TRANSPORT) from None

@@ -15,6 +15,7 @@ import grpc.aio
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
+from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.errors import RejectedError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
@@ -34,11 +35,17 @@ class AsyncClient:
     Args:
         target: ``host:port`` of the server's gRPC listener.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
+        token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
+            on every call (issue 11); ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
+            Raises ``ValueError`` when it is not printable ASCII.
     """
 
-    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None) -> None:
+    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
+                 token: str | None = None) -> None:
         self.target = target
         self.options = options or ClientOptions()
+        #: ``options.metadata`` plus the token's ``authorization`` entry (issue 11).
+        self._metadata = (*self.options.metadata, *token_metadata(token))
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._lock: asyncio.Lock | None = None
@@ -215,7 +222,7 @@ class AsyncClient:
         attempt's deadline, then is sent again."""
         method = getattr(self._get_stub(), method_name)
         options = self.options
-        metadata = options.metadata or None
+        metadata = self._metadata or None
         attempt = 1
         maybe_sent = False  # whether an earlier try of this call may have reached a server
         deadline = _core.deadline(options)

@@ -15,6 +15,7 @@ import grpc
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
+from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.errors import RejectedError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
@@ -40,11 +41,17 @@ class Client:
     Args:
         target: ``host:port`` of the server's gRPC listener.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
+        token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
+            on every call (issue 11); ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
+            Raises ``ValueError`` when it is not printable ASCII.
     """
 
-    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None) -> None:
+    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
+                 token: str | None = None) -> None:
         self.target = target
         self.options = options or ClientOptions()
+        #: ``options.metadata`` plus the token's ``authorization`` entry (issue 11).
+        self._metadata = (*self.options.metadata, *token_metadata(token))
         channel_args = _core.channel_options(self.options)
         if self.options.credentials is not None:
             self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
@@ -261,7 +268,7 @@ class Client:
         if self._closed:
             raise RuntimeError("this sepp Client is closed")
         options = self.options
-        metadata = options.metadata or None
+        metadata = self._metadata or None
         attempt = 1
         maybe_sent = False  # whether an earlier try of this call may have reached a server
         deadline = _core.deadline(options)

@@ -40,10 +40,14 @@ def convert_error(exc: grpc.RpcError, target: str, job_id: str = "") -> SeppErro
 
 
 class WorkerRpc:
-    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``."""
+    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``;
+    ``metadata`` goes with every call (the token, issue 11)."""
 
-    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = ()) -> None:
+    def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = (), *,
+                 metadata: Sequence[tuple[str, str]] = ()) -> None:
         self.target = target
+        #: Sent with every call: the token's ``authorization`` entry (issue 11), if any.
+        self._metadata = tuple(metadata) or None
         self._options = [*CHANNEL_OPTIONS, *channel_options]
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
@@ -65,7 +69,7 @@ class WorkerRpc:
             req.wait.CopyFrom(seconds_to_duration(wait))
         if lease_duration is not None:
             req.lease_duration.CopyFrom(seconds_to_duration(lease_duration))
-        return self._get_stub().Reserve(req, timeout=wait + 10.0)
+        return self._get_stub().Reserve(req, timeout=wait + 10.0, metadata=self._metadata)
 
     async def settle(self, request: wpb.SettleRequest) -> list[wpb.SettleResult]:
         """One batched ``Settle`` (deadline 30 s); one result per item, in order.
@@ -73,7 +77,7 @@ class WorkerRpc:
         Raises a ``TransportError`` (or ``ServerError`` for a count mismatch).
         """
         try:
-            resp = await self._get_stub().Settle(request, timeout=30.0)
+            resp = await self._get_stub().Settle(request, timeout=30.0, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target) from None
         if len(resp.results) != len(request.items):
@@ -88,7 +92,7 @@ class WorkerRpc:
         req = wpb.ExtendLeaseRequest(job_id=job_id, lease_id=lease_id,
                                      extend_by=seconds_to_duration(extend_by))
         try:
-            return await self._get_stub().ExtendLease(req, timeout=10.0)  # type: ignore[no-any-return]
+            return await self._get_stub().ExtendLease(req, timeout=10.0, metadata=self._metadata)  # type: ignore[no-any-return]
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target, job_id) from None
 

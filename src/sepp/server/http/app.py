@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from sepp.server.admin import AdminEngine
+from sepp.server.auth import Authenticator
 from sepp.server.engine import JobEngine
 
 
@@ -45,12 +46,15 @@ class _SweepSkippedCollector:
 
 def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: AdminEngine | None = None,
                    started: float = 0.0, node: str = "",
-                   sweep_skipped: Callable[[], Mapping[str, int]] | None = None) -> Starlette:
+                   sweep_skipped: Callable[[], Mapping[str, int]] | None = None,
+                   auth: Authenticator | None = None) -> Starlette:
     """The HTTP app. ``healthy`` says whether the server is serving (false while stopping).
 
     With ``admin`` the web UI is mounted too (``sepp.server.http.ui``); ``started``
     (monotonic) and ``node`` feed its server info. ``sweep_skipped`` gives the sweeper's
-    skipped rows by pass (``Sweeper.skipped``) for ``sepp_sweep_skipped_total``.
+    skipped rows by pass (``Sweeper.skipped``) for ``sepp_sweep_skipped_total``. ``auth`` is
+    the server's ``Authenticator`` (issue 11; built from the engine's config when None): the UI
+    logs in with a token that has role ``admin``. ``/healthz`` and ``/metrics`` stay open.
     """
     registry = CollectorRegistry()
     backlog = Gauge("sepp_commit_backlog_jobs", "Jobs waiting for the committer", registry=registry)
@@ -74,5 +78,7 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     from sepp.server.http.ui import AdminUI
     from sepp.server.rpc.producer import server_info
 
-    ui = AdminUI(admin, lambda: server_info(engine, started, node), engine.config.admin_token)
+    if auth is None:
+        auth = Authenticator.from_config(engine.config.auth, engine.config.admin_token)
+    ui = AdminUI(admin, lambda: server_info(engine, started, node), auth)
     return Starlette(routes=routes + ui.routes(), middleware=ui.middleware())

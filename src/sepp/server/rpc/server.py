@@ -8,8 +8,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
+from sepp.server.auth import Authenticator
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
+from sepp.server.rpc.authz import Authorize
 from sepp.server.rpc.interceptor import InternalErrors
 from sepp.server.rpc.producer import ProducerServicer
 from sepp.server.rpc.registration import register
@@ -25,14 +27,17 @@ SERVICE_NAMES = (
 class GrpcFront:
     """The gRPC listener. ``port`` is known after ``start()`` (useful with port 0)."""
 
-    def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str) -> None:
+    def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str, *,
+                 auth: Authenticator | None = None) -> None:
         cap = config.limits.max_message_bytes
         self.config = config
+        #: Tokens and roles (issue 11); built from ``config`` when not given.
+        self.auth = auth if auth is not None else Authenticator.from_config(config.auth, config.admin_token)
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
             ("grpc.so_reuseport", 0),
-        ], interceptors=[InternalErrors()])  # nothing answers UNKNOWN (issue 14)
+        ], interceptors=[Authorize(self.auth), InternalErrors()])  # roles (issue 11); no UNKNOWN (issue 14)
         register(self.server, producer_pb2.DESCRIPTOR.services_by_name["ProducerService"],
                  ProducerServicer(engine, started, node))
         register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(engine))

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from support.auth import TOKENS, auth_config
 from support.failures import fails
 from support.servers import module_server
 from support.stubs import CALL_TIMEOUT, StubSet
@@ -22,22 +23,9 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.server.auth import digest
 from sepp.testing import ServerProcess
 
-#: name → (secret, roles) of the tokens the module's server knows.
-TOKENS: dict[str, tuple[str, list[str]]] = {
-    "producer": ("s3cret-produce", ["produce"]),
-    "worker": ("s3cret-work", ["work"]),
-    "admin": ("s3cret-admin", ["admin"]),
-    "ops": ("s3cret-ops", ["produce", "work", "admin"]),
-}
 LEGACY = "legacy-admin-s3cret"
-
-
-def auth_config(tokens: dict[str, tuple[str, list[str]]] = TOKENS) -> dict[str, Any]:
-    """The ``auth`` table of a server config with ``tokens``."""
-    return {"auth": {"tokens": [{"name": n, "sha256": digest(s), "roles": r} for n, (s, r) in tokens.items()]}}
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +141,9 @@ def test_a_refused_call_does_nothing_and_a_flood_is_logged_sparingly(locked: Ser
     def unknown_lines() -> list[str]:
         return [line for line in locked.output if "sepp.auth" in line and "auth failure (unknown)" in line]
 
-    def refused() -> None:
-        fails(lambda: stubs.producer.Enqueue(pb.EnqueueRequest(queue=queue, job_type="t"),
+    def refused() -> bool:
+        """One refused enqueue; False (so ``wait_for`` keeps polling)."""
+        return not fails(lambda: stubs.producer.Enqueue(pb.EnqueueRequest(queue=queue, job_type="t"),
                                              timeout=CALL_TIMEOUT, metadata=bearer("wrong-secret")))
 
     try:

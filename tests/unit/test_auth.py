@@ -72,7 +72,7 @@ def test_the_authenticator_finds_tokens_by_digest_and_admin_token_is_an_admin() 
     assert token is not None and token.name == "p" and token.sha256 == hashlib.sha256(b"s3cret").digest()
     assert auth.identify("s3cret ") is None and auth.identify("") is None and auth.identify(None) is None
     legacy = auth.identify("legacy")
-    assert legacy is not None and (legacy.name, legacy.roles) == ("admin_token", {"admin"})
+    assert legacy is not None and (legacy.name, legacy.roles) == ("admin_token", frozenset({"admin"}))
     assert auth.by_marker("admin_token", legacy.marker) is legacy and auth.by_marker("p", token.marker) is None
     alone = Authenticator(admin_token="legacy")  # the pre-issue-11 behaviour: only admin is checked
     assert alone.enforced == {"admin"} and not alone.required("produce") and alone.required("admin")

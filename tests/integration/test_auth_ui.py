@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -75,14 +76,19 @@ def test_a_forged_or_tampered_session_is_not_logged_in(locked: ServerProcess) ->
 
 def test_a_restart_keeps_sessions_and_a_changed_token_logs_them_out(server_factory: ServerFactory) -> None:
     tokens = {"boss": ("first-secret", ["admin"]), "other": ("other-secret", ["produce"])}
-    server = server_factory(auth_config(tokens))
+    key = {"session_secret": "k" * 32}  # the same on every node and every start
+
+    def config(tokens: dict[str, tuple[str, list[str]]]) -> dict[str, Any]:
+        return {"auth": {**auth_config(tokens)["auth"], **key}}
+
+    server = server_factory(config(tokens))
     with httpx.Client(base_url=server.http_url) as web:
         assert login(web, "first-secret").status_code == 303
         cookie = web.cookies["sepp_session"]
-    server.restart()  # same tokens: the session key is derived from them, not random
+    server.restart()  # same tokens and session_secret: the same session key
     with httpx.Client(base_url=server.http_url, cookies={"sepp_session": cookie}) as web:
         assert web.get("/").status_code == 200
-    server.restart(**auth_config({**tokens, "boss": ("new-secret", ["admin"])}))
+    server.restart(**config({**tokens, "boss": ("new-secret", ["admin"])}))
     with httpx.Client(base_url=server.http_url, cookies={"sepp_session": cookie}) as web:
         assert web.get("/").status_code == 303  # the token changed: logged out
         assert login(web, "first-secret").status_code == 401

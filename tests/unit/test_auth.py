@@ -78,6 +78,24 @@ def test_the_authenticator_finds_tokens_by_digest_and_admin_token_is_an_admin() 
     assert alone.enforced == {"admin"} and not alone.required("produce") and alone.required("admin")
 
 
+def test_the_ui_session_key_needs_a_secret_and_changes_with_the_tokens() -> None:
+    entry = TokenEntry(name="boss", sha256=SHA, roles=("admin",))
+    bare = Authenticator([entry])  # digests only: anyone reading the config could sign with them
+    assert bare.session_key() != bare.session_key()  # so: random (per process, asked once)
+    keyed = Authenticator([entry], session_secret="k" * 32)
+    assert keyed.session_key() == Authenticator([entry], session_secret="k" * 32).session_key()
+    assert keyed.session_key() != Authenticator([entry], session_secret="j" * 32).session_key()
+    changed = TokenEntry(name="boss", sha256=digest("other"), roles=("admin",))
+    assert keyed.session_key() != Authenticator([changed], session_secret="k" * 32).session_key()
+    legacy = Authenticator(admin_token="legacy")
+    assert legacy.session_key() == Authenticator(admin_token="legacy").session_key()
+
+
+def test_a_short_session_secret_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^auth.session_secret: .*at least 32 characters"):
+        config_with(tmp_path, '[auth]\nsession_secret = "short"\n')
+
+
 def test_failures_are_counted_always_and_logged_at_most_once_a_second_per_reason(
         caplog: pytest.LogCaptureFixture) -> None:
     now = [100.0]

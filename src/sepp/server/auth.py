@@ -112,11 +112,17 @@ class TokenEntry(BaseModel):
 
 
 class AuthSettings(BaseModel):
-    """The ``[auth]`` table: ``tokens`` (names unique). Auth is on when it holds one."""
+    """The ``[auth]`` table: ``tokens`` (names unique; auth is on when it holds one) and
+    ``session_secret``, the key that signs web UI session cookies (at least 32 characters;
+    give every node the same one so a session works on all of them and survives restarts;
+    default: random per process, or derived from ``admin_token`` when that is set). The token
+    digests alone are not secret enough to sign with: whoever reads the config could forge a
+    session."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tokens: tuple[TokenEntry, ...] = Field(default=())
+    session_secret: str | None = Field(default=None, min_length=32, repr=False)
 
     @field_validator("tokens")
     @classmethod
@@ -187,7 +193,11 @@ class Authenticator:
     """
 
     def __init__(self, tokens: Iterable[TokenEntry] = (), admin_token: str | None = None, *,
-                 log_period: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 session_secret: str | None = None, log_period: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        #: Secret material for the UI session key (``session_key``): the configured
+        #: ``session_secret``, else ``admin_token``, else none (random per process).
+        self._session_material = (session_secret or admin_token or "").encode() or None
         entries = [Token(t.name, bytes.fromhex(t.sha256), frozenset(t.roles)) for t in tokens]
         self.enforced: frozenset[str] = frozenset(ROLES) if entries else frozenset()
         if admin_token:
@@ -202,7 +212,16 @@ class Authenticator:
     @classmethod
     def from_config(cls, auth: AuthSettings, admin_token: str | None) -> Authenticator:
         """The authenticator of a ``ServerConfig`` (its ``auth`` and ``admin_token``)."""
-        return cls(auth.tokens, admin_token)
+        return cls(auth.tokens, admin_token, session_secret=auth.session_secret)
+
+    def session_key(self) -> str:
+        """The key that signs UI session cookies: an HMAC of the token names and digests under
+        the secret material (so changing any token logs every session out), or 32 random
+        bytes (hex) when there is none (sessions end with the process)."""
+        if self._session_material is None:
+            return secrets.token_hex(32)
+        names = b"".join(t.name.encode() + b"\0" + t.sha256 for t in self.tokens)
+        return hmac.new(self._session_material, b"sepp-ui-session-v2\0" + names, hashlib.sha256).hexdigest()
 
     @property
     def on(self) -> bool:

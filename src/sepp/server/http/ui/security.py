@@ -3,7 +3,6 @@ login marker, CSRF tokens and same-site redirects."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
@@ -41,13 +40,9 @@ class SecurityHeaders:
 
 
 def session_secret(auth: Authenticator) -> str:
-    """The session-signing key (issue 11): derived from the configured token digests (so
-    changing the tokens logs everybody out, and every node of a cluster with the same config
-    signs alike), else random per process."""
-    if auth.tokens:
-        material = b"".join(t.name.encode() + b"\0" + t.sha256 for t in auth.tokens)
-        return hmac.new(material, b"sepp-ui-session-v2", hashlib.sha256).hexdigest()
-    return secrets.token_hex(32)
+    """The session-signing key (issue 11): ``Authenticator.session_key`` — derived from
+    ``auth.session_secret`` (or ``admin_token``) and the token digests, else random per process."""
+    return auth.session_key()
 
 
 def safe_next(target: str | None) -> str:

@@ -25,10 +25,12 @@ if TYPE_CHECKING:
         DeadlineExceeded,
         MessageTooLarge,
         Overloaded,
+        PermissionDenied,
         RejectedError,
         SeppError,
         ServerError,
         TransportError,
+        Unauthenticated,
         Unavailable,
     )
     from sepp.rejections import RejectionCode
@@ -67,10 +69,12 @@ _EXPORTS: dict[str, str] = {
     "DeadlineExceeded": "sepp.errors",
     "MessageTooLarge": "sepp.errors",
     "Overloaded": "sepp.errors",
+    "PermissionDenied": "sepp.errors",
     "RejectedError": "sepp.errors",
     "SeppError": "sepp.errors",
     "ServerError": "sepp.errors",
     "TransportError": "sepp.errors",
+    "Unauthenticated": "sepp.errors",
     "Unavailable": "sepp.errors",
 }
 
@@ -89,6 +93,7 @@ __all__ = [
     "NodeInfo",
     "Overloaded",
     "Payload",
+    "PermissionDenied",
     "QueueInfo",
     "RejectedError",
     "Rejection",
@@ -99,6 +104,7 @@ __all__ = [
     "ServerError",
     "ServerInfo",
     "TransportError",
+    "Unauthenticated",
     "Unavailable",
     "Worker",
     "__version__",

@@ -13,6 +13,8 @@
         ├── DeadlineExceeded     transient (retried when safe)
         ├── Overloaded           transient, nothing stored; has ``retry_after`` (always retried)
         ├── MessageTooLarge      not transient: the request exceeds max_message_bytes
+        ├── Unauthenticated      not transient: no token, or one the server does not know
+        ├── PermissionDenied     not transient: the token lacks the role the service needs
         └── ServerError          anything else, with the gRPC ``code``
 
 Each class's docstring is its default message. ``TransportError.transient`` tells
@@ -166,6 +168,21 @@ class MessageTooLarge(TransportError):
     """The request is larger than the gRPC message cap (max_message_bytes); split it."""
 
 
+class Unauthenticated(TransportError):
+    """The server wants a token and the call carried none, or one it does not know; check --token / SEPP_TOKEN / token=.
+
+    Raised for ``UNAUTHENTICATED`` by every client (issue 11); never retried: sending the same
+    call again fails the same way until the token is fixed.
+    """
+
+
+class PermissionDenied(TransportError):
+    """The server knows the token but it lacks the role this service needs; check --token / SEPP_TOKEN / token=.
+
+    Raised for ``PERMISSION_DENIED`` by every client (issue 11); never retried.
+    """
+
+
 class ServerError(TransportError):
     """The server answered with an unexpected gRPC error."""
 
@@ -177,11 +194,13 @@ __all__ = [
     "DeadlineExceeded",
     "MessageTooLarge",
     "Overloaded",
+    "PermissionDenied",
     "RefusedError",
     "RejectedError",
     "SeppError",
     "ServerError",
     "TransportError",
+    "Unauthenticated",
     "Unavailable",
 ]
 

@@ -124,6 +124,7 @@ class Reason(enum.StrEnum):
     QUEUE_NOT_EMPTY = "QUEUE_NOT_EMPTY"
     QUEUE_LIMIT_REACHED = "QUEUE_LIMIT_REACHED"
     UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     INTERNAL_ERROR = "INTERNAL_ERROR"
@@ -173,8 +174,13 @@ _REASON_ROWS = (
               "the queue still holds jobs (or keeps receiving them)", "AdminError"),
     ReasonRow(Reason.QUEUE_LIMIT_REACHED, grpc.StatusCode.FAILED_PRECONDITION, "AdminService.DeclareQueue",
               "declaring one more queue would pass limits.max_queues; metadata field/limit/actual", "AdminError"),
-    ReasonRow(Reason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED, "AdminService (admin_token set)",
-              "no or a wrong bearer token", "AdminError"),
+    ReasonRow(Reason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED,
+              "every sepp service when auth is on (AdminService only with admin_token alone)",
+              "no bearer token, or one that is not configured (issue 11); metadata role/method",
+              "Unauthenticated (transport family, never retried)"),
+    ReasonRow(Reason.PERMISSION_DENIED, grpc.StatusCode.PERMISSION_DENIED, "every sepp service when auth is on",
+              "a configured token without the role the service needs (issue 11); metadata role/method/token",
+              "PermissionDenied (transport family, never retried)"),
     ReasonRow(Reason.SHUTTING_DOWN, grpc.StatusCode.UNAVAILABLE, "every call that writes",
               "the server is stopping and takes no new work", "Unavailable"),
     ReasonRow(Reason.STORE_UNAVAILABLE, grpc.StatusCode.UNAVAILABLE, "every call that writes",

@@ -27,10 +27,12 @@ from sepp.errors import (
     AdminRefused,
     AtomicEnqueueError,
     Overloaded,
+    PermissionDenied,
     RefusedError,
     RejectedError,
     ServerError,
     TransportError,
+    Unauthenticated,
     Unavailable,
 )
 from sepp.rejections import CATALOGUE, REASONS, WIRE_REASONS, Reason, RejectionCode
@@ -120,7 +122,8 @@ def _trailing(reason: str, code: grpc.StatusCode) -> list[tuple[str, str | bytes
 FAMILY: dict[Reason, type[Exception]] = {
     Reason.INVALID_ARGUMENT: RejectedError, Reason.ATOMIC_BATCH_REJECTED: ServerError,  # no AtomicRejections
     Reason.OVERLOADED: Overloaded, Reason.SHUTTING_DOWN: Unavailable, Reason.STORE_UNAVAILABLE: Unavailable,
-    Reason.INTERNAL_ERROR: ServerError,
+    Reason.INTERNAL_ERROR: ServerError, Reason.UNAUTHENTICATED: Unauthenticated,
+    Reason.PERMISSION_DENIED: PermissionDenied,
 }
 
 
@@ -131,7 +134,7 @@ def test_one_decoder_places_every_reason_in_a_family(reason: Reason) -> None:
     assert isinstance(error, RefusedError | TransportError)
     assert isinstance(error, FAMILY.get(reason, ServerError))  # lease refusals: LeaseError in the worker
     refusal = status in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-                         grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED)
+                         grpc.StatusCode.INVALID_ARGUMENT)  # auth statuses: the transport family (issue 11)
     admin = error_from_status(status, "m", _trailing(reason, status), target="t", admin=True)
     if refusal:
         assert type(admin) is AdminRefused and isinstance(admin, AdminError) and isinstance(admin, RefusedError)

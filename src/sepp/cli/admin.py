@@ -49,6 +49,7 @@ from sepp.cli.shell import (
     err_console,
     escape,
     fail,
+    fail_auth,
     out_console,
     print_json,
 )
@@ -57,8 +58,7 @@ from sepp.cli.shell import parse_moment as parse_moment
 from sepp.cli.tls import client_tls
 from sepp.client.admin import AdminClient, AdminError, state_number
 from sepp.domain.states import state_label, state_name
-from sepp.errors import TransportError
-from sepp.rejections import Reason
+from sepp.errors import PermissionDenied, TransportError, Unauthenticated
 
 queues_app = typer.Typer(name="queues", help="List, inspect, declare, pause, resume, purge and delete queues.",
                          no_args_is_help=True)
@@ -100,9 +100,9 @@ def _client(server: str, token: str | None, timeout: float, as_json: bool) -> It
     try:
         yield client
     except AdminError as exc:
-        hint = " (pass --token or set SEPP_ADMIN_TOKEN)" if exc.reason == Reason.UNAUTHENTICATED else ""
-        _fail(f"{exc.message}{hint}", as_json, EXIT_REFUSED, reason=exc.reason, status=exc.code.name,
-              metadata=exc.metadata)
+        _fail(exc.message, as_json, EXIT_REFUSED, reason=exc.reason, status=exc.code.name, metadata=exc.metadata)
+    except (Unauthenticated, PermissionDenied) as exc:  # issue 11: exit 2, not a transport failure
+        fail_auth(exc, as_json, " (SEPP_ADMIN_TOKEN works too)")
     except TransportError as exc:
         _fail(f"cannot reach {server}: {exc.message}", as_json, EXIT_TRANSPORT, kind=type(exc).__name__)
     finally:

@@ -23,24 +23,25 @@ from sepp.cli.shell import (
     DEFAULT_SERVER,
     EXIT_REFUSED,
     EXIT_TRANSPORT,
+    ClientTokenOpt,
     JsonOpt,
     ServerOpt,
-    TokenOpt,
     fail,
+    fail_auth,
     print_json,
 )
 from sepp.cli.tls import TlsFiles, client_tls
 
 
 async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: int,
-                   tls: TlsFiles) -> tuple[float, list[float]]:
+                   tls: TlsFiles, token: str | None = None) -> tuple[float, list[float]]:
     from sepp import AsyncClient, EnqueueRequest, Payload
 
     request = EnqueueRequest(queue, "bench", payload=Payload.json({"bench": True}))
     calls = (jobs + batch - 1) // batch
     latencies: list[float] = []
     next_call = 0
-    async with AsyncClient(server, **tls) as client:
+    async with AsyncClient(server, token=token or "", **tls) as client:
         await client.get_server_info()
 
         async def loop() -> None:
@@ -60,10 +61,10 @@ async def _enqueue(server: str, queue: str, jobs: int, batch: int, concurrency: 
         return time.perf_counter() - started, latencies
 
 
-async def _drain(server: str, queue: str, jobs: int, tls: TlsFiles) -> float:
+async def _drain(server: str, queue: str, jobs: int, tls: TlsFiles, token: str | None = None) -> float:
     from sepp import Job, Worker
 
-    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5, **tls)
+    worker = Worker(server, [queue], concurrency=256, poll_wait=0.5, token=token or "", **tls)
     done = 0
     finished = asyncio.Event()
 
@@ -113,7 +114,6 @@ def _clean_up(server: str, queue: str, token: str | None) -> int:
 @app.command()
 def bench(
     server: ServerOpt = DEFAULT_SERVER,
-    token: TokenOpt = None,
     queue: Annotated[str, typer.Option(help="Queue to load: a scratch queue, deleted afterwards unless --keep.")]
     = "sepp-bench",
     jobs: Annotated[int, typer.Option(min=1, help="Jobs to enqueue.")] = 20_000,
@@ -122,13 +122,15 @@ def bench(
     drain: Annotated[bool, typer.Option("--drain/--no-drain", help="Then work them off with a no-op Worker.")] = True,
     keep: Annotated[bool, typer.Option("--keep", help="Leave the queue and its jobs in place afterwards.")] = False,
     as_json: JsonOpt = False,
+    token: ClientTokenOpt = None,
 ) -> None:
     """Load-test a running server: enqueue rate, ack latency, and (with --drain) work-off rate.
 
     Afterwards the bench queue and its jobs are deleted (issue 13: 20,000 leftover jobs
     dominated the dashboard), so it refuses a queue that already holds jobs unless --keep.
+    The token needs the produce, work and admin roles (issue 11).
     """
-    from sepp.errors import SeppError
+    from sepp.errors import PermissionDenied, SeppError, Unauthenticated
 
     console = Console(highlight=False, quiet=as_json)
     try:
@@ -138,12 +140,14 @@ def bench(
                  "use a scratch --queue, or --keep to leave everything in place",
                  as_json, EXIT_REFUSED, {"error": "queue not empty", "queue": queue, "jobs": held})
         with console.status(f"enqueueing {jobs:,} jobs…"):
-            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency, client_tls()))
+            seconds, latencies = asyncio.run(_enqueue(server, queue, jobs, batch, concurrency, client_tls(), token))
         drained = None
         if drain:
             with console.status(f"working off {jobs:,} jobs…"):
-                drained = asyncio.run(_drain(server, queue, jobs, client_tls()))
+                drained = asyncio.run(_drain(server, queue, jobs, client_tls(), token))
         deleted = None if keep else _clean_up(server, queue, token)
+    except (Unauthenticated, PermissionDenied) as exc:  # issue 11: exit 2, fix the token
+        fail_auth(exc, as_json)
     except SeppError as exc:
         fail(f"bench failed: {type(exc).__name__}: {exc}", as_json, EXIT_TRANSPORT,
              {"error": "bench failed", "type": type(exc).__name__, "message": str(exc)})

@@ -32,10 +32,12 @@ from sepp.cli.shell import (
     DEFAULT_SERVER,
     EXIT_REJECTED,
     EXIT_TRANSPORT,
+    ClientTokenOpt,
     JsonOpt,
     ServerOpt,
     err_console,
     fail,
+    fail_auth,
     out_console,
     print_json,
 )
@@ -251,7 +253,10 @@ def _print_rejection(rejection: Rejection, what: str) -> None:
 
 
 def _fail_transport(exc: Exception, server: str, as_json: bool) -> NoReturn:
-    from sepp.errors import Overloaded
+    from sepp.errors import Overloaded, PermissionDenied, Unauthenticated
+
+    if isinstance(exc, Unauthenticated | PermissionDenied):  # issue 11: exit 2, fix the token
+        fail_auth(exc, as_json)
 
     kind = type(exc).__name__
     if as_json:
@@ -266,11 +271,11 @@ def _fail_transport(exc: Exception, server: str, as_json: bool) -> NoReturn:
 
 # ----------------------------------------------------------------- commands
 
-def _client(server: str, timeout: float, validate_locally: bool = True) -> Any:
+def _client(server: str, timeout: float, validate_locally: bool = True, token: str | None = None) -> Any:
     from sepp.client import Client, ClientOptions
 
     return Client(server, options=ClientOptions(timeout=timeout, validate_locally=validate_locally),
-                  **client_tls())
+                  token=token or "", **client_tls())
 
 
 def _read_payload(payload: str | None, payload_file: Path | None, as_json: bool) -> bytes | None:
@@ -330,12 +335,13 @@ def enqueue_cmd(
     no_local_validation: Annotated[bool, typer.Option(
         "--no-local-validation", help="Send without checking the advertised limits first.")] = False,
     server: ServerOpt = DEFAULT_SERVER,
+    token: ClientTokenOpt = None,
     timeout: TimeoutOpt = 10.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Enqueue a job (or a file of jobs) and print its id.
 
-    Exit status: 0 enqueued, 2 rejected or bad input, 3 transport error.
+    Exit status: 0 enqueued, 2 rejected, bad input or token refused, 3 transport error.
     """
     from sepp.errors import RejectedError, TransportError
 
@@ -364,7 +370,7 @@ def enqueue_cmd(
         if idempotency_key is not None:
             _fail_input("--idempotency-key cannot apply to a whole batch (put one in each line)", as_json)
         defaults = JobDefaults(queue, job_type, custom_map, priority, max_attempts, when)
-        _enqueue_file(batch_file, defaults, atomic, server, timeout, not no_local_validation, as_json,
+        _enqueue_file(batch_file, defaults, atomic, server, timeout, not no_local_validation, as_json, token,
                       progress=wanted(progress, as_json))
         return
     if atomic:
@@ -390,7 +396,7 @@ def enqueue_cmd(
     except (TypeError, ValueError, OverflowError) as exc:
         _fail_input(str(exc), as_json)
 
-    with _client(server, timeout, not no_local_validation) as client:
+    with _client(server, timeout, not no_local_validation, token) as client:
         try:
             ack = client.enqueue(request)
         except RejectedError as exc:
@@ -406,7 +412,7 @@ def enqueue_cmd(
 
 
 def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, timeout: float,
-                  validate_locally: bool, as_json: bool, *, progress: bool = False) -> None:
+                  validate_locally: bool, as_json: bool, token: str | None = None, *, progress: bool = False) -> None:
     from sepp.errors import AtomicEnqueueError, RejectedError, TransportError
 
     try:
@@ -422,7 +428,7 @@ def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, 
     lines = [number for number, _ in jobs]
     requests = [req for _, req in jobs]
     rejected = done = 0
-    with _client(server, timeout, validate_locally) as client:
+    with _client(server, timeout, validate_locally, token) as client:
         try:
             if atomic:
                 try:
@@ -498,15 +504,15 @@ def _seconds(value: float) -> str:
 
 
 @app.command("info")
-def info_cmd(server: ServerOpt = DEFAULT_SERVER, timeout: TimeoutOpt = 10.0,
+def info_cmd(server: ServerOpt = DEFAULT_SERVER, token: ClientTokenOpt = None, timeout: TimeoutOpt = 10.0,
              as_json: JsonOpt = False) -> None:
     """Show the server's version, modes, limits and queues (GetServerInfo).
 
-    Exit status: 0 success, 3 transport error.
+    Exit status: 0 success, 2 token refused, 3 transport error.
     """
     from sepp.errors import TransportError
 
-    with _client(server, timeout) as client:
+    with _client(server, timeout, token=token) as client:
         try:
             info = client.get_server_info()
         except TransportError as exc:

@@ -40,6 +40,18 @@ def _default(key: str) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def open_to_all(cfg: ServerConfig) -> list[str]:
+    """The non-loopback listeners (``KEY HOST:PORT``) of a config without ``[[auth.tokens]]``
+    (issue 11: ``sepp serve`` refuses them unless ``--insecure``); empty when tokens are
+    configured or every listener is loopback. ``admin_token`` alone does not count: it leaves
+    the producer and worker services open."""
+    from sepp.server.auth import exposed_listeners
+
+    if cfg.auth.tokens:
+        return []
+    return exposed_listeners({"grpc_listen": cfg.grpc_listen, "http_listen": cfg.http_listen})
+
+
 @app.command()
 def serve(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file.")] = None,
@@ -68,6 +80,9 @@ def serve(
     tls_key: Annotated[str | None, typer.Option(help="PEM private key of --tls-cert.", show_default=False)] = None,
     tls_client_ca: Annotated[str | None, typer.Option(
         help="PEM CA bundle: require client certificates signed by it (mutual TLS).", show_default=False)] = None,
+    insecure: Annotated[bool | None, typer.Option(
+        "--insecure", help="Allow a non-loopback grpc_listen/http_listen with no [[auth.tokens]] "
+                           "(anyone who reaches the port can use every API).", show_default=False)] = None,
 ) -> None:
     """Start sepp. Every flag is also a TOML key and a SEPP_* variable (flag > env > file)."""
     from sepp.server.config import ConfigError, load_config
@@ -76,14 +91,24 @@ def serve(
         cfg = load_config(config, storage=storage, data_dir=data_dir, postgres_dsn=postgres_dsn,
                           node_name=node_name, grpc_listen=grpc_listen, http_listen=http_listen,
                           persist_mode=persist_mode, strict=strict, log_level=log_level,
-                          tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca)
+                          tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca, insecure=insecure)
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
     for note in cfg.deprecations:  # an old key name, still accepted (issue 9 item 2)
         typer.echo(f"sepp: warning: {note}", err=True)
+    exposed = open_to_all(cfg)
+    if exposed and not cfg.insecure:
+        typer.echo(f"sepp: refusing to listen on {', '.join(exposed)} with no [[auth.tokens]] configured: anyone "
+                   f"who can reach it could use every API. Add tokens (sepp token new NAME --role ...; "
+                   f"docs/operations.md), listen on 127.0.0.1, or pass --insecure", err=True)
+        raise typer.Exit(2)
     node = cfg.node_name or socket.gethostname()  # SeppServer.node's rule
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr, format=log_format(node))
+    if exposed:
+        logging.getLogger("sepp.auth").warning(
+            "insecure: listening on %s with no [[auth.tokens]]: every API is open to anyone who can reach it",
+            ", ".join(exposed))
     from sepp.server.app import SeppServer, run
     from sepp.storage.errors import StoreError, StoreFailed
 

@@ -38,8 +38,18 @@ DEFAULT_SERVER = "127.0.0.1:7700"
 
 ServerOpt = Annotated[str, typer.Option("--server", "-s", envvar="SEPP_SERVER",
                                         help="gRPC address HOST:PORT of the sepp server.")]
-TokenOpt = Annotated[str | None, typer.Option("--token", envvar="SEPP_ADMIN_TOKEN", show_default=False,
-                                              help="Admin token, when the server has one.")]
+#: ``--token`` of the admin commands (issue 11): a token with role admin; ``SEPP_TOKEN``, and
+#: the older ``SEPP_ADMIN_TOKEN`` when that is not set.
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar=["SEPP_TOKEN", "SEPP_ADMIN_TOKEN"],
+                                              show_default=False,
+                                              help="Token with role admin, when the server has tokens "
+                                                   "(env SEPP_TOKEN, else SEPP_ADMIN_TOKEN).")]
+#: ``--token`` of the commands that produce or work (issue 11): ``SEPP_TOKEN``.
+ClientTokenOpt = Annotated[str | None, typer.Option("--token", envvar="SEPP_TOKEN", show_default=False,
+                                                    help="Token secret, when the server has tokens "
+                                                         "(role produce to enqueue, work to run a worker).")]
+#: What a refused token's error line ends with.
+TOKEN_HINT = "check --token / SEPP_TOKEN"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 #: ``--timeout`` of the admin commands: how long one call may wait for the server, seconds.
@@ -111,6 +121,19 @@ def confirm(question: str, yes: bool, as_json: bool) -> None:
     if not typer.confirm(question, default=False, err=True):
         err_console().print("Nothing done.")
         raise typer.Exit(EXIT_DECLINED)
+
+
+def fail_auth(exc: Exception, as_json: bool, also: str = "") -> NoReturn:
+    """End a command whose token the server refused (``Unauthenticated`` / ``PermissionDenied``,
+    issue 11): exit 2 (fix the invocation; retrying cannot help) with the server's message,
+    ``TOKEN_HINT`` when it has none, and ``also`` (e.g. the admin commands' older variable)."""
+    message = str(exc)
+    if "--token" not in message:
+        message += f"; {TOKEN_HINT}"
+    message += also
+    code = getattr(exc, "code", None)
+    fail(message, as_json, EXIT_REFUSED, {"error": message, "kind": type(exc).__name__,
+                                          "status": getattr(code, "name", ""), "reason": getattr(exc, "reason", "")})
 
 
 # ---------------------------------------------------------------------- times and durations

@@ -34,8 +34,9 @@ import typer
 
 from sepp.cli.flags import FlagValueError, check_bounds
 from sepp.cli.main import app
-from sepp.cli.shell import EXIT_USAGE
+from sepp.cli.shell import EXIT_USAGE, ClientTokenOpt, fail_auth
 from sepp.cli.tls import client_tls
+from sepp.errors import PermissionDenied, Unauthenticated
 from sepp.limits import MAX_LEASE, MIN_LEASE, fmt_number
 
 #: Success lines per second before they are summarised instead (issue 15 item 5).
@@ -208,6 +209,7 @@ def worker(
     log_level: Annotated[str, typer.Option(
         help="debug | info | warning | error (stderr); debug also prints a line for every job.")] = "info",
     quiet: Annotated[bool, typer.Option("--quiet", help="Outcome lines for failures and dead-letters only.")] = False,
+    token: ClientTokenOpt = None,
 ) -> None:
     """Run handlers from an importable module until SIGTERM/SIGINT, then drain gracefully."""
     level = log_level.upper()
@@ -229,6 +231,8 @@ def worker(
                                    "prefetch": prefetch, "shutdown_grace": shutdown_grace, "lease_duration": lease,
                                    **client_tls()}
         w.configure(**{k: v for k, v in changes.items() if v is not None})
+        if token:
+            w.use_token(token)
         if not w.config.queues:
             raise ValueError("the worker has no queues: pass --queues a,b or set them in the Worker")
     except (ValueError, TypeError) as exc:
@@ -240,6 +244,8 @@ def worker(
     w.on_outcome(lines)
     try:
         w.run_sync()
+    except (Unauthenticated, PermissionDenied) as exc:  # issue 11: the server refused the token
+        fail_auth(exc, False)
     finally:
         if not quiet:
             lines.summary()

@@ -29,10 +29,12 @@ from sepp.errors import (
     DeadlineExceeded,
     MessageTooLarge,
     Overloaded,
+    PermissionDenied,
     RejectedError,
     SeppError,
     ServerError,
     TransportError,
+    Unauthenticated,
     Unavailable,
 )
 from sepp.limits import QueueLimits
@@ -226,8 +228,11 @@ def all_keyed(protos: Sequence[Any]) -> bool:
 
 #: Statuses the admin client reports as ``AdminRefused`` (a deterministic refusal).
 ADMIN_REFUSALS = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-                            grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
-                            grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.ALREADY_EXISTS})
+                            grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS})
+#: The auth statuses (issue 11) and the transport-family exception each becomes, from every
+#: client; ``transient`` is false, so they are never retried.
+AUTH_ERRORS: dict[grpc.StatusCode, type[TransportError]] = {
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated, grpc.StatusCode.PERMISSION_DENIED: PermissionDenied}
 
 
 def error_from_rpc(exc: grpc.RpcError, target: str = "", *, admin: bool = False) -> SeppError:
@@ -246,6 +251,8 @@ def error_from_status(code: grpc.StatusCode, details: str,
     """Classify a status (code, details, trailing metadata with ``grpc-status-details-bin``).
     Which reason becomes which exception is listed in ``sepp.rejections.REASONS``.
 
+    * UNAUTHENTICATED → ``Unauthenticated``, PERMISSION_DENIED → ``PermissionDenied`` (the
+      transport family, never retried; the server's message plus where to set the token)
     * ``admin`` and a status in ``ADMIN_REFUSALS`` → ``AdminRefused`` (an ``AdminError``;
       ``reason`` the ErrorInfo reason or the status name, ``metadata`` the ErrorInfo's)
     * ErrorInfo ``ATOMIC_BATCH_REJECTED`` + ``AtomicRejections`` → ``AtomicEnqueueError``
@@ -265,6 +272,10 @@ def error_from_status(code: grpc.StatusCode, details: str,
     reason: str = info.reason if info is not None else ""
     message = (status.message if status is not None and status.message else details) or ""
 
+    if code in AUTH_ERRORS:  # issue 11: the transport family, whichever client (admin too)
+        said = message or code.name
+        return AUTH_ERRORS[code](f"{said}{'' if 'SEPP_TOKEN' in said else '; check --token / SEPP_TOKEN / token='}",
+                                 code=code, reason=reason or code.name)
     if admin and code in ADMIN_REFUSALS:
         meta = dict(info.metadata) if info is not None else {}
         return AdminRefused(details or code.name, code=code, reason=reason or code.name, metadata=meta)

@@ -12,10 +12,11 @@ Methods return the protobuf messages of ``sepp.api.v1`` (``QueueInfo``, ``Job``,
 
 * :class:`AdminRefused` (an :class:`AdminError`, in the rejection family
   ``sepp.errors.RefusedError``) — the server refused: ``code`` is the gRPC status
-  (NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT, UNAUTHENTICATED), ``reason`` the
+  (NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT), ``reason`` the
   ErrorInfo reason (``QUEUE_NOT_FOUND``, ``JOB_STATE``, …), ``metadata`` its details;
 * :class:`sepp.errors.TransportError` subclasses — no answer (``Unavailable``,
-  ``DeadlineExceeded``) or an unexpected status (``ServerError``).
+  ``DeadlineExceeded``), no or a refused token (``Unauthenticated``, ``PermissionDenied``:
+  issue 11) or an unexpected status (``ServerError``).
 
 Errors are decoded by the clients' one decoder (``sepp.client._core.error_from_rpc``).
 
@@ -36,6 +37,7 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.client._core import error_from_rpc
+from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
 from sepp.domain.states import STATE_BY_NAME, parse_state
@@ -75,10 +77,13 @@ def _ts(moment: dt.datetime) -> Any:
 
 
 class AdminClient:
-    """Blocking ``AdminService`` client. ``token`` is sent as ``authorization: Bearer <token>``;
-    ``timeout`` (seconds) bounds every call. TLS: ``credentials``, or ``tls_ca`` / ``tls_cert`` /
-    ``tls_key`` PEM files (issue 11; ``sepp.client.tls``), not both. Raises ``ValueError`` for
-    a TLS file that cannot be read or used."""
+    """Blocking ``AdminService`` client. ``token`` (a token with role ``admin``) is sent as
+    ``authorization: Bearer <token>``; ``None`` reads ``$SEPP_TOKEN`` (issue 11), ``""`` sends
+    none. ``timeout`` (seconds) bounds every call. A refused token raises ``Unauthenticated``
+    or ``PermissionDenied`` (the transport family; before issue 11 ``AdminRefused``). TLS:
+    ``credentials``, or ``tls_ca`` / ``tls_cert`` / ``tls_key`` PEM files (issue 11;
+    ``sepp.client.tls``), not both. Raises ``ValueError`` for a TLS file that cannot be read or
+    used."""
 
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, timeout: float = 30.0,
                  credentials: grpc.ChannelCredentials | None = None, tls_ca: PathArg | None = None,
@@ -86,7 +91,7 @@ class AdminClient:
         credentials = with_tls(ClientOptions(credentials=credentials), tls_ca, tls_cert, tls_key).credentials
         self.target = target
         self.timeout = timeout
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = token_metadata(token)
         # Receive as much as the Client does (16 MiB, the server's default max_message_bytes):
         # with gRPC's 4 MiB default a GetServerInfo / ListQueues answer of many queues failed
         # here while producers still read it (issue 14 O5).

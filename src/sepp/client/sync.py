@@ -15,6 +15,7 @@ import grpc
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
+from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
 from sepp.errors import RejectedError
@@ -41,6 +42,9 @@ class Client:
     Args:
         target: ``host:port`` of the server's gRPC listener.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
+        token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
+            on every call (issue 11); ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
+            Raises ``ValueError`` when it is not printable ASCII.
         tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
             the server's certificate must chain to, and the client's certificate and key for
             mutual TLS. A TLS failure (unknown CA, no client certificate) is ``Unavailable``.
@@ -49,10 +53,12 @@ class Client:
     """
 
     def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
-                 tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
+                 token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None) -> None:
         self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
+        #: ``options.metadata`` plus the token's ``authorization`` entry (issue 11).
+        self._metadata = (*self.options.metadata, *token_metadata(token))
         channel_args = _core.channel_options(self.options)
         if self.options.credentials is not None:
             self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
@@ -269,7 +275,7 @@ class Client:
         if self._closed:
             raise RuntimeError("this sepp Client is closed")
         options = self.options
-        metadata = options.metadata or None
+        metadata = self._metadata or None
         attempt = 1
         maybe_sent = False  # whether an earlier try of this call may have reached a server
         deadline = _core.deadline(options)

@@ -27,6 +27,7 @@ import uvicorn
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.server.admin import AdminEngine
+from sepp.server.auth import Authenticator
 from sepp.server.cluster import Cluster
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
@@ -81,13 +82,16 @@ class SeppServer:
                                sweep_skipped=lambda: self.sweeper.skipped)
         #: Wake-ups, queue settings and the heartbeat shared with the other nodes (issue 10).
         self.cluster = Cluster(self.engine, self.node, config.grpc_listen)
+        #: Tokens and roles of every API and the UI, with the failure counts (issue 11).
+        self.auth = Authenticator.from_config(config.auth, config.admin_token)
+        self.metrics.auth_failures_from(lambda: self.auth.failures)
         self.grpc = GrpcFront(config, self.engine, self.started, self.node,
-                              interceptors=[RpcMetrics(self.metrics.observe_rpc)], tls=self.tls)
+                              interceptors=[RpcMetrics(self.metrics.observe_rpc)], tls=self.tls, auth=self.auth)
         #: Does the storage answer? Flips the gRPC health service; ``/readyz`` asks it.
         self.readiness = Readiness(self.store, config.readiness_interval, self.grpc.set_serving)
         self.admin = AdminEngine(self.engine, self.store.admin)
         self.grpc.add_service(admin_pb2_grpc.add_AdminServiceServicer_to_server,
-                              AdminServicer(self.admin, config.admin_token), "AdminService")
+                              AdminServicer(self.admin), "AdminService")
         self.http: _Uvicorn | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_sock: socket.socket | None = None
@@ -150,7 +154,7 @@ class SeppServer:
         self._http_sock = sock
         self.http_port = sock.getsockname()[1]
         app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node,
-                             metrics=self.metrics, ready=self.readiness.check)
+                             metrics=self.metrics, ready=self.readiness.check, auth=self.auth)
         tls = self.tls.uvicorn_settings() if self.tls is not None else {}
         self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **tls))
         self._http_task = asyncio.create_task(self.http.serve(sockets=[sock]), name="sepp-http")

@@ -27,6 +27,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
+from sepp.server.auth import AuthSettings
 from sepp.storage.config import LEGACY_SQLITE_KEYS, ConfigError, PostgresSettings, SQLiteSettings
 from sepp.validation import Validator
 
@@ -118,8 +119,13 @@ class ServerConfig(BaseSettings):
     group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.
     shutdown_grace: float = Field(default=10.0, ge=0, le=DAY)
-    #: When set, the admin API and UI need this token.
+    #: Tokens and their roles (``[[auth.tokens]]``, issue 11); auth is on when one is configured.
+    auth: AuthSettings = AuthSettings()
+    #: Legacy: a token with role ``admin`` (named ``admin_token``); alone it locks only the
+    #: admin API and the UI, as before issue 11.
     admin_token: str | None = None
+    #: Allow listening on a non-loopback address with no ``[[auth.tokens]]`` (``--insecure``).
+    insecure: bool = False
     #: Run the event loop on uvloop when available.
     uvloop: bool = True
     #: Node name reported by GetServerInfo (default: hostname).

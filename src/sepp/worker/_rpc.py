@@ -46,13 +46,16 @@ CLIENT_VERSION = USER_AGENT
 
 class WorkerRpc:
     """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``
-    (TLS with ``credentials``, issue 11)."""
+    (TLS with ``credentials``, issue 11); ``metadata`` goes with every call (the token,
+    issue 11)."""
 
     def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = (), *,
-                 credentials: grpc.ChannelCredentials | None = None, worker_id: str = "",
-                 concurrency: int = 0) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, metadata: Sequence[tuple[str, str]] = (),
+                 worker_id: str = "", concurrency: int = 0) -> None:
         self.target = target
         self._credentials = credentials
+        #: Sent with every call: the token's ``authorization`` entry (issue 11), if any.
+        self._metadata = tuple(metadata) or None
         #: Sent with every call for the server's Workers page (issue 13): who calls, and on
         #: Reserve its handler slots, host and client version.
         self.worker_id = worker_id
@@ -83,7 +86,7 @@ class WorkerRpc:
             req.wait.CopyFrom(seconds_to_duration(wait))
         if lease_duration is not None:
             req.lease_duration.CopyFrom(seconds_to_duration(lease_duration))
-        return self._get_stub().Reserve(req, timeout=wait + 10.0)
+        return self._get_stub().Reserve(req, timeout=wait + 10.0, metadata=self._metadata)
 
     async def settle(self, request: wpb.SettleRequest) -> list[wpb.SettleResult]:
         """One batched ``Settle`` (deadline 30 s); one result per item, in order.
@@ -93,7 +96,7 @@ class WorkerRpc:
         if self.worker_id and not request.worker_id:
             request.worker_id = self.worker_id
         try:
-            resp = await self._get_stub().Settle(request, timeout=30.0)
+            resp = await self._get_stub().Settle(request, timeout=30.0, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target) from None
         if len(resp.results) != len(request.items):
@@ -108,7 +111,7 @@ class WorkerRpc:
         req = wpb.ExtendLeaseRequest(job_id=job_id, lease_id=lease_id,
                                      extend_by=seconds_to_duration(extend_by), worker_id=self.worker_id)
         try:
-            return await self._get_stub().ExtendLease(req, timeout=10.0)  # type: ignore[no-any-return]
+            return await self._get_stub().ExtendLease(req, timeout=10.0, metadata=self._metadata)  # type: ignore[no-any-return]
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target, job_id) from None
 

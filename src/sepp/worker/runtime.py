@@ -48,8 +48,10 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sepp.client.auth import token_metadata
 from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
+from sepp.errors import PermissionDenied, TransportError, Unauthenticated
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
 from sepp.worker._settler import Settled, Settler
@@ -105,6 +107,10 @@ class Worker:
         queues: Queue names to reserve from, in order (a ``"a,b"`` string works too).
         concurrency, prefetch, lease_duration, shutdown_grace, worker_id, poll_wait,
         max_reserve, settle_batch: See :class:`~sepp.worker.WorkerConfig`.
+        token: The secret of a token with role ``work`` (issue 11), sent as
+            ``authorization: Bearer``; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none. A
+            refused token stops the worker: ``run()`` raises ``Unauthenticated`` or
+            ``PermissionDenied`` (never retried).
         tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11): the CA of the server's
             certificate; the worker's certificate and key for mutual TLS.
 
@@ -114,8 +120,13 @@ class Worker:
     def __init__(self, target: str = DEFAULT_TARGET, queues: str | Iterable[str] = (), *,
                  concurrency: int = 10, prefetch: int | None = None, lease_duration: float | None = None,
                  shutdown_grace: float = 30.0, worker_id: str = "", poll_wait: float = 5.0,
-                 max_reserve: int = 256, settle_batch: int = 256, tls_ca: PathArg | None = None,
-                 tls_cert: PathArg | None = None, tls_key: PathArg | None = None) -> None:
+                 max_reserve: int = 256, settle_batch: int = 256, token: str | None = None,
+                 tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
+                 tls_key: PathArg | None = None) -> None:
+        #: The token's metadata (issue 11); kept out of ``config`` so printing it shows no secret.
+        self._auth_metadata = token_metadata(token)
+        #: An auth refusal that stopped the worker; ``run()`` raises it after the drain.
+        self._fatal: TransportError | None = None
         self.config = WorkerConfig(target, queue_tuple(queues), concurrency, prefetch, lease_duration,
                                    shutdown_grace, worker_id, poll_wait, max_reserve, settle_batch,
                                    tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
@@ -162,6 +173,14 @@ class Worker:
         self.config = replace(self.config, **changes)
         return self.config
 
+    def use_token(self, token: str | None) -> None:
+        """Send ``token`` (role ``work``; issue 11) instead of the one given to the constructor;
+        ``None`` reads ``$SEPP_TOKEN``. Call before ``run``: raises ``RuntimeError`` once
+        running and ``ValueError`` for a token that is not printable ASCII."""
+        if self._phase != "new":
+            raise RuntimeError("use_token() must be called before the worker runs")
+        self._auth_metadata = token_metadata(token)
+
     @property
     def running(self) -> bool:
         """True from ``run()`` until the graceful stop has finished."""
@@ -186,8 +205,8 @@ class Worker:
         cfg = self.config
         if not cfg.queues:
             raise ValueError("the worker has no queues to reserve from")
-        self._rpc = WorkerRpc(cfg.target, credentials=cfg.credentials(), worker_id=cfg.worker_id,
-                              concurrency=cfg.concurrency)
+        self._rpc = WorkerRpc(cfg.target, credentials=cfg.credentials(), metadata=self._auth_metadata,
+                              worker_id=cfg.worker_id, concurrency=cfg.concurrency)
         self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
@@ -217,7 +236,8 @@ class Worker:
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         """Run until ``stop()`` (or SIGTERM/SIGINT when ``install_signal_handlers`` and on the
-        main thread), then drain gracefully. Raises ``RuntimeError`` if already run and
+        main thread), then drain gracefully. Raises ``Unauthenticated`` / ``PermissionDenied``
+        after the drain when the server refused the worker's token (issue 11), ``RuntimeError`` if already run and
         ``ValueError`` when no queue is configured."""
         if self._phase != "new":
             raise RuntimeError("a Worker runs once; create another one")
@@ -241,6 +261,8 @@ class Worker:
             self._remove_signals()
             if not self._done.is_set():  # run() itself was cancelled: still drain
                 await asyncio.shield(self._begin_stop(cfg.shutdown_grace))
+        if self._fatal is not None:
+            raise self._fatal
 
     def run_sync(self, *, install_signal_handlers: bool = True) -> None:
         """Blocking ``run()`` in a new event loop (uvloop when installed)."""
@@ -359,7 +381,13 @@ class Worker:
                 if self._phase != "running":
                     return
                 if isinstance(exc, grpc.RpcError):
-                    log.warning("reserve failed (%s); retrying in %.2fs", convert_error(exc, cfg.target), backoff)
+                    error = convert_error(exc, cfg.target)
+                    if isinstance(error, Unauthenticated | PermissionDenied):  # issue 11: never retried
+                        log.error("reserve refused, stopping the worker: %s", error)
+                        self._fatal = error
+                        self._begin_stop(cfg.shutdown_grace)
+                        return
+                    log.warning("reserve failed (%s); retrying in %.2fs", error, backoff)
                 else:
                     log.exception("reserve failed unexpectedly; retrying in %.2fs", backoff)
                 await self._sleep_unless_stopping(backoff)

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from sepp.server.admin import AdminEngine
+from sepp.server.auth import Authenticator
 from sepp.server.engine import JobEngine
 from sepp.server.http.health import health_routes
 from sepp.server.metrics import Metrics
@@ -21,14 +22,18 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
                    started: float = 0.0, node: str = "",
                    sweep_skipped: Callable[[], Mapping[str, int]] | None = None,
                    metrics: Metrics | None = None,
-                   ready: Callable[[], Awaitable[Verdict]] | None = None) -> Starlette:
+                   ready: Callable[[], Awaitable[Verdict]] | None = None,
+                   auth: Authenticator | None = None) -> Starlette:
     """The HTTP app. ``healthy`` says whether the server is serving (false while stopping);
     ``ready`` gives a fresh readiness verdict for ``/readyz`` (``sepp.server.http.health``).
 
     With ``admin`` the web UI is mounted too (``sepp.server.http.ui``); ``started``
     (monotonic) and ``node`` feed its server info. ``/metrics`` renders ``metrics``
     (``sepp.server.metrics.Metrics``; one is made for ``engine`` when not given, with
-    ``sweep_skipped`` — ``Sweeper.skipped`` — for ``sepp_sweep_skipped_total``).
+    ``sweep_skipped`` — ``Sweeper.skipped`` — for ``sepp_sweep_skipped_total``). ``auth`` is
+    the server's ``Authenticator`` (issue 11; built from the engine's config when None): the UI
+    logs in with a token that has role ``admin``. ``/healthz``, ``/readyz`` and ``/metrics``
+    stay open.
     """
     if metrics is None:
         metrics = Metrics(engine, gauge_interval=engine.config.metrics_gauge_interval, sweep_skipped=sweep_skipped)
@@ -43,5 +48,7 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     from sepp.server.http.ui import AdminUI
     from sepp.server.rpc.producer import server_info
 
-    ui = AdminUI(admin, lambda: server_info(engine, started, node), engine.config.admin_token)
+    if auth is None:
+        auth = Authenticator.from_config(engine.config.auth, engine.config.admin_token)
+    ui = AdminUI(admin, lambda: server_info(engine, started, node), auth)
     return Starlette(routes=routes + ui.routes(), middleware=ui.middleware())

@@ -1,15 +1,13 @@
 """AdminService servicer (SPEC §4): proto in, ``AdminEngine``, proto out.
 
-Authentication: when ``admin_token`` is configured every call must carry the
-metadata ``authorization: Bearer <token>`` (compared in constant time); otherwise it
-fails UNAUTHENTICATED with ErrorInfo reason ``UNAUTHENTICATED``. Engine errors map
+Authentication is the server interceptor's (``rpc.authz``, issue 11): a call reaches this
+servicer only with a token that has role ``admin`` (or when auth is off). Engine errors map
 to rich statuses through ``rpc.status``; ``StateConflict`` is FAILED_PRECONDITION.
 """
 
 from __future__ import annotations
 
 import functools
-import hmac
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
@@ -21,7 +19,6 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
-from sepp.rejections import Reason
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, WorkerView
 from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError
@@ -120,7 +117,7 @@ def summary_proto(s: JobSummary) -> apb.JobSummary:
                           attempts_recorded=s.attempts_recorded, last_error=s.last_error)
 
 
-# ---------------------------------------------------------------------- auth + errors
+# ---------------------------------------------------------------------- errors
 
 
 async def _abort(context: Context, code: int, reason: str, message: str,
@@ -130,18 +127,10 @@ async def _abort(context: Context, code: int, reason: str, message: str,
 
 def _rpc(method: Callable[[AdminServicer, Req, Context], Awaitable[Resp]],
          ) -> Callable[[AdminServicer, Req, Context], Awaitable[Resp]]:
-    """Authenticate, run, and map engine errors to rich statuses."""
+    """Run, and map engine errors to rich statuses."""
 
     @functools.wraps(method)
     async def wrapper(self: AdminServicer, request: Req, context: Context) -> Resp:
-        if self.token is not None:
-            presented = ""
-            for key, value in context.invocation_metadata() or ():
-                if key == "authorization" and isinstance(value, str):
-                    presented = value
-            if not hmac.compare_digest(presented.encode(), self._expected):
-                await _abort(context, code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED,
-                             "the admin API needs the metadata 'authorization: Bearer <admin token>'")
         try:
             return await method(self, request, context)
         except StateConflict as exc:
@@ -156,12 +145,10 @@ def _rpc(method: Callable[[AdminServicer, Req, Context], Awaitable[Resp]],
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """Implements ``sepp.api.v1.AdminService`` over an ``AdminEngine``. ``token`` = the admin token."""
+    """Implements ``sepp.api.v1.AdminService`` over an ``AdminEngine`` (tokens: ``rpc.authz``)."""
 
-    def __init__(self, admin: AdminEngine, token: str | None) -> None:
+    def __init__(self, admin: AdminEngine) -> None:
         self.admin = admin
-        self.token = token or None
-        self._expected = f"Bearer {token}".encode() if token else b""
 
     # ------------------------------------------------------------------ queues
 

@@ -10,8 +10,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
+from sepp.server.auth import Authenticator
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
+from sepp.server.rpc.authz import Authorize
 from sepp.server.rpc.interceptor import InternalErrors
 from sepp.server.rpc.producer import ProducerServicer
 from sepp.server.rpc.registration import register
@@ -30,16 +32,20 @@ class GrpcFront:
     ``tls`` it serves TLS only (mutual TLS when ``tls`` has a client CA; issue 11)."""
 
     def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str,
-                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (), *, tls: ServerTLS | None = None) -> None:
-        """``interceptors`` run before the built-in ``InternalErrors`` (issue 11: the RPC timing)."""
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = (), *, tls: ServerTLS | None = None,
+                 auth: Authenticator | None = None) -> None:
+        """``interceptors`` run after the role check and before the built-in ``InternalErrors``
+        (issue 11: the RPC timing)."""
         cap = config.limits.max_message_bytes
         self.config = config
         self.tls = tls
+        #: Tokens and roles (issue 11); built from ``config`` when not given.
+        self.auth = auth if auth is not None else Authenticator.from_config(config.auth, config.admin_token)
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
             ("grpc.so_reuseport", 0),
-        ], interceptors=[*interceptors, InternalErrors()])  # nothing answers UNKNOWN (issue 14)
+        ], interceptors=[Authorize(self.auth), *interceptors, InternalErrors()])  # roles (issue 11); no UNKNOWN
         register(self.server, producer_pb2.DESCRIPTOR.services_by_name["ProducerService"],
                  ProducerServicer(engine, started, node))
         register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(engine))

@@ -14,7 +14,7 @@ Pages (all HTML, server-rendered; JavaScript only enhances):
 ``POST /dead/requeue``                    bulk redrive of the filtered dead letters
 ``GET /enqueue`` / ``POST /enqueue``      enqueue form → ``JobEngine.enqueue`` in-process
 ``GET /find``                             job id or (queue, idempotency key) → job page
-``GET /login`` / ``POST /login|logout``   only when ``admin_token`` is configured
+``GET /login`` / ``POST /login|logout``   only when an admin token is configured
 ``GET /static/...``                       CSS, JS, vendored htmx (no CDN)
 ========================================  ==============================================
 
@@ -22,10 +22,11 @@ Safety: Jinja2 autoescaping is on for every template (payloads, custom values, e
 names are user data and are never marked safe); every POST must carry the session's
 CSRF token (form field ``csrf_token`` or header ``X-CSRF-Token``), else 403; responses
 carry a strict Content-Security-Policy (scripts and styles from ``/static`` only). When
-``admin_token`` is set, every page but ``/login`` and ``/static`` redirects to the
-login page until the token was entered; the session is a signed cookie whose key is
-derived from the token (so changing the token logs everybody out), else a random
-per-process key.
+a token is configured (``[[auth.tokens]]`` or ``admin_token``; issue 11), every page but
+``/login`` and ``/static`` redirects to the login page until a token with role ``admin`` was
+entered; the session is a signed cookie holding the token's name and a digest marker (so a
+removed or changed token logs its sessions out), signed with a key derived from the
+configured digests, else a random per-process key.
 
 Layout (issue 9 item 8): ``routes`` (``AdminUI``: handlers and the route table),
 ``views`` (formatters, payload view / hex dump, job and settings context), ``chart``

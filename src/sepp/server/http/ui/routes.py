@@ -7,7 +7,6 @@ headers in ``security``; this module only maps requests to engine calls and temp
 from __future__ import annotations
 
 import functools
-import hmac
 import secrets
 import zoneinfo
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ from starlette.templating import Jinja2Templates
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.rejections import RejectionCode
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_name
+from sepp.server.auth import Authenticator
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
 from sepp.server.engine import job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
@@ -42,7 +42,6 @@ from sepp.server.http.ui.forms import (
 )
 from sepp.server.http.ui.security import (
     SecurityHeaders,
-    auth_marker,
     csrf_ok,
     csrf_token,
     is_authed,
@@ -83,14 +82,16 @@ class AdminUI:
     """Routes and helpers of the web UI over an ``AdminEngine``.
 
     ``server_info`` returns the live ``ServerInfo`` (limits for the enqueue form);
-    ``token`` is the admin token (None = no login).
+    ``auth`` holds the tokens: when admin is checked (issue 11) the UI logs in with any token
+    that has role ``admin``, else it is open.
     """
 
-    def __init__(self, admin: AdminEngine, server_info: Callable[[], ppb.ServerInfo], token: str | None) -> None:
+    def __init__(self, admin: AdminEngine, server_info: Callable[[], ppb.ServerInfo], auth: Authenticator) -> None:
         self.admin = admin
         self.server_info = server_info
-        self.token = token or None
-        self._auth_marker = auth_marker(self.token)
+        self.auth = auth
+        #: Whether the UI needs a login.
+        self.login_on = auth.required("admin")
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                                  undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         env.filters.update(time=fmt_time, iso=fmt_iso, duration=fmt_duration, bytes=fmt_bytes, ago=fmt_ago,
@@ -136,13 +137,13 @@ class AdminUI:
     def middleware(self) -> list[Middleware]:
         """Session (signed cookie) and security headers."""
         return [Middleware(SecurityHeaders),
-                Middleware(SessionMiddleware, secret_key=session_secret(self.token), session_cookie="sepp_session",
+                Middleware(SessionMiddleware, secret_key=session_secret(self.auth), session_cookie="sepp_session",
                            max_age=12 * 3600, same_site="lax")]
 
     csrf_token = staticmethod(csrf_token)
 
     def _authed(self, request: Request) -> bool:
-        return is_authed(request, self.token, self._auth_marker)
+        return is_authed(request, self.auth)
 
     def _login_redirect(self, request: Request) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -208,7 +209,7 @@ class AdminUI:
         """Render a template with the common context (CSRF token, flashes, auth state)."""
         flashes = request.session.pop("flash", []) if not name.startswith("_") else []
         base = {"csrf": self.csrf_token(request), "flashes": flashes, "auth_on": self._authed(request)
-                and self.token is not None, "path": request.url.path}
+                and self.login_on, "path": request.url.path}
         return self.templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
 
     @staticmethod
@@ -491,22 +492,32 @@ class AdminUI:
         return self.render(request, "login.html", {"title": "Log in", "next": nxt, "error": ""})
 
     async def login_submit(self, request: Request) -> Response:
-        """Check the token (constant time); on success mark the session and go back."""
+        """Check the token (SHA-256, constant time against every configured digest); a token
+        with role ``admin`` marks the session (its name and ``Token.marker``) and goes back; an
+        unknown one or one without ``admin`` is refused (401 / 403) and counted like a gRPC
+        auth failure."""
         form = await self._form(request)
         nxt = safe_next(str(form.get("next", "/")))
-        presented = str(form.get("token", ""))
-        if self.token is None:
+        presented = str(form.get("token", "")).strip()
+        if not self.login_on:
             return RedirectResponse(nxt, status_code=303)
-        if not hmac.compare_digest(presented.encode(), self.token.encode()):
-            return self.render(request, "login.html", {"title": "Log in", "next": nxt,
-                                                       "error": "That is not the admin token."}, 401)
+        token = self.auth.identify(presented)
+        if token is None:
+            self.auth.failed("missing" if not presented else "unknown", "web UI login with "
+                             + ("no token" if not presented else "an unknown token"))
+            return self.render(request, "login.html", {"title": "Log in", "next": nxt, "error":
+                               "That is not the admin token (nor any token this server knows)."}, 401)
+        if "admin" not in token.roles:
+            self.auth.failed("forbidden", f"web UI login with token {token.name!r}, which lacks role admin")
+            return self.render(request, "login.html", {"title": "Log in", "next": nxt, "error":
+                               f"Token {token.name!r} does not have role 'admin', which the web UI needs."}, 403)
         request.session.clear()
-        request.session["auth"] = self._auth_marker
+        request.session["auth"] = token.name
+        request.session["marker"] = token.marker
         request.session["csrf"] = secrets.token_urlsafe(32)
         return RedirectResponse(nxt, status_code=303)
 
     async def logout(self, request: Request) -> Response:
         """Forget the session."""
         request.session.clear()
-        return RedirectResponse("/login" if self.token else "/", status_code=303)
-
+        return RedirectResponse("/login" if self.login_on else "/", status_code=303)

@@ -3,7 +3,6 @@ login marker, CSRF tokens and same-site redirects."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
@@ -11,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sepp.server.auth import Authenticator, Token
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
@@ -38,11 +39,10 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def session_secret(token: str | None) -> str:
-    """The session-signing key: derived from the admin token, else random per process."""
-    if token:
-        return hmac.new(token.encode(), b"sepp-ui-session-v1", hashlib.sha256).hexdigest()
-    return secrets.token_hex(32)
+def session_secret(auth: Authenticator) -> str:
+    """The session-signing key (issue 11): ``Authenticator.session_key`` — derived from
+    ``auth.session_secret`` (or ``admin_token``) and the token digests, else random per process."""
+    return auth.session_key()
 
 
 def safe_next(target: str | None) -> str:
@@ -53,18 +53,18 @@ def safe_next(target: str | None) -> str:
 
 
 
-def auth_marker(token: str | None) -> str:
-    """What a logged-in session holds under ``auth``: a digest of the admin token (so a new
-    token logs everybody out); empty when no token is configured."""
-    return hashlib.sha256(b"sepp-ui-auth:" + token.encode()).hexdigest()[:32] if token else ""
+def session_token(request: Request, auth: Authenticator) -> Token | None:
+    """The admin token a logged-in session holds (``auth`` = its name, ``marker`` =
+    ``Token.marker``), when it is still configured, unchanged and has role ``admin``; else None."""
+    return auth.by_marker(request.session.get("auth"), request.session.get("marker"))
 
 
-def is_authed(request: Request, token: str | None, marker: str) -> bool:
-    """Whether the session may see pages: always without a token, else when it holds ``marker``."""
-    if token is None:
+def is_authed(request: Request, auth: Authenticator) -> bool:
+    """Whether the session may see pages: always when the UI needs no login (no admin token
+    checked), else when it holds a valid admin token (``session_token``)."""
+    if not auth.required("admin"):
         return True
-    held = request.session.get("auth")
-    return isinstance(held, str) and hmac.compare_digest(held, marker)
+    return session_token(request, auth) is not None
 
 
 def csrf_token(request: Request) -> str:

@@ -126,6 +126,14 @@ def test_http_healthz_and_readyz_answer_over_tls_only(tls_server: ServerProcess,
         httpx.get(f"{plain}/healthz", timeout=5)
 
 
+def test_the_ui_session_cookie_is_secure_under_tls(tls_server: ServerProcess, pki: Pki) -> None:
+    with httpx.Client(base_url=tls_server.http_url, verify=_trust(pki.ca), timeout=5) as web:
+        page = web.get("/enqueue")  # the first page sets the session (its CSRF token)
+        cookie = page.headers.get("set-cookie", "")
+        assert page.status_code == 200 and "sepp_session=" in cookie
+        assert "secure" in cookie.lower()  # never sent over plain HTTP (issue 11)
+
+
 def test_a_plaintext_client_is_refused_with_a_hint_about_tls(tls_server: ServerProcess, fresh_queue: str) -> None:
     with Client(tls_server.grpc_target, options=QUICK) as client, pytest.raises(Unavailable) as err:
         client.enqueue(_job(fresh_queue))

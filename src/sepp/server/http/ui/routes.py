@@ -138,7 +138,9 @@ class AdminUI:
         """Session (signed cookie) and security headers."""
         return [Middleware(SecurityHeaders),
                 Middleware(SessionMiddleware, secret_key=session_secret(self.auth), session_cookie="sepp_session",
-                           max_age=12 * 3600, same_site="lax")]
+                           max_age=12 * 3600, same_site="lax",
+                           # Served over TLS (issue 11): the cookie never travels in clear.
+                           https_only=bool(self.admin.engine.config.tls_cert))]
 
     csrf_token = staticmethod(csrf_token)
 

@@ -81,7 +81,7 @@ def serve(
     tls_client_ca: Annotated[str | None, typer.Option(
         help="PEM CA bundle: require client certificates signed by it (mutual TLS).", show_default=False)] = None,
     insecure: Annotated[bool | None, typer.Option(
-        "--insecure", help="Allow a non-loopback grpc_listen/http_listen with no [[auth.tokens]] "
+        "--insecure", help="Allow a non-loopback grpc_listen/http_listen with no \\[\\[auth.tokens]] "
                            "(anyone who reaches the port can use every API).", show_default=False)] = None,
 ) -> None:
     """Start sepp. Every flag is also a TOML key and a SEPP_* variable (flag > env > file)."""

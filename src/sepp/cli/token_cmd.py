@@ -17,7 +17,7 @@ from sepp.cli.main import app
 from sepp.cli.shell import EXIT_USAGE, JsonOpt, fail, out_console, print_json
 from sepp.server.auth import ROLES, check_name, check_roles, digest, new_secret, toml_entry
 
-token_app = typer.Typer(name="token", help="Make tokens for [[auth.tokens]] (issue 11).", no_args_is_help=True)
+token_app = typer.Typer(name="token", help="Make tokens for \\[\\[auth.tokens]] (issue 11).", no_args_is_help=True)
 app.add_typer(token_app)
 
 
@@ -28,7 +28,7 @@ def token_new(
         "--role", "-r", help=f"A role of the token, repeatable: {', '.join(ROLES)}.", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a new random secret (once) and the [[auth.tokens]] entry to paste into the config."""
+    """Print a new random secret (once) and the \\[\\[auth.tokens]] entry to paste into the config."""
     try:
         check_name(name)
     except ValueError as exc:

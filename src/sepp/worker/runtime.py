@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sepp import tracing
 from sepp.domain.states import STATE_NAMES
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
@@ -104,6 +105,10 @@ class Worker:
         queues: Queue names to reserve from, in order (a ``"a,b"`` string works too).
         concurrency, prefetch, lease_duration, shutdown_grace, worker_id, poll_wait,
         max_reserve, settle_batch: See :class:`~sepp.worker.WorkerConfig`.
+        tracer_provider: An OpenTelemetry ``TracerProvider`` (``pip install sepp[otel]``) to
+            record a ``process <queue>`` span per job with; ``None`` = the global one, used
+            only once the application set one (issue 11; ``sepp._otel``, docs/operations.md
+            "Tracing"). Without it nothing is recorded and OpenTelemetry is not imported.
 
     Raises ``ValueError`` for an invalid setting.
     """
@@ -111,7 +116,9 @@ class Worker:
     def __init__(self, target: str = DEFAULT_TARGET, queues: str | Iterable[str] = (), *,
                  concurrency: int = 10, prefetch: int | None = None, lease_duration: float | None = None,
                  shutdown_grace: float = 30.0, worker_id: str = "", poll_wait: float = 5.0,
-                 max_reserve: int = 256, settle_batch: int = 256) -> None:
+                 max_reserve: int = 256, settle_batch: int = 256, tracer_provider: Any = None) -> None:
+        #: The OpenTelemetry ``TracerProvider`` of the job spans; ``None`` = the global one.
+        self.tracer_provider = tracer_provider
         self.config = WorkerConfig(target, queue_tuple(queues), concurrency, prefetch, lease_duration,
                                    shutdown_grace, worker_id, poll_wait, max_reserve, settle_batch)
         self.registry = HandlerRegistry()
@@ -405,9 +412,10 @@ class Worker:
                 self._ahead //= 2
                 self._shrunk_at = now
         create_task, execute, finished = self._loop.create_task, self._execute, self._finished
+        tracer = tracing.tracer(self.tracer_provider)
         while pending and len(running) < limit:
             job = pending.popleft()[0]
-            task = create_task(execute(job))
+            task = create_task(execute(job) if tracer is None else self._execute_traced(job, tracer))
             running[task] = job
             task.add_done_callback(finished)
 
@@ -418,12 +426,20 @@ class Worker:
             self._dispatch()
             self._wake_reservers()
 
-    async def _execute(self, job: Job) -> None:
+    async def _execute_traced(self, job: Job, tracer: Any) -> None:
+        """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
+        with tracer.process(job) as span:
+            await self._execute(job, span)
+
+    async def _execute(self, job: Job, span: Any = None) -> None:
+        """Run ``job``'s handler and settle its outcome; ``span`` (tracing's ``Process``, or
+        ``None``) is told the outcome and the handler's exception."""
         started = time.perf_counter()
         registered = self.registry.get(job.job_type)
         me = asyncio.current_task(self._loop)
         assert me is not None
         outcome: Outcome
+        error: BaseException | None = None
         if registered is None:
             outcome = no_handler(job.job_type)
         else:
@@ -443,11 +459,13 @@ class Worker:
                 elif me.cancelling():
                     raise  # this task itself is being cancelled
                 else:  # the handler raised CancelledError of its own: a failure like any other
-                    outcome = outcome_for_exception(exc)
+                    outcome, error = outcome_for_exception(exc), exc
             except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
-                outcome = outcome_for_exception(exc)
+                outcome, error = outcome_for_exception(exc), exc
             finally:
                 self._task_jobs.pop(me, None)
+        if span is not None:
+            span.outcome(outcome.kind, error, outcome.error_message)
         # The handler is done: its slot goes to the next job while the outcome is settled in
         # the background (queued before anything else runs; stop() waits for its verdict).
         self._settle(job, outcome, time.perf_counter() - started)

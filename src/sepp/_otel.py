@@ -98,13 +98,13 @@ class Send:
         self.carriers: list[dict[str, str] | None] = []
         if not batch:
             req = requests[0]
-            links = _links([req.trace_context]) if req.trace_context else ()
+            links = _links([req.trace_context]) if req.trace_context else []
             self._send = tracer.start_span(f"send {req.queue}", kind=SpanKind.PRODUCER, links=links,
                                            attributes=_attributes("send", req.queue, req.job_type))
             ctx = trace.set_span_in_context(self._send)
             self.carriers.append(None if req.trace_context else _carrier(ctx))
             return
-        links: list[Link] = []
+        links = []
         for req in requests:
             if req.trace_context:
                 self._creates.append(None)

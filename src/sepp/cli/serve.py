@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -23,14 +22,17 @@ import typer
 from sepp._version import __version__
 from sepp.cli.flags import one_line
 from sepp.cli.main import app
+from sepp.logs import configure as configure_logging
+from sepp.logs import text_format
 from sepp.server.config import ServerConfig
 
 
 def log_format(node: str) -> str:
-    """The ``logging`` format of ``sepp serve``: every line names the node (issue 10: logs
-    name the node), e.g. ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]: stopping …``.
-    A ``%`` in the name is escaped (the format is %-style)."""
-    return f"%(asctime)s %(levelname)s %(name)s [{node.replace('%', '%%')}]: %(message)s"
+    """The ``logging`` format of ``sepp serve``'s text lines: every line names the node
+    (issue 10: logs name the node), e.g. ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]:
+    stopping …``. A ``%`` in the name is escaped (the format is %-style). ``sepp.logs``
+    (issue 11) has it and the JSON lines."""
+    return text_format(node)
 
 
 def _default(key: str) -> str:
@@ -62,6 +64,8 @@ def serve(
                                                 show_default=_default("strict"))] = None,
     log_level: Annotated[str | None, typer.Option(help="debug | info | warning | error.",
                                                   show_default=_default("log_level"))] = None,
+    log_format: Annotated[str | None, typer.Option(help="text | json: one JSON object per line on stderr.",
+                                                   show_default=_default("log_format"))] = None,
 ) -> None:
     """Start sepp. Every flag is also a TOML key and a SEPP_* variable (flag > env > file)."""
     from sepp.server.config import ConfigError, load_config
@@ -69,14 +73,19 @@ def serve(
     try:
         cfg = load_config(config, storage=storage, data_dir=data_dir, postgres_dsn=postgres_dsn,
                           node_name=node_name, grpc_listen=grpc_listen, http_listen=http_listen,
-                          persist_mode=persist_mode, strict=strict, log_level=log_level)
+                          persist_mode=persist_mode, strict=strict, log_level=log_level, log_format=log_format)
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
     for note in cfg.deprecations:  # an old key name, still accepted (issue 9 item 2)
         typer.echo(f"sepp: warning: {note}", err=True)
     node = cfg.node_name or socket.gethostname()  # SeppServer.node's rule
-    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr, format=log_format(node))
+    from sepp.server.eventlog import config_secrets, config_summary, summary_text
+
+    configure_logging(cfg.log_level, cfg.log_format, node, secrets=config_secrets(cfg))
+    summary = config_summary(cfg, node)
+    logging.getLogger("sepp.server").info("starting: sepp %s, %s", __version__, summary_text(summary),
+                                          extra={"event": "start", "version": __version__, "config": summary})
     from sepp.server.app import SeppServer, run
     from sepp.storage.errors import StoreError, StoreFailed
 
@@ -107,14 +116,25 @@ def serve(
     try:
         asyncio.run(run(cfg, announce))
     except ConfigError as exc:  # open_store: a storage backend this build does not know
-        typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
+        _last_word(cfg.log_format, f"sepp: invalid configuration: {one_line(exc)}")
         raise typer.Exit(2) from None
     except StoreFailed as exc:
-        typer.echo(f"sepp: stopped: {one_line(exc)}", err=True)
+        _last_word(cfg.log_format, f"sepp: stopped: {one_line(exc)}")
         raise typer.Exit(1) from None
     except (OSError, RuntimeError, StoreError) as exc:
-        typer.echo(f"sepp: cannot start: {one_line(exc)}", err=True)
+        _last_word(cfg.log_format, f"sepp: cannot start: {one_line(exc)}")
         raise typer.Exit(1) from None
+
+
+def _last_word(log_format: str, line: str) -> None:
+    """The one line a failed start or stop ends with on stderr: as it is in text mode, as a
+    JSON log line (logger ``sepp``, level error) in json mode, so every line parses."""
+    if log_format == "json":
+        logging.getLogger("sepp").error(line, extra={"event": "exit"})
+    else:
+        typer.echo(line, err=True)
+
+
 
 
 @app.command()

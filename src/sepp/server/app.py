@@ -132,7 +132,9 @@ class SeppServer:
         self.http_port = sock.getsockname()[1]
         app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node,
                              sweep_skipped=lambda: self.sweeper.skipped)
-        self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+        # log_config=None: uvicorn's lines go through sepp's handler (text or JSON, sepp.logs).
+        self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
+                                            log_config=None))
         self._http_task = asyncio.create_task(self.http.serve(sockets=[sock]), name="sepp-http")
 
     async def stop(self) -> None:

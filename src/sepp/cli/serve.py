@@ -83,9 +83,6 @@ def serve(
     from sepp.server.eventlog import config_secrets, config_summary, summary_text
 
     configure_logging(cfg.log_level, cfg.log_format, node, secrets=config_secrets(cfg))
-    summary = config_summary(cfg, node)
-    logging.getLogger("sepp.server").info("starting: sepp %s, %s", __version__, summary_text(summary),
-                                          extra={"event": "start", "version": __version__, "config": summary})
     from sepp.server.app import SeppServer, run
     from sepp.storage.errors import StoreError, StoreFailed
 
@@ -95,9 +92,13 @@ def serve(
         strict_text = str(cfg.strict).lower()
         # The start line, once serving (a failed start stays one line on stderr: "sepp: cannot start: …").
         where = f"schema {cfg.postgres.schema}" if cfg.storage == "postgres" else f"data {cfg.data_dir}"
-        logging.getLogger("sepp.server").info("serving: sepp %s, node %s, storage %s (%s), grpc %s:%d%s",
-                                              __version__, server.node, cfg.storage, where, host,
-                                              server.grpc_port, http.replace(" http=", ", http "))
+        # It carries the config summary, secrets masked (issue 11 "Logs": the start event).
+        summary = config_summary(cfg, server.node)
+        logging.getLogger("sepp.server").info(
+            "serving: sepp %s, node %s, storage %s (%s), grpc %s:%d%s; config: %s", __version__, server.node,
+            cfg.storage, where, host, server.grpc_port, http.replace(" http=", ", http "), summary_text(summary),
+            extra={"event": "start", "version": __version__, "grpc_port": server.grpc_port,
+                   "http_port": server.http_port if cfg.http_listen else None, "config": summary})
         if cfg.storage == "postgres":  # no data folder: the database is shared by every node
             print(f"sepp ready grpc={host}:{server.grpc_port}{http} storage=postgres schema={cfg.postgres.schema} "
                   f"node={server.node} persist={cfg.persist_mode} writer=connections:{cfg.postgres.writers} "

@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 #: What a masked secret reads as.
 MASK = "***"
@@ -50,7 +50,8 @@ def mask_dsn(dsn: str) -> str:
 
 
 def dsn_password(dsn: str) -> str:
-    """The password written in ``dsn`` ("" when none), to be masked in every line."""
+    """The password as written in ``dsn`` (percent-encoded in a URL; "" when none), to be
+    masked in every line."""
     if "://" in dsn:
         try:
             password = urlsplit(dsn).password
@@ -73,10 +74,12 @@ def _tokens(config: Any) -> list[Any]:
 
 def config_secrets(config: Any) -> list[str]:
     """Every secret ``config`` holds, for the log handler to mask wherever it appears: the
-    admin token, the PostgreSQL password, and the token digests of ``[[auth.tokens]]``."""
-    out = [getattr(config, "admin_token", None) or "", dsn_password(getattr(config, "postgres_dsn", "") or "")]
+    admin token, the PostgreSQL password (as written and percent-decoded), and the token
+    digests of ``[[auth.tokens]]``."""
+    password = dsn_password(getattr(config, "postgres_dsn", "") or "")
+    out = [getattr(config, "admin_token", None) or "", password, unquote(password)]
     out += [str(getattr(t, "sha256", "") or "") for t in _tokens(config)]
-    return [s for s in out if s]
+    return list(dict.fromkeys(s for s in out if s))
 
 
 def config_summary(config: Any, node: str) -> dict[str, Any]:

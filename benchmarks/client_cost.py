@@ -8,8 +8,16 @@ sends (``{"i": n}`` JSON payloads), and prints a Markdown table of µs per job:
 * validate: the local verdicts against the advertised limits (``_core.validate_all``)
 * serialize: the ``EnqueueBatchRequest`` as bytes (what gRPC does before sending)
 * results: an ``EnqueueBatchResponse`` parsed and merged into ``EnqueueAck``s
+* Client.enqueue_batch: the whole call of a blocking ``Client`` on fresh requests (its lean
+  batch path, the tracing gate, merge), its gRPC call answered in-process from a prepared
+  response: the client's CPU per job without the network (not part of the total)
 
-    python benchmarks/client_cost.py [--batch 256] [--rounds 200]
+``--otel off`` (default) leaves OpenTelemetry unimported; ``--otel noop`` imports
+``opentelemetry.trace`` with no tracer provider set; ``--otel sdk`` records every span with the
+SDK's ``BatchSpanProcessor`` into an exporter that drops them (issue 11 "Tracing": the first
+two must cost the same).
+
+    python benchmarks/client_cost.py [--batch 256] [--rounds 200] [--otel off|noop|sdk]
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from collections.abc import Callable
 
 from _harness import table
 
-from sepp import EnqueueRequest, Payload
+from sepp import Client, EnqueueRequest, Payload
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core
 
@@ -49,13 +57,49 @@ def _best(fn: Callable[[], object], rounds: int) -> float:
     return best
 
 
+def _otel(mode: str) -> object | None:
+    """The tracer provider ``--otel`` asks for (``None``: sepp's default, the global one)."""
+    if mode == "off":
+        return None
+    import opentelemetry.trace  # noqa: F401  (imported, no provider set: "noop")
+
+    if mode == "noop":
+        return None
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class _Drop(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_Drop(), max_queue_size=1 << 20))
+    return provider
+
+
+def _stubbed_client(cached: _core.CachedInfo, response: ppb.EnqueueBatchResponse, provider: object | None) -> Client:
+    """A ``Client`` whose ``EnqueueBatch`` is answered with ``response`` in-process."""
+    client = Client("127.0.0.1:1", tracer_provider=provider)
+    client._cached = cached
+
+    class _Stub:
+        def EnqueueBatch(self, request: ppb.EnqueueBatchRequest, **_: object) -> ppb.EnqueueBatchResponse:
+            request.SerializeToString()  # what gRPC does before sending
+            return response
+
+    client._stub = _Stub()
+    return client
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--otel", choices=("off", "noop", "sdk"), default="off")
     args = parser.parse_args()
     n = args.batch
     cached = _info()
+    provider = _otel(args.otel)
 
     def build() -> list[EnqueueRequest]:
         return [EnqueueRequest("bench", "noop", payload=Payload.json({"i": i})) for i in range(n)]
@@ -81,6 +125,10 @@ def main() -> None:
     times["to_proto (fresh requests, minus build)"] -= times["build EnqueueRequest + Payload.json"]
     rows = [[name, f"{us:.2f}"] for name, us in times.items()]
     rows.append(["total per job", f"{sum(times.values()):.2f}"])
+    client = _stubbed_client(cached, response, provider)
+    call = _best(lambda: client.enqueue_batch(build()), args.rounds) / n * 1e6
+    rows.append([f"Client.enqueue_batch, no network, minus build (otel {args.otel})",
+                 f"{call - times['build EnqueueRequest + Payload.json']:.2f}"])
     print(table([f"step (batch of {n})", "µs per job"], rows))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -24,14 +23,17 @@ import typer
 from sepp._version import __version__
 from sepp.cli.flags import one_line
 from sepp.cli.main import app
+from sepp.logs import configure as configure_logging
+from sepp.logs import text_format
 from sepp.server.config import ServerConfig
 
 
 def log_format(node: str) -> str:
-    """The ``logging`` format of ``sepp serve``: every line names the node (issue 10: logs
-    name the node), e.g. ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]: stopping …``.
-    A ``%`` in the name is escaped (the format is %-style)."""
-    return f"%(asctime)s %(levelname)s %(name)s [{node.replace('%', '%%')}]: %(message)s"
+    """The ``logging`` format of ``sepp serve``'s text lines: every line names the node
+    (issue 10: logs name the node), e.g. ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]:
+    stopping …``. A ``%`` in the name is escaped (the format is %-style). ``sepp.logs``
+    (issue 11) has it and the JSON lines."""
+    return text_format(node)
 
 
 def _default(key: str) -> str:
@@ -83,6 +85,8 @@ def serve(
     insecure: Annotated[bool | None, typer.Option(
         "--insecure", help="Allow a non-loopback grpc_listen/http_listen with no \\[\\[auth.tokens]] "
                            "(anyone who reaches the port can use every API).", show_default=False)] = None,
+    log_format: Annotated[str | None, typer.Option(help="text | json: one JSON object per line on stderr.",
+                                                   show_default=_default("log_format"))] = None,
 ) -> None:
     """Start sepp. Every flag is also a TOML key and a SEPP_* variable (flag > env > file)."""
     from sepp.server.config import ConfigError, load_config
@@ -90,7 +94,7 @@ def serve(
     try:
         cfg = load_config(config, storage=storage, data_dir=data_dir, postgres_dsn=postgres_dsn,
                           node_name=node_name, grpc_listen=grpc_listen, http_listen=http_listen,
-                          persist_mode=persist_mode, strict=strict, log_level=log_level,
+                          persist_mode=persist_mode, strict=strict, log_level=log_level, log_format=log_format,
                           tls_cert=tls_cert, tls_key=tls_key, tls_client_ca=tls_client_ca, insecure=insecure)
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
@@ -104,11 +108,13 @@ def serve(
                    f"docs/operations.md), listen on 127.0.0.1, or pass --insecure", err=True)
         raise typer.Exit(2)
     node = cfg.node_name or socket.gethostname()  # SeppServer.node's rule
-    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr, format=log_format(node))
+    from sepp.server.eventlog import config_secrets, config_summary, summary_text
+
+    configure_logging(cfg.log_level, cfg.log_format, node, secrets=config_secrets(cfg))
     if exposed:
         logging.getLogger("sepp.auth").warning(
             "insecure: listening on %s with no [[auth.tokens]]: every API is open to anyone who can reach it",
-            ", ".join(exposed))
+            ", ".join(exposed), extra={"event": "insecure"})
     from sepp.server.app import SeppServer, run
     from sepp.storage.errors import StoreError, StoreFailed
 
@@ -119,9 +125,13 @@ def serve(
         # The start line, once serving (a failed start stays one line on stderr: "sepp: cannot start: …").
         where = f"schema {cfg.postgres.schema}" if cfg.storage == "postgres" else f"data {cfg.data_dir}"
         tls = f" tls={server.tls.mode if server.tls is not None else 'off'}"
-        logging.getLogger("sepp.server").info("serving: sepp %s, node %s, storage %s (%s), grpc %s:%d%s",
-                                              __version__, server.node, cfg.storage, where, host,
-                                              server.grpc_port, http.replace(" http=", ", http "))
+        # It carries the config summary, secrets masked (issue 11 "Logs": the start event).
+        summary = config_summary(cfg, server.node)
+        logging.getLogger("sepp.server").info(
+            "serving: sepp %s, node %s, storage %s (%s), grpc %s:%d%s; config: %s", __version__, server.node,
+            cfg.storage, where, host, server.grpc_port, http.replace(" http=", ", http "), summary_text(summary),
+            extra={"event": "start", "version": __version__, "grpc_port": server.grpc_port,
+                   "http_port": server.http_port if cfg.http_listen else None, "config": summary})
         if cfg.storage == "postgres":  # no data folder: the database is shared by every node
             print(f"sepp ready grpc={host}:{server.grpc_port}{http} storage=postgres schema={cfg.postgres.schema} "
                   f"node={server.node} persist={cfg.persist_mode} writer=connections:{cfg.postgres.writers} "
@@ -140,14 +150,25 @@ def serve(
     try:
         asyncio.run(run(cfg, announce))
     except ConfigError as exc:  # open_store: a storage backend this build does not know
-        typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
+        _last_word(cfg.log_format, f"sepp: invalid configuration: {one_line(exc)}")
         raise typer.Exit(2) from None
     except StoreFailed as exc:
-        typer.echo(f"sepp: stopped: {one_line(exc)}", err=True)
+        _last_word(cfg.log_format, f"sepp: stopped: {one_line(exc)}")
         raise typer.Exit(1) from None
     except (OSError, RuntimeError, StoreError) as exc:
-        typer.echo(f"sepp: cannot start: {one_line(exc)}", err=True)
+        _last_word(cfg.log_format, f"sepp: cannot start: {one_line(exc)}")
         raise typer.Exit(1) from None
+
+
+def _last_word(log_format: str, line: str) -> None:
+    """The one line a failed start or stop ends with on stderr: as it is in text mode, as a
+    JSON log line (logger ``sepp``, level error) in json mode, so every line parses."""
+    if log_format == "json":
+        logging.getLogger("sepp").error(line, extra={"event": "exit"})
+    else:
+        typer.echo(line, err=True)
+
+
 
 
 @app.command()

@@ -23,7 +23,6 @@ import contextlib
 import datetime as dt
 import importlib
 import json
-import logging
 import math
 import os
 import sys
@@ -38,6 +37,9 @@ from sepp.cli.shell import EXIT_USAGE, ClientTokenOpt, fail_auth
 from sepp.cli.tls import client_tls
 from sepp.errors import PermissionDenied, Unauthenticated
 from sepp.limits import MAX_LEASE, MIN_LEASE, fmt_number
+from sepp.logs import LOG_FORMATS
+from sepp.logs import configure as configure_logging
+from sepp.worker.config import default_worker_id
 
 #: Success lines per second before they are summarised instead (issue 15 item 5).
 LINE_RATE = 50
@@ -210,13 +212,19 @@ def worker(
         help="debug | info | warning | error (stderr); debug also prints a line for every job.")] = "info",
     quiet: Annotated[bool, typer.Option("--quiet", help="Outcome lines for failures and dead-letters only.")] = False,
     token: ClientTokenOpt = None,
+    log_format: Annotated[str, typer.Option(
+        envvar="SEPP_LOG_FORMAT", help="text | json: the stderr log lines, JSON = one object per line.")] = "text",
 ) -> None:
     """Run handlers from an importable module until SIGTERM/SIGINT, then drain gracefully."""
     level = log_level.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         typer.echo(f"sepp worker: --log-level must be debug, info, warning or error, not {log_level!r}", err=True)
         raise typer.Exit(EXIT_USAGE)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_format not in LOG_FORMATS:
+        typer.echo(f"sepp worker: --log-format must be text or json, not {log_format!r}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    # Lines name the worker (host:pid, the default worker id) as the server's name the node (issue 11).
+    configure_logging(level, log_format, default_worker_id())
     try:
         if lease is not None:
             _check_seconds("--lease", lease, MIN_LEASE, MAX_LEASE)

@@ -499,6 +499,28 @@ def validate_requests(cached: CachedInfo, requests: Sequence[EnqueueRequest]) ->
     return out
 
 
+def with_trace(proto: pb.EnqueueRequest, carrier: dict[str, str] | None) -> pb.EnqueueRequest:
+    """``proto`` with ``carrier`` (the W3C trace context tracing made for it) as its
+    ``trace_context``: a copy, since a request's cached message is read-only; ``proto``
+    itself when ``carrier`` is ``None`` (the caller gave a trace context: kept)."""
+    if carrier is None:
+        return proto
+    msg = pb.EnqueueRequest()
+    msg.CopyFrom(proto)
+    msg.trace_context.update(carrier)
+    return msg
+
+
+def stamp_traces(batch: ppb.EnqueueBatchRequest, carriers: Sequence[dict[str, str] | None]
+                 ) -> ppb.EnqueueBatchRequest:
+    """Write each job's trace context from tracing (``carriers``, one per job, ``None`` =
+    keep the job's own) into ``batch``; returns ``batch``. Only called when tracing records."""
+    for job, carrier in zip(batch.jobs, carriers, strict=True):
+        if carrier is not None:
+            job.trace_context.update(carrier)
+    return batch
+
+
 def batch_message(requests: Sequence[EnqueueRequest]) -> ppb.EnqueueBatchRequest:
     """``EnqueueBatchRequest(jobs=[r.to_proto() for r in requests])``, built in place: a plain
     request (``_plain``) whose wire message was never built is written straight into the

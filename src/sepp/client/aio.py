@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
@@ -42,17 +43,21 @@ class AsyncClient:
         tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
             the server's certificate must chain to, and the client's certificate and key for
             mutual TLS. A TLS failure (unknown CA, no client certificate) is ``Unavailable``.
+        tracer_provider: An OpenTelemetry ``TracerProvider`` to record spans with; ``None``
+            = the global one, if the application set one (see :meth:`sepp.Client`).
 
     Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
     """
 
     def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
-                 tls_key: PathArg | None = None) -> None:
+                 tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
         self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
         #: ``options.metadata`` plus the token's ``authorization`` entry (issue 11).
         self._metadata = (*self.options.metadata, *token_metadata(token))
+        #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
+        self.tracer_provider = tracer_provider
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._lock: asyncio.Lock | None = None
@@ -64,17 +69,46 @@ class AsyncClient:
     async def enqueue(self, request: EnqueueRequest) -> EnqueueAck:
         """Enqueue one job; see :meth:`sepp.Client.enqueue` (same errors)."""
         proto = _core.to_protos([request])[0]
-        if self.options.validate_locally:
-            rejection = (await self._validate_protos([proto]))[0]
-            if rejection is not None:
-                raise RejectedError(rejection)
-        response = await self._call("Enqueue", proto, idempotent=bool(proto.idempotency_key))
-        return EnqueueAck.from_proto(response)
+        tracer = tracing.tracer(self.tracer_provider)
+        if tracer is None:
+            if self.options.validate_locally:
+                rejection = (await self._validate_protos([proto]))[0]
+                if rejection is not None:
+                    raise RejectedError(rejection)
+            response = await self._call("Enqueue", proto, idempotent=bool(proto.idempotency_key))
+            return EnqueueAck.from_proto(response)
+        send = tracer.send([request], batch=False)
+        try:
+            if self.options.validate_locally:
+                rejection = (await self._validate_protos([proto]))[0]
+                if rejection is not None:
+                    raise RejectedError(rejection)
+            response = await self._call("Enqueue", _core.with_trace(proto, send.carriers[0]),
+                                        idempotent=bool(proto.idempotency_key))
+            ack = EnqueueAck.from_proto(response)
+        except BaseException as exc:
+            send.fail(exc)
+            raise
+        send.done([ack])
+        return ack
 
     async def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
         """Enqueue jobs best-effort; see :meth:`sepp.Client.enqueue_batch`."""
         # Plain requests are validated from a memo of their shape, as in Client.
         reqs = _core.check_requests(requests)
+        tracer = tracing.tracer(self.tracer_provider) if reqs else None
+        if tracer is None:
+            return await self._enqueue_batch(reqs, None)
+        send = tracer.send(reqs, batch=True)
+        try:
+            results = await self._enqueue_batch(reqs, send)
+        except BaseException as exc:
+            send.fail(exc)
+            raise
+        send.done(results)
+        return results
+
+    async def _enqueue_batch(self, reqs: list[EnqueueRequest], send: Any) -> list[BatchResult]:
         verdicts: list[Rejection | None] = [None] * len(reqs)
         if self.options.validate_locally:
             await self._check_batch_size(len(reqs))
@@ -84,8 +118,10 @@ class AsyncClient:
             to_send = reqs
         response = None
         if to_send or not self.options.validate_locally:
-            response = await self._call("EnqueueBatch",
-                                        _core.batch_message(to_send),
+            message = _core.batch_message(to_send)
+            if send is not None:
+                _core.stamp_traces(message, send.sent(verdicts))
+            response = await self._call("EnqueueBatch", message,
                                         idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
 
@@ -122,15 +158,28 @@ class AsyncClient:
 
     async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue jobs all-or-nothing; see :meth:`sepp.Client.enqueue_atomic`."""
-        protos = _core.to_protos(requests)
-        if self.options.validate_locally:
-            await self._check_batch_size(len(protos))
-            error = _core.atomic_local_error(await self._validate_protos(protos))
-            if error is not None:
-                raise error
-        response = await self._call("EnqueueAtomic", ppb.EnqueueBatchRequest(jobs=protos),
-                                    idempotent=_core.all_keyed(protos))
-        return _core.atomic_acks(response, len(protos))
+        reqs = _core.check_requests(requests)
+        protos = _core.to_protos(reqs)
+        tracer = tracing.tracer(self.tracer_provider) if reqs else None
+        send = None if tracer is None else tracer.send(reqs, batch=True)
+        try:
+            if self.options.validate_locally:
+                await self._check_batch_size(len(protos))
+                error = _core.atomic_local_error(await self._validate_protos(protos))
+                if error is not None:
+                    raise error
+            message = ppb.EnqueueBatchRequest(jobs=protos)
+            if send is not None:
+                _core.stamp_traces(message, send.carriers)
+            response = await self._call("EnqueueAtomic", message, idempotent=_core.all_keyed(protos))
+            acks = _core.atomic_acks(response, len(protos))
+        except BaseException as exc:
+            if send is not None:
+                send.fail(exc)
+            raise
+        if send is not None:
+            send.done(acks)
+        return acks
 
     # ------------------------------------------------------------ server info
 

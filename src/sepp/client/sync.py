@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections import deque
@@ -12,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
@@ -48,17 +50,25 @@ class Client:
         tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
             the server's certificate must chain to, and the client's certificate and key for
             mutual TLS. A TLS failure (unknown CA, no client certificate) is ``Unavailable``.
+        tracer_provider: An OpenTelemetry ``TracerProvider`` to record spans with
+            (``pip install sepp[otel]``); ``None`` = the global one, used only once the
+            application set one. Each enqueue then records a producer span and sends its
+            context as the job's ``trace_context`` when the request has none (issue 11;
+            ``sepp._otel``, docs/operations.md "Tracing"). Without it nothing is recorded
+            and OpenTelemetry is not imported.
 
     Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
     """
 
     def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
-                 tls_key: PathArg | None = None) -> None:
+                 tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
         self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
         #: ``options.metadata`` plus the token's ``authorization`` entry (issue 11).
         self._metadata = (*self.options.metadata, *token_metadata(token))
+        #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
+        self.tracer_provider = tracer_provider
         channel_args = _core.channel_options(self.options)
         if self.options.credentials is not None:
             self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
@@ -81,12 +91,28 @@ class Client:
             TypeError: ``request`` is not an ``EnqueueRequest``.
         """
         proto = _core.to_protos([request])[0]
-        if self.options.validate_locally:
-            rejection = self._validate_protos([proto])[0]
-            if rejection is not None:
-                raise RejectedError(rejection)
-        response = self._call(self._stub.Enqueue, proto, idempotent=bool(proto.idempotency_key))
-        return EnqueueAck.from_proto(response)
+        tracer = tracing.tracer(self.tracer_provider)
+        if tracer is None:
+            if self.options.validate_locally:
+                rejection = self._validate_protos([proto])[0]
+                if rejection is not None:
+                    raise RejectedError(rejection)
+            response = self._call(self._stub.Enqueue, proto, idempotent=bool(proto.idempotency_key))
+            return EnqueueAck.from_proto(response)
+        send = tracer.send([request], batch=False)
+        try:
+            if self.options.validate_locally:
+                rejection = self._validate_protos([proto])[0]
+                if rejection is not None:
+                    raise RejectedError(rejection)
+            response = self._call(self._stub.Enqueue, _core.with_trace(proto, send.carriers[0]),
+                                  idempotent=bool(proto.idempotency_key))
+            ack = EnqueueAck.from_proto(response)
+        except BaseException as exc:
+            send.fail(exc)
+            raise
+        send.done([ack])
+        return ack
 
     def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
         """Enqueue 1..``max_enqueue_batch`` jobs best-effort, in one round trip.
@@ -101,6 +127,19 @@ class Client:
         """
         # Plain requests are validated from a memo of their shape (``_core.validate_requests``).
         reqs = _core.check_requests(requests)
+        tracer = tracing.tracer(self.tracer_provider) if reqs else None
+        if tracer is None:
+            return self._enqueue_batch(reqs, None)
+        send = tracer.send(reqs, batch=True)
+        try:
+            results = self._enqueue_batch(reqs, send)
+        except BaseException as exc:
+            send.fail(exc)
+            raise
+        send.done(results)
+        return results
+
+    def _enqueue_batch(self, reqs: list[EnqueueRequest], send: Any) -> list[BatchResult]:
         verdicts: list[Rejection | None] = [None] * len(reqs)
         if self.options.validate_locally:
             self._check_batch_size(len(reqs))
@@ -110,8 +149,10 @@ class Client:
             to_send = reqs
         response = None
         if to_send or not self.options.validate_locally:
-            response = self._call(self._stub.EnqueueBatch,
-                                  _core.batch_message(to_send),
+            message = _core.batch_message(to_send)
+            if send is not None:
+                _core.stamp_traces(message, send.sent(verdicts))
+            response = self._call(self._stub.EnqueueBatch, message,
                                   idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
 
@@ -143,7 +184,8 @@ class Client:
                 for chunk in _core.chunked(requests, size):
                     if len(pending) >= in_flight:
                         self._collect(pending.popleft(), out, progress, total)
-                    pending.append(pool.submit(self.enqueue_batch, chunk))
+                    # each batch runs in the caller's context (its current span: tracing)
+                    pending.append(pool.submit(contextvars.copy_context().run, self.enqueue_batch, chunk))
                 while pending:
                     self._collect(pending.popleft(), out, progress, total)
             except BaseException:
@@ -171,15 +213,28 @@ class Client:
             RejectedError: the batch is empty or over the cap.
             TransportError: no verdict.
         """
-        protos = _core.to_protos(requests)
-        if self.options.validate_locally:
-            self._check_batch_size(len(protos))
-            error = _core.atomic_local_error(self._validate_protos(protos))
-            if error is not None:
-                raise error
-        response = self._call(self._stub.EnqueueAtomic, ppb.EnqueueBatchRequest(jobs=protos),
-                              idempotent=_core.all_keyed(protos))
-        return _core.atomic_acks(response, len(protos))
+        reqs = _core.check_requests(requests)
+        protos = _core.to_protos(reqs)
+        tracer = tracing.tracer(self.tracer_provider) if reqs else None
+        send = None if tracer is None else tracer.send(reqs, batch=True)
+        try:
+            if self.options.validate_locally:
+                self._check_batch_size(len(protos))
+                error = _core.atomic_local_error(self._validate_protos(protos))
+                if error is not None:
+                    raise error
+            message = ppb.EnqueueBatchRequest(jobs=protos)
+            if send is not None:
+                _core.stamp_traces(message, send.carriers)
+            response = self._call(self._stub.EnqueueAtomic, message, idempotent=_core.all_keyed(protos))
+            acks = _core.atomic_acks(response, len(protos))
+        except BaseException as exc:
+            if send is not None:
+                send.fail(exc)
+            raise
+        if send is not None:
+            send.done(acks)
+        return acks
 
     # ------------------------------------------------------------ server info
 

@@ -156,7 +156,9 @@ class SeppServer:
         app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node,
                              metrics=self.metrics, ready=self.readiness.check, auth=self.auth)
         tls = self.tls.uvicorn_settings() if self.tls is not None else {}
-        self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, **tls))
+        # log_config=None: uvicorn's lines go through sepp's handler (text or JSON, sepp.logs).
+        self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
+                                            log_config=None, **tls))
         self._http_task = asyncio.create_task(self.http.serve(sockets=[sock]), name="sepp-http")
 
     async def stop(self) -> None:

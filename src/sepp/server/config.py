@@ -132,6 +132,8 @@ class ServerConfig(BaseSettings):
     node_name: str = ""
     #: Log level: debug, info, warning, error.
     log_level: str = "info"
+    #: Log lines on stderr: "text" (the default) or "json", one object per line (issue 11; ``sepp.logs``).
+    log_format: Literal["text", "json"] = "text"
     #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
     debug_commit_delay: float = Field(default=0.0, ge=0, le=60.0)
     #: The SQLite backend's own settings: writer placement, page cache, async fsync period.

@@ -25,6 +25,7 @@ from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.config import ServerConfig
 from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, LeaseRefused, Overloaded
+from sepp.server.eventlog import RateLimited
 from sepp.server.events import EngineEvents, Event
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry, QueueState
@@ -47,7 +48,11 @@ from sepp.storage.rows import describe
 from sepp.validation import Checked, Validator
 
 log = logging.getLogger("sepp.engine")
-_SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
+#: Dead-letter lines: at most this many per ``DEAD_LOG_EVERY`` seconds (the rest counted, issue 11).
+DEAD_LOG_BURST, DEAD_LOG_EVERY = 20, 5.0
+#: Overload lines: at most one per this many seconds, with the count of the refusals in between.
+OVERLOAD_LOG_EVERY = 5.0
+_SCHEDULED, _READY, _DEAD = int(State.SCHEDULED), int(State.READY), int(State.DEAD_LETTERED)
 #: Longest lease a Reserve or ExtendLease may ask for, seconds (one day; refused, not clamped).
 MAX_LEASE_SECONDS = MAX_LEASE
 #: Shortest lease or extension, seconds: the server keeps time in µs, and a lease shorter than
@@ -127,6 +132,9 @@ class JobEngine:
         self.workers = WorkerRegistry(clock)
         #: Give-back tasks of abandoned reservations (kept referenced until done).
         self._background: set[asyncio.Future[Any]] = set()
+        # Significant-event lines that can come in floods are rate-limited (issue 11 "Logs").
+        self._dead_log = RateLimited(log, burst=DEAD_LOG_BURST, every=DEAD_LOG_EVERY)
+        self._overload_log = RateLimited(log, burst=1, every=OVERLOAD_LOG_EVERY)
 
     @property
     def on_scheduled(self) -> Event[[int]]:
@@ -149,6 +157,11 @@ class JobEngine:
         backlog = self.store.backlog
         if backlog + jobs > self._max_backlog and backlog > 0:
             self.events.overloaded(jobs)
+            self._overload_log.log(
+                logging.WARNING, "overloaded: %d job(s) refused with OVERLOADED (commit backlog %d, "
+                "max_commit_backlog %d; clients retry after %g s)", jobs, backlog, self._max_backlog,
+                self.config.overload_retry_after,
+                extra={"event": "overload", "count": jobs, "backlog": backlog, "max_commit_backlog": self._max_backlog})
             raise Overloaded(self.config.overload_retry_after, backlog)
 
     def _build(self, req: pb.EnqueueRequest, checked: Checked, now: int,
@@ -407,13 +420,15 @@ class JobEngine:
         results = await self.store.settle(items, self.queues.policies())
         finished: dict[tuple[str, int], int] = {}
         woke: set[str] = set()
-        for error, state, run_at, _attempt, queue, _started in results:
+        for i, (error, state, run_at, attempt, queue, _started) in enumerate(results):
             if error is not None:
                 continue
             if state in _COUNTED:
                 if run_at:  # run_at 0: a repeated ack, counted already
                     key = (queue, state)
                     finished[key] = finished.get(key, 0) + 1
+                    if state == _DEAD:
+                        self._dead_lettered(items[i], queue, attempt)
             elif state == _SCHEDULED:
                 self.on_scheduled(run_at)
             elif state == _READY:
@@ -424,6 +439,19 @@ class JobEngine:
             self.notifier.ready(name)  # jobs given back (release, retry without delay)
         self.events.settled(items, results)
         return results
+
+    def _dead_lettered(self, item: SettleParams, queue: str, attempt: int) -> None:
+        """The log line of a job a settle dead-lettered (issue 11 "Logs"): its id, queue,
+        attempt and reason (``nack_dead_letter`` or ``attempts_exhausted``, the metric's
+        label), the error message the worker sent (else the stored reason) clipped — never the payload. At most
+        ``DEAD_LOG_BURST`` lines per ``DEAD_LOG_EVERY`` seconds; the rest are counted."""
+        reason = "nack_dead_letter" if item.kind is SettleKind.DEAD_LETTER else "attempts_exhausted"
+        detail = clip(item.error_message or item.reason, 200)
+        job_id = job_id_text(item.job_id) if len(item.job_id) == 16 else item.job_id.hex()
+        self._dead_log.log(logging.WARNING, "job %s of queue %s dead-lettered (%s, attempt %d)%s", job_id,
+                           clip(repr(queue), 200), reason, attempt, f": {detail}" if detail else "",
+                           extra={"event": "job_dead_lettered", "queue": queue, "job_id": job_id,
+                                  "reason": reason, "attempt": attempt, "detail": detail})
 
     async def settle_one(self, item: SettleParams) -> SettleResult:
         """One ack/nack. Raises ``LeaseRefused`` when the lease does not hold."""

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 
 from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings
+from sepp.quoting import quote
 from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
 from sepp.validation import QueueRefused
 
@@ -116,10 +117,14 @@ class QueueRegistry:
             if current is None:
                 current = self._queues[name] = QueueState(name, settings, declared=True)
                 changed.append(current)
+                log.info("queue %s declared by the config", quote(name),
+                         extra={"event": "queue_declared", "queue": name, "source": "config"})
             elif current.settings != settings or not current.declared:
                 current.apply(settings)
                 current.declared = True
                 changed.append(current)
+                log.info("queue %s changed by the config", quote(name),
+                         extra={"event": "queue_changed", "queue": name, "source": "config"})
         return changed
 
     @property
@@ -224,6 +229,8 @@ class QueueRegistry:
         if q is None:
             q = self._queues[name] = QueueState(name, self.defaults)
             self._admitted.discard(name)
+            log.info("queue %s created on first enqueue (the server's queue_defaults)", quote(name),
+                     extra={"event": "queue_declared", "queue": name, "source": "enqueue"})
         return q
 
     def put(self, state: QueueState) -> None:

@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sepp import tracing
 from sepp.client.auth import token_metadata
 from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
@@ -113,6 +114,10 @@ class Worker:
             ``PermissionDenied`` (never retried).
         tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11): the CA of the server's
             certificate; the worker's certificate and key for mutual TLS.
+        tracer_provider: An OpenTelemetry ``TracerProvider`` (``pip install sepp[otel]``) to
+            record a ``process <queue>`` span per job with; ``None`` = the global one, used
+            only once the application set one (issue 11; ``sepp._otel``, docs/operations.md
+            "Tracing"). Without it nothing is recorded and OpenTelemetry is not imported.
 
     Raises ``ValueError`` for an invalid setting (a TLS file that cannot be read or used too).
     """
@@ -122,11 +127,13 @@ class Worker:
                  shutdown_grace: float = 30.0, worker_id: str = "", poll_wait: float = 5.0,
                  max_reserve: int = 256, settle_batch: int = 256, token: str | None = None,
                  tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
-                 tls_key: PathArg | None = None) -> None:
+                 tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
         #: The token's metadata (issue 11); kept out of ``config`` so printing it shows no secret.
         self._auth_metadata = token_metadata(token)
         #: An auth refusal that stopped the worker; ``run()`` raises it after the drain.
         self._fatal: TransportError | None = None
+        #: The OpenTelemetry ``TracerProvider`` of the job spans; ``None`` = the global one.
+        self.tracer_provider = tracer_provider
         self.config = WorkerConfig(target, queue_tuple(queues), concurrency, prefetch, lease_duration,
                                    shutdown_grace, worker_id, poll_wait, max_reserve, settle_batch,
                                    tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
@@ -439,9 +446,10 @@ class Worker:
                 self._ahead //= 2
                 self._shrunk_at = now
         create_task, execute, finished = self._loop.create_task, self._execute, self._finished
+        tracer = tracing.tracer(self.tracer_provider)
         while pending and len(running) < limit:
             job = pending.popleft()[0]
-            task = create_task(execute(job))
+            task = create_task(execute(job) if tracer is None else self._execute_traced(job, tracer))
             running[task] = job
             task.add_done_callback(finished)
 
@@ -452,12 +460,20 @@ class Worker:
             self._dispatch()
             self._wake_reservers()
 
-    async def _execute(self, job: Job) -> None:
+    async def _execute_traced(self, job: Job, tracer: Any) -> None:
+        """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
+        with tracer.process(job) as span:
+            await self._execute(job, span)
+
+    async def _execute(self, job: Job, span: Any = None) -> None:
+        """Run ``job``'s handler and settle its outcome; ``span`` (tracing's ``Process``, or
+        ``None``) is told the outcome and the handler's exception."""
         started = time.perf_counter()
         registered = self.registry.get(job.job_type)
         me = asyncio.current_task(self._loop)
         assert me is not None
         outcome: Outcome
+        error: BaseException | None = None
         if registered is None:
             outcome = no_handler(job.job_type)
         else:
@@ -477,11 +493,13 @@ class Worker:
                 elif me.cancelling():
                     raise  # this task itself is being cancelled
                 else:  # the handler raised CancelledError of its own: a failure like any other
-                    outcome = outcome_for_exception(exc)
+                    outcome, error = outcome_for_exception(exc), exc
             except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
-                outcome = outcome_for_exception(exc)
+                outcome, error = outcome_for_exception(exc), exc
             finally:
                 self._task_jobs.pop(me, None)
+        if span is not None:
+            span.outcome(outcome.kind, error, outcome.error_message)
         # The handler is done: its slot goes to the next job while the outcome is settled in
         # the background (queued before anything else runs; stop() waits for its verdict).
         self._settle(job, outcome, time.perf_counter() - started)

@@ -46,6 +46,14 @@ from sepp.storage.base import JobRecord, State
 from sepp.storage.errors import StoreError
 
 log = logging.getLogger("sepp.admin")
+#: Queue declared, changed, paused, resumed, purged, deleted (issue 11 "Logs": significant events).
+qlog = logging.getLogger("sepp.queues")
+
+
+def _queue_event(event: str, name: str, what: str, **fields: Any) -> None:
+    """One ``sepp.queues`` line for an admin change of queue ``name`` (API or UI)."""
+    qlog.info("queue %s %s (admin)", quote(name), what, extra={"event": event, "queue": name, "source": "admin",
+                                                                **fields})
 
 _MINUTE = MINUTE_US
 #: Minutes of throughput shown (the last hour) and kept in the table (a day).
@@ -237,13 +245,17 @@ class AdminEngine:
             if raced is not None:
                 raced.apply(settings)
                 raced.declared = True
+                _queue_event("queue_declared", name, "declared", settings=list(paths))
                 return raced, False
             registry.put(q)
+            _queue_event("queue_declared", name, "declared", settings=list(paths))
             return q, True
         if patch is not None:
             current.apply(merge_settings(current.settings, patch, paths, cap, labels))
         current.declared = True
         await self._persist(current)
+        _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),
+                     settings=list(paths))
         return current, False
 
     async def update_queue(self, name: str, patch: Mapping[str, Any], paths: Sequence[str]) -> QueueState:
@@ -253,6 +265,7 @@ class AdminEngine:
         settings = merge_settings(q.settings, patch, paths, lim.max_message_bytes, lim.max_encoding_bytes)
         q.apply(settings)
         await self._persist(q)
+        _queue_event("queue_changed", name, f"changed: {', '.join(paths) or 'settings'}", settings=list(paths))
         return q
 
     async def set_paused(self, name: str, paused: bool) -> QueueState:
@@ -260,6 +273,7 @@ class AdminEngine:
         q = self.queue(name)
         q.paused = paused
         await self._persist(q)
+        _queue_event("queue_paused" if paused else "queue_resumed", name, "paused" if paused else "resumed")
         if not paused:
             self.engine.notifier.ready(name)
         return q
@@ -278,6 +292,7 @@ class AdminEngine:
             if n < CHUNK:
                 break
         self._counts.expires = 0.0
+        _queue_event("queue_purged", name, f"purged: {total} job(s) deleted", count=total)
         return total
 
     async def delete_queue(self, name: str, force: bool = False) -> int:
@@ -294,6 +309,7 @@ class AdminEngine:
                 self.engine.queues.remove(name)
                 self.counter.forget(name)
                 self._counts.expires = 0.0
+                _queue_event("queue_deleted", name, f"deleted with {deleted} job(s)", count=deleted)
                 return deleted
             if not force:
                 counts = (await self.store.state_counts(name))[name]

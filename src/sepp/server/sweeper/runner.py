@@ -186,9 +186,28 @@ class Sweeper:
             engine.on_finished(name, int(State.DEAD_LETTERED), count)
         if result.expired:
             engine.events.leases_expired(result.expired, result.dead_lettered)
+        if result.count:
+            self._log_reclaimed(result)
         self._note_skipped("reclaim", result.skipped)
         self.passes["reclaim"] += 1
         return result
+
+    @staticmethod
+    def _log_reclaimed(result: SweepResult) -> None:
+        """The lines of a reclaim pass that found expired leases (issue 11 "Logs"): one
+        ``lease_expired`` line with how many and the queues that got jobs back, and one
+        ``job_dead_lettered`` line per queue whose jobs were on their last attempt (reason
+        ``lease_expired``). At most one pass's worth per ``sweep_interval``."""
+        dead = sum(result.dead_lettered.values())
+        queues = sorted(result.queues | set(result.dead_lettered))
+        log.warning("%d expired lease(s) reclaimed (queues %s)%s", result.count,
+                    ", ".join(quote(q) for q in queues) or "-",
+                    f"; {dead} of them on their last attempt were dead-lettered" if dead else "",
+                    extra={"event": "lease_expired", "count": result.count, "queues": queues})
+        for name, count in sorted(result.dead_lettered.items()):
+            log.warning("%d job(s) of queue %s dead-lettered (lease_expired: the lease of their last attempt "
+                        "expired)", count, quote(name),
+                        extra={"event": "job_dead_lettered", "queue": name, "count": count, "reason": "lease_expired"})
 
     async def prune_once(self) -> int:
         """One retention pass. Returns rows deleted."""

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+from sepp import logs
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
 from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending, resolve
@@ -108,8 +109,10 @@ class ProcessCommitter:
         # run in this process (gRPC's would log that threads are busy), nothing is copied,
         # and the call returns as soon as the child exists (once per server start).
         try:
+            # The child logs like this process (sepp.logs: text or JSON lines, the node named).
+            settings = {**self._settings, "log": logs.child_settings()}
             self._proc = subprocess.Popen([sys.executable, "-m", "sepp.storage.sqlite.writer",  # noqa: ASYNC220
-                                           json.dumps(self._settings)],
+                                           json.dumps(settings)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=False)
         except OSError as exc:
             raise StoreError(f"cannot start the writer process: {exc}") from exc
@@ -374,8 +377,7 @@ def child_main() -> None:
     stdin_fd = os.dup(0)
     out = _Out(os.fdopen(os.dup(1), "wb", buffering=1 << 16))
     os.dup2(2, 1)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s[writer]: %(message)s")
+    logs.configure_child(settings.get("log"), "writer")
     from sepp.storage.sqlite.schema import connect_writer
 
     path = Path(settings["path"])

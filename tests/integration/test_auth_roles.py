@@ -162,3 +162,28 @@ def test_a_refused_call_does_nothing_and_a_flood_is_logged_sparingly(locked: Ser
         stubs.close()
     assert len(unknown_lines()) - before <= int(elapsed) + 2  # 50+ failures: at most one line a second
     assert not any("wrong-secret" in line or "s3cret" in line for line in locked.output)  # never a secret
+
+
+def test_every_refusal_is_counted_in_the_auth_failures_metric(locked: ServerProcess) -> None:
+    """``sepp_auth_failures_total{reason}`` (issue 11 "Metrics") moves with each refusal, by
+    reason: no token, an unknown one, a known one without the role."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def failures() -> dict[str, float]:
+        with urllib.request.urlopen(f"{locked.http_url}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        return {s.labels["reason"]: s.value for f in text_string_to_metric_families(text)
+                for s in f.samples if s.name == "sepp_auth_failures_total"}
+
+    before = failures()
+    stubs = StubSet(locked.grpc_target)
+    try:
+        for md in ((), bearer("no-such-secret"), bearer("no-such-secret"), bearer(TOKENS["worker"][0])):
+            fails(_enqueue, stubs, md)
+    finally:
+        stubs.close()
+    after = failures()
+    assert {r: after.get(r, 0) - before.get(r, 0) for r in ("missing", "unknown", "forbidden")} == \
+        {"missing": 1, "unknown": 2, "forbidden": 1}

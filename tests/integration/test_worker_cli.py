@@ -194,6 +194,41 @@ def test_a_bad_log_level_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--log-level must be" in err and out == ""
 
 
+def test_a_bad_log_format_is_a_usage_error(tmp_path: Path) -> None:
+    proc = sepp_worker(tmp_path, "cli_handlers:worker", "--log-format", "xml")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "--log-format must be text or json, not 'xml'" in err and out == ""
+
+
+def test_log_format_json_makes_every_stderr_line_a_json_object(server_factory: ServerFactory,
+                                                               tmp_path: Path) -> None:
+    """Issue 11 "Logs": ``--log-format json`` (here through ``SEPP_LOG_FORMAT``) for a worker too."""
+    server = server_factory(queues={"jobs": {}})
+    with wire_for(server) as w:
+        w.enqueue("jobs", "ok")
+    (tmp_path / "cli_handlers.py").write_text(MODULE, "utf-8")
+    with (tmp_path / "worker.err").open("w") as err_file:
+        worker = subprocess.Popen([sys.executable, "-m", "sepp", "worker", "cli_handlers:make_worker", "--server",
+                                   server.grpc_target, "--queues", "jobs"], cwd=tmp_path, text=True,
+                                  stdout=subprocess.PIPE, stderr=err_file,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1", "SEPP_LOG_FORMAT": "json"})
+        assert worker.stdout is not None
+        watchdog = threading.Timer(20, worker.kill)
+        watchdog.start()
+        try:
+            line = worker.stdout.readline()  # the job's outcome line (stdout keeps its format)
+        finally:
+            watchdog.cancel()
+            worker.send_signal(signal.SIGTERM)
+            worker.communicate(timeout=20)
+    assert worker.returncode == 0 and " ok attempt=1/10 completed " in line
+    entries = [json.loads(text) for text in (tmp_path / "worker.err").read_text().splitlines()]
+    assert entries and entries[-1]["msg"].endswith(" stopped")
+    for entry in entries:
+        assert {"ts", "level", "logger", "node", "msg"} <= entry.keys()
+        assert entry["logger"] == "sepp.worker" and re.fullmatch(r".+:\d+", entry["node"])  # host:pid
+
+
 def test_json_prints_every_job_whatever_the_rate(server_factory: ServerFactory, tmp_path: Path) -> None:
     server = server_factory(queues={"jobs": {}})
     n = 1000

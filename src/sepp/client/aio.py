@@ -7,7 +7,7 @@ import contextlib
 from collections import deque
 from collections.abc import Iterable, Sized
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -21,6 +21,9 @@ from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
 from sepp.errors import RejectedError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
+
+if TYPE_CHECKING:
+    from sepp._otel import Send
 
 
 class AsyncClient:
@@ -70,26 +73,21 @@ class AsyncClient:
         """Enqueue one job; see :meth:`sepp.Client.enqueue` (same errors)."""
         proto = _core.to_protos([request])[0]
         tracer = tracing.tracer(self.tracer_provider)
-        if tracer is None:
-            if self.options.validate_locally:
-                rejection = (await self._validate_protos([proto]))[0]
-                if rejection is not None:
-                    raise RejectedError(rejection)
-            response = await self._call("Enqueue", proto, idempotent=bool(proto.idempotency_key))
-            return EnqueueAck.from_proto(response)
-        send = tracer.send([request], batch=False)
+        send = None if tracer is None else tracer.send([request], batch=False)
         try:
             if self.options.validate_locally:
                 rejection = (await self._validate_protos([proto]))[0]
                 if rejection is not None:
                     raise RejectedError(rejection)
-            response = await self._call("Enqueue", _core.with_trace(proto, send.carriers[0]),
-                                        idempotent=bool(proto.idempotency_key))
+            message = proto if send is None else _core.with_trace(proto, send.carriers[0])
+            response = await self._call("Enqueue", message, idempotent=bool(proto.idempotency_key))
             ack = EnqueueAck.from_proto(response)
         except BaseException as exc:
-            send.fail(exc)
+            if send is not None:
+                send.fail(exc)
             raise
-        send.done([ack])
+        if send is not None:
+            send.done([ack])
         return ack
 
     async def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
@@ -108,7 +106,7 @@ class AsyncClient:
         send.done(results)
         return results
 
-    async def _enqueue_batch(self, reqs: list[EnqueueRequest], send: Any) -> list[BatchResult]:
+    async def _enqueue_batch(self, reqs: list[EnqueueRequest], send: Send | None) -> list[BatchResult]:
         verdicts: list[Rejection | None] = [None] * len(reqs)
         if self.options.validate_locally:
             await self._check_batch_size(len(reqs))

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -61,6 +61,9 @@ from sepp.worker.config import DEFAULT_TARGET, PREFETCH_MAX_WAIT, WorkerConfig, 
 from sepp.worker.job import Job, timestamp_to_datetime
 from sepp.worker.outcome import COMPLETED, Outcome, OutcomeKind, no_handler, outcome_for_exception, released
 from sepp.worker.registry import HandlerRegistry
+
+if TYPE_CHECKING:
+    from sepp._otel import Process, SeppTracer
 
 log = logging.getLogger("sepp.worker")
 H = TypeVar("H", bound=Callable[..., Any])
@@ -460,12 +463,12 @@ class Worker:
             self._dispatch()
             self._wake_reservers()
 
-    async def _execute_traced(self, job: Job, tracer: Any) -> None:
+    async def _execute_traced(self, job: Job, tracer: SeppTracer) -> None:
         """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
         with tracer.process(job) as span:
             await self._execute(job, span)
 
-    async def _execute(self, job: Job, span: Any = None) -> None:
+    async def _execute(self, job: Job, span: Process | None = None) -> None:
         """Run ``job``'s handler and settle its outcome; ``span`` (tracing's ``Process``, or
         ``None``) is told the outcome and the handler's exception."""
         started = time.perf_counter()

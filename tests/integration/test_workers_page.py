@@ -17,6 +17,7 @@ import httpx
 import pytest
 from google.protobuf import duration_pb2
 from support.admin import AdminStubs, connect
+from support.failures import fails
 from support.servers import module_server
 from support.waiting import wait_for
 from support.worker import fast_queue
@@ -122,3 +123,21 @@ def test_sepp_workers_list(srv: ServerProcess, stubs: AdminStubs, fresh_queue: s
     table = subprocess.run([sys.executable, "-m", "sepp", "workers", "list", "--server", srv.grpc_target],
                            capture_output=True, text=True, timeout=60, env=env)
     assert table.returncode == 0 and me in table.stdout and "gone quiet" in table.stdout
+
+
+def test_a_refused_reserve_registers_no_worker_and_the_listing_is_bounded(srv: ServerProcess, stubs: AdminStubs,
+                                                                          fresh_queue: str) -> None:
+    """Worker ids are caller input (issue 13, found by attacking it): a Reserve the server refuses
+    leaves no trace on the Workers page, and however many workers call, ListWorkers answers at
+    most 500 (``total`` counts all) and the page shows at most 200 rows."""
+    fails(lambda: stubs.worker.Reserve(wpb.ReserveRequest(queues=[fresh_queue], max_jobs=0,
+                                                          worker_id=f"refused-{fresh_queue}"), timeout=10))
+    assert f"refused-{fresh_queue}" not in workers(stubs)
+    for i in range(520):
+        stubs.worker.Reserve(wpb.ReserveRequest(queues=[fresh_queue], max_jobs=1, worker_id=f"many-{fresh_queue}-{i}",
+                                                host="h" * 500), timeout=10)
+    resp = stubs.call("ListWorkers", apb.ListWorkersRequest())
+    assert len(resp.workers) == 500 and resp.total >= 520
+    assert all(len(w.host) == 200 for w in resp.workers if w.worker_id.startswith("many-"))
+    page = httpx.get(f"{srv.http_url}/workers", timeout=20).text
+    assert page.count('<tr class="worker') == 200 and 'id="workers-more"' in page

@@ -52,9 +52,12 @@ def test_idle_workers_are_forgotten_after_an_hour_and_the_registry_is_bounded(mo
         reg.reserved(f"w{i}", "", ["q"], 1, "")
     assert len(reg) == 3 and "w3" not in {r.worker_id for r in reg.snapshot("n")}
     monkeypatch.setattr(registry_module, "MAX_WORKERS", 10)
-    reg.reserved("x" * 1000, "h" * 1000, ["q" * 1000] * 100, 1, "v" * 1000)  # caller input is cut
+    reg.reserved("x" * 1024, "h" * 1000, ["q" * 1000] * 100, 1, "v" * 1000)  # caller input is cut …
     big = next(r for r in reg.snapshot("n") if r.worker_id.startswith("x"))
-    assert (len(big.worker_id), len(big.host), len(big.queues), len(big.queues[0])) == (256, 256, 64, 256)
+    assert (len(big.worker_id), len(big.host), len(big.queues), len(big.queues[0]), len(big.client_version)) == \
+        (1024, 200, 16, 200, 200)  # … but never the id: cut ids would merge workers
+    reg.reserved("y" * 1025, "h", ["q"], 1, "v")  # an id past MAX_ID is not tracked at all
+    assert not any(r.worker_id.startswith("y") for r in reg.snapshot("n"))
 
 
 def test_one_worker_on_two_nodes_is_one_entry_and_quiet_is_two_lease_periods() -> None:

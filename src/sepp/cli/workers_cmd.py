@@ -47,7 +47,7 @@ def workers_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_
     with _client(server, token, timeout, as_json) as client:
         resp = client.list_workers()
     if as_json:
-        _print_json({"workers": [worker_json(w) for w in resp.workers], "quiet": resp.quiet})
+        _print_json({"workers": [worker_json(w) for w in resp.workers], "quiet": resp.quiet, "total": resp.total})
         return
     if not resp.workers:
         _out().print("No worker called within the last hour.")
@@ -64,6 +64,7 @@ def workers_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_
                       f"{w.completed_last_minute:,}", f"{w.failed_last_minute:,}", escape(", ".join(w.nodes)),
                       "[yellow]quiet[/]" if w.quiet else "live")
     _out().print(table)
-    live = len(resp.workers) - resp.quiet
-    _out().print(f"{len(resp.workers)} worker(s): {live} live, {resp.quiet} gone quiet "
+    total = max(resp.total, len(resp.workers))
+    shown = "" if total == len(resp.workers) else f" ({len(resp.workers)} shown)"
+    _out().print(f"{total} worker(s){shown}: {total - resp.quiet} live, {resp.quiet} gone quiet "
                  "(no call within two lease periods)")

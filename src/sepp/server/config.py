@@ -289,6 +289,15 @@ def _given(value: Any) -> str:
     return ""
 
 
+#: Parts of a key whose value is a secret: a config error never quotes it (issue 11).
+_SECRET_PARTS = ("token", "secret", "password", "dsn", "sha256", "auth")
+
+
+def _secret(loc: tuple[Any, ...]) -> bool:
+    """Whether the key at ``loc`` holds (or may hold) a secret."""
+    return any(part in str(p).lower() for p in loc for part in _SECRET_PARTS)
+
+
 def _legacy_given(file_data: dict[str, Any]) -> dict[str, str]:
     """New ``[sqlite]`` key → the old flat name it was given under (file or ``SEPP_*``), so a
     refused value is named as the user wrote it."""
@@ -351,7 +360,8 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
         # One "key: problem" line per error; pydantic's own text names the internal
         # _WithFile class and links to its docs, which means nothing to a sepp user.
         moved = _legacy_given(file_data)
-        problems = [f"{_key_name(err['loc'], moved)}: {_problem(err)}{_given(err.get('input'))}"
+        problems = [f"{_key_name(err['loc'], moved)}: {_problem(err)}"
+                    f"{'' if _secret(err['loc']) else _given(err.get('input'))}"
                     for err in exc.errors()]
         raise ConfigError("; ".join(problems)) from exc
     config = ServerConfig.model_construct(**{name: getattr(loaded, name) for name in ServerConfig.model_fields})

@@ -394,6 +394,21 @@ class JobEngine:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def give_back(self, jobs: Sequence[JobRecord], why: str) -> None:
+        """``release`` ``jobs`` in the background (a task kept referenced until done; ``quiesce``
+        waits for it): for callbacks that cannot await. A failure is logged; the leases then
+        expire as usual."""
+        async def run() -> None:
+            try:
+                await self.release(jobs, why)
+            except Exception:
+                log.warning("giving back %d job(s) of a cancelled reserve failed; their leases will expire",
+                            len(jobs), exc_info=True)
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def release(self, jobs: Sequence[JobRecord], why: str) -> None:
         """Give leased-but-undelivered ``jobs`` back at once (nack ``release``: attempt and place kept)."""
         now = self._clock_now()

@@ -7,9 +7,11 @@ is written per call: the node reports its workers to the store with each heartbe
 (``Store.report_workers``, ``sepp.server.cluster``), so every node's Workers page sees the
 whole cluster within a heartbeat (5 s) — the same bound as the node list.
 
-Bounds (a worker id is caller input): at most ``MAX_WORKERS`` workers are tracked (a new one
-beyond that is not, and a warning is logged once); each is forgotten after ``FORGET_AFTER``
-seconds without a call; the done counts keep 60 one-second buckets per worker.
+Bounds (a worker id is caller input; issue 13, found by attacking it): at most ``MAX_WORKERS``
+workers are tracked (a new one beyond that is not, and a warning is logged once), only ids of at
+most ``MAX_ID`` characters (kept whole, so the in-flight count matches the jobs' worker id),
+``MAX_QUEUES`` queue names and ``MAX_TEXT`` characters of every other text; each is forgotten
+after ``FORGET_AFTER`` seconds without a call; the done counts keep 60 one-second buckets.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ from sepp.domain.records import WorkerRecord
 log = logging.getLogger("sepp.workers")
 
 #: Most workers one node tracks at once.
-MAX_WORKERS = 10_000
+MAX_WORKERS = 1_000
 #: Seconds without a call after which a worker is forgotten (the Workers page lists the last hour).
 FORGET_AFTER = 3600.0
-#: Longest worker_id / host / client_version kept, in characters (longer is cut).
-MAX_TEXT = 256
+#: Longest host / client_version / queue name kept, in characters (longer is cut).
+MAX_TEXT = 200
+#: Longest worker id tracked, in characters (a longer one is not tracked: cutting it would
+#: merge workers and lose their in-flight count).
+MAX_ID = 1024
 #: Most queue names kept of one Reserve.
-MAX_QUEUES = 64
+MAX_QUEUES = 16
 
 _US = 1_000_000
 
@@ -78,10 +83,10 @@ class WorkerRegistry:
                  client_version: str) -> None:
         """A ``Reserve`` from ``worker_id`` (ignored when empty): what it said replaces what it
         said before (``host`` / ``client_version`` "" and ``concurrency`` ≤ 0 keep the old)."""
-        if not worker_id:
+        if not worker_id or len(worker_id) > MAX_ID:
             return
         now = self._now()
-        live = self._get(_clean(worker_id), now)
+        live = self._get(worker_id, now)
         if live is None:
             return
         live.last_reserve = live.last_seen = now
@@ -98,7 +103,7 @@ class WorkerRegistry:
         ``completed`` / ``failed`` jobs it settled with it."""
         if not worker_id:
             return
-        live = self._workers.get(_clean(worker_id))
+        live = self._workers.get(worker_id)
         if live is None:
             return
         now = self._now()

@@ -879,21 +879,27 @@ class ListWorkersResponse(_message.Message):
 
     WORKERS_FIELD_NUMBER: _builtins.int
     QUIET_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
     quiet: _builtins.int
-    """How many of them have gone quiet."""
+    """How many of all the workers have gone quiet."""
+    total: _builtins.int
+    """How many workers there are in all (more than `workers` holds when the listing was cut)."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
-        """Live workers first (most recent call first), then the quiet ones."""
+        """Live workers first (most recent call first), then the quiet ones; at most 500 (the
+        listing is bounded: worker ids are caller input), the rest counted in `total`.
+        """
 
     def __init__(
         self,
         *,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
         quiet: _builtins.int = ...,
+        total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["quiet", b"quiet", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["quiet", b"quiet", "total", b"total", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

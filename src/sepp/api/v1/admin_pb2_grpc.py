@@ -239,7 +239,7 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListWorkers(self, request, context):
-        """Every worker that called Reserve within the last hour, on any node (issue 13).
+        """The workers that called Reserve within the last hour, on any node (issue 13), at most 500.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -80,7 +80,7 @@ class AdminServiceStub:
     DeleteJob: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteJobRequest, _admin_pb2.DeleteJobResponse]
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]
-    """Every worker that called Reserve within the last hour, on any node (issue 13)."""
+    """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -121,7 +121,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     DeleteJob: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteJobRequest, _admin_pb2.DeleteJobResponse]  # type: ignore[assignment]
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
     ListWorkers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]  # type: ignore[assignment]
-    """Every worker that called Reserve within the last hour, on any node (issue 13)."""
+    """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -261,6 +261,6 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListWorkersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListWorkersResponse, _abc.Awaitable[_admin_pb2.ListWorkersResponse]]:
-        """Every worker that called Reserve within the last hour, on any node (issue 13)."""
+        """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -45,6 +45,11 @@ _LIMITS = ("max_payload_bytes", "allowed_encodings", "max_custom_entries", "max_
 # ---------------------------------------------------------------------- conversions
 
 
+#: Most workers one ListWorkers answer holds (issue 13; 500 × at most ~5 KiB each stays far
+#: under max_message_bytes whatever the workers said).
+MAX_LISTED_WORKERS = 500
+
+
 def worker_info(v: WorkerView) -> apb.WorkerInfo:
     """A ``WorkerView`` as the wire's ``WorkerInfo`` (issue 13)."""
     return apb.WorkerInfo(worker_id=v.worker_id, host=v.host, queues=list(v.queues), concurrency=v.concurrency,
@@ -249,4 +254,5 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @_rpc
     async def ListWorkers(self, request: apb.ListWorkersRequest, context: Context) -> apb.ListWorkersResponse:
         views = await self.admin.workers()
-        return apb.ListWorkersResponse(workers=[worker_info(v) for v in views], quiet=sum(v.quiet for v in views))
+        return apb.ListWorkersResponse(workers=[worker_info(v) for v in views[:MAX_LISTED_WORKERS]],
+                                       quiet=sum(v.quiet for v in views), total=len(views))

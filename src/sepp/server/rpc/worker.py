@@ -99,14 +99,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             lease = (duration_arg(request.lease_duration, "lease_duration", MIN_LEASE, MAX_LEASE)
                      if request.HasField("lease_duration") else None)
             wait = duration_arg(request.wait, "wait", 0.0, self.max_wait) if request.HasField("wait") else 0.0
-            if request.worker_id:  # the Workers page (issue 13); before the wait, which may be long
-                self.workers.reserved(request.worker_id, request.host, request.queues, request.concurrency,
-                                      request.client_version)
             jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
-        if request.worker_id and wait:
-            self.workers.called(request.worker_id)  # a long poll ended: that was a call too
+        if request.worker_id:  # the Workers page (issue 13): only a Reserve the server accepted
+            self.workers.reserved(request.worker_id, request.host, request.queues, request.concurrency,
+                                  request.client_version)
         resp = wpb.ReserveResponse()
         # Each job is converted on its own: one whose row cannot be (a damaged column) is not
         # handed out but dead-lettered with DAMAGED_ROW, and the others are delivered (issue 14 O4).
@@ -129,6 +127,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                     damaged.append((rec, exc))
             if damaged:
                 await self.engine.bury_damaged(damaged)
+                jobs = [rec for rec in jobs if all(rec is not d for d, _ in damaged)]
+            self._give_back_if_cancelled(context, jobs)
             return resp
         size = 0
         overflow: list[JobRecord] = []
@@ -156,7 +156,25 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             await self.engine.bury_damaged(damaged)
         if overflow:
             await self.engine.release(overflow, "did not fit in the reserve response (max_message_bytes)")
+        held = {id(rec) for rec, _ in damaged} | {id(rec) for rec in overflow}
+        self._give_back_if_cancelled(context, [rec for rec in jobs if id(rec) not in held])
         return resp
+
+    def _give_back_if_cancelled(self, context: Context, delivered: list[JobRecord]) -> None:
+        """If the caller cancels the call after its jobs were leased and the answer built —
+        a stopping Worker that stops waiting for a slow answer — its jobs would stay RESERVED by
+        nobody until their lease expires (issue 15 item 7). So when the call ends cancelled,
+        the jobs of its answer are given back (released: attempt and place kept). A caller that
+        took the answer never sees the call cancelled."""
+        if not delivered:
+            return
+        engine = self.engine
+
+        def done(ctx: Any) -> None:
+            if ctx.cancelled():
+                engine.give_back(delivered, "the reserve call was cancelled before its answer was taken")
+
+        context.add_done_callback(done)
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         try:

@@ -35,15 +35,24 @@ def latest_version() -> int:
     return known[-1][0] if known else 0
 
 
+#: ``password=…`` in the key/value DSN form and in a URL's query (issue 11: never printed).
+_KV_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)")
+
+
 def redact(dsn: str) -> str:
-    """``dsn`` with its password replaced by ``***`` (for messages and logs)."""
+    """``dsn`` with its password replaced by ``***`` (for messages and logs): in the URL's
+    user info, in a ``?password=`` parameter and in the key/value form (``host=… password=…``)."""
+    masked = _KV_PASSWORD.sub(lambda m: m.group(1) + "***", dsn)
+    if "://" not in dsn:
+        return masked
     try:
-        parts = urlsplit(dsn)
+        parts = urlsplit(masked)
+        password = parts.password
     except ValueError:
         return "<unparsable DSN>"
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    if password is None:
+        return masked
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
 
 

@@ -70,6 +70,8 @@ from sepp.storage.errors import StoreError
 HTTP_DIR = Path(__file__).parent.parent
 TEMPLATES = HTTP_DIR / "templates"
 STATIC = HTTP_DIR / "static"
+#: Most rows the Workers page shows (live ones first; the rest are counted).
+WORKERS_SHOWN = 200
 HTMX = "vendor/htmx.org/htmx.min.js"
 
 #: Dashboard refresh period, seconds.
@@ -446,8 +448,9 @@ class AdminUI:
     async def _workers_context(self) -> dict[str, Any]:
         workers = await self.admin.workers()
         quiet = sum(w.quiet for w in workers)
-        return {"workers": workers, "quiet": quiet, "live": len(workers) - quiet, "now": self.admin.clock.now(),
-                "heartbeat_every": HEARTBEAT_EVERY}
+        # At most WORKERS_SHOWN rows (worker ids are caller input; the page polls every few s).
+        return {"workers": workers[:WORKERS_SHOWN], "total": len(workers), "quiet": quiet,
+                "live": len(workers) - quiet, "now": self.admin.clock.now(), "heartbeat_every": HEARTBEAT_EVERY}
 
     async def workers_page(self, request: Request) -> Response:
         """Every worker that called within the last hour, on any node (issue 13): id, status

@@ -15,9 +15,7 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from support.servers import module_server
-from support.worker import fast_queue
+from support.worker import fast_queue, running, until
 
 from sepp import AsyncClient, Client, EnqueueRequest, Payload
 from sepp.errors import RejectedError
@@ -70,25 +68,6 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-@asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[Worker]:
-    """Run ``worker`` in the background; stop it on exit."""
-    task = asyncio.create_task(worker.run(install_signal_handlers=False))
-    try:
-        yield worker
-    finally:
-        await worker.stop(5.0)
-        await asyncio.wait_for(task, 10)
-
-
-async def until(predicate: Callable[[], Any], within: float = 10.0) -> Any:
-    """Poll ``predicate`` on the loop until truthy; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {predicate}")
-        await asyncio.sleep(0.01)
-    return value
 
 
 def run_jobs(server: ServerProcess, queue: str, provider: TracerProvider, count: int,

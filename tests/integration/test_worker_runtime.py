@@ -12,13 +12,12 @@ import datetime as dt
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from support.servers import ServerFactory, module_server
-from support.worker import count_states, fast_queue, job_row, wire_for
+from support.worker import count_states, fast_queue, job_row, running, until, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess, free_port
@@ -27,25 +26,6 @@ from sepp.worker import DeadLetter, Job, JobReport, Retry, Worker
 pytestmark = pytest.mark.timeout(60)
 
 
-@asynccontextmanager
-async def running(worker: Worker) -> AsyncIterator[Worker]:
-    """Run ``worker`` in the background; stop it (grace 5 s) on exit."""
-    task = asyncio.create_task(worker.run(install_signal_handlers=False))
-    try:
-        yield worker
-    finally:
-        await worker.stop(5.0)
-        await asyncio.wait_for(task, 10)
-
-
-async def until(predicate: Callable[[], Any], within: float = 10.0, what: str = "") -> Any:
-    """Poll ``predicate`` on the loop until truthy; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await asyncio.sleep(0.01)
-    return value
 
 
 def make_worker(server: ServerProcess, queue: str = "q", **kw: Any) -> tuple[Worker, list[JobReport]]:

@@ -48,6 +48,8 @@ SERVER_BACKENDS = [b for b in BACKENDS if b != "sqlite-process"]
 
 #: The marker of a test that depends on SQLite itself (registered in pyproject.toml).
 SQLITE_ONLY = "sqlite_only"
+#: The marker of a test that needs PostgreSQL itself: its ``[sqlite]`` variant is deselected.
+POSTGRES_ONLY = "postgres_only"
 
 #: The ``server_factory`` fixture: ServerConfig keys → a started server.
 ServerFactory = Callable[..., ServerProcess]
@@ -75,16 +77,19 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Drop the ``[postgres]`` variants of the tests marked ``sqlite_only`` from ``items``
-    (in place) and report them through ``pytest_deselected`` (so ``-q`` counts them as
-    deselected, not skipped). A test parametrized over another fixture's ``backend`` (the
-    conformance suite's) is left alone unless it carries the marker."""
+    """Drop the ``[postgres]`` variants of the tests marked ``sqlite_only`` — and the
+    ``[sqlite]`` variants of those marked ``postgres_only`` — from ``items`` (in place) and
+    report them through ``pytest_deselected`` (so ``-q`` counts them as deselected, never
+    skipped). A test parametrized over another fixture's ``backend`` (the conformance
+    suite's) is left alone unless it carries a marker."""
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        on_postgres = callspec is not None and callspec.params.get("backend") == "postgres"
-        (dropped if on_postgres and item.get_closest_marker(SQLITE_ONLY) else kept).append(item)
+        backend = callspec.params.get("backend") if callspec is not None else None
+        drop = (backend == "postgres" and item.get_closest_marker(SQLITE_ONLY) is not None) or \
+            (backend == "sqlite" and item.get_closest_marker(POSTGRES_ONLY) is not None)
+        (dropped if drop else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -7,9 +7,11 @@ cannot show a finished job (its dead-letter reason, say).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,7 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.states import state_name
 from sepp.testing import ServerProcess
+from sepp.worker import Worker
 from support.stubs import StubSet
 
 
@@ -232,3 +235,25 @@ def count_states(server: ServerProcess, queue: str = "q") -> dict[str, int]:
 def fast_queue(**settings: Any) -> dict[str, Any]:
     """Queue settings with a short, jitter-free backoff (override with ``settings``)."""
     return {"retry_base": 0.05, "retry_jitter": 0.0, **settings}
+
+
+@asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[Worker]:
+    """Run ``worker`` in the background; stop it (grace 5 s) on exit."""
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    try:
+        yield worker
+    finally:
+        await worker.stop(5.0)
+        await asyncio.wait_for(task, 10)
+
+
+async def until(predicate: Callable[[], Any], within: float = 10.0, what: str = "") -> Any:
+    """Poll ``predicate`` on the loop until truthy (the async ``support.waiting.wait_for``);
+    ``AssertionError`` naming ``what`` after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await asyncio.sleep(0.01)
+    return value

@@ -1,6 +1,8 @@
 # sepp developer entry points. Both targets set up ./.venv themselves on a fresh machine.
 #   make serve   start sepp on the embedded default (SQLite in ./sepp-data, gRPC :7700, HTTP :7701)
 #   make test    run the whole test suite (codegen check, lint, types, layer contracts, pytest incl. browser tests)
+#                pytest runs in two processes (pytest-xdist, one module per process at a time: a module's
+#                shared servers start once); `pytest -q` alone runs it in one
 
 PY ?= python3
 VENV := .venv
@@ -32,7 +34,7 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	bash scripts/ensure-chromium.sh
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/producer.py

@@ -7,7 +7,7 @@ database; ``run_due()`` is one round at the fake clock's time (no loop, no sleep
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ def every(name: str = "tick", period: str = "1s", **more: Any) -> PeriodicSettin
 
 
 def utc(*parts: int) -> int:
-    return int(datetime(*parts, tzinfo=UTC).timestamp()) * S  # type: ignore[misc]
+    year, month, day, hour, *rest = parts
+    return int(datetime(year, month, day, hour, rest[0] if rest else 0, tzinfo=UTC).timestamp()) * S
 
 
 class Cluster:
@@ -72,7 +73,7 @@ class Cluster:
     async def keys(self, queue: str = "q") -> list[str]:
         """The idempotency keys of every job of ``queue``, in enqueue order."""
         page = await self.stores[0].admin.list_jobs(JobQuery(queue=queue), None, 10_000)
-        return sorted((s.record.idempotency_key or "" for s in page.jobs))
+        return sorted(s.record.idempotency_key or "" for s in page.jobs)
 
 
 @pytest.fixture
@@ -161,7 +162,7 @@ async def test_a_0230_berlin_schedule_runs_once_a_day_across_dst(cluster: Cluste
     for _ in range(48 * 12):  # two days in five-minute steps
         await step([node], cluster.clock, 300)
     assert await cluster.keys() == [tick_key("night", t) for t in expected]
-    assert [rfc3339(t) for t in expected][0] in (await cluster.keys())[0]
+    assert (await cluster.keys())[0].endswith(rfc3339(expected[0]))
 
 
 async def test_a_paused_schedule_runs_nothing_and_its_pause_is_not_caught_up(cluster: Cluster) -> None:
@@ -195,9 +196,6 @@ async def test_a_rejected_run_is_recorded_with_its_reason(cluster: Cluster) -> N
 
 
 async def step_runs(node: PeriodicScheduler, clock: FakeClock) -> list[Any]:
+    """Move the clock a second and run one round; the runs it recorded."""
     clock.advance(1)
     return await node.run_due()
-
-
-#: A node factory (``Cluster.node``).
-NodeFactory = Callable[..., Awaitable[PeriodicScheduler]]

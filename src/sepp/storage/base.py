@@ -47,10 +47,32 @@ from sepp.storage.admin import AdminStore
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreFailed
 
-__all__ = ["DAMAGED_ROW", "FINISHED", "Dedups", "ExtendResult", "JobRecord", "JobRow", "NodeRecord", "PolicyLookup",
-           "PeriodicRecord", "PeriodicRun", "PolicyTable", "QueuePolicy", "QueueRecord", "ReserveParams", "SettleError", "SettleKind",
-           "SettleParams", "SettleResult", "SkippedRow", "State", "Store", "StoreFigures", "SweepResult",
-           "WorkerRecord"]
+__all__ = [
+    "DAMAGED_ROW",
+    "FINISHED",
+    "Dedups",
+    "ExtendResult",
+    "JobRecord",
+    "JobRow",
+    "NodeRecord",
+    "PeriodicRecord",
+    "PeriodicRun",
+    "PolicyLookup",
+    "PolicyTable",
+    "QueuePolicy",
+    "QueueRecord",
+    "ReserveParams",
+    "SettleError",
+    "SettleKind",
+    "SettleParams",
+    "SettleResult",
+    "SkippedRow",
+    "State",
+    "Store",
+    "StoreFigures",
+    "SweepResult",
+    "WorkerRecord",
+]
 
 
 @dataclass(frozen=True, slots=True)

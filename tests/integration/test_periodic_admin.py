@@ -7,14 +7,17 @@ tests/storage/test_conformance_periodic.py and tests/engine/test_engine_periodic
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 import httpx
 import pytest
-from acceptance.test_cli_admin import ok_json, sepp
 from support.admin import AdminStubs, connect
 from support.failures import fails
 from support.servers import module_server
@@ -29,6 +32,20 @@ pytestmark = pytest.mark.sqlite_only(reason="CLI, admin-API and UI edges; the st
 
 NIGHTLY = {"name": "nightly-report", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "queue": "reports",
            "job_type": "build_report", "payload": '{"kind": "nightly"}', "custom": {"region": "eu"}, "priority": 7}
+
+
+def sepp(*args: str, server: str) -> subprocess.CompletedProcess[str]:
+    """Run ``sepp ARGS --server SERVER`` in a subprocess (no SEPP_* variables, no terminal)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")} | {"COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "sepp", *args, "--server", server], capture_output=True, text=True,
+                          env=env, timeout=60, input="")
+
+
+def ok_json(*args: str, server: str) -> Any:
+    """Run with ``--json``, expect exit 0, parse stdout."""
+    result = sepp(*args, "--json", server=server)
+    assert result.returncode == 0, result.stderr + result.stdout
+    return json.loads(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +78,8 @@ def test_periodic_trigger_enqueues_the_job_and_list_shows_it_as_the_last_run(srv
     job = stubs.call("GetJob", apb.GetJobRequest(job_id=made["job_id"]))
     assert (job.queue, job.job_type, job.payload.data, job.priority) == ("reports", "build_report",
                                                                          b'{"kind": "nightly"}', 7)
-    assert job.idempotency_key.startswith("periodic:nightly-report:trigger:") and job.custom["region"].string_value == "eu"
+    assert job.idempotency_key.startswith("periodic:nightly-report:trigger:")
+    assert job.custom["region"].string_value == "eu"
     (listed,) = [p for p in ok_json("periodic", "list", server=srv.grpc_target) if p["name"] == "nightly-report"]
     assert listed["last_job_id"] == made["job_id"] and listed["last_run_at"] and listed["last_tick"] is None
     human = sepp("periodic", "trigger", "nightly-report", server=srv.grpc_target)
@@ -78,7 +96,10 @@ def test_periodic_trigger_enqueues_the_job_and_list_shows_it_as_the_last_run(srv
 ])
 def test_a_schedule_that_cannot_run_is_refused_at_the_admin_call_with_its_field(
         stubs: AdminStubs, fields: dict[str, str], field: str, words: str) -> None:
-    request = ppb.DeclarePeriodicRequest(schedule=ppb.PeriodicSchedule(name="bad", queue="q", job_type="t", **fields))
+    schedule = ppb.PeriodicSchedule(name="bad", queue="q", job_type="t")
+    for key, value in fields.items():
+        setattr(schedule, key, value)
+    request = ppb.DeclarePeriodicRequest(schedule=schedule)
     failure = fails(stubs.admin.DeclarePeriodic, request, timeout=10)
     assert (failure.code, failure.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PERIODIC_INVALID")
     assert failure.metadata == {"field": field, "schedule": "bad"} and words in failure.message

@@ -153,8 +153,10 @@ class PeriodicScheduler:
         gone = (set(self.entries) if names is None else set(names)) - seen
         for name in gone:
             self.entries.pop(name, None)
-        for row in rows:
+        for i, row in enumerate(rows):
             self._take(row, now)
+            if i % 500 == 499:
+                await asyncio.sleep(0)  # thousands of schedules: let the other tasks run in between
         self._wake.set()
 
     def _take(self, row: PeriodicRecord, now: int) -> None:
@@ -179,10 +181,13 @@ class PeriodicScheduler:
         if spec is None or timetable is None or row.paused:
             return
         floor = max(row.last_tick, row.active_since)
-        latest = timetable.latest_at_or_before(now)
-        if latest is not None and latest > floor and spec.catch_up == "latest":
-            entry.pending = latest
-        nxt = timetable.next_after(now)
+        first = timetable.next_after(floor)  # the first tick no job was enqueued for
+        if first is not None and first > now:
+            nxt: int | None = first  # nothing missed (the usual case: one cronsim step)
+        else:
+            if first is not None and spec.catch_up == "latest":
+                entry.pending = timetable.latest_at_or_before(now) or first  # ≥ first > floor
+            nxt = timetable.next_after(now)
         if nxt is not None:
             entry.next_tick = nxt
             heapq.heappush(self._heap, (nxt, row.name))

@@ -108,6 +108,14 @@ class PeriodicSettings(BaseModel):
                              "and '-', starting with a letter or digit")
         return value
 
+    @field_validator("custom")
+    @classmethod
+    def _check_custom(cls, value: dict[str, CustomValue]) -> dict[str, CustomValue]:
+        for key, item in value.items():
+            if isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**63:
+                raise ValueError(f"custom[{key!r}] = {item} does not fit in int64")
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _check_timezone(cls, value: str) -> str:

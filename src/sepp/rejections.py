@@ -123,6 +123,8 @@ class Reason(enum.StrEnum):
     JOB_STATE = "JOB_STATE"
     QUEUE_NOT_EMPTY = "QUEUE_NOT_EMPTY"
     QUEUE_LIMIT_REACHED = "QUEUE_LIMIT_REACHED"
+    PERIODIC_INVALID = "PERIODIC_INVALID"
+    PERIODIC_NOT_FOUND = "PERIODIC_NOT_FOUND"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
@@ -174,6 +176,11 @@ _REASON_ROWS = (
               "the queue still holds jobs (or keeps receiving them)", "AdminError"),
     ReasonRow(Reason.QUEUE_LIMIT_REACHED, grpc.StatusCode.FAILED_PRECONDITION, "AdminService.DeclareQueue",
               "declaring one more queue would pass limits.max_queues; metadata field/limit/actual", "AdminError"),
+    ReasonRow(Reason.PERIODIC_INVALID, grpc.StatusCode.INVALID_ARGUMENT, "AdminService.DeclarePeriodic",
+              "a schedule that cannot run (issue 12): a bad cron expression or every, an unknown time zone, an "
+              "unknown field, or a job its queue would refuse; metadata field/schedule", "AdminError"),
+    ReasonRow(Reason.PERIODIC_NOT_FOUND, grpc.StatusCode.NOT_FOUND, "AdminService periodic calls",
+              "no periodic schedule with that name", "AdminError"),
     ReasonRow(Reason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED,
               "every sepp service when auth is on (AdminService only with admin_token alone)",
               "no bearer token, or one that is not configured (issue 11); metadata role/method",

@@ -53,7 +53,7 @@ def _register() -> None:
     # Each module adds its commands to ``app``; imported lazily so `sepp --help` stays fast.
     from sepp.cli import serve  # noqa: F401
 
-    for name in ("producer", "worker_cmd", "admin", "workers_cmd", "bench", "token_cmd"):
+    for name in ("producer", "worker_cmd", "admin", "workers_cmd", "periodic_cmd", "bench", "token_cmd"):
         try:
             __import__(f"sepp.cli.{name}")
         except ModuleNotFoundError as exc:  # a command group not built yet

@@ -36,6 +36,7 @@ from google.protobuf import field_mask_pb2
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.client._core import error_from_rpc
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
@@ -229,6 +230,38 @@ class AdminClient:
         """Every worker that called within the last hour, on any node (issue 13): ``workers``
         (live first) and ``quiet`` (how many went quiet)."""
         return self._call("ListWorkers", apb.ListWorkersRequest())  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ periodic schedules (issue 12)
+
+    def list_periodic(self) -> list[ppb.PeriodicInfo]:
+        """Every periodic schedule by name, with its next three run times and last run."""
+        return list(self._call("ListPeriodic", ppb.ListPeriodicRequest()).schedules)
+
+    def get_periodic(self, name: str) -> ppb.PeriodicInfo:
+        """One schedule (AdminError PERIODIC_NOT_FOUND when unknown)."""
+        return self._call("GetPeriodic", ppb.GetPeriodicRequest(name=name))  # type: ignore[no-any-return]
+
+    def declare_periodic(self, schedule: ppb.PeriodicSchedule) -> tuple[ppb.PeriodicInfo, bool]:
+        """Create a schedule or replace the definition of the one of that name: (its info,
+        created). AdminError PERIODIC_INVALID (metadata ``field``) when it cannot run."""
+        resp = self._call("DeclarePeriodic", ppb.DeclarePeriodicRequest(schedule=schedule))
+        return resp.schedule, bool(resp.created)
+
+    def pause_periodic(self, name: str) -> ppb.PeriodicInfo:
+        """Pause a schedule: no job until it is resumed."""
+        return self._call("PausePeriodic", ppb.PausePeriodicRequest(name=name))  # type: ignore[no-any-return]
+
+    def resume_periodic(self, name: str) -> ppb.PeriodicInfo:
+        """Resume a schedule (the ticks of the pause are not caught up)."""
+        return self._call("ResumePeriodic", ppb.ResumePeriodicRequest(name=name))  # type: ignore[no-any-return]
+
+    def trigger_periodic(self, name: str) -> ppb.TriggerPeriodicResponse:
+        """Enqueue the schedule's job now: ``job_id`` and ``deduplicated``."""
+        return self._call("TriggerPeriodic", ppb.TriggerPeriodicRequest(name=name))  # type: ignore[no-any-return]
+
+    def delete_periodic(self, name: str) -> None:
+        """Forget a schedule (its jobs stay)."""
+        self._call("DeletePeriodic", ppb.DeletePeriodicRequest(name=name))
 
 
 __all__ = ["STATES", "AdminClient", "AdminError", "AdminRefused", "TransportError", "state_number"]

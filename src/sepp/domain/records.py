@@ -178,3 +178,40 @@ class WorkerRecord(NamedTuple):
     last_seen: int
     completed_minute: int
     failed_minute: int
+
+
+class PeriodicRecord(NamedTuple):
+    """One periodic schedule as the store keeps it (issue 12 "Periodic jobs"), shared by every
+    node on the store: ``name``; ``definition`` (the schedule as JSON text, opaque here:
+    ``sepp.server.periodic.spec.PeriodicSettings``); ``source`` (``"config"``: from a
+    ``[[periodic]]`` table, written at each start; ``"admin"``: made by the admin API);
+    ``paused``; ``active_since`` (µs UTC: created or last resumed — ticks before it are never
+    caught up); ``last_tick`` (the latest tick a job was enqueued for, 0 = none yet);
+    ``last_run_at`` (when the last job — a tick's or a trigger's — was enqueued, 0 = never);
+    ``last_job_id`` (that job's 16-byte id, empty when none); ``last_error`` (why the last
+    run enqueued nothing, empty when it did); ``updated_at`` (last change of the definition
+    or the flags, µs UTC)."""
+
+    name: str
+    definition: str
+    source: str
+    paused: bool
+    active_since: int
+    last_tick: int
+    last_run_at: int
+    last_job_id: bytes
+    last_error: str
+    updated_at: int
+
+
+class PeriodicRun(NamedTuple):
+    """What one run of a schedule did, recorded with ``Store.record_periodic_runs``: ``name``;
+    ``tick`` (the tick time it ran for, µs UTC; 0 for a manual trigger, which leaves
+    ``last_tick`` alone); ``job_id`` (the job enqueued or deduplicated to, empty when none);
+    ``error`` (why nothing was enqueued, empty on success); ``at`` (when, µs UTC)."""
+
+    name: str
+    tick: int
+    job_id: bytes
+    error: str
+    at: int

@@ -31,9 +31,12 @@ from sepp.server.auth import Authenticator
 from sepp.server.cluster import Cluster
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
+from sepp.server.errors import EngineError
 from sepp.server.http.app import build_http_app
 from sepp.server.metrics import Metrics
 from sepp.server.notifier import Notifier
+from sepp.server.periodic.admin import PeriodicAdmin, check_job
+from sepp.server.periodic.scheduler import PeriodicScheduler
 from sepp.server.queues import QueueRegistry
 from sepp.server.readiness import Readiness
 from sepp.server.rpc.admin import AdminServicer
@@ -42,6 +45,7 @@ from sepp.server.rpc.timing import RpcMetrics
 from sepp.server.sweeper import Sweeper
 from sepp.server.tls import load_server_tls
 from sepp.storage.base import Store
+from sepp.storage.config import ConfigError
 from sepp.storage.factory import open_store
 
 log = logging.getLogger("sepp.server")
@@ -77,6 +81,9 @@ class SeppServer:
         self.notifier = Notifier()
         self.engine = JobEngine(config, self.store, self.registry, self.notifier, clock=clock)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)
+        #: Periodic schedules (issue 12): the config's [[periodic]] tables and the admin's, run
+        #: on every node (docs/periodic.md).
+        self.periodic = PeriodicScheduler(self.engine, config.periodic)
         #: The node's metrics (issue 11), fed by the engine's events; /metrics renders them.
         self.metrics = Metrics(self.engine, gauge_interval=config.metrics_gauge_interval,
                                sweep_skipped=lambda: self.sweeper.skipped)
@@ -90,6 +97,7 @@ class SeppServer:
         #: Does the storage answer? Flips the gRPC health service; ``/readyz`` asks it.
         self.readiness = Readiness(self.store, config.readiness_interval, self.grpc.set_serving)
         self.admin = AdminEngine(self.engine, self.store.admin)
+        self.admin.periodic = PeriodicAdmin(self.periodic)
         self.grpc.add_service(admin_pb2_grpc.add_AdminServiceServicer_to_server,
                               AdminServicer(self.admin), "AdminService")
         self.http: _Uvicorn | None = None
@@ -119,7 +127,13 @@ class SeppServer:
             for q in changed:
                 await self.store.upsert_queue(q.record(), self.clock.now())
                 q.persisted = True
+            for spec in self.config.periodic:  # a job its queue would refuse is a start error
+                try:
+                    check_job(self.engine, spec)
+                except EngineError as exc:
+                    raise ConfigError(f"periodic[{self.config.periodic.index(spec)}] ({spec.name}): {exc}") from None
             await self.sweeper.start()
+            await self.periodic.start()
             await self.admin.start()
             await self.grpc.start()
             host = self.config.grpc_listen.rpartition(":")[0]
@@ -134,6 +148,7 @@ class SeppServer:
             # the loop closed, it printed a Server.__del__ traceback under the clean error line.
             with contextlib.suppress(Exception):
                 await self.grpc.stop(0)
+            await self.periodic.stop()
             await self.sweeper.stop()
             await self.cluster.stop()
             await self.admin.stop()
@@ -169,6 +184,7 @@ class SeppServer:
         await self.readiness.stopping()
         await self.grpc.stop(self.config.shutdown_grace)
         await self.metrics.stop()
+        await self.periodic.stop()
         await self.sweeper.stop()
         await self.cluster.stop()
         await self.admin.stop()

@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
 from sepp.server.auth import AuthSettings
+from sepp.server.periodic.spec import PeriodicSettings
 from sepp.storage.config import LEGACY_SQLITE_KEYS, ConfigError, PostgresSettings, SQLiteSettings
 from sepp.validation import Validator
 
@@ -106,6 +107,9 @@ class ServerConfig(BaseSettings):
     queue_defaults: QueueSettings = QueueSettings()
     #: Declared queues: name → settings.
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
+    #: Periodic schedules (``[[periodic]]`` tables, issue 12; docs/periodic.md): written into
+    #: the store at start, so every node sharing it runs them.
+    periodic: tuple[PeriodicSettings, ...] = ()
     #: Load shedding: most jobs waiting for the committer before OVERLOADED.
     max_commit_backlog: int = Field(default=50_000, ge=1, le=MAX_SIZE)
     #: RetryInfo delay sent with OVERLOADED, seconds.
@@ -247,6 +251,18 @@ class ServerConfig(BaseSettings):
             raise ValueError("needs tls_cert and tls_key (mutual TLS is TLS that also checks client certificates)")
         return value
 
+    @field_validator("periodic")
+    @classmethod
+    def _check_periodic(cls, value: tuple[PeriodicSettings, ...]) -> tuple[PeriodicSettings, ...]:
+        """Schedule names are unique (issue 12: the name is the schedule's identity)."""
+        seen: dict[str, int] = {}
+        for i, spec in enumerate(value):
+            if spec.name in seen:
+                raise ValueError(f"periodic[{i}] repeats the name {spec.name!r} of periodic[{seen[spec.name]}]; "
+                                 "each schedule needs a name of its own")
+            seen[spec.name] = i
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
         for name in self.queues:
@@ -310,12 +326,16 @@ def _key_name(loc: tuple[Any, ...], moved: dict[str, str]) -> str:
     reads as ``cache_mib (now sqlite.cache_mib)``."""
     if len(loc) == 2 and loc[0] == "sqlite" and loc[1] in moved:
         return f"{moved[loc[1]]} (now sqlite.{loc[1]})"
+    if len(loc) >= 2 and loc[0] == "periodic" and isinstance(loc[1], int):  # [[periodic]] tables, by position
+        return f"periodic[{loc[1]}]" + "".join(f".{p}" for p in loc[2:])
     return ".".join(str(p) for p in loc) or "config"
 
 
 def _problem(err: Any) -> str:
     """pydantic's message for one error, in a sepp user's words: a table given as something
     else says so instead of naming the internal model class."""
+    if err["type"] == "extra_forbidden" and err["loc"][:1] == ("periodic",):
+        return f"unknown field; a [[periodic]] table takes {', '.join(PeriodicSettings.model_fields)}"
     if err["type"] in ("model_type", "dict_type", "model_attributes_type"):
         name = ".".join(str(p) for p in err["loc"])
         return f"must be a table ([{name}] in TOML, a JSON object in SEPP_{name.upper().replace('.', '__')})"

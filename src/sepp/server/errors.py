@@ -86,5 +86,17 @@ class QueueLimitReached(EngineError):
         self.actual = actual
 
 
+class PeriodicInvalid(EngineError):
+    """A periodic schedule that cannot run (issue 12): ``field`` is the offending field
+    (``cron``, ``timezone``, ``every``, an unknown field's name, or the job field its queue
+    refuses), ``schedule`` the schedule's name. Sent as INVALID_ARGUMENT with ErrorInfo
+    reason ``PERIODIC_INVALID`` and metadata ``field`` / ``schedule``."""
+
+    def __init__(self, message: str, field: str, schedule: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.schedule = schedule
+
+
 class ShuttingDown(EngineError):
     """The server is stopping and takes no new work."""

@@ -32,16 +32,47 @@ from sepp.domain.params import (
     SweepResult,
 )
 from sepp.domain.policy import PolicyLookup, PolicyTable, QueuePolicy
-from sepp.domain.records import Dedups, JobRecord, JobRow, NodeRecord, QueueRecord, WorkerRecord
+from sepp.domain.records import (
+    Dedups,
+    JobRecord,
+    JobRow,
+    NodeRecord,
+    PeriodicRecord,
+    PeriodicRun,
+    QueueRecord,
+    WorkerRecord,
+)
 from sepp.domain.states import FINISHED, State
 from sepp.storage.admin import AdminStore
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreFailed
 
-__all__ = ["DAMAGED_ROW", "FINISHED", "Dedups", "ExtendResult", "JobRecord", "JobRow", "NodeRecord", "PolicyLookup",
-           "PolicyTable", "QueuePolicy", "QueueRecord", "ReserveParams", "SettleError", "SettleKind",
-           "SettleParams", "SettleResult", "SkippedRow", "State", "Store", "StoreFigures", "SweepResult",
-           "WorkerRecord"]
+__all__ = [
+    "DAMAGED_ROW",
+    "FINISHED",
+    "Dedups",
+    "ExtendResult",
+    "JobRecord",
+    "JobRow",
+    "NodeRecord",
+    "PeriodicRecord",
+    "PeriodicRun",
+    "PolicyLookup",
+    "PolicyTable",
+    "QueuePolicy",
+    "QueueRecord",
+    "ReserveParams",
+    "SettleError",
+    "SettleKind",
+    "SettleParams",
+    "SettleResult",
+    "SkippedRow",
+    "State",
+    "Store",
+    "StoreFigures",
+    "SweepResult",
+    "WorkerRecord",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +214,28 @@ class Store(Protocol):
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id, or None."""
+
+    # -- periodic schedules (issue 12): one row per schedule, shared by every node.
+
+    async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
+        """The schedules named in ``names`` (every one when None), by name; a name with no
+        row is left out."""
+
+    async def put_periodic(self, name: str, definition: str, source: str, now: int) -> bool:
+        """Create schedule ``name`` (not paused, ``active_since = now``) or replace the
+        definition and source of an existing one, keeping its state (paused, last tick, last
+        run). Returns True when it was created."""
+
+    async def set_periodic_paused(self, name: str, paused: bool, now: int) -> PeriodicRecord | None:
+        """Pause or resume ``name``; a resume that changes the flag sets ``active_since = now``
+        (ticks of the pause are never caught up). The row after the change, or None when
+        there is no such schedule."""
+
+    async def delete_periodic(self, name: str) -> bool:
+        """Forget schedule ``name`` (the jobs it made stay). False when there was none."""
+
+    async def record_periodic_runs(self, runs: Sequence[PeriodicRun]) -> None:
+        """Record what runs did, in one transaction: for each run whose schedule still
+        exists, ``last_run_at``, ``last_job_id`` and ``last_error`` — unless a later run is
+        recorded already — and ``last_tick = max(last_tick, tick)`` for a tick's run (so
+        several nodes recording the same tick, in any order, leave the same row)."""

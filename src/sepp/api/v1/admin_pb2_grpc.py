@@ -5,6 +5,7 @@ import warnings
 
 from sepp.api.v1 import admin_pb2 as sepp_dot_api_dot_v1_dot_admin__pb2
 from sepp.api.v1 import common_pb2 as sepp_dot_api_dot_v1_dot_common__pb2
+from sepp.api.v1 import periodic_pb2 as sepp_dot_api_dot_v1_dot_periodic__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -119,6 +120,41 @@ class AdminServiceStub:
                 '/sepp.api.v1.AdminService/ListWorkers',
                 request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
+        self.ListPeriodic = channel.unary_unary(
+                '/sepp.api.v1.AdminService/ListPeriodic',
+                request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.ListPeriodicRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.ListPeriodicResponse.FromString,
+                _registered_method=True)
+        self.GetPeriodic = channel.unary_unary(
+                '/sepp.api.v1.AdminService/GetPeriodic',
+                request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.GetPeriodicRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.FromString,
+                _registered_method=True)
+        self.DeclarePeriodic = channel.unary_unary(
+                '/sepp.api.v1.AdminService/DeclarePeriodic',
+                request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeclarePeriodicRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeclarePeriodicResponse.FromString,
+                _registered_method=True)
+        self.PausePeriodic = channel.unary_unary(
+                '/sepp.api.v1.AdminService/PausePeriodic',
+                request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PausePeriodicRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.FromString,
+                _registered_method=True)
+        self.ResumePeriodic = channel.unary_unary(
+                '/sepp.api.v1.AdminService/ResumePeriodic',
+                request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.ResumePeriodicRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.FromString,
+                _registered_method=True)
+        self.TriggerPeriodic = channel.unary_unary(
+                '/sepp.api.v1.AdminService/TriggerPeriodic',
+                request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.TriggerPeriodicRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.TriggerPeriodicResponse.FromString,
+                _registered_method=True)
+        self.DeletePeriodic = channel.unary_unary(
+                '/sepp.api.v1.AdminService/DeletePeriodic',
+                request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicResponse.FromString,
                 _registered_method=True)
 
 
@@ -245,6 +281,56 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPeriodic(self, request, context):
+        """Periodic schedules (issue 12; messages in periodic.proto), shared by every node.
+        Every schedule by name, with its next three run times and its last run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPeriodic(self, request, context):
+        """One schedule; NOT_FOUND / PERIODIC_NOT_FOUND when unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeclarePeriodic(self, request, context):
+        """Create a schedule, or replace the definition of the one of that name (its pause and
+        last run kept). INVALID_ARGUMENT / PERIODIC_INVALID when it cannot run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PausePeriodic(self, request, context):
+        """A paused schedule enqueues nothing; a resumed one does not catch up the pause.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumePeriodic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerPeriodic(self, request, context):
+        """Enqueue the schedule's job now, out of its timetable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePeriodic(self, request, context):
+        """Forget a schedule (its jobs stay).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +418,41 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'ListPeriodic': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPeriodic,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.ListPeriodicRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.ListPeriodicResponse.SerializeToString,
+            ),
+            'GetPeriodic': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPeriodic,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.GetPeriodicRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.SerializeToString,
+            ),
+            'DeclarePeriodic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclarePeriodic,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeclarePeriodicRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeclarePeriodicResponse.SerializeToString,
+            ),
+            'PausePeriodic': grpc.unary_unary_rpc_method_handler(
+                    servicer.PausePeriodic,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PausePeriodicRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.SerializeToString,
+            ),
+            'ResumePeriodic': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumePeriodic,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.ResumePeriodicRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.SerializeToString,
+            ),
+            'TriggerPeriodic': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerPeriodic,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.TriggerPeriodicRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.TriggerPeriodicResponse.SerializeToString,
+            ),
+            'DeletePeriodic': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePeriodic,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -793,6 +914,195 @@ class AdminService:
             '/sepp.api.v1.AdminService/ListWorkers',
             sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPeriodic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/ListPeriodic',
+            sepp_dot_api_dot_v1_dot_periodic__pb2.ListPeriodicRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_periodic__pb2.ListPeriodicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPeriodic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/GetPeriodic',
+            sepp_dot_api_dot_v1_dot_periodic__pb2.GetPeriodicRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeclarePeriodic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/DeclarePeriodic',
+            sepp_dot_api_dot_v1_dot_periodic__pb2.DeclarePeriodicRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_periodic__pb2.DeclarePeriodicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PausePeriodic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/PausePeriodic',
+            sepp_dot_api_dot_v1_dot_periodic__pb2.PausePeriodicRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumePeriodic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/ResumePeriodic',
+            sepp_dot_api_dot_v1_dot_periodic__pb2.ResumePeriodicRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_periodic__pb2.PeriodicInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerPeriodic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/TriggerPeriodic',
+            sepp_dot_api_dot_v1_dot_periodic__pb2.TriggerPeriodicRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_periodic__pb2.TriggerPeriodicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePeriodic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/DeletePeriodic',
+            sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicResponse.FromString,
             options,
             channel_credentials,
             insecure,

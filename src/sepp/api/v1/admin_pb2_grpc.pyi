@@ -19,6 +19,7 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from sepp.api.v1 import admin_pb2 as _admin_pb2
 from sepp.api.v1 import common_pb2 as _common_pb2
+from sepp.api.v1 import periodic_pb2 as _periodic_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -81,6 +82,23 @@ class AdminServiceStub:
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]
     """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
+    ListPeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.ListPeriodicRequest, _periodic_pb2.ListPeriodicResponse]
+    """Periodic schedules (issue 12; messages in periodic.proto), shared by every node.
+    Every schedule by name, with its next three run times and its last run.
+    """
+    GetPeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.GetPeriodicRequest, _periodic_pb2.PeriodicInfo]
+    """One schedule; NOT_FOUND / PERIODIC_NOT_FOUND when unknown."""
+    DeclarePeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.DeclarePeriodicRequest, _periodic_pb2.DeclarePeriodicResponse]
+    """Create a schedule, or replace the definition of the one of that name (its pause and
+    last run kept). INVALID_ARGUMENT / PERIODIC_INVALID when it cannot run.
+    """
+    PausePeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.PausePeriodicRequest, _periodic_pb2.PeriodicInfo]
+    """A paused schedule enqueues nothing; a resumed one does not catch up the pause."""
+    ResumePeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.ResumePeriodicRequest, _periodic_pb2.PeriodicInfo]
+    TriggerPeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.TriggerPeriodicRequest, _periodic_pb2.TriggerPeriodicResponse]
+    """Enqueue the schedule's job now, out of its timetable."""
+    DeletePeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.DeletePeriodicRequest, _periodic_pb2.DeletePeriodicResponse]
+    """Forget a schedule (its jobs stay)."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -122,6 +140,23 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
     ListWorkers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]  # type: ignore[assignment]
     """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
+    ListPeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.ListPeriodicRequest, _periodic_pb2.ListPeriodicResponse]  # type: ignore[assignment]
+    """Periodic schedules (issue 12; messages in periodic.proto), shared by every node.
+    Every schedule by name, with its next three run times and its last run.
+    """
+    GetPeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.GetPeriodicRequest, _periodic_pb2.PeriodicInfo]  # type: ignore[assignment]
+    """One schedule; NOT_FOUND / PERIODIC_NOT_FOUND when unknown."""
+    DeclarePeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.DeclarePeriodicRequest, _periodic_pb2.DeclarePeriodicResponse]  # type: ignore[assignment]
+    """Create a schedule, or replace the definition of the one of that name (its pause and
+    last run kept). INVALID_ARGUMENT / PERIODIC_INVALID when it cannot run.
+    """
+    PausePeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.PausePeriodicRequest, _periodic_pb2.PeriodicInfo]  # type: ignore[assignment]
+    """A paused schedule enqueues nothing; a resumed one does not catch up the pause."""
+    ResumePeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.ResumePeriodicRequest, _periodic_pb2.PeriodicInfo]  # type: ignore[assignment]
+    TriggerPeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.TriggerPeriodicRequest, _periodic_pb2.TriggerPeriodicResponse]  # type: ignore[assignment]
+    """Enqueue the schedule's job now, out of its timetable."""
+    DeletePeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.DeletePeriodicRequest, _periodic_pb2.DeletePeriodicResponse]  # type: ignore[assignment]
+    """Forget a schedule (its jobs stay)."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -262,5 +297,64 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListWorkersResponse, _abc.Awaitable[_admin_pb2.ListWorkersResponse]]:
         """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
+
+    @_abc_1.abstractmethod
+    def ListPeriodic(
+        self,
+        request: _periodic_pb2.ListPeriodicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_periodic_pb2.ListPeriodicResponse, _abc.Awaitable[_periodic_pb2.ListPeriodicResponse]]:
+        """Periodic schedules (issue 12; messages in periodic.proto), shared by every node.
+        Every schedule by name, with its next three run times and its last run.
+        """
+
+    @_abc_1.abstractmethod
+    def GetPeriodic(
+        self,
+        request: _periodic_pb2.GetPeriodicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_periodic_pb2.PeriodicInfo, _abc.Awaitable[_periodic_pb2.PeriodicInfo]]:
+        """One schedule; NOT_FOUND / PERIODIC_NOT_FOUND when unknown."""
+
+    @_abc_1.abstractmethod
+    def DeclarePeriodic(
+        self,
+        request: _periodic_pb2.DeclarePeriodicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_periodic_pb2.DeclarePeriodicResponse, _abc.Awaitable[_periodic_pb2.DeclarePeriodicResponse]]:
+        """Create a schedule, or replace the definition of the one of that name (its pause and
+        last run kept). INVALID_ARGUMENT / PERIODIC_INVALID when it cannot run.
+        """
+
+    @_abc_1.abstractmethod
+    def PausePeriodic(
+        self,
+        request: _periodic_pb2.PausePeriodicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_periodic_pb2.PeriodicInfo, _abc.Awaitable[_periodic_pb2.PeriodicInfo]]:
+        """A paused schedule enqueues nothing; a resumed one does not catch up the pause."""
+
+    @_abc_1.abstractmethod
+    def ResumePeriodic(
+        self,
+        request: _periodic_pb2.ResumePeriodicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_periodic_pb2.PeriodicInfo, _abc.Awaitable[_periodic_pb2.PeriodicInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def TriggerPeriodic(
+        self,
+        request: _periodic_pb2.TriggerPeriodicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_periodic_pb2.TriggerPeriodicResponse, _abc.Awaitable[_periodic_pb2.TriggerPeriodicResponse]]:
+        """Enqueue the schedule's job now, out of its timetable."""
+
+    @_abc_1.abstractmethod
+    def DeletePeriodic(
+        self,
+        request: _periodic_pb2.DeletePeriodicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_periodic_pb2.DeletePeriodicResponse, _abc.Awaitable[_periodic_pb2.DeletePeriodicResponse]]:
+        """Forget a schedule (its jobs stay)."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -20,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.states import STATE_NAMES
@@ -44,6 +44,9 @@ from sepp.storage.admin import (
 )
 from sepp.storage.base import JobRecord, State
 from sepp.storage.errors import StoreError
+
+if TYPE_CHECKING:
+    from sepp.server.periodic.admin import PeriodicAdmin
 
 log = logging.getLogger("sepp.admin")
 #: Queue declared, changed, paused, resumed, purged, deleted (issue 11 "Logs": significant events).
@@ -151,6 +154,9 @@ class AdminEngine:
         self.flush_interval = flush_interval
         self._task: asyncio.Task[None] | None = None
         self._counts = _CountsCache()
+        #: The periodic schedules' admin side (issue 12), set by the composition root
+        #: (``sepp.server.app``); None in engine-only tests.
+        self.periodic: PeriodicAdmin | None = None
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -18,12 +18,15 @@ from sepp import wire
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, WorkerView
 from sepp.server.bounds import duration_arg, optional_timestamp
-from sepp.server.errors import EngineError
+from sepp.server.errors import EngineError, ShuttingDown
+from sepp.server.periodic.admin import PeriodicAdmin
 from sepp.server.queues import QueueState
 from sepp.server.rpc.convert import job_to_proto, ts
+from sepp.server.rpc.periodic import periodic_info, settings_from_proto
 from sepp.server.rpc.producer import queue_settings_proto
 from sepp.server.rpc.status import abort_for, abort_with
 from sepp.storage.admin import DeadFilter, JobQuery, JobSummary
@@ -256,3 +259,45 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         views = await self.admin.workers()
         return apb.ListWorkersResponse(workers=[worker_info(v) for v in views[:MAX_LISTED_WORKERS]],
                                        quiet=sum(v.quiet for v in views), total=len(views))
+
+    # ------------------------------------------------------------------ periodic schedules (issue 12)
+
+    def _periodic(self) -> PeriodicAdmin:
+        if self.admin.periodic is None:  # only a server built without its scheduler (never sepp serve)
+            raise ShuttingDown("periodic schedules are not available on this server")
+        return self.admin.periodic
+
+    @_rpc
+    async def ListPeriodic(self, request: ppb.ListPeriodicRequest, context: Context) -> ppb.ListPeriodicResponse:
+        return ppb.ListPeriodicResponse(schedules=[periodic_info(v) for v in await self._periodic().list()])
+
+    @_rpc
+    async def GetPeriodic(self, request: ppb.GetPeriodicRequest, context: Context) -> ppb.PeriodicInfo:
+        return periodic_info(await self._periodic().get(request.name))
+
+    @_rpc
+    async def DeclarePeriodic(self, request: ppb.DeclarePeriodicRequest,
+                              context: Context) -> ppb.DeclarePeriodicResponse:
+        spec = settings_from_proto(request.schedule)
+        v, created = await self._periodic().declare(spec)
+        return ppb.DeclarePeriodicResponse(schedule=periodic_info(v), created=created)
+
+    @_rpc
+    async def PausePeriodic(self, request: ppb.PausePeriodicRequest, context: Context) -> ppb.PeriodicInfo:
+        return periodic_info(await self._periodic().set_paused(request.name, True))
+
+    @_rpc
+    async def ResumePeriodic(self, request: ppb.ResumePeriodicRequest, context: Context) -> ppb.PeriodicInfo:
+        return periodic_info(await self._periodic().set_paused(request.name, False))
+
+    @_rpc
+    async def TriggerPeriodic(self, request: ppb.TriggerPeriodicRequest,
+                              context: Context) -> ppb.TriggerPeriodicResponse:
+        job_id, deduplicated = await self._periodic().trigger(request.name)
+        return ppb.TriggerPeriodicResponse(job_id=job_id, deduplicated=deduplicated)
+
+    @_rpc
+    async def DeletePeriodic(self, request: ppb.DeletePeriodicRequest,
+                             context: Context) -> ppb.DeletePeriodicResponse:
+        await self._periodic().delete(request.name)
+        return ppb.DeletePeriodicResponse()

@@ -21,6 +21,7 @@ from sepp.server.errors import (
     LeaseRefused,
     NotFound,
     Overloaded,
+    PeriodicInvalid,
     QueueLimitReached,
     ShuttingDown,
 )
@@ -51,6 +52,9 @@ def status_for(exc: BaseException) -> status_pb2.Status:
     if isinstance(exc, QueueLimitReached):
         return wire.plain_status(code_pb2.FAILED_PRECONDITION, Reason.QUEUE_LIMIT_REACHED, str(exc),
                                  {"field": "name", "limit": str(exc.limit), "actual": str(exc.actual)})
+    if isinstance(exc, PeriodicInvalid):
+        return wire.plain_status(code_pb2.INVALID_ARGUMENT, Reason.PERIODIC_INVALID, str(exc),
+                                 {"field": exc.field, "schedule": wire.clip(exc.schedule)})
     if isinstance(exc, ShuttingDown | StoreClosed):
         return wire.plain_status(code_pb2.UNAVAILABLE, Reason.SHUTTING_DOWN, "the server is shutting down")
     if isinstance(exc, StoreFailed):

@@ -26,6 +26,8 @@ from sepp.storage.base import (
     JobRecord,
     JobRow,
     NodeRecord,
+    PeriodicRecord,
+    PeriodicRun,
     PolicyLookup,
     QueueRecord,
     ReserveParams,
@@ -38,7 +40,7 @@ from sepp.storage.base import (
     WorkerRecord,
 )
 from sepp.storage.errors import StoreClosed, StoreFailed, StoreUnavailable
-from sepp.storage.postgres import ops
+from sepp.storage.postgres import ops, periodic
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
@@ -333,3 +335,28 @@ class PostgresStore:
         row = await self._fetchrow(Q["get_job"], job_id)
         return None if row is None else _record(tuple(row))
 
+
+    # ------------------------------------------------------------------ periodic schedules (issue 12)
+
+    async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
+        """``Store.load_periodic``: one read on the pool."""
+        if names is None:
+            return [periodic.record(r) for r in await self._fetch(periodic.P["load_all"])]
+        return [periodic.record(r) for r in await self._fetch(periodic.P["load_named"], list(names))]
+
+    async def put_periodic(self, name: str, definition: str, source: str, now: int) -> bool:
+        """``Store.put_periodic``: one statement (the other nodes are told)."""
+        return await self._committer.submit(periodic.PutOp(name, definition, source, now), 0)
+
+    async def set_periodic_paused(self, name: str, paused: bool, now: int) -> PeriodicRecord | None:
+        """``Store.set_periodic_paused``: one statement (the other nodes are told)."""
+        return await self._committer.submit(periodic.PauseOp(name, paused, now), 0)
+
+    async def delete_periodic(self, name: str) -> bool:
+        """``Store.delete_periodic``: one statement (the other nodes are told)."""
+        return await self._committer.submit(periodic.DeleteOp(name), 0)
+
+    async def record_periodic_runs(self, runs: Sequence[PeriodicRun]) -> None:
+        """``Store.record_periodic_runs``: one statement."""
+        if runs:
+            await self._committer.submit(periodic.RecordRunsOp(list(runs)), 0)

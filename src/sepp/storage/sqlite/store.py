@@ -30,6 +30,8 @@ from sepp.storage.base import (
     JobRecord,
     JobRow,
     NodeRecord,
+    PeriodicRecord,
+    PeriodicRun,
     PolicyLookup,
     QueueRecord,
     ReserveParams,
@@ -44,7 +46,7 @@ from sepp.storage.base import (
 from sepp.storage.commit_stats import merge
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.rows import fetch_lenient, repair_job
-from sepp.storage.sqlite import ops, sweeps
+from sepp.storage.sqlite import ops, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
 from sepp.storage.sqlite.lone import LoneBusy, LoneWriter
@@ -392,3 +394,26 @@ class SQLiteStore:
     async def workers(self) -> list[WorkerRecord]:
         """``Store.workers``: the last report."""
         return list(self._workers)
+
+    # ------------------------------------------------------------------ periodic schedules (issue 12)
+
+    async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
+        """``Store.load_periodic``: read on the writer (what was just written is seen)."""
+        return await self._committer.submit(partial(periodic.load, None if names is None else list(names)), 0)
+
+    async def put_periodic(self, name: str, definition: str, source: str, now: int) -> bool:
+        """``Store.put_periodic``: one transaction."""
+        return await self._committer.submit(partial(periodic.put, name, definition, source, now), 0)
+
+    async def set_periodic_paused(self, name: str, paused: bool, now: int) -> PeriodicRecord | None:
+        """``Store.set_periodic_paused``: one transaction."""
+        return await self._committer.submit(partial(periodic.set_paused, name, paused, now), 0)
+
+    async def delete_periodic(self, name: str) -> bool:
+        """``Store.delete_periodic``: one transaction."""
+        return await self._committer.submit(partial(periodic.delete, name), 0)
+
+    async def record_periodic_runs(self, runs: Sequence[PeriodicRun]) -> None:
+        """``Store.record_periodic_runs``: one transaction."""
+        if runs:
+            await self._committer.submit(partial(periodic.record_runs, list(runs)), 0)

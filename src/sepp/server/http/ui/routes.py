@@ -40,6 +40,7 @@ from sepp.server.http.ui.forms import (
     limits_json,
     read_form,
 )
+from sepp.server.http.ui.periodic import PeriodicPages
 from sepp.server.http.ui.security import (
     SecurityHeaders,
     csrf_ok,
@@ -126,6 +127,7 @@ class AdminUI:
             Route("/enqueue", post(self.enqueue_submit), methods=["POST"]),
             Route("/workers", page(self.workers_page)),
             Route("/ui/partials/workers", page(self.workers_partial)),
+            *PeriodicPages(self).routes(),
             Route("/nodes", page(self.nodes_page)),
             Route("/ui/partials/nodes", page(self.nodes_partial)),
             Route("/find", page(self.find)),

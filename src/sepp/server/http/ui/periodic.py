@@ -1,0 +1,94 @@
+"""The UI's Periodic page (issue 12): every schedule with its timing, next three run times,
+last run and the job it produced, and the forms that pause, resume, trigger and delete one.
+Served by ``AdminUI`` (``routes.py``); the same view as ``sepp periodic list``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from sepp.rejections import Reason
+from sepp.server.errors import EngineError, NotFound, PeriodicInvalid
+from sepp.server.periodic.admin import PeriodicAdmin
+
+if TYPE_CHECKING:
+    from sepp.server.http.ui.routes import AdminUI
+
+__all__ = ["PeriodicPages"]
+
+
+class PeriodicPages:
+    """The Periodic page's routes over ``ui`` (its rendering, flashes, login and CSRF checks)."""
+
+    def __init__(self, ui: AdminUI) -> None:
+        self.ui = ui
+
+    def routes(self) -> list[BaseRoute]:
+        """``/periodic``, its htmx partial and the four forms (POST, CSRF-checked)."""
+        page, post = self.ui._page, self.ui._post
+        return [
+            Route("/periodic", page(self.page)),
+            Route("/ui/partials/periodic", page(self.partial)),
+            *(Route(f"/periodic/{{name}}/{action}", post(getattr(self, action)), methods=["POST"])
+              for action in ("pause", "resume", "trigger", "delete")),
+        ]
+
+    def _admin(self) -> PeriodicAdmin:
+        periodic = self.ui.admin.periodic
+        if periodic is None:
+            raise NotFound("periodic schedules are not available on this server", Reason.PERIODIC_NOT_FOUND)
+        return periodic
+
+    async def _context(self) -> dict[str, Any]:
+        return {"schedules": await self._admin().list(), "now": self.ui.admin.clock.now()}
+
+    async def page(self, request: Request) -> Response:
+        """Every schedule (name, timing, queue and job type, next three runs, last run and its
+        job or error, state) with its actions."""
+        return self.ui.render(request, "periodic.html", {"title": "Periodic", **(await self._context())})
+
+    async def partial(self, request: Request) -> Response:
+        """The schedules table for htmx polling."""
+        return self.ui.render(request, "_periodic.html", await self._context())
+
+    def _back(self) -> Response:
+        return RedirectResponse("/periodic", status_code=303)
+
+    async def pause(self, request: Request) -> Response:
+        """Pause the schedule."""
+        name = request.path_params["name"]
+        await self._admin().set_paused(name, True)
+        self.ui.flash(request, f"Schedule {name} paused: it enqueues nothing until resumed.")
+        return self._back()
+
+    async def resume(self, request: Request) -> Response:
+        """Resume the schedule (the ticks of the pause are not caught up)."""
+        name = request.path_params["name"]
+        await self._admin().set_paused(name, False)
+        self.ui.flash(request, f"Schedule {name} resumed.")
+        return self._back()
+
+    async def trigger(self, request: Request) -> Response:
+        """Enqueue the schedule's job now; the flash links to it."""
+        name = request.path_params["name"]
+        try:
+            job_id, _dedup = await self._admin().trigger(name)
+        except NotFound:
+            raise
+        except (PeriodicInvalid, EngineError) as exc:
+            self.ui.flash(request, f"Schedule {name} not triggered: {exc}", "warn")
+            return self._back()
+        self.ui.flash(request, f"Schedule {name} triggered: job {job_id}.")
+        return RedirectResponse(f"/jobs/{quote(job_id, safe='')}", status_code=303)
+
+    async def delete(self, request: Request) -> Response:
+        """Forget the schedule (its jobs stay)."""
+        name = request.path_params["name"]
+        await self._admin().delete(name)
+        self.ui.flash(request, f"Schedule {name} deleted.")
+        return self._back()
+

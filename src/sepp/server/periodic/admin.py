@@ -1,0 +1,162 @@
+"""The admin side of periodic schedules (issue 12): list, show, declare, pause, resume,
+trigger and delete — what ``AdminService``'s periodic calls, ``sepp periodic …`` and the UI's
+Periodic page do. Every read goes to the store, so any node answers for the whole cluster;
+every change is made in the store and then applied to this node's scheduler at once (the
+other nodes see it at their next tick of the schedule, and within ``REFRESH_EVERY``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.records import PeriodicRecord, PeriodicRun
+from sepp.quoting import clip
+from sepp.rejections import Reason
+from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
+from sepp.server.errors import JobRejected, NotFound, PeriodicInvalid
+from sepp.server.periodic.jobs import job_request
+from sepp.server.periodic.scheduler import PeriodicScheduler, parse
+from sepp.server.periodic.spec import PeriodicSettings
+from sepp.server.periodic.timetable import rfc3339
+
+__all__ = ["NEXT_RUNS", "PeriodicAdmin", "PeriodicView", "check_job", "settings_from"]
+
+#: How many upcoming run times a view lists (issue 12: "the next three run times").
+NEXT_RUNS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicView:
+    """One schedule as the admin API, the CLI and the UI show it: the ``record`` (row),
+    its parsed ``spec`` (None when the stored definition no longer validates: ``broken``
+    says why), the next run times (µs UTC; none while paused) and the last job's id text."""
+
+    record: PeriodicRecord
+    spec: PeriodicSettings | None
+    broken: str
+    next_runs: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        """The schedule's name."""
+        return self.record.name
+
+    @property
+    def last_job_id(self) -> str:
+        """The last run's job id (canonical text), "" when none."""
+        raw = self.record.last_job_id
+        return job_id_text(raw) if len(raw) == 16 else ""
+
+
+def view(record: PeriodicRecord, now: int) -> PeriodicView:
+    """The view of ``record`` at ``now`` (µs UTC)."""
+    spec, timetable, broken = parse(record)
+    upcoming: tuple[int, ...] = ()
+    if timetable is not None and not record.paused:
+        upcoming = tuple(timetable.upcoming(now, NEXT_RUNS))
+    return PeriodicView(record, spec, broken, upcoming)
+
+
+def settings_from(fields: Mapping[str, Any]) -> PeriodicSettings:
+    """``fields`` (a ``[[periodic]]`` table's keys) as ``PeriodicSettings``. Raises
+    ``PeriodicInvalid`` naming the first bad field (an unknown field by its name)."""
+    try:
+        return PeriodicSettings.model_validate(dict(fields))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "schedule"
+        if err["type"] == "extra_forbidden":
+            problem = f"unknown field; a schedule takes {', '.join(PeriodicSettings.model_fields)}"
+        else:
+            problem = str(err["msg"]).removeprefix("Value error, ")
+        name = fields.get("name")
+        raise PeriodicInvalid(f"periodic schedule {clip(repr(name), 140)}: {field}: {problem}", field,
+                              name if isinstance(name, str) else "") from None
+
+
+def check_job(engine: JobEngine, spec: PeriodicSettings) -> None:
+    """Refuse a schedule whose job its queue would reject (strict mode and an undeclared
+    queue, a payload over the queue's limit, …), checked with the server's own validator.
+    Raises ``PeriodicInvalid`` with the job field and the rejection code."""
+    now = engine.clock.now()
+    verdict = engine.validator.check(job_request(spec, now, f"periodic:{spec.name}:{rfc3339(now)}"), now * 1000)
+    if type(verdict) is pb.Rejection:
+        code = pb.RejectionCode.Name(verdict.code)
+        raise PeriodicInvalid(f"periodic schedule {spec.name!r}: its job would be rejected: {code}: "
+                              f"{verdict.message}", verdict.field or "queue", spec.name)
+
+
+class PeriodicAdmin:
+    """The operations of the module docstring over one node's ``PeriodicScheduler``."""
+
+    def __init__(self, scheduler: PeriodicScheduler) -> None:
+        self.scheduler = scheduler
+        self.engine = scheduler.engine
+        self.store = scheduler.store
+
+    async def list(self) -> list[PeriodicView]:
+        """Every schedule, by name."""
+        now = self.engine.clock.now()
+        return [view(r, now) for r in await self.store.load_periodic()]
+
+    async def _row(self, name: str) -> PeriodicRecord:
+        rows = await self.store.load_periodic([name])
+        if not rows:
+            raise NotFound(f"no periodic schedule named {clip(repr(name), 140)}", Reason.PERIODIC_NOT_FOUND)
+        return rows[0]
+
+    async def get(self, name: str) -> PeriodicView:
+        """One schedule. Raises ``NotFound`` (PERIODIC_NOT_FOUND)."""
+        return view(await self._row(name), self.engine.clock.now())
+
+    async def declare(self, spec: PeriodicSettings) -> tuple[PeriodicView, bool]:
+        """Create ``spec``, or replace the definition of the schedule of that name (its
+        pause and last run kept): (its view, created). Raises ``PeriodicInvalid`` when its
+        job would be rejected."""
+        check_job(self.engine, spec)
+        created = await self.store.put_periodic(spec.name, spec.to_json(), "admin", self.engine.clock.now())
+        await self.scheduler.reload([spec.name])
+        return await self.get(spec.name), created
+
+    async def set_paused(self, name: str, paused: bool) -> PeriodicView:
+        """Pause (no job until resumed) or resume (the ticks of the pause are not caught up).
+        Raises ``NotFound``."""
+        row = await self.store.set_periodic_paused(name, paused, self.engine.clock.now())
+        if row is None:
+            raise NotFound(f"no periodic schedule named {clip(repr(name), 140)}", Reason.PERIODIC_NOT_FOUND)
+        await self.scheduler.reload([name])
+        return view(row, self.engine.clock.now())
+
+    async def trigger(self, name: str) -> tuple[str, bool]:
+        """Enqueue the schedule's job now, out of its timetable (paused or not): scheduled_at
+        now, idempotency key ``periodic:<name>:trigger:<now, RFC 3339 with µs>``. Returns
+        (job id, deduplicated); the run is recorded as the schedule's last run (its last tick
+        is left alone). Raises ``NotFound``, ``PeriodicInvalid`` (a stored definition that no
+        longer validates) and the enqueue's errors (``JobRejected``, ``Overloaded``)."""
+        row = await self._row(name)
+        spec, _timetable, broken = parse(row)
+        if spec is None:
+            raise PeriodicInvalid(f"periodic schedule {name!r} cannot run: {broken}", "definition", name)
+        now = self.engine.clock.now()
+        stamp = rfc3339(now).removesuffix("Z") + f".{now % 1_000_000:06d}Z"
+        req = job_request(spec, now, f"periodic:{name}:trigger:{stamp}")
+        try:
+            ack = await self.engine.enqueue(req)
+        except JobRejected as exc:
+            error = f"{pb.RejectionCode.Name(exc.rejection.code)}: {exc.rejection.message}"
+            await self.store.record_periodic_runs([PeriodicRun(name, 0, b"", clip(error, 500), now)])
+            raise
+        await self.store.record_periodic_runs([PeriodicRun(name, 0, job_id_bytes(ack.job_id) or b"", "", now)])
+        return ack.job_id, ack.deduplicated
+
+    async def delete(self, name: str) -> None:
+        """Forget a schedule (its jobs stay). A ``[[periodic]]`` table of that name in a
+        node's config writes it back when that node starts. Raises ``NotFound``."""
+        if not await self.store.delete_periodic(name):
+            raise NotFound(f"no periodic schedule named {clip(repr(name), 140)}", Reason.PERIODIC_NOT_FOUND)
+        await self.scheduler.reload([name])
+

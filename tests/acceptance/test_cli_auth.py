@@ -22,7 +22,11 @@ from support.servers import FAST, backend_config
 
 from sepp.testing import ServerProcess
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.sqlite_only(reason=(
+        "backend-neutral: token commands and the CLI's auth flags, checked before any store call")),
+]
 
 
 def sepp(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,

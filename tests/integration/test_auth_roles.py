@@ -25,6 +25,9 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.testing import ServerProcess
 
+pytestmark = pytest.mark.sqlite_only(reason=(
+    "backend-neutral: roles are checked by the gRPC interceptor before any store call"))
+
 LEGACY = "legacy-admin-s3cret"
 
 

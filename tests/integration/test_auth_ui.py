@@ -18,6 +18,10 @@ from support.servers import ServerFactory, module_server
 
 from sepp.testing import ServerProcess
 
+pytestmark = pytest.mark.sqlite_only(reason=(
+    "backend-neutral: the UI's login and sessions are front-end code, the same on both "
+    "backends"))
+
 
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:

@@ -24,6 +24,10 @@ from sepp import (
 from sepp.testing import ServerProcess
 from sepp.testing.process import free_port
 
+pytestmark = pytest.mark.sqlite_only(reason=(
+    "backend-neutral: the async client's transport behaviour; the store is exercised by the "
+    "sync client tests on both"))
+
 
 async def test_async_client_enqueues_and_deduplicates(shared_server: ServerProcess) -> None:
     async with AsyncClient(shared_server.grpc_target) as client:

@@ -31,7 +31,12 @@ from sepp.errors import RejectedError
 from sepp.testing import ServerProcess
 from sepp.worker import Job, JobReport, Retry, Worker
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.sqlite_only(reason=(
+        "backend-neutral: spans are made by the clients, the servicers and the Worker, not the "
+        "store")),
+]
 
 #: A caller's own W3C trace context (the example of the W3C recommendation).
 CALLER_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

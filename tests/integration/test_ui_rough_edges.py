@@ -16,6 +16,8 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.testing import ServerProcess
 
+pytestmark = pytest.mark.sqlite_only(reason="backend-neutral: UI rendering and URL parsing, the same on both backends")
+
 
 @pytest.fixture
 def web(shared_server: ServerProcess) -> Iterator[httpx.Client]:

@@ -23,6 +23,10 @@ from sepp.cli.worker_cmd import LINE_RATE
 from sepp.client.admin import AdminClient
 from sepp.testing import ServerProcess
 
+pytestmark = pytest.mark.sqlite_only(reason=(
+    "backend-neutral: the sepp worker command's flags and output lines, the same on both "
+    "backends"))
+
 MODULE = textwrap.dedent('''
     from sepp.worker import Job, Worker
 

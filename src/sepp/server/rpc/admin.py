@@ -26,6 +26,7 @@ from sepp.server.queues import QueueState
 from sepp.server.rpc.convert import job_to_proto, ts
 from sepp.server.rpc.producer import queue_settings_proto
 from sepp.server.rpc.status import abort_for, abort_with
+from sepp.server.admin.search import with_search
 from sepp.storage.admin import DeadFilter, JobQuery, JobSummary
 from sepp.storage.errors import StoreError
 from sepp.wire import duration_to_seconds, seconds_to_duration
@@ -216,8 +217,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                          job_type=request.job_type or None, reason_prefix=request.reason_prefix or None,
                          finished_after=optional_timestamp(request, "finished_after"),
                          finished_before=optional_timestamp(request, "finished_before"))
+        query = with_search(query, job_id=request.job_id, idempotency_key=request.idempotency_key,
+                            error_contains=request.error_contains,
+                            custom=[(term.key, term.value) for term in request.custom],
+                            max_key_bytes=self.admin.engine.limits.max_idempotency_key_bytes)
         page = await self.admin.list_jobs(query, request.page_token, request.page_size)
-        return apb.ListJobsResponse(jobs=[summary_proto(s) for s in page.jobs], next_page_token=page.next_token)
+        return apb.ListJobsResponse(jobs=[summary_proto(s) for s in page.jobs], next_page_token=page.next_token,
+                                    scan_limited=page.scan_limited)
 
     @_rpc
     async def FindJobByIdempotencyKey(self, request: apb.FindJobByIdempotencyKeyRequest,

@@ -61,6 +61,7 @@ from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 from sepp.storage.postgres.sql import rowcount
 from sepp.storage.rows import as_text, note_damaged, repair_job
+from sepp.storage.search import search_page
 
 if TYPE_CHECKING:
     from sepp.storage.postgres.committer import Tx
@@ -146,9 +147,21 @@ class PostgresAdmin:
         run_at, seq]`` (READY), ``[queue, finished_at, seq]`` (finished states), ``[run_at,
         seq]`` (SCHEDULED), ``[seq]`` (RESERVED, any state). Fetches ``limit + 1`` keys to know
         whether another page follows. Raises ``ValueError`` for a position of another order."""
-        want = limit + 1
-        if not _storable(query.queue, query.job_type, query.reason_prefix):
+        if not _storable(query.queue, query.job_type, query.reason_prefix, query.idempotency_key,
+                         query.error_contains, *(t for term in query.custom for t in term)):
             return JobPage([], None)
+        if query.searching:
+            return await search_page(self, query, after, limit)
+        keys = await self.walk(query, after, limit + 1)
+        more = len(keys) > limit
+        keys = keys[:limit]
+        summaries = await self._summaries([seq for seq, _ in keys])
+        return JobPage(summaries, keys[-1][1] if more and keys else None)
+
+    async def walk(self, query: JobQuery, after: SortKey | None, want: int) -> list[tuple[int, SortKey]]:
+        """Up to ``want`` (seq, sort key) of the listing of ``query`` after ``after`` in its order
+        (the indexes of the module docstring). Raises ``ValueError`` for a position of another
+        order."""
         keys: list[tuple[int, SortKey]]
         if query.state == int(State.READY):
             keys = await self._list_ready(query, after, want)
@@ -167,10 +180,36 @@ class PostgresAdmin:
             rows = await self._store._fetch(A["list_any"], seq, query.queue, query.job_type, query.reason_prefix,
                                             query.finished_after, query.finished_before, want)
             keys = [(s, [s]) for (s,) in rows]
-        more = len(keys) > limit
-        keys = keys[:limit]
-        summaries = await self._summaries([seq for seq, _ in keys])
-        return JobPage(summaries, keys[-1][1] if more and keys else None)
+        return keys
+
+    # ------------------------------------------------------------------ search (sepp.storage.search)
+
+    async def by_custom(self, key: str, value: str, after_seq: int, limit: int) -> list[int]:
+        """``SearchBackend.by_custom`` (``job_custom_match``)."""
+        return [s for (s,) in await self._store._fetch(A["search_by_custom"], key, value, after_seq, limit)]
+
+    async def by_id(self, job_id: bytes, after_seq: int) -> list[int]:
+        """``SearchBackend.by_id`` (the unique index on id)."""
+        return [s for (s,) in await self._store._fetch(A["search_by_id"], job_id, after_seq)]
+
+    async def by_key(self, queue: str | None, key: str, after_seq: int, limit: int) -> list[int]:
+        """``SearchBackend.by_key`` (``idempotency``'s primary key, one probe per queue)."""
+        if queue is not None:
+            rows = await self._store._fetch(A["search_by_key_in_queue"], queue, key, after_seq)
+        else:
+            rows = await self._store._fetch(A["search_by_key"], key, after_seq, limit)
+        return [s for (s,) in rows]
+
+    async def match(self, query: JobQuery, seqs: list[int], needle: str | None) -> list[int]:
+        """``SearchBackend.match`` (``search_match``: primary-key lookups of the candidates)."""
+        rows = await self._store._fetch(A["search_match"], seqs, query.queue, query.state, query.job_type,
+                                        query.reason_prefix, query.finished_after, query.finished_before, needle,
+                                        [k for k, _ in query.custom], [v for _, v in query.custom])
+        return [s for (s,) in rows]
+
+    async def summaries(self, seqs: list[int]) -> list[JobSummary]:
+        """``SearchBackend.summaries``."""
+        return await self._summaries(seqs)
 
     async def _summaries(self, seqs: list[int]) -> list[JobSummary]:
         if not seqs:

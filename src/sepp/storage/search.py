@@ -32,7 +32,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from sepp.storage.admin import JobPage, JobQuery, JobSummary, SortKey, first_position, position_int
 
@@ -96,46 +96,35 @@ def prefilter(needle: str) -> str:
     return max(runs, key=len) if runs else ""
 
 
-K = TypeVar("K")
-S = TypeVar("S")
+#: One round of a search page: ``step(position, n)`` examines up to ``n`` candidates after
+#: ``position`` and returns (the matches among them in page order as (seq, sort key), the
+#: position after what it examined, how many it examined, whether the walk is over).
+Step = Callable[[SortKey | None, int], Awaitable[tuple[list[tuple[int, SortKey]], SortKey | None, int, bool]]]
 
 
-async def bounded_page(walk: Callable[[K | None, int], Awaitable[tuple[list[tuple[int, K]], bool]]],
-                       match: Callable[[list[int]], Awaitable[list[S]]],
-                       seq_of: Callable[[S], int], after: K | None, limit: int,
-                       budget: int = SCAN_ROWS) -> tuple[list[S], K | None, bool]:
-    """One search page: ``walk(position, n)`` gives up to ``n`` candidates (seq, sort key)
-    after ``position`` in page order and whether the walk is over; ``match(seqs)`` the
-    matching ones among them as page items (in any order; ``seq_of`` names an item's job).
+async def bounded_page(step: Step, after: SortKey | None, limit: int,
+                       budget: int = SCAN_ROWS) -> tuple[list[tuple[int, SortKey]], SortKey | None, bool]:
+    """One search page from rounds of ``step``: the first ``limit`` matches after ``after``.
 
-    Returns (up to ``limit`` items in page order, the position of the next page or None on
-    the last, whether the page stopped at ``budget`` candidates before it was full)."""
-    out: list[S] = []
-    out_key: K | None = None
+    Returns (up to ``limit`` (seq, sort key) in page order, the position of the next page or
+    None on the last, whether the page stopped at ``budget`` candidates before it was full).
+    Rounds grow from ``FIRST_ROUND`` (or twice the page) by ×4 up to ``MAX_ROUND``."""
+    out: list[tuple[int, SortKey]] = []
     position = after
     examined = 0
     size = max(FIRST_ROUND, 2 * (limit + 1))
     while True:
-        n = min(size, budget - examined, MAX_ROUND)
-        candidates, done = await walk(position, n)
-        examined += len(candidates)
-        if candidates:
-            found = {seq_of(item): item for item in await match([seq for seq, _ in candidates])}
-            for seq, key in candidates:
-                item = found.get(seq)
-                if item is None:
-                    continue
-                if len(out) == limit:  # one more match: the page is full and another follows
-                    return out, out_key, False
-                out.append(item)
-                out_key = key
-            position = candidates[-1][1]
-        if done or not candidates:
+        hits, position, seen, done = await step(position, min(size, budget - examined, MAX_ROUND))
+        examined += seen
+        for hit in hits:
+            if len(out) == limit:  # one more match: the page is full and another follows
+                return out, out[-1][1], False
+            out.append(hit)
+        if done:
             return out, None, False
         if examined >= budget:
             return out, position, len(out) < limit
         size *= 4
-
 
 
 class SearchBackend(Protocol):
@@ -156,6 +145,13 @@ class SearchBackend(Protocol):
         """The seqs among ``seqs`` whose jobs pass every filter of ``query`` but the exact
         error check (``needle``: the error prefilter, ``prefilter``; None without one)."""
 
+    async def match_range(self, query: JobQuery, low: int, high: int, needle: str | None) -> list[int]:
+        """As ``match`` for the jobs with low < seq ≤ high, ascending (a range of the table:
+        the any-state walk without fetching its candidates)."""
+
+    async def seq_bounds(self) -> tuple[int, int] | None:
+        """(smallest, largest) seq stored, or None when there is no job."""
+
     async def walk(self, query: JobQuery, after: SortKey | None, n: int) -> list[tuple[int, SortKey]]:
         """The plain listing's next ``n`` (seq, sort key) of ``query`` (no search filter)."""
 
@@ -168,59 +164,103 @@ async def search_page(backend: SearchBackend, query: JobQuery, after: SortKey | 
     """One page of a search (``JobQuery.searching``; the module docstring): the driver of
     ``query``, its matches, and for an error search the exact check of each match's last
     error. Raises ``ValueError`` for a position that does not fit the query's order."""
-    if query.indexed:
-        seq = position_int(after[0]) if after and len(after) == 1 else first_position(after, 1)[0]
-        walk = _indexed_walk(backend, query)
-
-        async def walk_seq(position: SortKey | None, n: int) -> tuple[list[tuple[int, SortKey]], bool]:
-            start = seq if position is None else position_int(position[0])
-            seqs = await walk(start, n)
-            return [(s, [s]) for s in seqs], len(seqs) < n
-
-        walker = walk_seq
-    else:
-        plain = replace(query, job_type=None, error_contains=None)
-
-        async def walk_plain(position: SortKey | None, n: int) -> tuple[list[tuple[int, SortKey]], bool]:
-            keys = await backend.walk(plain, position, n)
-            return keys, len(keys) < n
-
-        walker = walk_plain
     error = query.error_contains
     needle = None if error is None else prefilter(error)
-    if error is None:
-        async def match_seqs(seqs: list[int]) -> list[int]:
-            return await backend.match(query, seqs, None)
+    if query.indexed or query.state is None:
+        if after is not None and len(after) != 1:
+            raise ValueError("malformed page position")
+        _seq_at(after)
+        step = _indexed_step(backend, query, needle) if query.indexed else \
+            await _range_step(backend, query, needle)
+    else:
+        step = _walk_step(backend, query, needle)
+    checked: dict[int, JobSummary] = {}
+    if error is not None:
+        step = _checking(step, backend, ascii_lower(error), checked)
+    hits, next_key, limited = await bounded_page(step, after, limit, budget)
+    seqs = [s for s, _ in hits]
+    if error is not None:
+        jobs = [checked[s] for s in seqs]
+    else:
+        jobs = await backend.summaries(seqs)
+    return JobPage(jobs, next_key, limited)
 
-        found, next_key, limited = await bounded_page(walker, match_seqs, int, after, limit, budget)
-        return JobPage(await backend.summaries(found), next_key, limited)
-    folded = ascii_lower(error)
 
-    async def match_errors(seqs: list[int]) -> list[JobSummary]:
-        hits = await backend.match(query, seqs, needle)
-        return [s for s in await backend.summaries(hits) if folded in ascii_lower(s.last_error)]
-
-    items, next_key, limited = await bounded_page(walker, match_errors, lambda s: s.record.seq, after, limit,
-                                                  budget)
-    return JobPage(items, next_key, limited)
+def _seq_at(position: SortKey | None) -> int:
+    """The seq of a ``[seq]`` position (the smallest int64 for the start). Raises
+    ``ValueError`` for a malformed one."""
+    if position is not None and len(position) != 1:
+        raise ValueError("malformed page position")
+    return position_int(position[0]) if position else first_position(None, 1)[0]
 
 
-def _indexed_walk(backend: SearchBackend, query: JobQuery) -> Callable[[int, int], Awaitable[list[int]]]:
-    """The driver of an indexed search: id first, then key, then the first custom term."""
+def _indexed_step(backend: SearchBackend, query: JobQuery, needle: str | None) -> Step:
+    """Rounds of an indexed search: the driver (id first, then key, then the first custom
+    term) hands over candidates in enqueue order, ``match`` keeps the ones that pass."""
     job_id, key = query.job_id, query.idempotency_key
-    if job_id is not None:
-        async def by_id(after_seq: int, _n: int) -> list[int]:
+
+    async def candidates(after_seq: int, n: int) -> list[int]:
+        if job_id is not None:
             return await backend.by_id(job_id, after_seq)
-
-        return by_id
-    if key is not None:
-        async def by_key(after_seq: int, n: int) -> list[int]:
+        if key is not None:
             return await backend.by_key(query.queue, key, after_seq, n)
-
-        return by_key
-    first_key, first_value = query.custom[0]
-
-    async def by_custom(after_seq: int, n: int) -> list[int]:
+        first_key, first_value = query.custom[0]
         return await backend.by_custom(first_key, first_value, after_seq, n)
 
-    return by_custom
+    async def step(position: SortKey | None, n: int) -> tuple[list[tuple[int, SortKey]], SortKey | None, int, bool]:
+        seqs = await candidates(_seq_at(position), n)
+        if not seqs:
+            return [], position, 0, True
+        found = set(await backend.match(query, seqs, needle))
+        hits: list[tuple[int, SortKey]] = [(s, [s]) for s in seqs if s in found]
+        return hits, [seqs[-1]], len(seqs), job_id is not None or len(seqs) < n
+
+    return step
+
+
+async def _range_step(backend: SearchBackend, query: JobQuery, needle: str | None) -> Step:
+    """Rounds of a search over every state: ranges of the table in enqueue order (``n``
+    seqs a round), matched in one statement each."""
+    bounds = await backend.seq_bounds()
+
+    async def step(position: SortKey | None, n: int) -> tuple[list[tuple[int, SortKey]], SortKey | None, int, bool]:
+        if bounds is None:
+            return [], position, 0, True
+        low = max(_seq_at(position), bounds[0] - 1)
+        high = min(low + n, bounds[1])
+        seqs = await backend.match_range(query, low, high, needle)
+        return [(s, [s]) for s in seqs], [high], high - low, high >= bounds[1]
+
+    return step
+
+
+def _walk_step(backend: SearchBackend, query: JobQuery, needle: str | None) -> Step:
+    """Rounds of a search in one state: the state's listing walk hands over candidates in
+    its order, ``match`` keeps the ones that pass."""
+    plain = replace(query, job_type=None, error_contains=None)
+
+    async def step(position: SortKey | None, n: int) -> tuple[list[tuple[int, SortKey]], SortKey | None, int, bool]:
+        keys = await backend.walk(plain, position, n)
+        if not keys:
+            return [], position, 0, True
+        found = set(await backend.match(query, [s for s, _ in keys], needle))
+        return [k for k in keys if k[0] in found], keys[-1][1], len(keys), len(keys) < n
+
+    return step
+
+
+def _checking(step: Step, backend: SearchBackend, folded: str, checked: dict[int, JobSummary]) -> Step:
+    """``step`` with the exact error check: a match whose last error message (A-Z folded)
+    does not hold ``folded`` is dropped; the summaries read are kept in ``checked``."""
+
+    async def checking(position: SortKey | None,
+                       n: int) -> tuple[list[tuple[int, SortKey]], SortKey | None, int, bool]:
+        hits, after, seen, done = await step(position, n)
+        if hits:
+            for summary in await backend.summaries([s for s, _ in hits]):
+                if folded in ascii_lower(summary.last_error):
+                    checked[summary.record.seq] = summary
+            hits = [h for h in hits if h[0] in checked]
+        return hits, after, seen, done
+
+    return checking

@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 
 #: The named queries of admin.sql.
 A = load_queries("sepp.storage.postgres", "admin.sql")
+for _name in ("search_match", "search_range"):
+    A[_name] = A[_name].replace("{filters}", A["search_filters"])
 _rowcount = rowcount
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
@@ -200,12 +202,26 @@ class PostgresAdmin:
             rows = await self._store._fetch(A["search_by_key"], key, after_seq, limit)
         return [s for (s,) in rows]
 
+    @staticmethod
+    def _filters(query: JobQuery, needle: str | None) -> tuple[Any, ...]:
+        """The parameters $2 … $10 of ``search_filters``."""
+        return (query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
+                query.finished_before, needle, [k for k, _ in query.custom], [v for _, v in query.custom])
+
     async def match(self, query: JobQuery, seqs: list[int], needle: str | None) -> list[int]:
         """``SearchBackend.match`` (``search_match``: primary-key lookups of the candidates)."""
-        rows = await self._store._fetch(A["search_match"], seqs, query.queue, query.state, query.job_type,
-                                        query.reason_prefix, query.finished_after, query.finished_before, needle,
-                                        [k for k, _ in query.custom], [v for _, v in query.custom])
+        rows = await self._store._fetch(A["search_match"], seqs, *self._filters(query, needle))
         return [s for (s,) in rows]
+
+    async def match_range(self, query: JobQuery, low: int, high: int, needle: str | None) -> list[int]:
+        """``SearchBackend.match_range`` (``search_range``: a primary-key range)."""
+        rows = await self._store._fetch(A["search_range"], low, *self._filters(query, needle), high)
+        return [s for (s,) in rows]
+
+    async def seq_bounds(self) -> tuple[int, int] | None:
+        """``SearchBackend.seq_bounds`` (the primary key's ends)."""
+        row = await self._store._fetchrow(A["seq_bounds"])
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
     async def summaries(self, seqs: list[int]) -> list[JobSummary]:
         """``SearchBackend.summaries``."""

@@ -108,13 +108,12 @@ JOIN idempotency i ON i.queue = qs.q AND i.key = $1::text
 JOIN jobs j ON j.id = i.job_id
 WHERE j.seq > $2::bigint ORDER BY j.seq LIMIT $3::bigint;
 
--- name: search_match
--- $1 candidate seqs; $2 queue, $3 state, $4 job_type, $5 reason prefix, $6 finished_after,
--- $7 finished_before, $8 error prefilter (lowered A-Z, as SQLite's lower), each NULL = any;
--- $9 / $10 the custom terms' keys and values (every one must be an entry of the job).
-SELECT seq FROM jobs
-WHERE seq = ANY($1::bigint[])
-  AND ($2::text IS NULL OR queue = $2::text) AND ($3::smallint IS NULL OR state = $3::smallint)
+-- name: search_filters
+-- The conditions of search_match / search_range (a fragment: admin.py puts a head on it):
+-- $2 queue, $3 state, $4 job_type, $5 reason prefix, $6 finished_after, $7 finished_before,
+-- $8 error prefilter (lowered A-Z, as SQLite's lower), each NULL = any; $9 / $10 the custom
+-- terms' keys and values (every one must be an entry of the job).
+($2::text IS NULL OR queue = $2::text) AND ($3::smallint IS NULL OR state = $3::smallint)
   AND ($4::text IS NULL OR job_type = $4::text)
   AND ($5::text IS NULL OR starts_with(reason, $5::text))
   AND ($6::bigint IS NULL OR finished_at >= $6::bigint) AND ($7::bigint IS NULL OR finished_at < $7::bigint)
@@ -122,7 +121,18 @@ WHERE seq = ANY($1::bigint[])
        AND strpos(translate(history, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'), $8::text) > 0))
   AND (cardinality($9::text[]) = 0 OR cardinality($9::text[]) = (
       SELECT count(*) FROM unnest($9::text[], $10::text[]) AS t(k, v)
-      WHERE EXISTS (SELECT 1 FROM job_custom c WHERE c.seq = jobs.seq AND c.key = t.k AND c.value = t.v)));
+      WHERE EXISTS (SELECT 1 FROM job_custom c WHERE c.seq = jobs.seq AND c.key = t.k AND c.value = t.v)))
+
+-- name: search_match
+-- The candidates $1 (seqs) that pass: primary-key lookups.
+SELECT seq FROM jobs WHERE seq = ANY($1::bigint[]) AND {filters}
+
+-- name: search_range
+-- The jobs with $1 < seq <= $11 that pass, in enqueue order: a range of the primary key.
+SELECT seq FROM jobs WHERE seq > $1::bigint AND seq <= $11::bigint AND {filters} ORDER BY seq
+
+-- name: seq_bounds
+SELECT min(seq), max(seq) FROM jobs;
 
 -- name: job_summaries
 -- The listed rows without their payload bytes ($1 their seqs). The history text comes

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from sepp.storage.sqlite.store import SQLiteStore
 
 A = load_queries("sepp.storage.sqlite", "admin.sql")
+for _name in ("search_match", "search_range"):
+    A[_name] = A[_name].replace("{filters}", A["search_filters"])
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
@@ -142,13 +144,27 @@ class SQLiteAdmin:
             rows = await self._read("search_by_key", {"key": key, "seq": after_seq, "limit": limit})
         return [s for (s,) in rows]
 
+    @staticmethod
+    def _filters(query: JobQuery, needle: str | None) -> dict[str, Any]:
+        """The parameters of ``search_filters``."""
+        return {"queue": query.queue, "state": query.state, "job_type": query.job_type,
+                "reason": query.reason_prefix, "after": query.finished_after, "before": query.finished_before,
+                "needle": needle, "terms": len(query.custom), "custom": json.dumps(query.custom)}
+
     async def match(self, query: JobQuery, seqs: list[int], needle: str | None) -> list[int]:
         """``SearchBackend.match`` (``search_match``: rowid lookups of the candidates)."""
-        rows = await self._read("search_match", {
-            "seqs": json.dumps(seqs), "queue": query.queue, "state": query.state, "job_type": query.job_type,
-            "reason": query.reason_prefix, "after": query.finished_after, "before": query.finished_before,
-            "needle": needle, "terms": len(query.custom), "custom": json.dumps(query.custom)})
+        rows = await self._read("search_match", {"seqs": json.dumps(seqs), **self._filters(query, needle)})
         return [s for (s,) in rows]
+
+    async def match_range(self, query: JobQuery, low: int, high: int, needle: str | None) -> list[int]:
+        """``SearchBackend.match_range`` (``search_range``: a rowid range)."""
+        rows = await self._read("search_range", {"low": low, "high": high, **self._filters(query, needle)})
+        return [s for (s,) in rows]
+
+    async def seq_bounds(self) -> tuple[int, int] | None:
+        """``SearchBackend.seq_bounds`` (the rowid's ends)."""
+        row = await self._read("seq_bounds", one=True)
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
     async def summaries(self, seqs: list[int]) -> list[JobSummary]:
         """``SearchBackend.summaries``."""

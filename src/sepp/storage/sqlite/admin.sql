@@ -87,10 +87,9 @@ SELECT j.seq FROM qs CROSS JOIN idempotency i CROSS JOIN jobs j
 WHERE qs.q IS NOT NULL AND i.queue = qs.q AND i.key = :key AND j.id = i.job_id AND j.seq > :seq
 ORDER BY j.seq LIMIT :limit;
 
--- name: search_match
-SELECT seq FROM jobs
-WHERE seq IN (SELECT value FROM json_each(:seqs))
-  AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
+-- name: search_filters
+-- The conditions of search_match / search_range (a fragment: admin.py puts a head on it).
+(:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
   AND (:job_type IS NULL OR job_type = :job_type)
   AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
   AND (:after IS NULL OR finished_at >= :after) AND (:before IS NULL OR finished_at < :before)
@@ -98,7 +97,18 @@ WHERE seq IN (SELECT value FROM json_each(:seqs))
   AND (:terms = 0 OR :terms = (
       SELECT count(*) FROM json_each(:custom) AS t
       WHERE EXISTS (SELECT 1 FROM job_custom c
-                    WHERE c.seq = jobs.seq AND c.key = t.value ->> 0 AND c.value = t.value ->> 1)));
+                    WHERE c.seq = jobs.seq AND c.key = t.value ->> 0 AND c.value = t.value ->> 1)))
+
+-- name: search_match
+-- The candidates :seqs (a JSON array) that pass: rowid lookups.
+SELECT seq FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs)) AND {filters}
+
+-- name: search_range
+-- The jobs with :low < seq <= :high that pass, in enqueue order: a range of the table.
+SELECT seq FROM jobs WHERE seq > :low AND seq <= :high AND {filters} ORDER BY seq
+
+-- name: seq_bounds
+SELECT min(seq), max(seq) FROM jobs;
 
 -- name: job_summaries
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,

@@ -71,12 +71,11 @@ def job(i: int, rnd: random.Random) -> pb.EnqueueRequest:
 
 async def fill(engine: JobEngine, start: int, stop: int, rnd: random.Random) -> None:
     """Enqueue jobs ``start`` … ``stop - 1`` in batches, ``IN_FLIGHT`` at a time."""
-    calls = [[job(i, rnd) for i in range(b, min(b + BATCH, stop))] for b in range(start, stop, BATCH)]
-    queue = list(reversed(calls))
+    starts = iter(range(start, stop, BATCH))
 
     async def producer() -> None:
-        while queue:
-            await engine.enqueue_batch(queue.pop())
+        for b in starts:
+            await engine.enqueue_batch([job(i, rnd) for i in range(b, min(b + BATCH, stop))])
 
     await asyncio.gather(*(producer() for _ in range(IN_FLIGHT)))
 

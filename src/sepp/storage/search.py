@@ -39,7 +39,7 @@ from sepp.storage.admin import JobPage, JobQuery, JobSummary, SortKey, first_pos
 #: Candidates one search page examines at most (see the module docstring; measured in
 #: benchmarks/search.py: a page that examines all of them stays under 200 ms on 1,000,000
 #: jobs on both backends).
-SCAN_ROWS = 20_000
+SCAN_ROWS = 10_000
 #: Candidates the first round of a page asks for (at least; twice the page otherwise), and
 #: the most any round asks for: common matches answer after one small round, rare ones
 #: walk the whole budget in few round trips.

@@ -485,7 +485,7 @@ class ListJobsRequest(_message.Message):
     job_id: _builtins.str
     """Search (issue 13 item 3; docs/operations.md "Search"). Every filter given must hold
     (AND, with the ones above too). A listing with any of these or with job_type is a
-    search: each page examines at most 20,000 candidate jobs (ListJobsResponse.scan_limited).
+    search: each page examines at most 10,000 candidate jobs (ListJobsResponse.scan_limited).
     Exact job id (a UUID); INVALID_ARGUMENT when it is not one.
     """
     idempotency_key: _builtins.str
@@ -599,7 +599,7 @@ class ListJobsResponse(_message.Message):
     next_page_token: _builtins.str
     """Empty on the last page."""
     scan_limited: _builtins.bool
-    """A search page that stopped at its scan bound (20,000 candidates) before it was full:
+    """A search page that stopped at its scan bound (10,000 candidates) before it was full:
     more jobs may match from next_page_token on (a rare match far back, or filters that
     reject most of what the index hands over).
     """

@@ -132,7 +132,7 @@ SELECT seq FROM jobs WHERE seq = ANY($1::bigint[]) AND {filters}
 SELECT seq FROM jobs WHERE seq > $1::bigint AND seq <= $11::bigint AND {filters} ORDER BY seq
 
 -- name: seq_bounds
-SELECT min(seq), max(seq) FROM jobs;
+SELECT (SELECT min(seq) FROM jobs), (SELECT max(seq) FROM jobs);
 
 -- name: job_summaries
 -- The listed rows without their payload bytes ($1 their seqs). The history text comes

@@ -108,7 +108,7 @@ SELECT seq FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs)) AND {filt
 SELECT seq FROM jobs WHERE seq > :low AND seq <= :high AND {filters} ORDER BY seq
 
 -- name: seq_bounds
-SELECT min(seq), max(seq) FROM jobs;
+SELECT (SELECT min(seq) FROM jobs), (SELECT max(seq) FROM jobs);
 
 -- name: job_summaries
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,

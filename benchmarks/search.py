@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -124,7 +125,9 @@ async def run(jobs: int, repeat: int, dsn: str) -> list[list[str]]:
         took = time.perf_counter() - started
         print(f"filled {jobs:,} jobs in {took:.0f} s ({jobs / took:,.0f} jobs/s)", flush=True)
         if dsn:
-            subprocess.run(["psql", dsn, "-qc", f"ANALYZE {schema}.jobs; ANALYZE {schema}.job_custom"], check=True)
+            await asyncio.to_thread(subprocess.run, ["psql", dsn, "-qc",
+                                                     f"ANALYZE {schema}.jobs; ANALYZE {schema}.job_custom"],
+                                    check=True)
         some = (await admin.list_jobs(JobQuery(queue="emails"), "", 1000)).jobs
         target = some[len(some) // 2].record
         keyed = next(s.record for s in some if s.record.idempotency_key)
@@ -169,10 +172,9 @@ async def run(jobs: int, repeat: int, dsn: str) -> list[list[str]]:
     finally:
         await store.close()
         if dsn:
-            subprocess.run(["psql", dsn, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"], check=False,
-                           capture_output=True)
-        else:
-            subprocess.run(["rm", "-rf", str(folder)], check=False)
+            await asyncio.to_thread(subprocess.run, ["psql", dsn, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
+                                    check=False, capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
     return rows
 
 

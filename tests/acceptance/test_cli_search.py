@@ -7,13 +7,16 @@ server as INVALID_ARGUMENT)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from acceptance.test_cli_admin import dead_letter, sepp
+from support.admin import connect
 from support.servers import backend_config
 
 from sepp.api.v1 import common_pb2 as pb
@@ -26,6 +29,13 @@ def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[Serv
     """One server for the module."""
     with ServerProcess(Path(tmp_path_factory.mktemp("cli-search")), backend_config(backend)) as proc:
         yield proc
+
+
+def sepp(*args: str, server: str) -> subprocess.CompletedProcess[str]:
+    """Run ``sepp ARGS --server SERVER`` without a terminal (as tests/acceptance/test_cli_admin.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")} | {"COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "sepp", *args, "--server", server], capture_output=True, text=True,
+                          env=env, timeout=60, input="")
 
 
 def _enqueue(target: str, queue: str, job_type: str = "t", key: str = "", **custom: Any) -> str:
@@ -55,7 +65,8 @@ def test_jobs_list_where_finds_custom_entries_anded_with_every_filter(srv: Serve
     assert _ids("--where", "user_id=42", "--type", "mail", "--state", "ready", server=target) == [as_int]
     assert _ids("--where", "user_id=4", server=target) == []
 
-    dead = dead_letter(target, "s3")  # its error message is "no luck"
+    with connect(target) as stubs:
+        dead = stubs.dead_letter("s3", error="no luck")
     assert _ids("--error", "NO LUCK", server=target) == [dead]
     keyed = _enqueue(target, "s4", key="order-9")
     assert _ids("--key", "order-9", server=target) == [keyed]

@@ -20,13 +20,13 @@ from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, WorkerView
+from sepp.server.admin.search import with_search
 from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError
 from sepp.server.queues import QueueState
 from sepp.server.rpc.convert import job_to_proto, ts
 from sepp.server.rpc.producer import queue_settings_proto
 from sepp.server.rpc.status import abort_for, abort_with
-from sepp.server.admin.search import with_search
 from sepp.storage.admin import DeadFilter, JobQuery, JobSummary
 from sepp.storage.errors import StoreError
 from sepp.wire import duration_to_seconds, seconds_to_duration

@@ -69,8 +69,8 @@ if TYPE_CHECKING:
 
 #: The named queries of admin.sql.
 A = load_queries("sepp.storage.postgres", "admin.sql")
-for _name in ("search_match", "search_range"):
-    A[_name] = A[_name].replace("{filters}", A["search_filters"])
+for _statement in ("search_match", "search_range"):
+    A[_statement] = A[_statement].replace("{filters}", A["search_filters"])
 _rowcount = rowcount
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1

@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from sepp.storage.sqlite.store import SQLiteStore
 
 A = load_queries("sepp.storage.sqlite", "admin.sql")
-for _name in ("search_match", "search_range"):
-    A[_name] = A[_name].replace("{filters}", A["search_filters"])
+for _statement in ("search_match", "search_range"):
+    A[_statement] = A[_statement].replace("{filters}", A["search_filters"])
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)

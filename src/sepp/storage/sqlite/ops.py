@@ -25,8 +25,8 @@ from sepp.domain.records import Dedups, JobRow, QueueRecord
 from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease_error, settle
 from sepp.quoting import clip
 from sepp.storage.errors import StoreError
-from sepp.storage.search import CustomEntry
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
+from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, insert_sql, insert_statements
 from sepp.storage.sqlite.sweeps import promote
 

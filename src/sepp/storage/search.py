@@ -84,7 +84,8 @@ def indexable(key: str, text: str) -> bool:
 
 def ascii_lower(text: str) -> str:
     """``text`` with A-Z lowered and every other character kept: the case folding of the
-    error search, the same in SQLite (``lower``), PostgreSQL (``translate``) and Python."""
+    error search's exact check (the SQL prefilters use ``lower``, which folds at least A-Z:
+    SQLite's exactly those, PostgreSQL's every script, which only lets more through)."""
     return text.translate(_ASCII_LOWER)
 
 

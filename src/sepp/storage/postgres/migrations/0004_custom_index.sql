@@ -1,5 +1,5 @@
--- sepp PostgreSQL schema, version 3: the custom-map search index (issue 13 item 3), as
--- SQLite's migration 0005: one row per indexed custom entry of a job, the value as text,
+-- sepp PostgreSQL schema, version 4: the custom-map search index (issue 13 item 3), as
+-- SQLite's migration 0006: one row per indexed custom entry of a job, the value as text,
 -- written by the enqueue in its transaction only for jobs with custom entries.
 --   (seq, key)         primary key: a job's entries (deleted with the job) and the probe of
 --                      a second search term;

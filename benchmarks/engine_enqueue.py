@@ -9,7 +9,11 @@ work runs in its child process). Comparing two commits with this script shows a 
 the engine's per-job cost that the end-to-end benchmarks' noise (the gRPC layer, the client
 on the same 2 cores) hides.
 
-    python benchmarks/engine_enqueue.py [--batches 300] [--modes async,group] [--postgres-dsn DSN]
+    python benchmarks/engine_enqueue.py [--batches 300] [--modes async,group] [--postgres-dsn DSN] [--custom N]
+
+``--custom N`` gives every job N custom-map entries (an int and strings: the issue 13
+search index's cost); the script runs on any sepp (PYTHONPATH), so one sitting can compare
+two commits.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ BATCH = 256
 IN_FLIGHT = 4
 
 
-async def measure(mode: str, batches: int, dsn: str = "") -> tuple[float, float]:
+async def measure(mode: str, batches: int, dsn: str = "", custom: int = 0) -> tuple[float, float]:
     """(jobs/s wall, CPU µs per job in this process) for ``batches`` batches in ``mode``;
     on PostgreSQL (``dsn``) in a fresh schema, dropped after."""
     folder = Path(tempfile.mkdtemp(prefix="sepp-engine-bench-"))
@@ -51,6 +55,12 @@ async def measure(mode: str, batches: int, dsn: str = "") -> tuple[float, float]
         engine = JobEngine(config, store, registry, Notifier())
         payload = pb.Payload(data=b"x" * 100, encoding="application/octet-stream")
         reqs = [pb.EnqueueRequest(queue="q", job_type="t", payload=payload) for _ in range(BATCH)]
+        for i, req in enumerate(reqs):
+            for n in range(custom):
+                if n == 0:
+                    req.custom["user_id"].int_value = 1000 + i
+                else:
+                    req.custom[f"k{n}"].string_value = f"value-{n}-{i % 7}"
         for _ in range(20):  # warm-up
             await engine.enqueue_batch(reqs)
 
@@ -76,11 +86,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300, help="batches of 256 per mode")
     parser.add_argument("--modes", default="async,group", help="persist modes, comma-separated")
     parser.add_argument("--postgres-dsn", default="", help="run on PostgreSQL (a fresh schema) instead of SQLite")
+    parser.add_argument("--custom", type=int, default=0, help="custom-map entries per job")
     args = parser.parse_args()
     print("| mode | jobs/s (wall) | CPU µs/job (engine process) |")
     print("|---|---|---|")
     for mode in args.modes.split(","):
-        rate, cpu = asyncio.run(measure(mode, args.batches, args.postgres_dsn))
+        rate, cpu = asyncio.run(measure(mode, args.batches, args.postgres_dsn, args.custom))
         print(f"| {mode} | {rate:,.0f} | {cpu:.2f} |")
 
 

@@ -35,7 +35,7 @@ from sepp.cli.admin_views import (
     summary_json,
     summary_table,
 )
-from sepp.cli.flags import FlagValueError, check_bounds, max_items, parse_seconds, setting_bounds
+from sepp.cli.flags import FlagValueError, check_bounds, max_items, parse_seconds, parse_where, setting_bounds
 from sepp.cli.main import app
 from sepp.cli.shell import (
     DEFAULT_SERVER,
@@ -357,14 +357,28 @@ def jobs_list(
     state: Annotated[str, typer.Option("--state", help="Only this state (ready, dead_lettered, …).")] = "",
     job_type: Annotated[str, typer.Option("--type", help="Only this job type.")] = "",
     reason: Annotated[str, typer.Option("--reason", help="Reason prefix (finished jobs).")] = "",
+    where: Annotated[list[str] | None, typer.Option(
+        "--where", metavar="KEY=VALUE",
+        help="Only jobs whose custom map has KEY = VALUE (the value compared as text: user_id=42 finds the int "
+             "42 and the string \"42\"). Repeat for AND; ANDed with every other filter too.")] = None,
+    error: Annotated[str, typer.Option("--error", help="Text in the last error message (A-Z = a-z).")] = "",
+    key: Annotated[str, typer.Option("--key", help="Only the job of this idempotency key (with --queue: "
+                                                   "in that queue).")] = "",
     limit: Annotated[int, typer.Option("--limit", help="At most this many jobs (0 = all).")] = 50,
     page_token: Annotated[str, typer.Option("--page-token", help="Continue a listing (from --json output).")] = "",
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
-    """Jobs by queue, state and type, keyset-paginated (a job that keeps its state is listed once)."""
+    """Jobs by queue, state and type, keyset-paginated (a job that keeps its state is listed once).
+
+    Search (docs/operations.md "Search"): --where, --error and --key narrow the listing; every
+    filter given must hold. A search by --where or --key lists in enqueue order.
+    """
     try:
         state_number(state)
+        terms = parse_where(where or [])
+    except FlagValueError as exc:
+        _fail_flag(exc, as_json)
     except ValueError as exc:
         _fail(str(exc), as_json)
     rows: list[apb.JobSummary] = []
@@ -373,7 +387,8 @@ def jobs_list(
         while True:
             want = 1000 if limit == 0 else min(1000, limit - len(rows))
             page = client.list_jobs(queue=queue, state=state or None, job_type=job_type, reason_prefix=reason,
-                                    page_size=want, page_token=next_token)
+                                    page_size=want, page_token=next_token, idempotency_key=key,
+                                    error_contains=error, where=terms)
             rows.extend(page.jobs)
             next_token = page.next_page_token
             status.update(f"listing… {len(rows):,} job(s)")

@@ -127,3 +127,22 @@ def max_items(path: str) -> int | None:
         if size is not None:
             return int(size)
     return None
+
+
+def parse_where(values: list[str]) -> list[tuple[str, str]]:
+    """``--where KEY=VALUE`` flags (``sepp jobs list``, issue 13 item 3) as (key, value)
+    terms, in the order given: split at the first ``=``, the key taken literally (no
+    ``custom.`` prefix: that is the UI search box's spelling), the value as text. Bounds
+    (at most 8 terms, 256 bytes each) are the server's. Raises ``FlagValueError`` for a
+    value without ``=``, or with an empty key or value."""
+    out: list[tuple[str, str]] = []
+    for text in values:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise FlagValueError("--where", text, "expected KEY=VALUE (a custom-map entry, e.g. user_id=42)")
+        if not key.strip():
+            raise FlagValueError("--where", text, "the key before = is empty")
+        if not value:
+            raise FlagValueError("--where", text, "the value after = is empty")
+        out.append((key, value))
+    return out

@@ -172,19 +172,29 @@ class AdminClient:
         return self._call("GetJob", apb.GetJobRequest(job_id=job_id))  # type: ignore[no-any-return]
 
     def list_jobs(self, *, queue: str = "", state: str | int | None = None, job_type: str = "",
-                  reason_prefix: str = "", page_size: int = 50, page_token: str = "") -> apb.ListJobsResponse:
-        """One page of jobs; pass ``next_page_token`` back for the next one."""
+                  reason_prefix: str = "", page_size: int = 50, page_token: str = "", job_id: str = "",
+                  idempotency_key: str = "", error_contains: str = "",
+                  where: Sequence[tuple[str, str]] = ()) -> apb.ListJobsResponse:
+        """One page of jobs; pass ``next_page_token`` back for the next one. The search filters
+        (issue 13; ``ListJobsRequest``): ``job_id``, ``idempotency_key``, ``error_contains`` and
+        ``where`` — custom-map entries (key, value as text) the job must all have. A search
+        page may hold fewer jobs than ``page_size`` and still have a next page
+        (``scan_limited``). Raises ``AdminRefused`` (INVALID_ARGUMENT) for a bad filter."""
         req = apb.ListJobsRequest(queue=queue, state=state_number(state), job_type=job_type,  # type: ignore[arg-type]
-                                  reason_prefix=reason_prefix, page_size=page_size, page_token=page_token)
+                                  reason_prefix=reason_prefix, page_size=page_size, page_token=page_token,
+                                  job_id=job_id, idempotency_key=idempotency_key, error_contains=error_contains,
+                                  custom=[apb.CustomMatch(key=k, value=v) for k, v in where])
         return self._call("ListJobs", req)  # type: ignore[no-any-return]
 
     def iter_jobs(self, *, queue: str = "", state: str | int | None = None, job_type: str = "",
-                  reason_prefix: str = "", page_size: int = 500) -> Iterator[apb.JobSummary]:
-        """Every matching job, page after page."""
+                  reason_prefix: str = "", page_size: int = 500, job_id: str = "", idempotency_key: str = "",
+                  error_contains: str = "", where: Sequence[tuple[str, str]] = ()) -> Iterator[apb.JobSummary]:
+        """Every matching job, page after page (the filters of ``list_jobs``)."""
         token = ""
         while True:
             page = self.list_jobs(queue=queue, state=state, job_type=job_type, reason_prefix=reason_prefix,
-                                  page_size=page_size, page_token=token)
+                                  page_size=page_size, page_token=token, job_id=job_id,
+                                  idempotency_key=idempotency_key, error_contains=error_contains, where=where)
             yield from page.jobs
             token = page.next_page_token
             if not token:

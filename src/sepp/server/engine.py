@@ -24,6 +24,7 @@ from sepp.domain.records import NodeRecord
 from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.config import ServerConfig
+from sepp.server.custom_index import index_entries
 from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, LeaseRefused, Overloaded
 from sepp.server.eventlog import RateLimited
 from sepp.server.events import EngineEvents, Event
@@ -45,6 +46,7 @@ from sepp.storage.base import (
     Store,
 )
 from sepp.storage.rows import describe
+from sepp.storage.search import CustomEntry
 from sepp.validation import Checked, Validator
 
 log = logging.getLogger("sepp.engine")
@@ -165,12 +167,13 @@ class JobEngine:
             raise Overloaded(self.config.overload_retry_after, backlog)
 
     def _build(self, req: pb.EnqueueRequest, checked: Checked, now: int,
-               new_queues: list[QueueRecord]) -> tuple[JobRow, str, int]:
+               new_queues: list[QueueRecord], custom: list[CustomEntry]) -> tuple[JobRow, str, int]:
         """Row for a validated request (``checked``: what ``Validator.check`` read from it),
         its id text and its dedup deadline (µs, 0 = no key).
 
         Registers an on-demand queue (non-strict mode) and adds it to ``new_queues``
-        until it is persisted.
+        until it is persisted; appends the job's custom-index entries to ``custom``
+        (``index_entries``; a job without a custom map adds none and costs one test).
         """
         name, job_type, data, encoding, priority, max_attempts, at_ns, has_extras, key = checked
         q = self.queues.get(name)
@@ -192,14 +195,16 @@ class JobEngine:
         if has_extras:
             extras = pb.EnqueueRequest(custom=req.custom, trace_context=req.trace_context).SerializeToString()
         uid = uuid_utils.uuid7()
+        if has_extras and req.custom:
+            custom.extend(index_entries(uid.bytes, req.custom))
         # tuple.__new__ skips JobRow's Python-level __new__ (−0.2 µs a job on the batched path).
         row = _new_row(JobRow, (uid.bytes, name, job_type, state, priority, run_at, now, max_attempts, data,
                                 encoding, extras, key))
         return row, str(uid), (now + q.dedup_us if key else 0)
 
     async def _store(self, rows: list[JobRow], dedup_until: list[int], now: int,
-                     new_queues: list[QueueRecord]) -> Dedups:
-        dedups = await self.store.enqueue(rows, dedup_until, now, new_queues)
+                     new_queues: list[QueueRecord], custom: list[CustomEntry]) -> Dedups:
+        dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom)
         self.on_stored(rows, dedups)
         for rec in new_queues:
             q = self.queues.get(rec.name)
@@ -228,8 +233,9 @@ class JobEngine:
             raise JobRejected(checked)
         self._check_backlog(1)
         new_queues: list[QueueRecord] = []
-        row, text, until = self._build(req, checked, now, new_queues)
-        dedups = await self._store([row], [until], now, new_queues)
+        custom: list[CustomEntry] = []
+        row, text, until = self._build(req, checked, now, new_queues, custom)
+        dedups = await self._store([row], [until], now, new_queues, custom)
         if dedups:
             return pb.EnqueueAck(job_id=job_id_text(dedups[0][0]), deduplicated=True)
         return pb.EnqueueAck(job_id=text)
@@ -259,6 +265,7 @@ class JobEngine:
         untils: list[int] = []
         slots: list[int] = []
         new_queues: list[QueueRecord] = []
+        custom: list[CustomEntry] = []
         verdicts = [check(req, now_ns) for req in reqs]
         valid = sum(type(v) is not pb.Rejection for v in verdicts)
         if valid:
@@ -272,13 +279,13 @@ class JobEngine:
             if type(verdict) is pb.Rejection:
                 out.append(verdict)
                 continue
-            row, text, until = build(req, verdict, now, new_queues)
+            row, text, until = build(req, verdict, now, new_queues, custom)
             slots.append(len(out))
             out.append((text, False))
             rows.append(row)
             untils.append(until)
         if rows:
-            dedups = await self._store(rows, untils, now, new_queues)
+            dedups = await self._store(rows, untils, now, new_queues, custom)
             for i, (original, _state) in dedups.items():
                 out[slots[i]] = (job_id_text(original), True)
         return out
@@ -300,13 +307,14 @@ class JobEngine:
             raise AtomicRejected(failures)
         self._check_backlog(len(reqs))
         new_queues: list[QueueRecord] = []
+        custom: list[CustomEntry] = []
         rows, untils, out = [], [], []
         for req, checked in zip(reqs, verdicts, strict=True):
-            row, text, until = self._build(req, cast("Checked", checked), now, new_queues)
+            row, text, until = self._build(req, cast("Checked", checked), now, new_queues, custom)
             rows.append(row)
             untils.append(until)
             out.append((text, False))
-        dedups = await self._store(rows, untils, now, new_queues)
+        dedups = await self._store(rows, untils, now, new_queues, custom)
         for i, (original, _state) in dedups.items():
             out[i] = (job_id_text(original), True)
         return out

@@ -56,6 +56,14 @@ class JobQuery:
 
     ``reason_prefix`` matches the start of the dead-letter/cancel reason;
     ``finished_after`` ≤ finished_at < ``finished_before`` (µs).
+
+    Search filters (issue 13 item 3; ``sepp.storage.search``): ``job_id`` (16-byte id) and
+    ``idempotency_key`` exact; ``error_contains`` a substring of the last recorded
+    attempt's error message, A-Z folded to a-z (so never a COMPLETED job); ``custom`` pairs
+    (key, value as text, ``search.value_text``) that must all be entries of the job. A
+    query with any of them, or with ``job_type``, is a search: its pages are bounded
+    (``JobPage.scan_limited``), and one driven by id, key or custom entry lists in enqueue
+    order whatever the state.
     """
 
     queue: str | None = None
@@ -64,6 +72,22 @@ class JobQuery:
     reason_prefix: str | None = None
     finished_after: int | None = None
     finished_before: int | None = None
+    job_id: bytes | None = None
+    idempotency_key: str | None = None
+    error_contains: str | None = None
+    custom: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def searching(self) -> bool:
+        """Whether the query has a search filter (then ``sepp.storage.search`` answers it)."""
+        return (self.job_type is not None or self.job_id is not None or self.idempotency_key is not None
+                or self.error_contains is not None or bool(self.custom))
+
+    @property
+    def indexed(self) -> bool:
+        """Whether an index hands over the candidates (id, key or custom entry): then the
+        page order is enqueue order, sort key ``[seq]``."""
+        return self.job_id is not None or self.idempotency_key is not None or bool(self.custom)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +102,13 @@ class JobSummary:
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """One page of a listing; ``next_key`` is None on the last page."""
+    """One page of a listing; ``next_key`` is None on the last page. ``scan_limited``: a
+    search page that stopped at its scan bound before it was full (more may match from
+    ``next_key`` on; ``sepp.storage.search``)."""
 
     jobs: list[JobSummary]
     next_key: SortKey | None
+    scan_limited: bool = False
 
 
 @dataclass(frozen=True, slots=True)

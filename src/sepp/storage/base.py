@@ -46,6 +46,7 @@ from sepp.domain.states import FINISHED, State
 from sepp.storage.admin import AdminStore
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreFailed
+from sepp.storage.search import CustomEntry
 
 __all__ = [
     "DAMAGED_ROW",
@@ -167,11 +168,13 @@ class Store(Protocol):
         every enqueue, so a plain attribute read)."""
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
-                      new_queues: Sequence[QueueRecord] = ()) -> Dedups:
+                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
         """Store ``rows`` in one commit. A row with an idempotency key is deduplicated
         against unexpired keys (``now``) and earlier rows of the same call; otherwise it
         claims its key until ``dedup_until[i]`` (µs). ``new_queues`` are created (if
-        absent) in the same commit. Returns the deduplicated rows (others were stored)."""
+        absent) in the same commit, and so are the custom-index entries ``custom`` (job id,
+        key, value text; issue 13 item 3, ``sepp.storage.search``) of the rows stored (a
+        deduplicated row's are dropped). Returns the deduplicated rows (others were stored)."""
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue."""

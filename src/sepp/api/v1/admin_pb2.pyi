@@ -466,6 +466,10 @@ class ListJobsRequest(_message.Message):
     FINISHED_BEFORE_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    ERROR_CONTAINS_FIELD_NUMBER: _builtins.int
+    CUSTOM_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Filters; empty / unspecified = any."""
     state: _common_pb2.JobState.ValueType
@@ -478,10 +482,33 @@ class ListJobsRequest(_message.Message):
     """1..1000; 0 = 50."""
     page_token: _builtins.str
     """next_page_token of the previous page; only valid with the same filters."""
+    job_id: _builtins.str
+    """Search (issue 13 item 3; docs/operations.md "Search"). Every filter given must hold
+    (AND, with the ones above too). A listing with any of these or with job_type is a
+    search: each page examines at most 10,000 candidate jobs (ListJobsResponse.scan_limited).
+    Exact job id (a UUID); INVALID_ARGUMENT when it is not one.
+    """
+    idempotency_key: _builtins.str
+    """Exact idempotency key: the job its claim points at in `queue`, or in every queue when
+    `queue` is empty. A key is found while its claim is kept (the queue's dedup window,
+    default 24 h). At most max_idempotency_key_bytes.
+    """
+    error_contains: _builtins.str
+    """A substring of the last recorded attempt's error message, A-Z matching a-z (so never a
+    COMPLETED job). 1..256 UTF-8 bytes when set.
+    """
     @_builtins.property
     def finished_after(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def finished_before(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def custom(self) -> _containers.RepeatedCompositeFieldContainer[Global___CustomMatch]:
+        """Custom-map entries the job must all have (at most 8): key = value, the value compared
+        as text (ints in decimal, bools true/false, floats shortest round-trip: user_id = "42"
+        finds the int 42 and the string "42"). Keys and values 1..256 UTF-8 bytes; the first
+        term drives the search (the custom index), so put the most selective one first.
+        """
+
     def __init__(
         self,
         *,
@@ -493,14 +520,42 @@ class ListJobsRequest(_message.Message):
         finished_before: _timestamp_pb2.Timestamp | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        idempotency_key: _builtins.str = ...,
+        error_contains: _builtins.str = ...,
+        custom: _abc.Iterable[Global___CustomMatch] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_after", b"finished_after", "finished_before", b"finished_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished_after", b"finished_after", "finished_before", b"finished_before", "job_type", b"job_type", "page_size", b"page_size", "page_token", b"page_token", "queue", b"queue", "reason_prefix", b"reason_prefix", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "error_contains", b"error_contains", "finished_after", b"finished_after", "finished_before", b"finished_before", "idempotency_key", b"idempotency_key", "job_id", b"job_id", "job_type", b"job_type", "page_size", b"page_size", "page_token", b"page_token", "queue", b"queue", "reason_prefix", b"reason_prefix", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListJobsRequest: _TypeAlias = ListJobsRequest  # noqa: Y015
+
+@_typing.final
+class CustomMatch(_message.Message):
+    """One key = value term of a custom-map search."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    value: _builtins.str
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CustomMatch: _TypeAlias = CustomMatch  # noqa: Y015
 
 @_typing.final
 class JobSummary(_message.Message):
@@ -540,13 +595,20 @@ class ListJobsResponse(_message.Message):
 
     JOBS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    SCAN_LIMITED_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Empty on the last page."""
+    scan_limited: _builtins.bool
+    """A search page that stopped at its scan bound (10,000 candidates) before it was full:
+    more jobs may match from next_page_token on (a rare match far back, or filters that
+    reject most of what the index hands over).
+    """
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobSummary]:
         """Sort order: READY by queue, then reserve order (priority desc, run_at, enqueue order);
         SCHEDULED by run_at; RESERVED and "any state" by enqueue order; COMPLETED,
         DEAD_LETTERED, CANCELLED by queue, then most recently finished first.
+        A search by job_id, idempotency_key or custom lists in enqueue order, whatever the state.
         """
 
     def __init__(
@@ -554,10 +616,11 @@ class ListJobsResponse(_message.Message):
         *,
         jobs: _abc.Iterable[Global___JobSummary] | None = ...,
         next_page_token: _builtins.str = ...,
+        scan_limited: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_page_token", b"next_page_token", "scan_limited", b"scan_limited"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -231,7 +231,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Jobs by queue, state and job type; keyset-paginated (SPEC §6).
+        """Jobs by queue, state and job type, and search by id, idempotency key, error text and
+        custom-map entries (issue 13); keyset-paginated (SPEC §6).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -65,7 +65,9 @@ class AdminServiceStub:
     GetJob: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetJobRequest, _common_pb2.Job]
     """One job with payload and attempt history; NOT_FOUND / JOB_NOT_FOUND when unknown."""
     ListJobs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListJobsRequest, _admin_pb2.ListJobsResponse]
-    """Jobs by queue, state and job type; keyset-paginated (SPEC §6)."""
+    """Jobs by queue, state and job type, and search by id, idempotency key, error text and
+    custom-map entries (issue 13); keyset-paginated (SPEC §6).
+    """
     FindJobByIdempotencyKey: _grpc.UnaryUnaryMultiCallable[_admin_pb2.FindJobByIdempotencyKeyRequest, _admin_pb2.FindJobByIdempotencyKeyResponse]
     """The job an idempotency key points at (pain point "key → job")."""
     CancelJob: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CancelJobRequest, _common_pb2.Job]
@@ -123,7 +125,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
     GetJob: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetJobRequest, _common_pb2.Job]  # type: ignore[assignment]
     """One job with payload and attempt history; NOT_FOUND / JOB_NOT_FOUND when unknown."""
     ListJobs: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListJobsRequest, _admin_pb2.ListJobsResponse]  # type: ignore[assignment]
-    """Jobs by queue, state and job type; keyset-paginated (SPEC §6)."""
+    """Jobs by queue, state and job type, and search by id, idempotency key, error text and
+    custom-map entries (issue 13); keyset-paginated (SPEC §6).
+    """
     FindJobByIdempotencyKey: _aio.UnaryUnaryMultiCallable[_admin_pb2.FindJobByIdempotencyKeyRequest, _admin_pb2.FindJobByIdempotencyKeyResponse]  # type: ignore[assignment]
     """The job an idempotency key points at (pain point "key → job")."""
     CancelJob: _aio.UnaryUnaryMultiCallable[_admin_pb2.CancelJobRequest, _common_pb2.Job]  # type: ignore[assignment]
@@ -244,7 +248,9 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListJobsResponse, _abc.Awaitable[_admin_pb2.ListJobsResponse]]:
-        """Jobs by queue, state and job type; keyset-paginated (SPEC §6)."""
+        """Jobs by queue, state and job type, and search by id, idempotency key, error text and
+        custom-map entries (issue 13); keyset-paginated (SPEC §6).
+        """
 
     @_abc_1.abstractmethod
     def FindJobByIdempotencyKey(

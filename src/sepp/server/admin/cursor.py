@@ -19,9 +19,16 @@ from sepp.storage.admin import JobQuery
 
 
 def fingerprint(query: JobQuery) -> str:
-    """12 hex digits naming a listing's filters: a token only pages the listing it was made for."""
-    raw = json.dumps([query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
-                      query.finished_before])
+    """12 hex digits naming a listing's filters: a token only pages the listing it was made for.
+    The search filters (issue 13) are part of it only when given, so a token of a listing
+    without them is the same string as before they existed."""
+    fields: list[object] = [query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
+                            query.finished_before]
+    if query.job_id is not None or query.idempotency_key is not None or query.error_contains is not None \
+            or query.custom:
+        fields += [None if query.job_id is None else query.job_id.hex(), query.idempotency_key,
+                   query.error_contains, [list(term) for term in query.custom]]
+    raw = json.dumps(fields)
     return hashlib.sha256(raw.encode()).hexdigest()[:12]
 
 

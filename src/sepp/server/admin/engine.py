@@ -117,10 +117,12 @@ class QueueStatsView:
 
 @dataclass(frozen=True, slots=True)
 class JobListing:
-    """One page of ``list_jobs``; ``next_token`` is empty on the last page."""
+    """One page of ``list_jobs``; ``next_token`` is empty on the last page; ``scan_limited``:
+    a search page that stopped at its scan bound before it was full (``JobPage``)."""
 
     jobs: list[JobSummary]
     next_token: str
+    scan_limited: bool = False
 
 
 @dataclass(slots=True)
@@ -354,7 +356,8 @@ class AdminEngine:
             page = await self.store.list_jobs(query, after, page_size or DEFAULT_PAGE)
         except ValueError as exc:
             raise InvalidRequest(f"page_token is malformed: {clip(exc)}", "page_token") from None
-        return JobListing(page.jobs, encode_cursor(query, page.next_key) if page.next_key is not None else "")
+        return JobListing(page.jobs, encode_cursor(query, page.next_key) if page.next_key is not None else "",
+                          page.scan_limited)
 
     async def find_by_key(self, queue: str, key: str) -> tuple[str, int, JobRecord | None]:
         """(job id, key expiry µs, the job or None if deleted) for a live idempotency key.

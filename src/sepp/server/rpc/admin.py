@@ -21,6 +21,7 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, WorkerView
+from sepp.server.admin.search import with_search
 from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError, ShuttingDown
 from sepp.server.periodic.admin import PeriodicAdmin
@@ -219,8 +220,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                          job_type=request.job_type or None, reason_prefix=request.reason_prefix or None,
                          finished_after=optional_timestamp(request, "finished_after"),
                          finished_before=optional_timestamp(request, "finished_before"))
+        query = with_search(query, job_id=request.job_id, idempotency_key=request.idempotency_key,
+                            error_contains=request.error_contains,
+                            custom=[(term.key, term.value) for term in request.custom],
+                            max_key_bytes=self.admin.engine.limits.max_idempotency_key_bytes)
         page = await self.admin.list_jobs(query, request.page_token, request.page_size)
-        return apb.ListJobsResponse(jobs=[summary_proto(s) for s in page.jobs], next_page_token=page.next_token)
+        return apb.ListJobsResponse(jobs=[summary_proto(s) for s in page.jobs], next_page_token=page.next_token,
+                                    scan_limited=page.scan_limited)
 
     @_rpc
     async def FindJobByIdempotencyKey(self, request: apb.FindJobByIdempotencyKeyRequest,

@@ -61,6 +61,7 @@ from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 from sepp.storage.postgres.sql import rowcount
 from sepp.storage.rows import as_text, note_damaged, repair_job
+from sepp.storage.search import search_page
 
 if TYPE_CHECKING:
     from sepp.storage.postgres.committer import Tx
@@ -68,6 +69,8 @@ if TYPE_CHECKING:
 
 #: The named queries of admin.sql.
 A = load_queries("sepp.storage.postgres", "admin.sql")
+for _statement in ("search_match", "search_range"):
+    A[_statement] = A[_statement].replace("{filters}", A["search_filters"])
 _rowcount = rowcount
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
@@ -146,9 +149,21 @@ class PostgresAdmin:
         run_at, seq]`` (READY), ``[queue, finished_at, seq]`` (finished states), ``[run_at,
         seq]`` (SCHEDULED), ``[seq]`` (RESERVED, any state). Fetches ``limit + 1`` keys to know
         whether another page follows. Raises ``ValueError`` for a position of another order."""
-        want = limit + 1
-        if not _storable(query.queue, query.job_type, query.reason_prefix):
+        if not _storable(query.queue, query.job_type, query.reason_prefix, query.idempotency_key,
+                         query.error_contains, *(t for term in query.custom for t in term)):
             return JobPage([], None)
+        if query.searching:
+            return await search_page(self, query, after, limit)
+        keys = await self.walk(query, after, limit + 1)
+        more = len(keys) > limit
+        keys = keys[:limit]
+        summaries = await self._summaries([seq for seq, _ in keys])
+        return JobPage(summaries, keys[-1][1] if more and keys else None)
+
+    async def walk(self, query: JobQuery, after: SortKey | None, want: int) -> list[tuple[int, SortKey]]:
+        """Up to ``want`` (seq, sort key) of the listing of ``query`` after ``after`` in its order
+        (the indexes of the module docstring). Raises ``ValueError`` for a position of another
+        order."""
         keys: list[tuple[int, SortKey]]
         if query.state == int(State.READY):
             keys = await self._list_ready(query, after, want)
@@ -167,10 +182,50 @@ class PostgresAdmin:
             rows = await self._store._fetch(A["list_any"], seq, query.queue, query.job_type, query.reason_prefix,
                                             query.finished_after, query.finished_before, want)
             keys = [(s, [s]) for (s,) in rows]
-        more = len(keys) > limit
-        keys = keys[:limit]
-        summaries = await self._summaries([seq for seq, _ in keys])
-        return JobPage(summaries, keys[-1][1] if more and keys else None)
+        return keys
+
+    # ------------------------------------------------------------------ search (sepp.storage.search)
+
+    async def by_custom(self, key: str, value: str, after_seq: int, limit: int) -> list[int]:
+        """``SearchBackend.by_custom`` (``job_custom_match``)."""
+        return [s for (s,) in await self._store._fetch(A["search_by_custom"], key, value, after_seq, limit)]
+
+    async def by_id(self, job_id: bytes, after_seq: int) -> list[int]:
+        """``SearchBackend.by_id`` (the unique index on id)."""
+        return [s for (s,) in await self._store._fetch(A["search_by_id"], job_id, after_seq)]
+
+    async def by_key(self, queue: str | None, key: str, after_seq: int, limit: int) -> list[int]:
+        """``SearchBackend.by_key`` (``idempotency``'s primary key, one probe per queue)."""
+        if queue is not None:
+            rows = await self._store._fetch(A["search_by_key_in_queue"], queue, key, after_seq)
+        else:
+            rows = await self._store._fetch(A["search_by_key"], key, after_seq, limit)
+        return [s for (s,) in rows]
+
+    @staticmethod
+    def _filters(query: JobQuery, needle: str | None) -> tuple[Any, ...]:
+        """The parameters $2 … $10 of ``search_filters``."""
+        return (query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
+                query.finished_before, needle, [k for k, _ in query.custom], [v for _, v in query.custom])
+
+    async def match(self, query: JobQuery, seqs: list[int], needle: str | None) -> list[int]:
+        """``SearchBackend.match`` (``search_match``: primary-key lookups of the candidates)."""
+        rows = await self._store._fetch(A["search_match"], seqs, *self._filters(query, needle))
+        return [s for (s,) in rows]
+
+    async def match_range(self, query: JobQuery, low: int, high: int, needle: str | None) -> list[int]:
+        """``SearchBackend.match_range`` (``search_range``: a primary-key range)."""
+        rows = await self._store._fetch(A["search_range"], low, *self._filters(query, needle), high)
+        return [s for (s,) in rows]
+
+    async def seq_bounds(self) -> tuple[int, int] | None:
+        """``SearchBackend.seq_bounds`` (the primary key's ends)."""
+        row = await self._store._fetchrow(A["seq_bounds"])
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
+    async def summaries(self, seqs: list[int]) -> list[JobSummary]:
+        """``SearchBackend.summaries``."""
+        return await self._summaries(seqs)
 
     async def _summaries(self, seqs: list[int]) -> list[JobSummary]:
         if not seqs:

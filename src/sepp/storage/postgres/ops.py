@@ -33,6 +33,7 @@ from sepp.storage.errors import StoreError
 from sepp.storage.postgres.committer import FoldableOp, Tx
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
+from sepp.storage.search import CustomEntry
 
 _READY, _DEAD = int(State.READY), int(State.DEAD_LETTERED)
 log = logging.getLogger("sepp.storage.postgres")
@@ -111,13 +112,15 @@ class InsertOp(FoldableOp):
 
 
 class EnqueueOp:
-    """An enqueue with idempotency keys or new queues (``Store.enqueue``)."""
+    """An enqueue with idempotency keys, new queues or custom-index entries (``Store.enqueue``;
+    ``custom``: the entries of every row, a deduplicated row's left out)."""
 
-    __slots__ = ("dedup_until", "lock_key", "new_queues", "now", "rows")
+    __slots__ = ("custom", "dedup_until", "lock_key", "new_queues", "now", "rows")
 
     def __init__(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
-                 new_queues: Sequence[QueueRecord]) -> None:
+                 new_queues: Sequence[QueueRecord], custom: Sequence[CustomEntry] = ()) -> None:
         self.rows, self.dedup_until, self.now, self.new_queues = rows, dedup_until, now, new_queues
+        self.custom = custom
         #: The first (queue, key) this operation locks: the committer runs the keyed
         #: enqueues of a group in this order, so two groups claiming the same hot keys
         #: lock them in the same order and wait instead of deadlocking (finding B6).
@@ -167,6 +170,14 @@ class EnqueueOp:
             else:  # claimed by a transaction that then vanished (cannot happen: the insert waited)
                 raise StoreError(f"idempotency key {key!r} of queue {row.queue!r} neither claimed nor held")
         await insert(tx, fresh)
+        custom = self.custom
+        if custom:
+            if dedups:
+                gone = {self.rows[i].id for i in dedups}
+                custom = [e for e in custom if e[0] not in gone]
+            if custom:
+                await conn.execute(Q["insert_custom"], [e[0] for e in custom], [e[1] for e in custom],
+                                   [e[2] for e in custom])
         return dedups
 
 

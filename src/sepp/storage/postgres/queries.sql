@@ -26,6 +26,13 @@ WITH ins AS (
 )
 SELECT pg_notify($13, $14) WHERE $14::text IS NOT NULL;
 
+-- name: insert_custom
+-- The custom-index entries of jobs just inserted (issue 13 item 3; migration 0004): $1 job
+-- ids, $2 keys, $3 values as text, one element per entry.
+INSERT INTO job_custom (seq, key, value)
+SELECT j.seq, e.key, e.value FROM unnest($1::bytea[], $2::text[], $3::text[]) AS e(id, key, value)
+JOIN jobs j ON j.id = e.id;
+
 -- name: claim_keys
 -- Claim idempotency keys (distinct within the call): a key nobody holds, or whose claim has
 -- expired ($5 = now), is taken for the new job; a live claim is left alone and not

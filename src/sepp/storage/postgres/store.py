@@ -45,6 +45,7 @@ from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
+from sepp.storage.search import CustomEntry
 
 _RESERVED = int(State.RESERVED)
 #: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
@@ -250,12 +251,14 @@ class PostgresStore:
     # ------------------------------------------------------------------ enqueue and queues
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
-                      new_queues: Sequence[QueueRecord] = ()) -> Dedups:
+                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
         """See ``Store.enqueue``: one transaction; keys claimed with ``INSERT … ON CONFLICT``
-        (exactly once across nodes; ``queries.sql`` ``claim_keys``)."""
-        if not new_queues and not any(row[11] for row in rows):
+        (exactly once across nodes; ``queries.sql`` ``claim_keys``). Calls with custom-index
+        entries take the ``EnqueueOp`` path (jobs and entries in one transaction), so a call
+        without any folds with the other plain enqueues exactly as before (issue 13 item 3)."""
+        if not new_queues and not custom and not any(row[11] for row in rows):
             return await self._committer.submit(ops.InsertOp(rows), len(rows))
-        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues), len(rows))
+        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues, custom), len(rows))
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""

@@ -43,11 +43,14 @@ from sepp.storage.admin import first_position as _start
 from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 from sepp.storage.rows import as_text, lenient_text, note_damaged, repair_job
+from sepp.storage.search import search_page
 
 if TYPE_CHECKING:
     from sepp.storage.sqlite.store import SQLiteStore
 
 A = load_queries("sepp.storage.sqlite", "admin.sql")
+for _statement in ("search_match", "search_range"):
+    A[_statement] = A[_statement].replace("{filters}", A["search_filters"])
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
@@ -86,8 +89,20 @@ class SQLiteAdmin:
 
     async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int) -> JobPage:
         """One page of jobs (see ``AdminStore.list_jobs``); fetches ``limit + 1`` keys to
-        know whether another page follows."""
-        want = limit + 1
+        know whether another page follows. A search (``JobQuery.searching``) is answered by
+        ``sepp.storage.search.search_page`` over this store's drivers."""
+        if query.searching:
+            return await search_page(self, query, after, limit)
+        keys = await self.walk(query, after, limit + 1)
+        more = len(keys) > limit
+        keys = keys[:limit]
+        summaries = await self._summaries([seq for seq, _ in keys])
+        return JobPage(summaries, keys[-1][1] if more and keys else None)
+
+    async def walk(self, query: JobQuery, after: SortKey | None, want: int) -> list[tuple[int, SortKey]]:
+        """Up to ``want`` (seq, sort key) of the listing of ``query`` after ``after``, in its
+        order (the indexes of the module docstring). Raises ``ValueError`` for a position
+        of another order."""
         base = {"job_type": query.job_type, "reason": query.reason_prefix}
         keys: list[tuple[int, SortKey]]
         if query.state == int(State.READY):
@@ -108,10 +123,52 @@ class SQLiteAdmin:
             rows = await self._read("list_any", {**base, "queue": query.queue, "seq": seq, "limit": want,
                                                  "after": query.finished_after, "before": query.finished_before})
             keys = [(s, [s]) for (s,) in rows]
-        more = len(keys) > limit
-        keys = keys[:limit]
-        summaries = await self._summaries([seq for seq, _ in keys])
-        return JobPage(summaries, keys[-1][1] if more and keys else None)
+        return keys
+
+    # ------------------------------------------------------------------ search (sepp.storage.search)
+
+    async def by_custom(self, key: str, value: str, after_seq: int, limit: int) -> list[int]:
+        """``SearchBackend.by_custom`` (``job_custom_match``)."""
+        rows = await self._read("search_by_custom", {"key": key, "value": value, "seq": after_seq, "limit": limit})
+        return [s for (s,) in rows]
+
+    async def by_id(self, job_id: bytes, after_seq: int) -> list[int]:
+        """``SearchBackend.by_id`` (``UNIQUE(id)``)."""
+        return [s for (s,) in await self._read("search_by_id", {"id": job_id, "seq": after_seq})]
+
+    async def by_key(self, queue: str | None, key: str, after_seq: int, limit: int) -> list[int]:
+        """``SearchBackend.by_key`` (``idempotency``'s primary key, one probe per queue)."""
+        if queue is not None:
+            rows = await self._read("search_by_key_in_queue", {"queue": queue, "key": key, "seq": after_seq})
+        else:
+            rows = await self._read("search_by_key", {"key": key, "seq": after_seq, "limit": limit})
+        return [s for (s,) in rows]
+
+    @staticmethod
+    def _filters(query: JobQuery, needle: str | None) -> dict[str, Any]:
+        """The parameters of ``search_filters``."""
+        return {"queue": query.queue, "state": query.state, "job_type": query.job_type,
+                "reason": query.reason_prefix, "after": query.finished_after, "before": query.finished_before,
+                "needle": needle, "terms": len(query.custom), "custom": json.dumps(query.custom)}
+
+    async def match(self, query: JobQuery, seqs: list[int], needle: str | None) -> list[int]:
+        """``SearchBackend.match`` (``search_match``: rowid lookups of the candidates)."""
+        rows = await self._read("search_match", {"seqs": json.dumps(seqs), **self._filters(query, needle)})
+        return [s for (s,) in rows]
+
+    async def match_range(self, query: JobQuery, low: int, high: int, needle: str | None) -> list[int]:
+        """``SearchBackend.match_range`` (``search_range``: a rowid range)."""
+        rows = await self._read("search_range", {"low": low, "high": high, **self._filters(query, needle)})
+        return [s for (s,) in rows]
+
+    async def seq_bounds(self) -> tuple[int, int] | None:
+        """``SearchBackend.seq_bounds`` (the rowid's ends)."""
+        row = await self._read("seq_bounds", one=True)
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
+    async def summaries(self, seqs: list[int]) -> list[JobSummary]:
+        """``SearchBackend.summaries``."""
+        return await self._summaries(seqs)
 
     async def _summaries(self, seqs: list[int]) -> list[JobSummary]:
         if not seqs:

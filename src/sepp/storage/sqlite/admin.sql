@@ -60,6 +60,56 @@ WHERE seq > :seq
   AND (:after IS NULL OR finished_at >= :after) AND (:before IS NULL OR finished_at < :before)
 ORDER BY seq LIMIT :limit;
 
+-- ------------------------------------------------------------------ search (issue 13 item 3)
+-- The drivers hand over candidate seqs in enqueue order after :seq; search_match keeps the
+-- candidates that pass every filter (sepp.storage.search). :seqs and :custom are JSON
+-- arrays (the seqs; [key, value] pairs), :terms the number of pairs.
+
+-- name: search_by_custom
+SELECT seq FROM job_custom WHERE key = :key AND value = :value AND seq > :seq ORDER BY seq LIMIT :limit;
+
+-- name: search_by_id
+SELECT seq FROM jobs WHERE id = :id AND seq > :seq;
+
+-- name: search_by_key_in_queue
+SELECT j.seq FROM idempotency i JOIN jobs j ON j.id = i.job_id
+WHERE i.queue = :queue AND i.key = :key AND j.seq > :seq;
+
+-- name: search_by_key
+-- A key in every queue: one primary-key probe of idempotency per queue holding keys, the
+-- queues found by a skip scan of that same key (each next queue one seek), never a scan.
+WITH RECURSIVE qs(q) AS (
+    SELECT (SELECT min(queue) FROM idempotency)
+    UNION ALL
+    SELECT (SELECT min(queue) FROM idempotency WHERE queue > qs.q) FROM qs WHERE qs.q IS NOT NULL
+)
+SELECT j.seq FROM qs CROSS JOIN idempotency i CROSS JOIN jobs j
+WHERE qs.q IS NOT NULL AND i.queue = qs.q AND i.key = :key AND j.id = i.job_id AND j.seq > :seq
+ORDER BY j.seq LIMIT :limit;
+
+-- name: search_filters
+-- The conditions of search_match / search_range (a fragment: admin.py puts a head on it).
+(:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
+  AND (:job_type IS NULL OR job_type = :job_type)
+  AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
+  AND (:after IS NULL OR finished_at >= :after) AND (:before IS NULL OR finished_at < :before)
+  AND (:needle IS NULL OR (state <> 4 AND typeof(history) = 'text' AND instr(lower(history), :needle) > 0))
+  AND (:terms = 0 OR :terms = (
+      SELECT count(*) FROM json_each(:custom) AS t
+      WHERE EXISTS (SELECT 1 FROM job_custom c
+                    WHERE c.seq = jobs.seq AND c.key = t.value ->> 0 AND c.value = t.value ->> 1)))
+
+-- name: search_match
+-- The candidates :seqs (a JSON array) that pass: rowid lookups.
+SELECT seq FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs)) AND {filters}
+
+-- name: search_range
+-- The jobs with :low < seq <= :high that pass, in enqueue order: a range of the table.
+SELECT seq FROM jobs WHERE seq > :low AND seq <= :high AND {filters} ORDER BY seq
+
+-- name: seq_bounds
+SELECT (SELECT min(seq) FROM jobs), (SELECT max(seq) FROM jobs);
+
 -- name: job_summaries
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at,

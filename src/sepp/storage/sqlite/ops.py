@@ -26,6 +26,7 @@ from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease
 from sepp.quoting import clip
 from sepp.storage.errors import StoreError
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
+from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, insert_sql, insert_statements
 from sepp.storage.sqlite.sweeps import promote
 
@@ -45,8 +46,9 @@ def insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
 
 
 def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new_queues: Sequence[QueueRecord],
-               conn: sqlite3.Connection) -> Dedups:
-    """Writer side of ``SQLiteStore.enqueue`` with idempotency keys or new queues."""
+               custom: Sequence[CustomEntry], conn: sqlite3.Connection) -> Dedups:
+    """Writer side of ``SQLiteStore.enqueue`` with idempotency keys, new queues or custom-index
+    entries (``custom``: those of every row; a deduplicated row's are not written)."""
     for q in new_queues:
         conn.execute(Q["insert_queue_if_absent"],
                      (q.name, q.settings_json, int(q.paused), int(q.declared), now, now))
@@ -68,6 +70,11 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
             conn.execute(Q["claim_idempotency"], (row.queue, key, row.id, dedup_until[i]))
         fresh.append(row)
     insert_jobs(conn, fresh)
+    if custom:
+        if dedups:
+            gone = {rows[i].id for i in dedups}
+            custom = [e for e in custom if e[0] not in gone]
+        conn.executemany(Q["insert_custom"], custom)
     return dedups
 
 

@@ -8,6 +8,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 -- name: find_idempotency
 SELECT job_id, expires_at FROM idempotency WHERE queue = ? AND key = ?;
 
+-- name: insert_custom
+-- One custom-index entry of a job just inserted (issue 13 item 3; migration 0006): ?1 the
+-- job id, ?2 the key, ?3 the value as text.
+INSERT INTO job_custom (seq, key, value) SELECT seq, ?2, ?3 FROM jobs WHERE id = ?1;
+
 -- name: claim_idempotency
 INSERT OR REPLACE INTO idempotency (queue, key, job_id, expires_at) VALUES (?, ?, ?, ?);
 

@@ -46,6 +46,7 @@ from sepp.storage.base import (
 from sepp.storage.commit_stats import merge
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.rows import fetch_lenient, repair_job
+from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
@@ -209,9 +210,11 @@ class SQLiteStore:
     # ------------------------------------------------------------------ enqueue
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
-                      new_queues: Sequence[QueueRecord] = ()) -> Dedups:
-        """See ``Store.enqueue``: one transaction; dedup against live keys and within the call."""
-        if not new_queues and not any(row[11] for row in rows):
+                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
+        """See ``Store.enqueue``: one transaction; dedup against live keys and within the call.
+        Calls with custom-index entries take the keyed path (``ops.enqueue_op``), so a call
+        without any runs exactly as before (issue 13 item 3: nothing added to it)."""
+        if not new_queues and not custom and not any(row[11] for row in rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
                 return await self._write_one(MergeableInsert(ops.insert_jobs, list(rows), {}))
             # The statements are prepared here, on the event loop: the writer only runs them
@@ -219,7 +222,7 @@ class SQLiteStore:
             statements = insert_statements(rows)
             return await self._committer.submit(partial(ops.run_inserts, statements), len(rows))
 
-        op = partial(ops.enqueue_op, rows, dedup_until, now, new_queues)
+        op = partial(ops.enqueue_op, rows, dedup_until, now, new_queues, custom)
         if len(rows) == 1:
             return await self._write_one(op)
         return await self._committer.submit(op, len(rows))

@@ -27,6 +27,7 @@ from starlette.templating import Jinja2Templates
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.rejections import RejectionCode
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_name
+from sepp.server.admin.search import parse_search
 from sepp.server.auth import Authenticator
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
 from sepp.server.engine import job_id_text
@@ -66,6 +67,7 @@ from sepp.server.http.ui.views import (
 from sepp.storage.admin import JobQuery
 from sepp.storage.base import State
 from sepp.storage.errors import StoreError
+from sepp.storage.search import SCAN_ROWS
 
 #: Templates and static files stay next to the package (``sepp/server/http/``).
 HTTP_DIR = Path(__file__).parent.parent
@@ -131,6 +133,7 @@ class AdminUI:
             Route("/nodes", page(self.nodes_page)),
             Route("/ui/partials/nodes", page(self.nodes_partial)),
             Route("/find", page(self.find)),
+            Route("/search", page(self.search)),
             Route("/login", self._open(self.login_page)),
             Route("/login", self._open_post(self.login_submit), methods=["POST"]),
             Route("/logout", post(self.logout), methods=["POST"]),
@@ -483,6 +486,35 @@ class AdminUI:
             return RedirectResponse(f"/jobs/{job_id_text(rec.id)}", status_code=303)
         return self.render(request, "error.html", {"title": "Find a job", "message":
                            "Enter a job id, or a queue and an idempotency key."}, 400)
+
+    async def search(self, request: Request) -> Response:
+        """``/search?q=<search>&page=<token>`` (issue 13 item 3): the search box's results
+        (syntax: ``sepp.server.admin.search``). A search for one job id alone goes to the job's
+        page; text that cannot be read is shown with its message (400)."""
+        text = request.query_params.get("q", "").strip()
+        token = request.query_params.get("page", "")
+        context: dict[str, Any] = {"title": "Search", "q": text, "scan_rows": SCAN_ROWS, "error": "",
+                                   "searched": False, "jobs": [], "state": None, "limited": False,
+                                   "next_url": "", "first_url": ""}
+        if not text:
+            return self.render(request, "search.html", context)
+        try:
+            spec = parse_search(text)
+            query = spec.query(self.admin.engine.limits.max_idempotency_key_bytes)
+            if spec.only_id and not token:
+                rec = await self.admin.get_job(spec.job_id)
+                return RedirectResponse(f"/jobs/{job_id_text(rec.id)}", status_code=303)
+            listing = await self.admin.list_jobs(query, token, 50)
+        except InvalidRequest as exc:
+            return self.render(request, "search.html", {**context, "error": str(exc)}, 400)
+        except NotFound:
+            listing = None
+        next_url = "/search?" + urlencode({"q": text, "page": listing.next_token}) \
+            if listing is not None and listing.next_token else ""
+        return self.render(request, "search.html", {
+            **context, "searched": True, "jobs": listing.jobs if listing else [], "state": spec.state,
+            "limited": bool(listing and listing.scan_limited), "next_url": next_url,
+            "first_url": "/search?" + urlencode({"q": text}) if token else ""})
 
     # ------------------------------------------------------------------ login
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import JobRecord
+from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 #: A page position: the sort key of the last row of the previous page (JSON-able).
 SortKey = list[Any]
@@ -165,6 +166,12 @@ class AdminStore(Protocol):
     async def state_counts(self, queue: str | None) -> dict[str, StateCounts]:
         """Counts per state of one queue (``queue``) or of every queue with jobs (None)."""
 
+    async def count_jobs(self, query: JobQuery) -> int:
+        """How many jobs of ``query.queue`` in ``query.state`` (both required) match the
+        query's job type and finish-time bounds (``reason_prefix`` is not applied): the
+        dry-run count of a bulk action (issue 13 item 4). Raises ``ValueError`` without a
+        queue or state."""
+
     async def oldest_ready(self, queue: str) -> int | None:
         """The smallest run_at (µs) among the queue's READY jobs, or None."""
 
@@ -185,6 +192,17 @@ class AdminStore(Protocol):
                          keep_after_minute: int) -> None:
         """Add in-memory counts {(queue, minute): (enqueued, completed, dead_lettered)} and drop
         rows older than ``keep_after_minute``, in one commit."""
+
+    async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
+                               keep_after_minute: int) -> None:
+        """Add a node's in-memory job-type figures (counts per (queue, job_type, minute), runs
+        per run-time bucket) to the stored ones — added to, never overwritten; the longest run
+        kept with max — and drop the rows older than ``keep_after_minute``, in one commit
+        (issue 13 item 2; ``sepp.storage.type_figures``)."""
+
+    async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
+        """The stored job-type figures of ``queue`` from ``day_minute`` on, with those from
+        ``hour_minute`` on beside them (``TypeFiguresRead``), summed over every node."""
 
     async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
         """(job id, expires_at µs) of a claimed key, expired or not; None when unclaimed."""
@@ -210,4 +228,5 @@ class AdminStore(Protocol):
         """Delete up to ``limit`` jobs of ``queue`` in ``states`` in one commit; returns how many."""
 
     async def delete_queue(self, queue: str) -> bool:
-        """Delete the queue row and its throughput rows if it holds no job; False otherwise."""
+        """Delete the queue row, its throughput rows and its job-type figures if it holds no
+        job; False otherwise."""

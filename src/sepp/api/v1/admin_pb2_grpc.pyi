@@ -81,6 +81,11 @@ class AdminServiceStub:
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]
     """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
+    GetJobTypeStats: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetJobTypeStatsRequest, _admin_pb2.GetJobTypeStatsResponse]
+    """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+    and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
+    NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -122,6 +127,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Delete one job in any state (its idempotency key stays claimed, SPEC §6)."""
     ListWorkers: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListWorkersRequest, _admin_pb2.ListWorkersResponse]  # type: ignore[assignment]
     """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
+    GetJobTypeStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetJobTypeStatsRequest, _admin_pb2.GetJobTypeStatsResponse]  # type: ignore[assignment]
+    """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+    and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
+    NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -262,5 +272,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListWorkersResponse, _abc.Awaitable[_admin_pb2.ListWorkersResponse]]:
         """The workers that called Reserve within the last hour, on any node (issue 13), at most 500."""
+
+    @_abc_1.abstractmethod
+    def GetJobTypeStats(
+        self,
+        request: _admin_pb2.GetJobTypeStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.GetJobTypeStatsResponse, _abc.Awaitable[_admin_pb2.GetJobTypeStatsResponse]]:
+        """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+        and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
+        NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

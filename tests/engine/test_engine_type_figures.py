@@ -6,7 +6,7 @@ added up, and the bound on job types per queue."""
 
 from __future__ import annotations
 
-from engine.engine_kit import S, Harness, request
+from engine.engine_kit import Harness, S, request
 from sepp.server.admin import AdminEngine, TypeFigures
 from sepp.server.admin.type_figures import ALPHA, OTHER, TypeRollup, figures_of, merge_reads
 from sepp.storage.base import JobRecord
@@ -114,7 +114,7 @@ async def test_two_nodes_flushes_add_up_in_the_store(harness: Harness) -> None:
         await _run(h, "mail", 0.1)
         await _run(h, "mail", 0.3)
         await admin.flush()
-        await h.store.admin.add_type_figures(*other.take(), 0)
+        await h.store.admin.add_type_figures(*other.take(), 0, 0)
         mail = _by_type(await admin.type_figures("q"))["mail"]
         assert (mail.hour.completed, mail.hour.runs, mail.hour.max) == (4, 4, 0.3)
         assert _close(mail.hour.p50, 0.1) and _close(mail.hour.p95, 0.3)
@@ -135,7 +135,7 @@ async def test_job_types_beyond_the_bound_count_as_other(harness: Harness) -> No
         await admin.flush()
         # A read folds past its own bound too (and merges the folded histograms exactly).
         minute = h.now // (60 * S)
-        stored = await h.store.admin.type_figures("q", minute - 1439, minute - 59)
+        stored = await h.store.admin.type_figures("q", minute - minute % 60 - 23 * 60, minute - 59)
         folded = figures_of(merge_reads(stored, admin.types.pending_read("q", 0, 0)), max_types=1)
         assert [(f.job_type, f.hour.completed, f.hour.runs) for f in folded] == [("a", 2, 2), (OTHER, 3, 3)]
     finally:

@@ -15,6 +15,7 @@ from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 from storage.conformance_kit import LEASE, NOW, POLICY, S, lease, put, row, settle1
 
 M = 29_833_333  # a minute number (µs // 60 s) near NOW
+H = M - M % 60  # the first minute of its hour
 
 
 async def test_settle_results_name_the_job_type_batched_or_one_by_one(store: Store) -> None:
@@ -42,15 +43,22 @@ async def test_a_reclaim_counts_its_outcomes_by_queue_and_job_type(store: Store)
 
 async def test_type_figures_are_added_up_and_read_per_window(store: Store) -> None:
     admin = store.admin
-    hour, day = M - 59, M - 1439
-    first = [TypeMinute("q", "mail", M, 5, 1, 0, 6, 900), TypeMinute("q", "mail", M - 100, 2, 0, 1, 3, 4000),
-             TypeMinute("q", "sms", M, 1, 0, 0, 1, 50), TypeMinute("other-queue", "mail", M, 9, 9, 9, 9, 9)]
-    runs = [TypeRunBucket("q", "mail", M, 70, 4), TypeRunBucket("q", "mail", M, 71, 2),
-            TypeRunBucket("q", "mail", M - 100, 71, 3), TypeRunBucket("q", "sms", M, 40, 1)]
-    await admin.add_type_figures(first, runs, day)
+    hour, day = M - 59, H - 23 * 60
+    # Minute rows (step 1) feed the hour's read, hour rows (step 60) the day's.
+    first = [TypeMinute("q", "mail", 1, M, 5, 1, 0, 6, 900), TypeMinute("q", "mail", 1, M - 100, 2, 0, 1, 3, 4000),
+             TypeMinute("q", "mail", 60, H, 5, 1, 0, 6, 900), TypeMinute("q", "mail", 60, H - 120, 2, 0, 1, 3, 4000),
+             TypeMinute("q", "sms", 1, M, 1, 0, 0, 1, 50), TypeMinute("q", "sms", 60, H, 1, 0, 0, 1, 50),
+             TypeMinute("other-queue", "mail", 1, M, 9, 9, 9, 9, 9)]
+    runs = [TypeRunBucket("q", "mail", 1, M, 70, 4), TypeRunBucket("q", "mail", 1, M, 71, 2),
+            TypeRunBucket("q", "mail", 60, H, 70, 4), TypeRunBucket("q", "mail", 60, H, 71, 2),
+            TypeRunBucket("q", "mail", 60, H - 120, 71, 3), TypeRunBucket("q", "sms", 1, M, 40, 1),
+            TypeRunBucket("q", "sms", 60, H, 40, 1)]
+    await admin.add_type_figures(first, runs, M - 120, H - 24 * 60)
     # A second node (or flush) adds to the same rows: counts summed, the longest run by max.
-    await admin.add_type_figures([TypeMinute("q", "mail", M, 1, 0, 2, 1, 600)], [TypeRunBucket("q", "mail", M, 70, 1)],
-                                 day)
+    await admin.add_type_figures([TypeMinute("q", "mail", 1, M, 1, 0, 2, 1, 600), TypeMinute("q", "mail", 60, H, 1, 0,
+                                                                                               2, 1, 600)],
+                                 [TypeRunBucket("q", "mail", 1, M, 70, 1), TypeRunBucket("q", "mail", 60, H, 70, 1)],
+                                 M - 120, H - 24 * 60)
     got = await admin.type_figures("q", day, hour)
     assert got == TypeFiguresRead(
         totals={"mail": (TypeTotals(8, 1, 3, 10, 4000), TypeTotals(6, 1, 2, 7, 900)),
@@ -59,16 +67,20 @@ async def test_type_figures_are_added_up_and_read_per_window(store: Store) -> No
     assert await admin.type_figures("nothing-here", day, hour) == TypeFiguresRead({}, {})
 
 
-async def test_old_type_figures_are_pruned_and_a_deleted_queue_loses_its_own(store: Store) -> None:
+async def test_old_type_figures_are_pruned_per_step_and_a_deleted_queue_loses_its_own(store: Store) -> None:
     admin = store.admin
-    old, new = TypeMinute("q", "t", M - 2000, 1, 0, 0, 1, 10), TypeMinute("q", "t", M, 1, 0, 0, 1, 20)
-    runs = [TypeRunBucket("q", "t", M - 2000, 5, 1), TypeRunBucket("q", "t", M, 6, 1)]
-    await admin.add_type_figures([old, new], runs, M - 1439)
-    got = await admin.type_figures("q", M - 5000, M - 59)  # a wider read still finds the old minute gone
-    assert got.totals == {"t": (TypeTotals(1, 0, 0, 1, 20), TypeTotals(1, 0, 0, 1, 20))}
-    assert got.buckets == {"t": {6: (1, 1)}}
+    rows = [TypeMinute("q", "t", 1, M - 121, 1, 0, 0, 1, 10), TypeMinute("q", "t", 1, M - 120, 1, 0, 0, 1, 20),
+            TypeMinute("q", "t", 60, H - 25 * 60, 1, 0, 0, 1, 30),
+            TypeMinute("q", "t", 60, H - 24 * 60, 1, 0, 0, 1, 40)]
+    runs = [TypeRunBucket("q", "t", 1, M - 121, 5, 1), TypeRunBucket("q", "t", 1, M - 120, 6, 1),
+            TypeRunBucket("q", "t", 60, H - 25 * 60, 7, 1), TypeRunBucket("q", "t", 60, H - 24 * 60, 8, 1)]
+    # Kept: minute rows from M - 120 on, hour rows from H - 24 h on (the bounds themselves kept).
+    await admin.add_type_figures(rows, runs, M - 120, H - 24 * 60)
+    got = await admin.type_figures("q", H - 30 * 60, M - 500)   # wider reads still find the old rows gone
+    assert got.totals == {"t": (TypeTotals(1, 0, 0, 1, 40), TypeTotals(1, 0, 0, 1, 20))}
+    assert got.buckets == {"t": {6: (0, 1), 8: (1, 0)}}
     assert await admin.delete_queue("q")
-    assert await admin.type_figures("q", M - 5000, M - 59) == TypeFiguresRead({}, {})
+    assert await admin.type_figures("q", H - 30 * 60, M - 500) == TypeFiguresRead({}, {})
 
 
 async def test_count_jobs_counts_one_state_of_one_queue_by_type_and_finish_time(store: Store) -> None:

@@ -194,15 +194,17 @@ class AdminStore(Protocol):
         rows older than ``keep_after_minute``, in one commit."""
 
     async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
-                               keep_after_minute: int) -> None:
-        """Add a node's in-memory job-type figures (counts per (queue, job_type, minute), runs
-        per run-time bucket) to the stored ones — added to, never overwritten; the longest run
-        kept with max — and drop the rows older than ``keep_after_minute``, in one commit
-        (issue 13 item 2; ``sepp.storage.type_figures``)."""
+                               keep_minutes_after: int, keep_hours_after: int) -> None:
+        """Add a node's in-memory job-type figures (counts per (queue, job_type, step, minute),
+        runs per run-time bucket; rows of one key at most once) to the stored ones — added to,
+        never overwritten; the longest run kept with max — and drop the minute rows older than
+        minute ``keep_minutes_after`` and the hour rows older than ``keep_hours_after``, in one
+        commit (issue 13 item 2; ``sepp.storage.type_figures``)."""
 
     async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
-        """The stored job-type figures of ``queue`` from ``day_minute`` on, with those from
-        ``hour_minute`` on beside them (``TypeFiguresRead``), summed over every node."""
+        """The stored job-type figures of ``queue``, summed over every node: the day's from the
+        hour rows starting at ``day_minute`` or later, the hour's from the minute rows from
+        ``hour_minute`` on (``TypeFiguresRead``)."""
 
     async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
         """(job id, expires_at µs) of a claimed key, expired or not; None when unclaimed."""

@@ -210,8 +210,11 @@ class AdminEngine:
             self.counter.restore(counts)
             raise
         minutes, buckets = self.types.take()
+        minute = self._clock_now() // _MINUTE
         try:
-            await self.store.add_type_figures(minutes, buckets, keep_after)
+            # Minute rows serve the last hour (kept two), hour rows the last 24 hours (kept 25).
+            await self.store.add_type_figures(minutes, buckets, minute - 2 * HOUR_MINUTES,
+                                              minute - minute % HOUR_MINUTES - DAY_MINUTES)
         except BaseException:
             self.types.restore(minutes, buckets)
             raise
@@ -461,10 +464,13 @@ class AdminEngine:
         (issue 13 item 2; ``sepp.server.admin.type_figures``): the store's rows (every node's
         flushed counts) plus this node's counts not flushed yet. The busiest
         ``type_figures.MAX_TYPES`` job types first, the rest folded into ``(other)``. Windows:
-        the current minute and the 59 (1,439) before it. Raises ``NotFound``, ``StoreError``."""
+        the hour is the current minute and the 59 before it; the day the current hour (UTC,
+        on the minute) and the 23 before it, so 23 to 24 hours. Raises ``NotFound``,
+        ``StoreError``."""
         self.queue(name)
         minute = self._clock_now() // _MINUTE
-        day, hour = minute - DAY_MINUTES + 1, minute - HOUR_MINUTES + 1
+        hour = minute - HOUR_MINUTES + 1
+        day = minute - minute % HOUR_MINUTES - DAY_MINUTES + HOUR_MINUTES
         stored = await self.store.type_figures(name, day, hour)
         return figures_of(merge_reads(stored, self.types.pending_read(name, day, hour)))
 

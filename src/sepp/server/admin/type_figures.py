@@ -9,7 +9,10 @@ How they are kept (documented choice, docs/decisions.md "Job-type figures"):
   the settle's ``now``) into a log-bucket histogram plus the exact longest run. Every
   ``flush_interval`` seconds the admin engine hands the counts to the store, which *adds*
   them to its rows (``sepp.storage.type_figures``): on PostgreSQL every node adds its own,
-  so a read is the cluster's; a crash loses at most one interval.
+  so a read is the cluster's; a crash loses at most one interval. Each count lands in a
+  minute row and in an hour row: the last hour is read from 60 minute rows (the current
+  minute and the 59 before it), the last 24 hours from 24 hour rows (the current hour and
+  the 23 before it: 23 to 24 hours of history, in whole UTC hours).
 * Run-time buckets are logarithmic (DDSketch-style): bucket ``i`` holds the runs of
   ``GAMMA**(i-1) < µs <= GAMMA**i`` with ``GAMMA = (1 + ALPHA) / (1 - ALPHA)``; its value
   is ``2 * GAMMA**i / (GAMMA + 1)``, within ``ALPHA`` (5 %) of every run time in it. A
@@ -21,20 +24,30 @@ How they are kept (documented choice, docs/decisions.md "Job-type figures"):
   ``MAX_TYPES`` busiest types into ``OTHER`` too (histograms merge exactly), so one answer
   holds at most ``MAX_TYPES + 1`` rows per queue whatever producers sent.
 
-Cost on the settle path: one dict lookup and a few increments per settled job, a
-``math.log`` for a timed run (measured in docs/benchmarks.md "Job-type figures").
+Cost on the settle path: a few comparisons, an increment and a list append per settled job
+(the run times are bucketed at the next flush or read; measured in docs/benchmarks.md
+"Job-type figures").
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.domain.params import SettleKind, SettleParams, SettleResult
 from sepp.domain.states import State
-from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket, TypeTotals
+from sepp.storage.type_figures import (
+    HOUR_STEP,
+    MINUTE_STEP,
+    TypeFiguresRead,
+    TypeMinute,
+    TypeRunBucket,
+    TypeTotals,
+    read_of,
+)
 
 #: One minute in µs (the rows' time step).
 MINUTE_US = 60_000_000
@@ -86,14 +99,33 @@ def quantile(buckets: Mapping[int, int], q: float, run_max: int) -> float | None
 
 
 class _Acc:
-    """One (queue, job_type, minute) being counted: completed, retried, dead-lettered, timed
-    runs, the longest run (µs) and {bucket: runs}."""
+    """One (queue, job_type, minute) being counted: completed, retried, dead-lettered; the run
+    times (µs) of the settle path not bucketed yet (``times``: one append per job); and what
+    ``fold`` made of them: timed runs, the longest run (µs) and {bucket: runs}."""
 
-    __slots__ = ("buckets", "completed", "dead", "retried", "run_max", "runs")
+    __slots__ = ("buckets", "completed", "dead", "retried", "run_max", "runs", "times")
 
     def __init__(self) -> None:
         self.completed = self.retried = self.dead = self.runs = self.run_max = 0
         self.buckets: dict[int, int] = {}
+        self.times: list[int] = []
+
+    def fold(self) -> _Acc:
+        """Bucket the pending run times (off the settle path: at a flush or a read)."""
+        times = self.times
+        if times:
+            self.runs += len(times)
+            self.run_max = max(self.run_max, max(times))
+            inv = _INV_LN_GAMMA
+            counts = Counter([_ceil(_log(us) * inv) if us > 1 else 0 for us in times])
+            buckets = self.buckets
+            for b, n in counts.items():
+                buckets[b] = buckets.get(b, 0) + n
+            times.clear()
+        return self
+
+
+_NO_ACC = _Acc()
 
 
 class TypeRollup:
@@ -107,27 +139,31 @@ class TypeRollup:
     def __init__(self, clock: Clock = SYSTEM_CLOCK, max_types: int = MAX_TYPES) -> None:
         self._clock_now = clock.now
         self.max_types = max_types
+        #: {(queue, job_type or OTHER, minute): counts}.
         self.pending: dict[tuple[str, str, int], _Acc] = {}
+        #: {(queue, job_type as sent, minute): its entry of ``pending``} (the hot path's one lookup).
+        self._index: dict[tuple[str, str, int], _Acc] = {}
         #: {queue: {job_type: the last minute it was seen}} (the cardinality bound).
         self._types: dict[str, dict[str, int]] = {}
 
     # ------------------------------------------------------------------ counting
 
-    def _admit(self, queue: str, job_type: str, minute: int) -> str:
-        """``job_type``, or ``OTHER`` once the queue has ``max_types`` others this day."""
+    def _acc(self, key: tuple[str, str, int]) -> _Acc:
+        """The entry of ``key`` (queue, job_type, minute): the job type's own, or ``OTHER``'s
+        once the queue has ``max_types`` other types this day."""
+        queue, job_type, minute = key
         seen = self._types.get(queue)
         if seen is None:
             seen = self._types[queue] = {}
         if job_type in seen or len(seen) < self.max_types:
             seen[job_type] = minute
-            return job_type
-        return OTHER
-
-    def _acc(self, queue: str, job_type: str, minute: int) -> _Acc:
-        key = (queue, self._admit(queue, job_type, minute), minute)
-        acc = self.pending.get(key)
+            admitted = key
+        else:
+            admitted = (queue, OTHER, minute)
+        acc = self.pending.get(admitted)
         if acc is None:
-            acc = self.pending[key] = _Acc()
+            acc = self.pending[admitted] = _Acc()
+        self._index[key] = acc
         return acc
 
     def on_settled(self, items: Sequence[SettleParams], results: Sequence[SettleResult]) -> None:
@@ -135,9 +171,12 @@ class TypeRollup:
 
         A repeated ack (``run_at`` 0) and a release (no attempt ran) count nothing; an
         attempt's run time is ``item.now - result.started_at`` (0 when another node's clock
-        is ahead)."""
-        last: tuple[str, str, int] | None = None
-        acc: _Acc | None = None
+        is ahead). Per job: a few comparisons, an increment and a list append (a dict lookup
+        when the queue, type or minute changes from the job before)."""
+        index = self._index
+        last_queue = last_type = None
+        last_minute = -1
+        acc = _NO_ACC
         for p, r in zip(items, results, strict=False):
             error, state, run_at, _attempt, queue, started, job_type = r
             if error is not None:
@@ -146,9 +185,12 @@ class TypeRollup:
             if kind is _RELEASE or (state == _COMPLETED and not run_at):
                 continue
             now = p[3]
-            key = (queue, job_type, now // MINUTE_US)
-            if key != last or acc is None:
-                acc, last = self._acc(*key), key
+            minute = now // MINUTE_US
+            # The jobs of one settle call mostly share queue, type and minute: compare, not hash.
+            if minute != last_minute or job_type != last_type or queue != last_queue:
+                key = (queue, job_type, minute)
+                acc = index.get(key) or self._acc(key)
+                last_queue, last_type, last_minute = queue, job_type, minute
             if state == _COMPLETED:
                 acc.completed += 1
             elif state == _DEAD:
@@ -156,15 +198,7 @@ class TypeRollup:
             elif kind is _RETRY and (state == _SCHEDULED or state == _READY):
                 acc.retried += 1
             if started:
-                us = now - started
-                if us < 0:
-                    us = 0
-                acc.runs += 1
-                if us > acc.run_max:
-                    acc.run_max = us
-                b = _ceil(_log(us) * _INV_LN_GAMMA) if us > 1 else 0
-                buckets = acc.buckets
-                buckets[b] = buckets.get(b, 0) + 1
+                acc.times.append(now - started)   # bucketed by ``_Acc.fold``, off this path
 
     def on_reclaimed(self, counts: Mapping[tuple[str, str, int], int]) -> None:
         """``events.reclaimed``: an expired lease back to READY counts as retried, one
@@ -172,21 +206,27 @@ class TypeRollup:
         minute = self._clock_now() // MINUTE_US
         for (queue, job_type, state), n in counts.items():
             if state == _READY:
-                self._acc(queue, job_type, minute).retried += n
+                self._acc((queue, job_type, minute)).retried += n
             elif state == _DEAD:
-                self._acc(queue, job_type, minute).dead += n
+                self._acc((queue, job_type, minute)).dead += n
 
     # ------------------------------------------------------------------ flushing
 
     def take(self) -> tuple[list[TypeMinute], list[TypeRunBucket]]:
-        """Hand over and forget the pending counts (rows for ``AdminStore.add_type_figures``)."""
-        pending, self.pending = self.pending, {}
+        """Hand over and forget the pending counts: the rows for
+        ``AdminStore.add_type_figures``, each count in its minute row and its hour row."""
+        pending, self.pending, self._index = self.pending, {}, {}
+        for acc in pending.values():
+            acc.fold()
         return _rows(pending)
 
     def restore(self, minutes: Iterable[TypeMinute], buckets: Iterable[TypeRunBucket]) -> None:
-        """Put the rows of a failed flush back (added to what was counted meanwhile)."""
+        """Put the rows of a failed flush back (added to what was counted meanwhile); the hour
+        rows are left out, the next ``take`` makes them again from the minute rows."""
         pending = self.pending
         for m in minutes:
+            if m.step != MINUTE_STEP:
+                continue
             acc = pending.get((m.queue, m.job_type, m.minute))
             if acc is None:
                 acc = pending[(m.queue, m.job_type, m.minute)] = _Acc()
@@ -196,10 +236,13 @@ class TypeRollup:
             acc.runs += m.runs
             acc.run_max = max(acc.run_max, m.run_max)
         for b in buckets:
+            if b.step != MINUTE_STEP:
+                continue
             acc = pending.get((b.queue, b.job_type, b.minute))
             if acc is None:
                 acc = pending[(b.queue, b.job_type, b.minute)] = _Acc()
             acc.buckets[b.bucket] = acc.buckets.get(b.bucket, 0) + b.n
+        self._index = {}
 
     def prune(self, keep_after_minute: int) -> None:
         """Forget the job types not seen since ``keep_after_minute`` (so the bound counts a day)."""
@@ -214,38 +257,55 @@ class TypeRollup:
         """Drop a deleted queue's pending counts and known types."""
         for key in [k for k in self.pending if k[0] == queue]:
             del self.pending[key]
+        self._index = {}
         self._types.pop(queue, None)
 
     def pending_read(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
-        """The pending counts of ``queue`` shaped like a store read (to add to one)."""
-        mine = {k: v for k, v in self.pending.items() if k[0] == queue and k[2] >= day_minute}
-        minutes, buckets = _rows(mine)
-        return _read_of(minutes, buckets, hour_minute)
+        """The pending counts of ``queue`` shaped like a store read (to add to one): the day
+        from ``day_minute`` on, the hour from ``hour_minute`` on."""
+        day: dict[str, TypeTotals] = {}
+        hour: dict[str, TypeTotals] = {}
+        day_runs: dict[tuple[str, int], int] = {}
+        hour_runs: dict[tuple[str, int], int] = {}
+        for (q, job_type, minute), acc in self.pending.items():
+            if q != queue or minute < day_minute:
+                continue
+            acc.fold()
+            this = TypeTotals(acc.completed, acc.retried, acc.dead, acc.runs, acc.run_max)
+            for totals, runs, since in ((day, day_runs, day_minute), (hour, hour_runs, hour_minute)):
+                if minute >= since:
+                    totals[job_type] = _add(totals.get(job_type, TypeTotals()), this)
+                    for b, n in acc.buckets.items():
+                        runs[(job_type, b)] = runs.get((job_type, b), 0) + n
+        return read_of(day, hour, day_runs, hour_runs)
 
 
 def _rows(pending: Mapping[tuple[str, str, int], _Acc]) -> tuple[list[TypeMinute], list[TypeRunBucket]]:
+    """Minute rows of ``pending`` and the hour rows they add up to (one row per key)."""
     minutes: list[TypeMinute] = []
     buckets: list[TypeRunBucket] = []
+    hours: dict[tuple[str, str, int], _Acc] = {}
     for (queue, job_type, minute), acc in pending.items():
-        minutes.append(TypeMinute(queue, job_type, minute, acc.completed, acc.retried, acc.dead, acc.runs,
-                                  acc.run_max))
-        buckets.extend(TypeRunBucket(queue, job_type, minute, b, n) for b, n in acc.buckets.items() if n)
+        minutes.append(TypeMinute(queue, job_type, MINUTE_STEP, minute, acc.completed, acc.retried, acc.dead,
+                                  acc.runs, acc.run_max))
+        buckets.extend(TypeRunBucket(queue, job_type, MINUTE_STEP, minute, b, n) for b, n in acc.buckets.items()
+                       if n)
+        key = (queue, job_type, minute - minute % HOUR_STEP)
+        hour = hours.get(key)
+        if hour is None:
+            hour = hours[key] = _Acc()
+        hour.completed += acc.completed
+        hour.retried += acc.retried
+        hour.dead += acc.dead
+        hour.runs += acc.runs
+        hour.run_max = max(hour.run_max, acc.run_max)
+        for b, n in acc.buckets.items():
+            hour.buckets[b] = hour.buckets.get(b, 0) + n
+    for (queue, job_type, first), acc in hours.items():
+        minutes.append(TypeMinute(queue, job_type, HOUR_STEP, first, acc.completed, acc.retried, acc.dead,
+                                  acc.runs, acc.run_max))
+        buckets.extend(TypeRunBucket(queue, job_type, HOUR_STEP, first, b, n) for b, n in acc.buckets.items() if n)
     return minutes, buckets
-
-
-def _read_of(minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket], hour_minute: int) -> TypeFiguresRead:
-    """Rows of one queue folded into the shape of a store read."""
-    totals: dict[str, tuple[TypeTotals, TypeTotals]] = {}
-    for m in minutes:
-        this = TypeTotals(m.completed, m.retried, m.dead_lettered, m.runs, m.run_max)
-        day, hour = totals.get(m.job_type, (TypeTotals(), TypeTotals()))
-        totals[m.job_type] = (_add(day, this), _add(hour, this) if m.minute >= hour_minute else hour)
-    hist: dict[str, dict[int, tuple[int, int]]] = {}
-    for b in buckets:
-        per = hist.setdefault(b.job_type, {})
-        day_n, hour_n = per.get(b.bucket, (0, 0))
-        per[b.bucket] = (day_n + b.n, hour_n + (b.n if b.minute >= hour_minute else 0))
-    return TypeFiguresRead(totals, hist)
 
 
 def _add(a: TypeTotals, b: TypeTotals) -> TypeTotals:

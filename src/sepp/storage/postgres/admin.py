@@ -314,10 +314,10 @@ class PostgresAdmin:
         return await _count_jobs(self._store, query)
 
     async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
-                               keep_after_minute: int) -> None:
+                               keep_minutes_after: int, keep_hours_after: int) -> None:
         """See ``AdminStore.add_type_figures``: this node's counts added to every node's
         (``sepp.storage.postgres.type_figures``)."""
-        await figures.add_type_figures(self._store, minutes, buckets, keep_after_minute)
+        await figures.add_type_figures(self._store, minutes, buckets, keep_minutes_after, keep_hours_after)
 
     async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
         """See ``AdminStore.type_figures``: the whole cluster's figures."""

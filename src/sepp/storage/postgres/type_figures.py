@@ -8,7 +8,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sepp.storage._sql import load_queries
-from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket, TypeTotals
+from sepp.storage.type_figures import (
+    HOUR_STEP,
+    MINUTE_STEP,
+    TypeFiguresRead,
+    TypeMinute,
+    TypeRunBucket,
+    TypeTotals,
+    read_of,
+)
 
 if TYPE_CHECKING:
     from sepp.storage.postgres.committer import Tx
@@ -27,14 +35,14 @@ def _int(value: Any) -> int:
 
 
 def _columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
-    """Rows as one array per column (the unnest parameters), in key order."""
+    """Rows as one array per column (the unnest parameters)."""
     return [list(c) for c in zip(*rows, strict=True)] if rows else []
 
 
 async def add_type_figures(store: PostgresStore, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
-                           keep_after_minute: int) -> None:
+                           keep_minutes_after: int, keep_hours_after: int) -> None:
     """``AdminStore.add_type_figures`` on PostgreSQL: one transaction of two multi-row upserts
-    and the prune."""
+    (in key order) and the prunes."""
     counts = _columns(sorted(m for m in minutes if _storable(m.queue, m.job_type)))
     runs = _columns(sorted(b for b in buckets if _storable(b.queue, b.job_type)))
 
@@ -43,24 +51,25 @@ async def add_type_figures(store: PostgresStore, minutes: Sequence[TypeMinute], 
             await tx.conn.execute(F["add_type_counts"], *counts)
         if runs:
             await tx.conn.execute(F["add_type_runs"], *runs)
-        await tx.conn.execute(F["prune_type_counts"], keep_after_minute)
-        await tx.conn.execute(F["prune_type_runs"], keep_after_minute)
+        for step, keep in ((MINUTE_STEP, keep_minutes_after), (HOUR_STEP, keep_hours_after)):
+            await tx.conn.execute(F["prune_type_counts"], step, keep)
+            await tx.conn.execute(F["prune_type_runs"], step, keep)
 
     await store._committer.submit(op, 0)
 
 
 async def type_figures(store: PostgresStore, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
-    """``AdminStore.type_figures`` on PostgreSQL: two grouped range reads of the primary keys."""
+    """``AdminStore.type_figures`` on PostgreSQL: grouped range reads of the primary keys, one
+    per step (hour rows for the day, minute rows for the hour)."""
     if not _storable(queue):
         return TypeFiguresRead({}, {})
-    totals: dict[str, tuple[TypeTotals, TypeTotals]] = {}
-    for row in await store._fetch(F["type_totals"], queue, day_minute, hour_minute):
-        values = [_int(v) for v in tuple(row)[1:]]
-        totals[row[0]] = (TypeTotals(*values[:5]), TypeTotals(*values[5:]))
-    buckets: dict[str, dict[int, tuple[int, int]]] = {}
-    for job_type, bucket, day_n, hour_n in await store._fetch(F["type_buckets"], queue, day_minute, hour_minute):
-        buckets.setdefault(job_type, {})[int(bucket)] = (_int(day_n), _int(hour_n))
-    return TypeFiguresRead(totals, buckets)
+    sums: list[dict[str, TypeTotals]] = []
+    runs: list[dict[tuple[str, int], int]] = []
+    for step, since in ((HOUR_STEP, day_minute), (MINUTE_STEP, hour_minute)):
+        sums.append({row[0]: TypeTotals(*(_int(v) for v in tuple(row)[1:6]))
+                     for row in await store._fetch(F["type_totals"], queue, step, since)})
+        runs.append({(t, int(b)): _int(n) for t, b, n in await store._fetch(F["type_buckets"], queue, step, since)})
+    return read_of(sums[0], sums[1], runs[0], runs[1])
 
 
 async def delete_queue_figures(tx: Tx, queue: str) -> None:

@@ -10,7 +10,15 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sepp.storage._sql import load_queries
-from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket, TypeTotals
+from sepp.storage.type_figures import (
+    HOUR_STEP,
+    MINUTE_STEP,
+    TypeFiguresRead,
+    TypeMinute,
+    TypeRunBucket,
+    TypeTotals,
+    read_of,
+)
 
 if TYPE_CHECKING:
     from sepp.storage.sqlite.store import SQLiteStore
@@ -24,36 +32,36 @@ def _int(value: Any) -> int:
 
 
 async def add_type_figures(store: SQLiteStore, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
-                           keep_after_minute: int) -> None:
+                           keep_minutes_after: int, keep_hours_after: int) -> None:
     """``AdminStore.add_type_figures`` on SQLite: one write operation."""
-    await store.committer.submit(partial(_add_op, list(minutes), list(buckets), keep_after_minute), 0)
+    await store.committer.submit(partial(_add_op, list(minutes), list(buckets), keep_minutes_after,
+                                         keep_hours_after), 0)
 
 
 async def type_figures(store: SQLiteStore, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
-    """``AdminStore.type_figures`` on SQLite: two grouped range reads of the primary keys."""
-    params: Any = {"queue": queue, "day": day_minute, "hour": hour_minute}
-    totals: dict[str, tuple[TypeTotals, TypeTotals]] = {}
-    for row in await store._read(F["type_totals"], params, False):
-        if isinstance(row[0], str):
-            day = TypeTotals(*(_int(v) for v in row[1:6]))
-            hour = TypeTotals(*(_int(v) for v in row[6:11]))
-            totals[row[0]] = (day, hour)
-    buckets: dict[str, dict[int, tuple[int, int]]] = {}
-    for job_type, bucket, day_n, hour_n in await store._read(F["type_buckets"], params, False):
-        if isinstance(job_type, str) and isinstance(bucket, int):
-            buckets.setdefault(job_type, {})[bucket] = (_int(day_n), _int(hour_n))
-    return TypeFiguresRead(totals, buckets)
+    """``AdminStore.type_figures`` on SQLite: grouped range reads of the primary keys, one per
+    step (hour rows for the day, minute rows for the hour)."""
+    sums: list[dict[str, TypeTotals]] = []
+    runs: list[dict[tuple[str, int], int]] = []
+    for step, since in ((HOUR_STEP, day_minute), (MINUTE_STEP, hour_minute)):
+        params: Any = {"queue": queue, "step": step, "since": since}
+        sums.append({row[0]: TypeTotals(*(_int(v) for v in row[1:6]))
+                     for row in await store._read(F["type_totals"], params, False) if isinstance(row[0], str)})
+        runs.append({(t, b): _int(n) for t, b, n in await store._read(F["type_buckets"], params, False)
+                     if isinstance(t, str) and isinstance(b, int)})
+    return read_of(sums[0], sums[1], runs[0], runs[1])
 
 
-def _add_op(minutes: list[TypeMinute], buckets: list[TypeRunBucket], keep_after_minute: int,
-            conn: sqlite3.Connection) -> None:
+def _add_op(minutes: list[TypeMinute], buckets: list[TypeRunBucket], keep_minutes_after: int,
+            keep_hours_after: int, conn: sqlite3.Connection) -> None:
     """Writer side of ``add_type_figures`` (module-level: it pickles to the writer process)."""
     if minutes:
         conn.executemany(F["add_type_counts"], minutes)
     if buckets:
         conn.executemany(F["add_type_runs"], buckets)
-    conn.execute(F["prune_type_counts"], (keep_after_minute,))
-    conn.execute(F["prune_type_runs"], (keep_after_minute,))
+    for step, keep in ((MINUTE_STEP, keep_minutes_after), (HOUR_STEP, keep_hours_after)):
+        conn.execute(F["prune_type_counts"], (step, keep))
+        conn.execute(F["prune_type_runs"], (step, keep))
 
 
 def delete_queue_figures(queue: str, conn: sqlite3.Connection) -> None:

@@ -28,7 +28,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from sepp.server.admin.bulk import ACTION_STATES, MAX_SELECTED, BulkRun
-from sepp.server.errors import InvalidRequest, NotFound
+from sepp.server.errors import InvalidRequest
 from sepp.server.http.ui.views import SLUG_OF, state_param
 from sepp.storage.admin import JobQuery
 
@@ -130,11 +130,10 @@ class BulkUI:
         run = await self.bulk.start(action, query, int(raw))
         return RedirectResponse(f"/bulk/{run.id}", status_code=303)
 
-    def _run(self, request: Request) -> BulkRun:
-        run = self.bulk.run(request.path_params["run_id"])
-        if run is None:
-            raise NotFound("no such bulk action on this node (it may have been forgotten: the last 20 are kept)")
-        return run
+    def _gone(self, request: Request) -> Response:
+        return self.ui.render(request, "error.html", {"title": "Not found", "message":
+                              "No such bulk action on this node (the last 20 are kept, on the node that ran "
+                              "them)."}, 404)
 
     def _context(self, run: BulkRun) -> dict[str, Any]:
         now = self.ui.admin.clock.now()
@@ -146,9 +145,14 @@ class BulkUI:
 
     async def run_page(self, request: Request) -> Response:
         """A run's page: what it does and its live progress."""
-        run = self._run(request)
+        run = self.bulk.run(request.path_params["run_id"])
+        if run is None:
+            return self._gone(request)
         return self.ui.render(request, "bulk_run.html", {"title": f"Bulk {run.action}", **self._context(run)})
 
     async def run_partial(self, request: Request) -> Response:
         """The progress fragment (polled until the run ends)."""
-        return self.ui.render(request, "_bulk_progress.html", self._context(self._run(request)))
+        run = self.bulk.run(request.path_params["run_id"])
+        if run is None:
+            return self._gone(request)
+        return self.ui.render(request, "_bulk_progress.html", self._context(run))

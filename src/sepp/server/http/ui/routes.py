@@ -33,6 +33,7 @@ from sepp.server.engine import job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
 from sepp.server.http.ui.bulk import BulkUI, actions_for
 from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param
+from sepp.server.http.ui.figures_view import fmt_runtime
 from sepp.server.http.ui.forms import (
     FormError,
     build_request,
@@ -41,7 +42,6 @@ from sepp.server.http.ui.forms import (
     limits_json,
     read_form,
 )
-from sepp.server.http.ui.figures_view import fmt_runtime
 from sepp.server.http.ui.security import (
     SecurityHeaders,
     csrf_ok,

@@ -2,7 +2,9 @@
 of jobs, or every job that matches a listing's filter, with progress.
 
 Semantics are not duplicated: each job goes through the admin engine's own single-job
-operation (``AdminEngine.cancel`` / ``requeue`` / ``delete_job``), so a bulk cancel of a
+operation (``AdminEngine.cancel`` / ``requeue`` / ``delete_job``) — or, for a requeue of
+every matching DEAD_LETTERED job, its own bulk redrive (``AdminEngine.requeue_dead``, the
+operation behind ``RequeueDeadLettered`` and the dead-letter page) — so a bulk cancel of a
 RESERVED job asks its worker exactly as a single cancel does, a bulk requeue resets the
 attempt and keeps the history exactly as a single requeue does, and a job whose state no
 longer allows the action is skipped with the same refusal (counted, not fatal).
@@ -14,7 +16,9 @@ Bounded (documented choice, docs/decisions.md "Bulk actions"):
   run (``start``) then walks the listing (``AdminEngine.list_jobs``, keyset pages of
   ``chunk`` jobs) and applies the operation to each job, at most ``concurrency`` at a time.
   Every operation is its own short transaction (on SQLite they share group commits), so
-  1,000,000 jobs never sit in one transaction and the single writer stays responsive;
+  1,000,000 jobs never sit in one transaction and the single writer stays responsive. A
+  requeue of dead letters instead calls the bulk redrive ``REDRIVE_STEP`` jobs at a time
+  (``engine.CHUNK`` = 2,000 jobs a commit): the same bound, ~10× the pace;
 * a run touches at most the number of jobs the operator confirmed (the dry-run count),
   so it ends even while producers keep adding matching jobs; for the finished states
   (COMPLETED, DEAD_LETTERED, CANCELLED) it only takes jobs that finished before the count
@@ -40,7 +44,7 @@ from sepp.quoting import clip, quote
 from sepp.server.admin.engine import AdminEngine, StateConflict
 from sepp.server.engine import job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
-from sepp.storage.admin import JobQuery
+from sepp.storage.admin import DeadFilter, JobQuery
 
 log = logging.getLogger("sepp.admin")
 
@@ -60,6 +64,9 @@ MAX_RUNNING, KEEP_RUNS = 4, 20
 #: The cancel reason a bulk cancel records.
 BULK_CANCEL_REASON = "cancelled in bulk (admin UI)"
 _FINISHED = tuple(int(s) for s in FINISHED)
+_DEAD = int(State.DEAD_LETTERED)
+#: Jobs one bulk-redrive call takes (a few of the engine's commits; the progress step).
+REDRIVE_STEP = 10_000
 
 
 @dataclass(slots=True)
@@ -241,17 +248,37 @@ class BulkActions:
         for old in done[:max(0, len(self._runs) - KEEP_RUNS)]:
             del self._runs[old.id]
 
-    async def _run(self, run: BulkRun) -> None:
+    async def _redrive(self, run: BulkRun) -> None:
+        """A requeue of DEAD_LETTERED jobs: the engine's own bulk redrive
+        (``AdminEngine.requeue_dead``: ``engine.CHUNK`` jobs a commit), one call per
+        ``REDRIVE_STEP`` jobs for the progress, the run's snapshot as its upper bound."""
+        q = run.query
+        where = DeadFilter(q.queue, q.job_type, None, q.finished_after, q.finished_before)
+        while run.seen < run.expected:
+            _matched, n = await self.admin.requeue_dead(where, max_jobs=min(REDRIVE_STEP, run.expected - run.seen))
+            if n == 0:
+                break
+            run.seen += n
+            run.outcome.done += n
+
+    async def _walk(self, run: BulkRun) -> None:
+        """Any other run: the listing's keyset pages, each job through its single-job operation."""
         token = ""
+        while run.seen < run.expected:
+            page = await self.admin.list_jobs(run.query, token, min(self.chunk, run.expected - run.seen))
+            if not page.jobs:
+                break
+            await self._apply(run.action, [job_id_text(s.record.id) for s in page.jobs], run.outcome, run)
+            token = page.next_token
+            if not token:
+                break
+
+    async def _run(self, run: BulkRun) -> None:
         try:
-            while run.seen < run.expected:
-                page = await self.admin.list_jobs(run.query, token, min(self.chunk, run.expected - run.seen))
-                if not page.jobs:
-                    break
-                await self._apply(run.action, [job_id_text(s.record.id) for s in page.jobs], run.outcome, run)
-                token = page.next_token
-                if not token:
-                    break
+            if run.action == "requeue" and run.query.state == _DEAD:
+                await self._redrive(run)
+            else:
+                await self._walk(run)
         except asyncio.CancelledError:
             run.error = "stopped: the server is shutting down"
             raise

@@ -992,7 +992,7 @@ class JobTypeStats(_message.Message):
 
     @_builtins.property
     def last_day(self) -> Global___JobTypeWindow:
-        """The current minute and the 1,439 before it."""
+        """The current hour (UTC) and the 23 before it: 23 to 24 hours, in whole hours."""
 
     def __init__(
         self,

@@ -42,7 +42,8 @@ def _history(rec: JobRecord) -> list[dict[str, object]]:
 
 async def test_ack_completes_and_keeps_run_at_and_history(store: Store) -> None:
     rec = await _one(store)
-    assert await settle1(store, rec, ACK, NOW + 5) == SettleResult(None, int(State.COMPLETED), NOW + 5, 1, "q", NOW)
+    assert await settle1(store, rec, ACK, NOW + 5) == SettleResult(None, int(State.COMPLETED), NOW + 5, 1, "q", NOW,
+                                                                   "t")
     done = await get(store, rec.id)
     assert (done.state, done.finished_at, done.run_at, done.attempt, done.reason) == (
         int(State.COMPLETED), NOW + 5, NOW, 1, None)
@@ -90,7 +91,7 @@ async def test_retry_with_a_delay_schedules_it_and_records_the_attempt(store: St
     rec = await _one(store)
     got = await settle1(store, rec, RETRY, NOW + 10, delay=5 * S, outcome="failed", error_message="boom",
                         error_detail="trace")
-    assert got == SettleResult(None, int(State.SCHEDULED), NOW + 10 + 5 * S, 1, "q", NOW)
+    assert got == SettleResult(None, int(State.SCHEDULED), NOW + 10 + 5 * S, 1, "q", NOW, "t")
     after = await get(store, rec.id)
     assert (after.state, after.run_at, after.attempt, after.finished_at) == (
         int(State.SCHEDULED), NOW + 10 + 5 * S, 1, None)
@@ -106,7 +107,7 @@ async def test_retry_with_delay_zero_is_ready_at_once_and_outcome_defaults_to_th
         store: Store) -> None:
     rec = await _one(store)
     assert await settle1(store, rec, RETRY, NOW + 1, delay=0) == SettleResult(None, int(State.READY), NOW + 1, 1, "q",
-                                                                             NOW)
+                                                                             NOW, "t")
     assert _history(await get(store, rec.id))[0]["outcome"] == "retry"
 
 
@@ -137,7 +138,7 @@ async def test_backoff_jitter_stays_within_its_bounds(store: Store) -> None:
 async def test_retry_on_the_last_attempt_dead_letters_with_attempts_exhausted(store: Store) -> None:
     rec = await _one(store, max_attempts=1)
     got = await settle1(store, rec, RETRY, NOW + 7, delay=S, error_message="no")
-    assert got == SettleResult(None, int(State.DEAD_LETTERED), NOW + 7, 1, "q", NOW)
+    assert got == SettleResult(None, int(State.DEAD_LETTERED), NOW + 7, 1, "q", NOW, "t")
     dead = await get(store, rec.id)
     assert (dead.state, dead.reason, dead.finished_at) == (int(State.DEAD_LETTERED), "ATTEMPTS_EXHAUSTED", NOW + 7)
     assert [(e["outcome"], e["error_message"]) for e in _history(dead)] == [("attempts_exhausted", "no")]
@@ -147,7 +148,7 @@ async def test_retry_on_the_last_attempt_dead_letters_with_attempts_exhausted(st
 async def test_dead_letter_records_its_reason_whatever_the_attempts_left(store: Store) -> None:
     rec = await _one(store, max_attempts=5)
     got = await settle1(store, rec, DEAD, NOW + 3, reason="BAD_PAYLOAD", outcome="dead_letter")
-    assert got == SettleResult(None, int(State.DEAD_LETTERED), NOW + 3, 1, "q", NOW)
+    assert got == SettleResult(None, int(State.DEAD_LETTERED), NOW + 3, 1, "q", NOW, "t")
     dead = await get(store, rec.id)
     assert (dead.reason, dead.finished_at, _history(dead)[0]["outcome"]) == ("BAD_PAYLOAD", NOW + 3, "dead_letter")
 
@@ -158,7 +159,7 @@ async def test_release_gives_the_attempt_back_and_keeps_the_place(store: Store) 
     (rec,) = await lease(store)
     assert rec.id == first.id
     got = await settle1(store, rec, RELEASE, NOW + 4, outcome="released", error_message="shutting down")
-    assert got == SettleResult(None, int(State.READY), NOW, 0, "q", NOW)
+    assert got == SettleResult(None, int(State.READY), NOW, 0, "q", NOW, "t")
     back = await get(store, rec.id)
     assert (back.state, back.run_at, back.attempt) == (int(State.READY), NOW, 0)
     assert _history(back)[0]["outcome"] == "released"

@@ -56,7 +56,7 @@ def _row(db: sqlite3.Connection, job_id: bytes) -> dict[str, Any]:
 def _held(db: sqlite3.Connection, job_id: bytes) -> HeldJob:
     return HeldJob._make(db.execute(
         "SELECT queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at, "
-        "cancel_requested, run_at, node FROM jobs WHERE id = ?", (job_id,)).fetchone())
+        "cancel_requested, run_at, node, job_type FROM jobs WHERE id = ?", (job_id,)).fetchone())
 
 
 def _applied(before: dict[str, Any], d: Decision) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def test_a_settle_writes_the_rules_decision(tmp_path: Path, kind: SettleKind, de
         decision = settle(held, p, POLICY, 0.0)
         assert isinstance(decision, Decision)
         (result,) = await store.settle([p], POLICY)
-        assert result == decision.result("q", NOW)  # leased at NOW
+        assert result == decision.result("q", NOW, "t")  # leased at NOW
         assert _row(db, row.id) == _applied(before, decision)
 
     _run(tmp_path, body)
@@ -110,7 +110,7 @@ def test_batched_acks_write_the_ack_rule(tmp_path: Path) -> None:
             assert isinstance(decision, Decision)
             before = _row(db, p.job_id)
             # the batched statement leaves the reason column alone (NULL on a reserved job)
-            expected[p.job_id] = (decision.result("q", NOW), _applied(before, decision))
+            expected[p.job_id] = (decision.result("q", NOW, "t"), _applied(before, decision))
         results = await store.settle(items, POLICY)
         for p, result in zip(items, results, strict=True):
             assert (result, _row(db, p.job_id)) == expected[p.job_id]

@@ -56,6 +56,7 @@ from sepp.cli.shell import (
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
 from sepp.cli.shell import parse_moment as parse_moment
 from sepp.cli.tls import client_tls
+from sepp.cli.type_figures_view import type_stats_json, type_stats_table
 from sepp.client.admin import AdminClient, AdminError, state_number
 from sepp.domain.states import state_label, state_name
 from sepp.errors import PermissionDenied, TransportError, Unauthenticated
@@ -142,12 +143,15 @@ def queues_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_j
 @queues_app.command("show")
 def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server: ServerOpt = DEFAULT_SERVER,
                 token: TokenOpt = None, as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
-    """One queue: settings, counts per state, oldest-ready age, throughput of the last hour."""
+    """One queue: settings, counts per state, oldest-ready age, throughput of the last hour,
+    and per job type the completed / retried / dead-lettered counts and run time p50 / p95 /
+    max of the last hour and 24 hours."""
     with _client(server, token, timeout, as_json) as client:
         q = client.get_queue(name)
         s = client.queue_stats([name])[0]
+        types = client.job_type_stats(name)
     if as_json:
-        _print_json(queue_json(q, s))
+        _print_json({**queue_json(q, s), "job_types": type_stats_json(types)})
         return
     out = _out()
     flags = ("paused" if q.paused else "active") + (", declared" if q.declared else ", created on demand")
@@ -163,6 +167,10 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     dead = sum(m.dead_lettered for m in s.throughput)
     out.print(f"oldest ready job waiting: {age}")
     out.print(f"last hour: {enq:,} enqueued, {done:,} completed, {dead:,} dead-lettered")
+    if types.job_types:
+        out.print(type_stats_table(types))
+    else:
+        out.print("job types: no job settled in the last 24 hours")
     table = Table(box=box.SIMPLE_HEAD, title="settings", title_justify="left")
     table.add_column("setting")
     table.add_column("value")

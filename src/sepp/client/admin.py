@@ -165,6 +165,12 @@ class AdminClient:
         """Counts, oldest-ready age and throughput of ``names`` (every queue when empty)."""
         return list(self._call("GetQueueStats", apb.GetQueueStatsRequest(queues=list(names))).stats)
 
+    def job_type_stats(self, queue: str) -> apb.GetJobTypeStatsResponse:
+        """Per job type of ``queue`` (issue 13): completed, retried and dead-lettered counts and
+        run time p50 / p95 / max over the last hour (``last_hour``) and 24 hours (``last_day``),
+        busiest first. Raises ``AdminError`` (QUEUE_NOT_FOUND) for an unknown queue."""
+        return self._call("GetJobTypeStats", apb.GetJobTypeStatsRequest(queue=queue))  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ jobs
 
     def get_job(self, job_id: str) -> pb.Job:

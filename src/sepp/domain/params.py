@@ -70,7 +70,8 @@ class SettleResult(NamedTuple):
     """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where
     the job went; ``queue`` is the job's queue (empty on error); ``started_at`` (µs UTC) is
     when the settled attempt was leased (0 when unknown: an error, a repeated ack), for
-    ``sepp_job_runtime_seconds`` (issue 11)."""
+    ``sepp_job_runtime_seconds`` (issue 11); ``job_type`` the job's type ("" when unknown:
+    an error, a repeated ack), for the job-type figures (issue 13 item 2)."""
 
     error: SettleError | None
     state: int = 0
@@ -78,6 +79,7 @@ class SettleResult(NamedTuple):
     attempt: int = 0
     queue: str = ""
     started_at: int = 0
+    job_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,11 @@ class SweepResult:
 
     Issue 11 (metrics): ``expired`` is how many leases a reclaim took back per queue (every
     outcome: READY, DEAD_LETTERED, CANCELLED); ``promoted_run_at`` the run_at (µs UTC) of
-    each job a promotion made READY (the lag is the pass's ``now`` minus it)."""
+    each job a promotion made READY (the lag is the pass's ``now`` minus it).
+
+    Issue 13 item 2 (job-type figures): ``expired_types`` counts a reclaim's outcomes by
+    {(queue, job_type, new state): jobs}, the new state READY (retried), DEAD_LETTERED or
+    CANCELLED."""
 
     count: int
     queues: frozenset[str] = field(default_factory=frozenset)
@@ -116,3 +122,4 @@ class SweepResult:
     skipped: tuple[SkippedRow, ...] = ()
     expired: dict[str, int] = field(default_factory=dict)
     promoted_run_at: tuple[int, ...] = ()
+    expired_types: dict[tuple[str, str, int], int] = field(default_factory=dict)

@@ -62,6 +62,7 @@ class HeldJob(NamedTuple):
     cancel_requested: int               # 0/1 (truth value)
     run_at: int
     node: str | None = None             # the node that leased it (``ReserveParams.node``; issue 10)
+    job_type: str = ""                  # for the job-type figures (issue 13 item 2)
 
 
 class ExpiredLease(NamedTuple):
@@ -94,11 +95,12 @@ class Decision(NamedTuple):
     reason: str | None
     entry: str | None
 
-    def result(self, queue: str, started_at: int | None = 0) -> SettleResult:
-        """The settle verdict of this decision on a job of ``queue`` leased at ``started_at``
-        (µs): ``run_at`` is where the job went (its finish time for a completed job)."""
+    def result(self, queue: str, started_at: int | None = 0, job_type: str = "") -> SettleResult:
+        """The settle verdict of this decision on a job of ``queue`` and type ``job_type``
+        leased at ``started_at`` (µs): ``run_at`` is where the job went (its finish time for a
+        completed job)."""
         run_at = self.finished_at if self.run_at is None else self.run_at
-        return SettleResult(None, self.state, run_at or 0, self.attempt, queue, started_at or 0)
+        return SettleResult(None, self.state, run_at or 0, self.attempt, queue, started_at or 0, job_type)
 
 
 def history_entry(attempt: int, worker: str | None, started: int | None, ended: int, outcome: str,

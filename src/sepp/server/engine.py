@@ -443,7 +443,7 @@ class JobEngine:
         results = await self.store.settle(items, self.queues.policies())
         finished: dict[tuple[str, int], int] = {}
         woke: set[str] = set()
-        for i, (error, state, run_at, attempt, queue, _started) in enumerate(results):
+        for i, (error, state, run_at, attempt, queue, _started, _type) in enumerate(results):
             if error is not None:
                 continue
             if state in _COUNTED:

@@ -85,6 +85,11 @@ class EngineEvents:
       dead-lettered ``dead[queue]`` of them (LEASE_EXPIRED on the last attempt).
     - ``promoted(now, run_ats)``: the promotion sweep made jobs READY at ``now`` (µs); the
       run_at (µs) each had.
+
+    Issue 13 item 2 (the job-type figures subscribe):
+
+    - ``reclaimed(counts)``: a reclaim pass took back expired leases; {(queue, job_type, new
+      state): jobs} (``SweepResult.expired_types``: READY = retried, DEAD_LETTERED, CANCELLED).
     """
 
     scheduled: Event[[int]] = field(default_factory=lambda: Event("scheduled"))
@@ -97,3 +102,4 @@ class EngineEvents:
     leases_expired: Event[[Mapping[str, int], Mapping[str, int]]] = field(
         default_factory=lambda: Event("leases_expired"))
     promoted: Event[[int, Sequence[int]]] = field(default_factory=lambda: Event("promoted"))
+    reclaimed: Event[[Mapping[tuple[str, str, int], int]]] = field(default_factory=lambda: Event("reclaimed"))

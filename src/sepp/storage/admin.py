@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import JobRecord
+from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 #: A page position: the sort key of the last row of the previous page (JSON-able).
 SortKey = list[Any]
@@ -192,6 +193,12 @@ class AdminStore(Protocol):
     async def state_counts(self, queue: str | None) -> dict[str, StateCounts]:
         """Counts per state of one queue (``queue``) or of every queue with jobs (None)."""
 
+    async def count_jobs(self, query: JobQuery) -> int:
+        """How many jobs of ``query.queue`` in ``query.state`` (both required) match the
+        query's job type and finish-time bounds (``reason_prefix`` is not applied): the
+        dry-run count of a bulk action (issue 13 item 4). Raises ``ValueError`` without a
+        queue or state."""
+
     async def oldest_ready(self, queue: str) -> int | None:
         """The smallest run_at (µs) among the queue's READY jobs, or None."""
 
@@ -212,6 +219,19 @@ class AdminStore(Protocol):
                          keep_after_minute: int) -> None:
         """Add in-memory counts {(queue, minute): (enqueued, completed, dead_lettered)} and drop
         rows older than ``keep_after_minute``, in one commit."""
+
+    async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
+                               keep_minutes_after: int, keep_hours_after: int) -> None:
+        """Add a node's in-memory job-type figures (counts per (queue, job_type, step, minute),
+        runs per run-time bucket; rows of one key at most once) to the stored ones — added to,
+        never overwritten; the longest run kept with max — and drop the minute rows older than
+        minute ``keep_minutes_after`` and the hour rows older than ``keep_hours_after``, in one
+        commit (issue 13 item 2; ``sepp.storage.type_figures``)."""
+
+    async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
+        """The stored job-type figures of ``queue``, summed over every node: the day's from the
+        hour rows starting at ``day_minute`` or later, the hour's from the minute rows from
+        ``hour_minute`` on (``TypeFiguresRead``)."""
 
     async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
         """(job id, expires_at µs) of a claimed key, expired or not; None when unclaimed."""
@@ -237,4 +257,5 @@ class AdminStore(Protocol):
         """Delete up to ``limit`` jobs of ``queue`` in ``states`` in one commit; returns how many."""
 
     async def delete_queue(self, queue: str) -> bool:
-        """Delete the queue row and its throughput rows if it holds no job; False otherwise."""
+        """Delete the queue row, its throughput rows and its job-type figures if it holds no
+        job; False otherwise."""

@@ -967,3 +967,136 @@ class ListWorkersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
+
+@_typing.final
+class GetJobTypeStatsRequest(_message.Message):
+    """------------------------------------------------------------------ job-type figures (issue 13)"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetJobTypeStatsRequest: _TypeAlias = GetJobTypeStatsRequest  # noqa: Y015
+
+@_typing.final
+class JobTypeWindow(_message.Message):
+    """One job type over one window. Counted when a job settles (Ack / Nack / Settle) or its
+    lease expires: completed; retried (a nack that scheduled another attempt, or an expired
+    lease with attempts left); dead-lettered (by a nack, the last attempt failing, or its
+    lease expiring).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    RETRIED_FIELD_NUMBER: _builtins.int
+    DEAD_LETTERED_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
+    RUN_TIME_P50_FIELD_NUMBER: _builtins.int
+    RUN_TIME_P95_FIELD_NUMBER: _builtins.int
+    RUN_TIME_MAX_FIELD_NUMBER: _builtins.int
+    completed: _builtins.int
+    retried: _builtins.int
+    dead_lettered: _builtins.int
+    runs: _builtins.int
+    """Attempts that ran to a settle (ack or nack), which have a run time; an expired lease has none."""
+    @_builtins.property
+    def run_time_p50(self) -> _duration_pb2.Duration:
+        """Run time of those attempts, lease → settle; absent when `runs` is 0. p50 / p95 are the
+        nearest-rank percentiles read from log buckets: within `relative_accuracy` of the exact
+        value. The max is exact.
+        """
+
+    @_builtins.property
+    def run_time_p95(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def run_time_max(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        completed: _builtins.int = ...,
+        retried: _builtins.int = ...,
+        dead_lettered: _builtins.int = ...,
+        runs: _builtins.int = ...,
+        run_time_p50: _duration_pb2.Duration | None = ...,
+        run_time_p95: _duration_pb2.Duration | None = ...,
+        run_time_max: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run_time_max", b"run_time_max", "run_time_p50", b"run_time_p50", "run_time_p95", b"run_time_p95"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "dead_lettered", b"dead_lettered", "retried", b"retried", "run_time_max", b"run_time_max", "run_time_p50", b"run_time_p50", "run_time_p95", b"run_time_p95", "runs", b"runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobTypeWindow: _TypeAlias = JobTypeWindow  # noqa: Y015
+
+@_typing.final
+class JobTypeStats(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    LAST_HOUR_FIELD_NUMBER: _builtins.int
+    LAST_DAY_FIELD_NUMBER: _builtins.int
+    job_type: _builtins.str
+    @_builtins.property
+    def last_hour(self) -> Global___JobTypeWindow:
+        """The current minute and the 59 before it."""
+
+    @_builtins.property
+    def last_day(self) -> Global___JobTypeWindow:
+        """The current hour (UTC) and the 23 before it: 23 to 24 hours, in whole hours."""
+
+    def __init__(
+        self,
+        *,
+        job_type: _builtins.str = ...,
+        last_hour: Global___JobTypeWindow | None = ...,
+        last_day: Global___JobTypeWindow | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_day", b"last_day", "last_hour", b"last_hour"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_type", b"job_type", "last_day", b"last_day", "last_hour", b"last_hour"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobTypeStats: _TypeAlias = JobTypeStats  # noqa: Y015
+
+@_typing.final
+class GetJobTypeStatsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    RELATIVE_ACCURACY_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    relative_accuracy: _builtins.float
+    """The bound on a percentile's relative error (0.05 = 5 %)."""
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobTypeStats]:
+        """Busiest of the day first; at most 50 types, the rest folded into "(other)" (last)."""
+
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_types: _abc.Iterable[Global___JobTypeStats] | None = ...,
+        relative_accuracy: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "queue", b"queue", "relative_accuracy", b"relative_accuracy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetJobTypeStatsResponse: _TypeAlias = GetJobTypeStatsResponse  # noqa: Y015

@@ -156,6 +156,11 @@ class AdminServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicResponse.FromString,
                 _registered_method=True)
+        self.GetJobTypeStats = channel.unary_unary(
+                '/sepp.api.v1.AdminService/GetJobTypeStats',
+                request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -332,6 +337,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobTypeStats(self, request, context):
+        """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+        and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
+        NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -454,6 +468,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DeletePeriodic,
                     request_deserializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicResponse.SerializeToString,
+            ),
+            'GetJobTypeStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobTypeStats,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1104,6 +1123,33 @@ class AdminService:
             '/sepp.api.v1.AdminService/DeletePeriodic',
             sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_periodic__pb2.DeletePeriodicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobTypeStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/GetJobTypeStats',
+            sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -101,6 +101,11 @@ class AdminServiceStub:
     """Enqueue the schedule's job now, out of its timetable."""
     DeletePeriodic: _grpc.UnaryUnaryMultiCallable[_periodic_pb2.DeletePeriodicRequest, _periodic_pb2.DeletePeriodicResponse]
     """Forget a schedule (its jobs stay)."""
+    GetJobTypeStats: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetJobTypeStatsRequest, _admin_pb2.GetJobTypeStatsResponse]
+    """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+    and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
+    NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -161,6 +166,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Enqueue the schedule's job now, out of its timetable."""
     DeletePeriodic: _aio.UnaryUnaryMultiCallable[_periodic_pb2.DeletePeriodicRequest, _periodic_pb2.DeletePeriodicResponse]  # type: ignore[assignment]
     """Forget a schedule (its jobs stay)."""
+    GetJobTypeStats: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetJobTypeStatsRequest, _admin_pb2.GetJobTypeStatsResponse]  # type: ignore[assignment]
+    """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+    and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
+    NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -362,5 +372,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_periodic_pb2.DeletePeriodicResponse, _abc.Awaitable[_periodic_pb2.DeletePeriodicResponse]]:
         """Forget a schedule (its jobs stay)."""
+
+    @_abc_1.abstractmethod
+    def GetJobTypeStats(
+        self,
+        request: _admin_pb2.GetJobTypeStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.GetJobTypeStatsResponse, _abc.Awaitable[_admin_pb2.GetJobTypeStatsResponse]]:
+        """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+        and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
+        NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

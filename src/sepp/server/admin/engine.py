@@ -29,6 +29,7 @@ from sepp.rejections import Reason, RejectionCode
 from sepp.server.admin.cursor import decode_cursor, encode_cursor
 from sepp.server.admin.settings import merge_settings
 from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
+from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigures, TypeRollup, figures_of, merge_reads
 from sepp.server.admin.workers import WorkerView, merge_workers
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
@@ -153,6 +154,12 @@ class AdminEngine:
         self.clock = engine.clock
         self._clock_now = engine.clock.now
         self.counter = ThroughputCounter(engine.clock)
+        #: Job-type figures counted in memory (issue 13 item 2), flushed with the throughput.
+        self.types = TypeRollup(engine.clock)
+        from sepp.server.admin.bulk import BulkActions  # bulk imports this module (StateConflict)
+
+        #: Bulk cancel / requeue / delete with progress (issue 13 item 4).
+        self.bulk = BulkActions(self)
         self.flush_interval = flush_interval
         self._task: asyncio.Task[None] | None = None
         self._counts = _CountsCache()
@@ -166,12 +173,15 @@ class AdminEngine:
         """Count enqueues and flush them periodically."""
         self.engine.on_stored.subscribe(self.counter.on_stored)
         self.engine.on_finished.subscribe(self.counter.on_finished)
+        self.engine.events.settled.subscribe(self.types.on_settled)
+        self.engine.events.reclaimed.subscribe(self.types.on_reclaimed)
         self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
 
     async def stop(self) -> None:
-        """Stop the loop and write the last counts, waiting at most ``FINAL_FLUSH_TIMEOUT``
+        """Stop the bulk runs and the loop, and write the last counts, waiting at most ``FINAL_FLUSH_TIMEOUT``
         seconds for that write (a hung writer must not hold up the shutdown). Idempotent."""
         timeout = FINAL_FLUSH_TIMEOUT
+        await self.bulk.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -198,13 +208,25 @@ class AdminEngine:
                 log.warning("flushing throughput counts failed", exc_info=True)
 
     async def flush(self) -> None:
-        """Write pending enqueue counts and prune minutes older than a day."""
+        """Write pending throughput counts and job-type figures, and prune minutes older than
+        a day. A failed write keeps its counts for the next flush."""
         counts = self.counter.take()
+        keep_after = self._clock_now() // _MINUTE - KEEP_MINUTES
         try:
-            await self.store.add_counts(counts, self._clock_now() // _MINUTE - KEEP_MINUTES)
+            await self.store.add_counts(counts, keep_after)
         except BaseException:
             self.counter.restore(counts)
             raise
+        minutes, buckets = self.types.take()
+        minute = self._clock_now() // _MINUTE
+        try:
+            # Minute rows serve the last hour (kept two), hour rows the last 24 hours (kept 25).
+            await self.store.add_type_figures(minutes, buckets, minute - 2 * HOUR_MINUTES,
+                                              minute - minute % HOUR_MINUTES - DAY_MINUTES)
+        except BaseException:
+            self.types.restore(minutes, buckets)
+            raise
+        self.types.prune(keep_after)
 
     # ------------------------------------------------------------------ queues
 
@@ -316,6 +338,7 @@ class AdminEngine:
             if await self.store.delete_queue(name):
                 self.engine.queues.remove(name)
                 self.counter.forget(name)
+                self.types.forget(name)
                 self._counts.expires = 0.0
                 _queue_event("queue_deleted", name, f"deleted with {deleted} job(s)", count=deleted)
                 return deleted
@@ -444,6 +467,21 @@ class AdminEngine:
         return merge_workers(rows, in_flight, engine.queues, self._clock_now())
 
     # ------------------------------------------------------------------ stats
+
+    async def type_figures(self, name: str) -> list[TypeFigures]:
+        """The job-type figures of queue ``name`` over the last hour and the last 24 hours
+        (issue 13 item 2; ``sepp.server.admin.type_figures``): the store's rows (every node's
+        flushed counts) plus this node's counts not flushed yet. The busiest
+        ``type_figures.MAX_TYPES`` job types first, the rest folded into ``(other)``. Windows:
+        the hour is the current minute and the 59 before it; the day the current hour (UTC,
+        on the minute) and the 23 before it, so 23 to 24 hours. Raises ``NotFound``,
+        ``StoreError``."""
+        self.queue(name)
+        minute = self._clock_now() // _MINUTE
+        hour = minute - HOUR_MINUTES + 1
+        day = minute - minute % HOUR_MINUTES - DAY_MINUTES + HOUR_MINUTES
+        stored = await self.store.type_figures(name, day, hour)
+        return figures_of(merge_reads(stored, self.types.pending_read(name, day, hour)))
 
     async def _all_counts(self) -> dict[str, StateCounts]:
         """Counts of every queue; cached for 5× the time the count took (≤ 10 s), so a

@@ -136,7 +136,7 @@ class Metrics:
         bounds: tuple[float, ...] = ()
         h: Histogram | None = None
         for p, r in zip(items, results, strict=False):
-            error, state, run_at, _attempt, queue, started = r
+            error, state, run_at, _attempt, queue, started, _type = r
             if error is not None:
                 continue
             if state == _COMPLETED:

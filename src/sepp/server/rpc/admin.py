@@ -20,8 +20,9 @@ from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
-from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, WorkerView
+from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, TypeFigures, WindowFigures, WorkerView
 from sepp.server.admin.search import with_search
+from sepp.server.admin.type_figures import ALPHA
 from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError, ShuttingDown
 from sepp.server.periodic.admin import PeriodicAdmin
@@ -118,6 +119,24 @@ def stats_proto(view: QueueStatsView) -> apb.QueueStats:
         msg.throughput.add(minute=ts(row.minute * 60_000_000), enqueued=row.enqueued, completed=row.completed,
                            dead_lettered=row.dead_lettered)
     return msg
+
+
+def _window_proto(w: WindowFigures) -> apb.JobTypeWindow:
+    msg = apb.JobTypeWindow(completed=w.completed, retried=w.retried, dead_lettered=w.dead_lettered, runs=w.runs)
+    if w.p50 is not None:
+        msg.run_time_p50.CopyFrom(seconds_to_duration(w.p50))
+    if w.p95 is not None:
+        msg.run_time_p95.CopyFrom(seconds_to_duration(w.p95))
+    if w.max is not None:
+        msg.run_time_max.CopyFrom(seconds_to_duration(w.max))
+    return msg
+
+
+def type_stats_proto(queue: str, figures: Sequence[TypeFigures]) -> apb.GetJobTypeStatsResponse:
+    """The job-type figures of ``queue`` as ``GetJobTypeStatsResponse`` (issue 13 item 2)."""
+    return apb.GetJobTypeStatsResponse(queue=queue, relative_accuracy=ALPHA, job_types=[
+        apb.JobTypeStats(job_type=f.job_type, last_hour=_window_proto(f.hour), last_day=_window_proto(f.day))
+        for f in figures])
 
 
 def summary_proto(s: JobSummary) -> apb.JobSummary:
@@ -259,6 +278,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def DeleteJob(self, request: apb.DeleteJobRequest, context: Context) -> apb.DeleteJobResponse:
         await self.admin.delete_job(request.job_id)
         return apb.DeleteJobResponse()
+
+    @_rpc
+    async def GetJobTypeStats(self, request: apb.GetJobTypeStatsRequest,
+                              context: Context) -> apb.GetJobTypeStatsResponse:
+        return type_stats_proto(request.queue, await self.admin.type_figures(request.queue))
 
     @_rpc
     async def ListWorkers(self, request: apb.ListWorkersRequest, context: Context) -> apb.ListWorkersResponse:

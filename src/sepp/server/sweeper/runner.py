@@ -186,6 +186,8 @@ class Sweeper:
             engine.on_finished(name, int(State.DEAD_LETTERED), count)
         if result.expired:
             engine.events.leases_expired(result.expired, result.dead_lettered)
+        if result.expired_types:
+            engine.events.reclaimed(result.expired_types)
         if result.count:
             self._log_reclaimed(result)
         self._note_skipped("reclaim", result.skipped)

@@ -59,9 +59,12 @@ from sepp.storage.admin import count_or_zero as _count
 from sepp.storage.admin import first_position as _start
 from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
+from sepp.storage.postgres import type_figures as figures
+from sepp.storage.postgres.matching import count_jobs as _count_jobs
 from sepp.storage.postgres.sql import rowcount
 from sepp.storage.rows import as_text, note_damaged, repair_job
 from sepp.storage.search import search_page
+from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 if TYPE_CHECKING:
     from sepp.storage.postgres.committer import Tx
@@ -361,6 +364,20 @@ class PostgresAdmin:
 
         await self._submit(op, 0)
 
+    async def count_jobs(self, query: JobQuery) -> int:
+        """See ``AdminStore.count_jobs`` (``sepp.storage.postgres.matching``)."""
+        return await _count_jobs(self._store, query)
+
+    async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
+                               keep_minutes_after: int, keep_hours_after: int) -> None:
+        """See ``AdminStore.add_type_figures``: this node's counts added to every node's
+        (``sepp.storage.postgres.type_figures``)."""
+        await figures.add_type_figures(self._store, minutes, buckets, keep_minutes_after, keep_hours_after)
+
+    async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
+        """See ``AdminStore.type_figures``: the whole cluster's figures."""
+        return await figures.type_figures(self._store, queue, day_minute, hour_minute)
+
     # ------------------------------------------------------------------ single jobs
 
     async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
@@ -512,6 +529,7 @@ class PostgresAdmin:
                 return False
             await tx.conn.execute(A["delete_queue_row"], queue)
             await tx.conn.execute(A["delete_queue_throughput"], queue)
+            await figures.delete_queue_figures(tx, queue)
             tx.queues_changed()  # the other nodes forget it (QueueRegistry.refresh)
             return True
 

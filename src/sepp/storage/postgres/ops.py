@@ -278,7 +278,7 @@ async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleRes
         return verdict
     assert row is not None
     await _apply(tx, row[0], p.lease_id, row[1], verdict)
-    return verdict.result(row[1], row[8])
+    return verdict.result(row[1], row[8], row[12])
 
 
 class SettleEachOp:
@@ -297,7 +297,8 @@ class AckManyOp:
     """A batched settle: the acks of live leases at ``now`` in one statement (the rule
     ``transitions.ack`` for many jobs), a queue's own completed retention applied after,
     then every ack the statement did not complete (refused or repeated) and every other item
-    (``others``, by index) one by one. Result: the completed (job id, queue, attempt), {job
+    (``others``, by index) one by one. Result: the completed (job id, queue, attempt,
+    started_at, job_type), {job
     id: result} of the acks applied one by one, {index: result} of ``others``."""
 
     __slots__ = ("acks", "default_keep", "now", "others", "policy")
@@ -306,7 +307,7 @@ class AckManyOp:
                  policy: PolicyLookup) -> None:
         self.acks, self.others, self.now, self.default_keep, self.policy = acks, others, now, default_keep, policy
 
-    async def __call__(self, tx: Tx) -> tuple[list[tuple[bytes, str, int, int]], dict[bytes, SettleResult],
+    async def __call__(self, tx: Tx) -> tuple[list[tuple[bytes, str, int, int, str]], dict[bytes, SettleResult],
                                              dict[int, SettleResult]]:
         conn, now = tx.conn, self.now
         rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in self.acks],
@@ -321,7 +322,7 @@ class AckManyOp:
         acked = {r[0] for r in rows}
         refused = {p.job_id: await settle_one(tx, p, self.policy) for p in self.acks if p.job_id not in acked}
         others = {i: await settle_one(tx, p, self.policy) for i, p in self.others.items()}
-        return [(r[0], r[1], r[2], r[4] or 0) for r in rows], refused, others
+        return [(r[0], r[1], r[2], r[4] or 0, r[5]) for r in rows], refused, others
 
 
 class ExtendOp:
@@ -373,6 +374,7 @@ class ReclaimOp:
         woke: set[str] = set()
         dead: dict[str, int] = {}
         expired: dict[str, int] = {}
+        types: dict[tuple[str, str, int], int] = {}
         rows = await conn.fetch(Q["expired_leases"], now, self.limit)
         for r in rows:
             seq, queue, lease_id = r[0], r[1], r[10]
@@ -389,7 +391,9 @@ class ReclaimOp:
                 tx.wake(queue)
             elif d.state == _DEAD:
                 dead[queue] = dead.get(queue, 0) + 1
-        return SweepResult(len(rows), frozenset(woke), dead, expired=expired)
+            key = (queue, r[11], d.state)
+            types[key] = types.get(key, 0) + 1
+        return SweepResult(len(rows), frozenset(woke), dead, expired=expired, expired_types=types)
 
 
 class PruneOp:

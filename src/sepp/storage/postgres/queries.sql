@@ -122,7 +122,7 @@ WHERE id = $3 AND lease_id = $4 AND state = 3;
 UPDATE jobs j SET state = 4, finished_at = $1, purge_at = $1 + $2
 FROM unnest($3::bytea[], $4::bytea[]) AS v(jid, lid)
 WHERE j.id = v.jid AND j.lease_id = v.lid AND j.state = 3 AND j.lease_expires_at > $1
-RETURNING j.id, j.queue, j.attempt, j.seq, j.started_at;
+RETURNING j.id, j.queue, j.attempt, j.seq, j.started_at, j.job_type;
 
 -- name: set_purge_at
 UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);
@@ -137,7 +137,7 @@ FROM jobs WHERE id = $1;
 -- The job a settle or extend judges, locked until the transaction ends (another node's
 -- reclaim or settle of it waits), so the write below finds it as judged.
 SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at,
-    cancel_requested, run_at, node
+    cancel_requested, run_at, node, job_type
 FROM jobs WHERE id = $1 FOR UPDATE;
 
 -- name: settle_update
@@ -168,7 +168,7 @@ UPDATE jobs SET lease_expires_at = $1 WHERE seq = $2;
 -- Up to $2 expired leases (expiry <= $1), oldest first, locked; a lease another node is
 -- reclaiming or settling right now is skipped (it handles it).
 SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node, id,
-    lease_id
+    lease_id, job_type
 FROM jobs WHERE state = 3 AND lease_expires_at <= $1
 ORDER BY lease_expires_at, seq LIMIT $2
 FOR UPDATE SKIP LOCKED;

@@ -44,6 +44,9 @@ from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 from sepp.storage.rows import as_text, lenient_text, note_damaged, repair_job
 from sepp.storage.search import search_page
+from sepp.storage.sqlite import type_figures as figures
+from sepp.storage.sqlite.matching import count_jobs as _count_jobs
+from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 if TYPE_CHECKING:
     from sepp.storage.sqlite.store import SQLiteStore
@@ -295,6 +298,19 @@ class SQLiteAdmin:
 
         await self._submit(partial(_add_counts_op, rows, keep_after_minute))
 
+    async def count_jobs(self, query: JobQuery) -> int:
+        """See ``AdminStore.count_jobs`` (``sepp.storage.sqlite.matching``)."""
+        return await _count_jobs(self._store, query)
+
+    async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
+                               keep_minutes_after: int, keep_hours_after: int) -> None:
+        """See ``AdminStore.add_type_figures`` (``sepp.storage.sqlite.type_figures``)."""
+        await figures.add_type_figures(self._store, minutes, buckets, keep_minutes_after, keep_hours_after)
+
+    async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
+        """See ``AdminStore.type_figures``."""
+        return await figures.type_figures(self._store, queue, day_minute, hour_minute)
+
     # ------------------------------------------------------------------ single jobs
 
     async def find_idempotency(self, queue: str, key: str) -> tuple[bytes, int] | None:
@@ -444,4 +460,5 @@ def _delete_queue_op(queue: str, conn: sqlite3.Connection) -> bool:
         return False
     conn.execute(A["delete_queue_row"], (queue,))
     conn.execute(A["delete_queue_throughput"], (queue,))
+    figures.delete_queue_figures(queue, conn)
     return True

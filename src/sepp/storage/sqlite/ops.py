@@ -213,7 +213,7 @@ def settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup) 
     if isinstance(verdict, SettleResult):
         return verdict
     _apply(conn, row[0], p.lease_id, verdict)
-    return verdict.result(row[1], row[8])
+    return verdict.result(row[1], row[8], row[12])
 
 
 def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlite3.Connection) -> list[SettleResult]:
@@ -223,14 +223,14 @@ def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlit
 
 def ack_many(statements: list[list[object]], others: dict[int, SettleParams], now: int, default_keep: int,
              policy: PolicyLookup, conn: sqlite3.Connection
-             ) -> tuple[list[tuple[bytes, str, int, int]], dict[bytes, SettleResult], dict[int, SettleResult]]:
+             ) -> tuple[list[tuple[bytes, str, int, int, str]], dict[bytes, SettleResult], dict[int, SettleResult]]:
     """Writer side of a batched settle, one transaction: run the ack statements (the
     parameters of ``ack_many_head``: now, default retention, then one (job id, lease id)
     pair per ack: the rule ``transitions.ack`` for many jobs); give the jobs of a queue with
     its own completed retention their purge time; apply each ack the statements did not
     complete (refused or repeated) and each of ``others`` (nacks, by item index) one by one.
 
-    Returns the completed (job id, queue, attempt, started_at), {job id: result} of the acks applied one
+    Returns the completed (job id, queue, attempt, started_at, job_type), {job id: result} of the acks applied one
     by one, and {item index: result} of ``others``."""
     rows: list[Any] = []
     for params in statements:
@@ -239,7 +239,7 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
         pol = policy(queue)
         if pol.completed_retention != default_keep:
             purge_at = completed_purge_at(now, pol)
-            for _job_id, row_queue, _attempt, seq, _started in rows:
+            for _job_id, row_queue, _attempt, seq, _started, _type in rows:
                 if row_queue == queue:
                     conn.execute(Q["set_purge_at"], (purge_at, seq))
     acked = {row[0] for row in rows}
@@ -252,7 +252,8 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
                 assert isinstance(job_id, bytes) and isinstance(lease_id, bytes)
                 item = SettleParams(job_id, lease_id, ack, now, outcome="completed")
                 refused[job_id] = settle_one(conn, item, policy)
-    return ([(job_id, queue, attempt, started or 0) for job_id, queue, attempt, _seq, started in rows], refused,
+    return ([(job_id, queue, attempt, started or 0, job_type) for job_id, queue, attempt, _seq, started, job_type
+             in rows], refused,
             {i: settle_one(conn, p, policy) for i, p in others.items()})
 
 

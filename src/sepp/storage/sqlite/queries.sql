@@ -73,7 +73,7 @@ WHERE id = ?3 AND lease_id = ?4 AND state = 3;
 UPDATE jobs SET state = 4, finished_at = ?1, purge_at = ?1 + ?2
 FROM (SELECT column1 AS jid, column2 AS lid FROM (VALUES {values})) AS v
 WHERE jobs.id = v.jid AND jobs.lease_id = v.lid AND jobs.state = 3 AND jobs.lease_expires_at > ?1
-RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq, jobs.started_at;
+RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq, jobs.started_at, jobs.job_type;
 
 -- name: set_purge_at
 UPDATE jobs SET purge_at = ? WHERE seq = ?;
@@ -86,7 +86,7 @@ FROM jobs WHERE id = ?;
 
 -- name: settle_lookup
 SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at, cancel_requested,
-    run_at, node
+    run_at, node, job_type
 FROM jobs WHERE id = ?;
 
 -- name: settle_update
@@ -115,7 +115,7 @@ UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
 -- Up to ?4 expired leases (expiry <= ?1) after the key (?2 expiry, ?3 seq), oldest first: a
 -- pass that skipped an unprocessable row goes on past it (keyset, never OFFSET).
 SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node, id,
-    lease_id
+    lease_id, job_type
 FROM jobs WHERE state = 3 AND lease_expires_at <= ?1 AND (lease_expires_at, seq) > (?2, ?3)
 ORDER BY lease_expires_at, seq LIMIT ?4;
 

@@ -303,8 +303,8 @@ class SQLiteStore:
         rows, refused, other_results = await self._committer.submit(
             partial(ops.ack_many, statements, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
-        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started))
-                for job_id, queue, attempt, started in rows}
+        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started, job_type))
+                for job_id, queue, attempt, started, job_type in rows}
         done.update(refused)
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 

@@ -167,13 +167,16 @@ def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connect
     woke = set()
     dead: dict[str, int] = {}
     expired: dict[str, int] = {}
+    types: dict[tuple[str, str, int], int] = {}
     for row, state in done:
         expired[row[1]] = expired.get(row[1], 0) + 1
         if state == _READY:
             woke.add(row[1])
         elif state == _DEAD:
             dead[row[1]] = dead.get(row[1], 0) + 1
-    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 9, 1), expired)
+        key = (row[1], row[11] if isinstance(row[11], str) else "", state)
+        types[key] = types.get(key, 0) + 1
+    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 9, 1), expired, expired_types=types)
 
 
 # ---------------------------------------------------------------------- prune

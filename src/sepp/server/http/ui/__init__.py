@@ -7,6 +7,9 @@ Pages (all HTML, server-rendered; JavaScript only enhances):
 ``GET /ui/partials/dashboard``            the dashboard body (htmx polls it every 5 s)
 ``GET /queues/{name}``                    queue: settings, counts, jobs by state (paged)
 ``GET /ui/partials/queue/{name}``         the queue's live counts + chart (polled)
+``GET /ui/partials/queue/{name}/types``   its job-type figures (polled; issue 13 item 2)
+``POST /queues/{name}/bulk[/run]``        bulk cancel / requeue / delete (``ui.bulk``)
+``GET /queues/{name}/bulk``, ``/bulk/…``  the dry-run count; a bulk run's progress
 ``POST /queues/{name}/pause|resume|purge``
 ``GET /jobs/{id}``                        job: every field, payload, custom map, attempts
 ``POST /jobs/{id}/cancel|requeue|delete``
@@ -31,6 +34,7 @@ configured digests, else a random per-process key.
 Layout (issue 9 item 8): ``routes`` (``AdminUI``: handlers and the route table),
 ``views`` (formatters, payload view / hex dump, job and settings context), ``chart``
 (the throughput SVG), ``forms`` (enqueue form → request, dead-letter filter),
+``bulk`` (the bulk-action routes), ``figures_view`` (the job-type table's formatting),
 ``security`` (CSP headers, session key, login marker, CSRF). Templates and static
 files stay in ``sepp/server/http/templates`` and ``static``.
 """

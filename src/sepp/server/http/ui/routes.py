@@ -32,7 +32,9 @@ from sepp.server.auth import Authenticator
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
 from sepp.server.engine import job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
+from sepp.server.http.ui.bulk import BulkUI, actions_for
 from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param
+from sepp.server.http.ui.figures_view import fmt_runtime
 from sepp.server.http.ui.forms import (
     FormError,
     build_request,
@@ -79,6 +81,8 @@ HTMX = "vendor/htmx.org/htmx.min.js"
 
 #: Dashboard refresh period, seconds.
 POLL_SECONDS = 5
+#: The job-type figures' refresh period on the queue page, seconds (issue 13 item 2).
+TYPES_POLL_SECONDS = 15
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -102,9 +106,12 @@ class AdminUI:
         env.filters.update(time=fmt_time, iso=fmt_iso, duration=fmt_duration, bytes=fmt_bytes, ago=fmt_ago,
                            qurl=lambda name: quote(str(name), safe=""), state=state_name,
                            slug=lambda s: SLUG_OF.get(int(s), ""), number=lambda n: f"{n:,}",
-                           uuid=job_id_text)
-        env.globals.update(POLL_SECONDS=POLL_SECONDS, HTMX=HTMX, STATE_SLUGS=STATE_SLUGS)
+                           uuid=job_id_text, runtime=fmt_runtime)
+        env.globals.update(POLL_SECONDS=POLL_SECONDS, HTMX=HTMX, STATE_SLUGS=STATE_SLUGS,
+                           TYPES_POLL_SECONDS=TYPES_POLL_SECONDS)
         self.templates = Jinja2Templates(env=env)
+        #: Bulk cancel / requeue / delete (issue 13 item 4; ``ui.bulk``).
+        self.bulk_ui = BulkUI(self)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -116,6 +123,8 @@ class AdminUI:
             Route("/ui/partials/dashboard", page(self.dashboard_partial)),
             Route("/queues/{name}", page(self.queue_page)),
             Route("/ui/partials/queue/{name}", page(self.queue_partial)),
+            Route("/ui/partials/queue/{name}/types", page(self.queue_types_partial)),
+            *self.bulk_ui.routes(),
             Route("/queues/{name}/pause", post(self.queue_pause), methods=["POST"]),
             Route("/queues/{name}/resume", post(self.queue_resume), methods=["POST"]),
             Route("/queues/{name}/purge", post(self.queue_purge), methods=["POST"]),
@@ -265,7 +274,14 @@ class AdminUI:
         return self.render(request, "queue.html", {
             "title": f"Queue {name}", "q": q, "view": view, "chart": chart, "state": state, "slug": SLUG_OF[state],
             "jobs": listing.jobs, "next_token": listing.next_token, "paged": bool(token), "job_type": job_type or "",
-            "settings": settings_rows(q.settings.model_dump())})
+            "settings": settings_rows(q.settings.model_dump()), "types": await self.admin.type_figures(name),
+            "q_name": name, "bulk_actions": actions_for(state)})
+
+    async def queue_types_partial(self, request: Request) -> Response:
+        """The queue's job-type figures (issue 13 item 2) for htmx polling."""
+        name = request.path_params["name"]
+        return self.render(request, "_job_types.html", {"types": await self.admin.type_figures(name),
+                                                         "q_name": name})
 
     async def queue_partial(self, request: Request) -> Response:
         """Live counts and chart of one queue."""

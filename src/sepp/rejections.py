@@ -153,8 +153,9 @@ _REASON_ROWS = (
     ReasonRow(Reason.INVALID_ARGUMENT, grpc.StatusCode.INVALID_ARGUMENT,
               "every service; also a per-item SettleResult.error_reason",
               "a request malformed as a whole: empty or over-cap batch, bad reserve/settle/extend/admin "
-              "arguments, a bad queue declaration, a bad search filter (ListJobs job_id, idempotency_key, "
-              "error_contains, custom; issue 13); ErrorInfo metadata field/limit/actual",
+              "arguments, a StopReserving without worker_id, a bad queue declaration, a bad search filter "
+              "(ListJobs job_id, idempotency_key, error_contains, custom; issue 13); ErrorInfo metadata "
+              "field/limit/actual",
               "RejectedError (InvalidArgument); AdminError from the admin client"),
     ReasonRow(Reason.ATOMIC_BATCH_REJECTED, grpc.StatusCode.INVALID_ARGUMENT, "EnqueueAtomic",
               "the atomic batch was refused whole, nothing stored; metadata count/listed/first_index and "

@@ -52,15 +52,21 @@ def _reserve(s: StubSet, md: Any) -> Any:
                             timeout=CALL_TIMEOUT, metadata=md)
 
 
+def _stop_reserving(s: StubSet, md: Any) -> Any:
+    return s.worker.StopReserving(wpb.StopReservingRequest(worker_id="w"), timeout=CALL_TIMEOUT, metadata=md)
+
+
 def _list_queues(s: StubSet, md: Any) -> Any:
     return s.admin.ListQueues(apb.ListQueuesRequest(), timeout=CALL_TIMEOUT, metadata=md)
 
 
-#: One call per service (two on the producer service: GetServerInfo is in it) → its role.
+#: One call per service (two on the producer service: GetServerInfo is in it; two on the worker
+#: service: StopReserving is new in issue 15) → its role.
 CALLS: dict[str, tuple[Call, str]] = {
     "ProducerService/GetServerInfo": (_get_info, "produce"),
     "ProducerService/Enqueue": (_enqueue, "produce"),
     "WorkerService/Reserve": (_reserve, "work"),
+    "WorkerService/StopReserving": (_stop_reserving, "work"),  # issue 15 item 7
     "AdminService/ListQueues": (_list_queues, "admin"),
 }
 

@@ -1,11 +1,17 @@
 """Out-of-range worker arguments are refused per item with INVALID_ARGUMENT, never UNKNOWN,
-and oversized texts are cut (SPEC §3: error detail ≤ 16 KiB)."""
+and oversized texts are cut (SPEC §3: error detail ≤ 16 KiB). ``StopReserving`` over the
+wire (issue 15 item 7): it needs a worker_id and ends that worker's long-poll."""
 
 from __future__ import annotations
+
+import time
+import uuid
 
 import grpc
 import pytest
 from google.protobuf import duration_pb2
+from support.failures import fails
+from support.waiting import wait_for
 
 from sepp import wire
 from sepp.api.v1 import common_pb2 as pb
@@ -86,3 +92,28 @@ def test_reason_and_message_are_cut_to_their_limits(shared_server: ServerProcess
         assert job.dead_letter_reason == "NACK_DEAD_LETTER: " + "R" * 1024
         assert len(job.attempts[-1].error_message) == 16 * 1024
         assert len(job.attempts[-1].error_detail) == 16 * 1024
+
+
+def test_stop_reserving_needs_a_worker_id_and_ends_only_that_workers_long_poll(shared_server: ServerProcess) -> None:
+    with grpc.insecure_channel(shared_server.grpc_target) as channel:
+        worker = worker_pb2_grpc.WorkerServiceStub(channel)
+        refused = fails(worker.StopReserving, wpb.StopReservingRequest(), timeout=10)
+        assert (refused.code, refused.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+        assert refused.metadata["field"] == "worker_id"
+        (taken,) = _reserved(channel, 1, "lim-stop")  # the queue exists, and is empty now
+        me, other = f"stop-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+        long_poll = duration_pb2.Duration(seconds=20)
+        parked = worker.Reserve.future(wpb.ReserveRequest(queues=["lim-stop"], max_jobs=1, worker_id=me,
+                                                          wait=long_poll), timeout=30)
+        others = worker.Reserve.future(wpb.ReserveRequest(queues=["lim-stop"], max_jobs=1, worker_id=other,
+                                                          wait=long_poll), timeout=30)
+        t0 = time.monotonic()
+        # Repeated until the Reserve has reached the server, as the Worker runtime does.
+        assert wait_for(lambda: worker.StopReserving(wpb.StopReservingRequest(worker_id=me), timeout=10).woken,
+                        what="StopReserving to find the parked Reserve") == 1
+        assert list(parked.result(timeout=10).reservations) == []
+        assert time.monotonic() - t0 < 10  # well before its 20 s wait
+        assert worker.StopReserving(wpb.StopReservingRequest(worker_id=me), timeout=10).woken == 0
+        assert not others.done()  # another worker's long-poll goes on
+        others.cancel()
+        worker.Ack(wpb.AckRequest(job_id=taken.job.id, lease_id=taken.lease_id), timeout=10)

@@ -371,6 +371,8 @@ async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reser
     await worker.stop()
     await asyncio.wait_for(task, 5)
     assert time.monotonic() - t0 < 1.0
+    # The parked call was ended by StopReserving and answered (empty), not cancelled (issue 15 item 7).
+    assert worker.stats["reserve_calls"] == 1
     with wire_for(fast, fresh_queue) as w:
         job_id = w.enqueue(fresh_queue, "t")
         assert w.reserve_one(wait=1.0).job.id == job_id

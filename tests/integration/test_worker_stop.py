@@ -5,6 +5,9 @@
   its lease expired).
 * SIGTERM of a loaded ``sepp worker`` process, ten rounds: once it has exited, 0 jobs are
   RESERVED — a ``Reserve`` the server answered is never abandoned, its jobs are released.
+  The stopping worker asks the server to end its long-polls (``StopReserving``) and awaits
+  every open call instead of cancelling it, so this holds on a loaded machine too, where a
+  ``Reserve`` of 256 jobs can take a second (it was cancelled after 0.25 s before).
 
 Leases are long (60 s) so an expiry can never hide a job left held.
 """
@@ -90,6 +93,7 @@ MODULE = textwrap.dedent('''
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # ten worker processes: ~40 s, ~110 s with two CPU hogs beside it (PostgreSQL)
 def test_sigterm_of_a_loaded_worker_leaves_nothing_reserved(server: ServerProcess, tmp_path: Path) -> None:
     (tmp_path / "stop_handlers.py").write_text(MODULE, "utf-8")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -116,9 +120,10 @@ def test_sigterm_of_a_loaded_worker_leaves_nothing_reserved(server: ServerProces
                     if proc.poll() is None:
                         proc.kill()
                         proc.wait(10)
-                # A Reserve the stopping worker cancelled after the server leased its jobs is given
-                # back by the server when the call ends cancelled (a release commit of its own):
-                # within seconds, while the leases run 60 s, so this cannot be a lease expiry.
+                # The worker released what its last Reserves brought before it exited. Only a call
+                # still open after RESERVE_STOP_TIMEOUT is cancelled, and the server gives its
+                # jobs back when the call ends cancelled (a release commit of its own): within
+                # seconds, while the leases run 60 s, so this cannot be a lease expiry.
                 wait_for(lambda: stats(admin)["reserved"] == 0, timeout=10,
                          what=f"round {n}: nothing RESERVED after the stop\n{err.read_text()}")
                 after = stats(admin)

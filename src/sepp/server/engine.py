@@ -93,6 +93,19 @@ def job_id_bytes(text: str) -> bytes | None:
         return None
 
 
+class _Reserving:
+    """One ``JobEngine.reserve`` call in progress: the notifier event its long-poll waits on,
+    whether it waits on it right now (``parked``), and whether ``stop_reserving`` stopped it
+    (issue 15 item 7)."""
+
+    __slots__ = ("event", "parked", "stopped")
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event = event
+        self.parked = False
+        self.stopped = False
+
+
 class JobEngine:
     """Enqueue, reserve and settle on top of a ``Store``.
 
@@ -132,6 +145,9 @@ class JobEngine:
         #: The workers this node sees (issue 13): fed by the worker servicer, reported with
         #: each heartbeat (``sepp.server.cluster``).
         self.workers = WorkerRegistry(clock)
+        #: The ``reserve`` calls in progress by worker id (calls with an empty id are not
+        #: kept): what ``stop_reserving`` wakes (issue 15 item 7).
+        self._reserving: dict[str, set[_Reserving]] = {}
         #: Give-back tasks of abandoned reservations (kept referenced until done).
         self._background: set[asyncio.Future[Any]] = set()
         # Significant-event lines that can come in floods are rate-limited (issue 11 "Logs").
@@ -325,7 +341,9 @@ class JobEngine:
                       worker_id: str) -> list[JobRecord]:
         """Lease up to ``max_jobs`` jobs from ``queues`` (in order), long-polling up to ``wait_s``.
 
-        Unknown and paused queues give nothing. Raises ``InvalidRequest`` for bad arguments.
+        Unknown and paused queues give nothing. A call with a ``worker_id`` is kept, for its
+        whole length, where ``stop_reserving(worker_id)`` finds it. Raises ``InvalidRequest``
+        for bad arguments.
         """
         lim = self.limits
         if not queues:
@@ -347,11 +365,16 @@ class JobEngine:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         event = self.notifier.register(names)
+        me = _Reserving(event)
+        if worker_id:
+            self._reserving.setdefault(worker_id, set()).add(me)
         try:
             while True:
                 # Clear before trying, never after: a wake-up that lands while the store is
                 # leasing (a job released or stored in the meantime) must end the next wait.
                 event.clear()
+                if me.stopped:  # woken by stop_reserving: answer at once, lease nothing more
+                    return []
                 active: list[QueueState] = []
                 for name in names:
                     q = self.queues.get(name)
@@ -365,16 +388,51 @@ class JobEngine:
                                            self.limits.max_message_bytes, self.node)
                     jobs = await self._lease(params)
                     if jobs:
-                        return jobs
+                        return jobs  # stopped while leasing or not: what was leased is answered
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or me.stopped:
                     return []
+                me.parked = True
                 try:
                     await asyncio.wait_for(event.wait(), remaining)
                 except TimeoutError:
                     return []
+                finally:
+                    me.parked = False
         finally:
             self.notifier.unregister(names, event)
+            if worker_id:
+                calls = self._reserving.get(worker_id)
+                if calls is not None:
+                    calls.discard(me)
+                    if not calls:
+                        del self._reserving[worker_id]
+
+    def parked(self, worker_id: str) -> int:
+        """How many ``reserve`` calls with ``worker_id`` wait in their long-poll right now
+        (tests and diagnostics; issue 15 item 7)."""
+        return sum(1 for call in self._reserving.get(worker_id, ()) if call.parked)
+
+    def stop_reserving(self, worker_id: str) -> int:
+        """End the long-polls of the ``reserve`` calls in progress with ``worker_id`` (a
+        stopping worker, issue 15 item 7): each is marked stopped and woken. One parked in its
+        wait returns ``[]`` at once without leasing again; one inside the store's lease returns
+        what it leased, as usual (the worker gives it back). Calls that start later are not
+        affected. Returns how many calls this stopped (0 when none is open or all were stopped
+        already: idempotent). Every call with that id is stopped, whichever process sent it
+        (two processes sharing an id: the other's parked call just answers empty early).
+
+        Raises ``InvalidRequest`` (field ``worker_id``) when ``worker_id`` is empty.
+        """
+        if not worker_id:
+            raise InvalidRequest("stop_reserving needs the worker_id its reserves were sent with", "worker_id")
+        woken = 0
+        for call in self._reserving.get(worker_id, ()):
+            if not call.stopped:
+                call.stopped = True
+                call.event.set()
+                woken += 1
+        return woken
 
     async def _lease(self, params: ReserveParams) -> list[JobRecord]:
         """``store.reserve``, but if the caller goes away (deadline, cancel, disconnect) while the

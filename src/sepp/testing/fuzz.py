@@ -137,7 +137,7 @@ def services() -> dict[str, list[Rpc]]:
 
 def any_rpc() -> st.SearchStrategy[Rpc]:
     """Any RPC, a service first (so each service gets a fair share, not each RPC: the admin
-    service's sixteen would otherwise drown the workers' five and delete their rows)."""
+    service's sixteen would otherwise drown the workers' six and delete their rows)."""
     by_service = services()
     return st.sampled_from(sorted(by_service)).flatmap(lambda name: st.sampled_from(by_service[name]))
 

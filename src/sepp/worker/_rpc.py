@@ -45,7 +45,7 @@ CLIENT_VERSION = USER_AGENT
 
 
 class WorkerRpc:
-    """Reserve, settle and extend over a lazily opened grpc.aio channel to ``target``
+    """Reserve, settle, extend and stop reserving over a lazily opened grpc.aio channel to ``target``
     (TLS with ``credentials``, issue 11); ``metadata`` goes with every call (the token,
     issue 11)."""
 
@@ -114,6 +114,21 @@ class WorkerRpc:
             return await self._get_stub().ExtendLease(req, timeout=10.0, metadata=self._metadata)  # type: ignore[no-any-return]
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target, job_id) from None
+
+    async def stop_reserving(self, worker_id: str, deadline_s: float = 2.0) -> int | None:
+        """``StopReserving`` (deadline ``deadline_s`` seconds; issue 15 item 7): the server ends the
+        long-polls of ``worker_id``'s Reserves in progress. Returns how many it stopped, or
+        ``None`` when the server does not know the call (UNIMPLEMENTED: a server older than
+        it). Raises a ``TransportError``, or ``RejectedError`` (``InvalidArgument``, field
+        ``worker_id``) for an empty ``worker_id``."""
+        req = wpb.StopReservingRequest(worker_id=worker_id)
+        try:
+            resp = await self._get_stub().StopReserving(req, timeout=deadline_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise convert_error(exc, self.target) from None
+        return int(resp.woken)
 
     async def close(self) -> None:
         """Close the channel (idempotent)."""

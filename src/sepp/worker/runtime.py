@@ -21,9 +21,11 @@ for the jobs that finish together). The default ``prefetch=None`` adapts the pre
 the jobs (see :class:`~sepp.worker.WorkerConfig`). See :mod:`sepp.worker.outcome` for
 what a handler's return or exception means.
 
-Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving (a ``Reserve`` in flight is
-let finish and what it brings released; only one still parked in its long-poll after
-``RESERVE_STOP_WAIT`` is cancelled); release (nack
+Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving — ask the server to end this
+worker's long-polls (``StopReserving``, repeated every ``RESERVE_STOP_EVERY`` while a call is
+open), let every ``Reserve`` in flight finish and release what it brings; a call is cancelled
+only on a second signal, after ``RESERVE_STOP_TIMEOUT``, or after ``RESERVE_STOP_WAIT``
+against a server without ``StopReserving`` (issue 15 item 7); release (nack
 ``release``: the attempt is given back, SPEC §3) every prefetched job not started;
 let running handlers finish within ``shutdown_grace``; then cancel async handlers
 still running and release their jobs (a blocking handler's thread cannot be stopped:
@@ -37,6 +39,7 @@ import contextlib
 import datetime as dt
 import inspect
 import logging
+import math
 import signal
 import threading
 import time
@@ -68,9 +71,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("sepp.worker")
 H = TypeVar("H", bound=Callable[..., Any])
 
-#: Seconds a graceful stop waits for a ``Reserve`` in flight before it cancels the call: an
-#: answered call is never cancelled (its jobs would stay leased to nobody); one still open
-#: after this long is parked in its long-poll on empty queues (issue 15 item 7).
+#: A graceful stop never cancels a ``Reserve`` that may have been answered (its jobs would
+#: stay leased to nobody; issue 15 item 7): it asks the server to end the worker's long-polls
+#: (``StopReserving``) and awaits the calls. Seconds between two ``StopReserving`` while
+#: calls are still open (one may reach the server after the previous ``StopReserving``).
+RESERVE_STOP_EVERY = 0.25
+#: Seconds after which the calls still open are cancelled anyway (the server unreachable or
+#: stuck; the server then gives back what it leased for them).
+RESERVE_STOP_TIMEOUT = 5.0
+#: Against a server without ``StopReserving`` (UNIMPLEMENTED): seconds to wait for a
+#: ``Reserve`` in flight before cancelling it (one still open is parked in its long-poll).
 RESERVE_STOP_WAIT = 0.25
 
 @dataclass(frozen=True, slots=True)
@@ -558,20 +568,52 @@ class Worker:
     # ------------------------------------------------------------------ stopping
 
     async def _await_reservers(self) -> None:
-        """Let the reservers end (each releases what its last call brought); after
-        ``RESERVE_STOP_WAIT`` seconds, or at once on a hurry, cancel the calls still open."""
+        """Let the reservers end, each releasing what its last call brought (issue 15 item 7).
+
+        A ``Reserve`` that may have been answered is never cancelled (its jobs would stay
+        leased to nobody): the server is asked to end this worker's long-polls
+        (``StopReserving`` at once, then every ``RESERVE_STOP_EVERY`` seconds while calls
+        are open, for a call that reached the server after the last one) and the calls are
+        awaited. They are cancelled only on a hurry, after ``RESERVE_STOP_TIMEOUT`` seconds
+        (the server unreachable or stuck), or — a server without ``StopReserving`` — after
+        ``RESERVE_STOP_WAIT`` seconds, as before it existed."""
         reservers = [t for t in self._reservers if not t.done()]
+        older_server = False
         if reservers and not self._hurry.is_set():
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + RESERVE_STOP_WAIT
+            started = loop.time()
+            cancel_at, ask_at = started + RESERVE_STOP_TIMEOUT, started
+            asking: asyncio.Task[int | None] | None = None
             hurry = asyncio.create_task(self._hurry.wait())
-            while not hurry.done() and (left := [t for t in reservers if not t.done()]):
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                await asyncio.wait({*left, hurry}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            hurry.cancel()
+            try:
+                while not hurry.done() and (left := [t for t in reservers if not t.done()]):
+                    if asking is not None and asking.done():
+                        if self._stop_reserving_answer(asking) is None:  # an older server
+                            older_server = True
+                            cancel_at, ask_at = min(cancel_at, started + RESERVE_STOP_WAIT), math.inf
+                        asking = None
+                    now = loop.time()
+                    if now >= cancel_at:
+                        break
+                    if asking is None and now >= ask_at and self._reserve_calls:
+                        asking = asyncio.create_task(self._rpc.stop_reserving(self.config.worker_id))
+                        ask_at = now + RESERVE_STOP_EVERY
+                    wake = cancel_at if asking is not None else min(cancel_at, ask_at)
+                    waits: set[asyncio.Future[Any]] = {*left, hurry}
+                    if asking is not None:
+                        waits.add(asking)
+                    await asyncio.wait(waits, timeout=max(0.0, wake - now), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                hurry.cancel()
+                if asking is not None:
+                    if asking.done():
+                        self._stop_reserving_answer(asking)
+                    else:
+                        asking.cancel()
         if self._reserve_calls:
+            if not self._hurry.is_set() and not older_server:
+                log.warning("cancelling %d reserve call(s) still open after the stop began (the server "
+                            "gives back what it had leased for them)", len(self._reserve_calls))
             self._reserve_cancelled = True
             for call in list(self._reserve_calls):
                 call.cancel()  # a no-op for a call whose answer was already taken in
@@ -579,14 +621,29 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await reserver
 
+    def _stop_reserving_answer(self, asking: asyncio.Task[int | None]) -> int | None:
+        """The ended ``StopReserving`` task's answer: calls woken, ``None`` when the server does
+        not know the call; a failure is logged and counts as 0 (the next one is tried)."""
+        if asking.cancelled():
+            return 0
+        exc = asking.exception()
+        if exc is not None:
+            log.info("stop reserving failed (%s); trying again while reserve calls are open", exc)
+            return 0
+        woken = asking.result()
+        if woken is None:
+            log.info("the server has no StopReserving (older than this worker): open reserve calls are "
+                     "cancelled after %.2fs", RESERVE_STOP_WAIT)
+        return woken
+
     async def _shutdown(self, grace: float) -> None:
         started = time.monotonic()
         try:
             # 1. stop reserving. A Reserve in flight may have been answered already (its reply on
             #    the wire): cancelling it would drop jobs the server leased to us, held by nobody
-            #    until their lease expires (issue 15 item 7). So let it end: what it brings is
-            #    released at once. Only a call still unanswered after RESERVE_STOP_WAIT (parked
-            #    in its long-poll: the queues were empty) is cancelled, or any after a hurry.
+            #    until their lease expires (issue 15 item 7). So the server is asked to end our
+            #    long-polls (StopReserving) and every call is let end: what it brings is released
+            #    at once. Calls are cancelled only on a hurry or after RESERVE_STOP_TIMEOUT.
             self._room.set()
             await self._await_reservers()
             # 2. release every prefetched job that never started.

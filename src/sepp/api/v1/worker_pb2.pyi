@@ -478,3 +478,45 @@ class SettleResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SettleResponse: _TypeAlias = SettleResponse  # noqa: Y015
+
+@_typing.final
+class StopReservingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """The worker_id the Reserves were sent with; empty = INVALID_ARGUMENT (field worker_id).
+    Every Reserve in progress with this id is stopped, whichever process sent it.
+    """
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StopReservingRequest: _TypeAlias = StopReservingRequest  # noqa: Y015
+
+@_typing.final
+class StopReservingResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WOKEN_FIELD_NUMBER: _builtins.int
+    woken: _builtins.int
+    """The Reserves in progress this call stopped (0: none open, or all stopped already)."""
+    def __init__(
+        self,
+        *,
+        woken: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["woken", b"woken"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StopReservingResponse: _TypeAlias = StopReservingResponse  # noqa: Y015

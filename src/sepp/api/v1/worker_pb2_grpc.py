@@ -59,6 +59,11 @@ class WorkerServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.SettleRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.SettleResponse.FromString,
                 _registered_method=True)
+        self.StopReserving = channel.unary_unary(
+                '/sepp.api.v1.WorkerService/StopReserving',
+                request_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -99,6 +104,16 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StopReserving(self, request, context):
+        """End the long-polls of the Reserves in progress on this node that carry worker_id (a
+        stopping worker, issue 15 item 7): one parked in its wait answers no jobs at once,
+        without leasing again; one already leasing answers its jobs as usual (the worker gives
+        them back). A Reserve that arrives later is not affected. Idempotent and cheap.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +141,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Settle,
                     request_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.SettleRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.SettleResponse.SerializeToString,
+            ),
+            'StopReserving': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopReserving,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +283,33 @@ class WorkerService:
             '/sepp.api.v1.WorkerService/Settle',
             sepp_dot_api_dot_v1_dot_worker__pb2.SettleRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_worker__pb2.SettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopReserving(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.WorkerService/StopReserving',
+            sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingResponse.FromString,
             options,
             channel_credentials,
             insecure,

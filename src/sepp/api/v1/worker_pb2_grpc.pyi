@@ -46,6 +46,12 @@ class WorkerServiceStub:
     """Push the lease expiry out; also says whether an admin asked to cancel the job."""
     Settle: _grpc.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]
     """Many acks and nacks in one call, one commit; one result per item in order."""
+    StopReserving: _grpc.UnaryUnaryMultiCallable[_worker_pb2.StopReservingRequest, _worker_pb2.StopReservingResponse]
+    """End the long-polls of the Reserves in progress on this node that carry worker_id (a
+    stopping worker, issue 15 item 7): one parked in its wait answers no jobs at once,
+    without leasing again; one already leasing answers its jobs as usual (the worker gives
+    them back). A Reserve that arrives later is not affected. Idempotent and cheap.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -60,6 +66,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Push the lease expiry out; also says whether an admin asked to cancel the job."""
     Settle: _aio.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]  # type: ignore[assignment]
     """Many acks and nacks in one call, one commit; one result per item in order."""
+    StopReserving: _aio.UnaryUnaryMultiCallable[_worker_pb2.StopReservingRequest, _worker_pb2.StopReservingResponse]  # type: ignore[assignment]
+    """End the long-polls of the Reserves in progress on this node that carry worker_id (a
+    stopping worker, issue 15 item 7): one parked in its wait answers no jobs at once,
+    without leasing again; one already leasing answers its jobs as usual (the worker gives
+    them back). A Reserve that arrives later is not affected. Idempotent and cheap.
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -101,5 +113,17 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.SettleResponse, _abc.Awaitable[_worker_pb2.SettleResponse]]:
         """Many acks and nacks in one call, one commit; one result per item in order."""
+
+    @_abc_1.abstractmethod
+    def StopReserving(
+        self,
+        request: _worker_pb2.StopReservingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.StopReservingResponse, _abc.Awaitable[_worker_pb2.StopReservingResponse]]:
+        """End the long-polls of the Reserves in progress on this node that carry worker_id (a
+        stopping worker, issue 15 item 7): one parked in its wait answers no jobs at once,
+        without leasing again; one already leasing answers its jobs as usual (the worker gives
+        them back). A Reserve that arrives later is not affected. Idempotent and cheap.
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

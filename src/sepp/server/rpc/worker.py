@@ -1,4 +1,5 @@
-"""WorkerService servicer (SPEC §3): reserve, ack, nack, extend, batched settle."""
+"""WorkerService servicer (SPEC §3): reserve, ack, nack, extend, batched settle, and the
+stop of a worker's long-polls (``StopReserving``, issue 15 item 7)."""
 
 from __future__ import annotations
 
@@ -175,6 +176,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 engine.give_back(delivered, "the reserve call was cancelled before its answer was taken")
 
         context.add_done_callback(done)
+
+    async def StopReserving(self, request: wpb.StopReservingRequest,
+                            context: Context) -> wpb.StopReservingResponse:
+        """End the long-polls of ``request.worker_id``'s Reserves in progress on this node
+        (``JobEngine.stop_reserving``; issue 15 item 7): ``woken`` is how many this stopped.
+        An empty worker_id is INVALID_ARGUMENT (field ``worker_id``)."""
+        try:
+            woken = self.engine.stop_reserving(request.worker_id)
+        except EngineError as exc:
+            await abort_for(context, exc)
+        return wpb.StopReservingResponse(woken=woken)
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         try:

@@ -103,6 +103,9 @@ class QueueSettings(BaseModel):
     #: How long DEAD_LETTERED (and CANCELLED) jobs are kept, seconds; ≤ 10 years.
     dead_letter_retention: float = Field(default=14 * DAY, ge=0, le=MAX_RETENTION)
     limits: QueueLimits = QueueLimits()
+    #: Most jobs of the queue RESERVED at once, across every worker and node; 0 = unlimited
+    #: (issue 12; docs/flow-control.md).
+    max_in_flight: int = Field(default=0, ge=0, le=MAX_SIZE)
 
 
 class ServerLimits(BaseModel):

@@ -541,6 +541,7 @@ def queue_settings_from_proto(msg: pb.QueueSettings) -> QueueSettings:
         completed_retention=_duration(msg.completed_retention),
         dead_letter_retention=_duration(msg.dead_letter_retention),
         limits=queue_limits_from_proto(msg.limits),
+        max_in_flight=msg.max_in_flight,
     )
 
 

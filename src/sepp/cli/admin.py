@@ -188,6 +188,7 @@ SETTING_FLAGS = {
     "dead_letter_retention": "--dead-letter-retention", "limits.max_payload_bytes": "--max-payload-bytes",
     "limits.allowed_encodings": "--allowed-encoding", "limits.max_custom_entries": "--max-custom-entries",
     "limits.max_custom_key_bytes": "--max-custom-key-bytes", "limits.max_custom_bytes": "--max-custom-bytes",
+    "max_in_flight": "--max-in-flight",
 }
 
 
@@ -251,6 +252,8 @@ def queues_declare(
     max_custom_entries: Annotated[int | None, typer.Option("--max-custom-entries")] = None,
     max_custom_key_bytes: Annotated[int | None, typer.Option("--max-custom-key-bytes")] = None,
     max_custom_bytes: Annotated[int | None, typer.Option("--max-custom-bytes")] = None,
+    max_in_flight: Annotated[int | None, typer.Option(
+        "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")] = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
@@ -262,7 +265,7 @@ def queues_declare(
             completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
             max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
             max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
-            max_custom_bytes=max_custom_bytes)
+            max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight)
     except FlagValueError as exc:
         _fail_flag(exc, as_json)
     with _client(server, token, timeout, as_json) as client:

@@ -6,9 +6,31 @@ Times are integer microseconds since the Unix epoch (UTC); ids 16-byte UUID blob
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """The flow-control limits of one queue as the store enforces them inside ``reserve``
+    (issue 12; docs/flow-control.md). Only queues with at least one limit set travel in
+    ``ReserveParams.flow``: an unlimited queue keeps the plain reserve path.
+
+    ``max_in_flight``: most jobs of the queue RESERVED at once (counted in the reserving
+    transaction, under a per-queue lock on PostgreSQL, so it holds across nodes); 0 = none.
+    """
+
+    max_in_flight: int = 0
+
+    @property
+    def active(self) -> bool:
+        """True when any limit is set (the queue needs the limited reserve path)."""
+        return self.max_in_flight > 0
+
+
+#: No flow limits (the default of ``ReserveParams.flow``).
+NO_FLOW: Mapping[str, FlowLimits] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +50,9 @@ class ReserveParams:
     #: The name of the node leasing (``node_name``, default the host name; issue 10): stored
     #: on each job leased and written into the attempt's history entry. "" = unnamed.
     node: str = ""
+    #: The flow limits of the queues that have any (issue 12): queue → ``FlowLimits``. The
+    #: store leases fewer jobs (or none) from such a queue when a limit holds them back.
+    flow: Mapping[str, FlowLimits] = field(default_factory=dict)
 
 
 #: Dead-letter reason of a job whose stored row could not be delivered (issue 14 O4).

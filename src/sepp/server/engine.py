@@ -32,6 +32,7 @@ from sepp.server.queues import QueueRegistry, QueueState
 from sepp.server.workers import WorkerRegistry
 from sepp.storage.base import (
     DAMAGED_ROW,
+    NO_FLOW,
     Dedups,
     ExtendResult,
     JobRecord,
@@ -353,8 +354,9 @@ class JobEngine:
                     lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
                     # Payloads beyond one message's worth are not leased at all (the servicer
                     # gives back the few that still do not fit exactly).
+                    flow = {q.name: q.flow for q in active if q.flow is not None}
                     params = ReserveParams([q.name for q in active], max_jobs, self._clock_now(), lease_for, worker_id,
-                                           self.limits.max_message_bytes, self.node)
+                                           self.limits.max_message_bytes, self.node, flow or NO_FLOW)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs
@@ -438,6 +440,8 @@ class JobEngine:
         for i, (error, state, run_at, attempt, queue, _started) in enumerate(results):
             if error is not None:
                 continue
+            if self.queues.policy_for(queue).wake_on_settle:
+                woke.add(queue)  # a flow-limited queue got a slot back (issue 12)
             if state in _COUNTED:
                 if run_at:  # run_at 0: a repeated ack, counted already
                     key = (queue, state)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from sepp.domain.params import FlowLimits
 from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings
 from sepp.quoting import quote
 from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
@@ -41,6 +42,8 @@ class QueueState:
     policy: QueuePolicy = field(init=False)
     lease_us: int = field(init=False)
     dedup_us: int = field(init=False)
+    #: The queue's flow limits as the store enforces them, or None when it has none (issue 12).
+    flow: FlowLimits | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.apply(self.settings)
@@ -54,6 +57,10 @@ class QueueState:
             backoff_base=int(settings.retry_base * _US), backoff_cap=int(settings.retry_cap * _US),
             jitter=settings.retry_jitter, completed_retention=int(settings.completed_retention * _US),
             dead_retention=int(settings.dead_letter_retention * _US))
+        flow = FlowLimits(max_in_flight=settings.max_in_flight)
+        self.flow = flow if flow.active else None
+        if self.flow is not None:  # a settle of its jobs frees capacity: wake reservers (every node)
+            self.policy = replace(self.policy, wake_on_settle=True)
         _generation[0] += 1
 
     @property

@@ -22,7 +22,9 @@ from typing import Protocol
 
 from sepp.domain.params import (
     DAMAGED_ROW,
+    NO_FLOW,
     ExtendResult,
+    FlowLimits,
     ReserveParams,
     SettleError,
     SettleKind,
@@ -50,8 +52,10 @@ from sepp.storage.errors import StoreFailed
 __all__ = [
     "DAMAGED_ROW",
     "FINISHED",
+    "NO_FLOW",
     "Dedups",
     "ExtendResult",
+    "FlowLimits",
     "JobRecord",
     "JobRow",
     "NodeRecord",

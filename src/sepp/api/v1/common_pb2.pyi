@@ -460,10 +460,15 @@ class QueueSettings(_message.Message):
     COMPLETED_RETENTION_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_RETENTION_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     default_priority: _builtins.int
     default_max_attempts: _builtins.int
     retry_jitter: _builtins.float
     """Jitter as a fraction, e.g. 0.2 = ±20%."""
+    max_in_flight: _builtins.int
+    """Flow control (issue 12, docs/flow-control.md): most jobs of the queue RESERVED at once
+    across all workers and nodes; 0 = unlimited.
+    """
     @_builtins.property
     def lease_duration(self) -> _duration_pb2.Duration: ...
     @_builtins.property
@@ -491,10 +496,11 @@ class QueueSettings(_message.Message):
         completed_retention: _duration_pb2.Duration | None = ...,
         dead_letter_retention: _duration_pb2.Duration | None = ...,
         limits: Global___QueueLimits | None = ...,
+        max_in_flight: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -220,3 +220,13 @@ SELECT name, address, version, started_at, last_seen FROM nodes ORDER BY name;
 -- name: ping
 -- Readiness (Store.ping, issue 11): the store answers a trivial query.
 SELECT 1;
+
+-- name: flow_lock
+-- Flow control (issue 12): the per-queue lock every limited Reserve of queue $1 takes first,
+-- held to the end of its transaction, so two nodes cannot both count the same free slot.
+-- Keyed by schema and queue (advisory locks are database-wide).
+SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() || '/' || $1, 0));
+
+-- name: count_reserved_in
+-- Flow control (issue 12): how many jobs of queue $1 are RESERVED now (jobs_reserved).
+SELECT count(*) FROM jobs WHERE queue = $1 AND state = 3;

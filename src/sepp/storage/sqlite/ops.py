@@ -26,6 +26,7 @@ from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease
 from sepp.quoting import clip
 from sepp.storage.errors import StoreError
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
+from sepp.storage.sqlite import flow
 from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, insert_sql, insert_statements
 from sepp.storage.sqlite.sweeps import promote
 
@@ -101,14 +102,18 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
     for queue in params.queues:
         if want <= 0 or (budget and used >= budget):
             break
+        limits = params.flow.get(queue)
+        take = want if limits is None else flow.room(conn, queue, limits, want)
+        if take <= 0:
+            continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
         for _round in range(_DAMAGED_ROUNDS):
             try:
-                rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, want)), budget, used, bool(out))
+                rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, take)), budget, used, bool(out))
                 break
             except (sqlite3.OperationalError, TypeError) as exc:
                 if isinstance(exc, sqlite3.OperationalError) and not is_decode_error(exc):
                     raise
-                _bury_damaged_ready(conn, queue, want, now)  # then read the queue again
+                _bury_damaged_ready(conn, queue, take, now)  # then read the queue again
         else:
             continue  # a queue full of damaged rows: the next Reserve buries more
         if not rows:

@@ -148,3 +148,7 @@ DELETE FROM idempotency WHERE queue = ? AND key = ?;
 -- name: ping
 -- Readiness (Store.ping, issue 11): the store answers a trivial query.
 SELECT 1;
+
+-- name: count_reserved_in
+-- Flow control (issue 12): how many jobs of queue ?1 are RESERVED now (jobs_reserved).
+SELECT count(*) FROM jobs WHERE queue = ?1 AND state = 3;

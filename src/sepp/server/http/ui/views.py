@@ -163,9 +163,15 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
             rows.append((key, fmt_duration(float(value))))
         elif key == "retry_jitter":
             rows.append((key, f"±{float(value) * 100:g}%"))
+        elif key in _UNLIMITED_AT_ZERO:
+            rows.append((key, f"{value:,}" if value else "unlimited"))
         else:
             rows.append((key, str(value)))
     return rows
+
+
+#: Flow-control settings (issue 12) whose 0 means "no limit".
+_UNLIMITED_AT_ZERO = ("max_in_flight",)
 
 
 def job_context(rec: JobRecord) -> dict[str, Any]:

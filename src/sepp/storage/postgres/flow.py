@@ -1,0 +1,35 @@
+"""Flow control inside the PostgreSQL backend's reserve (issue 12; docs/flow-control.md).
+
+Several nodes reserve from one database at once, so a limit is only as good as the lock
+around its count: every reserve of a limited queue first takes the queue's transaction-scoped
+advisory lock (``flow_lock``), in queue-name order, and holds it until it commits. A second
+node's reserve of that queue waits on the lock and then counts what the first committed
+(READ COMMITTED: each statement sees the latest commits), so two nodes never both take the
+last slot. A deadlock between two groups that lock the same queues in another order is
+retried by the committer (SQLSTATE 40P01), never reported. Unlimited queues take no lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sepp.domain.params import FlowLimits
+from sepp.storage.postgres.sql import Q
+
+
+async def lock(conn: Any, queues: Iterable[str]) -> None:
+    """Take the flow lock of each of ``queues`` (sorted, each once) for the rest of the
+    transaction on the asyncpg connection ``conn``."""
+    for queue in sorted(set(queues)):
+        await conn.execute(Q["flow_lock"], queue)
+
+
+async def room(conn: Any, queue: str, limits: FlowLimits, want: int) -> int:
+    """How many of ``want`` jobs ``queue`` may lease now: ``want`` cut to the free slots
+    under ``max_in_flight`` (its RESERVED jobs counted through ``jobs_reserved``). 0 means
+    the limits hold every job back. The caller holds the queue's flow lock."""
+    if limits.max_in_flight:
+        reserved = int(await conn.fetchval(Q["count_reserved_in"], queue))
+        want = min(want, limits.max_in_flight - reserved)
+    return max(0, want)

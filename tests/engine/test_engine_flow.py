@@ -1,0 +1,53 @@
+"""Flow control through the engine (issue 12; docs/flow-control.md): ``max_in_flight``
+with 20 concurrent reservers, and a long-poll that wakes when a slot frees — on the real
+engine and store, no process, no port."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from engine.engine_kit import HarnessFactory
+
+
+async def test_max_in_flight_3_with_20_reservers_never_holds_more_than_3(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 3}})
+    for _ in range(60):
+        await h.enqueue()
+    held: set[bytes] = set()
+    peak, samples, done = 0, [], 0
+
+    async def worker(i: int) -> None:
+        nonlocal peak, done
+        while done < 60:
+            jobs = await h.engine.reserve(["q"], 2, None, 0.2, f"w{i}")
+            if not jobs:
+                continue
+            held.update(j.id for j in jobs)
+            peak = max(peak, len(held))  # the workers' own overlap log
+            counts = await h.store.admin.state_counts("q")  # type: ignore[attr-defined]
+            samples.append(counts["q"].reserved)  # and the server's side
+            await asyncio.sleep(0.001)
+            for job in jobs:
+                held.discard(job.id)
+                await h.ack(job)
+                done += 1
+
+    await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(20))), 60)
+    assert done == 60
+    assert peak <= 3 and max(samples) <= 3
+    assert (await h.store.admin.state_counts("q"))["q"].completed == 60  # type: ignore[attr-defined]
+
+
+async def test_a_long_poll_held_back_by_max_in_flight_wakes_when_a_slot_frees(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    await h.enqueue()
+    await h.enqueue()
+    (first,) = await h.reserve(n=5)
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # held back, not refused
+    started = time.monotonic()
+    await h.ack(first)
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id and time.monotonic() - started < 2.0

@@ -1,0 +1,98 @@
+"""Conformance: flow control inside ``Store.reserve`` (issue 12; docs/flow-control.md) —
+``max_in_flight`` at the limit and one past, priority order among the jobs let through,
+queues without limits untouched, and (PostgreSQL) the bound held by three stores on one
+schema reserving at once, as three nodes do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from support.backends import StoreSettings, store_settings
+
+from sepp.domain.clock import FakeClock
+from sepp.domain.params import FlowLimits, ReserveParams, SettleKind
+from sepp.domain.records import JobRecord
+from sepp.storage.base import Store
+from sepp.storage.factory import open_store
+from storage.conformance_kit import LEASE, NOW, put, row, settle1
+
+
+async def limited(store: Store, flow: dict[str, FlowLimits], *queues: str, n: int = 1, now: int = NOW,
+                  worker: str = "w") -> list[JobRecord]:
+    """Reserve up to ``n`` from ``queues`` (default "q") with the flow limits ``flow``."""
+    names = list(queues) or ["q"]
+    return await store.reserve(ReserveParams(names, n, now, dict.fromkeys(names, LEASE), worker, flow=flow))
+
+
+async def reserved(store: Store, queue: str = "q") -> int:
+    """How many jobs of ``queue`` are RESERVED, as the admin counts say."""
+    counts = await store.admin.state_counts(queue)  # type: ignore[attr-defined]
+    return counts[queue].reserved if queue in counts else 0
+
+
+async def test_max_in_flight_at_the_limit_and_one_past(store: Store) -> None:
+    await put(store, *[row() for _ in range(6)])
+    flow = {"q": FlowLimits(max_in_flight=3)}
+    first = await limited(store, flow, n=2)
+    assert len(first) == 2
+    assert len(await limited(store, flow, n=5)) == 1          # the third slot, not five
+    assert await limited(store, flow, n=5) == []              # at the limit: nothing, no error
+    assert await reserved(store) == 3
+    await settle1(store, first[0], SettleKind.ACK, NOW + 1)
+    assert len(await limited(store, flow, n=5, now=NOW + 2)) == 1  # one slot freed, one job
+    assert await reserved(store) == 3
+
+
+async def test_priority_order_holds_among_the_jobs_let_through(store: Store) -> None:
+    rows = [row(priority=p) for p in (1, 9, 5, 7)]
+    await put(store, *rows)
+    got = await limited(store, {"q": FlowLimits(max_in_flight=2)}, n=4)
+    assert [r.priority for r in got] == [9, 7]
+
+
+async def test_a_limit_binds_only_its_own_queue(store: Store) -> None:
+    await put(store, *[row("a") for _ in range(3)], *[row("b") for _ in range(3)])
+    got = await limited(store, {"a": FlowLimits(max_in_flight=1)}, "a", "b", n=10)
+    assert [r.queue for r in got] == ["a", "b", "b", "b"]
+
+
+@pytest.mark.postgres_only(reason="several nodes on one database: SQLite's folder holds one process")
+async def test_three_nodes_on_one_schema_never_exceed_max_in_flight(backend: str, tmp_path: Path) -> None:
+    config = StoreSettings(data_dir=tmp_path, node_name="n", **store_settings(backend))  # one schema
+    nodes = [open_store(config, FakeClock(NOW)) for _ in range(3)]
+    for node in nodes:
+        await node.open()
+    try:
+        await _race(nodes)
+    finally:
+        for node in nodes:
+            await node.close()
+
+
+async def _race(nodes: list[Store]) -> None:
+    await put(nodes[0], *[row() for _ in range(200)])
+    flow = {"q": FlowLimits(max_in_flight=3)}
+    peak, acked = 0, 0
+
+    async def reserver(i: int) -> None:
+        nonlocal peak, acked
+        store = nodes[i % 3]
+        idle = 0
+        while acked < 200 and idle < 200:
+            jobs = await limited(store, flow, n=2, worker=f"w{i}")
+            if not jobs:
+                idle += 1
+                await asyncio.sleep(0.001)
+                continue
+            idle = 0
+            peak = max(peak, await reserved(store))
+            for job in jobs:
+                await settle1(store, job, SettleKind.ACK, NOW + 1)
+                acked += 1
+
+    await asyncio.gather(*(reserver(i) for i in range(12)))
+    assert acked == 200
+    assert 1 <= peak <= 3

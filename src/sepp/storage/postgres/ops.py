@@ -212,7 +212,8 @@ class ReserveOp:
                 continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
             expires = now + p.lease_for[queue]
             if not budget:
-                rows = await conn.fetch(Q["lease_ready"], queue, allowed, self.lease_id, expires, p.worker_id, now, p.node)
+                rows = await conn.fetch(Q["lease_ready"], queue, allowed, self.lease_id, expires, p.worker_id, now,
+                                        p.node)
             else:
                 sizes = await conn.fetch(Q["ready_sizes"], queue, allowed)
                 take: list[int] = []

@@ -542,6 +542,8 @@ def queue_settings_from_proto(msg: pb.QueueSettings) -> QueueSettings:
         dead_letter_retention=_duration(msg.dead_letter_retention),
         limits=queue_limits_from_proto(msg.limits),
         max_in_flight=msg.max_in_flight,
+        rate_limit=msg.rate_limit,
+        rate_burst=msg.rate_burst,
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from engine.engine_kit import HarnessFactory
+from engine.engine_kit import Harness, HarnessFactory, S
 
 
 async def test_max_in_flight_3_with_20_reservers_never_holds_more_than_3(make_harness: HarnessFactory) -> None:
@@ -51,3 +51,36 @@ async def test_a_long_poll_held_back_by_max_in_flight_wakes_when_a_slot_frees(ma
     await h.ack(first)
     (second,) = await asyncio.wait_for(waiting, 5)
     assert second.id != first.id and time.monotonic() - started < 2.0
+
+
+async def test_rate_limit_20_per_s_over_5_fake_seconds(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"rate_limit": "20/s"}})
+    for _ in range(150):  # more than 120 + burst: the rate binds, not the supply
+        await h.enqueue()
+    assert await _ready(h) == 150
+    got, start = 0, h.now
+    while h.now - start <= 5 * S:
+        for job in await h.reserve(n=50):
+            got += 1
+            await h.ack(job)
+        h.clock.advance(0.05)
+    assert 100 <= got <= 120 + 20, got   # 20 at once (the burst), then 20 per second
+
+
+async def test_a_long_poll_held_back_by_the_rate_retries_when_the_next_token_is_due(
+        make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"rate_limit": "1/s"}})
+    await h.enqueue()
+    await h.enqueue()
+    assert len(await h.reserve(n=5)) == 1
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    h.clock.advance(1.0)  # the next token is due; nobody notifies — the reserver polls for it
+    (job,) = await asyncio.wait_for(waiting, 5)
+    assert job.queue == "q"
+
+
+async def _ready(h: Harness) -> int:
+    counts = await h.store.admin.state_counts("q")  # type: ignore[attr-defined]
+    return counts["q"].ready if "q" in counts else 0

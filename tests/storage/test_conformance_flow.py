@@ -17,7 +17,7 @@ from sepp.domain.params import FlowLimits, ReserveParams, SettleKind
 from sepp.domain.records import JobRecord
 from sepp.storage.base import Store
 from sepp.storage.factory import open_store
-from storage.conformance_kit import LEASE, NOW, put, row, settle1
+from storage.conformance_kit import LEASE, NOW, S, put, row, settle1
 
 
 async def limited(store: Store, flow: dict[str, FlowLimits], *queues: str, n: int = 1, now: int = NOW,
@@ -96,3 +96,42 @@ async def _race(nodes: list[Store]) -> None:
     await asyncio.gather(*(reserver(i) for i in range(12)))
     assert acked == 200
     assert 1 <= peak <= 3
+
+
+def _rate(amount: int, per_s: float = 1.0, burst: int = 0, max_in_flight: int = 0) -> dict[str, FlowLimits]:
+    return {"q": FlowLimits(max_in_flight=max_in_flight, rate_amount=amount, rate_period=int(per_s * S),
+                            rate_burst=burst or amount)}
+
+
+async def test_rate_limit_starts_with_a_full_bucket_then_refills_evenly(store: Store) -> None:
+    await put(store, *[row() for _ in range(30)])
+    flow = _rate(10, burst=4)                                  # 10/s, bucket of 4
+    assert len(await limited(store, flow, n=10)) == 4          # the burst, not ten
+    assert await limited(store, flow, n=10) == []              # empty bucket: nothing, no error
+    assert await limited(store, flow, n=10, now=NOW + S // 10 - 1) == []    # one past: not yet a token
+    assert len(await limited(store, flow, n=10, now=NOW + S // 10)) == 1    # at 100 ms: exactly one
+    assert len(await limited(store, flow, n=10, now=NOW + 10 * S)) == 4     # refilled, capped at the burst
+
+
+async def test_rate_limit_spends_only_what_was_leased(store: Store) -> None:
+    await put(store, row(), row())
+    flow = _rate(5)
+    assert len(await limited(store, flow, n=10)) == 2          # two jobs: two tokens
+    await put(store, *[row() for _ in range(5)])
+    assert len(await limited(store, flow, n=10)) == 3          # three left
+
+
+async def test_rate_limit_and_max_in_flight_together(store: Store) -> None:
+    await put(store, *[row() for _ in range(10)])
+    flow = _rate(100, max_in_flight=2)
+    assert len(await limited(store, flow, n=10)) == 2          # the slots bind first
+    assert await limited(store, flow, n=10) == []
+
+
+async def test_rate_limit_clock_going_back_refills_nothing(store: Store) -> None:
+    await put(store, *[row() for _ in range(10)])
+    flow = _rate(1, burst=1)
+    assert len(await limited(store, flow, now=NOW + 5 * S)) == 1
+    assert await limited(store, flow, now=NOW) == []           # another node's clock behind
+    assert await limited(store, flow, now=NOW + 5 * S + S - 1) == []
+    assert len(await limited(store, flow, now=NOW + 6 * S)) == 1

@@ -59,6 +59,7 @@ from sepp.cli.tls import client_tls
 from sepp.client.admin import AdminClient, AdminError, state_number
 from sepp.domain.states import state_label, state_name
 from sepp.errors import PermissionDenied, TransportError, Unauthenticated
+from sepp.limits import parse_rate
 
 queues_app = typer.Typer(name="queues", help="List, inspect, declare, pause, resume, purge and delete queues.",
                          no_args_is_help=True)
@@ -188,7 +189,7 @@ SETTING_FLAGS = {
     "dead_letter_retention": "--dead-letter-retention", "limits.max_payload_bytes": "--max-payload-bytes",
     "limits.allowed_encodings": "--allowed-encoding", "limits.max_custom_entries": "--max-custom-entries",
     "limits.max_custom_key_bytes": "--max-custom-key-bytes", "limits.max_custom_bytes": "--max-custom-bytes",
-    "max_in_flight": "--max-in-flight",
+    "max_in_flight": "--max-in-flight", "rate_limit": "--rate-limit", "rate_burst": "--rate-burst",
 }
 
 
@@ -215,6 +216,13 @@ def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[st
             if most is not None and len(labels) > most:
                 raise FlagValueError(flag, f"(given {len(labels)} times)", f"at most {most} labels are allowed", most)
             settings.limits.allowed_encodings.extend(labels)
+        elif path == "rate_limit":
+            if value.strip():
+                try:
+                    parse_rate(value)
+                except ValueError as exc:
+                    raise FlagValueError(flag, value, str(exc)) from None
+            settings.rate_limit = value
         elif name in _DURATION_SETTINGS:
             lo, hi = setting_bounds(path)
             seconds = parse_seconds(flag, value, lo, hi)
@@ -254,6 +262,10 @@ def queues_declare(
     max_custom_bytes: Annotated[int | None, typer.Option("--max-custom-bytes")] = None,
     max_in_flight: Annotated[int | None, typer.Option(
         "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")] = None,
+    rate_limit: Annotated[str | None, typer.Option(
+        "--rate-limit", help="Most reservations per period, e.g. 50/s or 1000/m ('' = unlimited).")] = None,
+    rate_burst: Annotated[int | None, typer.Option(
+        "--rate-burst", help="Token bucket size for --rate-limit (0 = the per-period amount).")] = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
@@ -265,7 +277,8 @@ def queues_declare(
             completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
             max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
             max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
-            max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight)
+            max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+            rate_burst=rate_burst)
     except FlagValueError as exc:
         _fail_flag(exc, as_json)
     with _client(server, token, timeout, as_json) as client:

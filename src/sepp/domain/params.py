@@ -19,14 +19,52 @@ class FlowLimits:
 
     ``max_in_flight``: most jobs of the queue RESERVED at once (counted in the reserving
     transaction, under a per-queue lock on PostgreSQL, so it holds across nodes); 0 = none.
+    The rate limit's bucket is a row per queue in the store, read and written in the same
+    transaction (so every node draws from one bucket).
     """
 
     max_in_flight: int = 0
+    #: ``rate_limit`` as a token bucket: ``rate_amount`` tokens per ``rate_period`` µs, refilled
+    #: evenly, at most ``rate_burst`` tokens held (the bucket starts full). 0 = no rate limit.
+    rate_amount: int = 0
+    rate_period: int = 0
+    rate_burst: int = 0
 
     @property
     def active(self) -> bool:
         """True when any limit is set (the queue needs the limited reserve path)."""
-        return self.max_in_flight > 0
+        return self.max_in_flight > 0 or self.rate_amount > 0
+
+    def bucket(self, stored: tuple[float, int] | None, now: int) -> Bucket:
+        """The token bucket at ``now`` (µs) from its stored (tokens, updated_at): full when it
+        was never used (``stored`` None), else the tokens plus ``rate_amount`` per
+        ``rate_period`` elapsed, at most ``rate_burst``. A clock that went back (another
+        node's) refills nothing and the bucket keeps its later time, so no interval is
+        refilled twice."""
+        if stored is None:
+            return Bucket(float(self.rate_burst), now)
+        tokens, at = float(stored[0]), int(stored[1])
+        if now <= at:
+            return Bucket(min(float(self.rate_burst), tokens), at)
+        return Bucket(min(float(self.rate_burst), tokens + (now - at) * self.rate_amount / self.rate_period), now)
+
+    def token_wait(self) -> float:
+        """Seconds until one more token arrives in an empty bucket (0 without a rate limit):
+        how long a long-polling Reserve held back by the rate waits before trying again."""
+        return self.rate_period / self.rate_amount / 1e6 if self.rate_amount else 0.0
+
+
+class Bucket(NamedTuple):
+    """A queue's token bucket (``rate_limit``, issue 12): ``tokens`` held (fractional) at
+    ``at`` (µs UTC)."""
+
+    tokens: float
+    at: int
+
+    @property
+    def whole(self) -> int:
+        """The reservations the bucket allows now (whole tokens; a hair of float error forgiven)."""
+        return int(self.tokens + 1e-9)
 
 
 #: No flow limits (the default of ``ReserveParams.flow``).

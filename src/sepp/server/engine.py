@@ -54,6 +54,8 @@ DEAD_LOG_BURST, DEAD_LOG_EVERY = 20, 5.0
 #: Overload lines: at most one per this many seconds, with the count of the refusals in between.
 OVERLOAD_LOG_EVERY = 5.0
 _SCHEDULED, _READY, _DEAD = int(State.SCHEDULED), int(State.READY), int(State.DEAD_LETTERED)
+#: Shortest wait of a long-polling Reserve for the next token of a rate-limited queue, seconds.
+_MIN_TOKEN_WAIT = 0.001
 #: Longest lease a Reserve or ExtendLease may ask for, seconds (one day; refused, not clamped).
 MAX_LEASE_SECONDS = MAX_LEASE
 #: Shortest lease or extension, seconds: the server keeps time in µs, and a lease shorter than
@@ -363,10 +365,15 @@ class JobEngine:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return []
+                # A rate limit frees capacity by time, which notifies nobody: try again when
+                # the next token is due (issue 12), or when woken, whichever comes first.
+                poll = min((q.flow.token_wait() for q in active if q.flow is not None and q.flow.rate_amount),
+                           default=remaining)
                 try:
-                    await asyncio.wait_for(event.wait(), remaining)
+                    await asyncio.wait_for(event.wait(), min(remaining, max(poll, _MIN_TOKEN_WAIT)))
                 except TimeoutError:
-                    return []
+                    if poll >= remaining:
+                        return []
         finally:
             self.notifier.unregister(names, event)
 

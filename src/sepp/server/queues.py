@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from sepp.domain.params import FlowLimits
-from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings
+from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings, parse_rate
 from sepp.quoting import quote
 from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
 from sepp.validation import QueueRefused
@@ -57,7 +57,7 @@ class QueueState:
             backoff_base=int(settings.retry_base * _US), backoff_cap=int(settings.retry_cap * _US),
             jitter=settings.retry_jitter, completed_retention=int(settings.completed_retention * _US),
             dead_retention=int(settings.dead_letter_retention * _US))
-        flow = FlowLimits(max_in_flight=settings.max_in_flight)
+        flow = flow_limits(settings)
         self.flow = flow if flow.active else None
         if self.flow is not None:  # a settle of its jobs frees capacity: wake reservers (every node)
             self.policy = replace(self.policy, wake_on_settle=True)
@@ -71,6 +71,14 @@ class QueueState:
     def record(self) -> QueueRecord:
         """The persisted form."""
         return QueueRecord(self.name, self.settings.model_dump_json(), self.paused, self.declared)
+
+
+def flow_limits(settings: QueueSettings) -> FlowLimits:
+    """The store's form of a queue's flow-control settings (issue 12): ``rate_limit`` as
+    tokens per period in µs, the bucket size ``rate_burst`` or else the per-period amount."""
+    amount, period = parse_rate(settings.rate_limit) if settings.rate_limit else (0, 0.0)
+    return FlowLimits(max_in_flight=settings.max_in_flight, rate_amount=amount, rate_period=int(period * _US),
+                      rate_burst=(settings.rate_burst or amount) if amount else 0)
 
 
 def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None, *, quiet: bool = False) -> QueueSettings:

@@ -461,6 +461,8 @@ class QueueSettings(_message.Message):
     DEAD_LETTER_RETENTION_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
     MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    RATE_LIMIT_FIELD_NUMBER: _builtins.int
+    RATE_BURST_FIELD_NUMBER: _builtins.int
     default_priority: _builtins.int
     default_max_attempts: _builtins.int
     retry_jitter: _builtins.float
@@ -468,6 +470,14 @@ class QueueSettings(_message.Message):
     max_in_flight: _builtins.int
     """Flow control (issue 12, docs/flow-control.md): most jobs of the queue RESERVED at once
     across all workers and nodes; 0 = unlimited.
+    """
+    rate_limit: _builtins.str
+    """Most reservations per period, "<count>/<unit>" with unit s, m, h or d ("50/s", "1000/m");
+    a token bucket; empty = unlimited.
+    """
+    rate_burst: _builtins.int
+    """The bucket's size (most reservations at once after an idle spell); 0 = the per-period
+    amount of rate_limit.
     """
     @_builtins.property
     def lease_duration(self) -> _duration_pb2.Duration: ...
@@ -497,10 +507,12 @@ class QueueSettings(_message.Message):
         dead_letter_retention: _duration_pb2.Duration | None = ...,
         limits: Global___QueueLimits | None = ...,
         max_in_flight: _builtins.int = ...,
+        rate_limit: _builtins.str = ...,
+        rate_burst: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "rate_burst", b"rate_burst", "rate_limit", b"rate_limit", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,8 +5,9 @@ around its count: every reserve of a limited queue first takes the queue's trans
 advisory lock (``flow_lock``), in queue-name order, and holds it until it commits. A second
 node's reserve of that queue waits on the lock and then counts what the first committed
 (READ COMMITTED: each statement sees the latest commits), so two nodes never both take the
-last slot. A deadlock between two groups that lock the same queues in another order is
-retried by the committer (SQLSTATE 40P01), never reported. Unlimited queues take no lock.
+last slot, nor the same token of the queue's bucket (a row of ``flow_buckets``). A deadlock
+between two groups that lock the same queues in another order is retried by the committer
+(SQLSTATE 40P01), never reported. Unlimited queues take no lock.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sepp.domain.params import FlowLimits
+from sepp.domain.params import Bucket, FlowLimits
 from sepp.storage.postgres.sql import Q
 
 
@@ -25,11 +26,23 @@ async def lock(conn: Any, queues: Iterable[str]) -> None:
         await conn.execute(Q["flow_lock"], queue)
 
 
-async def room(conn: Any, queue: str, limits: FlowLimits, want: int) -> int:
-    """How many of ``want`` jobs ``queue`` may lease now: ``want`` cut to the free slots
-    under ``max_in_flight`` (its RESERVED jobs counted through ``jobs_reserved``). 0 means
-    the limits hold every job back. The caller holds the queue's flow lock."""
+async def room(conn: Any, queue: str, limits: FlowLimits, want: int, now: int) -> tuple[int, Bucket | None]:
+    """How many of ``want`` jobs ``queue`` may lease at ``now`` (µs), and its token bucket
+    as refilled (None without a rate limit; ``spend`` it after leasing): ``want`` cut to the
+    free slots under ``max_in_flight`` (RESERVED jobs counted through ``jobs_reserved``) and
+    to the whole tokens in the bucket. 0 means the limits hold every job back. The caller
+    holds the queue's flow lock."""
     if limits.max_in_flight:
         reserved = int(await conn.fetchval(Q["count_reserved_in"], queue))
         want = min(want, limits.max_in_flight - reserved)
-    return max(0, want)
+    bucket = None
+    if limits.rate_amount and want > 0:
+        found = await conn.fetchrow(Q["bucket_get"], queue)
+        bucket = limits.bucket(None if found is None else (found[0], found[1]), now)
+        want = min(want, bucket.whole)
+    return max(0, want), bucket
+
+
+async def spend(conn: Any, queue: str, bucket: Bucket, taken: int) -> None:
+    """Store ``bucket`` less the ``taken`` tokens of the jobs just leased."""
+    await conn.execute(Q["bucket_put"], queue, bucket.tokens - taken, bucket.at)

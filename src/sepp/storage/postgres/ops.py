@@ -207,7 +207,7 @@ class ReserveOp:
             if want <= 0 or (budget and used >= budget):
                 break
             limits = p.flow.get(queue)
-            allowed = want if limits is None else await flow.room(conn, queue, limits, want)
+            allowed, bucket = (want, None) if limits is None else await flow.room(conn, queue, limits, want, now)
             if allowed <= 0:
                 continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
             expires = now + p.lease_for[queue]
@@ -226,6 +226,8 @@ class ReserveOp:
                         if take else [])
             if not rows:
                 continue
+            if bucket is not None:
+                await flow.spend(conn, queue, bucket, len(rows))
             rows = sorted(rows, key=_ORDER)
             out.append((queue, expires, rows))
             want -= len(rows)

@@ -230,3 +230,13 @@ SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() |
 -- name: count_reserved_in
 -- Flow control (issue 12): how many jobs of queue $1 are RESERVED now (jobs_reserved).
 SELECT count(*) FROM jobs WHERE queue = $1 AND state = 3;
+
+-- name: bucket_get
+-- Flow control (issue 12): the token bucket of queue $1 (tokens, updated_at), if any; the
+-- caller holds the queue's flow lock.
+SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1;
+
+-- name: bucket_put
+-- Flow control (issue 12): store the bucket of queue $1: $2 tokens left at $3 (µs).
+INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES ($1, $2, $3)
+ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at;

@@ -103,7 +103,7 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
         if want <= 0 or (budget and used >= budget):
             break
         limits = params.flow.get(queue)
-        take = want if limits is None else flow.room(conn, queue, limits, want)
+        take, bucket = (want, None) if limits is None else flow.room(conn, queue, limits, want, now)
         if take <= 0:
             continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
         for _round in range(_DAMAGED_ROUNDS):
@@ -124,6 +124,8 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
                                                   params.node)).rowcount
         if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
             raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
+        if bucket is not None:
+            flow.spend(conn, queue, bucket, len(rows))
         out.append((queue, expires, rows))
         want -= len(rows)
     return out

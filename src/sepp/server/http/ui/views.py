@@ -164,14 +164,16 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
         elif key == "retry_jitter":
             rows.append((key, f"±{float(value) * 100:g}%"))
         elif key in _UNLIMITED_AT_ZERO:
-            rows.append((key, f"{value:,}" if value else "unlimited"))
+            rows.append((key, (f"{value:,}" if isinstance(value, int) else str(value)) if value else "unlimited"))
+        elif key == "rate_burst":
+            rows.append((key, f"{value:,}" if value else "the rate's per-period amount"))
         else:
             rows.append((key, str(value)))
     return rows
 
 
 #: Flow-control settings (issue 12) whose 0 means "no limit".
-_UNLIMITED_AT_ZERO = ("max_in_flight",)
+_UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit")
 
 
 def job_context(rec: JobRecord) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -134,6 +134,30 @@ class QueueSettings(BaseModel):
     #: The bucket's size: most reservations at once after an idle spell; 0 = the per-period
     #: amount of ``rate_limit`` (issue 12).
     rate_burst: int = Field(default=0, ge=0, le=MAX_SIZE)
+
+    #: The custom-map entry whose value groups the queue's jobs for ``max_in_flight_per_key``
+    #: (e.g. ``"tenant_id"``); jobs without the entry form one group of their own (issue 12).
+    concurrency_key: str = Field(default="", max_length=MAX_TRACE_KEY_BYTES)
+    #: Most jobs RESERVED at once per distinct value of ``concurrency_key``; 0 = unlimited.
+    #: Needs ``concurrency_key`` (issue 12).
+    max_in_flight_per_key: int = Field(default=0, ge=0, le=MAX_SIZE)
+
+    @field_validator("max_in_flight_per_key")
+    @classmethod
+    def _per_key_needs_a_key(cls, value: int, info: ValidationInfo) -> int:
+        """A per-key limit without ``concurrency_key`` would limit nothing: refused."""
+        if value and not info.data.get("concurrency_key"):
+            raise ValueError("max_in_flight_per_key needs concurrency_key (the custom-map entry that names the group, "
+                             "e.g. \"tenant_id\")")
+        return value
+
+    @field_validator("concurrency_key")
+    @classmethod
+    def _key_is_text(cls, value: str) -> str:
+        """A custom-map key cannot hold U+0000 (PostgreSQL text) — refused rather than never matching."""
+        if "\x00" in value:
+            raise ValueError("concurrency_key must not contain a NUL character (U+0000)")
+        return value
 
     @field_validator("rate_limit")
     @classmethod

@@ -544,6 +544,8 @@ def queue_settings_from_proto(msg: pb.QueueSettings) -> QueueSettings:
         max_in_flight=msg.max_in_flight,
         rate_limit=msg.rate_limit,
         rate_burst=msg.rate_burst,
+        concurrency_key=msg.concurrency_key,
+        max_in_flight_per_key=msg.max_in_flight_per_key,
     )
 
 

@@ -1,13 +1,15 @@
 """Flow control through the engine (issue 12; docs/flow-control.md): ``max_in_flight``
-with 20 concurrent reservers, and a long-poll that wakes when a slot frees — on the real
-engine and store, no process, no port."""
+with 20 concurrent reservers, ``rate_limit`` over 5 fake-clock seconds, one job per tenant
+(``concurrency_key``) with a second tenant behind the first's 1,000 jobs, and long-polls
+that wake when capacity frees — on the real engine and store, no process, no port."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from engine.engine_kit import Harness, HarnessFactory, S
+from engine.engine_kit import Harness, HarnessFactory, S, request
+from sepp.api.v1 import common_pb2 as pb
 
 
 async def test_max_in_flight_3_with_20_reservers_never_holds_more_than_3(make_harness: HarnessFactory) -> None:
@@ -84,3 +86,38 @@ async def test_a_long_poll_held_back_by_the_rate_retries_when_the_next_token_is_
 async def _ready(h: Harness) -> int:
     counts = await h.store.admin.state_counts("q")  # type: ignore[attr-defined]
     return counts["q"].ready if "q" in counts else 0
+
+
+def tenant_job(name: str) -> pb.EnqueueRequest:
+    """A job of tenant ``name`` (custom entry ``tenant_id``)."""
+    req = request()
+    req.custom["tenant_id"].string_value = name
+    return req
+
+
+async def test_one_per_tenant_never_overlaps_and_b_is_not_starved_behind_a(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
+    for _ in range(4):
+        await h.engine.enqueue_batch([tenant_job("a") for _ in range(250)])   # tenant A's 1,000 jobs first
+    await h.engine.enqueue_batch([tenant_job("b") for _ in range(20)])
+    running: dict[str, int] = {"a": 0, "b": 0}
+    overlap, finished = 0, list[str]()
+
+    async def worker(i: int) -> None:
+        nonlocal overlap
+        while finished.count("b") < 20:
+            jobs = await h.engine.reserve(["q"], 4, None, 0.2, f"w{i}")
+            names = [(await h.job(j.id)).extras for j in jobs]
+            for job, extras in zip(jobs, names, strict=True):
+                who = pb.EnqueueRequest.FromString(extras or b"").custom["tenant_id"].string_value
+                running[who] += 1
+                overlap = max(overlap, running[who])
+                await asyncio.sleep(0.001)
+                running[who] -= 1
+                await h.ack(job)
+                finished.append(who)
+
+    await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(4))), 60)
+    assert overlap == 1                        # within a tenant, never two at once
+    assert finished.count("b") == 20
+    assert len(finished) <= 100, len(finished)  # B ran alongside A, not after A's 1,000

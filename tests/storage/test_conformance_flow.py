@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support.backends import StoreSettings, store_settings
 
+from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.clock import FakeClock
 from sepp.domain.params import FlowLimits, ReserveParams, SettleKind
 from sepp.domain.records import JobRecord
@@ -135,3 +136,50 @@ async def test_rate_limit_clock_going_back_refills_nothing(store: Store) -> None
     assert await limited(store, flow, now=NOW) == []           # another node's clock behind
     assert await limited(store, flow, now=NOW + 5 * S + S - 1) == []
     assert len(await limited(store, flow, now=NOW + 6 * S)) == 1
+
+
+def tenant(value: object) -> bytes:
+    """An ``extras`` blob whose custom map holds ``tenant_id`` = ``value`` (str, int or bool)."""
+    cv = (pb.CustomValue(bool_value=value) if isinstance(value, bool) else
+          pb.CustomValue(int_value=value) if isinstance(value, int) else pb.CustomValue(string_value=str(value)))
+    return pb.EnqueueRequest(custom={"tenant_id": cv}).SerializeToString()
+
+
+def _per_key(most: int) -> dict[str, FlowLimits]:
+    return {"q": FlowLimits(key="tenant_id", max_per_key=most)}
+
+
+async def test_per_key_limit_at_the_limit_and_one_past(store: Store) -> None:
+    a = [row(extras=tenant("a")) for _ in range(4)]
+    b = [row(extras=tenant("b")) for _ in range(2)]
+    await put(store, *a, *b)
+    first = await limited(store, _per_key(2), n=10)
+    assert [r.id for r in first] == [a[0].id, a[1].id, b[0].id, b[1].id]   # two per tenant, in order
+    assert await limited(store, _per_key(2), n=10) == []
+    await settle1(store, first[0], SettleKind.ACK, NOW + 1)
+    assert [r.id for r in await limited(store, _per_key(2), n=10, now=NOW + 2)] == [a[2].id]
+
+
+async def test_per_key_groups_are_typed_and_jobs_without_the_entry_share_one(store: Store) -> None:
+    rows = [row(extras=tenant("1")), row(extras=tenant(1)), row(extras=tenant(True)), row(), row(),
+            row(extras=pb.EnqueueRequest(custom={"other": pb.CustomValue(int_value=1)}).SerializeToString())]
+    await put(store, *rows)
+    got = await limited(store, _per_key(1), n=10)
+    assert [r.id for r in got] == [rows[0].id, rows[1].id, rows[2].id, rows[3].id]   # "1", 1, true, the no-entry group
+
+
+async def test_a_tenant_behind_another_tenants_thousand_jobs_is_not_starved(store: Store) -> None:
+    await put(store, *[row(extras=tenant("a"), priority=9) for _ in range(1000)])
+    late = row(extras=tenant("b"), priority=0)
+    await put(store, late)
+    got = await limited(store, _per_key(1), n=5)
+    assert [r.queue for r in got] == ["q", "q"] and got[1].id == late.id
+
+
+async def test_per_key_limit_respects_the_byte_budget_and_max_in_flight(store: Store) -> None:
+    await put(store, *[row(extras=tenant(i), payload=bytes(10)) for i in range(6)])
+    names = ["q"]
+    got = await store.reserve(ReserveParams(names, 10, NOW, {"q": LEASE}, "w", 25, flow=_per_key(1)))
+    assert len(got) == 2                                       # 10 + 10 bytes fit in 25, a third does not
+    flow = {"q": FlowLimits(max_in_flight=3, key="tenant_id", max_per_key=1)}
+    assert len(await limited(store, flow, n=10)) == 1          # two held already: one slot left

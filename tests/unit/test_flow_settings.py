@@ -29,7 +29,8 @@ def test_bad_rates_are_refused(text: str) -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [("rate_limit", "fast"), ("rate_limit", "0/s"), ("max_in_flight", -1),
-                                              ("rate_burst", -1)])
+                                              ("rate_burst", -1), ("max_in_flight_per_key", -1),
+                                              ("max_in_flight_per_key", 1), ("concurrency_key", "a\x00b")])
 def test_the_admin_api_refuses_a_bad_value_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(InvalidRequest) as err:
         merge_settings(QueueSettings(), {field: value}, [field], 16 * 1024 * 1024)
@@ -38,7 +39,8 @@ def test_the_admin_api_refuses_a_bad_value_naming_the_field(field: str, value: o
 
 @pytest.mark.parametrize(("line", "field"), [('rate_limit = "50 per second"', "queues.q.rate_limit"),
                                              ("max_in_flight = -3", "queues.q.max_in_flight"),
-                                             ("rate_burst = -1", "queues.q.rate_burst")])
+                                             ("rate_burst = -1", "queues.q.rate_burst"),
+                                             ("max_in_flight_per_key = 2", "queues.q.max_in_flight_per_key")])
 def test_config_load_refuses_a_bad_value_naming_the_key(tmp_path: Path, line: str, field: str) -> None:
     path = tmp_path / "sepp.toml"
     path.write_text(f"[queues.q]\n{line}\n")
@@ -59,3 +61,9 @@ def test_a_stored_bad_rate_falls_back_to_unlimited() -> None:
     settings, notes = clamp_settings({"rate_limit": "lots", "max_in_flight": -5})
     assert settings.rate_limit == "" and settings.max_in_flight == 0
     assert len(notes) == 2
+
+
+def test_a_per_key_limit_needs_its_key_and_travels_with_it() -> None:
+    flow = flow_limits(QueueSettings(concurrency_key="tenant_id", max_in_flight_per_key=2))
+    assert flow.active and flow.per_key and (flow.key, flow.max_per_key) == ("tenant_id", 2)
+    assert not flow_limits(QueueSettings(concurrency_key="tenant_id")).active  # the key alone limits nothing

@@ -190,6 +190,7 @@ SETTING_FLAGS = {
     "limits.allowed_encodings": "--allowed-encoding", "limits.max_custom_entries": "--max-custom-entries",
     "limits.max_custom_key_bytes": "--max-custom-key-bytes", "limits.max_custom_bytes": "--max-custom-bytes",
     "max_in_flight": "--max-in-flight", "rate_limit": "--rate-limit", "rate_burst": "--rate-burst",
+    "concurrency_key": "--concurrency-key", "max_in_flight_per_key": "--max-in-flight-per-key",
 }
 
 
@@ -223,6 +224,8 @@ def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[st
                 except ValueError as exc:
                     raise FlagValueError(flag, value, str(exc)) from None
             settings.rate_limit = value
+        elif path == "concurrency_key":
+            settings.concurrency_key = value
         elif name in _DURATION_SETTINGS:
             lo, hi = setting_bounds(path)
             seconds = parse_seconds(flag, value, lo, hi)
@@ -266,6 +269,11 @@ def queues_declare(
         "--rate-limit", help="Most reservations per period, e.g. 50/s or 1000/m ('' = unlimited).")] = None,
     rate_burst: Annotated[int | None, typer.Option(
         "--rate-burst", help="Token bucket size for --rate-limit (0 = the per-period amount).")] = None,
+    concurrency_key: Annotated[str | None, typer.Option(
+        "--concurrency-key", help="Custom-map entry grouping jobs for --max-in-flight-per-key (tenant_id).")] = None,
+    max_in_flight_per_key: Annotated[int | None, typer.Option(
+        "--max-in-flight-per-key", help="Most jobs RESERVED at once per value of --concurrency-key (0 = unlimited).")
+    ] = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
@@ -278,7 +286,7 @@ def queues_declare(
             max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
             max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
             max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
-            rate_burst=rate_burst)
+            rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key)
     except FlagValueError as exc:
         _fail_flag(exc, as_json)
     with _client(server, token, timeout, as_json) as client:

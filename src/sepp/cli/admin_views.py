@@ -70,6 +70,7 @@ def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
             "retry_jitter": s.retry_jitter, "completed_retention": seconds_of(s.completed_retention),
             "dead_letter_retention": seconds_of(s.dead_letter_retention),
             "max_in_flight": s.max_in_flight, "rate_limit": s.rate_limit, "rate_burst": s.rate_burst,
+            "concurrency_key": s.concurrency_key, "max_in_flight_per_key": s.max_in_flight_per_key,
             "limits": {"max_payload_bytes": lim.max_payload_bytes, "allowed_encodings": list(lim.allowed_encodings),
                        "max_custom_entries": lim.max_custom_entries,
                        "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}

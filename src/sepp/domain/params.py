@@ -29,11 +29,20 @@ class FlowLimits:
     rate_amount: int = 0
     rate_period: int = 0
     rate_burst: int = 0
+    #: ``concurrency_key`` / ``max_in_flight_per_key``: most RESERVED jobs per distinct value of
+    #: the custom-map entry ``key`` (jobs without it share one group); 0 = no per-key limit.
+    key: str = ""
+    max_per_key: int = 0
 
     @property
     def active(self) -> bool:
         """True when any limit is set (the queue needs the limited reserve path)."""
-        return self.max_in_flight > 0 or self.rate_amount > 0
+        return self.max_in_flight > 0 or self.rate_amount > 0 or self.per_key
+
+    @property
+    def per_key(self) -> bool:
+        """True when the per-key limit is set (the reserve picks jobs by group)."""
+        return bool(self.key) and self.max_per_key > 0
 
     def bucket(self, stored: tuple[float, int] | None, now: int) -> Bucket:
         """The token bucket at ``now`` (µs) from its stored (tokens, updated_at): full when it

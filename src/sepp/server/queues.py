@@ -78,7 +78,8 @@ def flow_limits(settings: QueueSettings) -> FlowLimits:
     tokens per period in µs, the bucket size ``rate_burst`` or else the per-period amount."""
     amount, period = parse_rate(settings.rate_limit) if settings.rate_limit else (0, 0.0)
     return FlowLimits(max_in_flight=settings.max_in_flight, rate_amount=amount, rate_period=int(period * _US),
-                      rate_burst=(settings.rate_burst or amount) if amount else 0)
+                      rate_burst=(settings.rate_burst or amount) if amount else 0,
+                      key=settings.concurrency_key, max_per_key=settings.max_in_flight_per_key)
 
 
 def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None, *, quiet: bool = False) -> QueueSettings:

@@ -463,6 +463,8 @@ class QueueSettings(_message.Message):
     MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     RATE_LIMIT_FIELD_NUMBER: _builtins.int
     RATE_BURST_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_PER_KEY_FIELD_NUMBER: _builtins.int
     default_priority: _builtins.int
     default_max_attempts: _builtins.int
     retry_jitter: _builtins.float
@@ -479,6 +481,12 @@ class QueueSettings(_message.Message):
     """The bucket's size (most reservations at once after an idle spell); 0 = the per-period
     amount of rate_limit.
     """
+    concurrency_key: _builtins.str
+    """The custom-map entry whose value groups the jobs for max_in_flight_per_key (e.g.
+    "tenant_id"); jobs without it share one group.
+    """
+    max_in_flight_per_key: _builtins.int
+    """Most jobs RESERVED at once per distinct value of concurrency_key; 0 = unlimited."""
     @_builtins.property
     def lease_duration(self) -> _duration_pb2.Duration: ...
     @_builtins.property
@@ -509,10 +517,12 @@ class QueueSettings(_message.Message):
         max_in_flight: _builtins.int = ...,
         rate_limit: _builtins.str = ...,
         rate_burst: _builtins.int = ...,
+        concurrency_key: _builtins.str = ...,
+        max_in_flight_per_key: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "rate_burst", b"rate_burst", "rate_limit", b"rate_limit", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "concurrency_key", b"concurrency_key", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "max_in_flight_per_key", b"max_in_flight_per_key", "rate_burst", b"rate_burst", "rate_limit", b"rate_limit", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sepp.domain.params import Bucket, FlowLimits
+from sepp.storage import flow_keys
 from sepp.storage.postgres.sql import Q
 
 
@@ -46,3 +47,22 @@ async def room(conn: Any, queue: str, limits: FlowLimits, want: int, now: int) -
 async def spend(conn: Any, queue: str, bucket: Bucket, taken: int) -> None:
     """Store ``bucket`` less the ``taken`` tokens of the jobs just leased."""
     await conn.execute(Q["bucket_put"], queue, bucket.tokens - taken, bucket.at)
+
+
+#: READY rows fetched per page of the per-key scan.
+_PAGE = 256
+
+
+async def key_seqs(conn: Any, queue: str, limits: FlowLimits, want: int, budget: int, used: int,
+                   have: bool) -> tuple[list[int], int]:
+    """The seqs to lease under the per-key limit and the call's bytes after them: the
+    RESERVED jobs of each group counted, then at most ``flow_keys.KEY_SCAN`` READY jobs
+    walked in reserve order, a page at a time (``flow_keys.Picker``). The caller holds the
+    queue's flow lock."""
+    held = flow_keys.reserved_groups((r[0] for r in await conn.fetch(Q["reserved_extras_in"], queue)), limits.key)
+    picker = flow_keys.Picker(limits.key, limits.max_per_key, held, want, budget, used, have)
+    cursor = await conn.cursor(Q["ready_keys"], queue, flow_keys.KEY_SCAN)
+    while True:
+        page = await cursor.fetch(_PAGE)
+        if picker.feed(page) or len(page) < _PAGE:
+            return picker.seqs, picker.used

@@ -211,7 +211,11 @@ class ReserveOp:
             if allowed <= 0:
                 continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
             expires = now + p.lease_for[queue]
-            if not budget:
+            if limits is not None and limits.per_key:
+                seqs, used = await flow.key_seqs(conn, queue, limits, allowed, budget, used, bool(out))
+                rows = (await conn.fetch(Q["lease_seqs"], seqs, self.lease_id, expires, p.worker_id, now, p.node)
+                        if seqs else [])
+            elif not budget:
                 rows = await conn.fetch(Q["lease_ready"], queue, allowed, self.lease_id, expires, p.worker_id, now,
                                         p.node)
             else:

@@ -240,3 +240,16 @@ SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1;
 -- Flow control (issue 12): store the bucket of queue $1: $2 tokens left at $3 (µs).
 INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES ($1, $2, $3)
 ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at;
+
+-- name: reserved_extras_in
+-- Flow control (issue 12, per-key limit): the extras (custom map) of queue $1's RESERVED
+-- jobs; the caller holds the queue's flow lock.
+SELECT extras FROM jobs WHERE queue = $1 AND state = 3;
+
+-- name: ready_keys
+-- Flow control (issue 12, per-key limit): the first $2 READY jobs of queue $1 in reserve
+-- order with their extras and size (payload + history bytes), read through a cursor for
+-- flow_keys.Picker. Not locked: every reserver of the queue holds its flow lock, and
+-- lease_seqs leases only rows still READY.
+SELECT seq, extras, octet_length(coalesce(payload, '\x'::bytea)) + coalesce(octet_length(history), 0)
+FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2;

@@ -106,9 +106,15 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
         take, bucket = (want, None) if limits is None else flow.room(conn, queue, limits, want, now)
         if take <= 0:
             continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
+        by_key = limits is not None and limits.per_key
         for _round in range(_DAMAGED_ROUNDS):
             try:
-                rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, take)), budget, used, bool(out))
+                if by_key:
+                    assert limits is not None
+                    rows, size = flow.key_rows(conn, queue, limits, take, budget, used, bool(out))
+                else:
+                    rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, take)), budget, used,
+                                             bool(out))
                 break
             except (sqlite3.OperationalError, TypeError) as exc:
                 if isinstance(exc, sqlite3.OperationalError) and not is_decode_error(exc):
@@ -120,8 +126,11 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
             continue
         used += size
         expires = now + params.lease_for[queue]
-        leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows),
-                                                  params.node)).rowcount
+        if by_key:
+            leased = flow.lease_rows(conn, rows, lease_id, expires, params.worker_id, now, params.node)
+        else:
+            leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows),
+                                                      params.node)).rowcount
         if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
             raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
         if bucket is not None:

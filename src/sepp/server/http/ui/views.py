@@ -165,6 +165,8 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
             rows.append((key, f"±{float(value) * 100:g}%"))
         elif key in _UNLIMITED_AT_ZERO:
             rows.append((key, (f"{value:,}" if isinstance(value, int) else str(value)) if value else "unlimited"))
+        elif key == "concurrency_key":
+            rows.append((key, str(value) or "none"))
         elif key == "rate_burst":
             rows.append((key, f"{value:,}" if value else "the rate's per-period amount"))
         else:
@@ -173,7 +175,7 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 #: Flow-control settings (issue 12) whose 0 means "no limit".
-_UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit")
+_UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit", "max_in_flight_per_key")
 
 
 def job_context(rec: JobRecord) -> dict[str, Any]:

@@ -142,6 +142,10 @@ class QueueSettings(BaseModel):
     #: Needs ``concurrency_key`` (issue 12).
     max_in_flight_per_key: int = Field(default=0, ge=0, le=MAX_SIZE)
 
+    #: Seconds a queue may hold READY jobs without a Reserve of it from any worker before
+    #: the UI and ``sepp queues list`` flag it "no consumer"; 0 = never flagged (issue 12).
+    consumer_timeout: float = Field(default=60.0, ge=0, le=DAY)
+
     @field_validator("max_in_flight_per_key")
     @classmethod
     def _per_key_needs_a_key(cls, value: int, info: ValidationInfo) -> int:

@@ -546,6 +546,7 @@ def queue_settings_from_proto(msg: pb.QueueSettings) -> QueueSettings:
         rate_burst=msg.rate_burst,
         concurrency_key=msg.concurrency_key,
         max_in_flight_per_key=msg.max_in_flight_per_key,
+        consumer_timeout=_duration(msg.consumer_timeout),
     )
 
 

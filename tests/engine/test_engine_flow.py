@@ -10,6 +10,8 @@ import time
 
 from engine.engine_kit import Harness, HarnessFactory, S, request
 from sepp.api.v1 import common_pb2 as pb
+from sepp.server.admin import AdminEngine
+from sepp.server.rpc.admin import stats_proto
 
 
 async def test_max_in_flight_3_with_20_reservers_never_holds_more_than_3(make_harness: HarnessFactory) -> None:
@@ -121,3 +123,31 @@ async def test_one_per_tenant_never_overlaps_and_b_is_not_starved_behind_a(make_
     assert overlap == 1                        # within a tenant, never two at once
     assert finished.count("b") == 20
     assert len(finished) <= 100, len(finished)  # B ran alongside A, not after A's 1,000
+
+
+async def test_no_consumer_flags_ready_jobs_nobody_reserves_within_consumer_timeout(
+        make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"consumer_timeout": 60.0}, "never": {"consumer_timeout": 0.0}})
+    admin = AdminEngine(h.engine, h.store.admin)
+
+    async def flagged(name: str = "q") -> bool:
+        (view,) = await admin.stats([name])
+        return view.no_consumer
+
+    assert not await flagged()                  # no READY jobs
+    await h.enqueue()
+    await h.enqueue("never")
+    assert not await flagged()                  # a job just enqueued: not yet
+    h.clock.advance(60.0)
+    assert not await flagged()                  # at the timeout exactly: not yet
+    h.clock.advance(0.001)
+    assert await flagged() and not await flagged("never")   # one past: flagged; 0 = never
+    msg = stats_proto((await admin.stats(["q"]))[0])
+    assert msg.no_consumer and not msg.HasField("last_reserve_at")
+    h.engine.workers.reserved("w1", "host", ["q"], 1, "")   # a worker's Reserve (the RPC layer's note)
+    assert not await flagged()
+    assert stats_proto((await admin.stats(["q"]))[0]).last_reserve_at.seconds == h.now // S
+    h.clock.advance(60.001)
+    assert await flagged()                      # that worker went quiet
+    await admin.set_paused("q", True)
+    assert not await flagged()                  # paused on purpose: not flagged

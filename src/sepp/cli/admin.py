@@ -69,7 +69,7 @@ app.add_typer(queues_app)
 app.add_typer(jobs_app)
 
 _DURATION_SETTINGS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
-                      "dead_letter_retention")
+                      "dead_letter_retention", "consumer_timeout")
 
 T = TypeVar("T")
 
@@ -133,7 +133,8 @@ def queues_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_j
     table.add_column("oldest ready", justify="right")
     for q in queues:
         s = stats.get(q.name)
-        label = escape(q.name) + (" [yellow](paused)[/]" if q.paused else "")
+        label = escape(q.name) + (" [yellow](paused)[/]" if q.paused else "") + (
+            " [red](no consumer)[/]" if s is not None and s.no_consumer else "")
         counts = [f"{getattr(s, n):,}" if s else "–" for n in STATE_ORDER]
         age = human_duration(seconds_of(s.oldest_ready_age)) if s and s.HasField("oldest_ready_age") else "–"
         table.add_row(label, *counts, age)
@@ -191,6 +192,7 @@ SETTING_FLAGS = {
     "limits.max_custom_key_bytes": "--max-custom-key-bytes", "limits.max_custom_bytes": "--max-custom-bytes",
     "max_in_flight": "--max-in-flight", "rate_limit": "--rate-limit", "rate_burst": "--rate-burst",
     "concurrency_key": "--concurrency-key", "max_in_flight_per_key": "--max-in-flight-per-key",
+    "consumer_timeout": "--consumer-timeout",
 }
 
 
@@ -274,6 +276,9 @@ def queues_declare(
     max_in_flight_per_key: Annotated[int | None, typer.Option(
         "--max-in-flight-per-key", help="Most jobs RESERVED at once per value of --concurrency-key (0 = unlimited).")
     ] = None,
+    consumer_timeout: Annotated[str | None, typer.Option(
+        "--consumer-timeout", help="Flag the queue 'no consumer' after READY jobs wait this long with no "
+        "Reserve, e.g. 60s (0 = never).")] = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
@@ -286,7 +291,8 @@ def queues_declare(
             max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
             max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
             max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
-            rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key)
+            rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key,
+            consumer_timeout=consumer_timeout)
     except FlagValueError as exc:
         _fail_flag(exc, as_json)
     with _client(server, token, timeout, as_json) as client:

@@ -465,6 +465,7 @@ class QueueSettings(_message.Message):
     RATE_BURST_FIELD_NUMBER: _builtins.int
     CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
     MAX_IN_FLIGHT_PER_KEY_FIELD_NUMBER: _builtins.int
+    CONSUMER_TIMEOUT_FIELD_NUMBER: _builtins.int
     default_priority: _builtins.int
     default_max_attempts: _builtins.int
     retry_jitter: _builtins.float
@@ -501,6 +502,12 @@ class QueueSettings(_message.Message):
     def dead_letter_retention(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def limits(self) -> Global___QueueLimits: ...
+    @_builtins.property
+    def consumer_timeout(self) -> _duration_pb2.Duration:
+        """Seconds the queue may hold READY jobs with no Reserve of it from any worker before it is
+        flagged "no consumer" (QueueStats.no_consumer); 0 = never flagged. Default 60 s.
+        """
+
     def __init__(
         self,
         *,
@@ -519,10 +526,11 @@ class QueueSettings(_message.Message):
         rate_burst: _builtins.int = ...,
         concurrency_key: _builtins.str = ...,
         max_in_flight_per_key: _builtins.int = ...,
+        consumer_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "consumer_timeout", b"consumer_timeout", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "concurrency_key", b"concurrency_key", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "max_in_flight_per_key", b"max_in_flight_per_key", "rate_burst", b"rate_burst", "rate_limit", b"rate_limit", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "concurrency_key", b"concurrency_key", "consumer_timeout", b"consumer_timeout", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "max_in_flight_per_key", b"max_in_flight_per_key", "rate_burst", b"rate_burst", "rate_limit", b"rate_limit", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

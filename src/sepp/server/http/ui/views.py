@@ -159,7 +159,7 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
                     fmt_bytes(lvalue) if lkey.endswith("_bytes") else f"{lvalue:,}")
                 rows.append((f"limits.{lkey}", shown))
         elif key in ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
-                     "dead_letter_retention"):
+                     "dead_letter_retention", "consumer_timeout"):
             rows.append((key, fmt_duration(float(value))))
         elif key == "retry_jitter":
             rows.append((key, f"±{float(value) * 100:g}%"))

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -64,6 +64,28 @@ MIN_TIMESTAMP_SECONDS, MAX_TIMESTAMP_SECONDS = -62_135_596_800, 253_402_300_799
 MAX_DURATION_SECONDS = 315_576_000_000
 
 
+#: Longest ``rate_limit`` text accepted.
+MAX_RATE_TEXT = 32
+#: Seconds of each ``rate_limit`` unit, and back.
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": HOUR, "d": DAY}
+_UNIT_OF = {v: k for k, v in RATE_UNITS.items()}
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """A ``rate_limit`` as (count, period in seconds): ``"50/s"`` → (50, 1.0), ``"1000/m"`` →
+    (1000, 60.0). Count 1 .. 2,147,483,647, unit s, m, h or d; spaces around the parts are
+    allowed. Raises ``ValueError`` with a message naming the expected form (issue 12)."""
+    count, sep, unit = text.strip().partition("/")
+    count, unit = count.strip(), unit.strip().lower()
+    if not sep or not count.isdigit() or unit not in RATE_UNITS:
+        raise ValueError(f"{clip_repr(text, 40)} is not a rate; use <count>/<unit> with unit s, m, h or d, "
+                         "e.g. \"50/s\" or \"1000/m\" (empty = unlimited)")
+    amount = int(count)
+    if not 1 <= amount <= MAX_SIZE:
+        raise ValueError(f"the count of rate {clip_repr(text, 40)} must be between 1 and {MAX_SIZE}")
+    return amount, RATE_UNITS[unit]
+
+
 class QueueLimits(BaseModel):
     """Per-queue limits a request is validated against (SPEC §2 catalogue)."""
 
@@ -103,6 +125,52 @@ class QueueSettings(BaseModel):
     #: How long DEAD_LETTERED (and CANCELLED) jobs are kept, seconds; ≤ 10 years.
     dead_letter_retention: float = Field(default=14 * DAY, ge=0, le=MAX_RETENTION)
     limits: QueueLimits = QueueLimits()
+    #: Most jobs of the queue RESERVED at once, across every worker and node; 0 = unlimited
+    #: (issue 12; docs/flow-control.md).
+    max_in_flight: int = Field(default=0, ge=0, le=MAX_SIZE)
+    #: Most reservations per period, ``"<count>/<unit>"`` with unit s, m, h or d (``"50/s"``,
+    #: ``"1000/m"``): a token bucket refilled evenly over the period; "" = unlimited (issue 12).
+    rate_limit: str = Field(default="", max_length=MAX_RATE_TEXT)
+    #: The bucket's size: most reservations at once after an idle spell; 0 = the per-period
+    #: amount of ``rate_limit`` (issue 12).
+    rate_burst: int = Field(default=0, ge=0, le=MAX_SIZE)
+
+    #: The custom-map entry whose value groups the queue's jobs for ``max_in_flight_per_key``
+    #: (e.g. ``"tenant_id"``); jobs without the entry form one group of their own (issue 12).
+    concurrency_key: str = Field(default="", max_length=MAX_TRACE_KEY_BYTES)
+    #: Most jobs RESERVED at once per distinct value of ``concurrency_key``; 0 = unlimited.
+    #: Needs ``concurrency_key`` (issue 12).
+    max_in_flight_per_key: int = Field(default=0, ge=0, le=MAX_SIZE)
+
+    #: Seconds a queue may hold READY jobs without a Reserve of it from any worker before
+    #: the UI and ``sepp queues list`` flag it "no consumer"; 0 = never flagged (issue 12).
+    consumer_timeout: float = Field(default=60.0, ge=0, le=DAY)
+
+    @field_validator("max_in_flight_per_key")
+    @classmethod
+    def _per_key_needs_a_key(cls, value: int, info: ValidationInfo) -> int:
+        """A per-key limit without ``concurrency_key`` would limit nothing: refused."""
+        if value and not info.data.get("concurrency_key"):
+            raise ValueError("max_in_flight_per_key needs concurrency_key (the custom-map entry that names the group, "
+                             "e.g. \"tenant_id\")")
+        return value
+
+    @field_validator("concurrency_key")
+    @classmethod
+    def _key_is_text(cls, value: str) -> str:
+        """A custom-map key cannot hold U+0000 (PostgreSQL text) — refused rather than never matching."""
+        if "\x00" in value:
+            raise ValueError("concurrency_key must not contain a NUL character (U+0000)")
+        return value
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit_parses(cls, value: str) -> str:
+        """Refuse a rate that does not parse (the error names the field); keep it normalised."""
+        if not value.strip():
+            return ""
+        amount, period = parse_rate(value)
+        return f"{amount}/{_UNIT_OF[period]}"
 
 
 class ServerLimits(BaseModel):
@@ -222,6 +290,12 @@ def _clamp_fields(model: type[BaseModel], data: Any, defaults: dict[str, Any],
             continue
         if key == "allowed_encodings":
             out[key] = _clamp_labels(value, default, path, max_label, notes)
+            continue
+        if isinstance(default, str):  # a text setting (rate_limit, concurrency_key): valid as stored, or the default
+            try:
+                out[key] = getattr(model.model_validate({key: value}), key)
+            except ValidationError:
+                notes.append(f"{path}={clip_repr(value)} is not valid; using the default {default!r}")
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             notes.append(f"{path}={clip_repr(value)} is not a finite number; using the default {default!r}")

@@ -541,6 +541,12 @@ def queue_settings_from_proto(msg: pb.QueueSettings) -> QueueSettings:
         completed_retention=_duration(msg.completed_retention),
         dead_letter_retention=_duration(msg.dead_letter_retention),
         limits=queue_limits_from_proto(msg.limits),
+        max_in_flight=msg.max_in_flight,
+        rate_limit=msg.rate_limit,
+        rate_burst=msg.rate_burst,
+        concurrency_key=msg.concurrency_key,
+        max_in_flight_per_key=msg.max_in_flight_per_key,
+        consumer_timeout=_duration(msg.consumer_timeout),
     )
 
 

@@ -60,6 +60,7 @@ from sepp.cli.type_figures_view import type_stats_json, type_stats_table
 from sepp.client.admin import AdminClient, AdminError, state_number
 from sepp.domain.states import state_label, state_name
 from sepp.errors import PermissionDenied, TransportError, Unauthenticated
+from sepp.limits import parse_rate
 
 queues_app = typer.Typer(name="queues", help="List, inspect, declare, pause, resume, purge and delete queues.",
                          no_args_is_help=True)
@@ -69,7 +70,7 @@ app.add_typer(queues_app)
 app.add_typer(jobs_app)
 
 _DURATION_SETTINGS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
-                      "dead_letter_retention")
+                      "dead_letter_retention", "consumer_timeout")
 
 T = TypeVar("T")
 
@@ -133,7 +134,8 @@ def queues_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_j
     table.add_column("oldest ready", justify="right")
     for q in queues:
         s = stats.get(q.name)
-        label = escape(q.name) + (" [yellow](paused)[/]" if q.paused else "")
+        label = escape(q.name) + (" [yellow](paused)[/]" if q.paused else "") + (
+            " [red](no consumer)[/]" if s is not None and s.no_consumer else "")
         counts = [f"{getattr(s, n):,}" if s else "–" for n in STATE_ORDER]
         age = human_duration(seconds_of(s.oldest_ready_age)) if s and s.HasField("oldest_ready_age") else "–"
         table.add_row(label, *counts, age)
@@ -196,6 +198,9 @@ SETTING_FLAGS = {
     "dead_letter_retention": "--dead-letter-retention", "limits.max_payload_bytes": "--max-payload-bytes",
     "limits.allowed_encodings": "--allowed-encoding", "limits.max_custom_entries": "--max-custom-entries",
     "limits.max_custom_key_bytes": "--max-custom-key-bytes", "limits.max_custom_bytes": "--max-custom-bytes",
+    "max_in_flight": "--max-in-flight", "rate_limit": "--rate-limit", "rate_burst": "--rate-burst",
+    "concurrency_key": "--concurrency-key", "max_in_flight_per_key": "--max-in-flight-per-key",
+    "consumer_timeout": "--consumer-timeout",
 }
 
 
@@ -222,6 +227,15 @@ def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[st
             if most is not None and len(labels) > most:
                 raise FlagValueError(flag, f"(given {len(labels)} times)", f"at most {most} labels are allowed", most)
             settings.limits.allowed_encodings.extend(labels)
+        elif path == "rate_limit":
+            if value.strip():
+                try:
+                    parse_rate(value)
+                except ValueError as exc:
+                    raise FlagValueError(flag, value, str(exc)) from None
+            settings.rate_limit = value
+        elif path == "concurrency_key":
+            settings.concurrency_key = value
         elif name in _DURATION_SETTINGS:
             lo, hi = setting_bounds(path)
             seconds = parse_seconds(flag, value, lo, hi)
@@ -259,6 +273,20 @@ def queues_declare(
     max_custom_entries: Annotated[int | None, typer.Option("--max-custom-entries")] = None,
     max_custom_key_bytes: Annotated[int | None, typer.Option("--max-custom-key-bytes")] = None,
     max_custom_bytes: Annotated[int | None, typer.Option("--max-custom-bytes")] = None,
+    max_in_flight: Annotated[int | None, typer.Option(
+        "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")] = None,
+    rate_limit: Annotated[str | None, typer.Option(
+        "--rate-limit", help="Most reservations per period, e.g. 50/s or 1000/m ('' = unlimited).")] = None,
+    rate_burst: Annotated[int | None, typer.Option(
+        "--rate-burst", help="Token bucket size for --rate-limit (0 = the per-period amount).")] = None,
+    concurrency_key: Annotated[str | None, typer.Option(
+        "--concurrency-key", help="Custom-map entry grouping jobs for --max-in-flight-per-key (tenant_id).")] = None,
+    max_in_flight_per_key: Annotated[int | None, typer.Option(
+        "--max-in-flight-per-key", help="Most jobs RESERVED at once per value of --concurrency-key (0 = unlimited).")
+    ] = None,
+    consumer_timeout: Annotated[str | None, typer.Option(
+        "--consumer-timeout", help="Flag the queue 'no consumer' after READY jobs wait this long with no "
+        "Reserve, e.g. 60s (0 = never).")] = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
@@ -270,7 +298,9 @@ def queues_declare(
             completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
             max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
             max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
-            max_custom_bytes=max_custom_bytes)
+            max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+            rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key,
+            consumer_timeout=consumer_timeout)
     except FlagValueError as exc:
         _fail_flag(exc, as_json)
     with _client(server, token, timeout, as_json) as client:

@@ -69,6 +69,9 @@ def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
             "retry_base": seconds_of(s.retry_base), "retry_cap": seconds_of(s.retry_cap),
             "retry_jitter": s.retry_jitter, "completed_retention": seconds_of(s.completed_retention),
             "dead_letter_retention": seconds_of(s.dead_letter_retention),
+            "max_in_flight": s.max_in_flight, "rate_limit": s.rate_limit, "rate_burst": s.rate_burst,
+            "concurrency_key": s.concurrency_key, "max_in_flight_per_key": s.max_in_flight_per_key,
+            "consumer_timeout": seconds_of(s.consumer_timeout),
             "limits": {"max_payload_bytes": lim.max_payload_bytes, "allowed_encodings": list(lim.allowed_encodings),
                        "max_custom_entries": lim.max_custom_entries,
                        "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}
@@ -79,6 +82,8 @@ def stats_json(s: apb.QueueStats) -> dict[str, Any]:
     return {"counts": {name: getattr(s, name) for name in STATE_ORDER},
             "oldest_ready_age": seconds_of(s.oldest_ready_age) if s.HasField("oldest_ready_age") else None,
             "oldest_ready_at": iso_time(s.oldest_ready_at, s.HasField("oldest_ready_at")),
+            "no_consumer": s.no_consumer,
+            "last_reserve_at": iso_time(s.last_reserve_at, s.HasField("last_reserve_at")),
             "throughput": [{"minute": iso_time(m.minute), "enqueued": m.enqueued, "completed": m.completed,
                             "dead_lettered": m.dead_lettered} for m in s.throughput]}
 

@@ -6,9 +6,78 @@ Times are integer microseconds since the Unix epoch (UTC); ids 16-byte UUID blob
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """The flow-control limits of one queue as the store enforces them inside ``reserve``
+    (issue 12; docs/flow-control.md). Only queues with at least one limit set travel in
+    ``ReserveParams.flow``: an unlimited queue keeps the plain reserve path.
+
+    ``max_in_flight``: most jobs of the queue RESERVED at once (counted in the reserving
+    transaction, under a per-queue lock on PostgreSQL, so it holds across nodes); 0 = none.
+    The rate limit's bucket is a row per queue in the store, read and written in the same
+    transaction (so every node draws from one bucket).
+    """
+
+    max_in_flight: int = 0
+    #: ``rate_limit`` as a token bucket: ``rate_amount`` tokens per ``rate_period`` µs, refilled
+    #: evenly, at most ``rate_burst`` tokens held (the bucket starts full). 0 = no rate limit.
+    rate_amount: int = 0
+    rate_period: int = 0
+    rate_burst: int = 0
+    #: ``concurrency_key`` / ``max_in_flight_per_key``: most RESERVED jobs per distinct value of
+    #: the custom-map entry ``key`` (jobs without it share one group); 0 = no per-key limit.
+    key: str = ""
+    max_per_key: int = 0
+
+    @property
+    def active(self) -> bool:
+        """True when any limit is set (the queue needs the limited reserve path)."""
+        return self.max_in_flight > 0 or self.rate_amount > 0 or self.per_key
+
+    @property
+    def per_key(self) -> bool:
+        """True when the per-key limit is set (the reserve picks jobs by group)."""
+        return bool(self.key) and self.max_per_key > 0
+
+    def bucket(self, stored: tuple[float, int] | None, now: int) -> Bucket:
+        """The token bucket at ``now`` (µs) from its stored (tokens, updated_at): full when it
+        was never used (``stored`` None), else the tokens plus ``rate_amount`` per
+        ``rate_period`` elapsed, at most ``rate_burst``. A clock that went back (another
+        node's) refills nothing and the bucket keeps its later time, so no interval is
+        refilled twice."""
+        if stored is None:
+            return Bucket(float(self.rate_burst), now)
+        tokens, at = float(stored[0]), int(stored[1])
+        if now <= at:
+            return Bucket(min(float(self.rate_burst), tokens), at)
+        return Bucket(min(float(self.rate_burst), tokens + (now - at) * self.rate_amount / self.rate_period), now)
+
+    def token_wait(self) -> float:
+        """Seconds until one more token arrives in an empty bucket (0 without a rate limit):
+        how long a long-polling Reserve held back by the rate waits before trying again."""
+        return self.rate_period / self.rate_amount / 1e6 if self.rate_amount else 0.0
+
+
+class Bucket(NamedTuple):
+    """A queue's token bucket (``rate_limit``, issue 12): ``tokens`` held (fractional) at
+    ``at`` (µs UTC)."""
+
+    tokens: float
+    at: int
+
+    @property
+    def whole(self) -> int:
+        """The reservations the bucket allows now (whole tokens; a hair of float error forgiven)."""
+        return int(self.tokens + 1e-9)
+
+
+#: No flow limits (the default of ``ReserveParams.flow``).
+NO_FLOW: Mapping[str, FlowLimits] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +97,9 @@ class ReserveParams:
     #: The name of the node leasing (``node_name``, default the host name; issue 10): stored
     #: on each job leased and written into the attempt's history entry. "" = unnamed.
     node: str = ""
+    #: The flow limits of the queues that have any (issue 12): queue → ``FlowLimits``. The
+    #: store leases fewer jobs (or none) from such a queue when a limit holds them back.
+    flow: Mapping[str, FlowLimits] = field(default_factory=dict)
 
 
 #: Dead-letter reason of a job whose stored row could not be delivered (issue 14 O4).

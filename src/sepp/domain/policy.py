@@ -16,6 +16,10 @@ class QueuePolicy:
     jitter: float = 0.2
     completed_retention: int = 86_400_000_000
     dead_retention: int = 14 * 86_400_000_000
+    #: The queue has a flow limit (issue 12): every settle of one of its jobs frees capacity,
+    #: so the store wakes the queue's long-polling reservers on every node, not only when a
+    #: job became READY again.
+    wake_on_settle: bool = False
 
     def backoff(self, attempt: int, rand: float) -> int:
         """Delay before retry number ``attempt`` (1-based), µs: base × 2^(attempt−1), capped,

@@ -33,6 +33,7 @@ from sepp.server.queues import QueueRegistry, QueueState
 from sepp.server.workers import WorkerRegistry
 from sepp.storage.base import (
     DAMAGED_ROW,
+    NO_FLOW,
     Dedups,
     ExtendResult,
     JobRecord,
@@ -55,6 +56,8 @@ DEAD_LOG_BURST, DEAD_LOG_EVERY = 20, 5.0
 #: Overload lines: at most one per this many seconds, with the count of the refusals in between.
 OVERLOAD_LOG_EVERY = 5.0
 _SCHEDULED, _READY, _DEAD = int(State.SCHEDULED), int(State.READY), int(State.DEAD_LETTERED)
+#: Shortest wait of a long-polling Reserve for the next token of a rate-limited queue, seconds.
+_MIN_TOKEN_WAIT = 0.001
 #: Longest lease a Reserve or ExtendLease may ask for, seconds (one day; refused, not clamped).
 MAX_LEASE_SECONDS = MAX_LEASE
 #: Shortest lease or extension, seconds: the server keeps time in µs, and a lease shorter than
@@ -384,19 +387,25 @@ class JobEngine:
                     lease_for = {q.name: int(lease_s * 1_000_000) if lease_s else q.lease_us for q in active}
                     # Payloads beyond one message's worth are not leased at all (the servicer
                     # gives back the few that still do not fit exactly).
+                    flow = {q.name: q.flow for q in active if q.flow is not None}
                     params = ReserveParams([q.name for q in active], max_jobs, self._clock_now(), lease_for, worker_id,
-                                           self.limits.max_message_bytes, self.node)
+                                           self.limits.max_message_bytes, self.node, flow or NO_FLOW)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs  # stopped while leasing or not: what was leased is answered
                 remaining = deadline - loop.time()
                 if remaining <= 0 or me.stopped:
                     return []
+                # A rate limit frees capacity by time, which notifies nobody: try again when
+                # the next token is due (issue 12), or when woken, whichever comes first.
+                poll = min((q.flow.token_wait() for q in active if q.flow is not None and q.flow.rate_amount),
+                           default=remaining)
                 me.parked = True
                 try:
-                    await asyncio.wait_for(event.wait(), remaining)
+                    await asyncio.wait_for(event.wait(), min(remaining, max(poll, _MIN_TOKEN_WAIT)))
                 except TimeoutError:
-                    return []
+                    if poll >= remaining:
+                        return []
                 finally:
                     me.parked = False
         finally:
@@ -504,6 +513,8 @@ class JobEngine:
         for i, (error, state, run_at, attempt, queue, _started, _type) in enumerate(results):
             if error is not None:
                 continue
+            if self.queues.policy_for(queue).wake_on_settle:
+                woke.add(queue)  # a flow-limited queue got a slot back (issue 12)
             if state in _COUNTED:
                 if run_at:  # run_at 0: a repeated ack, counted already
                     key = (queue, state)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings
+from sepp.domain.params import FlowLimits
+from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings, parse_rate
 from sepp.quoting import quote
 from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
 from sepp.validation import QueueRefused
@@ -41,6 +42,8 @@ class QueueState:
     policy: QueuePolicy = field(init=False)
     lease_us: int = field(init=False)
     dedup_us: int = field(init=False)
+    #: The queue's flow limits as the store enforces them, or None when it has none (issue 12).
+    flow: FlowLimits | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.apply(self.settings)
@@ -54,6 +57,10 @@ class QueueState:
             backoff_base=int(settings.retry_base * _US), backoff_cap=int(settings.retry_cap * _US),
             jitter=settings.retry_jitter, completed_retention=int(settings.completed_retention * _US),
             dead_retention=int(settings.dead_letter_retention * _US))
+        flow = flow_limits(settings)
+        self.flow = flow if flow.active else None
+        if self.flow is not None:  # a settle of its jobs frees capacity: wake reservers (every node)
+            self.policy = replace(self.policy, wake_on_settle=True)
         _generation[0] += 1
 
     @property
@@ -64,6 +71,15 @@ class QueueState:
     def record(self) -> QueueRecord:
         """The persisted form."""
         return QueueRecord(self.name, self.settings.model_dump_json(), self.paused, self.declared)
+
+
+def flow_limits(settings: QueueSettings) -> FlowLimits:
+    """The store's form of a queue's flow-control settings (issue 12): ``rate_limit`` as
+    tokens per period in µs, the bucket size ``rate_burst`` or else the per-period amount."""
+    amount, period = parse_rate(settings.rate_limit) if settings.rate_limit else (0, 0.0)
+    return FlowLimits(max_in_flight=settings.max_in_flight, rate_amount=amount, rate_period=int(period * _US),
+                      rate_burst=(settings.rate_burst or amount) if amount else 0,
+                      key=settings.concurrency_key, max_per_key=settings.max_in_flight_per_key)
 
 
 def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None, *, quiet: bool = False) -> QueueSettings:

@@ -22,7 +22,9 @@ from typing import Protocol
 
 from sepp.domain.params import (
     DAMAGED_ROW,
+    NO_FLOW,
     ExtendResult,
+    FlowLimits,
     ReserveParams,
     SettleError,
     SettleKind,
@@ -51,8 +53,10 @@ from sepp.storage.search import CustomEntry
 __all__ = [
     "DAMAGED_ROW",
     "FINISHED",
+    "NO_FLOW",
     "Dedups",
     "ExtendResult",
+    "FlowLimits",
     "JobRecord",
     "JobRow",
     "NodeRecord",

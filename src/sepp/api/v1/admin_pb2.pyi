@@ -372,6 +372,8 @@ class QueueStats(_message.Message):
     OLDEST_READY_AGE_FIELD_NUMBER: _builtins.int
     OLDEST_READY_AT_FIELD_NUMBER: _builtins.int
     THROUGHPUT_FIELD_NUMBER: _builtins.int
+    NO_CONSUMER_FIELD_NUMBER: _builtins.int
+    LAST_RESERVE_AT_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     paused: _builtins.bool
     scheduled: _builtins.int
@@ -380,6 +382,10 @@ class QueueStats(_message.Message):
     completed: _builtins.int
     dead_lettered: _builtins.int
     cancelled: _builtins.int
+    no_consumer: _builtins.bool
+    """The "no consumer" signal (issue 12): not paused, READY jobs, and neither the oldest of
+    them nor any worker's Reserve of the queue within its consumer_timeout.
+    """
     @_builtins.property
     def oldest_ready_age(self) -> _duration_pb2.Duration:
         """How long the longest-waiting READY job has been reservable (now − its run_at);
@@ -391,6 +397,10 @@ class QueueStats(_message.Message):
     @_builtins.property
     def throughput(self) -> _containers.RepeatedCompositeFieldContainer[Global___MinuteCount]:
         """The last 60 minutes, oldest first; the last entry is the current (partial) minute."""
+
+    @_builtins.property
+    def last_reserve_at(self) -> _timestamp_pb2.Timestamp:
+        """The latest Reserve of the queue by any worker on any node; absent when none polls it."""
 
     def __init__(
         self,
@@ -406,10 +416,12 @@ class QueueStats(_message.Message):
         oldest_ready_age: _duration_pb2.Duration | None = ...,
         oldest_ready_at: _timestamp_pb2.Timestamp | None = ...,
         throughput: _abc.Iterable[Global___MinuteCount] | None = ...,
+        no_consumer: _builtins.bool = ...,
+        last_reserve_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_reserve_at", b"last_reserve_at", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "completed", b"completed", "dead_lettered", b"dead_lettered", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at", "paused", b"paused", "queue", b"queue", "ready", b"ready", "reserved", b"reserved", "scheduled", b"scheduled", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "completed", b"completed", "dead_lettered", b"dead_lettered", "last_reserve_at", b"last_reserve_at", "no_consumer", b"no_consumer", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at", "paused", b"paused", "queue", b"queue", "ready", b"ready", "reserved", b"reserved", "scheduled", b"scheduled", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

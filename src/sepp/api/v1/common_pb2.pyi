@@ -460,10 +460,34 @@ class QueueSettings(_message.Message):
     COMPLETED_RETENTION_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_RETENTION_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    RATE_LIMIT_FIELD_NUMBER: _builtins.int
+    RATE_BURST_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_KEY_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_PER_KEY_FIELD_NUMBER: _builtins.int
+    CONSUMER_TIMEOUT_FIELD_NUMBER: _builtins.int
     default_priority: _builtins.int
     default_max_attempts: _builtins.int
     retry_jitter: _builtins.float
     """Jitter as a fraction, e.g. 0.2 = ±20%."""
+    max_in_flight: _builtins.int
+    """Flow control (issue 12, docs/flow-control.md): most jobs of the queue RESERVED at once
+    across all workers and nodes; 0 = unlimited.
+    """
+    rate_limit: _builtins.str
+    """Most reservations per period, "<count>/<unit>" with unit s, m, h or d ("50/s", "1000/m");
+    a token bucket; empty = unlimited.
+    """
+    rate_burst: _builtins.int
+    """The bucket's size (most reservations at once after an idle spell); 0 = the per-period
+    amount of rate_limit.
+    """
+    concurrency_key: _builtins.str
+    """The custom-map entry whose value groups the jobs for max_in_flight_per_key (e.g.
+    "tenant_id"); jobs without it share one group.
+    """
+    max_in_flight_per_key: _builtins.int
+    """Most jobs RESERVED at once per distinct value of concurrency_key; 0 = unlimited."""
     @_builtins.property
     def lease_duration(self) -> _duration_pb2.Duration: ...
     @_builtins.property
@@ -478,6 +502,12 @@ class QueueSettings(_message.Message):
     def dead_letter_retention(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def limits(self) -> Global___QueueLimits: ...
+    @_builtins.property
+    def consumer_timeout(self) -> _duration_pb2.Duration:
+        """Seconds the queue may hold READY jobs with no Reserve of it from any worker before it is
+        flagged "no consumer" (QueueStats.no_consumer); 0 = never flagged. Default 60 s.
+        """
+
     def __init__(
         self,
         *,
@@ -491,10 +521,16 @@ class QueueSettings(_message.Message):
         completed_retention: _duration_pb2.Duration | None = ...,
         dead_letter_retention: _duration_pb2.Duration | None = ...,
         limits: Global___QueueLimits | None = ...,
+        max_in_flight: _builtins.int = ...,
+        rate_limit: _builtins.str = ...,
+        rate_burst: _builtins.int = ...,
+        concurrency_key: _builtins.str = ...,
+        max_in_flight_per_key: _builtins.int = ...,
+        consumer_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "consumer_timeout", b"consumer_timeout", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed_retention", b"completed_retention", "concurrency_key", b"concurrency_key", "consumer_timeout", b"consumer_timeout", "dead_letter_retention", b"dead_letter_retention", "dedup_window", b"dedup_window", "default_max_attempts", b"default_max_attempts", "default_priority", b"default_priority", "lease_duration", b"lease_duration", "limits", b"limits", "max_in_flight", b"max_in_flight", "max_in_flight_per_key", b"max_in_flight_per_key", "rate_burst", b"rate_burst", "rate_limit", b"rate_limit", "retry_base", b"retry_base", "retry_cap", b"retry_cap", "retry_jitter", b"retry_jitter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -109,11 +110,27 @@ class QueueStatsView:
     oldest_ready_at: int | None
     throughput: list[MinuteRow]
     now: int
+    #: The latest Reserve of the queue by any worker on any node (µs UTC), or None when no
+    #: worker seen within the last hour polls it (issue 12 "no consumer").
+    last_reserve: int | None = None
+    #: The queue's ``consumer_timeout``, seconds (0 = never flagged).
+    consumer_timeout: float = 0.0
 
     @property
     def oldest_ready_age(self) -> float | None:
         """Seconds the oldest READY job has waited, or None."""
         return None if self.oldest_ready_at is None else max(0.0, (self.now - self.oldest_ready_at) / 1e6)
+
+    @property
+    def no_consumer(self) -> bool:
+        """The "no consumer" signal (issue 12): the queue is not paused, has READY jobs, the
+        oldest has waited longer than ``consumer_timeout``, and no worker reserved from it
+        within that time either (a queue just given its first job is not flagged at once)."""
+        age = self.oldest_ready_age
+        if self.paused or not self.counts.ready or self.consumer_timeout <= 0 or age is None:
+            return False
+        since = math.inf if self.last_reserve is None else (self.now - self.last_reserve) / 1e6
+        return min(age, since) > self.consumer_timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,10 +538,27 @@ class AdminEngine:
         for (queue, minute, column), n in self.counter.pending.items():
             if minute >= first:
                 series.setdefault(queue, {}).setdefault(minute, [0, 0, 0])[column] += n
+        last = await self._last_reserves()
         out = []
         for q in queues:
             oldest = await self.store.oldest_ready(q.name) if counts.get(q.name, StateCounts()).ready else None
             per = series.get(q.name, {})
             rows = [MinuteRow(q.name, m, *per.get(m, (0, 0, 0))) for m in range(first, this_minute + 1)]
-            out.append(QueueStatsView(q.name, q.paused, counts.get(q.name, StateCounts()), oldest, rows, now))
+            out.append(QueueStatsView(q.name, q.paused, counts.get(q.name, StateCounts()), oldest, rows, now,
+                                      last.get(q.name), q.settings.consumer_timeout))
         return out
+
+    async def _last_reserves(self) -> dict[str, int]:
+        """Queue → the latest Reserve of it by any worker (µs UTC), from the worker rows every
+        node reports (this node's fresh from memory): what "no consumer" is judged by
+        (issue 12). Another node's Reserves show with its report's delay (its heartbeat)."""
+        engine = self.engine
+        node = engine.node
+        rows = [r for r in await engine.store.workers() if r.node != node]
+        rows += engine.workers.snapshot(node)
+        last: dict[str, int] = {}
+        for row in rows:
+            for queue in row.queues:
+                if row.last_reserve > last.get(queue, 0):
+                    last[queue] = row.last_reserve
+        return last

@@ -41,8 +41,9 @@ Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 _DURATIONS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
-              "dead_letter_retention")
-_SCALARS = ("default_priority", "default_max_attempts", "retry_jitter")
+              "dead_letter_retention", "consumer_timeout")
+_SCALARS = ("default_priority", "default_max_attempts", "retry_jitter", "max_in_flight", "rate_limit", "rate_burst",
+            "concurrency_key", "max_in_flight_per_key")
 _LIMITS = ("max_payload_bytes", "allowed_encodings", "max_custom_entries", "max_custom_key_bytes",
            "max_custom_bytes")
 
@@ -115,6 +116,9 @@ def stats_proto(view: QueueStatsView) -> apb.QueueStats:
     if view.oldest_ready_at is not None:
         msg.oldest_ready_at.CopyFrom(ts(view.oldest_ready_at))
         msg.oldest_ready_age.CopyFrom(seconds_to_duration(view.oldest_ready_age or 0.0))
+    msg.no_consumer = view.no_consumer
+    if view.last_reserve is not None:
+        msg.last_reserve_at.CopyFrom(ts(view.last_reserve))
     for row in view.throughput:
         msg.throughput.add(minute=ts(row.minute * 60_000_000), enqueued=row.enqueued, completed=row.completed,
                            dead_lettered=row.dead_lettered)

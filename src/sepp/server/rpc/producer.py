@@ -36,6 +36,9 @@ def queue_settings_proto(s: object) -> pb.QueueSettings:
         retry_base=seconds_to_duration(s.retry_base), retry_cap=seconds_to_duration(s.retry_cap),
         retry_jitter=s.retry_jitter, completed_retention=seconds_to_duration(s.completed_retention),
         dead_letter_retention=seconds_to_duration(s.dead_letter_retention),
+        max_in_flight=s.max_in_flight, rate_limit=s.rate_limit, rate_burst=s.rate_burst,
+        concurrency_key=s.concurrency_key, max_in_flight_per_key=s.max_in_flight_per_key,
+        consumer_timeout=seconds_to_duration(s.consumer_timeout),
         limits=pb.QueueLimits(max_payload_bytes=lim.max_payload_bytes, allowed_encodings=lim.allowed_encodings,
                               max_custom_entries=lim.max_custom_entries,
                               max_custom_key_bytes=lim.max_custom_key_bytes, max_custom_bytes=lim.max_custom_bytes))

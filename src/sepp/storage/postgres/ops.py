@@ -30,6 +30,7 @@ from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord, WorkerR
 from sepp.domain.states import State
 from sepp.domain.transitions import Decision, ExpiredLease, HeldJob, completed_purge_at, lease_error, reclaim, settle
 from sepp.storage.errors import StoreError
+from sepp.storage.postgres import flow
 from sepp.storage.postgres.committer import FoldableOp, Tx
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
@@ -211,14 +212,25 @@ class ReserveOp:
         out: list[tuple[str, int, list[Any]]] = []
         want = p.max_jobs
         budget, used = p.max_bytes, 0
+        if p.flow:
+            await flow.lock(conn, [q for q in p.queues if q in p.flow])
         for queue in p.queues:
             if want <= 0 or (budget and used >= budget):
                 break
+            limits = p.flow.get(queue)
+            allowed, bucket = (want, None) if limits is None else await flow.room(conn, queue, limits, want, now)
+            if allowed <= 0:
+                continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
             expires = now + p.lease_for[queue]
-            if not budget:
-                rows = await conn.fetch(Q["lease_ready"], queue, want, self.lease_id, expires, p.worker_id, now, p.node)
+            if limits is not None and limits.per_key:
+                seqs, used = await flow.key_seqs(conn, queue, limits, allowed, budget, used, bool(out))
+                rows = (await conn.fetch(Q["lease_seqs"], seqs, self.lease_id, expires, p.worker_id, now, p.node)
+                        if seqs else [])
+            elif not budget:
+                rows = await conn.fetch(Q["lease_ready"], queue, allowed, self.lease_id, expires, p.worker_id, now,
+                                        p.node)
             else:
-                sizes = await conn.fetch(Q["ready_sizes"], queue, want)
+                sizes = await conn.fetch(Q["ready_sizes"], queue, allowed)
                 take: list[int] = []
                 for seq, n in sizes:
                     if used + n > budget and (take or out):
@@ -229,6 +241,8 @@ class ReserveOp:
                         if take else [])
             if not rows:
                 continue
+            if bucket is not None:
+                await flow.spend(conn, queue, bucket, len(rows))
             rows = sorted(rows, key=_ORDER)
             out.append((queue, expires, rows))
             want -= len(rows)
@@ -258,14 +272,14 @@ def _held(row: Any) -> HeldJob | None:
     return None if row is None else HeldJob._make(tuple(row)[1:])
 
 
-async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision) -> None:
+async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision, wake: bool = False) -> None:
     if d.entry is None:
         status = await tx.conn.execute(Q["complete_one"], d.finished_at, d.purge_at, seq, lease_id)
     else:
         status = await tx.conn.execute(Q["settle_update"], *d[:6], d.entry, seq, lease_id)
     if _count(status) != 1:  # the row is locked (settle_lookup FOR UPDATE): cannot happen
         raise StoreError(f"settle of job seq {seq} found its lease gone")
-    if d.state == _READY:
+    if d.state == _READY or wake:  # wake: a flow-limited queue got a slot back (issue 12)
         tx.wake(queue)
 
 
@@ -277,7 +291,7 @@ async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleRes
     if isinstance(verdict, SettleResult):
         return verdict
     assert row is not None
-    await _apply(tx, row[0], p.lease_id, row[1], verdict)
+    await _apply(tx, row[0], p.lease_id, row[1], verdict, policy(row[1]).wake_on_settle)
     return verdict.result(row[1], row[8], row[12])
 
 
@@ -317,6 +331,8 @@ class AckManyOp:
             by_queue.setdefault(r[1], []).append(r[3])
         for queue, seqs in by_queue.items():
             pol = self.policy(queue)
+            if pol.wake_on_settle:  # a flow-limited queue got slots back (issue 12)
+                tx.wake(queue)
             if pol.completed_retention != self.default_keep:
                 await conn.execute(Q["set_purge_at"], completed_purge_at(now, pol), seqs)
         acked = {r[0] for r in rows}

@@ -227,3 +227,36 @@ SELECT name, address, version, started_at, last_seen FROM nodes ORDER BY name;
 -- name: ping
 -- Readiness (Store.ping, issue 11): the store answers a trivial query.
 SELECT 1;
+
+-- name: flow_lock
+-- Flow control (issue 12): the per-queue lock every limited Reserve of queue $1 takes first,
+-- held to the end of its transaction, so two nodes cannot both count the same free slot.
+-- Keyed by schema and queue (advisory locks are database-wide).
+SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() || '/' || $1, 0));
+
+-- name: count_reserved_in
+-- Flow control (issue 12): how many jobs of queue $1 are RESERVED now (jobs_reserved).
+SELECT count(*) FROM jobs WHERE queue = $1 AND state = 3;
+
+-- name: bucket_get
+-- Flow control (issue 12): the token bucket of queue $1 (tokens, updated_at), if any; the
+-- caller holds the queue's flow lock.
+SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1;
+
+-- name: bucket_put
+-- Flow control (issue 12): store the bucket of queue $1: $2 tokens left at $3 (µs).
+INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES ($1, $2, $3)
+ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at;
+
+-- name: reserved_extras_in
+-- Flow control (issue 12, per-key limit): the extras (custom map) of queue $1's RESERVED
+-- jobs; the caller holds the queue's flow lock.
+SELECT extras FROM jobs WHERE queue = $1 AND state = 3;
+
+-- name: ready_keys
+-- Flow control (issue 12, per-key limit): the first $2 READY jobs of queue $1 in reserve
+-- order with their extras and size (payload + history bytes), read through a cursor for
+-- flow_keys.Picker. Not locked: every reserver of the queue holds its flow lock, and
+-- lease_seqs leases only rows still READY.
+SELECT seq, extras, octet_length(coalesce(payload, '\x'::bytea)) + coalesce(octet_length(history), 0)
+FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2;

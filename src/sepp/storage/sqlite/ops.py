@@ -27,6 +27,7 @@ from sepp.quoting import clip
 from sepp.storage.errors import StoreError
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
 from sepp.storage.search import CustomEntry
+from sepp.storage.sqlite import flow
 from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, insert_sql, insert_statements
 from sepp.storage.sqlite.sweeps import promote
 
@@ -108,24 +109,39 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
     for queue in params.queues:
         if want <= 0 or (budget and used >= budget):
             break
+        limits = params.flow.get(queue)
+        take, bucket = (want, None) if limits is None else flow.room(conn, queue, limits, want, now)
+        if take <= 0:
+            continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
+        by_key = limits is not None and limits.per_key
         for _round in range(_DAMAGED_ROUNDS):
             try:
-                rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, want)), budget, used, bool(out))
+                if by_key:
+                    assert limits is not None
+                    rows, size = flow.key_rows(conn, queue, limits, take, budget, used, bool(out))
+                else:
+                    rows, size = _ready_rows(conn.execute(Q["ready_for_lease"], (queue, take)), budget, used,
+                                             bool(out))
                 break
             except (sqlite3.OperationalError, TypeError) as exc:
                 if isinstance(exc, sqlite3.OperationalError) and not is_decode_error(exc):
                     raise
-                _bury_damaged_ready(conn, queue, want, now)  # then read the queue again
+                _bury_damaged_ready(conn, queue, take, now)  # then read the queue again
         else:
             continue  # a queue full of damaged rows: the next Reserve buries more
         if not rows:
             continue
         used += size
         expires = now + params.lease_for[queue]
-        leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows),
-                                                  params.node)).rowcount
+        if by_key:
+            leased = flow.lease_rows(conn, rows, lease_id, expires, params.worker_id, now, params.node)
+        else:
+            leased = conn.execute(Q["lease_ready"], (lease_id, expires, params.worker_id, now, queue, len(rows),
+                                                      params.node)).rowcount
         if leased != len(rows):  # cannot happen with one writer; never hand out an unleased job
             raise StoreError(f"reserve leased {leased} of {len(rows)} selected jobs")
+        if bucket is not None:
+            flow.spend(conn, queue, bucket, len(rows))
         out.append((queue, expires, rows))
         want -= len(rows)
     return out

@@ -153,3 +153,39 @@ DELETE FROM idempotency WHERE queue = ? AND key = ?;
 -- name: ping
 -- Readiness (Store.ping, issue 11): the store answers a trivial query.
 SELECT 1;
+
+-- name: count_reserved_in
+-- Flow control (issue 12): how many jobs of queue ?1 are RESERVED now (jobs_reserved).
+SELECT count(*) FROM jobs WHERE queue = ?1 AND state = 3;
+
+-- name: bucket_get
+-- Flow control (issue 12): the token bucket of queue ?1 (tokens, updated_at), if any.
+SELECT tokens, updated_at FROM flow_buckets WHERE queue = ?1;
+
+-- name: bucket_put
+-- Flow control (issue 12): store the bucket of queue ?1: ?2 tokens left at ?3 (µs).
+INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at;
+
+-- name: reserved_extras_in
+-- Flow control (issue 12, per-key limit): the extras (custom map) of queue ?1's RESERVED jobs.
+SELECT extras FROM jobs WHERE queue = ?1 AND state = 3;
+
+-- name: ready_keys
+-- Flow control (issue 12, per-key limit): the first ?2 READY jobs of queue ?1 in reserve
+-- order with their extras and size (payload + history bytes), for flow_keys.pick.
+SELECT seq, extras, length(coalesce(payload, x'')) + coalesce(length(CAST(history AS BLOB)), 0)
+FROM jobs WHERE queue = ?1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?2;
+
+-- name: ready_for_lease_seqs
+-- The ready_for_lease columns of the READY jobs whose seqs are the JSON array ?1, in reserve order.
+SELECT id, job_type, priority, run_at, enqueued_at, attempt + 1, max_attempts, coalesce(payload, x''), encoding,
+    extras, idempotency_key, history, seq
+FROM jobs WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 2 ORDER BY priority DESC, run_at, seq;
+
+-- name: lease_seqs
+-- Lease the READY jobs whose seqs are the JSON array ?5: ?1 lease id, ?2 expiry, ?3 worker,
+-- ?4 now, ?6 the leasing node (as lease_ready).
+UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?1, lease_expires_at = ?2, worker_id = ?3,
+    started_at = ?4, cancel_requested = 0, node = ?6
+WHERE seq IN (SELECT value FROM json_each(?5)) AND state = 2;

@@ -159,13 +159,23 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
                     fmt_bytes(lvalue) if lkey.endswith("_bytes") else f"{lvalue:,}")
                 rows.append((f"limits.{lkey}", shown))
         elif key in ("lease_duration", "dedup_window", "retry_base", "retry_cap", "completed_retention",
-                     "dead_letter_retention"):
+                     "dead_letter_retention", "consumer_timeout"):
             rows.append((key, fmt_duration(float(value))))
         elif key == "retry_jitter":
             rows.append((key, f"±{float(value) * 100:g}%"))
+        elif key in _UNLIMITED_AT_ZERO:
+            rows.append((key, (f"{value:,}" if isinstance(value, int) else str(value)) if value else "unlimited"))
+        elif key == "concurrency_key":
+            rows.append((key, str(value) or "none"))
+        elif key == "rate_burst":
+            rows.append((key, f"{value:,}" if value else "the rate's per-period amount"))
         else:
             rows.append((key, str(value)))
     return rows
+
+
+#: Flow-control settings (issue 12) whose 0 means "no limit".
+_UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit", "max_in_flight_per_key")
 
 
 def job_context(rec: JobRecord) -> dict[str, Any]:

@@ -1,0 +1,63 @@
+"""Flow control inside the SQLite backend's reserve (issue 12; docs/flow-control.md).
+
+Runs on the writer connection inside ``ops.reserve_op``'s transaction: the single writer
+serialises every reserve, so a count taken here cannot be overtaken by another reserve
+before the lease lands. Only queues with a limit reach this module (``ReserveParams.flow``);
+an unlimited queue keeps the plain reserve statements.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from sepp.domain.params import Bucket, FlowLimits
+from sepp.storage import flow_keys
+from sepp.storage.sqlite.sql import Q
+
+
+def room(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int, now: int) -> tuple[int, Bucket | None]:
+    """How many of ``want`` jobs ``queue`` may lease at ``now`` (µs), and its token bucket
+    as refilled (None without a rate limit; ``spend`` it after leasing): ``want`` cut to the
+    free slots under ``max_in_flight`` (RESERVED jobs counted through ``jobs_reserved``) and
+    to the whole tokens in the bucket. 0 means the limits hold every job back."""
+    if limits.max_in_flight:
+        reserved = int(conn.execute(Q["count_reserved_in"], (queue,)).fetchone()[0])
+        want = min(want, limits.max_in_flight - reserved)
+    bucket = None
+    if limits.rate_amount and want > 0:
+        found = conn.execute(Q["bucket_get"], (queue,)).fetchone()
+        bucket = limits.bucket(found, now)
+        want = min(want, bucket.whole)
+    return max(0, want), bucket
+
+
+def spend(conn: sqlite3.Connection, queue: str, bucket: Bucket, taken: int) -> None:
+    """Store ``bucket`` less the ``taken`` tokens of the jobs just leased."""
+    conn.execute(Q["bucket_put"], (queue, bucket.tokens - taken, bucket.at))
+
+
+def key_rows(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int, budget: int, used: int,
+             have: bool) -> tuple[list[Any], int]:
+    """The ready_for_lease rows to lease under the per-key limit and their bytes: the
+    RESERVED jobs of each group counted, then at most ``flow_keys.KEY_SCAN`` READY jobs
+    walked in reserve order (``flow_keys.pick``; ``budget``/``used``/``have`` as in
+    ``ops._ready_rows``)."""
+    held = flow_keys.reserved_groups((r[0] for r in conn.execute(Q["reserved_extras_in"], (queue,))), limits.key)
+    picker = flow_keys.Picker(limits.key, limits.max_per_key, held, want, budget, used, have)
+    candidates = conn.execute(Q["ready_keys"], (queue, flow_keys.KEY_SCAN))
+    picker.feed(candidates)
+    candidates.close()
+    seqs = picker.seqs
+    if not seqs:
+        return [], 0
+    rows = conn.execute(Q["ready_for_lease_seqs"], (json.dumps(seqs),)).fetchall()
+    return rows, sum(len(r[7]) + len(r[11] or "") for r in rows)
+
+
+def lease_rows(conn: sqlite3.Connection, rows: list[Any], lease_id: bytes, expires: int, worker: str, now: int,
+               node: str) -> int:
+    """Lease the READY jobs of ``rows`` (ready_for_lease rows, seq last); how many it leased."""
+    seqs = json.dumps([r[12] for r in rows])
+    return int(conn.execute(Q["lease_seqs"], (lease_id, expires, worker, now, seqs, node)).rowcount)

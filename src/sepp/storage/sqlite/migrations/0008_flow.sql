@@ -1,0 +1,11 @@
+-- sepp SQLite schema, version 6: flow control (issue 12, docs/flow-control.md).
+-- The RESERVED jobs of one queue, counted by a Reserve of a queue with max_in_flight (or
+-- max_in_flight_per_key) inside its transaction: O(that queue's RESERVED jobs), not all of them.
+CREATE INDEX jobs_reserved ON jobs (queue) WHERE state = 3;
+-- The token bucket of each queue with a rate_limit: tokens left (fractional) at updated_at
+-- (µs UTC). Read and written by the reserve that draws from it, in its transaction.
+CREATE TABLE flow_buckets (
+    queue       TEXT PRIMARY KEY,
+    tokens      REAL NOT NULL,
+    updated_at  INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,153 @@
+"""Flow control through the engine (issue 12; docs/flow-control.md): ``max_in_flight``
+with 20 concurrent reservers, ``rate_limit`` over 5 fake-clock seconds, one job per tenant
+(``concurrency_key``) with a second tenant behind the first's 1,000 jobs, and long-polls
+that wake when capacity frees — on the real engine and store, no process, no port."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from engine.engine_kit import Harness, HarnessFactory, S, request
+from sepp.api.v1 import common_pb2 as pb
+from sepp.server.admin import AdminEngine
+from sepp.server.rpc.admin import stats_proto
+
+
+async def test_max_in_flight_3_with_20_reservers_never_holds_more_than_3(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 3}})
+    for _ in range(60):
+        await h.enqueue()
+    held: set[bytes] = set()
+    peak, samples, done = 0, [], 0
+
+    async def worker(i: int) -> None:
+        nonlocal peak, done
+        while done < 60:
+            jobs = await h.engine.reserve(["q"], 2, None, 0.2, f"w{i}")
+            if not jobs:
+                continue
+            held.update(j.id for j in jobs)
+            peak = max(peak, len(held))  # the workers' own overlap log
+            counts = await h.store.admin.state_counts("q")  # type: ignore[attr-defined]
+            samples.append(counts["q"].reserved)  # and the server's side
+            await asyncio.sleep(0.001)
+            for job in jobs:
+                held.discard(job.id)
+                await h.ack(job)
+                done += 1
+
+    await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(20))), 60)
+    assert done == 60
+    assert peak <= 3 and max(samples) <= 3
+    assert (await h.store.admin.state_counts("q"))["q"].completed == 60  # type: ignore[attr-defined]
+
+
+async def test_a_long_poll_held_back_by_max_in_flight_wakes_when_a_slot_frees(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    await h.enqueue()
+    await h.enqueue()
+    (first,) = await h.reserve(n=5)
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # held back, not refused
+    started = time.monotonic()
+    await h.ack(first)
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id and time.monotonic() - started < 2.0
+
+
+async def test_rate_limit_20_per_s_over_5_fake_seconds(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"rate_limit": "20/s"}})
+    for _ in range(150):  # more than 120 + burst: the rate binds, not the supply
+        await h.enqueue()
+    assert await _ready(h) == 150
+    got, start = 0, h.now
+    while h.now - start <= 5 * S:
+        for job in await h.reserve(n=50):
+            got += 1
+            await h.ack(job)
+        h.clock.advance(0.05)
+    assert 100 <= got <= 120 + 20, got   # 20 at once (the burst), then 20 per second
+
+
+async def test_a_long_poll_held_back_by_the_rate_retries_when_the_next_token_is_due(
+        make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"rate_limit": "1/s"}})
+    await h.enqueue()
+    await h.enqueue()
+    assert len(await h.reserve(n=5)) == 1
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    h.clock.advance(1.0)  # the next token is due; nobody notifies — the reserver polls for it
+    (job,) = await asyncio.wait_for(waiting, 5)
+    assert job.queue == "q"
+
+
+async def _ready(h: Harness) -> int:
+    counts = await h.store.admin.state_counts("q")  # type: ignore[attr-defined]
+    return counts["q"].ready if "q" in counts else 0
+
+
+def tenant_job(name: str) -> pb.EnqueueRequest:
+    """A job of tenant ``name`` (custom entry ``tenant_id``)."""
+    req = request()
+    req.custom["tenant_id"].string_value = name
+    return req
+
+
+async def test_one_per_tenant_never_overlaps_and_b_is_not_starved_behind_a(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
+    for _ in range(4):
+        await h.engine.enqueue_batch([tenant_job("a") for _ in range(250)])   # tenant A's 1,000 jobs first
+    await h.engine.enqueue_batch([tenant_job("b") for _ in range(20)])
+    running: dict[str, int] = {"a": 0, "b": 0}
+    overlap, finished = 0, list[str]()
+
+    async def worker(i: int) -> None:
+        nonlocal overlap
+        while finished.count("b") < 20:
+            jobs = await h.engine.reserve(["q"], 4, None, 0.2, f"w{i}")
+            names = [(await h.job(j.id)).extras for j in jobs]
+            for job, extras in zip(jobs, names, strict=True):
+                who = pb.EnqueueRequest.FromString(extras or b"").custom["tenant_id"].string_value
+                running[who] += 1
+                overlap = max(overlap, running[who])
+                await asyncio.sleep(0.001)
+                running[who] -= 1
+                await h.ack(job)
+                finished.append(who)
+
+    await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(4))), 60)
+    assert overlap == 1                        # within a tenant, never two at once
+    assert finished.count("b") == 20
+    assert len(finished) <= 100, len(finished)  # B ran alongside A, not after A's 1,000
+
+
+async def test_no_consumer_flags_ready_jobs_nobody_reserves_within_consumer_timeout(
+        make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"consumer_timeout": 60.0}, "never": {"consumer_timeout": 0.0}})
+    admin = AdminEngine(h.engine, h.store.admin)
+
+    async def flagged(name: str = "q") -> bool:
+        (view,) = await admin.stats([name])
+        return view.no_consumer
+
+    assert not await flagged()                  # no READY jobs
+    await h.enqueue()
+    await h.enqueue("never")
+    assert not await flagged()                  # a job just enqueued: not yet
+    h.clock.advance(60.0)
+    assert not await flagged()                  # at the timeout exactly: not yet
+    h.clock.advance(0.001)
+    assert await flagged() and not await flagged("never")   # one past: flagged; 0 = never
+    msg = stats_proto((await admin.stats(["q"]))[0])
+    assert msg.no_consumer and not msg.HasField("last_reserve_at")
+    h.engine.workers.reserved("w1", "host", ["q"], 1, "")   # a worker's Reserve (the RPC layer's note)
+    assert not await flagged()
+    assert stats_proto((await admin.stats(["q"]))[0]).last_reserve_at.seconds == h.now // S
+    h.clock.advance(60.001)
+    assert await flagged()                      # that worker went quiet
+    await admin.set_paused("q", True)
+    assert not await flagged()                  # paused on purpose: not flagged

@@ -91,7 +91,8 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if token is None:
             reason = "missing" if secret is None else "unknown"
             what = "no token" if secret is None else "an unknown token"
-            self.auth.failed(reason, f"{method} called with {what}; it needs role {role}")
+            self.auth.failed(reason, f"{method} called with {what}; it needs role {role}", method=meta["method"],
+                             role=role)
             return wire.plain_status(
                 code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED,
                 f"{method} needs a token with role '{role}' and the call carried {what} "
@@ -99,7 +100,8 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if role in token.roles:
             return None
         has = ", ".join(sorted(token.roles))
-        self.auth.failed("forbidden", f"token {token.name!r} (roles: {has}) called {method}; it needs role {role}")
+        self.auth.failed("forbidden", f"token {token.name!r} (roles: {has}) called {method}; it needs role {role}",
+                         method=meta["method"], role=role, token=token.name)
         return wire.plain_status(
             code_pb2.PERMISSION_DENIED, Reason.PERMISSION_DENIED,
             f"token {token.name!r} may not call {method}: it needs role '{role}' and has {has}; {HINT}",

@@ -175,7 +175,8 @@ def test_a_refused_call_does_nothing_and_a_flood_is_logged_sparingly(locked: Ser
 
 def test_every_refusal_is_counted_in_the_auth_failures_metric(locked: ServerProcess) -> None:
     """``sepp_auth_failures_total{reason}`` (issue 11 "Metrics") moves with each refusal, by
-    reason: no token, an unknown one, a known one without the role."""
+    reason: no token, an unknown one, a known one without the role; and
+    ``sepp_rpc_duration_seconds{method,code}`` with its status code."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
@@ -183,8 +184,10 @@ def test_every_refusal_is_counted_in_the_auth_failures_metric(locked: ServerProc
     def failures() -> dict[str, float]:
         with urllib.request.urlopen(f"{locked.http_url}/metrics", timeout=10) as resp:
             text = resp.read().decode()
-        return {s.labels["reason"]: s.value for f in text_string_to_metric_families(text)
-                for s in f.samples if s.name == "sepp_auth_failures_total"}
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        return {**{s.labels["reason"]: s.value for s in samples if s.name == "sepp_auth_failures_total"},
+                **{s.labels["code"]: s.value for s in samples if s.name == "sepp_rpc_duration_seconds_count"
+                   and s.labels["method"] == "Enqueue"}}
 
     before = failures()
     stubs = StubSet(locked.grpc_target)
@@ -196,3 +199,6 @@ def test_every_refusal_is_counted_in_the_auth_failures_metric(locked: ServerProc
     after = failures()
     assert {r: after.get(r, 0) - before.get(r, 0) for r in ("missing", "unknown", "forbidden")} == \
         {"missing": 1, "unknown": 2, "forbidden": 1}
+    # A refused call is a call too: sepp_rpc_duration_seconds has it under its code.
+    assert {c: after.get(c, 0) - before.get(c, 0) for c in ("UNAUTHENTICATED", "PERMISSION_DENIED", "OK")} == \
+        {"UNAUTHENTICATED": 3, "PERMISSION_DENIED": 1, "OK": 0}

@@ -19,9 +19,12 @@ import uuid
 from typing import Any
 
 import grpc
+import httpx
 import pytest
+from support.auth import TOKENS, auth_config
 from support.backends import PG_TEST_DSN
 from support.servers import ServerFactory
+from support.stubs import StubSet
 from support.waiting import wait_for
 from support.worker import Wire, fast_queue, wire_for
 
@@ -168,3 +171,37 @@ def test_text_log_lines_name_the_node_and_say_what_happened(server_factory: Serv
     assert re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING sepp\.engine \[node-t\]: job ", line), line
     assert f"job {job_id} of queue '{queue}' dead-lettered (nack_dead_letter, attempt 1): gave up" in line
     assert MARKER not in "\n".join(server.output)
+
+
+@pytest.mark.sqlite_only(reason="backend-neutral: tokens are checked by the gRPC interceptor and the UI")
+def test_json_auth_failure_lines_are_events_naming_the_call_never_a_secret(server_factory: ServerFactory) -> None:
+    wrong = "wrong-secret-5e1f0a77"
+    server = server_factory(**auth_config(), log_format="json")
+    stubs = StubSet(server.grpc_target)
+    try:  # one failure per reason (each reason is logged at most once a second)
+        with pytest.raises(grpc.RpcError):  # missing
+            stubs.producer.Enqueue(pb.EnqueueRequest(queue="q", job_type="t"), timeout=10)
+        with pytest.raises(grpc.RpcError):  # forbidden
+            stubs.admin.ListQueues(apb.ListQueuesRequest(), timeout=10,
+                                   metadata=(("authorization", f"Bearer {TOKENS['producer'][0]}"),))
+    finally:
+        stubs.close()
+    with httpx.Client(base_url=server.http_url) as web:  # unknown, at the UI's login
+        form = re.search(r'name="csrf_token" value="([^"]+)"', web.get("/login").text)
+        assert form
+        assert web.post("/login", data={"csrf_token": form[1], "token": wrong}).status_code == 401
+
+    def failures() -> list[dict[str, Any]]:
+        return [e for e in json_lines(server) if e.get("event") == "auth_failure"]
+
+    wait_for(lambda: len(failures()) == 3, 5, what="three auth failure lines")
+    server.terminate()
+    got = failures()
+    assert [(e["logger"], e["level"], e["reason"], e["method"], e["role"], e.get("token"), e["suppressed"])
+            for e in got] == [
+        ("sepp.auth", "warning", "missing", "/sepp.api.v1.ProducerService/Enqueue", "produce", None, 0),
+        ("sepp.auth", "warning", "forbidden", "/sepp.api.v1.AdminService/ListQueues", "admin", "producer", 0),
+        ("sepp.auth", "warning", "unknown", "/login", "admin", None, 0)]
+    text = "\n".join(server.output)
+    for secret in (wrong, *(s for s, _ in TOKENS.values())):
+        assert secret not in text, f"{secret!r} was logged"

@@ -136,3 +136,22 @@ def test_while_stopping_readyz_is_503_and_healthz_stays_200(
         finally:
             answering(True)
     assert server.proc.wait(30) == 0
+
+
+def test_a_grpc_health_watch_sees_not_serving_when_the_stop_begins(server_factory: ServerFactory) -> None:
+    server = server_factory()
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
+        seen = [next(stream).status]
+        assert seen == [SERVING]
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            for answer in stream:  # the stream ends when the server closes it
+                seen.append(answer.status)
+                if answer.status == NOT_SERVING:
+                    break
+        except grpc.RpcError:
+            pass
+    assert seen[-1] == NOT_SERVING, seen
+    assert server.proc.wait(30) == 0

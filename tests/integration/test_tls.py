@@ -222,6 +222,11 @@ def test_the_cli_talks_tls_with_flags_or_environment(mtls_server: ServerProcess,
     assert env.returncode == 0, env.stderr
     refused = _sepp("info", "-s", mtls_server.grpc_target, "--timeout", "1", "--tls-ca", str(pki.ca))
     assert refused.returncode == 3 and "client certificate" in refused.stderr
+    # One line: gRPC's C core logs no handshake line per attempt in a client command.
+    untrusted = _sepp("info", "-s", mtls_server.grpc_target, "--timeout", "2", "--tls-cert", str(pki.client_cert),
+                      "--tls-key", str(pki.client_key))
+    assert untrusted.returncode == 3 and len(untrusted.stderr.strip().splitlines()) == 1, untrusted.stderr
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
 
 
 def test_the_cli_refuses_a_bad_tls_file_in_one_line(pki: Pki, tmp_path: Path) -> None:

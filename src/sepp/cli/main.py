@@ -64,8 +64,25 @@ def _register() -> None:
     add_tls_options(app)  # --tls-ca/--tls-cert/--tls-key on every command with --server (issue 11)
 
 
+def _quiet_grpc(argv: list[str]) -> None:
+    """Every command but ``sepp serve`` talks to a server as a client: set gRPC's C core to
+    log errors only (``GRPC_VERBOSITY=ERROR``) unless the environment says otherwise, before
+    grpc is imported. Otherwise a TLS failure prints one C-core line per connection attempt
+    (``ssl_transport_security.cc … Handshake failed``, a dozen in a 10 s deadline) above the
+    command's own one-line error. ``sepp serve`` keeps gRPC's default: its handshake lines
+    tell an operator which client failed (docs/operations.md)."""
+    import os
+
+    command = next((a for a in argv if not a.startswith("-")), "")
+    if command != "serve":
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
 def main() -> None:
     """Run the ``sepp`` CLI (console script entry point)."""
+    import sys
+
+    _quiet_grpc(sys.argv[1:])
     _register()
     app()
 

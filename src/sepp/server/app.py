@@ -93,7 +93,8 @@ class SeppServer:
         self.auth = Authenticator.from_config(config.auth, config.admin_token)
         self.metrics.auth_failures_from(lambda: self.auth.failures)
         self.grpc = GrpcFront(config, self.engine, self.started, self.node,
-                              interceptors=[RpcMetrics(self.metrics.observe_rpc)], tls=self.tls, auth=self.auth)
+                              interceptors=[RpcMetrics(self.metrics.observe_rpc)], tls=self.tls, auth=self.auth,
+                              rpc_observe=self.metrics.observe_rpc)
         #: Does the storage answer? Flips the gRPC health service; ``/readyz`` asks it.
         self.readiness = Readiness(self.store, config.readiness_interval, self.grpc.set_serving)
         self.admin = AdminEngine(self.engine, self.store.admin)

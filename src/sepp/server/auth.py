@@ -254,16 +254,23 @@ class Authenticator:
                 return token
         return None
 
-    def failed(self, reason: str, what: str) -> None:
+    def failed(self, reason: str, what: str, *, method: str = "", role: str = "", token: str = "") -> None:
         """Count a failure (``reason`` in ``FAILURE_REASONS``) and log ``what`` (never a secret)
-        on ``sepp.auth`` at WARNING, at most once per ``log_period`` per reason."""
+        on ``sepp.auth`` at WARNING, at most once per ``log_period`` per reason.
+
+        The line is the ``auth_failure`` event: its JSON fields are ``reason``, ``suppressed``
+        (failures of that reason left out since the last line) and, when given, ``method`` (the
+        gRPC method, or ``/login`` for the UI), ``role`` (the role needed) and ``token`` (the
+        name of a known token without the role; never a secret)."""
         with self._lock:
             self.failures[reason] = self.failures.get(reason, 0) + 1
             suppressed = self._throttle.take(reason)
         if suppressed is None:
             return
         more = f" ({suppressed} more {reason} failures not logged)" if suppressed else ""
-        log.warning("auth failure (%s): %s%s", reason, what, more)
+        fields: dict[str, object] = {"event": "auth_failure", "reason": reason, "suppressed": suppressed}
+        fields.update((k, v) for k, v in (("method", method), ("role", role), ("token", token)) if v)
+        log.warning("auth failure (%s): %s%s", reason, what, more, extra=fields)
 
 
 def is_loopback(host: str) -> bool:

@@ -13,11 +13,14 @@ digest with the configured ones in constant time.
 
 Neither is ever a rejection (no per-job verdict: nothing was looked at). Each failure is
 counted on the authenticator (``missing``, ``unknown``, ``forbidden``) and logged on
-``sepp.auth``, rate-limited. A denied call is answered before its request is decoded.
+``sepp.auth``, rate-limited, and — given ``observe`` — timed in ``sepp_rpc_duration_seconds``
+with its code (``UNAUTHENTICATED``, ``PERMISSION_DENIED``): the timing interceptor behind this
+one never sees a refused call. A denied call is answered before its request is decoded.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -29,6 +32,7 @@ from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
 from sepp.rejections import Reason
 from sepp.server.auth import Authenticator, bearer
 from sepp.server.rpc.status import abort_with
+from sepp.server.rpc.timing import Observe, code_name
 
 #: The role each sepp service needs (full service name → role).
 SERVICE_ROLES: dict[str, str] = {
@@ -75,10 +79,14 @@ def _denied(handler: grpc.RpcMethodHandler, status: Any) -> grpc.RpcMethodHandle
 class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """The interceptor of the module docstring; put it first in ``grpc.aio.server(interceptors=)``.
 
-    With auth off (no token configured) every call passes through untouched."""
+    With auth off (no token configured) every call passes through untouched. ``observe(method,
+    code, seconds)`` (``Metrics.observe_rpc``), when given, records each refused call: its
+    short method name, ``UNAUTHENTICATED`` or ``PERMISSION_DENIED``, and the seconds the check
+    took."""
 
-    def __init__(self, auth: Authenticator) -> None:
+    def __init__(self, auth: Authenticator, observe: Observe | None = None) -> None:
         self.auth = auth
+        self.observe = observe
 
     def verdict(self, method: str, metadata: Any) -> Any:
         """None when the call may proceed, else the ``google.rpc.Status`` to answer with."""
@@ -91,7 +99,8 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if token is None:
             reason = "missing" if secret is None else "unknown"
             what = "no token" if secret is None else "an unknown token"
-            self.auth.failed(reason, f"{method} called with {what}; it needs role {role}")
+            self.auth.failed(reason, f"{method} called with {what}; it needs role {role}", method=meta["method"],
+                             role=role)
             return wire.plain_status(
                 code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED,
                 f"{method} needs a token with role '{role}' and the call carried {what} "
@@ -99,7 +108,8 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if role in token.roles:
             return None
         has = ", ".join(sorted(token.roles))
-        self.auth.failed("forbidden", f"token {token.name!r} (roles: {has}) called {method}; it needs role {role}")
+        self.auth.failed("forbidden", f"token {token.name!r} (roles: {has}) called {method}; it needs role {role}",
+                         method=meta["method"], role=role, token=token.name)
         return wire.plain_status(
             code_pb2.PERMISSION_DENIED, Reason.PERMISSION_DENIED,
             f"token {token.name!r} may not call {method}: it needs role '{role}' and has {has}; {HINT}",
@@ -111,8 +121,14 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(details)
         if handler is None or not self.auth.on:
             return handler
-        status = self.verdict(details.method, details.invocation_metadata)  # type: ignore[attr-defined]
-        return handler if status is None else _denied(handler, status)
+        started = time.perf_counter()
+        method: str = details.method  # type: ignore[attr-defined]
+        status = self.verdict(method, details.invocation_metadata)  # type: ignore[attr-defined]
+        if status is None:
+            return handler
+        if self.observe is not None:
+            self.observe(method.rpartition("/")[2], code_name(status.code), time.perf_counter() - started)
+        return _denied(handler, status)
 
 
 __all__ = ["SERVICE_ROLES", "Authorize", "role_for"]

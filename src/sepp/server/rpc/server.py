@@ -17,6 +17,7 @@ from sepp.server.rpc.authz import Authorize
 from sepp.server.rpc.interceptor import InternalErrors
 from sepp.server.rpc.producer import ProducerServicer
 from sepp.server.rpc.registration import register
+from sepp.server.rpc.timing import Observe
 from sepp.server.rpc.worker import WorkerServicer
 from sepp.server.tls import ServerTLS
 
@@ -33,9 +34,10 @@ class GrpcFront:
 
     def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str,
                  interceptors: Sequence[grpc.aio.ServerInterceptor] = (), *, tls: ServerTLS | None = None,
-                 auth: Authenticator | None = None) -> None:
+                 auth: Authenticator | None = None, rpc_observe: Observe | None = None) -> None:
         """``interceptors`` run after the role check and before the built-in ``InternalErrors``
-        (issue 11: the RPC timing)."""
+        (issue 11: the RPC timing); ``rpc_observe(method, code, seconds)`` records the calls the
+        role check refuses, which those never see."""
         cap = config.limits.max_message_bytes
         self.config = config
         self.tls = tls
@@ -45,7 +47,7 @@ class GrpcFront:
             ("grpc.max_receive_message_length", cap),
             ("grpc.max_send_message_length", cap),
             ("grpc.so_reuseport", 0),
-        ], interceptors=[Authorize(self.auth), *interceptors, InternalErrors()])  # roles (issue 11); no UNKNOWN
+        ], interceptors=[Authorize(self.auth, rpc_observe), *interceptors, InternalErrors()])  # roles; no UNKNOWN
         register(self.server, producer_pb2.DESCRIPTOR.services_by_name["ProducerService"],
                  ProducerServicer(engine, started, node))
         register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(engine))

@@ -559,11 +559,12 @@ class AdminUI:
         token = self.auth.identify(presented)
         if token is None:
             self.auth.failed("missing" if not presented else "unknown", "web UI login with "
-                             + ("no token" if not presented else "an unknown token"))
+                             + ("no token" if not presented else "an unknown token"), method="/login", role="admin")
             return self.render(request, "login.html", {"title": "Log in", "next": nxt, "error":
                                "That is not the admin token (nor any token this server knows)."}, 401)
         if "admin" not in token.roles:
-            self.auth.failed("forbidden", f"web UI login with token {token.name!r}, which lacks role admin")
+            self.auth.failed("forbidden", f"web UI login with token {token.name!r}, which lacks role admin",
+                             method="/login", role="admin", token=token.name)
             return self.render(request, "login.html", {"title": "Log in", "next": nxt, "error":
                                f"Token {token.name!r} does not have role 'admin', which the web UI needs."}, 403)
         request.session.clear()

@@ -35,6 +35,15 @@ WHERE state >= 4 AND state = :state AND queue = CAST(:queue AS TEXT)
   AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
 ORDER BY finished_at DESC, seq DESC LIMIT :limit;
 
+-- name: list_failed_errors
+-- As list_finished for DEAD_LETTERED / CANCELLED (:state, 5 or 6), with whether each job's last
+-- error message holds :folded (A-Z lowered, as lower() lowers): jobs_failed alone (migration
+-- 0009, covering), the error search's walk in one statement a round.
+SELECT seq, finished_at, coalesce(instr(lower(last_error), :folded) > 0, 0) FROM jobs INDEXED BY jobs_failed
+WHERE state >= 5 AND state = :state AND queue = CAST(:queue AS TEXT)
+  AND finished_at >= :after AND finished_at < :before AND (finished_at, seq) < (:finished_at, :seq)
+ORDER BY finished_at DESC, seq DESC LIMIT :limit;
+
 -- name: next_finished_queue
 SELECT CAST(queue AS BLOB) FROM jobs WHERE state >= 4 AND state = :state AND queue > CAST(:queue AS TEXT)
 ORDER BY queue LIMIT 1;

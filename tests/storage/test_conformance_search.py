@@ -246,3 +246,14 @@ async def test_an_error_search_inside_a_finished_state_is_its_listing_filtered(s
     assert await found("refused", cancelled) == []
     assert await found("certificate", COMPLETED) == []
     assert await found("certificate", READY) == [jobs[6].id]
+    # Scan bounds that cut the walk inside a queue and at its end: the pages go on to the same.
+    for budget in (1, 2, 3):
+        got, after = [], None
+        for _ in range(50):
+            page = await search_page(store.admin, JobQuery(error_contains="certificate expired",  # type: ignore[arg-type]
+                                                           state=int(DEAD)), after, 10, budget=budget)
+            got += [s.record.id for s in page.jobs]
+            after = page.next_key
+            if after is None:
+                break
+        assert got == expected, budget

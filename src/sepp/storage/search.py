@@ -158,10 +158,13 @@ class SearchBackend(Protocol):
         """The plain listing's next ``n`` (seq, sort key) of ``query`` (no search filter)."""
 
     async def walk_errors(self, query: JobQuery, after: SortKey | None, n: int,
-                          folded: str) -> list[tuple[int, SortKey, bool]] | None:
-        """As ``walk`` (same order, same positions), each with whether the job's last error
-        message, A-Z lowered, holds ``folded`` — read from an index, not the rows — or None
-        when the backend has no such walk for ``query``'s state (then ``walk`` + ``match``)."""
+                          folded: str) -> tuple[list[tuple[int, SortKey]], SortKey | None, int] | None:
+        """The next ``n`` candidates of ``walk`` (same order, same positions) tested for an
+        error search — whether the job's last error message, A-Z lowered, holds ``folded``,
+        read from an index, not the rows: (the (seq, sort key) that pass, in walk order; the
+        position after the last one examined, ``after`` when none was; how many were
+        examined). None when the backend has no such walk for ``query``'s state (then
+        ``walk`` + ``match``)."""
 
     async def summaries(self, seqs: list[int]) -> list[JobSummary]:
         """The listed rows of ``seqs`` in that order (gone ones left out)."""
@@ -252,13 +255,11 @@ def _walk_step(backend: SearchBackend, query: JobQuery, needle: str | None) -> S
     folded = None if query.error_contains is None else ascii_lower(query.error_contains)
 
     async def step(position: SortKey | None, n: int) -> tuple[list[tuple[int, SortKey]], SortKey | None, int, bool]:
-        flagged = None if folded is None else await backend.walk_errors(plain, position, n, folded)
-        if flagged is not None:
-            if not flagged:
-                return [], position, 0, True
-            candidates = [s for s, _, hit in flagged if hit]
-            found = set(await backend.match(query, candidates, needle)) if candidates else set()
-            return [(s, k) for s, k, _ in flagged if s in found], flagged[-1][1], len(flagged), len(flagged) < n
+        tested = None if folded is None else await backend.walk_errors(plain, position, n, folded)
+        if tested is not None:
+            passed, after, seen = tested
+            found = set(await backend.match(query, [s for s, _ in passed], needle)) if passed else set()
+            return [h for h in passed if h[0] in found], after, seen, seen < n
         keys = await backend.walk(plain, position, n)
         if not keys:
             return [], position, 0, True

@@ -190,7 +190,7 @@ class PostgresAdmin:
     # ------------------------------------------------------------------ search (sepp.storage.search)
 
     async def walk_errors(self, query: JobQuery, after: SortKey | None, want: int,
-                          folded: str) -> list[tuple[int, SortKey, bool]] | None:
+                          folded: str) -> tuple[list[tuple[int, SortKey]], SortKey | None, int] | None:
         """``SearchBackend.walk_errors``: None, always — an error search in one state walks and
         matches by primary key (``search_match``; its cost in docs/benchmarks.md)."""
         return None

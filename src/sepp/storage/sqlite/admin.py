@@ -222,42 +222,69 @@ class SQLiteAdmin:
 
     async def _list_finished(self, query: JobQuery, after: SortKey | None, want: int,
                              base: Mapping[str, Any]) -> list[tuple[int, SortKey]]:
-        rows = await self._finished_rows(query, after, want, "list_finished", base)
-        return [(s, key) for s, key, _ in rows]
-
-    async def _finished_rows(self, query: JobQuery, after: SortKey | None, want: int, statement: str,
-                             extra: Mapping[str, Any]) -> list[tuple[int, SortKey, Any]]:
-        """Up to ``want`` (seq, sort key, the statement's third column or None) of one finished
-        state's walk (``list_finished``, or ``list_failed_errors``), queue by queue."""
         state = query.state
         queue, pos = await self._queues_from(query, after, "next_finished_queue", {"state": state})
-        bounds = {"after": _INT_MIN if query.finished_after is None else query.finished_after,
-                  "before": _INT_MAX if query.finished_before is None else query.finished_before}
-        out: list[tuple[int, SortKey, Any]] = []
+        bounds = self._finished_bounds(query)
+        out: list[tuple[int, SortKey]] = []
         while queue is not None and len(out) < want:
-            finished_at, seq = _INT_MAX, _INT_MAX
-            if pos:
-                if len(pos) != 2:
-                    raise ValueError("malformed page position")
-                finished_at, seq = _int(pos[0]), _int(pos[1])
-            rows = await self._read(statement, {**extra, **bounds, "state": state, "queue": queue,
-                                                "finished_at": finished_at, "seq": seq, "limit": want - len(out)})
+            finished_at, seq = self._finished_position(pos)
+            rows = await self._read("list_finished", {**base, **bounds, "state": state, "queue": queue,
+                                                      "finished_at": finished_at, "seq": seq,
+                                                      "limit": want - len(out)})
             name = _name(queue)
-            out.extend((r[0], [name, r[1], r[0]], r[2] if len(r) > 2 else None) for r in rows)
+            out.extend((s, [name, f, s]) for s, f in rows)
             if query.queue is not None:
                 break
             row = await self._read("next_finished_queue", {"state": state, "queue": queue}, one=True)
             queue, pos = (row[0] if row else None), None
         return out
 
+    @staticmethod
+    def _finished_bounds(query: JobQuery) -> dict[str, int]:
+        return {"after": _INT_MIN if query.finished_after is None else query.finished_after,
+                "before": _INT_MAX if query.finished_before is None else query.finished_before}
+
+    @staticmethod
+    def _finished_position(pos: SortKey | None) -> tuple[int, int]:
+        """(finished_at, seq) of a position inside one queue's finished walk (the start: the
+        largest). Raises ``ValueError`` for a malformed one."""
+        if not pos:
+            return _INT_MAX, _INT_MAX
+        if len(pos) != 2:
+            raise ValueError("malformed page position")
+        return _int(pos[0]), _int(pos[1])
+
     async def walk_errors(self, query: JobQuery, after: SortKey | None, want: int,
-                          folded: str) -> list[tuple[int, SortKey, bool]] | None:
+                          folded: str) -> tuple[list[tuple[int, SortKey]], SortKey | None, int] | None:
         """``SearchBackend.walk_errors``: for DEAD_LETTERED and CANCELLED, the walk of
-        ``list_failed_errors`` (``jobs_failed``, migration 0009); None for any other state."""
-        if query.state not in (int(State.DEAD_LETTERED), int(State.CANCELLED)):
+        ``list_failed_errors`` (``jobs_failed``, migration 0009) queue by queue as
+        ``_list_finished`` walks; None for any other state."""
+        state = query.state
+        if state not in (int(State.DEAD_LETTERED), int(State.CANCELLED)):
             return None
-        rows = await self._finished_rows(query, after, want, "list_failed_errors", {"folded": folded})
-        return [(s, key, bool(flag)) for s, key, flag in rows]
+        queue, pos = await self._queues_from(query, after, "next_finished_queue", {"state": state})
+        bounds = self._finished_bounds(query)
+        hits: list[tuple[int, SortKey]] = []
+        position, examined = after, 0
+        while queue is not None and examined < want:
+            finished_at, seq = self._finished_position(pos)
+            rows = await self._read("list_failed_errors", {**bounds, "folded": folded, "state": state, "queue": queue,
+                                                           "finished_at": finished_at, "seq": seq,
+                                                           "limit": want - examined})
+            name = _name(queue)
+            found = sorted(((f, s) for s, f, hit, _ in rows if hit), reverse=True)
+            hits.extend((s, [name, f, s]) for f, s in found)
+            tail = [(s, f, n) for s, f, hit, n in rows if not hit]
+            if tail:
+                s, f, n = tail[-1]
+                position, examined = [name, f, s], examined + int(n)
+                if examined >= want:  # the round's budget is spent inside this queue
+                    break
+            if query.queue is not None:
+                break
+            row = await self._read("next_finished_queue", {"state": state, "queue": queue}, one=True)
+            queue, pos = (row[0] if row else None), None
+        return hits, position, examined
 
     # ------------------------------------------------------------------ stats
 

@@ -15,7 +15,11 @@ through the fill, 50 of them with the error "TLS certificate expired", the rest
 Prints a Markdown table: per search the median and slowest page time (ms), the jobs on the
 page and whether the page stopped at the scan bound (``scan_limited``).
 
-    python benchmarks/search.py [--jobs 1000000] [--repeat 15] [--postgres-dsn DSN]
+    python benchmarks/search.py [--jobs 1000000] [--repeat 15] [--postgres-dsn DSN] [--data DIR]
+
+``--data DIR`` (SQLite): fill the store in DIR and keep it; a later run with the same DIR
+and ``--jobs`` finds it filled and goes straight to the timings (a 1,000,000-job fill takes
+minutes).
 """
 
 from __future__ import annotations
@@ -102,9 +106,12 @@ async def dead_letter(engine: JobEngine, n: int) -> None:
         await store.settle(items, policy)
 
 
-async def run(jobs: int, repeat: int, dsn: str) -> list[list[str]]:
-    """Fill a store and time every search; the table's rows."""
-    folder = Path(tempfile.mkdtemp(prefix="sepp-search-bench-"))
+async def run(jobs: int, repeat: int, dsn: str, data: Path | None = None) -> list[list[str]]:
+    """Fill a store (or reuse the one filled in ``data``) and time every search; the table's rows."""
+    folder = data or Path(tempfile.mkdtemp(prefix="sepp-search-bench-"))
+    marker = folder / f"filled-{jobs}"
+    folder.mkdir(parents=True, exist_ok=True)
+    reuse = data is not None and marker.exists()
     schema = f"bench_search_{os.getpid()}"
     extra: dict[str, Any] = {}
     if dsn:
@@ -118,12 +125,17 @@ async def run(jobs: int, repeat: int, dsn: str) -> list[list[str]]:
         engine = JobEngine(config, store, registry, Notifier())
         admin = AdminEngine(engine, store.admin)
         rnd = random.Random(13)
-        started = time.perf_counter()
-        await fill(engine, 0, jobs // 2, rnd)
-        await dead_letter(engine, min(DEAD, jobs // 100))
-        await fill(engine, jobs // 2, jobs, rnd)
-        took = time.perf_counter() - started
-        print(f"filled {jobs:,} jobs in {took:.0f} s ({jobs / took:,.0f} jobs/s)", flush=True)
+        if reuse:
+            print(f"reusing the {jobs:,} jobs filled in {folder}", flush=True)
+        else:
+            started = time.perf_counter()
+            await fill(engine, 0, jobs // 2, rnd)
+            await dead_letter(engine, min(DEAD, jobs // 100))
+            await fill(engine, jobs // 2, jobs, rnd)
+            took = time.perf_counter() - started
+            print(f"filled {jobs:,} jobs in {took:.0f} s ({jobs / took:,.0f} jobs/s)", flush=True)
+            if data is not None:
+                marker.touch()
         if dsn:
             await asyncio.to_thread(subprocess.run, ["psql", dsn, "-qc",
                                                      f"ANALYZE {schema}.jobs; ANALYZE {schema}.job_custom"],
@@ -174,7 +186,8 @@ async def run(jobs: int, repeat: int, dsn: str) -> list[list[str]]:
         if dsn:
             await asyncio.to_thread(subprocess.run, ["psql", dsn, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"],
                                     check=False, capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
+        if data is None:
+            shutil.rmtree(folder, ignore_errors=True)
     return rows
 
 
@@ -184,8 +197,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs to fill the store with")
     parser.add_argument("--repeat", type=int, default=15, help="times each search runs")
     parser.add_argument("--postgres-dsn", default="", help="run on PostgreSQL (a fresh schema) instead of SQLite")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="SQLite: fill in this folder and keep it; reuse it when already filled")
     args = parser.parse_args()
-    rows = asyncio.run(run(args.jobs, args.repeat, args.postgres_dsn))
+    if args.data is not None and args.postgres_dsn:
+        parser.error("--data is for SQLite")
+    rows = asyncio.run(run(args.jobs, args.repeat, args.postgres_dsn, args.data))
     backend = "PostgreSQL" if args.postgres_dsn else "SQLite"
     print(f"\n{backend}, {args.jobs:,} jobs, page size 50, scan bound {SCAN_ROWS:,} candidates, "
           f"{args.repeat} runs each\n")

@@ -193,3 +193,67 @@ async def test_a_completed_retried_job_is_listed_by_its_entry_with_policy_defaul
     await settle1(store, rec, SettleKind.ACK, NOW + S, policy=POLICY)
     (summary,) = (await store.admin.list_jobs(JobQuery(custom=(("order", "A-1"),)), None, 10)).jobs
     assert summary.record.state == int(COMPLETED) and summary.last_error == ""
+
+
+async def test_an_error_search_inside_a_finished_state_is_its_listing_filtered(store: Store) -> None:
+    """DEAD_LETTERED and CANCELLED (SQLite: the walk of jobs_failed, migration 0009): the
+    matches are the state's listing in its order (queue by queue, newest first) whose last
+    error holds the text; a redriven job is searched by its newest error, a job that left the
+    state is not found in it, the other filters hold and pages of one go on."""
+    cancelled = State.CANCELLED
+    jobs = [row(queue, job_type="mail" if i % 2 else "sms", max_attempts=9)
+            for i, queue in enumerate(["a", "b", "a", "c", "b", "a", "c", "a"])]
+    await _put(store, *jobs)
+    now = NOW
+    errors = ["TLS certificate expired", "connection refused", "tls CERTIFICATE expired here", "",
+              "certificate expired", "connection refused", "the certificate expired", "disk full"]
+    for job, message in zip(jobs, errors, strict=True):
+        (rec,) = await lease(store, job.queue, now=now)
+        now += S
+        if job is jobs[5]:  # retried, then cancelled while READY: its last error stays
+            await settle1(store, rec, SettleKind.RETRY, now, error_message="certificate expired", delay=0)
+            assert (await store.admin.cancel(job.id, now + 1, POLICY, "")).state == int(cancelled)
+        else:
+            await settle1(store, rec, SettleKind.DEAD_LETTER, now, error_message=message)
+    # Redriven, then dead-lettered again with another error: its newest error is searched.
+    await store.admin.requeue(jobs[7].id, now + S)
+    (rec,) = await lease(store, "a", now=now + 2 * S)
+    await settle1(store, rec, SettleKind.DEAD_LETTER, now + 3 * S, error_message="Certificate Expired again")
+    # Redriven and left READY: no longer in DEAD_LETTERED.
+    await store.admin.requeue(jobs[6].id, now + 4 * S)
+
+    async def listing(state: State) -> list[bytes]:
+        return await _ids(store, JobQuery(state=int(state)))
+
+    async def found(text: str, state: State, limit: int = 100, **filters: object) -> list[bytes]:
+        return await _ids(store, JobQuery(error_contains=text, state=int(state), **filters),  # type: ignore[arg-type]
+                          limit)
+
+    messages = {job.id: m for job, m in zip(jobs, errors, strict=True)}
+    messages[jobs[7].id] = "Certificate Expired again"
+    messages[jobs[5].id] = "certificate expired"
+    expected = [i for i in await listing(DEAD) if "certificate expired" in messages[i].lower()]
+    assert {*expected} == {jobs[0].id, jobs[2].id, jobs[4].id, jobs[7].id}
+    assert await found("certificate EXPIRED", DEAD) == expected
+    assert await found("certificate expired", DEAD, 1) == expected
+    assert await found("certificate expired", DEAD, queue="a") == [i for i in expected if i in
+                                                                    {jobs[0].id, jobs[2].id, jobs[7].id}]
+    assert await found("certificate expired", DEAD, job_type="sms") == [i for i in expected
+                                                                         if i in {jobs[0].id, jobs[2].id, jobs[4].id}]
+    assert await found("expired again", DEAD) == [jobs[7].id]
+    assert await found("disk full", DEAD) == []  # its newest error is another
+    assert await found("certificate expired", cancelled) == [jobs[5].id]
+    assert await found("refused", cancelled) == []
+    assert await found("certificate", COMPLETED) == []
+    assert await found("certificate", READY) == [jobs[6].id]
+    # Scan bounds that cut the walk inside a queue and at its end: the pages go on to the same.
+    for budget in (1, 2, 3):
+        got, after = [], None
+        for _ in range(50):
+            page = await search_page(store.admin, JobQuery(error_contains="certificate expired",  # type: ignore[arg-type]
+                                                           state=int(DEAD)), after, 10, budget=budget)
+            got += [s.record.id for s in page.jobs]
+            after = page.next_key
+            if after is None:
+                break
+        assert got == expected, budget

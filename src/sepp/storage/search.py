@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Protocol
 
+from sepp.domain.states import State
 from sepp.storage.admin import JobPage, JobQuery, JobSummary, SortKey, first_position, position_int
 
 #: Candidates one search page examines at most (see the module docstring; measured in
@@ -156,6 +157,15 @@ class SearchBackend(Protocol):
     async def walk(self, query: JobQuery, after: SortKey | None, n: int) -> list[tuple[int, SortKey]]:
         """The plain listing's next ``n`` (seq, sort key) of ``query`` (no search filter)."""
 
+    async def walk_errors(self, query: JobQuery, after: SortKey | None, n: int,
+                          folded: str) -> tuple[list[tuple[int, SortKey]], SortKey | None, int] | None:
+        """The next ``n`` candidates of ``walk`` (same order, same positions) tested for an
+        error search — whether the job's last error message, A-Z lowered, holds ``folded``,
+        read from an index, not the rows: (the (seq, sort key) that pass, in walk order; the
+        position after the last one examined, ``after`` when none was; how many were
+        examined). None when the backend has no such walk for ``query``'s state (then
+        ``walk`` + ``match``)."""
+
     async def summaries(self, seqs: list[int]) -> list[JobSummary]:
         """The listed rows of ``seqs`` in that order (gone ones left out)."""
 
@@ -173,6 +183,8 @@ async def search_page(backend: SearchBackend, query: JobQuery, after: SortKey | 
         _seq_at(after)
         step = _indexed_step(backend, query, needle) if query.indexed else \
             await _range_step(backend, query, needle)
+    elif error is not None and query.state == int(State.COMPLETED):
+        return JobPage([], None)  # a completed job's last error is none: nothing can match
     else:
         step = _walk_step(backend, query, needle)
     checked: dict[int, JobSummary] = {}
@@ -237,10 +249,17 @@ async def _range_step(backend: SearchBackend, query: JobQuery, needle: str | Non
 
 def _walk_step(backend: SearchBackend, query: JobQuery, needle: str | None) -> Step:
     """Rounds of a search in one state: the state's listing walk hands over candidates in
-    its order, ``match`` keeps the ones that pass."""
+    its order, ``match`` keeps the ones that pass. An error search walks with
+    ``walk_errors`` where the backend has it, and matches only the candidates it flags."""
     plain = replace(query, job_type=None, error_contains=None)
+    folded = None if query.error_contains is None else ascii_lower(query.error_contains)
 
     async def step(position: SortKey | None, n: int) -> tuple[list[tuple[int, SortKey]], SortKey | None, int, bool]:
+        tested = None if folded is None else await backend.walk_errors(plain, position, n, folded)
+        if tested is not None:
+            passed, after, seen = tested
+            found = set(await backend.match(query, [s for s, _ in passed], needle)) if passed else set()
+            return [h for h in passed if h[0] in found], after, seen, seen < n
         keys = await backend.walk(plain, position, n)
         if not keys:
             return [], position, 0, True

@@ -189,6 +189,12 @@ class PostgresAdmin:
 
     # ------------------------------------------------------------------ search (sepp.storage.search)
 
+    async def walk_errors(self, query: JobQuery, after: SortKey | None, want: int,
+                          folded: str) -> tuple[list[tuple[int, SortKey]], SortKey | None, int] | None:
+        """``SearchBackend.walk_errors``: None, always — an error search in one state walks and
+        matches by primary key (``search_match``; its cost in docs/benchmarks.md)."""
+        return None
+
     async def by_custom(self, key: str, value: str, after_seq: int, limit: int) -> list[int]:
         """``SearchBackend.by_custom`` (``job_custom_match``)."""
         return [s for (s,) in await self._store._fetch(A["search_by_custom"], key, value, after_seq, limit)]

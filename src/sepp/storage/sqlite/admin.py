@@ -224,15 +224,10 @@ class SQLiteAdmin:
                              base: Mapping[str, Any]) -> list[tuple[int, SortKey]]:
         state = query.state
         queue, pos = await self._queues_from(query, after, "next_finished_queue", {"state": state})
-        bounds = {"after": _INT_MIN if query.finished_after is None else query.finished_after,
-                  "before": _INT_MAX if query.finished_before is None else query.finished_before}
+        bounds = self._finished_bounds(query)
         out: list[tuple[int, SortKey]] = []
         while queue is not None and len(out) < want:
-            finished_at, seq = _INT_MAX, _INT_MAX
-            if pos:
-                if len(pos) != 2:
-                    raise ValueError("malformed page position")
-                finished_at, seq = _int(pos[0]), _int(pos[1])
+            finished_at, seq = self._finished_position(pos)
             rows = await self._read("list_finished", {**base, **bounds, "state": state, "queue": queue,
                                                       "finished_at": finished_at, "seq": seq,
                                                       "limit": want - len(out)})
@@ -243,6 +238,53 @@ class SQLiteAdmin:
             row = await self._read("next_finished_queue", {"state": state, "queue": queue}, one=True)
             queue, pos = (row[0] if row else None), None
         return out
+
+    @staticmethod
+    def _finished_bounds(query: JobQuery) -> dict[str, int]:
+        return {"after": _INT_MIN if query.finished_after is None else query.finished_after,
+                "before": _INT_MAX if query.finished_before is None else query.finished_before}
+
+    @staticmethod
+    def _finished_position(pos: SortKey | None) -> tuple[int, int]:
+        """(finished_at, seq) of a position inside one queue's finished walk (the start: the
+        largest). Raises ``ValueError`` for a malformed one."""
+        if not pos:
+            return _INT_MAX, _INT_MAX
+        if len(pos) != 2:
+            raise ValueError("malformed page position")
+        return _int(pos[0]), _int(pos[1])
+
+    async def walk_errors(self, query: JobQuery, after: SortKey | None, want: int,
+                          folded: str) -> tuple[list[tuple[int, SortKey]], SortKey | None, int] | None:
+        """``SearchBackend.walk_errors``: for DEAD_LETTERED and CANCELLED, the walk of
+        ``list_failed_errors`` (``jobs_failed``, migration 0009) queue by queue as
+        ``_list_finished`` walks; None for any other state."""
+        state = query.state
+        if state not in (int(State.DEAD_LETTERED), int(State.CANCELLED)):
+            return None
+        queue, pos = await self._queues_from(query, after, "next_finished_queue", {"state": state})
+        bounds = self._finished_bounds(query)
+        hits: list[tuple[int, SortKey]] = []
+        position, examined = after, 0
+        while queue is not None and examined < want:
+            finished_at, seq = self._finished_position(pos)
+            rows = await self._read("list_failed_errors", {**bounds, "folded": folded, "state": state, "queue": queue,
+                                                           "finished_at": finished_at, "seq": seq,
+                                                           "limit": want - examined})
+            name = _name(queue)
+            found = sorted(((f, s) for s, f, hit, _ in rows if hit), reverse=True)
+            hits.extend((s, [name, f, s]) for f, s in found)
+            tail = [(s, f, n) for s, f, hit, n in rows if not hit]
+            if tail:
+                s, f, n = tail[-1]
+                position, examined = [name, f, s], examined + int(n)
+                if examined >= want:  # the round's budget is spent inside this queue
+                    break
+            if query.queue is not None:
+                break
+            row = await self._read("next_finished_queue", {"state": state, "queue": queue}, one=True)
+            queue, pos = (row[0] if row else None), None
+        return hits, position, examined
 
     # ------------------------------------------------------------------ stats
 

@@ -35,6 +35,22 @@ WHERE state >= 4 AND state = :state AND queue = CAST(:queue AS TEXT)
   AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
 ORDER BY finished_at DESC, seq DESC LIMIT :limit;
 
+-- name: list_failed_errors
+-- As list_finished for DEAD_LETTERED / CANCELLED (:state, 5 or 6) with the error search's
+-- test: of the next :limit jobs of the walk, the ones whose last error message holds :folded
+-- (A-Z lowered, as lower() lowers) as (seq, finished_at, 1, 0), then the last job examined
+-- as (seq, finished_at, 0, how many were examined) — no row when none was. jobs_failed alone
+-- (migration 0009, covering): one statement a round, only the matches cross to Python.
+WITH w AS MATERIALIZED (
+    SELECT seq, finished_at, coalesce(instr(lower(last_error), :folded) > 0, 0) AS hit
+    FROM jobs INDEXED BY jobs_failed
+    WHERE state >= 5 AND state = :state AND queue = CAST(:queue AS TEXT)
+      AND finished_at >= :after AND finished_at < :before AND (finished_at, seq) < (:finished_at, :seq)
+    ORDER BY finished_at DESC, seq DESC LIMIT :limit)
+SELECT seq, finished_at, 1, 0 FROM w WHERE hit
+UNION ALL
+SELECT * FROM (SELECT seq, finished_at, 0, (SELECT count(*) FROM w) FROM w ORDER BY finished_at, seq LIMIT 1);
+
 -- name: next_finished_queue
 SELECT CAST(queue AS BLOB) FROM jobs WHERE state >= 4 AND state = :state AND queue > CAST(:queue AS TEXT)
 ORDER BY queue LIMIT 1;

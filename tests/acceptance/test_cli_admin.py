@@ -203,3 +203,21 @@ def test_refusals_print_on_one_line_on_a_narrow_terminal(srv: ServerProcess, tmp
     assert start.returncode == 2
     assert start.stderr.splitlines() == ["sepp: invalid configuration: queues.archive.dedup_window: Input should "
                                          "be less than or equal to 315360000 (got 10000000000000)"]
+
+
+def test_queues_show_tells_what_each_flow_limit_holds_back(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    ok_json("queues", "declare", "cli-held", "--max-in-flight", "2", "--rate-limit", "1/h", "--rate-burst", "3",
+            server=target)
+    for _ in range(5):
+        enqueue(target, "cli-held")
+    shown = ok_json("queues", "show", "cli-held", server=target)
+    # 5 READY: 2 slots (3 held), 3 tokens (2 held); together a reserve gets 2 (3 held).
+    assert shown["held_back"] == {"max_in_flight": 3, "rate_limit": 2, "per_key": 0, "total": 3,
+                                  "per_key_scan_limited": False}
+    text = sepp("queues", "show", "cli-held", server=target)
+    assert text.returncode == 0, text.stderr
+    assert "held back now: max_in_flight 3, rate_limit 2 (all limits 3)" in text.stdout
+    enqueue(target, "cli-unheld")
+    assert ok_json("queues", "show", "cli-unheld", server=target)["held_back"] is None
+    assert "held back" not in sepp("queues", "show", "cli-unheld", server=target).stdout

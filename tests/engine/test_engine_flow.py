@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from engine.engine_kit import Harness, HarnessFactory, S, request
 from sepp.api.v1 import common_pb2 as pb
 from sepp.server.admin import AdminEngine
@@ -151,3 +153,47 @@ async def test_no_consumer_flags_ready_jobs_nobody_reserves_within_consumer_time
     assert await flagged()                      # that worker went quiet
     await admin.set_paused("q", True)
     assert not await flagged()                  # paused on purpose: not flagged
+
+
+async def _held(admin: AdminEngine, name: str = "q") -> tuple[int, int, int, int]:
+    (view,) = await admin.stats([name])
+    assert view.held_back is not None
+    hb = view.held_back
+    return hb.max_in_flight, hb.rate_limit, hb.per_key, hb.total
+
+
+async def test_held_back_counts_what_each_limit_holds_back_right_now(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 3, "rate_limit": "2/s", "rate_burst": 4,
+                                         "concurrency_key": "tenant_id", "max_in_flight_per_key": 2},
+                                   "free": {}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.enqueue("free")
+    (free,) = await admin.stats(["free"])
+    assert free.held_back is None and stats_proto(free).HasField("held_back") is False  # no limit: no view
+    await h.engine.enqueue_batch([tenant_job("a") for _ in range(6)])
+    await h.engine.enqueue_batch([tenant_job("b") for _ in range(2)])
+    # 8 READY, none RESERVED: 3 slots (5 held), 4 tokens (4 held), 2 per tenant (A's 4 held);
+    # together a reserve gets min(3, 4, 4) = 3, so 5 are held back.
+    assert await _held(admin) == (5, 4, 4, 5)
+    assert len(await h.reserve(n=10)) == 3       # what the view said would pass
+    # 5 READY (A: 4, B: 1), 3 RESERVED (A: 2, B: 1), 1 token: no slot, A full, B one more.
+    assert await _held(admin) == (5, 4, 4, 5)
+    h.clock.advance(10.0)                        # the bucket refills to its burst
+    assert await _held(admin) == (5, 1, 4, 5)
+    msg = stats_proto((await admin.stats(["q"]))[0])
+    assert (msg.held_back.max_in_flight, msg.held_back.rate_limit, msg.held_back.per_key, msg.held_back.total,
+            msg.held_back.per_key_scan_limited) == (5, 1, 4, 5, False)
+    view = (await admin.stats(["q"]))[0].held_back
+    assert view is not None and view.limited == ("max_in_flight", "rate_limit", "per_key")
+
+
+async def test_held_back_per_key_looks_at_the_first_key_scan_ready_jobs(make_harness: HarnessFactory,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sepp.storage import flow_keys
+    monkeypatch.setattr(flow_keys, "KEY_SCAN", 5)
+    h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.engine.enqueue_batch([tenant_job("a") for _ in range(8)])
+    (view,) = await admin.stats(["q"])
+    assert view.held_back is not None
+    assert (view.held_back.per_key, view.held_back.total, view.held_back.scan_limited) == (4, 7, True)

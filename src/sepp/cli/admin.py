@@ -26,6 +26,7 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.cli.admin_views import (
     STATE_ORDER,
+    held_back_line,
     human_duration,
     job_json,
     print_job,
@@ -169,6 +170,9 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     dead = sum(m.dead_lettered for m in s.throughput)
     out.print(f"oldest ready job waiting: {age}")
     out.print(f"last hour: {enq:,} enqueued, {done:,} completed, {dead:,} dead-lettered")
+    held = held_back_line(s, q.settings)
+    if held is not None:
+        out.print(escape(held))
     if types.job_types:
         out.print(type_stats_table(types))
     else:

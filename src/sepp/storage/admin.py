@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sepp.domain.params import FlowLimits
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import JobRecord
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
@@ -171,6 +172,18 @@ class QueueGauges:
 
 
 @dataclass(frozen=True, slots=True)
+class FlowRead:
+    """What the held-back view of a flow-limited queue reads from the store (issue 12 "Admin
+    visibility"; ``AdminStore.flow_read``): ``bucket`` the stored token bucket (tokens,
+    updated_at µs) or None (never used, or no rate limit asked for); ``key_allowed`` /
+    ``key_scanned`` the per-key limit's ``flow_keys.key_room`` (0, 0 without one)."""
+
+    bucket: tuple[float, int] | None = None
+    key_allowed: int = 0
+    key_scanned: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class MinuteRow:
     """Throughput of one queue in one minute (``minute`` = µs // 60,000,000)."""
 
@@ -211,6 +224,12 @@ class AdminStore(Protocol):
         queue with READY jobs (``QueueGauges``), for the ``/metrics`` gauges (issue 11). Reads
         every stored job's index entry once: the server calls it off the scrape path (see
         ``sepp.server.metrics.gauges``)."""
+
+    async def flow_read(self, queue: str, limits: FlowLimits) -> FlowRead:
+        """The flow state of ``queue`` right now for the held-back view (``FlowRead``): its
+        token bucket row when ``limits`` has a rate limit, and with a per-key limit the
+        ``flow_keys.key_room`` of its RESERVED jobs and first ``flow_keys.KEY_SCAN`` READY
+        jobs (bounded: at most that many rows read). Reads only, no lock taken."""
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Every throughput row from ``since_minute`` on."""

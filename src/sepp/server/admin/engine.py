@@ -28,6 +28,7 @@ from sepp.domain.states import STATE_NAMES
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason, RejectionCode
 from sepp.server.admin.cursor import decode_cursor, encode_cursor
+from sepp.server.admin.held_back import HeldBack, held_back
 from sepp.server.admin.settings import merge_settings
 from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
 from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigures, TypeRollup, figures_of, merge_reads
@@ -115,6 +116,9 @@ class QueueStatsView:
     last_reserve: int | None = None
     #: The queue's ``consumer_timeout``, seconds (0 = never flagged).
     consumer_timeout: float = 0.0
+    #: READY jobs each flow limit holds back right now (``admin.held_back``), or None when
+    #: the queue has no flow limit (issue 12 "Admin visibility").
+    held_back: HeldBack | None = None
 
     @property
     def oldest_ready_age(self) -> float | None:
@@ -544,8 +548,12 @@ class AdminEngine:
             oldest = await self.store.oldest_ready(q.name) if counts.get(q.name, StateCounts()).ready else None
             per = series.get(q.name, {})
             rows = [MinuteRow(q.name, m, *per.get(m, (0, 0, 0))) for m in range(first, this_minute + 1)]
-            out.append(QueueStatsView(q.name, q.paused, counts.get(q.name, StateCounts()), oldest, rows, now,
-                                      last.get(q.name), q.settings.consumer_timeout))
+            c = counts.get(q.name, StateCounts())
+            held = None
+            if q.flow is not None:
+                held = held_back(q.flow, c.ready, c.reserved, await self.store.flow_read(q.name, q.flow), now)
+            out.append(QueueStatsView(q.name, q.paused, c, oldest, rows, now, last.get(q.name),
+                                      q.settings.consumer_timeout, held))
         return out
 
     async def _last_reserves(self) -> dict[str, int]:

@@ -197,3 +197,35 @@ async def test_held_back_per_key_looks_at_the_first_key_scan_ready_jobs(make_har
     (view,) = await admin.stats(["q"])
     assert view.held_back is not None
     assert (view.held_back.per_key, view.held_back.total, view.held_back.scan_limited) == (4, 7, True)
+
+
+async def test_the_no_consumer_gauge_moves_with_the_flag(make_harness: HarnessFactory) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sepp.server.metrics.collector import Metrics
+
+    h = await make_harness(queues={"q": {"consumer_timeout": 60.0}, "never": {"consumer_timeout": 0.0}})
+    metrics = Metrics(h.engine, gauge_interval=0)   # every scrape reads the store
+
+    async def gauge() -> dict[str, float]:
+        await metrics.refresh_gauges()
+        families = text_string_to_metric_families(metrics.render().decode())
+        (family,) = [f for f in families if f.name == "sepp_queue_no_consumer"]
+        assert family.type == "gauge"
+        return {s.labels["queue"]: s.value for s in family.samples}
+
+    try:
+        await h.enqueue()
+        await h.enqueue("never")
+        assert await gauge() == {"q": 0, "never": 0}
+        h.clock.advance(60.001)
+        assert await gauge() == {"q": 1, "never": 0}           # flagged: 1; consumer_timeout 0: never
+        h.engine.workers.reserved("w1", "host", ["q"], 1, "")  # a worker's Reserve (the RPC layer's note)
+        assert await gauge() == {"q": 0, "never": 0}
+        h.clock.advance(60.001)
+        assert (await gauge())["q"] == 1                        # that worker went quiet
+        (job,) = await h.reserve(n=1)
+        await h.ack(job)                                        # no READY job left: not flagged
+        assert (await gauge())["q"] == 0
+    finally:
+        await metrics.stop()

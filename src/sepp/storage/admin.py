@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sepp.domain.params import FlowLimits
@@ -169,6 +169,10 @@ class QueueGauges:
 
     counts: dict[str, StateCounts]
     oldest_ready: dict[str, int]
+    #: Queue → the latest Reserve by a worker of another node (µs UTC), from the worker rows:
+    #: filled in by the server's metrics read for ``sepp_queue_no_consumer`` (issue 12), not
+    #: by the store's ``queue_gauges``.
+    last_reserve: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,8 @@ from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigure
 from sepp.server.admin.workers import WorkerView, merge_workers
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
-from sepp.server.queues import QueueState
+from sepp.server.queues import QueueState, no_consumer
+from sepp.server.workers import last_reserves
 from sepp.storage.admin import (
     AdminStore,
     DeadFilter,
@@ -127,14 +127,12 @@ class QueueStatsView:
 
     @property
     def no_consumer(self) -> bool:
-        """The "no consumer" signal (issue 12): the queue is not paused, has READY jobs, the
-        oldest has waited longer than ``consumer_timeout``, and no worker reserved from it
-        within that time either (a queue just given its first job is not flagged at once)."""
-        age = self.oldest_ready_age
-        if self.paused or not self.counts.ready or self.consumer_timeout <= 0 or age is None:
-            return False
-        since = math.inf if self.last_reserve is None else (self.now - self.last_reserve) / 1e6
-        return min(age, since) > self.consumer_timeout
+        """The "no consumer" signal (issue 12; ``queues.no_consumer``): the queue is not paused,
+        has READY jobs, the oldest has waited longer than ``consumer_timeout``, and no worker
+        reserved from it within that time either (a queue just given its first job is not
+        flagged at once)."""
+        return no_consumer(self.paused, self.counts.ready, self.oldest_ready_at, self.last_reserve,
+                           self.consumer_timeout, self.now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,9 +562,4 @@ class AdminEngine:
         node = engine.node
         rows = [r for r in await engine.store.workers() if r.node != node]
         rows += engine.workers.snapshot(node)
-        last: dict[str, int] = {}
-        for row in rows:
-            for queue in row.queues:
-                if row.last_reserve > last.get(queue, 0):
-                    last[queue] = row.last_reserve
-        return last
+        return last_reserves(rows)

@@ -229,3 +229,18 @@ async def test_the_no_consumer_gauge_moves_with_the_flag(make_harness: HarnessFa
         assert (await gauge())["q"] == 0
     finally:
         await metrics.stop()
+
+
+async def test_a_long_poll_held_back_wakes_when_an_update_raises_the_limit(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.enqueue()
+    await h.enqueue()
+    assert len(await h.reserve(n=5)) == 1
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    started = time.monotonic()
+    await admin.update_queue("q", {"max_in_flight": 2}, ["max_in_flight"])
+    (job,) = await asyncio.wait_for(waiting, 5)
+    assert job.queue == "q" and time.monotonic() - started < 2.0

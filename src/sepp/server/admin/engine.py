@@ -303,17 +303,22 @@ class AdminEngine:
             current.apply(merge_settings(current.settings, patch, paths, cap, labels))
         current.declared = True
         await self._persist(current)
+        if patch is not None:
+            self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
         _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),
                      settings=list(paths))
         return current, False
 
     async def update_queue(self, name: str, patch: Mapping[str, Any], paths: Sequence[str]) -> QueueState:
-        """Apply settings to an existing queue at once (validation and reserve use them next call)."""
+        """Apply settings to an existing queue at once (validation and reserve use them next
+        call; this node's long-polling reservers of the queue are woken to try again, so a
+        raised or lifted flow limit hands out jobs at once)."""
         q = self.queue(name)
         lim = self.engine.limits
         settings = merge_settings(q.settings, patch, paths, lim.max_message_bytes, lim.max_encoding_bytes)
         q.apply(settings)
         await self._persist(q)
+        self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
         _queue_event("queue_changed", name, f"changed: {', '.join(paths) or 'settings'}", settings=list(paths))
         return q
 

@@ -9,11 +9,15 @@ import asyncio
 import time
 
 import pytest
+from support.backends import fresh_schema
 
 from engine.engine_kit import Harness, HarnessFactory, S, request
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.records import JobRecord
 from sepp.server.admin import AdminEngine
+from sepp.server.engine import job_id_text
 from sepp.server.rpc.admin import stats_proto
+from sepp.storage.config import PostgresSettings
 
 
 async def test_max_in_flight_3_with_20_reservers_never_holds_more_than_3(make_harness: HarnessFactory) -> None:
@@ -244,3 +248,73 @@ async def test_a_long_poll_held_back_wakes_when_an_update_raises_the_limit(make_
     await admin.update_queue("q", {"max_in_flight": 2}, ["max_in_flight"])
     (job,) = await asyncio.wait_for(waiting, 5)
     assert job.queue == "q" and time.monotonic() - started < 2.0
+
+
+# ---------------------------------------------------------------------- wake-ups of freed capacity
+
+
+async def _held_back_long_poll(h: Harness, worker: str = "w2") -> asyncio.Future[list[JobRecord]]:
+    """A long-polling Reserve of "q", checked to be waiting (held back, not refused)."""
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, worker))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    return waiting
+
+
+async def test_a_long_poll_wakes_when_an_expired_lease_dead_letters_its_job(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    await h.enqueue(max_attempts=1)      # its lease running out is its last attempt
+    await h.enqueue()
+    (first,) = await h.reserve(n=5, lease_s=5)
+    waiting = await _held_back_long_poll(h)
+    h.clock.advance(6.0)
+    started = time.monotonic()
+    assert await h.sweeper.reclaim_once() == 1
+    (second,) = await asyncio.wait_for(waiting, 5)   # the slot the dead letter freed, at once
+    assert second.id != first.id and time.monotonic() - started < 2.0
+    assert (await h.job(first.id)).state == 5        # DEAD_LETTERED
+
+
+async def test_a_long_poll_wakes_when_a_job_cancelled_while_reserved_frees_its_slot(
+        make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.engine.enqueue_batch([tenant_job("a"), tenant_job("a")])
+    (first,) = await h.reserve(n=5, lease_s=5)
+    await admin.cancel(job_id_text(first.id))        # RESERVED: cancel requested; the worker is gone
+    waiting = await _held_back_long_poll(h)
+    h.clock.advance(6.0)
+    assert await h.sweeper.reclaim_once() == 1        # the expiry cancels it
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id and (await h.job(first.id)).state == 6   # CANCELLED
+
+
+@pytest.mark.postgres_only(reason="two nodes on one database")
+async def test_a_long_poll_on_another_node_wakes_when_a_reclaim_frees_a_slot(make_harness: HarnessFactory) -> None:
+    shared = {"postgres": PostgresSettings(schema=fresh_schema())}
+    queues = {"q": {"max_in_flight": 1}}
+    one = await make_harness(queues=queues, node_name="n1", storage_settings=shared)
+    two = await make_harness(queues=queues, node_name="n2", storage_settings=shared)
+    notifier = two.engine.notifier
+    two.store.subscribe(lambda q: notifier.ready_all() if q is None else notifier.ready(q), lambda: None)
+    await one.enqueue(max_attempts=1)
+    await one.enqueue()
+    (first,) = await one.reserve(n=5, lease_s=5)
+    waiting = await _held_back_long_poll(two)        # node two's worker waits for the slot
+    one.clock.advance(6.0)
+    started = time.monotonic()
+    assert await one.sweeper.reclaim_once() == 1     # node one's sweep dead-letters the job
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id and time.monotonic() - started < 2.0
+
+
+async def test_a_long_poll_wakes_when_an_admin_deletes_a_reserved_job(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.enqueue()
+    await h.enqueue()
+    (first,) = await h.reserve(n=5)
+    waiting = await _held_back_long_poll(h)
+    await admin.delete_job(job_id_text(first.id))
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id

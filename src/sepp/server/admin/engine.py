@@ -346,6 +346,8 @@ class AdminEngine:
             if n < CHUNK:
                 break
         self._counts.expires = 0.0
+        if total:
+            self._freed(name, wanted)
         _queue_event("queue_purged", name, f"purged: {total} job(s) deleted", count=total)
         return total
 
@@ -471,11 +473,20 @@ class AdminEngine:
         return matched, done
 
     async def delete_job(self, job_id: str) -> None:
-        """Delete one job in any state. Raises ``NotFound``."""
+        """Delete one job in any state (a RESERVED one of a flow-limited queue wakes this
+        node's long-polls of it: its slot is free). Raises ``NotFound``."""
         result = await self.store.delete_job(self._job_id(job_id))
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         self._counts.expires = 0.0
+        self._freed(result.queue, (result.state,))
+
+    def _freed(self, name: str, states: Iterable[int]) -> None:
+        """Wake this node's long-polls of a flow-limited queue ``name`` when RESERVED jobs of it
+        were deleted (their slots are free; issue 12)."""
+        q = self.engine.queues.get(name)
+        if q is not None and q.flow is not None and int(State.RESERVED) in states:
+            self.engine.notifier.ready(name)
 
     # ------------------------------------------------------------------ workers
 

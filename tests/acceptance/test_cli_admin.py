@@ -203,3 +203,47 @@ def test_refusals_print_on_one_line_on_a_narrow_terminal(srv: ServerProcess, tmp
     assert start.returncode == 2
     assert start.stderr.splitlines() == ["sepp: invalid configuration: queues.archive.dedup_window: Input should "
                                          "be less than or equal to 315360000 (got 10000000000000)"]
+
+
+def test_queues_show_tells_what_each_flow_limit_holds_back(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    ok_json("queues", "declare", "cli-held", "--max-in-flight", "2", "--rate-limit", "1/h", "--rate-burst", "3",
+            server=target)
+    for _ in range(5):
+        enqueue(target, "cli-held")
+    shown = ok_json("queues", "show", "cli-held", server=target)
+    # 5 READY: 2 slots (3 held), 3 tokens (2 held); together a reserve gets 2 (3 held).
+    assert shown["held_back"] == {"max_in_flight": 3, "rate_limit": 2, "per_key": 0, "total": 3,
+                                  "per_key_scan_limited": False}
+    text = sepp("queues", "show", "cli-held", server=target)
+    assert text.returncode == 0, text.stderr
+    assert "held back now: max_in_flight 3, rate_limit 2 (all limits 3)" in text.stdout
+    enqueue(target, "cli-unheld")
+    assert ok_json("queues", "show", "cli-unheld", server=target)["held_back"] is None
+    assert "held back" not in sepp("queues", "show", "cli-unheld", server=target).stdout
+
+
+def test_queues_update_changes_only_the_settings_given(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    ok_json("queues", "declare", "cli-upd", "--priority", "6", "--max-in-flight", "4", "--rate-limit", "50/s",
+            server=target)
+    changed = ok_json("queues", "update", "cli-upd", "--max-in-flight", "0", "--rate-burst", "7",
+                      "--concurrency-key", "tenant_id", "--max-in-flight-per-key", "2", "--consumer-timeout", "15m",
+                      server=target)
+    assert changed["changed"] == ["max_in_flight", "rate_burst", "concurrency_key", "max_in_flight_per_key",
+                                  "consumer_timeout"]
+    s = changed["settings"]
+    assert (s["max_in_flight"], s["rate_burst"], s["concurrency_key"], s["max_in_flight_per_key"],
+            s["consumer_timeout"]) == (0, 7, "tenant_id", 2, 900.0)          # 0 is a value: the limit lifted
+    assert (s["default_priority"], s["rate_limit"]) == (6, "50/s")              # untouched
+    again = ok_json("queues", "update", "cli-upd", "--rate-limit", "", server=target)
+    assert again["settings"]["rate_limit"] == "" and again["settings"]["rate_burst"] == 7
+    text = sepp("queues", "update", "cli-upd", "--lease", "45s", server=target)
+    assert text.returncode == 0 and "updated: lease_duration" in text.stdout, text.stderr
+    missing = sepp("queues", "update", "cli-upd-nope", "--max-in-flight", "1", "--json", server=target)
+    assert missing.returncode == 2 and json.loads(missing.stderr)["reason"] == "QUEUE_NOT_FOUND"
+    assert "cli-upd-nope" not in [q["name"] for q in ok_json("queues", "list", server=target)]   # not created
+    nothing = sepp("queues", "update", "cli-upd", server=target)
+    assert nothing.returncode == 2 and "nothing to update" in nothing.stderr + nothing.stdout
+    bad = sepp("queues", "update", "cli-upd", "--rate-limit", "5/w", "--json", server=target)
+    assert bad.returncode == 2 and json.loads(bad.stderr)["flag"] == "--rate-limit"

@@ -27,14 +27,17 @@ from sepp.storage.factory import open_store
 @pytest.fixture(params=BACKENDS)
 async def make_harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[HarnessFactory]:
     """Build harnesses on demand (each in its own folder), on each backend of
-    ``support.backends.BACKENDS``; every store is closed at teardown."""
+    ``support.backends.BACKENDS``; every store is closed at teardown. ``storage_settings``
+    overrides the store keys (two harnesses given one ``postgres`` schema are two nodes of
+    one database)."""
     backend: str = request.param
     stores: list[Store] = []
 
     async def make(queues: dict[str, dict[str, Any]] | None = None, **config: Any) -> Harness:
         folder = tmp_path / f"h{len(stores)}"
+        storage = {**store_settings(backend), **config.pop("storage_settings", {})}  # e.g. a shared PG schema
         cfg = ServerConfig(data_dir=folder, queues={n: QueueSettings(**s) for n, s in (queues or {}).items()},
-                           **store_settings(backend), **config)
+                           **storage, **config)
         clock = FakeClock()
         store = open_store(cfg, clock)
         await store.open()

@@ -8,10 +8,16 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+from support.backends import fresh_schema
+
 from engine.engine_kit import Harness, HarnessFactory, S, request
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.records import JobRecord
 from sepp.server.admin import AdminEngine
+from sepp.server.engine import job_id_text
 from sepp.server.rpc.admin import stats_proto
+from sepp.storage.config import PostgresSettings
 
 
 async def test_max_in_flight_3_with_20_reservers_never_holds_more_than_3(make_harness: HarnessFactory) -> None:
@@ -151,3 +157,164 @@ async def test_no_consumer_flags_ready_jobs_nobody_reserves_within_consumer_time
     assert await flagged()                      # that worker went quiet
     await admin.set_paused("q", True)
     assert not await flagged()                  # paused on purpose: not flagged
+
+
+async def _held(admin: AdminEngine, name: str = "q") -> tuple[int, int, int, int]:
+    (view,) = await admin.stats([name])
+    assert view.held_back is not None
+    hb = view.held_back
+    return hb.max_in_flight, hb.rate_limit, hb.per_key, hb.total
+
+
+async def test_held_back_counts_what_each_limit_holds_back_right_now(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 3, "rate_limit": "2/s", "rate_burst": 4,
+                                         "concurrency_key": "tenant_id", "max_in_flight_per_key": 2},
+                                   "free": {}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.enqueue("free")
+    (free,) = await admin.stats(["free"])
+    assert free.held_back is None and stats_proto(free).HasField("held_back") is False  # no limit: no view
+    await h.engine.enqueue_batch([tenant_job("a") for _ in range(6)])
+    await h.engine.enqueue_batch([tenant_job("b") for _ in range(2)])
+    # 8 READY, none RESERVED: 3 slots (5 held), 4 tokens (4 held), 2 per tenant (A's 4 held);
+    # together a reserve gets min(3, 4, 4) = 3, so 5 are held back.
+    assert await _held(admin) == (5, 4, 4, 5)
+    assert len(await h.reserve(n=10)) == 3       # what the view said would pass
+    # 5 READY (A: 4, B: 1), 3 RESERVED (A: 2, B: 1), 1 token: no slot, A full, B one more.
+    assert await _held(admin) == (5, 4, 4, 5)
+    h.clock.advance(10.0)                        # the bucket refills to its burst
+    assert await _held(admin) == (5, 1, 4, 5)
+    msg = stats_proto((await admin.stats(["q"]))[0])
+    assert (msg.held_back.max_in_flight, msg.held_back.rate_limit, msg.held_back.per_key, msg.held_back.total,
+            msg.held_back.per_key_scan_limited) == (5, 1, 4, 5, False)
+    view = (await admin.stats(["q"]))[0].held_back
+    assert view is not None and view.limited == ("max_in_flight", "rate_limit", "per_key")
+
+
+async def test_held_back_per_key_looks_at_the_first_key_scan_ready_jobs(make_harness: HarnessFactory,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sepp.storage import flow_keys
+    monkeypatch.setattr(flow_keys, "KEY_SCAN", 5)
+    h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.engine.enqueue_batch([tenant_job("a") for _ in range(8)])
+    (view,) = await admin.stats(["q"])
+    assert view.held_back is not None
+    assert (view.held_back.per_key, view.held_back.total, view.held_back.scan_limited) == (4, 7, True)
+
+
+async def test_the_no_consumer_gauge_moves_with_the_flag(make_harness: HarnessFactory) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from sepp.server.metrics.collector import Metrics
+
+    h = await make_harness(queues={"q": {"consumer_timeout": 60.0}, "never": {"consumer_timeout": 0.0}})
+    metrics = Metrics(h.engine, gauge_interval=0)   # every scrape reads the store
+
+    async def gauge() -> dict[str, float]:
+        await metrics.refresh_gauges()
+        families = text_string_to_metric_families(metrics.render().decode())
+        (family,) = [f for f in families if f.name == "sepp_queue_no_consumer"]
+        assert family.type == "gauge"
+        return {s.labels["queue"]: s.value for s in family.samples}
+
+    try:
+        await h.enqueue()
+        await h.enqueue("never")
+        assert await gauge() == {"q": 0, "never": 0}
+        h.clock.advance(60.001)
+        assert await gauge() == {"q": 1, "never": 0}           # flagged: 1; consumer_timeout 0: never
+        h.engine.workers.reserved("w1", "host", ["q"], 1, "")  # a worker's Reserve (the RPC layer's note)
+        assert await gauge() == {"q": 0, "never": 0}
+        h.clock.advance(60.001)
+        assert (await gauge())["q"] == 1                        # that worker went quiet
+        (job,) = await h.reserve(n=1)
+        await h.ack(job)                                        # no READY job left: not flagged
+        assert (await gauge())["q"] == 0
+    finally:
+        await metrics.stop()
+
+
+async def test_a_long_poll_held_back_wakes_when_an_update_raises_the_limit(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.enqueue()
+    await h.enqueue()
+    assert len(await h.reserve(n=5)) == 1
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    started = time.monotonic()
+    await admin.update_queue("q", {"max_in_flight": 2}, ["max_in_flight"])
+    (job,) = await asyncio.wait_for(waiting, 5)
+    assert job.queue == "q" and time.monotonic() - started < 2.0
+
+
+# ---------------------------------------------------------------------- wake-ups of freed capacity
+
+
+async def _held_back_long_poll(h: Harness, worker: str = "w2") -> asyncio.Future[list[JobRecord]]:
+    """A long-polling Reserve of "q", checked to be waiting (held back, not refused)."""
+    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, worker))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    return waiting
+
+
+async def test_a_long_poll_wakes_when_an_expired_lease_dead_letters_its_job(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    await h.enqueue(max_attempts=1)      # its lease running out is its last attempt
+    await h.enqueue()
+    (first,) = await h.reserve(n=5, lease_s=5)
+    waiting = await _held_back_long_poll(h)
+    h.clock.advance(6.0)
+    started = time.monotonic()
+    assert await h.sweeper.reclaim_once() == 1
+    (second,) = await asyncio.wait_for(waiting, 5)   # the slot the dead letter freed, at once
+    assert second.id != first.id and time.monotonic() - started < 2.0
+    assert (await h.job(first.id)).state == 5        # DEAD_LETTERED
+
+
+async def test_a_long_poll_wakes_when_a_job_cancelled_while_reserved_frees_its_slot(
+        make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.engine.enqueue_batch([tenant_job("a"), tenant_job("a")])
+    (first,) = await h.reserve(n=5, lease_s=5)
+    await admin.cancel(job_id_text(first.id))        # RESERVED: cancel requested; the worker is gone
+    waiting = await _held_back_long_poll(h)
+    h.clock.advance(6.0)
+    assert await h.sweeper.reclaim_once() == 1        # the expiry cancels it
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id and (await h.job(first.id)).state == 6   # CANCELLED
+
+
+@pytest.mark.postgres_only(reason="two nodes on one database")
+async def test_a_long_poll_on_another_node_wakes_when_a_reclaim_frees_a_slot(make_harness: HarnessFactory) -> None:
+    shared = {"postgres": PostgresSettings(schema=fresh_schema())}
+    queues = {"q": {"max_in_flight": 1}}
+    one = await make_harness(queues=queues, node_name="n1", storage_settings=shared)
+    two = await make_harness(queues=queues, node_name="n2", storage_settings=shared)
+    notifier = two.engine.notifier
+    two.store.subscribe(lambda q: notifier.ready_all() if q is None else notifier.ready(q), lambda: None)
+    await one.enqueue(max_attempts=1)
+    await one.enqueue()
+    (first,) = await one.reserve(n=5, lease_s=5)
+    waiting = await _held_back_long_poll(two)        # node two's worker waits for the slot
+    one.clock.advance(6.0)
+    started = time.monotonic()
+    assert await one.sweeper.reclaim_once() == 1     # node one's sweep dead-letters the job
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id and time.monotonic() - started < 2.0
+
+
+async def test_a_long_poll_wakes_when_an_admin_deletes_a_reserved_job(make_harness: HarnessFactory) -> None:
+    h = await make_harness(queues={"q": {"max_in_flight": 1}})
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.enqueue()
+    await h.enqueue()
+    (first,) = await h.reserve(n=5)
+    waiting = await _held_back_long_poll(h)
+    await admin.delete_job(job_id_text(first.id))
+    (second,) = await asyncio.wait_for(waiting, 5)
+    assert second.id != first.id

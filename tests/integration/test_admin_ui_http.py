@@ -134,3 +134,21 @@ def test_metrics_count_commits_as_a_counter(server_factory: ServerFactory) -> No
         with connect(server.grpc_target) as stubs:
             stubs.enqueue("metered")  # one write: one more commit
         assert commits() >= before + 1
+
+
+def test_the_queue_page_shows_what_each_flow_limit_holds_back(web: httpx.Client, stubs: AdminStubs) -> None:
+    from sepp.api.v1 import admin_pb2 as apb
+    from sepp.api.v1 import common_pb2 as pb
+
+    stubs.call("DeclareQueue", apb.DeclareQueueRequest(name="ui-held", settings=pb.QueueSettings(
+        max_in_flight=1, concurrency_key="tenant_id", max_in_flight_per_key=2)))
+    for _ in range(3):
+        stubs.enqueue("ui-held", custom={"tenant_id": pb.CustomValue(string_value="a")})
+    page = web.get("/queues/ui-held").text
+    assert "held back by the flow limits" in page
+    assert 'data-limit="max_in_flight">2<' in page          # 3 READY, 1 slot
+    assert 'data-limit="per_key">1<' in page                # tenant a: 2 at once, its third waits
+    assert 'data-limit="total">2<' in page
+    assert 'data-limit="rate_limit"' not in page            # not a limit of this queue
+    stubs.enqueue("ui-free")
+    assert "held back by the flow limits" not in web.get("/queues/ui-free").text

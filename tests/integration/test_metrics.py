@@ -81,6 +81,7 @@ def test_an_enqueue_counts_and_shows_in_the_queue_gauges(metered: ServerProcess,
     assert {state: val(after, "sepp_queue_jobs", queue=fresh_queue, state=state) for state in STATES} == {
         "scheduled": 0, "ready": 2, "reserved": 0, "completed": 0, "dead_lettered": 0, "cancelled": 0}
     assert val(after, "sepp_queue_paused", queue=fresh_queue) == 0
+    assert val(after, "sepp_queue_no_consumer", queue=fresh_queue) == 0   # just enqueued: not yet
     assert (("sepp_queue_oldest_ready_age_seconds", frozenset({("queue", fresh_queue)})) in after)
     # The commit histograms saw the two commits (or one: they may share it).
     assert moved(before, after, "sepp_commit_batch_jobs_count") >= 1
@@ -230,7 +231,7 @@ def test_every_metric_of_the_issue_is_exposed_with_its_type(metered: ServerProce
                 "sepp_jobs_retried", "sepp_jobs_dead_lettered", "sepp_leases_expired", "sepp_jobs_overloaded",
                 "sepp_auth_failures", "sepp_commits", "sepp_sweep_skipped", "sepp_scrape_errors"]
     gauges = ["sepp_queue_jobs", "sepp_queue_oldest_ready_age_seconds", "sepp_queue_paused",
-              "sepp_commit_backlog_jobs", "sepp_queues"]
+              "sepp_queue_no_consumer", "sepp_commit_backlog_jobs", "sepp_queues"]
     histograms = ["sepp_commit_batch_jobs", "sepp_commit_duration_seconds", "sepp_rpc_duration_seconds",
                   "sepp_promotion_lag_seconds", "sepp_job_runtime_seconds"]
     assert {n: types.get(n) for n in counters + gauges + histograms} == {

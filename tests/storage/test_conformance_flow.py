@@ -183,3 +183,35 @@ async def test_per_key_limit_respects_the_byte_budget_and_max_in_flight(store: S
     assert len(got) == 2                                       # 10 + 10 bytes fit in 25, a third does not
     flow = {"q": FlowLimits(max_in_flight=3, key="tenant_id", max_per_key=1)}
     assert len(await limited(store, flow, n=10)) == 1          # two held already: one slot left
+
+
+# ---------------------------------------------------------------------- the held-back view's read
+
+
+async def test_flow_read_without_rate_or_key_reads_nothing(store: Store) -> None:
+    await put(store, row())
+    read = await store.admin.flow_read("q", FlowLimits(max_in_flight=1))  # type: ignore[attr-defined]
+    assert (read.bucket, read.key_allowed, read.key_scanned) == (None, 0, 0)
+
+
+async def test_flow_read_gives_the_bucket_as_the_reserve_left_it(store: Store) -> None:
+    await put(store, *[row() for _ in range(5)])
+    flow = _rate(10, burst=4)
+    assert (await store.admin.flow_read("q", flow["q"])).bucket is None  # type: ignore[attr-defined]
+    assert len(await limited(store, flow, n=3)) == 3
+    bucket = (await store.admin.flow_read("q", flow["q"])).bucket  # type: ignore[attr-defined]
+    assert bucket is not None and (round(bucket[0], 6), bucket[1]) == (1.0, NOW)
+
+
+async def test_flow_read_walks_the_per_key_groups_as_a_reserve_would(store: Store) -> None:
+    a = [row(extras=tenant("a")) for _ in range(4)]
+    await put(store, *a, row(extras=tenant("b")), row(), row())
+    limits = _per_key(2)["q"]
+    read = await store.admin.flow_read("q", limits)  # type: ignore[attr-defined]
+    assert (read.key_allowed, read.key_scanned) == (5, 7)      # a, a, b, none, none; two of A's held back
+    assert len(await limited(store, _per_key(2), n=1)) == 1    # one of A's now RESERVED
+    read = await store.admin.flow_read("q", limits)  # type: ignore[attr-defined]
+    assert (read.key_allowed, read.key_scanned) == (4, 6)      # A has one slot left
+    assert len(await limited(store, _per_key(2), n=10)) == 4   # what the read said would pass
+    read = await store.admin.flow_read("q", limits)  # type: ignore[attr-defined]
+    assert (read.key_allowed, read.key_scanned) == (0, 2)      # A's last two, held back

@@ -86,7 +86,9 @@ def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> Non
     dropped: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        backend = callspec.params.get("backend") if callspec is not None else None
+        # ``backend``: the servers' and conformance fixtures; ``make_harness``: the engine suite's.
+        backend = (callspec.params.get("backend", callspec.params.get("make_harness"))
+                   if callspec is not None else None)
         drop = (backend == "postgres" and item.get_closest_marker(SQLITE_ONLY) is not None) or \
             (backend == "sqlite" and item.get_closest_marker(POSTGRES_ONLY) is not None)
         (dropped if drop else kept).append(item)

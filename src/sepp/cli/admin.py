@@ -26,6 +26,7 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.cli.admin_views import (
     STATE_ORDER,
+    held_back_line,
     human_duration,
     job_json,
     print_job,
@@ -62,7 +63,7 @@ from sepp.domain.states import state_label, state_name
 from sepp.errors import PermissionDenied, TransportError, Unauthenticated
 from sepp.limits import parse_rate
 
-queues_app = typer.Typer(name="queues", help="List, inspect, declare, pause, resume, purge and delete queues.",
+queues_app = typer.Typer(name="queues", help="List, inspect, declare, update, pause, resume, purge and delete queues.",
                          no_args_is_help=True)
 jobs_app = typer.Typer(name="jobs", help="List, inspect, cancel, requeue (redrive) and delete jobs.",
                        no_args_is_help=True)
@@ -169,6 +170,9 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     dead = sum(m.dead_lettered for m in s.throughput)
     out.print(f"oldest ready job waiting: {age}")
     out.print(f"last hour: {enq:,} enqueued, {done:,} completed, {dead:,} dead-lettered")
+    held = held_back_line(s, q.settings)
+    if held is not None:
+        out.print(escape(held))
     if types.job_types:
         out.print(type_stats_table(types))
     else:
@@ -253,56 +257,80 @@ def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[st
     return (settings if paths else None), paths
 
 
+# The queue-setting flags of ``sepp queues declare`` and ``sepp queues update`` (one set).
+PriorityFlag = Annotated[int | None, typer.Option("--priority", help="Default priority 0–9.")]
+MaxAttemptsFlag = Annotated[int | None, typer.Option("--max-attempts", help="Default max attempts.")]
+LeaseFlag = Annotated[str | None, typer.Option("--lease", help="Lease duration, e.g. 30s.")]
+DedupFlag = Annotated[str | None, typer.Option("--dedup-window", help="Idempotency window, e.g. 24h.")]
+RetryBaseFlag = Annotated[str | None, typer.Option("--retry-base", help="Backoff base, e.g. 1s.")]
+RetryCapFlag = Annotated[str | None, typer.Option("--retry-cap", help="Backoff cap, e.g. 1h.")]
+JitterFlag = Annotated[float | None, typer.Option("--retry-jitter", help="Jitter fraction, e.g. 0.2.")]
+CompletedFlag = Annotated[str | None, typer.Option("--completed-retention", help="Keep completed jobs, e.g. 1d.")]
+DeadFlag = Annotated[str | None, typer.Option("--dead-letter-retention", help="Keep dead letters, e.g. 14d.")]
+PayloadFlag = Annotated[int | None, typer.Option("--max-payload-bytes")]
+EncodingFlag = Annotated[list[str] | None, typer.Option(
+    "--allowed-encoding", help="Allowed payload encoding (repeatable; '*' = any).")]
+EntriesFlag = Annotated[int | None, typer.Option("--max-custom-entries")]
+KeyBytesFlag = Annotated[int | None, typer.Option("--max-custom-key-bytes")]
+CustomBytesFlag = Annotated[int | None, typer.Option("--max-custom-bytes")]
+InFlightFlag = Annotated[int | None, typer.Option(
+    "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")]
+RateFlag = Annotated[str | None, typer.Option(
+    "--rate-limit", help="Most reservations per period, e.g. 50/s or 1000/m ('' = unlimited).")]
+BurstFlag = Annotated[int | None, typer.Option(
+    "--rate-burst", help="Token bucket size for --rate-limit (0 = the per-period amount).")]
+KeyFlag = Annotated[str | None, typer.Option(
+    "--concurrency-key", help="Custom-map entry grouping jobs for --max-in-flight-per-key (tenant_id).")]
+PerKeyFlag = Annotated[int | None, typer.Option(
+    "--max-in-flight-per-key", help="Most jobs RESERVED at once per value of --concurrency-key (0 = unlimited).")]
+ConsumerFlag = Annotated[str | None, typer.Option(
+    "--consumer-timeout", help="Flag the queue 'no consumer' after READY jobs wait this long with no "
+    "Reserve, e.g. 60s (0 = never).")]
+
+
+def _queue_flags(as_json: bool, **flags: Any) -> tuple[pb.QueueSettings | None, list[str]]:
+    """``_settings_from_flags`` of the flags of declare / update (CLI names: ``priority``,
+    ``lease``, …); a refused value exits 2 (``_fail_flag``)."""
+    try:
+        return _settings_from_flags(
+            default_priority=flags["priority"], default_max_attempts=flags["max_attempts"],
+            lease_duration=flags["lease"], dedup_window=flags["dedup_window"], retry_base=flags["retry_base"],
+            retry_cap=flags["retry_cap"], retry_jitter=flags["retry_jitter"],
+            completed_retention=flags["completed_retention"], dead_letter_retention=flags["dead_letter_retention"],
+            max_payload_bytes=flags["max_payload_bytes"], allowed_encodings=flags["allowed_encodings"] or [],
+            max_custom_entries=flags["max_custom_entries"], max_custom_key_bytes=flags["max_custom_key_bytes"],
+            max_custom_bytes=flags["max_custom_bytes"], max_in_flight=flags["max_in_flight"],
+            rate_limit=flags["rate_limit"], rate_burst=flags["rate_burst"], concurrency_key=flags["concurrency_key"],
+            max_in_flight_per_key=flags["max_in_flight_per_key"], consumer_timeout=flags["consumer_timeout"])
+    except FlagValueError as exc:
+        _fail_flag(exc, as_json)
+
+
 @queues_app.command("declare")
 def queues_declare(
     name: Annotated[str, typer.Argument(help="Queue name: [A-Za-z0-9._:-], starting with a letter or digit.")],
-    priority: Annotated[int | None, typer.Option("--priority", help="Default priority 0–9.")] = None,
-    max_attempts: Annotated[int | None, typer.Option("--max-attempts", help="Default max attempts.")] = None,
-    lease: Annotated[str | None, typer.Option("--lease", help="Lease duration, e.g. 30s.")] = None,
-    dedup_window: Annotated[str | None, typer.Option("--dedup-window", help="Idempotency window, e.g. 24h.")] = None,
-    retry_base: Annotated[str | None, typer.Option("--retry-base", help="Backoff base, e.g. 1s.")] = None,
-    retry_cap: Annotated[str | None, typer.Option("--retry-cap", help="Backoff cap, e.g. 1h.")] = None,
-    retry_jitter: Annotated[float | None, typer.Option("--retry-jitter", help="Jitter fraction, e.g. 0.2.")] = None,
-    completed_retention: Annotated[str | None, typer.Option("--completed-retention",
-                                                           help="Keep completed jobs, e.g. 1d.")] = None,
-    dead_letter_retention: Annotated[str | None, typer.Option("--dead-letter-retention",
-                                                             help="Keep dead letters, e.g. 14d.")] = None,
-    max_payload_bytes: Annotated[int | None, typer.Option("--max-payload-bytes")] = None,
-    allowed_encodings: Annotated[list[str] | None, typer.Option(
-        "--allowed-encoding", help="Allowed payload encoding (repeatable; '*' = any).")] = None,
-    max_custom_entries: Annotated[int | None, typer.Option("--max-custom-entries")] = None,
-    max_custom_key_bytes: Annotated[int | None, typer.Option("--max-custom-key-bytes")] = None,
-    max_custom_bytes: Annotated[int | None, typer.Option("--max-custom-bytes")] = None,
-    max_in_flight: Annotated[int | None, typer.Option(
-        "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")] = None,
-    rate_limit: Annotated[str | None, typer.Option(
-        "--rate-limit", help="Most reservations per period, e.g. 50/s or 1000/m ('' = unlimited).")] = None,
-    rate_burst: Annotated[int | None, typer.Option(
-        "--rate-burst", help="Token bucket size for --rate-limit (0 = the per-period amount).")] = None,
-    concurrency_key: Annotated[str | None, typer.Option(
-        "--concurrency-key", help="Custom-map entry grouping jobs for --max-in-flight-per-key (tenant_id).")] = None,
-    max_in_flight_per_key: Annotated[int | None, typer.Option(
-        "--max-in-flight-per-key", help="Most jobs RESERVED at once per value of --concurrency-key (0 = unlimited).")
-    ] = None,
-    consumer_timeout: Annotated[str | None, typer.Option(
-        "--consumer-timeout", help="Flag the queue 'no consumer' after READY jobs wait this long with no "
-        "Reserve, e.g. 60s (0 = never).")] = None,
+    priority: PriorityFlag = None, max_attempts: MaxAttemptsFlag = None, lease: LeaseFlag = None,
+    dedup_window: DedupFlag = None, retry_base: RetryBaseFlag = None, retry_cap: RetryCapFlag = None,
+    retry_jitter: JitterFlag = None, completed_retention: CompletedFlag = None,
+    dead_letter_retention: DeadFlag = None, max_payload_bytes: PayloadFlag = None,
+    allowed_encodings: EncodingFlag = None, max_custom_entries: EntriesFlag = None,
+    max_custom_key_bytes: KeyBytesFlag = None, max_custom_bytes: CustomBytesFlag = None,
+    max_in_flight: InFlightFlag = None, rate_limit: RateFlag = None, rate_burst: BurstFlag = None,
+    concurrency_key: KeyFlag = None, max_in_flight_per_key: PerKeyFlag = None,
+    consumer_timeout: ConsumerFlag = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Create a queue, or mark an existing one declared and change the settings given (at once)."""
-    try:
-        settings, paths = _settings_from_flags(
-            default_priority=priority, default_max_attempts=max_attempts, lease_duration=lease,
-            dedup_window=dedup_window, retry_base=retry_base, retry_cap=retry_cap, retry_jitter=retry_jitter,
-            completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
-            max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings or [],
-            max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
-            max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
-            rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key,
-            consumer_timeout=consumer_timeout)
-    except FlagValueError as exc:
-        _fail_flag(exc, as_json)
+    settings, paths = _queue_flags(
+        as_json, priority=priority, max_attempts=max_attempts, lease=lease, dedup_window=dedup_window,
+        retry_base=retry_base, retry_cap=retry_cap, retry_jitter=retry_jitter,
+        completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
+        max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings,
+        max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
+        max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+        rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key,
+        consumer_timeout=consumer_timeout)
     with _client(server, token, timeout, as_json) as client:
         q, created = client.declare_queue(name, settings, paths)
     if as_json:
@@ -310,6 +338,44 @@ def queues_declare(
         return
     what = "created" if created else ("updated: " + ", ".join(paths) if paths else "declared (unchanged)")
     _out().print(f"queue [bold]{escape(q.name)}[/] {escape(what)}")
+
+
+@queues_app.command("update")
+def queues_update(
+    name: Annotated[str, typer.Argument(help="Name of an existing queue.")],
+    priority: PriorityFlag = None, max_attempts: MaxAttemptsFlag = None, lease: LeaseFlag = None,
+    dedup_window: DedupFlag = None, retry_base: RetryBaseFlag = None, retry_cap: RetryCapFlag = None,
+    retry_jitter: JitterFlag = None, completed_retention: CompletedFlag = None,
+    dead_letter_retention: DeadFlag = None, max_payload_bytes: PayloadFlag = None,
+    allowed_encodings: EncodingFlag = None, max_custom_entries: EntriesFlag = None,
+    max_custom_key_bytes: KeyBytesFlag = None, max_custom_bytes: CustomBytesFlag = None,
+    max_in_flight: InFlightFlag = None, rate_limit: RateFlag = None, rate_burst: BurstFlag = None,
+    concurrency_key: KeyFlag = None, max_in_flight_per_key: PerKeyFlag = None,
+    consumer_timeout: ConsumerFlag = None,
+    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Change the settings given of an existing queue, at once (admin UpdateQueue); every other
+    setting keeps its value. Does not create the queue (exit 2, QUEUE_NOT_FOUND) and does not
+    mark it declared; give at least one setting (a value of 0 or '' is one: --max-in-flight 0
+    lifts the limit)."""
+    settings, paths = _queue_flags(
+        as_json, priority=priority, max_attempts=max_attempts, lease=lease, dedup_window=dedup_window,
+        retry_base=retry_base, retry_cap=retry_cap, retry_jitter=retry_jitter,
+        completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
+        max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings,
+        max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
+        max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+        rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key,
+        consumer_timeout=consumer_timeout)
+    if settings is None:
+        _fail("nothing to update: give at least one setting flag (see sepp queues update --help)", as_json)
+    with _client(server, token, timeout, as_json) as client:
+        q = client.update_queue(name, settings, paths)
+    if as_json:
+        _print_json({**queue_json(q), "changed": paths})
+        return
+    _out().print(f"queue [bold]{escape(q.name)}[/] updated: {escape(', '.join(paths))}")
 
 
 @queues_app.command("pause")

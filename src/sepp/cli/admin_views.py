@@ -77,6 +77,32 @@ def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
                        "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}
 
 
+def held_back_json(s: apb.QueueStats) -> dict[str, Any] | None:
+    """The queue's held-back view (issue 12; ``QueueStats.held_back``) as plain JSON, or None
+    when the queue has no flow limit."""
+    if not s.HasField("held_back"):
+        return None
+    h = s.held_back
+    return {"max_in_flight": h.max_in_flight, "rate_limit": h.rate_limit, "per_key": h.per_key, "total": h.total,
+            "per_key_scan_limited": h.per_key_scan_limited}
+
+
+def held_back_line(s: apb.QueueStats, settings: pb.QueueSettings) -> str | None:
+    """``held back now: max_in_flight 5, rate_limit 0, per key 2 (all limits 5)`` for the
+    limits ``settings`` has, or None when the queue has no flow limit."""
+    if not s.HasField("held_back"):
+        return None
+    h = s.held_back
+    parts = []
+    if settings.max_in_flight:
+        parts.append(f"max_in_flight {h.max_in_flight:,}")
+    if settings.rate_limit:
+        parts.append(f"rate_limit {h.rate_limit:,}")
+    if settings.concurrency_key and settings.max_in_flight_per_key:
+        parts.append(f"per key {h.per_key:,}{'+ (first 10,000 READY looked at)' if h.per_key_scan_limited else ''}")
+    return f"held back now: {', '.join(parts)} (all limits {h.total:,})"
+
+
 def stats_json(s: apb.QueueStats) -> dict[str, Any]:
     """Queue stats as plain JSON."""
     return {"counts": {name: getattr(s, name) for name in STATE_ORDER},
@@ -84,6 +110,7 @@ def stats_json(s: apb.QueueStats) -> dict[str, Any]:
             "oldest_ready_at": iso_time(s.oldest_ready_at, s.HasField("oldest_ready_at")),
             "no_consumer": s.no_consumer,
             "last_reserve_at": iso_time(s.last_reserve_at, s.HasField("last_reserve_at")),
+            "held_back": held_back_json(s),
             "throughput": [{"minute": iso_time(m.minute), "enqueued": m.enqueued, "completed": m.completed,
                             "dead_lettered": m.dead_lettered} for m in s.throughput]}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field, replace
 
 from sepp.domain.params import FlowLimits
@@ -71,6 +72,20 @@ class QueueState:
     def record(self) -> QueueRecord:
         """The persisted form."""
         return QueueRecord(self.name, self.settings.model_dump_json(), self.paused, self.declared)
+
+
+def no_consumer(paused: bool, ready: int, oldest_ready_at: int | None, last_reserve: int | None,
+                consumer_timeout: float, now: int) -> bool:
+    """The "no consumer" signal of a queue (issue 12; docs/flow-control.md): not ``paused``,
+    ``ready`` > 0 READY jobs, ``consumer_timeout`` > 0 seconds, and both the oldest READY job
+    (run_at ``oldest_ready_at``, µs UTC) and the latest Reserve of the queue by any worker
+    (``last_reserve``, µs UTC, None = none seen) older than ``consumer_timeout`` at ``now``
+    (µs UTC). A queue just given its first job is not flagged at once."""
+    if paused or ready <= 0 or consumer_timeout <= 0 or oldest_ready_at is None:
+        return False
+    age = max(0.0, (now - oldest_ready_at) / 1e6)
+    since = math.inf if last_reserve is None else (now - last_reserve) / 1e6
+    return min(age, since) > consumer_timeout
 
 
 def flow_limits(settings: QueueSettings) -> FlowLimits:

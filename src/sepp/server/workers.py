@@ -17,7 +17,7 @@ after ``FORGET_AFTER`` seconds without a call; the done counts keep 60 one-secon
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sepp.domain.clock import Clock
@@ -138,6 +138,17 @@ class WorkerRegistry:
             out.append(WorkerRecord(worker_id, node, live.host, live.queues, live.concurrency, live.client_version,
                                     live.first_seen, live.last_reserve, live.last_seen, completed, failed))
         return out
+
+
+def last_reserves(rows: Iterable[WorkerRecord]) -> dict[str, int]:
+    """Queue → the latest Reserve of it (µs UTC) among the worker ``rows`` (every node's):
+    what the "no consumer" signal is judged by (issue 12)."""
+    last: dict[str, int] = {}
+    for row in rows:
+        for queue in row.queues:
+            if row.last_reserve > last.get(queue, 0):
+                last[queue] = row.last_reserve
+    return last
 
 
 def _clean(text: str) -> str:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sepp.domain.params import FlowLimits
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import JobRecord
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
@@ -168,6 +169,22 @@ class QueueGauges:
 
     counts: dict[str, StateCounts]
     oldest_ready: dict[str, int]
+    #: Queue → the latest Reserve by a worker of another node (µs UTC), from the worker rows:
+    #: filled in by the server's metrics read for ``sepp_queue_no_consumer`` (issue 12), not
+    #: by the store's ``queue_gauges``.
+    last_reserve: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRead:
+    """What the held-back view of a flow-limited queue reads from the store (issue 12 "Admin
+    visibility"; ``AdminStore.flow_read``): ``bucket`` the stored token bucket (tokens,
+    updated_at µs) or None (never used, or no rate limit asked for); ``key_allowed`` /
+    ``key_scanned`` the per-key limit's ``flow_keys.key_room`` (0, 0 without one)."""
+
+    bucket: tuple[float, int] | None = None
+    key_allowed: int = 0
+    key_scanned: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +228,12 @@ class AdminStore(Protocol):
         queue with READY jobs (``QueueGauges``), for the ``/metrics`` gauges (issue 11). Reads
         every stored job's index entry once: the server calls it off the scrape path (see
         ``sepp.server.metrics.gauges``)."""
+
+    async def flow_read(self, queue: str, limits: FlowLimits) -> FlowRead:
+        """The flow state of ``queue`` right now for the held-back view (``FlowRead``): its
+        token bucket row when ``limits`` has a rate limit, and with a per-key limit the
+        ``flow_keys.key_room`` of its RESERVED jobs and first ``flow_keys.KEY_SCAN`` READY
+        jobs (bounded: at most that many rows read). Reads only, no lock taken."""
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Every throughput row from ``since_minute`` on."""

@@ -79,3 +79,23 @@ class Picker:
             self.used += n
             self.done = len(self.seqs) >= self.want
         return self.done
+
+
+def key_room(key: str, most: int, reserved_extras: Iterable[bytes | None],
+             ready: Iterable[tuple[int, bytes | None]]) -> tuple[int, int]:
+    """What the per-key limit lets through right now (the held-back view, issue 12 "Admin
+    visibility"): ``ready`` are (seq, extras) of the first READY jobs of the queue in reserve
+    order (at most ``KEY_SCAN``, as a reserve reads them), ``reserved_extras`` the extras of
+    its RESERVED jobs. Returns (allowed, scanned): how many of the ``scanned`` READY jobs a
+    reserve asking for all of them would take under ``most`` per group (no byte budget)."""
+    picker = Picker(key, most, reserved_groups(reserved_extras, key), KEY_SCAN, 0, 0, False)
+    scanned = 0
+
+    def rows() -> Iterable[tuple[int, bytes | None, int]]:
+        nonlocal scanned
+        for seq, extras in ready:
+            scanned += 1
+            yield seq, extras, 0
+
+    picker.feed(rows())
+    return len(picker.seqs), scanned

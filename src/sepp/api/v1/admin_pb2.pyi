@@ -374,6 +374,7 @@ class QueueStats(_message.Message):
     THROUGHPUT_FIELD_NUMBER: _builtins.int
     NO_CONSUMER_FIELD_NUMBER: _builtins.int
     LAST_RESERVE_AT_FIELD_NUMBER: _builtins.int
+    HELD_BACK_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     paused: _builtins.bool
     scheduled: _builtins.int
@@ -402,6 +403,12 @@ class QueueStats(_message.Message):
     def last_reserve_at(self) -> _timestamp_pb2.Timestamp:
         """The latest Reserve of the queue by any worker on any node; absent when none polls it."""
 
+    @_builtins.property
+    def held_back(self) -> Global___HeldBack:
+        """READY jobs each flow limit holds back right now (issue 12; docs/flow-control.md "What
+        the limits hold back"); absent when the queue has no flow limit.
+        """
+
     def __init__(
         self,
         *,
@@ -418,14 +425,59 @@ class QueueStats(_message.Message):
         throughput: _abc.Iterable[Global___MinuteCount] | None = ...,
         no_consumer: _builtins.bool = ...,
         last_reserve_at: _timestamp_pb2.Timestamp | None = ...,
+        held_back: Global___HeldBack | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_reserve_at", b"last_reserve_at", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["held_back", b"held_back", "last_reserve_at", b"last_reserve_at", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "completed", b"completed", "dead_lettered", b"dead_lettered", "last_reserve_at", b"last_reserve_at", "no_consumer", b"no_consumer", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at", "paused", b"paused", "queue", b"queue", "ready", b"ready", "reserved", b"reserved", "scheduled", b"scheduled", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "completed", b"completed", "dead_lettered", b"dead_lettered", "held_back", b"held_back", "last_reserve_at", b"last_reserve_at", "no_consumer", b"no_consumer", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at", "paused", b"paused", "queue", b"queue", "ready", b"ready", "reserved", b"reserved", "scheduled", b"scheduled", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QueueStats: _TypeAlias = QueueStats  # noqa: Y015
+
+@_typing.final
+class HeldBack(_message.Message):
+    """READY jobs a reserve made right now, asking for every READY job of the queue (no max_jobs
+    cap, no size budget, pause ignored), would not get because of each flow limit. Each limit
+    is judged on its own (as if it were the queue's only one), so the counts can overlap;
+    `total` is what the limits hold back together. 0 for a limit the queue does not have.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    RATE_LIMIT_FIELD_NUMBER: _builtins.int
+    PER_KEY_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    PER_KEY_SCAN_LIMITED_FIELD_NUMBER: _builtins.int
+    max_in_flight: _builtins.int
+    """READY − free slots (max_in_flight − RESERVED), at least 0."""
+    rate_limit: _builtins.int
+    """READY − whole tokens in the rate_limit bucket now, at least 0."""
+    per_key: _builtins.int
+    """Of the first 10,000 READY jobs in reserve order, those whose concurrency_key group is at
+    max_in_flight_per_key (the jobs ahead of them counted in).
+    """
+    total: _builtins.int
+    """READY − min(free slots, tokens, the jobs the per-key walk lets through)."""
+    per_key_scan_limited: _builtins.bool
+    """The queue has more READY jobs than the per-key walk looks at: per_key is a lower bound."""
+    def __init__(
+        self,
+        *,
+        max_in_flight: _builtins.int = ...,
+        rate_limit: _builtins.int = ...,
+        per_key: _builtins.int = ...,
+        total: _builtins.int = ...,
+        per_key_scan_limited: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_in_flight", b"max_in_flight", "per_key", b"per_key", "per_key_scan_limited", b"per_key_scan_limited", "rate_limit", b"rate_limit", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeldBack: _TypeAlias = HeldBack  # noqa: Y015
 
 @_typing.final
 class GetQueueStatsResponse(_message.Message):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,13 +27,15 @@ from sepp.domain.states import STATE_NAMES
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason, RejectionCode
 from sepp.server.admin.cursor import decode_cursor, encode_cursor
+from sepp.server.admin.held_back import HeldBack, held_back
 from sepp.server.admin.settings import merge_settings
 from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
 from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigures, TypeRollup, figures_of, merge_reads
 from sepp.server.admin.workers import WorkerView, merge_workers
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
-from sepp.server.queues import QueueState
+from sepp.server.queues import QueueState, no_consumer
+from sepp.server.workers import last_reserves
 from sepp.storage.admin import (
     AdminStore,
     DeadFilter,
@@ -115,6 +116,9 @@ class QueueStatsView:
     last_reserve: int | None = None
     #: The queue's ``consumer_timeout``, seconds (0 = never flagged).
     consumer_timeout: float = 0.0
+    #: READY jobs each flow limit holds back right now (``admin.held_back``), or None when
+    #: the queue has no flow limit (issue 12 "Admin visibility").
+    held_back: HeldBack | None = None
 
     @property
     def oldest_ready_age(self) -> float | None:
@@ -123,14 +127,12 @@ class QueueStatsView:
 
     @property
     def no_consumer(self) -> bool:
-        """The "no consumer" signal (issue 12): the queue is not paused, has READY jobs, the
-        oldest has waited longer than ``consumer_timeout``, and no worker reserved from it
-        within that time either (a queue just given its first job is not flagged at once)."""
-        age = self.oldest_ready_age
-        if self.paused or not self.counts.ready or self.consumer_timeout <= 0 or age is None:
-            return False
-        since = math.inf if self.last_reserve is None else (self.now - self.last_reserve) / 1e6
-        return min(age, since) > self.consumer_timeout
+        """The "no consumer" signal (issue 12; ``queues.no_consumer``): the queue is not paused,
+        has READY jobs, the oldest has waited longer than ``consumer_timeout``, and no worker
+        reserved from it within that time either (a queue just given its first job is not
+        flagged at once)."""
+        return no_consumer(self.paused, self.counts.ready, self.oldest_ready_at, self.last_reserve,
+                           self.consumer_timeout, self.now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,17 +303,22 @@ class AdminEngine:
             current.apply(merge_settings(current.settings, patch, paths, cap, labels))
         current.declared = True
         await self._persist(current)
+        if patch is not None:
+            self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
         _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),
                      settings=list(paths))
         return current, False
 
     async def update_queue(self, name: str, patch: Mapping[str, Any], paths: Sequence[str]) -> QueueState:
-        """Apply settings to an existing queue at once (validation and reserve use them next call)."""
+        """Apply settings to an existing queue at once (validation and reserve use them next
+        call; this node's long-polling reservers of the queue are woken to try again, so a
+        raised or lifted flow limit hands out jobs at once)."""
         q = self.queue(name)
         lim = self.engine.limits
         settings = merge_settings(q.settings, patch, paths, lim.max_message_bytes, lim.max_encoding_bytes)
         q.apply(settings)
         await self._persist(q)
+        self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
         _queue_event("queue_changed", name, f"changed: {', '.join(paths) or 'settings'}", settings=list(paths))
         return q
 
@@ -339,6 +346,8 @@ class AdminEngine:
             if n < CHUNK:
                 break
         self._counts.expires = 0.0
+        if total:
+            self._freed(name, wanted)
         _queue_event("queue_purged", name, f"purged: {total} job(s) deleted", count=total)
         return total
 
@@ -464,11 +473,20 @@ class AdminEngine:
         return matched, done
 
     async def delete_job(self, job_id: str) -> None:
-        """Delete one job in any state. Raises ``NotFound``."""
+        """Delete one job in any state (a RESERVED one of a flow-limited queue wakes this
+        node's long-polls of it: its slot is free). Raises ``NotFound``."""
         result = await self.store.delete_job(self._job_id(job_id))
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         self._counts.expires = 0.0
+        self._freed(result.queue, (result.state,))
+
+    def _freed(self, name: str, states: Iterable[int]) -> None:
+        """Wake this node's long-polls of a flow-limited queue ``name`` when RESERVED jobs of it
+        were deleted (their slots are free; issue 12)."""
+        q = self.engine.queues.get(name)
+        if q is not None and q.flow is not None and int(State.RESERVED) in states:
+            self.engine.notifier.ready(name)
 
     # ------------------------------------------------------------------ workers
 
@@ -544,8 +562,12 @@ class AdminEngine:
             oldest = await self.store.oldest_ready(q.name) if counts.get(q.name, StateCounts()).ready else None
             per = series.get(q.name, {})
             rows = [MinuteRow(q.name, m, *per.get(m, (0, 0, 0))) for m in range(first, this_minute + 1)]
-            out.append(QueueStatsView(q.name, q.paused, counts.get(q.name, StateCounts()), oldest, rows, now,
-                                      last.get(q.name), q.settings.consumer_timeout))
+            c = counts.get(q.name, StateCounts())
+            held = None
+            if q.flow is not None:
+                held = held_back(q.flow, c.ready, c.reserved, await self.store.flow_read(q.name, q.flow), now)
+            out.append(QueueStatsView(q.name, q.paused, c, oldest, rows, now, last.get(q.name),
+                                      q.settings.consumer_timeout, held))
         return out
 
     async def _last_reserves(self) -> dict[str, int]:
@@ -556,9 +578,4 @@ class AdminEngine:
         node = engine.node
         rows = [r for r in await engine.store.workers() if r.node != node]
         rows += engine.workers.snapshot(node)
-        last: dict[str, int] = {}
-        for row in rows:
-            for queue in row.queues:
-                if row.last_reserve > last.get(queue, 0):
-                    last[queue] = row.last_reserve
-        return last
+        return last_reserves(rows)

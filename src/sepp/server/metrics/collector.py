@@ -14,6 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,8 @@ from sepp.domain.states import STATE_NAMES, State
 from sepp.server.metrics import definitions as m
 from sepp.server.metrics.exposition import Histogram, Text, label_value
 from sepp.server.metrics.gauges import GaugeSampler
-from sepp.server.queues import QueueState
+from sepp.server.queues import QueueState, no_consumer
+from sepp.server.workers import last_reserves
 from sepp.storage.admin import QueueGauges
 from sepp.storage.base import Dedups, JobRow, SettleKind, SettleParams, SettleResult
 
@@ -63,7 +65,7 @@ class Metrics:
         self.promotion_lag = Histogram(m.PROMOTION_LAG.buckets)
         self.runtime: dict[str, Histogram] = {}
         # Real time (like the sampler's sleeps), not the engine's clock.
-        self.sampler = GaugeSampler(engine.store.admin.queue_gauges, gauge_interval)
+        self.sampler = GaugeSampler(self._read_gauges, gauge_interval)
         self._gauges: tuple[QueueGauges, float] | None = None
         ev = engine.events
         self._unsubscribe = [ev.stored.subscribe(self._on_stored), ev.rejected.subscribe(self._on_rejected),
@@ -98,6 +100,16 @@ class Metrics:
         """Unsubscribe and stop the background gauge reads."""
         self.close()
         await self.sampler.stop()
+
+    async def _read_gauges(self) -> QueueGauges:
+        """The sampler's read: the store's ``queue_gauges`` plus the other nodes' latest
+        Reserve per queue from the worker rows (``QueueGauges.last_reserve``; this node's own
+        are taken fresh from memory at each rendering), for ``sepp_queue_no_consumer``."""
+        engine = self.engine
+        gauges = await engine.store.admin.queue_gauges()
+        node = engine.node
+        others = last_reserves(r for r in await engine.store.workers() if r.node != node)
+        return replace(gauges, last_reserve=others)
 
     # ------------------------------------------------------------------ events
 
@@ -239,3 +251,23 @@ class Metrics:
                            max(0, now - run_at) / 1e6 if run_at is not None else 0)
             out.samples(m.QUEUE_GAUGES_AGE, [((), age)])
         out.samples(m.QUEUE_PAUSED, (((q.name,), 1 if q.paused else 0) for q in registry))
+        if snapshot is not None:
+            self._no_consumer(out, snapshot[0], registry)
+
+    def _no_consumer(self, out: Text, gauges: QueueGauges, registry: Sequence[QueueState]) -> None:
+        """``sepp_queue_no_consumer{queue}`` of every known queue (issue 12): the rule of the
+        UI and ``sepp queues list`` (``queues.no_consumer``) applied to the sampled counts and
+        oldest READY job, the other nodes' Reserves as sampled and this node's as of now."""
+        engine = self.engine
+        last = dict(gauges.last_reserve)
+        for queue, at in last_reserves(engine.workers.snapshot(engine.node)).items():
+            if at > last.get(queue, 0):
+                last[queue] = at
+        now = engine.clock.now()
+        flags = []
+        for q in registry:
+            counts = gauges.counts.get(q.name)
+            flagged = no_consumer(q.paused, counts.ready if counts is not None else 0, gauges.oldest_ready.get(q.name),
+                                  last.get(q.name), q.settings.consumer_timeout, now)
+            flags.append(((q.name,), 1 if flagged else 0))
+        out.samples(m.QUEUE_NO_CONSUMER, flags)

@@ -119,6 +119,11 @@ def stats_proto(view: QueueStatsView) -> apb.QueueStats:
     msg.no_consumer = view.no_consumer
     if view.last_reserve is not None:
         msg.last_reserve_at.CopyFrom(ts(view.last_reserve))
+    held = view.held_back
+    if held is not None:
+        msg.held_back.CopyFrom(apb.HeldBack(max_in_flight=held.max_in_flight, rate_limit=held.rate_limit,
+                                            per_key=held.per_key, total=held.total,
+                                            per_key_scan_limited=held.scan_limited))
     for row in view.throughput:
         msg.throughput.add(minute=ts(row.minute * 60_000_000), enqueued=row.enqueued, completed=row.completed,
                            dead_lettered=row.dead_lettered)

@@ -179,9 +179,13 @@ class Sweeper:
 
     async def _reclaim(self) -> SweepResult:
         engine = self.engine
-        result = await engine.store.reclaim_expired(self.clock.now(), PASS_LIMIT, engine.queues.policies())
+        policies = engine.queues.policies()
+        result = await engine.store.reclaim_expired(self.clock.now(), PASS_LIMIT, policies)
         for name in result.queues:
             engine.notifier.ready(name)
+        for name in result.expired.keys() - result.queues:
+            if policies(name).wake_on_settle:  # DEAD_LETTERED / CANCELLED: a flow-limited slot freed (issue 12)
+                engine.notifier.ready(name)
         for name, count in result.dead_lettered.items():
             engine.on_finished(name, int(State.DEAD_LETTERED), count)
         if result.expired:

@@ -39,12 +39,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from sepp.domain.params import FlowLimits
 from sepp.domain.states import STATE_NAMES
 from sepp.domain.transitions import BULK_REDRIVABLE, CancelAction, cancel, redrive
 from sepp.quoting import clip
+from sepp.storage import flow_keys
 from sepp.storage._sql import load_queries
 from sepp.storage.admin import (
     DeadFilter,
+    FlowRead,
     JobPage,
     JobQuery,
     JobSummary,
@@ -348,6 +351,25 @@ class PostgresAdmin:
         oldest = {q: int(run_at) for q, run_at in await self._store._fetch(A["oldest_ready_all"], names)
                   if run_at is not None}
         return QueueGauges(counts, oldest)
+
+    async def flow_read(self, queue: str, limits: FlowLimits) -> FlowRead:
+        """``AdminStore.flow_read``: the bucket row, and for a per-key limit the extras of the
+        RESERVED jobs (``jobs_leased``) and of the first ``KEY_SCAN`` READY jobs in reserve
+        order (``jobs_ready``), on the read pool without the queue's flow lock (a view: a
+        reserve in progress may move a few jobs meanwhile)."""
+        if not _storable(queue):
+            return FlowRead()
+        bucket = None
+        if limits.rate_amount:
+            row = await self._store._fetchrow(A["flow_bucket"], queue)
+            bucket = None if row is None else (float(row[0]), int(row[1]))
+        if not limits.per_key:
+            return FlowRead(bucket)
+        held = [r[0] for r in await self._store._fetch(A["flow_reserved_extras"], queue)]
+        ready = await self._store._fetch(A["flow_ready_keys"], queue, flow_keys.KEY_SCAN)
+        allowed, scanned = flow_keys.key_room(limits.key, limits.max_per_key, held,
+                                              ((r[0], r[1]) for r in ready))
+        return FlowRead(bucket, allowed, scanned)
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows of every queue from ``since_minute`` (µs // 60,000,000) on: the sums

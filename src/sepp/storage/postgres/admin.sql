@@ -325,3 +325,17 @@ DELETE FROM queues WHERE name = $1::text;
 
 -- name: delete_queue_throughput
 DELETE FROM queue_throughput WHERE queue = $1::text;
+
+-- ------------------------------------------------------------------ held-back view (issue 12)
+
+-- name: flow_bucket
+-- The token bucket of queue $1 (tokens, updated_at), if any; read without the flow lock.
+SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1::text;
+
+-- name: flow_reserved_extras
+-- The extras (custom map) of queue $1's RESERVED jobs (jobs_leased).
+SELECT extras FROM jobs WHERE queue = $1::text AND state = 3;
+
+-- name: flow_ready_keys
+-- The first $2 READY jobs of queue $1 in reserve order with their extras (jobs_ready).
+SELECT seq, extras FROM jobs WHERE queue = $1::text AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2::bigint;

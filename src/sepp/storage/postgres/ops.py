@@ -405,7 +405,9 @@ class ReclaimOp:
             if d.state == _READY:
                 woke.add(queue)
                 tx.wake(queue)
-            elif d.state == _DEAD:
+            elif self.policy(queue).wake_on_settle:  # a flow-limited slot freed: other nodes (issue 12)
+                tx.wake(queue)
+            if d.state == _DEAD:
                 dead[queue] = dead.get(queue, 0) + 1
             key = (queue, r[11], d.state)
             types[key] = types.get(key, 0) + 1

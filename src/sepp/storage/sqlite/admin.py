@@ -22,12 +22,15 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from sepp.domain.params import FlowLimits
 from sepp.domain.states import STATE_NAMES
 from sepp.domain.transitions import CancelAction, cancel, redrive
 from sepp.quoting import clip
+from sepp.storage import flow_keys
 from sepp.storage._sql import load_queries
 from sepp.storage.admin import (
     DeadFilter,
+    FlowRead,
     JobPage,
     JobQuery,
     JobSummary,
@@ -327,6 +330,22 @@ class SQLiteAdmin:
         oldest = {q: int(run_at) for q, run_at in await self._read("oldest_ready_all", {"names": names})
                   if isinstance(run_at, int)}
         return QueueGauges(counts, oldest)
+
+    async def flow_read(self, queue: str, limits: FlowLimits) -> FlowRead:
+        """``AdminStore.flow_read``: the bucket row, and for a per-key limit the extras of the
+        RESERVED jobs (``jobs_leased``) and of the first ``KEY_SCAN`` READY jobs in reserve
+        order (``jobs_ready``), on the reader threads."""
+        bucket = None
+        if limits.rate_amount:
+            row = await self._read("flow_bucket", {"queue": queue}, one=True)
+            bucket = None if row is None else (float(row[0]), int(row[1]))
+        if not limits.per_key:
+            return FlowRead(bucket)
+        held = [r[0] for r in await self._read("flow_reserved_extras", {"queue": queue})]
+        ready = await self._read("flow_ready_keys", {"queue": queue, "limit": flow_keys.KEY_SCAN})
+        allowed, scanned = flow_keys.key_room(limits.key, limits.max_per_key, held,
+                                              ((r[0], r[1]) for r in ready))
+        return FlowRead(bucket, allowed, scanned)
 
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows from ``since_minute`` on."""

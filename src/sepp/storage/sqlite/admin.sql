@@ -285,3 +285,17 @@ DELETE FROM queues WHERE name = ?;
 
 -- name: delete_queue_throughput
 DELETE FROM queue_throughput WHERE queue = ?;
+
+-- ------------------------------------------------------------------ held-back view (issue 12)
+
+-- name: flow_bucket
+-- The token bucket of queue :queue (tokens, updated_at), if any.
+SELECT tokens, updated_at FROM flow_buckets WHERE queue = :queue;
+
+-- name: flow_reserved_extras
+-- The extras (custom map) of queue :queue's RESERVED jobs (jobs_leased).
+SELECT extras FROM jobs WHERE queue = :queue AND state = 3;
+
+-- name: flow_ready_keys
+-- The first :limit READY jobs of queue :queue in reserve order with their extras (jobs_ready).
+SELECT seq, extras FROM jobs WHERE queue = :queue AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT :limit;

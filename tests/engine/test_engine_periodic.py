@@ -139,10 +139,10 @@ async def test_a_new_schedule_does_not_run_the_ticks_before_it_existed(cluster: 
     assert [r.tick for r in await node.run_due()] == [T0 + 60 * S]
 
 
-async def test_a_late_round_runs_the_latest_due_tick_once(cluster: Cluster) -> None:
-    node = await cluster.node(every(catch_up="none"))
+async def test_a_late_round_runs_each_tick_that_came_due_while_the_node_was_up(cluster: Cluster) -> None:
+    node = await cluster.node(every(catch_up="none"))  # catch_up is about downtime, not a late loop
     await step([node], cluster.clock, 3.2)  # the loop was blocked for three ticks
-    assert await cluster.keys() == [tick_key("tick", T0 + 3 * S)]
+    assert await cluster.keys() == [tick_key("tick", T0 + i * S) for i in (1, 2, 3)]
 
 
 @pytest.mark.sqlite_only(reason="the timetable is backend-neutral; the store part is covered above")
@@ -199,3 +199,30 @@ async def step_runs(node: PeriodicScheduler, clock: FakeClock) -> list[Any]:
     """Move the clock a second and run one round; the runs it recorded."""
     clock.advance(1)
     return await node.run_due()
+
+
+async def test_a_node_that_runs_late_runs_every_tick_it_missed_while_up(cluster: Cluster) -> None:
+    """A starved loop is not downtime: each tick that came due while the node ran gets its own
+    job (no catch_up), oldest first; the row's last run is the latest tick."""
+    node = await cluster.node(every(catch_up="latest"))
+    await step([node], cluster.clock)  # T0+1
+    cluster.clock.advance(4.5)  # the loop oversleeps ticks T0+2 .. T0+5
+    runs = await node.run_due()
+    assert [r.tick for r in runs] == [T0 + i * S for i in range(2, 6)]
+    assert await cluster.keys() == [tick_key("tick", T0 + i * S) for i in range(1, 6)]
+    (row,) = await node.store.load_periodic()
+    assert row.last_tick == T0 + 5 * S and row.last_job_id == runs[-1].job_id
+    await step([node], cluster.clock, 0.5)  # T0+6: on schedule again
+    assert (await cluster.keys())[-1] == tick_key("tick", T0 + 6 * S)
+
+
+async def test_a_very_late_node_runs_at_most_late_ticks_and_the_latest(cluster: Cluster) -> None:
+    from sepp.server.periodic.scheduler import LATE_TICKS
+
+    node = await cluster.node(every())
+    await step([node], cluster.clock)  # T0+1
+    cluster.clock.advance(LATE_TICKS + 50)  # ticks T0+2 .. T0+LATE_TICKS+51 came due
+    runs = await node.run_due()
+    expected = [T0 + i * S for i in range(2, 2 + LATE_TICKS)] + [T0 + (LATE_TICKS + 51) * S]
+    assert [r.tick for r in runs] == expected  # LATE_TICKS oldest first, then the latest; one past is left out
+    assert len(await cluster.keys()) == 1 + LATE_TICKS + 1

@@ -15,7 +15,9 @@ Downtime and ``catch_up``: when a node starts (or first sees a schedule), the ti
 ``max(last_tick, active_since)`` and up to now came due while no node of this one's kind
 was watching. ``catch_up = "latest"`` enqueues one job for them, for the most recent
 missed tick; ``"none"`` enqueues none. Ticks that come due while the node runs are always
-run; a node that wakes late (a blocked loop) runs the latest due tick once.
+run, one job each: a node that wakes late (a blocked or starved loop) runs every tick that
+came due since it last looked, at most ``LATE_TICKS`` of them (then the most recent one
+too, and a warning says how many were left out).
 
 ``run_due()`` does one round at ``clock.now()`` without the loop (tests drive it with a
 ``FakeClock``); ``reload()`` reads the schedules from the store once. The loop sleeps in
@@ -55,6 +57,9 @@ MAX_SLEEP = 60.0
 REFRESH_EVERY = 5.0
 #: Seconds before a run that could not be stored (store away, overload) is tried again.
 RETRY_AFTER = 1.0
+#: Most ticks of one schedule a late round runs one by one (the oldest first); past that the
+#: most recent due tick is run too and the ones between are left out (logged).
+LATE_TICKS = 100
 _S = 1_000_000
 
 
@@ -206,19 +211,32 @@ class PeriodicScheduler:
 
     # ------------------------------------------------------------------ firing
 
-    def _due(self, now: int) -> dict[str, int]:
-        """Pop every schedule with a tick due at ``now``: name → the tick to run (the latest
-        due one when several came due)."""
-        due = {name: e.pending for name, e in self.entries.items() if e.pending}
+    def _due(self, now: int) -> dict[str, list[int]]:
+        """Pop every schedule with a tick due at ``now``: name → the ticks to run, oldest
+        first — a pending catch-up tick, then every tick that came due since the entry was
+        armed (at most ``LATE_TICKS`` plus the most recent one; see the module docstring)."""
+        due = {name: [e.pending] for name, e in self.entries.items() if e.pending}
         heap = self._heap
         while heap and heap[0][0] <= now:
             tick, name = heapq.heappop(heap)
             entry = self.entries.get(name)
             if entry is None or entry.next_tick != tick or entry.timetable is None:
                 continue
-            latest = entry.timetable.latest_at_or_before(now) or tick
-            due[name] = max(due.get(name, 0), latest)
-            nxt = entry.timetable.next_after(now)
+            ticks = due.setdefault(name, [])
+            timetable = entry.timetable
+            t: int | None = tick
+            late: list[int] = []
+            while t is not None and t <= now and len(late) < LATE_TICKS:
+                late.append(t)
+                t = timetable.next_after(t)
+            if t is not None and t <= now:
+                latest = timetable.latest_at_or_before(now) or late[-1]
+                log.warning("periodic schedule %s: the node woke late; ran %d of the due ticks and the latest "
+                            "(%s), left out the ones between", name, len(late), rfc3339(latest),
+                            extra={"event": "periodic_late", "schedule": name})
+                late.append(latest)
+            ticks.extend(x for x in late if not ticks or x > ticks[-1])
+            nxt = timetable.next_after(now)
             entry.next_tick = nxt or 0
             if nxt is not None:
                 heapq.heappush(heap, (nxt, name))
@@ -245,7 +263,7 @@ class PeriodicScheduler:
             self._hold(due, now)
             return []
         fire: list[tuple[Entry, int]] = []
-        for name, tick in due.items():
+        for name, ticks in due.items():
             row = rows.get(name)
             if row is None:  # deleted on another node
                 self.entries.pop(name, None)
@@ -256,15 +274,14 @@ class PeriodicScheduler:
                 self._take(row, now)  # changed on another node: re-armed from the row
                 entry = self.entries[name]
                 if entry.pending:
-                    tick, entry.pending = entry.pending, 0
+                    ticks, entry.pending = [entry.pending], 0
                 else:
                     continue
             entry.record = row
             if row.paused or entry.spec is None:
                 continue
-            if row.last_tick >= tick:  # another node ran it already (the key would dedup it)
-                continue
-            fire.append((entry, tick))
+            # A tick at or before last_tick was run by another node already (the key would dedup it).
+            fire.extend((entry, tick) for tick in ticks if tick > row.last_tick)
         if not fire:
             return []
         runs = await self._enqueue(fire, now)
@@ -272,12 +289,13 @@ class PeriodicScheduler:
             self.rounds += 1
         return runs
 
-    def _hold(self, due: dict[str, int], now: int) -> None:
-        """Keep ``due`` pending and wake again after ``RETRY_AFTER``."""
-        for name, tick in due.items():
+    def _hold(self, due: dict[str, list[int]], now: int) -> None:
+        """Keep ``due`` pending (the most recent tick of each schedule: a round the store
+        refused runs like a catch-up) and wake again after ``RETRY_AFTER``."""
+        for name, ticks in due.items():
             entry = self.entries.get(name)
-            if entry is not None:
-                entry.pending = max(entry.pending, tick)
+            if entry is not None and ticks:
+                entry.pending = max(entry.pending, max(ticks))
         self._retry_at = now + int(RETRY_AFTER * _S)
 
     async def _enqueue(self, fire: list[tuple[Entry, int]], now: int) -> list[PeriodicRun]:
@@ -294,13 +312,22 @@ class PeriodicScheduler:
                     raise
                 log.warning("periodic: %d run(s) not stored yet (%s); trying again in %g s", len(chunk),
                             type(exc).__name__ if isinstance(exc, Overloaded) else exc, RETRY_AFTER)
-                self._hold({e.record.name: tick for e, tick in fire[start:]}, now)
+                held: dict[str, list[int]] = {}
+                for e, tick in fire[start:]:
+                    held.setdefault(e.record.name, []).append(tick)
+                self._hold(held, now)
                 break
             for (entry, tick), result in zip(chunk, results, strict=True):
                 runs.append(self._result(entry, tick, result, now))
         if runs:
+            # One run per schedule, its latest tick: PostgreSQL's UPDATE … FROM applies only
+            # one of several source rows that match the same row.
+            latest: dict[str, PeriodicRun] = {}
+            for run in runs:
+                if run.name not in latest or run.tick >= latest[run.name].tick:
+                    latest[run.name] = run
             try:
-                await self.store.record_periodic_runs(runs)
+                await self.store.record_periodic_runs(list(latest.values()))
             except StoreClosed:
                 raise
             except StoreError as exc:  # the jobs are stored; a restart re-sends their keys (dedup)

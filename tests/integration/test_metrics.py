@@ -194,8 +194,19 @@ def test_expired_leases_count_and_the_last_attempt_is_dead_lettered_lease_expire
         after = wait_for(expired, timeout=10, what="both leases expired")
     assert moved(before, after, "sepp_leases_expired_total", queue=fresh_queue) == 2
     assert moved(before, after, "sepp_jobs_dead_lettered_total", queue=fresh_queue, reason="lease_expired") == 1
-    assert val(after, "sepp_queue_jobs", queue=fresh_queue, state="ready") == 1
+    # One scrape's counters are taken before its gauge read: both reclaims are in the gauges.
     assert val(after, "sepp_queue_jobs", queue=fresh_queue, state="dead_lettered") == 1
+    assert val(after, "sepp_queue_jobs", queue=fresh_queue, state="reserved") == 0
+
+    # The job with attempts left waits out its backoff (retry_base 0.05 s) SCHEDULED, then the
+    # sweep makes it READY again: the gauges follow it there.
+    def back() -> Samples | None:
+        now = scrape(metered)
+        return now if val(now, "sepp_queue_jobs", queue=fresh_queue, state="ready") == 1 else None
+
+    ready = wait_for(back, timeout=10, what="the expired job READY again after its backoff")
+    assert val(ready, "sepp_queue_jobs", queue=fresh_queue, state="scheduled") == 0
+    assert val(ready, "sepp_queue_jobs", queue=fresh_queue, state="dead_lettered") == 1
 
 
 def test_a_scheduled_job_promoted_by_the_sweep_records_its_lag(metered: ServerProcess, fresh_queue: str) -> None:

@@ -123,3 +123,22 @@ async def test_stop_cancels_a_read_in_flight(interval: float) -> None:
     assert await sampler.current() is None
     await sampler.stop()
     assert sampler._inflight is None
+
+
+async def test_with_interval_zero_a_scrape_never_shows_a_read_that_began_before_it() -> None:
+    """A read under way when the scrape arrives may predate the event the scraper looks for
+    (a lease reclaimed just before): the scrape waits it out and shows the next read, which
+    every scrape arriving meanwhile shares."""
+    reads = Reads()
+    sampler = GaugeSampler(reads, 0.0)
+    reads.hang.clear()
+    first = asyncio.ensure_future(sampler.current())  # read 1 starts and hangs
+    await wait_until(lambda: reads.calls == 1)
+    later = [asyncio.ensure_future(sampler.current()) for _ in range(3)]  # arrive during read 1
+    await asyncio.sleep(0.05)
+    assert reads.calls == 1  # nothing runs beside read 1
+    reads.hang.set()
+    assert ready(await first) == 1
+    assert [ready(await t) for t in later] == [2, 2, 2]  # one fresh read, shared
+    assert reads.calls == 2
+    assert ready(await sampler.current()) == 3  # no read under way: a new one

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.states import STATE_NAMES, State
@@ -67,6 +67,8 @@ class Metrics:
         # Real time (like the sampler's sleeps), not the engine's clock.
         self.sampler = GaugeSampler(self._read_gauges, gauge_interval)
         self._gauges: tuple[QueueGauges, float] | None = None
+        #: The job counters ``refresh_gauges`` took for the next ``render`` (None: take them then).
+        self._frozen: tuple[dict[Any, float], ...] | None = None
         ev = engine.events
         self._unsubscribe = [ev.stored.subscribe(self._on_stored), ev.rejected.subscribe(self._on_rejected),
                              ev.overloaded.subscribe(self._on_overloaded), ev.settled.subscribe(self._on_settled),
@@ -190,20 +192,35 @@ class Metrics:
     # ------------------------------------------------------------------ scrape
 
     async def refresh_gauges(self) -> None:
-        """Fetch the queue gauges to show in the next ``collect`` (``GaugeSampler.current``)."""
-        self._gauges = await self.sampler.current()
+        """Fetch the queue gauges to show in the next ``render`` (``GaugeSampler.current``).
+
+        The job counters of that rendering are taken here, before the read: a scrape never
+        shows a counter that moved after its gauge read began (with ``metrics_gauge_interval
+        = 0`` a reclaimed lease counted in ``sepp_leases_expired_total`` is then also out of
+        ``sepp_queue_jobs{state="reserved"}``; with a background read the gauges are
+        ``sepp_queue_gauges_age_seconds`` old anyway)."""
+        counters = self._job_counters()
+        gauges = await self.sampler.current()
+        self._gauges, self._frozen = gauges, counters  # one pair: concurrent scrapes each see a consistent one
+
+    def _job_counters(self) -> tuple[dict[Any, float], ...]:
+        """Copies of the job counters as they are now (the order ``render`` writes them)."""
+        return (dict(self.enqueued), dict(self.deduplicated), dict(self.rejections), dict(self.completed),
+                dict(self.retried), dict(self.dead_lettered), dict(self.leases_expired), {(): self.overloaded})
 
     def render(self) -> bytes:
         """Every metric of ``definitions.ALL`` in the Prometheus text format (``exposition``)."""
         out = Text()
-        out.samples(m.JOBS_ENQUEUED, (((q,), n) for q, n in self.enqueued.items()))
-        out.samples(m.JOBS_DEDUPLICATED, (((q,), n) for q, n in self.deduplicated.items()))
-        out.samples(m.ENQUEUE_REJECTIONS, self.rejections.items())
-        out.samples(m.JOBS_COMPLETED, (((q,), n) for q, n in self.completed.items()))
-        out.samples(m.JOBS_RETRIED, (((q,), n) for q, n in self.retried.items()))
-        out.samples(m.JOBS_DEAD_LETTERED, self.dead_lettered.items())
-        out.samples(m.LEASES_EXPIRED, (((q,), n) for q, n in self.leases_expired.items()))
-        out.samples(m.JOBS_OVERLOADED, [((), self.overloaded)])
+        frozen, self._frozen = self._frozen, None
+        enqueued, dedup, rejections, completed, retried, dead, expired, overloaded = frozen or self._job_counters()
+        out.samples(m.JOBS_ENQUEUED, (((q,), n) for q, n in enqueued.items()))
+        out.samples(m.JOBS_DEDUPLICATED, (((q,), n) for q, n in dedup.items()))
+        out.samples(m.ENQUEUE_REJECTIONS, rejections.items())
+        out.samples(m.JOBS_COMPLETED, (((q,), n) for q, n in completed.items()))
+        out.samples(m.JOBS_RETRIED, (((q,), n) for q, n in retried.items()))
+        out.samples(m.JOBS_DEAD_LETTERED, dead.items())
+        out.samples(m.LEASES_EXPIRED, (((q,), n) for q, n in expired.items()))
+        out.samples(m.JOBS_OVERLOADED, overloaded.items())
         auth = dict(self._auth)
         if self._auth_source is not None:
             for reason, n in self._auth_source().items():

@@ -13,8 +13,9 @@ hundreds of milliseconds with a million jobs, too much for a scrape. So:
   (``sepp_queue_gauges_age_seconds`` says how old). Only a scrape that finds no read young
   enough (the first one, the first after an idle spell) waits for one, at most
   ``SCRAPE_WAIT`` seconds.
-* ``interval`` = 0: every scrape reads the store itself (concurrent scrapes share one read)
-  and waits for it at most ``SCRAPE_WAIT`` seconds — exact values, for tests and small stores.
+* ``interval`` = 0: every scrape waits for a read that started after the scrape arrived
+  (concurrent scrapes share one; a read already under way is waited out first), at most
+  ``SCRAPE_WAIT`` seconds — exact values, for tests and small stores.
 
 A read that fails or overruns counts in ``errors`` (``sepp_scrape_errors_total{reason=error|
 timeout}``); a scrape with no read younger than ``stale_after`` omits the two gauges rather
@@ -59,6 +60,7 @@ class GaugeSampler:
         self._latest: QueueGauges | None = None
         self._latest_at = 0.0
         self._inflight: asyncio.Task[QueueGauges | None] | None = None
+        self._next: asyncio.Task[QueueGauges | None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._last_scrape = 0.0
 
@@ -95,6 +97,24 @@ class GaugeSampler:
             task = self._inflight = asyncio.ensure_future(self._read_once())
         return task
 
+    def _fresh_read(self) -> asyncio.Task[QueueGauges | None]:
+        """A read that starts after this call (``interval`` = 0): one already under way may
+        have begun before the event the scraper wants to see, so the scrape waits for it to
+        end and shares the next one (every scrape arriving meanwhile shares that same one:
+        at most one read runs, one waits)."""
+        current = self._inflight
+        if current is None or current.done():
+            return self._shared_read()
+        queued = self._next
+        if queued is None or queued.done():
+            async def after() -> QueueGauges | None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(current)
+                return await self._shared_read()
+
+            queued = self._next = asyncio.ensure_future(after())
+        return queued
+
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(Exception):
@@ -107,7 +127,7 @@ class GaugeSampler:
         """The gauges to show and their age (seconds), or None when there is no read young
         enough (then the caller leaves the gauges out)."""
         if self.interval <= 0:
-            task = self._shared_read()
+            task = self._fresh_read()
             try:
                 gauges = await asyncio.wait_for(asyncio.shield(task), self.scrape_wait)
             except TimeoutError:
@@ -130,7 +150,7 @@ class GaugeSampler:
 
     async def stop(self) -> None:
         """Cancel the background reads (server stop)."""
-        for task in (self._loop_task, self._inflight):
+        for task in (self._loop_task, self._next, self._inflight):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):

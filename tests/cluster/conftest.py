@@ -71,7 +71,7 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
         for i in range(1, n + 1):
             cfg = {**CLUSTER_FAST, "storage": "postgres", "postgres_dsn": PG_TEST_DSN,
                    "postgres": {"schema": schema}, "node_name": f"n{i}", **config}
-            nodes.append(ServerProcess(tmp_path / f"n{i}-{len(made)}", cfg, ready_timeout=30.0))
+            nodes.append(ServerProcess(tmp_path / f"n{i}-{len(made)}", cfg, ready_timeout=60.0))
         made.append(nodes)
         start_all(nodes)
         return nodes

@@ -7,7 +7,9 @@ store's lease answers its jobs; another worker's call stays parked; no open call
 empty id is refused. Then the ``Worker`` runtime against an in-process gRPC server over the
 same engine: its stop is answered (never cancelled) on a current server, falls back to the
 cancel after ``RESERVE_STOP_WAIT`` on an older one (no ``StopReserving``), repeats the call
-while a Reserve is open and cancels only after ``RESERVE_STOP_TIMEOUT``.
+while a Reserve is open, awaits a call the answering server does not stop to the end of its
+long-poll (a cancel could cross an answer already sent: its jobs would stay RESERVED), and
+cancels only once ``StopReserving`` went unanswered for ``RESERVE_STOP_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -98,15 +100,19 @@ async def test_stop_reserving_with_no_open_reserve_wakes_none_and_an_empty_id_is
 
 class CountingServicer(WorkerServicer):
     """The real servicer, counting ``StopReserving`` calls; ``stops=False`` answers them with
-    0 without stopping anything (a node that does not hold the worker's calls)."""
+    0 without stopping anything (a node that does not hold the worker's calls);
+    ``fails=True`` answers UNAVAILABLE (the server unreachable, as the worker sees it)."""
 
-    def __init__(self, engine: JobEngine, *, stops: bool = True) -> None:
+    def __init__(self, engine: JobEngine, *, stops: bool = True, fails: bool = False) -> None:
         super().__init__(engine)
         self.stops = stops
+        self.fails = fails
         self.stop_calls = 0
 
     async def StopReserving(self, request: wpb.StopReservingRequest, context: Any) -> wpb.StopReservingResponse:
         self.stop_calls += 1
+        if self.fails:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "unreachable (test)")
         if not self.stops:
             return wpb.StopReservingResponse(woken=0)
         return await super().StopReserving(request, context)
@@ -132,10 +138,10 @@ async def serving(engine: JobEngine, servicer: WorkerServicer, *, methods: tuple
         await engine.quiesce()
 
 
-async def stop_parked_worker(target: str, engine: JobEngine) -> tuple[Worker, float]:
-    """Run a worker on ``q`` (empty) with a 20 s long-poll until the server holds its call
-    parked, then stop it; the worker and the stop's duration (seconds)."""
-    worker = Worker(target, ["q"], poll_wait=20.0, worker_id="W", token="")
+async def stop_parked_worker(target: str, engine: JobEngine, poll_wait: float = 20.0) -> tuple[Worker, float]:
+    """Run a worker on ``q`` (empty) with a ``poll_wait`` s long-poll until the server holds
+    its call parked, then stop it; the worker and the stop's duration (seconds)."""
+    worker = Worker(target, ["q"], poll_wait=poll_wait, worker_id="W", token="")
 
     @worker.handler("t")
     async def t(job: Job) -> None:
@@ -177,17 +183,32 @@ async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wai
     assert runtime.RESERVE_STOP_WAIT <= took < runtime.RESERVE_STOP_TIMEOUT / 2, took
 
 
-async def test_stop_reserving_is_repeated_and_a_call_still_open_is_cancelled_after_the_timeout(
+async def test_stop_reserving_is_repeated_and_a_call_the_server_does_not_stop_ends_by_itself(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     await harness_with_queue(h)
     monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 0.6)
     servicer = CountingServicer(h.engine, stops=False)  # answers 0: the call stays parked
     async with serving(h.engine, servicer) as target:
-        worker, took = await stop_parked_worker(target, h.engine)
-    assert worker.stats["reserve_calls"] == 0  # cancelled at the timeout
-    assert 0.6 <= took < 3.0, took
+        worker, took = await stop_parked_worker(target, h.engine, poll_wait=2.0)
+    # The server answers, so the call is never cancelled (a cancel may cross an answer already
+    # sent): it is answered, empty, at the end of its 2 s long-poll — past the 0.6 s timeout.
+    assert worker.stats["reserve_calls"] == 1
+    assert 0.6 < took < 5.0, took
     assert servicer.stop_calls >= 2  # at once, then every RESERVE_STOP_EVERY while the call was open
+
+
+async def test_a_call_still_open_is_cancelled_once_stop_reserving_goes_unanswered_for_the_timeout(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness
+    await harness_with_queue(h)
+    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 0.6)
+    servicer = CountingServicer(h.engine, fails=True)  # StopReserving fails: the call stays parked
+    async with serving(h.engine, servicer) as target:
+        worker, took = await stop_parked_worker(target, h.engine)
+    assert worker.stats["reserve_calls"] == 0  # cancelled at the timeout, long before its 20 s poll
+    assert 0.6 <= took < 3.0, took
+    assert servicer.stop_calls >= 2
 
 
 async def test_jobs_a_stopping_worker_reserved_are_released_not_held(harness: Harness) -> None:

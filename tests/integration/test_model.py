@@ -7,22 +7,33 @@ dead-letter reason (read from the server's database) with the model's. Reservati
 order (priority, then run_at, then enqueue order) is checked on every reserve.
 
 Time is kept out of the model: the queue's retry backoff is 0 (a retry is READY at
-once), ``retry_after`` is 0 or one hour, leases are 30 s except in the ``expire`` rule,
-which reserves with a 0.08 s lease and waits for the sweep to reclaim it.
+once), ``retry_after`` is 0 or one hour, leases are 300 s (far longer than any run, however
+loaded the machine) except in the ``expire`` rule, which reserves with a 0.08 s lease and
+waits (up to 30 s) for the sweep to reclaim it.
+
+A failure whose replay fails differently (timing-dependent) surfaces from Hypothesis as
+``Flaky…`` ("the second run stopped drawing earlier"); the test then reports the first
+failure itself, with the steps that led to it (``FIRST_FAILURE``). That is how the
+PostgreSQL flake was found: a cluster refresh forgot a queue an enqueue had just created,
+and a reserve found its READY job in no queue (fixed in ``JobEngine._store``).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import grpc
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -39,12 +50,36 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.testing import ServerProcess
 
-pytestmark = pytest.mark.timeout(180)
+# A hang guard: ~30-55 s a backend in CI; 130-200 s seen beside two CPU hogs and a loaded machine.
+pytestmark = pytest.mark.timeout(420)
 
 STATE_OF = {pb.SCHEDULED: "SCHEDULED", pb.READY: "READY", pb.DEAD_LETTERED: "DEAD_LETTERED",
             pb.COMPLETED: "COMPLETED"}
 HOUR = 3600.0
+LEASE = 300.0  # seconds: every lease but the expire rule's
 _queues = itertools.count()
+F = TypeVar("F", bound=Callable[..., Any])
+#: The first step that raised in this test's runs, with the steps before it and its
+#: traceback. When the replay of a failing run fails differently (a timing-dependent
+#: failure), Hypothesis reports only ``Flaky...``; the test then raises this instead.
+FIRST_FAILURE: list[str] = []
+
+
+def recorded(fn: F) -> F:
+    """A rule or invariant that notes its step in the machine's ``trail`` and, when it raises,
+    records the first failure of the test in ``FIRST_FAILURE``."""
+    @functools.wraps(fn)
+    def step(self: WorkerApiModel, *args: Any, **kwargs: Any) -> Any:
+        if fn.__name__ != "rows_match_the_model":
+            self.trail.append(fn.__name__)
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception:  # not BaseException: Hypothesis's own StopTest ends runs that way
+            if not FIRST_FAILURE:
+                FIRST_FAILURE.append(f"steps: {' '.join(self.trail)}; failed in {fn.__name__}:\n"
+                                     f"{traceback.format_exc()}")
+            raise
+    return step  # type: ignore[return-value]
 
 
 @dataclass
@@ -75,8 +110,10 @@ class WorkerApiModel(RuleBasedStateMachine):
         self.stale: list[tuple[str, str]] = []  # (job id, a lease id that is no longer current)
         self.clock = 0
         self.queue = ""
+        self.trail: list[str] = []  # the steps so far (``act`` adds the action it drew)
 
     @initialize()
+    @recorded
     def fresh_queue(self) -> None:
         self.queue = f"model-{next(_queues)}"
 
@@ -97,6 +134,7 @@ class WorkerApiModel(RuleBasedStateMachine):
     # ----------------------------------------------------------------- producer
 
     @rule(priority=st.one_of(st.none(), st.integers(4, 6)), max_attempts=st.integers(1, 3))  # ties are common
+    @recorded
     def enqueue(self, priority: int | None, max_attempts: int) -> None:
         job_id = self.wire.enqueue(self.queue, "t", priority=priority, max_attempts=max_attempts)
         self.jobs.append(ModelJob(job_id, 5 if priority is None else priority, max_attempts, len(self.jobs),
@@ -118,13 +156,14 @@ class WorkerApiModel(RuleBasedStateMachine):
 
     @precondition(lambda self: any(j.state == "READY" for j in self.jobs))
     @rule(n=st.integers(1, 3))
+    @recorded
     def reserve(self, n: int) -> None:
-        self._reserve(n, 30.0)
+        self._reserve(n, LEASE)
 
     def expire(self, data: st.DataObject) -> None:
         """Reserve one job with a 0.08 s lease and let it run out; the sweep reclaims it."""
         (job,) = self._reserve(1, 0.08)
-        deadline = time.monotonic() + 3.0
+        deadline = time.monotonic() + 30.0  # a sweep every 0.02 s: generous for a loaded machine
         time.sleep(0.08)
         while (row := job_row(self.server, job.id)) is not None and row.state == "RESERVED":
             assert time.monotonic() < deadline, "the sweep never reclaimed the expired lease"
@@ -150,9 +189,11 @@ class WorkerApiModel(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.actions()))
     @rule(data=st.data())
+    @recorded
     def act(self, data: st.DataObject) -> None:
         """One of the actions on held jobs (one rule, so it is drawn as often as enqueue/reserve)."""
         action = data.draw(st.sampled_from(self.actions()), label="action")
+        self.trail.append(action)
         getattr(self, action)(data)
 
     def _apply_nack(self, job: ModelJob, directive: str, delay: float, at: int | None = None) -> str:
@@ -192,8 +233,9 @@ class WorkerApiModel(RuleBasedStateMachine):
 
     def extend(self, data: st.DataObject) -> None:
         job = data.draw(st.sampled_from(self.held()))
-        resp = self.wire.extend((job.id, job.lease), 30.0)
-        assert resp.lease_expires_at.ToMicroseconds() / 1e6 > time.time() + 25
+        before = time.time()
+        resp = self.wire.extend((job.id, job.lease), LEASE)
+        assert resp.lease_expires_at.ToMicroseconds() / 1e6 >= before + LEASE - 0.01  # server now + LEASE
         assert resp.cancel_requested is False
 
     def settle_batch(self, data: st.DataObject) -> None:
@@ -251,6 +293,7 @@ class WorkerApiModel(RuleBasedStateMachine):
     # ----------------------------------------------------------------- invariant
 
     @invariant()
+    @recorded
     def rows_match_the_model(self) -> None:
         rows = queue_rows(self.server, self.queue)
         assert set(rows) == {j.id for j in self.jobs}
@@ -264,12 +307,19 @@ class WorkerApiModel(RuleBasedStateMachine):
 
 
 def test_the_worker_api_follows_the_reference_model(server_factory: ServerFactory) -> None:
-    server = server_factory(queue_defaults={"retry_base": 0.0, "retry_jitter": 0.0, "lease_duration": 30.0},
+    server = server_factory(queue_defaults={"retry_base": 0.0, "retry_jitter": 0.0, "lease_duration": LEASE},
                             sweep_interval=0.02, persist_mode="async")  # no fsync: many short runs when shrinking
     WorkerApiModel.server = server
     # Shrinking replays hundreds of sequences against the server (minutes): off unless asked
     # for with MODEL_SHRINK=1, so a failure is reported at once with its full step sequence.
     phases = list(Phase) if os.environ.get("MODEL_SHRINK") == "1" else [Phase.explicit, Phase.generate]
-    run_state_machine_as_test(WorkerApiModel, settings=settings(
-        max_examples=50, stateful_step_count=40, deadline=None, database=None, phases=phases,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    FIRST_FAILURE.clear()
+    try:
+        run_state_machine_as_test(WorkerApiModel, settings=settings(
+            max_examples=50, stateful_step_count=40, deadline=None, database=None, phases=phases,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    except Flaky as exc:  # the replay failed differently: report the failure that started it
+        if FIRST_FAILURE:
+            raise AssertionError(f"a run failed and its replay did not fail the same way; the first "
+                                 f"failure, {FIRST_FAILURE[0]}") from exc
+        raise

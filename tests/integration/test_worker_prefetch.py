@@ -55,17 +55,20 @@ async def test_the_defaults_reserve_no_op_jobs_in_large_batches(fast: ServerProc
     assert worker.prefetch == 10
     reports: list[JobReport] = []
     worker.on_outcome(reports.append)
+    peak = [worker.prefetch]
 
     @worker.handler("t")
     async def noop(job: Job) -> None:
-        pass
+        peak[0] = max(peak[0], worker.prefetch)
 
     await drain(worker, n, reports)
     assert count_states(fast, fresh_queue) == {"COMPLETED": n}
     # Fixed prefetch 0 would take ≥ n / 10 = 400 Reserve calls; the adapted one grows to
-    # full batches of 256 within a few calls.
+    # full batches of 256 within a few calls. Its highest value is what shows the growth:
+    # the value at the end is not — a prefetched job that waits longer than PREFETCH_MAX_WAIT
+    # halves it (by design), and on a loaded machine the last batch's tail may (CI failure).
     assert worker.stats["reserve_calls"] <= n // 100, worker.stats
-    assert worker.prefetch > 256
+    assert peak[0] > 256, peak
     assert worker._settler.calls <= n // 50
 
 

@@ -120,10 +120,12 @@ def test_sigterm_of_a_loaded_worker_leaves_nothing_reserved(server: ServerProces
                     if proc.poll() is None:
                         proc.kill()
                         proc.wait(10)
-                # The worker released what its last Reserves brought before it exited. Only a call
-                # still open after RESERVE_STOP_TIMEOUT is cancelled, and the server gives its
-                # jobs back when the call ends cancelled (a release commit of its own): within
-                # seconds, while the leases run 60 s, so this cannot be a lease expiry.
+                # The worker released what its last Reserves brought before it exited. A call is
+                # cancelled only when the server stops answering StopReserving (never here), and
+                # the server gives the jobs of a call it sees cancelled back (a release commit of
+                # its own): within seconds, while the leases run 60 s, so this cannot be a lease
+                # expiry. (A cancel 5 s into the stop, as before, could cross an answer already
+                # sent by the server, whose jobs then stayed RESERVED: the CI failure under load.)
                 wait_for(lambda: stats(admin)["reserved"] == 0, timeout=10,
                          what=f"round {n}: nothing RESERVED after the stop\n{err.read_text()}")
                 after = stats(admin)

@@ -225,6 +225,12 @@ class JobEngine:
                      new_queues: list[QueueRecord], custom: list[CustomEntry]) -> Dedups:
         dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom)
         self.on_stored(rows, dedups)
+        if new_queues:
+            # A local change (generation): a cluster refresh that read the rows before this
+            # commit must not apply them, or it would forget these queues, now persisted but
+            # absent from its read, as deleted elsewhere (their READY jobs then reservable
+            # from no queue until the next refresh).
+            self.queues.touch()
         for rec in new_queues:
             q = self.queues.get(rec.name)
             if q is not None:

@@ -57,11 +57,13 @@ class ServerProcess:
     ``queue_defaults``). ``grpc_listen``/``http_listen`` default to free loopback ports.
     Readiness is the ``sepp ready`` line (no probe over the network), so a server with
     ``tls_cert`` / ``tls_key`` (and ``tls_client_ca``) starts the same way; ``tls`` then says
-    ``on`` / ``mtls`` and ``http_url`` is ``https://…`` (issue 11).
+    ``on`` / ``mtls`` and ``http_url`` is ``https://…`` (issue 11). ``ready_timeout``: seconds
+    to wait for that line (a hang guard: a start that fails exits and is reported at once;
+    20 s was exceeded on a loaded 2-core machine, where imports alone crawl).
     """
 
     def __init__(self, data_dir: Path, config: dict[str, Any] | None = None, *, env: dict[str, str] | None = None,
-                 ready_timeout: float = 20.0) -> None:
+                 ready_timeout: float = 60.0) -> None:
         self.data_dir = Path(data_dir)
         self.config = dict(config or {})
         self.env = env or {}

@@ -24,8 +24,9 @@ what a handler's return or exception means.
 Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving — ask the server to end this
 worker's long-polls (``StopReserving``, repeated every ``RESERVE_STOP_EVERY`` while a call is
 open), let every ``Reserve`` in flight finish and release what it brings; a call is cancelled
-only on a second signal, after ``RESERVE_STOP_TIMEOUT``, or after ``RESERVE_STOP_WAIT``
-against a server without ``StopReserving`` (issue 15 item 7); release (nack
+only on a second signal, once the server left ``StopReserving`` unanswered for
+``RESERVE_STOP_TIMEOUT``, or after ``RESERVE_STOP_WAIT`` against a server without
+``StopReserving`` (issue 15 item 7); release (nack
 ``release``: the attempt is given back, SPEC §3) every prefetched job not started;
 let running handlers finish within ``shutdown_grace``; then cancel async handlers
 still running and release their jobs (a blocking handler's thread cannot be stopped:
@@ -76,8 +77,13 @@ H = TypeVar("H", bound=Callable[..., Any])
 #: (``StopReserving``) and awaits the calls. Seconds between two ``StopReserving`` while
 #: calls are still open (one may reach the server after the previous ``StopReserving``).
 RESERVE_STOP_EVERY = 0.25
-#: Seconds after which the calls still open are cancelled anyway (the server unreachable or
-#: stuck; the server then gives back what it leased for them).
+#: Seconds without an answer to ``StopReserving`` (the server unreachable or stuck) after which
+#: the calls still open are cancelled anyway. While the server answers, an open call is never
+#: cancelled: it ends by itself (at once once stopped, else at the end of its long-poll or its
+#: deadline). A cancel that crosses an answer already sent loses that answer's jobs — the
+#: server saw its call end well and gives nothing back, and they stay RESERVED until their
+#: lease expires (the CI failure of the SIGTERM test on a loaded machine, where a worker
+#: starved of CPU took its answers in after this timeout).
 RESERVE_STOP_TIMEOUT = 5.0
 #: Against a server without ``StopReserving`` (UNIMPLEMENTED): seconds to wait for a
 #: ``Reserve`` in flight before cancelling it (one still open is parked in its long-poll).
@@ -574,9 +580,11 @@ class Worker:
         leased to nobody): the server is asked to end this worker's long-polls
         (``StopReserving`` at once, then every ``RESERVE_STOP_EVERY`` seconds while calls
         are open, for a call that reached the server after the last one) and the calls are
-        awaited. They are cancelled only on a hurry, after ``RESERVE_STOP_TIMEOUT`` seconds
-        (the server unreachable or stuck), or — a server without ``StopReserving`` — after
-        ``RESERVE_STOP_WAIT`` seconds, as before it existed."""
+        awaited. They are cancelled only on a hurry, once ``StopReserving`` went unanswered for
+        ``RESERVE_STOP_TIMEOUT`` seconds (the server unreachable or stuck: each answer restarts
+        that wait), or — a server without ``StopReserving`` — after ``RESERVE_STOP_WAIT``
+        seconds, as before it existed. A call the answering server does not stop (it reached
+        another node) ends at the end of its long-poll (``poll_wait``) or its deadline."""
         reservers = [t for t in self._reservers if not t.done()]
         older_server = False
         if reservers and not self._hurry.is_set():
@@ -588,9 +596,12 @@ class Worker:
             try:
                 while not hurry.done() and (left := [t for t in reservers if not t.done()]):
                     if asking is not None and asking.done():
-                        if self._stop_reserving_answer(asking) is None:  # an older server
+                        woken = self._stop_reserving_answer(asking)
+                        if woken is None:  # an older server
                             older_server = True
                             cancel_at, ask_at = min(cancel_at, started + RESERVE_STOP_WAIT), math.inf
+                        elif woken >= 0:  # the server answers: its calls end by themselves
+                            cancel_at = max(cancel_at, loop.time() + RESERVE_STOP_TIMEOUT)
                         asking = None
                     now = loop.time()
                     if now >= cancel_at:
@@ -612,8 +623,9 @@ class Worker:
                         asking.cancel()
         if self._reserve_calls:
             if not self._hurry.is_set() and not older_server:
-                log.warning("cancelling %d reserve call(s) still open after the stop began (the server "
-                            "gives back what it had leased for them)", len(self._reserve_calls))
+                log.warning("cancelling %d reserve call(s) still open: the server left StopReserving "
+                            "unanswered for %.1fs (it gives back what it had leased for a call it sees "
+                            "cancelled)", len(self._reserve_calls), RESERVE_STOP_TIMEOUT)
             self._reserve_cancelled = True
             for call in list(self._reserve_calls):
                 call.cancel()  # a no-op for a call whose answer was already taken in
@@ -623,13 +635,13 @@ class Worker:
 
     def _stop_reserving_answer(self, asking: asyncio.Task[int | None]) -> int | None:
         """The ended ``StopReserving`` task's answer: calls woken, ``None`` when the server does
-        not know the call; a failure is logged and counts as 0 (the next one is tried)."""
+        not know the call, -1 when it got no answer (a failure, logged; the next one is tried)."""
         if asking.cancelled():
-            return 0
+            return -1
         exc = asking.exception()
         if exc is not None:
             log.info("stop reserving failed (%s); trying again while reserve calls are open", exc)
-            return 0
+            return -1
         woken = asking.result()
         if woken is None:
             log.info("the server has no StopReserving (older than this worker): open reserve calls are "
@@ -643,7 +655,8 @@ class Worker:
             #    the wire): cancelling it would drop jobs the server leased to us, held by nobody
             #    until their lease expires (issue 15 item 7). So the server is asked to end our
             #    long-polls (StopReserving) and every call is let end: what it brings is released
-            #    at once. Calls are cancelled only on a hurry or after RESERVE_STOP_TIMEOUT.
+            #    at once. Calls are cancelled only on a hurry or once the server left
+            #    StopReserving unanswered for RESERVE_STOP_TIMEOUT.
             self._room.set()
             await self._await_reservers()
             # 2. release every prefetched job that never started.

@@ -77,15 +77,17 @@ def _otel(mode: str) -> object | None:
     return provider
 
 
-def _stubbed_client(cached: _core.CachedInfo, response: ppb.EnqueueBatchResponse, provider: object | None) -> Client:
-    """A ``Client`` whose ``EnqueueBatch`` is answered with ``response`` in-process."""
+def _stubbed_client(cached: _core.CachedInfo, answer: bytes, provider: object | None) -> Client:
+    """A ``Client`` whose ``EnqueueBatch`` is answered in-process with ``answer`` (serialized),
+    read as the real stub reads it (``_core.parse_batch_response``, where it exists)."""
+    parse = getattr(_core, "parse_batch_response", ppb.EnqueueBatchResponse.FromString)
     client = Client("127.0.0.1:1", tracer_provider=provider)
     client._cached = cached
 
     class _Stub:
         def EnqueueBatch(self, request: ppb.EnqueueBatchRequest, **_: object) -> ppb.EnqueueBatchResponse:
             request.SerializeToString()  # what gRPC does before sending
-            return response
+            return parse(answer)
 
     client._stub = _Stub()
     return client
@@ -109,6 +111,7 @@ def main() -> None:
     for _ in range(n):
         response.results.add().ack.job_id = str(uuid.uuid4())
     answer = response.SerializeToString()
+    parse = getattr(_core, "parse_batch_response", ppb.EnqueueBatchResponse.FromString)
 
     def to_proto() -> object:
         return _core.to_protos(build())  # fresh requests: a built proto is kept on its request
@@ -119,13 +122,13 @@ def main() -> None:
         ("validate locally", lambda: _core.validate_all(cached, _core.to_protos(reqs))),
         ("serialize EnqueueBatchRequest", lambda: ppb.EnqueueBatchRequest(jobs=_core.to_protos(reqs))
          .SerializeToString()),
-        ("parse + merge results", lambda: _core.merge_batch([None] * n, ppb.EnqueueBatchResponse.FromString(answer))),
+        ("parse + merge results", lambda: _core.merge_batch([None] * n, parse(answer))),
     ]
     times = {name: _best(fn, args.rounds) / n * 1e6 for name, fn in steps}
     times["to_proto (fresh requests, minus build)"] -= times["build EnqueueRequest + Payload.json"]
     rows = [[name, f"{us:.2f}"] for name, us in times.items()]
     rows.append(["total per job", f"{sum(times.values()):.2f}"])
-    client = _stubbed_client(cached, response, provider)
+    client = _stubbed_client(cached, answer, provider)
     call = _best(lambda: client.enqueue_batch(build()), args.rounds) / n * 1e6
     rows.append([f"Client.enqueue_batch, no network, minus build (otel {args.otel})",
                  f"{call - times['build EnqueueRequest + Payload.json']:.2f}"])

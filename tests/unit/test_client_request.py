@@ -316,3 +316,26 @@ def test_server_info_queue_limits_follow_the_strict_rule() -> None:
     assert relaxed.queue_limits("emails").max_payload_bytes == 7  # type: ignore[union-attr]
     assert relaxed.queue_limits("other") == relaxed.queue_defaults.limits
     assert strict.queue_limits("other") is None
+
+
+def test_payload_json_after_an_error_starts_clean() -> None:
+    """``Payload.json`` reuses one C encoder per thread: a call that raised leaves nothing
+    behind (a stale circular-reference marker would refuse a later object at the same address)."""
+    import threading
+
+    from sepp.request import _LOCAL
+
+    for bad in ({"a": {"b": object()}}, [[float("nan")]]):
+        with pytest.raises((TypeError, ValueError)):
+            Payload.json(bad)
+        assert _LOCAL.encoder[1] == {}
+    for i in range(1000):
+        assert Payload.json({"a": [{"i": i}]}).data == b'{"a":[{"i":%d}]}' % i
+    seen: list[bytes] = []
+    threads = [threading.Thread(target=lambda: seen.append(Payload.json({"x": [1, {"y": "é"}]}).data))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == ['{"x":[1,{"y":"é"}]}'.encode()] * 4

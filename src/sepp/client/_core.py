@@ -8,6 +8,7 @@ clients only add the channel, the sleeping and the locking.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from sepp import wire
 from sepp._version import __version__
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
+from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client.options import ClientOptions
 from sepp.client.tls import tls_hint
 from sepp.errors import (
@@ -183,15 +185,57 @@ def atomic_local_error(verdicts: Sequence[Rejection | None]) -> AtomicEnqueueErr
     return AtomicEnqueueError(errors) if errors else None
 
 
-def merge_batch(verdicts: Sequence[Rejection | None], response: ppb.EnqueueBatchResponse | None
+#: A serialized ``EnqueueBatchResponse`` whose every result is an ``EnqueueAck`` with a
+#: 36-character id and ``deduplicated`` false, in protobuf's encoding (what sepp's server
+#: sends for such a batch: ``rpc.producer.acks_wire``).
+_FRESH_ACKS = re.compile(rb"(?:\n\(\n&\n\$[0-9a-f-]{36})+")
+_ACK_SIZE = 42
+
+
+class FreshAcks(list[str]):
+    """The job ids of a batch answer in which every job got a fresh ack (no rejection, no
+    deduplication), in order: what ``parse_batch_response`` gives for such an answer."""
+
+    __slots__ = ()
+
+
+def parse_batch_response(data: bytes) -> ppb.EnqueueBatchResponse | FreshAcks:
+    """The deserializer of ``EnqueueBatch`` answers: ``FreshAcks`` when ``data`` is exactly the
+    encoding of fresh acks with canonical ids (read by one regular expression and slices:
+    about a fifth of parsing the message and reading each result), else the parsed message.
+    Raises what ``EnqueueBatchResponse.FromString`` raises for bytes that do not parse."""
+    if len(data) % _ACK_SIZE == 0 and _FRESH_ACKS.fullmatch(data) is not None:
+        text = data.decode("ascii")
+        return FreshAcks([text[i:i + 36] for i in range(6, len(text), _ACK_SIZE)])
+    return ppb.EnqueueBatchResponse.FromString(data)
+
+
+def producer_stub(channel: Any) -> Any:
+    """The ``ProducerService`` stub on ``channel`` (sync or aio), its ``EnqueueBatch`` answers
+    read by ``parse_batch_response``."""
+    stub = ppb_grpc.ProducerServiceStub(channel)
+    stub.EnqueueBatch = channel.unary_unary("/sepp.api.v1.ProducerService/EnqueueBatch",
+                                            request_serializer=ppb.EnqueueBatchRequest.SerializeToString,
+                                            response_deserializer=parse_batch_response)
+    return stub
+
+
+def merge_batch(verdicts: Sequence[Rejection | None], response: ppb.EnqueueBatchResponse | FreshAcks | None
                 ) -> list[BatchResult]:
     """Fill each slot: the local rejection, else the next server result (request order kept).
 
     ``response`` answers exactly the jobs whose verdict is ``None``, in order; it is
     ``None`` when nothing was sent. Raises ``ServerError`` on a count mismatch.
     """
-    results = list(response.results) if response is not None else []
     expected = sum(v is None for v in verdicts)
+    if isinstance(response, FreshAcks):
+        if len(response) != expected:
+            raise ServerError(f"the server returned {len(response)} results for {expected} jobs")
+        acks = map(EnqueueAck, response)
+        if expected == len(verdicts):
+            return list(acks)
+        return [v if v is not None else next(acks) for v in verdicts]
+    results = list(response.results) if response is not None else []
     if len(results) != expected:
         raise ServerError(f"the server returned {len(results)} results for {expected} jobs")
     server = iter(results)

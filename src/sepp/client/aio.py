@@ -14,7 +14,6 @@ import grpc.aio
 
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
@@ -234,7 +233,7 @@ class AsyncClient:
                                                         options=channel_args)
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=channel_args)
-            self._stub = ppb_grpc.ProducerServiceStub(self._channel)
+            self._stub = _core.producer_stub(self._channel)
         return self._stub
 
     async def _fetch_info(self) -> _core.CachedInfo:

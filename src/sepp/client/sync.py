@@ -15,7 +15,6 @@ import grpc
 
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.client import _core
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
@@ -77,7 +76,7 @@ class Client:
             self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
         else:
             self._channel = grpc.insecure_channel(target, options=channel_args)
-        self._stub: Any = ppb_grpc.ProducerServiceStub(self._channel)
+        self._stub: Any = _core.producer_stub(self._channel)
         self._lock = threading.Lock()
         self._cached: _core.CachedInfo | None = None
         self._closed = False

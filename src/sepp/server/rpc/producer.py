@@ -44,6 +44,30 @@ def queue_settings_proto(s: object) -> pb.QueueSettings:
                               max_custom_key_bytes=lim.max_custom_key_bytes, max_custom_bytes=lim.max_custom_bytes))
 
 
+#: One ``EnqueueResult`` holding an ``EnqueueAck`` with a 36-character job id and
+#: ``deduplicated`` false, as protobuf encodes it, before the id: field 1 of
+#: ``EnqueueBatchResponse`` (40 bytes), field 1 ``ack`` (38 bytes), field 1 ``job_id`` (36).
+ACK_PREFIX = "\n(\n&\n$"
+
+
+def acks_wire(results: list[Any]) -> bytes | None:
+    """The serialized ``EnqueueBatchResponse`` of ``results`` when every one is a fresh ack
+    (``(job_id, False)``, a canonical 36-character id), built with one string join (what
+    building the message and serializing it cost per job: 0.3 µs); None otherwise (a
+    rejection or a deduplicated job: the caller builds the message). The bytes are exactly
+    what ``SerializeToString`` of the message gives."""
+    texts: list[str] = []
+    append = texts.append
+    for r in results:
+        if type(r) is not tuple or r[1] or len(r[0]) != 36:
+            return None
+        append(r[0])
+    if not texts:
+        return None
+    wire = ACK_PREFIX + ACK_PREFIX.join(texts)
+    return wire.encode("ascii") if wire.isascii() else None
+
+
 class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
     """Implements ``sepp.api.v1.ProducerService`` over a ``JobEngine``."""
 
@@ -58,12 +82,17 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
 
-    async def EnqueueBatch(self, request: ppb.EnqueueBatchRequest,
-                           context: Context) -> ppb.EnqueueBatchResponse:
+    async def EnqueueBatch(self, request: ppb.EnqueueBatchRequest,  # type: ignore[override]
+                           context: Context) -> ppb.EnqueueBatchResponse | bytes:
+        """The batch's results: as serialized bytes when every job got a fresh ack
+        (``acks_wire``), else as the message."""
         try:
             results = await self.engine.enqueue_batch(request.jobs)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+        wire = acks_wire(results)
+        if wire is not None:
+            return wire  # sent as it is (registration._passing_bytes)
         resp = ppb.EnqueueBatchResponse()
         add = resp.results.add
         for r in results:

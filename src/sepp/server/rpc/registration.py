@@ -41,6 +41,17 @@ def _safe(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
+def _passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """``serialize``, except that a handler's answer already serialized (``bytes``, e.g.
+    ``rpc.producer.acks_wire``) is sent as it is."""
+    def serializer(message: Any) -> bytes:
+        if type(message) is bytes:
+            return message
+        return serialize(message)
+
+    return serializer
+
+
 def _guarded(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
     async def behaviour(request: Any, context: Any) -> Any:
         if type(request) is Malformed:
@@ -66,7 +77,7 @@ def register(server: grpc.aio.Server, service: descriptor.ServiceDescriptor, ser
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             _guarded(getattr(servicer, method.name)),
             request_deserializer=_safe(request_cls.FromString),
-            response_serializer=response_cls.SerializeToString,
+            response_serializer=_passing_bytes(response_cls.SerializeToString),
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)

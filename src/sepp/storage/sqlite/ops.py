@@ -28,16 +28,26 @@ from sepp.storage.errors import StoreError
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import flow
-from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, insert_sql, insert_statements
+from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, blob_slices, insert_sql, insert_statements
 from sepp.storage.sqlite.sweeps import promote
 
 # ---------------------------------------------------------------------- enqueue
 
 
 def run_inserts(statements: list[tuple[InsertKey | None, Sequence[object]]], conn: sqlite3.Connection) -> Dedups:
-    """Run prepared inserts (``sql.insert_statements``); the empty dedup map of a plain insert."""
+    """Run prepared inserts (``sql.insert_statements``); the empty dedup map of a plain insert.
+    Ids and payloads are bound as ``bytearray`` (``sql.blob_slices``: the same BLOBs, without
+    the driver's per-value adapter lookup for ``bytes``)."""
     for key, params in statements:
-        conn.execute(Q["insert_job"] if key is None else insert_sql(*key), params)
+        if key is None:
+            one: list[Any] = list(params)
+            one[0], one[8] = bytearray(one[0]), bytearray(one[8])
+            conn.execute(Q["insert_job"], one)
+            continue
+        blobs: list[Any] = list(params)
+        for start, stop in blob_slices(key):
+            blobs[start:stop] = map(bytearray, blobs[start:stop])
+        conn.execute(insert_sql(*key), blobs)
     return {}
 
 

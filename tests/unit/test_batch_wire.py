@@ -1,0 +1,65 @@
+"""The batch answer's fast encodings (``rpc.producer.acks_wire`` on the server,
+``client._core.parse_batch_response`` on the client) are byte for byte and result for
+result what the protobuf message gives, and anything else takes the message path."""
+
+from __future__ import annotations
+
+import uuid
+
+from sepp import EnqueueAck, Rejection
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.client import _core
+from sepp.server.rpc.producer import acks_wire
+
+
+def message(results: list[tuple[str, bool] | pb.Rejection]) -> ppb.EnqueueBatchResponse:
+    """The message the servicer builds when ``acks_wire`` declines."""
+    resp = ppb.EnqueueBatchResponse()
+    for r in results:
+        if isinstance(r, pb.Rejection):
+            resp.results.add(rejection=r)
+        else:
+            resp.results.add(ack=pb.EnqueueAck(job_id=r[0], deduplicated=r[1]))
+    return resp
+
+
+def ids(n: int) -> list[str]:
+    return [str(uuid.uuid4()) for _ in range(n)]
+
+
+def test_fresh_acks_are_the_message_serialized() -> None:
+    for n in (1, 2, 256):
+        results: list[tuple[str, bool] | pb.Rejection] = [(i, False) for i in ids(n)]
+        assert acks_wire(results) == message(results).SerializeToString()
+
+
+def test_anything_else_is_left_to_the_message() -> None:
+    a, b = ids(2)
+    rejection = pb.Rejection(code=pb.PAYLOAD_TOO_LARGE, message="too big", field="payload.data")
+    assert acks_wire([(a, False), (b, True)]) is None
+    assert acks_wire([(a, False), rejection]) is None
+    assert acks_wire([("short-id", False)]) is None
+    assert acks_wire([("é" * 36, False)]) is None
+    assert acks_wire([]) is None
+
+
+def test_the_client_reads_every_answer_as_the_message_says() -> None:
+    a, b, c = ids(3)
+    rejection = pb.Rejection(code=pb.PAYLOAD_TOO_LARGE, message="too big", field="payload.data")
+    answers: list[list[tuple[str, bool] | pb.Rejection]] = [
+        [(a, False)], [(a, False), (b, False), (c, False)], [(a, False), (b, True)], [(a, False), rejection],
+        [(a.upper(), False)], [("x", False)], []]
+    for results in answers:
+        data = message(results).SerializeToString()
+        fast = _core.parse_batch_response(data)
+        verdicts: list[Rejection | None] = [None] * len(results)
+        want = _core.merge_batch(verdicts, ppb.EnqueueBatchResponse.FromString(data))
+        assert _core.merge_batch(verdicts, fast) == want
+        fresh = all(not isinstance(r, pb.Rejection) and not r[1] and r[0].islower() and len(r[0]) == 36
+                    for r in results) and bool(results)
+        assert isinstance(fast, _core.FreshAcks) == fresh
+    local = Rejection.from_proto(rejection)
+    merged = _core.merge_batch([None, local, None], _core.parse_batch_response(
+        message([(a, False), (b, False)]).SerializeToString()))
+    assert merged == [EnqueueAck(a), local, EnqueueAck(b)]

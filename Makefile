@@ -2,7 +2,8 @@
 #   make serve   start sepp on the embedded default (SQLite in ./sepp-data, gRPC :7700, HTTP :7701)
 #   make test    run the whole test suite (codegen check, lint, types, layer contracts, pytest incl. browser tests)
 #                pytest runs in two processes (pytest-xdist, one module per process at a time: a module's
-#                shared servers start once); `pytest -q` alone runs it in one
+#                shared servers start once), then the tests marked `exclusive` (they restart PostgreSQL)
+#                alone; `pytest -q` alone runs everything in one process
 
 PY ?= python3
 VENV := .venv
@@ -34,7 +35,8 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	bash scripts/ensure-chromium.sh
-	$(BIN)/pytest -q -n 2 --dist loadfile
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not exclusive"
+	$(BIN)/pytest -q -m exclusive
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/producer.py

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+import pytest
 from support.producer import Stubs, connect
 from support.waiting import wait_for
 from support.worker import Wire, queue_rows
@@ -28,6 +29,10 @@ from sepp.testing import ServerProcess
 from sepp.worker import Job
 
 from .harness import Fleet, queue_stats
+
+#: Restarting PostgreSQL breaks whatever else uses it at that moment: `make test` runs this
+#: module after the parallel run, alone.
+pytestmark = pytest.mark.exclusive
 
 
 def _pg_version() -> str:

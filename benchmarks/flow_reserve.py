@@ -5,10 +5,16 @@ Builds ``JobEngine`` over a real store (SQLite in a temp folder, its writer proc
 PostgreSQL in a fresh schema with ``--postgres-dsn``), enqueues ``--jobs`` jobs (100-byte
 payloads, a ``tenant_id`` custom entry spread over 100 tenants) into one queue per
 setting, then drains each queue with 4 reservers (Reserve of 16, then one Settle of the
-16 acks) and prints jobs/s per setting and its ratio to unlimited. The settings run in
-turn, ``--rounds`` times (the best round of each is kept: the machine is shared).
+16 acks) and prints jobs/s per setting and its ratio to unlimited.
 
-    python benchmarks/flow_reserve.py [--jobs 20000] [--rounds 2] [--postgres-dsn DSN]
+The machine is shared, so the runs are interleaved and the medians kept: each of
+``--rounds`` rounds drains, for every limited setting, an unlimited queue and the limited
+one back to back (the order of the pair flips every round, so neither always runs second),
+and the ratio of that pair is one sample. The table shows the median jobs/s of each
+setting and the median of its pair ratios (so a burst of load in one round moves one
+sample, not the answer).
+
+    python benchmarks/flow_reserve.py [--jobs 10000] [--rounds 5] [--postgres-dsn DSN]
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import tempfile
 import time
@@ -63,8 +70,8 @@ async def drain(engine: JobEngine, queue: str, jobs: int) -> float:
     return jobs / (time.perf_counter() - started)
 
 
-async def measure(jobs: int, rounds: int, dsn: str = "") -> dict[str, float]:
-    """Best jobs/s per setting over ``rounds`` rounds."""
+async def measure(jobs: int, rounds: int, dsn: str = "") -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Interleaved, paired runs: (jobs/s samples per setting, pair ratios per limited setting)."""
     folder = Path(tempfile.mkdtemp(prefix="sepp-flow-bench-"))
     extra: dict[str, Any] = {}
     schema = f"bench_flow_{os.getpid()}"
@@ -74,45 +81,66 @@ async def measure(jobs: int, rounds: int, dsn: str = "") -> dict[str, float]:
     config = ServerConfig(data_dir=folder, queues=queues, **extra)  # type: ignore[arg-type]
     store = open_store(config)
     await store.open()
-    best: dict[str, float] = {}
+    rates: dict[str, list[float]] = {name: [] for name in SETTINGS}
+    ratios: dict[str, list[float]] = {name: [] for name in list(SETTINGS)[1:]}
     try:
         registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
         for q in registry.load(await store.load_queues(), dict(config.queues)):
             await store.upsert_queue(q.record(), 0)
         engine = JobEngine(config, store, registry, Notifier())
         payload = pb.Payload(data=b"x" * 100, encoding="application/octet-stream")
-        for _round in range(rounds):
-            for i, name in enumerate(SETTINGS):
-                queue = f"q{i}"
-                for start in range(0, jobs, 256):
-                    reqs = []
-                    for n in range(start, min(jobs, start + 256)):
-                        req = pb.EnqueueRequest(queue=queue, job_type="t", payload=payload)
-                        req.custom["tenant_id"].string_value = f"t{n % 100}"
-                        reqs.append(req)
-                    await engine.enqueue_batch(reqs)
-                best[name] = max(best.get(name, 0.0), await drain(engine, queue, jobs))
+        names = list(SETTINGS)
+
+        async def run(i: int) -> float:
+            queue = f"q{i}"
+            for start in range(0, jobs, 256):
+                reqs = []
+                for n in range(start, min(jobs, start + 256)):
+                    req = pb.EnqueueRequest(queue=queue, job_type="t", payload=payload)
+                    req.custom["tenant_id"].string_value = f"t{n % 100}"
+                    reqs.append(req)
+                await engine.enqueue_batch(reqs)
+            rate = await drain(engine, queue, jobs)
+            rates[names[i]].append(rate)
+            return rate
+
+        await run(0)  # warm-up (caches, prepared statements), not counted
+        rates[names[0]].clear()
+        for r in range(rounds):
+            for i in range(1, len(names)):
+                if (r + i) % 2:
+                    base = await run(0)
+                    limited = await run(i)
+                else:
+                    limited = await run(i)
+                    base = await run(0)
+                ratios[names[i]].append(limited / base)
     finally:
         await store.close()
         if dsn:
             drop = ["psql", dsn, "-qc", f"DROP SCHEMA IF EXISTS {schema} CASCADE"]
             await asyncio.to_thread(subprocess.run, drop, check=False, capture_output=True)
-    return best
+    return rates, ratios
 
 
 def main() -> None:
     """Parse the flags, run, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per setting and round")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds (the best is kept)")
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per drain")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (medians are kept)")
     parser.add_argument("--postgres-dsn", default="", help="run on PostgreSQL (a fresh schema) instead of SQLite")
     args = parser.parse_args()
-    best = asyncio.run(measure(args.jobs, args.rounds, args.postgres_dsn))
-    base = best["unlimited"]
-    print("| setting (not binding) | reserve+ack jobs/s | vs unlimited |")
-    print("|---|---|---|")
-    for name, rate in best.items():
-        print(f"| {name} | {rate:,.0f} | {rate / base:.0%} |")
+    load = os.getloadavg()
+    rates, ratios = asyncio.run(measure(args.jobs, args.rounds, args.postgres_dsn))
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print("| setting (not binding) | reserve+ack jobs/s (median) | vs unlimited (median of pairs) | pair ratios |")
+    print("|---|---|---|---|")
+    for name, samples in rates.items():
+        got = ratios.get(name)
+        ratio = f"{statistics.median(got):.1%}" if got else "100%"
+        each = " ".join(f"{x:.2f}" for x in got) if got else "—"
+        print(f"| {name} | {statistics.median(samples):,.0f} | {ratio} | {each} |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Conformance: flow limits held by three stores on one PostgreSQL schema reserving at once,
+"""Conformance: the per-key limit's fast path on every backend (a reserve that no group
+could fill past the limit skips the group walk; one that could walks it), and flow limits
+held by three stores on one PostgreSQL schema reserving at once,
 as three nodes do (issue 12) — the rate limit's bucket drawn by every node (first use
 included: the bucket row is created by whichever node draws first), the per-key limit
 both below and at its bound (its fast path, which skips the group walk while no group can
@@ -25,7 +27,8 @@ from sepp.storage.flow_keys import group_of
 from storage.conformance_kit import LEASE, NOW, S, put, row, settle1
 from storage.test_conformance_flow import tenant
 
-pytestmark = pytest.mark.postgres_only(reason="several nodes on one database: SQLite's folder holds one process")
+#: Several nodes on one database: SQLite's folder holds one process.
+nodes_only = pytest.mark.postgres_only(reason="several nodes on one database: SQLite's folder holds one process")
 
 #: The byte budget of every reserve here (the engine always passes one).
 BUDGET = 4 << 20
@@ -49,6 +52,7 @@ async def _reserve(store: Store, flow: dict[str, FlowLimits], n: int, worker: st
     return await store.reserve(ReserveParams(["q"], n, NOW, {"q": LEASE}, worker, BUDGET, flow=flow))
 
 
+@nodes_only
 async def test_three_nodes_draw_one_bucket_never_more_than_its_tokens(nodes: list[Store]) -> None:
     await put(nodes[0], *[row() for _ in range(100)])
     flow = {"q": FlowLimits(rate_amount=1, rate_period=3600 * S, rate_burst=7)}   # 7 now, the next in an hour
@@ -95,9 +99,20 @@ async def _race_per_key(nodes: list[Store], most: int, tenants: int, jobs: int) 
     return peak
 
 
+@nodes_only
 async def test_three_nodes_hold_the_per_key_limit_where_it_binds(nodes: list[Store]) -> None:
     assert 1 <= await _race_per_key(nodes, most=2, tenants=3, jobs=150) <= 2
 
 
+@nodes_only
 async def test_three_nodes_with_a_per_key_limit_that_cannot_bind_lease_every_job(nodes: list[Store]) -> None:
     assert await _race_per_key(nodes, most=1000, tenants=3, jobs=150) >= 1
+
+
+async def test_per_key_fast_path_up_to_the_limit_then_the_walk(store: Store) -> None:
+    await put(store, *[row(extras=tenant("a")) for _ in range(6)], row(extras=tenant("b")))
+    flow = {"q": FlowLimits(key="tenant_id", max_in_flight=100, max_per_key=3)}
+    assert len(await _reserve(store, flow, 2, "w")) == 2       # 0 held + 2 <= 3: no walk needed
+    got = await _reserve(store, flow, 2, "w")                  # 2 held + 2 > 3: the walk
+    assert [group_of(j.extras, "tenant_id") for j in got] == [("string_value", "a"), ("string_value", "b")]
+    assert await _reserve(store, flow, 3, "w") == []           # a at its limit, b has no more jobs

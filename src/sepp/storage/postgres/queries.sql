@@ -228,25 +228,72 @@ SELECT name, address, version, started_at, last_seen FROM nodes ORDER BY name;
 -- Readiness (Store.ping, issue 11): the store answers a trivial query.
 SELECT 1;
 
--- name: flow_lock
--- Flow control (issue 12): the per-queue lock every limited Reserve of queue $1 takes first,
--- held to the end of its transaction, so two nodes cannot both count the same free slot.
--- Keyed by schema and queue (advisory locks are database-wide).
-SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() || '/' || $1, 0));
+-- name: promote_due_locking
+-- promote_due ($1 now, $2 limit) that first takes the flow lock of each queue of $3 (keyed
+-- by schema and queue: advisory locks are database-wide), in name order, for the rest of the transaction: a Reserve of a queue with
+-- max_in_flight or a per-key limit pays no statement of its own for the lock (issue 12
+-- benchmark). The counts it makes next run in statements whose snapshot is taken after
+-- the locks are held, so they see what every earlier holder committed. One row per job
+-- promoted, or one row of NULLs when none was (the aggregate over `locks` makes every
+-- lock be taken whatever `promoted` returns).
+WITH locks AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() || '/' || q, 0))
+    FROM (SELECT DISTINCT q FROM unnest($3::text[]) AS u(q) ORDER BY q) AS s
+), chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE jobs j SET state = 2 FROM chunk WHERE j.seq = chunk.seq AND j.state = 1
+    RETURNING j.queue, j.run_at
+)
+SELECT p.queue, p.run_at FROM (SELECT count(*) FROM locks) AS l(n) LEFT JOIN promoted p ON true;
 
--- name: count_reserved_in
--- Flow control (issue 12): how many jobs of queue $1 are RESERVED now (jobs_reserved).
-SELECT count(*) FROM jobs WHERE queue = $1 AND state = 3;
+-- name: flow_ready
+-- Flow control (issue 12): one statement for what a limited Reserve of queue $1 needs
+-- before it leases: the RESERVED jobs of the queue counted when $4 (max_in_flight or a
+-- per-key limit; the caller holds the queue's flow lock), its token bucket row read and
+-- locked FOR UPDATE when $5 (a rate limit: the row lock serialises every node's draw
+-- from the bucket, and READ COMMITTED hands FOR UPDATE the latest committed version), and
+-- the next READY jobs in reserve order with their sizes (payload + history bytes), locked
+-- like ready_sizes: at most $2, and at most the free slots under max_in_flight $3 (0 =
+-- none). Rows: (reserved, bucket rows found, tokens, updated_at, seq, size), one per job
+-- in reserve order, or one with NULL seq when no job is READY.
+WITH n AS MATERIALIZED (
+    SELECT count(*) AS n FROM jobs WHERE queue = $1 AND state = 3 AND $4::boolean
+), b AS MATERIALIZED (
+    SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1 AND $5::boolean FOR UPDATE
+), picked AS MATERIALIZED (
+    SELECT seq, octet_length(coalesce(payload, '\x'::bytea)) + coalesce(octet_length(history), 0) AS size,
+        priority, run_at
+    FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq
+    LIMIT CASE WHEN $3::bigint > 0 THEN greatest(0, least($2::bigint, $3::bigint - (SELECT n FROM n))) ELSE $2 END
+    FOR UPDATE SKIP LOCKED
+)
+SELECT (SELECT n FROM n), (SELECT count(*) FROM b), (SELECT tokens FROM b), (SELECT updated_at FROM b),
+    p.seq, p.size
+FROM (VALUES (1)) AS v(one) LEFT JOIN picked p ON true
+ORDER BY p.priority DESC, p.run_at, p.seq;
 
--- name: bucket_get
--- Flow control (issue 12): the token bucket of queue $1 (tokens, updated_at), if any; the
--- caller holds the queue's flow lock.
-SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1;
+-- name: bucket_ensure
+-- Flow control (issue 12): create the token bucket of queue $1, full ($2 tokens) at $3
+-- (µs), unless it exists; a second node creating it at once waits for the first and
+-- leaves its row alone (so no bucket is ever handed out twice at full).
+INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES ($1, $2, $3) ON CONFLICT (queue) DO NOTHING;
 
--- name: bucket_put
--- Flow control (issue 12): store the bucket of queue $1: $2 tokens left at $3 (µs).
-INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES ($1, $2, $3)
-ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at;
+-- name: lease_seqs_spend
+-- lease_seqs ($1 seqs, $2 lease id, $3 expiry, $4 worker, $5 now, $6 node) that also
+-- stores the token bucket of queue $7 (its row locked by flow_ready): $8 tokens, less one
+-- per job leased, at $9 (µs). One statement, as lease_seqs.
+WITH leased AS (
+    UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $2, lease_expires_at = $3, worker_id = $4,
+        started_at = $5, cancel_requested = 0, node = $6
+    WHERE j.seq = ANY($1::bigint[]) AND j.state = 2
+    RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
+        coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq
+), put AS (
+    UPDATE flow_buckets SET tokens = $8::double precision - (SELECT count(*) FROM leased), updated_at = $9::bigint
+    WHERE queue = $7
+)
+SELECT * FROM leased;
 
 -- name: reserved_extras_in
 -- Flow control (issue 12, per-key limit): the extras (custom map) of queue $1's RESERVED

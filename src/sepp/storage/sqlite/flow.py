@@ -17,20 +17,31 @@ from sepp.storage import flow_keys
 from sepp.storage.sqlite.sql import Q
 
 
-def room(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int, now: int) -> tuple[int, Bucket | None]:
-    """How many of ``want`` jobs ``queue`` may lease at ``now`` (µs), and its token bucket
-    as refilled (None without a rate limit; ``spend`` it after leasing): ``want`` cut to the
-    free slots under ``max_in_flight`` (RESERVED jobs counted through ``jobs_reserved``) and
-    to the whole tokens in the bucket. 0 means the limits hold every job back."""
-    if limits.max_in_flight:
+def room(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int,
+         now: int) -> tuple[int, Bucket | None, int]:
+    """How many of ``want`` jobs ``queue`` may lease at ``now`` (µs), its token bucket as
+    refilled (None without a rate limit; ``spend`` it after leasing) and the queue's
+    RESERVED jobs (counted through ``jobs_reserved`` when ``max_in_flight`` or a per-key
+    limit is set, else 0): ``want`` cut to the free slots under ``max_in_flight`` and to the
+    whole tokens in the bucket. 0 means the limits hold every job back."""
+    reserved = 0
+    if limits.max_in_flight or limits.per_key:
         reserved = int(conn.execute(Q["count_reserved_in"], (queue,)).fetchone()[0])
+    if limits.max_in_flight:
         want = min(want, limits.max_in_flight - reserved)
     bucket = None
     if limits.rate_amount and want > 0:
         found = conn.execute(Q["bucket_get"], (queue,)).fetchone()
         bucket = limits.bucket(found, now)
         want = min(want, bucket.whole)
-    return max(0, want), bucket
+    return max(0, want), bucket, reserved
+
+
+def may_bind_per_key(limits: FlowLimits, reserved: int, allowed: int) -> bool:
+    """True when the per-key limit could hold back one of ``allowed`` more jobs of a queue
+    with ``reserved`` RESERVED jobs: only then must the reserve walk the groups
+    (``key_rows``); otherwise it takes the plain reserve statements (issue 12 benchmark)."""
+    return limits.per_key and reserved + allowed > limits.max_per_key
 
 
 def spend(conn: sqlite3.Connection, queue: str, bucket: Bucket, taken: int) -> None:

@@ -120,10 +120,10 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
         if want <= 0 or (budget and used >= budget):
             break
         limits = params.flow.get(queue)
-        take, bucket = (want, None) if limits is None else flow.room(conn, queue, limits, want, now)
+        take, bucket, held = (want, None, 0) if limits is None else flow.room(conn, queue, limits, want, now)
         if take <= 0:
             continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
-        by_key = limits is not None and limits.per_key
+        by_key = limits is not None and flow.may_bind_per_key(limits, held, take)
         for _round in range(_DAMAGED_ROUNDS):
             try:
                 if by_key:

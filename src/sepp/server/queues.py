@@ -60,7 +60,10 @@ class QueueState:
             dead_retention=int(settings.dead_letter_retention * _US))
         flow = flow_limits(settings)
         self.flow = flow if flow.active else None
-        if self.flow is not None:  # a settle of its jobs frees capacity: wake reservers (every node)
+        if flow.max_in_flight or flow.max_per_key:
+            # A settle of its jobs frees a slot: wake reservers (every node). A rate limit alone
+            # frees nothing on a settle (tokens come with time; a held-back long-poll retries
+            # when the next one is due), so its settles pay no NOTIFY.
             self.policy = replace(self.policy, wake_on_settle=True)
         _generation[0] += 1
 

@@ -266,8 +266,15 @@ class JobEngine:
         if n > cap:
             raise InvalidRequest(f"a batch holds at most {cap} jobs", "jobs", cap, n)
 
-    async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> list[pb.Rejection | Ack]:
+    async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest],
+                            min_dedup_us: Sequence[int] | None = None) -> list[pb.Rejection | Ack]:
         """Best effort (SPEC §2): each job validated alone; the valid ones stored in one commit.
+
+        ``min_dedup_us`` (in-process callers only; one per request, µs): the shortest claim
+        each request's idempotency key gets — its queue's ``dedup_window`` or this, whichever
+        is longer. The periodic scheduler passes the span in which another node (or this one
+        after a restart) may still fire the same tick, so a queue with a short or zero
+        window still gets one job per tick.
 
         Returns one ``(job_id, deduplicated)`` or ``Rejection`` per job, in order. Raises
         ``InvalidRequest`` for an empty or over-cap batch and ``Overloaded`` when the
@@ -294,11 +301,13 @@ class JobEngine:
         if valid < len(verdicts):
             self.events.rejected([(req.queue, v) for req, v in zip(reqs, verdicts, strict=True)
                                   if type(v) is pb.Rejection])
-        for req, verdict in zip(reqs, verdicts, strict=True):
+        for i, (req, verdict) in enumerate(zip(reqs, verdicts, strict=True)):
             if type(verdict) is pb.Rejection:
                 out.append(verdict)
                 continue
             row, text, until = build(req, verdict, now, new_queues, custom)
+            if until and min_dedup_us is not None:
+                until = max(until, now + min_dedup_us[i])
             slots.append(len(out))
             out.append((text, False))
             rows.append(row)

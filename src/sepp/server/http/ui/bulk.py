@@ -91,8 +91,10 @@ class BulkUI:
             raise InvalidRequest(f"select at most {MAX_SELECTED:,} jobs (got {len(ids):,})", "job_id")
         outcome = await self.bulk.apply(action, state, ids)
         skipped = outcome.skipped_text()
+        requested = outcome.requested_text()
         self.ui.flash(request, f"{DONE.get(action, action).capitalize()} {outcome.done:,} of {len(ids):,} selected "
-                      f"job(s)" + (f"; {skipped}" if skipped else "") + ".", "warn" if skipped else "ok")
+                      f"job(s)" + (f"; {requested}" if requested else "") + (f"; {skipped}" if skipped else "") + ".",
+                      "warn" if skipped else "ok")
         return RedirectResponse(back, status_code=303)
 
     def _query(self, name: str, params: Any) -> tuple[str, JobQuery]:
@@ -139,7 +141,8 @@ class BulkUI:
         now = self.ui.admin.clock.now()
         state = run.query.state or 0
         return {"run": run, "done_word": DONE.get(run.action, run.action), "rate": run.rate(now),
-                "skipped": run.outcome.skipped_text(), "poll": PROGRESS_POLL_SECONDS,
+                "skipped": run.outcome.skipped_text(), "requested": run.outcome.requested_text(),
+                "poll": PROGRESS_POLL_SECONDS,
                 "back": self._back(run.query.queue or "", state, run.query.job_type or ""),
                 "state": state, "queue": run.query.queue or ""}
 

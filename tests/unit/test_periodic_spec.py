@@ -68,7 +68,9 @@ def test_every_takes_units_d_h_m_s(text: str, seconds: int) -> None:
     assert parse_every(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["0s", "367d", "15 m", "1.5h", "m", "", "1w"])
+# The last ones (attack notes F3): non-ASCII digits, a repeated unit, units out of order.
+@pytest.mark.parametrize("text", ["0s", "367d", "15 m", "1.5h", "m", "", "1w", "\uff11s", "\u0663m", "\u00b2",
+                                  "1m1m", "30m1h", "1s1d"])
 def test_every_refuses_anything_else(text: str) -> None:
     with pytest.raises(ValueError):
         parse_every(text)

@@ -32,21 +32,33 @@ NAME_MAX_BYTES = 128
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: Longest ``every``: 366 days, in seconds.
 EVERY_MAX_SECONDS = 366 * 86_400
-_EVERY_PART = re.compile(r"(\d+)([dhms])")
+_EVERY_PART = re.compile(r"(\d+)([dhms])", re.ASCII)
+#: The units of ``every`` in the order its parts must come, each at most once.
+_UNIT_ORDER = "dhms"
 _UNIT = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+def _ordered_units() -> set[str]:
+    """Every in-order selection of ``_UNIT_ORDER`` (``"d"``, ``"hm"``, ``"dhms"``, …)."""
+    out = {""}
+    for unit in _UNIT_ORDER:
+        out |= {u + unit for u in out}
+    return out - {""}
 
 
 def parse_every(text: str) -> int:
     """``every`` text → whole seconds: one or more ``<number><unit>`` parts with units
     ``d`` ``h`` ``m`` ``s`` (``"15m"``, ``"1h30m"``, ``"90s"``, ``"1d"``), or a bare number of
-    seconds. Raises ``ValueError`` (with the accepted forms) for anything else, for 0 and
-    above ``EVERY_MAX_SECONDS``."""
+    seconds. Digits are ASCII; each unit comes at most once, largest first (``"1m1m"`` and
+    ``"30m1h"`` are refused). Raises ``ValueError`` (with the accepted forms) for anything
+    else, for 0 and above ``EVERY_MAX_SECONDS``."""
     raw = text.strip().lower()
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():
         seconds = int(raw)
     else:
         parts = _EVERY_PART.findall(raw)
-        if not parts or "".join(n + u for n, u in parts) != raw:
+        units = "".join(u for _n, u in parts)
+        if not parts or "".join(n + u for n, u in parts) != raw or units not in _ordered_units():
             raise ValueError(f"every {text!r} is not a duration: write e.g. \"15m\", \"1h30m\", \"90s\" or \"1d\" "
                              "(units d, h, m, s)")
         seconds = sum(int(n) * _UNIT[u] for n, u in parts)

@@ -104,7 +104,7 @@ class BulkUI:
         state = state_param(_text(params.get("state")) or None)
         job_type = _text(params.get("job_type")) or None
         before = _text(params.get("before")).strip()
-        if before and (not before.isdigit() or int(before) >= 2**63):
+        if before and (not (before.isascii() and before.isdigit()) or int(before) >= 2**63):
             raise InvalidRequest("the snapshot time is not a whole number of µs", "before")
         return action, JobQuery(queue=name, state=state, job_type=job_type,
                                 finished_before=int(before) if before else None)
@@ -127,7 +127,7 @@ class BulkUI:
         form = await self.ui._form(request)
         action, query = self._query(name, form)
         raw = _text(form.get("expected")).strip()
-        if not raw.isdigit() or int(raw) > MAX_CONFIRMED:
+        if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_CONFIRMED:
             raise InvalidRequest("the confirmed count is missing or not a whole number", "expected")
         run = await self.bulk.start(action, query, int(raw))
         return RedirectResponse(f"/bulk/{run.id}", status_code=303)

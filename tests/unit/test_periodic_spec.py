@@ -40,6 +40,8 @@ TABLE = '[[periodic]]\nname = "nightly-report"\nqueue = "reports"\njob_type = "b
     ("", "periodic[0]: set exactly one of cron"),
     ('cron = "0 3 * * *"\ncatch_up = "all"', "periodic[0].catch_up: Input should be 'latest' or 'none'"),
     ('cron = "0 3 * * *"\npriority = 10', "periodic[0].priority: Input should be less than or equal to 9"),
+    ('every = "1m"\ncustom = { k = nan }', "periodic[0].custom: custom['k'] = nan is not a finite"),
+    ('cron = "0 3 * * *"\ntimezone = "localtime"', "periodic[0].timezone: time zone 'localtime' is this machine's"),
 ])
 def test_a_bad_periodic_table_is_a_config_error_naming_its_field(tmp_path: Path, extra: str, message: str) -> None:
     path = tmp_path / "sepp.toml"

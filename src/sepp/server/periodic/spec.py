@@ -14,6 +14,7 @@ A definition is stored as JSON text (``to_json`` / ``from_json``), opaque to the
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -67,9 +68,19 @@ def parse_every(text: str) -> int:
     return seconds
 
 
+#: Zone-database names that are a machine's setup, not a zone (see ``zone``).
+_MACHINE_ZONES = frozenset({"localtime", "posixrules"})
+
+
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone ``name`` (``"UTC"``, ``"Europe/Berlin"``). Raises ``ValueError``
-    naming it when the zone database has no such zone."""
+    naming it when the zone database has no such zone, or when the name is one of this
+    machine's setup rather than an IANA zone (``localtime``, ``posixrules``, the ``posix/`` and
+    ``right/`` trees: what they mean differs between nodes, and every node must compute the
+    same ticks; attack notes F5)."""
+    if name in _MACHINE_ZONES or name.startswith(("posix/", "right/")):
+        raise ValueError(f"time zone {name!r} is this machine's setting, not an IANA zone (it can differ between "
+                         "nodes): use an IANA name such as \"UTC\", \"Europe/Berlin\" or \"America/New_York\"")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -118,6 +129,18 @@ class PeriodicSettings(BaseModel):
         if len(value.encode()) > NAME_MAX_BYTES or not _NAME.match(value):
             raise ValueError(f"name {value!r} must be 1 to {NAME_MAX_BYTES} characters of letters, digits, '.', '_' "
                              "and '-', starting with a letter or digit")
+        return value
+
+    @field_validator("custom", mode="before")
+    @classmethod
+    def _finite_custom(cls, value: Any) -> Any:
+        # Before the union's own check, whose error for a NaN named its first member
+        # ("custom.k.bool: Input should be a valid boolean"; attack notes F4).
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ValueError(f"custom[{key!r}] = {item} is not a finite number (NaN and infinities are "
+                                     "refused, as in a job's custom map)")
         return value
 
     @field_validator("custom")

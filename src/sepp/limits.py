@@ -77,7 +77,7 @@ def parse_rate(text: str) -> tuple[int, float]:
     allowed. Raises ``ValueError`` with a message naming the expected form (issue 12)."""
     count, sep, unit = text.strip().partition("/")
     count, unit = count.strip(), unit.strip().lower()
-    if not sep or not count.isdigit() or unit not in RATE_UNITS:
+    if not sep or not (count.isascii() and count.isdigit()) or unit not in RATE_UNITS:
         raise ValueError(f"{clip_repr(text, 40)} is not a rate; use <count>/<unit> with unit s, m, h or d, "
                          "e.g. \"50/s\" or \"1000/m\" (empty = unlimited)")
     amount = int(count)

@@ -226,3 +226,26 @@ async def test_a_very_late_node_runs_at_most_late_ticks_and_the_latest(cluster: 
     expected = [T0 + i * S for i in range(2, 2 + LATE_TICKS)] + [T0 + (LATE_TICKS + 51) * S]
     assert [r.tick for r in runs] == expected  # LATE_TICKS oldest first, then the latest; one past is left out
     assert len(await cluster.keys()) == 1 + LATE_TICKS + 1
+async def test_a_tick_run_twice_makes_one_job_even_when_the_queue_keeps_no_keys(cluster: Cluster) -> None:
+    """Found by attacking (attack notes F1): exactly once rests on the tick's idempotency key,
+    and a queue with ``dedup_window = 0`` (or one shorter than the lag between two nodes, or
+    than a restart after a kill -9 between the enqueue and the run's record) got a second job
+    for the same tick. Two loops that both read the row before either recorded the tick — two
+    nodes, or one node before and after a crash — now make one job per tick."""
+    first = await cluster.node(every(), queues={"q": {"dedup_window": 0}})
+    second = PeriodicScheduler(first.engine)  # another loop on the same store
+    await second.reload()
+    for _ in range(3):
+        await step([first, second], cluster.clock)
+    assert await cluster.keys() == [tick_key("tick", T0 + i * S) for i in (1, 2, 3)]
+    assert first.runs + second.runs == 6  # both enqueued every tick; the later one was deduplicated
+
+
+@pytest.mark.postgres_only(reason="several nodes on one database: SQLite's folder holds one process")
+async def test_three_nodes_make_one_job_per_tick_for_a_queue_with_no_dedup_window(cluster: Cluster) -> None:
+    """Attack notes F1 on the cluster: three nodes racing every tick into a queue whose
+    ``dedup_window`` is 0 made up to three jobs per tick."""
+    nodes = [await cluster.node(every(), node_name=f"n{i}", queues={"q": {"dedup_window": 0}}) for i in range(3)]
+    for _ in range(5):
+        await step(nodes, cluster.clock)
+    assert await cluster.keys() == [tick_key("tick", T0 + i * S) for i in range(1, 6)]

@@ -23,6 +23,7 @@ from support.failures import fails
 from support.servers import module_server
 
 from sepp.api.v1 import admin_pb2 as apb
+from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.server.periodic.timetable import Timetable, rfc3339
@@ -93,6 +94,10 @@ def test_periodic_trigger_enqueues_the_job_and_list_shows_it_as_the_last_run(srv
     ({"every": "0s"}, "every", "between 1 s and 366 days"),
     ({"cron": "* * * * *", "every": "1m"}, "schedule", "exactly one of cron"),
     ({"every": "1m", "catch_up": "all"}, "catch_up", "'latest' or 'none'"),
+    # Attack notes F5: names of the machine's setup, which differ between nodes.
+    ({"cron": "0 3 * * *", "timezone": "localtime"}, "timezone", "'localtime' is this machine's setting"),
+    ({"cron": "0 3 * * *", "timezone": "posixrules"}, "timezone", "not an IANA zone"),
+    ({"cron": "0 3 * * *", "timezone": "right/UTC"}, "timezone", "not an IANA zone"),
 ])
 def test_a_schedule_that_cannot_run_is_refused_at_the_admin_call_with_its_field(
         stubs: AdminStubs, fields: dict[str, str], field: str, words: str) -> None:
@@ -104,6 +109,15 @@ def test_a_schedule_that_cannot_run_is_refused_at_the_admin_call_with_its_field(
     assert (failure.code, failure.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PERIODIC_INVALID")
     assert failure.metadata == {"field": field, "schedule": "bad"} and words in failure.message
     assert all(p.schedule.name != "bad" for p in stubs.call("ListPeriodic", ppb.ListPeriodicRequest()).schedules)
+
+
+def test_a_nan_in_the_custom_map_is_refused_saying_so(stubs: AdminStubs) -> None:
+    """Attack notes F4: the refusal read "custom.k.bool: Input should be a valid boolean"."""
+    schedule = ppb.PeriodicSchedule(name="bad", queue="q", job_type="t", every="1m",
+                                    custom={"k": pb.CustomValue(float_value=float("nan"))})
+    failure = fails(stubs.admin.DeclarePeriodic, ppb.DeclarePeriodicRequest(schedule=schedule), timeout=10)
+    assert (failure.code, failure.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PERIODIC_INVALID")
+    assert "custom['k'] = nan is not a finite number" in failure.message and "bool" not in failure.message
 
 
 def test_sepp_periodic_declare_reports_the_refusal_with_its_field(srv: ServerProcess) -> None:

@@ -146,3 +146,20 @@ def test_the_chart_windows_reach_back_24_hours(web: httpx.Client, stubs: AdminSt
             assert "&amp;amp;" not in page.text
             assert f"window={window}" in page.text.split("hx-get=", 1)[1][:200]  # polling keeps the window
         assert web.get(path, params={"window": "2d"}).status_code == 400
+
+
+@pytest.mark.parametrize("field", [{"expected": "²"}, {"expected": "1", "before": "²"}, {"expected": "١"}])
+def test_a_bulk_confirm_form_with_non_ascii_digits_is_a_400_not_a_500(web: httpx.Client, stubs: AdminStubs,
+                                                                      fresh_queue: str, field: dict[str, str]) -> None:
+    """Found by attacking (attack notes F3): ``str.isdigit`` is true for "²" and "١", and
+    ``int("²")`` raises — the bulk run's confirmed count (and snapshot) answered 500 with a
+    traceback in the server log. Only ASCII digits are whole numbers here."""
+    job_id = stubs.enqueue(fresh_queue)
+    page = web.get(f"/queues/{fresh_queue}/bulk", params={"action": "cancel", "state": "ready"})
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert match
+    form = {"csrf_token": match[1], "action": "cancel", "state": "ready", **field}
+    answer = web.post(f"/queues/{fresh_queue}/bulk/run", data=form, follow_redirects=False)
+    assert answer.status_code == 400 and "whole number" in answer.text
+    assert web.get(f"/queues/{fresh_queue}", params={"state": "١"}).status_code == 400  # not state 1
+    assert job_id in web.get(f"/queues/{fresh_queue}").text  # nothing was cancelled

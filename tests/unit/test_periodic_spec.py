@@ -40,6 +40,8 @@ TABLE = '[[periodic]]\nname = "nightly-report"\nqueue = "reports"\njob_type = "b
     ("", "periodic[0]: set exactly one of cron"),
     ('cron = "0 3 * * *"\ncatch_up = "all"', "periodic[0].catch_up: Input should be 'latest' or 'none'"),
     ('cron = "0 3 * * *"\npriority = 10', "periodic[0].priority: Input should be less than or equal to 9"),
+    ('every = "1m"\ncustom = { k = nan }', "periodic[0].custom: custom['k'] = nan is not a finite"),
+    ('cron = "0 3 * * *"\ntimezone = "localtime"', "periodic[0].timezone: time zone 'localtime' is this machine's"),
 ])
 def test_a_bad_periodic_table_is_a_config_error_naming_its_field(tmp_path: Path, extra: str, message: str) -> None:
     path = tmp_path / "sepp.toml"
@@ -68,7 +70,9 @@ def test_every_takes_units_d_h_m_s(text: str, seconds: int) -> None:
     assert parse_every(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["0s", "367d", "15 m", "1.5h", "m", "", "1w"])
+# The last ones (attack notes F3): non-ASCII digits, a repeated unit, units out of order.
+@pytest.mark.parametrize("text", ["0s", "367d", "15 m", "1.5h", "m", "", "1w", "\uff11s", "\u0663m", "\u00b2",
+                                  "1m1m", "30m1h", "1s1d"])
 def test_every_refuses_anything_else(text: str) -> None:
     with pytest.raises(ValueError):
         parse_every(text)

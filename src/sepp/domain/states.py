@@ -55,6 +55,6 @@ def parse_state(text: str) -> int:
     key = "_".join(text.strip().lower().replace("-", " ").replace("_", " ").split())
     if key in STATE_BY_NAME:
         return STATE_BY_NAME[key]
-    if key.isdigit() and int(key) in STATE_NAMES:
+    if key.isascii() and key.isdigit() and int(key) in STATE_NAMES:
         return int(key)
     raise ValueError(f"unknown job state {text!r}: one of {', '.join(s.upper() for s in STATE_BY_NAME)}")

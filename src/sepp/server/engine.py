@@ -289,8 +289,15 @@ class JobEngine:
         limits = self.queues.limits_for(req.queue)
         return limits.max_payload_bytes if isinstance(limits, QueueLimits) else -1
 
-    async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> list[pb.Rejection | Ack]:
+    async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest],
+                            min_dedup_us: Sequence[int] | None = None) -> list[pb.Rejection | Ack]:
         """Best effort (SPEC §2): each job validated alone; the valid ones stored in one commit.
+
+        ``min_dedup_us`` (in-process callers only; one per request, µs): the shortest claim
+        each request's idempotency key gets — its queue's ``dedup_window`` or this, whichever
+        is longer. The periodic scheduler passes the span in which another node (or this one
+        after a restart) may still fire the same tick, so a queue with a short or zero
+        window still gets one job per tick.
 
         Returns one ``(job_id, deduplicated)`` or ``Rejection`` per job, in order. Raises
         ``InvalidRequest`` for an empty or over-cap batch and ``Overloaded`` when the
@@ -351,7 +358,7 @@ class JobEngine:
         uuid7 = uuid_utils.uuid7
         append_out, append_row, append_until, append_slot = out.append, rows.append, untils.append, slots.append
         plain: dict[tuple[str, str, str], tuple[int, int]] = {}
-        for req, verdict, blob in zip(reqs, verdicts, datas, strict=True):
+        for i, (req, verdict, blob) in enumerate(zip(reqs, verdicts, datas, strict=True)):
             if blob is not None:
                 defaults = plain.get(verdict)
                 if defaults is None:
@@ -367,6 +374,8 @@ class JobEngine:
                 append_out(verdict)
                 continue
             row, text, until = build(req, verdict, now, new_queues, custom)
+            if until and min_dedup_us is not None:
+                until = max(until, now + min_dedup_us[i])
             append_slot(len(out))
             append_out((text, False))
             append_row(row)

@@ -44,7 +44,7 @@ from sepp.quoting import clip, quote
 from sepp.server.admin.engine import AdminEngine, StateConflict
 from sepp.server.engine import job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
-from sepp.storage.admin import DeadFilter, JobQuery
+from sepp.storage.admin import DeadFilter, JobQuery, Outcome
 
 log = logging.getLogger("sepp.admin")
 
@@ -65,18 +65,26 @@ MAX_RUNNING, KEEP_RUNS = 4, 20
 BULK_CANCEL_REASON = "cancelled in bulk (admin UI)"
 _FINISHED = tuple(int(s) for s in FINISHED)
 _DEAD = int(State.DEAD_LETTERED)
+#: ``_one``'s answer for a cancel that found its job RESERVED: requested, not done.
+REQUESTED = "cancel requested"
 #: Jobs one bulk-redrive call takes (a few of the engine's commits; the progress step).
 REDRIVE_STEP = 10_000
 
 
 @dataclass(slots=True)
 class BulkOutcome:
-    """What a selection or a run did: ``done`` jobs changed (a RESERVED job's cancel
-    *requested* counts), ``skipped`` jobs that were gone or whose state no longer allowed the
-    action, by why (``"gone"``, ``"was READY"``, …)."""
+    """What a selection or a run did: ``done`` jobs changed; ``requested`` jobs a cancel
+    found RESERVED (a worker runs them: their cancel is *requested*, the worker may still
+    complete them — counted apart, not as cancelled); ``skipped`` jobs that were gone or
+    whose state no longer allowed the action, by why (``"gone"``, ``"were READY"``, …)."""
 
     done: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    requested: int = 0
+
+    def requested_text(self) -> str:
+        """``12 running: cancel requested``, or ``""`` when none was."""
+        return f"{self.requested:,} running: cancel requested" if self.requested else ""
 
     @property
     def skipped_total(self) -> int:
@@ -164,12 +172,14 @@ class BulkActions:
     # ------------------------------------------------------------------ one job, a selection
 
     async def _one(self, action: str, job_id: str) -> str | None:
-        """Apply ``action`` to one job with the engine's own operation; None when done, else
-        why it was skipped. A store failure propagates."""
+        """Apply ``action`` to one job with the engine's own operation; None when done,
+        ``REQUESTED`` when a cancel found the job RESERVED (only requested), else why it was
+        skipped. A store failure propagates."""
         admin = self.admin
         try:
             if action == "cancel":
-                await admin.cancel(job_id, BULK_CANCEL_REASON)
+                if await admin.cancel_outcome(job_id, BULK_CANCEL_REASON) is Outcome.CANCEL_REQUESTED:
+                    return REQUESTED
             elif action == "requeue":
                 await admin.requeue(job_id)
             else:
@@ -190,6 +200,8 @@ class BulkActions:
             for why in await asyncio.gather(*(self._one(action, j) for j in part)):
                 if why is None:
                     outcome.done += 1
+                elif why is REQUESTED:
+                    outcome.requested += 1
                 else:
                     outcome.skipped[why] += 1
             if progress is not None:
@@ -206,7 +218,8 @@ class BulkActions:
                                  "job\" for more", "job_id", MAX_SELECTED, len(ids))
         outcome = BulkOutcome()
         await self._apply(action, ids, outcome)
-        log.info("bulk %s of %d selected job(s): %d done%s", action, len(ids), outcome.done,
+        log.info("bulk %s of %d selected job(s): %d done%s%s", action, len(ids), outcome.done,
+                 f", {outcome.requested_text()}" if outcome.requested else "",
                  f", {outcome.skipped_text()}" if outcome.skipped else "",
                  extra={"event": "bulk_action", "action": action, "jobs": len(ids), "done": outcome.done})
         return outcome
@@ -287,8 +300,9 @@ class BulkActions:
             log.warning("bulk %s run %s stopped after %d job(s): %s", run.action, run.id, run.seen, run.error)
         finally:
             run.finished_at = self.admin.clock.now()
-            log.info("bulk %s run %s ended: %d of %d job(s) done%s", run.action, run.id, run.outcome.done,
-                     run.expected, f", {run.outcome.skipped_text()}" if run.outcome.skipped else "",
+            log.info("bulk %s run %s ended: %d of %d job(s) done%s%s", run.action, run.id, run.outcome.done,
+                     run.expected, f", {run.outcome.requested_text()}" if run.outcome.requested else "",
+                     f", {run.outcome.skipped_text()}" if run.outcome.skipped else "",
                      extra={"event": "bulk_finished", "action": run.action, "run": run.id, "done": run.outcome.done})
 
     async def wait(self, run_id: str) -> BulkRun | None:

@@ -422,7 +422,16 @@ class AdminEngine:
 
     async def cancel(self, job_id: str, reason: str = "") -> JobRecord:
         """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
-        ExtendLease). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
+        ExtendLease). Returns the job as read after. Raises ``NotFound`` or ``StateConflict``
+        (JOB_STATE)."""
+        await self.cancel_outcome(job_id, reason)
+        return await self.get_job(job_id)
+
+    async def cancel_outcome(self, job_id: str, reason: str = "") -> Outcome:
+        """``cancel`` without the read after: ``Outcome.DONE`` (now CANCELLED),
+        ``CANCEL_REQUESTED`` (it was RESERVED) or ``UNCHANGED`` (CANCELLED already) — what the
+        cancel itself did, which a read after it may no longer show (a worker can complete a
+        job between the two). Raises ``NotFound`` or ``StateConflict`` (JOB_STATE)."""
         raw = self._job_id(job_id)
         # A NUL cannot be stored as text by PostgreSQL: the free-form reason keeps U+FFFD instead.
         text = reason[:1024].replace("\x00", "\ufffd") if reason else ""
@@ -434,7 +443,7 @@ class AdminEngine:
                                 f"job {clip(job_id, 64)} is {state_name(result.state)}; only SCHEDULED, "
                                 "READY and RESERVED jobs can be cancelled", {"state": state_name(result.state)})
         self._counts.expires = 0.0
-        return await self.get_job(job_id)
+        return result.outcome
 
     async def requeue(self, job_id: str) -> JobRecord:
         """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""

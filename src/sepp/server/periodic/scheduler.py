@@ -7,8 +7,10 @@ enqueues one job per tick through the engine (``enqueue_batch``: validation, eve
 wake-ups as any producer's) with the idempotency key ``periodic:<name>:<tick, UTC, RFC 3339>``
 (``timetable.tick_key``) and ``scheduled_at`` = the tick, then records the run in the row
 (``Store.record_periodic_runs``). Several nodes — or one node before and after a restart —
-firing the same tick send the same key, so the queue's ordinary dedup window makes it one
-job: there is no other exactly-once mechanism. (A node that reads a row whose ``last_tick``
+firing the same tick send the same key, so the queue's ordinary dedup makes it one job:
+there is no other exactly-once mechanism. The key's claim is kept at least until the
+schedule's next tick plus ``CLAIM_MARGIN`` (``tick_claim_us``), however short the queue's
+``dedup_window`` is (0 included). (A node that reads a row whose ``last_tick``
 is already the tick skips the enqueue: that saves a round trip, nothing more.)
 
 Downtime and ``catch_up``: when a node starts (or first sees a schedule), the ticks after
@@ -48,7 +50,7 @@ from sepp.storage.errors import StoreClosed, StoreError
 
 log = logging.getLogger("sepp.periodic")
 
-__all__ = ["MAX_SLEEP", "REFRESH_EVERY", "RETRY_AFTER", "Entry", "PeriodicScheduler"]
+__all__ = ["CLAIM_MARGIN", "MAX_SLEEP", "REFRESH_EVERY", "RETRY_AFTER", "Entry", "PeriodicScheduler", "tick_claim_us"]
 
 #: Longest sleep of the loop, seconds (a clock step is noticed within it).
 MAX_SLEEP = 60.0
@@ -61,6 +63,9 @@ RETRY_AFTER = 1.0
 #: most recent due tick is run too and the ones between are left out (logged).
 LATE_TICKS = 100
 _S = 1_000_000
+#: Slack added to a tick's idempotency claim past the schedule's next tick, µs: covers nodes
+#: whose clocks or loops lag (see ``tick_claim_us``).
+CLAIM_MARGIN = 3600 * _S
 
 
 @dataclass
@@ -75,6 +80,17 @@ class Entry:
     broken: str = ""
     next_tick: int = 0
     pending: int = 0
+
+
+def tick_claim_us(entry: Entry, tick: int, now: int) -> int:
+    """How long (µs from ``now``) the idempotency key of ``entry``'s job for ``tick`` must be
+    kept so that no node makes a second job for the tick: until the schedule's next tick
+    after it (a node that missed ``tick`` runs it, late or as the catch-up after a restart,
+    only until a later tick is due), plus ``CLAIM_MARGIN``. The queue's ``dedup_window``
+    applies when it is longer; exactly once must not hang on it (a queue with
+    ``dedup_window = 0`` still gets one job per tick)."""
+    nxt = entry.timetable.next_after(tick) if entry.timetable is not None else None
+    return max(0, (nxt or tick) - now) + CLAIM_MARGIN
 
 
 def parse(record: PeriodicRecord) -> tuple[PeriodicSettings | None, Timetable | None, str]:
@@ -306,7 +322,7 @@ class PeriodicScheduler:
             chunk = fire[start:start + cap]
             reqs = [job_request(e.spec, tick, tick_key(e.record.name, tick)) for e, tick in chunk]  # type: ignore[arg-type]
             try:
-                results = await self.engine.enqueue_batch(reqs)
+                results = await self.engine.enqueue_batch(reqs, [tick_claim_us(e, tick, now) for e, tick in chunk])
             except (Overloaded, StoreError) as exc:
                 if isinstance(exc, StoreClosed):
                     raise

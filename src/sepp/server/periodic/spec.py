@@ -14,6 +14,7 @@ A definition is stored as JSON text (``to_json`` / ``from_json``), opaque to the
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -32,21 +33,33 @@ NAME_MAX_BYTES = 128
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: Longest ``every``: 366 days, in seconds.
 EVERY_MAX_SECONDS = 366 * 86_400
-_EVERY_PART = re.compile(r"(\d+)([dhms])")
+_EVERY_PART = re.compile(r"(\d+)([dhms])", re.ASCII)
+#: The units of ``every`` in the order its parts must come, each at most once.
+_UNIT_ORDER = "dhms"
 _UNIT = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+def _ordered_units() -> set[str]:
+    """Every in-order selection of ``_UNIT_ORDER`` (``"d"``, ``"hm"``, ``"dhms"``, …)."""
+    out = {""}
+    for unit in _UNIT_ORDER:
+        out |= {u + unit for u in out}
+    return out - {""}
 
 
 def parse_every(text: str) -> int:
     """``every`` text → whole seconds: one or more ``<number><unit>`` parts with units
     ``d`` ``h`` ``m`` ``s`` (``"15m"``, ``"1h30m"``, ``"90s"``, ``"1d"``), or a bare number of
-    seconds. Raises ``ValueError`` (with the accepted forms) for anything else, for 0 and
-    above ``EVERY_MAX_SECONDS``."""
+    seconds. Digits are ASCII; each unit comes at most once, largest first (``"1m1m"`` and
+    ``"30m1h"`` are refused). Raises ``ValueError`` (with the accepted forms) for anything
+    else, for 0 and above ``EVERY_MAX_SECONDS``."""
     raw = text.strip().lower()
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():
         seconds = int(raw)
     else:
         parts = _EVERY_PART.findall(raw)
-        if not parts or "".join(n + u for n, u in parts) != raw:
+        units = "".join(u for _n, u in parts)
+        if not parts or "".join(n + u for n, u in parts) != raw or units not in _ordered_units():
             raise ValueError(f"every {text!r} is not a duration: write e.g. \"15m\", \"1h30m\", \"90s\" or \"1d\" "
                              "(units d, h, m, s)")
         seconds = sum(int(n) * _UNIT[u] for n, u in parts)
@@ -55,9 +68,19 @@ def parse_every(text: str) -> int:
     return seconds
 
 
+#: Zone-database names that are a machine's setup, not a zone (see ``zone``).
+_MACHINE_ZONES = frozenset({"localtime", "posixrules"})
+
+
 def zone(name: str) -> ZoneInfo:
     """The IANA time zone ``name`` (``"UTC"``, ``"Europe/Berlin"``). Raises ``ValueError``
-    naming it when the zone database has no such zone."""
+    naming it when the zone database has no such zone, or when the name is one of this
+    machine's setup rather than an IANA zone (``localtime``, ``posixrules``, the ``posix/`` and
+    ``right/`` trees: what they mean differs between nodes, and every node must compute the
+    same ticks; attack notes F5)."""
+    if name in _MACHINE_ZONES or name.startswith(("posix/", "right/")):
+        raise ValueError(f"time zone {name!r} is this machine's setting, not an IANA zone (it can differ between "
+                         "nodes): use an IANA name such as \"UTC\", \"Europe/Berlin\" or \"America/New_York\"")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -106,6 +129,18 @@ class PeriodicSettings(BaseModel):
         if len(value.encode()) > NAME_MAX_BYTES or not _NAME.match(value):
             raise ValueError(f"name {value!r} must be 1 to {NAME_MAX_BYTES} characters of letters, digits, '.', '_' "
                              "and '-', starting with a letter or digit")
+        return value
+
+    @field_validator("custom", mode="before")
+    @classmethod
+    def _finite_custom(cls, value: Any) -> Any:
+        # Before the union's own check, whose error for a NaN named its first member
+        # ("custom.k.bool: Input should be a valid boolean"; attack notes F4).
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ValueError(f"custom[{key!r}] = {item} is not a finite number (NaN and infinities are "
+                                     "refused, as in a job's custom map)")
         return value
 
     @field_validator("custom")

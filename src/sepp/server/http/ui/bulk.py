@@ -91,8 +91,10 @@ class BulkUI:
             raise InvalidRequest(f"select at most {MAX_SELECTED:,} jobs (got {len(ids):,})", "job_id")
         outcome = await self.bulk.apply(action, state, ids)
         skipped = outcome.skipped_text()
+        requested = outcome.requested_text()
         self.ui.flash(request, f"{DONE.get(action, action).capitalize()} {outcome.done:,} of {len(ids):,} selected "
-                      f"job(s)" + (f"; {skipped}" if skipped else "") + ".", "warn" if skipped else "ok")
+                      f"job(s)" + (f"; {requested}" if requested else "") + (f"; {skipped}" if skipped else "") + ".",
+                      "warn" if skipped else "ok")
         return RedirectResponse(back, status_code=303)
 
     def _query(self, name: str, params: Any) -> tuple[str, JobQuery]:
@@ -102,7 +104,7 @@ class BulkUI:
         state = state_param(_text(params.get("state")) or None)
         job_type = _text(params.get("job_type")) or None
         before = _text(params.get("before")).strip()
-        if before and (not before.isdigit() or int(before) >= 2**63):
+        if before and (not (before.isascii() and before.isdigit()) or int(before) >= 2**63):
             raise InvalidRequest("the snapshot time is not a whole number of µs", "before")
         return action, JobQuery(queue=name, state=state, job_type=job_type,
                                 finished_before=int(before) if before else None)
@@ -125,7 +127,7 @@ class BulkUI:
         form = await self.ui._form(request)
         action, query = self._query(name, form)
         raw = _text(form.get("expected")).strip()
-        if not raw.isdigit() or int(raw) > MAX_CONFIRMED:
+        if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_CONFIRMED:
             raise InvalidRequest("the confirmed count is missing or not a whole number", "expected")
         run = await self.bulk.start(action, query, int(raw))
         return RedirectResponse(f"/bulk/{run.id}", status_code=303)
@@ -139,7 +141,8 @@ class BulkUI:
         now = self.ui.admin.clock.now()
         state = run.query.state or 0
         return {"run": run, "done_word": DONE.get(run.action, run.action), "rate": run.rate(now),
-                "skipped": run.outcome.skipped_text(), "poll": PROGRESS_POLL_SECONDS,
+                "skipped": run.outcome.skipped_text(), "requested": run.outcome.requested_text(),
+                "poll": PROGRESS_POLL_SECONDS,
                 "back": self._back(run.query.queue or "", state, run.query.job_type or ""),
                 "state": state, "queue": run.query.queue or ""}
 

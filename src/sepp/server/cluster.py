@@ -51,6 +51,7 @@ class Cluster:
         self.heartbeat_every = heartbeat_every
         self.refresh_every = refresh_every
         self.started_at = engine.clock.now()
+        self._duplicate_warned = False
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         #: Queue refreshes applied (tests, metrics).
@@ -65,12 +66,6 @@ class Cluster:
         store = self.engine.store
         notifier = self.engine.notifier
         store.subscribe(lambda q: notifier.ready_all() if q is None else notifier.ready(q), self._changed.set)
-        now = self.engine.clock.now()
-        for other in await store.nodes():
-            if other.name == self.node and now - other.last_seen < NODE_GONE_AFTER * 1_000_000:
-                log.warning("another node named %r (at %s) sent a heartbeat %.0f s ago: node names must be unique "
-                            "(--node-name); both now show as one node", self.node, other.address or "?",
-                            (now - other.last_seen) / 1e6)
         await self._beat()
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="sepp-heartbeat"))
         if store.shared:
@@ -89,11 +84,27 @@ class Cluster:
         while True:
             await asyncio.sleep(self.heartbeat_every)
             try:
+                await self._check_unique()
                 await self._beat()
             except StoreClosed:
                 return
             except StoreError as exc:  # the database is away: the next beat tries again
                 log.warning("heartbeat not written: %s", exc)
+
+    async def _check_unique(self) -> None:
+        """Warn (once) when another live process writes this node's row: before each beat
+        after the first, the row must still carry this process's ``started_at`` — a second
+        node of the same name overwrites it within a heartbeat. (At start the row may be a
+        crashed predecessor's, with a recent ``last_seen``: that one never writes again, so
+        it is not taken for a duplicate.)"""
+        if self._duplicate_warned:
+            return
+        for other in await self.engine.store.nodes():
+            if other.name == self.node and other.started_at != self.started_at:
+                self._duplicate_warned = True
+                log.warning("another node named %r (at %s) is sending heartbeats: node names must be unique "
+                            "(--node-name); both now show as one node", self.node, other.address or "?",
+                            extra={"event": "duplicate_node_name", "address": other.address})
 
     async def _beat(self) -> None:
         """Write this node's row and its workers (issue 13), then read every node's

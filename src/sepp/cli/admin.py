@@ -267,12 +267,15 @@ RetryCapFlag = Annotated[str | None, typer.Option("--retry-cap", help="Backoff c
 JitterFlag = Annotated[float | None, typer.Option("--retry-jitter", help="Jitter fraction, e.g. 0.2.")]
 CompletedFlag = Annotated[str | None, typer.Option("--completed-retention", help="Keep completed jobs, e.g. 1d.")]
 DeadFlag = Annotated[str | None, typer.Option("--dead-letter-retention", help="Keep dead letters, e.g. 14d.")]
-PayloadFlag = Annotated[int | None, typer.Option("--max-payload-bytes")]
+PayloadFlag = Annotated[int | None, typer.Option(
+    "--max-payload-bytes", help="Largest payload accepted, bytes (at most the server's max_message_bytes).")]
 EncodingFlag = Annotated[list[str] | None, typer.Option(
     "--allowed-encoding", help="Allowed payload encoding (repeatable; '*' = any).")]
-EntriesFlag = Annotated[int | None, typer.Option("--max-custom-entries")]
-KeyBytesFlag = Annotated[int | None, typer.Option("--max-custom-key-bytes")]
-CustomBytesFlag = Annotated[int | None, typer.Option("--max-custom-bytes")]
+EntriesFlag = Annotated[int | None, typer.Option("--max-custom-entries", help="Most custom-map entries of a job.")]
+KeyBytesFlag = Annotated[int | None, typer.Option(
+    "--max-custom-key-bytes", help="Longest custom-map key, UTF-8 bytes.")]
+CustomBytesFlag = Annotated[int | None, typer.Option(
+    "--max-custom-bytes", help="Largest custom map, the sum of key bytes + value sizes, bytes.")]
 InFlightFlag = Annotated[int | None, typer.Option(
     "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")]
 RateFlag = Annotated[str | None, typer.Option(

@@ -169,6 +169,10 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     done = sum(m.completed for m in s.throughput)
     dead = sum(m.dead_lettered for m in s.throughput)
     out.print(f"oldest ready job waiting: {age}")
+    if s.no_consumer:   # as `sepp queues list` and the UI's queue page flag it
+        timeout_s = human_duration(seconds_of(q.settings.consumer_timeout))
+        out.print(f"[red]no consumer[/]: READY jobs are waiting and no worker has reserved from this queue "
+                  f"for {timeout_s} (its consumer_timeout)")
     out.print(f"last hour: {enq:,} enqueued, {done:,} completed, {dead:,} dead-lettered")
     held = held_back_line(s, q.settings)
     if held is not None:

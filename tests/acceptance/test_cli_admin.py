@@ -223,6 +223,23 @@ def test_queues_show_tells_what_each_flow_limit_holds_back(srv: ServerProcess) -
     assert "held back" not in sepp("queues", "show", "cli-unheld", server=target).stdout
 
 
+def test_queues_show_flags_a_queue_without_consumer_like_queues_list(srv: ServerProcess) -> None:
+    # The newuser trial: `sepp queues list` and the UI's queue page said "no consumer", `queues show` did not.
+    target = srv.grpc_target
+    ok_json("queues", "declare", "cli-nocons", "--consumer-timeout", "50ms", server=target)
+    enqueue(target, "cli-nocons")
+    # Each run of the CLI takes far longer than 50 ms: no Reserve ever came, so the flag is up by the next.
+    assert ok_json("queues", "show", "cli-nocons", server=target)["no_consumer"] is True
+    text = sepp("queues", "show", "cli-nocons", server=target)
+    assert text.returncode == 0, text.stderr
+    assert ("no consumer: READY jobs are waiting and no worker has reserved from this queue for 50ms "
+            "(its consumer_timeout)") in text.stdout
+    assert "cli-nocons (no consumer)" in sepp("queues", "list", server=target).stdout
+    ok_json("queues", "declare", "cli-cons", server=target)             # the default 60 s: not flagged
+    enqueue(target, "cli-cons")
+    assert "no consumer" not in sepp("queues", "show", "cli-cons", server=target).stdout
+
+
 def test_queues_update_changes_only_the_settings_given(srv: ServerProcess) -> None:
     target = srv.grpc_target
     ok_json("queues", "declare", "cli-upd", "--priority", "6", "--max-in-flight", "4", "--rate-limit", "50/s",

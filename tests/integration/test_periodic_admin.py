@@ -35,9 +35,9 @@ NIGHTLY = {"name": "nightly-report", "cron": "0 3 * * *", "timezone": "Europe/Be
            "job_type": "build_report", "payload": '{"kind": "nightly"}', "custom": {"region": "eu"}, "priority": 7}
 
 
-def sepp(*args: str, server: str) -> subprocess.CompletedProcess[str]:
+def sepp(*args: str, server: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
     """Run ``sepp ARGS --server SERVER`` in a subprocess (no SEPP_* variables, no terminal)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")} | {"COLUMNS": "200"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")} | {"COLUMNS": str(columns)}
     return subprocess.run([sys.executable, "-m", "sepp", *args, "--server", server], capture_output=True, text=True,
                           env=env, timeout=60, input="")
 
@@ -85,6 +85,22 @@ def test_periodic_trigger_enqueues_the_job_and_list_shows_it_as_the_last_run(srv
     assert listed["last_job_id"] == made["job_id"] and listed["last_run_at"] and listed["last_tick"] is None
     human = sepp("periodic", "trigger", "nightly-report", server=srv.grpc_target)
     assert human.returncode == 0 and "Triggered nightly-report: job " in human.stdout
+
+
+def test_periodic_list_shows_the_last_job_id_whole_on_a_narrow_terminal(srv: ServerProcess) -> None:
+    # The newuser trial: with long queue / job type names the id was cut ("01a23511-e110-737a-9a06-ada2107b…"),
+    # no use to `sepp jobs show`. Other columns wrap; the id never does.
+    target = srv.grpc_target
+    ok_json("periodic", "declare", "wide-names-schedule", "--queue", "a-queue-with-a-long-name-for-the-table",
+            "--job-type", "a_job_type_with_a_long_name_too", "--cron", "0 3 * * *", "--timezone",
+            "America/Argentina/Buenos_Aires", server=target)
+    try:
+        made = ok_json("periodic", "trigger", "wide-names-schedule", server=target)["job_id"]
+        narrow = sepp("periodic", "list", server=target, columns=80)
+        assert narrow.returncode == 0, narrow.stderr
+        assert made in narrow.stdout, narrow.stdout
+    finally:
+        ok_json("periodic", "delete", "wide-names-schedule", "--yes", server=target)
 
 
 @pytest.mark.parametrize(("fields", "field", "words"), [

@@ -40,6 +40,15 @@ def test_the_admin_api_refuses_a_bad_value_naming_the_field(field: str, value: o
     assert err.value.field == field
 
 
+def test_a_per_key_limit_without_a_key_is_refused_in_plain_words() -> None:
+    # The newuser trial: `sepp queues declare q --max-in-flight-per-key 2` printed
+    # "max_in_flight_per_key: Value error, max_in_flight_per_key needs concurrency_key …".
+    with pytest.raises(InvalidRequest) as err:
+        merge_settings(QueueSettings(), {"max_in_flight_per_key": 2}, ["max_in_flight_per_key"], 16 * 1024 * 1024)
+    assert str(err.value).startswith("max_in_flight_per_key: max_in_flight_per_key needs concurrency_key (")
+    assert "Value error" not in str(err.value)
+
+
 @pytest.mark.parametrize(("line", "field"), [('rate_limit = "50 per second"', "queues.q.rate_limit"),
                                              ("max_in_flight = -3", "queues.q.max_in_flight"),
                                              ("rate_burst = -1", "queues.q.rate_burst"),

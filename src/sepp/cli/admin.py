@@ -169,6 +169,10 @@ def queues_show(name: Annotated[str, typer.Argument(help="Queue name.")], server
     done = sum(m.completed for m in s.throughput)
     dead = sum(m.dead_lettered for m in s.throughput)
     out.print(f"oldest ready job waiting: {age}")
+    if s.no_consumer:   # as `sepp queues list` and the UI's queue page flag it
+        timeout_s = human_duration(seconds_of(q.settings.consumer_timeout))
+        out.print(f"[red]no consumer[/]: READY jobs are waiting and no worker has reserved from this queue "
+                  f"for {timeout_s} (its consumer_timeout)")
     out.print(f"last hour: {enq:,} enqueued, {done:,} completed, {dead:,} dead-lettered")
     held = held_back_line(s, q.settings)
     if held is not None:
@@ -267,12 +271,15 @@ RetryCapFlag = Annotated[str | None, typer.Option("--retry-cap", help="Backoff c
 JitterFlag = Annotated[float | None, typer.Option("--retry-jitter", help="Jitter fraction, e.g. 0.2.")]
 CompletedFlag = Annotated[str | None, typer.Option("--completed-retention", help="Keep completed jobs, e.g. 1d.")]
 DeadFlag = Annotated[str | None, typer.Option("--dead-letter-retention", help="Keep dead letters, e.g. 14d.")]
-PayloadFlag = Annotated[int | None, typer.Option("--max-payload-bytes")]
+PayloadFlag = Annotated[int | None, typer.Option(
+    "--max-payload-bytes", help="Largest payload accepted, bytes (at most the server's max_message_bytes).")]
 EncodingFlag = Annotated[list[str] | None, typer.Option(
     "--allowed-encoding", help="Allowed payload encoding (repeatable; '*' = any).")]
-EntriesFlag = Annotated[int | None, typer.Option("--max-custom-entries")]
-KeyBytesFlag = Annotated[int | None, typer.Option("--max-custom-key-bytes")]
-CustomBytesFlag = Annotated[int | None, typer.Option("--max-custom-bytes")]
+EntriesFlag = Annotated[int | None, typer.Option("--max-custom-entries", help="Most custom-map entries of a job.")]
+KeyBytesFlag = Annotated[int | None, typer.Option(
+    "--max-custom-key-bytes", help="Longest custom-map key, UTF-8 bytes.")]
+CustomBytesFlag = Annotated[int | None, typer.Option(
+    "--max-custom-bytes", help="Largest custom map, the sum of key bytes + value sizes, bytes.")]
 InFlightFlag = Annotated[int | None, typer.Option(
     "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")]
 RateFlag = Annotated[str | None, typer.Option(

@@ -68,8 +68,11 @@ def periodic_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as
         return
     now = time.time()
     table = Table(box=box.SIMPLE_HEAD)
-    for col in ("name", "timing", "queue / job type", "next runs (UTC)", "last run", "last job", "state"):
+    for col in ("name", "timing", "queue / job type", "next runs (UTC)", "last run"):
         table.add_column(col)
+    # A job id is 36 characters and is copied into `sepp jobs show`: never cut, the other columns wrap.
+    table.add_column("last job", min_width=36, no_wrap=True)
+    table.add_column("state")
     for p in schedules:
         s = p.schedule
         state = "[red]invalid[/]" if p.invalid else "[yellow]paused[/]" if p.paused else "active"

@@ -87,7 +87,8 @@ def invalid_from_pydantic(exc: ValidationError, prefix: Sequence[str] = ()) -> I
     """The first error of a pydantic ``ValidationError`` as an ``InvalidRequest``: ``field``
     is the dotted location, ``limit`` the bound from the error's context (``le``, ``ge``, …,
     ``max_length`` for a list) when there is one, ``actual`` the value given when it is a
-    number (the item count for a list that is too long)."""
+    number (the item count for a list that is too long). The message is ``"<field>: <problem>"``,
+    without pydantic's ``Value error, `` in front of a validator's own text."""
     err = exc.errors()[0]
     where = ".".join([*prefix, *(str(p) for p in err["loc"])]) or "settings"
     ctx: Mapping[str, Any] = err.get("ctx") or {}
@@ -97,5 +98,6 @@ def invalid_from_pydantic(exc: ValidationError, prefix: Sequence[str] = ()) -> I
     if actual is None and isinstance(ctx.get("actual_length"), int):  # too many items: the count
         actual = ctx["actual_length"]
     shown = f" (got {fmt_number(actual)})" if actual is not None else ""
-    return InvalidRequest(f"{where}: {err['msg']}{shown}", where,
+    problem = str(err["msg"]).removeprefix("Value error, ")   # a validator's own ValueError: its text alone
+    return InvalidRequest(f"{where}: {problem}{shown}", where,
                           limit if isinstance(limit, int | float) else None, actual)

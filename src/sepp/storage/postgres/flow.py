@@ -53,15 +53,19 @@ async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
     limits hold every job back); ``bucket`` the token bucket as refilled and locked until the
     transaction ends (None without a rate limit; spend it with ``lease``); ``candidates`` the
     next READY jobs as (seq, bytes), at most ``allowed``, in reserve order, locked;
-    ``reserved`` the queue's RESERVED jobs (0 unless ``max_in_flight`` or a per-key limit is
-    set). The caller holds the queue's flow lock when ``lock_queues`` names it.
+    ``reserved`` an upper bound on the queue's RESERVED jobs (0 unless ``max_in_flight`` or a
+    per-key limit is set): exact whenever it could make a limit bind (the bound of
+    ``flow_counts``, migration 0007, is used only while it plus ``want`` stays within the
+    smallest limit, and for at most 1 s after its last exact count). The caller holds the
+    queue's flow lock when ``lock_queues`` names it.
 
     Raises ``StoreError`` if the bucket row vanishes between its creation and its read."""
     count, rate = bool(limits.max_in_flight or limits.per_key), limits.rate_amount > 0
-    rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate)
+    rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate, now, _threshold(limits))
     if rate and rows[0][1] == 0:  # first draw from this bucket on any node: create it full
         await conn.execute(Q["bucket_ensure"], queue, float(limits.rate_burst), now)
-        rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate)
+        rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate, now,
+                                _threshold(limits))
         if rows[0][1] == 0:
             raise StoreError(f"the token bucket of queue {queue!r} vanished while reserving")
     head = rows[0]
@@ -76,6 +80,12 @@ async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
     allowed = max(0, allowed)
     candidates = [(int(r[4]), int(r[5])) for r in rows if r[4] is not None][:allowed]
     return allowed, bucket, candidates, reserved
+
+
+def _threshold(limits: FlowLimits) -> int:
+    """The smallest limit a count of RESERVED jobs is compared with (``flow_ready`` $7):
+    ``max_in_flight`` and, with a per-key limit, ``max_in_flight_per_key`` (0 when neither)."""
+    return min((n for n in (limits.max_in_flight, limits.max_per_key if limits.per_key else 0) if n > 0), default=0)
 
 
 def may_bind_per_key(limits: FlowLimits, reserved: int, allowed: int) -> bool:

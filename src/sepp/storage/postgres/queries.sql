@@ -249,16 +249,35 @@ SELECT p.queue, p.run_at FROM (SELECT count(*) FROM locks) AS l(n) LEFT JOIN pro
 
 -- name: flow_ready
 -- Flow control (issue 12): one statement for what a limited Reserve of queue $1 needs
--- before it leases: the RESERVED jobs of the queue counted when $4 (max_in_flight or a
+-- before it leases: a bound on the RESERVED jobs of the queue when $4 (max_in_flight or a
 -- per-key limit; the caller holds the queue's flow lock), its token bucket row read and
 -- locked FOR UPDATE when $5 (a rate limit: the row lock serialises every node's draw
 -- from the bucket, and READ COMMITTED hands FOR UPDATE the latest committed version), and
 -- the next READY jobs in reserve order with their sizes (payload + history bytes), locked
 -- like ready_sizes: at most $2, and at most the free slots under max_in_flight $3 (0 =
--- none). Rows: (reserved, bucket rows found, tokens, updated_at, seq, size), one per job
--- in reserve order, or one with NULL seq when no job is READY.
-WITH n AS MATERIALIZED (
-    SELECT count(*) AS n FROM jobs WHERE queue = $1 AND state = 3 AND $4::boolean
+-- none). The bound (migration 0007): the row of flow_counts when it was checked at most
+-- 1 s before $6 (now, µs) and it plus the $2 wanted stays within $7 (the smallest limit
+-- that counts: max_in_flight or max_in_flight_per_key); else the exact count, which
+-- becomes the row's new checkpoint. Either way the row's `leased` grows by $2. Rows:
+-- (reserved bound, bucket rows found, tokens, updated_at, seq, size), one per job in
+-- reserve order, or one with NULL seq when no job is READY.
+WITH c AS MATERIALIZED (
+    SELECT ck_reserved + leased - ck_leased AS bound FROM flow_counts
+    WHERE queue = $1 AND $4::boolean AND ck_at BETWEEN $6::bigint - 1000000 AND $6::bigint
+        AND ck_reserved + leased - ck_leased + $2::bigint <= $7::bigint
+), exact AS MATERIALIZED (
+    SELECT count(*) AS n FROM jobs
+    WHERE queue = $1 AND state = 3 AND $4::boolean AND NOT EXISTS (SELECT 1 FROM c)
+), n AS MATERIALIZED (
+    SELECT coalesce((SELECT bound FROM c), (SELECT n FROM exact)) AS n, NOT EXISTS (SELECT 1 FROM c) AS counted
+), w AS (
+    INSERT INTO flow_counts AS f (queue, leased, ck_reserved, ck_leased, ck_at)
+    SELECT $1, $2::bigint, n.n, 0, $6::bigint FROM n WHERE $4::boolean
+    ON CONFLICT (queue) DO UPDATE SET
+        leased = f.leased + $2::bigint,
+        ck_reserved = CASE WHEN (SELECT counted FROM n) THEN EXCLUDED.ck_reserved ELSE f.ck_reserved END,
+        ck_leased = CASE WHEN (SELECT counted FROM n) THEN f.leased ELSE f.ck_leased END,
+        ck_at = CASE WHEN (SELECT counted FROM n) THEN EXCLUDED.ck_at ELSE f.ck_at END
 ), b AS MATERIALIZED (
     SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1 AND $5::boolean FOR UPDATE
 ), picked AS MATERIALIZED (

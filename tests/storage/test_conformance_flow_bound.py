@@ -1,0 +1,64 @@
+"""Conformance: ``max_in_flight`` holds exactly at its bound on every backend while the
+PostgreSQL backend skips the count of RESERVED jobs (the ``flow_counts`` bound, migration
+0007, docs/decisions.md "A bound instead of a count"): the bound is used only while it
+leaves room, an exact count takes over at the limit and one past it, and a lease that went
+around the bound (a node with stale queue settings) is counted within 1 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from support.backends import StoreSettings, store_settings
+
+from sepp.domain.clock import FakeClock
+from sepp.domain.params import FlowLimits, ReserveParams, SettleKind
+from sepp.domain.records import JobRecord
+from sepp.storage.base import Store
+from sepp.storage.factory import open_store
+from storage.conformance_kit import LEASE, NOW, S, put, row, settle1
+
+#: The byte budget of every reserve here (the engine always passes one).
+BUDGET = 4 << 20
+LIMIT = {"q": FlowLimits(max_in_flight=10)}
+
+
+@pytest.fixture
+async def store(backend: str, tmp_path: Path) -> AsyncIterator[Store]:
+    config = StoreSettings(data_dir=tmp_path, node_name="n", **store_settings(backend))
+    s = open_store(config, FakeClock(NOW))
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _reserve(store: Store, n: int, now: int = NOW, flow: dict[str, FlowLimits] | None = None) -> list[JobRecord]:
+    return await store.reserve(ReserveParams(["q"], n, now, {"q": LEASE}, "w", BUDGET,
+                                             flow=LIMIT if flow is None else flow))
+
+
+async def test_the_limit_holds_at_its_bound_after_settles_loosen_the_bound(store: Store) -> None:
+    await put(store, *[row() for _ in range(40)])
+    first = await _reserve(store, 4) + await _reserve(store, 4)
+    assert len(first) == 8
+    for job in first:
+        await settle1(store, job, SettleKind.ACK, NOW)
+    # The bound (8 leased, none counted since) + 4 passes 10: counted exactly (0 RESERVED).
+    assert len(await _reserve(store, 4)) == 4
+    assert len(await _reserve(store, 6)) == 6          # 4 + 6 = 10: exactly at the limit
+    assert await _reserve(store, 1) == []              # one past it: held back
+    assert len(await _reserve(store, 16)) == 0
+
+
+async def test_a_lease_around_the_bound_is_counted_within_one_second(store: Store) -> None:
+    await put(store, *[row() for _ in range(40)])
+    assert len(await _reserve(store, 2)) == 2
+    # A node whose settings are stale (it sees the queue unlimited) leases 7 more.
+    assert len(await _reserve(store, 7, flow={})) == 7
+    # 1 s after the last exact count the next Reserve counts again: 9 RESERVED, 1 free.
+    assert len(await _reserve(store, 4, now=NOW + S + 1)) == 1
+    assert await _reserve(store, 4, now=NOW + S + 2) == []

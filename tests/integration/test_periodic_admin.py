@@ -87,6 +87,30 @@ def test_periodic_trigger_enqueues_the_job_and_list_shows_it_as_the_last_run(srv
     assert human.returncode == 0 and "Triggered nightly-report: job " in human.stdout
 
 
+def test_periodic_show_prints_a_readable_view_with_no_python_reprs(srv: ServerProcess) -> None:
+    # Issue 12 polish: `show` printed `custom: {'region': 'eu'}` and the payload as one string.
+    target = srv.grpc_target
+    made = ok_json("periodic", "trigger", "nightly-report", server=target)["job_id"]
+    doc = ok_json("periodic", "show", "nightly-report", server=target)
+    human = sepp("periodic", "show", "nightly-report", server=target)
+    assert human.returncode == 0, human.stderr
+    text = human.stdout
+    for repr_leak in ("datetime.", "{'", "['", "('", "None", "True", "False", "Timestamp"):
+        assert repr_leak not in text, (repr_leak, text)
+    assert text.startswith("schedule nightly-report  active")
+    fields = {line.split()[0]: line.split(None, 1)[1].strip() for line in text.splitlines()
+              if len(line.split(None, 1)) == 2 and line.split()[0] in (
+                  "cron", "timezone", "queue", "job_type", "priority", "next_runs", "last_run_at", "last_job_id")}
+    assert fields["cron"] == "0 3 * * *" and fields["timezone"] == "Europe/Berlin"
+    assert (fields["queue"], fields["job_type"], fields["priority"]) == ("reports", "build_report", "7")
+    assert fields["next_runs"] == doc["next_runs"][0] and all(t in text for t in doc["next_runs"])
+    assert fields["last_run_at"].startswith(doc["last_run_at"] + " (") and fields["last_job_id"] == made
+    assert re.search(r'payload \(19 bytes, encoding application/json\)\n\{\n  "kind": "nightly"\n\}', text), text
+    assert re.search(r"region\s+string\s+eu", text), text  # the custom map as a key / type / value table
+    assert set(doc) >= {"name", "cron", "timezone", "custom", "next_runs", "last_job_id"}  # --json: as before
+    assert doc["custom"] == {"region": "eu"} and doc["payload"] == '{"kind": "nightly"}'
+
+
 def test_periodic_list_shows_the_last_job_id_whole_on_a_narrow_terminal(srv: ServerProcess) -> None:
     # The newuser trial: with long queue / job type names the id was cut ("01a23511-e110-737a-9a06-ada2107b…"),
     # no use to `sepp jobs show`. Other columns wrap; the id never does.

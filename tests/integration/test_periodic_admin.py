@@ -20,7 +20,8 @@ import httpx
 import pytest
 from support.admin import AdminStubs, connect
 from support.failures import fails
-from support.servers import module_server
+from support.servers import ServerFactory, module_server
+from support.waiting import wait_for
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
@@ -228,3 +229,48 @@ def test_the_periodic_page_lists_each_schedule_with_its_runs_and_actions(srv: Se
         assert 'href="/periodic"' in web.get("/").text  # in the main navigation
         stale = web.post("/periodic/nightly-report/delete", data={"csrf_token": "forged"})
         assert stale.status_code == 403
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_every_admin_change_of_a_schedule_is_logged(server_factory: ServerFactory, log_format: str) -> None:
+    """Issue 12 polish: declare, change, pause, resume, trigger and delete by the admin API (or
+    the UI: the same ``PeriodicAdmin`` calls) each write one ``sepp.periodic`` info line, as a
+    queue's changes write ``sepp.queues`` lines (docs/operations.md "Events")."""
+    server = server_factory(log_format=log_format)
+    schedule = ppb.PeriodicSchedule(name="logged", cron="0 3 * * *", timezone="Europe/Berlin", queue="q",
+                                    job_type="t", payload=b'{"secret": "PAYLOAD-7c1e"}')
+    with connect(server.grpc_target) as stubs:
+        stubs.call("DeclarePeriodic", ppb.DeclarePeriodicRequest(schedule=schedule))
+        schedule.cron, schedule.every = "", "15m"
+        stubs.call("DeclarePeriodic", ppb.DeclarePeriodicRequest(schedule=schedule))
+        stubs.call("PausePeriodic", ppb.PausePeriodicRequest(name="logged"))
+        stubs.call("ResumePeriodic", ppb.ResumePeriodicRequest(name="logged"))
+        job_id = stubs.call("TriggerPeriodic", ppb.TriggerPeriodicRequest(name="logged")).job_id
+        stubs.call("DeletePeriodic", ppb.DeletePeriodicRequest(name="logged"))
+    wanted = 6
+
+    def lines() -> list[str]:
+        return [line for line in server.output if "periodic schedule 'logged'" in line]
+
+    wait_for(lambda: len(lines()) >= wanted, 10, what="six periodic admin lines")
+    got = lines()
+    assert "PAYLOAD-7c1e" not in "\n".join(server.output)
+    if log_format == "text":
+        said = [line.split(" sepp.periodic ", 1)[1] for line in got]
+        assert all(" INFO sepp.periodic [" in line for line in got), got
+        assert [s.split("]: ", 1)[1] for s in said] == [
+            "periodic schedule 'logged' declared: cron '0 3 * * *' (Europe/Berlin), queue 'q', job type 't' (admin)",
+            "periodic schedule 'logged' changed: cron, every (admin)",
+            "periodic schedule 'logged' paused (admin)",
+            "periodic schedule 'logged' resumed (admin)",
+            f"periodic schedule 'logged' triggered: job {job_id} of queue 'q' (admin)",
+            "periodic schedule 'logged' deleted (admin)"]
+        return
+    entries = [json.loads(line) for line in got]
+    assert all((e["logger"], e["level"], e["schedule"], e["source"]) == ("sepp.periodic", "info", "logged", "admin")
+               for e in entries), entries
+    assert [e["event"] for e in entries] == ["periodic_declared", "periodic_changed", "periodic_paused",
+                                             "periodic_resumed", "periodic_triggered", "periodic_deleted"]
+    assert (entries[0]["queue"], entries[0]["job_type"]) == ("q", "t")
+    assert entries[1]["settings"] == ["cron", "every"]
+    assert (entries[4]["job_id"], entries[4]["queue"], entries[4]["deduplicated"]) == (job_id, "q", False)

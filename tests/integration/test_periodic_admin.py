@@ -231,6 +231,43 @@ def test_the_periodic_page_lists_each_schedule_with_its_runs_and_actions(srv: Se
         assert stale.status_code == 403
 
 
+def test_the_periodic_page_pages_50_schedules_at_a_time_like_the_job_lists(srv: ServerProcess,
+                                                                          stubs: AdminStubs) -> None:
+    """Issue 12 polish: ``?page=<token>`` with "Next page »" / "« First page" in the
+    ``pager`` nav, as the queue page and the dead letters page their jobs."""
+    names = [f"paged-{i:03d}" for i in range(55)]
+    for name in names:
+        stubs.call("DeclarePeriodic", ppb.DeclarePeriodicRequest(
+            schedule=ppb.PeriodicSchedule(name=name, every="1h", queue="q", job_type="t")))
+    try:
+        every = sorted(p.schedule.name for p in stubs.call("ListPeriodic", ppb.ListPeriodicRequest()).schedules)
+        with httpx.Client(base_url=srv.http_url, timeout=20) as web:
+            seen: list[list[str]] = []
+            url: str | None = "/periodic"
+            pages: list[str] = []
+            while url is not None:
+                html = web.get(url).text
+                pages.append(html)
+                seen.append(re.findall(r'data-schedule="([^"]+)"', html))
+                nxt = re.search(r'<a href="(/periodic\?page=[^"]+)" rel="next">Next page »</a>', html)
+                url = nxt[1].replace("&amp;", "&") if nxt else None
+            assert [len(p) for p in seen] == [50, len(every) - 50]
+            assert [n for p in seen for n in p] == every  # by name, each once
+            assert "« First page" not in pages[0] and '<a href="/periodic">« First page</a>' in pages[1]
+            token = re.search(r'hx-get="/ui/partials/periodic\?page=([^"]+)"', pages[1])
+            assert token is not None, "the polled partial keeps the page"
+            partial = web.get(f"/ui/partials/periodic?page={token[1]}").text
+            assert re.findall(r'data-schedule="([^"]+)"', partial) == seen[1]
+            csrf = re.search(r'name="csrf_token" value="([^"]+)"', pages[1])
+            assert csrf is not None
+            back = web.post(f"/periodic/{seen[1][0]}/pause", data={"csrf_token": csrf[1], "page": every[49]})
+            assert back.status_code == 303 and back.headers["location"] == f"/periodic?page={every[49]}"
+            assert 'name="page"' in pages[1] and 'name="page"' not in pages[0]  # the forms say where they were
+    finally:
+        for name in names:
+            stubs.call("DeletePeriodic", ppb.DeletePeriodicRequest(name=name))
+
+
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_every_admin_change_of_a_schedule_is_logged(server_factory: ServerFactory, log_format: str) -> None:
     """Issue 12 polish: declare, change, pause, resume, trigger and delete by the admin API (or

@@ -131,6 +131,16 @@ class PeriodicAdmin:
         self.engine = scheduler.engine
         self.store = scheduler.store
 
+    async def page(self, after: str = "", limit: int = 50) -> tuple[list[PeriodicView], str]:
+        """At most ``limit`` schedules by name, those after ``after`` ("" = from the first):
+        (their views, the name to page on from, "" on the last page). Keyset paging on the
+        name, like ``list_jobs`` on its sort key: a schedule declared or deleted meanwhile
+        neither shifts nor repeats a row. Only the page's timetables are computed."""
+        rows = sorted((r for r in await self.store.load_periodic() if r.name > after), key=lambda r: r.name)
+        now = self.engine.clock.now()
+        shown = [view(r, now) for r in rows[:limit]]
+        return shown, shown[-1].name if len(rows) > limit else ""
+
     async def list(self) -> list[PeriodicView]:
         """Every schedule, by name."""
         now = self.engine.clock.now()

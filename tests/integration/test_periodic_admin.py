@@ -20,7 +20,8 @@ import httpx
 import pytest
 from support.admin import AdminStubs, connect
 from support.failures import fails
-from support.servers import module_server
+from support.servers import ServerFactory, module_server
+from support.waiting import wait_for
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
@@ -85,6 +86,30 @@ def test_periodic_trigger_enqueues_the_job_and_list_shows_it_as_the_last_run(srv
     assert listed["last_job_id"] == made["job_id"] and listed["last_run_at"] and listed["last_tick"] is None
     human = sepp("periodic", "trigger", "nightly-report", server=srv.grpc_target)
     assert human.returncode == 0 and "Triggered nightly-report: job " in human.stdout
+
+
+def test_periodic_show_prints_a_readable_view_with_no_python_reprs(srv: ServerProcess) -> None:
+    # Issue 12 polish: `show` printed `custom: {'region': 'eu'}` and the payload as one string.
+    target = srv.grpc_target
+    made = ok_json("periodic", "trigger", "nightly-report", server=target)["job_id"]
+    doc = ok_json("periodic", "show", "nightly-report", server=target)
+    human = sepp("periodic", "show", "nightly-report", server=target)
+    assert human.returncode == 0, human.stderr
+    text = human.stdout
+    for repr_leak in ("datetime.", "{'", "['", "('", "None", "True", "False", "Timestamp"):
+        assert repr_leak not in text, (repr_leak, text)
+    assert text.startswith("schedule nightly-report  active")
+    fields = {line.split()[0]: line.split(None, 1)[1].strip() for line in text.splitlines()
+              if len(line.split(None, 1)) == 2 and line.split()[0] in (
+                  "cron", "timezone", "queue", "job_type", "priority", "next_runs", "last_run_at", "last_job_id")}
+    assert fields["cron"] == "0 3 * * *" and fields["timezone"] == "Europe/Berlin"
+    assert (fields["queue"], fields["job_type"], fields["priority"]) == ("reports", "build_report", "7")
+    assert fields["next_runs"] == doc["next_runs"][0] and all(t in text for t in doc["next_runs"])
+    assert fields["last_run_at"].startswith(doc["last_run_at"] + " (") and fields["last_job_id"] == made
+    assert re.search(r'payload \(19 bytes, encoding application/json\)\n\{\n  "kind": "nightly"\n\}', text), text
+    assert re.search(r"region\s+string\s+eu", text), text  # the custom map as a key / type / value table
+    assert set(doc) >= {"name", "cron", "timezone", "custom", "next_runs", "last_job_id"}  # --json: as before
+    assert doc["custom"] == {"region": "eu"} and doc["payload"] == '{"kind": "nightly"}'
 
 
 def test_periodic_list_shows_the_last_job_id_whole_on_a_narrow_terminal(srv: ServerProcess) -> None:
@@ -204,3 +229,85 @@ def test_the_periodic_page_lists_each_schedule_with_its_runs_and_actions(srv: Se
         assert 'href="/periodic"' in web.get("/").text  # in the main navigation
         stale = web.post("/periodic/nightly-report/delete", data={"csrf_token": "forged"})
         assert stale.status_code == 403
+
+
+def test_the_periodic_page_pages_50_schedules_at_a_time_like_the_job_lists(srv: ServerProcess,
+                                                                          stubs: AdminStubs) -> None:
+    """Issue 12 polish: ``?page=<token>`` with "Next page »" / "« First page" in the
+    ``pager`` nav, as the queue page and the dead letters page their jobs."""
+    names = [f"paged-{i:03d}" for i in range(55)]
+    for name in names:
+        stubs.call("DeclarePeriodic", ppb.DeclarePeriodicRequest(
+            schedule=ppb.PeriodicSchedule(name=name, every="1h", queue="q", job_type="t")))
+    try:
+        every = sorted(p.schedule.name for p in stubs.call("ListPeriodic", ppb.ListPeriodicRequest()).schedules)
+        with httpx.Client(base_url=srv.http_url, timeout=20) as web:
+            seen: list[list[str]] = []
+            url: str | None = "/periodic"
+            pages: list[str] = []
+            while url is not None:
+                html = web.get(url).text
+                pages.append(html)
+                seen.append(re.findall(r'data-schedule="([^"]+)"', html))
+                nxt = re.search(r'<a href="(/periodic\?page=[^"]+)" rel="next">Next page »</a>', html)
+                url = nxt[1].replace("&amp;", "&") if nxt else None
+            assert [len(p) for p in seen] == [50, len(every) - 50]
+            assert [n for p in seen for n in p] == every  # by name, each once
+            assert "« First page" not in pages[0] and '<a href="/periodic">« First page</a>' in pages[1]
+            token = re.search(r'hx-get="/ui/partials/periodic\?page=([^"]+)"', pages[1])
+            assert token is not None, "the polled partial keeps the page"
+            partial = web.get(f"/ui/partials/periodic?page={token[1]}").text
+            assert re.findall(r'data-schedule="([^"]+)"', partial) == seen[1]
+            csrf = re.search(r'name="csrf_token" value="([^"]+)"', pages[1])
+            assert csrf is not None
+            back = web.post(f"/periodic/{seen[1][0]}/pause", data={"csrf_token": csrf[1], "page": every[49]})
+            assert back.status_code == 303 and back.headers["location"] == f"/periodic?page={every[49]}"
+            assert 'name="page"' in pages[1] and 'name="page"' not in pages[0]  # the forms say where they were
+    finally:
+        for name in names:
+            stubs.call("DeletePeriodic", ppb.DeletePeriodicRequest(name=name))
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_every_admin_change_of_a_schedule_is_logged(server_factory: ServerFactory, log_format: str) -> None:
+    """Issue 12 polish: declare, change, pause, resume, trigger and delete by the admin API (or
+    the UI: the same ``PeriodicAdmin`` calls) each write one ``sepp.periodic`` info line, as a
+    queue's changes write ``sepp.queues`` lines (docs/operations.md "Events")."""
+    server = server_factory(log_format=log_format)
+    schedule = ppb.PeriodicSchedule(name="logged", cron="0 3 * * *", timezone="Europe/Berlin", queue="q",
+                                    job_type="t", payload=b'{"secret": "PAYLOAD-7c1e"}')
+    with connect(server.grpc_target) as stubs:
+        stubs.call("DeclarePeriodic", ppb.DeclarePeriodicRequest(schedule=schedule))
+        schedule.cron, schedule.every = "", "15m"
+        stubs.call("DeclarePeriodic", ppb.DeclarePeriodicRequest(schedule=schedule))
+        stubs.call("PausePeriodic", ppb.PausePeriodicRequest(name="logged"))
+        stubs.call("ResumePeriodic", ppb.ResumePeriodicRequest(name="logged"))
+        job_id = stubs.call("TriggerPeriodic", ppb.TriggerPeriodicRequest(name="logged")).job_id
+        stubs.call("DeletePeriodic", ppb.DeletePeriodicRequest(name="logged"))
+    wanted = 6
+
+    def lines() -> list[str]:
+        return [line for line in server.output if "periodic schedule 'logged'" in line]
+
+    wait_for(lambda: len(lines()) >= wanted, 10, what="six periodic admin lines")
+    got = lines()
+    assert "PAYLOAD-7c1e" not in "\n".join(server.output)
+    if log_format == "text":
+        said = [line.split(" sepp.periodic ", 1)[1] for line in got]
+        assert all(" INFO sepp.periodic [" in line for line in got), got
+        assert [s.split("]: ", 1)[1] for s in said] == [
+            "periodic schedule 'logged' declared: cron '0 3 * * *' (Europe/Berlin), queue 'q', job type 't' (admin)",
+            "periodic schedule 'logged' changed: cron, every (admin)",
+            "periodic schedule 'logged' paused (admin)",
+            "periodic schedule 'logged' resumed (admin)",
+            f"periodic schedule 'logged' triggered: job {job_id} of queue 'q' (admin)",
+            "periodic schedule 'logged' deleted (admin)"]
+        return
+    entries = [json.loads(line) for line in got]
+    assert all((e["logger"], e["level"], e["schedule"], e["source"]) == ("sepp.periodic", "info", "logged", "admin")
+               for e in entries), entries
+    assert [e["event"] for e in entries] == ["periodic_declared", "periodic_changed", "periodic_paused",
+                                             "periodic_resumed", "periodic_triggered", "periodic_deleted"]
+    assert (entries[0]["queue"], entries[0]["job_type"]) == ("q", "t")
+    assert entries[1]["settings"] == ["cron", "every"]
+    assert (entries[4]["job_id"], entries[4]["queue"], entries[4]["deduplicated"]) == (job_id, "q", False)

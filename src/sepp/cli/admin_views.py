@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from sepp.api.v1 import admin_pb2 as apb
@@ -125,15 +127,26 @@ def queue_json(q: pb.QueueInfo, stats: apb.QueueStats | None = None, with_settin
     return out
 
 
-def job_json(job: pb.Job) -> dict[str, Any]:
-    """A job as plain JSON (payload as UTF-8 text when it decodes, else base64)."""
-    data = job.payload.data
+def payload_json(data: bytes, encoding: str) -> dict[str, Any]:
+    """A payload as plain JSON: ``text`` when it is UTF-8, else ``base64``; ``encoding``
+    (its label) and ``bytes`` (its size)."""
     try:
         payload: dict[str, Any] = {"text": data.decode("utf-8")}
     except UnicodeDecodeError:
         payload = {"base64": base64.b64encode(data).decode()}
-    payload["encoding"] = job.payload.encoding
+    payload["encoding"] = encoding
     payload["bytes"] = len(data)
+    return payload
+
+
+def custom_json(custom: Mapping[str, pb.CustomValue]) -> dict[str, dict[str, Any]]:
+    """A custom map as plain JSON, by key: ``{"type": "int_value", "value": 5}``."""
+    return {k: {"type": v.WhichOneof("kind"), "value": custom_from_proto(v)} for k, v in sorted(custom.items())}
+
+
+def job_json(job: pb.Job) -> dict[str, Any]:
+    """A job as plain JSON (payload as UTF-8 text when it decodes, else base64)."""
+    payload = payload_json(job.payload.data, job.payload.encoding)
     return {
         "id": job.id, "queue": job.queue, "job_type": job.job_type, "state": state_label(job.state),
         "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
@@ -144,8 +157,7 @@ def job_json(job: pb.Job) -> dict[str, Any]:
                                                                   job.HasField("lease_expires_at")),
         "worker_id": job.worker_id or None, "node": job.node or None, "cancel_requested": job.cancel_requested,
         "payload": payload,
-        "custom": {k: {"type": v.WhichOneof("kind"), "value": custom_from_proto(v)}
-                   for k, v in sorted(job.custom.items())},
+        "custom": custom_json(job.custom),
         "trace_context": dict(job.trace_context),
         "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "node": a.node,
                       "started_at": iso_time(a.started_at),
@@ -186,6 +198,36 @@ def summary_table(rows: list[apb.JobSummary]) -> Table:
     return table
 
 
+def print_payload(out: Console, payload: dict[str, Any]) -> None:
+    """A payload as ``job_json`` spells it (``text`` or ``base64``, ``encoding``, ``bytes``):
+    a ``payload (N bytes, encoding E)`` heading, then its first 4000 characters — JSON
+    re-indented when the encoding says JSON and it parses, binary as base64."""
+    out.print(f"[bold]payload[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
+    if "text" in payload:
+        text = payload["text"]
+        if "json" in payload["encoding"]:
+            try:
+                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+            except ValueError:
+                pass
+        out.print(escape(text[:4000]) or "(empty)")
+    else:
+        out.print(f"(binary, base64) {payload['base64'][:4000]}")
+
+
+def custom_table(custom: dict[str, dict[str, Any]]) -> Table:
+    """A custom map as ``job_json`` spells it (key → ``{"type": "int_value", "value": 5}``):
+    a key / type / value table; a float as Python writes it (``0.1``, ``1e-07``)."""
+    table = Table(box=box.SIMPLE_HEAD, title="custom", title_justify="left")
+    for col in ("key", "type", "value"):
+        table.add_column(col)
+    for k, v in custom.items():
+        table.add_row(escape(k), str(v["type"]).removesuffix("_value"), escape(repr(v["value"])
+                                                                             if v["type"] == "float_value"
+                                                                             else str(v["value"])))
+    return table
+
+
 def print_job(job: pb.Job) -> None:
     """``sepp jobs show`` for people: fields, payload (first 4000 characters), custom map,
     trace context, attempts and the last error detail, on stdout."""
@@ -205,27 +247,9 @@ def print_job(job: pb.Job) -> None:
         if value is not None:
             table.add_row(key, escape(str(value)))
     out.print(table)
-    payload = data["payload"]
-    out.print(f"[bold]payload[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
-    if "text" in payload:
-        text = payload["text"]
-        if "json" in payload["encoding"]:
-            try:
-                text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-            except ValueError:
-                pass
-        out.print(escape(text[:4000]) or "(empty)")
-    else:
-        out.print(f"(binary, base64) {payload['base64'][:4000]}")
+    print_payload(out, data["payload"])
     if data["custom"]:
-        custom = Table(box=box.SIMPLE_HEAD, title="custom", title_justify="left")
-        for col in ("key", "type", "value"):
-            custom.add_column(col)
-        for k, v in data["custom"].items():
-            custom.add_row(escape(k), str(v["type"]).removesuffix("_value"), escape(repr(v["value"])
-                                                                                 if v["type"] == "float_value"
-                                                                                 else str(v["value"])))
-        out.print(custom)
+        out.print(custom_table(data["custom"]))
     if data["trace_context"]:
         out.print("trace_context: " + escape(json.dumps(data["trace_context"])))
     if data["attempts"]:

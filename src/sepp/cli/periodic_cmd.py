@@ -13,7 +13,7 @@ from rich.table import Table
 
 from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.cli.admin import _client, _fail, _out, _print_json
-from sepp.cli.admin_views import human_duration, iso_time
+from sepp.cli.admin_views import custom_json, custom_table, human_duration, iso_time, payload_json, print_payload
 from sepp.cli.main import app
 from sepp.cli.producer import parse_custom
 from sepp.cli.shell import DEFAULT_SERVER, EXIT_USAGE, JsonOpt, ServerOpt, TokenOpt, YesOpt, confirm, escape
@@ -91,15 +91,46 @@ def periodic_show(name: NameArg, server: ServerOpt = DEFAULT_SERVER, token: Toke
     """One schedule: its whole definition and state."""
     with _client(server, token, timeout, as_json) as client:
         p = client.get_periodic(name)
-    doc = periodic_json(p)
     if as_json:
-        _print_json(doc)
+        _print_json(periodic_json(p))
         return
+    print_periodic(p, time.time())
+
+
+def print_periodic(p: ppb.PeriodicInfo, now: float) -> None:
+    """``sepp periodic show`` for people, in the style of ``sepp jobs show``: a heading with
+    the state, a field / value table (times RFC 3339 UTC, the last run also as an age from
+    ``now``, seconds since the epoch), the payload (JSON re-indented) and the custom map."""
+    s = p.schedule
     out = _out()
-    for key, value in doc.items():
-        if key == "next_runs":
-            value = ", ".join(value) or "–"
-        out.print(f"{key + ':':<14}{escape(str('–' if value in (None, '', {}) else value))}")
+    state = "[red]invalid[/]" if p.invalid else "[yellow]paused[/]" if p.paused else "active"
+    source = "a [[periodic]] table of a config file" if p.source == "config" else "the admin API"
+    out.print(f"[bold]schedule {escape(s.name)}[/]  {state}  (declared by {escape(source)})")
+    table = Table(box=box.SIMPLE, show_header=False)
+    table.add_column("field", style="dim")
+    table.add_column("value")
+    rows: list[tuple[str, str]] = []
+    if p.invalid:
+        rows.append(("invalid", p.invalid))
+    rows += [("cron", s.cron), ("timezone", s.timezone)] if s.cron else [("every", s.every or "–")]
+    rows += [("queue", s.queue), ("job_type", s.job_type),
+             ("priority", str(s.priority) if s.HasField("priority") else "the queue's default"),
+             ("max_attempts", str(s.max_attempts) if s.HasField("max_attempts") else "the queue's default"),
+             ("catch_up", s.catch_up)]
+    for key, value in rows:
+        table.add_row(key, escape(value))
+    nxt = "\n".join(iso_time(t) or "" for t in p.next_runs) or ("– (paused)" if p.paused else "–")
+    table.add_row("next_runs", nxt)
+    table.add_row("last_tick", iso_time(p.last_tick, p.HasField("last_tick")) or "none yet")
+    last = iso_time(p.last_run_at, p.HasField("last_run_at"))
+    table.add_row("last_run_at", f"{last} ({_last(p, now)})" if last else "never")
+    table.add_row("last_job_id", p.last_job_id or "–")
+    if p.last_error:
+        table.add_row("last_error", f"[red]{escape(p.last_error)}[/]")
+    out.print(table)
+    print_payload(out, payload_json(s.payload, s.encoding))
+    if s.custom:
+        out.print(custom_table(custom_json(s.custom)))
 
 
 def _set_paused(name: str, paused: bool, server: str, token: str | None, as_json: bool, timeout: float) -> None:

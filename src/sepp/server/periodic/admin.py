@@ -6,6 +6,8 @@ other nodes see it at their next tick of the schedule, and within ``REFRESH_EVER
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +16,7 @@ from pydantic import ValidationError
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.records import PeriodicRecord, PeriodicRun
-from sepp.quoting import clip
+from sepp.quoting import clip, quote
 from sepp.rejections import Reason
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import JobRejected, NotFound, PeriodicInvalid
@@ -27,6 +29,37 @@ __all__ = ["NEXT_RUNS", "PeriodicAdmin", "PeriodicView", "check_job", "settings_
 
 #: How many upcoming run times a view lists (issue 12: "the next three run times").
 NEXT_RUNS = 3
+
+#: The scheduler's logger: its warnings, and here the admin changes of a schedule (declared,
+#: changed, paused, resumed, triggered, deleted; by the API or the UI), as ``sepp.queues``
+#: logs a queue's (docs/operations.md "Events").
+log = logging.getLogger("sepp.periodic")
+
+
+def _event(event: str, name: str, what: str, **fields: Any) -> None:
+    """One ``sepp.periodic`` info line for an admin change of schedule ``name``: text
+    ``periodic schedule 'NAME' WHAT (admin)``; JSON with ``event``, ``schedule``,
+    ``source`` = ``admin`` and ``fields`` (never the payload or custom values)."""
+    log.info("periodic schedule %s %s (admin)", quote(name), what,
+             extra={"event": event, "schedule": name, "source": "admin", **fields})
+
+
+def _timing_text(spec: PeriodicSettings) -> str:
+    """``cron '0 3 * * *' (Europe/Berlin)`` or ``every '15m'``, for a log line."""
+    return f"cron {quote(spec.cron)} ({spec.timezone})" if spec.cron else f"every {quote(spec.every)}"
+
+
+def _changed_fields(before: str, spec: PeriodicSettings) -> list[str]:
+    """The fields of ``spec`` that differ from the stored definition ``before`` (JSON text),
+    in field order; every field when ``before`` does not read as a JSON object."""
+    try:
+        old = json.loads(before)
+    except ValueError:
+        old = None
+    new = spec.model_dump()
+    if not isinstance(old, dict):
+        return list(new)
+    return [key for key, value in new.items() if old.get(key) != value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +131,16 @@ class PeriodicAdmin:
         self.engine = scheduler.engine
         self.store = scheduler.store
 
+    async def page(self, after: str = "", limit: int = 50) -> tuple[list[PeriodicView], str]:
+        """At most ``limit`` schedules by name, those after ``after`` ("" = from the first):
+        (their views, the name to page on from, "" on the last page). Keyset paging on the
+        name, like ``list_jobs`` on its sort key: a schedule declared or deleted meanwhile
+        neither shifts nor repeats a row. Only the page's timetables are computed."""
+        rows = sorted((r for r in await self.store.load_periodic() if r.name > after), key=lambda r: r.name)
+        now = self.engine.clock.now()
+        shown = [view(r, now) for r in rows[:limit]]
+        return shown, shown[-1].name if len(rows) > limit else ""
+
     async def list(self) -> list[PeriodicView]:
         """Every schedule, by name."""
         now = self.engine.clock.now()
@@ -118,8 +161,16 @@ class PeriodicAdmin:
         pause and last run kept): (its view, created). Raises ``PeriodicInvalid`` when its
         job would be rejected."""
         check_job(self.engine, spec)
+        before = await self.store.load_periodic([spec.name])
         created = await self.store.put_periodic(spec.name, spec.to_json(), "admin", self.engine.clock.now())
         await self.scheduler.reload([spec.name])
+        if created or not before:
+            _event("periodic_declared", spec.name, f"declared: {_timing_text(spec)}, queue {quote(spec.queue)}, "
+                   f"job type {quote(spec.job_type)}", queue=spec.queue, job_type=spec.job_type)
+        else:
+            changed = _changed_fields(before[0].definition, spec)
+            _event("periodic_changed", spec.name, f"changed: {', '.join(changed) or 'nothing'}", settings=changed,
+                   queue=spec.queue, job_type=spec.job_type)
         return await self.get(spec.name), created
 
     async def set_paused(self, name: str, paused: bool) -> PeriodicView:
@@ -129,6 +180,7 @@ class PeriodicAdmin:
         if row is None:
             raise NotFound(f"no periodic schedule named {clip(repr(name), 140)}", Reason.PERIODIC_NOT_FOUND)
         await self.scheduler.reload([name])
+        _event("periodic_paused" if paused else "periodic_resumed", name, "paused" if paused else "resumed")
         return view(row, self.engine.clock.now())
 
     async def trigger(self, name: str) -> tuple[str, bool]:
@@ -151,6 +203,9 @@ class PeriodicAdmin:
             await self.store.record_periodic_runs([PeriodicRun(name, 0, b"", clip(error, 500), now)])
             raise
         await self.store.record_periodic_runs([PeriodicRun(name, 0, job_id_bytes(ack.job_id) or b"", "", now)])
+        _event("periodic_triggered", name, f"triggered: job {ack.job_id} of queue {quote(spec.queue)}"
+               + (" (deduplicated)" if ack.deduplicated else ""), queue=spec.queue, job_id=ack.job_id,
+               deduplicated=ack.deduplicated)
         return ack.job_id, ack.deduplicated
 
     async def delete(self, name: str) -> None:
@@ -159,4 +214,5 @@ class PeriodicAdmin:
         if not await self.store.delete_periodic(name):
             raise NotFound(f"no periodic schedule named {clip(repr(name), 140)}", Reason.PERIODIC_NOT_FOUND)
         await self.scheduler.reload([name])
+        _event("periodic_deleted", name, "deleted")
 

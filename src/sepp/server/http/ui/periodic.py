@@ -5,7 +5,7 @@ Served by ``AdminUI`` (``routes.py``); the same view as ``sepp periodic list``."
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -18,7 +18,10 @@ from sepp.server.periodic.admin import PeriodicAdmin
 if TYPE_CHECKING:
     from sepp.server.http.ui.routes import AdminUI
 
-__all__ = ["PeriodicPages"]
+__all__ = ["PAGE_SIZE", "PeriodicPages"]
+
+#: Schedules a page shows, as the queue page and the dead letters show 50 jobs.
+PAGE_SIZE = 50
 
 
 class PeriodicPages:
@@ -43,34 +46,42 @@ class PeriodicPages:
             raise NotFound("periodic schedules are not available on this server", Reason.PERIODIC_NOT_FOUND)
         return periodic
 
-    async def _context(self) -> dict[str, Any]:
-        return {"schedules": await self._admin().list(), "now": self.ui.admin.clock.now()}
+    async def _context(self, request: Request) -> dict[str, Any]:
+        """One page of schedules: ``?page=<token>`` as on the queue and dead-letter pages
+        (here the name the page starts after; "" or absent = the first page)."""
+        token = request.query_params.get("page", "")
+        schedules, next_token = await self._admin().page(token, PAGE_SIZE)
+        return {"schedules": schedules, "now": self.ui.admin.clock.now(), "token": token,
+                "next_token": next_token}
 
     async def page(self, request: Request) -> Response:
-        """Every schedule (name, timing, queue and job type, next three runs, last run and its
-        job or error, state) with its actions."""
-        return self.ui.render(request, "periodic.html", {"title": "Periodic", **(await self._context())})
+        """The schedules (name, timing, queue and job type, next three runs, last run and its
+        job or error, state) with their actions, ``PAGE_SIZE`` a page by name."""
+        return self.ui.render(request, "periodic.html", {"title": "Periodic", **(await self._context(request))})
 
     async def partial(self, request: Request) -> Response:
-        """The schedules table for htmx polling."""
-        return self.ui.render(request, "_periodic.html", await self._context())
+        """The schedules table (of the same ``?page=``) for htmx polling."""
+        return self.ui.render(request, "_periodic.html", await self._context(request))
 
-    def _back(self) -> Response:
-        return RedirectResponse("/periodic", status_code=303)
+    async def _back(self, request: Request) -> Response:
+        """Back to the page the form was on (its hidden ``page`` field)."""
+        page = (await self.ui._form(request)).get("page")
+        url = "/periodic?" + urlencode({"page": page}) if isinstance(page, str) and page else "/periodic"
+        return RedirectResponse(url, status_code=303)
 
     async def pause(self, request: Request) -> Response:
         """Pause the schedule."""
         name = request.path_params["name"]
         await self._admin().set_paused(name, True)
         self.ui.flash(request, f"Schedule {name} paused: it enqueues nothing until resumed.")
-        return self._back()
+        return await self._back(request)
 
     async def resume(self, request: Request) -> Response:
         """Resume the schedule (the ticks of the pause are not caught up)."""
         name = request.path_params["name"]
         await self._admin().set_paused(name, False)
         self.ui.flash(request, f"Schedule {name} resumed.")
-        return self._back()
+        return await self._back(request)
 
     async def trigger(self, request: Request) -> Response:
         """Enqueue the schedule's job now; the flash links to it."""
@@ -81,7 +92,7 @@ class PeriodicPages:
             raise
         except (PeriodicInvalid, EngineError) as exc:
             self.ui.flash(request, f"Schedule {name} not triggered: {exc}", "warn")
-            return self._back()
+            return await self._back(request)
         self.ui.flash(request, f"Schedule {name} triggered: job {job_id}.")
         return RedirectResponse(f"/jobs/{quote(job_id, safe='')}", status_code=303)
 
@@ -90,5 +101,5 @@ class PeriodicPages:
         name = request.path_params["name"]
         await self._admin().delete(name)
         self.ui.flash(request, f"Schedule {name} deleted.")
-        return self._back()
+        return await self._back(request)
 

@@ -82,6 +82,23 @@ async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
     return allowed, bucket, candidates, reserved
 
 
+async def forget(conn: Any, queue: str) -> None:
+    """Drop the bound of ``queue`` (its ``flow_counts`` row) inside the caller's transaction
+    on ``conn``, under the queue's flow lock (held until that transaction ends): called
+    whenever the queue's settings are written (``QueueOp``) and when the queue is deleted.
+
+    Why (docs/decisions.md "A bound instead of a count"): the bound counts only the leases
+    of limited Reserves. While a queue is unlimited (or has only a rate limit) its leases
+    go around it, so a checkpoint taken before the limit was lifted and still under 1 s old
+    when it is set again would let the first Reserves lease past the limit on the very node
+    that set it. Forgetting the bound at the settings change makes the next limited Reserve
+    count exactly. The lock first, the delete in a statement of its own: a Reserve that
+    read the old bound commits (its row update with it) before the delete runs, and a
+    Reserve after it waits for this transaction, so neither brings the old bound back."""
+    await conn.execute(Q["flow_forget_lock"], queue)
+    await conn.execute(Q["flow_forget"], queue)
+
+
 def _threshold(limits: FlowLimits) -> int:
     """The smallest limit a count of RESERVED jobs is compared with (``flow_ready`` $7):
     ``max_in_flight`` and, with a per-key limit, ``max_in_flight_per_key`` (0 when neither)."""

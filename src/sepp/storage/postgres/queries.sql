@@ -292,6 +292,19 @@ SELECT (SELECT n FROM n), (SELECT count(*) FROM b), (SELECT tokens FROM b), (SEL
 FROM (VALUES (1)) AS v(one) LEFT JOIN picked p ON true
 ORDER BY p.priority DESC, p.run_at, p.seq;
 
+-- name: flow_forget_lock
+-- A queue's settings changed or the queue is deleted (flow.forget): take its flow lock
+-- ($1 the queue; the key of promote_due_locking) for the rest of the transaction, so no
+-- Reserve of the queue is between its flow_ready and its commit while flow_forget runs.
+SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() || '/' || $1::text, 0));
+
+-- name: flow_forget
+-- Drop queue $1's bound (migration 0007), in a statement after flow_forget_lock (its
+-- snapshot then sees what every earlier holder of the lock committed): the next limited
+-- Reserve counts exactly. A bound holds only while every lease of the queue goes through
+-- it, and leases made while the queue was unlimited (or rate-limited only) did not.
+DELETE FROM flow_counts WHERE queue = $1::text;
+
 -- name: bucket_ensure
 -- Flow control (issue 12): create the token bucket of queue $1, full ($2 tokens) at $3
 -- (µs), unless it exists; a second node creating it at once waits for the first and

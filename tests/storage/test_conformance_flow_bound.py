@@ -91,3 +91,19 @@ async def test_a_queue_deleted_and_made_again_starts_without_the_old_bound(store
     assert len(await _reserve(store, 8, flow={})) == 8                     # unlimited: 8 RESERVED
     await store.upsert_queue(QueueRecord("q", '{"max_in_flight": 10}', False, True), NOW)
     assert len(await _reserve(store, 5, now=NOW + S // 2)) == 2           # 2 free, not 5
+
+
+@pytest.mark.postgres_only(reason="reads the bound of the PostgreSQL backend (flow_counts); SQLite counts")
+async def test_reserves_that_find_no_job_leave_the_bound_where_it_was(store: Store) -> None:
+    # An idle limited queue's long-polls reserve and find nothing; the bound grows by what
+    # a Reserve picked, not by what it asked for, so they do not push it to the limit and
+    # make every later Reserve count (a count is what the bound saves).
+    await put(store, *[row() for _ in range(2)])
+    assert len(await _reserve(store, 4)) == 2                              # counted: 0
+    checkpoint = await store._fetchrow("SELECT ck_leased, ck_at FROM flow_counts WHERE queue = 'q'")  # type: ignore[attr-defined]
+    for i in range(20):
+        assert await _reserve(store, 4, now=NOW + i) == []
+    await put(store, *[row() for _ in range(10)])
+    assert len(await _reserve(store, 3, now=NOW + 20)) == 3                # bound 2 + 3: no count
+    assert await store._fetchrow("SELECT ck_leased, ck_at FROM flow_counts WHERE queue = 'q'") == checkpoint  # type: ignore[attr-defined]
+    assert len(await _reserve(store, 6, now=NOW + 21)) == 5               # 2 + 3 + 6 > 10: counted, 5 free

@@ -61,11 +61,11 @@ async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
 
     Raises ``StoreError`` if the bucket row vanishes between its creation and its read."""
     count, rate = bool(limits.max_in_flight or limits.per_key), limits.rate_amount > 0
-    rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate, now, _threshold(limits))
+    args = (queue, want, limits.max_in_flight, count, rate, now, _threshold(limits), limits.per_key)
+    rows = await conn.fetch(Q["flow_ready"], *args)
     if rate and rows[0][1] == 0:  # first draw from this bucket on any node: create it full
         await conn.execute(Q["bucket_ensure"], queue, float(limits.rate_burst), now)
-        rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate, now,
-                                _threshold(limits))
+        rows = await conn.fetch(Q["flow_ready"], *args)
         if rows[0][1] == 0:
             raise StoreError(f"the token bucket of queue {queue!r} vanished while reserving")
     head = rows[0]

@@ -63,6 +63,7 @@ from sepp.storage.admin import first_position as _start
 from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 from sepp.storage.postgres import type_figures as figures
+from sepp.storage.postgres.flow import forget as forget_flow_bound
 from sepp.storage.postgres.matching import count_jobs as _count_jobs
 from sepp.storage.postgres.sql import rowcount
 from sepp.storage.rows import as_text, note_damaged, repair_job
@@ -557,6 +558,7 @@ class PostgresAdmin:
                 return False
             await tx.conn.execute(A["delete_queue_row"], queue)
             await tx.conn.execute(A["delete_queue_throughput"], queue)
+            await forget_flow_bound(tx.conn, queue)  # a queue of that name made again starts without it
             await figures.delete_queue_figures(tx, queue)
             tx.queues_changed()  # the other nodes forget it (QueueRegistry.refresh)
             return True

@@ -61,11 +61,11 @@ async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
 
     Raises ``StoreError`` if the bucket row vanishes between its creation and its read."""
     count, rate = bool(limits.max_in_flight or limits.per_key), limits.rate_amount > 0
-    rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate, now, _threshold(limits))
+    args = (queue, want, limits.max_in_flight, count, rate, now, _threshold(limits), limits.per_key)
+    rows = await conn.fetch(Q["flow_ready"], *args)
     if rate and rows[0][1] == 0:  # first draw from this bucket on any node: create it full
         await conn.execute(Q["bucket_ensure"], queue, float(limits.rate_burst), now)
-        rows = await conn.fetch(Q["flow_ready"], queue, want, limits.max_in_flight, count, rate, now,
-                                _threshold(limits))
+        rows = await conn.fetch(Q["flow_ready"], *args)
         if rows[0][1] == 0:
             raise StoreError(f"the token bucket of queue {queue!r} vanished while reserving")
     head = rows[0]
@@ -80,6 +80,23 @@ async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
     allowed = max(0, allowed)
     candidates = [(int(r[4]), int(r[5])) for r in rows if r[4] is not None][:allowed]
     return allowed, bucket, candidates, reserved
+
+
+async def forget(conn: Any, queue: str) -> None:
+    """Drop the bound of ``queue`` (its ``flow_counts`` row) inside the caller's transaction
+    on ``conn``, under the queue's flow lock (held until that transaction ends): called
+    whenever the queue's settings are written (``QueueOp``) and when the queue is deleted.
+
+    Why (docs/decisions.md "A bound instead of a count"): the bound counts only the leases
+    of limited Reserves. While a queue is unlimited (or has only a rate limit) its leases
+    go around it, so a checkpoint taken before the limit was lifted and still under 1 s old
+    when it is set again would let the first Reserves lease past the limit on the very node
+    that set it. Forgetting the bound at the settings change makes the next limited Reserve
+    count exactly. The lock first, the delete in a statement of its own: a Reserve that
+    read the old bound commits (its row update with it) before the delete runs, and a
+    Reserve after it waits for this transaction, so neither brings the old bound back."""
+    await conn.execute(Q["flow_forget_lock"], queue)
+    await conn.execute(Q["flow_forget"], queue)
 
 
 def _threshold(limits: FlowLimits) -> int:

@@ -450,6 +450,7 @@ class QueueOp:
     async def __call__(self, tx: Tx) -> None:
         q = self.queue
         await tx.conn.execute(Q["upsert_queue"], q.name, q.settings_json, q.paused, q.declared, self.now, self.now)
+        await flow.forget(tx.conn, q.name)  # new limits: the bound of the old ones ends here
         tx.queues_changed()
 
 

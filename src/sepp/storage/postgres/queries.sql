@@ -258,7 +258,11 @@ SELECT p.queue, p.run_at FROM (SELECT count(*) FROM locks) AS l(n) LEFT JOIN pro
 -- none). The bound (migration 0007): the row of flow_counts when it was checked at most
 -- 1 s before $6 (now, µs) and it plus the $2 wanted stays within $7 (the smallest limit
 -- that counts: max_in_flight or max_in_flight_per_key); else the exact count, which
--- becomes the row's new checkpoint. Either way the row's `leased` grows by $2. Rows:
+-- becomes the row's new checkpoint. Either way the row's `leased` grows by what this
+-- Reserve may lease: the READY jobs it picked (it leases only among them), or all $2 with
+-- a per-key limit ($8: its group walk, flow.key_seqs, may lease jobs outside `picked`).
+-- Growing by $2 always let a Reserve that found few or no jobs (an idle queue's long-polls)
+-- push the bound to the limit, and every later Reserve counted. Rows:
 -- (reserved bound, bucket rows found, tokens, updated_at, seq, size), one per job in
 -- reserve order, or one with NULL seq when no job is READY.
 WITH c AS MATERIALIZED (
@@ -270,14 +274,6 @@ WITH c AS MATERIALIZED (
     WHERE queue = $1 AND state = 3 AND $4::boolean AND NOT EXISTS (SELECT 1 FROM c)
 ), n AS MATERIALIZED (
     SELECT coalesce((SELECT bound FROM c), (SELECT n FROM exact)) AS n, NOT EXISTS (SELECT 1 FROM c) AS counted
-), w AS (
-    INSERT INTO flow_counts AS f (queue, leased, ck_reserved, ck_leased, ck_at)
-    SELECT $1, $2::bigint, n.n, 0, $6::bigint FROM n WHERE $4::boolean
-    ON CONFLICT (queue) DO UPDATE SET
-        leased = f.leased + $2::bigint,
-        ck_reserved = CASE WHEN (SELECT counted FROM n) THEN EXCLUDED.ck_reserved ELSE f.ck_reserved END,
-        ck_leased = CASE WHEN (SELECT counted FROM n) THEN f.leased ELSE f.ck_leased END,
-        ck_at = CASE WHEN (SELECT counted FROM n) THEN EXCLUDED.ck_at ELSE f.ck_at END
 ), b AS MATERIALIZED (
     SELECT tokens, updated_at FROM flow_buckets WHERE queue = $1 AND $5::boolean FOR UPDATE
 ), picked AS MATERIALIZED (
@@ -286,11 +282,34 @@ WITH c AS MATERIALIZED (
     FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq
     LIMIT CASE WHEN $3::bigint > 0 THEN greatest(0, least($2::bigint, $3::bigint - (SELECT n FROM n))) ELSE $2 END
     FOR UPDATE SKIP LOCKED
+), bump AS MATERIALIZED (
+    SELECT CASE WHEN $8::boolean THEN $2::bigint ELSE (SELECT count(*) FROM picked) END AS k
+), w AS (
+    INSERT INTO flow_counts AS f (queue, leased, ck_reserved, ck_leased, ck_at)
+    SELECT $1, bump.k, n.n, 0, $6::bigint FROM n, bump WHERE $4::boolean
+    ON CONFLICT (queue) DO UPDATE SET
+        leased = f.leased + EXCLUDED.leased,
+        ck_reserved = CASE WHEN (SELECT counted FROM n) THEN EXCLUDED.ck_reserved ELSE f.ck_reserved END,
+        ck_leased = CASE WHEN (SELECT counted FROM n) THEN f.leased ELSE f.ck_leased END,
+        ck_at = CASE WHEN (SELECT counted FROM n) THEN EXCLUDED.ck_at ELSE f.ck_at END
 )
 SELECT (SELECT n FROM n), (SELECT count(*) FROM b), (SELECT tokens FROM b), (SELECT updated_at FROM b),
     p.seq, p.size
 FROM (VALUES (1)) AS v(one) LEFT JOIN picked p ON true
 ORDER BY p.priority DESC, p.run_at, p.seq;
+
+-- name: flow_forget_lock
+-- A queue's settings changed or the queue is deleted (flow.forget): take its flow lock
+-- ($1 the queue; the key of promote_due_locking) for the rest of the transaction, so no
+-- Reserve of the queue is between its flow_ready and its commit while flow_forget runs.
+SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() || '/' || $1::text, 0));
+
+-- name: flow_forget
+-- Drop queue $1's bound (migration 0007), in a statement after flow_forget_lock (its
+-- snapshot then sees what every earlier holder of the lock committed): the next limited
+-- Reserve counts exactly. A bound holds only while every lease of the queue goes through
+-- it, and leases made while the queue was unlimited (or rate-limited only) did not.
+DELETE FROM flow_counts WHERE queue = $1::text;
 
 -- name: bucket_ensure
 -- Flow control (issue 12): create the token bucket of queue $1, full ($2 tokens) at $3

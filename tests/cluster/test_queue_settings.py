@@ -38,8 +38,10 @@ def test_pause_resume_and_new_settings_reach_every_node(cluster: list[ServerProc
     figures: dict[str, float] = {}
     try:
         wires[0].enqueue_many([pb.EnqueueRequest(queue="tuned", job_type="t") for _ in range(200)])
-        for w in wires:  # every node knows the queue and hands it out
-            assert len(w.reserve(max_jobs=1)) == 1
+        created_at = time.monotonic()
+        for i, w in enumerate(wires):  # every node learns of the new queue and hands it out
+            figures[f"new queue n1 -> n{i + 1}"] = _took(lambda w=w: len(w.reserve(max_jobs=1)) == 1, created_at,
+                                                        f"n{i + 1} to hand out the queue made on n1")
 
         wires[0].pause("tuned")
         paused_at = time.monotonic()

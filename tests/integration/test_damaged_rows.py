@@ -121,6 +121,9 @@ def test_state_counts_leave_an_unknown_state_out_and_log_it(server_factory: Serv
         (q,) = admin.GetQueueStats(apb.GetQueueStatsRequest(queues=["poison"]), timeout=10).stats
         every = {s.queue: s for s in admin.GetQueueStats(apb.GetQueueStatsRequest(), timeout=10).stats}
     assert q.ready == 1 and every["poison"].ready == 1
+    # The line is read from the server's stdout by a thread: wait for it, then count it.
+    wait_for(lambda: any("unknown state 99" in line for line in server.output), timeout=10,
+             what="the unknown-state log line")
     assert sum("unknown state 99" in line for line in server.output) == 1
 
 

@@ -72,6 +72,9 @@ async def drop_schemas(dsn: str = PG_TEST_DSN) -> None:
 
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
+        # A schema whose tables a stray session still locks is left for a later run rather
+        # than hanging the session's teardown (each DROP gives up after this long).
+        await conn.execute("SET lock_timeout = '15s'")
         for (name,) in await conn.fetch(_TEST_SCHEMAS):
             if _run_gone(int(name[1:].split("_", 1)[0])):
                 await conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")

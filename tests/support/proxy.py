@@ -45,6 +45,12 @@ class PausableProxy:
             self._listener.close()
         with self._lock:
             for sock in self._sockets:
+                # shutdown first: a bare close() leaves a pump thread blocked in recv() on the
+                # socket, which keeps the connection open (Linux releases it only when that
+                # recv returns) — and a PostgreSQL backend paused mid-transaction then holds
+                # its locks past the test (the session's DROP SCHEMA waited on them).
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     sock.close()
 

@@ -107,3 +107,18 @@ async def test_reserves_that_find_no_job_leave_the_bound_where_it_was(store: Sto
     assert len(await _reserve(store, 3, now=NOW + 20)) == 3                # bound 2 + 3: no count
     assert await store._fetchrow("SELECT ck_leased, ck_at FROM flow_counts WHERE queue = 'q'") == checkpoint  # type: ignore[attr-defined]
     assert len(await _reserve(store, 6, now=NOW + 21)) == 5               # 2 + 3 + 6 > 10: counted, 5 free
+
+
+async def test_a_queue_deleted_and_made_again_starts_with_a_full_bucket(store: Store) -> None:
+    # The old queue spent its burst of 3 (one token an hour after that); deleted and made
+    # again, the new one draws from a full bucket, not from the old one's empty one.
+    rate = {"q": FlowLimits(rate_amount=1, rate_period=3600 * S, rate_burst=3)}
+    await put(store, *[row() for _ in range(5)])
+    spent = await _reserve(store, 5, flow=rate)
+    assert len(spent) == 3 and await _reserve(store, 5, flow=rate) == []   # at the limit, one past it
+    for job in spent + await _reserve(store, 5, flow={}):
+        await settle1(store, job, SettleKind.ACK, NOW)
+    await store.admin.purge("q", [int(State.COMPLETED)], 100)
+    assert await store.admin.delete_queue("q")
+    await put(store, *[row() for _ in range(5)], new_queues=[QueueRecord("q", "{}", False, False)])
+    assert len(await _reserve(store, 5, flow=rate)) == 3

@@ -558,6 +558,7 @@ class PostgresAdmin:
                 return False
             await tx.conn.execute(A["delete_queue_row"], queue)
             await tx.conn.execute(A["delete_queue_throughput"], queue)
+            await tx.conn.execute(A["delete_queue_bucket"], queue)
             await forget_flow_bound(tx.conn, queue)  # a queue of that name made again starts without it
             await figures.delete_queue_figures(tx, queue)
             tx.queues_changed()  # the other nodes forget it (QueueRegistry.refresh)

@@ -521,5 +521,6 @@ def _delete_queue_op(queue: str, conn: sqlite3.Connection) -> bool:
         return False
     conn.execute(A["delete_queue_row"], (queue,))
     conn.execute(A["delete_queue_throughput"], (queue,))
+    conn.execute(A["delete_queue_bucket"], (queue,))
     figures.delete_queue_figures(queue, conn)
     return True

@@ -286,6 +286,11 @@ DELETE FROM queues WHERE name = ?;
 -- name: delete_queue_throughput
 DELETE FROM queue_throughput WHERE queue = ?;
 
+-- name: delete_queue_bucket
+-- A deleted queue's token bucket (issue 12): a queue made again under that name starts full,
+-- not with the tokens the old one had left.
+DELETE FROM flow_buckets WHERE queue = ?;
+
 -- ------------------------------------------------------------------ held-back view (issue 12)
 
 -- name: flow_bucket

@@ -76,15 +76,17 @@ async def test_three_nodes_on_one_schema_never_exceed_max_in_flight(backend: str
 async def _race(nodes: list[Store]) -> None:
     await put(nodes[0], *[row() for _ in range(200)])
     flow = {"q": FlowLimits(max_in_flight=3)}
-    peak, acked = 0, 0
+    peak, acked, held_back = 0, 0, 0
 
     async def reserver(i: int) -> None:
-        nonlocal peak, acked
+        nonlocal peak, acked, held_back
         store = nodes[i % 3]
         idle = 0
         while acked < 200 and idle < 200:
             jobs = await limited(store, flow, n=2, worker=f"w{i}")
             if not jobs:
+                if acked < 190:  # at most 3 leased: READY jobs were there, the limit held them back
+                    held_back += 1
                 idle += 1
                 await asyncio.sleep(0.001)
                 continue
@@ -97,6 +99,7 @@ async def _race(nodes: list[Store]) -> None:
     await asyncio.gather(*(reserver(i) for i in range(12)))
     assert acked == 200
     assert 1 <= peak <= 3
+    assert held_back > 0, "12 reservers of 2 never met the limit of 3: the race did not test it"
 
 
 def _rate(amount: int, per_s: float = 1.0, burst: int = 0, max_in_flight: int = 0) -> dict[str, FlowLimits]:

@@ -74,14 +74,16 @@ async def _race_per_key(nodes: list[Store], most: int, tenants: int, jobs: int) 
     await put(nodes[0], *[row(extras=tenant(f"t{i // 5 % tenants}")) for i in range(jobs)])
     flow = {"q": FlowLimits(key="tenant_id", max_per_key=most)}
     held: Counter[object] = Counter()
-    peak, acked = 0, 0
+    peak, acked, held_back = 0, 0, 0
 
     async def reserver(i: int) -> None:
-        nonlocal peak, acked
+        nonlocal peak, acked, held_back
         idle = 0
         while acked < jobs and idle < 300:
             got = await _reserve(nodes[i % 3], flow, 1 + i % 4 % 3, f"w{i}")
             if not got:
+                if acked < jobs - 36:  # at most 36 held (12 × 3): READY jobs were held back
+                    held_back += 1
                 idle += 1
                 await asyncio.sleep(0.001)
                 continue
@@ -96,6 +98,8 @@ async def _race_per_key(nodes: list[Store], most: int, tenants: int, jobs: int) 
 
     await asyncio.gather(*(reserver(i) for i in range(12)))
     assert acked == jobs
+    if most * tenants < 12:  # more reservers than the limit lets run: some were held back
+        assert held_back > 0, "the per-key limit never held a reserver back: the race did not test it"
     return peak
 
 

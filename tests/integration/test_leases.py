@@ -207,3 +207,54 @@ def test_one_settle_of_more_acks_than_a_statement_holds_completes_them_all(serve
         assert len(results) == 600
         assert all(r.ok and r.state == pb.COMPLETED for r in results)
         assert w.reserve(max_jobs=256, wait=0) == []
+
+
+def test_a_settle_of_acks_only_answers_refused_repeated_and_non_canonical_ids_per_item(
+        lease_server: ServerProcess, fresh_queue: str) -> None:
+    # Acks only: the one-match id parse of the whole call. Ids in upper case are canonical
+    # (the fast parse); one in braces is not (the whole call goes item by item, same answers).
+    with wire_for(lease_server, fresh_queue) as w:
+        ids = [w.enqueue(max_attempts=5) for _ in range(4)]
+        a, b, c, d = w.reserve(max_jobs=4)
+        w.ack(b)  # its repeated ack succeeds again
+        unknown = "01900000-0000-7000-8000-000000000001"
+        results = w.settle([
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id.upper(), lease_id=a.lease_id.upper())),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=b.job.id, lease_id=b.lease_id)),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=c.job.id, lease_id=str(uuid.uuid4()))),
+            wpb.SettleItem(ack=wpb.AckRequest(job_id=unknown, lease_id=d.lease_id)),
+        ])
+        assert [r.ok for r in results] == [True, True, False, False]
+        assert [r.state for r in results if r.ok] == [pb.COMPLETED, pb.COMPLETED]
+        assert [r.error_reason for r in results if not r.ok] == ["LEASE_MISMATCH", "JOB_NOT_FOUND"]
+        braced = w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id="{" + c.job.id + "}", lease_id=c.lease_id)),
+                           wpb.SettleItem(ack=wpb.AckRequest(job_id=d.job.id, lease_id=d.lease_id)),
+                           wpb.SettleItem(ack=wpb.AckRequest(job_id=d.job.id + "0", lease_id=d.lease_id))])
+        assert [(r.ok, r.state, r.error_reason) for r in braced] == [
+            (True, pb.COMPLETED, ""), (True, pb.COMPLETED, ""), (False, pb.JOB_STATE_UNSPECIFIED, "INVALID_ARGUMENT")]
+        rows = [job_row(lease_server, i) for i in ids]
+        assert [r.state if r else None for r in rows] == ["COMPLETED"] * 4
+
+
+def test_every_reservation_of_a_mixed_reserve_is_the_job_as_stored(lease_server: ServerProcess,
+                                                                  fresh_queue: str) -> None:
+    # One Reserve of jobs that share some fields and differ in others (type, priority,
+    # attempts, payload, key, custom map): each reservation carries exactly its own job.
+    with wire_for(lease_server, fresh_queue) as w:
+        ids = [
+            w.enqueue(job_type="a", data=b"1"), w.enqueue(job_type="a", data=b"22"),
+            w.enqueue(job_type="b", data=b""), w.enqueue(job_type="a", max_attempts=3, data=b"4"),
+            w.enqueue(job_type="a", idempotency_key="k1", data=b"5"),
+            w.enqueue(job_type="a", custom={"n": pb.CustomValue(int_value=7)}, data=b"6"),
+            w.enqueue(job_type="a", data=b"7"),
+        ]
+        got = w.reserve(max_jobs=len(ids))
+        assert [r.job.id for r in got] == ids
+        assert len({r.lease_id for r in got}) == 1
+        for r in got:
+            stored = w.get_job(r.job.id)
+            del stored.attempts[:]  # history of the running attempt: not part of a reservation
+            assert r.job == stored
+            assert r.attempt == 1 and r.lease_expires_at == stored.lease_expires_at
+        assert [r.job.payload.data for r in got] == [b"1", b"22", b"", b"4", b"5", b"6", b"7"]
+        w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in got])

@@ -597,10 +597,14 @@ class JobEngine:
         results = await self.store.settle(items, self.queues.policies())
         finished: dict[tuple[str, int], int] = {}
         woke: set[str] = set()
+        waking: dict[str, bool] = {}  # queue → its policy's wake_on_settle, looked up once a call
         for i, (error, state, run_at, attempt, queue, _started, _type) in enumerate(results):
             if error is not None:
                 continue
-            if self.queues.policy_for(queue).wake_on_settle:
+            wake = waking.get(queue)
+            if wake is None:
+                wake = waking[queue] = self.queues.policy_for(queue).wake_on_settle
+            if wake:
                 woke.add(queue)  # a flow-limited queue got a slot back (issue 12)
             if state in _COUNTED:
                 if run_at:  # run_at 0: a repeated ack, counted already

@@ -164,3 +164,51 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
         _merge_extras(job, extras, id_)
     if history:
         _fill_attempts(job, rec)
+
+
+class ReservationFiller:
+    """``fill_reservation`` for the many jobs of one ``Reserve`` answer, cheaper per job.
+
+    The jobs of one answer share most of their fields (queue, job type, state, priority,
+    attempt, max_attempts, encoding, lease id and expiry, worker, node): a plain job (no
+    custom map, trace context, attempt history or idempotency key) is written by copying a
+    finished message of its kind (``CopyFrom``, one C call) and setting only what is its
+    own — id, payload bytes, run_at, enqueued_at — instead of ~20 field writes. The first
+    job of each kind builds its template with ``fill_reservation`` itself, so a damaged
+    column raises exactly as there (``TypeError``/``ValueError``/``OverflowError``); the
+    per-job columns are checked the same way. Anything else goes through
+    ``fill_reservation``. One filler per answer: templates hold one call's lease."""
+
+    __slots__ = ("_templates",)
+
+    def __init__(self) -> None:
+        self._templates: dict[tuple[object, ...], wpb.Reservation] = {}
+
+    def fill(self, res: wpb.Reservation, rec: JobRecord) -> None:
+        """Write ``rec`` into the (empty) ``res``, as ``fill_reservation`` does (same errors)."""
+        (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
+         idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node) = rec
+        if extras or history or idem:
+            fill_reservation(res, rec)
+            return
+        key = (queue, job_type, state, priority, attempt, max_attempts, encoding, lease_id, lease_expires_at,
+               worker_id, node, reason, cancel)
+        template = self._templates.get(key)
+        if template is None:
+            template = wpb.Reservation()
+            fill_reservation(template, rec)  # raises for a damaged shared column
+            self._templates[key] = template
+            res.CopyFrom(template)
+            return
+        if not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US):
+            raise ValueError("run_at or enqueued_at is outside the Timestamp range")
+        res.CopyFrom(template)
+        job = res.job
+        job.id = job_id_text(id_)
+        job.payload.data = payload
+        t = job.run_at
+        t.seconds, rem = divmod(run_at, 1_000_000)
+        t.nanos = rem * 1000
+        t = job.enqueued_at
+        t.seconds, rem = divmod(enqueued_at, 1_000_000)
+        t.nanos = rem * 1000

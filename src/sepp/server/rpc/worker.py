@@ -3,6 +3,7 @@ stop of a worker's long-polls (``StopReserving``, issue 15 item 7)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeAlias
 
 from sepp.api.v1 import common_pb2 as pb
@@ -13,9 +14,9 @@ from sepp.rejections import Reason
 from sepp.server.bounds import duration_arg
 from sepp.server.engine import JobEngine, job_id_bytes
 from sepp.server.errors import EngineError, InvalidRequest
-from sepp.server.rpc.convert import fill_reservation, job_to_proto, set_ts, ts
+from sepp.server.rpc.convert import ReservationFiller, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
-from sepp.storage.base import JobRecord, SettleKind, SettleParams, State
+from sepp.storage.base import JobRecord, SettleKind, SettleParams, SettleResult, State
 from sepp.storage.errors import StoreError
 from sepp.validation import utf8_len
 from sepp.wire import quote
@@ -120,9 +121,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             small = False
         if small:
             add = resp.reservations.add
+            fill = ReservationFiller().fill
             for rec in jobs:
                 try:
-                    fill_reservation(add(), rec)
+                    fill(add(), rec)
                 except _UNCONVERTIBLE as exc:
                     del resp.reservations[-1]
                     damaged.append((rec, exc))
@@ -220,17 +222,36 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return wpb.ExtendLeaseResponse(lease_expires_at=ts(result.lease_expires_at),
                                        cancel_requested=result.cancel_requested)
 
-    async def Settle(self, request: wpb.SettleRequest, context: Context) -> wpb.SettleResponse:
+    async def Settle(self, request: wpb.SettleRequest,  # type: ignore[override]
+                     context: Context) -> wpb.SettleResponse | bytes:
+        """Apply a batch of acks and nacks (at most ``MAX_SETTLE_BATCH`` items, else
+        INVALID_ARGUMENT whole): one result per item, in order; an item that does not parse is
+        INVALID_ARGUMENT in its own result. A batch of acks that all completed their jobs is
+        answered already serialized (``_ALL_COMPLETED``; the registration sends bytes as they are)."""
         n = len(request.items)
         if n > MAX_SETTLE_BATCH:  # refused whole, before any item is looked at (issue 14)
             await abort_for(context, InvalidRequest(f"a settle holds at most {MAX_SETTLE_BATCH} items (got {n})",
                                                     "items", MAX_SETTLE_BATCH, n))
         now = self._clock_now()
+        ack = SettleKind.ACK
+        ids = _all_ack_ids(request.items)
+        if ids is not None:  # the common case: only acks, every id canonical
+            new = _new_params
+            params = [new(SettleParams, (ids[k], ids[k + 1], ack, now, -1, "", "completed", "", ""))
+                      for k in range(0, len(ids), 2)]
+            try:
+                results = await self.engine.settle(params) if params else []
+            except (EngineError, StoreError) as exc:
+                await abort_for(context, exc)
+            if request.worker_id:
+                self._count_done(request.worker_id, results)
+            if all(r.error is None and r.state == _COMPLETED for r in results):
+                return _ALL_COMPLETED * len(results)  # already serialized (registration passes bytes)
+            return _settle_response(results)
         resp = wpb.SettleResponse()
-        params: list[SettleParams] = []
+        params = []
         slots: list[int] = []
         bad: dict[int, str] = {}
-        ack = SettleKind.ACK
         for i, item in enumerate(request.items):
             kind = item.WhichOneof("kind")
             if kind == "ack":  # the common case, inline: two id parses and a tuple
@@ -260,25 +281,73 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             if i in bad:
                 add(ok=False, error_reason=Reason.INVALID_ARGUMENT, error_message=bad[i])
                 continue
-            r = by_slot[i]
-            if r.error is not None:
-                add(ok=False, error_reason=r.error.value, error_message=r.error.value)
-            elif r.state in _BACK:  # where a nacked job went (SPEC §3)
-                res = add(ok=True, state=r.state)
-                set_ts(res.run_at, r.run_at)
-            else:
-                add(ok=True, state=r.state)
-        if request.worker_id:  # the Workers page (issue 13): jobs done per worker
-            done = sum(1 for r in results if r.error is None and r.state == _COMPLETED)
-            failed = sum(1 for r in results if r.error is None) - done
-            self.workers.called(request.worker_id, completed=done, failed=failed)
+            _add_result(add, by_slot[i])
+        if request.worker_id:
+            self._count_done(request.worker_id, results)
         return resp
+
+    def _count_done(self, worker_id: str, results: list[SettleResult]) -> None:
+        """The Workers page (issue 13): jobs done and failed per worker, from one Settle's results."""
+        done = sum(1 for r in results if r.error is None and r.state == _COMPLETED)
+        failed = sum(1 for r in results if r.error is None) - done
+        self.workers.called(worker_id, completed=done, failed=failed)
 
 
 #: Builds a SettleParams from a full tuple without NamedTuple's Python-level __new__.
 _new_params = tuple.__new__
 
+#: A canonical UUID text (8-4-4-4-12 hex digits, either case), repeated: ``_all_ack_ids``
+#: checks every id of a Settle with one match.
+_CANONICAL_IDS = re.compile(r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})*")
+
+
+def _all_ack_ids(items: Any) -> list[bytes] | None:
+    """The 16-byte ids of a Settle made only of acks whose job and lease ids are canonical
+    UUID text — job id, lease id, job id, … in item order — parsed with one regex match and
+    one ``bytes.fromhex`` for the whole call instead of two ``job_id_bytes`` per item (the
+    same bytes ``job_id_bytes`` gives for each). None when any item is a nack, empty, or has
+    an id in another form: the caller then takes the item-by-item path, which refuses or
+    accepts each id exactly as before."""
+    texts: list[str] = []
+    push = texts.append
+    for item in items:
+        if item.WhichOneof("kind") != "ack":
+            return None
+        a = item.ack
+        push(a.job_id)
+        push(a.lease_id)
+    joined = "".join(texts)
+    if _CANONICAL_IDS.fullmatch(joined) is None:
+        return None
+    raw = bytes.fromhex(joined.replace("-", ""))
+    return [raw[k:k + 16] for k in range(0, len(raw), 16)]
+
+
+def _add_result(add: Any, r: SettleResult) -> None:
+    """One ``SettleResult`` message for ``r`` via ``add`` (``SettleResponse.results.add``)."""
+    if r.error is not None:
+        add(ok=False, error_reason=r.error.value, error_message=r.error.value)
+    elif r.state in _BACK:  # where a nacked job went (SPEC §3)
+        res = add(ok=True, state=r.state)
+        set_ts(res.run_at, r.run_at)
+    else:
+        add(ok=True, state=r.state)
+
+
+def _settle_response(results: list[SettleResult]) -> wpb.SettleResponse:
+    """The answer of a Settle whose items all parsed: one result per item, in order."""
+    resp = wpb.SettleResponse()
+    add = resp.results.add
+    for r in results:
+        _add_result(add, r)
+    return resp
+
 _COMPLETED = int(State.COMPLETED)
+
+#: One serialized ``SettleResponse.results`` entry ``{ok: true, state: COMPLETED}``: a Settle
+#: whose acks all completed their jobs answers with this repeated once per item (protobuf
+#: encodes a repeated field as its entries one after the other).
+_ALL_COMPLETED = wpb.SettleResponse(results=[wpb.SettleResult(ok=True, state=_COMPLETED)]).SerializeToString()  # type: ignore[arg-type]
 
 #: States a successful nack can leave a job in that come with a run_at (SCHEDULED, READY).
 _BACK = frozenset((int(State.SCHEDULED), int(State.READY)))

@@ -10,6 +10,7 @@ the engine's per-job cost that the end-to-end benchmarks' noise (the gRPC layer,
 on the same 2 cores) hides.
 
     python benchmarks/engine_enqueue.py [--batches 300] [--modes async,group] [--postgres-dsn DSN] [--custom N]
+        [--in-flight 4]
 
 ``--custom N`` gives every job N custom-map entries (an int and strings: the issue 13
 search index's cost); the script runs on any sepp (PYTHONPATH), so one sitting can compare
@@ -39,8 +40,10 @@ BATCH = 256
 IN_FLIGHT = 4
 
 
-async def measure(mode: str, batches: int, dsn: str = "", custom: int = 0) -> tuple[float, float]:
-    """(jobs/s wall, CPU µs per job in this process) for ``batches`` batches in ``mode``;
+async def measure(mode: str, batches: int, dsn: str = "", custom: int = 0,
+                  in_flight: int = IN_FLIGHT) -> tuple[float, float]:
+    """(jobs/s wall, CPU µs per job in this process) for ``batches`` batches in ``mode``,
+    ``in_flight`` at a time (1: a sequential producer, whose batches take the lone-write path);
     on PostgreSQL (``dsn``) in a fresh schema, dropped after."""
     folder = Path(tempfile.mkdtemp(prefix="sepp-engine-bench-"))
     extra: dict[str, Any] = {}
@@ -65,18 +68,18 @@ async def measure(mode: str, batches: int, dsn: str = "", custom: int = 0) -> tu
             await engine.enqueue_batch(reqs)
 
         async def producer() -> None:
-            for _ in range(batches // IN_FLIGHT):
+            for _ in range(batches // in_flight):
                 await engine.enqueue_batch(reqs)
 
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(producer() for _ in range(IN_FLIGHT)))
+        await asyncio.gather(*(producer() for _ in range(in_flight)))
         cpu1, wall1 = time.process_time(), time.perf_counter()
     finally:
         await store.close()
         if dsn:
             drop = ["psql", dsn, "-qc", f"DROP SCHEMA IF EXISTS bench_engine_{os.getpid()} CASCADE"]
             await asyncio.to_thread(subprocess.run, drop, check=False, capture_output=True)
-    jobs = (batches // IN_FLIGHT) * IN_FLIGHT * BATCH
+    jobs = (batches // in_flight) * in_flight * BATCH
     return jobs / (wall1 - wall0), (cpu1 - cpu0) / jobs * 1e6
 
 
@@ -87,11 +90,12 @@ def main() -> None:
     parser.add_argument("--modes", default="async,group", help="persist modes, comma-separated")
     parser.add_argument("--postgres-dsn", default="", help="run on PostgreSQL (a fresh schema) instead of SQLite")
     parser.add_argument("--custom", type=int, default=0, help="custom-map entries per job")
+    parser.add_argument("--in-flight", type=int, default=IN_FLIGHT, help="batches in flight (1: sequential)")
     args = parser.parse_args()
     print("| mode | jobs/s (wall) | CPU µs/job (engine process) |")
     print("|---|---|---|")
     for mode in args.modes.split(","):
-        rate, cpu = asyncio.run(measure(mode, args.batches, args.postgres_dsn, args.custom))
+        rate, cpu = asyncio.run(measure(mode, args.batches, args.postgres_dsn, args.custom, args.in_flight))
         print(f"| {mode} | {rate:,.0f} | {cpu:.2f} |")
 
 

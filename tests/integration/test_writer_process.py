@@ -20,6 +20,7 @@ from support.servers import ServerFactory
 from support.waiting import wait_for
 from support.worker import wire_for
 
+from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess
 
 pytestmark = pytest.mark.sqlite_only(reason="the SQLite writer process, its knobs and [sqlite] writer")
@@ -184,6 +185,33 @@ def test_lone_writes_need_no_writer_hop_and_every_acknowledged_one_survives_kill
     with wire_for(server) as w:
         got = w.reserve(["lone"], max_jobs=100)
     assert sorted(r.job.id for r in got) == sorted(ids)
+
+
+def test_lone_batches_need_no_writer_hop_and_every_acknowledged_one_survives_kill_9(
+        server_factory: ServerFactory) -> None:
+    """The same for a sequential producer's batches (plain jobs, at most 256 a batch): with
+    the writer process stopped they still succeed, and after SIGKILL every job of every
+    acknowledged batch is there."""
+    server = server_factory(persist_mode="group", sweep_interval=600.0)
+    writer = writer_of(server)
+    with wire_for(server) as w:
+        ids = [w.enqueue("lone")]
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            for b in range(5):
+                ids += w.enqueue_many([pb.EnqueueRequest(queue="lone", job_type="t",
+                                                         payload=pb.Payload(data=f"{b}-{i}".encode()))
+                                       for i in range(256 if b % 2 else 37)])
+        finally:
+            server.kill()
+            os.kill(writer, signal.SIGKILL)
+    wait_for(lambda: not alive(writer), timeout=10, what="the stopped writer to go")
+    server.start()
+    with wire_for(server) as w:
+        got: list[str] = []
+        while batch := w.reserve(["lone"], max_jobs=256):
+            got += [r.job.id for r in batch]
+    assert sorted(got) == sorted(ids) and len(ids) == 1 + 2 * 256 + 3 * 37
 
 
 def test_writer_death_during_lone_writes_still_stops_the_server(server_factory: ServerFactory) -> None:

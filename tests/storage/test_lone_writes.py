@@ -18,7 +18,7 @@ import uuid_utils
 from sepp.storage.base import JobRow
 from sepp.storage.sqlite import SQLiteStore
 from sepp.storage.sqlite.committer import STOP, GroupLoop, Results, _Pending
-from sepp.storage.sqlite.lone import MAX_RUN, QUIET_GAP
+from sepp.storage.sqlite.lone import LONE_MAX_JOBS, MAX_RUN, QUIET_GAP, RUN_JOBS
 from sepp.storage.sqlite.ops import insert_jobs
 from sepp.storage.sqlite.schema import connect_writer
 
@@ -52,6 +52,54 @@ async def test_a_lone_enqueue_commits_on_the_lone_path_and_is_stored(tmp_path: P
     finally:
         await store.close()
     assert _stored(tmp_path / "sepp.db") == 6
+
+
+@pytest.mark.parametrize(("mode", "writer"), [("group", "process"), ("async", "process"), ("sync", "thread")])
+async def test_a_sequential_producers_batches_commit_on_the_lone_path_up_to_the_limit(
+        tmp_path: Path, mode: str, writer: str) -> None:
+    """Plain batches of at most ``LONE_MAX_JOBS`` jobs with nothing else writing skip the
+    committer, one commit each; one job more goes to the committer; all are stored."""
+    store = SQLiteStore(tmp_path, mode, writer=writer)
+    await store.open()
+    try:
+        assert store._lone is not None
+        before, lone_before = store.committer.commits, store._lone.commits
+        n = 0
+        for size in (2, 100, LONE_MAX_JOBS):
+            await asyncio.sleep(QUIET_GAP * 2)
+            assert await store.enqueue([_row(n + i) for i in range(size)], [0] * size, 0) == {}
+            n += size
+        assert store.committer.commits == before, "a lone batch went through the committer"
+        assert store._lone.commits == lone_before + 3
+        await asyncio.sleep(QUIET_GAP * 2)
+        await store.enqueue([_row(n + i) for i in range(LONE_MAX_JOBS + 1)], [0] * (LONE_MAX_JOBS + 1), 0)
+        n += LONE_MAX_JOBS + 1
+        assert store._lone.commits == lone_before + 3, "a batch past LONE_MAX_JOBS took the lone path"
+        assert store.committer.commits == before + 1
+    finally:
+        await store.close()
+    assert _stored(tmp_path / "sepp.db") == n
+
+
+async def test_lone_batches_hand_over_to_the_committer_sooner(tmp_path: Path) -> None:
+    """A lone batch counts ``1 + jobs // RUN_JOBS`` towards ``MAX_RUN``, so a run of batches
+    of 256 reaches the committer (whose commit checkpoints the WAL) every few batches."""
+    store = SQLiteStore(tmp_path, "group", writer="process")
+    await store.open()
+    try:
+        assert store._lone is not None
+        per = 1 + LONE_MAX_JOBS // RUN_JOBS
+        batches = 3 * (MAX_RUN // per + 1)
+        before = store.committer.commits
+        for b in range(batches):
+            await asyncio.sleep(QUIET_GAP * 2)
+            await store.enqueue([_row(b * 1000 + i) for i in range(LONE_MAX_JOBS)], [0] * LONE_MAX_JOBS, 0)
+        handed = store.committer.commits - before
+        assert handed >= 2, f"{handed} of {batches} batches went to the committer"
+        assert handed <= batches // (MAX_RUN // per), f"{handed} of {batches} batches went to the committer"
+    finally:
+        await store.close()
+    assert _stored(tmp_path / "sepp.db") == batches * LONE_MAX_JOBS
 
 
 async def test_concurrent_enqueues_still_share_commits(tmp_path: Path) -> None:

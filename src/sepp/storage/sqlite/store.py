@@ -50,7 +50,7 @@ from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
-from sepp.storage.sqlite.lone import LoneBusy, LoneWriter
+from sepp.storage.sqlite.lone import LONE_MAX_JOBS, LoneBusy, LoneWriter
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
 from sepp.storage.sqlite.writer_process import ProcessCommitter
@@ -220,7 +220,7 @@ class SQLiteStore:
             # The statements are prepared here, on the event loop: the writer only runs them
             # (docs/decisions.md "The writer runs SQL, the event loop builds").
             statements = insert_statements(rows)
-            return await self._committer.submit(partial(ops.run_inserts, statements), len(rows))
+            return await self._write_batch(partial(ops.run_inserts, statements), len(rows))
 
         op = partial(ops.enqueue_op, rows, dedup_until, now, new_queues, custom)
         if len(rows) == 1:
@@ -238,6 +238,19 @@ class SQLiteStore:
             except LoneBusy:
                 pass
         return await self._committer.submit(op, 1)
+
+    async def _write_batch(self, op: Op[Dedups], jobs: int) -> Dedups:
+        """A plain batch insert of ``jobs`` jobs: like ``_write_one``, on the lone-write path
+        when nothing else is writing and the batch is at most ``LONE_MAX_JOBS`` jobs (a
+        sequential producer's batches skip the writer hop), else through the committer."""
+        lone = self._lone
+        if (jobs <= LONE_MAX_JOBS and lone is not None and self._committer.idle
+                and lone.quiet(self._committer.commits)):
+            try:
+                return lone.run(op, jobs)
+            except LoneBusy:
+                pass
+        return await self._committer.submit(op, jobs)
 
     # ------------------------------------------------------------------ queues
 

@@ -48,6 +48,9 @@ from sepp.storage.postgres.sql import Q
 from sepp.storage.search import CustomEntry
 
 _RESERVED = int(State.RESERVED)
+
+#: Builds a NamedTuple (SettleResult, JobRecord) from a full tuple without its Python-level __new__.
+_new_result = tuple.__new__
 #: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
 _DRIVER_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 _record = JobRecord._make
@@ -274,13 +277,13 @@ class PostgresStore:
         """Promote due jobs, then lease up to ``max_jobs`` READY jobs from the queues in order
         with ``FOR UPDATE SKIP LOCKED`` (no job leased twice, however many nodes reserve).
         Every job of the call gets the same fresh random 128-bit lease id."""
-        now, worker, reserved = params.now, params.worker_id, _RESERVED
+        now, worker, reserved, node = params.now, params.worker_id, _RESERVED, params.node
         lease_id = os.urandom(16)
         records: list[JobRecord] = []
         for queue, expires, rows in await self._committer.submit(ops.ReserveOp(params, lease_id), 0):
-            records.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
-                                     max_attempts, payload, encoding, extras, idem, lease_id, expires, worker, now,
-                                     history, None, None, 0, seq, params.node)
+            records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
+                                                   attempt, max_attempts, payload, encoding, extras, idem, lease_id,
+                                                   expires, worker, now, history, None, None, 0, seq, node))
                            for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
                                 encoding, extras, idem, history, seq) in rows)
         return records
@@ -303,7 +306,7 @@ class PostgresStore:
         rows, refused, other_results = await self._committer.submit(
             ops.AckManyOp(folded, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
-        done = {job_id: SettleResult(None, completed, now, attempt, queue, started, job_type)
+        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started, job_type))
                 for job_id, queue, attempt, started, job_type in rows}
         done.update(refused)
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]

@@ -62,6 +62,7 @@ _RESERVED = int(State.RESERVED)
 
 
 _record = JobRecord._make  # rows of get_job are JobRecord fields in order
+#: Builds a NamedTuple (SettleResult, JobRecord) from a full tuple without its Python-level __new__.
 _new_result = tuple.__new__
 
 
@@ -271,14 +272,14 @@ class SQLiteStore:
         per queue one SELECT of the jobs in reserve order and one UPDATE that leases exactly
         those. Every job of the call gets the same fresh random 128-bit lease id (a lease is
         the pair job id + lease id; docs/decisions.md "One lease id per Reserve call")."""
-        now, worker, reserved = params.now, params.worker_id, _RESERVED
+        now, worker, reserved, node = params.now, params.worker_id, _RESERVED, params.node
         lease_id = os.urandom(16)
 
         records: list[JobRecord] = []
         for queue, expires, rows in await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0):
-            records.extend(JobRecord(id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt,
-                                     max_attempts, payload, encoding, extras, idem, lease_id, expires, worker, now,
-                                     history, None, None, 0, seq, params.node)
+            records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
+                                                   attempt, max_attempts, payload, encoding, extras, idem, lease_id,
+                                                   expires, worker, now, history, None, None, 0, seq, node))
                            for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
                                 encoding, extras, idem, history, seq) in rows)
         return records

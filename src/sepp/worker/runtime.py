@@ -44,15 +44,18 @@ import math
 import signal
 import threading
 import time
+import types
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
 from sepp import tracing
+from sepp.api.v1.worker_pb2 import SettleResult
 from sepp.client.auth import token_metadata
 from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
@@ -88,6 +91,32 @@ RESERVE_STOP_TIMEOUT = 5.0
 #: Against a server without ``StopReserving`` (UNIMPLEMENTED): seconds to wait for a
 #: ``Reserve`` in flight before cancelling it (one still open is parked in its long-poll).
 RESERVE_STOP_WAIT = 0.25
+
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, None]:
+    """Finish ``coro`` as ``await coro`` would, once its first step (``coro.send(None)``,
+    made by the caller) yielded ``first``: what the task sends or throws in goes on to
+    ``coro`` and what ``coro`` yields goes out to the task (``yield from``, PEP 380)."""
+    yielded = first
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # a cancellation thrown in by the task, as a rule
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration:
+                return
+
 
 @dataclass(frozen=True, slots=True)
 class JobReport:
@@ -161,6 +190,7 @@ class Worker:
         self._phase = "new"  # new → running → stopping → stopped
         #: Prefetched jobs with the time (monotonic) their reservation arrived.
         self._pending: deque[tuple[Job, float]] = deque()
+        #: The handler slot of each job running (see "running" below).
         self._running: dict[asyncio.Task[None], Job] = {}
         #: Outcomes submitted whose verdict has not come back yet (their slot is already free).
         self._settling = 0
@@ -255,6 +285,11 @@ class Worker:
         self._abandoning = False
         #: The job each task inside its handler works on (to release it if the task never ends).
         self._task_jobs: dict[asyncio.Task[Any], Job] = {}
+        #: Handler slots alive, those that will look at ``_pending`` before they park, and
+        #: the parked ones with the future that wakes each.
+        self._slots: set[asyncio.Task[None]] = set()
+        self._pulling: set[asyncio.Task[None]] = set()
+        self._idle: list[tuple[asyncio.Task[None], asyncio.Future[None]]] = []
         self._reservers: list[asyncio.Task[None]] = []
         self._shutdown_task: asyncio.Task[None] | None = None
         self._signals: list[signal.Signals] = []
@@ -452,45 +487,109 @@ class Worker:
             await self._room.wait()
 
     # ------------------------------------------------------------------ running
+    #
+    # Handlers run in *slots*: at most ``concurrency`` long-lived tasks, each running
+    # prefetched jobs one after another (no task per job: creating, scheduling and finishing
+    # one cost more than the runtime's whole remaining work for a no-op job). A slot is
+    # *pulling* while it will look at ``_pending`` before it parks; one pulling slot is
+    # enough, so a slot whose handler completes without suspending runs the next job at
+    # once, in the same step. A handler's first step runs inline (``coro.send(None)``);
+    # only when it suspends is its slot no longer pulling, and another one is woken (or
+    # started) for the jobs still waiting. A handler sees its slot as
+    # ``asyncio.current_task()`` throughout (the same task for the jobs its slot runs).
 
     def _dispatch(self) -> None:
-        limit = self.config.concurrency
-        pending, running = self._pending, self._running
-        if not pending or len(running) >= limit or self._phase != "running":
+        """Make sure a slot will take the prefetched jobs: wake a parked one, or start one
+        (up to ``concurrency``), unless one is pulling already."""
+        if self._pulling or not self._pending or self._phase != "running":
             return
-        if self._adaptive:
-            now = time.monotonic()
-            if now - pending[0][1] > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
-                # A prefetched job waited for a slot: the worker holds more than it runs.
-                self._ahead //= 2
-                self._shrunk_at = now
-        create_task, execute, finished = self._loop.create_task, self._execute, self._finished
-        tracer = tracing.tracer(self.tracer_provider)
-        while pending and len(running) < limit:
-            job = pending.popleft()[0]
-            task = create_task(execute(job) if tracer is None else self._execute_traced(job, tracer))
-            running[task] = job
-            task.add_done_callback(finished)
+        idle = self._idle
+        while idle:
+            slot, wake = idle.pop()
+            if not wake.done():  # a slot cancelled while parked has no future left to wake
+                self._pulling.add(slot)
+                wake.set_result(None)
+                return
+        if len(self._slots) < self.config.concurrency:
+            slot = self._loop.create_task(self._slot(), name="sepp-handler-slot")
+            self._slots.add(slot)
+            self._pulling.add(slot)
+            slot.add_done_callback(self._slot_ended)
+        # else every slot is inside a suspended handler: the first to return takes the next job
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("internal error running a job", exc_info=task.exception())
-        if self._running.pop(task, None) is not None:  # ended without reaching its settle
+    def _suspending(self, slot: asyncio.Task[None]) -> None:
+        """``slot``'s handler is about to wait: another slot takes the jobs still pending."""
+        self._pulling.discard(slot)
+        if not self._pulling and self._pending:
             self._dispatch()
-            self._wake_reservers()
 
-    async def _execute_traced(self, job: Job, tracer: SeppTracer) -> None:
-        """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
-        with tracer.process(job) as span:
-            await self._execute(job, span)
+    def _shrink_ahead(self, now: float) -> None:
+        """Adaptive prefetch: halve it when the oldest prefetched job waited for a slot for
+        more than ``PREFETCH_MAX_WAIT`` seconds (the worker holds more than it runs)."""
+        pending = self._pending
+        if pending and now - pending[0][1] > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
+            self._ahead //= 2
+            self._shrunk_at = now
 
-    async def _execute(self, job: Job, span: Process | None = None) -> None:
-        """Run ``job``'s handler and settle its outcome; ``span`` (tracing's ``Process``, or
-        ``None``) is told the outcome and the handler's exception."""
-        started = time.perf_counter()
-        registered = self.registry.get(job.job_type)
+    async def _slot(self) -> None:
+        """One handler slot: runs prefetched jobs one after another, parks when none is left,
+        ends once the worker stops (and after a job that left a cancellation on it: the
+        next job gets a fresh slot)."""
         me = asyncio.current_task(self._loop)
         assert me is not None
+        pending, running, pulling, idle = self._pending, self._running, self._pulling, self._idle
+        execute, execute_traced, provider = self._execute, self._execute_traced, self.tracer_provider
+        while self._phase == "running":
+            if not pending:
+                wake: asyncio.Future[None] = self._loop.create_future()
+                idle.append((me, wake))
+                pulling.discard(me)
+                await wake  # set by _dispatch (which counts this slot as pulling again) or at stop
+                continue
+            if self._adaptive:
+                self._shrink_ahead(time.monotonic())
+            job = pending.popleft()[0]
+            running[me] = job
+            tracer = tracing.tracer(provider)
+            try:
+                if tracer is None:
+                    await execute(job, me)
+                else:
+                    await execute_traced(job, tracer, me)
+            except Exception:
+                log.exception("internal error running a job")
+            # A handler that suspended counts as pulling again once it returned (_execute).
+            if running.pop(me, None) is not None:
+                self._wake_reservers()
+            if me.cancelling() or me._must_cancel:  # type: ignore[attr-defined]
+                return  # a cancellation the job left behind must not reach the next one
+
+    def _slot_ended(self, slot: asyncio.Task[None]) -> None:
+        self._slots.discard(slot)
+        self._pulling.discard(slot)
+        if not slot.cancelled() and slot.exception() is not None:
+            log.error("internal error in a handler slot", exc_info=slot.exception())
+        if self._running.pop(slot, None) is not None:  # ended inside a job, without reaching its settle
+            self._wake_reservers()
+        self._dispatch()
+
+    def _wake_idle_slots(self) -> None:
+        """Let every parked slot see that the worker stops (it ends)."""
+        idle, self._idle = self._idle, []
+        for _, wake in idle:
+            if not wake.done():
+                wake.set_result(None)
+
+    async def _execute_traced(self, job: Job, tracer: SeppTracer, me: asyncio.Task[None]) -> None:
+        """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
+        with tracer.process(job) as span:
+            await self._execute(job, me, span)
+
+    async def _execute(self, job: Job, me: asyncio.Task[None], span: Process | None = None) -> None:
+        """Run ``job``'s handler in slot ``me`` and settle its outcome; ``span`` (tracing's
+        ``Process``, or ``None``) is told the outcome and the handler's exception."""
+        started = time.perf_counter()
+        registered = self.registry.get(job.job_type)
         outcome: Outcome
         error: BaseException | None = None
         if registered is None:
@@ -499,11 +598,33 @@ class Worker:
             self._task_jobs[me] = job
             try:
                 if registered.is_async:
-                    await registered.fn(job)
+                    coro = registered.fn(job)
+                    if type(coro) is CoroutineType:
+                        # Its first step inline: a handler that never suspends is done here.
+                        try:
+                            first = coro.send(None)
+                        except StopIteration:
+                            pass
+                        else:
+                            self._suspending(me)
+                            try:
+                                await _resume(coro, first)
+                            finally:
+                                self._pulling.add(me)
+                    else:  # some other awaitable: assume it suspends
+                        self._suspending(me)
+                        try:
+                            await coro
+                        finally:
+                            self._pulling.add(me)
                 else:
-                    result = await self._threads.run(registered.fn, job)
-                    if inspect.isawaitable(result):
-                        await result
+                    self._suspending(me)
+                    try:
+                        result = await self._threads.run(registered.fn, job)
+                        if inspect.isawaitable(result):
+                            await result
+                    finally:
+                        self._pulling.add(me)
                 outcome = COMPLETED
             except asyncio.CancelledError as exc:
                 if self._abandoning:
@@ -522,42 +643,40 @@ class Worker:
         # The handler is done: its slot goes to the next job while the outcome is settled in
         # the background (queued before anything else runs; stop() waits for its verdict).
         self._settle(job, outcome, time.perf_counter() - started)
-        if self._running.pop(me, None) is not None:
-            self._dispatch()
-            self._wake_reservers()
 
-    def _settle(self, job: Job, outcome: Outcome, duration: float) -> asyncio.Future[Settled]:
+    def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
         """Queue ``outcome`` for ``job``; the report is made when its verdict comes back."""
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
         self._settling += 1
-        fut = self._settler.submit(outcome, job.id, job.lease_id)
-        fut.add_done_callback(partial(self._report, job, outcome, duration))
-        return fut
+        self._settler.notify(outcome, job.id, job.lease_id, self._settled, (job, outcome, duration))
 
-    def _report(self, job: Job, outcome: Outcome, duration: float, fut: asyncio.Future[Settled]) -> None:
+    def _settled(self, arg: tuple[Job, Outcome, float], result: SettleResult | None, resent: bool,
+                 error: BaseException | None) -> None:
+        """The verdict on ``arg`` = (job, outcome, duration): count, log, report to the hooks."""
         self._settling -= 1
+        if result is not None and result.ok and not self._hooks:
+            return  # nothing to log, nobody to tell
+        job, outcome, duration = arg
         refused = state = ""
         run_at: dt.datetime | None = None
-        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-        if exc is not None:
-            refused = f"{type(exc).__name__}: {exc}"
-            log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, exc)
+        if result is None:
+            refused = f"{type(error).__name__}: {error}"
+            log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, error)
+        elif result.ok:
+            state = STATE_NAMES.get(result.state, "")
+            if not state and outcome.kind == "completed":
+                state = "completed"
+            if result.HasField("run_at") and state == "scheduled":
+                run_at = timestamp_to_datetime(result.run_at)
         else:
-            settled = fut.result()
-            res = settled.result
-            if res.ok:
-                state = STATE_NAMES.get(res.state, "")
-                if not state and outcome.kind == "completed":
-                    state = "completed"
-                if res.HasField("run_at") and state == "scheduled":
-                    run_at = timestamp_to_datetime(res.run_at)
-            else:
-                refused = res.error_reason
-                self.stats["refused"] += 1
-                level = logging.INFO if settled.resent else logging.WARNING
-                note = " (re-sent after a transport error: the first may have applied it)" if settled.resent else ""
-                log.log(level, "settle of job %s (%s) refused: %s%s", job.id, outcome.kind, res.error_reason, note)
+            refused = result.error_reason
+            self.stats["refused"] += 1
+            level = logging.INFO if resent else logging.WARNING
+            note = " (re-sent after a transport error: the first may have applied it)" if resent else ""
+            log.log(level, "settle of job %s (%s) refused: %s%s", job.id, outcome.kind, result.error_reason, note)
+        if not self._hooks:
+            return
         report = JobReport(job, outcome.kind, state, duration, outcome.error_message, run_at, refused)
         for hook in self._hooks:
             try:
@@ -565,9 +684,26 @@ class Worker:
             except Exception:
                 log.exception("on_outcome hook failed")
 
+    def _settled_future(self, arg: tuple[Job, Outcome, float], fut: asyncio.Future[Settled]) -> None:
+        """``_settled`` for an item settled through ``Settler.submit`` (a future)."""
+        if fut.cancelled():
+            self._settled(arg, None, False, asyncio.CancelledError())
+        elif (exc := fut.exception()) is not None:
+            self._settled(arg, None, False, exc)
+        else:
+            settled = fut.result()
+            self._settled(arg, settled.result, settled.resent, None)
+
     async def _release(self, jobs: Iterable[Job], why: str) -> None:
         outcome = released(why)
-        futs = [self._settle(job, outcome, 0.0) for job in jobs]
+        futs = []
+        for job in jobs:
+            self._keeper.untrack(job)
+            self.stats[outcome.kind] += 1
+            self._settling += 1
+            fut = self._settler.submit(outcome, job.id, job.lease_id)
+            fut.add_done_callback(partial(self._settled_future, (job, outcome, 0.0)))
+            futs.append(fut)
         if futs:
             await asyncio.wait(futs)
 
@@ -658,6 +794,7 @@ class Worker:
             #    at once. Calls are cancelled only on a hurry or once the server left
             #    StopReserving unanswered for RESERVE_STOP_TIMEOUT.
             self._room.set()
+            self._wake_idle_slots()
             await self._await_reservers()
             # 2. release every prefetched job that never started.
             pending = [job for job, _ in self._pending]

@@ -91,6 +91,13 @@ class LeaseKeeper:
         if self._lease is not None:
             self._track_batch(jobs, self._lease)
             return
+        first = jobs[0].reservation.lease_expires_at
+        for job in jobs:  # as a rule they all expire together: one comparison each, no grouping
+            if job.reservation.lease_expires_at != first:
+                break
+        else:
+            self._track_batch(jobs, self.lease_length(jobs[0]))
+            return
         groups: dict[tuple[int, int], list[Job]] = {}
         for job in jobs:
             expires = job.reservation.lease_expires_at

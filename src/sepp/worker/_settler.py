@@ -90,7 +90,11 @@ class Settler:
         raises is logged)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        self._queue((outcome, job_id, lease_id, None, then, arg))
+        items = self._items  # _queue, inline (once per job)
+        items.append((outcome, job_id, lease_id, None, then, arg))
+        active = len(self._active)
+        if not active or (len(items) >= self._max_batch and active < self._max_in_flight):
+            self._start()
 
     def _queue(self, item: _Item) -> None:
         items = self._items

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from sepp._otel import Process, SeppTracer
 
 log = logging.getLogger("sepp.worker")
+_perf_counter = time.perf_counter
 H = TypeVar("H", bound=Callable[..., Any])
 
 #: A graceful stop never cancels a ``Reserve`` that may have been answered (its jobs would
@@ -188,8 +189,8 @@ class Worker:
         self.registry = HandlerRegistry()
         self._hooks: list[OutcomeHook] = []
         self._phase = "new"  # new → running → stopping → stopped
-        #: Prefetched jobs with the time (monotonic) their reservation arrived.
-        self._pending: deque[tuple[Job, float]] = deque()
+        #: Prefetched jobs, oldest first (each knows when it arrived: ``Job._reserved_at``).
+        self._pending: deque[Job] = deque()
         #: The handler slot of each job running (see "running" below).
         self._running: dict[asyncio.Task[None], Job] = {}
         #: Outcomes submitted whose verdict has not come back yet (their slot is already free).
@@ -267,6 +268,9 @@ class Worker:
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
         self._loop = asyncio.get_running_loop()
+        #: The registry's handlers by job type, looked up once per job (the dict itself:
+        #: a handler registered while running is found).
+        self._handlers = self.registry._handlers
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
@@ -283,8 +287,6 @@ class Worker:
         self._lanes = 1
         self._reserve_cancelled = False
         self._abandoning = False
-        #: The job each task inside its handler works on (to release it if the task never ends).
-        self._task_jobs: dict[asyncio.Task[Any], Job] = {}
         #: Handler slots alive, those that will look at ``_pending`` before they park, and
         #: the parked ones with the future that wakes each.
         self._slots: set[asyncio.Task[None]] = set()
@@ -462,7 +464,8 @@ class Worker:
             self.stats["reserve_calls"] += 1
             if not resp.reservations:
                 continue
-            jobs = [Job(r) for r in resp.reservations]
+            now = time.monotonic()
+            jobs = [Job(r, now) for r in resp.reservations]
             self.stats["reserved"] += len(jobs)
             self._keeper.track_all(jobs)
             if self._phase != "running":
@@ -473,8 +476,7 @@ class Worker:
                 # A full answer found free slots and nothing prefetched: the worker ran dry
                 # waiting for it, so hold more ahead next time.
                 self._ahead = min(self._ahead_max, max(2 * self._ahead, 1))
-            now = time.monotonic()
-            self._pending.extend([(job, now) for job in jobs])
+            self._pending.extend(jobs)
             self._dispatch()
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
@@ -518,16 +520,18 @@ class Worker:
         # else every slot is inside a suspended handler: the first to return takes the next job
 
     def _suspending(self, slot: asyncio.Task[None]) -> None:
-        """``slot``'s handler is about to wait: another slot takes the jobs still pending."""
+        """``slot``'s handler is about to wait: another slot takes the jobs still pending, and
+        the reservers hear of the room the jobs run before it made."""
         self._pulling.discard(slot)
         if not self._pulling and self._pending:
             self._dispatch()
+        self._wake_reservers()
 
     def _shrink_ahead(self, now: float) -> None:
         """Adaptive prefetch: halve it when the oldest prefetched job waited for a slot for
         more than ``PREFETCH_MAX_WAIT`` seconds (the worker holds more than it runs)."""
         pending = self._pending
-        if pending and now - pending[0][1] > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
+        if pending and now - pending[0]._reserved_at > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
             self._ahead //= 2
             self._shrunk_at = now
 
@@ -546,31 +550,34 @@ class Worker:
                 pulling.discard(me)
                 await wake  # set by _dispatch (which counts this slot as pulling again) or at stop
                 continue
-            if self._adaptive:
-                self._shrink_ahead(time.monotonic())
-            job = pending.popleft()[0]
-            running[me] = job
-            tracer = tracing.tracer(provider)
-            try:
-                if tracer is None:
-                    await execute(job, me)
-                else:
-                    await execute_traced(job, tracer, me)
-            except Exception:
-                log.exception("internal error running a job")
-            # A handler that suspended counts as pulling again once it returned (_execute).
-            if running.pop(me, None) is not None:
-                self._wake_reservers()
-            if me.cancelling() or me._must_cancel:  # type: ignore[attr-defined]
-                return  # a cancellation the job left behind must not reach the next one
+            tracer = tracing.tracer(provider)  # looked up again after each park
+            while pending and self._phase == "running":
+                if self._adaptive:
+                    self._shrink_ahead(time.monotonic())
+                job = pending.popleft()
+                running[me] = job
+                try:
+                    if tracer is None:
+                        await execute(job, me)
+                    else:
+                        await execute_traced(job, tracer, me)
+                except Exception:
+                    log.exception("internal error running a job")
+                # A handler that suspended counts as pulling again once it returned (_execute).
+                del running[me]
+                if me.cancelling() or me._must_cancel:  # type: ignore[attr-defined]
+                    return  # a cancellation the job left behind must not reach the next one (_slot_ended)
+            # The reservers run only once this slot waits: telling them of the room made by
+            # the jobs just run at the end of the run is as early as telling them after each.
+            self._wake_reservers()
 
     def _slot_ended(self, slot: asyncio.Task[None]) -> None:
         self._slots.discard(slot)
         self._pulling.discard(slot)
         if not slot.cancelled() and slot.exception() is not None:
             log.error("internal error in a handler slot", exc_info=slot.exception())
-        if self._running.pop(slot, None) is not None:  # ended inside a job, without reaching its settle
-            self._wake_reservers()
+        self._running.pop(slot, None)  # ended inside a job, without reaching its settle
+        self._wake_reservers()
         self._dispatch()
 
     def _wake_idle_slots(self) -> None:
@@ -588,14 +595,13 @@ class Worker:
     async def _execute(self, job: Job, me: asyncio.Task[None], span: Process | None = None) -> None:
         """Run ``job``'s handler in slot ``me`` and settle its outcome; ``span`` (tracing's
         ``Process``, or ``None``) is told the outcome and the handler's exception."""
-        started = time.perf_counter()
-        registered = self.registry.get(job.job_type)
+        started = _perf_counter()
+        registered = self._handlers.get(job.job_type)
         outcome: Outcome
         error: BaseException | None = None
         if registered is None:
             outcome = no_handler(job.job_type)
         else:
-            self._task_jobs[me] = job
             try:
                 if registered.is_async:
                     coro = registered.fn(job)
@@ -636,13 +642,11 @@ class Worker:
                     outcome, error = outcome_for_exception(exc), exc
             except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
                 outcome, error = outcome_for_exception(exc), exc
-            finally:
-                self._task_jobs.pop(me, None)
         if span is not None:
             span.outcome(outcome.kind, error, outcome.error_message)
         # The handler is done: its slot goes to the next job while the outcome is settled in
         # the background (queued before anything else runs; stop() waits for its verdict).
-        self._settle(job, outcome, time.perf_counter() - started)
+        self._settle(job, outcome, _perf_counter() - started)
 
     def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
         """Queue ``outcome`` for ``job``; the report is made when its verdict comes back."""
@@ -797,7 +801,7 @@ class Worker:
             self._wake_idle_slots()
             await self._await_reservers()
             # 2. release every prefetched job that never started.
-            pending = [job for job, _ in self._pending]
+            pending = list(self._pending)
             self._pending.clear()
             if pending:
                 log.info("releasing %d prefetched job(s)", len(pending))
@@ -819,14 +823,16 @@ class Worker:
             # 4. abandon what is still running: release it.
             left = [t for t in self._running if not t.done()]
             if left:
-                stuck = [t for t in left if t in self._task_jobs]
+                # A slot is in _running exactly while it runs a job, and runs nothing but
+                # its handler across an await: each of these is inside its handler.
+                stuck = [t for t in left if t in self._running]
                 log.warning("releasing %d job(s) still running after the grace period", len(stuck))
                 self._abandoning = True
                 for task in stuck:
                     task.cancel()
                 await asyncio.wait(left, timeout=5)
                 # A handler that swallows cancellation never ends: give its job back anyway.
-                hung = [self._task_jobs.pop(t) for t in left if not t.done() and t in self._task_jobs]
+                hung = [self._running[t] for t in left if not t.done() and t in self._running]
                 if hung:
                     log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
                     await self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")

@@ -21,6 +21,17 @@ for the jobs that finish together). The default ``prefetch=None`` adapts the pre
 the jobs (see :class:`~sepp.worker.WorkerConfig`). See :mod:`sepp.worker.outcome` for
 what a handler's return or exception means.
 
+Handlers run in at most ``concurrency`` long-lived *slot* tasks, not in a task per job
+(issue 15 item 4: creating, scheduling and ending a task cost more than the rest of the
+runtime's work for a short job). An async handler's first step runs inline in its slot, so
+a handler that never suspends is done without a task switch, and its slot runs the next
+job at once; one that suspends hands the jobs still waiting to another slot. Inside a
+handler ``asyncio.current_task()`` is its slot: the same task before and after it
+suspends (``asyncio.timeout``, ``TaskGroup`` work as usual), shared with the other jobs
+the slot runs one after another — as are context variables a handler sets without
+resetting them. A job that leaves a cancellation pending on its slot (its handler cancelled
+its own task and returned) ends the slot; the next job gets a fresh one.
+
 Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving — ask the server to end this
 worker's long-polls (``StopReserving``, repeated every ``RESERVE_STOP_EVERY`` while a call is
 open), let every ``Reserve`` in flight finish and release what it brings; a call is cancelled
@@ -271,6 +282,7 @@ class Worker:
         #: The registry's handlers by job type, looked up once per job (the dict itself:
         #: a handler registered while running is found).
         self._handlers = self.registry._handlers
+        self._on_settled = self._settled  # bound once, not once per job
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
@@ -653,7 +665,7 @@ class Worker:
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
         self._settling += 1
-        self._settler.notify(outcome, job.id, job.lease_id, self._settled, (job, outcome, duration))
+        self._settler.notify(outcome, job.id, job.lease_id, self._on_settled, (job, outcome, duration))
 
     def _settled(self, arg: tuple[Job, Outcome, float], result: SettleResult | None, resent: bool,
                  error: BaseException | None) -> None:

@@ -608,7 +608,7 @@ class Worker:
         """Run ``job``'s handler in slot ``me`` and settle its outcome; ``span`` (tracing's
         ``Process``, or ``None``) is told the outcome and the handler's exception."""
         started = _perf_counter()
-        registered = self._handlers.get(job.job_type)
+        registered = self._handlers.get(job._job.job_type)  # (job.job_type without the property call)
         outcome: Outcome
         error: BaseException | None = None
         if registered is None:
@@ -665,7 +665,7 @@ class Worker:
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
         self._settling += 1
-        self._settler.notify(outcome, job.id, job.lease_id, self._on_settled, (job, outcome, duration))
+        self._settler.notify(outcome, job._job.id, job.lease_id, self._on_settled, (job, outcome, duration))
 
     def _settled(self, arg: tuple[Job, Outcome, float], result: SettleResult | None, resent: bool,
                  error: BaseException | None) -> None:

@@ -11,6 +11,7 @@ cancellation one job leaves on its slot never reaches the next job.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -139,6 +140,38 @@ async def test_a_handler_sees_one_task_before_and_after_it_suspends(fast: Server
         await until(lambda: len(reports) == 4, what="4 jobs")
     assert seen == [(True, True)] * 4
     assert {r.outcome for r in reports} == {"completed"}
+
+
+#: Set by handlers in test_context_variables_are_per_job_like_a_task_per_job.
+_MARK: contextvars.ContextVar[str] = contextvars.ContextVar("sepp_test_mark", default="")
+
+
+async def test_context_variables_are_per_job_like_a_task_per_job(fast: ServerProcess, fresh_queue: str) -> None:
+    # One slot runs every job one after another: what a job sets (before or after it
+    # suspends, never reset) is its own; it still sees it after a suspension; the next job
+    # of the slot starts from the slot's context, not the previous job's.
+    worker, reports = make_worker(fast, fresh_queue, concurrency=1, prefetch=10)
+    seen: list[tuple[str, str, str]] = []
+
+    @worker.handler("inline")
+    async def inline(job: Job) -> None:
+        seen.append((job.job_type, _MARK.get(), ""))
+        _MARK.set(job.id)
+
+    @worker.handler("suspends")
+    async def suspends(job: Job) -> None:
+        before = _MARK.get()
+        _MARK.set(job.id)
+        await asyncio.sleep(0.01)
+        seen.append((job.job_type, before, "same" if _MARK.get() == job.id else _MARK.get()))
+
+    ids = enqueue(fast, fresh_queue, ["inline", "suspends", "inline", "suspends", "inline"])
+    async with running(worker):
+        await until(lambda: len(reports) == 5, what="5 jobs")
+    assert len(ids) == 5
+    assert seen == [("inline", "", ""), ("suspends", "", "same"), ("inline", "", ""), ("suspends", "", "same"),
+                    ("inline", "", "")]
+    assert _MARK.get() == "", "a handler's context variable leaked into the worker's own context"
 
 
 async def test_a_cancellation_a_job_leaves_behind_never_reaches_the_next_job(fast: ServerProcess,

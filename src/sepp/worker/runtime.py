@@ -28,8 +28,9 @@ a handler that never suspends is done without a task switch, and its slot runs t
 job at once; one that suspends hands the jobs still waiting to another slot. Inside a
 handler ``asyncio.current_task()`` is its slot: the same task before and after it
 suspends (``asyncio.timeout``, ``TaskGroup`` work as usual), shared with the other jobs
-the slot runs one after another — as are context variables a handler sets without
-resetting them. A job that leaves a cancellation pending on its slot (its handler cancelled
+the slot runs one after another. Context variables are per job: each job's handler runs
+in a copy of the slot's context, as a task per job would (what one job sets, the next one
+does not see). A job that leaves a cancellation pending on its slot (its handler cancelled
 its own task and returned) ends the slot; the next job gets a fresh one.
 
 Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving — ask the server to end this
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime as dt
 import inspect
 import logging
@@ -85,6 +87,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sepp.worker")
 _perf_counter = time.perf_counter
+_copy_context = contextvars.copy_context
 H = TypeVar("H", bound=Callable[..., Any])
 
 #: A graceful stop never cancels a ``Reserve`` that may have been answered (its jobs would
@@ -107,10 +110,24 @@ RESERVE_STOP_WAIT = 0.25
 
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, None]:
+def _resume(coro: Coroutine[Any, Any, Any], first: Any,
+            ctx: contextvars.Context | None = None) -> Generator[Any, Any, None]:
     """Finish ``coro`` as ``await coro`` would, once its first step (``coro.send(None)``,
     made by the caller) yielded ``first``: what the task sends or throws in goes on to
-    ``coro`` and what ``coro`` yields goes out to the task (``yield from``, PEP 380)."""
+    ``coro`` and what ``coro`` yields goes out to the task (``yield from``, PEP 380). With
+    ``ctx``, every step of ``coro`` runs in that context (``Context.run``), as each step of
+    a task runs in the task's own context."""
+    send: Callable[[Any], Any] = coro.send
+    throw: Callable[[BaseException], Any] = coro.throw
+    if ctx is not None:
+        run = ctx.run
+
+        def send(value: Any) -> Any:
+            return run(coro.send, value)
+
+        def throw(exc: BaseException) -> Any:
+            return run(coro.throw, exc)
+
     yielded = first
     while True:
         try:
@@ -120,12 +137,12 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, N
             raise
         except BaseException as exc:  # a cancellation thrown in by the task, as a rule
             try:
-                yielded = coro.throw(exc)
+                yielded = throw(exc)
             except StopIteration:
                 return
         else:
             try:
-                yielded = coro.send(sent)
+                yielded = send(sent)
             except StopIteration:
                 return
 
@@ -577,7 +594,7 @@ class Worker:
                     log.exception("internal error running a job")
                 # A handler that suspended counts as pulling again once it returned (_execute).
                 del running[me]
-                if me.cancelling() or me._must_cancel:  # type: ignore[attr-defined]
+                if me.cancelling() or getattr(me, "_must_cancel", False):
                     return  # a cancellation the job left behind must not reach the next one (_slot_ended)
             # The reservers run only once this slot waits: telling them of the room made by
             # the jobs just run at the end of the run is as early as telling them after each.
@@ -619,14 +636,18 @@ class Worker:
                     coro = registered.fn(job)
                     if type(coro) is CoroutineType:
                         # Its first step inline: a handler that never suspends is done here.
+                        # Each job's steps run in a context of its own (a copy of the slot's,
+                        # as a task per job would have had): a context variable a handler
+                        # sets is not seen by the next job of the slot.
+                        ctx = _copy_context()
                         try:
-                            first = coro.send(None)
+                            first = ctx.run(coro.send, None)
                         except StopIteration:
                             pass
                         else:
                             self._suspending(me)
                             try:
-                                await _resume(coro, first)
+                                await _resume(coro, first, ctx)
                             finally:
                                 self._pulling.add(me)
                     else:  # some other awaitable: assume it suspends

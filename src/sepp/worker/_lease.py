@@ -35,10 +35,12 @@ MIN_LEASE = 0.05
 @dataclass(slots=True)
 class _Batch:
     """Jobs reserved together whose first extension is one timer; cancelled when the last
-    of them is untracked before it fires."""
+    of them is untracked before it fires. Until it fires, each of its jobs is held by the
+    batch itself (no object per job); then each gets a ``_Held`` of its own."""
 
     jobs: list[Job]
     live: int
+    length: float
     handle: asyncio.TimerHandle | None = None
 
 
@@ -47,7 +49,6 @@ class _Held:
     length: float
     handle: asyncio.TimerHandle | None = None
     task: asyncio.Task[None] | None = None
-    batch: _Batch | None = None
 
 
 class LeaseKeeper:
@@ -61,7 +62,7 @@ class LeaseKeeper:
         self._rpc = rpc
         self._lease = lease_duration
         self._on_lost = on_lost
-        self._held: dict[Job, _Held] = {}
+        self._held: dict[Job, _Held | _Batch] = {}
         #: Extensions sent (metrics, tests).
         self.extensions = 0
 
@@ -90,6 +91,13 @@ class LeaseKeeper:
         if self._lease is not None:
             self._track_batch(jobs, self._lease)
             return
+        first = jobs[0].reservation.lease_expires_at
+        for job in jobs:  # as a rule they all expire together: one comparison each, no grouping
+            if job.reservation.lease_expires_at != first:
+                break
+        else:
+            self._track_batch(jobs, self.lease_length(jobs[0]))
+            return
         groups: dict[tuple[int, int], list[Job]] = {}
         for job in jobs:
             expires = job.reservation.lease_expires_at
@@ -98,10 +106,8 @@ class LeaseKeeper:
             self._track_batch(group, self.lease_length(group[0]))
 
     def _track_batch(self, jobs: list[Job], length: float) -> None:
-        batch = _Batch(jobs, len(jobs))
-        held = self._held
-        for job in jobs:
-            held[job] = _Held(length, None, None, batch)
+        batch = _Batch(jobs, len(jobs), length)
+        self._held.update(dict.fromkeys(jobs, batch))
         batch.handle = asyncio.get_running_loop().call_later(length / 3, self._fire_batch, batch)
 
     def untrack(self, job: Job) -> None:
@@ -110,22 +116,20 @@ class LeaseKeeper:
         if held is None:
             return
         if held.handle is not None:
+            if type(held) is _Batch:  # one of a batch whose first extension is still to come
+                held.live -= 1
+                if held.live:
+                    return
+                held.jobs = []
             held.handle.cancel()
-        batch = held.batch
-        if batch is not None:
-            held.batch = None
-            batch.live -= 1
-            if batch.live == 0 and batch.handle is not None:
-                batch.handle.cancel()
-                batch.handle = None
-                batch.jobs = []
+            held.handle = None
 
     def _fire_batch(self, batch: _Batch) -> None:
         jobs, batch.jobs, batch.handle = batch.jobs, [], None
+        held = self._held
         for job in jobs:
-            held = self._held.get(job)
-            if held is not None and held.batch is batch:
-                held.batch = None
+            if held.get(job) is batch:
+                held[job] = _Held(batch.length)
                 self._fire(job)
 
     def __len__(self) -> int:
@@ -137,7 +141,7 @@ class LeaseKeeper:
 
     def _fire(self, job: Job) -> None:
         held = self._held.get(job)
-        if held is None:
+        if not isinstance(held, _Held):
             return
         held.handle = None
         held.task = asyncio.create_task(self._extend(job, held), name=f"sepp-extend-{job.id}")
@@ -175,10 +179,8 @@ class LeaseKeeper:
         for h in held:
             if h.handle is not None:
                 h.handle.cancel()
-            if h.batch is not None and h.batch.handle is not None:
-                h.batch.handle.cancel()
-                h.batch.handle = None
-            if h.task is not None and not h.task.done():
+                h.handle = None
+            if isinstance(h, _Held) and h.task is not None and not h.task.done():
                 tasks.append(h.task)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

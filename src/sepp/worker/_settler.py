@@ -20,7 +20,9 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.errors import TransportError
@@ -29,6 +31,9 @@ from sepp.worker.outcome import Outcome
 
 log = logging.getLogger("sepp.worker")
 
+#: ``notify``'s callback: ``(arg, result, resent, error)``, ``result`` None when ``error`` is set.
+Then = Callable[[Any, "wpb.SettleResult | None", bool, "BaseException | None"], None]
+
 
 @dataclass(frozen=True, slots=True)
 class Settled:
@@ -36,6 +41,11 @@ class Settled:
 
     result: wpb.SettleResult
     resent: bool
+
+
+#: A queued item: (outcome, job id, lease id, the future of ``submit`` or None, the callback
+#: of ``notify`` or None, its argument).
+_Item: TypeAlias = tuple[Outcome, str, str, "asyncio.Future[Settled] | None", "Then | None", Any]
 
 
 class Settler:
@@ -48,7 +58,7 @@ class Settler:
         self._retry_for = retry_for
         self._max_in_flight = max_in_flight
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._items: list[tuple[Outcome, str, str, asyncio.Future[Settled]]] = []
+        self._items: list[_Item] = []
         #: Every send task not yet finished (what ``flush`` waits for).
         self._tasks: set[asyncio.Task[None]] = set()
         #: The send tasks that will still look at ``_items`` before they end. A task leaves
@@ -63,16 +73,35 @@ class Settler:
     def submit(self, outcome: Outcome, job_id: str, lease_id: str) -> asyncio.Future[Settled]:
         """Queue the ack/nack ``outcome`` of the delivery (``job_id``, ``lease_id``); the future
         resolves to its ``Settled`` verdict, or raises the ``SeppError`` that made its batch
-        fail for good. The wire items are written when the batch is sent."""
+        fail for good (an item whose future was cancelled before its batch left is not
+        sent). The wire items are written when the batch is sent."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         fut: asyncio.Future[Settled] = loop.create_future()
-        self._items.append((outcome, job_id, lease_id, fut))
-        active = len(self._active)
-        if not active or (len(self._items) >= self._max_batch and active < self._max_in_flight):
-            self._start()
+        self._queue((outcome, job_id, lease_id, fut, None, None))
         return fut
+
+    def notify(self, outcome: Outcome, job_id: str, lease_id: str, then: Then, arg: Any) -> None:
+        """Like :meth:`submit`, without a future: ``then(arg, result, resent, error)`` is
+        called (inside the send task) with the item's ``SettleResult`` and whether it took more
+        than one call, or with ``result=None`` and the error that made its batch fail for
+        good. Saves a future and a loop callback per job; ``then`` must not raise (what it
+        raises is logged)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        items = self._items  # _queue, inline (once per job)
+        items.append((outcome, job_id, lease_id, None, then, arg))
+        active = len(self._active)
+        if not active or (len(items) >= self._max_batch and active < self._max_in_flight):
+            self._start()
+
+    def _queue(self, item: _Item) -> None:
+        items = self._items
+        items.append(item)
+        active = len(self._active)
+        if not active or (len(items) >= self._max_batch and active < self._max_in_flight):
+            self._start()
 
     def _start(self) -> None:
         assert self._loop is not None
@@ -108,24 +137,45 @@ class Settler:
         finally:
             self._active.discard(me)
 
-    async def _send_batch(self, batch: list[tuple[Outcome, str, str, asyncio.Future[Settled]]]) -> None:
-        batch = [entry for entry in batch if not entry[3].cancelled()]
+    async def _send_batch(self, batch: list[_Item]) -> None:
+        batch = [item for item in batch if (fut := item[3]) is None or not fut.cancelled()]
         if not batch:
             return
         try:
             request = wpb.SettleRequest()
             add = request.items.add
-            for outcome, job_id, lease_id, _ in batch:
-                outcome.fill(add(), job_id, lease_id)
+            for outcome, job_id, lease_id, *_ in batch:
+                if outcome.kind == "completed":  # Outcome.fill's ack, inline: most items are acks
+                    ack = add().ack
+                    ack.job_id = job_id
+                    ack.lease_id = lease_id
+                else:
+                    outcome.fill(add(), job_id, lease_id)
             results, resent = await self._send(request)
         except Exception as exc:  # a SeppError, or a bug: either way every waiter hears of it
-            for *_, fut in batch:
-                if not fut.done():
+            for _, _, _, fut, then, arg in batch:
+                if fut is None:
+                    self._call(then, arg, None, False, exc)
+                elif not fut.done():
                     fut.set_exception(exc)
             return
-        for (*_, fut), result in zip(batch, results, strict=True):
-            if not fut.done():
+        for (_, _, _, fut, then, arg), result in zip(batch, results, strict=True):
+            if fut is None:
+                try:
+                    then(arg, result, resent, None)  # type: ignore[misc]
+                except Exception:
+                    log.exception("a settle callback failed")
+            elif not fut.done():
                 fut.set_result(Settled(result, resent))
+
+    @staticmethod
+    def _call(then: Then | None, arg: Any, result: wpb.SettleResult | None, resent: bool,
+              error: BaseException | None) -> None:
+        assert then is not None
+        try:
+            then(arg, result, resent, error)
+        except Exception:
+            log.exception("a settle callback failed")
 
     async def _send(self, request: wpb.SettleRequest) -> tuple[list[wpb.SettleResult], bool]:
         deadline = time.monotonic() + self._retry_for

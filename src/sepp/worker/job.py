@@ -81,16 +81,19 @@ class Job:
             and this delivery's settle will be refused.
     """
 
-    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_lease_expires", "_trace", "cancel_requested",
-                 "lease_id", "lease_lost", "reservation")
+    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_lease_expires", "_reserved_at", "_trace",
+                 "cancel_requested", "lease_id", "lease_lost", "reservation")
 
-    def __init__(self, reservation: wpb.Reservation) -> None:
+    def __init__(self, reservation: wpb.Reservation, reserved_at: float = 0.0) -> None:
         #: The wire reservation this job was built from.
         self.reservation = reservation
-        self._job = reservation.job
+        #: When the worker took the reservation in (``time.monotonic()`` seconds; its
+        #: adaptive prefetch measures how long a prefetched job waited for a slot).
+        self._reserved_at = reserved_at
+        self._job = job = reservation.job
         self.lease_id: str = reservation.lease_id
         self._lease_expires: dt.datetime | None = None  # read from the reservation when first asked
-        self.cancel_requested: bool = reservation.job.cancel_requested
+        self.cancel_requested: bool = job.cancel_requested
         self.lease_lost = False
         self._custom: Mapping[str, CustomPrimitive] | None = None
         self._trace: Mapping[str, str] | None = None

@@ -21,6 +21,18 @@ for the jobs that finish together). The default ``prefetch=None`` adapts the pre
 the jobs (see :class:`~sepp.worker.WorkerConfig`). See :mod:`sepp.worker.outcome` for
 what a handler's return or exception means.
 
+Handlers run in at most ``concurrency`` long-lived *slot* tasks, not in a task per job
+(issue 15 item 4: creating, scheduling and ending a task cost more than the rest of the
+runtime's work for a short job). An async handler's first step runs inline in its slot, so
+a handler that never suspends is done without a task switch, and its slot runs the next
+job at once; one that suspends hands the jobs still waiting to another slot. Inside a
+handler ``asyncio.current_task()`` is its slot: the same task before and after it
+suspends (``asyncio.timeout``, ``TaskGroup`` work as usual), shared with the other jobs
+the slot runs one after another. Context variables are per job: each job's handler runs
+in a copy of the slot's context, as a task per job would (what one job sets, the next one
+does not see). A job that leaves a cancellation pending on its slot (its handler cancelled
+its own task and returned) ends the slot; the next job gets a fresh one.
+
 Graceful stop (``stop()``, SIGTERM, SIGINT): stop reserving — ask the server to end this
 worker's long-polls (``StopReserving``, repeated every ``RESERVE_STOP_EVERY`` while a call is
 open), let every ``Reserve`` in flight finish and release what it brings; a call is cancelled
@@ -37,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime as dt
 import inspect
 import logging
@@ -44,15 +57,18 @@ import math
 import signal
 import threading
 import time
+import types
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
 from sepp import tracing
+from sepp.api.v1.worker_pb2 import SettleResult
 from sepp.client.auth import token_metadata
 from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
@@ -70,6 +86,8 @@ if TYPE_CHECKING:
     from sepp._otel import Process, SeppTracer
 
 log = logging.getLogger("sepp.worker")
+_perf_counter = time.perf_counter
+_copy_context = contextvars.copy_context
 H = TypeVar("H", bound=Callable[..., Any])
 
 #: A graceful stop never cancels a ``Reserve`` that may have been answered (its jobs would
@@ -88,6 +106,46 @@ RESERVE_STOP_TIMEOUT = 5.0
 #: Against a server without ``StopReserving`` (UNIMPLEMENTED): seconds to wait for a
 #: ``Reserve`` in flight before cancelling it (one still open is parked in its long-poll).
 RESERVE_STOP_WAIT = 0.25
+
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], first: Any,
+            ctx: contextvars.Context | None = None) -> Generator[Any, Any, None]:
+    """Finish ``coro`` as ``await coro`` would, once its first step (``coro.send(None)``,
+    made by the caller) yielded ``first``: what the task sends or throws in goes on to
+    ``coro`` and what ``coro`` yields goes out to the task (``yield from``, PEP 380). With
+    ``ctx``, every step of ``coro`` runs in that context (``Context.run``), as each step of
+    a task runs in the task's own context."""
+    send: Callable[[Any], Any] = coro.send
+    throw: Callable[[BaseException], Any] = coro.throw
+    if ctx is not None:
+        run = ctx.run
+
+        def send(value: Any) -> Any:
+            return run(coro.send, value)
+
+        def throw(exc: BaseException) -> Any:
+            return run(coro.throw, exc)
+
+    yielded = first
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # a cancellation thrown in by the task, as a rule
+            try:
+                yielded = throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                yielded = send(sent)
+            except StopIteration:
+                return
+
 
 @dataclass(frozen=True, slots=True)
 class JobReport:
@@ -159,8 +217,9 @@ class Worker:
         self.registry = HandlerRegistry()
         self._hooks: list[OutcomeHook] = []
         self._phase = "new"  # new → running → stopping → stopped
-        #: Prefetched jobs with the time (monotonic) their reservation arrived.
-        self._pending: deque[tuple[Job, float]] = deque()
+        #: Prefetched jobs, oldest first (each knows when it arrived: ``Job._reserved_at``).
+        self._pending: deque[Job] = deque()
+        #: The handler slot of each job running (see "running" below).
         self._running: dict[asyncio.Task[None], Job] = {}
         #: Outcomes submitted whose verdict has not come back yet (their slot is already free).
         self._settling = 0
@@ -237,6 +296,10 @@ class Worker:
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
         self._loop = asyncio.get_running_loop()
+        #: The registry's handlers by job type, looked up once per job (the dict itself:
+        #: a handler registered while running is found).
+        self._handlers = self.registry._handlers
+        self._on_settled = self._settled  # bound once, not once per job
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
@@ -253,8 +316,11 @@ class Worker:
         self._lanes = 1
         self._reserve_cancelled = False
         self._abandoning = False
-        #: The job each task inside its handler works on (to release it if the task never ends).
-        self._task_jobs: dict[asyncio.Task[Any], Job] = {}
+        #: Handler slots alive, those that will look at ``_pending`` before they park, and
+        #: the parked ones with the future that wakes each.
+        self._slots: set[asyncio.Task[None]] = set()
+        self._pulling: set[asyncio.Task[None]] = set()
+        self._idle: list[tuple[asyncio.Task[None], asyncio.Future[None]]] = []
         self._reservers: list[asyncio.Task[None]] = []
         self._shutdown_task: asyncio.Task[None] | None = None
         self._signals: list[signal.Signals] = []
@@ -427,7 +493,8 @@ class Worker:
             self.stats["reserve_calls"] += 1
             if not resp.reservations:
                 continue
-            jobs = [Job(r) for r in resp.reservations]
+            now = time.monotonic()
+            jobs = [Job(r, now) for r in resp.reservations]
             self.stats["reserved"] += len(jobs)
             self._keeper.track_all(jobs)
             if self._phase != "running":
@@ -438,8 +505,7 @@ class Worker:
                 # A full answer found free slots and nothing prefetched: the worker ran dry
                 # waiting for it, so hold more ahead next time.
                 self._ahead = min(self._ahead_max, max(2 * self._ahead, 1))
-            now = time.monotonic()
-            self._pending.extend([(job, now) for job in jobs])
+            self._pending.extend(jobs)
             self._dispatch()
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
@@ -452,58 +518,152 @@ class Worker:
             await self._room.wait()
 
     # ------------------------------------------------------------------ running
+    #
+    # Handlers run in *slots*: at most ``concurrency`` long-lived tasks, each running
+    # prefetched jobs one after another (no task per job: creating, scheduling and finishing
+    # one cost more than the runtime's whole remaining work for a no-op job). A slot is
+    # *pulling* while it will look at ``_pending`` before it parks; one pulling slot is
+    # enough, so a slot whose handler completes without suspending runs the next job at
+    # once, in the same step. A handler's first step runs inline (``coro.send(None)``);
+    # only when it suspends is its slot no longer pulling, and another one is woken (or
+    # started) for the jobs still waiting. A handler sees its slot as
+    # ``asyncio.current_task()`` throughout (the same task for the jobs its slot runs).
 
     def _dispatch(self) -> None:
-        limit = self.config.concurrency
-        pending, running = self._pending, self._running
-        if not pending or len(running) >= limit or self._phase != "running":
+        """Make sure a slot will take the prefetched jobs: wake a parked one, or start one
+        (up to ``concurrency``), unless one is pulling already."""
+        if self._pulling or not self._pending or self._phase != "running":
             return
-        if self._adaptive:
-            now = time.monotonic()
-            if now - pending[0][1] > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
-                # A prefetched job waited for a slot: the worker holds more than it runs.
-                self._ahead //= 2
-                self._shrunk_at = now
-        create_task, execute, finished = self._loop.create_task, self._execute, self._finished
-        tracer = tracing.tracer(self.tracer_provider)
-        while pending and len(running) < limit:
-            job = pending.popleft()[0]
-            task = create_task(execute(job) if tracer is None else self._execute_traced(job, tracer))
-            running[task] = job
-            task.add_done_callback(finished)
+        idle = self._idle
+        while idle:
+            slot, wake = idle.pop()
+            if not wake.done():  # a slot cancelled while parked has no future left to wake
+                self._pulling.add(slot)
+                wake.set_result(None)
+                return
+        if len(self._slots) < self.config.concurrency:
+            slot = self._loop.create_task(self._slot(), name="sepp-handler-slot")
+            self._slots.add(slot)
+            self._pulling.add(slot)
+            slot.add_done_callback(self._slot_ended)
+        # else every slot is inside a suspended handler: the first to return takes the next job
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("internal error running a job", exc_info=task.exception())
-        if self._running.pop(task, None) is not None:  # ended without reaching its settle
+    def _suspending(self, slot: asyncio.Task[None]) -> None:
+        """``slot``'s handler is about to wait: another slot takes the jobs still pending, and
+        the reservers hear of the room the jobs run before it made."""
+        self._pulling.discard(slot)
+        if not self._pulling and self._pending:
             self._dispatch()
-            self._wake_reservers()
+        self._wake_reservers()
 
-    async def _execute_traced(self, job: Job, tracer: SeppTracer) -> None:
-        """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
-        with tracer.process(job) as span:
-            await self._execute(job, span)
+    def _shrink_ahead(self, now: float) -> None:
+        """Adaptive prefetch: halve it when the oldest prefetched job waited for a slot for
+        more than ``PREFETCH_MAX_WAIT`` seconds (the worker holds more than it runs)."""
+        pending = self._pending
+        if pending and now - pending[0]._reserved_at > PREFETCH_MAX_WAIT and now - self._shrunk_at > PREFETCH_MAX_WAIT:
+            self._ahead //= 2
+            self._shrunk_at = now
 
-    async def _execute(self, job: Job, span: Process | None = None) -> None:
-        """Run ``job``'s handler and settle its outcome; ``span`` (tracing's ``Process``, or
-        ``None``) is told the outcome and the handler's exception."""
-        started = time.perf_counter()
-        registered = self.registry.get(job.job_type)
+    async def _slot(self) -> None:
+        """One handler slot: runs prefetched jobs one after another, parks when none is left,
+        ends once the worker stops (and after a job that left a cancellation on it: the
+        next job gets a fresh slot)."""
         me = asyncio.current_task(self._loop)
         assert me is not None
+        pending, running, pulling, idle = self._pending, self._running, self._pulling, self._idle
+        execute, execute_traced, provider = self._execute, self._execute_traced, self.tracer_provider
+        while self._phase == "running":
+            if not pending:
+                wake: asyncio.Future[None] = self._loop.create_future()
+                idle.append((me, wake))
+                pulling.discard(me)
+                await wake  # set by _dispatch (which counts this slot as pulling again) or at stop
+                continue
+            tracer = tracing.tracer(provider)  # looked up again after each park
+            while pending and self._phase == "running":
+                if self._adaptive:
+                    self._shrink_ahead(time.monotonic())
+                job = pending.popleft()
+                running[me] = job
+                try:
+                    if tracer is None:
+                        await execute(job, me)
+                    else:
+                        await execute_traced(job, tracer, me)
+                except Exception:
+                    log.exception("internal error running a job")
+                # A handler that suspended counts as pulling again once it returned (_execute).
+                del running[me]
+                if me.cancelling() or getattr(me, "_must_cancel", False):
+                    return  # a cancellation the job left behind must not reach the next one (_slot_ended)
+            # The reservers run only once this slot waits: telling them of the room made by
+            # the jobs just run at the end of the run is as early as telling them after each.
+            self._wake_reservers()
+
+    def _slot_ended(self, slot: asyncio.Task[None]) -> None:
+        self._slots.discard(slot)
+        self._pulling.discard(slot)
+        if not slot.cancelled() and slot.exception() is not None:
+            log.error("internal error in a handler slot", exc_info=slot.exception())
+        self._running.pop(slot, None)  # ended inside a job, without reaching its settle
+        self._wake_reservers()
+        self._dispatch()
+
+    def _wake_idle_slots(self) -> None:
+        """Let every parked slot see that the worker stops (it ends)."""
+        idle, self._idle = self._idle, []
+        for _, wake in idle:
+            if not wake.done():
+                wake.set_result(None)
+
+    async def _execute_traced(self, job: Job, tracer: SeppTracer, me: asyncio.Task[None]) -> None:
+        """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
+        with tracer.process(job) as span:
+            await self._execute(job, me, span)
+
+    async def _execute(self, job: Job, me: asyncio.Task[None], span: Process | None = None) -> None:
+        """Run ``job``'s handler in slot ``me`` and settle its outcome; ``span`` (tracing's
+        ``Process``, or ``None``) is told the outcome and the handler's exception."""
+        started = _perf_counter()
+        registered = self._handlers.get(job._job.job_type)  # (job.job_type without the property call)
         outcome: Outcome
         error: BaseException | None = None
         if registered is None:
             outcome = no_handler(job.job_type)
         else:
-            self._task_jobs[me] = job
             try:
                 if registered.is_async:
-                    await registered.fn(job)
+                    coro = registered.fn(job)
+                    if type(coro) is CoroutineType:
+                        # Its first step inline: a handler that never suspends is done here.
+                        # Each job's steps run in a context of its own (a copy of the slot's,
+                        # as a task per job would have had): a context variable a handler
+                        # sets is not seen by the next job of the slot.
+                        ctx = _copy_context()
+                        try:
+                            first = ctx.run(coro.send, None)
+                        except StopIteration:
+                            pass
+                        else:
+                            self._suspending(me)
+                            try:
+                                await _resume(coro, first, ctx)
+                            finally:
+                                self._pulling.add(me)
+                    else:  # some other awaitable: assume it suspends
+                        self._suspending(me)
+                        try:
+                            await coro
+                        finally:
+                            self._pulling.add(me)
                 else:
-                    result = await self._threads.run(registered.fn, job)
-                    if inspect.isawaitable(result):
-                        await result
+                    self._suspending(me)
+                    try:
+                        result = await self._threads.run(registered.fn, job)
+                        if inspect.isawaitable(result):
+                            await result
+                    finally:
+                        self._pulling.add(me)
                 outcome = COMPLETED
             except asyncio.CancelledError as exc:
                 if self._abandoning:
@@ -515,49 +675,45 @@ class Worker:
                     outcome, error = outcome_for_exception(exc), exc
             except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
                 outcome, error = outcome_for_exception(exc), exc
-            finally:
-                self._task_jobs.pop(me, None)
         if span is not None:
             span.outcome(outcome.kind, error, outcome.error_message)
         # The handler is done: its slot goes to the next job while the outcome is settled in
         # the background (queued before anything else runs; stop() waits for its verdict).
-        self._settle(job, outcome, time.perf_counter() - started)
-        if self._running.pop(me, None) is not None:
-            self._dispatch()
-            self._wake_reservers()
+        self._settle(job, outcome, _perf_counter() - started)
 
-    def _settle(self, job: Job, outcome: Outcome, duration: float) -> asyncio.Future[Settled]:
+    def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
         """Queue ``outcome`` for ``job``; the report is made when its verdict comes back."""
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
         self._settling += 1
-        fut = self._settler.submit(outcome, job.id, job.lease_id)
-        fut.add_done_callback(partial(self._report, job, outcome, duration))
-        return fut
+        self._settler.notify(outcome, job._job.id, job.lease_id, self._on_settled, (job, outcome, duration))
 
-    def _report(self, job: Job, outcome: Outcome, duration: float, fut: asyncio.Future[Settled]) -> None:
+    def _settled(self, arg: tuple[Job, Outcome, float], result: SettleResult | None, resent: bool,
+                 error: BaseException | None) -> None:
+        """The verdict on ``arg`` = (job, outcome, duration): count, log, report to the hooks."""
         self._settling -= 1
+        if result is not None and result.ok and not self._hooks:
+            return  # nothing to log, nobody to tell
+        job, outcome, duration = arg
         refused = state = ""
         run_at: dt.datetime | None = None
-        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-        if exc is not None:
-            refused = f"{type(exc).__name__}: {exc}"
-            log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, exc)
+        if result is None:
+            refused = f"{type(error).__name__}: {error}"
+            log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, error)
+        elif result.ok:
+            state = STATE_NAMES.get(result.state, "")
+            if not state and outcome.kind == "completed":
+                state = "completed"
+            if result.HasField("run_at") and state == "scheduled":
+                run_at = timestamp_to_datetime(result.run_at)
         else:
-            settled = fut.result()
-            res = settled.result
-            if res.ok:
-                state = STATE_NAMES.get(res.state, "")
-                if not state and outcome.kind == "completed":
-                    state = "completed"
-                if res.HasField("run_at") and state == "scheduled":
-                    run_at = timestamp_to_datetime(res.run_at)
-            else:
-                refused = res.error_reason
-                self.stats["refused"] += 1
-                level = logging.INFO if settled.resent else logging.WARNING
-                note = " (re-sent after a transport error: the first may have applied it)" if settled.resent else ""
-                log.log(level, "settle of job %s (%s) refused: %s%s", job.id, outcome.kind, res.error_reason, note)
+            refused = result.error_reason
+            self.stats["refused"] += 1
+            level = logging.INFO if resent else logging.WARNING
+            note = " (re-sent after a transport error: the first may have applied it)" if resent else ""
+            log.log(level, "settle of job %s (%s) refused: %s%s", job.id, outcome.kind, result.error_reason, note)
+        if not self._hooks:
+            return
         report = JobReport(job, outcome.kind, state, duration, outcome.error_message, run_at, refused)
         for hook in self._hooks:
             try:
@@ -565,9 +721,26 @@ class Worker:
             except Exception:
                 log.exception("on_outcome hook failed")
 
+    def _settled_future(self, arg: tuple[Job, Outcome, float], fut: asyncio.Future[Settled]) -> None:
+        """``_settled`` for an item settled through ``Settler.submit`` (a future)."""
+        if fut.cancelled():
+            self._settled(arg, None, False, asyncio.CancelledError())
+        elif (exc := fut.exception()) is not None:
+            self._settled(arg, None, False, exc)
+        else:
+            settled = fut.result()
+            self._settled(arg, settled.result, settled.resent, None)
+
     async def _release(self, jobs: Iterable[Job], why: str) -> None:
         outcome = released(why)
-        futs = [self._settle(job, outcome, 0.0) for job in jobs]
+        futs = []
+        for job in jobs:
+            self._keeper.untrack(job)
+            self.stats[outcome.kind] += 1
+            self._settling += 1
+            fut = self._settler.submit(outcome, job.id, job.lease_id)
+            fut.add_done_callback(partial(self._settled_future, (job, outcome, 0.0)))
+            futs.append(fut)
         if futs:
             await asyncio.wait(futs)
 
@@ -658,9 +831,10 @@ class Worker:
             #    at once. Calls are cancelled only on a hurry or once the server left
             #    StopReserving unanswered for RESERVE_STOP_TIMEOUT.
             self._room.set()
+            self._wake_idle_slots()
             await self._await_reservers()
             # 2. release every prefetched job that never started.
-            pending = [job for job, _ in self._pending]
+            pending = list(self._pending)
             self._pending.clear()
             if pending:
                 log.info("releasing %d prefetched job(s)", len(pending))
@@ -682,14 +856,16 @@ class Worker:
             # 4. abandon what is still running: release it.
             left = [t for t in self._running if not t.done()]
             if left:
-                stuck = [t for t in left if t in self._task_jobs]
+                # A slot is in _running exactly while it runs a job, and runs nothing but
+                # its handler across an await: each of these is inside its handler.
+                stuck = [t for t in left if t in self._running]
                 log.warning("releasing %d job(s) still running after the grace period", len(stuck))
                 self._abandoning = True
                 for task in stuck:
                     task.cancel()
                 await asyncio.wait(left, timeout=5)
                 # A handler that swallows cancellation never ends: give its job back anyway.
-                hung = [self._task_jobs.pop(t) for t in left if not t.done() and t in self._task_jobs]
+                hung = [self._running[t] for t in left if not t.done() and t in self._running]
                 if hung:
                     log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
                     await self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")

@@ -49,6 +49,7 @@ from sepp.request import (
     IndexedRejection,
     Rejection,
     ServerInfo,
+    fresh_acks,
 )
 from sepp.validation import Validator
 
@@ -234,9 +235,10 @@ def merge_batch(verdicts: Sequence[Rejection | None], response: ppb.EnqueueBatch
     if isinstance(response, FreshAcks):
         if len(response) != expected:
             raise ServerError(f"the server returned {len(response)} results for {expected} jobs")
-        acks = map(EnqueueAck, response)
         if expected == len(verdicts):
-            return list(acks)
+            # A list[EnqueueAck] is the list[BatchResult] asked for (mypy: list is invariant).
+            return fresh_acks(response)  # type: ignore[return-value]
+        acks = iter(fresh_acks(response))
         return [v if v is not None else next(acks) for v in verdicts]
     results = list(response.results) if response is not None else []
     if len(results) != expected:

@@ -22,7 +22,6 @@ import dataclasses
 import datetime as dt
 import json as _json
 import json.encoder as _json_encoder
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from types import MappingProxyType
@@ -49,42 +48,33 @@ _setattr = object.__setattr__
 
 
 def _json_text(obj: Any) -> str:
-    """``_ENCODER.encode(obj)``, the same text and the same errors, in about 40 % of the time.
+    """``_ENCODER.encode(obj)``: the same text and the same errors, in about a third of the time.
 
     ``JSONEncoder.encode`` re-derives its C encoder from its options on every call
-    (``iterencode``); this uses that same C encoder, made once per thread with the same
-    arguments (``_thread_encoder``): its circular-reference ``markers`` dict is never shared
-    between threads, and it is emptied after a call that raised (the C encoder leaves the
-    containers it was in there), so every call starts with an empty one, as with a fresh
-    encoder. Without the C accelerator it is ``_ENCODER.encode`` itself.
+    (``iterencode``); this calls one C encoder made once with the same options but without
+    the circular-reference check (``_UNCHECKED``). That check only turns endless recursion into
+    ``ValueError("Circular reference detected")``, and it costs a dict insert and delete per
+    container; without it the encoder keeps no state (so it is shared by every thread), and a
+    value with a cycle recurses until ``RecursionError``, which has ``_ENCODER.encode`` — the
+    checking encoder — encode it again to raise what it raises (``Circular reference
+    detected``, or ``RecursionError`` itself for a value nested too deep without a cycle).
+    Both walk the value in the same order, so any other error is the same one. Without the C
+    accelerator it is ``_ENCODER.encode`` itself.
     """
-    if isinstance(obj, str):
-        return _c_encode_string(obj)
+    if _UNCHECKED is None or isinstance(obj, str):
+        return _JSON(obj)
     try:
-        encode, markers = _LOCAL.encoder
-    except AttributeError:
-        encode, markers = _thread_encoder()
-    try:
-        return "".join(encode(obj, 0))
-    except BaseException:
-        markers.clear()
-        raise
+        return "".join(_UNCHECKED(obj, 0))
+    except RecursionError:
+        return _JSON(obj)
 
 
-def _thread_encoder() -> tuple[Any, dict[int, Any]]:
-    """This thread's C JSON encoder and its ``markers`` dict (made on first use)."""
-    markers: dict[int, Any] = {}
-    pair = (_c_make_encoder(markers, _json_default, _c_encode_string, None, ":", ",", False, False, False), markers)
-    _LOCAL.encoder = pair
-    return pair
-
-
-#: Per-thread state of ``_json_text``.
-_LOCAL = threading.local()
 _c_make_encoder: Any = getattr(_json_encoder, "c_make_encoder", None)
-_c_encode_string = _json_encoder.encode_basestring
 _json_default = _ENCODER.default
-_dumps: Any = _json_text if _c_make_encoder is not None else _JSON
+#: ``_ENCODER``'s C encoder without the circular-reference check (``_json_text``), or None.
+_UNCHECKED: Any = (None if _c_make_encoder is None else
+                   _c_make_encoder(None, _json_default, _json_encoder.encode_basestring, None, ":", ",",
+                                   False, False, False))
 _new = object.__new__
 
 
@@ -201,18 +191,13 @@ class Payload:
         Raises ``TypeError``/``ValueError`` when ``obj`` is not JSON-serializable
         (NaN and infinities are refused: they are not JSON).
         """
-        if _c_make_encoder is not None and not isinstance(obj, str):  # _json_text, inlined
+        if _UNCHECKED is not None and type(obj) is dict:  # _json_text's common case, inlined
             try:
-                encode, markers = _LOCAL.encoder
-            except AttributeError:
-                encode, markers = _thread_encoder()
-            try:
-                data = "".join(encode(obj, 0)).encode("utf-8")
-            except BaseException:
-                markers.clear()
-                raise
+                data = "".join(_UNCHECKED(obj, 0)).encode("utf-8")
+            except RecursionError:
+                data = _JSON(obj).encode("utf-8")
         else:
-            data = _dumps(obj).encode("utf-8")
+            data = _json_text(obj).encode("utf-8")
         if cls is Payload and type(encoding) is str and encoding.isascii():
             draft: _PayloadDraft = _new(_PayloadDraft)  # __init__'s common case, without the call
             draft.data = data

@@ -126,6 +126,29 @@ def test_payload_json_refuses_a_circular_value() -> None:
     loop.append(loop)
     with pytest.raises(ValueError, match="Circular"):
         Payload.json(loop)
+    cycle: dict[str, Any] = {"a": [1]}
+    cycle["a"].append(cycle)
+    with pytest.raises(ValueError, match="Circular"):
+        Payload.json(cycle)  # a dict: the inlined path
+
+
+def test_payload_json_without_the_circular_check_still_matches_json_dumps() -> None:
+    """``Payload.json`` encodes without the circular-reference check and asks the checking
+    encoder again only on ``RecursionError``: a value shared (not a cycle) is encoded, one
+    nested too deep raises ``RecursionError`` as ``json.dumps`` does, and the encoder still
+    works after either."""
+    shared = [1, "é"]
+    value = {"x": shared, "y": [shared, {"z": shared}]}
+    want = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    assert Payload.json(value).data == want
+    deep: Any = 1
+    for _ in range(100_000):
+        deep = {"d": [deep]}
+    with pytest.raises(RecursionError):
+        json.dumps(deep, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    with pytest.raises(RecursionError):
+        Payload.json(deep)
+    assert Payload.json(value).data == want
 
 
 def _lean_request(rnd: random.Random, caps: dict[str, int]) -> EnqueueRequest:

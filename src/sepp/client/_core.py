@@ -8,7 +8,6 @@ clients only add the channel, the sleeping and the locking.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -188,11 +187,14 @@ def atomic_local_error(verdicts: Sequence[Rejection | None]) -> AtomicEnqueueErr
     return AtomicEnqueueError(errors) if errors else None
 
 
-#: A serialized ``EnqueueBatchResponse`` whose every result is an ``EnqueueAck`` with a
-#: 36-character id and ``deduplicated`` false, in protobuf's encoding (what sepp's server
-#: sends for such a batch: ``rpc.producer.acks_wire``).
-_FRESH_ACKS = re.compile(rb"(?:\n\(\n&\n\$[0-9a-f-]{36})+")
+#: Bytes of each result of a serialized ``EnqueueBatchResponse`` whose every result is an
+#: ``EnqueueAck`` with a 36-character id and ``deduplicated`` false, in protobuf's encoding
+#: (what sepp's server sends for such a batch: ``rpc.producer.acks_wire``).
 _ACK_SIZE = 42
+#: What precedes each id: results (1) of length 40, ack (1) of length 38, job_id (1) of length 36.
+_ACK_HEAD = b"\n(\n&\n$"
+#: The bytes of a canonical id; none of them occurs in ``_ACK_HEAD``.
+_ID_BYTES = b"0123456789abcdef-"
 
 
 class FreshAcks(list[str]):
@@ -204,13 +206,25 @@ class FreshAcks(list[str]):
 
 def parse_batch_response(data: bytes) -> ppb.EnqueueBatchResponse | FreshAcks:
     """The deserializer of ``EnqueueBatch`` answers: ``FreshAcks`` when ``data`` is exactly the
-    encoding of fresh acks with canonical ids (read by one regular expression and slices:
-    about a fifth of parsing the message and reading each result), else the parsed message.
+    encoding of fresh acks with canonical ids (lower-case hex digits and dashes; read by a few
+    C calls over the whole answer: a small part of parsing the message and reading each
+    result), else the parsed message.
     Raises what ``EnqueueBatchResponse.FromString`` raises for bytes that do not parse."""
-    if len(data) % _ACK_SIZE == 0 and _FRESH_ACKS.fullmatch(data) is not None:
-        text = data.decode("ascii")
-        return FreshAcks([text[i:i + 36] for i in range(6, len(text), _ACK_SIZE)])
+    count, rest = divmod(len(data), _ACK_SIZE)
+    # Without the id bytes, exactly ``count`` heads are left: the bytes are heads and id bytes,
+    # and the id bytes between two heads are an id (no head byte is an id byte). Split at the
+    # heads, the first piece is empty and the other ``count`` hold 36 × count bytes in all: if
+    # none is shorter than 36, each is an id of 36 (C calls only: a tenth of a regex's cost).
+    if count and not rest and data.translate(None, _ID_BYTES) == _ACK_HEAD * count:
+        ids = data.decode("ascii").split(_ACK_TEXT_HEAD)
+        if not ids[0]:
+            del ids[0]
+            if min(map(len, ids)) == 36:
+                return FreshAcks(ids)
     return ppb.EnqueueBatchResponse.FromString(data)
+
+
+_ACK_TEXT_HEAD = _ACK_HEAD.decode("ascii")
 
 
 def producer_stub(channel: Any) -> Any:

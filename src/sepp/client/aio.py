@@ -91,7 +91,8 @@ class AsyncClient:
 
     async def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
         """Enqueue jobs best-effort; see :meth:`sepp.Client.enqueue_batch`."""
-        # Plain requests are validated from a memo of their shape, as in Client.
+        # Plain requests are validated from a memo of their shape and a batch of only plain,
+        # valid ones written as bytes (``_core.lean_batch``), as in Client.
         reqs = _core.check_requests(requests)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         if tracer is None:

@@ -122,7 +122,8 @@ class Client:
                 (``InvalidArgument``, field ``jobs``).
             TransportError: no verdict; then nothing is known about any job.
         """
-        # Plain requests are validated from a memo of their shape (``_core.validate_requests``).
+        # Plain requests are validated from a memo of their shape (``_core.validate_requests``);
+        # a batch of only plain, valid ones is written as bytes in the same pass (``lean_batch``).
         reqs = _core.check_requests(requests)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         if tracer is None:

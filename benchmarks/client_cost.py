@@ -79,14 +79,16 @@ def _otel(mode: str) -> object | None:
 
 def _stubbed_client(cached: _core.CachedInfo, answer: bytes, provider: object | None) -> Client:
     """A ``Client`` whose ``EnqueueBatch`` is answered in-process with ``answer`` (serialized),
-    read as the real stub reads it (``_core.parse_batch_response``, where it exists)."""
+    read as the real stub reads it (``_core.parse_batch_response``, where it exists), its request
+    serialized as the real stub does (``_core.serialize_batch_request``, where it exists)."""
     parse = getattr(_core, "parse_batch_response", ppb.EnqueueBatchResponse.FromString)
+    serialize = getattr(_core, "serialize_batch_request", ppb.EnqueueBatchRequest.SerializeToString)
     client = Client("127.0.0.1:1", tracer_provider=provider)
     client._cached = cached
 
     class _Stub:
-        def EnqueueBatch(self, request: ppb.EnqueueBatchRequest, **_: object) -> ppb.EnqueueBatchResponse:
-            request.SerializeToString()  # what gRPC does before sending
+        def EnqueueBatch(self, request: ppb.EnqueueBatchRequest | bytes, **_: object) -> ppb.EnqueueBatchResponse:
+            serialize(request)  # what gRPC does before sending (the stub's request serializer)
             return parse(answer)
 
     client._stub = _Stub()

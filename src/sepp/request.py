@@ -22,8 +22,7 @@ import dataclasses
 import datetime as dt
 import json as _json
 import json.encoder as _json_encoder
-import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from types import MappingProxyType
 from typing import Any
@@ -49,42 +48,33 @@ _setattr = object.__setattr__
 
 
 def _json_text(obj: Any) -> str:
-    """``_ENCODER.encode(obj)``, the same text and the same errors, in about 40 % of the time.
+    """``_ENCODER.encode(obj)``: the same text and the same errors, in about a third of the time.
 
     ``JSONEncoder.encode`` re-derives its C encoder from its options on every call
-    (``iterencode``); this uses that same C encoder, made once per thread with the same
-    arguments (``_thread_encoder``): its circular-reference ``markers`` dict is never shared
-    between threads, and it is emptied after a call that raised (the C encoder leaves the
-    containers it was in there), so every call starts with an empty one, as with a fresh
-    encoder. Without the C accelerator it is ``_ENCODER.encode`` itself.
+    (``iterencode``); this calls one C encoder made once with the same options but without
+    the circular-reference check (``_UNCHECKED``). That check only turns endless recursion into
+    ``ValueError("Circular reference detected")``, and it costs a dict insert and delete per
+    container; without it the encoder keeps no state (so it is shared by every thread), and a
+    value with a cycle recurses until ``RecursionError``, which has ``_ENCODER.encode`` — the
+    checking encoder — encode it again to raise what it raises (``Circular reference
+    detected``, or ``RecursionError`` itself for a value nested too deep without a cycle).
+    Both walk the value in the same order, so any other error is the same one. Without the C
+    accelerator it is ``_ENCODER.encode`` itself.
     """
-    if isinstance(obj, str):
-        return _c_encode_string(obj)
+    if _UNCHECKED is None or isinstance(obj, str):
+        return _JSON(obj)
     try:
-        encode, markers = _LOCAL.encoder
-    except AttributeError:
-        encode, markers = _thread_encoder()
-    try:
-        return "".join(encode(obj, 0))
-    except BaseException:
-        markers.clear()
-        raise
+        return "".join(_UNCHECKED(obj, 0))
+    except RecursionError:
+        return _JSON(obj)
 
 
-def _thread_encoder() -> tuple[Any, dict[int, Any]]:
-    """This thread's C JSON encoder and its ``markers`` dict (made on first use)."""
-    markers: dict[int, Any] = {}
-    pair = (_c_make_encoder(markers, _json_default, _c_encode_string, None, ":", ",", False, False, False), markers)
-    _LOCAL.encoder = pair
-    return pair
-
-
-#: Per-thread state of ``_json_text``.
-_LOCAL = threading.local()
 _c_make_encoder: Any = getattr(_json_encoder, "c_make_encoder", None)
-_c_encode_string = _json_encoder.encode_basestring
 _json_default = _ENCODER.default
-_dumps: Any = _json_text if _c_make_encoder is not None else _JSON
+#: ``_ENCODER``'s C encoder without the circular-reference check (``_json_text``), or None.
+_UNCHECKED: Any = (None if _c_make_encoder is None else
+                   _c_make_encoder(None, _json_default, _json_encoder.encode_basestring, None, ":", ",",
+                                   False, False, False))
 _new = object.__new__
 
 
@@ -167,10 +157,18 @@ class Payload:
     encoding: str = ""
 
     def __init__(self, data: bytes = b"", encoding: str = "") -> None:
-        # Written out rather than generated: slot setters instead of ``object.__setattr__``
-        # (a frozen dataclass's ``__init__``) cost half as much per field (the client's per-job cost).
-        _PAYLOAD_SET[0](self, data)
-        _PAYLOAD_SET[1](self, encoding)
+        # Written out rather than generated (the client's per-job cost): a ``Payload`` is filled
+        # in as a ``_PayloadDraft`` (``_fill``), else with slot setters, which cost half of a
+        # frozen dataclass's ``object.__setattr__`` per field.
+        if type(self) is Payload:
+            _set_class(self, _PayloadDraft)
+            draft: _PayloadDraft = self  # type: ignore[assignment]
+            draft.data = data
+            draft.encoding = encoding
+            draft.__class__ = Payload  # type: ignore[assignment]
+        else:
+            _PAYLOAD_SET[0](self, data)
+            _PAYLOAD_SET[1](self, encoding)
         if type(data) is bytes and type(encoding) is str and encoding.isascii():
             return  # the common case, checked in three C calls
         self.__post_init__()
@@ -193,23 +191,19 @@ class Payload:
         Raises ``TypeError``/``ValueError`` when ``obj`` is not JSON-serializable
         (NaN and infinities are refused: they are not JSON).
         """
-        if _c_make_encoder is not None and not isinstance(obj, str):  # _json_text, inlined
+        if _UNCHECKED is not None and type(obj) is dict:  # _json_text's common case, inlined
             try:
-                encode, markers = _LOCAL.encoder
-            except AttributeError:
-                encode, markers = _thread_encoder()
-            try:
-                data = "".join(encode(obj, 0)).encode("utf-8")
-            except BaseException:
-                markers.clear()
-                raise
+                data = "".join(_UNCHECKED(obj, 0)).encode("utf-8")
+            except RecursionError:
+                data = _JSON(obj).encode("utf-8")
         else:
-            data = _dumps(obj).encode("utf-8")
+            data = _json_text(obj).encode("utf-8")
         if cls is Payload and type(encoding) is str and encoding.isascii():
-            payload = _new(Payload)  # __init__'s common case, without the call
-            _PAYLOAD_SET[0](payload, data)
-            _PAYLOAD_SET[1](payload, encoding)
-            return payload
+            draft: _PayloadDraft = _new(_PayloadDraft)  # __init__'s common case, without the call
+            draft.data = data
+            draft.encoding = encoding
+            draft.__class__ = Payload  # type: ignore[assignment]
+            return draft  # type: ignore[return-value]
         return cls(data, encoding)
 
     def decode_json(self) -> Any:
@@ -278,19 +272,36 @@ class EnqueueRequest:
                  custom: Mapping[str, CustomPrimitive] = _EMPTY, priority: int | None = None,
                  max_attempts: int | None = None, scheduled_at: dt.datetime | None = None,
                  idempotency_key: str | None = None, trace_context: Mapping[str, str] = _EMPTY) -> None:
-        # Written out rather than generated (the fields' defaults are the same): slot setters
-        # instead of ``object.__setattr__`` cost half as much per field (the client's per-job cost).
-        s = _REQUEST_SET
-        s[0](self, queue)
-        s[1](self, job_type)
-        s[2](self, payload)
-        s[3](self, custom)
-        s[4](self, priority)
-        s[5](self, max_attempts)
-        s[6](self, scheduled_at)
-        s[7](self, idempotency_key)
-        s[8](self, trace_context)
-        s[9](self, None)
+        # Written out rather than generated (the fields' defaults are the same; the client's
+        # per-job cost): an ``EnqueueRequest`` is filled in as a ``_RequestDraft`` (``_fill``:
+        # a third of the instructions), a subclass's instance with slot setters (half of a
+        # frozen dataclass's ``object.__setattr__`` per field).
+        if type(self) is EnqueueRequest:
+            _set_class(self, _RequestDraft)
+            draft: _RequestDraft = self  # type: ignore[assignment]
+            draft.queue = queue
+            draft.job_type = job_type
+            draft.payload = payload
+            draft.custom = custom
+            draft.priority = priority
+            draft.max_attempts = max_attempts
+            draft.scheduled_at = scheduled_at
+            draft.idempotency_key = idempotency_key
+            draft.trace_context = trace_context
+            draft._proto = None
+            draft.__class__ = EnqueueRequest  # type: ignore[assignment]
+        else:
+            s = _REQUEST_SET
+            s[0](self, queue)
+            s[1](self, job_type)
+            s[2](self, payload)
+            s[3](self, custom)
+            s[4](self, priority)
+            s[5](self, max_attempts)
+            s[6](self, scheduled_at)
+            s[7](self, idempotency_key)
+            s[8](self, trace_context)
+            s[9](self, None)
         if (type(queue) is str and type(job_type) is str and queue.isascii() and job_type.isascii()
                 and custom is _EMPTY and trace_context is _EMPTY and priority is None
                 and max_attempts is None and scheduled_at is None and idempotency_key is None
@@ -418,11 +429,46 @@ class EnqueueRequest:
         return msg
 
 
-#: The slot setters the hand-written ``__init__``s use, in field order (slots=True made new classes).
+#: The slot setters the hand-written ``__init__``s use for a subclass's instance, in field order
+#: (slots=True made new classes).
 _PAYLOAD_SET = tuple(Payload.__dict__[f.name].__set__ for f in dataclasses.fields(Payload))
 _REQUEST_SET = tuple(EnqueueRequest.__dict__[name].__set__ for name in (
     "queue", "job_type", "payload", "custom", "priority", "max_attempts", "scheduled_at", "idempotency_key",
     "trace_context", "_proto"))
+
+# ``_fill``: how the frozen value types are filled in cheaply. A frozen dataclass's
+# ``__setattr__`` is a Python function that raises, so every field of a new instance costs a C
+# call (``object.__setattr__`` or a slot setter). A draft class has the same ``__slots__``
+# (the same memory layout) and Python's plain ``__setattr__``, so ``draft.field = value`` is
+# one specialized store: a new instance is made a draft (``__class__`` assignment, which
+# CPython allows between classes of the same layout), its fields are stored, and it is made
+# the frozen class again before anyone else sees it. The result is an ordinary instance of the
+# frozen class (type, repr, eq, hash and the frozen ``__setattr__`` all unchanged).
+_set_class = object.__dict__["__class__"].__set__
+
+
+class _PayloadDraft:
+    """``Payload``'s layout with a plain ``__setattr__`` (``_fill``)."""
+
+    __slots__ = Payload.__slots__
+    data: bytes
+    encoding: str
+
+
+class _RequestDraft:
+    """``EnqueueRequest``'s layout with a plain ``__setattr__`` (``_fill``)."""
+
+    __slots__ = EnqueueRequest.__slots__
+    queue: str
+    job_type: str
+    payload: Payload | None
+    custom: Mapping[str, CustomPrimitive]
+    priority: int | None
+    max_attempts: int | None
+    scheduled_at: dt.datetime | None
+    idempotency_key: str | None
+    trace_context: Mapping[str, str]
+    _proto: pb.EnqueueRequest | None
 
 
 # ----------------------------------------------------------------------- results
@@ -453,6 +499,28 @@ class EnqueueAck:
 
 
 _ACK_SET = tuple(EnqueueAck.__dict__[f.name].__set__ for f in dataclasses.fields(EnqueueAck))
+
+
+class _AckDraft:
+    """``EnqueueAck``'s layout with a plain ``__setattr__`` (``_fill``)."""
+
+    __slots__ = EnqueueAck.__slots__
+    job_id: str
+    deduplicated: bool
+
+
+def fresh_acks(job_ids: Iterable[str]) -> list[EnqueueAck]:
+    """``[EnqueueAck(job_id) for job_id in job_ids]`` (``deduplicated`` false), built without a
+    constructor call per ack (``_fill``): what a batch answer of fresh acks becomes."""
+    out: list[EnqueueAck] = []
+    append = out.append
+    for job_id in job_ids:
+        draft = _new(_AckDraft)
+        draft.job_id = job_id
+        draft.deduplicated = False
+        draft.__class__ = EnqueueAck  # type: ignore[assignment]
+        append(draft)  # type: ignore[arg-type]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -731,6 +799,7 @@ __all__ = [
     "ServerInfo",
     "check_custom_value",
     "datetime_to_timestamp",
+    "fresh_acks",
     "queue_limits_from_proto",
     "queue_settings_from_proto",
     "server_limits_from_proto",

@@ -63,3 +63,34 @@ def test_the_client_reads_every_answer_as_the_message_says() -> None:
     merged = _core.merge_batch([None, local, None], _core.parse_batch_response(
         message([(a, False), (b, False)]).SerializeToString()))
     assert merged == [EnqueueAck(a), local, EnqueueAck(b)]
+
+
+def test_only_exact_fresh_ack_encodings_are_read_as_fresh_acks() -> None:
+    """``parse_batch_response`` reads bytes as ``FreshAcks`` only when they are heads and
+    canonical 36-byte ids in exactly protobuf's layout; any other bytes of the right length
+    (a head moved by a byte, an id byte that is not lower-case hex or a dash, a shorter and a
+    longer id side by side) are parsed as the message (or refused as it refuses them)."""
+    a, b = ids(2)
+    good = message([(a, False), (b, False)]).SerializeToString()
+    assert _core.parse_batch_response(good) == [a, b]
+    head = b"\n(\n&\n$"
+    near = [
+        head + a.encode() + head + b.upper().encode(),  # not canonical: the message
+        head + a[:35].encode() + head + b.encode() + b"f",  # 35 + 37 bytes: not protobuf's layout
+        b"f" + head + a[:35].encode() + head + b.encode(),  # a byte before the first head
+        head + a.encode()[:-1] + b"\n" + head + b.encode(),  # a head byte inside an id
+    ]
+    for data in near:
+        assert len(data) == len(good)
+        assert not isinstance(_parse(data), _core.FreshAcks)
+    upper = _core.parse_batch_response(near[0])
+    assert isinstance(upper, ppb.EnqueueBatchResponse)
+    assert _core.merge_batch([None, None], upper) == [EnqueueAck(a), EnqueueAck(b.upper())]
+
+
+def _parse(data: bytes) -> object:
+    """``parse_batch_response(data)``, or the error it raised (bytes protobuf refuses)."""
+    try:
+        return _core.parse_batch_response(data)
+    except Exception as exc:  # DecodeError: whatever protobuf raises
+        return exc

@@ -6,6 +6,8 @@ item 3, issue 10's enqueue benchmark).
 * ``_core.validate_requests(cached, reqs)`` (a per-(queue, job type, encoding) memo of the
   validator's verdict plus the payload size) gives the validator's own verdicts, on a lax
   server and on a strict one with declared queues and tight limits;
+* ``_core.lean_batch(cached, reqs)`` (the common batch written as bytes in one pass) is
+  ``batch_message(reqs).SerializeToString()`` when every job is plain and valid, else ``None``;
 * ``Payload.json`` produces ``json.dumps(…, ensure_ascii=False, separators=(",", ":"),
   allow_nan=False)``'s bytes and raises its errors.
 
@@ -124,3 +126,92 @@ def test_payload_json_refuses_a_circular_value() -> None:
     loop.append(loop)
     with pytest.raises(ValueError, match="Circular"):
         Payload.json(loop)
+    cycle: dict[str, Any] = {"a": [1]}
+    cycle["a"].append(cycle)
+    with pytest.raises(ValueError, match="Circular"):
+        Payload.json(cycle)  # a dict: the inlined path
+
+
+def test_payload_json_without_the_circular_check_still_matches_json_dumps() -> None:
+    """``Payload.json`` encodes without the circular-reference check and asks the checking
+    encoder again only on ``RecursionError``: a value shared (not a cycle) is encoded, one
+    nested too deep raises ``RecursionError`` as ``json.dumps`` does, and the encoder still
+    works after either."""
+    shared = [1, "é"]
+    value = {"x": shared, "y": [shared, {"z": shared}]}
+    want = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    assert Payload.json(value).data == want
+    deep: Any = 1
+    for _ in range(100_000):
+        deep = {"d": [deep]}
+    with pytest.raises(RecursionError):
+        json.dumps(deep, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    with pytest.raises(RecursionError):
+        Payload.json(deep)
+    assert Payload.json(value).data == want
+
+
+def _lean_request(rnd: random.Random, caps: dict[str, int]) -> EnqueueRequest:
+    """Mostly plain, mostly valid requests whose sizes sit at the limits the lean writer meets:
+    each queue's payload cap and one past it, name and label lengths at their limits and one
+    past, and the lengths where a varint grows a byte (127/128, 16383/16384)."""
+    queue = rnd.choice([*caps, "q" * 128, "q" * 129])
+    job_type = rnd.choice(["t", "é" * 128, "t" * 256, "t" * 257, "t" * 120])
+    kw: dict[str, Any] = {}
+    if rnd.random() < 0.9:
+        sizes = [0, 1, 2, 100, 127, 128, 129, 16383, 16384]
+        if queue in caps:  # (an unlisted queue has the default 1 MiB cap: too slow to cross here)
+            sizes += [max(caps[queue] - 1, 0), caps[queue], caps[queue] + 1]
+        kw["payload"] = Payload(rnd.randbytes(rnd.choice(sizes)),
+                                rnd.choice(["", "application/json", "é", "e" * 128, "e" * 129]))
+    if rnd.random() < 0.03:
+        kw[rnd.choice(["priority", "max_attempts"])] = 1
+    if rnd.random() < 0.02:
+        kw["idempotency_key"] = "k"
+    return EnqueueRequest(queue, job_type, **kw)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_lean_batch_is_the_batch_message_serialized_or_declined(strict: bool) -> None:
+    """``lean_batch`` gives ``batch_message(reqs).SerializeToString()`` exactly when every job
+    is plain and the validator passes every one, and ``None`` otherwise — at each limit and one
+    past it (payload cap, name, job type and label lengths)."""
+    caps = {"abc": 100, "x": 16384, "a": 0, "big": 20_000}
+    queues = {name: QueueInfo(name, QueueSettings(limits=QueueLimits(
+        max_payload_bytes=cap, allowed_encodings=("", "application/json", "é", "e" * 128) if name == "abc" else ())))
+        for name, cap in caps.items()}
+    general, lean = _cached(strict, queues), _cached(strict, queues)
+    rnd = random.Random(10 + strict)
+    written = declined = 0
+    for _ in range(3000):
+        reqs = [_lean_request(rnd, caps) for _ in range(rnd.choice([1, 1, 2, 5]))]
+        verdicts = _core.validate_all(general, [r.to_proto() for r in reqs])
+        wire = _core.lean_batch(lean, [_copy(r) for r in reqs])
+        if all(v is None for v in verdicts) and all(_core._plain(r) for r in reqs):
+            assert wire == _core.batch_message(reqs).SerializeToString()
+            assert ppb.EnqueueBatchRequest.FromString(wire) == ppb.EnqueueBatchRequest(
+                jobs=[r.to_proto() for r in reqs])
+            written += 1
+        else:
+            assert wire is None
+            declined += 1
+    assert written > 300 and declined > 300 and lean.shapes
+
+
+def test_the_lean_batch_keeps_an_empty_payload_and_the_serializer_passes_bytes() -> None:
+    cached = _cached(False, {})
+    bare, empty = EnqueueRequest("q", "t"), EnqueueRequest("q", "t", payload=Payload())
+    wire = _core.lean_batch(cached, [bare, empty, bare])
+    assert wire == _core.batch_message([bare, empty, bare]).SerializeToString()
+    assert wire is not None
+    jobs = ppb.EnqueueBatchRequest.FromString(wire).jobs
+    assert [job.HasField("payload") for job in jobs] == [False, True, False]
+    assert _core.serialize_batch_request(wire) is wire
+    message = _core.batch_message([empty])
+    assert _core.serialize_batch_request(message) == message.SerializeToString()
+    # A subclass (its to_proto may differ) and a request that is not plain are not written.
+    class Mine(EnqueueRequest):
+        __slots__ = ()
+
+    assert _core.lean_batch(cached, [bare, Mine("q", "t")]) is None
+    assert _core.lean_batch(cached, [bare, EnqueueRequest("q", "t", priority=5)]) is None

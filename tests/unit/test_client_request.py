@@ -319,16 +319,13 @@ def test_server_info_queue_limits_follow_the_strict_rule() -> None:
 
 
 def test_payload_json_after_an_error_starts_clean() -> None:
-    """``Payload.json`` reuses one C encoder per thread: a call that raised leaves nothing
-    behind (a stale circular-reference marker would refuse a later object at the same address)."""
+    """``Payload.json`` reuses one C encoder for every call and thread: a call that raised
+    leaves nothing behind (a stale circular-reference marker would refuse a later object)."""
     import threading
-
-    from sepp.request import _LOCAL
 
     for bad in ({"a": {"b": object()}}, [[float("nan")]]):
         with pytest.raises((TypeError, ValueError)):
             Payload.json(bad)
-        assert _LOCAL.encoder[1] == {}
     for i in range(1000):
         assert Payload.json({"a": [{"i": i}]}).data == b'{"a":[{"i":%d}]}' % i
     seen: list[bytes] = []
@@ -339,3 +336,39 @@ def test_payload_json_after_an_error_starts_clean() -> None:
     for t in threads:
         t.join()
     assert seen == ['{"x":[1,{"y":"é"}]}'.encode()] * 4
+
+
+def test_values_filled_in_as_drafts_are_ordinary_frozen_instances() -> None:
+    """``EnqueueRequest``, ``Payload`` and ``fresh_acks`` fill their instances in through a
+    draft class of the same layout (``sepp.request._fill``): what comes out is an instance of
+    the frozen class itself — same type, repr, eq, hash, and still frozen — and a subclass's
+    instance (filled with slot setters) keeps its own class."""
+    import dataclasses
+
+    from sepp.request import fresh_acks
+
+    req = EnqueueRequest("q", "t", payload=Payload.json({"i": 1}), priority=3)
+    assert type(req) is EnqueueRequest and type(req.payload) is Payload
+    assert type(Payload(b"x", "e")) is Payload
+    assert req == EnqueueRequest("q", "t", payload=Payload(b'{"i":1}', "application/json"), priority=3)
+    assert hash(req) == hash(dataclasses.replace(req))
+    assert repr(req).startswith("EnqueueRequest(queue='q', job_type='t', payload=Payload(data=b'{\"i\":1}'")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.queue = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        req.payload.data = b""  # type: ignore[misc, union-attr]
+
+    class MyRequest(EnqueueRequest):
+        __slots__ = ()
+
+    class MyPayload(Payload):
+        __slots__ = ()
+
+    mine = MyRequest("q", "t", payload=MyPayload(b"x"))
+    assert type(mine) is MyRequest and type(mine.payload) is MyPayload and mine.queue == "q"
+    assert type(MyPayload.json([1])) is MyPayload and MyPayload.json([1]).data == b"[1]"
+
+    acks = fresh_acks(["a", "b"])
+    assert acks == [EnqueueAck("a"), EnqueueAck("b")] and all(type(a) is EnqueueAck for a in acks)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        acks[0].job_id = "c"  # type: ignore[misc]

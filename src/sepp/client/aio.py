@@ -91,7 +91,8 @@ class AsyncClient:
 
     async def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
         """Enqueue jobs best-effort; see :meth:`sepp.Client.enqueue_batch`."""
-        # Plain requests are validated from a memo of their shape, as in Client.
+        # Plain requests are validated from a memo of their shape and a batch of only plain,
+        # valid ones written as bytes (``_core.lean_batch``), as in Client.
         reqs = _core.check_requests(requests)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         if tracer is None:
@@ -109,6 +110,11 @@ class AsyncClient:
         verdicts: list[Rejection | None] = [None] * len(reqs)
         if self.options.validate_locally:
             await self._check_batch_size(len(reqs))
+            if send is None:
+                # The common batch: every job plain and valid, written as bytes in one pass.
+                wire = _core.lean_batch(await self._cached_info(), reqs)
+                if wire is not None:
+                    return _core.merge_batch(verdicts, await self._call("EnqueueBatch", wire, idempotent=False))
             verdicts = await self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
         else:

@@ -122,7 +122,8 @@ class Client:
                 (``InvalidArgument``, field ``jobs``).
             TransportError: no verdict; then nothing is known about any job.
         """
-        # Plain requests are validated from a memo of their shape (``_core.validate_requests``).
+        # Plain requests are validated from a memo of their shape (``_core.validate_requests``);
+        # a batch of only plain, valid ones is written as bytes in the same pass (``lean_batch``).
         reqs = _core.check_requests(requests)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         if tracer is None:
@@ -140,6 +141,11 @@ class Client:
         verdicts: list[Rejection | None] = [None] * len(reqs)
         if self.options.validate_locally:
             self._check_batch_size(len(reqs))
+            if send is None:
+                # The common batch: every job plain and valid, written as bytes in one pass.
+                wire = _core.lean_batch(self._cached_info(), reqs)
+                if wire is not None:
+                    return _core.merge_batch(verdicts, self._call(self._stub.EnqueueBatch, wire, idempotent=False))
             verdicts = self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
         else:

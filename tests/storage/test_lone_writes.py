@@ -18,7 +18,7 @@ import uuid_utils
 from sepp.storage.base import JobRow
 from sepp.storage.sqlite import SQLiteStore
 from sepp.storage.sqlite.committer import STOP, GroupLoop, Results, _Pending
-from sepp.storage.sqlite.lone import LONE_MAX_JOBS, MAX_RUN, QUIET_GAP, RUN_JOBS
+from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, MAX_RUN, QUIET_GAP, RUN_JOBS
 from sepp.storage.sqlite.ops import insert_jobs
 from sepp.storage.sqlite.schema import connect_writer
 
@@ -76,6 +76,39 @@ async def test_a_sequential_producers_batches_commit_on_the_lone_path_up_to_the_
         n += LONE_MAX_JOBS + 1
         assert store._lone.commits == lone_before + 3, "a batch past LONE_MAX_JOBS took the lone path"
         assert store.committer.commits == before + 1
+    finally:
+        await store.close()
+    assert _stored(tmp_path / "sepp.db") == n
+
+
+async def test_batches_sent_several_at_a_time_keep_to_the_committer(tmp_path: Path) -> None:
+    """Once two batches waited for the committer at once (``enqueue_many``), batches keep to
+    the committer for ``BATCH_QUIET`` seconds (the writer process inserts one while the event
+    loop prepares the next); after that a lone batch takes the lone path again."""
+    store = SQLiteStore(tmp_path, "group", writer="process")
+    await store.open()
+    try:
+        assert store._lone is not None
+        n = 0
+
+        def batch(size: int = 64) -> list[JobRow]:
+            nonlocal n
+            rows = [_row(n + i) for i in range(size)]
+            n += size
+            return rows
+
+        # Batches too large for the lone path, so all of them wait for the committer, at once.
+        big = LONE_MAX_JOBS + 1
+        lone_before = store._lone.commits
+        await asyncio.gather(*(store.enqueue(batch(big), [0] * big, 0) for _ in range(4)))
+        assert store._lone.commits == lone_before
+        await asyncio.sleep(QUIET_GAP * 2)
+        lone_before, committed = store._lone.commits, store.committer.commits
+        await store.enqueue(batch(), [0] * 64, 0)
+        assert store._lone.commits == lone_before and store.committer.commits == committed + 1
+        await asyncio.sleep(BATCH_QUIET * 1.5)
+        await store.enqueue(batch(), [0] * 64, 0)
+        assert store._lone.commits == lone_before + 1, "a lone batch after the quiet time missed the lone path"
     finally:
         await store.close()
     assert _stored(tmp_path / "sepp.db") == n

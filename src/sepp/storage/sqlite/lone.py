@@ -90,6 +90,11 @@ RUN_JOBS = 32
 #: ``max_enqueue_batch``) goes to the committer.
 LONE_MAX_JOBS = 256
 
+#: Seconds after two batch inserts last waited for the committer at once (a producer with
+#: several batches in flight) during which no batch takes the lone path
+#: (``SQLiteStore._write_batch``).
+BATCH_QUIET = 0.1
+
 
 class LoneBusy(Exception):
     """The write lock was taken (by the committer's connection): nothing was done; submit

@@ -18,6 +18,7 @@ import fcntl
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -50,7 +51,7 @@ from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
-from sepp.storage.sqlite.lone import LONE_MAX_JOBS, LoneBusy, LoneWriter
+from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, LoneBusy, LoneWriter
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
 from sepp.storage.sqlite.writer_process import ProcessCommitter
@@ -96,6 +97,9 @@ class SQLiteStore:
         #: One-job enqueues run here when the committer is idle (issue 15); not with the
         #: commit-delay fault knob, whose tests need every write to pass the committer.
         self._lone: LoneWriter | None = LoneWriter(self.path, mode) if not commit_delay else None
+        #: Batch inserts waiting for the committer now, and when (monotonic s) two last did.
+        self._batches_waiting = 0
+        self._batches_overlapped = -BATCH_QUIET
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
         self._local = threading.local()
         self._reader_conns: list[sqlite3.Connection] = []
@@ -243,15 +247,28 @@ class SQLiteStore:
     async def _write_batch(self, op: Op[Dedups], jobs: int) -> Dedups:
         """A plain batch insert of ``jobs`` jobs: like ``_write_one``, on the lone-write path
         when nothing else is writing and the batch is at most ``LONE_MAX_JOBS`` jobs (a
-        sequential producer's batches skip the writer hop), else through the committer."""
+        sequential producer's batches skip the writer hop), else through the committer.
+
+        Batches sent several at a time (``enqueue_many``) keep to the committer: the writer
+        process inserts one while the event loop prepares the next, where lone batches would
+        run them all on the event loop one after another (measured: 59–61k against 61–75k
+        jobs/s with 4 in flight). So once two batches waited for the committer at the same
+        time, none takes the lone path for ``BATCH_QUIET`` seconds."""
         lone = self._lone
         if (jobs <= LONE_MAX_JOBS and lone is not None and self._committer.idle
+                and time.monotonic() - self._batches_overlapped > BATCH_QUIET
                 and lone.quiet(self._committer.commits)):
             try:
                 return lone.run(op, jobs)
             except LoneBusy:
                 pass
-        return await self._committer.submit(op, jobs)
+        self._batches_waiting += 1
+        if self._batches_waiting > 1:
+            self._batches_overlapped = time.monotonic()
+        try:
+            return await self._committer.submit(op, jobs)
+        finally:
+            self._batches_waiting -= 1
 
     # ------------------------------------------------------------------ queues
 

@@ -258,3 +258,27 @@ def test_every_reservation_of_a_mixed_reserve_is_the_job_as_stored(lease_server:
             assert r.attempt == 1 and r.lease_expires_at == stored.lease_expires_at
         assert [r.job.payload.data for r in got] == [b"1", b"22", b"", b"4", b"5", b"6", b"7"]
         w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in got])
+
+
+def test_acks_only_settle_parses_each_id_on_its_own_not_the_call_s_ids_run_together(
+        lease_server: ServerProcess, fresh_queue: str) -> None:
+    # The one-match parse of an acks-only Settle must not let a character move from one id
+    # to the next: a 35-character job id and a 37-character lease id that together spell two
+    # canonical ids are two malformed ids (INVALID_ARGUMENT), as item by item; so is an item
+    # with empty ids, or one whose job id holds a job id and its lease id run together.
+    with wire_for(lease_server, fresh_queue) as w:
+        for _ in range(3):
+            w.enqueue()
+        a, b, c = w.reserve(max_jobs=3)
+
+        def settle(items: list[wpb.SettleItem]) -> list[tuple[bool, str]]:
+            return [(r.ok, r.error_reason) for r in w.settle(items)]
+
+        shifted = wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id[:35], lease_id=a.job.id[35:] + a.lease_id))
+        assert settle([shifted]) == [(False, "INVALID_ARGUMENT")]
+        glued = wpb.SettleItem(ack=wpb.AckRequest(job_id=b.job.id + b.lease_id, lease_id=""))
+        assert settle([glued, wpb.SettleItem(ack=wpb.AckRequest())]) == [(False, "INVALID_ARGUMENT")] * 2
+        assert settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=c.job.id))]) == [(False, "INVALID_ARGUMENT")]
+        assert settle([wpb.SettleItem(ack=wpb.AckRequest())]) == [(False, "INVALID_ARGUMENT")]
+        assert [job_row(lease_server, r.job.id).state for r in (a, b, c)] == ["RESERVED"] * 3  # type: ignore[union-attr]
+        w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in (a, b, c)])

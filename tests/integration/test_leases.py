@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -282,3 +283,62 @@ def test_acks_only_settle_parses_each_id_on_its_own_not_the_call_s_ids_run_toget
         assert settle([wpb.SettleItem(ack=wpb.AckRequest())]) == [(False, "INVALID_ARGUMENT")]
         assert [job_row(lease_server, r.job.id).state for r in (a, b, c)] == ["RESERVED"] * 3  # type: ignore[union-attr]
         w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in (a, b, c)])
+
+
+def _id_form(text: str, form: str) -> str:
+    """``text`` (a canonical id) written in ``form``: one the fast parse takes, one only
+    ``uuid.UUID`` takes, or one nothing takes."""
+    arabic = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+    fullwidth = str.maketrans("0123456789abcdef", "０１２３４５６７８９ａｂｃｄｅｆ")
+    return {
+        "canonical": text, "upper": text.upper(), "braces": "{" + text + "}", "urn": "urn:uuid:" + text,
+        "no_dashes": text.replace("-", ""), "spaces": " " + text + " ", "arabic": text.translate(arabic),
+        "fullwidth": text.translate(fullwidth), "nul": text[:20] + "\x00" + text[21:], "short": text[:35],
+        "long": text + "0", "empty": "",
+    }[form]
+
+
+_FORMS = ["canonical", "upper", "braces", "urn", "no_dashes", "spaces", "arabic", "fullwidth", "nul", "short",
+          "long", "empty"]
+
+
+def test_an_acks_only_settle_answers_as_the_item_by_item_path_for_any_ids(lease_server: ServerProcess,
+                                                                          fresh_queue: str) -> None:
+    # The same script of acks against two identical sets of jobs: once as is (acks only: the
+    # one-match parse when every id is canonical), once with a nack of an unknown job added
+    # (which takes the item-by-item path). Every item's answer and every job's state match.
+    rnd = random.Random(7)
+    with wire_for(lease_server, fresh_queue) as w:
+        for rounds in range(30):
+            n = rnd.choice([1, 3, 8])
+            sets = []
+            for side in ("a", "b"):
+                queue = f"{fresh_queue}-{side}{rounds}"
+                ids = [w.enqueue(queue=queue) for _ in range(n)]
+                got = w.reserve([queue], max_jobs=n // 2 + 1) + w.reserve([queue], max_jobs=n)
+                by_id = {r.job.id: r for r in got}
+                sets.append(([by_id[i] for i in ids], queue))
+            lenient = rnd.random() < 0.5  # half the scripts use canonical ids only (the fast parse)
+            script = []
+            for _ in range(rnd.choice([1, 2, 5, 12])):
+                k = rnd.randrange(n + 1)  # n: an unknown job
+                lease = rnd.choice(["own", "own", "other", "random"])
+                forms = ("canonical", "upper") if not lenient else _FORMS
+                script.append((k, lease, rnd.choice(forms), rnd.choice(forms)))
+            answers = []
+            for side, (res, _queue) in enumerate(sets):
+                items = []
+                for k, lease, job_form, lease_form in script:
+                    job_id = res[k].job.id if k < n else "01900000-0000-7000-8000-00000000abcd"
+                    lease_id = {"own": res[k % n].lease_id, "other": res[(k + 1) % n].lease_id,
+                                "random": str(uuid.uuid4())}[lease]
+                    items.append(wpb.SettleItem(ack=wpb.AckRequest(job_id=_id_form(job_id, job_form),
+                                                                   lease_id=_id_form(lease_id, lease_form))))
+                if side:
+                    items.append(wpb.SettleItem(nack=wpb.NackRequest(job_id="01900000-0000-7000-8000-00000000dcba",
+                                                                     lease_id=str(uuid.uuid4()),
+                                                                     release=wpb.ReleaseDirective())))
+                results = w.settle(items)[:len(script)]
+                answers.append(([(r.ok, r.state, r.error_reason) for r in results],
+                                [job_row(lease_server, r.job.id).state for r in res]))  # type: ignore[union-attr]
+            assert answers[0] == answers[1], script

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import time
 import uuid
@@ -342,3 +343,37 @@ def test_an_acks_only_settle_answers_as_the_item_by_item_path_for_any_ids(lease_
                 answers.append(([(r.ok, r.state, r.error_reason) for r in results],
                                 [job_row(lease_server, r.job.id).state for r in res]))  # type: ignore[union-attr]
             assert answers[0] == answers[1], script
+
+
+def test_every_reservation_of_a_reserve_with_retried_traced_and_promoted_jobs_is_the_job_as_stored(
+        lease_server: ServerProcess, fresh_queue: str) -> None:
+    # Plain jobs (the template copy) among retried ones (attempt history, attempt 2),
+    # traced ones, scheduled ones promoted by the time they are reserved, other encodings,
+    # priorities and max_attempts, in one Reserve: each reservation is its job as GetJob shows it.
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.3)
+    trace = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with wire_for(lease_server, fresh_queue) as w:
+        retried = [w.enqueue(job_type="a", data=b"r1"), w.enqueue(job_type="a", data=b"r2")]
+        for r in w.reserve(max_jobs=2):
+            w.nack(r, "retry_after", delay=0.2)
+        ids = retried + [
+            w.enqueue(job_type="a", data=b"p1"), w.enqueue(job_type="a", data=b"p2", trace_context=trace),
+            w.enqueue(job_type="a", data=b"s1", scheduled_at=soon), w.enqueue(job_type="a", data=b"s2", scheduled_at=soon),
+            *w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="a",
+                                               payload=pb.Payload(data=b"p3", encoding="application/json"))]),
+            w.enqueue(job_type="a", priority=9, data=b"hi"), w.enqueue(job_type="a", max_attempts=2, data=b"m2"),
+            w.enqueue(job_type="a", data=b""), w.enqueue(job_type="a", data=b"p4"),
+        ]
+        time.sleep(0.5)
+        got = w.reserve(max_jobs=len(ids) + 5)
+        assert sorted(r.job.id for r in got) == sorted(ids)
+        for r in got:
+            stored = w.get_job(r.job.id)
+            stored_attempts = list(stored.attempts)
+            del stored.attempts[:]
+            want = [a for a in stored_attempts if a.attempt != r.attempt]  # all but the running one
+            assert list(r.job.attempts) == want, r.job.id
+            del r.job.attempts[:]
+            assert r.job == stored, r.job.id
+        assert {r.job.id: r.attempt for r in got if r.job.id in retried} == dict.fromkeys(retried, 2)
+        w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in got])

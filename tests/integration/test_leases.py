@@ -356,9 +356,10 @@ def test_every_reservation_of_a_reserve_with_retried_traced_and_promoted_jobs_is
         retried = [w.enqueue(job_type="a", data=b"r1"), w.enqueue(job_type="a", data=b"r2")]
         for r in w.reserve(max_jobs=2):
             w.nack(r, "retry_after", delay=0.2)
-        ids = retried + [
-            w.enqueue(job_type="a", data=b"p1"), w.enqueue(job_type="a", data=b"p2", trace_context=trace),
-            w.enqueue(job_type="a", data=b"s1", scheduled_at=soon), w.enqueue(job_type="a", data=b"s2", scheduled_at=soon),
+        ids = [
+            *retried, w.enqueue(job_type="a", data=b"p1"), w.enqueue(job_type="a", data=b"p2", trace_context=trace),
+            w.enqueue(job_type="a", data=b"s1", scheduled_at=soon),
+            w.enqueue(job_type="a", data=b"s2", scheduled_at=soon),
             *w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="a",
                                                payload=pb.Payload(data=b"p3", encoding="application/json"))]),
             w.enqueue(job_type="a", priority=9, data=b"hi"), w.enqueue(job_type="a", max_attempts=2, data=b"m2"),

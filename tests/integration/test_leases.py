@@ -378,3 +378,26 @@ def test_every_reservation_of_a_reserve_with_retried_traced_and_promoted_jobs_is
             assert r.job == stored, r.job.id
         assert {r.job.id: r.attempt for r in got if r.job.id in retried} == dict.fromkeys(retried, 2)
         w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in got])
+
+
+def test_an_acks_only_settle_of_expired_leases_answers_as_the_item_by_item_path(
+        server_factory: ServerFactory) -> None:
+    # Expired leases (still RESERVED in the table: no sweep yet), live ones and repeats of
+    # one job in one acks-only Settle: the same answers as with a nack added (item by item).
+    server = server_factory(queues={"a": fast_queue(), "b": fast_queue()}, sweep_interval=30.0)
+    with wire_for(server) as w:
+        answers = []
+        for side, queue in enumerate(("a", "b")):
+            for _ in range(3):
+                w.enqueue(queue=queue)
+            expired = w.reserve([queue], max_jobs=2, lease=0.2)
+            time.sleep(0.3)
+            live = w.reserve([queue], max_jobs=1, lease=30)
+            items = [wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id))
+                     for r in (expired[0], live[0], expired[1], live[0], expired[0])]
+            if side:
+                items.append(wpb.SettleItem(nack=wpb.NackRequest(job_id=str(uuid.uuid4()), lease_id=str(uuid.uuid4()),
+                                                                 release=wpb.ReleaseDirective())))
+            answers.append([(r.ok, r.state, r.error_reason) for r in w.settle(items)[:5]])
+        assert answers[0] == answers[1]
+        assert [a[2] for a in answers[0]] == ["LEASE_EXPIRED", "", "LEASE_EXPIRED", "", "LEASE_EXPIRED"]

@@ -174,3 +174,30 @@ def test_a_pass_skipping_many_rows_logs_the_first_ten_and_one_summary(server_fac
                        timeout=8.0, what="the summary line")
     assert "reclaim pass" in summary[0] and "11 skipped in this pass" in summary[0]
     assert sum("reclaim pass skipped job" in line for line in server.output) == 10
+
+
+#: Damage to a column a reservation copies from its kind's template or sets per job.
+_AFTER_ITS_KIND = ("payload_text", "payload_int", "run_at_text", "run_at_int64_max", "enqueued_at_int64_min",
+                   "priority_real", "priority_text", "attempt_int64_max", "job_type_blob")
+
+
+@pytest.mark.parametrize("case", _AFTER_ITS_KIND)
+def test_a_damaged_job_after_plain_jobs_of_its_kind_is_not_delivered(server_factory: ServerFactory,
+                                                                    case: str) -> None:
+    # The damaged job comes after plain jobs of the same kind in one Reserve answer, so its
+    # reservation would be copied from their template (ReservationFiller): it is still
+    # checked, never delivered, and the jobs on either side of it are.
+    server = server_factory()
+    with wire_for(server) as w:
+        ids = [w.enqueue("poison", priority=5, data=b"%d" % i) for i in range(5)]
+    bad = ids[2]
+    server.terminate()
+    _damage(server.data_dir, bad, DAMAGE[case])
+    server.start()
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        worker = worker_pb2_grpc.WorkerServiceStub(channel)
+        got = worker.Reserve(wpb.ReserveRequest(queues=["poison"], max_jobs=10, worker_id="w"), timeout=10)
+        assert [(r.job.id, r.job.payload.data) for r in got.reservations] == [
+            (job_id, b"%d" % i) for i, job_id in enumerate(ids) if job_id != bad]
+        assert _row(server.data_dir, bad) == (5, b"DAMAGED_ROW")  # dead-lettered at once
+    assert "Traceback" not in "\n".join(server.output)

@@ -161,3 +161,90 @@ def test_every_acked_job_survives_repeated_kill_9_exactly_once(server_factory: S
     missing = set(acked_ids.values()) - set(counts)
     assert not missing, f"{len(missing)} acked jobs lost after kill -9, e.g. {sorted(missing)[:3]}"
     assert set(counts) == set(acked_ids.values()) | set(resolved.values()), "unexpected jobs appeared"
+
+
+class PlainProducer(threading.Thread):
+    """Enqueues plain jobs (no idempotency key, custom map or new queue: the lone-write
+    path) until stopped, ``size`` a call (1: Enqueue, else EnqueueBatch), one call at a
+    time; remembers every acked job id."""
+
+    def __init__(self, index: int, size: int, proc: ServerProcess, stop: threading.Event) -> None:
+        super().__init__(name=f"plain-{index}", daemon=True)
+        self.index, self.size, self.proc, self.stop = index, size, proc, stop
+        self.acked: list[str] = []
+        self.problems: list[str] = []
+
+    def run(self) -> None:
+        target, channel, stub = "", None, None
+        n = 0
+        while not self.stop.is_set():
+            if self.proc.grpc_target != target or channel is None:
+                if channel is not None:
+                    channel.close()
+                target = self.proc.grpc_target
+                channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+                stub = producer_pb2_grpc.ProducerServiceStub(channel)
+            assert stub is not None
+            reqs = [job(QUEUE, "plain", data=f"{self.index}-{n + i}".encode()) for i in range(self.size)]
+            n += self.size
+            try:
+                if self.size == 1:
+                    ids = [stub.Enqueue(reqs[0], timeout=5).job_id]
+                else:
+                    results = stub.EnqueueBatch(ppb.EnqueueBatchRequest(jobs=reqs), timeout=5).results
+                    if any(r.WhichOneof("outcome") != "ack" for r in results):
+                        self.problems.append(f"batch result not an ack: {results[:2]}")
+                    ids = [r.ack.job_id for r in results]
+            except grpc.RpcError as err:
+                if err.code() not in TRANSIENT:  # type: ignore[attr-defined]
+                    self.problems.append(f"unexpected {err.code().name}: {err.details()}")  # type: ignore[attr-defined]
+                time.sleep(0.02)
+                continue
+            self.acked.extend(ids)
+        if channel is not None:
+            channel.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["group", "sync"])
+def test_every_acked_job_of_sequential_plain_batches_survives_kill_9(server_factory: ServerFactory,
+                                                                    mode: str) -> None:
+    """Sequential producers of plain batches (≤ 256 jobs: committed on the event loop by the
+    lone-write path) beside plain single enqueues, SIGKILLed ×3: every acked job is there."""
+    proc = server_factory(persist_mode=mode)
+    with connect(proc.grpc_target) as s:  # the queue exists before the plain batches start
+        s.batch([job(QUEUE, "plain", data=b"first")])
+    stop = threading.Event()
+    producers = [PlainProducer(0, 256, proc, stop), PlainProducer(1, 37, proc, stop),
+                 PlainProducer(2, 2, proc, stop), PlainProducer(3, 1, proc, stop)]
+    for p in producers:
+        p.start()
+
+    def acked() -> int:
+        return sum(len(p.acked) for p in producers)
+
+    rng = random.Random()
+    try:
+        for _ in range(KILLS):
+            before, deadline = acked(), time.monotonic() + 10
+            pause_until = time.monotonic() + rng.uniform(0.3, 0.8)
+            while time.monotonic() < pause_until or acked() <= before + 300:
+                assert time.monotonic() < deadline, "producers make no progress"
+                time.sleep(0.01)
+            proc.kill()
+            proc.start()
+        before = acked()
+        while acked() <= before + 300:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for p in producers:
+            p.join(15)
+    problems = [msg for p in producers for msg in p.problems]
+    assert not problems, problems[:5]
+    acked_ids = [job_id for p in producers for job_id in p.acked]
+    with connect(proc.grpc_target) as s:
+        delivered = Counter(j.id for j in s.reserve_all([QUEUE]))
+    assert not [i for i, n in delivered.items() if n > 1], "jobs delivered twice"
+    missing = set(acked_ids) - set(delivered)
+    assert not missing, f"{len(missing)} of {len(acked_ids)} acked jobs lost after kill -9, e.g. {sorted(missing)[:3]}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -258,3 +260,144 @@ def test_every_reservation_of_a_mixed_reserve_is_the_job_as_stored(lease_server:
             assert r.attempt == 1 and r.lease_expires_at == stored.lease_expires_at
         assert [r.job.payload.data for r in got] == [b"1", b"22", b"", b"4", b"5", b"6", b"7"]
         w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in got])
+
+
+def test_acks_only_settle_parses_each_id_on_its_own_not_the_call_s_ids_run_together(
+        lease_server: ServerProcess, fresh_queue: str) -> None:
+    # The one-match parse of an acks-only Settle must not let a character move from one id
+    # to the next: a 35-character job id and a 37-character lease id that together spell two
+    # canonical ids are two malformed ids (INVALID_ARGUMENT), as item by item; so is an item
+    # with empty ids, or one whose job id holds a job id and its lease id run together.
+    with wire_for(lease_server, fresh_queue) as w:
+        for _ in range(3):
+            w.enqueue()
+        a, b, c = w.reserve(max_jobs=3)
+
+        def settle(items: list[wpb.SettleItem]) -> list[tuple[bool, str]]:
+            return [(r.ok, r.error_reason) for r in w.settle(items)]
+
+        shifted = wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id[:35], lease_id=a.job.id[35:] + a.lease_id))
+        assert settle([shifted]) == [(False, "INVALID_ARGUMENT")]
+        glued = wpb.SettleItem(ack=wpb.AckRequest(job_id=b.job.id + b.lease_id, lease_id=""))
+        assert settle([glued, wpb.SettleItem(ack=wpb.AckRequest())]) == [(False, "INVALID_ARGUMENT")] * 2
+        assert settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=c.job.id))]) == [(False, "INVALID_ARGUMENT")]
+        assert settle([wpb.SettleItem(ack=wpb.AckRequest())]) == [(False, "INVALID_ARGUMENT")]
+        assert [job_row(lease_server, r.job.id).state for r in (a, b, c)] == ["RESERVED"] * 3  # type: ignore[union-attr]
+        w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in (a, b, c)])
+
+
+def _id_form(text: str, form: str) -> str:
+    """``text`` (a canonical id) written in ``form``: one the fast parse takes, one only
+    ``uuid.UUID`` takes, or one nothing takes."""
+    arabic = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+    fullwidth = str.maketrans("0123456789abcdef", "０１２３４５６７８９ａｂｃｄｅｆ")
+    return {
+        "canonical": text, "upper": text.upper(), "braces": "{" + text + "}", "urn": "urn:uuid:" + text,
+        "no_dashes": text.replace("-", ""), "spaces": " " + text + " ", "arabic": text.translate(arabic),
+        "fullwidth": text.translate(fullwidth), "nul": text[:20] + "\x00" + text[21:], "short": text[:35],
+        "long": text + "0", "empty": "",
+    }[form]
+
+
+_FORMS = ["canonical", "upper", "braces", "urn", "no_dashes", "spaces", "arabic", "fullwidth", "nul", "short",
+          "long", "empty"]
+
+
+def test_an_acks_only_settle_answers_as_the_item_by_item_path_for_any_ids(lease_server: ServerProcess,
+                                                                          fresh_queue: str) -> None:
+    # The same script of acks against two identical sets of jobs: once as is (acks only: the
+    # one-match parse when every id is canonical), once with a nack of an unknown job added
+    # (which takes the item-by-item path). Every item's answer and every job's state match.
+    rnd = random.Random(7)
+    with wire_for(lease_server, fresh_queue) as w:
+        for rounds in range(30):
+            n = rnd.choice([1, 3, 8])
+            sets = []
+            for side in ("a", "b"):
+                queue = f"{fresh_queue}-{side}{rounds}"
+                ids = [w.enqueue(queue=queue) for _ in range(n)]
+                got = w.reserve([queue], max_jobs=n // 2 + 1) + w.reserve([queue], max_jobs=n)
+                by_id = {r.job.id: r for r in got}
+                sets.append(([by_id[i] for i in ids], queue))
+            lenient = rnd.random() < 0.5  # half the scripts use canonical ids only (the fast parse)
+            script = []
+            for _ in range(rnd.choice([1, 2, 5, 12])):
+                k = rnd.randrange(n + 1)  # n: an unknown job
+                lease = rnd.choice(["own", "own", "other", "random"])
+                forms = ("canonical", "upper") if not lenient else _FORMS
+                script.append((k, lease, rnd.choice(forms), rnd.choice(forms)))
+            answers = []
+            for side, (res, _queue) in enumerate(sets):
+                items = []
+                for k, lease, job_form, lease_form in script:
+                    job_id = res[k].job.id if k < n else "01900000-0000-7000-8000-00000000abcd"
+                    lease_id = {"own": res[k % n].lease_id, "other": res[(k + 1) % n].lease_id,
+                                "random": str(uuid.uuid4())}[lease]
+                    items.append(wpb.SettleItem(ack=wpb.AckRequest(job_id=_id_form(job_id, job_form),
+                                                                   lease_id=_id_form(lease_id, lease_form))))
+                if side:
+                    items.append(wpb.SettleItem(nack=wpb.NackRequest(job_id="01900000-0000-7000-8000-00000000dcba",
+                                                                     lease_id=str(uuid.uuid4()),
+                                                                     release=wpb.ReleaseDirective())))
+                results = w.settle(items)[:len(script)]
+                answers.append(([(r.ok, r.state, r.error_reason) for r in results],
+                                [job_row(lease_server, r.job.id).state for r in res]))  # type: ignore[union-attr]
+            assert answers[0] == answers[1], script
+
+
+def test_every_reservation_of_a_reserve_with_retried_traced_and_promoted_jobs_is_the_job_as_stored(
+        lease_server: ServerProcess, fresh_queue: str) -> None:
+    # Plain jobs (the template copy) among retried ones (attempt history, attempt 2),
+    # traced ones, scheduled ones promoted by the time they are reserved, other encodings,
+    # priorities and max_attempts, in one Reserve: each reservation is its job as GetJob shows it.
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.3)
+    trace = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with wire_for(lease_server, fresh_queue) as w:
+        retried = [w.enqueue(job_type="a", data=b"r1"), w.enqueue(job_type="a", data=b"r2")]
+        for r in w.reserve(max_jobs=2):
+            w.nack(r, "retry_after", delay=0.2)
+        ids = [
+            *retried, w.enqueue(job_type="a", data=b"p1"), w.enqueue(job_type="a", data=b"p2", trace_context=trace),
+            w.enqueue(job_type="a", data=b"s1", scheduled_at=soon),
+            w.enqueue(job_type="a", data=b"s2", scheduled_at=soon),
+            *w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="a",
+                                               payload=pb.Payload(data=b"p3", encoding="application/json"))]),
+            w.enqueue(job_type="a", priority=9, data=b"hi"), w.enqueue(job_type="a", max_attempts=2, data=b"m2"),
+            w.enqueue(job_type="a", data=b""), w.enqueue(job_type="a", data=b"p4"),
+        ]
+        time.sleep(0.5)
+        got = w.reserve(max_jobs=len(ids) + 5)
+        assert sorted(r.job.id for r in got) == sorted(ids)
+        for r in got:
+            stored = w.get_job(r.job.id)
+            stored_attempts = list(stored.attempts)
+            del stored.attempts[:]
+            want = [a for a in stored_attempts if a.attempt != r.attempt]  # all but the running one
+            assert list(r.job.attempts) == want, r.job.id
+            del r.job.attempts[:]
+            assert r.job == stored, r.job.id
+        assert {r.job.id: r.attempt for r in got if r.job.id in retried} == dict.fromkeys(retried, 2)
+        w.settle([wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id)) for r in got])
+
+
+def test_an_acks_only_settle_of_expired_leases_answers_as_the_item_by_item_path(
+        server_factory: ServerFactory) -> None:
+    # Expired leases (still RESERVED in the table: no sweep yet), live ones and repeats of
+    # one job in one acks-only Settle: the same answers as with a nack added (item by item).
+    server = server_factory(queues={"a": fast_queue(), "b": fast_queue()}, sweep_interval=30.0)
+    with wire_for(server) as w:
+        answers = []
+        for side, queue in enumerate(("a", "b")):
+            for _ in range(3):
+                w.enqueue(queue=queue)
+            expired = w.reserve([queue], max_jobs=2, lease=0.2)
+            time.sleep(0.3)
+            live = w.reserve([queue], max_jobs=1, lease=30)
+            items = [wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id))
+                     for r in (expired[0], live[0], expired[1], live[0], expired[0])]
+            if side:
+                items.append(wpb.SettleItem(nack=wpb.NackRequest(job_id=str(uuid.uuid4()), lease_id=str(uuid.uuid4()),
+                                                                 release=wpb.ReleaseDirective())))
+            answers.append([(r.ok, r.state, r.error_reason) for r in w.settle(items)[:5]])
+        assert answers[0] == answers[1]
+        assert [a[2] for a in answers[0]] == ["LEASE_EXPIRED", "", "LEASE_EXPIRED", "", "LEASE_EXPIRED"]

@@ -229,3 +229,41 @@ async def test_a_suspended_handler_is_cancelled_and_released_at_shutdown(fast: S
     assert row is not None and (row.state, row.attempt) == ("READY", 0)
     assert count_states(fast, fresh_queue) == {"COMPLETED": 2, "READY": 1}
     assert not worker._slots  # every slot ended with the worker
+
+
+async def test_a_cancellation_that_reaches_a_handler_settles_its_job(fast: ServerProcess, fresh_queue: str) -> None:
+    """A cancellation the runtime did not ask for that lands inside a handler — one its
+    handler asked for itself, or one a handler before it on the same slot left to land later
+    (``call_later(…, current_task().cancel)``; with a task per job it would have hit a
+    finished task) — is a failure of that job like a ``CancelledError`` it raised: the job
+    is settled (retried), never left RESERVED with nobody running it, and the next job runs."""
+    worker, reports = make_worker(fast, fresh_queue, concurrency=1, prefetch=4)
+
+    @worker.handler("cancels-itself")
+    async def cancels_itself(job: Job) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        me.cancel()
+        await asyncio.sleep(0)
+
+    @worker.handler("cancels-later")
+    async def cancels_later(job: Job) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        asyncio.get_running_loop().call_later(0.05, me.cancel)
+
+    @worker.handler("slow")
+    async def slow(job: Job) -> None:
+        await asyncio.sleep(0.2)
+
+    ids = enqueue(fast, fresh_queue, ["cancels-itself", "slow", "cancels-later", "slow", "slow"])
+    async with running(worker):
+        await until(lambda: len({r.job.id for r in reports}) == 5, what="5 jobs settled")
+    first: dict[str, str] = {}
+    for r in reports:
+        first.setdefault(r.job.id, r.outcome)
+    assert [first[i] for i in ids[:3]] == ["retry", "completed", "completed"]
+    assert [first[i] for i in ids[3:]].count("completed") >= 1  # the late cancellation may reach one
+    assert set(first.values()) <= {"retry", "completed"}
+    await until(lambda: "RESERVED" not in count_states(fast, fresh_queue), what="nothing RESERVED", within=3)
+    assert worker.held == 0

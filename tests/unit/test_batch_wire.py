@@ -94,3 +94,15 @@ def _parse(data: bytes) -> object:
         return _core.parse_batch_response(data)
     except Exception as exc:  # DecodeError: whatever protobuf raises
         return exc
+
+
+def test_a_head_split_by_an_id_byte_is_no_fresh_ack() -> None:
+    """Bytes of the right length whose only non-id bytes spell the heads, but one head split
+    by an id byte (so a split at the heads finds one piece too few): not fresh acks — the
+    message path refuses them (DecodeError) — and never an ack whose id holds head bytes."""
+    a, b, c = ids(3)
+    head = b"\n(\n&\n$"
+    for data in (head + a.encode() + head + b.encode() + head[:2] + b"c" + head[2:] + c.encode()[1:],
+                 head + a.encode() + head[:2] + b"c" + head[2:] + c.encode()[1:]):
+        assert len(data) % 42 == 0 and data.translate(None, b"0123456789abcdef-") == head * (len(data) // 42)
+        assert not isinstance(_parse(data), _core.FreshAcks), _parse(data)

@@ -215,9 +215,11 @@ def parse_batch_response(data: bytes) -> ppb.EnqueueBatchResponse | FreshAcks:
     # and the id bytes between two heads are an id (no head byte is an id byte). Split at the
     # heads, the first piece is empty and the other ``count`` hold 36 × count bytes in all: if
     # none is shorter than 36, each is an id of 36 (C calls only: a tenth of a regex's cost).
+    # Fewer pieces: a head split by an id byte (not protobuf's layout; one piece holds head
+    # bytes), however long the pieces.
     if count and not rest and data.translate(None, _ID_BYTES) == _ACK_HEAD * count:
         ids = data.decode("ascii").split(_ACK_TEXT_HEAD)
-        if not ids[0]:
+        if not ids[0] and len(ids) == count + 1:
             del ids[0]
             if min(map(len, ids)) == 36:
                 return FreshAcks(ids)

@@ -669,9 +669,12 @@ class Worker:
                 if self._abandoning:
                     me.uncancel()
                     outcome = released("worker stopped before the handler finished (shutdown grace exceeded)")
-                elif me.cancelling():
-                    raise  # this task itself is being cancelled
-                else:  # the handler raised CancelledError of its own: a failure like any other
+                else:
+                    # The handler raised CancelledError of its own, or a cancellation the
+                    # runtime did not ask for landed in it: its handler's own (it cancelled
+                    # its task), or one a job before it on this slot left to land later. A
+                    # failure like any other: the job is settled, never left held by no one.
+                    # A cancel count left on the slot ends it after this job (``_slot``).
                     outcome, error = outcome_for_exception(exc), exc
             except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
                 outcome, error = outcome_for_exception(exc), exc

@@ -296,9 +296,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 #: Builds a SettleParams from a full tuple without NamedTuple's Python-level __new__.
 _new_params = tuple.__new__
 
-#: A canonical UUID text (8-4-4-4-12 hex digits, either case), repeated: ``_all_ack_ids``
-#: checks every id of a Settle with one match.
-_CANONICAL_IDS = re.compile(r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})*")
+#: A canonical UUID text (8-4-4-4-12 hex digits, either case) and a space, repeated:
+#: ``_all_ack_ids`` checks every id of a Settle with one match. The space ends each id, so
+#: no character can move from one id to the next (a 35-character job id and a 37-character
+#: lease id run together also spell two canonical ids); ``bytes.fromhex`` skips it.
+_CANONICAL_IDS = re.compile(r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12} )*")
 
 
 def _all_ack_ids(items: Any) -> list[bytes] | None:
@@ -316,7 +318,7 @@ def _all_ack_ids(items: Any) -> list[bytes] | None:
         a = item.ack
         push(a.job_id)
         push(a.lease_id)
-    joined = "".join(texts)
+    joined = " ".join(texts) + " "  # no items: " ", no match (the item path answers nothing)
     if _CANONICAL_IDS.fullmatch(joined) is None:
         return None
     raw = bytes.fromhex(joined.replace("-", ""))

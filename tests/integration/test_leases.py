@@ -313,8 +313,8 @@ def test_an_acks_only_settle_answers_as_the_item_by_item_path_for_any_ids(lease_
         for rounds in range(30):
             n = rnd.choice([1, 3, 8])
             sets = []
-            for side in ("a", "b"):
-                queue = f"{fresh_queue}-{side}{rounds}"
+            for name in ("a", "b"):
+                queue = f"{fresh_queue}-{name}{rounds}"
                 ids = [w.enqueue(queue=queue) for _ in range(n)]
                 got = w.reserve([queue], max_jobs=n // 2 + 1) + w.reserve([queue], max_jobs=n)
                 by_id = {r.job.id: r for r in got}

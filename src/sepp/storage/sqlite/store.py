@@ -97,7 +97,8 @@ class SQLiteStore:
         #: One-job enqueues run here when the committer is idle (issue 15); not with the
         #: commit-delay fault knob, whose tests need every write to pass the committer.
         self._lone: LoneWriter | None = LoneWriter(self.path, mode) if not commit_delay else None
-        #: Batch inserts waiting for the committer now, and when (monotonic s) two last did.
+        #: Batch inserts waiting for the committer now, and when two last did (``time.perf_counter``
+        #: seconds, an interval like the lone path's ``QUIET_GAP``, not a clock reading).
         self._batches_waiting = 0
         self._batches_overlapped = -BATCH_QUIET
         self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
@@ -256,7 +257,7 @@ class SQLiteStore:
         time, none takes the lone path for ``BATCH_QUIET`` seconds."""
         lone = self._lone
         if (jobs <= LONE_MAX_JOBS and lone is not None and self._committer.idle
-                and time.monotonic() - self._batches_overlapped > BATCH_QUIET
+                and time.perf_counter() - self._batches_overlapped > BATCH_QUIET
                 and lone.quiet(self._committer.commits)):
             try:
                 return lone.run(op, jobs)
@@ -264,7 +265,7 @@ class SQLiteStore:
                 pass
         self._batches_waiting += 1
         if self._batches_waiting > 1:
-            self._batches_overlapped = time.monotonic()
+            self._batches_overlapped = time.perf_counter()
         try:
             return await self._committer.submit(op, jobs)
         finally:

@@ -17,24 +17,15 @@ from typing import Any
 
 import pytest
 from support.servers import ServerFactory, module_server
-from support.worker import count_states, fast_queue, job_row, running, until, wire_for
+from support.worker import count_states, fast_queue, job_row, make_worker, running, until, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess, free_port
-from sepp.worker import DeadLetter, Job, JobReport, Retry, Worker
+from sepp.worker import DeadLetter, Job, Retry
 
 pytestmark = pytest.mark.timeout(60)
 
 
-
-
-def make_worker(server: ServerProcess, queue: str = "q", **kw: Any) -> tuple[Worker, list[JobReport]]:
-    """A worker on ``queue`` with short polls, plus the list its reports go to."""
-    kw.setdefault("poll_wait", 0.5)
-    worker = Worker(server.grpc_target, [queue], **kw)
-    reports: list[JobReport] = []
-    worker.on_outcome(reports.append)
-    return worker, reports
 
 
 @pytest.fixture(scope="module")

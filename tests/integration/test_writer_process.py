@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 from support.servers import ServerFactory
 from support.waiting import wait_for
-from support.worker import wire_for
+from support.worker import Wire, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess
@@ -162,6 +163,23 @@ def test_auto_puts_the_writer_where_the_persist_mode_wants_it(server_factory: Se
     assert len(writers) == (1 if placement == "process" else 0)
 
 
+def _enqueue_writer_stopped_then_kill(server: ServerProcess, enqueue: Callable[[Wire], list[str]]) -> list[str]:
+    """Make queue "lone" (through the writer), SIGSTOP the writer process, run ``enqueue``
+    (which returns the ids it got acknowledged), then SIGKILL the server and the writer and
+    wait until the writer is gone. Returns every acknowledged id, the first job's included."""
+    writer = writer_of(server)
+    with wire_for(server) as w:
+        ids = [w.enqueue("lone")]  # the queue exists now (declaring one goes through the writer)
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            ids += enqueue(w)
+        finally:
+            server.kill()
+            os.kill(writer, signal.SIGKILL)
+    wait_for(lambda: not alive(writer), timeout=10, what="the stopped writer to go")
+    return ids
+
+
 def test_lone_writes_need_no_writer_hop_and_every_acknowledged_one_survives_kill_9(
         server_factory: ServerFactory) -> None:
     """A one-job enqueue with nothing else writing commits on the server's own lone-write
@@ -170,17 +188,8 @@ def test_lone_writes_need_no_writer_hop_and_every_acknowledged_one_survives_kill
     acknowledged one is there after a restart (the WAL was fdatasync-ed before each answer).
     (Sweeps are writes through the writer: none runs during the test.)"""
     server = server_factory(persist_mode="group", sweep_interval=600.0)
-    writer = writer_of(server)
-    with wire_for(server) as w:
-        ids = [w.enqueue("lone")]  # the queue exists now (declaring one goes through the writer)
-        os.kill(writer, signal.SIGSTOP)
-        try:
-            ids += [w.enqueue("lone", data=str(i).encode(), idempotency_key=f"k{i}" if i % 2 else "")
-                    for i in range(20)]
-        finally:
-            server.kill()
-            os.kill(writer, signal.SIGKILL)
-    wait_for(lambda: not alive(writer), timeout=10, what="the stopped writer to go")
+    ids = _enqueue_writer_stopped_then_kill(server, lambda w: [
+        w.enqueue("lone", data=str(i).encode(), idempotency_key=f"k{i}" if i % 2 else "") for i in range(20)])
     server.start()
     with wire_for(server) as w:
         got = w.reserve(["lone"], max_jobs=100)
@@ -193,19 +202,11 @@ def test_lone_batches_need_no_writer_hop_and_every_acknowledged_one_survives_kil
     the writer process stopped they still succeed, and after SIGKILL every job of every
     acknowledged batch is there."""
     server = server_factory(persist_mode="group", sweep_interval=600.0)
-    writer = writer_of(server)
-    with wire_for(server) as w:
-        ids = [w.enqueue("lone")]
-        os.kill(writer, signal.SIGSTOP)
-        try:
-            for b in range(5):
-                ids += w.enqueue_many([pb.EnqueueRequest(queue="lone", job_type="t",
-                                                         payload=pb.Payload(data=f"{b}-{i}".encode()))
-                                       for i in range(256 if b % 2 else 37)])
-        finally:
-            server.kill()
-            os.kill(writer, signal.SIGKILL)
-    wait_for(lambda: not alive(writer), timeout=10, what="the stopped writer to go")
+    ids = _enqueue_writer_stopped_then_kill(server, lambda w: [
+        job_id for b in range(5)
+        for job_id in w.enqueue_many([pb.EnqueueRequest(queue="lone", job_type="t",
+                                                        payload=pb.Payload(data=f"{b}-{i}".encode()))
+                                      for i in range(256 if b % 2 else 37)])])
     server.start()
     with wire_for(server) as w:
         got: list[str] = []

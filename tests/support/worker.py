@@ -24,7 +24,7 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.states import state_name
 from sepp.testing import ServerProcess
-from sepp.worker import Worker
+from sepp.worker import JobReport, Worker
 from support.stubs import StubSet
 
 
@@ -257,3 +257,13 @@ async def until(predicate: Callable[[], Any], within: float = 10.0, what: str = 
             raise AssertionError(f"timed out waiting for {what or predicate}")
         await asyncio.sleep(0.01)
     return value
+
+
+def make_worker(server: ServerProcess, queue: str = "q", **kw: Any) -> tuple[Worker, list[JobReport]]:
+    """A worker on ``queue`` with short polls (``poll_wait`` 0.5 s unless given), plus the list
+    its reports (``on_outcome``) go to."""
+    kw.setdefault("poll_wait", 0.5)
+    worker = Worker(server.grpc_target, [queue], **kw)
+    reports: list[JobReport] = []
+    worker.on_outcome(reports.append)
+    return worker, reports

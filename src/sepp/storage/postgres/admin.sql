@@ -224,7 +224,9 @@ UPDATE jobs SET state = 6, finished_at = $1::bigint, purge_at = $2::bigint, reas
 WHERE seq = $4::bigint AND state IN (1, 2);
 
 -- name: request_cancel
-UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state = 3;
+-- The RESERVED guard as `state::integer = 3`: see queries.sql's header (found by seq, never
+-- through the partial indexes on RESERVED jobs).
+UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state::integer = 3;
 
 -- name: requeue_one
 -- Redrive (SPEC §6; sepp.domain.transitions.redrive): $1 state (READY), $2 attempt (0),

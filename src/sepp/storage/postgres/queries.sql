@@ -2,6 +2,13 @@
 -- bytea. Every statement that changes a job a worker or another node may touch at the same
 -- moment either locks it first (FOR UPDATE / FOR UPDATE SKIP LOCKED) or guards the write on
 -- the state it judged (lease id and state in the WHERE), so several nodes may run it at once.
+--
+-- A statement that finds one leased job by its id or seq writes its RESERVED guard as
+-- `state::integer = 3`: the same test, but one the planner cannot match to the partial
+-- indexes on RESERVED jobs (jobs_reserved, jobs_leased). With `state = 3`, a planner whose
+-- last ANALYZE saw no RESERVED row took those indexes as almost free and read every reserved
+-- job to find one (20,480 reserved: 9-15 ms per ack batch of 256 instead of ~2 ms);
+-- tests/storage/test_query_plans_postgres.py pins the plans.
 
 -- name: insert_job
 INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
@@ -113,7 +120,7 @@ RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.ma
 -- A just-leased job the server could not convert (issue 14 O4): $1 now, $2 reason, $3 job
 -- id, $4 its lease id. No purge time (kept until an admin deletes or requeues it).
 UPDATE jobs SET state = 5, finished_at = $1, purge_at = NULL, reason = $2
-WHERE id = $3 AND lease_id = $4 AND state = 3;
+WHERE id = $3 AND lease_id = $4 AND state::integer = 3;
 
 -- name: ack_many
 -- Acks of live leases in one statement: $1 now, $2 completed retention (µs), $3/$4 the job
@@ -121,7 +128,7 @@ WHERE id = $3 AND lease_id = $4 AND state = 3;
 -- history (JobRecord.attempt_entries derives it).
 UPDATE jobs j SET state = 4, finished_at = $1, purge_at = $1 + $2
 FROM unnest($3::bytea[], $4::bytea[]) AS v(jid, lid)
-WHERE j.id = v.jid AND j.lease_id = v.lid AND j.state = 3 AND j.lease_expires_at > $1
+WHERE j.id = v.jid AND j.lease_id = v.lid AND j.state::integer = 3 AND j.lease_expires_at > $1
 RETURNING j.id, j.queue, j.attempt, j.seq, j.started_at, j.job_type;
 
 -- name: set_purge_at
@@ -147,19 +154,19 @@ FROM jobs WHERE id = $1 FOR UPDATE;
 UPDATE jobs SET state = $1, run_at = $2, attempt = $3, finished_at = $4, purge_at = $5, reason = $6,
     history = CASE WHEN history IS NULL OR history = '' OR history = '[]' THEN '[' || $7 || ']'
                    ELSE left(history, -1) || ',' || $7 || ']' END
-WHERE seq = $8 AND lease_id IS NOT DISTINCT FROM $9 AND state = 3;
+WHERE seq = $8 AND lease_id IS NOT DISTINCT FROM $9 AND state::integer = 3;
 
 -- name: reclaim_ready
 -- A reclaimed lease back to READY: $1 state, $2 the history entry; guarded: $3 seq, $4 lease id.
 UPDATE jobs SET state = $1,
     history = CASE WHEN history IS NULL OR history = '' OR history = '[]' THEN '[' || $2 || ']'
                    ELSE left(history, -1) || ',' || $2 || ']' END
-WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state = 3;
+WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state::integer = 3;
 
 -- name: complete_one
 -- One ack of a live lease: $1 finished_at, $2 purge_at; guarded: $3 seq, $4 lease id.
 UPDATE jobs SET state = 4, finished_at = $1, purge_at = $2, reason = NULL
-WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state = 3;
+WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state::integer = 3;
 
 -- name: extend_lease
 UPDATE jobs SET lease_expires_at = $1 WHERE seq = $2;

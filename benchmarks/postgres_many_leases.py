@@ -1,20 +1,27 @@
-"""Settling on PostgreSQL while many jobs are leased (issue 10: many workers, deep prefetch).
+"""PostgreSQL statements on jobs found by id or seq, with stale statistics (issue 10: many
+workers, deep prefetch, bursts of scheduled jobs).
 
-Builds a scratch schema with ``--jobs`` READY jobs, ANALYZEs it (so the planner's statistics
-say no job is RESERVED, as after a quiet spell), leases ``--leased`` of them in batches of
-256, then times, per statement, the settle of leased jobs with the guard as sepp writes it
-(``state::integer = 3``: looked up by id or seq) and as it was written before
-(``state = 3``: the planner may read every RESERVED job through a partial index instead):
+Builds a scratch schema holding 2,000 COMPLETED jobs and ANALYZEs it (the planner's
+statistics then say there is no READY, RESERVED or SCHEDULED job, as after a quiet spell),
+then adds ``--ready`` READY jobs, leases ``--leased`` of them in batches of 256 and adds
+``--due`` SCHEDULED jobs that are due. Times each statement with the state guard on the rows
+it changes as sepp writes it (``state::integer = N``: found by their key) and as it was
+written before (``state = N``: the planner may read every job of that state through a
+partial index instead):
 
 * ``ack_many``: one batch of 256 acks (the Worker's usual settle);
 * ``complete_one``: one ack by seq (a lone ``Ack``, or an ack the batch refused);
-* ``settle_update``: one nack (retry) by seq.
+* ``settle_update``: one nack (retry) by seq;
+* ``lease_seqs``: one Reserve of 256 READY jobs (the byte-budgeted lease);
+* ``promote_due``: one promotion chunk of 1,000 due jobs (every Reserve and the sweep).
 
-Prints a Markdown table of milliseconds per statement (median of ``--rounds``) and the plan's
-index. Needs the machine's PostgreSQL (``--dsn``; the schema is dropped at the end).
+Each statement runs in a transaction that is rolled back (every round sees the same rows).
+Prints a Markdown table of milliseconds per statement (median of ``--rounds``; 3 for
+``promote_due`` written the old way) and the index its plan reads ``jobs`` through. Needs the
+machine's PostgreSQL (``--dsn``; the schema is dropped at the end).
 
-    python benchmarks/postgres_many_leases.py [--jobs 24576] [--leased 20480] [--rounds 20]
-        [--dsn postgresql://postgres@127.0.0.1:5432/test]
+    python benchmarks/postgres_many_leases.py [--ready 40960] [--leased 20480] [--due 20000]
+        [--rounds 20] [--dsn postgresql://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -41,17 +48,22 @@ COLUMNS = ["id", "queue", "job_type", "state", "priority", "run_at", "enqueued_a
 
 
 def before(sql: str) -> str:
-    """The statement as it was written before (``state = 3``)."""
-    return sql.replace("state::integer = 3", "state = 3")
+    """The statement as it was written before (``state = N``)."""
+    return sql.replace("state::integer", "state")
 
 
 def index_of(plan: list[str]) -> str:
-    """The index the plan reads ``jobs`` through."""
-    for line in plan:
-        m = re.search(r"Index Scan using (\w+) on jobs", line)
-        if m:
-            return m.group(1)
-    return "?"
+    """The index the plan finds the changed rows of ``jobs`` through (the last index scan of
+    the plan: a CTE's scan comes first)."""
+    found = [m.group(1) for line in plan for m in [re.search(r"Index Scan using (\w+) on jobs", line)] if m]
+    return found[-1] if found else "?"
+
+
+async def add(conn: asyncpg.Connection, n: int, state: int, run_at: int = NOW) -> None:
+    """``n`` jobs of queue ``q`` in ``state``."""
+    rows = [(uuid_utils.uuid7().bytes, "q", "t", state, 0, run_at, NOW, 3, b'{"i": 1}', "application/json")
+            for _ in range(n)]
+    await conn.copy_records_to_table("jobs", records=rows, columns=COLUMNS)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -62,31 +74,37 @@ async def main(args: argparse.Namespace) -> None:
         for _number, _name, sql in migrations("sepp.storage.postgres"):
             await conn.execute(sql)
         await conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
-        rows = [(uuid_utils.uuid7().bytes, "q", "t", 2, 0, NOW, NOW, 3, b'{"i": 1}', "application/json")
-                for _ in range(args.jobs)]
-        await conn.copy_records_to_table("jobs", records=rows, columns=COLUMNS)
+        await add(conn, 2_000, 4)
         await conn.execute("ANALYZE jobs")
+        await add(conn, args.ready, 2)
         leases: list[tuple[bytes, list[tuple[bytes, int]]]] = []
         for _ in range(args.leased // 256):
             lid = os.urandom(16)
-            got = await conn.fetch(Q["lease_ready"], "q", 256, lid, NOW + 3_600_000_000, "w", NOW, "n")
+            got = await conn.fetch(before(Q["lease_ready"]), "q", 256, lid, NOW + 3_600_000_000, "w", NOW, "n")
             leases.append((lid, [(r["id"], r["seq"]) for r in got]))
-        reserved = await conn.fetchval("SELECT count(*) FROM jobs WHERE state = 3")
+        await add(conn, args.due, 1, NOW - 1)
+        ready = [r[0] for r in await conn.fetch("SELECT seq FROM jobs WHERE state = 2 ORDER BY seq LIMIT 256")]
+        counts = dict(await conn.fetch("SELECT state, count(*) FROM jobs GROUP BY state"))
         out: list[list[str]] = []
-        for name in ("ack_many", "complete_one", "settle_update"):
+        for name in ("ack_many", "complete_one", "settle_update", "lease_seqs", "promote_due"):
             cells = [name]
             for sql in (before(Q[name]), Q[name]):
+                rounds = 3 if name == "promote_due" and sql != Q[name] else args.rounds
                 times: list[float] = []
                 plan: list[str] = []
-                for k in range(args.rounds):
+                for k in range(rounds):
                     lid, jobs = leases[k % len(leases)]
                     params: tuple[Any, ...]
                     if name == "ack_many":
                         params = (NOW + 1, 1_000_000, [j for j, _ in jobs], [lid] * len(jobs))
                     elif name == "complete_one":
                         params = (NOW + 1, NOW + 2, jobs[k][1], lid)
-                    else:
+                    elif name == "settle_update":
                         params = (2, NOW + 1_000_000, 1, None, None, None, "{}", jobs[k][1], lid)
+                    elif name == "lease_seqs":
+                        params = (ready, os.urandom(16), NOW + 3_600_000_000, "w", NOW, "n")
+                    else:
+                        params = (NOW, 1_000)
                     if not plan:
                         plan = [r[0] for r in await conn.fetch("EXPLAIN " + sql, *params)]
                     tx = conn.transaction()
@@ -94,11 +112,12 @@ async def main(args: argparse.Namespace) -> None:
                     t0 = time.perf_counter()
                     await conn.execute(sql, *params)
                     times.append((time.perf_counter() - t0) * 1000)
-                    await tx.rollback()  # every round settles the same leased jobs afresh
+                    await tx.rollback()
                 cells += [f"{statistics.median(times):.2f}", index_of(plan)]
             out.append(cells)
-        print(f"\n{args.jobs} jobs, {reserved} leased, statistics taken before leasing; median of {args.rounds} rounds")
-        print(table(["statement", "state = 3: ms", "its index", "state::integer = 3: ms", "its index"], out))
+        print(f"\njobs by state {dict(sorted(counts.items()))}, statistics taken while only 2,000 COMPLETED; "
+              f"median of {args.rounds} rounds")
+        print(table(["statement", "state = N: ms", "its index", "state::integer = N: ms", "its index"], out))
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
         await conn.close()
@@ -106,8 +125,9 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=24_576)
+    ap.add_argument("--ready", type=int, default=40_960)
     ap.add_argument("--leased", type=int, default=20_480)
+    ap.add_argument("--due", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
     asyncio.run(main(ap.parse_args()))

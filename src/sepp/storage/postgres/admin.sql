@@ -7,6 +7,9 @@
 -- jobs_finished. Every parameter carries its type, so optional filters ("$n IS NULL OR …")
 -- prepare without guessing. Priorities and page positions are compared as bigint, so a
 -- malformed page position never overflows a parameter.
+-- The state guard of a write on rows found by seq (one job, or the rows a chunk CTE chose)
+-- is written `state::integer = N` so that no partial index is used to find them: see the
+-- header of queries.sql.
 -- Writes that judge a row's state (cancel, requeue) lock it first (admin_lookup) and
 -- keep the state guard in the UPDATE; bulk writes take their rows through
 -- "FOR UPDATE SKIP LOCKED" subselects, so a row another node is reserving or settling is
@@ -221,11 +224,9 @@ SELECT seq, queue, state FROM jobs WHERE id = $1::bytea FOR UPDATE;
 -- name: cancel_now
 -- $1 finished_at, $2 purge_at, $3 reason (transitions.cancel), $4 seq; guarded on the state.
 UPDATE jobs SET state = 6, finished_at = $1::bigint, purge_at = $2::bigint, reason = $3::text
-WHERE seq = $4::bigint AND state IN (1, 2);
+WHERE seq = $4::bigint AND state::integer IN (1, 2);
 
 -- name: request_cancel
--- The RESERVED guard as `state::integer = 3`: see queries.sql's header (found by seq, never
--- through the partial indexes on RESERVED jobs).
 UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state::integer = 3;
 
 -- name: requeue_one
@@ -234,7 +235,7 @@ UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state::integer =
 -- untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED. Guarded on the state.
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
-WHERE seq = $4::bigint AND state IN (5, 6);
+WHERE seq = $4::bigint AND state::integer IN (5, 6);
 
 -- name: delete_one
 -- One statement: it waits for a concurrent writer of the row and reports the state deleted.
@@ -269,7 +270,7 @@ WITH chunk AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED)
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
-FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state = 5
+FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 5
 RETURNING jobs.queue;
 
 -- name: requeue_dead_all
@@ -284,31 +285,31 @@ WITH chunk AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED)
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
-FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state = 5
+FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 5
 RETURNING jobs.queue;
 
 -- name: purge_scheduled
 -- $1 queue, $2 limit (each purge_*): up to $2 rows, locked rows skipped.
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 1 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = 1;
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 1;
 
 -- name: purge_ready
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 2 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = 2;
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 2;
 
 -- name: purge_reserved
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 3 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = 3;
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 3;
 
 -- name: purge_finished
 -- $1 queue, $2 limit, $3 state (4, 5 or 6).
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state >= 4 AND state = $3::smallint AND queue = $1::text LIMIT $2::bigint
     FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state = $3::smallint;
+DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = $3::integer;
 
 -- name: lock_queue_row
 -- delete_queue: the queue row, locked until the deletion commits (absent = nothing locked).

@@ -3,12 +3,14 @@
 -- moment either locks it first (FOR UPDATE / FOR UPDATE SKIP LOCKED) or guards the write on
 -- the state it judged (lease id and state in the WHERE), so several nodes may run it at once.
 --
--- A statement that finds one leased job by its id or seq writes its RESERVED guard as
--- `state::integer = 3`: the same test, but one the planner cannot match to the partial
--- indexes on RESERVED jobs (jobs_reserved, jobs_leased). With `state = 3`, a planner whose
--- last ANALYZE saw no RESERVED row took those indexes as almost free and read every reserved
--- job to find one (20,480 reserved: 9-15 ms per ack batch of 256 instead of ~2 ms);
--- tests/storage/test_query_plans_postgres.py pins the plans.
+-- A statement that changes jobs it finds by id or seq (one job, an array of seqs, or the
+-- rows a CTE chose) writes its state guard on them as `state::integer = N`: the same test,
+-- but one the planner cannot match to the partial indexes (jobs_ready, jobs_scheduled,
+-- jobs_reserved, jobs_leased, jobs_finished). With `state = N`, a planner whose last ANALYZE
+-- saw no row in that state took the index as almost free and read every job of the state
+-- to find each one (20,480 leased: one ack 4 ms instead of 0.16; 20,000 due: a promotion
+-- chunk of 1,000 took 2.6 s). A CTE that *selects* rows keeps `state = N` and its index.
+-- tests/storage/test_query_plans_postgres.py pins the plans with stale statistics.
 
 -- name: insert_job
 INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
@@ -80,7 +82,7 @@ SELECT name, settings, paused, declared FROM queues ORDER BY name;
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs j SET state = 2 FROM chunk WHERE j.seq = chunk.seq AND j.state = 1
+UPDATE jobs j SET state = 2 FROM chunk WHERE j.seq = chunk.seq AND j.state::integer = 1
 RETURNING j.queue, j.run_at;
 
 -- name: next_due
@@ -112,7 +114,7 @@ FOR UPDATE SKIP LOCKED;
 -- Lease the seqs $1 (from ready_sizes): $2 lease id, $3 expiry, $4 worker, $5 now, $6 node.
 UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $2, lease_expires_at = $3, worker_id = $4,
     started_at = $5, cancel_requested = 0, node = $6
-WHERE j.seq = ANY($1::bigint[]) AND j.state = 2
+WHERE j.seq = ANY($1::bigint[]) AND j.state::integer = 2
 RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
     coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
 
@@ -249,7 +251,7 @@ WITH locks AS MATERIALIZED (
 ), chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), promoted AS (
-    UPDATE jobs j SET state = 2 FROM chunk WHERE j.seq = chunk.seq AND j.state = 1
+    UPDATE jobs j SET state = 2 FROM chunk WHERE j.seq = chunk.seq AND j.state::integer = 1
     RETURNING j.queue, j.run_at
 )
 SELECT p.queue, p.run_at FROM (SELECT count(*) FROM locks) AS l(n) LEFT JOIN promoted p ON true;
@@ -331,7 +333,7 @@ INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES ($1, $2, $3) ON CONF
 WITH leased AS (
     UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $2, lease_expires_at = $3, worker_id = $4,
         started_at = $5, cancel_requested = 0, node = $6
-    WHERE j.seq = ANY($1::bigint[]) AND j.state = 2
+    WHERE j.seq = ANY($1::bigint[]) AND j.state::integer = 2
     RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
         coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq
 ), put AS (

@@ -8,8 +8,10 @@
 -- prepare without guessing. Priorities and page positions are compared as bigint, so a
 -- malformed page position never overflows a parameter.
 -- The state guard of a write on rows found by seq (one job, or the rows a chunk CTE chose)
--- is written `state::integer = N` so that no partial index is used to find them: see the
--- header of queries.sql.
+-- is written `state::integer = N` so that no partial index is used to find them, and a
+-- chunk's rows are found as `seq = ANY(ARRAY(SELECT seq FROM chunk))`: see the header of
+-- queries.sql. The search filter's state (search_match, search_range: rows found by seq)
+-- is `state::integer` for the same reason.
 -- Writes that judge a row's state (cancel, requeue) lock it first (admin_lookup) and
 -- keep the state guard in the UPDATE; bulk writes take their rows through
 -- "FOR UPDATE SKIP LOCKED" subselects, so a row another node is reserving or settling is
@@ -119,7 +121,7 @@ WHERE j.seq > $2::bigint ORDER BY j.seq LIMIT $3::bigint;
 -- A-Z here (every script), which only lets more through: the prefilter's needle is ASCII,
 -- and the exact A-Z check follows in Python (sepp.storage.search). translate() would fold
 -- exactly A-Z but costs ~0.15 ms a row (measured: 160 ms for 1,000 histories, lower 15 ms).
-($2::text IS NULL OR queue = $2::text) AND ($3::smallint IS NULL OR state = $3::smallint)
+($2::text IS NULL OR queue = $2::text) AND ($3::smallint IS NULL OR state::integer = $3::smallint)
   AND ($4::text IS NULL OR job_type = $4::text)
   AND ($5::text IS NULL OR starts_with(reason, $5::text))
   AND ($6::bigint IS NULL OR finished_at >= $6::bigint) AND ($7::bigint IS NULL OR finished_at < $7::bigint)
@@ -270,7 +272,7 @@ WITH chunk AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED)
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
-FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 5
+WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 5
 RETURNING jobs.queue;
 
 -- name: requeue_dead_all
@@ -285,31 +287,31 @@ WITH chunk AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED)
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
-FROM chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 5
+WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 5
 RETURNING jobs.queue;
 
 -- name: purge_scheduled
 -- $1 queue, $2 limit (each purge_*): up to $2 rows, locked rows skipped.
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 1 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 1;
+DELETE FROM jobs WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 1;
 
 -- name: purge_ready
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 2 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 2;
+DELETE FROM jobs WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 2;
 
 -- name: purge_reserved
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 3 AND queue = $1::text LIMIT $2::bigint FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = 3;
+DELETE FROM jobs WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 3;
 
 -- name: purge_finished
 -- $1 queue, $2 limit, $3 state (4, 5 or 6).
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state >= 4 AND state = $3::smallint AND queue = $1::text LIMIT $2::bigint
     FOR UPDATE SKIP LOCKED)
-DELETE FROM jobs USING chunk WHERE jobs.seq = chunk.seq AND jobs.state::integer = $3::integer;
+DELETE FROM jobs WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = $3::integer;
 
 -- name: lock_queue_row
 -- delete_queue: the queue row, locked until the deletion commits (absent = nothing locked).

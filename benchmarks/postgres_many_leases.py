@@ -5,9 +5,11 @@ Builds a scratch schema holding 2,000 COMPLETED jobs and ANALYZEs it (the planne
 statistics then say there is no READY, RESERVED or SCHEDULED job, as after a quiet spell),
 then adds ``--ready`` READY jobs, leases ``--leased`` of them in batches of 256 and adds
 ``--due`` SCHEDULED jobs that are due. Times each statement with the state guard on the rows
-it changes as sepp writes it (``state::integer = N``: found by their key) and as it was
-written before (``state = N``: the planner may read every job of that state through a
-partial index instead):
+it changes as sepp writes it (``state::integer = N``: found by their key) and with only that
+guard put back to ``state = N`` (the planner may then read every job of that state through a
+partial index instead). The chunk statements (``promote_due``) are otherwise today's text,
+``seq = ANY(ARRAY(SELECT seq FROM chunk))``; the 2 s figure of docs/benchmarks.md was taken
+with the older ``FROM chunk WHERE j.seq = chunk.seq`` join (commit ba2f629):
 
 * ``ack_many``: one batch of 256 acks (the Worker's usual settle);
 * ``complete_one``: one ack by seq (a lone ``Ack``, or an ack the batch refused);

@@ -18,6 +18,8 @@ import pytest
 from support.failures import fails
 from support.producer import Stubs, connect, job
 
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import producer_pb2 as ppb
 from sepp.testing import ServerProcess
 
 
@@ -103,3 +105,29 @@ def test_a_failed_atomic_call_with_an_already_used_key_still_stores_nothing(s: S
     assert [j.id for j in s.reserve_all(["atom2"])] == [original.job_id]
     ack = s.enqueue(job("atom2", "fresh", key=new))
     assert ack.deduplicated is False
+
+
+def test_plain_jobs_by_column_follow_the_requests_and_are_checked_one_by_one(s: Stubs) -> None:
+    """``EnqueueBatchRequest.plain`` (the Python client's form, feature ``enqueue_batch_plain``):
+    its jobs follow ``jobs``, run after run; each is checked alone (a bad one is rejected, its
+    neighbours stored), they count against the cap with ``jobs``, and an atomic call takes them."""
+    assert "enqueue_batch_plain" in s.info().features
+    queue = "by-column"
+    runs = [pb.PlainJobs(queue=queue, job_type="p1", encoding="e", data=[b"1", b""]),
+            pb.PlainJobs(queue="bad name", job_type="p2", data=[b"2"]),
+            pb.PlainJobs(queue=queue, job_type="p3", data=[b"3" * (1024 * 1024 + 1), b"4"])]
+    results = s.producer.EnqueueBatch(ppb.EnqueueBatchRequest(jobs=[job(queue, "j0")], plain=runs)).results
+    assert [r.WhichOneof("outcome") for r in results] == ["ack", "ack", "ack", "rejection", "rejection", "ack"]
+    assert [r.rejection.code for r in results if r.HasField("rejection")] == [
+        pb.QUEUE_NAME_INVALID, pb.PAYLOAD_TOO_LARGE]
+    jobs = s.reserve_all([queue])
+    assert [(j.job_type, j.payload.data, j.payload.encoding) for j in jobs] == [
+        ("j0", b"", ""), ("p1", b"1", "e"), ("p1", b"", "e"), ("p3", b"4", "")]
+    assert [j.id for j in jobs] == [results[i].ack.job_id for i in (0, 1, 2, 5)]
+    over = ppb.EnqueueBatchRequest(jobs=[job(queue)], plain=[pb.PlainJobs(queue=queue, job_type="t", data=[b""] * 256)])
+    failure = fails(s.producer.EnqueueBatch, over)
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT and failure.error_info is not None
+    assert dict(failure.error_info.metadata) == {"field": "jobs", "limit": "256", "actual": "257"}
+    acks = s.producer.EnqueueAtomic(ppb.EnqueueBatchRequest(plain=[pb.PlainJobs(queue=queue, job_type="a",
+                                                                                data=[b"x", b"y"])])).acks
+    assert [j.id for j in s.reserve_all([queue])] == [a.job_id for a in acks] and len(acks) == 2

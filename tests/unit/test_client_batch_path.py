@@ -8,6 +8,8 @@ item 3, issue 10's enqueue benchmark).
   server and on a strict one with declared queues and tight limits;
 * ``_core.lean_batch(cached, reqs)`` (the common batch written as bytes in one pass) is
   ``batch_message(reqs).SerializeToString()`` when every job is plain and valid, else ``None``;
+  to a server that reads jobs by column, it is the ``EnqueueBatchRequest.plain`` runs whose
+  jobs are those requests (``expand_plain``), one run per stretch of one shape;
 * ``Payload.json`` produces ``json.dumps(…, ensure_ascii=False, separators=(",", ":"),
   allow_nan=False)``'s bytes and raises its errors.
 
@@ -19,6 +21,7 @@ labels, names over their length limits.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import math
 import random
@@ -27,18 +30,20 @@ from typing import Any
 
 import pytest
 
+from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core
 from sepp.limits import QueueLimits, QueueSettings, ServerLimits
 from sepp.request import EnqueueRequest, Payload, QueueInfo, ServerInfo
+from sepp.server.engine import expand_plain
 from sepp.validation import Validator
 
 _ALPHABETS = ["abc", "aé\u2603._:-Z9", "\x00\x01a", "x"]
 
 
-def _cached(strict: bool, queues: dict[str, QueueInfo]) -> _core.CachedInfo:
+def _cached(strict: bool, queues: dict[str, QueueInfo], plain_wire: bool = False) -> _core.CachedInfo:
     info = ServerInfo("1", frozenset(), "group", strict, ServerLimits(), QueueSettings(), queues)
-    return _core.CachedInfo(info, Validator(info.limits, info.queue_limits), time.monotonic())
+    return _core.CachedInfo(info, Validator(info.limits, info.queue_limits), time.monotonic(), plain_wire=plain_wire)
 
 
 def _request(rnd: random.Random, alphabets: list[str]) -> EnqueueRequest:
@@ -215,3 +220,50 @@ def test_the_lean_batch_keeps_an_empty_payload_and_the_serializer_passes_bytes()
 
     assert _core.lean_batch(cached, [bare, Mine("q", "t")]) is None
     assert _core.lean_batch(cached, [bare, EnqueueRequest("q", "t", priority=5)]) is None
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_plain_batch_is_the_requests_by_column_or_declined(strict: bool) -> None:
+    """To a server with ``plain_wire``, ``lean_batch`` writes the serialized message whose
+    ``plain`` runs stand for exactly the requests (``expand_plain``; an absent payload is an
+    empty one), one run per stretch of consecutive requests of one shape, when every job is
+    plain and valid; ``None`` otherwise — at each limit and one past it."""
+    caps = {"abc": 100, "x": 16384, "a": 0, "big": 20_000}
+    queues = {name: QueueInfo(name, QueueSettings(limits=QueueLimits(
+        max_payload_bytes=cap, allowed_encodings=("", "application/json", "é", "e" * 128) if name == "abc" else ())))
+        for name, cap in caps.items()}
+    general, lean = _cached(strict, queues), _cached(strict, queues, plain_wire=True)
+    rnd = random.Random(20 + strict)
+    written = declined = 0
+    for _ in range(3000):
+        reqs = [_lean_request(rnd, caps) for _ in range(rnd.choice([1, 1, 2, 5]))]
+        if rnd.random() < 0.3:
+            reqs += [_copy(reqs[-1])] * rnd.choice([1, 3])  # a longer run of one shape
+        verdicts = _core.validate_all(general, [r.to_proto() for r in reqs])
+        wire = _core.lean_batch(lean, [_copy(r) for r in reqs])
+        if all(v is None for v in verdicts) and all(_core._plain(r) for r in reqs):
+            assert wire is not None
+            message = ppb.EnqueueBatchRequest.FromString(wire)
+            assert message.SerializeToString() == wire and not message.jobs
+            assert expand_plain(message.plain) == [
+                pb.EnqueueRequest(queue=r.queue, job_type=r.job_type, payload=pb.Payload(
+                    data=r.payload.data if r.payload is not None else b"",
+                    encoding=r.payload.encoding if r.payload is not None else ""))
+                for r in reqs]
+            shapes = [(run.queue, run.job_type, run.encoding) for run in message.plain]
+            assert all(a != b for a, b in itertools.pairwise(shapes)) and all(r.data for r in message.plain)
+            written += 1
+        else:
+            assert wire is None
+            declined += 1
+    assert written > 300 and declined > 300 and lean.shapes
+
+
+def test_the_plain_batch_writes_long_payloads_and_empty_ones() -> None:
+    cached = _cached(False, {}, plain_wire=True)
+    sizes = [0, 1, 1023, 1024, 16384, 200_000]
+    reqs = [EnqueueRequest("q", "t", payload=Payload(b"x" * n, "e")) for n in sizes] + [EnqueueRequest("q", "t")]
+    wire = _core.lean_batch(cached, reqs)
+    assert wire is not None
+    runs = ppb.EnqueueBatchRequest.FromString(wire).plain
+    assert [(r.encoding, [len(d) for d in r.data]) for r in runs] == [("e", sizes), ("", [0])]

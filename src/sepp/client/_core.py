@@ -104,6 +104,9 @@ class CachedInfo:
     plain_caps: dict[tuple[str, str, str], int] = field(default_factory=dict, compare=False, repr=False)
     #: ``lean_batch``'s memo: (queue, job_type, encoding) → the ``_Shape`` of such jobs.
     shapes: dict[tuple[str, str, str], _Shape] = field(default_factory=dict, compare=False, repr=False)
+    #: Whether the server reads plain jobs by column (feature ``enqueue_batch_plain``:
+    #: ``EnqueueBatchRequest.plain``); ``lean_batch`` writes them so when it does.
+    plain_wire: bool = False
 
     @classmethod
     def build(cls, msg: ppb.ServerInfo) -> CachedInfo:
@@ -112,7 +115,8 @@ class CachedInfo:
             info = ServerInfo.from_proto(msg)
         except ValidationError as exc:
             raise ServerError(f"the server advertised invalid limits: {exc}") from exc
-        return cls(info, Validator(info.limits, info.queue_limits), time.monotonic())
+        return cls(info, Validator(info.limits, info.queue_limits), time.monotonic(),
+                   plain_wire=PLAIN_FEATURE in info.features)
 
     def age(self) -> float:
         """Seconds since the fetch."""
@@ -643,15 +647,17 @@ def _field(tag: int, data: bytes) -> bytes:
 class _Shape:
     """What the batch writer keeps per (queue, job type, encoding) of plain requests that pass
     every check but the size: the size cap, the job written without a payload, and per data
-    length (≤ the cap) the bytes before the data (``head``); the encoding field follows it."""
+    length (≤ the cap) the bytes before the data (``head``); the encoding field follows it.
+    ``run`` is the head of a ``PlainJobs`` run of such jobs (queue, job type, encoding)."""
 
-    __slots__ = ("bare", "cap", "heads", "names", "tail")
+    __slots__ = ("bare", "cap", "heads", "names", "run", "tail")
 
     def __init__(self, queue: str, job_type: str, encoding: str, cap: int) -> None:
         self.cap = cap
         self.names = _field(0x0A, queue.encode("utf-8")) + _field(0x12, job_type.encode("utf-8"))
         self.bare = b"\x0a" + _varint(len(self.names)) + self.names
         self.tail = _field(0x12, encoding.encode("utf-8"))
+        self.run = self.names + _field(0x1A, encoding.encode("utf-8"))
         self.heads: dict[int, bytes] = {}
 
     def head(self, size: int) -> bytes:
@@ -688,11 +694,21 @@ def _shape(cached: CachedInfo, queue: str, job_type: str, encoding: str) -> _Sha
     return shape
 
 
+#: The ``ServerInfo`` feature of a server that reads ``EnqueueBatchRequest.plain``.
+PLAIN_FEATURE = "enqueue_batch_plain"
+
+#: ``PlainJobs.data`` field heads (tag 4, wire type 2, then the length) for lengths below 1,024.
+_DATA_HEADS = tuple(b"\x22" + _varint(n) for n in range(1024))
+
+
 def lean_batch(cached: CachedInfo, requests: Sequence[EnqueueRequest]) -> bytes | None:
     """The serialized ``EnqueueBatchRequest`` of ``requests`` when every one is plain
     (``_plain``) and passes local validation — so every local verdict is ``None`` and every
     job is sent; ``None`` otherwise (the caller takes the general path, which finds the
-    rejections). The bytes are exactly ``batch_message(requests).SerializeToString()``."""
+    rejections). To a server with ``plain_wire`` the jobs go by column (``plain_batch``), else
+    the bytes are exactly ``batch_message(requests).SerializeToString()``."""
+    if cached.plain_wire:
+        return plain_batch(cached, requests)
     parts: list[bytes] = []
     append = parts.append
     shape: _Shape | None = None
@@ -722,6 +738,57 @@ def lean_batch(cached: CachedInfo, requests: Sequence[EnqueueRequest]) -> bytes 
         append(data)
         append(shape.tail)
     return b"".join(parts)
+
+
+def plain_batch(cached: CachedInfo, requests: Sequence[EnqueueRequest]) -> bytes | None:
+    """``lean_batch`` by column: the serialized ``EnqueueBatchRequest`` whose ``plain`` runs
+    hold ``requests`` — one ``PlainJobs`` per stretch of consecutive requests with the same
+    queue, job type and encoding — when every request is plain and passes local validation;
+    ``None`` otherwise. The bytes are what ``SerializeToString`` of that message gives; the
+    server stores each job as the ``EnqueueRequest`` it stands for (issue 15 item 3)."""
+    out: list[bytes] = []
+    parts: list[bytes] = []
+    append = parts.append
+    shape: _Shape | None = None
+    queue = job_type = encoding = ""
+    heads = _DATA_HEADS
+    n_heads = len(heads)
+    for req in requests:
+        if not (type(req) is EnqueueRequest and req.custom is _EMPTY and req.trace_context is _EMPTY
+                and req.priority is None and req.max_attempts is None and req.scheduled_at is None
+                and req.idempotency_key is None):
+            return None  # not plain: ``_plain``, inlined
+        payload = req.payload
+        if payload is None:
+            enc, data = "", b""
+        else:
+            enc, data = payload.encoding, payload.data
+        if shape is None or req.queue != queue or req.job_type != job_type or enc != encoding:
+            if shape is not None:
+                _close_run(out, shape, parts)
+                parts = []
+                append = parts.append
+            queue, job_type, encoding = req.queue, req.job_type, enc
+            shape = _shape(cached, queue, job_type, encoding)
+            if shape is None:
+                return None
+        size = len(data)
+        if size > shape.cap:
+            return None
+        append(heads[size] if size < n_heads else b"\x22" + _varint(size))
+        append(data)
+    if shape is None:
+        return None
+    _close_run(out, shape, parts)
+    return b"".join(out)
+
+
+def _close_run(out: list[bytes], shape: _Shape, parts: list[bytes]) -> None:
+    """Append to ``out`` the ``plain`` field (number 2) of one run: ``shape.run`` and ``parts``
+    (its data fields)."""
+    out.append(b"\x12" + _varint(len(shape.run) + sum(map(len, parts))))
+    out.append(shape.run)
+    out.extend(parts)
 
 
 def serialize_batch_request(request: ppb.EnqueueBatchRequest | bytes) -> bytes:

@@ -13,6 +13,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, cast
 
 import uuid_utils
@@ -72,6 +73,14 @@ Ack = tuple[str, bool]
 
 
 _new_row = tuple.__new__
+
+
+def expand_plain(plain: Sequence[pb.PlainJobs]) -> list[pb.EnqueueRequest]:
+    """The ``EnqueueRequest`` each job of ``plain`` stands for, in order (a run's job is
+    queue, job type and a payload of its data and the run's encoding; nothing else set)."""
+    return [pb.EnqueueRequest(queue=run.queue, job_type=run.job_type,
+                              payload=pb.Payload(data=data, encoding=run.encoding))
+            for run in plain for data in run.data]
 
 
 def job_id_text(raw: bytes) -> str:
@@ -265,33 +274,57 @@ class JobEngine:
             return pb.EnqueueAck(job_id=job_id_text(dedups[0][0]), deduplicated=True)
         return pb.EnqueueAck(job_id=text)
 
-    def _check_batch(self, reqs: Sequence[pb.EnqueueRequest]) -> None:
-        n, cap = len(reqs), self.limits.max_enqueue_batch
+    def _check_count(self, n: int) -> None:
+        """Refuse a batch of ``n`` jobs outside 1..``max_enqueue_batch`` (``InvalidRequest``,
+        field ``jobs``: SPEC §2)."""
+        cap = self.limits.max_enqueue_batch
         if n == 0:
             raise InvalidRequest("a batch needs at least one job", "jobs", cap, 0)
         if n > cap:
             raise InvalidRequest(f"a batch holds at most {cap} jobs", "jobs", cap, n)
 
-    def _plain_cap(self, req: pb.EnqueueRequest, now_ns: int) -> int:
-        """The largest payload (bytes) with which a plain request like ``req`` (same queue,
-        job type and encoding; nothing but those and the payload set) passes every check, or
-        -1 when such a request fails a check other than the payload size.
+    def _plain_cap(self, queue: str, job_type: str, encoding: str, now_ns: int) -> int:
+        """The largest payload (bytes) with which a plain request of ``queue``, ``job_type``
+        and payload ``encoding`` (nothing but those and the payload set) passes every check,
+        or -1 when such a request fails a check other than the payload size.
 
         A plain request meets only checks 1–6 of the catalogue, and only check 5 (the payload
         size) depends on its data: the full check of a probe with empty data decides the rest.
         Valid for one enqueue call: the registry does not change while its jobs are checked
         (no await), and a queue name admitted or refused stays so until ``begin_admission``."""
-        payload = req.payload
-        probe = pb.EnqueueRequest(queue=req.queue, job_type=req.job_type,
-                                  payload=pb.Payload(encoding=payload.encoding))
+        probe = pb.EnqueueRequest(queue=queue, job_type=job_type, payload=pb.Payload(encoding=encoding))
         if type(self.validator.check(probe, now_ns)) is pb.Rejection:
             return -1
-        limits = self.queues.limits_for(req.queue)
+        limits = self.queues.limits_for(queue)
         return limits.max_payload_bytes if isinstance(limits, QueueLimits) else -1
 
+    def _plain_runs(self, plain: Sequence[pb.PlainJobs], caps: dict[tuple[str, str, str], int],
+                    now_ns: int) -> list[tuple[pb.PlainJobs, list[bytes]]] | None:
+        """Each run of ``plain`` with its data when every job of every run passes every check
+        (``_plain_cap``: one check per run, then one ``max`` over the sizes), else None: then
+        the caller checks each job alone (``expand_plain``), so a failing job gets exactly the
+        rejection it would get sent as an ``EnqueueRequest``."""
+        runs: list[tuple[pb.PlainJobs, list[bytes]]] = []
+        for run in plain:
+            key = (run.queue, run.job_type, run.encoding)
+            cap = caps.get(key)
+            if cap is None:
+                cap = caps[key] = self._plain_cap(run.queue, run.job_type, run.encoding, now_ns)
+            datas = list(run.data)
+            if datas and (cap < 0 or max(map(len, datas)) > cap):
+                return None
+            runs.append((run, datas))
+        return runs
+
     async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest],
-                            min_dedup_us: Sequence[int] | None = None) -> list[pb.Rejection | Ack]:
+                            min_dedup_us: Sequence[int] | None = None,
+                            plain: Sequence[pb.PlainJobs] = ()) -> list[pb.Rejection | Ack]:
         """Best effort (SPEC §2): each job validated alone; the valid ones stored in one commit.
+
+        ``plain``: more jobs, by column (``EnqueueBatchRequest.plain``): they follow ``reqs``,
+        run after run, each exactly the plain ``EnqueueRequest`` it stands for. When every one
+        passes, each run is checked once and its rows built column by column; otherwise every
+        run is expanded into requests (``expand_plain``) and each job checked alone.
 
         ``min_dedup_us`` (in-process callers only; one per request, µs): the shortest claim
         each request's idempotency key gets — its queue's ``dedup_window`` or this, whichever
@@ -308,11 +341,22 @@ class JobEngine:
         check's, for a fraction of the cost — and its row built from a memo of its queue's
         defaults; any other request goes through ``Validator.check`` and ``_build``.
         """
-        self._check_batch(reqs)
+        n_plain = sum(len(run.data) for run in plain) if plain else 0
+        self._check_count(len(reqs) + n_plain)
         now = self._clock_now()
         now_ns = now * 1000
         self.queues.begin_admission()
         check = self.validator.check
+        caps: dict[tuple[str, str, str], int] = {}
+        runs: list[tuple[pb.PlainJobs, list[bytes]]] = []
+        if n_plain:
+            passed = self._plain_runs(plain, caps, now_ns)
+            if passed is None:
+                reqs = [*reqs, *expand_plain(plain)]
+                if min_dedup_us is not None:
+                    min_dedup_us = [*min_dedup_us, *([0] * n_plain)]
+            else:
+                runs = passed
         out: list[pb.Rejection | Ack] = []
         rows: list[JobRow] = []
         untils: list[int] = []
@@ -324,7 +368,6 @@ class JobEngine:
         # data in ``datas`` (None for every other request).
         verdicts: list[Any] = []
         datas: list[bytes | None] = []
-        caps: dict[tuple[str, str, str], int] = {}
         valid = 0
         for req in reqs:
             has = req.HasField
@@ -335,7 +378,7 @@ class JobEngine:
                 key = (req.queue, req.job_type, payload.encoding)
                 cap = caps.get(key)
                 if cap is None:
-                    cap = caps[key] = self._plain_cap(req, now_ns)
+                    cap = caps[key] = self._plain_cap(key[0], key[1], key[2], now_ns)
                 if len(data) <= cap:
                     verdicts.append(key)
                     datas.append(data)
@@ -346,10 +389,11 @@ class JobEngine:
             datas.append(None)
             if type(verdict) is not pb.Rejection:
                 valid += 1
-        if valid:
+        stored = valid + (n_plain if runs else 0)
+        if stored:
             # Shed before building: _build registers on-demand queues (SPEC §2: nothing of
             # a shed request may be stored or created).
-            self._check_backlog(valid)
+            self._check_backlog(stored)
         if valid < len(verdicts):
             self.events.rejected([(req.queue, v) for req, v in zip(reqs, verdicts, strict=True)
                                   if type(v) is pb.Rejection])
@@ -357,12 +401,12 @@ class JobEngine:
         build = self._build
         uuid7 = uuid_utils.uuid7
         append_out, append_row, append_until, append_slot = out.append, rows.append, untils.append, slots.append
-        plain: dict[tuple[str, str, str], tuple[int, int]] = {}
+        defaults_of: dict[tuple[str, str, str], tuple[int, int]] = {}
         for i, (req, verdict, blob) in enumerate(zip(reqs, verdicts, datas, strict=True)):
             if blob is not None:
-                defaults = plain.get(verdict)
+                defaults = defaults_of.get(verdict)
                 if defaults is None:
-                    defaults = plain[verdict] = self._plain_defaults(verdict[0], new_queues)
+                    defaults = defaults_of[verdict] = self._plain_defaults(verdict[0], new_queues)
                 uid = uuid7()
                 append_slot(len(out))
                 append_out((str(uid), False))
@@ -380,11 +424,33 @@ class JobEngine:
             append_out((text, False))
             append_row(row)
             append_until(until)
+        for run, blobs in runs:
+            self._plain_rows(run, blobs, now, new_queues, out, rows, slots)
+            untils.extend(repeat(0, len(blobs)))
         if rows:
             dedups = await self._store(rows, untils, now, new_queues, custom)
             for i, (original, _state) in dedups.items():
                 out[slots[i]] = (job_id_text(original), True)
         return out
+
+    def _plain_rows(self, run: pb.PlainJobs, blobs: list[bytes], now: int, new_queues: list[QueueRecord],
+                    out: list[pb.Rejection | Ack], rows: list[JobRow], slots: list[int]) -> None:
+        """Append the rows, acks and result slots of a run of plain jobs that all passed
+        (``_plain_runs``), column by column: one uuid7 per job, the rest C-level ``zip``/``map``
+        over the run's shared values (about 1 µs a job, against about 5 µs for the same jobs
+        as ``EnqueueRequest`` messages)."""
+        n = len(blobs)
+        if not n:
+            return
+        priority, max_attempts = self._plain_defaults(run.queue, new_queues)
+        uuid7 = uuid_utils.uuid7
+        uids = [uuid7() for _ in range(n)]
+        base = len(out)
+        out.extend(zip(map(str, uids), repeat(False)))
+        slots.extend(range(base, base + n))
+        rows.extend(map(_new_row, repeat(JobRow), zip(
+            [u.bytes for u in uids], repeat(run.queue), repeat(run.job_type), repeat(_READY), repeat(priority),
+            repeat(now), repeat(now), repeat(max_attempts), blobs, repeat(run.encoding), repeat(None), repeat(None))))
 
     def _plain_defaults(self, name: str, new_queues: list[QueueRecord]) -> tuple[int, int]:
         """(priority, max_attempts) of a plain job of queue ``name`` (the queue's defaults),
@@ -396,11 +462,15 @@ class JobEngine:
             new_queues.append(q.record())
         return q.settings.default_priority, q.settings.default_max_attempts
 
-    async def enqueue_atomic(self, reqs: Sequence[pb.EnqueueRequest]) -> list[Ack]:
+    async def enqueue_atomic(self, reqs: Sequence[pb.EnqueueRequest],
+                             plain: Sequence[pb.PlainJobs] = ()) -> list[Ack]:
         """All or nothing (SPEC §2): every job valid → all stored in one commit, else
         ``AtomicRejected`` listing every failure by index, and nothing stored.
-        Deduplicated jobs count as success."""
-        self._check_batch(reqs)
+        Deduplicated jobs count as success. ``plain``: more jobs by column, after ``reqs``
+        (``expand_plain``)."""
+        if plain:
+            reqs = [*reqs, *expand_plain(plain)]
+        self._check_count(len(reqs))
         now = self._clock_now()
         now_ns = now * 1000
         self.queues.begin_admission()

@@ -286,6 +286,43 @@ class EnqueueRequest(_message.Message):
 Global___EnqueueRequest: _TypeAlias = EnqueueRequest  # noqa: Y015
 
 @_typing.final
+class PlainJobs(_message.Message):
+    """A run of plain jobs of one batch, by column (issue 15 item 3, docs/decisions.md "Plain
+    batches travel by column"): every job of the run has this queue, job type and payload
+    encoding, data[i] as its payload's data, and nothing else set — exactly the jobs
+    EnqueueRequest{queue, job_type, payload{data[i], encoding}} would be, validated and stored
+    the same way, one verdict each. Sent only to a server that lists "enqueue_batch_plain" in
+    ServerInfo.features.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    ENCODING_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    job_type: _builtins.str
+    encoding: _builtins.str
+    @_builtins.property
+    def data(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        job_type: _builtins.str = ...,
+        encoding: _builtins.str = ...,
+        data: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "encoding", b"encoding", "job_type", b"job_type", "queue", b"queue"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlainJobs: _TypeAlias = PlainJobs  # noqa: Y015
+
+@_typing.final
 class EnqueueAck(_message.Message):
     """The answer to a stored (or deduplicated) job (seed "Read the enqueue response")."""
 

@@ -26,16 +26,24 @@ class EnqueueBatchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOBS_FIELD_NUMBER: _builtins.int
+    PLAIN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.EnqueueRequest]: ...
+    @_builtins.property
+    def plain(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PlainJobs]:
+        """More jobs, by column: they follow `jobs`, run after run, in order. A batch's results (and
+        its max_enqueue_batch count) cover jobs, then every run's data in order.
+        """
+
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[_common_pb2.EnqueueRequest] | None = ...,
+        plain: _abc.Iterable[_common_pb2.PlainJobs] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "plain", b"plain"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,7 +19,7 @@ Context: TypeAlias = Any
 
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
-            "trace_context", "worker", "settle_batch", "lease_extend", "admin")
+            "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 
@@ -87,7 +87,7 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
         """The batch's results: as serialized bytes when every job got a fresh ack
         (``acks_wire``), else as the message."""
         try:
-            results = await self.engine.enqueue_batch(request.jobs)
+            results = await self.engine.enqueue_batch(request.jobs, plain=request.plain)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         wire = acks_wire(results)
@@ -109,7 +109,7 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
     async def EnqueueAtomic(self, request: ppb.EnqueueBatchRequest,
                             context: Context) -> ppb.EnqueueAtomicResponse:
         try:
-            acks = await self.engine.enqueue_atomic(request.jobs)
+            acks = await self.engine.enqueue_atomic(request.jobs, request.plain)
             resp = ppb.EnqueueAtomicResponse()
             add = resp.acks.add
             for job_id, dedup in acks:

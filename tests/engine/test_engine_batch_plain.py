@@ -158,6 +158,13 @@ async def test_the_batch_cap_counts_the_runs(make_harness: HarnessFactory) -> No
     assert (none.value.field, none.value.actual) == ("jobs", 0)
     with pytest.raises(InvalidRequest):
         await h.engine.enqueue_atomic([], [run("q", [b"1"] * 5)])
+    # Runs are capped too (an empty run holds no job but costs a check): 4 runs pass, 5 do not.
+    assert len(await h.engine.enqueue_batch([], plain=[run("q", [b"1"]), run("a", []), run("b", []),
+                                                       run("c", [])])) == 1
+    for call in (h.engine.enqueue_batch, h.engine.enqueue_atomic):
+        with pytest.raises(InvalidRequest) as runs:
+            await call([], plain=[run(f"q{i}", [] if i else [b"1"]) for i in range(5)])
+        assert (runs.value.field, runs.value.limit, runs.value.actual) == ("plain", 4, 5)
 
 
 async def test_an_atomic_batch_takes_runs_by_column(make_harness: HarnessFactory) -> None:

@@ -274,6 +274,15 @@ class JobEngine:
             return pb.EnqueueAck(job_id=job_id_text(dedups[0][0]), deduplicated=True)
         return pb.EnqueueAck(job_id=text)
 
+    def _plain_count(self, plain: Sequence[pb.PlainJobs]) -> int:
+        """The number of jobs in ``plain``; ``InvalidRequest`` (field ``plain``) for more runs
+        than ``max_enqueue_batch``: runs without data hold no job, and would otherwise let one
+        request make the server check any number of (queue, job type, encoding) shapes."""
+        cap = self.limits.max_enqueue_batch
+        if len(plain) > cap:
+            raise InvalidRequest(f"a batch holds at most {cap} runs of plain jobs", "plain", cap, len(plain))
+        return sum(len(run.data) for run in plain)
+
     def _check_count(self, n: int) -> None:
         """Refuse a batch of ``n`` jobs outside 1..``max_enqueue_batch`` (``InvalidRequest``,
         field ``jobs``: SPEC §2)."""
@@ -341,7 +350,7 @@ class JobEngine:
         check's, for a fraction of the cost — and its row built from a memo of its queue's
         defaults; any other request goes through ``Validator.check`` and ``_build``.
         """
-        n_plain = sum(len(run.data) for run in plain) if plain else 0
+        n_plain = self._plain_count(plain) if plain else 0
         self._check_count(len(reqs) + n_plain)
         now = self._clock_now()
         now_ns = now * 1000
@@ -469,6 +478,7 @@ class JobEngine:
         Deduplicated jobs count as success. ``plain``: more jobs by column, after ``reqs``
         (``expand_plain``)."""
         if plain:
+            self._plain_count(plain)
             reqs = [*reqs, *expand_plain(plain)]
         self._check_count(len(reqs))
         now = self._clock_now()

@@ -32,7 +32,8 @@ class EnqueueBatchRequest(_message.Message):
     @_builtins.property
     def plain(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PlainJobs]:
         """More jobs, by column: they follow `jobs`, run after run, in order. A batch's results (and
-        its max_enqueue_batch count) cover jobs, then every run's data in order.
+        its max_enqueue_batch count) cover jobs, then every run's data in order. At most
+        max_enqueue_batch runs (INVALID_ARGUMENT, field "plain").
         """
 
     def __init__(

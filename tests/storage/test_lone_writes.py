@@ -141,7 +141,10 @@ async def test_concurrent_enqueues_still_share_commits(tmp_path: Path) -> None:
     try:
         before = store.commits
         await asyncio.gather(*(store.enqueue([_row(i)], [0], 0) for i in range(64)))
-        assert store.commits - before <= 8, f"{store.commits - before} commits for 64 concurrent writes"
+        # Quiet, 64 writes take 2-4 commits (the first alone, the rest fold in behind its fsync);
+        # on a loaded 2-core machine the writer drains faster than they arrive and took 9 once.
+        # A commit each would be 64: at least 4 writes a commit on average still proves folding.
+        assert store.commits - before <= 16, f"{store.commits - before} commits for 64 concurrent writes"
     finally:
         await store.close()
     assert _stored(tmp_path / "sepp.db") == 64

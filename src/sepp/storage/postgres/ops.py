@@ -235,10 +235,10 @@ class ReserveOp:
             elif not budget:
                 rows = await conn.fetch(Q["lease_ready"], queue, want, self.lease_id, expires, p.worker_id, now,
                                         p.node)
-            else:
-                seqs, used = _within(await conn.fetch(Q["ready_sizes"], queue, want), budget, used, bool(out))
-                rows = (await conn.fetch(Q["lease_seqs"], seqs, self.lease_id, expires, p.worker_id, now, p.node)
-                        if seqs else [])
+            else:  # the byte budget is applied by the leasing statement itself (one round trip)
+                rows = await conn.fetch(Q["lease_within"], queue, want, self.lease_id, expires, p.worker_id, now,
+                                        p.node, budget - used, not out)
+                used += sum(len(r[7]) + (len(r[11].encode()) if r[11] else 0) for r in rows)  # as n in SQL
             if not rows:
                 continue
             rows = sorted(rows, key=_ORDER)

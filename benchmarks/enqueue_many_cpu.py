@@ -16,7 +16,9 @@ before the clock starts: the cost of sending alone), ``batch-seq`` (the harness'
 producer: ``enqueue_batch`` per chunk of 256, requests built per chunk), ``raw-seq`` (the
 floor: the bytes of one batch of 256 written once by ``_core.plain_batch``, sent N/256 times
 one after the other through the client's channel with bytes in and out, nothing parsed).
-Each child warms up (GetServerInfo, one batch), then measures the wall time, its own CPU
+Each child warms up (GetServerInfo, one batch) and runs ``gc.collect()`` (unless
+``--no-collect``: then the first full collection of what the imports left may fall in the
+measured run, +1–1.5 µs a job, as it may in a short-lived producer), then measures the wall time, its own CPU
 (``time.process_time``: every thread of the process, user + system), the part of it spent
 in the cyclic garbage collector (``gc.callbacks``, the collecting thread's ``thread_time``)
 and the server's CPU (``/proc``: the server process and its children, the SQLite writer),
@@ -100,8 +102,9 @@ def _raw_seq(client: Any, requests: list[Any], jobs: int) -> list[Any]:
     return [EnqueueAck("-")] * (jobs // len(requests) * len(requests))
 
 
-def child(target: str, server_pid: int, variant: str, jobs: int) -> dict[str, Any]:
-    """One measured run in this process (the client under test); returns its figures."""
+def child(target: str, server_pid: int, variant: str, jobs: int, collect: bool = True) -> dict[str, Any]:
+    """One measured run in this process (the client under test); returns its figures.
+    ``collect``: run ``gc.collect()`` before the clock starts."""
     from sepp import Client, EnqueueAck, EnqueueRequest, Payload
 
     def requests_for(r: range) -> list[EnqueueRequest]:
@@ -112,6 +115,8 @@ def child(target: str, server_pid: int, variant: str, jobs: int) -> dict[str, An
         client.enqueue_many(requests_for(range(CHUNK)), in_flight=1)  # warm: channel, memos
         pre = [r for c in chunks(jobs, CHUNK) for r in requests_for(c)] if variant.endswith("-pre") else None
         one = requests_for(range(CHUNK))
+        if collect:
+            gc.collect()  # the first full pass over what the imports left, not the run's own
         clock = _GcClock()
         cpu0, srv0, t0 = time.process_time(), proc_cpu(server_pid), time.perf_counter()
         if variant == "raw-seq":
@@ -137,11 +142,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--src", action="append", default=[], help="PYTHONPATH of the client (repeatable: A/B)")
+    parser.add_argument("--no-collect", action="store_true",
+                        help="no gc.collect() before the clock (a fresh process's first full collection, "
+                             "of what the imports left, then may fall in the run: +1-1.5 µs/job)")
     parser.add_argument("--child", nargs=3, metavar=("TARGET", "SERVER_PID", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         target, pid, variant = args.child
-        print(json.dumps(child(target, int(pid), variant, args.jobs)))
+        print(json.dumps(child(target, int(pid), variant, args.jobs, not args.no_collect)))
         return
 
     from sepp.testing import ServerProcess
@@ -162,8 +170,9 @@ def main() -> None:
                     env = dict(os.environ)
                     if src:
                         env["PYTHONPATH"] = src
+                    flags = ["--no-collect"] if args.no_collect else []
                     out = subprocess.run(
-                        [sys.executable, __file__, "--jobs", str(args.jobs), "--child", server.grpc_target,
+                        [sys.executable, __file__, "--jobs", str(args.jobs), *flags, "--child", server.grpc_target,
                          str(server.proc.pid), variant], env=env, check=True, capture_output=True, text=True)
                     runs[variant, src].append(json.loads(out.stdout.strip().splitlines()[-1]))
 

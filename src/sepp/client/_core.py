@@ -251,7 +251,7 @@ def merge_batch(verdicts: Sequence[Rejection | None], response: ppb.EnqueueBatch
     ``response`` answers exactly the jobs whose verdict is ``None``, in order; it is
     ``None`` when nothing was sent. Raises ``ServerError`` on a count mismatch.
     """
-    expected = sum(v is None for v in verdicts)
+    expected = verdicts.count(None)  # a C loop, not a generator step per job
     if isinstance(response, FreshAcks):
         if len(response) != expected:
             raise ServerError(f"the server returned {len(response)} results for {expected} jobs")

@@ -150,7 +150,7 @@ async def test_no_consumer_flags_ready_jobs_nobody_reserves_within_consumer_time
     assert await flagged() and not await flagged("never")   # one past: flagged; 0 = never
     msg = stats_proto((await admin.stats(["q"]))[0])
     assert msg.no_consumer and not msg.HasField("last_reserve_at")
-    h.engine.workers.reserved("w1", "host", ["q"], 1, "")   # a worker's Reserve (the RPC layer's note)
+    h.engine.workers.reserved("w1", "host", ["q"], 1, "")   # a worker's Reserve (what the engine notes)
     assert not await flagged()
     assert stats_proto((await admin.stats(["q"]))[0]).last_reserve_at.seconds == h.now // S
     h.clock.advance(60.001)
@@ -224,7 +224,7 @@ async def test_the_no_consumer_gauge_moves_with_the_flag(make_harness: HarnessFa
         assert await gauge() == {"q": 0, "never": 0}
         h.clock.advance(60.001)
         assert await gauge() == {"q": 1, "never": 0}           # flagged: 1; consumer_timeout 0: never
-        h.engine.workers.reserved("w1", "host", ["q"], 1, "")  # a worker's Reserve (the RPC layer's note)
+        h.engine.workers.reserved("w1", "host", ["q"], 1, "")  # a worker's Reserve (what the engine notes)
         assert await gauge() == {"q": 0, "never": 0}
         h.clock.advance(60.001)
         assert (await gauge())["q"] == 1                        # that worker went quiet

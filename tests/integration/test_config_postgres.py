@@ -215,6 +215,19 @@ def test_sepp_migrate_on_a_database_it_cannot_use_is_one_line(dsn: str, words: l
         assert word in err, (word, err)
 
 
+def test_sepp_migrate_and_serve_word_an_unreachable_database_alike(tmp_path: Path) -> None:  # driver
+    """Same formatter, same words: ``migrate`` runs on asyncio's loop and ``serve`` on uvloop,
+    whose refused connections read differently ("Connect call failed ('127.0.0.1', 1)" vs
+    "Connection refused"); both say the system's words for the errno."""
+    migrated = _sepp("migrate", "--postgres-dsn", UNREACHABLE, "--schema", fresh_schema())
+    served = _sepp("serve", "--storage", "postgres", "--postgres-dsn", UNREACHABLE, "--grpc-listen", "127.0.0.1:0",
+                   "--http-listen", "", "--data-dir", str(tmp_path / "d"),
+                   env=_env(SEPP_POSTGRES__SCHEMA=fresh_schema()))
+    said_migrate = _one_line_error(migrated, "sepp: cannot migrate: ").removeprefix("sepp: cannot migrate: ")
+    said_serve = _one_line_error(served, "sepp: cannot start: ").removeprefix("sepp: cannot start: ")
+    assert said_migrate == said_serve == f"PostgreSQL at {UNREACHABLE} cannot be reached: Connection refused"
+
+
 def test_sepp_migrate_refuses_a_newer_schema(tmp_path: Path) -> None:  # driver
     name = fresh_schema()
     assert _sepp("migrate", "--postgres-dsn", PG_TEST_DSN, "--schema", name).returncode == 0

@@ -126,9 +126,9 @@ def bench(
 ) -> None:
     """Load-test a running server: enqueue rate, ack latency, and (with --drain) work-off rate.
 
-    Afterwards the bench queue and its jobs are deleted (issue 13: 20,000 leftover jobs
-    dominated the dashboard), so it refuses a queue that already holds jobs unless --keep.
-    The token needs the produce, work and admin roles (issue 11).
+    Afterwards the bench queue and its jobs are deleted (leftover jobs would dominate the
+    dashboard), so it refuses a queue that already holds jobs unless --keep.
+    The token needs the produce, work and admin roles.
     """
     from sepp.errors import PermissionDenied, SeppError, Unauthenticated
 

@@ -183,7 +183,7 @@ def migrate(
 ) -> None:
     """Create or migrate the PostgreSQL schema ahead of a deploy (every node also does it at start).
 
-    Runs under the same advisory lock as a starting node (issue 10; docs/deploying.md).
+    Runs under the same advisory lock as a starting node (docs/deploying.md).
     Prints "schema NAME: version A -> B" or "schema NAME: already at version B" (exit 0). A
     database that cannot be used (unreachable, login refused, missing, schema newer than this
     sepp) is one line on stderr and exit 1; a bad setting is exit 2.

@@ -37,7 +37,8 @@ EXIT_TRANSPORT = 3
 DEFAULT_SERVER = "127.0.0.1:7700"
 
 ServerOpt = Annotated[str, typer.Option("--server", "-s", envvar="SEPP_SERVER",
-                                        help="gRPC address HOST:PORT of the sepp server.")]
+                                        help="gRPC target of the sepp server: HOST:PORT, or for several nodes "
+                                             "ipv4:HOST:PORT,HOST:PORT,… or dns:///NAME:PORT (docs/deploying.md).")]
 #: ``--token`` of the admin commands (issue 11): a token with role admin; ``SEPP_TOKEN``, and
 #: the older ``SEPP_ADMIN_TOKEN`` when that is not set.
 TokenOpt = Annotated[str | None, typer.Option("--token", envvar=["SEPP_TOKEN", "SEPP_ADMIN_TOKEN"],

@@ -38,7 +38,7 @@ _CURRENT: contextvars.ContextVar[TlsFiles] = contextvars.ContextVar("sepp_cli_tl
 _OPTIONS: dict[str, Any] = {
     "tls_ca": Annotated[Path | None, typer.Option(
         "--tls-ca", envvar="SEPP_TLS_CA", show_default=False, rich_help_panel="TLS",
-        help="PEM CA bundle the server's certificate must chain to: talk TLS (issue 11).")],
+        help="PEM CA bundle the server's certificate must chain to: talk TLS.")],
     "tls_cert": Annotated[Path | None, typer.Option(
         "--tls-cert", envvar="SEPP_TLS_CERT", show_default=False, rich_help_panel="TLS",
         help="PEM client certificate, for a server that requires one (mutual TLS; with --tls-key).")],

@@ -17,7 +17,8 @@ from sepp.cli.main import app
 from sepp.cli.shell import EXIT_USAGE, JsonOpt, fail, out_console, print_json
 from sepp.server.auth import ROLES, check_name, check_roles, digest, new_secret, toml_entry
 
-token_app = typer.Typer(name="token", help="Make tokens for \\[\\[auth.tokens]] (issue 11).", no_args_is_help=True)
+token_app = typer.Typer(name="token", help="Make tokens for \\[\\[auth.tokens]] (docs/operations.md).",
+                        no_args_is_help=True)
 app.add_typer(token_app)
 
 

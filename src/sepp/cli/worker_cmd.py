@@ -198,7 +198,8 @@ def worker(
     target: Annotated[str, typer.Argument(help="MODULE:ATTRIBUTE naming a sepp.worker.Worker.")],
     server: Annotated[str | None, typer.Option(
         "--server", "-s", envvar="SEPP_SERVER", show_default=False,
-        help="gRPC HOST:PORT of the server (default: the Worker's own target).")] = None,
+        help="gRPC target of the server: HOST:PORT, or for several nodes ipv4:HOST:PORT,HOST:PORT,… "
+             "or dns:///NAME:PORT (docs/deploying.md; default: the Worker's own target).")] = None,
     queues: Annotated[str | None, typer.Option("--queues", "-q", help="Queues to reserve from, in order: a,b.")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=1,
                                                     help="Handlers running at once.")] = None,

@@ -508,12 +508,17 @@ class JobEngine:
     # ------------------------------------------------------------------ worker side
 
     async def reserve(self, queues: Sequence[str], max_jobs: int, lease_s: float | None, wait_s: float,
-                      worker_id: str) -> list[JobRecord]:
+                      worker_id: str, *, host: str = "", concurrency: int = 0,
+                      client_version: str = "") -> list[JobRecord]:
         """Lease up to ``max_jobs`` jobs from ``queues`` (in order), long-polling up to ``wait_s``.
 
         Unknown and paused queues give nothing. A call with a ``worker_id`` is kept, for its
-        whole length, where ``stop_reserving(worker_id)`` finds it. Raises ``InvalidRequest``
-        for bad arguments.
+        whole length, where ``stop_reserving(worker_id)`` finds it, and is noted in
+        ``workers`` (the Workers page, issue 13, with the caller's ``host``, handler slots
+        ``concurrency`` and ``client_version``) twice: once its arguments are accepted, before
+        any wait — so a worker idle in its first long poll is listed at once, not up to
+        ``wait_s`` later — and again when it ends (its latest Reserve). Raises
+        ``InvalidRequest`` for bad arguments (then nothing is noted).
         """
         lim = self.limits
         if not queues:
@@ -531,6 +536,7 @@ class JobEngine:
         if "\x00" in worker_id:  # a label; PostgreSQL text cannot hold U+0000 (docs/decisions.md)
             raise InvalidRequest("worker_id must not contain a NUL character (U+0000)", "worker_id")
         names = list(dict.fromkeys(queues))
+        self.workers.reserved(worker_id, host, queues, concurrency, client_version)  # "" is not noted
         # The long-poll waits in real time, on the event loop's clock (the one wait_for uses).
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
@@ -578,6 +584,7 @@ class JobEngine:
         finally:
             self.notifier.unregister(names, event)
             if worker_id:
+                self.workers.reserved(worker_id, host, queues, concurrency, client_version)
                 calls = self._reserving.get(worker_id)
                 if calls is not None:
                     calls.discard(me)

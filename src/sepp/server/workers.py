@@ -1,7 +1,8 @@
 """The workers this node sees (issue 13 "Workers page"), counted in memory.
 
 Every ``Reserve`` says who calls (``worker_id``) and, from current clients, its host, handler
-slots and client version; every ``Settle`` / ``Ack`` / ``Nack`` / ``ExtendLease`` that names
+slots and client version (``JobEngine.reserve`` notes it when it accepts the call, before a long
+poll waits, and again when the call ends); every ``Settle`` / ``Ack`` / ``Nack`` / ``ExtendLease`` that names
 its ``worker_id`` moves the worker's last call on and counts its jobs done. Nothing of this
 is written per call: the node reports its workers to the store with each heartbeat
 (``Store.report_workers``, ``sepp.server.cluster``), so every node's Workers page sees the

@@ -101,12 +101,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             lease = (duration_arg(request.lease_duration, "lease_duration", MIN_LEASE, MAX_LEASE)
                      if request.HasField("lease_duration") else None)
             wait = duration_arg(request.wait, "wait", 0.0, self.max_wait) if request.HasField("wait") else 0.0
-            jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id)
+            # The engine notes the worker for the Workers page (issue 13) when it accepts the
+            # call, before the long poll, and again when the call ends.
+            jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id,
+                                             host=request.host, concurrency=request.concurrency,
+                                             client_version=request.client_version)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
-        if request.worker_id:  # the Workers page (issue 13): only a Reserve the server accepted
-            self.workers.reserved(request.worker_id, request.host, request.queues, request.concurrency,
-                                  request.client_version)
         resp = wpb.ReserveResponse()
         # Each job is converted on its own: one whose row cannot be (a damaged column) is not
         # handed out but dead-lettered with DAMAGED_ROW, and the others are delivered (issue 14 O4).

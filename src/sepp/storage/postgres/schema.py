@@ -12,6 +12,7 @@ version is above what this build knows is refused (``StoreCorrupt``).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 from typing import Any
@@ -56,6 +57,17 @@ def redact(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def _os_reason(exc: OSError) -> str:
+    """The system's words for ``exc`` ("Connection refused"), whichever event loop raised it:
+    asyncio's own loop says "Connect call failed ('127.0.0.1', 5999)" where uvloop says
+    "Connection refused" for the same errno, so ``sepp migrate`` (asyncio) and ``sepp serve``
+    (uvloop) worded one unreachable DSN differently. Falls back to the exception's text when
+    it carries no errno (asyncio's "Multiple exceptions: …")."""
+    if isinstance(exc.errno, int) and exc.errno > 0:
+        return os.strerror(exc.errno)
+    return str(exc.strerror or exc)
+
+
 def describe_failure(exc: BaseException, dsn: str) -> str:
     """One line saying why ``dsn`` could not be used (no traceback, password hidden)."""
     where = redact(dsn)
@@ -68,7 +80,7 @@ def describe_failure(exc: BaseException, dsn: str) -> str:
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return f"PostgreSQL at {where} cannot be reached: no answer within {CONNECT_TIMEOUT:g} s"
     if isinstance(exc, OSError):
-        return f"PostgreSQL at {where} cannot be reached: {exc.strerror or exc}"
+        return f"PostgreSQL at {where} cannot be reached: {_os_reason(exc)}"
     if isinstance(exc, ValueError):  # asyncpg's DSN parser, e.g. a port that is not a number
         return f"postgres_dsn {where} is not a valid PostgreSQL URL ({' '.join(str(exc).split())}); " \
                "expected postgresql://USER[:PASSWORD]@HOST:PORT/DB"

@@ -192,7 +192,7 @@ class Settler:
                 if not exc.transient or time.monotonic() + delay > deadline:
                     raise
                 log.warning("settling %d job(s) failed (%s); retrying in %.2fs", len(request.items), exc, delay)
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                await self._rpc.pause(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 2.0)
 
 

@@ -106,7 +106,11 @@ RESERVE_STOP_TIMEOUT = 5.0
 #: Against a server without ``StopReserving`` (UNIMPLEMENTED): seconds to wait for a
 #: ``Reserve`` in flight before cancelling it (one still open is parked in its long-poll).
 RESERVE_STOP_WAIT = 0.25
-
+#: Longest pause, seconds, between a failed ``Reserve`` and the next try (0.05 s doubling up
+#: to this). The pause ends early once the channel connects again (``WorkerRpc.pause``), so
+#: after a server restart the next try goes out as soon as gRPC's reconnect backoff (100 ms
+#: to 1 s) finds the server; the pause itself only paces a server that answers with errors.
+RESERVE_RETRY_MAX = 2.0
 
 
 @types.coroutine
@@ -483,7 +487,7 @@ class Worker:
                 else:
                     log.exception("reserve failed unexpectedly; retrying in %.2fs", backoff)
                 await self._sleep_unless_stopping(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, RESERVE_RETRY_MAX)
                 continue
             finally:
                 self._reserve_calls.discard(call)
@@ -509,8 +513,15 @@ class Worker:
             self._dispatch()
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._hurry_or_stop(), seconds)
+        """Pause ``seconds`` after a failed ``Reserve``: less once the channel connects again
+        (``WorkerRpc.pause``), and not past a stop."""
+        stopping = asyncio.ensure_future(self._hurry_or_stop())
+        pause = asyncio.ensure_future(self._rpc.pause(seconds))
+        try:
+            await asyncio.wait({stopping, pause}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            pause.cancel()
 
     async def _hurry_or_stop(self) -> None:
         while self._phase == "running":

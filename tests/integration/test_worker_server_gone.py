@@ -7,6 +7,12 @@ node or the database goes away").
   left it idle for 5–10 s after a restart), and its pause after a failed ``Reserve`` ends as
   soon as the channel is connected again.
 
+* Stop: with the server gone (SIGKILL, not restarted) a graceful stop no longer waits out the
+  settler's 60 s re-send window per batch: it gives up the acks ``SETTLE_STOP_TIMEOUT``
+  seconds after the handlers are done (the last answer, rather), and a second stop request
+  gives them up at once, in the final wait or during the grace. Items queued while a batch
+  is re-sent join it instead of waiting for its whole window.
+
 Every server here is a real ``sepp serve`` process killed with SIGKILL: no mock of the
 transport.
 """
@@ -19,12 +25,15 @@ from collections.abc import Callable
 
 import pytest
 from support.servers import ServerFactory
-from support.worker import fast_queue
+from support.worker import count_states, fast_queue, wire_for
 
 from sepp import AsyncClient, EnqueueRequest
 from sepp.testing import ServerProcess
 from sepp.testing.process import free_port
-from sepp.worker import Job, Worker
+from sepp.worker import Job, JobReport, Worker, runtime
+from sepp.worker._rpc import WorkerRpc
+from sepp.worker._settler import HURRY_WAIT, Settler
+from sepp.worker.outcome import COMPLETED
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -90,3 +99,117 @@ async def test_a_pinned_worker_works_again_soon_after_its_server_restarts(server
     finally:
         await worker.stop(2.0)
         await asyncio.wait_for(run, 30)
+
+
+class Stalled:
+    """A worker of 4 slots on ``server`` whose 4 jobs run until ``gate`` is set; the server is
+    killed (and stays down) while they run. ``reports`` gets every JobReport."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.gate = asyncio.Event()
+        self.started = self.finished = 0
+        self.reports: list[JobReport] = []
+        self.worker = Worker(server.grpc_target, ["q"], concurrency=4, prefetch=0, shutdown_grace=10.0)
+        self.worker.on_outcome(self.reports.append)
+        self.worker.register("t", self.handler)
+        self.run: asyncio.Task[None] | None = None
+
+    async def handler(self, job: Job) -> None:
+        self.started += 1
+        await self.gate.wait()
+        self.finished += 1
+
+    async def start_and_kill(self) -> None:
+        """Run the worker, let it start its 4 jobs, then SIGKILL the server."""
+        self.run = asyncio.create_task(self.worker.run(install_signal_handlers=False))
+        for _ in range(4):
+            await enqueue(self.server.grpc_target)
+        await until(lambda: self.started == 4, 10, "4 jobs running")
+        await asyncio.to_thread(self.server.kill)
+
+    async def finish_handlers(self) -> None:
+        """Let the handlers return: their acks now fail and are re-sent (the server is gone)."""
+        self.gate.set()
+        await until(lambda: self.finished == 4 and self.worker._settler._retrying, 10, "acks being re-sent")
+
+    async def ended(self) -> None:
+        assert self.run is not None
+        await asyncio.wait_for(self.run, 5)
+
+
+async def test_a_stop_with_the_server_gone_gives_up_its_acks_after_the_settle_timeout(
+        server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 3.0)  # the mechanism, not the 10 s value
+    stalled = Stalled(pinned_server(server_factory))
+    await stalled.start_and_kill()
+    await stalled.finish_handlers()
+    t0 = time.monotonic()
+    await asyncio.wait_for(stalled.worker.stop(), 30)  # it took the settler's 60 s per batch before
+    took = time.monotonic() - t0
+    await stalled.ended()
+    # It waits for the server for the whole timeout (it may come back), and not much more.
+    assert 3.0 - 0.1 <= took < 3.0 + 1.5, took
+    assert sorted(r.refused.split(":")[0] for r in stalled.reports) == ["Abandoned"] * 4
+    assert any("gave up 4 ack(s)/release(s)" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records), caplog.text
+
+
+async def test_a_second_stop_gives_up_the_acks_at_once(server_factory: ServerFactory) -> None:
+    stalled = Stalled(pinned_server(server_factory))
+    await stalled.start_and_kill()
+    await stalled.finish_handlers()
+    first = asyncio.create_task(stalled.worker.stop())
+    await until(lambda: stalled.worker._shutdown_task is not None and not stalled.worker._running, 5,
+                "the stop's final wait")
+    t0 = time.monotonic()
+    await asyncio.wait_for(stalled.worker.stop(0), 5)
+    took = time.monotonic() - t0
+    await asyncio.wait_for(first, 5)
+    await stalled.ended()
+    # At once: the batch is being re-sent (the server failed it), so the hurry does not even
+    # give it HURRY_WAIT; well under it leaves room for a loaded machine.
+    assert took < HURRY_WAIT / 2, took
+    assert [r.refused.split(":")[0] for r in stalled.reports] == ["Abandoned"] * 4
+
+
+async def test_a_second_stop_during_the_grace_ends_the_stop_promptly(server_factory: ServerFactory) -> None:
+    stalled = Stalled(pinned_server(server_factory))
+    await stalled.start_and_kill()
+    first = asyncio.create_task(stalled.worker.stop())  # the handlers still run (gate never set)
+    await until(lambda: stalled.worker._phase == "stopping", 5, "the stop to begin")
+    t0 = time.monotonic()
+    await asyncio.wait_for(stalled.worker.stop(0), 5)
+    took = time.monotonic() - t0
+    await asyncio.wait_for(first, 5)
+    await stalled.ended()
+    # The running jobs are cancelled and their releases fail at once (no server): given up
+    # as soon as they are being re-sent, HURRY_WAIT at the very most.
+    assert took < HURRY_WAIT, took
+    assert [(r.outcome, r.refused.split(":")[0]) for r in stalled.reports] == [("released", "Abandoned")] * 4
+
+
+async def test_items_queued_while_a_batch_is_re_sent_join_it(server_factory: ServerFactory) -> None:
+    server = pinned_server(server_factory)
+    with wire_for(server) as w:
+        w.enqueue()
+        w.enqueue()
+        (a, b) = [(r.job.id, r.lease_id) for r in w.reserve(max_jobs=2)]
+    rpc = WorkerRpc(server.grpc_target)
+    try:
+        settler = Settler(rpc)
+        await asyncio.to_thread(server.kill)
+        first = settler.submit(COMPLETED, *a)
+        await until(lambda: settler._retrying, 10, "the first ack being re-sent")
+        late = settler.submit(COMPLETED, *b)
+        assert settler.pending == 2  # queued behind the batch being re-sent ...
+        await until(lambda: settler.pending == 1, 5, "the late ack to join it")  # ... until it joins it
+        await asyncio.to_thread(server.start)
+        settled = await asyncio.wait_for(asyncio.gather(first, late), 10)
+        assert [s.result.ok for s in settled] == [True, True]
+        # Both went out with the re-sent batch while the server was down (so the late one was
+        # re-sent too), and the batch was answered once it was back.
+        assert [s.resent for s in settled] == [True, True]
+        assert count_states(server) == {"COMPLETED": 2}
+    finally:
+        await rpc.close()

@@ -394,8 +394,10 @@ class Worker:
     async def stop(self, grace: float | None = None) -> None:
         """Stop gracefully and wait until done (``grace`` defaults to ``shutdown_grace``).
 
-        A second call with ``grace=0`` hurries a stop already in progress. A no-op before
-        ``run()`` and after the stop finished.
+        A second call with ``grace=0`` hurries a stop already in progress (as a second signal
+        does): running handlers are cancelled and their jobs released, and acks and releases
+        the server is not answering are given up at once (``SETTLE_STOP_TIMEOUT`` bounds that
+        wait otherwise). A no-op before ``run()`` and after the stop finished.
         """
         if self._phase == "new":
             self._phase = "stopped"

@@ -350,6 +350,7 @@ async def test_a_second_stop_with_zero_grace_hurries_the_first(fast: ServerProce
     await asyncio.wait_for(task, 5)
     assert time.monotonic() - t0 < 1.0
     assert [r.outcome for r in reports] == ["released"]
+    assert [r.refused for r in reports] == [""], "a hurried stop still delivers its releases to a live server"
 
 
 async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reserved(fast: ServerProcess,

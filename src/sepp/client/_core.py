@@ -67,20 +67,28 @@ DEFAULT_TARGET = "127.0.0.1:7700"
 RECONNECT_BACKOFF_MS = (100, 1000)
 
 
-def channel_options(options: ClientOptions) -> list[tuple[str, Any]]:
-    """gRPC channel arguments: message caps, the ``sepp-python/<version>`` user agent, a short
-    reconnect backoff and a subchannel pool of the channel's own (so a new client never
-    inherits the backoff another channel to the same address is sitting in); then
-    ``options.channel_options``, which override these."""
+def reconnect_options() -> list[tuple[str, Any]]:
+    """The gRPC channel arguments of ``RECONNECT_BACKOFF_MS`` and a subchannel pool of the
+    channel's own (so a new channel never inherits the backoff another channel to the same
+    address is sitting in). Shared by the clients' channels and the ``Worker``'s."""
     first, most = RECONNECT_BACKOFF_MS
     return [
-        ("grpc.primary_user_agent", USER_AGENT),
-        ("grpc.max_send_message_length", options.max_message_bytes),
-        ("grpc.max_receive_message_length", options.max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", first),
         ("grpc.min_reconnect_backoff_ms", first),
         ("grpc.max_reconnect_backoff_ms", most),
         ("grpc.use_local_subchannel_pool", 1),
+    ]
+
+
+def channel_options(options: ClientOptions) -> list[tuple[str, Any]]:
+    """gRPC channel arguments: message caps, the ``sepp-python/<version>`` user agent, a short
+    reconnect backoff and a subchannel pool of the channel's own (``reconnect_options``);
+    then ``options.channel_options``, which override these."""
+    return [
+        ("grpc.primary_user_agent", USER_AGENT),
+        ("grpc.max_send_message_length", options.max_message_bytes),
+        ("grpc.max_receive_message_length", options.max_message_bytes),
+        *reconnect_options(),
         *options.channel_options,
     ]
 

@@ -8,6 +8,8 @@ ones have ``.transient = True``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -17,18 +19,22 @@ import grpc.aio
 
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
-from sepp.client._core import USER_AGENT, error_from_rpc
+from sepp.client._core import USER_AGENT, error_from_rpc, reconnect_options
 from sepp.errors import SeppError, ServerError
 from sepp.wire import seconds_to_duration
 from sepp.worker.errors import LEASE_REASONS, LeaseError
 
 #: Channel arguments: reservations may carry many large payloads, so receive without a cap
-#: (the server bounds what it sends by its own max_message_bytes).
+#: (the server bounds what it sends by its own max_message_bytes). The reconnect backoff is
+#: the clients' (100 ms, at most 1 s between tries, and a subchannel pool of the channel's
+#: own; ``sepp.client._core.reconnect_options``): gRPC's default, 1 s growing to 120 s, kept
+#: a worker pinned to a restarted node idle for seconds to minutes after it was back.
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.primary_user_agent", USER_AGENT),
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
     ("grpc.keepalive_time_ms", 30_000),
+    *reconnect_options(),
 ]
 
 
@@ -129,6 +135,25 @@ class WorkerRpc:
                 return None
             raise convert_error(exc, self.target) from None
         return int(resp.woken)
+
+    async def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` before a call that failed is tried again — less when the channel has
+        no connection: then only until it has one again (gRPC's reconnect backoff, 100 ms to
+        1 s, paces the tries). A call that failed on a connected channel was answered by a
+        server (an error of its own) and waits out the whole pause."""
+        channel = self._channel
+        if channel is None:
+            await asyncio.sleep(seconds)
+            return
+        state = channel.get_state(try_to_connect=True)
+        if state is grpc.ChannelConnectivity.READY:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while state is not grpc.ChannelConnectivity.READY:
+                    await channel.wait_for_state_change(state)
+                    state = channel.get_state(try_to_connect=True)
 
     async def close(self) -> None:
         """Close the channel (idempotent)."""

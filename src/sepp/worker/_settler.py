@@ -10,14 +10,24 @@ A batch that fails with a transient transport error (the server restarting, say)
 sent again with backoff for up to ``retry_for`` seconds. Re-sending is safe: a
 repeated ack by the completing lease succeeds again (SPEC §6); a nack that did land
 the first time is refused (LEASE_EXPIRED / LEASE_MISMATCH) the second, which the
-result reports with ``resent = True``.
+result reports with ``resent = True``. Items queued while a batch is being re-sent join
+it (up to ``max_batch``) at its next try, and the batch is then re-sent until
+``retry_for`` after the last of them joined: they do not wait behind it for its whole
+window and then start one of their own. The pause between tries ends early once the
+channel connects again (``WorkerRpc.pause``).
+
+``flush`` waits for every verdict; given ``idle_timeout`` and ``hurry`` (a stopping
+worker), it gives up — ``abandon`` — once no ``Settle`` was answered for ``idle_timeout``
+seconds, or once ``hurry`` is set and a batch is being re-sent (sends on their first try
+get ``HURRY_WAIT``). An abandoned item's waiter gets ``Abandoned``; its job comes back
+after its lease (or stays settled, when the abandoned call had reached the server).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -25,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.errors import TransportError
+from sepp.errors import SeppError, TransportError
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker.outcome import Outcome
 
@@ -33,6 +43,25 @@ log = logging.getLogger("sepp.worker")
 
 #: ``notify``'s callback: ``(arg, result, resent, error)``, ``result`` None when ``error`` is set.
 Then = Callable[[Any, "wpb.SettleResult | None", bool, "BaseException | None"], None]
+
+#: Seconds a hurried ``flush`` still waits for sends on their first try (a reachable server
+#: answers them in milliseconds; one that is gone fails them at once, and they are re-sent:
+#: then the flush gives up at once).
+HURRY_WAIT = 1.0
+
+#: Longest pause between two tries of a batch, seconds (it ends early once the channel
+#: connects again).
+RETRY_PAUSE_MAX = 2.0
+
+
+class Abandoned(SeppError):
+    """The worker stopped before this settle was answered: ``Settler.abandon`` gave it up.
+    Its job comes back after its lease (or stays settled, if the call had reached the
+    server before it was given up)."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or "given up at stop before the server answered; the job comes back "
+                                    "after its lease")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +95,15 @@ class Settler:
         #: so an item queued after that always starts a task of its own (issue 15 item 1:
         #: a finished task used to count as a sender until its done-callback ran).
         self._active: set[asyncio.Task[None]] = set()
+        #: The batches being sent (each a list ``_send`` may extend), what ``abandon`` fails.
+        self._sending: list[list[_Item]] = []
+        #: Batches being re-sent after a failure (a hurried ``flush`` gives up at once then).
+        self._retrying = 0
+        #: Set whenever a call is answered, a batch starts being re-sent or a send task ends
+        #: (``flush`` waits on it). Created lazily, on the loop.
+        self._changed: asyncio.Event | None = None
+        #: ``time.monotonic()`` of the last answered ``Settle`` (0: none yet).
+        self.answered_at = 0.0
         #: Settle calls made and items sent (metrics, tests).
         self.calls = 0
         self.items = 0
@@ -113,19 +151,91 @@ class Settler:
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._active.discard(task)  # a task cancelled before it ever ran
+        self._changes()
+
+    def _changes(self) -> None:
+        """Wake a waiting ``flush``."""
+        if self._changed is not None:
+            self._changed.set()
 
     @property
     def pending(self) -> int:
         """Items queued, plus the calls in flight."""
         return len(self._items) + len(self._tasks)
 
-    async def flush(self) -> None:
-        """Wait until everything submitted so far has its verdict."""
-        while self._tasks or self._items:
-            if self._items and not self._active:  # cannot happen (see _active); never hang on it
-                self._start()
-            with contextlib.suppress(Exception):
-                await asyncio.wait(set(self._tasks))
+    async def flush(self, idle_timeout: float | None = None, hurry: asyncio.Event | None = None) -> int:
+        """Wait until everything submitted so far has its verdict; returns how many items were
+        given up (0: every one has the server's verdict, or its batch failed for good).
+
+        With ``idle_timeout`` (seconds), give up (``abandon``) once no ``Settle`` was answered
+        for that long (counted from this call; each answer restarts it). Once ``hurry`` is set,
+        give up as soon as a batch is being re-sent (the server failed it: nothing is likely
+        to get through now), or ``HURRY_WAIT`` seconds after the hurry at most.
+        """
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        changed = self._changed
+        since = time.monotonic()
+        hurried_at: float | None = None
+        change_w: asyncio.Future[Any] | None = None
+        hurry_w: asyncio.Future[Any] | None = None
+        try:
+            while self._tasks or self._items:
+                if self._items and not self._active:  # cannot happen (see _active); never hang on it
+                    self._start()
+                now = time.monotonic()
+                wake = math.inf
+                if hurry is not None and hurry.is_set():
+                    if hurried_at is None:
+                        hurried_at = now
+                    if self._retrying or now >= hurried_at + HURRY_WAIT:
+                        return self.abandon()
+                    wake = hurried_at + HURRY_WAIT
+                if idle_timeout is not None:
+                    idle_until = max(since, self.answered_at) + idle_timeout
+                    if now >= idle_until:
+                        return self.abandon()
+                    wake = min(wake, idle_until)
+                changed.clear()
+                if change_w is None or change_w.done():
+                    change_w = asyncio.ensure_future(changed.wait())
+                waiters = {change_w}
+                if hurry is not None and not hurry.is_set():
+                    if hurry_w is None:
+                        hurry_w = asyncio.ensure_future(hurry.wait())
+                    waiters.add(hurry_w)
+                await asyncio.wait(waiters, timeout=None if wake == math.inf else wake - now,
+                                   return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (change_w, hurry_w):
+                if waiter is not None:
+                    waiter.cancel()
+        return 0
+
+    def abandon(self) -> int:
+        """Give up every item without a verdict — queued, or in a batch being sent (its call is
+        cancelled) — and return how many there were: each waiter gets ``Abandoned``."""
+        error = Abandoned()
+        items, self._items = self._items, []
+        dropped = self._fail(items, error)
+        for batch in self._sending:
+            dropped += self._fail(batch, error)
+            batch.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        return dropped
+
+    def _fail(self, batch: list[_Item], exc: BaseException) -> int:
+        """Tell every waiter of ``batch`` that it failed with ``exc``; how many were told."""
+        told = 0
+        for _, _, _, fut, then, arg in batch:
+            if fut is None:
+                self._call(then, arg, None, False, exc)
+                told += 1
+            elif not fut.done():
+                fut.set_exception(exc)
+                told += 1
+        return told
 
     async def _drain(self) -> None:
         me = asyncio.current_task()
@@ -141,25 +251,19 @@ class Settler:
         batch = [item for item in batch if (fut := item[3]) is None or not fut.cancelled()]
         if not batch:
             return
+        self._sending.append(batch)
         try:
-            request = wpb.SettleRequest()
-            add = request.items.add
-            for outcome, job_id, lease_id, *_ in batch:
-                if outcome.kind == "completed":  # Outcome.fill's ack, inline: most items are acks
-                    ack = add().ack
-                    ack.job_id = job_id
-                    ack.lease_id = lease_id
-                else:
-                    outcome.fill(add(), job_id, lease_id)
-            results, resent = await self._send(request)
+            results, once_from = await self._send(batch)
+        except asyncio.CancelledError:
+            self._fail(batch, Abandoned())  # empty when abandon() cancelled it (it told them already)
+            raise
         except Exception as exc:  # a SeppError, or a bug: either way every waiter hears of it
-            for _, _, _, fut, then, arg in batch:
-                if fut is None:
-                    self._call(then, arg, None, False, exc)
-                elif not fut.done():
-                    fut.set_exception(exc)
+            self._fail(batch, exc)
             return
-        for (_, _, _, fut, then, arg), result in zip(batch, results, strict=True):
+        finally:
+            self._sending.remove(batch)
+        for i, ((_, _, _, fut, then, arg), result) in enumerate(zip(batch, results, strict=True)):
+            resent = i < once_from
             if fut is None:
                 try:
                     then(arg, result, resent, None)  # type: ignore[misc]
@@ -167,6 +271,31 @@ class Settler:
                     log.exception("a settle callback failed")
             elif not fut.done():
                 fut.set_result(Settled(result, resent))
+
+    @staticmethod
+    def _request(batch: list[_Item]) -> wpb.SettleRequest:
+        """The ``SettleRequest`` of ``batch``'s items, in order."""
+        request = wpb.SettleRequest()
+        add = request.items.add
+        for outcome, job_id, lease_id, *_ in batch:
+            if outcome.kind == "completed":  # Outcome.fill's ack, inline: most items are acks
+                ack = add().ack
+                ack.job_id = job_id
+                ack.lease_id = lease_id
+            else:
+                outcome.fill(add(), job_id, lease_id)
+        return request
+
+    def _join(self, batch: list[_Item]) -> int:
+        """Move queued items (up to ``max_batch`` in all) into ``batch``, which is being
+        re-sent; returns how many joined."""
+        room = self._max_batch - len(batch)
+        if room <= 0 or not self._items:
+            return 0
+        joining, self._items = self._items[:room], self._items[room:]
+        joining = [item for item in joining if (fut := item[3]) is None or not fut.cancelled()]
+        batch.extend(joining)
+        return len(joining)
 
     @staticmethod
     def _call(then: Then | None, arg: Any, result: wpb.SettleResult | None, resent: bool,
@@ -177,23 +306,43 @@ class Settler:
         except Exception:
             log.exception("a settle callback failed")
 
-    async def _send(self, request: wpb.SettleRequest) -> tuple[list[wpb.SettleResult], bool]:
+    async def _send(self, batch: list[_Item]) -> tuple[list[wpb.SettleResult], int]:
+        """Send ``batch`` until answered, re-sending it on transient failures for up to
+        ``retry_for`` seconds after its last item joined (items queued meanwhile join it:
+        ``_join``). Returns the results, in ``batch`` order, and the index from which the items
+        were sent only once (those before it were re-sent). Raises the ``SeppError`` of the
+        last try."""
         deadline = time.monotonic() + self._retry_for
         delay = 0.05
-        tries = 0
-        while True:
-            tries += 1
-            self.calls += 1
-            try:
-                results = await self._rpc.settle(request)
-                self.items += len(request.items)
-                return results, tries > 1
-            except TransportError as exc:
-                if not exc.transient or time.monotonic() + delay > deadline:
-                    raise
-                log.warning("settling %d job(s) failed (%s); retrying in %.2fs", len(request.items), exc, delay)
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, 2.0)
+        once_from = 0
+        retrying = False
+        try:
+            while True:
+                request = self._request(batch)
+                self.calls += 1
+                try:
+                    results = await self._rpc.settle(request)
+                except TransportError as exc:
+                    if not exc.transient or time.monotonic() + delay > deadline:
+                        raise
+                    if not retrying:
+                        retrying = True
+                        self._retrying += 1
+                        self._changes()
+                    log.warning("settling %d job(s) failed (%s); retrying in %.2fs", len(batch), exc, delay)
+                    await self._rpc.pause(delay * random.uniform(0.8, 1.2))
+                    delay = min(delay * 2, RETRY_PAUSE_MAX)
+                    once_from = len(batch)
+                    if self._join(batch):
+                        deadline = max(deadline, time.monotonic() + self._retry_for)
+                    continue
+                self.items += len(batch)
+                self.answered_at = time.monotonic()
+                self._changes()
+                return results, once_from
+        finally:
+            if retrying:
+                self._retrying -= 1
 
 
-__all__ = ["Settled", "Settler"]
+__all__ = ["HURRY_WAIT", "Abandoned", "Settled", "Settler"]

@@ -43,6 +43,10 @@ only on a second signal, once the server left ``StopReserving`` unanswered for
 let running handlers finish within ``shutdown_grace``; then cancel async handlers
 still running and release their jobs (a blocking handler's thread cannot be stopped:
 its job is released too and its result ignored). A second signal skips the grace.
+Last, wait for the acks and releases the server has not answered yet: as long as it
+answers, or up to ``SETTLE_STOP_TIMEOUT`` past its last answer; a second signal gives up at
+once what is being re-sent. What is given up (logged at WARNING with its count) comes back
+after its lease.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ from sepp.domain.states import STATE_NAMES
 from sepp.errors import PermissionDenied, TransportError, Unauthenticated
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
-from sepp.worker._settler import Settled, Settler
+from sepp.worker._settler import Abandoned, Settled, Settler
 from sepp.worker._threads import DaemonThreadPool
 from sepp.worker.config import DEFAULT_TARGET, PREFETCH_MAX_WAIT, WorkerConfig, queue_tuple
 from sepp.worker.job import Job, timestamp_to_datetime
@@ -106,7 +110,16 @@ RESERVE_STOP_TIMEOUT = 5.0
 #: Against a server without ``StopReserving`` (UNIMPLEMENTED): seconds to wait for a
 #: ``Reserve`` in flight before cancelling it (one still open is parked in its long-poll).
 RESERVE_STOP_WAIT = 0.25
-
+#: Longest pause, seconds, between a failed ``Reserve`` and the next try (0.05 s doubling up
+#: to this). The pause ends early once the channel connects again (``WorkerRpc.pause``), so
+#: after a server restart the next try goes out as soon as gRPC's reconnect backoff (100 ms
+#: to 1 s) finds the server; the pause itself only paces a server that answers with errors.
+RESERVE_RETRY_MAX = 2.0
+#: Seconds a stop waits for acks and releases after the handlers are done, counted from the
+#: last ``Settle`` the server answered: against a server that stopped answering, what is still
+#: unsent is then given up (its jobs come back after their lease). A second signal gives it up
+#: at once (``Settler.flush``'s hurry).
+SETTLE_STOP_TIMEOUT = 10.0
 
 
 @types.coroutine
@@ -381,8 +394,10 @@ class Worker:
     async def stop(self, grace: float | None = None) -> None:
         """Stop gracefully and wait until done (``grace`` defaults to ``shutdown_grace``).
 
-        A second call with ``grace=0`` hurries a stop already in progress. A no-op before
-        ``run()`` and after the stop finished.
+        A second call with ``grace=0`` hurries a stop already in progress (as a second signal
+        does): running handlers are cancelled and their jobs released, and acks and releases
+        the server is not answering are given up at once (``SETTLE_STOP_TIMEOUT`` bounds that
+        wait otherwise). A no-op before ``run()`` and after the stop finished.
         """
         if self._phase == "new":
             self._phase = "stopped"
@@ -483,7 +498,7 @@ class Worker:
                 else:
                     log.exception("reserve failed unexpectedly; retrying in %.2fs", backoff)
                 await self._sleep_unless_stopping(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, RESERVE_RETRY_MAX)
                 continue
             finally:
                 self._reserve_calls.discard(call)
@@ -498,7 +513,7 @@ class Worker:
             self.stats["reserved"] += len(jobs)
             self._keeper.track_all(jobs)
             if self._phase != "running":
-                await self._release(jobs, "worker stopping: reservation arrived after stop")
+                self._release(jobs, "worker stopping: reservation arrived after stop")
                 return
             if (self._adaptive and len(jobs) >= ask and not self._pending
                     and len(self._running) < cfg.concurrency):
@@ -509,8 +524,15 @@ class Worker:
             self._dispatch()
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._hurry_or_stop(), seconds)
+        """Pause ``seconds`` after a failed ``Reserve``: less once the channel connects again
+        (``WorkerRpc.pause``), and not past a stop."""
+        stopping = asyncio.ensure_future(self._hurry_or_stop())
+        pause = asyncio.ensure_future(self._rpc.pause(seconds))
+        try:
+            await asyncio.wait({stopping, pause}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            pause.cancel()
 
     async def _hurry_or_stop(self) -> None:
         while self._phase == "running":
@@ -702,7 +724,10 @@ class Worker:
         run_at: dt.datetime | None = None
         if result is None:
             refused = f"{type(error).__name__}: {error}"
-            log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, error)
+            if isinstance(error, Abandoned):  # the stop gave it up and logs how many
+                log.debug("settling job %s (%s) given up: %s", job.id, outcome.kind, error)
+            else:
+                log.error("settling job %s (%s) failed: %s", job.id, outcome.kind, error)
         elif result.ok:
             state = STATE_NAMES.get(result.state, "")
             if not state and outcome.kind == "completed":
@@ -734,18 +759,16 @@ class Worker:
             settled = fut.result()
             self._settled(arg, settled.result, settled.resent, None)
 
-    async def _release(self, jobs: Iterable[Job], why: str) -> None:
+    def _release(self, jobs: Iterable[Job], why: str) -> None:
+        """Queue a release of each of ``jobs``; the stop's last step waits for the verdicts
+        (``_shutdown``), so a server that is gone holds up no step before it."""
         outcome = released(why)
-        futs = []
         for job in jobs:
             self._keeper.untrack(job)
             self.stats[outcome.kind] += 1
             self._settling += 1
             fut = self._settler.submit(outcome, job.id, job.lease_id)
             fut.add_done_callback(partial(self._settled_future, (job, outcome, 0.0)))
-            futs.append(fut)
-        if futs:
-            await asyncio.wait(futs)
 
     # ------------------------------------------------------------------ stopping
 
@@ -841,7 +864,7 @@ class Worker:
             self._pending.clear()
             if pending:
                 log.info("releasing %d prefetched job(s)", len(pending))
-                await self._release(pending, "worker stopping: job was prefetched, never started")
+                self._release(pending, "worker stopping: job was prefetched, never started")
             # 3. let running handlers finish within the grace period.
             running = set(self._running)
             if running:
@@ -871,8 +894,16 @@ class Worker:
                 hung = [self._running[t] for t in left if not t.done() and t in self._running]
                 if hung:
                     log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
-                    await self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")
-            await self._settler.flush()
+                    self._release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")
+            # 5. wait for the acks and releases not answered yet: while the server answers, or
+            #    SETTLE_STOP_TIMEOUT past its last answer; a hurry gives up what is being re-sent
+            #    at once (Settler.flush). What is given up comes back after its lease.
+            dropped = await self._settler.flush(SETTLE_STOP_TIMEOUT, self._hurry)
+            if dropped:
+                log.warning("gave up %d ack(s)/release(s) the server did not answer (%s): their jobs come "
+                            "back after their lease", dropped,
+                            "the stop was hurried" if self._hurry.is_set()
+                            else f"no answer for {SETTLE_STOP_TIMEOUT:.0f}s")
             for _ in range(3):  # the last verdicts' reports run as callbacks, right after
                 if not self._settling:
                     break

@@ -77,6 +77,7 @@ from sepp.client.auth import token_metadata
 from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
 from sepp.errors import PermissionDenied, TransportError, Unauthenticated
+from sepp.worker._failures import FailureLog
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
 from sepp.worker._settler import Abandoned, Settled, Settler
@@ -465,6 +466,7 @@ class Worker:
     async def _reserve_loop(self, lane: int = 0) -> None:
         cfg = self.config
         backoff = 0.05
+        failures = FailureLog(log, "reserve")
         while self._phase == "running":
             ask = self._want(lane)
             if ask <= 0:
@@ -494,7 +496,7 @@ class Worker:
                         self._fatal = error
                         self._begin_stop(cfg.shutdown_grace)
                         return
-                    log.warning("reserve failed (%s); retrying in %.2fs", error, backoff)
+                    failures.failed(error, backoff)  # first at once, then at most every 30 s
                 else:
                     log.exception("reserve failed unexpectedly; retrying in %.2fs", backoff)
                 await self._sleep_unless_stopping(backoff)
@@ -505,6 +507,7 @@ class Worker:
                 self._asking -= ask
                 self._room.set()  # the other lane may now ask
             backoff = 0.05
+            failures.worked()
             self.stats["reserve_calls"] += 1
             if not resp.reservations:
                 continue

@@ -307,7 +307,11 @@ async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleRes
 
 
 class SettleEachOp:
-    """Settle items one by one, in request order."""
+    """Settle items one by one, in job-id order (the items of one job in request order);
+    results in request order. Two calls settling overlapping jobs (a worker re-sending a
+    batch whose answer it lost, from another node) so lock their rows in the same order
+    and wait for each other instead of deadlocking (each deadlock cost deadlock_timeout,
+    1 s, before the committer's retry)."""
 
     __slots__ = ("items", "policy")
 
@@ -315,16 +319,23 @@ class SettleEachOp:
         self.items, self.policy = items, policy
 
     async def __call__(self, tx: Tx) -> list[SettleResult]:
-        return [await settle_one(tx, p, self.policy) for p in self.items]
+        items = self.items
+        results: list[SettleResult | None] = [None] * len(items)
+        for i in sorted(range(len(items)), key=lambda i: items[i].job_id):  # stable: a job's items in order
+            results[i] = await settle_one(tx, items[i], self.policy)
+        return results  # type: ignore[return-value]  # every index filled above
 
 
 class AckManyOp:
     """A batched settle: the acks of live leases at ``now`` in one statement (the rule
     ``transitions.ack`` for many jobs), a queue's own completed retention applied after,
     then every ack the statement did not complete (refused or repeated) and every other item
-    (``others``, by index) one by one. Result: the completed (job id, queue, attempt,
-    started_at, job_type), {job
-    id: result} of the acks applied one by one, {index: result} of ``others``."""
+    (``others``, by index) one by one. Rows are locked in job-id order (``acks`` sorted,
+    then the rest sorted), so two calls acking overlapping jobs in different orders — a
+    worker re-sending a batch whose answer it lost, through another node — wait for each
+    other instead of deadlocking. Result: the completed (job id, queue, attempt,
+    started_at, job_type), {job id: result} of the acks applied one by one, {index:
+    result} of ``others``."""
 
     __slots__ = ("acks", "default_keep", "now", "others", "policy")
 
@@ -335,8 +346,9 @@ class AckManyOp:
     async def __call__(self, tx: Tx) -> tuple[list[tuple[bytes, str, int, int, str]], dict[bytes, SettleResult],
                                              dict[int, SettleResult]]:
         conn, now = tx.conn, self.now
-        rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in self.acks],
-                                [p.lease_id for p in self.acks])
+        acks = sorted(self.acks, key=lambda p: p.job_id)
+        rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in acks],
+                                [p.lease_id for p in acks])
         by_queue: dict[str, list[int]] = {}
         for r in rows:
             by_queue.setdefault(r[1], []).append(r[3])
@@ -347,8 +359,9 @@ class AckManyOp:
             if pol.completed_retention != self.default_keep:
                 await conn.execute(Q["set_purge_at"], completed_purge_at(now, pol), seqs)
         acked = {r[0] for r in rows}
-        refused = {p.job_id: await settle_one(tx, p, self.policy) for p in self.acks if p.job_id not in acked}
-        others = {i: await settle_one(tx, p, self.policy) for i, p in self.others.items()}
+        refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
+        others = {i: await settle_one(tx, p, self.policy)
+                  for i, p in sorted(self.others.items(), key=lambda item: item[1].job_id)}
         return [(r[0], r[1], r[2], r[4] or 0, r[5]) for r in rows], refused, others
 
 

@@ -1,0 +1,144 @@
+"""Batched settles of overlapping jobs through two stores on one PostgreSQL schema (two
+nodes): a worker that lost the answer to a batch re-sends it, maybe through another node,
+maybe in another order (its queue of unanswered acks joins later ones). Both calls lock the
+same rows; locked in different orders they deadlocked, and the loser's whole group waited
+out PostgreSQL's ``deadlock_timeout`` (1 s by default) before the committer's retry.
+
+The stores here run with ``deadlock_timeout`` at 60 s (a DSN setting), so a deadlock shows
+as a call that does not end, not as a second lost: the row in the middle is held by a
+third session until both calls wait on it, which makes the interleaving certain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from support.backends import PG_TEST_DSN, StoreSettings, store_settings
+
+from sepp.domain.clock import FakeClock
+from sepp.domain.params import SettleKind, SettleParams, SettleResult
+from sepp.domain.records import JobRecord
+from sepp.domain.states import State
+from sepp.storage.base import Store
+from sepp.storage.factory import open_store
+from storage.conformance_kit import NOW, POLICY, S, get, lease, put, row
+
+pytestmark = pytest.mark.postgres_only(reason="two nodes on one database: SQLite's folder holds one process")
+
+#: How long the two calls may take once the row is let go (no deadlock: well under 1 s).
+DEADLINE = 20
+
+
+@pytest.fixture
+async def two_nodes(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Store, Store, str]]:
+    """Two open stores on one fresh schema (one fake clock at NOW), their sessions with
+    ``deadlock_timeout = 60s``; and the schema's name."""
+    settings = store_settings(backend)
+    sep = "&" if "?" in PG_TEST_DSN else "?"
+    settings["postgres_dsn"] = f"{PG_TEST_DSN}{sep}deadlock_timeout=60s"
+    config = StoreSettings(data_dir=tmp_path, node_name="n", **settings)
+    stores = [open_store(config, FakeClock(NOW)) for _ in range(2)]
+    for s in stores:
+        await s.open()
+    try:
+        yield stores[0], stores[1], settings["postgres"].schema
+    finally:
+        for s in stores:
+            await s.close()
+
+
+#: Sessions waiting for session $1 or for one that waits for it.
+_WAITING = """WITH w AS (SELECT pid, pg_blocking_pids(pid) AS b FROM pg_stat_activity)
+SELECT count(*) FROM w WHERE $1 = ANY(b) OR b && ARRAY(SELECT pid FROM w WHERE $1 = ANY(b))"""
+
+
+async def _waiters(holder: asyncpg.Connection, n: int) -> None:
+    """Until ``n`` sessions wait for ``holder``'s session, or for one that waits for it
+    (polled every 10 ms from a session of its own — inside a transaction pg_stat_activity
+    is read once —, at most DEADLINE s; AssertionError past it)."""
+    pid = holder.get_server_pid()
+    conn = await asyncpg.connect(PG_TEST_DSN)
+    try:
+        for _ in range(DEADLINE * 100):
+            if await conn.fetchval(_WAITING, pid) >= n:
+                return
+            await asyncio.sleep(0.01)
+    finally:
+        await conn.close()
+    raise AssertionError(f"fewer than {n} sessions waited for the held row")
+
+
+def _acks(recs: list[JobRecord], kind: SettleKind = SettleKind.ACK) -> list[SettleParams]:
+    return [SettleParams(r.id, r.lease_id or b"", kind, NOW + S) for r in recs]
+
+
+async def _cross(a: Store, b: Store, schema: str, recs: list[JobRecord], first: list[SettleParams],
+                 second: list[SettleParams]) -> tuple[list[SettleResult], list[SettleResult]]:
+    """Run ``a.settle(first)`` and ``b.settle(second)`` while a third session holds the row of
+    ``recs``' middle job, until both wait; then let it go. Both must end within DEADLINE."""
+    middle = recs[len(recs) // 2]
+    holder = await asyncpg.connect(PG_TEST_DSN)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute(f"SELECT 1 FROM {schema}.jobs WHERE id = $1 FOR UPDATE", middle.id)
+        calls = asyncio.gather(a.settle(first, POLICY), b.settle(second, POLICY))
+        await _waiters(holder, 2)
+        await tx.rollback()
+        ra, rb = await asyncio.wait_for(calls, DEADLINE)
+    finally:
+        await holder.close()
+    return list(ra), list(rb)
+
+
+async def test_one_batch_of_acks_sent_twice_in_opposite_orders_through_two_nodes(
+        two_nodes: tuple[Store, Store, str]) -> None:
+    a, b, schema = two_nodes
+    await put(a, *[row() for _ in range(9)])
+    recs = await lease(a, n=9)
+    ra, rb = await _cross(a, b, schema, recs, _acks(recs), _acks(recs)[::-1])
+    assert [r.error for r in ra + rb] == [None] * 18   # SPEC §6: the repeat succeeds again
+    assert {(await get(a, r.id)).state for r in recs} == {int(State.COMPLETED)}
+
+
+async def test_one_batch_of_nacks_sent_twice_in_opposite_orders_through_two_nodes(
+        two_nodes: tuple[Store, Store, str]) -> None:
+    a, b, schema = two_nodes
+    await put(a, *[row() for _ in range(9)])
+    recs = await lease(a, n=9)
+    release = SettleKind.RELEASE
+    ra, rb = await _cross(a, b, schema, recs, _acks(recs, release), _acks(recs, release)[::-1])
+    # one release of each job wins; the other finds the job READY: its lease is gone
+    assert sorted(str(x.error) for x in ra + rb).count("None") == 9
+    assert {(await get(a, r.id)).state for r in recs} == {int(State.READY)}
+
+
+async def test_an_ack_whose_job_was_re_leased_while_it_waited_for_the_row_is_a_lease_mismatch(
+        two_nodes: tuple[Store, Store, str]) -> None:
+    """The batch's statement reads the jobs, then waits for the middle one's row; meanwhile
+    another session gives that job a new lease (as a reclaim and a re-lease by another node
+    end up). The ack must see the new lease once it has the row: LEASE_MISMATCH, not a
+    completion of the new holder's job."""
+    a, _, schema = two_nodes
+    await put(a, *[row() for _ in range(5)])
+    recs = await lease(a, n=5)
+    middle = recs[2]
+    holder = await asyncpg.connect(PG_TEST_DSN)
+    try:
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute(f"UPDATE {schema}.jobs SET lease_id = $2, attempt = attempt + 1 WHERE id = $1",
+                             middle.id, b"\1" * 16)
+        call = asyncio.ensure_future(a.settle(_acks(recs), POLICY))
+        await _waiters(holder, 1)
+        await tx.commit()
+        results = await asyncio.wait_for(call, DEADLINE)
+    finally:
+        await holder.close()
+    assert [str(r.error) for r in results] == ["None", "None", "SettleError.LEASE_MISMATCH", "None", "None"]
+    after = await get(a, middle.id)
+    assert (after.state, after.lease_id) == (int(State.RESERVED), b"\1" * 16)

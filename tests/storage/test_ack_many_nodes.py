@@ -142,3 +142,21 @@ async def test_an_ack_whose_job_was_re_leased_while_it_waited_for_the_row_is_a_l
     assert [str(r.error) for r in results] == ["None", "None", "SettleError.LEASE_MISMATCH", "None", "None"]
     after = await get(a, middle.id)
     assert (after.state, after.lease_id) == (int(State.RESERVED), b"\1" * 16)
+
+
+async def test_budgeted_reserves_through_two_nodes_at_once_lease_no_job_twice(
+        two_nodes: tuple[Store, Store, str]) -> None:
+    """``lease_within`` under SKIP LOCKED: 16 budgeted reserves at once, 8 per node, over 300
+    jobs of 10 bytes; every job leased exactly once in the end."""
+    a, b, _ = two_nodes
+    rows = [row(payload=bytes(10)) for _ in range(300)]
+    await put(a, *rows)
+    leased: list[bytes] = []
+    for _ in range(40):
+        batches = await asyncio.gather(*[lease(s, n=7, max_bytes=55, worker=f"w{i}")
+                                         for i, s in enumerate([a, b] * 8)])
+        leased.extend(r.id for batch in batches for r in batch)
+        assert all(len(batch) <= 5 for batch in batches)   # 5 × 10 bytes within 55
+        if not any(batches):
+            break
+    assert sorted(leased) == sorted(r.id for r in rows)

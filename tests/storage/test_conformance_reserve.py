@@ -5,10 +5,10 @@ promotion it does first (SPEC §3).
 
 from __future__ import annotations
 
-from sepp.domain.params import ReserveParams
+from sepp.domain.params import ReserveParams, SettleKind
 from sepp.domain.states import State
 from sepp.storage.base import Store
-from storage.conformance_kit import LEASE, NOW, S, get, lease, put, row
+from storage.conformance_kit import LEASE, NOW, POLICY, S, get, lease, put, row, settle1
 
 
 async def test_jobs_come_out_by_priority_then_run_at_then_enqueue_order(store: Store) -> None:
@@ -110,3 +110,43 @@ async def test_scheduled_and_finished_jobs_are_never_reserved(store: Store) -> N
 
 def _params(queues: list[str], n: int, now: int, lease_for: dict[str, int]) -> ReserveParams:
     return ReserveParams(queues, n, now, lease_for, "w1")
+
+
+async def test_max_bytes_counts_the_history_of_retried_jobs_in_utf8_bytes(store: Store) -> None:
+    """A retried job's attempt history (its error text non-ASCII) counts toward the budget,
+    on every backend by the same measure; the budget at exactly a job's size takes it, one
+    byte under does not (the first job of a call is taken anyway)."""
+    a, b = row(payload=bytes(10)), row(payload=bytes(10))
+    await put(store, a, b)
+    (ra,) = await lease(store, n=1)
+    await settle1(store, ra, SettleKind.RETRY, NOW + S, delay=0, error_message="déjà vu ✓ 💥",
+                  error_detail="x" * 7, policy=POLICY)
+    history = (await get(store, a.id)).history
+    assert history
+    n = 10 + len(history.encode())   # the retried job: payload + its history's UTF-8 bytes
+    # reserve order: a (run_at NOW + S) after b (run_at NOW)
+    assert [r.id for r in await lease(store, n=5, now=NOW + 2 * S, max_bytes=10 + n)] == [b.id, a.id]
+    assert await store.settle([], POLICY) == []   # an empty settle: nothing, no error
+
+
+async def test_max_bytes_one_byte_under_a_retried_jobs_size_stops_before_it(store: Store) -> None:
+    a, b = row(payload=bytes(10)), row(payload=bytes(10))
+    await put(store, a, b)
+    (ra,) = await lease(store, n=1)
+    await settle1(store, ra, SettleKind.RETRY, NOW + S, delay=0, error_message="naïve — ✓", policy=POLICY)
+    n = 10 + len(((await get(store, a.id)).history or "").encode())
+    assert [r.id for r in await lease(store, n=5, now=NOW + 2 * S, max_bytes=10 + n - 1)] == [b.id]
+    assert [r.id for r in await lease(store, n=5, now=NOW + 2 * S, max_bytes=1)] == [a.id]   # first anyway
+
+
+async def test_max_bytes_across_queues_a_first_job_over_the_budget_ends_the_call(store: Store) -> None:
+    big, small_a, small_b = row("a", payload=bytes(50)), row("a", payload=bytes(5)), row("b", payload=bytes(5))
+    await put(store, big, small_a, small_b)
+    # the first job is taken past the budget; nothing more fits, from this queue or the next
+    assert [r.id for r in await lease(store, "a", "b", n=5, max_bytes=20)] == [big.id]
+    # max_jobs 1 with a budget: one job
+    assert [r.id for r in await lease(store, "a", "b", n=1, max_bytes=20)] == [small_a.id]
+    # the second queue's job within what the first left: 5 + 5 = 10, exactly at the budget
+    c = row("a", payload=bytes(5))
+    await put(store, c)
+    assert [r.id for r in await lease(store, "a", "b", n=5, max_bytes=10)] == [c.id, small_b.id]

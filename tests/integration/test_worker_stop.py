@@ -133,3 +133,54 @@ def test_sigterm_of_a_loaded_worker_leaves_nothing_reserved(server: ServerProces
                 assert after["ready"] > 0, f"round {n}: the worker drained everything before SIGTERM"
     finally:
         admin.close()
+
+
+@pytest.mark.sqlite_only(reason="backend-neutral: the Worker runtime's stop")
+async def test_a_stop_before_the_run_started_makes_the_run_return_at_once(server: ServerProcess) -> None:
+    """``create_task(worker.run())`` then ``stop()`` at once (the run has not started yet, as
+    a supervisor that is told to stop while it starts its workers does): the run returns
+    without reserving anything — it used to raise ``RuntimeError("a Worker runs once")``."""
+    with wire_for(server) as w:
+        w.enqueue()
+    worker = Worker(server.grpc_target, ["q"], prefetch=0)
+    worker.register("t", lambda job: None)
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    await worker.stop()
+    await asyncio.wait_for(run, 5)
+    assert not worker.running and worker.stats["reserve_calls"] == 0
+    with pytest.raises(RuntimeError):   # still one run per Worker
+        await worker.run(install_signal_handlers=False)
+    with AdminClient(server.grpc_target) as admin:
+        assert stats(admin)["ready"] == 1
+
+
+@pytest.mark.sqlite_only(reason="backend-neutral: the Worker runtime's stop")
+async def test_many_stop_calls_at_once_stop_once_and_leave_nothing_reserved(server: ServerProcess) -> None:
+    """20 concurrent ``stop()`` calls (the last few hurried, ``grace=0``) on a worker with jobs
+    running and prefetched: every call returns once the one stop is done, and no job is left
+    RESERVED (the running ones finish or are released, the prefetched ones released)."""
+    gate = asyncio.Event()
+    started = 0
+
+    async def handler(job: Job) -> None:
+        nonlocal started
+        started += 1
+        await gate.wait()
+
+    with wire_for(server) as w:
+        for _ in range(12):
+            w.enqueue()
+    worker = Worker(server.grpc_target, ["q"], concurrency=4, prefetch=4, shutdown_grace=5.0)
+    worker.register("t", handler)
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    deadline = time.monotonic() + 10
+    while started < 4:
+        assert time.monotonic() < deadline, "4 jobs running"
+        await asyncio.sleep(0.01)
+    stops = [asyncio.create_task(worker.stop(0 if i >= 17 else None)) for i in range(20)]
+    await asyncio.wait_for(asyncio.gather(*stops), 15)
+    await asyncio.wait_for(run, 5)
+    assert not worker.running
+    with AdminClient(server.grpc_target) as admin:
+        s = stats(admin)
+    assert s["reserved"] == 0 and s["ready"] + s["completed"] == 12, s

@@ -230,7 +230,9 @@ class Worker:
                                    tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
         self.registry = HandlerRegistry()
         self._hooks: list[OutcomeHook] = []
-        self._phase = "new"  # new → running → stopping → stopped
+        self._phase = "new"  # new → running → stopping → stopped (or new → stopped: stop() first)
+        #: Whether ``run()`` was called (a stop before it leaves the first call a no-op).
+        self._ran = False
         #: Prefetched jobs, oldest first (each knows when it arrived: ``Job._reserved_at``).
         self._pending: deque[Job] = deque()
         #: The handler slot of each job running (see "running" below).
@@ -344,9 +346,16 @@ class Worker:
         """Run until ``stop()`` (or SIGTERM/SIGINT when ``install_signal_handlers`` and on the
         main thread), then drain gracefully. Raises ``Unauthenticated`` / ``PermissionDenied``
         after the drain when the server refused the worker's token (issue 11), ``RuntimeError`` if already run and
-        ``ValueError`` when no queue is configured."""
+        ``ValueError`` when no queue is configured. After a ``stop()`` that came before it (a
+        ``create_task(worker.run())`` stopped before the task ran), the first ``run()``
+        returns at once without connecting."""
+        if self._phase == "stopped" and not self._ran:
+            self._ran = True
+            log.info("worker %s: stopped before it ran", self.config.worker_id)
+            return
         if self._phase != "new":
             raise RuntimeError("a Worker runs once; create another one")
+        self._ran = True
         self._setup()
         self._phase = "running"
         cfg = self.config
@@ -398,7 +407,9 @@ class Worker:
         A second call with ``grace=0`` hurries a stop already in progress (as a second signal
         does): running handlers are cancelled and their jobs released, and acks and releases
         the server is not answering are given up at once (``SETTLE_STOP_TIMEOUT`` bounds that
-        wait otherwise). A no-op before ``run()`` and after the stop finished.
+        wait otherwise). Before ``run()`` nothing runs yet: the worker is marked stopped, and
+        the first ``run()`` then returns at once (it raised ``RuntimeError`` before). A no-op
+        after the stop finished.
         """
         if self._phase == "new":
             self._phase = "stopped"

@@ -1,0 +1,157 @@
+"""A worker's stop against a server that is frozen (SIGSTOP: its sockets stay open, nothing
+answers — a process paused by a debugger, a VM stalled) and against one that restarts while
+the worker stops.
+
+* Frozen during a ``Reserve`` long-poll: ``StopReserving`` goes unanswered, the call is
+  cancelled after ``RESERVE_STOP_TIMEOUT`` and the stop ends then.
+* Frozen with jobs running: their acks hang (no transport error, so no re-send and no hurry
+  shortcut); the stop gives them up ``SETTLE_STOP_TIMEOUT`` after the handlers and ends,
+  lease extensions in flight to the frozen server included — within
+  ``shutdown_grace + SETTLE_STOP_TIMEOUT`` plus slack.
+* Restarted while the stop waits for its acks: the acks are re-sent to the server once it is
+  back, they land (nothing given up) and the job ends COMPLETED, none RESERVED.
+
+The timeouts are monkeypatched down (the mechanism, not the 5 s / 10 s values). Every server
+is a real ``sepp serve`` process; the frozen one is let go (SIGCONT) before its teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from support.servers import ServerFactory
+from support.worker import fast_queue
+
+from sepp import AsyncClient, EnqueueRequest
+from sepp.client.admin import AdminClient
+from sepp.testing import ServerProcess
+from sepp.testing.process import free_port
+from sepp.worker import Job, JobReport, Worker, runtime
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.slow,
+    pytest.mark.sqlite_only(reason="backend-neutral: the worker's stop, not the storage"),
+]
+
+async def until(probe: Callable[[], object], within: float, what: str) -> None:
+    """Poll ``probe`` every 10 ms on the loop until it is truthy; ``AssertionError`` after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not probe():
+        assert time.monotonic() < deadline, f"timed out after {within} s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def pinned_server(server_factory: ServerFactory) -> ServerProcess:
+    """A server on a fixed port (so it can come back on it), queue ``q`` with 60 s leases."""
+    return server_factory(grpc_listen=f"127.0.0.1:{free_port()}", queues={"q": fast_queue(lease_duration=60.0)})
+
+
+async def enqueue(target: str) -> str:
+    """One job of type ``t`` on ``q`` through a new client; its id."""
+    async with AsyncClient(target) as client:
+        return (await client.enqueue(EnqueueRequest("q", "t"))).job_id
+
+
+#: Seconds a stop may overrun its bound on a loaded machine (the rest is milliseconds).
+SLACK = 2.0
+
+
+@contextmanager
+def frozen(server: ServerProcess) -> Iterator[None]:
+    """``server`` stopped with SIGSTOP for the block, then continued."""
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+async def test_a_stop_during_a_long_poll_to_a_frozen_server_ends_after_the_reserve_timeout(
+        server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 2.0)
+    server = pinned_server(server_factory)
+    worker = Worker(server.grpc_target, ["q"], concurrency=2, prefetch=0, shutdown_grace=1.0, poll_wait=20.0)
+    worker.register("t", lambda job: None)
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    await until(lambda: getattr(worker, "_reserve_calls", None), 10, "a long poll open")
+    with frozen(server):
+        t0 = time.monotonic()
+        await asyncio.wait_for(worker.stop(), 30)
+        took = time.monotonic() - t0
+        await asyncio.wait_for(run, 5)
+    assert 2.0 - 0.1 <= took < 2.0 + SLACK, took
+
+
+async def test_a_stop_with_acks_to_a_frozen_server_ends_within_grace_and_the_settle_timeout(
+        server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 3.0)
+    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 1.0)
+    server = pinned_server(server_factory)
+    gate = asyncio.Event()
+    started = 0
+    reports: list[JobReport] = []
+
+    async def handler(job: Job) -> None:
+        nonlocal started
+        started += 1
+        await gate.wait()
+
+    # 2 s leases: extensions go out every second or so, so some are in flight to the frozen server
+    worker = Worker(server.grpc_target, ["q"], concurrency=4, prefetch=0, shutdown_grace=2.0, lease_duration=2.0)
+    worker.on_outcome(reports.append)
+    worker.register("t", handler)
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    for _ in range(4):
+        await enqueue(server.grpc_target)
+    await until(lambda: started == 4, 10, "4 jobs running")
+    with frozen(server):
+        await asyncio.sleep(1.5)  # let extensions go out to the frozen server
+        t0 = time.monotonic()
+        stop = asyncio.create_task(worker.stop())
+        await asyncio.sleep(0.5)
+        gate.set()  # the handlers end within the grace; their acks hang
+        await asyncio.wait_for(stop, 30)
+        took = time.monotonic() - t0
+        await asyncio.wait_for(run, 5)
+    assert took < 0.5 + 3.0 + SLACK, took
+    assert [r.refused.split(":")[0] for r in reports] == ["Abandoned"] * 4
+
+
+async def test_acks_waiting_at_stop_land_once_the_server_is_back(server_factory: ServerFactory,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 20.0)
+    server = pinned_server(server_factory)
+    gate = asyncio.Event()
+    started = 0
+    reports: list[JobReport] = []
+
+    async def handler(job: Job) -> None:
+        nonlocal started
+        started += 1
+        await gate.wait()
+
+    worker = Worker(server.grpc_target, ["q"], concurrency=4, prefetch=0, shutdown_grace=10.0)
+    worker.on_outcome(reports.append)
+    worker.register("t", handler)
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    for _ in range(4):
+        await enqueue(server.grpc_target)
+    await until(lambda: started == 4, 10, "4 jobs running")
+    await asyncio.to_thread(server.kill)
+    stop = asyncio.create_task(worker.stop())
+    gate.set()
+    await until(lambda: worker._settler._retrying, 10, "acks being re-sent")
+    await asyncio.to_thread(server.start)
+    await asyncio.wait_for(stop, 25)
+    await asyncio.wait_for(run, 5)
+    assert sorted((r.outcome, r.refused) for r in reports) == [("completed", "")] * 4, reports
+    with AdminClient(server.grpc_target) as admin:
+        (s,) = admin.queue_stats(["q"])
+    assert (s.reserved, s.completed) == (0, 4)

@@ -7,6 +7,11 @@ out PostgreSQL's ``deadlock_timeout`` (1 s by default) before the committer's re
 The stores here run with ``deadlock_timeout`` at 60 s (a DSN setting), so a deadlock shows
 as a call that does not end, not as a second lost: the row in the middle is held by a
 third session until both calls wait on it, which makes the interleaving certain.
+
+Also through two nodes: an ack whose job got a new lease while the ack waited for its row
+(LEASE_MISMATCH, not a completion of the new holder's job), acks racing another node's
+reclaim and re-lease (each verdict agrees with the row), and budgeted reserves at once
+(``lease_within`` under SKIP LOCKED: no job leased twice).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -160,3 +166,46 @@ async def test_budgeted_reserves_through_two_nodes_at_once_lease_no_job_twice(
         if not any(batches):
             break
     assert sorted(leased) == sorted(r.id for r in rows)
+
+
+async def test_acks_racing_a_reclaim_and_a_re_lease_on_another_node_agree_with_the_rows(
+        two_nodes: tuple[Store, Store, str]) -> None:
+    """Node A acks 60 jobs (in ten batches, half reversed, a moment before their leases end, by its clock)
+    while node B reclaims the expired leases and re-leases the jobs (a moment after, by its
+    clock), round after round. Whichever wins each row: an ack answered OK is a COMPLETED
+    job never handed out again; an ack refused is LEASE_EXPIRED or LEASE_MISMATCH and the
+    job is back (READY, or RESERVED under B's lease) — never both, never another error.
+    (Which side wins varies; a run here saw 24 acks of 300 win, the rest LEASE_MISMATCH.)"""
+    a, b, _ = two_nodes
+    for _ in range(5):
+        await put(a, *[row() for _ in range(60)])
+        recs = await lease(a, n=60)
+        end = recs[0].lease_expires_at or 0
+        early = [SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, end - 1) for r in recs]
+        chunks = [early[i:i + 6] for i in range(0, 60, 6)]
+        chunks = [c if i % 2 else c[::-1] for i, c in enumerate(chunks)]
+        calls: list[Any] = []
+        for chunk in chunks:   # node A's acks and node B's sweeps and re-leases, interleaved
+            calls += [a.settle(chunk, POLICY), b.reclaim_expired(end + 1, 6, POLICY)]
+        calls.append(lease(b, n=60, now=end + 1, worker="b"))
+        answers = await asyncio.gather(*calls)
+        again = answers[-1]
+        verdict = {p.job_id: v for chunk, answer in zip(chunks, answers[0:-1:2], strict=True)
+                   for p, v in zip(chunk, answer, strict=True)}
+        re_leased = {r.id for r in again}
+        for r in recs:
+            job = await get(a, r.id)
+            err = verdict[r.id].error
+            if err is None:
+                assert job.state == int(State.COMPLETED) and r.id not in re_leased, (job, err)
+            else:
+                assert str(err) in ("SettleError.LEASE_EXPIRED", "SettleError.LEASE_MISMATCH"), err
+                assert job.state in (int(State.READY), int(State.RESERVED)), job
+                assert (job.state == int(State.RESERVED)) == (r.id in re_leased)
+        # a re-lease's lease settles; B finishes the round
+        if again:
+            done = await b.settle([SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, end + 2) for r in again],
+                                  POLICY)
+            assert [x.error for x in done] == [None] * len(again)
+        rest = await lease(b, n=60, now=end + 2, worker="b")
+        await b.settle([SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, end + 3) for r in rest], POLICY)

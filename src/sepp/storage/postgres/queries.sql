@@ -151,7 +151,8 @@ WHERE id = $3 AND lease_id = $4 AND state::integer = 3;
 -- re-reads a row another node changed meanwhile and drops it if its lease is gone), then
 -- the locked rows are updated by seq. Joining jobs to the ids directly let a planner whose
 -- statistics saw no RESERVED job scan the table once per id (13 ms a batch of 256 instead
--- of 2.6 at 20,000 jobs; benchmarks/postgres_drain.py).
+-- of 2.6 at 20,000 jobs; benchmarks/postgres_drain.py). The caller (AckManyOp) passes the pairs
+-- in job-id order, so two calls acking shared jobs lock them in one order (no deadlock).
 WITH hit AS MATERIALIZED (
     SELECT f.seq FROM unnest($3::bytea[], $4::bytea[]) AS v(jid, lid)
     CROSS JOIN LATERAL (

@@ -23,18 +23,16 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 from support.servers import ServerFactory
-from support.worker import fast_queue
+from support.worker import Gate, enqueue_one, fast_queue, pinned_server, until
 
-from sepp import AsyncClient, EnqueueRequest
 from sepp.client.admin import AdminClient
 from sepp.testing import ServerProcess
-from sepp.testing.process import free_port
-from sepp.worker import Job, JobReport, Worker, runtime
+from sepp.worker import JobReport, Worker, runtime
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -43,25 +41,6 @@ pytestmark = [
 
 #: The stop tests are backend-neutral (the worker's stop, not the storage).
 neutral = pytest.mark.sqlite_only(reason="backend-neutral: the worker's stop, not the storage")
-
-async def until(probe: Callable[[], object], within: float, what: str) -> None:
-    """Poll ``probe`` every 10 ms on the loop until it is truthy; ``AssertionError`` after ``within`` s."""
-    deadline = time.monotonic() + within
-    while not probe():
-        assert time.monotonic() < deadline, f"timed out after {within} s waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-def pinned_server(server_factory: ServerFactory) -> ServerProcess:
-    """A server on a fixed port (so it can come back on it), queue ``q`` with 60 s leases."""
-    return server_factory(grpc_listen=f"127.0.0.1:{free_port()}", queues={"q": fast_queue(lease_duration=60.0)})
-
-
-async def enqueue(target: str) -> str:
-    """One job of type ``t`` on ``q`` through a new client; its id."""
-    async with AsyncClient(target) as client:
-        return (await client.enqueue(EnqueueRequest("q", "t"))).job_id
-
 
 #: Seconds a stop may overrun its bound on a loaded machine (the rest is milliseconds).
 SLACK = 2.0
@@ -100,29 +79,23 @@ async def test_a_stop_with_acks_to_a_frozen_server_ends_within_grace_and_the_set
     monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 3.0)
     monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 1.0)
     server = pinned_server(server_factory)
-    gate = asyncio.Event()
-    started = 0
+    gate = Gate()
     reports: list[JobReport] = []
-
-    async def handler(job: Job) -> None:
-        nonlocal started
-        started += 1
-        await gate.wait()
 
     # 2 s leases: extensions go out every second or so, so some are in flight to the frozen server
     worker = Worker(server.grpc_target, ["q"], concurrency=4, prefetch=0, shutdown_grace=2.0, lease_duration=2.0)
     worker.on_outcome(reports.append)
-    worker.register("t", handler)
+    worker.register("t", gate.handler)
     run = asyncio.create_task(worker.run(install_signal_handlers=False))
     for _ in range(4):
-        await enqueue(server.grpc_target)
-    await until(lambda: started == 4, 10, "4 jobs running")
+        await enqueue_one(server.grpc_target)
+    await until(lambda: gate.started == 4, 10, "4 jobs running")
     with frozen(server):
         await asyncio.sleep(1.5)  # let extensions go out to the frozen server
         t0 = time.monotonic()
         stop = asyncio.create_task(worker.stop())
         await asyncio.sleep(0.5)
-        gate.set()  # the handlers end within the grace; their acks hang
+        gate.open()  # the handlers end within the grace; their acks hang
         await asyncio.wait_for(stop, 30)
         took = time.monotonic() - t0
         await asyncio.wait_for(run, 5)
@@ -135,25 +108,19 @@ async def test_acks_waiting_at_stop_land_once_the_server_is_back(server_factory:
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 20.0)
     server = pinned_server(server_factory)
-    gate = asyncio.Event()
-    started = 0
+    gate = Gate()
     reports: list[JobReport] = []
-
-    async def handler(job: Job) -> None:
-        nonlocal started
-        started += 1
-        await gate.wait()
 
     worker = Worker(server.grpc_target, ["q"], concurrency=4, prefetch=0, shutdown_grace=10.0)
     worker.on_outcome(reports.append)
-    worker.register("t", handler)
+    worker.register("t", gate.handler)
     run = asyncio.create_task(worker.run(install_signal_handlers=False))
     for _ in range(4):
-        await enqueue(server.grpc_target)
-    await until(lambda: started == 4, 10, "4 jobs running")
+        await enqueue_one(server.grpc_target)
+    await until(lambda: gate.started == 4, 10, "4 jobs running")
     await asyncio.to_thread(server.kill)
     stop = asyncio.create_task(worker.stop())
-    gate.set()
+    gate.open()
     await until(lambda: worker._settler._retrying, 10, "acks being re-sent")
     await asyncio.to_thread(server.start)
     await asyncio.wait_for(stop, 25)
@@ -182,21 +149,15 @@ async def test_a_server_answering_errors_is_tried_at_a_backed_off_pace(server_fa
     try:
         server = server_factory(postgres_dsn=urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}")),
                                 queues={"q": fast_queue(lease_duration=60.0)})
-        gate = asyncio.Event()
-        started = 0
-
-        async def handler(job: Job) -> None:
-            nonlocal started
-            started += 1
-            await gate.wait()
+        gate = Gate()
 
         worker = Worker(server.grpc_target, ["q"], concurrency=1, prefetch=0, shutdown_grace=1.0)
-        worker.register("t", handler)
+        worker.register("t", gate.handler)
         run = asyncio.create_task(worker.run(install_signal_handlers=False))
-        await enqueue(server.grpc_target)
-        await until(lambda: started == 1, 10, "the job running")
+        await enqueue_one(server.grpc_target)
+        await until(lambda: gate.started == 1, 10, "the job running")
         proxy.close()   # the database is gone: the server answers with errors
-        gate.set()
+        gate.open()
         await until(lambda: worker._settler._retrying, 10, "the ack being re-sent")
         calls, cpu = worker._settler.calls, resource.getrusage(resource.RUSAGE_SELF)
         await asyncio.sleep(6.0)   # the window measured

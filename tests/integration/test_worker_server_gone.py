@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import pytest
 from support.servers import ServerFactory
-from support.worker import count_states, fast_queue, wire_for
+from support.worker import count_states, enqueue_one, pinned_server, until, wire_for
 
-from sepp import AsyncClient, EnqueueRequest
 from sepp.testing import ServerProcess
-from sepp.testing.process import free_port
 from sepp.worker import Job, JobReport, Worker, runtime
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker._settler import HURRY_WAIT, Settler
@@ -54,25 +51,6 @@ BACK_WITHIN = 2.5
 OUTAGES = (2.0, 5.0, 8.0)
 
 
-async def until(probe: Callable[[], object], within: float, what: str) -> None:
-    """Poll ``probe`` every 10 ms on the loop until it is truthy; ``AssertionError`` after ``within`` s."""
-    deadline = time.monotonic() + within
-    while not probe():
-        assert time.monotonic() < deadline, f"timed out after {within} s waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
-def pinned_server(server_factory: ServerFactory) -> ServerProcess:
-    """A server on a fixed port (so it can come back on it), queue ``q`` with 60 s leases."""
-    return server_factory(grpc_listen=f"127.0.0.1:{free_port()}", queues={"q": fast_queue(lease_duration=60.0)})
-
-
-async def enqueue(target: str) -> str:
-    """One job of type ``t`` on ``q`` through a new client; its id."""
-    async with AsyncClient(target) as client:
-        return (await client.enqueue(EnqueueRequest("q", "t"))).job_id
-
-
 async def test_a_pinned_worker_works_again_soon_after_its_server_restarts(server_factory: ServerFactory) -> None:
     server = pinned_server(server_factory)
     done: dict[str, float] = {}
@@ -84,7 +62,7 @@ async def test_a_pinned_worker_works_again_soon_after_its_server_restarts(server
 
     run = asyncio.create_task(worker.run(install_signal_handlers=False))
     try:
-        first = await enqueue(server.grpc_target)
+        first = await enqueue_one(server.grpc_target)
         await until(lambda: first in done, 10, "the first job")
         took: list[float] = []
         for outage in OUTAGES:
@@ -92,7 +70,7 @@ async def test_a_pinned_worker_works_again_soon_after_its_server_restarts(server
             await asyncio.sleep(outage)  # the outage itself (what is measured comes after it)
             await asyncio.to_thread(server.start)
             back = time.monotonic()
-            job_id = await enqueue(server.grpc_target)
+            job_id = await enqueue_one(server.grpc_target)
             await until(lambda j=job_id: j in done, 30, f"the job enqueued after a {outage} s outage")  # type: ignore[misc]
             took.append(round(done[job_id] - back, 2))
         assert max(took) < BACK_WITHIN, f"seconds from the server being back to the job done, per round: {took}"
@@ -124,7 +102,7 @@ class Stalled:
         """Run the worker, let it start its 4 jobs, then SIGKILL the server."""
         self.run = asyncio.create_task(self.worker.run(install_signal_handlers=False))
         for _ in range(4):
-            await enqueue(self.server.grpc_target)
+            await enqueue_one(self.server.grpc_target)
         await until(lambda: self.started == 4, 10, "4 jobs running")
         await asyncio.to_thread(self.server.kill)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from support.servers import ServerFactory
 from support.waiting import wait_for
-from support.worker import fast_queue, wire_for
+from support.worker import Gate, fast_queue, until, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.client.admin import AdminClient
@@ -159,24 +159,15 @@ async def test_many_stop_calls_at_once_stop_once_and_leave_nothing_reserved(serv
     """20 concurrent ``stop()`` calls (the last few hurried, ``grace=0``) on a worker with jobs
     running and prefetched: every call returns once the one stop is done, and no job is left
     RESERVED (the running ones finish or are released, the prefetched ones released)."""
-    gate = asyncio.Event()
-    started = 0
-
-    async def handler(job: Job) -> None:
-        nonlocal started
-        started += 1
-        await gate.wait()
+    gate = Gate()
 
     with wire_for(server) as w:
         for _ in range(12):
             w.enqueue()
     worker = Worker(server.grpc_target, ["q"], concurrency=4, prefetch=4, shutdown_grace=5.0)
-    worker.register("t", handler)
+    worker.register("t", gate.handler)
     run = asyncio.create_task(worker.run(install_signal_handlers=False))
-    deadline = time.monotonic() + 10
-    while started < 4:
-        assert time.monotonic() < deadline, "4 jobs running"
-        await asyncio.sleep(0.01)
+    await until(lambda: gate.started >= 4, 10, "4 jobs running")
     stops = [asyncio.create_task(worker.stop(0 if i >= 17 else None)) for i in range(20)]
     await asyncio.wait_for(asyncio.gather(*stops), 15)
     await asyncio.wait_for(run, 5)

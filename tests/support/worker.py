@@ -17,13 +17,14 @@ from typing import Any
 
 import grpc
 
-from sepp import wire
+from sepp import AsyncClient, EnqueueRequest, wire
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.states import state_name
 from sepp.testing import ServerProcess
+from sepp.testing.process import free_port
 from sepp.worker import JobReport, Worker
 from support.stubs import StubSet
 
@@ -257,6 +258,36 @@ async def until(predicate: Callable[[], Any], within: float = 10.0, what: str = 
             raise AssertionError(f"timed out waiting for {what or predicate}")
         await asyncio.sleep(0.01)
     return value
+
+
+class Gate:
+    """Handlers held at a gate: ``handler`` (register it for a job type) counts the jobs it
+    started (``started``) and keeps each running until ``open()``."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self._open = asyncio.Event()
+
+    async def handler(self, job: Any) -> None:
+        """The handler: count the job, wait for the gate."""
+        self.started += 1
+        await self._open.wait()
+
+    def open(self) -> None:
+        """Let every held handler (and every later one) finish."""
+        self._open.set()
+
+
+def pinned_server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
+    """A server (``support.servers.server_factory``) on a fixed port, so it can come back on
+    it after a kill or stop, with queue ``q`` on 60 s leases."""
+    return server_factory(grpc_listen=f"127.0.0.1:{free_port()}", queues={"q": fast_queue(lease_duration=60.0)})
+
+
+async def enqueue_one(target: str) -> str:
+    """One job of type ``t`` on ``q`` through a new ``AsyncClient``; its id."""
+    async with AsyncClient(target) as client:
+        return (await client.enqueue(EnqueueRequest("q", "t"))).job_id
 
 
 def make_worker(server: ServerProcess, queue: str = "q", **kw: Any) -> tuple[Worker, list[JobReport]]:

@@ -77,19 +77,29 @@ CHUNKED = {"lease_within", "promote_due", "promote_due_locking", "requeue_dead_q
            "purge_scheduled", "purge_ready", "purge_reserved", "purge_finished", "prune_jobs"}
 
 
+async def _migrated(tmp_path: Path) -> asyncpg.Connection:
+    """A connection to a fresh schema the PostgreSQL store created and migrated, on its
+    search path, with autovacuum off for ``jobs`` (its statistics change only by ANALYZE)."""
+    settings = store_settings("postgres")
+    store = open_store(StoreSettings(data_dir=tmp_path, **settings), FakeClock(NOW))
+    await store.open()
+    await store.close()
+    connection = await asyncpg.connect(PG_TEST_DSN, server_settings={"search_path": settings["postgres"].schema})
+    try:
+        await connection.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+    except BaseException:
+        await connection.close()
+        raise
+    return connection
+
+
 @pytest.fixture
 async def conn(tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
     """A migrated schema of its own, analyzed while it held 2,000 COMPLETED jobs only, then
     given 20,480 READY, 20,480 RESERVED, 20,000 due SCHEDULED and 20,000 DEAD_LETTERED jobs
     (the statistics still say there are none); a connection with it on the search path."""
-    settings = store_settings("postgres")
-    schema = settings["postgres"].schema
-    store = open_store(StoreSettings(data_dir=tmp_path, **settings), FakeClock(NOW))
-    await store.open()
-    await store.close()
-    connection = await asyncpg.connect(PG_TEST_DSN, server_settings={"search_path": schema})
+    connection = await _migrated(tmp_path)
     try:
-        await connection.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
 
         async def add(n: int, state: int, run_at: int = NOW) -> None:
             rows = [(uuid_utils.uuid7().bytes, "q", "t", state, 0, run_at, NOW, 3, b"{}", "application/json")
@@ -162,14 +172,8 @@ async def test_acks_find_their_jobs_by_key_with_statistics_of_ready_jobs_only(tm
     planner join ``jobs`` to the acked ids as a sequential scan per id (``ack_many``: 13 ms
     a batch of 256 at 20,000 jobs instead of 2.6, benchmarks/postgres_drain.py); each id is
     probed through jobs_id_key and its row updated through jobs_pkey."""
-    settings = store_settings("postgres")
-    schema = settings["postgres"].schema
-    store = open_store(StoreSettings(data_dir=tmp_path, **settings), FakeClock(NOW))
-    await store.open()
-    await store.close()
-    conn = await asyncpg.connect(PG_TEST_DSN, server_settings={"search_path": schema})
+    conn = await _migrated(tmp_path)
     try:
-        await conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
         rows = [(uuid_utils.uuid7().bytes, "q", "t", 2, 0, NOW, NOW, 3, b"{}", "application/json")
                 for _ in range(20_000)]
         await conn.copy_records_to_table("jobs", records=rows, columns=COLUMNS)

@@ -1,10 +1,11 @@
 """How the Worker logs a call that keeps failing (a server that is down or restarting).
 
-The reserve loop retries a failed ``Reserve`` every 0.05–2 s (``runtime.RESERVE_RETRY_MAX``)
-and, since the worker's channel reconnects within about a second, an outage of a minute
-would log a WARNING per try. ``FailureLog`` keeps the first failure of a run visible at once,
-then says at most once per ``every`` seconds that the call is still failing (with the count),
-and says once at INFO when the call works again.
+The reserve loop retries a failed ``Reserve``, and the settler a failed ``Settle``, every
+0.05–2 s (``runtime.RESERVE_RETRY_MAX``, ``_settler.RETRY_PAUSE_MAX``), and since the
+worker's channel reconnects within about a second, an outage of a minute would log a
+WARNING per try. ``FailureLog`` keeps the first failure of a run visible at once, then says
+at most once per ``every`` seconds that the call is still failing (with the count), and
+says once at INFO when the call works again.
 """
 
 from __future__ import annotations

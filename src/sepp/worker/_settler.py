@@ -36,6 +36,7 @@ from typing import Any, TypeAlias
 
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.errors import SeppError, TransportError
+from sepp.worker._failures import FailureLog
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker.outcome import Outcome
 
@@ -86,6 +87,8 @@ class Settler:
         self._max_batch = max_batch
         self._retry_for = retry_for
         self._max_in_flight = max_in_flight
+        #: Failed tries of ``Settle`` logged at WARNING once, then at most every 30 s.
+        self._failures = FailureLog(log, "settle")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._items: list[_Item] = []
         #: Every send task not yet finished (what ``flush`` waits for).
@@ -329,7 +332,7 @@ class Settler:
                         retrying = True
                         self._retrying += 1
                         self._changes()
-                    log.warning("settling %d job(s) failed (%s); retrying in %.2fs", len(batch), exc, delay)
+                    self._failures.failed(f"{len(batch)} job(s): {exc}", delay)
                     await self._rpc.pause(delay * random.uniform(0.8, 1.2))
                     delay = min(delay * 2, RETRY_PAUSE_MAX)
                     once_from = len(batch)
@@ -337,6 +340,7 @@ class Settler:
                         deadline = max(deadline, time.monotonic() + self._retry_for)
                     continue
                 self.items += len(batch)
+                self._failures.worked()
                 self.answered_at = time.monotonic()
                 self._changes()
                 return results, once_from

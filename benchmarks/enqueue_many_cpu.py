@@ -26,7 +26,10 @@ and checks every result is an ``EnqueueAck``. CPU is in µs per job; the table s
 median of the repeats (min–max after it).
 
     python benchmarks/enqueue_many_cpu.py [--jobs 20000] [--repeats 3]
-        [--variants many4,many1,many4-pre,many1-pre,batch-seq] [--src DIR ...]
+        [--variants many4,many1,many4-pre,many1-pre,batch-seq] [--src DIR ...] [--postgres-dsn DSN]
+
+``--postgres-dsn DSN``: the server stores in PostgreSQL (a fresh schema, dropped at the end),
+and the table adds the PostgreSQL cluster's CPU per job (``postgres_drain.cluster_cpu``).
 
 ``--src DIR`` (repeatable): run the client with ``PYTHONPATH=DIR`` (e.g. ``/work/main/src``
 against a branch's ``src``: an A/B of client code in one run; the server stays the one this
@@ -36,6 +39,7 @@ script imports). Without it the client is the sepp this script imports.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
@@ -48,7 +52,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from _harness import table
+from postgres_drain import cluster_cpu, postmaster_of
 
 VARIANTS = ("many4", "many1", "many4-pre", "many1-pre", "batch-seq", "raw-seq")
 QUEUE = "bench"
@@ -136,6 +142,14 @@ def child(target: str, server_pid: int, variant: str, jobs: int, collect: bool =
             "server_us": srv / jobs * 1e6}
 
 
+async def _drop_schema(dsn: str, schema: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -145,6 +159,7 @@ def main() -> None:
     parser.add_argument("--no-collect", action="store_true",
                         help="no gc.collect() before the clock (a fresh process's first full collection, "
                              "of what the imports left, then may fall in the run: +1-1.5 µs/job)")
+    parser.add_argument("--postgres-dsn", default="", help="store in PostgreSQL (a fresh schema)")
     parser.add_argument("--child", nargs=3, metavar=("TARGET", "SERVER_PID", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -161,8 +176,12 @@ def main() -> None:
     srcs = args.src or [""]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {(v, s): [] for v in variants for s in srcs}
     load0 = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp, \
-            ServerProcess(Path(tmp) / "data", {"persist_mode": "group"}) as server:
+    config: dict[str, Any] = {"persist_mode": "group"}
+    schema, postmaster = f"bench_enqueue_{os.getpid()}", 0
+    if args.postgres_dsn:
+        config.update(storage="postgres", postgres_dsn=args.postgres_dsn, postgres={"schema": schema})
+        postmaster = asyncio.run(postmaster_of(args.postgres_dsn))
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "data", config) as server:
         assert server.proc is not None
         for _ in range(args.repeats):
             for variant in variants:
@@ -171,10 +190,16 @@ def main() -> None:
                     if src:
                         env["PYTHONPATH"] = src
                     flags = ["--no-collect"] if args.no_collect else []
+                    pg0 = cluster_cpu(postmaster) if postmaster else 0.0
                     out = subprocess.run(
                         [sys.executable, __file__, "--jobs", str(args.jobs), *flags, "--child", server.grpc_target,
                          str(server.proc.pid), variant], env=env, check=True, capture_output=True, text=True)
-                    runs[variant, src].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                    figures = json.loads(out.stdout.strip().splitlines()[-1])
+                    # the child's whole life (warm-up batch included), per measured job: an upper bound
+                    figures["pg_us"] = (cluster_cpu(postmaster) - pg0) / args.jobs * 1e6 if postmaster else 0.0
+                    runs[variant, src].append(figures)
+    if args.postgres_dsn:
+        asyncio.run(_drop_schema(args.postgres_dsn, schema))
 
     def cell(values: list[float], fmt: str) -> str:
         return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
@@ -185,8 +210,10 @@ def main() -> None:
                      cell([f["jobs_s"] for f in figures], ",.0f"),
                      cell([f["client_us"] for f in figures], ".2f"),
                      cell([f["gc_us"] for f in figures], ".2f"),
-                     cell([f["server_us"] for f in figures], ".2f")])
-    print(table(["variant", "client src", "jobs/s", "client CPU µs/job", "of it in gc", "server CPU µs/job"], rows))
+                     cell([f["server_us"] for f in figures], ".2f"),
+                     *([cell([f["pg_us"] for f in figures], ".2f")] if postmaster else [])])
+    print(table(["variant", "client src", "jobs/s", "client CPU µs/job", "of it in gc", "server CPU µs/job",
+                 *(["PostgreSQL CPU µs/job (whole child)"] if postmaster else [])], rows))
     print(f"\n{args.jobs} jobs a run, {args.repeats} repeats, median (min–max); "
           f"load average before {load0[0]:.2f}, after {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs")
 

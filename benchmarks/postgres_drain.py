@@ -9,11 +9,13 @@ byte budget as the server's Reserve gives one: ``--max-bytes``) and one ``Store.
 their 256 acks (the batched ``ack_many``). Reports jobs/s (wall), the CPU µs per job of this
 process and of the PostgreSQL cluster (every process of the postmaster that serves ``--dsn``,
 from /proc: the backends, WAL writer, checkpointer, autovacuum), and with ``--verbose`` the
-plans of ``ack_many`` and ``lease_within`` on the drained state. ``--sqlite`` runs the same
+plans of ``ack_many`` and ``lease_within`` on the drained state. The WAL the drain wrote per job
+(``pg_stat_wal``: records, full-page images, bytes) is a steadier measure of the database's work
+than its CPU on a machine whose speed drifts. ``--sqlite`` runs the same
 drain on a SQLite store in a temporary folder (this process's CPU only) as a yardstick.
 
     python benchmarks/postgres_drain.py [--jobs 20000] [--rounds 3] [--in-flight 2]
-        [--max-bytes 4194304] [--analyze] [--verbose] [--sqlite]
+        [--max-bytes 4194304] [--analyze] [--verbose] [--sqlite] [--schema-sql SQL]
         [--dsn postgresql://postgres@127.0.0.1:5432/test]
 
 The machine's speed drifts: compare rows of one run (e.g. with and without ``--analyze``, or
@@ -106,6 +108,7 @@ async def drain(store: Store, in_flight: int, max_bytes: int) -> tuple[float, fl
 async def run(args: argparse.Namespace, sqlite: bool) -> list[str]:
     """One row of the table: the median of ``--rounds`` drains, each on a fresh store."""
     rates, own, pg = [], [], []
+    wal: list[tuple[float, ...]] = []
     postmaster = 0 if sqlite else await postmaster_of(args.dsn)
     plans: list[str] = []
     for _ in range(args.rounds):
@@ -119,15 +122,20 @@ async def run(args: argparse.Namespace, sqlite: bool) -> list[str]:
         try:
             if conn is not None:
                 await conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+                if args.schema_sql:
+                    await conn.execute(args.schema_sql)
             await fill(store, args.jobs)
             if args.analyze and conn is not None:
                 await conn.execute("ANALYZE jobs")  # every job READY: the statistics a bulk enqueue leaves
             pg0 = cluster_cpu(postmaster) if postmaster else 0.0
+            wal0 = await wal_figures(conn) if conn is not None else (0, 0, 0)
             wall, cpu, done = await drain(store, args.in_flight, args.max_bytes)
             pg1 = cluster_cpu(postmaster) if postmaster else 0.0
+            wal1 = await wal_figures(conn) if conn is not None else (0, 0, 0)
             rates.append(done / wall)
             own.append(cpu / done * 1e6)
             pg.append((pg1 - pg0) / done * 1e6)
+            wal.append(tuple((b - a) / done for a, b in zip(wal0, wal1, strict=True)))
             if args.verbose and conn is not None and not plans:
                 plans = await explain(conn, args.max_bytes)
         finally:
@@ -139,7 +147,15 @@ async def run(args: argparse.Namespace, sqlite: bool) -> list[str]:
         print(line)
     label = "SQLite" if sqlite else "PostgreSQL" + (", ANALYZE after enqueue" if args.analyze else "")
     return [label, f"{statistics.median(rates):,.0f}", f"{statistics.median(own):.1f}",
-            "-" if sqlite else f"{statistics.median(pg):.1f}"]
+            "-" if sqlite else f"{statistics.median(pg):.1f}",
+            *("-" if sqlite else f"{statistics.median(w[i] for w in wal):,.1f}" for i in range(3))]
+
+
+async def wal_figures(conn: asyncpg.Connection) -> tuple[int, int, int]:
+    """The cluster's WAL so far (``pg_stat_wal``, PostgreSQL 14+): (records, full-page images,
+    bytes) — the drain's share is the difference around it (nothing else writes meanwhile)."""
+    row = await conn.fetchrow("SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal")
+    return int(row[0]), int(row[1]), int(row[2])
 
 
 async def explain(conn: asyncpg.Connection, max_bytes: int) -> list[str]:
@@ -170,7 +186,8 @@ async def main(args: argparse.Namespace) -> None:
         out.append(await run(args, sqlite=True))
     print(f"\n{args.jobs:,} jobs, reserve 256 + ack 256 per cycle, {args.in_flight} cycles in flight, "
           f"byte budget {args.max_bytes:,}; median of {args.rounds}")
-    print(table(["store", "jobs/s", "CPU µs/job (this process)", "CPU µs/job (PostgreSQL)"], out))
+    print(table(["store", "jobs/s", "CPU µs/job (this process)", "CPU µs/job (PostgreSQL)", "WAL records/job",
+                 "WAL full pages/job", "WAL bytes/job"], out))
 
 
 if __name__ == "__main__":
@@ -182,5 +199,7 @@ if __name__ == "__main__":
     ap.add_argument("--analyze", action="store_true", help="ANALYZE jobs after the enqueue (every job READY)")
     ap.add_argument("--verbose", action="store_true", help="print the plans of lease_within and ack_many")
     ap.add_argument("--sqlite", action="store_true", help="also drain a SQLite store (yardstick)")
+    ap.add_argument("--schema-sql", default="", help="SQL run on the fresh schema before the enqueue "
+                    "(an index design to compare, e.g. 'DROP INDEX jobs_reserved')")
     ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
     asyncio.run(main(ap.parse_args()))

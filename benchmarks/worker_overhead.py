@@ -14,7 +14,12 @@ process and its children, the SQLite writer). The runtime's own cost is a Worker
 CPU per job minus the raw row's — what the runtime adds on top of the two calls each
 job needs. ``--profile ROW`` prints the top of a cProfile of one Worker row instead.
 
+With ``--postgres-dsn DSN`` the server stores in PostgreSQL (a fresh schema, dropped at the
+end) and the table adds the PostgreSQL cluster's CPU per job (every process of the
+postmaster serving DSN, from /proc; ``postgres_drain.cluster_cpu``).
+
     python benchmarks/worker_overhead.py [--jobs 20000] [--mode group] [--rounds 3] [--profile defaults]
+        [--postgres-dsn postgresql://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
 import uvloop
 from _harness import table
+from postgres_drain import cluster_cpu, postmaster_of
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
@@ -135,19 +142,27 @@ def tree_cpu(pid: int) -> float:
 
 
 async def measure(target: str, jobs: int, drain: Callable[[], Awaitable[None]],
-                  server_pid: int) -> tuple[float, float, float]:
-    """(jobs/s, client CPU µs per job, server CPU µs per job) of one drain of a freshly
-    filled queue."""
+                  server_pid: int, postmaster: int) -> tuple[float, float, float, float]:
+    """(jobs/s, client CPU µs per job, server CPU µs per job, PostgreSQL CPU µs per job — 0
+    without ``postmaster``) of one drain of a freshly filled queue."""
     await fill(target, jobs)
+    pg0 = cluster_cpu(postmaster) if postmaster else 0.0
     cpu0, srv0, t0 = time.process_time(), tree_cpu(server_pid), time.perf_counter()
     await drain()
     wall, cpu, srv = time.perf_counter() - t0, time.process_time() - cpu0, tree_cpu(server_pid) - srv0
-    return jobs / wall, cpu / jobs * 1e6, srv / jobs * 1e6
+    pg = (cluster_cpu(postmaster) - pg0) if postmaster else 0.0
+    return jobs / wall, cpu / jobs * 1e6, srv / jobs * 1e6, pg / jobs * 1e6
 
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="sepp-bench-") as tmp:
-        server = ServerProcess(Path(tmp) / "data", {"persist_mode": args.mode, "log_level": "warning"})
+        config: dict[str, Any] = {"persist_mode": args.mode, "log_level": "warning"}
+        schema = f"bench_overhead_{os.getpid()}"
+        postmaster = 0
+        if args.postgres_dsn:
+            config.update(storage="postgres", postgres_dsn=args.postgres_dsn, postgres={"schema": schema})
+            postmaster = await postmaster_of(args.postgres_dsn)
+        server = ServerProcess(Path(tmp) / "data", config)
         server.start()
         try:
             target = server.grpc_target
@@ -166,24 +181,28 @@ async def main(args: argparse.Namespace) -> None:
                 pstats.Stats(prof).sort_stats("tottime").print_stats(30)
                 return
             assert server.proc is not None
-            results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in rows}
+            results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in rows}
             for _ in range(args.rounds):  # rounds interleave the rows, so drift hits all alike
                 for name, drain in rows.items():
-                    results[name].append(await measure(target, args.jobs, drain, server.proc.pid))
+                    results[name].append(await measure(target, args.jobs, drain, server.proc.pid, postmaster))
         finally:
             server.terminate()
-    raw_cpu = statistics.median(c for _, c, _ in next(iter(results.values())))
+            if args.postgres_dsn:
+                conn = await asyncpg.connect(args.postgres_dsn)
+                await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                await conn.close()
+    raw_cpu = statistics.median(m[1] for m in next(iter(results.values())))
     out = []
     for (name, got), key in zip(results.items(), ["raw", *WORKER_ROWS], strict=True):
-        rate = statistics.median(r for r, _, _ in got)
-        cpu = statistics.median(c for _, c, _ in got)
-        srv = statistics.median(c for _, _, c in got)
+        rate, cpu, srv, pg = (statistics.median(m[i] for m in got) for i in range(4))
         extra = "—" if key == "raw" else f"{cpu - raw_cpu:.1f}"
         reserves, settles = CALLS.get(key, (0, 0))
-        out.append([name, f"{rate:,.0f}", f"{cpu:.1f}", extra, f"{srv:.1f}", str(reserves), str(settles)])
-    print(f"\nN = {args.jobs} jobs per drain, persist_mode={args.mode}, median of {args.rounds} rounds")
+        out.append([name, f"{rate:,.0f}", f"{cpu:.1f}", extra, f"{srv:.1f}", *([f"{pg:.1f}"] if postmaster else []),
+                    str(reserves), str(settles)])
+    store = "PostgreSQL" if postmaster else "SQLite"
+    print(f"\nN = {args.jobs} jobs per drain, {store}, persist_mode={args.mode}, median of {args.rounds} rounds")
     print(table(["consumer", "drain jobs/s", "client CPU µs/job", "runtime's own µs/job", "server CPU µs/job",
-                 "Reserve calls", "Settle calls"], out))
+                 *(["PostgreSQL CPU µs/job"] if postmaster else []), "Reserve calls", "Settle calls"], out))
 
 
 if __name__ == "__main__":
@@ -193,4 +212,5 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lanes", type=int, default=2, help="raw Reserve+Settle loops at once")
     ap.add_argument("--profile", choices=sorted(WORKER_ROWS), help="cProfile one Worker row instead")
+    ap.add_argument("--postgres-dsn", default="", help="store in PostgreSQL (a fresh schema) instead of SQLite")
     uvloop.run(main(ap.parse_args()))

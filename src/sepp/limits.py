@@ -19,50 +19,29 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
-HOUR = 3600.0
-DAY = 24 * HOUR
-YEAR = 365 * DAY
-
-#: Longest idempotency window or retention of a queue, seconds: 10 years (issue 14).
-MAX_RETENTION = 10 * YEAR
-#: Longest retry backoff (``retry_base``, ``retry_cap``), seconds: 365 days, the default
-#: ``max_schedule_horizon`` (a nack's own ``retry_after`` is bounded by the configured one).
-MAX_BACKOFF = 365 * DAY
-#: Longest ``max_schedule_horizon`` a server may be configured with, seconds: 10 years.
-MAX_HORIZON = 10 * YEAR
-#: Shortest and longest lease (queue default, Reserve, ExtendLease), seconds: 1 ms .. 1 day.
-MIN_LEASE, MAX_LEASE = 0.001, DAY
-#: Largest size or count setting: gRPC's own message cap (int32), so it fits every proto field.
-MAX_SIZE = 2**31 - 1
-#: Most labels in a queue's ``limits.allowed_encodings`` (each label is also at most the
-#: server's ``limits.max_encoding_bytes``): every queue's settings travel in each
-#: GetServerInfo / ListQueues answer, so an unbounded list could push those answers past the
-#: message cap and stop every producer (issue 14).
-MAX_ALLOWED_ENCODINGS = 64
-#: Most items one ``Settle`` call may carry. A refusal costs the server a result per item
-#: (each may quote 200 bytes of a bad id), so an unbounded list made a 2 MB request cost
-#: seconds of the event loop and an answer beyond the message cap (issue 14). 10,000 is
-#: 40× the Worker's default ``settle_batch`` (256), which is bounded by it too.
-MAX_SETTLE_BATCH = 10_000
-#: Largest ``limits.max_queues``. Every queue travels in each GetServerInfo / ListQueues
-#: answer (~150 bytes with default settings): 100,000 of them stay under the 16 MiB message
-#: cap, so producers (which read server info first) keep working (issue 14 O5).
-MAX_QUEUES = 100_000
-#: Longest trace context key, UTF-8 bytes (fixed, not configurable; issue 14 O6: SPEC §2
-#: bounds the entry count and value size only). Propagation header names are far shorter.
-MAX_TRACE_KEY_BYTES = 256
-#: Largest ``max_attempts`` ceiling and queue ``default_max_attempts``.
-MAX_ATTEMPTS = 1_000_000
-#: Timestamps the server accepts (google.protobuf.Timestamp's range, seconds since the epoch,
-#: UTC): 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z. As µs that is at most
-#: ±2.6e17, far inside int64 (±9.2e18) even with a 10-year window added.
-MIN_TIMESTAMP_SECONDS, MAX_TIMESTAMP_SECONDS = -62_135_596_800, 253_402_300_799
-#: google.protobuf.Duration's range, seconds (±10,000 years); nanos in ±999,999,999, same sign.
-MAX_DURATION_SECONDS = 315_576_000_000
-
+from sepp.bounds import (  # noqa: F401 - re-exported: sepp.limits is where users find them
+    DAY,
+    HOUR,
+    MAX_ALLOWED_ENCODINGS,
+    MAX_ATTEMPTS,
+    MAX_BACKOFF,
+    MAX_DURATION_SECONDS,
+    MAX_HORIZON,
+    MAX_LEASE,
+    MAX_QUEUES,
+    MAX_RETENTION,
+    MAX_SETTLE_BATCH,
+    MAX_SIZE,
+    MAX_TIMESTAMP_SECONDS,
+    MAX_TRACE_KEY_BYTES,
+    MIN_LEASE,
+    MIN_TIMESTAMP_SECONDS,
+    YEAR,
+    GiB,
+    KiB,
+    MiB,
+    fmt_number,
+)
 
 #: Longest ``rate_limit`` text accepted.
 MAX_RATE_TEXT = 32
@@ -207,16 +186,6 @@ class ServerLimits(BaseModel):
 
 
 # ---------------------------------------------------------------- bounds and clamping
-
-
-def fmt_number(value: float) -> str:
-    """A bound or a value as error text: an integral value without a fraction
-    (``315360000``, ``10000000000000``), any other as Python writes it (``0.001``, ``nan``)."""
-    if isinstance(value, int):
-        return str(value)
-    if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
-        return str(int(value))
-    return repr(value)
 
 
 def field_bounds(model: type[BaseModel], name: str) -> tuple[float | None, float | None]:

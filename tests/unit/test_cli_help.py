@@ -64,3 +64,37 @@ def test_every_option_and_argument_has_a_help_text() -> None:
     missing = [(" ".join(path), param.opts) for path, command in leaves for param in command.params
                if not (getattr(param, "help", None) or "").strip()]
     assert missing == []
+
+
+def test_command_modules_names_every_command_and_its_module() -> None:
+    """``sepp <command>`` imports only ``COMMAND_MODULES[command]``: the map must name every
+    top-level command and group with the module that defines it, or that command would be
+    missing from its own invocation."""
+    from sepp.cli.main import COMMAND_MODULES
+
+    _register()
+    found: dict[str, str] = {}
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__  # type: ignore[union-attr]
+        if name != "version":  # defined in main itself
+            found[name] = command.callback.__module__  # type: ignore[union-attr]
+    for group in app.registered_groups:
+        sub = group.typer_instance
+        assert sub is not None
+        found[str(sub.info.name)] = sub.registered_commands[0].callback.__module__  # type: ignore[union-attr]
+    assert {name: f"sepp.cli.{module}" for name, module in COMMAND_MODULES.items()} == found
+
+
+def test_sepp_worker_does_not_import_the_server() -> None:
+    """``sepp worker`` starts without the server's configuration and the other commands
+    (a worker process's start is on the clock of every deploy and benchmark)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nsys.argv = ['sepp', 'worker', '--help']\nfrom sepp.cli import main\n"
+            "try:\n    main.main()\nexcept SystemExit:\n    pass\nprint(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    mods = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert "sepp.cli.worker_cmd" in mods
+    assert not mods & {"sepp.cli.serve", "sepp.server.config", "sepp.cli.admin", "pydantic_settings"}

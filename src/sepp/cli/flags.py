@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from sepp.bounds import DAY, HOUR, YEAR, fmt_number
 
-from sepp.limits import DAY, HOUR, YEAR, QueueLimits, QueueSettings, field_bounds, fmt_number
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 #: Accepted duration forms, for error messages.
 DURATION_FORMS = "seconds (45, 1.5, 1e3) or number+unit parts with ms, s, m, h, d (250ms, 30s, 1e3s, 1h30m)"
@@ -111,7 +112,10 @@ def parse_seconds(flag: str, text: str, lo: float | None = 0.0, hi: float | None
 
 def setting_bounds(path: str) -> tuple[float | None, float | None]:
     """The server's bounds of a queue setting (``dedup_window``, ``limits.max_payload_bytes``),
-    read from ``QueueSettings`` / ``QueueLimits`` (sepp.limits, issue 14)."""
+    read from ``QueueSettings`` / ``QueueLimits`` (sepp.limits, issue 14; imported here, not at
+    the top, so the commands without queue settings — ``sepp worker`` — load no pydantic)."""
+    from sepp.limits import QueueLimits, QueueSettings, field_bounds
+
     model: type[BaseModel] = QueueSettings
     name = path
     if path.startswith("limits."):
@@ -121,6 +125,8 @@ def setting_bounds(path: str) -> tuple[float | None, float | None]:
 
 def max_items(path: str) -> int | None:
     """The most items a list setting may hold (``limits.allowed_encodings``: 64), or None."""
+    from sepp.limits import QueueLimits, QueueSettings
+
     model: type[BaseModel] = QueueLimits if path.startswith("limits.") else QueueSettings
     for meta in model.model_fields[path.removeprefix("limits.")].metadata:
         size: Any = getattr(meta, "max_length", None)

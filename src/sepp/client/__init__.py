@@ -3,12 +3,33 @@
 Both have the same methods (``enqueue``, ``enqueue_batch``, ``enqueue_atomic``,
 ``get_server_info``, ``refresh_server_info``, ``validate``, ``close``) and share their
 transport-free logic in :mod:`sepp.client._core`.
+
+The names are loaded on first access (as ``sepp``'s own), so importing a submodule such as
+``sepp.client.tls`` — the ``Worker`` does — does not load the clients, their validation and
+pydantic models.
 """
 
 from __future__ import annotations
 
-from sepp.client.aio import AsyncClient
-from sepp.client.options import ClientOptions, RetryPolicy
-from sepp.client.sync import Client
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sepp.client.aio import AsyncClient
+    from sepp.client.options import ClientOptions, RetryPolicy
+    from sepp.client.sync import Client
+
+#: Public name → the module that defines it.
+_EXPORTS = {"AsyncClient": "sepp.client.aio", "Client": "sepp.client.sync", "ClientOptions": "sepp.client.options",
+            "RetryPolicy": "sepp.client.options"}
 
 __all__ = ["AsyncClient", "Client", "ClientOptions", "RetryPolicy"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sepp.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -19,7 +19,7 @@ import grpc.aio
 
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
-from sepp.client._core import USER_AGENT, error_from_rpc, reconnect_options
+from sepp.client._status import USER_AGENT, error_from_rpc, reconnect_options
 from sepp.errors import SeppError, ServerError
 from sepp.wire import seconds_to_duration
 from sepp.worker.errors import LEASE_REASONS, LeaseError

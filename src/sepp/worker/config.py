@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from sepp.bounds import MAX_SETTLE_BATCH
 from sepp.client.tls import PathArg, channel_credentials, read_tls_files
-from sepp.limits import MAX_SETTLE_BATCH
 
 #: Where ``sepp serve`` listens by default (SPEC §7).
 DEFAULT_TARGET = "127.0.0.1:7700"

@@ -1,0 +1,48 @@
+"""What importing a piece of sepp loads (docs/decisions.md "A worker imports no pydantic").
+
+A worker process should start as soon as it can: on a 2-core machine its imports compete with
+the other workers' and the server's work, and pydantic plus the producer's models were about a
+third of ``import sepp.worker``. Each check runs in a fresh interpreter, so it sees exactly
+what the import pulls in.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def loaded_after(statement: str) -> set[str]:
+    """The module names a fresh interpreter holds after running ``statement``."""
+    code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return set(json.loads(out.stdout))
+
+
+def test_the_worker_runtime_loads_no_pydantic_nor_producer_models() -> None:
+    mods = loaded_after("import sepp.worker; from sepp.worker import Worker, Job")
+    assert "sepp.worker.runtime" in mods
+    heavy = {m for m in mods if m == "pydantic" or m.startswith("pydantic.")
+             or m in ("sepp.limits", "sepp.request", "sepp.validation", "sepp.client._core")}
+    assert heavy == set()
+
+
+def test_client_names_still_load_from_the_package() -> None:
+    mods = loaded_after("from sepp.client import AsyncClient, Client, ClientOptions, RetryPolicy\n"
+                        "import sepp.client as c; assert c.Client is Client\n"
+                        "from sepp.client._core import error_from_rpc, reconnect_options, USER_AGENT\n"
+                        "from sepp.limits import MAX_SETTLE_BATCH, QueueLimits\n"
+                        "from sepp import Client as C2; assert C2 is Client")
+    assert {"sepp.client.sync", "sepp.client.aio", "pydantic"} <= mods
+
+
+def test_an_unknown_client_name_is_an_attribute_error() -> None:
+    import sepp.client
+
+    try:
+        sepp.client.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchThing" in str(exc)
+    else:
+        raise AssertionError("sepp.client.NoSuchThing did not raise")

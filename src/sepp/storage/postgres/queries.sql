@@ -147,21 +147,25 @@ WHERE id = $3 AND lease_id = $4 AND state::integer = 3;
 -- Acks of live leases in one statement: $1 now, $2 completed retention (µs), $3/$4 the job
 -- ids and lease ids. Returns what it completed. The completing attempt is not appended to
 -- history (JobRecord.attempt_entries derives it). Each (id, lease) is probed through
--- jobs_id_key and its row locked (OFFSET 0 keeps the probe a per-id index lookup; FOR UPDATE
--- re-reads a row another node changed meanwhile and drops it if its lease is gone), then
--- the locked rows are updated by seq. Joining jobs to the ids directly let a planner whose
--- statistics saw no RESERVED job scan the table once per id (13 ms a batch of 256 instead
--- of 2.6 at 20,000 jobs; benchmarks/postgres_drain.py). The caller (AckManyOp) passes the pairs
--- in job-id order, so two calls acking shared jobs lock them in one order (no deadlock).
+-- jobs_id_key (OFFSET 0 keeps the probe a per-id index lookup), then the rows found are
+-- updated by seq. Joining jobs to the ids directly let a planner whose statistics saw no
+-- RESERVED job scan the table once per id (13 ms a batch of 256 instead of 2.6 at 20,000
+-- jobs; benchmarks/postgres_drain.py). The probe takes no row lock (a lock is a WAL record
+-- per job): a row another transaction changes after this statement's snapshot is re-checked
+-- by the UPDATE's own guard (state RESERVED, a lease of this batch, not expired), and a
+-- lease that changes concurrently is a new Reserve's, whose lease id this batch cannot hold
+-- (docs/decisions.md "PostgreSQL: batched acks probe each job by id"). The UPDATE locks rows
+-- in seq order (the pkey scan of the array), the same order for any two acks of shared jobs.
 WITH hit AS MATERIALIZED (
     SELECT f.seq FROM unnest($3::bytea[], $4::bytea[]) AS v(jid, lid)
     CROSS JOIN LATERAL (
         SELECT seq FROM jobs WHERE id = v.jid AND lease_id = v.lid AND state::integer = 3 AND lease_expires_at > $1
-        OFFSET 0 FOR UPDATE
+        OFFSET 0
     ) f
 )
 UPDATE jobs j SET state = 4, finished_at = $1, purge_at = $1 + $2
-WHERE j.seq = ANY(ARRAY(SELECT seq FROM hit))
+WHERE j.seq = ANY(ARRAY(SELECT seq FROM hit)) AND j.state::integer = 3 AND j.lease_id = ANY($4::bytea[])
+    AND j.lease_expires_at > $1
 RETURNING j.id, j.queue, j.attempt, j.seq, j.started_at, j.job_type;
 
 -- name: set_purge_at

@@ -96,6 +96,33 @@ async def test_reclaim_takes_the_oldest_expiries_first_up_to_limit(store: Store)
     assert states == [State.RESERVED, State.READY, State.READY]
 
 
+async def test_reclaim_takes_the_oldest_expiries_across_every_queue(store: Store) -> None:
+    """The expired leases of every queue, oldest first whichever queue holds them (the index
+    of the RESERVED jobs is ordered by queue first: migrations 0008 / 0010), a queue whose
+    leases are all live left alone, and a pass cut by its limit goes on at the next."""
+    expiry = {"c": [4, 1, 7], "a": [6, 2], "b": [3, 9], "live": [50], "z": [5, 8]}
+    held: dict[bytes, tuple[str, int]] = {}
+    for queue, seconds in expiry.items():
+        await put(store, *(row(queue) for _ in seconds))
+        for s in seconds:
+            (rec,) = await lease(store, queue, lease_us=s * S)
+            held[rec.id] = (queue, s)
+
+    async def reclaimed(now: int, limit: int) -> list[tuple[str, int]]:
+        before = {i for i in held if (await get(store, i)).state == State.RESERVED}
+        result = await store.reclaim_expired(now, limit, POLICY)
+        after = {i for i in held if (await get(store, i)).state == State.RESERVED}
+        assert result.count == len(before - after)
+        return sorted(held[i] for i in before - after)
+
+    assert await reclaimed(NOW + 1 * S - 1, 100) == []
+    assert sorted(s for _, s in await reclaimed(NOW + 20 * S, 4)) == [1, 2, 3, 4]
+    assert await reclaimed(NOW + 20 * S, 3) == [("a", 6), ("c", 7), ("z", 5)]
+    assert await reclaimed(NOW + 20 * S, 100) == [("b", 9), ("z", 8)]
+    assert await reclaimed(NOW + 20 * S, 100) == []
+    assert [held[i] for i in held if (await get(store, i)).state == State.RESERVED] == [("live", 50)]
+
+
 async def test_prune_deletes_finished_jobs_at_their_retention_and_nothing_else(store: Store) -> None:
     policy = PolicyTable(QueuePolicy(completed_retention=10, dead_retention=20))
     rows = [row(), row(), row(), row(), row(state=SCHEDULED, run_at=NOW + 1)]

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from sepp.storage.sqlite import SQLiteStore
+from sepp.storage.sqlite.admin import A
 from sepp.storage.sqlite.sql import Q, ack_sql, insert_sql
 from sepp.storage.sqlite.store import DB_FILE
 
@@ -34,7 +36,19 @@ QUERIES: dict[str, tuple[object, ...]] = {
     "reclaim_ready": (2, "{}", 1, b"l" * 16),
     "get_job": (b"x" * 16,),
     "find_idempotency": ("q", "k"),
+    # Flow control (issue 12): one queue's RESERVED jobs, a range of jobs_leased (migration 0010).
+    "count_reserved_in": ("q",),
+    "reserved_extras_in": ("q",),
 }
+#: Admin statements over one queue's RESERVED jobs (jobs_leased, queue first) → parameters.
+ADMIN_RESERVED: dict[str, dict[str, object]] = {
+    "count_queue": {"queue": "q"},
+    "purge_reserved": {"queue": "q", "limit": 10},
+    "queue_has_jobs": {"queue": "q"},
+    "flow_reserved_extras": {"queue": "q"},
+}
+#: What a plan may SCAN: the reclaim sweep's list of queues (a CTE) and a constant row.
+_NOT_JOBS = re.compile(r"\bSCAN (?!qs\b|CONSTANT ROW\b)")
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +64,31 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
     return sqlite3.connect(folder / DB_FILE)
 
 
-def _plan(db: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> str:
+def _plan(db: sqlite3.Connection, sql: str, params: tuple[object, ...] | dict[str, object]) -> str:
     return " | ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {sql}", params))
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_the_query_never_scans_the_jobs_table(db: sqlite3.Connection, name: str) -> None:
     plan = _plan(db, Q[name], QUERIES[name])
-    assert "SCAN" not in plan, plan  # no table scan and no full index scan either
+    assert not _NOT_JOBS.search(plan), plan  # no table scan and no full index scan either
+
+
+@pytest.mark.parametrize("name", sorted(ADMIN_RESERVED))
+def test_one_queues_reserved_jobs_are_a_range_of_jobs_leased(db: sqlite3.Connection, name: str) -> None:
+    plan = _plan(db, A[name], ADMIN_RESERVED[name])
+    # (count_queue and queue_has_jobs walk jobs_scheduled for SCHEDULED: a small set.)
+    assert not re.search(r"SCAN jobs(?! USING INDEX jobs_scheduled)", plan), plan
+    assert "SEARCH jobs USING INDEX jobs_leased (queue=?)" in plan, plan
+
+
+def test_the_reclaim_sweep_walks_jobs_leased_queue_by_queue(db: sqlite3.Connection) -> None:
+    """``expired_leases``: the queues by a skip scan of jobs_leased (one seek each), then
+    one range (queue, expiry) per queue; the rows by seq."""
+    plan = _plan(db, Q["expired_leases"], QUERIES["expired_leases"])
+    assert "SEARCH jobs USING INDEX jobs_leased (queue>?)" in plan, plan
+    assert "SEARCH jobs USING INDEX jobs_leased (queue=? AND lease_expires_at>? AND lease_expires_at<?)" in plan, plan
+    assert "SEARCH j USING INTEGER PRIMARY KEY (rowid=?)" in plan, plan
 
 
 def test_batched_acks_probe_jobs_by_id(db: sqlite3.Connection) -> None:

@@ -67,14 +67,16 @@ STATEMENTS: dict[str, tuple[Any, ...]] = {
     "purge_reserved": ("q", 1_000),
     "purge_finished": ("q", 1_000, 5),
     "prune_jobs": (NOW, 1_000),
+    # The reclaim sweep locks the oldest expired leases its per-queue probes chose by seq.
+    "expired_leases": (NOW + 120_000_000, 1_000),
     # Reads that find jobs by seq and test their state (the admin search, issue 13 item 3).
     "search_match": ("SEQS:3", "q", 3, None, None, None, None, None, [], []),
     "search_range": ("SEQ:3", None, 5, None, None, None, None, None, [], [], "SEQ:3+1000"),
 }
 #: Those that change the rows a CTE selected (the CTE may use a partial index; the row
 #: changed must be found by seq).
-CHUNKED = {"lease_within", "promote_due", "promote_due_locking", "requeue_dead_queue", "requeue_dead_all",
-           "purge_scheduled", "purge_ready", "purge_reserved", "purge_finished", "prune_jobs"}
+CHUNKED = {"expired_leases", "lease_within", "promote_due", "promote_due_locking", "requeue_dead_queue",
+           "requeue_dead_all", "purge_scheduled", "purge_ready", "purge_reserved", "purge_finished", "prune_jobs"}
 
 
 async def _migrated(tmp_path: Path) -> asyncpg.Connection:
@@ -205,3 +207,109 @@ def test_every_statement_that_changes_jobs_by_key_is_pinned() -> None:
     found = {name for name, sql in SQL.items() if keyed.search(sql)}
     assert found <= set(STATEMENTS), found - set(STATEMENTS)
     assert not [name for name, sql in SQL.items() if plain.search(sql)]
+
+
+# ---------------------------------------------------------------------- readers of jobs_leased
+# Migration 0008 made jobs_leased (queue, lease_expires_at) WHERE state = 3 the one index of
+# the RESERVED jobs (it replaced jobs_leased (lease_expires_at) and jobs_reserved (queue)).
+
+#: Statements that read RESERVED jobs → parameters. Each must read ``jobs`` through
+#: jobs_leased, never by a sequential scan (a reclaim pass, a limited Reserve's count or an
+#: admin page must not read the whole table; with fresh statistics a count of 10,240 rows
+#: may be a bitmap scan of jobs_leased).
+RESERVED_READERS: dict[str, tuple[Any, ...]] = {
+    "expired_leases": (NOW, 5_000),
+    # A limited Reserve (max_in_flight 10,000) that counts exactly (no bound row yet).
+    "flow_ready": ("q", 256, 10_000, True, False, NOW, 10_000, False),
+    "reserved_extras_in": ("q",),
+    "count_reserved_all": (),
+    "count_reserved_by_worker": (),
+    "count_queue": ("q",),
+    "list_reserved": (0, "q", None, 100),
+    "queue_has_jobs": ("r-0001",),
+    "flow_reserved_extras": ("q",),
+    "purge_reserved": ("r-0001", 1_000),
+}
+#: Pages in enqueue order: the planner may walk jobs_pkey from the page's position instead
+#: (fresh statistics: it expects a RESERVED job every few rows), never the whole table.
+PKEY_OK = {"list_reserved"}
+#: The RESERVED jobs of the fixture: queue "q" and 40 queues r-0000 … r-0039.
+BIG, SMALL, QUEUES = 10_240, 256, 40
+
+
+@pytest.fixture(params=["stale", "fresh"])
+async def leased(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
+    """A migrated schema holding 2,000 COMPLETED jobs, 40,960 READY ones of queue "q" and
+    20,480 RESERVED ones — 10,240 of "q", 256 each of 40 other queues, half of every queue's
+    leases expired at NOW (the even seqs; 256 consecutive seqs share an expiry) — with statistics taken while
+    it held the COMPLETED jobs only ("stale": the planner thinks no job RESERVED) or after
+    everything ("fresh")."""
+    connection = await _migrated(tmp_path)
+    try:
+        async def add(n: int, queue: str, state: int) -> None:
+            rows = [(uuid_utils.uuid7().bytes, queue, "t", state, 0, NOW, NOW, 3, b"{}", "application/json")
+                    for _ in range(n)]
+            await connection.copy_records_to_table("jobs", records=rows, columns=COLUMNS)
+
+        await add(2_000, "done", 4)
+        if request.param == "stale":
+            await connection.execute("ANALYZE jobs")
+        await add(40_960 + BIG, "q", 2)
+        for i in range(QUEUES):
+            await add(SMALL, f"r-{i:04d}", 2)
+        await connection.execute(
+            "UPDATE jobs SET state = 3, lease_id = $1, worker_id = 'w', attempt = 1, "
+            "lease_expires_at = CASE WHEN seq % 2 = 0 THEN $2 - (seq / 256) * 1000 "
+            "ELSE $2 + 1 + (seq / 256) * 1000 END "
+            "WHERE seq IN (SELECT seq FROM jobs WHERE state = 2 AND (queue <> 'q' OR seq > 2000 + 40960))",
+            LEASE, NOW)
+        if request.param == "fresh":
+            await connection.execute("ANALYZE jobs")
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def _plan(conn: asyncpg.Connection, sql: str, params: tuple[Any, ...]) -> list[str]:
+    """The plan of ``sql`` run (EXPLAIN ANALYZE, TIMING OFF) in a transaction rolled back."""
+    tr = conn.transaction()
+    await tr.start()
+    try:
+        return [r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, TIMING OFF) " + sql, *params)]
+    finally:
+        await tr.rollback()
+
+
+async def test_readers_of_reserved_jobs_use_jobs_leased(leased: asyncpg.Connection) -> None:
+    assert await leased.fetchval("SELECT count(DISTINCT queue) FROM jobs WHERE state = 3") == QUEUES + 1
+    wrong = {}
+    for name, params in RESERVED_READERS.items():
+        plan = [line.strip() for line in await _plan(leased, SQL[name], params)]
+        text = " | ".join(plan)
+        # A sequential scan for RESERVED jobs (count_queue's READY count may be one: most of
+        # the table is READY and the statistics know it).
+        scans = [" ".join(plan[i:i + 2]) for i, line in enumerate(plan) if "Seq Scan on jobs" in line]
+        if any("state = 3" in scan for scan in scans) or not ("jobs_leased" in text or (
+                name in PKEY_OK and "Index Scan using jobs_pkey" in text)):
+            wrong[name] = text
+    assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
+
+
+async def test_the_reclaim_sweep_probes_each_queue_through_jobs_leased(leased: asyncpg.Connection) -> None:
+    """``expired_leases`` finds the queues by a skip scan of jobs_leased (one row per queue
+    holding RESERVED jobs, and the end), probes each for its expired leases by (queue,
+    expiry), and locks the oldest by seq: every expired lease of every queue, in order."""
+    expired = await leased.fetch("SELECT seq FROM jobs WHERE state = 3 AND lease_expires_at <= $1 "
+                                 "ORDER BY lease_expires_at, seq", NOW)
+    assert len(expired) == (BIG + QUEUES * SMALL) // 2
+    plan = await _plan(leased, SQL["expired_leases"], (NOW, 5_000))
+    text = " | ".join(line.strip() for line in plan)
+    assert re.search(r"Index Cond: \(\(queue = qs(_\d+)?\.q\) AND \(lease_expires_at <= [^)]+\)\)", text), text
+    assert "Seq Scan on jobs" not in text and "jobs_pkey" in text, text
+    probes = [line for line in plan if re.search(r"Index (Only )?Scan using jobs_leased on jobs jobs_\d", line)
+              and "loops=" in line]
+    assert probes and all(int(re.search(r"loops=(\d+)", line)[1]) <= QUEUES + 2 for line in probes), plan  # type: ignore[index]
+    got = await leased.fetch(SQL["expired_leases"], NOW, 5_000)
+    assert [r[0] for r in got] == [r[0] for r in expired[:5_000]]
+    got = await leased.fetch(SQL["expired_leases"], NOW, 50_000)
+    assert [r[0] for r in got] == [r[0] for r in expired]

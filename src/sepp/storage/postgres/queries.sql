@@ -209,12 +209,35 @@ WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state::integer = 3;
 UPDATE jobs SET lease_expires_at = $1 WHERE seq = $2;
 
 -- name: expired_leases
--- Up to $2 expired leases (expiry <= $1), oldest first, locked; a lease another node is
--- reclaiming or settling right now is skipped (it handles it).
+-- Up to $2 expired leases (expiry <= $1) of every queue, oldest first (expiry, seq), locked;
+-- a lease another node is reclaiming or settling right now is skipped (it handles it).
+-- jobs_leased is (queue, lease_expires_at) WHERE state = 3 (migration 0008), so there is no
+-- single index walk in expiry order across queues: `qs` finds every queue that holds a
+-- RESERVED job by a skip scan of that index (one descent per such queue, from the index
+-- itself: the queues table may lack a queue whose row another node deleted while this one
+-- still enqueued to it), `picked` takes the $2 oldest expired leases of each queue (one
+-- range of the index each, in order: it stops at $2 or at the first live lease) and keeps
+-- the $2 oldest of them all, unlocked. The rows are then locked by seq, SKIP LOCKED, and
+-- the lock re-reads each one: a lease settled, extended or reclaimed since the snapshot
+-- fails `state::integer = 3 AND lease_expires_at <= $1` and is left out. Locking inside
+-- the per-queue probes would lock up to $2 rows per queue and return only $2.
+WITH RECURSIVE qs(q) AS (
+    SELECT (SELECT queue FROM jobs WHERE state = 3 ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM jobs WHERE state = 3 AND queue > qs.q ORDER BY queue LIMIT 1)
+    FROM qs WHERE qs.q IS NOT NULL
+), picked AS MATERIALIZED (
+    SELECT e.seq FROM qs CROSS JOIN LATERAL (
+        SELECT seq, lease_expires_at FROM jobs
+        WHERE state = 3 AND queue = qs.q AND lease_expires_at <= $1
+        ORDER BY lease_expires_at, seq LIMIT $2
+    ) e
+    ORDER BY e.lease_expires_at, e.seq LIMIT $2
+)
 SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node, id,
     lease_id, job_type
-FROM jobs WHERE state = 3 AND lease_expires_at <= $1
-ORDER BY lease_expires_at, seq LIMIT $2
+FROM jobs WHERE seq = ANY(ARRAY(SELECT seq FROM picked)) AND state::integer = 3 AND lease_expires_at <= $1
+ORDER BY lease_expires_at, seq
 FOR UPDATE SKIP LOCKED;
 
 -- name: prune_jobs

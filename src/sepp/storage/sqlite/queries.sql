@@ -114,10 +114,24 @@ UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
 -- name: expired_leases
 -- Up to ?4 expired leases (expiry <= ?1) after the key (?2 expiry, ?3 seq), oldest first: a
 -- pass that skipped an unprocessable row goes on past it (keyset, never OFFSET).
-SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node, id,
-    lease_id, job_type
-FROM jobs WHERE state = 3 AND lease_expires_at <= ?1 AND (lease_expires_at, seq) > (?2, ?3)
-ORDER BY lease_expires_at, seq LIMIT ?4;
+-- jobs_leased is (queue, lease_expires_at) WHERE state = 3, seq (the rowid) last (migration
+-- 0010): `qs` finds every queue holding a RESERVED job by a skip scan of it (one seek per
+-- queue; the stored values are compared as they are, so a damaged name is walked past
+-- like any other), each queue gives its ?4 oldest expired leases after the key (one range
+-- of the index, in order), and the ?4 oldest of them all are returned.
+WITH RECURSIVE qs(q) AS (
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_leased WHERE state = 3)
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_leased WHERE state = 3 AND queue > qs.q)
+    FROM qs WHERE qs.q IS NOT NULL
+)
+SELECT j.seq, j.queue, j.attempt, j.max_attempts, j.worker_id, j.started_at, j.lease_expires_at,
+    j.cancel_requested, j.node, j.id, j.lease_id, j.job_type
+FROM qs JOIN jobs AS j ON j.seq IN (
+    SELECT seq FROM jobs INDEXED BY jobs_leased
+    WHERE state = 3 AND queue = qs.q AND lease_expires_at <= ?1 AND (lease_expires_at, seq) > (?2, ?3)
+    ORDER BY lease_expires_at, seq LIMIT ?4)
+ORDER BY j.lease_expires_at, j.seq LIMIT ?4;
 
 -- name: prune_jobs
 DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE purge_at <= ? LIMIT ?);

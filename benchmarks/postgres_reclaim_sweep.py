@@ -1,0 +1,130 @@
+"""The reclaim sweep's statement (``expired_leases``) on PostgreSQL before and after migration
+0008 (one index over the RESERVED jobs, ``(queue, lease_expires_at) WHERE state = 3``).
+
+Builds two scratch schemas: "old" with migrations 0001-0007 (``jobs_leased
+(lease_expires_at)`` and ``jobs_reserved (queue)``) running the statement as it was (one
+walk of jobs_leased in expiry order), and "new" with every migration running today's
+``expired_leases`` (a skip scan over the queues, a probe per queue, the oldest kept, then
+locked by seq). Each holds ``--background`` READY jobs of one queue and as many COMPLETED
+ones, then the leases of one case:
+
+* ``Q x N expired``: Q queues of N RESERVED jobs each, every lease expired (a node died);
+* ``Q x N live``: the same, no lease expired yet (the sweep's usual pass: nothing to do).
+
+Statistics either taken before the RESERVED jobs were added ("stale": the planner thinks
+there are none) or after ("fresh"); autovacuum off for ``jobs``. Each statement runs
+``--rounds`` times as ``EXPLAIN (ANALYZE, BUFFERS)`` with ``--limit`` (the sweeper's
+PASS_LIMIT) in a transaction rolled back (every round locks the same rows, none changes).
+Prints the median execution time (ms) and the shared buffers the plan touched, old and new.
+
+    python benchmarks/postgres_reclaim_sweep.py [--rounds 7] [--limit 5000] [--background 20000]
+        [--dsn postgresql://postgres@127.0.0.1:5432/test]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+from typing import Any
+
+import asyncpg
+import uuid_utils
+from _harness import table
+
+from sepp.storage._sql import migrations
+from sepp.storage.postgres.sql import Q
+
+NOW = 1_700_000_000_000_000
+COLUMNS = ["id", "queue", "job_type", "state", "priority", "run_at", "enqueued_at", "max_attempts", "payload",
+           "encoding"]
+#: ``expired_leases`` as it was before migration 0008 (one walk of jobs_leased (lease_expires_at)).
+OLD = """SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested, node, id,
+    lease_id, job_type
+FROM jobs WHERE state = 3 AND lease_expires_at <= $1
+ORDER BY lease_expires_at, seq LIMIT $2
+FOR UPDATE SKIP LOCKED"""
+CASES = [(100, 200, True), (1, 20_000, True), (100, 200, False), (1_000, 5, True)]
+
+
+async def build(conn: asyncpg.Connection, schema: str, upto: int, queues: int, per: int, expired: bool,
+                background: int, fresh: bool) -> None:
+    """A schema ``schema`` migrated to version ``upto`` holding the case's jobs."""
+    await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
+    await conn.execute(f"SET search_path = {schema}")
+    for number, _name, sql in migrations("sepp.storage.postgres"):
+        if number <= upto:
+            await conn.execute(sql)
+    await conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+
+    async def add(n: int, queue: str, state: int) -> None:
+        rows = [(uuid_utils.uuid7().bytes, queue, "t", state, 0, NOW, NOW, 3, b"{}", "") for _ in range(n)]
+        await conn.copy_records_to_table("jobs", records=rows, columns=COLUMNS, schema_name=schema)
+
+    await add(background, "bg", 4)
+    await add(background, "bg", 2)
+    if not fresh:
+        await conn.execute("ANALYZE jobs")
+    for i in range(queues):
+        await add(per, f"queue-{i:04d}", 2)
+    # Leased in batches of 256 as a Reserve leases them (one expiry per batch), 1 s apart.
+    expiry = NOW - 3_600_000_000 if expired else NOW + 3_600_000_000
+    await conn.execute(
+        "UPDATE jobs SET state = 3, lease_id = '\\x00'::bytea, lease_expires_at = $1 + (seq / 256) * 1000000, "
+        "worker_id = 'w', attempt = 1 WHERE queue <> 'bg'", expiry)
+    if fresh:
+        await conn.execute("ANALYZE jobs")
+    await conn.execute("VACUUM jobs")  # the UPDATE's dead versions out of the way (a sweep rarely meets them)
+
+
+async def measure(conn: asyncpg.Connection, sql: str, limit: int, rounds: int) -> tuple[float, int, int]:
+    """(median ms, median shared buffers, rows) of ``sql`` over ``rounds`` rolled-back runs."""
+    times, buffers, rows = [], [], 0
+    for _ in range(rounds):
+        tr = conn.transaction()
+        await tr.start()
+        try:
+            plan = [r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, NOW, limit)]
+        finally:
+            await tr.rollback()
+        times.append(float(next(m[1] for line in plan if (m := re.search(r"Execution Time: ([\d.]+)", line)))))
+        top = next(line for line in plan if "Buffers:" in line)
+        hit = re.search(r"hit=(\d+)", top)
+        read = re.search(r"read=(\d+)", top)
+        buffers.append((int(hit[1]) if hit else 0) + (int(read[1]) if read else 0))
+        rows = int(re.search(r"actual time=[\d.]+\.\.[\d.]+ rows=(\d+)", plan[0])[1])  # type: ignore[index]
+    return statistics.median(times), int(statistics.median(buffers)), rows
+
+
+async def main(args: argparse.Namespace) -> None:
+    conn = await asyncpg.connect(args.dsn)
+    schema = f"bench_sweep_{os.getpid()}"
+    out: list[list[str]] = []
+    try:
+        for queues, per, expired in CASES:
+            for fresh in (False, True):
+                got: list[Any] = []
+                for upto, sql in ((7, OLD), (10_000, Q["expired_leases"])):
+                    await build(conn, schema, upto, queues, per, expired, args.background, fresh)
+                    got.append(await measure(conn, sql, args.limit, args.rounds))
+                (t0, b0, r0), (t1, b1, r1) = got
+                assert r0 == r1, (r0, r1)
+                out.append([f"{queues:,} x {per:,} {'expired' if expired else 'live'}",
+                            "fresh" if fresh else "stale", f"{r1:,}", f"{t0:.2f}", f"{t1:.2f}", f"{b0:,}", f"{b1:,}"])
+    finally:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await conn.close()
+    print(f"\nexpired_leases, LIMIT {args.limit:,}, {args.background:,} READY + {args.background:,} COMPLETED jobs "
+          f"besides; median of {args.rounds}")
+    print(table(["RESERVED jobs", "statistics", "rows", "old ms", "new ms", "old buffers", "new buffers"], out))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--limit", type=int, default=5_000)
+    ap.add_argument("--background", type=int, default=20_000)
+    ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    asyncio.run(main(ap.parse_args()))

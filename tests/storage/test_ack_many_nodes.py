@@ -209,3 +209,34 @@ async def test_acks_racing_a_reclaim_and_a_re_lease_on_another_node_agree_with_t
             assert [x.error for x in done] == [None] * len(again)
         rest = await lease(b, n=60, now=end + 2, worker="b")
         await b.settle([SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, end + 3) for r in rest], POLICY)
+
+
+async def test_two_nodes_sweeping_at_once_reclaim_every_expired_lease_once(
+        two_nodes: tuple[Store, Store, str]) -> None:
+    """Two nodes run the reclaim sweep at the same moments, with small limits, over leases of
+    twelve queues (``expired_leases`` probes each queue, then locks the oldest it chose
+    SKIP LOCKED: a lease the other node holds is left to it). Every expired lease is
+    reclaimed exactly once (one ``lease_expired`` attempt in its history, the counts add
+    up), the live ones are left."""
+    a, b, schema = two_nodes
+    queues = [f"q{i:02d}" for i in range(12)]
+    for i, q in enumerate(queues):
+        await put(a, *[row(q) for _ in range(10)])
+        await lease(a, q, n=5, lease_us=(i + 1) * S)
+        await lease(a, q, n=5, lease_us=(i + 1) * S + 100 * S)
+    now, total = NOW + 50 * S, 0
+    while True:
+        done = await asyncio.gather(*(s.reclaim_expired(now, 7, POLICY) for s in (a, b, a, b)))
+        total += sum(r.count for r in done)
+        if not any(r.count for r in done):
+            break
+    assert total == 60
+    for q in queues:
+        page = await a.admin.state_counts(q)
+        assert (page[q].ready, page[q].reserved) == (5, 5), (q, page[q])
+    conn = await asyncpg.connect(PG_TEST_DSN, server_settings={"search_path": schema})
+    try:
+        histories = [h for (h,) in await conn.fetch("SELECT history FROM jobs WHERE state = 2")]
+    finally:
+        await conn.close()
+    assert len(histories) == 60 and all(h.count("lease_expired") == 1 for h in histories), histories

@@ -2,20 +2,25 @@
 the planner's statistics are stale (issue 10: many workers, deep prefetch, bursts of
 scheduled jobs, large dead-letter queues).
 
-The partial indexes (``jobs_ready``: READY, ``jobs_scheduled``: SCHEDULED, ``jobs_reserved``
-and ``jobs_leased``: RESERVED, ``jobs_finished``: state ≥ 4) look almost free to a planner
-whose last ANALYZE saw no row in their state, and a statement that says ``state = 3`` (or
-``IN (5, 6)``) lets it use them: then changing one job, or each row of a chunk, reads every
-job of that state. Measured (``benchmarks/postgres_many_leases.py``, 20,480 jobs leased): one
-ack 4 ms instead of 0.16, one nack 5 ms instead of 0.13; a promotion chunk of 1,000 of 20,000
-due jobs 2.6 s. So the guard on the row changed is written ``state::integer = N`` — the same
-test, which no index predicate matches — while the statement that *selects* the rows (the
+The partial indexes (``jobs_ready``: READY, ``jobs_scheduled``: SCHEDULED, ``jobs_leased``:
+RESERVED, and ``jobs_reserved`` too before migration 0008, ``jobs_finished``: state ≥ 4)
+look almost free to a planner whose last ANALYZE saw no row in their state, and a statement
+that says ``state = 3`` (or ``IN (5, 6)``) lets it use them: then changing one job, or each
+row of a chunk, reads every job of that state. Measured
+(``benchmarks/postgres_many_leases.py``, 20,480 jobs leased): one ack 4 ms instead of 0.16,
+one nack 5 ms instead of 0.13; a promotion chunk of 1,000 of 20,000 due jobs 2.6 s. So the
+guard on the row changed is written ``state::integer = N`` — the same test, which no index
+predicate matches — while the statement that *selects* the rows (the
 CTE) keeps ``state = N`` and its partial index. This test pins the plans after statistics
 taken while the table held other states only (autovacuum off for the table), and the
 chunked statements again after a fresh ANALYZE: a chunk joined as ``j.seq = chunk.seq``
 was then a hash join over the whole table, so the rows a chunk chose are found as
 ``seq = ANY(ARRAY(SELECT seq FROM chunk))``. The admin search (``search_match``,
 ``search_range``) finds its rows by seq and tests their state the same way.
+
+The readers of the RESERVED jobs (the reclaim sweep, flow control's count and extras, the
+admin counts, pages and purges) are pinned to ``jobs_leased`` — ``(queue, lease_expires_at)
+WHERE state = 3`` since migration 0008 — with stale and with fresh statistics.
 """
 
 from __future__ import annotations
@@ -41,8 +46,8 @@ SQL = {**Q, **A}
 LEASE = b"L" * 16
 COLUMNS = ["id", "queue", "job_type", "state", "priority", "run_at", "enqueued_at", "max_attempts", "payload",
            "encoding"]
-#: The partial indexes of ``jobs`` (migration 0001).
-PARTIAL = ("jobs_ready", "jobs_scheduled", "jobs_reserved", "jobs_leased", "jobs_finished")
+#: The partial indexes of ``jobs`` (migrations 0001 and 0008).
+PARTIAL = ("jobs_ready", "jobs_scheduled", "jobs_leased", "jobs_finished")
 
 #: Statement name → parameters: "SEQ:<state>" / "ID:<state>" are a job of that state,
 #: "SEQS:2" 256 READY seqs, "IDS:3" 256 RESERVED ids.

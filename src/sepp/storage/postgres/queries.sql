@@ -6,9 +6,9 @@
 -- A statement that changes jobs it finds by id or seq (one job, an array of seqs, or the
 -- rows a CTE chose) writes its state guard on them as `state::integer = N`: the same test,
 -- but one the planner cannot match to the partial indexes (jobs_ready, jobs_scheduled,
--- jobs_reserved, jobs_leased, jobs_finished). With `state = N`, a planner whose last ANALYZE
--- saw no row in that state took the index as almost free and read every job of the state
--- to find each one (20,480 leased: one ack 4 ms instead of 0.16; 20,000 due: a promotion
+-- jobs_leased, jobs_finished; jobs_reserved before migration 0008). With `state = N`, a
+-- planner whose last ANALYZE saw no row in that state took the index as almost free and
+-- read every job of the state to find each one (20,480 leased: one ack 4 ms instead of 0.16; 20,000 due: a promotion
 -- chunk of 1,000 took 2.6 s). A CTE that *selects* rows keeps `state = N` and its index;
 -- the statement that changes them finds them as `seq = ANY(ARRAY(SELECT seq FROM chunk))`
 -- (the CTE runs once, its seqs go to the primary key): joined as `j.seq = chunk.seq`, a

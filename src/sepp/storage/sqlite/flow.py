@@ -21,9 +21,9 @@ def room(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int,
          now: int) -> tuple[int, Bucket | None, int]:
     """How many of ``want`` jobs ``queue`` may lease at ``now`` (µs), its token bucket as
     refilled (None without a rate limit; ``spend`` it after leasing) and the queue's
-    RESERVED jobs (counted through ``jobs_reserved`` when ``max_in_flight`` or a per-key
-    limit is set, else 0): ``want`` cut to the free slots under ``max_in_flight`` and to the
-    whole tokens in the bucket. 0 means the limits hold every job back."""
+    RESERVED jobs (counted through ``jobs_leased``, queue first, when ``max_in_flight`` or a
+    per-key limit is set, else 0): ``want`` cut to the free slots under ``max_in_flight`` and
+    to the whole tokens in the bucket. 0 means the limits hold every job back."""
     reserved = 0
     if limits.max_in_flight or limits.per_key:
         reserved = int(conn.execute(Q["count_reserved_in"], (queue,)).fetchone()[0])

@@ -169,7 +169,7 @@ DELETE FROM idempotency WHERE queue = ? AND key = ?;
 SELECT 1;
 
 -- name: count_reserved_in
--- Flow control (issue 12): how many jobs of queue ?1 are RESERVED now (jobs_reserved).
+-- Flow control (issue 12): how many jobs of queue ?1 are RESERVED now (a range of jobs_leased).
 SELECT count(*) FROM jobs WHERE queue = ?1 AND state = 3;
 
 -- name: bucket_get

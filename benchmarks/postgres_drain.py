@@ -8,10 +8,13 @@ drains the queue with ``--in-flight`` concurrent loops of ``Store.reserve`` (256
 byte budget as the server's Reserve gives one: ``--max-bytes``) and one ``Store.settle`` of
 their 256 acks (the batched ``ack_many``). Reports jobs/s (wall), the CPU µs per job of this
 process and of the PostgreSQL cluster (every process of the postmaster that serves ``--dsn``,
-from /proc: the backends, WAL writer, checkpointer, autovacuum), and with ``--verbose`` the
+from /proc: the backends, WAL writer, checkpointer, autovacuum — and of any other session on
+a shared machine) and of the backends serving the store's own connections only (found by
+their client ports; no WAL writer, no other session), and with ``--verbose`` the
 plans of ``ack_many`` and ``lease_within`` on the drained state. The WAL the drain wrote per job
 (``pg_stat_wal``: records, full-page images, bytes) is a steadier measure of the database's work
-than its CPU on a machine whose speed drifts. ``--sqlite`` runs the same
+than its CPU on a machine whose speed drifts, but it is the whole cluster's (another session's
+writes count too; ``benchmarks/postgres_lease_wal.py`` counts one statement's). ``--sqlite`` runs the same
 drain on a SQLite store in a temporary folder (this process's CPU only) as a yardstick.
 
     python benchmarks/postgres_drain.py [--jobs 20000] [--rounds 3] [--in-flight 2]
@@ -68,6 +71,50 @@ def cluster_cpu(postmaster: int) -> float:
     return total / TICKS
 
 
+def pid_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def own_ports(server_port: int) -> set[int]:
+    """The local TCP ports of this process's connections to ``server_port`` (from
+    /proc/net/tcp and /proc/self/fd: the sockets this process holds)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table_path) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, remote, inode = cols[1], cols[2], cols[9]
+            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == server_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+async def own_backends(conn: asyncpg.Connection, server_port: int) -> set[int]:
+    """The PIDs of the PostgreSQL backends serving this process's connections (other
+    sessions of a shared cluster left out)."""
+    ports = own_ports(server_port)
+    rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE client_port = ANY($1::int[])", list(ports))
+    return {int(r[0]) for r in rows} - {conn.get_server_pid()}
+
+
 async def postmaster_of(dsn: str) -> int:
     """The PID of the postmaster serving ``dsn`` (first line of its postmaster.pid)."""
     conn = await asyncpg.connect(dsn)
@@ -107,7 +154,7 @@ async def drain(store: Store, in_flight: int, max_bytes: int) -> tuple[float, fl
 
 async def run(args: argparse.Namespace, sqlite: bool) -> list[str]:
     """One row of the table: the median of ``--rounds`` drains, each on a fresh store."""
-    rates, own, pg = [], [], []
+    rates, own, pg, own_pg = [], [], [], []
     wal: list[tuple[float, ...]] = []
     postmaster = 0 if sqlite else await postmaster_of(args.dsn)
     plans: list[str] = []
@@ -128,9 +175,13 @@ async def run(args: argparse.Namespace, sqlite: bool) -> list[str]:
             if args.analyze and conn is not None:
                 await conn.execute("ANALYZE jobs")  # every job READY: the statistics a bulk enqueue leaves
             pg0 = cluster_cpu(postmaster) if postmaster else 0.0
+            port = int(await conn.fetchval("SHOW port")) if conn is not None else 0
+            mine0 = {pid: pid_cpu(pid) for pid in await own_backends(conn, port)} if conn is not None else {}
             wal0 = await wal_figures(conn) if conn is not None else (0, 0, 0)
             wall, cpu, done = await drain(store, args.in_flight, args.max_bytes)
             pg1 = cluster_cpu(postmaster) if postmaster else 0.0
+            mine1 = {pid: pid_cpu(pid) for pid in await own_backends(conn, port)} if conn is not None else {}
+            own_pg.append(sum(c - mine0.get(pid, 0.0) for pid, c in mine1.items()) / done * 1e6)
             wal1 = await wal_figures(conn) if conn is not None else (0, 0, 0)
             rates.append(done / wall)
             own.append(cpu / done * 1e6)
@@ -148,6 +199,7 @@ async def run(args: argparse.Namespace, sqlite: bool) -> list[str]:
     label = "SQLite" if sqlite else "PostgreSQL" + (", ANALYZE after enqueue" if args.analyze else "")
     return [label, f"{statistics.median(rates):,.0f}", f"{statistics.median(own):.1f}",
             "-" if sqlite else f"{statistics.median(pg):.1f}",
+            "-" if sqlite else f"{statistics.median(own_pg):.1f}",
             *("-" if sqlite else f"{statistics.median(w[i] for w in wal):,.1f}" for i in range(3))]
 
 
@@ -186,7 +238,8 @@ async def main(args: argparse.Namespace) -> None:
         out.append(await run(args, sqlite=True))
     print(f"\n{args.jobs:,} jobs, reserve 256 + ack 256 per cycle, {args.in_flight} cycles in flight, "
           f"byte budget {args.max_bytes:,}; median of {args.rounds}")
-    print(table(["store", "jobs/s", "CPU µs/job (this process)", "CPU µs/job (PostgreSQL)", "WAL records/job",
+    print(table(["store", "jobs/s", "CPU µs/job (this process)", "CPU µs/job (PostgreSQL)",
+                 "CPU µs/job (its backends)", "WAL records/job",
                  "WAL full pages/job", "WAL bytes/job"], out))
 
 

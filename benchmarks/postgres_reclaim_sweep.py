@@ -13,9 +13,11 @@ ones, then the leases of one case:
 
 Statistics either taken before the RESERVED jobs were added ("stale": the planner thinks
 there are none) or after ("fresh"); autovacuum off for ``jobs``. Each statement runs
-``--rounds`` times as ``EXPLAIN (ANALYZE, BUFFERS)`` with ``--limit`` (the sweeper's
+``--rounds`` times as ``EXPLAIN (ANALYZE, BUFFERS)`` with ``--limit`` and ``jit = off`` (as
+ReclaimOp runs it: queries.sql ``sweep_no_jit``) (the sweeper's
 PASS_LIMIT) in a transaction rolled back (every round locks the same rows, none changes).
-Prints the median execution time (ms) and the shared buffers the plan touched, old and new.
+The two statements run alternately. Prints the execution time (ms, least and median) and
+the shared buffers the plan touched (the most of any round), old and new.
 
     python benchmarks/postgres_reclaim_sweep.py [--rounds 7] [--limit 5000] [--background 20000]
         [--dsn postgresql://postgres@127.0.0.1:5432/test]
@@ -28,7 +30,6 @@ import asyncio
 import os
 import re
 import statistics
-from typing import Any
 
 import asyncpg
 import uuid_utils
@@ -79,23 +80,21 @@ async def build(conn: asyncpg.Connection, schema: str, upto: int, queues: int, p
     await conn.execute("VACUUM jobs")  # the UPDATE's dead versions out of the way (a sweep rarely meets them)
 
 
-async def measure(conn: asyncpg.Connection, sql: str, limit: int, rounds: int) -> tuple[float, int, int]:
-    """(median ms, median shared buffers, rows) of ``sql`` over ``rounds`` rolled-back runs."""
-    times, buffers, rows = [], [], 0
-    for _ in range(rounds):
-        tr = conn.transaction()
-        await tr.start()
-        try:
-            plan = [r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, NOW, limit)]
-        finally:
-            await tr.rollback()
-        times.append(float(next(m[1] for line in plan if (m := re.search(r"Execution Time: ([\d.]+)", line)))))
-        top = next(line for line in plan if "Buffers:" in line)
-        hit = re.search(r"hit=(\d+)", top)
-        read = re.search(r"read=(\d+)", top)
-        buffers.append((int(hit[1]) if hit else 0) + (int(read[1]) if read else 0))
-        rows = int(re.search(r"actual time=[\d.]+\.\.[\d.]+ rows=(\d+)", plan[0])[1])  # type: ignore[index]
-    return statistics.median(times), int(statistics.median(buffers)), rows
+async def once(conn: asyncpg.Connection, schema: str, sql: str, limit: int) -> tuple[float, int, int]:
+    """(ms, shared buffers, rows) of one rolled-back run of ``sql`` in ``schema``."""
+    tr = conn.transaction()
+    await tr.start()
+    try:
+        await conn.execute(f"SET LOCAL search_path = {schema}")
+        await conn.execute("SET LOCAL jit = off")  # as ReclaimOp runs it (queries.sql sweep_no_jit)
+        plan = [r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + sql, NOW, limit)]
+    finally:
+        await tr.rollback()
+    ms = float(next(m[1] for line in plan if (m := re.search(r"Execution Time: ([\d.]+)", line))))
+    top = next(line for line in plan if "Buffers:" in line)
+    hit, read = re.search(r"hit=(\d+)", top), re.search(r"read=(\d+)", top)
+    rows = int(re.search(r"actual time=[\d.]+\.\.[\d.]+ rows=(\d+)", plan[0])[1])  # type: ignore[index]
+    return ms, (int(hit[1]) if hit else 0) + (int(read[1]) if read else 0), rows
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -105,20 +104,27 @@ async def main(args: argparse.Namespace) -> None:
     try:
         for queues, per, expired in CASES:
             for fresh in (False, True):
-                got: list[Any] = []
-                for upto, sql in ((7, OLD), (10_000, Q["expired_leases"])):
-                    await build(conn, schema, upto, queues, per, expired, args.background, fresh)
-                    got.append(await measure(conn, sql, args.limit, args.rounds))
-                (t0, b0, r0), (t1, b1, r1) = got
+                sides = ((schema + "_old", 7, OLD), (schema + "_new", 10_000, Q["expired_leases"]))
+                for name, upto, _sql in sides:
+                    await build(conn, name, upto, queues, per, expired, args.background, fresh)
+                got: list[list[tuple[float, int, int]]] = [[], []]
+                for _ in range(args.rounds):  # alternated: the machine's speed drifts
+                    for i, (name, _upto, sql) in enumerate(sides):
+                        got[i].append(await once(conn, name, sql, args.limit))
+                t0, t1 = ([x[0] for x in runs] for runs in got)
+                b0, b1 = (max(x[1] for x in runs) for runs in got)
+                r0, r1 = (max(x[2] for x in runs) for runs in got)
                 assert r0 == r1, (r0, r1)
-                out.append([f"{queues:,} x {per:,} {'expired' if expired else 'live'}",
-                            "fresh" if fresh else "stale", f"{r1:,}", f"{t0:.2f}", f"{t1:.2f}", f"{b0:,}", f"{b1:,}"])
+                out.append([f"{queues:,} x {per:,} {'expired' if expired else 'live'}", "fresh" if fresh else "stale",
+                            f"{r1:,}", f"{min(t0):.2f} / {statistics.median(t0):.2f}",
+                            f"{min(t1):.2f} / {statistics.median(t1):.2f}", f"{b0:,}", f"{b1:,}"])
     finally:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema}_old CASCADE; DROP SCHEMA IF EXISTS {schema}_new CASCADE")
         await conn.close()
     print(f"\nexpired_leases, LIMIT {args.limit:,}, {args.background:,} READY + {args.background:,} COMPLETED jobs "
           f"besides; median of {args.rounds}")
-    print(table(["RESERVED jobs", "statistics", "rows", "old ms", "new ms", "old buffers", "new buffers"], out))
+    print(table(["RESERVED jobs", "statistics", "rows", "old ms (min / median)", "new ms (min / median)",
+                 "old buffers", "new buffers"], out))
 
 
 if __name__ == "__main__":

@@ -415,6 +415,7 @@ class ReclaimOp:
         dead: dict[str, int] = {}
         expired: dict[str, int] = {}
         types: dict[tuple[str, str, int], int] = {}
+        await conn.execute(Q["sweep_no_jit"])
         rows = await conn.fetch(Q["expired_leases"], now, self.limit)
         for r in rows:
             seq, queue, lease_id = r[0], r[1], r[10]

@@ -19,8 +19,11 @@ PASS_LIMIT) in a transaction rolled back (every round locks the same rows, none 
 The two statements run alternately. Prints the execution time (ms, least and median) and
 the shared buffers the plan touched (the most of any round), old and new.
 
+``--sqlite`` also times SQLite's statement before and after migration 0010 on the same jobs
+(CPU time of this process, no statistics: SQLite runs no ANALYZE).
+
     python benchmarks/postgres_reclaim_sweep.py [--rounds 7] [--limit 5000] [--background 20000]
-        [--dsn postgresql://postgres@127.0.0.1:5432/test]
+        [--sqlite] [--dsn postgresql://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ import argparse
 import asyncio
 import os
 import re
+import sqlite3
 import statistics
+import tempfile
+import time
+from pathlib import Path
 
 import asyncpg
 import uuid_utils
@@ -37,6 +44,7 @@ from _harness import table
 
 from sepp.storage._sql import migrations
 from sepp.storage.postgres.sql import Q
+from sepp.storage.sqlite.sql import Q as SQLITE_Q
 
 NOW = 1_700_000_000_000_000
 COLUMNS = ["id", "queue", "job_type", "state", "priority", "run_at", "enqueued_at", "max_attempts", "payload",
@@ -47,6 +55,11 @@ OLD = """SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_
 FROM jobs WHERE state = 3 AND lease_expires_at <= $1
 ORDER BY lease_expires_at, seq LIMIT $2
 FOR UPDATE SKIP LOCKED"""
+#: SQLite's ``expired_leases`` before migration 0010 (keyset after (?2, ?3), one walk of jobs_leased).
+OLD_SQLITE = """SELECT seq, queue, attempt, max_attempts, worker_id, started_at, lease_expires_at, cancel_requested,
+    node, id, lease_id, job_type
+FROM jobs WHERE state = 3 AND lease_expires_at <= ?1 AND (lease_expires_at, seq) > (?2, ?3)
+ORDER BY lease_expires_at, seq LIMIT ?4"""
 CASES = [(100, 200, True), (1, 20_000, True), (100, 200, False), (1_000, 5, True)]
 
 
@@ -97,6 +110,51 @@ async def once(conn: asyncpg.Connection, schema: str, sql: str, limit: int) -> t
     return ms, (int(hit[1]) if hit else 0) + (int(read[1]) if read else 0), rows
 
 
+def sqlite_case(folder: Path, upto: int, queues: int, per: int, expired: bool, background: int
+                ) -> sqlite3.Connection:
+    """A SQLite database migrated to ``upto`` holding the case's jobs (as ``build``)."""
+    path = folder / f"sweep-{upto}.db"
+    path.unlink(missing_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    for number, _name, sql in migrations("sepp.storage.sqlite"):
+        if number <= upto:
+            conn.executescript(f"BEGIN;\n{sql}\n;PRAGMA user_version={number};\nCOMMIT;")
+    conn.execute("BEGIN")
+    for queue, state, n in [("bg", 4, background), ("bg", 2, background),
+                            *((f"queue-{i:04d}", 2, per) for i in range(queues))]:
+        conn.executemany("INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts, "
+                         "payload, encoding) VALUES (?, ?, 't', ?, 0, ?, ?, 3, x'7b7d', '')",
+                         [(uuid_utils.uuid7().bytes, queue, state, NOW, NOW) for _ in range(n)])
+    expiry = NOW - 3_600_000_000 if expired else NOW + 3_600_000_000
+    conn.execute("UPDATE jobs SET state = 3, lease_id = x'00', lease_expires_at = ? + (seq / 256) * 1000000, "
+                 "worker_id = 'w', attempt = 1 WHERE queue <> 'bg'", (expiry,))
+    conn.execute("COMMIT")
+    return conn
+
+
+def sqlite_rows(args: argparse.Namespace) -> list[list[str]]:
+    """The SQLite table: CPU ms of one run of each statement (least / median of
+    ``--rounds``, alternated), rows."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for queues, per, expired in CASES:
+            sides = [(sqlite_case(Path(tmp), upto, queues, per, expired, args.background), sql)
+                     for upto, sql in ((9, OLD_SQLITE), (10_000, SQLITE_Q["expired_leases"]))]
+            times: list[list[float]] = [[], []]
+            counts = set()
+            for _ in range(args.rounds):
+                for i, (conn, sql) in enumerate(sides):
+                    t0 = time.process_time()
+                    counts.add(len(conn.execute(sql, (NOW, -(2**63), 0, args.limit)).fetchall()))
+                    times[i].append((time.process_time() - t0) * 1e3)
+            for conn, _sql in sides:
+                conn.close()
+            assert len(counts) == 1, counts
+            out.append([f"{queues:,} x {per:,} {'expired' if expired else 'live'}", f"{counts.pop():,}",
+                        *(f"{min(t):.2f} / {statistics.median(t):.2f}" for t in times)])
+    return out
+
+
 async def main(args: argparse.Namespace) -> None:
     conn = await asyncpg.connect(args.dsn)
     schema = f"bench_sweep_{os.getpid()}"
@@ -125,6 +183,10 @@ async def main(args: argparse.Namespace) -> None:
           f"besides; median of {args.rounds}")
     print(table(["RESERVED jobs", "statistics", "rows", "old ms (min / median)", "new ms (min / median)",
                  "old buffers", "new buffers"], out))
+    if args.sqlite:
+        print(f"\nSQLite expired_leases, LIMIT {args.limit:,}, same jobs; CPU ms of this process, "
+              f"least / median of {args.rounds}")
+        print(table(["RESERVED jobs", "rows", "old CPU ms", "new CPU ms"], sqlite_rows(args)))
 
 
 if __name__ == "__main__":
@@ -132,5 +194,6 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--limit", type=int, default=5_000)
     ap.add_argument("--background", type=int, default=20_000)
+    ap.add_argument("--sqlite", action="store_true", help="also time SQLite's statement, old and new")
     ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
     asyncio.run(main(ap.parse_args()))

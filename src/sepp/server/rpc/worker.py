@@ -14,7 +14,7 @@ from sepp.rejections import Reason
 from sepp.server.bounds import duration_arg
 from sepp.server.engine import JobEngine, job_id_bytes
 from sepp.server.errors import EngineError, InvalidRequest
-from sepp.server.rpc.convert import ReservationFiller, job_to_proto, set_ts, ts
+from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
 from sepp.storage.base import JobRecord, SettleKind, SettleParams, SettleResult, State
 from sepp.storage.errors import StoreError
@@ -96,7 +96,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self._clock_now = engine.clock.now
         self.workers = engine.workers
 
-    async def Reserve(self, request: wpb.ReserveRequest, context: Context) -> wpb.ReserveResponse:
+    async def Reserve(self, request: wpb.ReserveRequest,  # type: ignore[override]
+                      context: Context) -> wpb.ReserveResponse | bytes:
+        """Lease up to ``max_jobs`` jobs (``JobEngine.reserve``) and answer them. An answer
+        well within ``max_message_bytes`` is answered already serialized
+        (``ReservationWriter``; the registration sends bytes as they are); a larger one is
+        built message by message, giving back what does not fit."""
         try:
             lease = (duration_arg(request.lease_duration, "lease_duration", MIN_LEASE, MAX_LEASE)
                      if request.HasField("lease_duration") else None)
@@ -108,7 +113,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                                              client_version=request.client_version)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
-        resp = wpb.ReserveResponse()
         # Each job is converted on its own: one whose row cannot be (a damaged column) is not
         # handed out but dead-lettered with DAMAGED_ROW, and the others are delivered (issue 14 O4).
         damaged: list[tuple[JobRecord, Exception]] = []
@@ -120,20 +124,19 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             small = sum(len(r.payload) + len(r.history or "") + len(r.extras or b"") + 2048 for r in jobs) < budget
         except TypeError:  # a damaged row's column of the wrong type: the careful path below
             small = False
-        if small:
-            add = resp.reservations.add
-            fill = ReservationFiller().fill
+        if small:  # written as wire bytes directly (the registration sends bytes as they are)
+            writer = ReservationWriter()
             for rec in jobs:
                 try:
-                    fill(add(), rec)
+                    writer.add(rec)
                 except _UNCONVERTIBLE as exc:
-                    del resp.reservations[-1]
                     damaged.append((rec, exc))
             if damaged:
                 await self.engine.bury_damaged(damaged)
                 jobs = [rec for rec in jobs if all(rec is not d for d, _ in damaged)]
             self._give_back_if_cancelled(context, jobs)
-            return resp
+            return bytes(writer)
+        resp = wpb.ReserveResponse()
         size = 0
         overflow: list[JobRecord] = []
         for rec in jobs:

@@ -241,16 +241,19 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         ids = _all_ack_ids(request.items)
         if ids is not None:  # the common case: only acks, every id canonical
             new = _new_params
-            params = [new(SettleParams, (ids[k], ids[k + 1], ack, now, -1, "", "completed", "", ""))
-                      for k in range(0, len(ids), 2)]
+            params = [new(SettleParams, (ids[k:k + 16], ids[k + 16:k + 32], ack, now, -1, "", "completed", "", ""))
+                      for k in range(0, len(ids), 32)]
             try:
                 results = await self.engine.settle(params) if params else []
             except (EngineError, StoreError) as exc:
                 await abort_for(context, exc)
+            done = sum(1 for r in results if r.error is None and r.state == _COMPLETED)
+            if done == len(results):  # every ack completed its job: none failed, none refused
+                if request.worker_id:
+                    self.workers.called(request.worker_id, completed=done, failed=0)
+                return _ALL_COMPLETED * done  # already serialized (registration passes bytes)
             if request.worker_id:
                 self._count_done(request.worker_id, results)
-            if all(r.error is None and r.state == _COMPLETED for r in results):
-                return _ALL_COMPLETED * len(results)  # already serialized (registration passes bytes)
             return _settle_response(results)
         resp = wpb.SettleResponse()
         params = []
@@ -307,26 +310,26 @@ _new_params = tuple.__new__
 _CANONICAL_IDS = re.compile(r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12} )*")
 
 
-def _all_ack_ids(items: Any) -> list[bytes] | None:
+def _all_ack_ids(items: Any) -> bytes | None:
     """The 16-byte ids of a Settle made only of acks whose job and lease ids are canonical
-    UUID text — job id, lease id, job id, … in item order — parsed with one regex match and
-    one ``bytes.fromhex`` for the whole call instead of two ``job_id_bytes`` per item (the
-    same bytes ``job_id_bytes`` gives for each). None when any item is a nack, empty, or has
-    an id in another form: the caller then takes the item-by-item path, which refuses or
+    UUID text, one after the other — job id, lease id, job id, … in item order (item i's
+    ids at ``32 * i`` and ``32 * i + 16``) — parsed with one regex match and one
+    ``bytes.fromhex`` for the whole call instead of two ``job_id_bytes`` per item (the same
+    bytes ``job_id_bytes`` gives for each). None when any item is a nack, empty, or has an
+    id in another form: the caller then takes the item-by-item path, which refuses or
     accepts each id exactly as before."""
     texts: list[str] = []
     push = texts.append
     for item in items:
-        if item.WhichOneof("kind") != "ack":
-            return None
+        # A nack or an empty item reads as an empty ack (its oneof is not "ack"): its ids
+        # are "", which fail the match below, so no item needs its oneof looked at.
         a = item.ack
         push(a.job_id)
         push(a.lease_id)
     joined = " ".join(texts) + " "  # no items: " ", no match (the item path answers nothing)
     if _CANONICAL_IDS.fullmatch(joined) is None:
         return None
-    raw = bytes.fromhex(joined.replace("-", ""))
-    return [raw[k:k + 16] for k in range(0, len(raw), 16)]
+    return bytes.fromhex(joined.replace("-", ""))
 
 
 def _add_result(add: Any, r: SettleResult) -> None:

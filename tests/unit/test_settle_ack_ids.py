@@ -21,7 +21,7 @@ def _acks(*pairs: tuple[str, str]) -> list[wpb.SettleItem]:
 
 def test_the_ids_of_canonical_acks_are_the_bytes_job_id_bytes_gives_in_item_order() -> None:
     pairs = [(IDS[0], IDS[1]), (IDS[2].upper(), IDS[3]), (IDS[4], IDS[5].upper())]
-    raw = _all_ack_ids(_acks(*pairs))
+    raw = _all_ack_ids(wpb.SettleRequest(items=_acks(*pairs), worker_id="w-1"))
     assert raw == b"".join(job_id_bytes(text) or b"" for pair in pairs for text in pair)
     assert raw is not None and len(raw) == 32 * len(pairs)
 
@@ -38,7 +38,18 @@ def test_the_ids_of_canonical_acks_are_the_bytes_job_id_bytes_gives_in_item_orde
     _acks((IDS[0][:-1], IDS[0][-1] + IDS[1])),  # 35 + 37 characters that run together as two ids
     _acks((IDS[0][:8] + " " + IDS[0][9:], IDS[1])),
     _acks((IDS[0][:35] + "g", IDS[1])),
+    [wpb.SettleItem(ack=wpb.AckRequest(job_id=IDS[0], lease_id=IDS[1], worker_id="w"))],
+    [*_acks((IDS[0], IDS[1])), wpb.SettleItem(ack=wpb.AckRequest(job_id=IDS[0][:-2], lease_id=IDS[1] + "ab"))],
 ], ids=["none", "empty-item", "ack-then-nack", "nack-then-ack", "ack-then-empty", "no-hyphens", "braces",
-        "empty-lease", "run-together", "space", "not-hex"])
+        "empty-lease", "run-together", "space", "not-hex", "ack-worker-id", "lengths-shifted"])
 def test_anything_but_canonical_acks_takes_the_item_path(items: list[wpb.SettleItem]) -> None:
-    assert _all_ack_ids(wpb.SettleRequest(items=items).items) is None
+    assert _all_ack_ids(wpb.SettleRequest(items=items)) is None
+    assert _all_ack_ids(wpb.SettleRequest(items=items, worker_id="w" * 80)) is None
+
+
+def test_an_ack_with_an_unknown_field_takes_the_item_path() -> None:
+    ack = wpb.AckRequest(job_id=IDS[0], lease_id=IDS[1]).SerializeToString() + b"\x48\x01"  # field 9 = 1
+    item = b"\x0a" + bytes((len(ack),)) + ack
+    request = wpb.SettleRequest.FromString(b"\x0a" + bytes((len(item),)) + item)
+    assert request.items[0].ack.job_id == IDS[0]
+    assert _all_ack_ids(request) is None

@@ -3,6 +3,7 @@ stop of a worker's long-polls (``StopReserving``, issue 15 item 7)."""
 
 from __future__ import annotations
 
+import binascii
 import re
 from typing import Any, TypeAlias
 
@@ -238,7 +239,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                                                     "items", MAX_SETTLE_BATCH, n))
         now = self._clock_now()
         ack = SettleKind.ACK
-        ids = _all_ack_ids(request.items)
+        ids = _all_ack_ids(request)
         if ids is not None:  # the common case: only acks, every id canonical
             new = _new_params
             params = [new(SettleParams, (ids[k:k + 16], ids[k + 16:k + 32], ack, now, -1, "", "completed", "", ""))
@@ -303,33 +304,36 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 #: Builds a SettleParams from a full tuple without NamedTuple's Python-level __new__.
 _new_params = tuple.__new__
 
-#: A canonical UUID text (8-4-4-4-12 hex digits, either case) and a space, repeated:
-#: ``_all_ack_ids`` checks every id of a Settle with one match. The space ends each id, so
-#: no character can move from one id to the next (a 35-character job id and a 37-character
-#: lease id run together also spell two canonical ids); ``bytes.fromhex`` skips it.
-_CANONICAL_IDS = re.compile(r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12} )*")
+_HEX = rb"[0-9a-fA-F]"
+_UUID = _HEX + rb"{8}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{12}"
+#: Serialized ``SettleRequest.items`` of acks whose ids are canonical UUID text (8-4-4-4-12
+#: hex digits, either case) and nothing else: each item 80 bytes, ``0x0a 0x4e`` (item, 78
+#: bytes) ``0x0a 0x4c`` (ack, 76 bytes) ``0x0a 0x24`` <job id> ``0x12 0x24`` <lease id>.
+#: The lengths are part of the pattern, so a match is read item by item from the start:
+#: an item of any other kind, length or content (a nack, an empty item, an ack with a
+#: worker_id, an id in another form, unknown fields) ends it.
+_ACK_ITEMS = re.compile(rb"(?:\x0a\x4e\x0a\x4c\x0a\x24" + _UUID + rb"\x12\x24" + _UUID + rb")*")
+#: The bytes of ``_ACK_ITEMS`` that are not hex digits: the framing and the hyphens.
+_FRAMING = b"\x0a\x12\x24\x4c\x4e-"
 
 
-def _all_ack_ids(items: Any) -> bytes | None:
+def _all_ack_ids(request: wpb.SettleRequest) -> bytes | None:
     """The 16-byte ids of a Settle made only of acks whose job and lease ids are canonical
     UUID text, one after the other — job id, lease id, job id, … in item order (item i's
-    ids at ``32 * i`` and ``32 * i + 16``) — parsed with one regex match and one
-    ``bytes.fromhex`` for the whole call instead of two ``job_id_bytes`` per item (the same
-    bytes ``job_id_bytes`` gives for each). None when any item is a nack, empty, or has an
-    id in another form: the caller then takes the item-by-item path, which refuses or
-    accepts each id exactly as before."""
-    texts: list[str] = []
-    push = texts.append
-    for item in items:
-        # A nack or an empty item reads as an empty ack (its oneof is not "ack"): its ids
-        # are "", which fail the match below, so no item needs its oneof looked at.
-        a = item.ack
-        push(a.job_id)
-        push(a.lease_id)
-    joined = " ".join(texts) + " "  # no items: " ", no match (the item path answers nothing)
-    if _CANONICAL_IDS.fullmatch(joined) is None:
+    ids at ``32 * i`` and ``32 * i + 16``), the bytes ``job_id_bytes`` gives for each.
+
+    Read from the request's wire form (``SerializeToString``: the items first, each in
+    protobuf's field order) with one regex match (``_ACK_ITEMS``) and one ``unhexlify`` for
+    the whole call, instead of two attribute reads and two ``job_id_bytes`` per item. None
+    when there is no item, or any item is not such an ack: the caller then takes the
+    item-by-item path, which refuses or accepts each item exactly as before."""
+    n = len(request.items)
+    if not n:
         return None
-    return bytes.fromhex(joined.replace("-", ""))
+    items = request.SerializeToString()[:80 * n]
+    if _ACK_ITEMS.fullmatch(items) is None:
+        return None
+    return binascii.unhexlify(items.translate(None, _FRAMING))
 
 
 def _add_result(add: Any, r: SettleResult) -> None:

@@ -185,7 +185,7 @@ _AFTER_ITS_KIND = ("payload_text", "payload_int", "run_at_text", "run_at_int64_m
 def test_a_damaged_job_after_plain_jobs_of_its_kind_is_not_delivered(server_factory: ServerFactory,
                                                                     case: str) -> None:
     # The damaged job comes after plain jobs of the same kind in one Reserve answer, so its
-    # reservation would be copied from their template (ReservationFiller): it is still
+    # reservation would be put together from their kind's bytes (ReservationWriter): it is still
     # checked, never delivered, and the jobs on either side of it are.
     server = server_factory()
     with wire_for(server) as w:

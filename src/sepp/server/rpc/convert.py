@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from google.protobuf import timestamp_pb2
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
@@ -166,49 +166,145 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
         _fill_attempts(job, rec)
 
 
-class ReservationFiller:
-    """``fill_reservation`` for the many jobs of one ``Reserve`` answer, cheaper per job.
+# ---------------------------------------------------------------------- Reserve answer as bytes
+#
+# A Reserve answer of plain jobs is written as its wire bytes directly: building its
+# messages (each sub-message access and field write a call into protobuf) and serializing
+# them took about twice as long a job (benchmarks in docs/benchmarks.md). A reservation of a
+# plain job is
+#
+#   reservations (1):  0x0a <len> Reservation
+#   Reservation:       job (1): 0x0a <len> Job | lease_id, lease_expires_at, attempt (2..4)
+#   Job:               id (1): 0x0a 0x24 <36 ASCII> | queue, job_type (2, 3)
+#                      | payload (4): 0x22 <len> [data (1): 0x0a <len> <bytes>] [encoding (2)]
+#                      | priority, max_attempts, attempt, state (6..9)
+#                      | run_at (10), enqueued_at (11): Timestamp | the rest (12..21)
+#
+# written in field-number order, as protobuf writes it. Everything the jobs of one kind
+# share (queue, job type, state, priority, attempts, encoding, lease, worker, node, reason,
+# cancel flag) is serialized by protobuf itself, once per kind, from the message
+# ``fill_reservation`` builds; only id, payload data and the two times are put in per job.
+# The bytes are exactly ``SerializeToString()`` of the messages the message path builds
+# (tests/unit/test_reservation_wire.py).
 
-    The jobs of one answer share most of their fields (queue, job type, state, priority,
-    attempt, max_attempts, encoding, lease id and expiry, worker, node): a plain job (no
-    custom map, trace context, attempt history or idempotency key) is written by copying a
-    finished message of its kind (``CopyFrom``, one C call) and setting only what is its
-    own — id, payload bytes, run_at, enqueued_at — instead of ~20 field writes. The first
-    job of each kind builds its template with ``fill_reservation`` itself, so a damaged
-    column raises exactly as there (``TypeError``/``ValueError``/``OverflowError``); the
-    per-job columns are checked the same way. Anything else goes through
-    ``fill_reservation``. One filler per answer: templates hold one call's lease."""
 
-    __slots__ = ("_templates",)
+def _varint(n: int) -> bytes:
+    """``n`` (≥ 0) as a protobuf base-128 varint."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _fields(message: Message, low: int, high: int) -> bytes:
+    """The serialized fields of ``message`` numbered ``low`` to ``high`` (inclusive)."""
+    part = type(message)()
+    part.CopyFrom(message)
+    for field, _value in part.ListFields():
+        if not low <= field.number <= high:
+            part.ClearField(field.name)
+    return part.SerializeToString()
+
+
+#: The varints of the numbers below 16,384 (most lengths), looked up instead of computed.
+_SMALL_VARINTS = tuple(_varint(n) for n in range(1 << 14))
+
+
+def _length(n: int) -> bytes:
+    """``n`` (≥ 0) as a varint (``_SMALL_VARINTS`` when there)."""
+    return _SMALL_VARINTS[n] if n < 1 << 14 else _varint(n)
+
+
+class _Kind:
+    """The bytes the plain jobs of one kind share (see the comment above): the job's fields
+    2..3 (``names``); its encoding and fields 6..9, which follow the payload data
+    (``after``); its fields 12.. and the reservation's fields 2..4, which follow the times
+    (``tail``); and, memoized per (payload size, size of the times), what comes before the job
+    id and between it and the payload data (``head``)."""
+
+    __slots__ = ("after", "encoding", "heads", "names", "rest", "tail")
+
+    def __init__(self, template: wpb.Reservation) -> None:
+        job = template.job
+        self.names = _fields(job, 2, 3)
+        self.encoding = _fields(job.payload, 2, 2)
+        self.after = self.encoding + _fields(job, 6, 9)
+        self.rest = _fields(job, 12, 21)
+        self.tail = self.rest + _fields(template, 2, 4)
+        self.heads: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+
+    def head(self, size: int, times: int) -> tuple[bytes, bytes]:
+        """(bytes before the job id, bytes between it and the payload data) of a job of this
+        kind with ``size`` bytes of payload data and ``times`` bytes of run_at + enqueued_at."""
+        key = (size, times)
+        head = self.heads.get(key)
+        if head is None:
+            data_head = b"\x0a" + _length(size) if size else b""  # proto3: empty data is not written
+            payload = len(data_head) + size + len(self.encoding)
+            between = self.names + b"\x22" + _length(payload) + data_head
+            job = 2 + 36 + len(between) + size + len(self.after) + times + len(self.rest)
+            body = 1 + len(_length(job)) + job + len(self.tail) - len(self.rest)
+            before = b"\x0a" + _length(body) + b"\x0a" + _length(job) + b"\x0a\x24"
+            head = self.heads[key] = (before, between)
+        return head
+
+
+class ReservationWriter:
+    """The wire bytes of one ``Reserve`` answer, built per job (``add``): ``bytes()`` is
+    exactly ``SerializeToString()`` of a ``ReserveResponse`` holding what
+    ``fill_reservation`` writes for each added record, in order.
+
+    A plain job (no custom map, trace context, attempt history or idempotency key; id,
+    payload and times of the types a healthy row has, the times within the Timestamp range)
+    is put together from the bytes its kind shares, its id,
+    payload data and times; the first job of each kind builds them from ``fill_reservation``
+    itself, so a damaged shared column raises exactly as there. Any other job goes through
+    ``fill_reservation`` and ``SerializeToString``. One writer per answer: kinds hold one
+    call's lease."""
+
+    __slots__ = ("_kinds", "_parts", "_times")
 
     def __init__(self) -> None:
-        self._templates: dict[tuple[object, ...], wpb.Reservation] = {}
+        self._kinds: dict[tuple[object, ...], _Kind] = {}
+        self._parts: list[bytes] = []
+        #: {(run_at, enqueued_at): their fields}: the jobs of one answer mostly share them.
+        self._times: dict[tuple[int, int], bytes] = {}
 
-    def fill(self, res: wpb.Reservation, rec: JobRecord) -> None:
-        """Write ``rec`` into the (empty) ``res``, as ``fill_reservation`` does (same errors)."""
+    def __bytes__(self) -> bytes:
+        return b"".join(self._parts)
+
+    def add(self, rec: JobRecord) -> None:
+        """Append ``rec``'s reservation. Raises what ``fill_reservation`` raises for a damaged
+        row (``TypeError``/``ValueError``/``OverflowError``); nothing is appended then."""
         (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
          idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node) = rec
-        if extras or history or idem:
+        if (extras or history or idem or type(id_) is not bytes or len(id_) != 16 or type(payload) is not bytes
+                or type(run_at) is not int or type(enqueued_at) is not int
+                or not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US)):
+            res = wpb.Reservation()
             fill_reservation(res, rec)
+            body = res.SerializeToString()
+            self._parts.append(b"\x0a" + _length(len(body)) + body)
             return
         key = (queue, job_type, state, priority, attempt, max_attempts, encoding, lease_id, lease_expires_at,
                worker_id, node, reason, cancel)
-        template = self._templates.get(key)
-        if template is None:
+        kind = self._kinds.get(key)
+        if kind is None:
             template = wpb.Reservation()
             fill_reservation(template, rec)  # raises for a damaged shared column
-            self._templates[key] = template
-            res.CopyFrom(template)
-            return
-        if not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US):
-            raise ValueError("run_at or enqueued_at is outside the Timestamp range")
-        res.CopyFrom(template)
-        job = res.job
-        job.id = job_id_text(id_)
-        job.payload.data = payload
-        t = job.run_at
-        t.seconds, rem = divmod(run_at, 1_000_000)
-        t.nanos = rem * 1000
-        t = job.enqueued_at
-        t.seconds, rem = divmod(enqueued_at, 1_000_000)
-        t.nanos = rem * 1000
+            kind = self._kinds[key] = _Kind(template)
+        times = self._times.get((run_at, enqueued_at))
+        if times is None:
+            times = self._times[(run_at, enqueued_at)] = b"\x52" + _stamp(run_at) + b"\x5a" + _stamp(enqueued_at)
+        before, between = kind.head(len(payload), len(times))
+        self._parts.append(b"".join((before, job_id_text(id_).encode("ascii"), between, payload, kind.after, times,
+                                     kind.tail)))
+
+
+def _stamp(us: int) -> bytes:
+    """The length and body of a Timestamp field holding ``us`` µs (the tag is the caller's)."""
+    seconds, rem = divmod(us, 1_000_000)
+    body = timestamp_pb2.Timestamp(seconds=seconds, nanos=rem * 1000).SerializeToString()
+    return _length(len(body)) + body

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -333,9 +334,9 @@ class AckManyOp:
     (``others``, by index) one by one. Rows are locked in job-id order (``acks`` sorted,
     then the rest sorted), so two calls acking overlapping jobs in different orders — a
     worker re-sending a batch whose answer it lost, through another node — wait for each
-    other instead of deadlocking. Result: the completed (job id, queue, attempt,
-    started_at, job_type), {job id: result} of the acks applied one by one, {index:
-    result} of ``others``."""
+    other instead of deadlocking. Result: the rows of the completed jobs (job id, queue,
+    attempt, seq, started_at or None, job_type), {job id: result} of the acks applied one by
+    one, {index: result} of ``others``."""
 
     __slots__ = ("acks", "default_keep", "now", "others", "policy")
 
@@ -343,26 +344,29 @@ class AckManyOp:
                  policy: PolicyLookup) -> None:
         self.acks, self.others, self.now, self.default_keep, self.policy = acks, others, now, default_keep, policy
 
-    async def __call__(self, tx: Tx) -> tuple[list[tuple[bytes, str, int, int, str]], dict[bytes, SettleResult],
-                                             dict[int, SettleResult]]:
+    async def __call__(self, tx: Tx) -> tuple[list[Any], dict[bytes, SettleResult], dict[int, SettleResult]]:
         conn, now = tx.conn, self.now
-        acks = sorted(self.acks, key=lambda p: p.job_id)
+        acks = sorted(self.acks, key=_JOB_ID)
         rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in acks],
                                 [p.lease_id for p in acks])
-        by_queue: dict[str, list[int]] = {}
-        for r in rows:
-            by_queue.setdefault(r[1], []).append(r[3])
-        for queue, seqs in by_queue.items():
+        for queue in dict.fromkeys([r[1] for r in rows]):  # each queue once, in row order
             pol = self.policy(queue)
             if pol.wake_on_settle:  # a flow-limited queue got slots back (issue 12)
                 tx.wake(queue)
             if pol.completed_retention != self.default_keep:
-                await conn.execute(Q["set_purge_at"], completed_purge_at(now, pol), seqs)
-        acked = {r[0] for r in rows}
-        refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
+                await conn.execute(Q["set_purge_at"], completed_purge_at(now, pol),
+                                   [r[3] for r in rows if r[1] == queue])
+        refused: dict[bytes, SettleResult] = {}
+        if len(rows) < len(acks):  # a row per completed ack (ids unique): some were not
+            acked = {r[0] for r in rows}
+            refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
         others = {i: await settle_one(tx, p, self.policy)
                   for i, p in sorted(self.others.items(), key=lambda item: item[1].job_id)}
-        return [(r[0], r[1], r[2], r[4] or 0, r[5]) for r in rows], refused, others
+        return rows, refused, others
+
+
+#: The sort key of settle items by job id (their first field).
+_JOB_ID = operator.itemgetter(0)
 
 
 class ExtendOp:

@@ -302,13 +302,16 @@ class PostgresStore:
         now = acks[0].now
         default_keep = policy("").completed_retention
         folded = [p for p in acks if p.now == now]
-        others = {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now}
+        others = ({} if len(folded) == len(items)  # the common case: every item folded
+                  else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
         rows, refused, other_results = await self._committer.submit(
             ops.AckManyOp(folded, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
-        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started, job_type))
-                for job_id, queue, attempt, started, job_type in rows}
+        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started or 0, job_type))
+                for job_id, queue, attempt, _seq, started, job_type in rows}
         done.update(refused)
+        if not others:
+            return [done[p.job_id] for p in items]
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:

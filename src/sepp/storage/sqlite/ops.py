@@ -268,16 +268,18 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
             for _job_id, row_queue, _attempt, seq, _started, _type in rows:
                 if row_queue == queue:
                     conn.execute(Q["set_purge_at"], (purge_at, seq))
-    acked = {row[0] for row in rows}
     refused: dict[bytes, SettleResult] = {}
-    ack = SettleKind.ACK
-    for params in statements:
-        for k in range(2, len(params), 2):
-            job_id, lease_id = params[k], params[k + 1]
-            if job_id not in acked:
-                assert isinstance(job_id, bytes) and isinstance(lease_id, bytes)
-                item = SettleParams(job_id, lease_id, ack, now, outcome="completed")
-                refused[job_id] = settle_one(conn, item, policy)
+    if len(rows) < sum((len(params) - 2) // 2 for params in statements):
+        # A row per completed ack (the ids are unique): fewer rows, so some acks did not complete.
+        acked = {row[0] for row in rows}
+        ack = SettleKind.ACK
+        for params in statements:
+            for k in range(2, len(params), 2):
+                job_id, lease_id = params[k], params[k + 1]
+                if job_id not in acked:
+                    assert isinstance(job_id, bytes) and isinstance(lease_id, bytes)
+                    item = SettleParams(job_id, lease_id, ack, now, outcome="completed")
+                    refused[job_id] = settle_one(conn, item, policy)
     return ([(job_id, queue, attempt, started or 0, job_type) for job_id, queue, attempt, _seq, started, job_type
              in rows], refused,
             {i: settle_one(conn, p, policy) for i, p in others.items()})

@@ -331,13 +331,16 @@ class SQLiteStore:
                 chunk_params.append(p.job_id)
                 chunk_params.append(p.lease_id)
             statements.append(chunk_params)
-        others = {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now}
+        others = ({} if len(folded) == len(items)  # the common case: every item folded
+                  else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
         rows, refused, other_results = await self._committer.submit(
             partial(ops.ack_many, statements, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
         done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started, job_type))
                 for job_id, queue, attempt, started, job_type in rows}
         done.update(refused)
+        if not others:
+            return [done[p.job_id] for p in items]
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:

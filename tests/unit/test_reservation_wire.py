@@ -1,0 +1,105 @@
+"""``ReservationWriter`` (the Reserve hot path) writes exactly the bytes protobuf writes for
+the reservations ``fill_reservation`` builds — for plain jobs of one or many kinds, every
+size class of payload and time, jobs that take the message path in between, and damaged rows,
+which raise as ``fill_reservation`` raises and add nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.limits import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS
+from sepp.server.rpc.convert import ReservationWriter, fill_reservation
+from sepp.storage.base import JobRecord
+
+NOW = 1_790_000_000_123_456
+
+
+def _record(n: int = 0, **changes: Any) -> JobRecord:
+    base = JobRecord(bytes([n % 256]) * 15 + b"\x01", "emails", "welcome", 2, 5, NOW - 7, NOW - 9, 2, 25,
+                     b'{"a": %d}' % n, "application/json", None, None, b"\x02" * 16, NOW + 30_000_000, "host:1",
+                     NOW, None, None, None, 0, 42 + n, "node-a")
+    return base._replace(**changes)
+
+
+def _expected(records: list[JobRecord]) -> bytes:
+    resp = wpb.ReserveResponse()
+    for rec in records:
+        fill_reservation(resp.reservations.add(), rec)
+    return resp.SerializeToString()
+
+
+def _written(records: list[JobRecord]) -> bytes:
+    writer = ReservationWriter()
+    for rec in records:
+        writer.add(rec)
+    return bytes(writer)
+
+
+_extras = pb.EnqueueRequest(custom={"n": pb.CustomValue(int_value=7)},
+                            trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+_history = json.dumps([{"attempt": 1, "worker_id": "w", "started_at": NOW - 5, "ended_at": NOW - 4,
+                        "outcome": "retry", "error_message": "boom", "error_detail": "trace"}])
+_MIN_US, _MAX_US = MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_000_000 + 999_999
+
+
+@pytest.mark.parametrize("changes", [
+    {},
+    {"payload": b""},
+    {"payload": b"", "encoding": ""},
+    {"payload": b"x" * 127},
+    {"payload": b"x" * 128},
+    {"payload": b"x" * 20_000},
+    {"payload": bytes(range(256)) * 70},
+    {"run_at": NOW // 1_000_000 * 1_000_000, "enqueued_at": 0},
+    {"run_at": _MIN_US, "enqueued_at": _MAX_US},
+    {"run_at": -1, "enqueued_at": 1},
+    {"lease_id": None, "lease_expires_at": None, "worker_id": None, "node": None},
+    {"reason": "why", "cancel_requested": 1, "priority": -3, "attempt": 70_000, "max_attempts": 2**31 - 1},
+    {"queue": "q" * 300, "job_type": "é" * 100, "encoding": "e" * 200},
+    {"state": 0, "priority": 0, "attempt": 0, "max_attempts": 0, "queue": "", "job_type": "", "worker_id": ""},
+    {"extras": _extras.SerializeToString()},
+    {"history": _history},
+    {"idempotency_key": "k-1"},
+    {"id": b"\x07" * 15},
+    {"job_type": b"blob"},
+], ids=["plain", "no-data", "empty-payload", "data-127", "data-128", "data-20k", "binary", "zero-nanos",
+        "range-ends", "before-epoch", "no-lease", "flags", "long-names", "defaults", "custom+trace", "history",
+        "key", "short-id", "bytes-type"])
+def test_a_job_is_written_as_protobuf_writes_it(changes: dict[str, Any]) -> None:
+    # Each case alone, then after and between plain jobs of its kind (a kind's shared bytes
+    # reused) and of another kind.
+    rec = _record(**changes)
+    assert _written([rec]) == _expected([rec])
+    many = [_record(1), rec, _record(2, **changes), _record(3, priority=9), rec, _record(4, **changes)]
+    assert _written(many) == _expected(many)
+
+
+def test_an_answer_of_many_kinds_and_times_is_written_as_protobuf_writes_it() -> None:
+    records = [_record(i, queue=f"q{i % 3}", attempt=1 + i % 2, run_at=NOW + i * 1_000 * (i % 4),
+                       enqueued_at=NOW - (i % 5), payload=b"p" * (i * 37 % 300)) for i in range(300)]
+    assert _written(records) == _expected(records)
+    assert _written([]) == b"" == wpb.ReserveResponse().SerializeToString()
+
+
+@pytest.mark.parametrize("changes", [
+    {"payload": "text"}, {"payload": 7}, {"run_at": "soon"}, {"run_at": 2**63 - 1}, {"enqueued_at": -(2**63)},
+    {"run_at": 1.5}, {"priority": 1.5}, {"priority": "high"}, {"attempt": 2**63 - 1}, {"job_type": b"\xff"},
+    {"encoding": 3}, {"id": "not bytes"},
+], ids=repr)
+def test_a_damaged_row_raises_as_fill_reservation_does_and_adds_nothing(changes: dict[str, Any]) -> None:
+    rec = _record(**changes)
+    with pytest.raises(Exception) as slow:
+        fill_reservation(wpb.Reservation(), rec)
+    for before in ([], [_record(1)]):  # alone, and after a plain job of its kind
+        writer = ReservationWriter()
+        for good in before:
+            writer.add(good)
+        with pytest.raises(type(slow.value)):
+            writer.add(rec)
+        writer.add(_record(2))
+        assert bytes(writer) == _expected([*before, _record(2)])

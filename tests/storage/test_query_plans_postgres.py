@@ -238,17 +238,25 @@ RESERVED_READERS: dict[str, tuple[Any, ...]] = {
 #: Pages in enqueue order: the planner may walk jobs_pkey from the page's position instead
 #: (fresh statistics: it expects a RESERVED job every few rows), never the whole table.
 PKEY_OK = {"list_reserved"}
+#: Those that keep jobs_leased even with statistics of a burst ("burst": the planner thinks 80%
+#: of the table RESERVED in queue "q"). The others may then read the table sequentially — a
+#: per-queue count or extras read of "q" as well as the GROUP BY counts — as they did through
+#: jobs_reserved before migration 0008 (a planner's fair choice for 80% of the rows; flow
+#: control counts at most about once a second per limited queue: migration 0007's bound).
+BURST_OK = {"expired_leases", "list_reserved", "queue_has_jobs", "purge_reserved"}
 #: The RESERVED jobs of the fixture: queue "q" and 40 queues r-0000 … r-0039.
 BIG, SMALL, QUEUES = 10_240, 256, 40
 
 
-@pytest.fixture(params=["stale", "fresh"])
+@pytest.fixture(params=["stale", "fresh", "burst"])
 async def leased(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[asyncpg.Connection]:
     """A migrated schema holding 2,000 COMPLETED jobs, 40,960 READY ones of queue "q" and
     20,480 RESERVED ones — 10,240 of "q", 256 each of 40 other queues, half of every queue's
-    leases expired at NOW (the even seqs; 256 consecutive seqs share an expiry) — with statistics taken while
-    it held the COMPLETED jobs only ("stale": the planner thinks no job RESERVED) or after
-    everything ("fresh")."""
+    leases expired at NOW (the even seqs; 256 consecutive seqs share an expiry) — with
+    statistics taken while it held the COMPLETED jobs only ("stale": the planner thinks no job
+    RESERVED), after everything ("fresh"), or while every job but the COMPLETED ones was
+    RESERVED ("burst": the planner thinks queue "q" has 51,200 RESERVED jobs, 80% of the
+    table)."""
     connection = await _migrated(tmp_path)
     try:
         async def add(n: int, queue: str, state: int) -> None:
@@ -262,6 +270,10 @@ async def leased(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         await add(40_960 + BIG, "q", 2)
         for i in range(QUEUES):
             await add(SMALL, f"r-{i:04d}", 2)
+        if request.param == "burst":
+            await connection.execute("UPDATE jobs SET state = 3, lease_expires_at = $1 WHERE state = 2", NOW)
+            await connection.execute("ANALYZE jobs")
+            await connection.execute("UPDATE jobs SET state = 2, lease_expires_at = NULL WHERE state = 3")
         await connection.execute(
             "UPDATE jobs SET state = 3, lease_id = $1, worker_id = 'w', attempt = 1, "
             "lease_expires_at = CASE WHEN seq % 2 = 0 THEN $2 - (seq / 256) * 1000 "
@@ -285,10 +297,14 @@ async def _plan(conn: asyncpg.Connection, sql: str, params: tuple[Any, ...]) -> 
         await tr.rollback()
 
 
-async def test_readers_of_reserved_jobs_use_jobs_leased(leased: asyncpg.Connection) -> None:
+async def test_readers_of_reserved_jobs_use_jobs_leased(leased: asyncpg.Connection,
+                                                         request: pytest.FixtureRequest) -> None:
     assert await leased.fetchval("SELECT count(DISTINCT queue) FROM jobs WHERE state = 3") == QUEUES + 1
+    burst = request.node.callspec.params["leased"] == "burst"
     wrong = {}
     for name, params in RESERVED_READERS.items():
+        if burst and name not in BURST_OK:
+            continue
         plan = [line.strip() for line in await _plan(leased, SQL[name], params)]
         text = " | ".join(plan)
         # A sequential scan for RESERVED jobs (count_queue's READY count may be one: most of

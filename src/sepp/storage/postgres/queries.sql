@@ -212,7 +212,9 @@ UPDATE jobs SET lease_expires_at = $1 WHERE seq = $2;
 -- Before expired_leases, in its transaction: no JIT compilation. The planner estimates the
 -- per-queue probes at ~100 queues (a recursive CTE's guess) times each one's expired
 -- leases, which passes jit_above_cost as soon as a few thousand leases expired: it then
--- spent ~20 ms compiling a statement that runs in ~30 (one queue, 20,000 expired).
+-- spent ~20 ms compiling a statement that runs in ~30 (one queue, 20,000 expired). For the
+-- rest of the committer's transaction: the other operations of its group (all short
+-- statements) run without JIT too.
 SET LOCAL jit = off;
 
 -- name: expired_leases

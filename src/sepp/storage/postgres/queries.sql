@@ -225,11 +225,12 @@ SET LOCAL jit = off;
 -- RESERVED job by a skip scan of that index (one descent per such queue, from the index
 -- itself: the queues table may lack a queue whose row another node deleted while this one
 -- still enqueued to it), `picked` takes the $2 oldest expired leases of each queue (one
--- range of the index each, in order: it stops at $2 or at the first live lease) and keeps
--- the $2 oldest of them all, unlocked. The rows are then locked by seq, SKIP LOCKED, and
--- the lock re-reads each one: a lease settled, extended or reclaimed since the snapshot
--- fails `state::integer = 3 AND lease_expires_at <= $1` and is left out. Locking inside
--- the per-queue probes would lock up to $2 rows per queue and return only $2.
+-- range of the index each: the queue's expired leases read in order up to $2, or read
+-- whole and sorted, as the planner prefers) and keeps the $2 oldest of them all, unlocked.
+-- The rows are then locked by seq, SKIP LOCKED, and the lock re-reads each one: a lease
+-- settled, extended or reclaimed since the snapshot fails `state::integer = 3 AND
+-- lease_expires_at <= $1` and is left out. Locking inside the per-queue probes would lock
+-- up to $2 rows per queue and return only $2.
 WITH RECURSIVE qs(q) AS (
     SELECT (SELECT queue FROM jobs WHERE state = 3 ORDER BY queue LIMIT 1)
     UNION ALL

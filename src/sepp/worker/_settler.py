@@ -55,6 +55,27 @@ HURRY_WAIT = 1.0
 RETRY_PAUSE_MAX = 2.0
 
 
+#: ``SettleRequest`` wire bytes (``_request``): the tag of an ``items`` entry (field 1,
+#: length-delimited), and an ack of a job id and a lease id of ``_UUID_TEXT`` bytes each —
+#: ``items`` (length 78) → ``SettleItem.ack`` (field 1, length 76) → ``AckRequest.job_id``
+#: (field 1, length 36), the job id, then ``lease_id`` (field 2, length 36), the lease id.
+_ITEMS_TAG = b"\x0a"
+_UUID_TEXT = 36
+_ACK_BODY = 2 * (2 + _UUID_TEXT)  # AckRequest: two (tag, length, 36 bytes) fields
+_ACK_HEAD = bytes((0x0A, 2 + _ACK_BODY, 0x0A, _ACK_BODY, 0x0A, _UUID_TEXT))
+_ACK_LEASE = bytes((0x12, _UUID_TEXT))
+
+
+def _varint(n: int) -> bytes:
+    """``n`` (≥ 0) as a protobuf base-128 varint."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 class Abandoned(SeppError):
     """The worker stopped before this settle was answered: ``Settler.abandon`` gave it up.
     Its job comes back after its lease (or stays settled, if the call had reached the
@@ -277,17 +298,28 @@ class Settler:
 
     @staticmethod
     def _request(batch: list[_Item]) -> wpb.SettleRequest:
-        """The ``SettleRequest`` of ``batch``'s items, in order."""
-        request = wpb.SettleRequest()
-        add = request.items.add
-        for outcome, job_id, lease_id, *_ in batch:
-            if outcome.kind == "completed":  # Outcome.fill's ack, inline: most items are acks
-                ack = add().ack
-                ack.job_id = job_id
-                ack.lease_id = lease_id
-            else:
-                outcome.fill(add(), job_id, lease_id)
-        return request
+        """The ``SettleRequest`` of ``batch``'s items, in order.
+
+        Written as wire bytes and parsed once: an ack of a job whose id and lease id are
+        canonical UUID text (36 bytes each, as the server writes them; nearly every item) is
+        a constant prefix, its job id, a constant separator and its lease id (``_ACK_HEAD``),
+        a third of the cost of ``items.add().ack`` and two field writes. Any other item is
+        serialized by protobuf (``Outcome.fill``) and framed as an ``items`` entry; a
+        repeated field's entries concatenate (the protobuf encoding)."""
+        parts: list[bytes] = []
+        extend = parts.extend
+        for outcome, job_id, lease_id, _, _, _ in batch:
+            if outcome.kind == "completed":
+                job = job_id.encode()
+                lease = lease_id.encode()
+                if len(job) == _UUID_TEXT == len(lease):
+                    extend((_ACK_HEAD, job, _ACK_LEASE, lease))
+                    continue
+            item = wpb.SettleItem()
+            outcome.fill(item, job_id, lease_id)
+            body = item.SerializeToString()
+            extend((_ITEMS_TAG, _varint(len(body)), body))
+        return wpb.SettleRequest.FromString(b"".join(parts))
 
     def _join(self, batch: list[_Item]) -> int:
         """Move queued items (up to ``max_batch`` in all) into ``batch``, which is being

@@ -20,7 +20,7 @@ def _expected(items: list[tuple[Outcome, str, str]]) -> wpb.SettleRequest:
 
 
 def _built(items: list[tuple[Outcome, str, str]]) -> wpb.SettleRequest:
-    return Settler._request([(outcome, job_id, lease_id, None, None, None) for outcome, job_id, lease_id in items])
+    return Settler._request([(outcome, job_id, lease_id, None, None) for outcome, job_id, lease_id in items])
 
 
 def _uuid() -> str:

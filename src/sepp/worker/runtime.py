@@ -351,14 +351,13 @@ class Worker:
             raise ValueError("the worker has no queues to reserve from")
         self._rpc = WorkerRpc(cfg.target, credentials=cfg.credentials(), metadata=self._auth_metadata,
                               worker_id=cfg.worker_id, concurrency=cfg.concurrency)
-        self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
+        self._settler = Settler(self._rpc, max_batch=cfg.settle_batch, on_verdicts=self._settled_batch)
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
         self._loop = asyncio.get_running_loop()
         #: The registry's handlers by job type, looked up once per job (the dict itself:
         #: a handler registered while running is found).
         self._handlers = self.registry._handlers
-        self._on_settled = self._settled  # bound once, not once per job
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
@@ -791,24 +790,38 @@ class Worker:
 
     def _finish(self, job: Job, outcome: Outcome, error: BaseException | None, span: Process | None,
                 started: float) -> None:
-        """The handler is done: tell ``span``, and settle. Its slot goes to the next job while the
-        outcome is settled in the background (queued before anything else runs; stop() waits
-        for its verdict)."""
+        """The handler is done: tell ``span``, and queue ``outcome`` for ``job`` (the report is
+        made when its verdict comes back). Its slot goes to the next job while the outcome is
+        settled in the background (queued before anything else runs; stop() waits for its
+        verdict)."""
         if span is not None:
             span.outcome(outcome.kind, error, outcome.error_message)
-        self._settle(job, outcome, _perf_counter() - started)
-
-    def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
-        """Queue ``outcome`` for ``job``; the report is made when its verdict comes back."""
+        duration = _perf_counter() - started
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
         self._settling += 1
-        self._settler.notify(outcome, job._job.id, job.lease_id, self._on_settled, (job, outcome, duration))
+        self._settler.notify(outcome, job._job.id, job.lease_id, (job, outcome, duration))
+
+    def _settled_batch(self, args: list[tuple[Job, Outcome, float]], results: list[SettleResult] | None,
+                       resent: int, error: BaseException | None) -> None:
+        """The verdicts on a batch of ``notify`` items (``Settler``'s ``on_verdicts``): ``_settled``
+        for each, in order — with no hooks, only for those that did not apply (nothing to do
+        for the others but count them)."""
+        self._settling -= len(args)
+        if results is None:
+            for arg in args:
+                self._settled(arg, None, False, error)
+        elif self._hooks:
+            for i, (arg, result) in enumerate(zip(args, results, strict=True)):
+                self._settled(arg, result, i < resent, None)
+        else:
+            for i, (arg, result) in enumerate(zip(args, results, strict=True)):
+                if not result.ok:
+                    self._settled(arg, result, i < resent, None)
 
     def _settled(self, arg: tuple[Job, Outcome, float], result: SettleResult | None, resent: bool,
                  error: BaseException | None) -> None:
-        """The verdict on ``arg`` = (job, outcome, duration): count, log, report to the hooks."""
-        self._settling -= 1
+        """The verdict on ``arg`` = (job, outcome, duration): log, report to the hooks."""
         if result is not None and result.ok and not self._hooks:
             return  # nothing to log, nobody to tell
         job, outcome, duration = arg
@@ -843,6 +856,7 @@ class Worker:
 
     def _settled_future(self, arg: tuple[Job, Outcome, float], fut: asyncio.Future[Settled]) -> None:
         """``_settled`` for an item settled through ``Settler.submit`` (a future)."""
+        self._settling -= 1
         if fut.cancelled():
             self._settled(arg, None, False, asyncio.CancelledError())
         elif (exc := fut.exception()) is not None:

@@ -31,6 +31,8 @@ def test_acks_of_uuid_ids_are_the_messages_protobuf_builds() -> None:
     items = [(COMPLETED, _uuid(), _uuid()) for _ in range(300)]
     request = _built(items)
     assert request == _expected(items)
+    # The same bytes on the wire as before (the server reads canonical acks' ids from them).
+    assert request.SerializeToString() == _expected(items).SerializeToString()
     assert [(i.ack.job_id, i.ack.lease_id) for i in request.items] == [(j, le) for _, j, le in items]
     assert all(i.WhichOneof("kind") == "ack" for i in request.items)
 

@@ -9,6 +9,7 @@ future runs after the send task has ended and before its done-callbacks.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -16,6 +17,7 @@ from support.servers import module_server
 from support.worker import count_states, fast_queue, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import worker_pb2 as wpb
 from sepp.testing import ServerProcess
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker._settler import Settled, Settler
@@ -97,3 +99,33 @@ async def test_items_queued_while_a_send_is_in_flight_leave_together(fast: Serve
     # queued before it ran), no second task was started.
     assert (settler.calls, settler.items) == (1, 6)
     assert count_states(fast, fresh_queue) == {"COMPLETED": 6}
+
+
+async def test_notified_items_are_told_once_per_batch_in_order(fast: ServerProcess, fresh_queue: str) -> None:
+    """``notify`` items: one ``on_verdicts`` call per batch, args and results in order (a
+    refused item among them); in a batch with a ``submit`` future, item by item."""
+    told: list[tuple[list[str], list[bool] | None, int, BaseException | None]] = []
+
+    def on_verdicts(args: list[str], results: list[wpb.SettleResult] | None, resent: int,
+                    error: BaseException | None) -> None:
+        told.append((args, None if results is None else [r.ok for r in results], resent, error))
+
+    rpc = WorkerRpc(fast.grpc_target)
+    try:
+        settler = Settler(rpc, on_verdicts=on_verdicts)
+        (j0, l0), (j1, l1), (j2, _), (j3, l3), (j4, l4) = reserve(fast, fresh_queue, 5)
+        settler.notify(COMPLETED, j0, l0, "a")  # all three queued before the send task runs
+        settler.notify(COMPLETED, j1, l1, "b")
+        settler.notify(COMPLETED, j2, str(uuid.uuid4()), "c")  # not its lease: refused
+        await asyncio.wait_for(settler.flush(), 5)
+        assert told == [(["a", "b", "c"], [True, True, False], 0, None)]
+        told.clear()
+        fut = settler.submit(COMPLETED, j3, l3)
+        settler.notify(COMPLETED, j4, l4, "d")
+        await asyncio.wait_for(settler.flush(), 5)
+        assert fut.done() and fut.result().result.ok and not fut.result().resent
+        assert told == [(["d"], [True], 0, None)]
+        assert (settler.calls, settler.items) == (2, 5)
+    finally:
+        await rpc.close()
+    assert count_states(fast, fresh_queue) == {"COMPLETED": 4, "RESERVED": 1}

@@ -1,30 +1,37 @@
-"""``sepp.worker.runtime._resume``: a coroutine whose first step the Worker ran inline
-(``coro.send(None)``) is finished by a task exactly as ``await coro`` would (PEP 380):
-later steps, values and exceptions the task throws in (cancellation), bare yields, and
-closing. Each case runs the same coroutine both ways and compares."""
+"""``sepp.worker.runtime._run_handlers`` and ``_resume``: a coroutine whose first step the
+Worker ran inline (``runner.send(coro)``) is finished by a task exactly as ``await coro``
+would (PEP 380): later steps, values and exceptions the task throws in (cancellation), bare
+yields, and closing; a runner runs one coroutine after another, whether they returned,
+raised or suspended first. Each case runs the same coroutine both ways and compares."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 import pytest
 
-from sepp.worker.runtime import _resume
+from sepp.worker.runtime import _RETURNED, _new_runner, _Raised, _resume
 
 Factory = Callable[[list[str]], Coroutine[Any, Any, Any]]
 
 
 async def resumed(coro: Coroutine[Any, Any, Any]) -> str:
-    """What the Worker does: the first step inline, the rest through ``_resume``."""
-    try:
-        first = coro.send(None)
-    except StopIteration:
-        return "inline"
-    await _resume(coro, first)
-    return "resumed"
+    """What the Worker does: the first step inline, the rest through ``_resume``; what the
+    handler raised is raised again (``Worker._resumed``)."""
+    runner = _new_runner()
+    ended = runner.send(coro)
+    how = "inline"
+    if ended is not _RETURNED and type(ended) is not _Raised:
+        ended = await _resume(runner, ended)
+        how = "resumed"
+    if type(ended) is _Raised:
+        raise ended.exc
+    assert ended is _RETURNED
+    return how
 
 
 async def awaited(coro: Coroutine[Any, Any, Any]) -> str:
@@ -75,11 +82,8 @@ async def test_an_exception_after_a_suspension_propagates_with_the_handlers_fram
         await asyncio.sleep(0.001)
         raise ValueError("late")
 
-    coro = fails([])
-    first = coro.send(None)
-    task = asyncio.ensure_future(_resume(coro, first))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="late") as info:
-        await task
+        await resumed(fails([]))
     assert any(entry.name == "fails" for entry in info.traceback)
 
 
@@ -120,12 +124,58 @@ def test_closing_the_resumer_closes_the_coroutine() -> None:
             done.append("closed")
 
     async def outer() -> None:
-        coro = waits()
-        first = coro.send(None)
-        await _resume(coro, first)
+        runner = _new_runner()
+        first = runner.send(waits())
+        await _resume(runner, first)
 
     gen = outer()
     gen.send(None)  # up to the first suspension of waits()
     gen.send(None)  # its second one, through _resume
     gen.close()
     assert done == ["closed"]
+
+
+async def test_a_runner_runs_coroutines_one_after_another_whatever_their_end() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[str] = []
+
+    async def quick() -> str:
+        seen.append(var.get())
+        var.set("quick")
+        return "ignored"
+
+    async def fails_at_once() -> None:
+        raise KeyError("first step")
+
+    async def suspends_then_fails() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("later")
+
+    async def suspends_then_returns() -> None:
+        await asyncio.sleep(0)
+        seen.append(var.get())
+
+    runner = _new_runner()
+    assert contextvars.copy_context().run(runner.send, quick()) is _RETURNED
+    ended = runner.send(fails_at_once())
+    assert type(ended) is _Raised and isinstance(ended.exc, KeyError)
+    assert ended.exc.__context__ is None  # the runner does not chain one job's error to the next
+    first = runner.send(suspends_then_fails())
+    ended = await _resume(runner, first)
+    assert type(ended) is _Raised and isinstance(ended.exc, ValueError) and ended.exc.__context__ is None
+    ctx = contextvars.copy_context()
+    first = ctx.run(runner.send, suspends_then_returns())
+    assert await _resume(runner, first, ctx) is _RETURNED
+    assert runner.send(quick()) is _RETURNED
+    assert seen == ["unset", "unset", "unset"]  # each step in its own context: nothing leaked
+
+
+async def test_an_error_after_an_error_has_no_context() -> None:
+    async def fails(n: int) -> None:
+        raise ValueError(n)
+
+    runner = _new_runner()
+    first = runner.send(fails(1))
+    second = runner.send(fails(2))
+    assert type(first) is _Raised and type(second) is _Raised
+    assert second.exc.__context__ is None

@@ -63,7 +63,7 @@ import threading
 import time
 import types
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from types import CoroutineType
@@ -123,42 +123,85 @@ RESERVE_RETRY_MAX = 2.0
 SETTLE_STOP_TIMEOUT = 10.0
 
 
+#: What a handler runner (``_run_handlers``) yields once the handler it ran returned.
+_RETURNED: Any = object()
+
+
+class _Raised:
+    """What a handler runner (``_run_handlers``) yields once the handler it ran raised ``exc``."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], first: Any,
-            ctx: contextvars.Context | None = None) -> Generator[Any, Any, None]:
-    """Finish ``coro`` as ``await coro`` would, once its first step (``coro.send(None)``,
-    made by the caller) yielded ``first``: what the task sends or throws in goes on to
-    ``coro`` and what ``coro`` yields goes out to the task (``yield from``, PEP 380). With
-    ``ctx``, every step of ``coro`` runs in that context (``Context.run``), as each step of
-    a task runs in the task's own context."""
-    send: Callable[[Any], Any] = coro.send
-    throw: Callable[[BaseException], Any] = coro.throw
+def _run_handlers() -> Generator[Any, Any, None]:
+    """Run the handler coroutines sent in, one after another, as ``await coro`` would
+    (``yield from``, PEP 380). ``runner.send(coro)`` runs ``coro``'s first step and returns
+    what it yields when it suspends — its later steps are the runner's (``send``/``throw``,
+    forwarded to ``coro``: ``_resume``) — or, once it ended, ``_RETURNED`` or a ``_Raised``
+    holding its exception; then the runner waits for the next coroutine. Unlike
+    ``coro.send(None)``, a handler that returns raises no ``StopIteration`` (catching it was
+    about a third of the runtime's cost of a no-op handler's first step). Start one with
+    ``send(None)``; closing it closes the coroutine it is in (``GeneratorExit`` is not
+    caught)."""
+    coro = yield None
+    while True:
+        ended: Any
+        try:
+            yield from coro
+            ended = _RETURNED
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # the handler's failure, told (not raised) to the caller
+            ended = _Raised(exc)
+        coro = yield ended  # (yielded outside the except block: no __context__ for the next job)
+        ended = None
+
+
+def _new_runner() -> Generator[Any, Any, None]:
+    """A started ``_run_handlers``."""
+    runner = _run_handlers()
+    runner.send(None)
+    return runner
+
+
+@types.coroutine
+def _resume(runner: Generator[Any, Any, None], first: Any,
+            ctx: contextvars.Context | None = None) -> Generator[Any, Any, Any]:
+    """Finish the handler coroutine whose first step ``runner`` (a ``_run_handlers``) ran and
+    which yielded ``first``, as ``await coro`` would: what the task sends or throws in goes
+    on to the handler (through ``runner``) and what it yields goes out to the task (``yield
+    from``, PEP 380). With ``ctx``, every step runs in that context (``Context.run``), as
+    each step of a task runs in the task's own context. Returns ``runner``'s end marker
+    (``_RETURNED`` or a ``_Raised``) once the handler ended; ``runner`` may then run the
+    next one."""
+    send: Callable[[Any], Any] = runner.send
+    throw: Callable[[BaseException], Any] = runner.throw
     if ctx is not None:
         run = ctx.run
 
         def send(value: Any) -> Any:
-            return run(coro.send, value)
+            return run(runner.send, value)
 
         def throw(exc: BaseException) -> Any:
-            return run(coro.throw, exc)
+            return run(runner.throw, exc)
 
     yielded = first
     while True:
         try:
             sent = yield yielded
         except GeneratorExit:
-            coro.close()
+            runner.close()
             raise
         except BaseException as exc:  # a cancellation thrown in by the task, as a rule
-            try:
-                yielded = throw(exc)
-            except StopIteration:
-                return
+            yielded = throw(exc)
         else:
-            try:
-                yielded = send(sent)
-            except StopIteration:
-                return
+            yielded = send(sent)
+        if yielded is _RETURNED or type(yielded) is _Raised:
+            return yielded
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,14 +351,13 @@ class Worker:
             raise ValueError("the worker has no queues to reserve from")
         self._rpc = WorkerRpc(cfg.target, credentials=cfg.credentials(), metadata=self._auth_metadata,
                               worker_id=cfg.worker_id, concurrency=cfg.concurrency)
-        self._settler = Settler(self._rpc, max_batch=cfg.settle_batch)
+        self._settler = Settler(self._rpc, max_batch=cfg.settle_batch, on_verdicts=self._settled_batch)
         self._keeper = LeaseKeeper(self._rpc, cfg.lease_duration)
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
         self._loop = asyncio.get_running_loop()
         #: The registry's handlers by job type, looked up once per job (the dict itself:
         #: a handler registered while running is found).
         self._handlers = self.registry._handlers
-        self._on_settled = self._settled  # bound once, not once per job
         self._room = asyncio.Event()
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()
@@ -335,6 +377,9 @@ class Worker:
         #: Handler slots alive, those that will look at ``_pending`` before they park, and
         #: the parked ones with the future that wakes each.
         self._slots: set[asyncio.Task[None]] = set()
+        #: Handler runners (``_run_handlers``) not inside a handler: one is taken per job, and
+        #: given back once its handler ended (a handler that suspends keeps its own).
+        self._runners: list[Generator[Any, Any, None]] = []
         self._pulling: set[asyncio.Task[None]] = set()
         self._idle: list[tuple[asyncio.Task[None], asyncio.Future[None]]] = []
         self._reservers: list[asyncio.Task[None]] = []
@@ -623,12 +668,14 @@ class Worker:
                 running[me] = job
                 try:
                     if tracer is None:
-                        await execute(job, me)
+                        rest = execute(job, me)
+                        if rest is not None:
+                            await rest
                     else:
                         await execute_traced(job, tracer, me)
                 except Exception:
                     log.exception("internal error running a job")
-                # A handler that suspended counts as pulling again once it returned (_execute).
+                # A handler that suspended counts as pulling again once it returned (_execute_rest).
                 del running[me]
                 if me.cancelling() or getattr(me, "_must_cancel", False):
                     return  # a cancellation the job left behind must not reach the next one (_slot_ended)
@@ -655,82 +702,126 @@ class Worker:
     async def _execute_traced(self, job: Job, tracer: SeppTracer, me: asyncio.Task[None]) -> None:
         """``_execute`` inside the job's ``process <queue>`` span (``tracer``: a ``SeppTracer``)."""
         with tracer.process(job) as span:
-            await self._execute(job, me, span)
+            rest = self._execute(job, me, span)
+            if rest is not None:
+                await rest
 
-    async def _execute(self, job: Job, me: asyncio.Task[None], span: Process | None = None) -> None:
-        """Run ``job``'s handler in slot ``me`` and settle its outcome; ``span`` (tracing's
-        ``Process``, or ``None``) is told the outcome and the handler's exception."""
+    def _execute(self, job: Job, me: asyncio.Task[None],
+                 span: Process | None = None) -> Coroutine[Any, Any, None] | None:
+        """Run ``job``'s handler in slot ``me`` and settle its outcome, as far as that goes
+        without waiting: returns ``None`` when the job is done (no handler, or an async one
+        that never suspended), else a coroutine that finishes it, which the slot awaits at
+        once (a handler that suspended, a blocking one, an awaitable of another kind).
+        ``span`` (tracing's ``Process``, or ``None``) is told the outcome and the handler's
+        exception."""
         started = _perf_counter()
         registered = self._handlers.get(job._job.job_type)  # (job.job_type without the property call)
+        if registered is None:
+            self._finish(job, no_handler(job.job_type), None, span, started)
+            return None
+        if not registered.is_async:
+            return self._execute_rest(job, me, span, started, self._blocking(registered.fn, job))
         outcome: Outcome
         error: BaseException | None = None
-        if registered is None:
-            outcome = no_handler(job.job_type)
-        else:
-            try:
-                if registered.is_async:
-                    coro = registered.fn(job)
-                    if type(coro) is CoroutineType:
-                        # Its first step inline: a handler that never suspends is done here.
-                        # Each job's steps run in a context of its own (a copy of the slot's,
-                        # as a task per job would have had): a context variable a handler
-                        # sets is not seen by the next job of the slot.
-                        ctx = _copy_context()
-                        try:
-                            first = ctx.run(coro.send, None)
-                        except StopIteration:
-                            pass
-                        else:
-                            self._suspending(me)
-                            try:
-                                await _resume(coro, first, ctx)
-                            finally:
-                                self._pulling.add(me)
-                    else:  # some other awaitable: assume it suspends
-                        self._suspending(me)
-                        try:
-                            await coro
-                        finally:
-                            self._pulling.add(me)
-                else:
-                    self._suspending(me)
-                    try:
-                        result = await self._threads.run(registered.fn, job)
-                        if inspect.isawaitable(result):
-                            await result
-                    finally:
-                        self._pulling.add(me)
+        try:
+            coro = registered.fn(job)
+            if type(coro) is not CoroutineType:  # some other awaitable: assume it suspends
+                return self._execute_rest(job, me, span, started, coro)
+            # Its first step inline: a handler that never suspends is done here. Each job's
+            # steps run in a context of its own (a copy of the slot's, as a task per job would
+            # have had): a context variable a handler sets is not seen by the next job of the slot.
+            runners = self._runners
+            runner = runners.pop() if runners else _new_runner()
+            ctx = _copy_context()
+            first = ctx.run(runner.send, coro)
+            if first is _RETURNED:
+                runners.append(runner)
                 outcome = COMPLETED
-            except asyncio.CancelledError as exc:
-                if self._abandoning:
-                    me.uncancel()
-                    outcome = released("worker stopped before the handler finished (shutdown grace exceeded)")
-                else:
-                    # The handler raised CancelledError of its own, or a cancellation the
-                    # runtime did not ask for landed in it: its handler's own (it cancelled
-                    # its task), or one a job before it on this slot left to land later. A
-                    # failure like any other: the job is settled, never left held by no one.
-                    # A cancel count left on the slot ends it after this job (``_slot``).
-                    outcome, error = outcome_for_exception(exc), exc
-            except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
-                outcome, error = outcome_for_exception(exc), exc
+            elif type(first) is _Raised:
+                runners.append(runner)
+                outcome, error = self._failure(first.exc, me)
+            else:
+                return self._execute_rest(job, me, span, started, self._resumed(runner, first, ctx))
+        except BaseException as exc:  # raised calling the handler (a wrong signature, say)
+            outcome, error = self._failure(exc, me)
+        self._finish(job, outcome, error, span, started)
+        return None
+
+    async def _execute_rest(self, job: Job, me: asyncio.Task[None], span: Process | None, started: float,
+                            rest: Awaitable[Any]) -> None:
+        """``_execute`` of a job whose handler waits: ``rest`` finishes it."""
+        error: BaseException | None = None
+        try:
+            self._suspending(me)
+            try:
+                await rest
+            finally:
+                self._pulling.add(me)
+            outcome = COMPLETED
+        except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
+            outcome, error = self._failure(exc, me)
+        self._finish(job, outcome, error, span, started)
+
+    async def _resumed(self, runner: Generator[Any, Any, None], first: Any, ctx: contextvars.Context) -> None:
+        """Finish the handler that suspended in ``runner`` yielding ``first``; raise what it raised."""
+        ended = await _resume(runner, first, ctx)
+        self._runners.append(runner)  # it ended the handler: free for the next one
+        if type(ended) is _Raised:
+            raise ended.exc
+
+    async def _blocking(self, fn: Callable[[Job], Any], job: Job) -> None:
+        """Run the blocking handler ``fn`` in a thread (and await what it returns, if awaitable)."""
+        result = await self._threads.run(fn, job)
+        if inspect.isawaitable(result):
+            await result
+
+    def _failure(self, exc: BaseException, me: asyncio.Task[None]) -> tuple[Outcome, BaseException | None]:
+        """The outcome of a handler of slot ``me`` that raised ``exc``, and the error to record."""
+        if isinstance(exc, asyncio.CancelledError):
+            if self._abandoning:
+                me.uncancel()
+                return released("worker stopped before the handler finished (shutdown grace exceeded)"), None
+            # The handler raised CancelledError of its own, or a cancellation the runtime did
+            # not ask for landed in it: its handler's own (it cancelled its task), or one a job
+            # before it on this slot left to land later. A failure like any other: the job is
+            # settled, never left held by no one. A cancel count left on the slot ends it after
+            # this job (``_slot``).
+        return outcome_for_exception(exc), exc
+
+    def _finish(self, job: Job, outcome: Outcome, error: BaseException | None, span: Process | None,
+                started: float) -> None:
+        """The handler is done: tell ``span``, and queue ``outcome`` for ``job`` (the report is
+        made when its verdict comes back). Its slot goes to the next job while the outcome is
+        settled in the background (queued before anything else runs; stop() waits for its
+        verdict)."""
         if span is not None:
             span.outcome(outcome.kind, error, outcome.error_message)
-        # The handler is done: its slot goes to the next job while the outcome is settled in
-        # the background (queued before anything else runs; stop() waits for its verdict).
-        self._settle(job, outcome, _perf_counter() - started)
-
-    def _settle(self, job: Job, outcome: Outcome, duration: float) -> None:
-        """Queue ``outcome`` for ``job``; the report is made when its verdict comes back."""
+        duration = _perf_counter() - started
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
         self._settling += 1
-        self._settler.notify(outcome, job._job.id, job.lease_id, self._on_settled, (job, outcome, duration))
+        self._settler.notify(outcome, job._job.id, job.lease_id, (job, outcome, duration))
+
+    def _settled_batch(self, args: list[tuple[Job, Outcome, float]], results: list[SettleResult] | None,
+                       resent: int, error: BaseException | None) -> None:
+        """The verdicts on a batch of ``notify`` items (``Settler``'s ``on_verdicts``): ``_settled``
+        for each, in order — with no hooks, only for those that did not apply (nothing to do
+        for the others but count them)."""
+        self._settling -= len(args)
+        if results is None:
+            for arg in args:
+                self._settled(arg, None, False, error)
+        elif self._hooks:
+            for i, (arg, result) in enumerate(zip(args, results, strict=True)):
+                self._settled(arg, result, i < resent, None)
+        else:
+            for i, (arg, result) in enumerate(zip(args, results, strict=True)):
+                if not result.ok:
+                    self._settled(arg, result, i < resent, None)
 
     def _settled(self, arg: tuple[Job, Outcome, float], result: SettleResult | None, resent: bool,
                  error: BaseException | None) -> None:
-        """The verdict on ``arg`` = (job, outcome, duration): count, log, report to the hooks."""
-        self._settling -= 1
+        """The verdict on ``arg`` = (job, outcome, duration): log, report to the hooks."""
         if result is not None and result.ok and not self._hooks:
             return  # nothing to log, nobody to tell
         job, outcome, duration = arg
@@ -765,6 +856,7 @@ class Worker:
 
     def _settled_future(self, arg: tuple[Job, Outcome, float], fut: asyncio.Future[Settled]) -> None:
         """``_settled`` for an item settled through ``Settler.submit`` (a future)."""
+        self._settling -= 1
         if fut.cancelled():
             self._settled(arg, None, False, asyncio.CancelledError())
         elif (exc := fut.exception()) is not None:

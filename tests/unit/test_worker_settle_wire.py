@@ -1,0 +1,81 @@
+"""``Settler._request`` writes ``SettleRequest`` wire bytes itself for the common ack: the
+message it builds must be the one protobuf builds item by item (``Outcome.fill``)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from sepp.api.v1 import worker_pb2 as wpb
+from sepp.worker._settler import Settler, _varint
+from sepp.worker.outcome import COMPLETED, DeadLetter, Outcome, Retry, outcome_for_exception, released
+
+
+def _expected(items: list[tuple[Outcome, str, str]]) -> wpb.SettleRequest:
+    request = wpb.SettleRequest()
+    for outcome, job_id, lease_id in items:
+        outcome.fill(request.items.add(), job_id, lease_id)
+    return request
+
+
+def _built(items: list[tuple[Outcome, str, str]]) -> wpb.SettleRequest:
+    return Settler._request([(outcome, job_id, lease_id, None, None) for outcome, job_id, lease_id in items])
+
+
+def _uuid() -> str:
+    return str(uuid.uuid4())
+
+
+def test_acks_of_uuid_ids_are_the_messages_protobuf_builds() -> None:
+    items = [(COMPLETED, _uuid(), _uuid()) for _ in range(300)]
+    request = _built(items)
+    assert request == _expected(items)
+    # The same bytes on the wire as before (the server reads canonical acks' ids from them).
+    assert request.SerializeToString() == _expected(items).SerializeToString()
+    assert [(i.ack.job_id, i.ack.lease_id) for i in request.items] == [(j, le) for _, j, le in items]
+    assert all(i.WhichOneof("kind") == "ack" for i in request.items)
+
+
+@pytest.mark.parametrize("job_id, lease_id", [
+    ("", ""),                                  # empty ids: the server refuses them, the wire carries them
+    ("j-1", _uuid()),                          # a job id of another length
+    (_uuid(), "lease"),                        # a lease id of another length
+    ("é" * 18, _uuid()),                       # 18 characters, 36 UTF-8 bytes: fast path, bytes counted
+    ("x" * 35 + "é", _uuid()),                 # 36 characters, 37 bytes: not the fast path
+    ("k" * 300, "l" * 200),                    # lengths that take a two-byte varint
+])
+def test_acks_of_other_ids_are_written_by_protobuf(job_id: str, lease_id: str) -> None:
+    items = [(COMPLETED, _uuid(), _uuid()), (COMPLETED, job_id, lease_id), (COMPLETED, _uuid(), _uuid())]
+    request = _built(items)
+    assert request == _expected(items)
+    assert (request.items[1].ack.job_id, request.items[1].ack.lease_id) == (job_id, lease_id)
+
+
+def test_nacks_keep_their_place_among_acks() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        failure = outcome_for_exception(exc)
+    outcomes = [COMPLETED, failure, outcome_for_exception(Retry("later", after=2.5)),
+                outcome_for_exception(DeadLetter("bad")), released("stopping"), COMPLETED]
+    items = [(outcome, _uuid(), _uuid()) for outcome in outcomes]
+    request = _built(items)
+    assert request == _expected(items)
+    assert [i.WhichOneof("kind") for i in request.items] == ["ack", "nack", "nack", "nack", "nack", "ack"]
+    assert request.items[2].nack.retry_after.seconds == 2 and request.items[2].nack.retry_after.nanos == 500_000_000
+
+
+def test_empty_batch_is_an_empty_request() -> None:
+    assert _built([]) == wpb.SettleRequest()
+
+
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16_384, 2**31])
+def test_varint(n: int) -> None:
+    encoded = _varint(n)
+    value = shift = 0
+    for i, byte in enumerate(encoded):
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        assert (byte & 0x80 != 0) == (i < len(encoded) - 1)
+    assert value == n

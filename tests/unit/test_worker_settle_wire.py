@@ -27,6 +27,10 @@ def _uuid() -> str:
     return str(uuid.uuid4())
 
 
+#: A fixed UUID text for parameters (test ids must be the same in every pytest-xdist worker).
+_FIXED = "0d204fd5-f558-44c1-8ac2-d30d4ee7254e"
+
+
 def test_acks_of_uuid_ids_are_the_messages_protobuf_builds() -> None:
     items = [(COMPLETED, _uuid(), _uuid()) for _ in range(300)]
     request = _built(items)
@@ -39,10 +43,10 @@ def test_acks_of_uuid_ids_are_the_messages_protobuf_builds() -> None:
 
 @pytest.mark.parametrize("job_id, lease_id", [
     ("", ""),                                  # empty ids: the server refuses them, the wire carries them
-    ("j-1", _uuid()),                          # a job id of another length
-    (_uuid(), "lease"),                        # a lease id of another length
-    ("é" * 18, _uuid()),                       # 18 characters, 36 UTF-8 bytes: fast path, bytes counted
-    ("x" * 35 + "é", _uuid()),                 # 36 characters, 37 bytes: not the fast path
+    ("j-1", _FIXED),                           # a job id of another length
+    (_FIXED, "lease"),                         # a lease id of another length
+    ("é" * 18, _FIXED),                        # 18 characters, 36 UTF-8 bytes: fast path, bytes counted
+    ("x" * 35 + "é", _FIXED),                  # 36 characters, 37 bytes: not the fast path
     ("k" * 300, "l" * 200),                    # lengths that take a two-byte varint
 ])
 def test_acks_of_other_ids_are_written_by_protobuf(job_id: str, lease_id: str) -> None:

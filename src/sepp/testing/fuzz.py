@@ -407,7 +407,9 @@ class Requests:
     def _time(self, desc: descriptor.Descriptor, wild: bool, short: bool = False) -> st.SearchStrategy[Message]:
         """A Timestamp or Duration: wild (:meth:`_seconds_nanos`) or plausible (within an hour of
         now; 0–60 s, or 0–0.2 s when ``short``, for a long-poll wait)."""
-        cls = message_factory.GetMessageClass(desc)
+        # A message class made at run time: its fields are not in the stubs (types-protobuf
+        # 7.35.1.20261122 types it as a bare Message, whose __init__ takes no fields).
+        cls: Any = message_factory.GetMessageClass(desc)
         relative = desc.full_name == "google.protobuf.Timestamp"
         if wild:
             pairs = self._seconds_nanos(relative)

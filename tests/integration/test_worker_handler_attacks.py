@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -131,4 +132,48 @@ async def test_no_context_variable_leaks_to_the_next_job_and_every_job_is_settle
     assert len({r.job.id for r in reports}) == len(order)  # one report per job
     assert all(not r.refused for r in reports), [r for r in reports if r.refused]
     counts = count_states(fast, fresh_queue)
-    assert counts.get("reserved", 0) == 0, counts
+    assert counts.get("RESERVED", 0) == 0, counts
+
+
+async def test_a_stop_whose_grace_is_exceeded_leaves_no_job_reserved(fast: ServerProcess, fresh_queue: str) -> None:
+    # Four slots hold handlers suspended in their runners (one that ignores a cancellation
+    # once, one blocked in a thread, one that sets a context variable first); a stop with a
+    # short grace abandons them: each is released, and nothing stays RESERVED.
+    worker, reports = make_worker(fast, fresh_queue, concurrency=4)
+    started: list[str] = []
+    release_thread = threading.Event()
+
+    async def hold(job: Job) -> None:
+        VAR.set(job.id)
+        started.append(job.id)
+        await asyncio.Event().wait()
+
+    async def stubborn(job: Job) -> None:
+        started.append(job.id)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # ignores the first cancellation a moment, then gives in
+            raise
+
+    def blocked(job: Job) -> None:
+        started.append(job.id)
+        release_thread.wait(10)
+
+    worker.register("hold", hold)
+    worker.register("stubborn", stubborn)
+    worker.register("blocked", blocked)
+    with wire_for(fast, fresh_queue) as w:
+        for job_type in ("hold", "hold", "stubborn", "blocked"):
+            w.enqueue(fresh_queue, job_type, max_attempts=5)
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    try:
+        await until(lambda: len(started) == 4, what="four handlers to start")
+        await worker.stop(0.2)
+        await asyncio.wait_for(task, 15)
+    finally:
+        release_thread.set()
+    counts = count_states(fast, fresh_queue)
+    assert counts.get("RESERVED", 0) == 0, counts
+    assert counts.get("READY", 0) == 4, counts
+    assert sorted(r.outcome for r in reports) == ["released"] * 4, reports

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from support.servers import module_server
@@ -49,7 +50,7 @@ def test_every_reserved_job_parses_as_stored(srv: ServerProcess) -> None:
         (hist_id,) = w.enqueue_many([with_history])
         w.nack(w.reserve_one([queue]), "retry_after", delay=0.0, message="boom", detail="x" * 300)
         ids = [hist_id, *w.enqueue_many(rest)]
-        got: list = []
+        got: list[Any] = []
         deadline = dt.datetime.now() + dt.timedelta(seconds=10)
         while len(got) < len(ids) and dt.datetime.now() < deadline:
             got += w.reserve([queue], max_jobs=len(ids), wait=1.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -77,7 +78,7 @@ async def test_acks_on_one_node_racing_extends_on_the_other_complete_every_job(
     await put(a, *[row() for _ in range(64)])
     recs = await lease(a, n=64)
     acks = [SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, NOW + S) for r in recs]
-    calls = []
+    calls: list[Any] = []
     for i in range(0, 64, 8):
         calls.append(a.settle(acks[i:i + 8], POLICY))
         calls += [b.extend(r.id, r.lease_id or b"", NOW + S, NOW + 600 * S) for r in recs[i:i + 8]]

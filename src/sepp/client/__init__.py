@@ -26,10 +26,23 @@ _EXPORTS = {"AsyncClient": "sepp.client.aio", "Client": "sepp.client.sync", "Cli
 __all__ = ["AsyncClient", "Client", "ClientOptions", "RetryPolicy"]
 
 
+#: The submodules ``import sepp.client`` bound as attributes when it imported the clients
+#: eagerly (``sepp.client.sync.Client`` after ``import sepp.client``): imported on first access.
+_SUBMODULES = frozenset({"aio", "auth", "options", "sync", "tls"})
+
+
 def __getattr__(name: str) -> Any:
+    """A public name (``_EXPORTS``) or one of ``_SUBMODULES``, imported on first access;
+    AttributeError for anything else."""
     module = _EXPORTS.get(name)
     if module is None:
+        if name in _SUBMODULES:  # importing it binds it here (the import system does)
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module 'sepp.client' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -770,9 +770,22 @@ class Worker:
             raise ended.exc
 
     async def _blocking(self, fn: Callable[[Job], Any], job: Job) -> None:
-        """Run the blocking handler ``fn`` in a thread (and await what it returns, if awaitable)."""
+        """Run the blocking handler ``fn`` in a thread (and await what it returns, if awaitable).
+        A coroutine it returns runs in a context of its own (a copy of the slot's), as an async
+        handler's steps do: a context variable it sets is not seen by the next job of the slot."""
         result = await self._threads.run(fn, job)
-        if inspect.isawaitable(result):
+        if type(result) is CoroutineType:
+            runners = self._runners
+            runner = runners.pop() if runners else _new_runner()
+            ctx = _copy_context()
+            first = ctx.run(runner.send, result)
+            if first is _RETURNED or type(first) is _Raised:
+                runners.append(runner)
+                if type(first) is _Raised:
+                    raise first.exc
+                return
+            await self._resumed(runner, first, ctx)
+        elif inspect.isawaitable(result):
             await result
 
     def _failure(self, exc: BaseException, me: asyncio.Task[None]) -> tuple[Outcome, BaseException | None]:

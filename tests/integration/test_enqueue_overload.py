@@ -93,13 +93,19 @@ async def test_concurrent_enqueues_are_shed_and_the_shed_ones_store_nothing(slow
 async def test_a_shed_call_creates_no_queue_and_claims_no_key(slow: ServerProcess, method: str) -> None:
     """While one commit is in flight, a batch/atomic/single call naming a new queue is shed:
     the queue is not listed by GetServerInfo, nothing is reservable, its keys are free."""
-    for attempt in range(3):
+    for attempt in range(5):
         queue = f"fresh-{attempt}"
         keys = [f"k-{uuid.uuid4().hex}" for _ in range(3)]
         reqs = [job(queue, f"t{i}", key=k) for i, k in enumerate(keys)]
         call: Any = reqs[0] if method == "Enqueue" else ppb.EnqueueBatchRequest(jobs=reqs)
         busy, result = await _fire(slow.grpc_target, [("Enqueue", job("busy")), (method, call)], stagger=0.05)
-        assert isinstance(busy, pb.EnqueueAck)
+        if not isinstance(busy, pb.EnqueueAck):
+            # The server's own background write (e.g. throughput counters) held the committer
+            # when "busy" arrived (a loaded CI saw "commit backlog 3"): no commit of ours was
+            # in flight, so this attempt proves nothing; try again once it is through.
+            assert_overloaded(busy)
+            await asyncio.sleep(RETRY_AFTER)
+            continue
         if isinstance(result, Failure):
             break
     else:

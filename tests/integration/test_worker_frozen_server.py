@@ -56,6 +56,12 @@ def frozen(server: ServerProcess) -> Iterator[None]:
         os.kill(server.pid, signal.SIGCONT)
 
 
+def _reserve_seen(target: str, worker_id: str) -> bool:
+    """Whether the server behind ``target`` lists ``worker_id`` with a ``Reserve`` received."""
+    with AdminClient(target) as admin:
+        return any(w.worker_id == worker_id and w.last_reserve.seconds for w in admin.list_workers().workers)
+
+
 @neutral
 async def test_a_stop_during_a_long_poll_to_a_frozen_server_ends_after_the_reserve_timeout(
         server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,6 +71,9 @@ async def test_a_stop_during_a_long_poll_to_a_frozen_server_ends_after_the_reser
     worker.register("t", lambda job: None)
     run = asyncio.create_task(worker.run(install_signal_handlers=False))
     await until(lambda: getattr(worker, "_reserve_calls", None), 10, "a long poll open")
+    # the call object exists before its connection does: wait until the server has the
+    # Reserve (a freeze before the handshake makes the stop quick, rightly: nothing is open)
+    await until(lambda: _reserve_seen(server.grpc_target, worker.config.worker_id), 10, "the Reserve at the server")
     with frozen(server):
         t0 = time.monotonic()
         await asyncio.wait_for(worker.stop(), 30)

@@ -227,12 +227,13 @@ async def test_jobs_reserved_together_keep_their_leases_when_some_finish_early(f
                                                                                fresh_queue: str) -> None:
     # Six jobs in one reservation share their first extension timer (LeaseKeeper.track_all):
     # the three quick ones finishing early must not stop the three slow ones being extended
-    # for four leases' worth of running.
-    worker, reports = make_worker(fast, fresh_queue, lease_duration=0.3, concurrency=6, prefetch=0)
+    # for four leases' worth of running. (A 0.75 s lease leaves 0.5 s of slack per extension:
+    # with 0.3 s, a loaded CI machine's stall lost one.)
+    worker, reports = make_worker(fast, fresh_queue, lease_duration=0.75, concurrency=6, prefetch=0)
 
     @worker.handler("t")
     async def work(job: Job) -> None:
-        await asyncio.sleep(1.2 if job.custom["slow"] else 0.01)
+        await asyncio.sleep(3.0 if job.custom["slow"] else 0.01)
 
     with wire_for(fast, fresh_queue) as w:
         w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="t",

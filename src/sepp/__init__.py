@@ -13,9 +13,9 @@ The names below are the public API. They are loaded on first access, so
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from sepp import _lazy
 from sepp._version import __version__
 
 if TYPE_CHECKING:
@@ -112,13 +112,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sepp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    """A public name (``_EXPORTS``), imported on first access; AttributeError for anything else."""
+    return _lazy.load(globals(), name, _EXPORTS)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return _lazy.names(globals())

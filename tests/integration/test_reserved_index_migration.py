@@ -3,13 +3,16 @@ docs/decisions.md "One index over the RESERVED jobs"): a database of the version
 holding RESERVED jobs of several queues, is migrated in place — jobs_leased becomes
 ``(queue, lease_expires_at) WHERE state = 3``, jobs_reserved is gone — and its leases are
 then reclaimed, counted and listed as before; a build that knows only the version before
-refuses the migrated database."""
+(the migrator's ``up_to``) refuses the migrated database. One body over both backends:
+``_Postgres`` and ``_SQLite`` differ only in how they reach the database."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Protocol
 
 import asyncpg
 import pytest
@@ -17,6 +20,7 @@ from support.backends import PG_TEST_DSN, fresh_schema
 
 from sepp.domain.policy import PolicyTable, QueuePolicy
 from sepp.storage import _sql
+from sepp.storage.base import Store
 from sepp.storage.errors import StoreCorrupt
 from sepp.storage.postgres import schema as pg_schema
 from sepp.storage.postgres.store import PostgresStore
@@ -37,53 +41,91 @@ def _rows() -> list[tuple[object, ...]]:
             for q, exp in LEASES]
 
 
-async def test_a_version_7_postgres_schema_gets_one_reserved_index(monkeypatch: pytest.MonkeyPatch) -> None:
+class _Database(Protocol):
+    #: The version before the one-index migration, and the newest this build knows.
+    old: int
+    latest: int
+    #: How the backend spells the migrated jobs_leased's columns and condition.
+    leased: str
+
+    async def migrate(self, up_to: int | None = None) -> tuple[int, int]: ...
+    async def insert(self, rows: list[tuple[object, ...]]) -> None: ...
+    async def state3_indexes(self) -> dict[str, str]: ...
+    def store(self) -> Store: ...
+
+
+class _Postgres:
+    old, latest, leased = 7, pg_schema.latest_version(), "(queue, lease_expires_at) WHERE (state = 3)"
+
+    def __init__(self, conn: asyncpg.Connection, schema: str) -> None:
+        self.conn, self.schema = conn, schema
+
+    async def migrate(self, up_to: int | None = None) -> tuple[int, int]:
+        return await pg_schema.migrate(self.conn, self.schema, up_to=up_to)
+
+    async def insert(self, rows: list[tuple[object, ...]]) -> None:
+        await self.conn.executemany(f"INSERT INTO {self.schema}.jobs ({COLUMNS}) "
+                                    f"VALUES ({', '.join(f'${i}' for i in range(1, 16))})", rows)
+
+    async def state3_indexes(self) -> dict[str, str]:
+        return dict(await self.conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 "
+                                          "AND tablename = 'jobs' AND indexdef LIKE '%state = 3%'", self.schema))
+
+    def store(self) -> Store:
+        return PostgresStore(PG_TEST_DSN, schema=self.schema)
+
+
+class _SQLite:
+    old, latest = 9, _sql.migrations("sepp.storage.sqlite")[-1][0]
+    leased = "(queue, lease_expires_at) WHERE state = 3"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir, self.db = data_dir, data_dir / "sepp.db"
+
+    def _version(self) -> int:
+        with sqlite3.connect(self.db) as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    async def migrate(self, up_to: int | None = None) -> tuple[int, int]:
+        before = self._version()
+        sqlite_schema.connect_writer(self.db, "group", 8, up_to=up_to).close()
+        return before, self._version()
+
+    async def insert(self, rows: list[tuple[object, ...]]) -> None:
+        with sqlite3.connect(self.db) as conn:
+            conn.executemany(f"INSERT INTO jobs ({COLUMNS}) VALUES ({', '.join('?' * 15)})", rows)
+
+    async def state3_indexes(self) -> dict[str, str]:
+        with sqlite3.connect(self.db) as conn:
+            return dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql LIKE "
+                                     "'%state = 3%'"))
+
+    def store(self) -> Store:
+        return SQLiteStore(self.data_dir)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[_Database]:
+    if request.param == "sqlite":
+        yield _SQLite(tmp_path)
+        return
     schema = fresh_schema()
     conn = await asyncpg.connect(PG_TEST_DSN)
     try:
-        await conn.execute(f"CREATE SCHEMA {schema}")
-        await conn.execute(f"CREATE TABLE {schema}.schema_migrations (version integer PRIMARY KEY, name text NOT "
-                           "NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-        await conn.execute(f"SET search_path = {schema}")
-        for number, name, sql in _sql.migrations("sepp.storage.postgres"):
-            if number <= 7:
-                await conn.execute(sql)
-                await conn.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", number, name)
-        await conn.executemany(f"INSERT INTO jobs ({COLUMNS}) VALUES ({', '.join(f'${i}' for i in range(1, 16))})",
-                               _rows())
-        assert await pg_schema.migrate(conn, schema) == (7, pg_schema.latest_version())
-        indexes = dict(await conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 "
-                                        "AND tablename = 'jobs' AND indexdef LIKE '%state = 3%'", schema))
-        assert list(indexes) == ["jobs_leased"], indexes
-        assert "(queue, lease_expires_at) WHERE (state = 3)" in indexes["jobs_leased"]
-        store = PostgresStore(PG_TEST_DSN, schema=schema)
-        await store.open()
-        try:
-            assert (await store.admin.state_counts("b"))["b"].reserved == 2
-            assert (await store.admin.state_counts(None))["a"].reserved == 2
-            assert await store.admin.reserved_by_worker() == {"w": 5}
-            result = await store.reclaim_expired(NOW, 100, POLICY)
-            assert (result.count, result.expired) == (4, {"a": 1, "b": 2, "c": 1})
-        finally:
-            await store.close()
-        # A build that knows version 7 only refuses the migrated schema.
-        monkeypatch.setattr(pg_schema, "migrations", lambda _pkg: [m for m in _sql.migrations(_pkg) if m[0] <= 7])
-        with pytest.raises(StoreCorrupt, match="newer than this sepp"):
-            await pg_schema.migrate(conn, schema)
+        yield _Postgres(conn, schema)
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await conn.close()
 
 
-async def test_a_version_9_sqlite_database_gets_one_reserved_index(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    db = tmp_path / "sepp.db"
-    with sqlite3.connect(db) as conn:
-        for number, _name, sql in _sql.migrations("sepp.storage.sqlite"):
-            if number <= 9:
-                conn.executescript(f"BEGIN;\n{sql}\n;PRAGMA user_version={number};\nCOMMIT;")
-        conn.executemany(f"INSERT INTO jobs ({COLUMNS}) VALUES ({', '.join('?' * 15)})", _rows())
-    store = SQLiteStore(tmp_path)
+async def test_a_database_of_the_version_before_gets_one_reserved_index(database: _Database) -> None:
+    assert await database.migrate(up_to=database.old) == (0, database.old)
+    await database.insert(_rows())
+    assert await database.migrate() == (database.old, database.latest)
+    indexes = await database.state3_indexes()
+    assert list(indexes) == ["jobs_leased"], indexes
+    assert database.leased in indexes["jobs_leased"]
+    store = database.store()
     await store.open()
     try:
         assert (await store.admin.state_counts("b"))["b"].reserved == 2
@@ -93,12 +135,6 @@ async def test_a_version_9_sqlite_database_gets_one_reserved_index(tmp_path: Pat
         assert (result.count, result.expired) == (4, {"a": 1, "b": 2, "c": 1})
     finally:
         await store.close()
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 10
-        indexes = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql LIKE "
-                                    "'%state = 3%'"))
-        assert list(indexes) == ["jobs_leased"], indexes
-        assert "(queue, lease_expires_at) WHERE state = 3" in indexes["jobs_leased"]
-    monkeypatch.setattr(sqlite_schema, "migrations", lambda _pkg: [m for m in _sql.migrations(_pkg) if m[0] <= 9])
+    # A build that knows the version before only refuses the migrated database.
     with pytest.raises(StoreCorrupt, match="newer than this sepp"):
-        sqlite_schema.connect_writer(db, "group", 8)
+        await database.migrate(up_to=database.old)

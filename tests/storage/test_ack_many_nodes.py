@@ -23,14 +23,13 @@ from typing import Any
 
 import asyncpg
 import pytest
-from support.backends import PG_TEST_DSN, StoreSettings, store_settings
+from support.backends import PG_TEST_DSN
+from support.nodes import open_nodes
 
-from sepp.domain.clock import FakeClock
 from sepp.domain.params import SettleKind, SettleParams, SettleResult
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
 from sepp.storage.base import Store
-from sepp.storage.factory import open_store
 from storage.conformance_kit import NOW, POLICY, S, get, lease, put, row
 
 pytestmark = pytest.mark.postgres_only(reason="two nodes on one database: SQLite's folder holds one process")
@@ -43,18 +42,8 @@ DEADLINE = 20
 async def two_nodes(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Store, Store, str]]:
     """Two open stores on one fresh schema (one fake clock at NOW), their sessions with
     ``deadlock_timeout = 60s``; and the schema's name."""
-    settings = store_settings(backend)
-    sep = "&" if "?" in PG_TEST_DSN else "?"
-    settings["postgres_dsn"] = f"{PG_TEST_DSN}{sep}deadlock_timeout=60s"
-    config = StoreSettings(data_dir=tmp_path, node_name="n", **settings)
-    stores = [open_store(config, FakeClock(NOW)) for _ in range(2)]
-    for s in stores:
-        await s.open()
-    try:
-        yield stores[0], stores[1], settings["postgres"].schema
-    finally:
-        for s in stores:
-            await s.close()
+    async with open_nodes(backend, tmp_path, NOW, dsn_options="deadlock_timeout=60s") as ((a, b), schema):
+        yield a, b, schema
 
 
 #: Sessions waiting for session $1 or for one that waits for it.

@@ -12,13 +12,12 @@ from typing import Any
 
 import asyncpg
 import pytest
-from support.backends import PG_TEST_DSN, StoreSettings, store_settings
+from support.backends import PG_TEST_DSN
+from support.nodes import open_nodes
 
-from sepp.domain.clock import FakeClock
 from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.states import State
 from sepp.storage.base import Store
-from sepp.storage.factory import open_store
 from storage.conformance_kit import NOW, POLICY, S, get, lease, put, row
 
 pytestmark = pytest.mark.postgres_only(reason="two nodes on one database")
@@ -26,16 +25,8 @@ pytestmark = pytest.mark.postgres_only(reason="two nodes on one database")
 
 @pytest.fixture
 async def two_nodes(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Store, Store, str]]:
-    settings = store_settings(backend)
-    config = StoreSettings(data_dir=tmp_path, node_name="n", **settings)
-    stores = [open_store(config, FakeClock(NOW)) for _ in range(2)]
-    for s in stores:
-        await s.open()
-    try:
-        yield stores[0], stores[1], settings["postgres"].schema
-    finally:
-        for s in stores:
-            await s.close()
+    async with open_nodes(backend, tmp_path, NOW) as ((a, b), schema):
+        yield a, b, schema
 
 
 @pytest.mark.parametrize("kind", [SettleKind.RELEASE, SettleKind.RETRY, SettleKind.DEAD_LETTER])

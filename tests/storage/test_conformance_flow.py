@@ -10,14 +10,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from support.backends import StoreSettings, store_settings
+from support.nodes import open_nodes
 
 from sepp.api.v1 import common_pb2 as pb
-from sepp.domain.clock import FakeClock
 from sepp.domain.params import FlowLimits, ReserveParams, SettleKind
 from sepp.domain.records import JobRecord
 from sepp.storage.base import Store
-from sepp.storage.factory import open_store
 from storage.conformance_kit import LEASE, NOW, S, put, row, settle1
 
 
@@ -62,15 +60,8 @@ async def test_a_limit_binds_only_its_own_queue(store: Store) -> None:
 
 @pytest.mark.postgres_only(reason="several nodes on one database: SQLite's folder holds one process")
 async def test_three_nodes_on_one_schema_never_exceed_max_in_flight(backend: str, tmp_path: Path) -> None:
-    config = StoreSettings(data_dir=tmp_path, node_name="n", **store_settings(backend))  # one schema
-    nodes = [open_store(config, FakeClock(NOW)) for _ in range(3)]
-    for node in nodes:
-        await node.open()
-    try:
+    async with open_nodes(backend, tmp_path, NOW, n=3) as (nodes, _):  # one schema
         await _race(nodes)
-    finally:
-        for node in nodes:
-            await node.close()
 
 
 async def _race(nodes: list[Store]) -> None:

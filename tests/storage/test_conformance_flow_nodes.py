@@ -16,13 +16,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support.backends import StoreSettings, store_settings
+from support.nodes import open_nodes
 
-from sepp.domain.clock import FakeClock
 from sepp.domain.params import FlowLimits, ReserveParams, SettleKind
 from sepp.domain.records import JobRecord
 from sepp.storage.base import Store
-from sepp.storage.factory import open_store
 from sepp.storage.flow_keys import group_of
 from storage.conformance_kit import LEASE, NOW, S, put, row, settle1
 from storage.test_conformance_flow import tenant
@@ -37,15 +35,8 @@ BUDGET = 4 << 20
 @pytest.fixture
 async def nodes(backend: str, tmp_path: Path) -> AsyncIterator[list[Store]]:
     """Three open stores on one schema (one fake clock, frozen at NOW)."""
-    config = StoreSettings(data_dir=tmp_path, node_name="n", **store_settings(backend))
-    stores = [open_store(config, FakeClock(NOW)) for _ in range(3)]
-    for s in stores:
-        await s.open()
-    try:
+    async with open_nodes(backend, tmp_path, NOW, n=3) as (stores, _):
         yield stores
-    finally:
-        for s in stores:
-            await s.close()
 
 
 async def _reserve(store: Store, flow: dict[str, FlowLimits], n: int, worker: str) -> list[JobRecord]:

@@ -13,4 +13,6 @@ waiting and the server fixtures. Importable as ``support`` (``pythonpath = ["tes
   read through the admin API.
 * ``admin``    — ``AdminStubs`` (admin calls with the token, job factories, listings).
 * ``browser``  — the Chromium fixtures and job factories of the UI tests.
+* ``nodes``    — ``open_nodes``: several stores on one PostgreSQL schema (the multi-node tests).
+* ``reservations`` — ``leased_record``: the plain leased job of the Reserve wire-answer tests.
 """

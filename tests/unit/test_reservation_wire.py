@@ -9,21 +9,13 @@ import json
 from typing import Any
 
 import pytest
+from support.reservations import NOW, leased_record
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.limits import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS
 from sepp.server.rpc.convert import ReservationWriter, fill_reservation
 from sepp.storage.base import JobRecord
-
-NOW = 1_790_000_000_123_456
-
-
-def _record(n: int = 0, **changes: Any) -> JobRecord:
-    base = JobRecord(bytes([n % 256]) * 15 + b"\x01", "emails", "welcome", 2, 5, NOW - 7, NOW - 9, 2, 25,
-                     b'{"a": %d}' % n, "application/json", None, None, b"\x02" * 16, NOW + 30_000_000, "host:1",
-                     NOW, None, None, None, 0, 42 + n, "node-a")
-    return base._replace(**changes)
 
 
 def _expected(records: list[JobRecord]) -> bytes:
@@ -73,14 +65,15 @@ _MIN_US, _MAX_US = MIN_TIMESTAMP_SECONDS * 1_000_000, MAX_TIMESTAMP_SECONDS * 1_
 def test_a_job_is_written_as_protobuf_writes_it(changes: dict[str, Any]) -> None:
     # Each case alone, then after and between plain jobs of its kind (a kind's shared bytes
     # reused) and of another kind.
-    rec = _record(**changes)
+    rec = leased_record(**changes)
     assert _written([rec]) == _expected([rec])
-    many = [_record(1), rec, _record(2, **changes), _record(3, priority=9), rec, _record(4, **changes)]
+    many = [leased_record(1), rec, leased_record(2, **changes), leased_record(3, priority=9), rec,
+            leased_record(4, **changes)]
     assert _written(many) == _expected(many)
 
 
 def test_an_answer_of_many_kinds_and_times_is_written_as_protobuf_writes_it() -> None:
-    records = [_record(i, queue=f"q{i % 3}", attempt=1 + i % 2, run_at=NOW + i * 1_000 * (i % 4),
+    records = [leased_record(i, queue=f"q{i % 3}", attempt=1 + i % 2, run_at=NOW + i * 1_000 * (i % 4),
                        enqueued_at=NOW - (i % 5), payload=b"p" * (i * 37 % 300)) for i in range(300)]
     assert _written(records) == _expected(records)
     assert _written([]) == b"" == wpb.ReserveResponse().SerializeToString()
@@ -92,14 +85,14 @@ def test_an_answer_of_many_kinds_and_times_is_written_as_protobuf_writes_it() ->
     {"encoding": 3}, {"id": "not bytes"},
 ], ids=repr)
 def test_a_damaged_row_raises_as_fill_reservation_does_and_adds_nothing(changes: dict[str, Any]) -> None:
-    rec = _record(**changes)
+    rec = leased_record(**changes)
     with pytest.raises(Exception) as slow:
         fill_reservation(wpb.Reservation(), rec)
-    for before in ([], [_record(1)]):  # alone, and after a plain job of its kind
+    for before in ([], [leased_record(1)]):  # alone, and after a plain job of its kind
         writer = ReservationWriter()
         for good in before:
             writer.add(good)
         with pytest.raises(type(slow.value)):
             writer.add(rec)
-        writer.add(_record(2))
-        assert bytes(writer) == _expected([*before, _record(2)])
+        writer.add(leased_record(2))
+        assert bytes(writer) == _expected([*before, leased_record(2)])

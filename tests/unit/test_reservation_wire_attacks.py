@@ -9,30 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.reservations import NOW, leased_record
 
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.server.rpc.convert import ReservationWriter, fill_reservation
-from sepp.storage.base import JobRecord
-
-NOW = 1_790_000_000_123_456
-
-
-def _record(n: int = 0, **changes: Any) -> JobRecord:
-    """A plain leased job (as tests/unit/test_reservation_wire.py's)."""
-    base = JobRecord(bytes([n % 256]) * 15 + b"\x01", "emails", "welcome", 2, 5, NOW - 7, NOW - 9, 2, 25,
-                     b'{"a": %d}' % n, "application/json", None, None, b"\x02" * 16, NOW + 30_000_000, "host:1",
-                     NOW, None, None, None, 0, 42 + n, "node-a")
-    return base._replace(**changes)
 
 
 @pytest.mark.xfail(strict=True, reason="the kind key compares values, not types (attack3 notes)")
 @pytest.mark.parametrize("changes", [{"priority": 5.0}, {"attempt": 2.0}, {"max_attempts": 25.0},
                                      {"state": 2.0}, {"lease_expires_at": float(NOW + 30_000_000)}], ids=repr)
 def test_a_float_equal_to_a_healthy_int_raises_after_a_healthy_job_of_its_kind(changes: dict[str, Any]) -> None:
-    rec = _record(**changes)
+    rec = leased_record(**changes)
     with pytest.raises(TypeError):
         fill_reservation(wpb.Reservation(), rec)
     writer = ReservationWriter()
-    writer.add(_record(1))
+    writer.add(leased_record(1))
     with pytest.raises(TypeError):
         writer.add(rec)

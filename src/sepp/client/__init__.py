@@ -11,8 +11,9 @@ pydantic models.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from sepp import _lazy
 
 if TYPE_CHECKING:
     from sepp.client.aio import AsyncClient
@@ -34,15 +35,8 @@ _SUBMODULES = frozenset({"aio", "auth", "options", "sync", "tls"})
 def __getattr__(name: str) -> Any:
     """A public name (``_EXPORTS``) or one of ``_SUBMODULES``, imported on first access;
     AttributeError for anything else."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        if name in _SUBMODULES:  # importing it binds it here (the import system does)
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module 'sepp.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _lazy.load(globals(), name, _EXPORTS, _SUBMODULES)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return _lazy.names(globals())

@@ -138,16 +138,22 @@ def _lock_key(schema: str) -> str:
     return f"sepp.migrate:{schema}"
 
 
-async def migrate(conn: asyncpg.Connection, schema: str) -> tuple[int, int]:
+async def migrate(conn: asyncpg.Connection, schema: str, up_to: int | None = None) -> tuple[int, int]:
     """Create ``schema`` if needed and apply the migrations it lacks, under the advisory
     lock of the schema (one migrator at a time across every node). Returns (version before,
     version after).
 
-    Raises ``StoreCorrupt`` when the database's schema is newer than this build knows and
-    ``StoreError`` when a migration fails (rolled back: nothing half-applied)."""
+    ``up_to`` is the highest version to migrate to: the migrations numbered above it are
+    left out, as if this build knew none of them (a database already past it is refused).
+    ``None``, the default, means every known migration (``latest_version``); tests pass a
+    number to build, or act as, an older version.
+
+    Raises ``StoreCorrupt`` when the database's schema is newer than this build knows (or
+    than ``up_to``) and ``StoreError`` when a migration fails (rolled back: nothing
+    half-applied)."""
     if not SCHEMA_NAME.match(schema):
         raise StoreError(f"postgres.schema {schema!r} is not a plain lower-case SQL name")
-    known = migrations(_PKG)
+    known = [m for m in migrations(_PKG) if up_to is None or m[0] <= up_to]
     latest = known[-1][0] if known else 0
     try:
         async with conn.transaction():

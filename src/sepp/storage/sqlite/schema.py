@@ -12,13 +12,18 @@ from sepp.storage.errors import StoreCorrupt, StoreError
 _PKG = "sepp.storage.sqlite"
 
 
-def connect_writer(path: Path, mode: str, cache_mib: int) -> sqlite3.Connection:
+def connect_writer(path: Path, mode: str, cache_mib: int, up_to: int | None = None) -> sqlite3.Connection:
     """Open, configure, migrate and write-probe the writer connection of ``path`` (called
     where the writer loop runs: its thread, or the writer process). ``mode`` is the persist
     mode (``async`` runs with ``synchronous=OFF``), ``cache_mib`` the page cache in MiB.
+    ``up_to`` is the highest schema version to migrate to: the migrations numbered above it
+    are left out, as if this build knew none of them (a database already past it is
+    refused). ``None``, the default, means every known migration; tests pass a number to
+    build, or act as, an older version.
 
-    Raises ``StoreCorrupt`` when the file is not a sepp database and ``StoreError``
-    when it cannot be written (read-only file, full disk, …).
+    Raises ``StoreCorrupt`` when the file is not a sepp database or its schema is newer than
+    this build knows (or than ``up_to``), and ``StoreError`` when it cannot be written
+    (read-only file, full disk, …).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     # Prepared statements kept: multi-row INSERTs and batched acks have one text per batch
@@ -34,7 +39,7 @@ def connect_writer(path: Path, mode: str, cache_mib: int) -> sqlite3.Connection:
         conn.execute("PRAGMA temp_store=MEMORY")
         conn.execute("PRAGMA busy_timeout=10000")
         conn.execute("PRAGMA foreign_keys=OFF")
-        _migrate(conn)
+        _migrate(conn, up_to)
         # SQLite opens a read-only file quietly; find out now, not at the first enqueue.
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         conn.execute(f"PRAGMA user_version={int(version)}")
@@ -50,9 +55,12 @@ def connect_writer(path: Path, mode: str, cache_mib: int) -> sqlite3.Connection:
     return conn
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
+def _migrate(conn: sqlite3.Connection, up_to: int | None = None) -> None:
+    """Apply the migrations numbered above the database's ``user_version`` and at most
+    ``up_to`` (``None``: every known one). Raises ``StoreCorrupt`` when the database is past
+    the newest of them."""
     current = conn.execute("PRAGMA user_version").fetchone()[0]
-    known = migrations(_PKG)
+    known = [m for m in migrations(_PKG) if up_to is None or m[0] <= up_to]
     latest = known[-1][0] if known else 0
     if current > latest:
         raise StoreCorrupt(f"database schema version {current} is newer than this sepp ({latest})")

@@ -38,6 +38,14 @@ def thumbnail(job: Job) -> None:
 worker.register("thumbnail", thumbnail)
 
 
+@worker.handler("reminder")
+async def reminder(job: Job) -> None:
+    """The README's CLI examples enqueue these (``sepp enqueue emails reminder …``); the
+    payload is optional, a JSON text when given."""
+    note = job.json() if job.payload else "(no text)"
+    log.info("sent reminder %s: %s", job.id, note)
+
+
 @worker.handler("flaky")
 async def flaky(job: Job) -> None:
     """Always fails: each failure is retried with the queue's backoff until max_attempts,

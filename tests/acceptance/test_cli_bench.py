@@ -31,6 +31,7 @@ def test_bench_reports_its_run_and_deletes_its_queue_afterwards(server: ServerPr
     done = bench(server, "--queue", "b")
     assert done.returncode == 0, done.stderr
     assert "600 jobs" in done.stdout and "worked off" in done.stdout
+    assert "2 × 256 job(s) + 1 × 88 job(s), 2 in flight" in done.stdout  # not "3 × 256" (new-user trial)
     assert "queue b deleted with 600 job(s)" in done.stdout
     assert "b" not in queue_names(server)
 

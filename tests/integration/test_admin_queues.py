@@ -132,9 +132,18 @@ def test_purge_deletes_the_backlog_by_default_and_named_states_on_request(stubs:
 def test_delete_refuses_a_non_empty_queue_unless_forced(stubs: AdminStubs) -> None:
     stubs.enqueue("dl")
     stubs.enqueue("dl")
+    cancelled = stubs.enqueue("dl")
+    stubs.call("CancelJob", apb.CancelJobRequest(job_id=cancelled))
+    assert stubs.call("PurgeQueue", apb.PurgeQueueRequest(queue="dl")).deleted == 2  # the plain purge leaves it
     r = refusal(lambda: stubs.call("DeleteQueue", apb.DeleteQueueRequest(name="dl")))
-    assert (r.code, r.reason, r.metadata["jobs"]) == (grpc.StatusCode.FAILED_PRECONDITION, "QUEUE_NOT_EMPTY", "2")
-    assert stubs.call("DeleteQueue", apb.DeleteQueueRequest(name="dl", force=True)).jobs_deleted == 2
+    assert (r.code, r.reason, r.metadata["jobs"]) == (grpc.StatusCode.FAILED_PRECONDITION, "QUEUE_NOT_EMPTY", "1")
+    # The refusal names what is left and both ways out that work (new-user trial finding 3).
+    assert r.message == ("queue 'dl' holds 1 job(s) (1 cancelled); delete it with force (sepp queues delete dl "
+                         "--force; the API's DeleteQueueRequest.force) or purge those states first (sepp queues "
+                         "purge dl --state cancelled; a purge without --state deletes only scheduled and ready jobs)")
+    stubs.enqueue("dl")
+    stubs.enqueue("dl")
+    assert stubs.call("DeleteQueue", apb.DeleteQueueRequest(name="dl", force=True)).jobs_deleted == 3
     assert refusal(lambda: stubs.call("GetQueue", apb.GetQueueRequest(name="dl"))).reason == "QUEUE_NOT_FOUND"
     stubs.call("DeclareQueue", apb.DeclareQueueRequest(name="dl-empty"))
     assert stubs.call("DeleteQueue", apb.DeleteQueueRequest(name="dl-empty")).jobs_deleted == 0

@@ -111,6 +111,13 @@ def _clean_up(server: str, queue: str, token: str | None) -> int:
         return admin.delete_queue(queue, force=True)
 
 
+def call_sizes(jobs: int, batch: int) -> str:
+    """The calls ``jobs`` at ``batch`` a call made, as counts × sizes: ``2 × 256 job(s)``, or
+    ``1 × 256 job(s) + 1 × 244 job(s)`` when the last call is smaller."""
+    full, rest = divmod(jobs, batch)
+    return " + ".join(f"{n:,} × {size} job(s)" for n, size in ((full, batch), (1 if rest else 0, rest)) if n)
+
+
 @app.command()
 def bench(
     server: ServerOpt = DEFAULT_SERVER,
@@ -124,7 +131,7 @@ def bench(
     as_json: JsonOpt = False,
     token: ClientTokenOpt = None,
 ) -> None:
-    """Load-test a running server: enqueue rate, ack latency, and (with --drain) work-off rate.
+    """Load-test a running server: enqueue rate, ack latency and work-off rate (not with --no-drain).
 
     Afterwards the bench queue and its jobs are deleted (leftover jobs would dominate the
     dashboard), so it refuses a queue that already holds jobs unless --keep.
@@ -162,7 +169,7 @@ def bench(
         return
     table = Table("what", "value")
     table.add_row("enqueued", f"{jobs:,} jobs in {seconds:.2f} s = {jobs / seconds:,.0f} jobs/s")
-    table.add_row("calls", f"{len(latencies):,} × {batch} job(s), {concurrency} in flight")
+    table.add_row("calls", f"{call_sizes(jobs, batch)}, {min(concurrency, len(latencies))} in flight")
     table.add_row("ack latency p50 / p99", f"{_pct(latencies, 0.5):.2f} / {_pct(latencies, 0.99):.2f} ms")
     if drained is not None:
         table.add_row("worked off (no-op Worker)", f"{jobs:,} jobs in {drained:.2f} s = {jobs / drained:,.0f} jobs/s")

@@ -1,6 +1,6 @@
 """The in-memory queue registry: declared and on-demand queues with their settings.
 
-Loaded from the store at start (plus the queues declared in config, which win) and
+Loaded from the store at start (plus the keys the config's ``[queues.NAME]`` name, which win) and
 kept in step with every change, so the enqueue path never reads the database for a
 queue's limits.
 
@@ -17,11 +17,15 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
 
 from sepp.domain.params import FlowLimits
 from sepp.limits import QueueLimits, QueueSettings, ServerLimits, clamp_settings, parse_rate
 from sepp.quoting import quote
 from sepp.storage.base import PolicyTable, QueuePolicy, QueueRecord
+from sepp.storage.config import ConfigError
 from sepp.validation import QueueRefused
 
 log = logging.getLogger("sepp.queues")
@@ -117,6 +121,65 @@ def stored_settings(rec: QueueRecord, max_encoding_bytes: int | None = None, *, 
     return settings
 
 
+def configured_keys(settings: QueueSettings) -> list[str]:
+    """The setting paths a config declaration names (``default_priority``,
+    ``limits.max_payload_bytes``, …), in field order: the keys its table (file or
+    ``SEPP_QUEUES__…`` variable) gave, not the defaults filled in around them."""
+    paths: list[str] = []
+    for key in QueueSettings.model_fields:
+        if key not in settings.model_fields_set:
+            continue
+        if key == "limits":
+            paths += [f"limits.{k}" for k in QueueLimits.model_fields if k in settings.limits.model_fields_set]
+        else:
+            paths.append(key)
+    return paths
+
+
+def overlay(name: str, base: QueueSettings, declared: QueueSettings) -> QueueSettings:
+    """``base`` (a stored queue's settings) with the keys ``declared`` names
+    (``configured_keys``) taken from it. Raises ``ConfigError`` naming queue ``name`` when
+    the result is invalid as a whole."""
+    merged = base.model_dump()
+    given = declared.model_dump()
+    for path in configured_keys(declared):
+        head, _, rest = path.partition(".")
+        if rest:
+            merged[head][rest] = given[head][rest]
+        else:
+            merged[head] = given[head]
+    try:
+        return QueueSettings.model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"queues.{name}: the keys the config file names do not fit the queue's stored settings "
+                          f"({problems}); name the other key in [queues.{name}] too, or change it with "
+                          "sepp queues update first") from None
+
+
+def setting_changes(old: QueueSettings, new: QueueSettings) -> dict[str, tuple[Any, Any]]:
+    """Path → (old value, new value) of every setting that differs, in field order."""
+    before, after = old.model_dump(), new.model_dump()
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in QueueSettings.model_fields:
+        if key == "limits":
+            for sub in QueueLimits.model_fields:
+                if before[key][sub] != after[key][sub]:
+                    out[f"limits.{sub}"] = (before[key][sub], after[key][sub])
+        elif before[key] != after[key]:
+            out[key] = (before[key], after[key])
+    return out
+
+
+def _shown(value: Any) -> str:
+    """A setting's value in a log line: 3600 (not 3600.0), "50/s", ["json"]."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, str | tuple | list):
+        return json.dumps(list(value) if isinstance(value, tuple) else value, ensure_ascii=False)
+    return str(value)
+
+
 class QueueRegistry:
     """Name → ``QueueState``; strict mode decides what an unknown name means (SPEC §1)."""
 
@@ -138,9 +201,18 @@ class QueueRegistry:
         self._table_generation = -1
 
     def load(self, records: list[QueueRecord], declared: dict[str, QueueSettings]) -> list[QueueState]:
-        """Fill from persisted rows, then apply config declarations (config wins).
+        """Fill from persisted rows, then apply config declarations (``[queues.NAME]``).
+
+        A declaration applies only the keys it names (``configured_keys``; a ``limits`` key
+        one by one): over a stored queue's settings, which keep every other value (set by
+        ``sepp queues update`` on any node, say), and over the defaults for a new queue. So
+        the keys in the file win again at every start, and a node whose file names fewer
+        keys than another's changes only those. A start that changes a stored queue logs one
+        line naming each changed key, old → new.
 
         Returns the queues whose persisted row must be written (new or changed by config).
+        Raises ``ConfigError`` when the named keys and the stored ones make invalid settings
+        together (``max_in_flight_per_key`` without a ``concurrency_key``).
         """
         for rec in records:
             settings = stored_settings(rec, self.max_encoding_bytes)
@@ -152,13 +224,25 @@ class QueueRegistry:
                 current = self._queues[name] = QueueState(name, settings, declared=True)
                 changed.append(current)
                 log.info("queue %s declared by the config", quote(name),
-                         extra={"event": "queue_declared", "queue": name, "source": "config"})
-            elif current.settings != settings or not current.declared:
-                current.apply(settings)
-                current.declared = True
-                changed.append(current)
-                log.info("queue %s changed by the config", quote(name),
-                         extra={"event": "queue_changed", "queue": name, "source": "config"})
+                         extra={"event": "queue_declared", "queue": name, "source": "config",
+                                "settings": configured_keys(settings)})
+                continue
+            merged = overlay(name, current.settings, settings)
+            diff = setting_changes(current.settings, merged)
+            if not diff and current.declared:
+                continue
+            current.apply(merged)
+            current.declared = True
+            changed.append(current)
+            if diff:
+                log.info("queue %s changed by the config: %s", quote(name),
+                         ", ".join(f"{path} {_shown(old)} → {_shown(new)}" for path, (old, new) in diff.items()),
+                         extra={"event": "queue_changed", "queue": name, "source": "config",
+                                "settings": list(diff),
+                                "changes": {path: {"old": old, "new": new} for path, (old, new) in diff.items()}})
+            else:
+                log.info("queue %s declared by the config (it existed; no setting changed)", quote(name),
+                         extra={"event": "queue_declared", "queue": name, "source": "config", "settings": []})
         return changed
 
     @property

@@ -74,6 +74,19 @@ DEFAULT_PURGE = (int(State.SCHEDULED), int(State.READY))
 ALL_STATES = tuple(int(s) for s in State)
 
 
+def not_empty_message(name: str, counts: StateCounts) -> str:
+    """The refusal of DeleteQueue without ``force`` (seen by ``sepp queues delete`` and
+    ``AdminClient.delete_queue`` callers): what the queue holds, per state, and the two ways
+    out that work — ``force``, or a purge of exactly those states (a purge without states
+    takes only SCHEDULED and READY, so "purge it first" alone was not enough)."""
+    held = [(label, n) for label, n in ((s.name.lower(), getattr(counts, s.name.lower())) for s in State) if n]
+    states = " ".join(f"--state {label}" for label, _ in held)
+    return (f"queue {quote(name)} holds {counts.total} job(s) ({', '.join(f'{n} {label}' for label, n in held)}); "
+            f"delete it with force (sepp queues delete {name} --force; the API's DeleteQueueRequest.force) or "
+            f"purge those states first (sepp queues purge {name} {states}; a purge without --state deletes only "
+            "scheduled and ready jobs)")
+
+
 class StateConflict(EngineError):
     """The target's state does not allow the operation (FAILED_PRECONDITION).
 
@@ -369,9 +382,11 @@ class AdminEngine:
                 _queue_event("queue_deleted", name, f"deleted with {deleted} job(s)", count=deleted)
                 return deleted
             if not force:
-                counts = (await self.store.state_counts(name))[name]
-                raise StateConflict(Reason.QUEUE_NOT_EMPTY, f"queue {quote(name)} holds {counts.total} job(s); "
-                                    "purge it first or delete with force", {"jobs": str(counts.total)})
+                counts = (await self.store.state_counts(name)).get(name, StateCounts())
+                if not counts.total:  # emptied since the delete looked: try it again
+                    continue
+                raise StateConflict(Reason.QUEUE_NOT_EMPTY, not_empty_message(name, counts),
+                                    {"jobs": str(counts.total)})
         raise StateConflict(Reason.QUEUE_NOT_EMPTY, f"queue {quote(name)} keeps receiving jobs; pause producers first")
 
     # ------------------------------------------------------------------ jobs

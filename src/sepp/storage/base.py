@@ -184,7 +184,29 @@ class Store(Protocol):
         """Every persisted queue."""
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
-        """Create or replace a queue's settings/flags."""
+        """Create or replace a queue's settings/flags (the whole row, as given)."""
+
+    async def change_queue(self, name: str, change: Callable[[QueueRecord | None], QueueRecord],
+                           now: int) -> QueueRecord:
+        """Change queue ``name``'s row from what is stored, not from a copy the caller holds
+        (several nodes share one database: a node's cache may miss another node's change
+        for a while). ``change(stored)`` gets the row as stored right now — ``None`` when
+        there is none — and returns the row to write (its ``name`` is ignored: ``name`` is
+        written); the row is replaced by it (``updated_at = now``; a new row also gets
+        ``created_at = now``) and returned. Nothing commits between the read ``change``
+        saw and the write, so a change made meanwhile by any node is never undone: two
+        callers changing different settings of one queue at once both take effect.
+
+        ``change`` runs on the event loop and must be pure and quick: it may be called
+        more than once for one call (when another node created or changed the row first,
+        or when the transaction is run again). Whatever it raises reaches the caller
+        unchanged, and nothing is written. Other failures: ``StoreError`` as for any write.
+
+        PostgreSQL: one transaction through the committer, the row read ``FOR UPDATE``
+        (other nodes' changes of that queue wait for it). SQLite: one writer, so no lock;
+        the write is conditional on the row being still what ``change`` saw and is tried
+        again with the new row otherwise (docs/decisions.md "Queue changes merge over the
+        stored row")."""
 
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:
         """Promote due scheduled jobs, then move up to ``max_jobs`` READY jobs to RESERVED."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.states import STATE_NAMES
+from sepp.limits import QueueSettings
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason, RejectionCode
 from sepp.server.admin.cursor import decode_cursor, encode_cursor
@@ -34,7 +35,7 @@ from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigure
 from sepp.server.admin.workers import WorkerView, merge_workers
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
-from sepp.server.queues import QueueState, no_consumer
+from sepp.server.queues import QueueState, no_consumer, stored_settings
 from sepp.server.workers import last_reserves
 from sepp.storage.admin import (
     AdminStore,
@@ -45,7 +46,7 @@ from sepp.storage.admin import (
     Outcome,
     StateCounts,
 )
-from sepp.storage.base import JobRecord, State
+from sepp.storage.base import JobRecord, QueueRecord, State
 from sepp.storage.errors import StoreError
 
 if TYPE_CHECKING:
@@ -278,15 +279,45 @@ class AdminEngine:
         if rejection is not None and rejection.code == RejectionCode.QUEUE_NAME_INVALID.to_wire():
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
 
-    async def _persist(self, q: QueueState) -> None:
+    async def _change(self, q: QueueState, patch: Mapping[str, Any] | None = None, paths: Sequence[str] = (), *,
+                      paused: bool | None = None, declared: bool | None = None) -> None:
+        """Change queue ``q`` over its STORED row, not over this node's copy (which may not
+        have taken another node's change yet): ``patch`` (the fields ``paths`` name, as
+        ``merge_settings``) merged over the stored settings and validated as a whole, and
+        the flags given set, in one write (``Store.change_queue``); then ``q`` takes the row
+        as written, other nodes' changes included.
+
+        Raises ``InvalidRequest`` as ``merge_settings`` (nothing written) and ``NotFound``
+        when the row is gone though this node had it stored (deleted on another node)."""
+        lim, labels = self.engine.limits, self.engine.limits.max_encoding_bytes
+        taken: list[QueueSettings] = []
+
+        def change(stored: QueueRecord | None) -> QueueRecord:
+            if stored is None:
+                if q.persisted:
+                    raise NotFound(f"queue {quote(q.name)} does not exist (deleted on another node)",
+                                   Reason.QUEUE_NOT_FOUND)
+                base, was_paused, was_declared = q.settings, q.paused, q.declared  # on demand, not stored yet
+            else:
+                base = stored_settings(stored, labels, quiet=True)
+                was_paused, was_declared = stored.paused, stored.declared
+            settings = base if patch is None else merge_settings(base, patch, paths, lim.max_message_bytes, labels)
+            taken[:] = [settings]
+            return QueueRecord(q.name, settings.model_dump_json(), was_paused if paused is None else paused,
+                               was_declared if declared is None else declared)
+
         self.engine.queues.touch()  # a cluster refresh reading meanwhile must not undo it
-        await self.engine.store.upsert_queue(q.record(), self._clock_now())
-        q.persisted = True
+        rec = await self.engine.store.change_queue(q.name, change, self._clock_now())
+        if q.settings != taken[0]:
+            q.apply(taken[0])
+        q.paused, q.declared, q.persisted = rec.paused, rec.declared, True
+        self.engine.queues.touch()
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
                             paths: Sequence[str] = ()) -> tuple[QueueState, bool]:
         """Create ``name`` (server defaults + ``patch``) or mark it declared (applying ``patch``
-        when given). Returns the queue and whether it was created.
+        over its stored settings when given, as ``update_queue``). Returns the queue and
+        whether it was created.
 
         Raises ``InvalidRequest`` for a bad name or setting, ``QueueLimitReached`` when a new
         queue would exceed ``limits.max_queues`` (issue 14 O5).
@@ -312,10 +343,7 @@ class AdminEngine:
             registry.put(q)
             _queue_event("queue_declared", name, "declared", settings=list(paths))
             return q, True
-        if patch is not None:
-            current.apply(merge_settings(current.settings, patch, paths, cap, labels))
-        current.declared = True
-        await self._persist(current)
+        await self._change(current, patch, paths, declared=True)
         if patch is not None:
             self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
         _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),
@@ -325,21 +353,23 @@ class AdminEngine:
     async def update_queue(self, name: str, patch: Mapping[str, Any], paths: Sequence[str]) -> QueueState:
         """Apply settings to an existing queue at once (validation and reserve use them next
         call; this node's long-polling reservers of the queue are woken to try again, so a
-        raised or lifted flow limit hands out jobs at once)."""
+        raised or lifted flow limit hands out jobs at once).
+
+        The fields ``paths`` name are merged over the queue's stored settings inside the
+        write (``_change``), so a change another node made to other fields meanwhile is kept
+        even when this node has not taken it yet; the result is validated as a whole
+        (``InvalidRequest``, nothing written) and this node's copy takes the row written."""
         q = self.queue(name)
-        lim = self.engine.limits
-        settings = merge_settings(q.settings, patch, paths, lim.max_message_bytes, lim.max_encoding_bytes)
-        q.apply(settings)
-        await self._persist(q)
+        await self._change(q, patch, paths)
         self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
         _queue_event("queue_changed", name, f"changed: {', '.join(paths) or 'settings'}", settings=list(paths))
         return q
 
     async def set_paused(self, name: str, paused: bool) -> QueueState:
-        """Pause (Reserve gives nothing) or resume (waiting reservers are woken)."""
+        """Pause (Reserve gives nothing) or resume (waiting reservers are woken); the
+        stored settings are kept as they are (``_change``)."""
         q = self.queue(name)
-        q.paused = paused
-        await self._persist(q)
+        await self._change(q, paused=paused)
         _queue_event("queue_paused" if paused else "queue_resumed", name, "paused" if paused else "resumed")
         if not paused:
             self.engine.notifier.ready(name)

@@ -75,6 +75,13 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (name) DO UPDATE SET settings = excluded.settings, paused = excluded.paused,
     declared = excluded.declared, updated_at = excluded.updated_at;
 
+-- name: lock_queue
+-- The queue's row as stored, locked for the rest of the transaction (Store.change_queue).
+SELECT name, settings, paused, declared FROM queues WHERE name = $1 FOR UPDATE;
+
+-- name: update_queue
+UPDATE queues SET settings = $2, paused = $3, declared = $4, updated_at = $5 WHERE name = $1;
+
 -- name: load_queues
 SELECT name, settings, paused, declared FROM queues ORDER BY name;
 

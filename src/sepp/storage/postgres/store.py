@@ -271,6 +271,15 @@ class PostgresStore:
         """Create or replace a queue row."""
         await self._committer.submit(ops.QueueOp(queue, now), 0)
 
+    async def change_queue(self, name: str, change: Callable[[QueueRecord | None], QueueRecord],
+                           now: int) -> QueueRecord:
+        """See ``Store.change_queue``: ``SELECT … FOR UPDATE`` of the row, ``change``, then
+        the UPDATE (or INSERT) in one transaction through the committer."""
+        result = await self._committer.submit(ops.ChangeQueueOp(name, change, now), 0)
+        if isinstance(result, ops.Refused):
+            raise result.exc
+        return result
+
     # ------------------------------------------------------------------ worker side
 
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:

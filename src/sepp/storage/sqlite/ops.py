@@ -99,6 +99,21 @@ def execute(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> None:
     conn.execute(sql, params)
 
 
+def write_queue_if(name: str, seen: Sequence[Any] | None, new: Sequence[Any], now: int,
+                   conn: sqlite3.Connection) -> Sequence[Any] | None:
+    """Writer side of ``SQLiteStore.change_queue``: write ``new`` (settings, paused,
+    declared) as queue ``name``'s row when the stored row is still ``seen`` (settings,
+    paused, declared; None = no row). Returns None when written, else the row as stored
+    now (name, settings, paused, declared; None = no row), nothing written."""
+    if seen is None:
+        if conn.execute(Q["insert_queue_if_absent"], (name, *new, now, now)).rowcount:
+            return None
+    elif conn.execute(Q["update_queue_if"], (name, *new, now, *seen)).rowcount:
+        return None
+    current: Sequence[Any] | None = conn.execute(Q["get_queue"], (name,)).fetchone()
+    return current
+
+
 # ---------------------------------------------------------------------- reserve
 
 

@@ -29,6 +29,15 @@ VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET settings = excluded.settings, paused = excluded.paused,
     declared = excluded.declared, updated_at = excluded.updated_at;
 
+-- name: get_queue
+SELECT name, settings, paused, declared FROM queues WHERE name = ?;
+
+-- name: update_queue_if
+-- Store.change_queue: ?1 name, ?2-?4 the new settings/paused/declared, ?5 now, ?6-?8 the row
+-- the change was made over (written only when it is still what is stored).
+UPDATE queues SET settings = ?2, paused = ?3, declared = ?4, updated_at = ?5
+WHERE name = ?1 AND settings = ?6 AND paused = ?7 AND declared = ?8;
+
 -- name: load_queues
 SELECT name, settings, paused, declared FROM queues ORDER BY name;
 

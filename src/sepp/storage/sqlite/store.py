@@ -283,6 +283,25 @@ class SQLiteStore:
         params = (queue.name, queue.settings_json, int(queue.paused), int(queue.declared), now, now)
         await self._committer.submit(partial(ops.execute, Q["upsert_queue"], params))
 
+    async def change_queue(self, name: str, change: Callable[[QueueRecord | None], QueueRecord],
+                           now: int) -> QueueRecord:
+        """See ``Store.change_queue``. The writer runs SQL only (docs/decisions.md "The
+        writer runs SQL, the event loop builds"; its process cannot call ``change``), so
+        ``change`` runs here over the row read through the writer, and the writer writes its
+        result only if the row is still the one read (``ops.write_queue_if``, one statement
+        in its transaction); otherwise ``change`` runs again over the row it returns. With one
+        writer that is the same as a locked read-change-write."""
+        rows = await self._committer.submit(partial(ops.fetch_all, Q["get_queue"], (name,)))
+        row: Sequence[Any] | None = rows[0] if rows else None
+        while True:
+            stored = None if row is None else QueueRecord(row[0], row[1], bool(row[2]), bool(row[3]))
+            new = change(stored)
+            seen = None if row is None else tuple(row[1:])
+            row = await self._committer.submit(partial(
+                ops.write_queue_if, name, seen, (new.settings_json, int(new.paused), int(new.declared)), now))
+            if row is None:
+                return QueueRecord(name, new.settings_json, new.paused, new.declared)
+
     # ------------------------------------------------------------------ worker side
 
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:

@@ -121,13 +121,14 @@ class WorkerRpc:
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target, job_id) from None
 
-    async def stop_reserving(self, worker_id: str, deadline_s: float = 2.0) -> int | None:
+    async def stop_reserving(self, worker_id: str, deadline_s: float = 2.0, *, stopped: bool = False) -> int | None:
         """``StopReserving`` (deadline ``deadline_s`` seconds; issue 15 item 7): the server ends the
-        long-polls of ``worker_id``'s Reserves in progress. Returns how many it stopped, or
+        long-polls of ``worker_id``'s Reserves in progress; ``stopped``: the worker's session is
+        over (its last call; the Workers page lists it stopped). Returns how many it stopped, or
         ``None`` when the server does not know the call (UNIMPLEMENTED: a server older than
         it). Raises a ``TransportError``, or ``RejectedError`` (``InvalidArgument``, field
         ``worker_id``) for an empty ``worker_id``."""
-        req = wpb.StopReservingRequest(worker_id=worker_id)
+        req = wpb.StopReservingRequest(worker_id=worker_id, stopped=stopped)
         try:
             resp = await self._get_stub().StopReserving(req, timeout=deadline_s, metadata=self._metadata)
         except grpc.RpcError as exc:

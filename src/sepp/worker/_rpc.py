@@ -156,6 +156,12 @@ class WorkerRpc:
                     await channel.wait_for_state_change(state)
                     state = channel.get_state(try_to_connect=True)
 
+    @property
+    def connected(self) -> bool:
+        """Whether the channel holds a connection right now (READY; no new attempt is made)."""
+        channel = self._channel
+        return channel is not None and channel.get_state() is grpc.ChannelConnectivity.READY
+
     async def close(self) -> None:
         """Close the channel (idempotent)."""
         if self._channel is not None:

@@ -169,8 +169,10 @@ async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(har
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 1  # the parked call was answered (empty), not cancelled
-    assert servicer.stop_calls >= 1
+    assert servicer.stop_calls >= 2  # the stop's first, and its last one: the session is over
     assert took < runtime.RESERVE_STOP_TIMEOUT / 2, took
+    stopped = {r.worker_id: r.stopped_at for r in h.engine.workers.snapshot("n")}
+    assert stopped["W"] == h.now  # the Workers page lists it stopped, not live
 
 
 async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wait(harness: Harness) -> None:

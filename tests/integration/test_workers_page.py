@@ -1,8 +1,8 @@
 """The Workers page (issue 13 "New capabilities" 1) against a real server on each backend: a
 Worker runtime reports its concurrency and version on Reserve, the admin API, the UI and
 ``sepp workers list`` show it with its jobs in flight and jobs done, an old client (raw stubs
-without the new fields) still works and shows up, and a worker with no call for two lease
-periods is counted as gone quiet."""
+without the new fields) still works and shows up, a worker with no call for two lease
+periods is counted as gone quiet, and one that stopped cleanly is listed stopped at once."""
 
 from __future__ import annotations
 
@@ -104,6 +104,49 @@ def test_an_old_client_still_reserves_and_a_silent_worker_goes_quiet(srv: Server
     stubs.worker.Ack(wpb.AckRequest(job_id=job_id, lease_id=again[0].lease_id, worker_id=old), timeout=10)
     back = workers(stubs)[old]
     assert (back.quiet, back.completed_last_minute, back.in_flight) == (False, 1, 0)
+
+
+async def test_a_stopped_worker_is_listed_stopped_at_once_and_live_again_when_it_reserves(
+        srv: ServerProcess, stubs: AdminStubs, fresh_queue: str) -> None:
+    """A new user's report: a worker stopped cleanly (SIGTERM / ``Worker.stop``) was listed "live"
+    for two lease periods. Its last call now says it stopped: ListWorkers, ``sepp workers list``
+    and the page show it stopped right after the stop; its restart (the same id reserving) is
+    live again."""
+    me = f"stop-{fresh_queue}"
+    worker = Worker(srv.grpc_target, [fresh_queue], concurrency=2, poll_wait=30.0, worker_id=me)
+
+    @worker.handler("t")
+    async def t(job: Job) -> None:
+        pass
+
+    run = asyncio.create_task(worker.run(install_signal_handlers=False))
+    try:
+        await asyncio.to_thread(wait_for, lambda: me in workers(stubs), 15.0)  # parked in its 30 s long poll
+    finally:
+        await worker.stop(5.0)
+        await run
+    gone = await asyncio.to_thread(wait_for, lambda: (w := workers(stubs)[me]).HasField("stopped_at") and w, 2.0)
+    assert not gone.quiet and gone.stopped_at.ToMicroseconds() >= gone.last_reserve.ToMicroseconds()
+    assert stubs.call("ListWorkers", apb.ListWorkersRequest()).stopped >= 1
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "COLUMNS": "250"}
+    listed = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "sepp", "workers", "list", "--server",
+                                                      srv.grpc_target, "--json"],
+                                     capture_output=True, text=True, timeout=60, env=env)
+    assert listed.returncode == 0, listed.stderr
+    (mine,) = [w for w in json.loads(listed.stdout)["workers"] if w["worker_id"] == me]
+    assert mine["state"] == "stopped" and mine["stopped_at"].endswith("Z") and not mine["quiet"]
+    table = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "sepp", "workers", "list", "--server",
+                                                     srv.grpc_target], capture_output=True, text=True, timeout=60,
+                                    env=env)
+    (line,) = [ln for ln in table.stdout.splitlines() if me in ln]
+    assert "stopped" in line and "ago" in line and " stopped" in table.stdout.splitlines()[-1]
+    async with httpx.AsyncClient(timeout=20) as web:
+        page = (await web.get(f"{srv.http_url}/workers")).text
+    row = page[page.index(f'data-worker="{me}"'):]
+    assert "stopped" in row[:row.index("</tr>")] and 'id="stopped-count"' in page
+    stubs.worker.Reserve(wpb.ReserveRequest(queues=[fresh_queue], max_jobs=1, worker_id=me), timeout=10)
+    back = workers(stubs)[me]  # restarted with the same id: live at its first Reserve
+    assert not back.HasField("stopped_at") and not back.quiet
 
 
 def test_sepp_workers_list(srv: ServerProcess, stubs: AdminStubs, fresh_queue: str) -> None:

@@ -12,9 +12,9 @@ from storage.conformance_kit import NOW, S, lease, put, row, settle1
 
 
 def worker(worker_id: str, node: str = "n1", *, last_seen: int = NOW, queues: tuple[str, ...] = ("q", "mail"),
-           done: int = 0) -> WorkerRecord:
+           done: int = 0, stopped_at: int = 0) -> WorkerRecord:
     return WorkerRecord(worker_id, node, "host-1", queues, 8, "sepp-python/0.1.0", NOW - 60 * S, last_seen - S,
-                        last_seen, done, 1)
+                        last_seen, done, 1, stopped_at)
 
 
 async def test_a_report_replaces_the_nodes_last_one(store: Store) -> None:
@@ -25,6 +25,9 @@ async def test_a_report_replaces_the_nodes_last_one(store: Store) -> None:
     odd = worker("c", queues=("a,b", 'q"1', "x\x1fy", "é"))  # any queue text survives the trip
     await store.report_workers("n1", [odd], NOW - 3600 * S)
     assert await store.workers() == [odd]
+    stopped = worker("d", stopped_at=NOW)  # a clean stop travels with the row (0 = running)
+    await store.report_workers("n1", [stopped, worker("e")], NOW - 3600 * S)
+    assert [(w.worker_id, w.stopped_at) for w in await store.workers()] == [("d", NOW), ("e", 0)]
     await store.report_workers("n1", [], NOW - 3600 * S)
     assert await store.workers() == []
 

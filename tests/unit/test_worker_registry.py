@@ -80,3 +80,49 @@ def test_a_nul_in_caller_text_is_kept_as_a_replacement_character() -> None:
     reg.reserved("w", "ho\x00st", ["q\x00"], 1, "v\x00")
     (rec,) = reg.snapshot("n")
     assert (rec.host, rec.queues, rec.client_version) == ("ho\ufffdst", ("q\ufffd",), "v\ufffd")
+
+
+def test_a_clean_stop_is_recorded_until_the_next_reserve_and_an_old_long_poll_does_not_end_it() -> None:
+    clock = FakeClock()
+    reg = WorkerRegistry(clock)
+    began = reg.reserved("w", "h", ["q"], 2, "v")
+    clock.advance(5)
+    reg.stopped("w")
+    stop = clock.now()
+    clock.advance(1)
+    reg.reserved("w", "h", ["q"], 2, "v", began)  # the end of a long poll that began before the stop
+    reg.called("w", completed=1)                  # any other call: counted, still stopped
+    (rec,) = reg.snapshot("n")
+    assert (rec.stopped_at, rec.last_reserve, rec.completed_minute) == (stop, began, 1)
+    clock.advance(1)
+    again = reg.reserved("w", "h", ["q"], 2, "v")  # the restarted worker's first Reserve
+    (rec,) = reg.snapshot("n")
+    assert (rec.stopped_at, rec.last_reserve) == (0, again)
+    reg.stopped("never-reserved-here")             # a node that only got the final call keeps it …
+    reg.stopped("nul\x00id")                       # … but not an id the store could not hold
+    assert {r.worker_id: r.stopped_at for r in reg.snapshot("n")} == {"w": 0, "never-reserved-here": clock.now()}
+
+
+def test_a_stop_on_one_node_and_a_later_reserve_on_another_merge_by_time() -> None:
+    queues = QueueRegistry(QueueSettings(lease_duration=30), strict=False)
+    now = 1_000 * S
+
+    def row(node: str, last_reserve: int, stopped_at: int = 0) -> WorkerRecord:
+        return WorkerRecord("w", node, "h" if last_reserve else "", ("q",) if last_reserve else (), 4, "v",
+                            now - 100 * S, last_reserve, max(last_reserve, stopped_at), 0, 0, stopped_at)
+
+    stop_n1 = row("n1", now - 20 * S, stopped_at=now - 10 * S)
+    (view,) = merge_workers([stop_n1, row("n2", now - 30 * S)], {}, queues, now)
+    assert (view.state, view.stopped_at, view.quiet, view.nodes) == ("stopped", now - 10 * S, False, ("n1", "n2"))
+    (view,) = merge_workers([stop_n1, row("n2", now - 5 * S)], {}, queues, now)
+    assert (view.state, view.stopped_at, view.last_reserve) == ("live", 0, now - 5 * S)  # the later Reserve wins
+    # The final call reached a node that never saw the worker reserve: the stop still counts …
+    (view,) = merge_workers([row("n1", now - 20 * S), row("n2", 0, stopped_at=now - 10 * S)], {}, queues, now)
+    assert (view.state, view.host, view.queues) == ("stopped", "h", ("q",))
+    # … but a stop alone (no Reserve on any node) lists nobody; stopped ones come last, long stopped is not quiet.
+    rows = [row("n1", 0, stopped_at=now), WorkerRecord("old", "n1", "h", ("q",), 1, "v", 0, now - 900 * S,
+                                                       now - 900 * S, 0, 0, now - 899 * S),
+            WorkerRecord("gone", "n1", "h", ("q",), 1, "v", 0, now - 61 * S, now - 61 * S, 0, 0),
+            WorkerRecord("up", "n1", "h", ("q",), 1, "v", 0, now - S, now - S, 0, 0)]
+    assert [(v.worker_id, v.state) for v in merge_workers(rows, {}, queues, now)] == \
+        [("up", "live"), ("gone", "quiet"), ("old", "stopped")]

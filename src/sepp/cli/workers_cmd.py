@@ -1,7 +1,9 @@
 """``sepp workers list``: every worker that called within the last hour, on any node, with
 what it said (host, queues, concurrency, client version) and what the servers counted (jobs
-in flight, last reserve, jobs done in the last minute), and how many have gone quiet (issue 13,
-the same view as the UI's Workers page)."""
+in flight, last reserve, jobs done in the last minute), its state — live, quiet (no call within
+two lease periods) or stopped (it stopped cleanly: ``Worker.stop`` / SIGTERM, and has not
+reserved since) — and how many are in each (issue 13, the same view as the UI's Workers
+page)."""
 
 from __future__ import annotations
 
@@ -24,13 +26,19 @@ workers_app = typer.Typer(name="workers", help="The workers that called recently
 app.add_typer(workers_app)
 
 
+def worker_state(w: apb.WorkerInfo) -> str:
+    """``live``, ``quiet`` or ``stopped`` (``stopped_at`` set)."""
+    return "stopped" if w.HasField("stopped_at") else "quiet" if w.quiet else "live"
+
+
 def worker_json(w: apb.WorkerInfo) -> dict[str, Any]:
-    """One worker as plain JSON (times RFC 3339 UTC)."""
+    """One worker as plain JSON (times RFC 3339 UTC; ``stopped_at`` null unless stopped)."""
     return {"worker_id": w.worker_id, "host": w.host, "queues": list(w.queues), "concurrency": w.concurrency,
             "client_version": w.client_version, "nodes": list(w.nodes), "in_flight": w.in_flight,
             "first_seen": iso_time(w.first_seen), "last_reserve": iso_time(w.last_reserve),
             "last_seen": iso_time(w.last_seen), "completed_last_minute": w.completed_last_minute,
-            "failed_last_minute": w.failed_last_minute, "quiet": w.quiet}
+            "failed_last_minute": w.failed_last_minute, "quiet": w.quiet, "state": worker_state(w),
+            "stopped_at": iso_time(w.stopped_at, w.HasField("stopped_at"))}
 
 
 def _ago(t: Any, now: float) -> str:
@@ -43,11 +51,13 @@ def _ago(t: Any, now: float) -> str:
 def workers_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
                  timeout: TimeoutOpt = 30.0) -> None:
     """Workers that called within the last hour: live ones first, then those gone quiet (no call
-    within two lease periods)."""
+    within two lease periods), then those that stopped cleanly (SIGTERM / Worker.stop; until
+    their next Reserve)."""
     with _client(server, token, timeout, as_json) as client:
         resp = client.list_workers()
     if as_json:
-        _print_json({"workers": [worker_json(w) for w in resp.workers], "quiet": resp.quiet, "total": resp.total})
+        _print_json({"workers": [worker_json(w) for w in resp.workers], "quiet": resp.quiet,
+                     "stopped": resp.stopped, "total": resp.total})
         return
     if not resp.workers:
         _out().print("No worker called within the last hour.")
@@ -62,9 +72,15 @@ def workers_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_
         table.add_row(escape(w.worker_id), escape(w.host) or "–", escape(", ".join(w.queues)),
                       str(w.concurrency) if w.concurrency else "–", f"{w.in_flight:,}", _ago(w.last_reserve, now),
                       f"{w.completed_last_minute:,}", f"{w.failed_last_minute:,}", escape(", ".join(w.nodes)),
-                      "[yellow]quiet[/]" if w.quiet else "live")
+                      _state_cell(w, now))
     _out().print(table)
     total = max(resp.total, len(resp.workers))
     shown = "" if total == len(resp.workers) else f" ({len(resp.workers)} shown)"
-    _out().print(f"{total} worker(s){shown}: {total - resp.quiet} live, {resp.quiet} gone quiet "
-                 "(no call within two lease periods)")
+    _out().print(f"{total} worker(s){shown}: {total - resp.quiet - resp.stopped} live, {resp.quiet} gone quiet "
+                 f"(no call within two lease periods), {resp.stopped} stopped")
+
+
+def _state_cell(w: apb.WorkerInfo, now: float) -> str:
+    if w.HasField("stopped_at"):
+        return f"[dim]stopped {_ago(w.stopped_at, now)}[/]"
+    return "[yellow]quiet[/]" if w.quiet else "live"

@@ -165,7 +165,9 @@ class WorkerRecord(NamedTuple):
     saw it), what its last Reserve said (``host``, ``queues``, ``concurrency`` — 0 when not
     said —, ``client_version``), ``first_seen`` / ``last_reserve`` / ``last_seen`` (µs UTC;
     ``last_seen`` is its last call of any kind) and the jobs it completed / nacked through
-    this node in the 60 seconds before the report (``completed_minute`` / ``failed_minute``)."""
+    this node in the 60 seconds before the report (``completed_minute`` / ``failed_minute``);
+    ``stopped_at`` (µs UTC) when the worker's final ``StopReserving`` (a clean stop) reached this
+    node after its last Reserve here, else 0."""
 
     worker_id: str
     node: str
@@ -178,6 +180,7 @@ class WorkerRecord(NamedTuple):
     last_seen: int
     completed_minute: int
     failed_minute: int
+    stopped_at: int = 0
 
 
 class PeriodicRecord(NamedTuple):

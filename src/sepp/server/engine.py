@@ -517,7 +517,8 @@ class JobEngine:
         ``workers`` (the Workers page, issue 13, with the caller's ``host``, handler slots
         ``concurrency`` and ``client_version``) twice: once its arguments are accepted, before
         any wait — so a worker idle in its first long poll is listed at once, not up to
-        ``wait_s`` later — and again when it ends (its latest Reserve). Raises
+        ``wait_s`` later — and again when it ends (its latest Reserve; not when the worker
+        stopped cleanly in the meantime, ``stop_reserving(stopped=True)``). Raises
         ``InvalidRequest`` for bad arguments (then nothing is noted).
         """
         lim = self.limits
@@ -536,7 +537,7 @@ class JobEngine:
         if "\x00" in worker_id:  # a label; PostgreSQL text cannot hold U+0000 (docs/decisions.md)
             raise InvalidRequest("worker_id must not contain a NUL character (U+0000)", "worker_id")
         names = list(dict.fromkeys(queues))
-        self.workers.reserved(worker_id, host, queues, concurrency, client_version)  # "" is not noted
+        began = self.workers.reserved(worker_id, host, queues, concurrency, client_version)  # "" is not noted
         # The long-poll waits in real time, on the event loop's clock (the one wait_for uses).
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
@@ -584,7 +585,7 @@ class JobEngine:
         finally:
             self.notifier.unregister(names, event)
             if worker_id:
-                self.workers.reserved(worker_id, host, queues, concurrency, client_version)
+                self.workers.reserved(worker_id, host, queues, concurrency, client_version, began)
                 calls = self._reserving.get(worker_id)
                 if calls is not None:
                     calls.discard(me)
@@ -596,7 +597,7 @@ class JobEngine:
         (tests and diagnostics; issue 15 item 7)."""
         return sum(1 for call in self._reserving.get(worker_id, ()) if call.parked)
 
-    def stop_reserving(self, worker_id: str) -> int:
+    def stop_reserving(self, worker_id: str, stopped: bool = False) -> int:
         """End the long-polls of the ``reserve`` calls in progress with ``worker_id`` (a
         stopping worker, issue 15 item 7): each is marked stopped and woken. One parked in its
         wait returns ``[]`` at once without leasing again; one inside the store's lease returns
@@ -604,6 +605,8 @@ class JobEngine:
         affected. Returns how many calls this stopped (0 when none is open or all were stopped
         already: idempotent). Every call with that id is stopped, whichever process sent it
         (two processes sharing an id: the other's parked call just answers empty early).
+        ``stopped``: the worker's session is over (its last call): ``workers`` lists it as
+        stopped until its next Reserve.
 
         Raises ``InvalidRequest`` (field ``worker_id``) when ``worker_id`` is empty.
         """
@@ -615,6 +618,8 @@ class JobEngine:
                 call.stopped = True
                 call.event.set()
                 woken += 1
+        if stopped:
+            self.workers.stopped(worker_id)
         return woken
 
     async def _lease(self, params: ReserveParams) -> list[JobRecord]:

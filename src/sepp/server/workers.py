@@ -8,6 +8,14 @@ is written per call: the node reports its workers to the store with each heartbe
 (``Store.report_workers``, ``sepp.server.cluster``), so every node's Workers page sees the
 whole cluster within a heartbeat (5 s) — the same bound as the node list.
 
+A clean stop is recorded: the ``Worker`` runtime's last call, once its handlers ended and its
+acks were answered, is ``StopReserving`` with ``stopped`` set (``JobEngine.stop_reserving``),
+which notes ``stopped_at`` — also on a node that never saw the worker reserve (a worker
+behind a load balancer), as an entry the listing merges with the worker's other rows. The
+next Reserve that *starts* ends it; the end of a long poll that began before the stop does
+not (it belongs to the session that ended), nor do other calls. A worker killed without
+stopping is never marked: it goes quiet as before.
+
 Bounds (a worker id is caller input; issue 13, found by attacking it): at most ``MAX_WORKERS``
 workers are tracked (a new one beyond that is not, and a warning is logged once), only ids of at
 most ``MAX_ID`` characters (kept whole, so the in-flight count matches the jobs' worker id),
@@ -50,6 +58,8 @@ class _Live:
     first_seen: int
     last_reserve: int
     last_seen: int
+    #: When its final ``StopReserving`` came (µs UTC), 0 while it runs.
+    stopped_at: int = 0
     #: Jobs completed / failed per second (second since the epoch → counts), the last minute.
     done: dict[int, list[int]] = field(default_factory=dict)
 
@@ -81,15 +91,21 @@ class WorkerRegistry:
         return live
 
     def reserved(self, worker_id: str, host: str, queues: Sequence[str], concurrency: int,
-                 client_version: str) -> None:
+                 client_version: str, began: int = 0) -> int:
         """A ``Reserve`` from ``worker_id`` (ignored when empty): what it said replaces what it
-        said before (``host`` / ``client_version`` "" and ``concurrency`` ≤ 0 keep the old)."""
+        said before (``host`` / ``client_version`` "" and ``concurrency`` ≤ 0 keep the old),
+        and a recorded stop ends. ``began`` is, for the note at a call's end, what the note at
+        its start returned: a call that began before the worker stopped notes nothing at its
+        end. Returns the time noted (µs UTC), 0 when nothing was."""
         if not worker_id or len(worker_id) > MAX_ID:
-            return
+            return 0
         now = self._now()
         live = self._get(worker_id, now)
         if live is None:
-            return
+            return 0
+        if began and live.stopped_at >= began:
+            return 0  # the end of a call of the session that stopped since
+        live.stopped_at = 0
         live.last_reserve = live.last_seen = now
         live.queues = tuple(_clean(q) for q in queues[:MAX_QUEUES])
         if host:
@@ -98,6 +114,20 @@ class WorkerRegistry:
             live.concurrency = concurrency
         if client_version:
             live.client_version = _clean(client_version)
+        return now
+
+    def stopped(self, worker_id: str) -> None:
+        """``worker_id`` stopped cleanly (its final ``StopReserving``): listed as stopped from
+        now until its next Reserve. Noted on a node that never saw it reserve too (an entry
+        with no Reserve, which the listing merges with its other nodes' rows); ignored for an
+        id the registry would not track or with a NUL (the store's text cannot hold it)."""
+        if not worker_id or len(worker_id) > MAX_ID or "\x00" in worker_id:
+            return
+        now = self._now()
+        live = self._get(worker_id, now)
+        if live is None:
+            return
+        live.stopped_at = live.last_seen = now
 
     def called(self, worker_id: str, completed: int = 0, failed: int = 0) -> None:
         """Any other call of ``worker_id`` (ignored when empty or never seen reserving):
@@ -137,7 +167,8 @@ class WorkerRegistry:
             completed = sum(b[0] for b in live.done.values())
             failed = sum(b[1] for b in live.done.values())
             out.append(WorkerRecord(worker_id, node, live.host, live.queues, live.concurrency, live.client_version,
-                                    live.first_seen, live.last_reserve, live.last_seen, completed, failed))
+                                    live.first_seen, live.last_reserve, live.last_seen, completed, failed,
+                                    live.stopped_at))
         return out
 
 

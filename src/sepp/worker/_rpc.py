@@ -121,13 +121,14 @@ class WorkerRpc:
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target, job_id) from None
 
-    async def stop_reserving(self, worker_id: str, deadline_s: float = 2.0) -> int | None:
+    async def stop_reserving(self, worker_id: str, deadline_s: float = 2.0, *, stopped: bool = False) -> int | None:
         """``StopReserving`` (deadline ``deadline_s`` seconds; issue 15 item 7): the server ends the
-        long-polls of ``worker_id``'s Reserves in progress. Returns how many it stopped, or
+        long-polls of ``worker_id``'s Reserves in progress; ``stopped``: the worker's session is
+        over (its last call; the Workers page lists it stopped). Returns how many it stopped, or
         ``None`` when the server does not know the call (UNIMPLEMENTED: a server older than
         it). Raises a ``TransportError``, or ``RejectedError`` (``InvalidArgument``, field
         ``worker_id``) for an empty ``worker_id``."""
-        req = wpb.StopReservingRequest(worker_id=worker_id)
+        req = wpb.StopReservingRequest(worker_id=worker_id, stopped=stopped)
         try:
             resp = await self._get_stub().StopReserving(req, timeout=deadline_s, metadata=self._metadata)
         except grpc.RpcError as exc:
@@ -154,6 +155,12 @@ class WorkerRpc:
                 while state is not grpc.ChannelConnectivity.READY:
                     await channel.wait_for_state_change(state)
                     state = channel.get_state(try_to_connect=True)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the channel holds a connection right now (READY; no new attempt is made)."""
+        channel = self._channel
+        return channel is not None and channel.get_state() is grpc.ChannelConnectivity.READY
 
     async def close(self) -> None:
         """Close the channel (idempotent)."""

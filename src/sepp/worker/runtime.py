@@ -46,7 +46,11 @@ its job is released too and its result ignored). A second signal skips the grace
 Last, wait for the acks and releases the server has not answered yet: as long as it
 answers, or up to ``SETTLE_STOP_TIMEOUT`` past its last answer; a second signal gives up at
 once what is being re-sent. What is given up (logged at WARNING with its count) comes back
-after its lease.
+after its lease. The very last call says the session is over (``StopReserving`` with
+``stopped``, deadline ``STOPPED_DEADLINE``, only over a connection the channel holds and
+unless the stop gave up on the server's answers; its failure is only logged at DEBUG), so
+``sepp workers list`` and the Workers page show the worker as stopped at once instead of live
+until it goes quiet.
 """
 
 from __future__ import annotations
@@ -111,6 +115,10 @@ RESERVE_STOP_TIMEOUT = 5.0
 #: Against a server without ``StopReserving`` (UNIMPLEMENTED): seconds to wait for a
 #: ``Reserve`` in flight before cancelling it (one still open is parked in its long-poll).
 RESERVE_STOP_WAIT = 0.25
+#: Deadline, seconds, of the stop's last call, which tells the server the worker stopped (the
+#: Workers page lists it "stopped"): short, as nothing waits on its answer; shorter still
+#: after a second signal.
+STOPPED_DEADLINE = 2.0
 #: Longest pause, seconds, between a failed ``Reserve`` and the next try (0.05 s doubling up
 #: to this). The pause ends early once the channel connects again (``WorkerRpc.pause``), so
 #: after a server restart the next try goes out as soon as gRPC's reconnect backoff (100 ms
@@ -373,6 +381,9 @@ class Worker:
         self._parked = 0
         self._lanes = 1
         self._reserve_cancelled = False
+        #: The stop gave up on the server's answers (StopReserving or acks unanswered): its
+        #: last call (``_say_stopped``) is not sent, it would only wait out its deadline.
+        self._unanswered = False
         self._abandoning = False
         #: Handler slots alive, those that will look at ``_pending`` before they park, and
         #: the parked ones with the future that wakes each.
@@ -941,6 +952,7 @@ class Worker:
                         asking.cancel()
         if self._reserve_calls:
             if not self._hurry.is_set() and not older_server:
+                self._unanswered = True
                 log.warning("cancelling %d reserve call(s) still open: the server left StopReserving "
                             "unanswered for %.1fs (it gives back what it had leased for a call it sees "
                             "cancelled)", len(self._reserve_calls), RESERVE_STOP_TIMEOUT)
@@ -965,6 +977,21 @@ class Worker:
             log.info("the server has no StopReserving (older than this worker): open reserve calls are "
                      "cancelled after %.2fs", RESERVE_STOP_WAIT)
         return woken
+
+    async def _say_stopped(self) -> None:
+        """The stop's last call: ``StopReserving`` with ``stopped`` (see ``STOPPED_DEADLINE``).
+        Not sent without a connection, nor when the stop already gave up on the server's answers
+        (unreachable or frozen: a stop must not wait for it; the worker goes quiet on the page
+        instead)."""
+        if self._unanswered or not self._rpc.connected:
+            log.debug("not telling the server this worker stopped: %s",
+                      "it left calls unanswered" if self._unanswered else "no connection")
+            return
+        deadline = STOPPED_DEADLINE / 4 if self._hurry.is_set() else STOPPED_DEADLINE
+        try:
+            await self._rpc.stop_reserving(self.config.worker_id, deadline, stopped=True)
+        except Exception as exc:  # the server gone: the worker goes quiet there instead
+            log.debug("could not tell the server this worker stopped: %s", exc)
 
     async def _shutdown(self, grace: float) -> None:
         started = time.monotonic()
@@ -1019,6 +1046,7 @@ class Worker:
             #    at once (Settler.flush). What is given up comes back after its lease.
             dropped = await self._settler.flush(SETTLE_STOP_TIMEOUT, self._hurry)
             if dropped:
+                self._unanswered = True
                 log.warning("gave up %d ack(s)/release(s) the server did not answer (%s): their jobs come "
                             "back after their lease", dropped,
                             "the stop was hurried" if self._hurry.is_set()
@@ -1027,6 +1055,9 @@ class Worker:
                 if not self._settling:
                     break
                 await asyncio.sleep(0)
+            # 6. say goodbye: the session is over (the Workers page lists the worker stopped,
+            #    not live, until its next Reserve). Nothing depends on the answer.
+            await self._say_stopped()
         finally:
             await self._keeper.close()
             await self._rpc.close()

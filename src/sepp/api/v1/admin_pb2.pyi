@@ -945,6 +945,7 @@ class WorkerInfo(_message.Message):
     COMPLETED_LAST_MINUTE_FIELD_NUMBER: _builtins.int
     FAILED_LAST_MINUTE_FIELD_NUMBER: _builtins.int
     QUIET_FIELD_NUMBER: _builtins.int
+    STOPPED_AT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     host: _builtins.str
     """As the worker reported it (Reserve.host; "" when it did not)."""
@@ -958,7 +959,9 @@ class WorkerInfo(_message.Message):
     """Jobs it completed / nacked in the last 60 seconds (as of the nodes' last reports, ≤ 5 s old)."""
     failed_last_minute: _builtins.int
     quiet: _builtins.bool
-    """No call within two lease periods (twice the longest lease_duration of its queues)."""
+    """No call within two lease periods (twice the longest lease_duration of its queues);
+    never set for a stopped worker.
+    """
     @_builtins.property
     def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The queues of its last Reserve."""
@@ -974,6 +977,15 @@ class WorkerInfo(_message.Message):
     @_builtins.property
     def last_seen(self) -> _timestamp_pb2.Timestamp:
         """Its last call of any kind (Reserve, Settle, Ack, Nack, ExtendLease)."""
+
+    @_builtins.property
+    def stopped_at(self) -> _timestamp_pb2.Timestamp:
+        """Set when the worker stopped cleanly (its final StopReserving with stopped = true, sent by
+        Worker.stop / SIGTERM once its handlers ended and its acks were answered) and has not
+        reserved since, on any node: the time the stop was recorded (UTC, microsecond precision).
+        Unset while it runs. A stopped worker is neither live nor quiet; a worker killed without
+        stopping (SIGKILL) is never marked stopped: it goes quiet.
+        """
 
     def __init__(
         self,
@@ -991,10 +1003,11 @@ class WorkerInfo(_message.Message):
         completed_last_minute: _builtins.int = ...,
         failed_last_minute: _builtins.int = ...,
         quiet: _builtins.bool = ...,
+        stopped_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["first_seen", b"first_seen", "last_reserve", b"last_reserve", "last_seen", b"last_seen"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["first_seen", b"first_seen", "last_reserve", b"last_reserve", "last_seen", b"last_seen", "stopped_at", b"stopped_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "completed_last_minute", b"completed_last_minute", "concurrency", b"concurrency", "failed_last_minute", b"failed_last_minute", "first_seen", b"first_seen", "host", b"host", "in_flight", b"in_flight", "last_reserve", b"last_reserve", "last_seen", b"last_seen", "nodes", b"nodes", "queues", b"queues", "quiet", b"quiet", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_version", b"client_version", "completed_last_minute", b"completed_last_minute", "concurrency", b"concurrency", "failed_last_minute", b"failed_last_minute", "first_seen", b"first_seen", "host", b"host", "in_flight", b"in_flight", "last_reserve", b"last_reserve", "last_seen", b"last_seen", "nodes", b"nodes", "queues", b"queues", "quiet", b"quiet", "stopped_at", b"stopped_at", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1007,14 +1020,20 @@ class ListWorkersResponse(_message.Message):
     WORKERS_FIELD_NUMBER: _builtins.int
     QUIET_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
     quiet: _builtins.int
     """How many of all the workers have gone quiet."""
     total: _builtins.int
     """How many workers there are in all (more than `workers` holds when the listing was cut)."""
+    stopped: _builtins.int
+    """How many of all the workers stopped cleanly (WorkerInfo.stopped_at set); live workers
+    are total - quiet - stopped.
+    """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
-        """Live workers first (most recent call first), then the quiet ones; at most 500 (the
-        listing is bounded: worker ids are caller input), the rest counted in `total`.
+        """Live workers first (most recent call first), then the quiet ones, then the stopped ones;
+        at most 500 (the listing is bounded: worker ids are caller input), the rest counted in
+        `total`.
         """
 
     def __init__(
@@ -1023,10 +1042,11 @@ class ListWorkersResponse(_message.Message):
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
         quiet: _builtins.int = ...,
         total: _builtins.int = ...,
+        stopped: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["quiet", b"quiet", "total", b"total", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["quiet", b"quiet", "stopped", b"stopped", "total", b"total", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -484,18 +484,25 @@ class StopReservingRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """The worker_id the Reserves were sent with; empty = INVALID_ARGUMENT (field worker_id).
     Every Reserve in progress with this id is stopped, whichever process sent it.
+    """
+    stopped: _builtins.bool
+    """The worker's session is over (the last call of Worker.stop, after its last acks): the
+    servers list the worker as stopped (WorkerInfo.stopped_at) instead of live until its next
+    Reserve. Older servers ignore it (the call then only wakes what is still open).
     """
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
+        stopped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stopped", b"stopped", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

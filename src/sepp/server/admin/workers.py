@@ -3,7 +3,10 @@ hour, from the rows each node reports (``Store.workers``) and this node's own fr
 with its jobs in flight from the store and whether it has gone quiet.
 
 A worker id seen by several nodes (a worker behind a load balancer) is one entry: its
-nodes listed, its counts summed, its times the latest. "Quiet" = no call within two lease
+nodes listed, its counts summed, its times the latest. "Stopped" = it stopped cleanly: the
+latest ``stopped_at`` among its rows is not before its latest Reserve on any node (so a Reserve
+on another node after the stop wins; a row of a node that only saw the stop, no Reserve, is
+merged but lists nobody on its own). "Quiet" = not stopped and no call within two lease
 periods: twice the longest ``lease_duration`` among its queues (the queue defaults' for a
 queue this node does not know).
 """
@@ -38,6 +41,13 @@ class WorkerView:
     quiet: bool
     #: Seconds since ``last_seen`` at the time of the listing.
     idle: float
+    #: When it stopped cleanly (µs UTC), 0 while it runs (live or quiet).
+    stopped_at: int = 0
+
+    @property
+    def state(self) -> str:
+        """``live``, ``quiet`` or ``stopped``."""
+        return "stopped" if self.stopped_at else "quiet" if self.quiet else "live"
 
 
 def quiet_after(queues: Iterable[str], registry: QueueRegistry) -> float:
@@ -53,18 +63,25 @@ def quiet_after(queues: Iterable[str], registry: QueueRegistry) -> float:
 def merge_workers(rows: Iterable[WorkerRecord], in_flight: Mapping[str, int], registry: QueueRegistry,
                   now: int) -> list[WorkerView]:
     """One ``WorkerView`` per worker id of ``rows`` (one row per worker and node), live ones
-    first by most recent call, then the quiet ones likewise (see the module docstring)."""
+    first by most recent call, then the quiet ones, then the stopped ones, each likewise (see
+    the module docstring)."""
     by_id: dict[str, list[WorkerRecord]] = {}
     for row in rows:
         by_id.setdefault(row.worker_id, []).append(row)
     views = []
     for worker_id, group in by_id.items():
         latest = max(group, key=lambda r: r.last_reserve)
+        if not latest.last_reserve:
+            continue  # only a stop, no Reserve on any node: nobody to list
+        stopped_at = max(r.stopped_at for r in group)
+        if stopped_at < latest.last_reserve:
+            stopped_at = 0  # it reserved again since (on some node): running
         last_seen = max(r.last_seen for r in group)
         idle = max(0.0, (now - last_seen) / _US)
         views.append(WorkerView(
             worker_id, latest.host, latest.queues, latest.concurrency, latest.client_version,
-            tuple(sorted({r.node for r in group})), in_flight.get(worker_id, 0), min(r.first_seen for r in group),
-            latest.last_reserve, last_seen, sum(r.completed_minute for r in group),
-            sum(r.failed_minute for r in group), idle > quiet_after(latest.queues, registry), idle))
-    return sorted(views, key=lambda v: (v.quiet, -v.last_seen, v.worker_id))
+            tuple(sorted({r.node for r in group})), in_flight.get(worker_id, 0),
+            min(r.first_seen for r in group), latest.last_reserve, last_seen, sum(r.completed_minute for r in group),
+            sum(r.failed_minute for r in group), not stopped_at and idle > quiet_after(latest.queues, registry), idle,
+            stopped_at))
+    return sorted(views, key=lambda v: (bool(v.stopped_at), v.quiet, -v.last_seen, v.worker_id))

@@ -62,7 +62,7 @@ def worker_info(v: WorkerView) -> apb.WorkerInfo:
                           client_version=v.client_version, nodes=list(v.nodes), in_flight=v.in_flight,
                           first_seen=ts(v.first_seen), last_reserve=ts(v.last_reserve), last_seen=ts(v.last_seen),
                           completed_last_minute=v.completed_last_minute, failed_last_minute=v.failed_last_minute,
-                          quiet=v.quiet)
+                          quiet=v.quiet, stopped_at=ts(v.stopped_at) if v.stopped_at else None)
 
 
 def settings_patch(s: pb.QueueSettings, paths: Sequence[str] | None = None) -> dict[str, Any]:
@@ -297,7 +297,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListWorkers(self, request: apb.ListWorkersRequest, context: Context) -> apb.ListWorkersResponse:
         views = await self.admin.workers()
         return apb.ListWorkersResponse(workers=[worker_info(v) for v in views[:MAX_LISTED_WORKERS]],
-                                       quiet=sum(v.quiet for v in views), total=len(views))
+                                       quiet=sum(v.quiet for v in views), total=len(views),
+                                       stopped=sum(bool(v.stopped_at) for v in views))
 
     # ------------------------------------------------------------------ periodic schedules (issue 12)
 

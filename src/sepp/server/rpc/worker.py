@@ -187,10 +187,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def StopReserving(self, request: wpb.StopReservingRequest,
                             context: Context) -> wpb.StopReservingResponse:
         """End the long-polls of ``request.worker_id``'s Reserves in progress on this node
-        (``JobEngine.stop_reserving``; issue 15 item 7): ``woken`` is how many this stopped.
+        (``JobEngine.stop_reserving``; issue 15 item 7): ``woken`` is how many this stopped;
+        ``request.stopped`` records the worker's clean stop (the Workers page lists it stopped).
         An empty worker_id is INVALID_ARGUMENT (field ``worker_id``)."""
         try:
-            woken = self.engine.stop_reserving(request.worker_id)
+            woken = self.engine.stop_reserving(request.worker_id, request.stopped)
         except EngineError as exc:
             await abort_for(context, exc)
         return wpb.StopReservingResponse(woken=woken)

@@ -530,7 +530,8 @@ class ReportWorkersOp:
                                [json.dumps(list(w.queues)) for w in ws], [w.concurrency for w in ws],
                                [w.client_version for w in ws], [w.first_seen for w in ws],
                                [w.last_reserve for w in ws], [w.last_seen for w in ws],
-                               [w.completed_minute for w in ws], [w.failed_minute for w in ws], self.node)
+                               [w.completed_minute for w in ws], [w.failed_minute for w in ws], self.node,
+                               [w.stopped_at for w in ws])
         await conn.execute(Q["forget_old_workers"], self.forget_before)
 
 

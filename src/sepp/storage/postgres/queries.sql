@@ -278,17 +278,18 @@ DELETE FROM workers WHERE node = $1;
 
 -- name: report_workers
 -- Store.report_workers, step 2: the node's workers as parallel arrays ($1 worker_id …, $10
--- failed_minute; $11 the node). Each worker's queues travel as one JSON array text (a
--- text[][] would need every worker to have as many queues).
+-- failed_minute; $11 the node; $12 stopped_at). Each worker's queues travel as one JSON array
+-- text (a text[][] would need every worker to have as many queues).
 INSERT INTO workers (worker_id, node, host, queues, concurrency, client_version, first_seen, last_reserve,
-                     last_seen, completed_minute, failed_minute)
-SELECT w, $11::text, h, ARRAY(SELECT json_array_elements_text(q::json)), c, v, f, r, s, d, x
+                     last_seen, completed_minute, failed_minute, stopped_at)
+SELECT w, $11::text, h, ARRAY(SELECT json_array_elements_text(q::json)), c, v, f, r, s, d, x, z
 FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],
-            $9::bigint[], $10::bigint[]) AS t(w, h, q, c, v, f, r, s, d, x)
+            $9::bigint[], $10::bigint[], $12::bigint[]) AS t(w, h, q, c, v, f, r, s, d, x, z)
 ON CONFLICT (worker_id, node) DO UPDATE SET host = excluded.host, queues = excluded.queues,
     concurrency = excluded.concurrency, client_version = excluded.client_version, first_seen = excluded.first_seen,
     last_reserve = excluded.last_reserve, last_seen = excluded.last_seen,
-    completed_minute = excluded.completed_minute, failed_minute = excluded.failed_minute;
+    completed_minute = excluded.completed_minute, failed_minute = excluded.failed_minute,
+    stopped_at = excluded.stopped_at;
 
 -- name: forget_old_workers
 -- Store.report_workers, step 3: rows of any node not seen since $1 (µs UTC).
@@ -296,7 +297,7 @@ DELETE FROM workers WHERE last_seen < $1;
 
 -- name: workers
 SELECT worker_id, node, host, queues, concurrency, client_version, first_seen, last_reserve, last_seen,
-       completed_minute, failed_minute
+       completed_minute, failed_minute, stopped_at
 FROM workers ORDER BY worker_id, node;
 
 -- name: heartbeat

@@ -181,8 +181,8 @@ class PostgresStore:
 
     async def workers(self) -> list[WorkerRecord]:
         """``Store.workers``: every worker row, by worker then node."""
-        return [WorkerRecord(w, n, h, tuple(q or ()), int(c), v, int(f), int(r), int(s), int(d), int(x))
-                for w, n, h, q, c, v, f, r, s, d, x in await self._fetch(Q["workers"])]
+        return [WorkerRecord(w, n, h, tuple(q or ()), int(c), v, int(f), int(r), int(s), int(d), int(x), int(z))
+                for w, n, h, q, c, v, f, r, s, d, x, z in await self._fetch(Q["workers"])]
 
     @property
     def backlog(self) -> int:

@@ -469,9 +469,11 @@ class AdminUI:
     async def _workers_context(self) -> dict[str, Any]:
         workers = await self.admin.workers()
         quiet = sum(w.quiet for w in workers)
+        stopped = sum(bool(w.stopped_at) for w in workers)
         # At most WORKERS_SHOWN rows (worker ids are caller input; the page polls every few s).
-        return {"workers": workers[:WORKERS_SHOWN], "total": len(workers), "quiet": quiet,
-                "live": len(workers) - quiet, "now": self.admin.clock.now(), "heartbeat_every": HEARTBEAT_EVERY}
+        return {"workers": workers[:WORKERS_SHOWN], "total": len(workers), "quiet": quiet, "stopped": stopped,
+                "live": len(workers) - quiet - stopped, "now": self.admin.clock.now(),
+                "heartbeat_every": HEARTBEAT_EVERY}
 
     async def workers_page(self, request: Request) -> Response:
         """Every worker that called within the last hour, on any node (issue 13): id, status

@@ -163,10 +163,13 @@ def test_a_job_that_became_due_while_the_server_was_down_is_ready_at_start(serve
     server = server_factory()
     base = now()  # one base: on a loaded machine the second enqueue may come >0.1 s after the first
     with wire_for(server) as w:
-        w.enqueue(scheduled_at=base + dt.timedelta(seconds=0.2))
-        job_id = w.enqueue(scheduled_at=base + dt.timedelta(seconds=0.1))
+        w.enqueue(scheduled_at=base + dt.timedelta(seconds=1.0))
+        job_id = w.enqueue(scheduled_at=base + dt.timedelta(seconds=0.9))
+    # both still SCHEDULED when enqueued (a time already past makes a job READY at once, timed
+    # by its enqueue: a loaded CI took over 0.2 s for the two enqueues)
+    assert now() < base + dt.timedelta(seconds=0.9), "the enqueues outlasted the schedule's lead"
     server.kill()
-    time.sleep(max(0.0, (base + dt.timedelta(seconds=0.3) - now()).total_seconds()))  # both due while down
+    time.sleep(max(0.0, (base + dt.timedelta(seconds=1.1) - now()).total_seconds()))  # both due while down
     server.start()
     with wire_for(server) as w:
         got = w.reserve(max_jobs=2)

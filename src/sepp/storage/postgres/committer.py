@@ -12,6 +12,14 @@ An operation is ``async def op(tx: Tx) -> T``: SQL on ``tx.conn`` inside the tra
 plus ``tx.wake(queue)`` for each queue it made jobs ready in: one ``pg_notify`` per
 transaction tells the other nodes (``listener``), delivered when it commits.
 
+An operation alone in its group may also offer ``run_alone(conn, channel, origin)``: its
+work as statements that each commit by themselves, without ``BEGIN`` / ``COMMIT`` (two round
+trips fewer; a batched ack or a plain Reserve is one or two statements whose atomicity is
+their own). It returns ``(done, result, after)``: ``done`` False (decided before any SQL ran)
+sends the operation down the transaction path; ``after`` (or None) is its wake-up, sent
+once the callers have their answers (``notifier``). A group of several operations always
+runs in one transaction: one commit (one WAL flush) for all of them.
+
 Failures: when one operation of a group raises, the transaction is rolled back and every
 operation of the group is run again in a transaction of its own, so one bad operation
 fails alone (its caller gets the error) and the others commit. A deadlock or
@@ -87,6 +95,34 @@ class Tx:
 
 
 Op = Callable[[Tx], Awaitable[T]]
+
+
+async def notify_in(tx: Tx, channel: str, origin: str) -> None:
+    """Tell the other nodes what ``tx`` woke (its ready queues, a queue change) with one
+    ``pg_notify`` on ``channel``, delivered when the transaction commits (``listener``);
+    nothing when it woke nothing. ``origin`` names this node (it ignores its own)."""
+    if tx.ready or tx.queues:
+        message: dict[str, Any] = {"o": origin, "q": sorted(tx.ready)}
+        if tx.queues:
+            message["k"] = 1
+        await tx.conn.execute("SELECT pg_notify($1, $2)", channel, json.dumps(message))
+
+
+def notifier(conn: asyncpg.Connection, channel: str, origin: str, ready: list[str]
+             ) -> Callable[[], Awaitable[None]]:
+    """The wake-up of an operation that committed by itself (``run_alone``): one ``pg_notify``
+    naming the queues in ``ready``, sent by the committer after it answered the callers. Its
+    failure is only logged: the work is committed, the notification is a hint (every long
+    poll also ends by its own deadline), and a broken connection is found by the next group."""
+    payload = json.dumps({"o": origin, "q": ready})
+
+    async def notify() -> None:
+        try:
+            await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
+        except Exception as exc:
+            log.warning("committed, but the wake-up notification was not sent: %s: %s", type(exc).__name__, exc)
+
+    return notify
 
 
 class FoldableOp:
@@ -289,6 +325,16 @@ class PgCommitter:
                 self.commits += 1
                 self._after = after
                 return [{} for _ in ops]
+        if len(ops) == 1 and not self._commit_delay:
+            alone = getattr(first, "run_alone", None)
+            if alone is not None:
+                started = time.perf_counter()
+                done, result, after = await alone(conn, self._channel, self._origin)
+                if done:
+                    self.stats.observe(jobs, time.perf_counter() - started)
+                    self.commits += 1
+                    self._after = after
+                    return [result]
         tx = Tx(conn)
         async with conn.transaction():
             folded = [op for op in ops if isinstance(op, FoldableOp)]
@@ -307,11 +353,7 @@ class PgCommitter:
             for i in order:
                 op = ops[i]
                 results[i] = {} if merged and isinstance(op, FoldableOp) else await op(tx)
-            if tx.ready or tx.queues:
-                message: dict[str, Any] = {"o": self._origin, "q": sorted(tx.ready)}
-                if tx.queues:
-                    message["k"] = 1
-                await conn.execute("SELECT pg_notify($1, $2)", self._channel, json.dumps(message))
+            await notify_in(tx, self._channel, self._origin)
             if self._commit_delay:
                 await asyncio.sleep(self._commit_delay)
             started = time.perf_counter()

@@ -26,13 +26,13 @@ from sepp.domain.params import (
     SettleResult,
     SweepResult,
 )
-from sepp.domain.policy import PolicyLookup
+from sepp.domain.policy import PolicyLookup, PolicyTable
 from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord, WorkerRecord
 from sepp.domain.states import State
 from sepp.domain.transitions import Decision, ExpiredLease, HeldJob, completed_purge_at, lease_error, reclaim, settle
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres import flow
-from sepp.storage.postgres.committer import FoldableOp, Tx
+from sepp.storage.postgres.committer import FoldableOp, Tx, notifier, notify_in
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
 from sepp.storage.search import CustomEntry
@@ -215,6 +215,27 @@ class ReserveOp:
                 tx.wake(q)
         else:
             await promote(tx, now, 10_000)
+        return await self._lease(conn)
+
+    async def run_alone(self, conn: Any, channel: str, origin: str
+                        ) -> tuple[bool, Any, Callable[[], Awaitable[None]] | None]:
+        """One queue without flow limits (whose locks must last from the promotion to the
+        lease): the promotion and the lease as two statements that commit by themselves (see
+        the committer). Each is atomic on its own: a failure or crash between them leaves
+        due jobs promoted (what the sweep does anyway), never a job leased for an answer
+        that fails. Several queues take the transaction path, so a failure on a later queue
+        rolls back the leases of the earlier ones instead of leaving them to expire."""
+        if self.params.flow or len(self.params.queues) != 1:
+            return False, None, None
+        rows = await conn.fetch(Q["promote_due"], self.params.now, 10_000)
+        woken = sorted({r[0] for r in rows})
+        out = await self._lease(conn)
+        return True, out, (notifier(conn, channel, origin, woken) if woken else None)
+
+    async def _lease(self, conn: Any) -> list[tuple[str, int, list[Any]]]:
+        """Lease up to ``max_jobs`` READY jobs of the queues in order (the promotion done)."""
+        p = self.params
+        now = p.now
         out: list[tuple[str, int, list[Any]]] = []
         want = p.max_jobs
         budget, used = p.max_bytes, 0
@@ -363,6 +384,36 @@ class AckManyOp:
         others = {i: await settle_one(tx, p, self.policy)
                   for i, p in sorted(self.others.items(), key=lambda item: item[1].job_id)}
         return rows, refused, others
+
+    async def run_alone(self, conn: Any, channel: str, origin: str
+                        ) -> tuple[bool, Any, Callable[[], Awaitable[None]] | None]:
+        """Acks only, and no queue whose completed retention differs from the default or
+        whose settles wake reservers (``_plain``): the ``ack_many`` statement commits by
+        itself (see the committer). Acks it did not complete (refused or repeated, rows it
+        left untouched) are then judged one by one in a transaction of their own, as in
+        ``__call__``."""
+        if self.others or not _plain(self.policy, self.default_keep):
+            return False, None, None
+        acks = sorted(self.acks, key=_JOB_ID)
+        rows = await conn.fetch(Q["ack_many"], self.now, self.default_keep, [p.job_id for p in acks],
+                                [p.lease_id for p in acks])
+        refused: dict[bytes, SettleResult] = {}
+        if len(rows) < len(acks):
+            acked = {r[0] for r in rows}
+            async with conn.transaction():
+                tx = Tx(conn)
+                refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
+                await notify_in(tx, channel, origin)
+        return True, (rows, refused, {}), None
+
+
+def _plain(policy: PolicyLookup, keep: int) -> bool:
+    """Whether no queue of ``policy`` (a ``PolicyTable``) keeps completed jobs other than
+    ``keep`` µs or wakes reservers on settle: then a batched ack needs no second statement."""
+    if not isinstance(policy, PolicyTable):
+        return False
+    return all(c.completed_retention == keep and not c.wake_on_settle
+               for c in (policy.default, *policy.custom.values()))
 
 
 #: The sort key of settle items by job id (their first field).

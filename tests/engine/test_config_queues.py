@@ -137,6 +137,7 @@ async def test_limits_are_applied_key_by_key_and_every_changed_key_is_logged(
                                              "dedup_window": 60.0},
                                    ["limits.max_custom_entries", "rate_limit", "dedup_window"])
     caplog.set_level(logging.INFO, logger="sepp.queues")
+    caplog.clear()  # only what this start logs (an earlier test may have left the level at INFO)
     node = await nodes.restart(node, {"media": {"limits": {"max_payload_bytes": 2000}, "rate_limit": "10/s",
                                                 "dedup_window": 60}})
     q = node.engine.queues.get("media")
@@ -153,6 +154,7 @@ async def test_a_queue_made_on_first_enqueue_keeps_its_settings_when_a_file_decl
     await node.enqueue("auto")  # made with the server's queue_defaults, stored undeclared
     await admin(node).update_queue("auto", {"retry_base": 5.0}, ["retry_base"])
     caplog.set_level(logging.INFO, logger="sepp.queues")
+    caplog.clear()  # only what this start logs (an earlier test may have left the level at INFO)
     node = await nodes.restart(node, {"auto": {}})
     q = node.engine.queues.get("auto")
     assert q is not None and q.declared and q.settings == QueueSettings(retry_base=5.0)
@@ -180,6 +182,7 @@ async def test_a_node_started_with_fewer_keys_changes_only_those_for_the_whole_c
     await refresh(n2)  # as its listener does on n1's NOTIFY (not subscribed here)
     await admin(n2).update_queue("emails", {"max_in_flight": 5}, ["max_in_flight"])
     caplog.set_level(logging.INFO, logger="sepp.queues")
+    caplog.clear()  # only what this start logs (an earlier test may have left the level at INFO)
     n3 = await nodes.start({"emails": {"default_priority": 4}}, node_name="n3")  # a file that differs
     for node in (n1, n2):  # the others take the row at their next refresh
         await refresh(node)

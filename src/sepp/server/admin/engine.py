@@ -280,24 +280,31 @@ class AdminEngine:
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
 
     async def _change(self, q: QueueState, patch: Mapping[str, Any] | None = None, paths: Sequence[str] = (), *,
-                      paused: bool | None = None, declared: bool | None = None) -> None:
+                      paused: bool | None = None, declared: bool | None = None, create: bool = False) -> bool:
         """Change queue ``q`` over its STORED row, not over this node's copy (which may not
         have taken another node's change yet): ``patch`` (the fields ``paths`` name, as
         ``merge_settings``) merged over the stored settings and validated as a whole, and
         the flags given set, in one write (``Store.change_queue``); then ``q`` takes the row
         as written, other nodes' changes included.
 
-        Raises ``InvalidRequest`` as ``merge_settings`` (nothing written) and ``NotFound``
-        when the row is gone though this node had it stored (deleted on another node)."""
+        Returns whether the row was created (there was none). Raises ``InvalidRequest`` as
+        ``merge_settings`` (nothing written) and ``NotFound`` when the row is gone though
+        this node had it stored (deleted on another node) — unless ``create`` (a declare):
+        then it is created anew from the server defaults."""
         lim, labels = self.engine.limits, self.engine.limits.max_encoding_bytes
         taken: list[QueueSettings] = []
+        absent: list[bool] = []
 
         def change(stored: QueueRecord | None) -> QueueRecord:
+            absent[:] = [stored is None]
             if stored is None:
-                if q.persisted:
+                if q.persisted and not create:
                     raise NotFound(f"queue {quote(q.name)} does not exist (deleted on another node)",
                                    Reason.QUEUE_NOT_FOUND)
-                base, was_paused, was_declared = q.settings, q.paused, q.declared  # on demand, not stored yet
+                if q.persisted:  # deleted on another node, declared again: a new queue
+                    base, was_paused, was_declared = self.engine.queues.defaults, False, False
+                else:
+                    base, was_paused, was_declared = q.settings, q.paused, q.declared  # on demand, not stored yet
             else:
                 base = stored_settings(stored, labels, quiet=True)
                 was_paused, was_declared = stored.paused, stored.declared
@@ -312,6 +319,7 @@ class AdminEngine:
             q.apply(taken[0])
         q.paused, q.declared, q.persisted = rec.paused, rec.declared, True
         self.engine.queues.touch()
+        return absent[0]
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
                             paths: Sequence[str] = ()) -> tuple[QueueState, bool]:
@@ -323,27 +331,25 @@ class AdminEngine:
         queue would exceed ``limits.max_queues`` (issue 14 O5).
         """
         self._check_name(name)
-        cap, labels = self.engine.limits.max_message_bytes, self.engine.limits.max_encoding_bytes
         registry = self.engine.queues
         current = registry.get(name)
         if current is None:
             if registry.full():
                 raise QueueLimitReached(name, registry.max_queues, registry.count())
-            settings = merge_settings(registry.defaults, patch, paths, cap, labels) if patch is not None \
-                else registry.defaults
-            q = QueueState(name, settings, declared=True)
-            await self.engine.store.upsert_queue(q.record(), self._clock_now())
-            q.persisted = True
+            # Written over the stored row (``_change``): another node may have created the
+            # queue since this node loaded its queues; its keys and pause are kept then.
+            q = QueueState(name, registry.defaults)
+            created = await self._change(q, patch, paths, declared=True)
             raced = registry.get(name)  # an enqueue may have created it on demand meanwhile
             if raced is not None:
-                raced.apply(settings)
-                raced.declared = True
+                raced.apply(q.settings)
+                raced.paused, raced.declared, raced.persisted = q.paused, True, True
                 _queue_event("queue_declared", name, "declared", settings=list(paths))
                 return raced, False
             registry.put(q)
             _queue_event("queue_declared", name, "declared", settings=list(paths))
-            return q, True
-        await self._change(current, patch, paths, declared=True)
+            return q, created
+        await self._change(current, patch, paths, declared=True, create=True)
         if patch is not None:
             self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
         _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),

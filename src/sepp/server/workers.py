@@ -75,12 +75,19 @@ class WorkerRegistry:
     def __len__(self) -> int:
         return len(self._workers)
 
-    def _get(self, worker_id: str, now: int) -> _Live | None:
+    def _get(self, worker_id: str, now: int, reserving: bool = False) -> _Live | None:
         live = self._workers.get(worker_id)
         if live is not None:
             return live
         if len(self._workers) >= MAX_WORKERS:
             self.forget_idle(now)
+            if len(self._workers) >= MAX_WORKERS and reserving:
+                # A stop noted for an id never seen reserving here is listed nowhere: a
+                # reserving worker takes the slot of the oldest such entry (so ids sent only
+                # in StopReserving cannot keep real workers off the page for an hour).
+                ghosts = [(w.last_seen, i) for i, w in self._workers.items() if not w.last_reserve]
+                if ghosts:
+                    del self._workers[min(ghosts)[1]]
             if len(self._workers) >= MAX_WORKERS:
                 if not self._full_warned:
                     self._full_warned = True
@@ -100,7 +107,7 @@ class WorkerRegistry:
         if not worker_id or len(worker_id) > MAX_ID:
             return 0
         now = self._now()
-        live = self._get(worker_id, now)
+        live = self._get(worker_id, now, reserving=True)
         if live is None:
             return 0
         if began and live.stopped_at >= began:

@@ -5,7 +5,7 @@ key's last value is kept, the caches end equal to the row, errors are the catalo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,7 @@ async def cluster(backend: str, tmp_path: Path) -> AsyncIterator[Nodes]:
 async def test_concurrent_changes_of_different_keys_through_one_node(cluster: Nodes) -> None:
     n1 = await cluster.start({"emails": {}}, node_name="n1")
     adm = admin(n1)
-    calls = [adm.update_queue("emails", _patch(p, v), [p]) for p, v in KEYS]
+    calls: list[Awaitable[object]] = [adm.update_queue("emails", _patch(p, v), [p]) for p, v in KEYS]
     calls += [adm.set_paused("emails", True), adm.declare_queue("emails", {"dedup_window": 60.0}, ["dedup_window"])]
     calls += [adm.update_queue("emails", {"max_in_flight_per_key": 2}, ["max_in_flight_per_key"])]  # no key: refused
     out = await asyncio.gather(*calls, return_exceptions=True)
@@ -55,7 +55,8 @@ async def test_concurrent_changes_of_different_keys_through_one_node(cluster: No
 async def test_concurrent_changes_of_different_keys_through_two_nodes(cluster: Nodes) -> None:
     n1 = await cluster.start({"emails": {}}, node_name="n1")
     n2 = await cluster.start({"emails": {}}, node_name="n2")
-    calls = [admin(n1 if i % 2 else n2).update_queue("emails", _patch(p, v), [p]) for i, (p, v) in enumerate(KEYS)]
+    calls: list[Awaitable[object]] = [admin(n1 if i % 2 else n2).update_queue("emails", _patch(p, v), [p])
+                                      for i, (p, v) in enumerate(KEYS)]
     calls += [admin(n1).set_paused("emails", True), admin(n2).update_queue("emails", {"concurrency_key": "t"},
                                                                              ["concurrency_key"])]
     out = await asyncio.gather(*calls, return_exceptions=True)

@@ -146,6 +146,9 @@ class JobEngine:
         self.store = store
         self.queues = registry
         self.notifier = notifier
+        # A Reserve promotes every queue's due jobs: wake this node's long polls of the
+        # queues it promoted (the sweep would find nothing left, so wake nobody).
+        store.on_promoted(notifier.ready)
         self.limits = config.limits
         self.validator = Validator(config.limits, registry.limits_for)
         #: The engine's events; subscribers are called in order, one that raises is logged and skipped.

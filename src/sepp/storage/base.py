@@ -209,7 +209,16 @@ class Store(Protocol):
         stored row")."""
 
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:
-        """Promote due scheduled jobs, then move up to ``max_jobs`` READY jobs to RESERVED."""
+        """Promote due scheduled jobs, then move up to ``max_jobs`` READY jobs to RESERVED.
+        The promotion takes every queue's due jobs: the queues it made jobs READY in are
+        told to ``on_promoted``'s callback once the call committed."""
+
+    def on_promoted(self, ready: Callable[[str], None]) -> None:
+        """Call ``ready(queue)`` (on the event loop, after the call committed) for each queue
+        a ``reserve``'s own promotion made jobs READY in — also queues that call does not
+        reserve from. This node's long polls of those queues must be woken: the promotion
+        sweep that would have woken them then finds nothing left to promote (other nodes
+        hear of it through ``subscribe``). Replaces the previous callback; none by default."""
 
     async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
         """Dead-letter leased jobs (job id, lease id) whose rows could not be delivered (a

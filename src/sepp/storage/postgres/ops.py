@@ -201,20 +201,24 @@ class ReserveOp:
     queues in order. Result: per queue with jobs (queue, lease expiry µs, rows in reserve
     order)."""
 
-    __slots__ = ("lease_id", "params")
+    __slots__ = ("lease_id", "params", "promoted")
 
     def __init__(self, params: ReserveParams, lease_id: bytes) -> None:
         self.params, self.lease_id = params, lease_id
+        #: The queues the promotion made jobs READY in (the last run; ``Store.on_promoted``).
+        self.promoted: tuple[str, ...] = ()
 
     async def __call__(self, tx: Tx) -> list[tuple[str, int, list[Any]]]:
         p, conn = self.params, tx.conn
         now = p.now
         locking = flow.lock_queues(p.flow, p.queues) if p.flow else []
         if locking:  # the flow locks ride on the promotion statement (issue 12 benchmark)
-            for q in {r[0] for r in await flow.promote_locking(conn, now, 10_000, locking)}:
+            woken = {r[0] for r in await flow.promote_locking(conn, now, 10_000, locking)} - {None}
+            for q in woken:
                 tx.wake(q)
         else:
-            await promote(tx, now, 10_000)
+            woken = {r[0] for r in await promote(tx, now, 10_000)}
+        self.promoted = tuple(sorted(woken))
         return await self._lease(conn)
 
     async def run_alone(self, conn: Any, channel: str, origin: str
@@ -229,6 +233,7 @@ class ReserveOp:
             return False, None, None
         rows = await conn.fetch(Q["promote_due"], self.params.now, 10_000)
         woken = sorted({r[0] for r in rows})
+        self.promoted = tuple(woken)
         out = await self._lease(conn)
         return True, out, (notifier(conn, channel, origin, woken) if woken else None)
 

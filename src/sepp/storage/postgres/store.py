@@ -89,6 +89,7 @@ class PostgresStore:
                                       commit_delay=commit_delay)
         self._pool: asyncpg.Pool | None = None
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
+        self._promoted: Callable[[str], None] = _nobody
         self._closed = False
         # asyncpg's pool logs every connection it finds broken with a traceback (each
         # PostgreSQL restart); sepp reports the outage itself, one line per failed call.
@@ -165,6 +166,10 @@ class PostgresStore:
         ready, ``ready(None)`` after the listener connection was made again (notifications
         may have been missed); ``queues_changed()`` when another node changed queue rows."""
         self._listener.subscribe(ready, queues_changed)
+
+    def on_promoted(self, ready: Callable[[str], None]) -> None:
+        """``Store.on_promoted``."""
+        self._promoted = ready
 
     async def heartbeat(self, node: NodeRecord) -> None:
         """``Store.heartbeat``: upsert the node's row (one small transaction)."""
@@ -289,7 +294,11 @@ class PostgresStore:
         now, worker, reserved, node = params.now, params.worker_id, _RESERVED, params.node
         lease_id = os.urandom(16)
         records: list[JobRecord] = []
-        for queue, expires, rows in await self._committer.submit(ops.ReserveOp(params, lease_id), 0):
+        op = ops.ReserveOp(params, lease_id)
+        leased = await self._committer.submit(op, 0)
+        for promoted in op.promoted:
+            self._promoted(promoted)
+        for queue, expires, rows in leased:
             records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
                                                    attempt, max_attempts, payload, encoding, extras, idem, lease_id,
                                                    expires, worker, now, history, None, None, 0, seq, node))
@@ -378,3 +387,7 @@ class PostgresStore:
         """``Store.record_periodic_runs``: one statement."""
         if runs:
             await self._committer.submit(periodic.RecordRunsOp(list(runs)), 0)
+
+
+def _nobody(_queue: str) -> None:
+    """The ``on_promoted`` callback until one is set."""

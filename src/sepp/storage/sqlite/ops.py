@@ -117,17 +117,19 @@ def write_queue_if(name: str, seen: Sequence[Any] | None, new: Sequence[Any], no
 # ---------------------------------------------------------------------- reserve
 
 
-def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection) -> list[tuple[str, int, list[Any]]]:
+def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
+               ) -> tuple[list[tuple[str, int, list[Any]]], tuple[str, ...]]:
     """Writer side of ``SQLiteStore.reserve``: SQL only; the records are built by the caller
     (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
-    (queue, lease expiry µs, the ready_for_lease rows).
+    (queue, lease expiry µs, the ready_for_lease rows); and the queues the promotion made
+    jobs READY in (``Store.on_promoted``).
 
     A row the driver cannot read (a text column that is not UTF-8) or whose payload/history
     is not bytes/text (a damaged row, ``storage.rows``) is not leased: it is dead-lettered
     with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead
     (issue 14 O4). That check runs only after the plain read failed, off the hot path."""
     now = params.now
-    promote(conn, now, 10_000)  # a row it skips is reported by the promotion sweep
+    promoted = tuple(sorted(promote(conn, now, 10_000).queues))  # a row it skips is reported by the sweep
     out: list[tuple[str, int, list[Any]]] = []
     want = params.max_jobs
     budget, used = params.max_bytes, 0
@@ -169,7 +171,7 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection)
             flow.spend(conn, queue, bucket, len(rows))
         out.append((queue, expires, rows))
         want -= len(rows)
-    return out
+    return out, promoted
 
 
 #: Times a Reserve re-reads one queue after dead-lettering damaged rows at its head.

@@ -81,6 +81,7 @@ class SQLiteStore:
                  fsync_interval: float = 0.05, commit_delay: float = 0.0, max_group_ops: int = 1024,
                  group_wait: float = 0.004, writer: str = "thread") -> None:
         self.path = Path(data_dir) / DB_FILE
+        self._promoted: Callable[[str], None] = _nobody
         self.mode = mode
         self._cache_mib = cache_mib
         self._committer: Committer | ProcessCommitter
@@ -313,7 +314,10 @@ class SQLiteStore:
         lease_id = os.urandom(16)
 
         records: list[JobRecord] = []
-        for queue, expires, rows in await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0):
+        leased, promoted = await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0)
+        for queue in promoted:
+            self._promoted(queue)
+        for queue, expires, rows in leased:
             records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
                                                    attempt, max_attempts, payload, encoding, extras, idem, lease_id,
                                                    expires, worker, now, history, None, None, 0, seq, node))
@@ -434,6 +438,10 @@ class SQLiteStore:
     def subscribe(self, ready: Callable[[str | None], None], queues_changed: Callable[[], None]) -> None:
         """``Store.subscribe``: there are no other nodes, so nothing is ever called."""
 
+    def on_promoted(self, ready: Callable[[str], None]) -> None:
+        """``Store.on_promoted``."""
+        self._promoted = ready
+
     async def heartbeat(self, node: NodeRecord) -> None:
         """``Store.heartbeat``: the one node is kept in memory (nothing written)."""
         self._node = node
@@ -474,3 +482,7 @@ class SQLiteStore:
         """``Store.record_periodic_runs``: one transaction."""
         if runs:
             await self._committer.submit(partial(periodic.record_runs, list(runs)), 0)
+
+
+def _nobody(_queue: str) -> None:
+    """The ``on_promoted`` callback until one is set."""

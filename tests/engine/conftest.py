@@ -58,3 +58,15 @@ async def make_harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
 async def harness(make_harness: HarnessFactory) -> Harness:
     """A harness with the default config (non-strict: queues created on first enqueue)."""
     return await make_harness()
+
+
+@pytest.fixture
+async def nodes(backend: str, tmp_path: Path) -> AsyncIterator[Any]:
+    """Engine nodes of ``backend`` on one store location (``test_config_queues.Nodes``:
+    several on one PostgreSQL schema); every store left open is closed at teardown."""
+    from engine.test_config_queues import Nodes
+
+    n = Nodes(backend, tmp_path / "data")
+    yield n
+    for store in list(n.stores):
+        await store.close()

@@ -6,9 +6,6 @@ of creating it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from engine.test_config_queues import Nodes, admin
@@ -17,17 +14,9 @@ from engine.test_queue_update_nodes import _row
 pytestmark = pytest.mark.postgres_only(reason="several nodes on one database")
 
 
-@pytest.fixture
-async def cluster(backend: str, tmp_path: Path) -> AsyncIterator[Nodes]:
-    n = Nodes(backend, tmp_path / "data")
-    yield n
-    for store in list(n.stores):
-        await store.close()
-
-
-async def test_a_declare_through_a_node_that_never_saw_the_queue_keeps_its_stored_keys(cluster: Nodes) -> None:
-    n1 = await cluster.start(node_name="n1")
-    n2 = await cluster.start(node_name="n2")
+async def test_a_declare_through_a_node_that_never_saw_the_queue_keeps_its_stored_keys(nodes: Nodes) -> None:
+    n1 = await nodes.start(node_name="n1")
+    n2 = await nodes.start(node_name="n2")
     await admin(n1).declare_queue("emails", {"default_priority": 9}, ["default_priority"])
     await admin(n1).set_paused("emails", True)
     assert n2.engine.queues.get("emails") is None  # n2 has not taken it
@@ -38,18 +27,18 @@ async def test_a_declare_through_a_node_that_never_saw_the_queue_keeps_its_store
     assert q.settings == settings and q.paused
 
 
-async def test_a_plain_declare_through_a_node_that_never_saw_the_queue_keeps_it(cluster: Nodes) -> None:
-    n1 = await cluster.start(node_name="n1")
-    n2 = await cluster.start(node_name="n2")
+async def test_a_plain_declare_through_a_node_that_never_saw_the_queue_keeps_it(nodes: Nodes) -> None:
+    n1 = await nodes.start(node_name="n1")
+    n2 = await nodes.start(node_name="n2")
     await admin(n1).declare_queue("emails", {"default_priority": 9}, ["default_priority"])
     await admin(n2).declare_queue("emails")
     settings, _ = await _row(n1.store)
     assert settings.default_priority == 9
 
 
-async def test_a_declare_of_a_queue_deleted_on_another_node_creates_it(cluster: Nodes) -> None:
-    n1 = await cluster.start({"scratch": {}}, node_name="n1")
-    n2 = await cluster.start({"scratch": {}}, node_name="n2")
+async def test_a_declare_of_a_queue_deleted_on_another_node_creates_it(nodes: Nodes) -> None:
+    n1 = await nodes.start({"scratch": {}}, node_name="n1")
+    n2 = await nodes.start({"scratch": {}}, node_name="n2")
     await admin(n1).delete_queue("scratch")
     q, _ = await admin(n2).declare_queue("scratch", {"max_in_flight": 5}, ["max_in_flight"])
     settings, _ = await _row(n1.store, "scratch")

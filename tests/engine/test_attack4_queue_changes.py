@@ -5,8 +5,7 @@ key's last value is kept, the caches end equal to the row, errors are the catalo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
-from pathlib import Path
+from collections.abc import Awaitable
 
 import pytest
 
@@ -24,16 +23,8 @@ def _patch(path: str, value: object) -> dict[str, object]:
     return {head: {rest: value}} if rest else {head: value}
 
 
-@pytest.fixture
-async def cluster(backend: str, tmp_path: Path) -> AsyncIterator[Nodes]:
-    n = Nodes(backend, tmp_path / "data")
-    yield n
-    for store in list(n.stores):
-        await store.close()
-
-
-async def test_concurrent_changes_of_different_keys_through_one_node(cluster: Nodes) -> None:
-    n1 = await cluster.start({"emails": {}}, node_name="n1")
+async def test_concurrent_changes_of_different_keys_through_one_node(nodes: Nodes) -> None:
+    n1 = await nodes.start({"emails": {}}, node_name="n1")
     adm = admin(n1)
     calls: list[Awaitable[object]] = [adm.update_queue("emails", _patch(p, v), [p]) for p, v in KEYS]
     calls += [adm.set_paused("emails", True), adm.declare_queue("emails", {"dedup_window": 60.0}, ["dedup_window"])]
@@ -52,9 +43,9 @@ async def test_concurrent_changes_of_different_keys_through_one_node(cluster: No
 
 
 @pytest.mark.postgres_only(reason="two nodes")
-async def test_concurrent_changes_of_different_keys_through_two_nodes(cluster: Nodes) -> None:
-    n1 = await cluster.start({"emails": {}}, node_name="n1")
-    n2 = await cluster.start({"emails": {}}, node_name="n2")
+async def test_concurrent_changes_of_different_keys_through_two_nodes(nodes: Nodes) -> None:
+    n1 = await nodes.start({"emails": {}}, node_name="n1")
+    n2 = await nodes.start({"emails": {}}, node_name="n2")
     calls: list[Awaitable[object]] = [admin(n1 if i % 2 else n2).update_queue("emails", _patch(p, v), [p])
                                       for i, (p, v) in enumerate(KEYS)]
     calls += [admin(n1).set_paused("emails", True), admin(n2).update_queue("emails", {"concurrency_key": "t"},
@@ -72,10 +63,10 @@ async def test_concurrent_changes_of_different_keys_through_two_nodes(cluster: N
 
 
 @pytest.mark.postgres_only(reason="two nodes")
-async def test_updates_racing_a_delete_on_another_node_never_recreate_it(cluster: Nodes) -> None:
+async def test_updates_racing_a_delete_on_another_node_never_recreate_it(nodes: Nodes) -> None:
     from sepp.server.errors import NotFound
-    n1 = await cluster.start(node_name="n1")
-    n2 = await cluster.start(node_name="n2")
+    n1 = await nodes.start(node_name="n1")
+    n2 = await nodes.start(node_name="n2")
     for i in range(15):
         name = f"r{i}"
         await admin(n1).declare_queue(name)
@@ -89,9 +80,9 @@ async def test_updates_racing_a_delete_on_another_node_never_recreate_it(cluster
         assert name not in {r.name for r in await n1.store.load_queues()}, (i, out)
 
 
-async def test_updates_racing_a_delete_on_one_node(cluster: Nodes) -> None:
+async def test_updates_racing_a_delete_on_one_node(nodes: Nodes) -> None:
     from sepp.server.errors import NotFound
-    n1 = await cluster.start(node_name="n1")
+    n1 = await nodes.start(node_name="n1")
     adm = admin(n1)
     for i in range(10):
         name = f"r{i}"

@@ -11,7 +11,6 @@ at a time (a restart), on PostgreSQL one schema (several nodes at once)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +71,6 @@ class Nodes:
         """The queue's settings as its row in the database holds them."""
         (rec,) = [r for r in await self.stores[0].load_queues() if r.name == name]
         return QueueSettings.model_validate_json(rec.settings_json)
-
-
-@pytest.fixture
-async def nodes(backend: str, tmp_path: Path) -> AsyncIterator[Nodes]:
-    """Nodes of ``backend`` (the module-scoped fixture of support.servers: both backends)."""
-    n = Nodes(backend, tmp_path / "data")
-    yield n
-    for store in list(n.stores):
-        await store.close()
 
 
 def admin(node: Harness) -> AdminEngine:

@@ -11,9 +11,6 @@ refreshes it — and these tests never do before the node's own change."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from engine.test_config_queues import Nodes, admin
@@ -24,22 +21,14 @@ from sepp.storage.base import Store
 pytestmark = pytest.mark.postgres_only(reason="several nodes on one database: SQLite's folder holds one process")
 
 
-@pytest.fixture
-async def cluster(backend: str, tmp_path: Path) -> AsyncIterator[Nodes]:
-    n = Nodes(backend, tmp_path / "data")
-    yield n
-    for store in list(n.stores):
-        await store.close()
-
-
 async def _row(store: Store, name: str = "emails") -> tuple[QueueSettings, bool]:
     (rec,) = [r for r in await store.load_queues() if r.name == name]
     return QueueSettings.model_validate_json(rec.settings_json), rec.paused
 
 
-async def test_an_update_through_a_node_that_missed_another_change_keeps_that_change(cluster: Nodes) -> None:
-    n1 = await cluster.start({"emails": {}}, node_name="n1")
-    n2 = await cluster.start({"emails": {}}, node_name="n2")
+async def test_an_update_through_a_node_that_missed_another_change_keeps_that_change(nodes: Nodes) -> None:
+    n1 = await nodes.start({"emails": {}}, node_name="n1")
+    n2 = await nodes.start({"emails": {}}, node_name="n2")
     await admin(n1).update_queue("emails", {"completed_retention": 3600.0}, ["completed_retention"])
     stale = n2.engine.queues.get("emails")
     assert stale is not None and stale.settings.completed_retention != 3600  # n2 has not taken it
@@ -50,9 +39,9 @@ async def test_an_update_through_a_node_that_missed_another_change_keeps_that_ch
     assert q.policy.completed_retention == 3600 * 1_000_000  # and the values derived from it
 
 
-async def test_the_merge_is_validated_against_the_stored_row(cluster: Nodes) -> None:
-    n1 = await cluster.start({"emails": {}}, node_name="n1")
-    n2 = await cluster.start({"emails": {}}, node_name="n2")
+async def test_the_merge_is_validated_against_the_stored_row(nodes: Nodes) -> None:
+    n1 = await nodes.start({"emails": {}}, node_name="n1")
+    n2 = await nodes.start({"emails": {}}, node_name="n2")
     await admin(n1).update_queue("emails", {"concurrency_key": "tenant_id", "max_in_flight_per_key": 2},
                                  ["concurrency_key", "max_in_flight_per_key"])
     # Over n2's stale copy (no per-key limit) dropping the key is valid; over the stored row it is not.
@@ -68,9 +57,9 @@ async def test_the_merge_is_validated_against_the_stored_row(cluster: Nodes) -> 
     assert q.flow is not None and q.flow.max_per_key == 3
 
 
-async def test_pause_and_declare_through_a_stale_node_keep_the_stored_settings(cluster: Nodes) -> None:
-    n1 = await cluster.start({"emails": {}}, node_name="n1")
-    n2 = await cluster.start({"emails": {}}, node_name="n2")
+async def test_pause_and_declare_through_a_stale_node_keep_the_stored_settings(nodes: Nodes) -> None:
+    n1 = await nodes.start({"emails": {}}, node_name="n1")
+    n2 = await nodes.start({"emails": {}}, node_name="n2")
     await admin(n1).update_queue("emails", {"default_priority": 9}, ["default_priority"])
     await admin(n2).set_paused("emails", True)
     assert await _row(n1.store) == (QueueSettings(default_priority=9), True)
@@ -84,9 +73,9 @@ async def test_pause_and_declare_through_a_stale_node_keep_the_stored_settings(c
 
 
 async def test_an_update_of_a_queue_deleted_on_another_node_is_not_found_and_recreates_nothing(
-        cluster: Nodes) -> None:
-    n1 = await cluster.start({"scratch": {}}, node_name="n1")
-    n2 = await cluster.start({"scratch": {}}, node_name="n2")
+        nodes: Nodes) -> None:
+    n1 = await nodes.start({"scratch": {}}, node_name="n1")
+    n2 = await nodes.start({"scratch": {}}, node_name="n2")
     await admin(n1).delete_queue("scratch")
     with pytest.raises(NotFound, match="deleted on another node"):
         await admin(n2).update_queue("scratch", {"max_in_flight": 5}, ["max_in_flight"])

@@ -4,8 +4,9 @@ BEGIN/COMMIT) through two stores on one schema."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -111,53 +112,48 @@ async def _kill_blocked_writer(admin: asyncpg.Connection, store: Store) -> None:
     raise AssertionError("the writer never blocked")
 
 
+async def _killed_while_blocked(store: Store, lock_sql: str, *args: object,
+                                call: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """Run ``call()`` on ``store`` while another connection holds ``lock_sql`` (with
+    ``args``) in an open transaction, kill the writer backend it blocks on, check the call
+    failed, then let the lock go."""
+    holder = await asyncpg.connect(PG_TEST_DSN)
+    admin = await asyncpg.connect(PG_TEST_DSN)
+    try:
+        tr = holder.transaction()
+        await tr.start()
+        await holder.execute(lock_sql, *args)
+        task = asyncio.create_task(call())
+        await _kill_blocked_writer(admin, store)
+        with pytest.raises(Exception):  # noqa: B017 - any failure: the point is what was committed
+            await asyncio.wait_for(task, 10)
+        await tr.rollback()
+    finally:
+        await holder.close()
+        await admin.close()
+
+
 async def test_writer_killed_mid_ack_statement_commits_nothing_and_retry_works(
         two_nodes: tuple[Store, Store, str]) -> None:
     a, _, schema = two_nodes
     await put(a, *[row("q") for _ in range(8)])
     recs = await lease(a, "q", n=8)
-    holder = await asyncpg.connect(PG_TEST_DSN)
-    admin = await asyncpg.connect(PG_TEST_DSN)
-    try:
-        tr = holder.transaction()
-        await tr.start()
-        await holder.execute(f'SELECT 1 FROM "{schema}".jobs WHERE id = $1 FOR UPDATE', recs[4].id)
-        items = [SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, NOW + S) for r in recs]
-        call = asyncio.create_task(a.settle(items, POLICY))
-        await _kill_blocked_writer(admin, a)
-        with pytest.raises(Exception) as err:
-            await asyncio.wait_for(call, 10)
-        print(type(err.value).__name__, err.value)
-        await tr.rollback()
-        for r in recs:
-            assert (await get(a, r.id)).state == State.RESERVED  # nothing of the statement committed
-        res = await a.settle(items, POLICY)
-        assert all(x.error is None for x in res), res
-    finally:
-        await holder.close()
-        await admin.close()
+    items = [SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, NOW + S) for r in recs]
+    await _killed_while_blocked(a, f'SELECT 1 FROM "{schema}".jobs WHERE id = $1 FOR UPDATE', recs[4].id,
+                                call=lambda: a.settle(items, POLICY))
+    for r in recs:
+        assert (await get(a, r.id)).state == State.RESERVED  # nothing of the statement committed
+    res = await a.settle(items, POLICY)
+    assert all(x.error is None for x in res), res
 
 
 async def test_writer_killed_mid_lone_reserve_leases_nothing(two_nodes: tuple[Store, Store, str]) -> None:
     a, _, schema = two_nodes
     await put(a, *[row("q") for _ in range(5)], row("q", state=State.SCHEDULED, run_at=NOW + S))
-    holder = await asyncpg.connect(PG_TEST_DSN)
-    admin = await asyncpg.connect(PG_TEST_DSN)
-    try:
-        tr = holder.transaction()
-        await tr.start()
-        await holder.execute(f'LOCK TABLE "{schema}".jobs IN ACCESS EXCLUSIVE MODE')
-        call = asyncio.create_task(lease(a, "q", n=10, now=NOW + 2 * S))
-        await _kill_blocked_writer(admin, a)
-        with pytest.raises(Exception) as err:
-            await asyncio.wait_for(call, 10)
-        print(type(err.value).__name__, err.value)
-        await tr.rollback()
-        got = await lease(a, "q", n=10, now=NOW + 2 * S)
-        assert len(got) == 6
-    finally:
-        await holder.close()
-        await admin.close()
+    await _killed_while_blocked(a, f'LOCK TABLE "{schema}".jobs IN ACCESS EXCLUSIVE MODE',
+                                call=lambda: lease(a, "q", n=10, now=NOW + 2 * S))
+    got = await lease(a, "q", n=10, now=NOW + 2 * S)
+    assert len(got) == 6
 
 
 async def test_writer_killed_between_the_ack_statement_and_the_refused_ones(
@@ -168,25 +164,9 @@ async def test_writer_killed_between_the_ack_statement_and_the_refused_ones(
     a, _, schema = two_nodes
     await put(a, *[row("q") for _ in range(4)])
     recs = await lease(a, "q", n=4)
-    holder = await asyncpg.connect(PG_TEST_DSN)
-    admin = await asyncpg.connect(PG_TEST_DSN)
-    try:
-        tr = holder.transaction()
-        await tr.start()
-        await holder.execute(f'SELECT 1 FROM "{schema}".jobs WHERE id = $1 FOR UPDATE', recs[3].id)
-        items = [SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, NOW + S) for r in recs[:3]]
-        items.append(SettleParams(recs[3].id, b"z" * 16, SettleKind.ACK, NOW + S))  # wrong lease: judged alone
-        call = asyncio.create_task(a.settle(items, POLICY))
-        await _kill_blocked_writer(admin, a)
-        with pytest.raises(Exception) as err:
-            await asyncio.wait_for(call, 10)
-        print(type(err.value).__name__, err.value)
-        await tr.rollback()
-        states = [(await get(a, r.id)).state for r in recs]
-        print(states)
-        res = await a.settle(items, POLICY)
-        print(res)
-        assert [x.error is None for x in res] == [True, True, True, False], res
-    finally:
-        await holder.close()
-        await admin.close()
+    items = [SettleParams(r.id, r.lease_id or b"", SettleKind.ACK, NOW + S) for r in recs[:3]]
+    items.append(SettleParams(recs[3].id, b"z" * 16, SettleKind.ACK, NOW + S))  # wrong lease: judged alone
+    await _killed_while_blocked(a, f'SELECT 1 FROM "{schema}".jobs WHERE id = $1 FOR UPDATE', recs[3].id,
+                                call=lambda: a.settle(items, POLICY))
+    res = await a.settle(items, POLICY)
+    assert [x.error is None for x in res] == [True, True, True, False], res

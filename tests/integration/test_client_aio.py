@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
+import grpc
 import pytest
 from support.servers import ServerFactory
 
@@ -101,12 +103,18 @@ async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_una
         server_factory: ServerFactory) -> None:
     """Issue 15 item 6 for the AsyncClient: calls made while the server is down (SIGTERM, or
     SIGKILL) wait for it and go through once it is back, keyed or not; a server that never
-    comes back makes the call ``Unavailable`` with ``not_sent`` once its deadline passes."""
+    comes back makes the call ``Unavailable`` with ``not_sent`` once its deadline passes.
+
+    The calls start once the client's channel has seen the connection go: a call made before
+    that goes out on the dead connection ("Stream removed (sendmsg: Broken pipe)") — a call in
+    flight when the server died, which may have been stored, so an unkeyed one fails
+    (test_client_restart.py covers those; a loaded CI machine was that slow once)."""
     server = server_factory(grpc_listen=f"127.0.0.1:{free_port()}")  # the same port after a restart
     async with AsyncClient(server.grpc_target) as client:
         await client.enqueue(EnqueueRequest("back", "t"))
         for stop in (server.terminate, server.kill):
             stop()
+            await _until_disconnected(client)
             calls = [asyncio.ensure_future(client.enqueue(EnqueueRequest("back", "t", idempotency_key=key)))
                      for key in (uuid.uuid4().hex, None)]
             await asyncio.sleep(0.3)
@@ -119,3 +127,17 @@ async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_una
         with pytest.raises(Unavailable) as info:
             await client.enqueue(EnqueueRequest("back", "t"))
     assert info.value.not_sent
+
+
+async def _until_disconnected(client: AsyncClient, longest: float = 10.0) -> None:
+    """Wait until ``client``'s channel has left READY (it noticed its connection closed)."""
+    channel = client._channel
+    assert channel is not None
+    state = channel.get_state()
+    deadline = asyncio.get_running_loop().time() + longest
+    while state is grpc.ChannelConnectivity.READY:
+        left = deadline - asyncio.get_running_loop().time()
+        assert left > 0, "the client's channel still READY 10 s after the server stopped"
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(channel.wait_for_state_change(state), left)
+        state = channel.get_state()

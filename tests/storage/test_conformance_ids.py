@@ -79,7 +79,7 @@ async def test_native_and_foreign_ids_in_one_call_are_found_and_settled(store: S
     assert leased[0].lease_id is not None
     # Acks of both kinds in one call (PostgreSQL: the batched ack_many), one nack and one
     # extension by id.
-    acks = [SettleParams(j.id, j.lease_id, SettleKind.ACK, NOW + S) for j in leased[1:]]
+    acks = [SettleParams(j.id, j.lease_id or b"", SettleKind.ACK, NOW + S) for j in leased[1:]]
     results = await store.settle(acks, POLICY)
     assert all(r.error is None for r in results), results
     first = leased[0]

@@ -193,9 +193,9 @@ async def test_acks_find_their_jobs_by_key_with_statistics_of_ready_jobs_only(tm
     try:
         if ids == "native":
             seqs = [r[0] for r in await conn.fetch(Q["take_seqs"], 20_000)]
-            rows = [(make_id(seq, NOW * 1000).to_bytes(16, "big"), "q", "t", 2, 0, NOW, NOW, 3, b"{}",
-                     "application/json", seq) for seq in seqs]
-            await conn.copy_records_to_table("jobs", records=rows, columns=[*COLUMNS, "seq"])
+            native = [(make_id(seq, NOW * 1000).to_bytes(16, "big"), "q", "t", 2, 0, NOW, NOW, 3, b"{}",
+                       "application/json", seq) for seq in seqs]
+            await conn.copy_records_to_table("jobs", records=native, columns=[*COLUMNS, "seq"])
             assert await conn.fetchval("SELECT count(*) FROM jobs WHERE job_id_foreign(id, seq)") == 0
         else:
             rows = [(uuid_utils.uuid7().bytes, "q", "t", 2, 0, NOW, NOW, 3, b"{}", "application/json")

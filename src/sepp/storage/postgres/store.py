@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 from uuid_utils import UUID
@@ -282,10 +282,12 @@ class PostgresStore:
         A row whose id this node made (``new_job_ids``) is stored with the seq its id carries;
         any other id is foreign (a seq of this node's blocks, indexed in ``jobs_id_foreign``)."""
         seq_of = self._ids.seq_of
-        seqs = [seq_of(row[0]) for row in rows]
-        if None in seqs:  # foreign ids: seqs of this node's blocks (they stay dense)
-            more = iter(await self._ids.take_seqs(seqs.count(None)))
-            seqs = [next(more) if s is None else s for s in seqs]
+        carried = [seq_of(row[0]) for row in rows]
+        if None in carried:  # foreign ids: seqs of this node's blocks (they stay dense)
+            more = iter(await self._ids.take_seqs(carried.count(None)))
+            seqs = [next(more) if s is None else s for s in carried]
+        else:
+            seqs = cast("list[int]", carried)
         if not new_queues and not custom and not any(row[11] for row in rows):
             return await self._committer.submit(ops.InsertOp([(*row, s) for row, s in zip(rows, seqs, strict=True)]),
                                                 len(rows))

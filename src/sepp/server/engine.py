@@ -268,8 +268,10 @@ class JobEngine:
         if type(checked) is pb.Rejection:
             self.events.rejected(((req.queue, checked),))
             raise JobRejected(checked)
-        self._check_backlog(1)
+        # The id first: a wait for it (a PostgreSQL node's first block) must come before the
+        # backlog check, or the requests that waited would all pass it at once (SPEC §2).
         uid = (await self.store.new_job_ids(1))[0]
+        self._check_backlog(1)
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
         row, text, until = self._build(req, checked, now, new_queues, custom, uid)
@@ -407,8 +409,8 @@ class JobEngine:
         if stored:
             # Shed before building: _build registers on-demand queues (SPEC §2: nothing of
             # a shed request may be stored or created).
+            ids = iter(await self.store.new_job_ids(stored))  # first: see enqueue
             self._check_backlog(stored)
-            ids = iter(await self.store.new_job_ids(stored))
         if valid < len(verdicts):
             self.events.rejected([(req.queue, v) for req, v in zip(reqs, verdicts, strict=True)
                                   if type(v) is pb.Rejection])
@@ -495,8 +497,8 @@ class JobEngine:
         if failures:
             self.events.rejected([(reqs[f.index].queue, f.rejection) for f in failures])
             raise AtomicRejected(failures)
+        uids = await self.store.new_job_ids(len(reqs))  # first: see enqueue
         self._check_backlog(len(reqs))
-        uids = await self.store.new_job_ids(len(reqs))
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
         rows, untils, out = [], [], []

@@ -473,14 +473,16 @@ async def _sessions(conn: asyncpg.Connection, node: str) -> list[tuple[str, str,
 
 async def _claim_open(conn: asyncpg.Connection, node: str, schema: str) -> bool:
     """True when a session of ``node`` sits in an open transaction that claimed a key and
-    inserted its job (locks on the idempotency table and on the jobs' identity sequence):
-    a keyed enqueue waiting for its commit (``debug_commit_delay``), not a sweep's."""
+    inserted its job (a lock on the idempotency table, its last statement the insert or the
+    wake-up after it: since migration 0010 a node inserts the seq it took, so the jobs'
+    sequence is not locked): a keyed enqueue waiting for its commit (``debug_commit_delay``),
+    not a sweep's."""
     return bool(await conn.fetchval(
         "SELECT count(*) FROM pg_stat_activity a WHERE a.application_name = $1 "
         "AND a.state = 'idle in transaction' "
-        "AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = to_regclass($2)) "
-        "AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = to_regclass($3))",
-        f"sepp {node}", f"{schema}.idempotency", f"{schema}.jobs_seq_seq"))
+        "AND (a.query LIKE 'INSERT INTO jobs %' OR a.query LIKE 'SELECT pg_notify(%') "
+        "AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.relation = to_regclass($2))",
+        f"sepp {node}", f"{schema}.idempotency"))
 
 
 def _until(what: str, check: Any, timeout: float = 15.0) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from uuid_utils import UUID
+
 from sepp.domain.params import (
     DAMAGED_ROW,
     NO_FLOW,
@@ -170,6 +172,13 @@ class Store(Protocol):
     def backlog(self) -> int:
         """Jobs submitted to the writer and not yet committed (for load shedding; read on
         every enqueue, so a plain attribute read)."""
+
+    async def new_job_ids(self, n: int) -> list[UUID]:
+        """``n`` ids for jobs about to be enqueued (UUIDv7, time-ordered; the engine makes
+        every job's id here). SQLite: random UUIDv7s. PostgreSQL: ids that carry a seq this
+        node took from the database (``sepp.storage.postgres.ids``), so that a job is found
+        by its primary key; may wait for a block of seqs and then raise ``StoreUnavailable``
+        like a write. ``enqueue`` accepts any 16-byte id, also one not made here."""
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:

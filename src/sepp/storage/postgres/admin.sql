@@ -93,10 +93,10 @@ SELECT seq FROM job_custom WHERE key = $1::text AND value = $2::text AND seq > $
 ORDER BY seq LIMIT $4::bigint;
 
 -- name: search_by_id
-SELECT seq FROM jobs WHERE id = $1::bytea AND seq > $2::bigint;
+SELECT seq FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea AND seq > $2::bigint;
 
 -- name: search_by_key_in_queue
-SELECT j.seq FROM idempotency i JOIN jobs j ON j.id = i.job_id
+SELECT j.seq FROM idempotency i JOIN jobs j ON j.seq = job_seq_of(i.job_id) AND j.id = i.job_id
 WHERE i.queue = $1::text AND i.key = $2::text AND j.seq > $3::bigint;
 
 -- name: search_by_key
@@ -110,7 +110,7 @@ WITH RECURSIVE qs(q) AS (
 )
 SELECT j.seq FROM qs
 JOIN idempotency i ON i.queue = qs.q AND i.key = $1::text
-JOIN jobs j ON j.id = i.job_id
+JOIN jobs j ON j.seq = job_seq_of(i.job_id) AND j.id = i.job_id
 WHERE j.seq > $2::bigint ORDER BY j.seq LIMIT $3::bigint;
 
 -- name: search_filters
@@ -221,7 +221,7 @@ SELECT job_id, expires_at FROM idempotency WHERE queue = $1::text AND key = $2::
 -- name: admin_lookup
 -- The row an admin write judges, locked until the write commits (a concurrent reserve skips
 -- it, a concurrent settle waits), so the state judged is the state written over.
-SELECT seq, queue, state FROM jobs WHERE id = $1::bytea FOR UPDATE;
+SELECT seq, queue, state FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea FOR UPDATE;
 
 -- name: cancel_now
 -- $1 finished_at, $2 purge_at, $3 reason (transitions.cancel), $4 seq; guarded on the state.
@@ -241,7 +241,7 @@ WHERE seq = $4::bigint AND state::integer IN (5, 6);
 
 -- name: delete_one
 -- One statement: it waits for a concurrent writer of the row and reports the state deleted.
-DELETE FROM jobs WHERE id = $1::bytea RETURNING queue, state;
+DELETE FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea RETURNING queue, state;
 
 -- ------------------------------------------------------------------ bulk
 

@@ -16,35 +16,46 @@
 -- 83,000 jobs: a promotion chunk 17.5 ms instead of 7.5).
 -- tests/storage/test_query_plans_postgres.py pins the plans with stale statistics.
 
+-- name: take_seqs
+-- $1 fresh values of the jobs sequence, each the first of a block of 1,024 seqs a node
+-- makes its next job ids of (sepp.storage.postgres.ids; migration 0010).
+SELECT nextval('jobs_seq_seq') FROM generate_series(1, $1::integer);
+
+-- Inserts: a node stores every row with a seq of its blocks ($13, or the last array): the
+-- one its id carries, or for a foreign id the next of the node's (jobs_id_foreign).
+
 -- name: insert_job
 INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
-                  payload, encoding, extras, idempotency_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+                  payload, encoding, extras, idempotency_key, seq)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 
 -- name: insert_jobs
--- Many rows in one statement: one array per column (JobRow order).
+-- Many rows in one statement: one array per column (JobRow order, then seq).
 INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
-                  payload, encoding, extras, idempotency_key)
+                  payload, encoding, extras, idempotency_key, seq)
 SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::smallint[], $5::integer[], $6::bigint[],
-                     $7::bigint[], $8::integer[], $9::bytea[], $10::text[], $11::bytea[], $12::text[]);
+                     $7::bigint[], $8::integer[], $9::bytea[], $10::text[], $11::bytea[], $12::text[],
+                     $13::bigint[]);
 
 -- name: insert_jobs_notify
--- insert_jobs and its wake-up in one statement, run outside a transaction block (it commits
--- by itself: one round trip): $13 the channel, $14 the payload (NULL: no READY row, no NOTIFY).
+-- insert_jobs and its wake-up in one statement, run outside a transaction block (it
+-- commits by itself: one round trip): $14 the channel, $15 the payload (NULL: no READY
+-- row, no NOTIFY).
 WITH ins AS (
     INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts,
-                      payload, encoding, extras, idempotency_key)
+                      payload, encoding, extras, idempotency_key, seq)
     SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::smallint[], $5::integer[], $6::bigint[],
-                         $7::bigint[], $8::integer[], $9::bytea[], $10::text[], $11::bytea[], $12::text[])
+                         $7::bigint[], $8::integer[], $9::bytea[], $10::text[], $11::bytea[], $12::text[],
+                         $13::bigint[])
 )
-SELECT pg_notify($13, $14) WHERE $14::text IS NOT NULL;
+SELECT pg_notify($14, $15) WHERE $15::text IS NOT NULL;
 
 -- name: insert_custom
 -- The custom-index entries of jobs just inserted (issue 13 item 3; migration 0004): $1 job
 -- ids, $2 keys, $3 values as text, one element per entry.
 INSERT INTO job_custom (seq, key, value)
 SELECT j.seq, e.key, e.value FROM unnest($1::bytea[], $2::text[], $3::text[]) AS e(id, key, value)
-JOIN jobs j ON j.id = e.id;
+JOIN jobs j ON j.seq = job_seq_of(e.id) AND j.id = e.id;
 
 -- name: claim_keys
 -- Claim idempotency keys (distinct within the call): a key nobody holds, or whose claim has
@@ -63,7 +74,7 @@ RETURNING queue, key;
 SELECT i.queue, i.key, i.job_id, j.state
 FROM unnest($1::text[], $2::text[]) AS w(queue, key)
 JOIN idempotency i ON i.queue = w.queue AND i.key = w.key
-LEFT JOIN jobs j ON j.id = i.job_id;
+LEFT JOIN jobs j ON j.seq = job_seq_of(i.job_id) AND j.id = i.job_id;
 
 -- name: insert_queue_if_absent
 INSERT INTO queues (name, settings, paused, declared, created_at, updated_at)
@@ -148,13 +159,15 @@ RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.ma
 -- A just-leased job the server could not convert (issue 14 O4): $1 now, $2 reason, $3 job
 -- id, $4 its lease id. No purge time (kept until an admin deletes or requeues it).
 UPDATE jobs SET state = 5, finished_at = $1, purge_at = NULL, reason = $2
-WHERE id = $3 AND lease_id = $4 AND state::integer = 3;
+WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = $3 AND job_id_foreign(f.id, f.seq)), job_seq_hint($3)) AND id = $3
+    AND lease_id = $4 AND state::integer = 3;
 
 -- name: ack_many
 -- Acks of live leases in one statement: $1 now, $2 completed retention (µs), $3/$4 the job
 -- ids and lease ids. Returns what it completed. The completing attempt is not appended to
 -- history (JobRecord.attempt_entries derives it). Each (id, lease) is probed through
--- jobs_id_key (OFFSET 0 keeps the probe a per-id index lookup), then the rows found are
+-- jobs_pkey at the seq the id carries, after jobs_id_foreign (an empty index but for ids
+-- of migration 0010's foreign kind; OFFSET 0 keeps the probe a per-id index lookup), then the rows found are
 -- updated by seq. Joining jobs to the ids directly let a planner whose statistics saw no
 -- RESERVED job scan the table once per id (13 ms a batch of 256 instead of 2.6 at 20,000
 -- jobs; benchmarks/postgres_drain.py). The probe takes no row lock (a lock is a WAL record
@@ -166,7 +179,9 @@ WHERE id = $3 AND lease_id = $4 AND state::integer = 3;
 WITH hit AS MATERIALIZED (
     SELECT f.seq FROM unnest($3::bytea[], $4::bytea[]) AS v(jid, lid)
     CROSS JOIN LATERAL (
-        SELECT seq FROM jobs WHERE id = v.jid AND lease_id = v.lid AND state::integer = 3 AND lease_expires_at > $1
+        SELECT seq FROM jobs
+        WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = v.jid AND job_id_foreign(f.id, f.seq)), job_seq_hint(v.jid))
+            AND id = v.jid AND lease_id = v.lid AND state::integer = 3 AND lease_expires_at > $1
         OFFSET 0
     ) f
 )
@@ -182,14 +197,14 @@ UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     coalesce(payload, '\x'::bytea), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
     started_at, history, finished_at, reason, cancel_requested, seq, node
-FROM jobs WHERE id = $1;
+FROM jobs WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = $1 AND job_id_foreign(f.id, f.seq)), job_seq_hint($1)) AND id = $1;
 
 -- name: settle_lookup
 -- The job a settle or extend judges, locked until the transaction ends (another node's
 -- reclaim or settle of it waits), so the write below finds it as judged.
 SELECT seq, queue, state, lease_id, lease_expires_at, attempt, max_attempts, worker_id, started_at,
     cancel_requested, run_at, node, job_type
-FROM jobs WHERE id = $1 FOR UPDATE;
+FROM jobs WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = $1 AND job_id_foreign(f.id, f.seq)), job_seq_hint($1)) AND id = $1 FOR UPDATE;
 
 -- name: settle_update
 -- Apply a transition (sepp.domain.transitions.Decision) under the lease guard: $1 state,

@@ -15,9 +15,10 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
+from uuid_utils import UUID
 
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.storage.base import (
@@ -42,6 +43,7 @@ from sepp.storage.base import (
 from sepp.storage.errors import StoreClosed, StoreFailed, StoreUnavailable
 from sepp.storage.postgres import ops, periodic
 from sepp.storage.postgres.committer import PgCommitter, store_error
+from sepp.storage.postgres.ids import JobIds
 from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
@@ -91,6 +93,8 @@ class PostgresStore:
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
         self._promoted: Callable[[str], None] = _nobody
         self._closed = False
+        #: This node's blocks of seqs and the job ids made of them (schema version 10).
+        self._ids = JobIds(self._take_seqs)
         # asyncpg's pool logs every connection it finds broken with a traceback (each
         # PostgreSQL restart); sepp reports the outage itself, one line per failed call.
         logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
@@ -258,15 +262,37 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ enqueue and queues
 
+    async def new_job_ids(self, n: int) -> list[UUID]:
+        """``Store.new_job_ids``: ids that carry a seq of this node's block (``ids.JobIds``);
+        waits for a block (one ``nextval`` statement on the read pool) when this node has
+        too few seqs left. Raises ``StoreUnavailable`` / ``StoreError`` as a read does."""
+        return await self._ids.take(n)
+
+    async def _take_seqs(self, blocks: int) -> list[int]:
+        """``blocks`` fresh values of the jobs sequence, each the start of a block of
+        ``ids.BLOCK`` seqs (``JobIds``' fetch)."""
+        return [r[0] for r in await self._fetch(Q["take_seqs"], blocks)]
+
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
         """See ``Store.enqueue``: one transaction; keys claimed with ``INSERT … ON CONFLICT``
         (exactly once across nodes; ``queries.sql`` ``claim_keys``). Calls with custom-index
         entries take the ``EnqueueOp`` path (jobs and entries in one transaction), so a call
-        without any folds with the other plain enqueues exactly as before (issue 13 item 3)."""
+        without any folds with the other plain enqueues exactly as before (issue 13 item 3).
+        A row whose id this node made (``new_job_ids``) is stored with the seq its id carries;
+        any other id is foreign (a seq of this node's blocks, indexed in ``jobs_id_foreign``)."""
+        seq_of = self._ids.seq_of
+        carried = [seq_of(row[0]) for row in rows]
+        if None in carried:  # foreign ids: seqs of this node's blocks (they stay dense)
+            more = iter(await self._ids.take_seqs(carried.count(None)))
+            seqs = [next(more) if s is None else s for s in carried]
+        else:
+            seqs = cast("list[int]", carried)
         if not new_queues and not custom and not any(row[11] for row in rows):
-            return await self._committer.submit(ops.InsertOp(rows), len(rows))
-        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues, custom), len(rows))
+            return await self._committer.submit(ops.InsertOp([(*row, s) for row, s in zip(rows, seqs, strict=True)]),
+                                                len(rows))
+        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs),
+                                            len(rows))
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""

@@ -25,6 +25,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import uuid_utils
+from uuid_utils import UUID
+
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
@@ -215,6 +218,11 @@ class SQLiteStore:
         return await asyncio.get_running_loop().run_in_executor(self._readers, run)
 
     # ------------------------------------------------------------------ enqueue
+
+    async def new_job_ids(self, n: int) -> list[UUID]:
+        """``Store.new_job_ids``: random UUIDv7s (SQLite finds a job by its id's own index)."""
+        uuid7 = uuid_utils.uuid7
+        return [uuid7() for _ in range(n)]
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:

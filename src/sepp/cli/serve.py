@@ -107,6 +107,10 @@ def serve(
                    f"who can reach it could use every API. Add tokens (sepp token new NAME --role ...; "
                    f"docs/operations.md), listen on 127.0.0.1, or pass --insecure", err=True)
         raise typer.Exit(2)
+    if cfg.storage == "sqlite" and cfg.writer_placement == "process":
+        from sepp.storage.sqlite.writer_process import prespawn
+
+        prespawn()  # its start-up runs beside the imports below (it waits for the store to open)
     node = cfg.node_name or socket.gethostname()  # SeppServer.node's rule
     from sepp.server.eventlog import config_secrets, config_summary, summary_text
 

@@ -52,11 +52,51 @@ log = logging.getLogger("sepp.server")
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: sepp owns SIGTERM/SIGINT."""
+    """uvicorn without its own signal handling (sepp owns SIGTERM/SIGINT) and without its
+    fixed pauses at the stop: uvicorn looks at ``should_exit`` every 0.1 s and then sleeps
+    0.1 s more before it waits for the open connections (measured: 0.2 s of the 0.26 s a
+    SIGTERM stop took). ``exit()`` wakes the main loop at once; ``shutdown`` asks every
+    connection to close (a response being sent is finished first, as in uvicorn), then
+    waits, looking every ``_POLL`` seconds, until the connections and their tasks are gone —
+    the same steps as uvicorn's ``shutdown`` (with ``lifespan="off"`` and no graceful-stop
+    timeout, which sepp does not set: ``SeppServer.stop`` bounds the whole wait)."""
+
+    _POLL = 0.005
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._exit = asyncio.Event()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    def exit(self) -> None:
+        """Stop serving: the main loop ends now, not at its next 0.1 s tick."""
+        self.should_exit = True
+        self._exit.set()
+
+    async def main_loop(self) -> None:
+        counter = 0
+        while not await self.on_tick(counter):  # the Date header, once a second (every 10th tick)
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit.wait(), 0.1)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:  # stop accepting connections
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        state = self.server_state
+        for connection in list(state.connections):  # idle ones close now, busy ones after their response
+            connection.shutdown()
+        while (state.connections or state.tasks) and not self.force_exit:  # noqa: ASYNC110 - uvicorn has no event for it
+            await asyncio.sleep(self._POLL)
+        for server in self.servers:
+            await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
 
 
 class SeppServer:
@@ -191,7 +231,7 @@ class SeppServer:
         await self.admin.stop()
         await self.store.close()
         if self.http is not None and self._http_task is not None:
-            self.http.should_exit = True
+            self.http.exit()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._http_task, 5)
         if self._http_sock is not None:

@@ -325,13 +325,19 @@ class Requests:
     """Hypothesis strategies for the requests of :func:`rpcs`, drawing real values from ``pool``.
 
     ``budget`` bounds each big repeated field or map, bytes (the request stays far below the
-    server's 16 MiB message cap). Strategies are built once per message type and cached.
+    server's 16 MiB message cap). Strategies are built once per message type and cached,
+    and so are the value strategies of each field (``value``, ``tame_value``: the message
+    strategies draw them inside ``@st.composite`` bodies, so built anew each draw they were
+    validated anew each draw — most of a fuzz run's time). A strategy holds no state, and
+    what it draws depends only on the choices and on the pool at draw time, so the cached
+    ones draw exactly what fresh ones would.
     """
 
     def __init__(self, pool: Pool, budget: int = 2 * 1024 * 1024) -> None:
         self.pool = pool
         self.budget = budget
         self._cache: dict[str, st.SearchStrategy[Message]] = {}
+        self._values: dict[tuple[str, str, str, int], st.SearchStrategy[Any]] = {}
 
     # ------------------------------------------------------------------ leaves
 
@@ -462,13 +468,18 @@ class Requests:
         # Fields that name a row (queue, job id, lease id, key) are wild less often and always
         # present when tame, so most requests reach the code behind the lookup.
         weighted = [n for n in names for _ in range(1 if n in HINTS else 3)]
+        # The strategies drawn below, built once here rather than at every draw (see the class doc).
+        counts = st.sampled_from([0, 0, 0, 1, 1, 2])
+        wild_sets = {count: st.sets(st.sampled_from(weighted), min_size=min(count, 1), max_size=count)
+                     for count in (0, 1, 2)} if names else {}
+        members_of = [st.one_of(st.none(), st.sampled_from(members)) for members in groups]
 
         @st.composite
         def build(draw: st.DrawFn) -> Message:
             wild: set[str] = set()
             if names and depth <= 5:
-                count = draw(st.sampled_from([0, 0, 0, 1, 1, 2]))
-                wild = draw(st.sets(st.sampled_from(weighted), min_size=min(count, 1), max_size=count))
+                count = draw(counts)
+                wild = draw(wild_sets[count])
             values: dict[str, Any] = {}
             for f in plain:
                 if f.name in wild:
@@ -479,8 +490,8 @@ class Requests:
                 job_id, lease_id = self.pool.pair(draw(st.integers(0, 2**16)))
                 values.update({k: v for k, v in (("job_id", job_id), ("lease_id", lease_id)) if k not in wild})
             oneofs: list[tuple[str, Any] | None] = []
-            for members in groups:
-                chosen = draw(st.one_of(st.none(), st.sampled_from(members)))
+            for members in members_of:
+                chosen = draw(members)
                 if chosen is not None:
                     strategy = self.value if chosen.name in wild else self.tame_value
                     oneofs.append((chosen.name, draw(strategy(chosen, desc, depth))))
@@ -488,9 +499,23 @@ class Requests:
 
         return build()
 
+    def _cached(self, how: str, field: FieldDescriptor, parent: descriptor.Descriptor, depth: int,
+                build: Callable[[FieldDescriptor, descriptor.Descriptor, int], st.SearchStrategy[Any]]
+                ) -> st.SearchStrategy[Any]:
+        key = (how, field.full_name, parent.full_name, depth)
+        strategy = self._values.get(key)
+        if strategy is None:
+            strategy = self._values[key] = build(field, parent, depth)
+        return strategy
+
     def tame_value(self, field: FieldDescriptor, parent: descriptor.Descriptor, depth: int) -> st.SearchStrategy[Any]:
         """A plausible value for ``field``: pool strings, small numbers, known enum values,
-        short lists and maps, times near now, valid field-mask paths."""
+        short lists and maps, times near now, valid field-mask paths (built once per field,
+        parent and depth)."""
+        return self._cached("tame", field, parent, depth, self._build_tame_value)
+
+    def _build_tame_value(self, field: FieldDescriptor, parent: descriptor.Descriptor, depth: int
+                          ) -> st.SearchStrategy[Any]:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_f = field.message_type.fields_by_name["value"]
             if field.name == "trace_context":
@@ -535,7 +560,12 @@ class Requests:
         return weighted((7, self.pooled(kind)), (1, plain))
 
     def value(self, field: FieldDescriptor, parent: descriptor.Descriptor, depth: int) -> st.SearchStrategy[Any]:
-        """A wild value for ``field`` of ``parent``: a list for repeated fields, a list of pairs for maps."""
+        """A wild value for ``field`` of ``parent``: a list for repeated fields, a list of pairs
+        for maps (built once per field, parent and depth)."""
+        return self._cached("wild", field, parent, depth, self._build_value)
+
+    def _build_value(self, field: FieldDescriptor, parent: descriptor.Descriptor, depth: int
+                     ) -> st.SearchStrategy[Any]:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             return self._map(field, depth)
         if field.message_type is not None:

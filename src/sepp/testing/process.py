@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +23,26 @@ from typing import Any
 _READY = re.compile(r"sepp ready grpc=(\S+) http=(\S+)")
 #: The ``tls=off|on|mtls`` field of the ready line (issue 11).
 _TLS = re.compile(r" tls=(off|on|mtls)\b")
+
+
+def wait_exit(proc: subprocess.Popen[Any], timeout: float) -> int:
+    """``proc.wait(timeout)``, woken the moment the process exits: ``Popen.wait`` with a
+    timeout polls, sleeping up to 50 ms between looks (measured: a SIGTERM stop of
+    ``sepp serve`` seen 0.064 s or 0.114 s after the signal, as the poll fell). On Linux a
+    pidfd becomes readable when the process exits; elsewhere, or when the process was
+    already reaped, this is ``proc.wait(timeout)``. Raises ``subprocess.TimeoutExpired``."""
+    if proc.returncode is None and hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except OSError:  # already reaped (or pidfds unavailable): Popen knows
+            pass
+        else:
+            try:
+                if not select.select([fd], [], [], timeout)[0]:
+                    raise subprocess.TimeoutExpired(proc.args, timeout)
+            finally:
+                os.close(fd)
+    return proc.wait(timeout)
 
 
 def free_port() -> int:
@@ -116,7 +137,7 @@ class ServerProcess:
         """SIGKILL: a crash at an arbitrary moment."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+            wait_exit(self.proc, 10)
 
     def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM and wait for a graceful exit; returns the exit code."""
@@ -125,7 +146,7 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                return self.proc.wait(timeout)
+                return wait_exit(self.proc, timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
                 raise

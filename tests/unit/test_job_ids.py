@@ -43,11 +43,16 @@ class Sequence:
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+    """``sepp.domain.clock.Clock`` with a settable monotonic reading (``at``, seconds)."""
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self) -> None:
+        self.at = 1000.0
+
+    def monotonic(self) -> float:
+        return self.at
+
+    def now(self) -> int:
+        return 1_790_000_000_000_000
 
 
 def _raw(seq: int) -> bytes:
@@ -69,7 +74,7 @@ def test_an_id_carries_its_seq_as_a_uuidv7() -> None:
 
 async def test_takes_share_a_block_and_hand_out_increasing_seqs() -> None:
     seq = Sequence()
-    job_ids = JobIds(seq.fetch, clock=Clock())
+    job_ids = JobIds(seq.fetch, Clock())
     got = [carried_seq(u.bytes) for n in (1, 10, 100) for u in await job_ids.take(n)]
     assert got == list(range(7, 118))
     assert seq.fetches == [1]  # one block serves all three
@@ -78,7 +83,7 @@ async def test_takes_share_a_block_and_hand_out_increasing_seqs() -> None:
 
 async def test_a_take_larger_than_the_blocks_waits_for_enough_and_fetches_grow_to_the_cap() -> None:
     seq = Sequence(interleave=1)  # another node takes every other block
-    job_ids = JobIds(seq.fetch, clock=Clock())
+    job_ids = JobIds(seq.fetch, Clock())
     made = [u.bytes for u in await job_ids.take(5 * BLOCK + 1)]
     assert seq.fetches == [6]  # the first take: its seqs were stale (none), so just enough
     seqs = [carried_seq(raw) for raw in made]
@@ -94,12 +99,12 @@ async def test_a_take_larger_than_the_blocks_waits_for_enough_and_fetches_grow_t
 
 async def test_seqs_older_than_max_age_are_dropped() -> None:
     seq, clock = Sequence(), Clock()
-    job_ids = JobIds(seq.fetch, clock=clock)
+    job_ids = JobIds(seq.fetch, clock)
     (first,) = await job_ids.take(1)
-    clock.now += MAX_AGE  # exactly MAX_AGE old: still used
+    clock.at += MAX_AGE  # exactly MAX_AGE old: still used
     (second,) = await job_ids.take(1)
     assert carried_seq(second.bytes) == carried_seq(first.bytes) + 1
-    clock.now += 0.001
+    clock.at += 0.001
     (third,) = await job_ids.take(1)
     assert carried_seq(third.bytes) == 7 + BLOCK  # the rest of the first block is gone
     assert len(seq.fetches) == 2
@@ -108,7 +113,7 @@ async def test_seqs_older_than_max_age_are_dropped() -> None:
 async def test_concurrent_takes_wait_for_one_fetch_and_get_distinct_ids() -> None:
     seq = Sequence()
     seq.gate = asyncio.Event()
-    job_ids = JobIds(seq.fetch, clock=Clock())
+    job_ids = JobIds(seq.fetch, Clock())
     takes = [asyncio.ensure_future(job_ids.take(n)) for n in (3, 300, 30)]
     await asyncio.sleep(0.01)
     assert len(seq.fetches) == 1 and not any(t.done() for t in takes)
@@ -121,7 +126,7 @@ async def test_concurrent_takes_wait_for_one_fetch_and_get_distinct_ids() -> Non
 async def test_a_failed_fetch_fails_its_takes_and_the_next_take_fetches_again() -> None:
     seq = Sequence()
     seq.fail = True
-    job_ids = JobIds(seq.fetch, clock=Clock())
+    job_ids = JobIds(seq.fetch, Clock())
     with pytest.raises(StoreUnavailable):
         await job_ids.take(1)
     seq.fail = False
@@ -132,7 +137,7 @@ async def test_a_failed_fetch_fails_its_takes_and_the_next_take_fetches_again() 
 async def test_a_cancelled_take_does_not_cancel_the_fetch_the_others_wait_for() -> None:
     seq = Sequence()
     seq.gate = asyncio.Event()
-    job_ids = JobIds(seq.fetch, clock=Clock())
+    job_ids = JobIds(seq.fetch, Clock())
     first = asyncio.ensure_future(job_ids.take(1))
     other = asyncio.ensure_future(job_ids.take(1))
     await asyncio.sleep(0.01)
@@ -145,7 +150,7 @@ async def test_a_cancelled_take_does_not_cancel_the_fetch_the_others_wait_for() 
 
 async def test_ids_this_node_did_not_make_are_foreign() -> None:
     seq = Sequence(interleave=1)
-    job_ids = JobIds(seq.fetch, clock=Clock())
+    job_ids = JobIds(seq.fetch, Clock())
     assert job_ids.seq_of(_raw(7)) is None  # nothing fetched yet
     made = (await job_ids.take(1))[0].bytes
     assert job_ids.seq_of(made) == 7

@@ -21,11 +21,12 @@ foreign id gets a seq of this node's blocks too, so the seqs a node uses stay de
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 from uuid_utils import UUID
+
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
 
 #: The seq an id carries: its low 62 bits (above them the variant bits ``10``).
 SEQ_MASK = (1 << 62) - 1
@@ -69,12 +70,13 @@ class JobIds:
 
     ``fetch(k)`` takes ``k`` values of the jobs sequence (``nextval``, one statement: ``k``
     blocks) and raises the store's errors (``StoreUnavailable`` while PostgreSQL is down).
-    ``clock``: monotonic seconds (tests). Used on the event loop only."""
+    ``clock``: the store's clock (``sepp.domain.clock``): its ``monotonic`` seconds age the
+    blocks, its ``now`` (µs UTC) is the ids' time. Used on the event loop only."""
 
-    def __init__(self, fetch: Callable[[int], Awaitable[Sequence[int]]], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, fetch: Callable[[int], Awaitable[Sequence[int]]], clock: Clock = SYSTEM_CLOCK) -> None:
         self._fetch = fetch
-        self._clock = clock
+        self._clock = clock.monotonic
+        self._wall = clock.now
         self._free: deque[int] = deque()
         self._fetched_at = 0.0
         self._blocks = FIRST_BLOCKS
@@ -86,7 +88,7 @@ class JobIds:
     async def take(self, n: int) -> list[UUID]:
         """``n`` new job ids, their seqs increasing in order (``take_seqs``)."""
         seqs = await self.take_seqs(n)
-        now_ns = time.time_ns()
+        now_ns = self._wall() * 1000
         return [UUID(int=make_id(seq, now_ns)) for seq in seqs]
 
     async def take_seqs(self, n: int) -> list[int]:

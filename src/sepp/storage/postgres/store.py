@@ -68,8 +68,9 @@ class PostgresStore:
     what waits at the same moment), ``async`` with ``synchronous_commit = off``.
     ``pool_size``: read connections; ``writers``: write connections (group commit);
     ``commit_delay``: seconds slept before each commit (a test knob). ``node``: this
-    node's name (connection ``application_name``). ``clock`` is unused (every operation
-    takes its ``now``), kept for the factory's one signature.
+    node's name (connection ``application_name``). ``clock``: the time of the job ids this
+    store makes and the age of its blocks of seqs (``ids.JobIds``); every operation takes
+    its ``now``.
     """
 
     def __init__(self, dsn: str, mode: str = "group", *, schema: str = "sepp", pool_size: int = 10,
@@ -94,7 +95,7 @@ class PostgresStore:
         self._promoted: Callable[[str], None] = _nobody
         self._closed = False
         #: This node's blocks of seqs and the job ids made of them (schema version 10).
-        self._ids = JobIds(self._take_seqs)
+        self._ids = JobIds(self._take_seqs, clock)
         # asyncpg's pool logs every connection it finds broken with a traceback (each
         # PostgreSQL restart); sepp reports the outage itself, one line per failed call.
         logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)

@@ -268,8 +268,10 @@ class JobEngine:
         if type(checked) is pb.Rejection:
             self.events.rejected(((req.queue, checked),))
             raise JobRejected(checked)
-        # The id first: a wait for it (a PostgreSQL node's first block) must come before the
-        # backlog check, or the requests that waited would all pass it at once (SPEC §2).
+        # The backlog is checked before the id and again after it: a wait for the id (a
+        # PostgreSQL node's block of seqs) counts in the store's backlog, so requests arriving
+        # meanwhile are shed, and those that waited would otherwise all pass at once (SPEC §2).
+        self._check_backlog(1)
         uid = (await self.store.new_job_ids(1))[0]
         self._check_backlog(1)
         new_queues: list[QueueRecord] = []
@@ -409,7 +411,8 @@ class JobEngine:
         if stored:
             # Shed before building: _build registers on-demand queues (SPEC §2: nothing of
             # a shed request may be stored or created).
-            ids = iter(await self.store.new_job_ids(stored))  # first: see enqueue
+            self._check_backlog(stored)  # before and after the ids: see enqueue
+            ids = iter(await self.store.new_job_ids(stored))
             self._check_backlog(stored)
         if valid < len(verdicts):
             self.events.rejected([(req.queue, v) for req, v in zip(reqs, verdicts, strict=True)
@@ -497,7 +500,8 @@ class JobEngine:
         if failures:
             self.events.rejected([(reqs[f.index].queue, f.rejection) for f in failures])
             raise AtomicRejected(failures)
-        uids = await self.store.new_job_ids(len(reqs))  # first: see enqueue
+        self._check_backlog(len(reqs))  # before and after the ids: see enqueue
+        uids = await self.store.new_job_ids(len(reqs))
         self._check_backlog(len(reqs))
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []

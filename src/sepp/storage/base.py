@@ -171,7 +171,8 @@ class Store(Protocol):
     @property
     def backlog(self) -> int:
         """Jobs submitted to the writer and not yet committed (for load shedding; read on
-        every enqueue, so a plain attribute read)."""
+        every enqueue, so a plain attribute read). PostgreSQL: also the jobs whose ids
+        ``new_job_ids`` is waiting for."""
 
     async def new_job_ids(self, n: int) -> list[UUID]:
         """``n`` ids for jobs about to be enqueued (UUIDv7, time-ordered; the engine makes

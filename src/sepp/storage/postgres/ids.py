@@ -84,6 +84,8 @@ class JobIds:
         #: The starts of this node's last KEPT_BLOCKS blocks (a dict: ordered, O(1) lookup).
         self._starts: dict[int, None] = {}
         self._anchor: int | None = None
+        #: The highest seq handed out so far (seqs are handed out in increasing order).
+        self._handed = -1
 
     async def take(self, n: int) -> list[UUID]:
         """``n`` new job ids, their seqs increasing in order (``take_seqs``)."""
@@ -110,16 +112,22 @@ class JobIds:
                 self._blocks = min(MAX_BLOCKS, self._blocks * 2)
             await asyncio.shield(self._fill(max(-(-(n - len(free)) // BLOCK), self._blocks)))
         seqs = [free.popleft() for _ in range(n)]
+        self._handed = seqs[-1]
         if len(free) < self._blocks * BLOCK // 2:
             self._fill(self._blocks)
         return seqs
 
     def seq_of(self, raw: bytes) -> int | None:
         """The seq ``raw`` carries when it is an id this node made (a seq of one of its last
-        ``KEPT_BLOCKS`` blocks); ``None`` for any other id (stored as foreign)."""
+        ``KEPT_BLOCKS`` blocks, already handed out); ``None`` for any other id (stored as
+        foreign). An id a caller chose that carries a seq this node has not handed out yet
+        is foreign: stored with that seq, it would take it from the job the node makes of it
+        later (a primary-key violation for an unrelated enqueue)."""
         if len(raw) != 16 or raw[8] & 0xC0 != 0x80 or self._anchor is None:
             return None
         seq = int.from_bytes(raw[8:16], "big") & SEQ_MASK
+        if seq > self._handed:
+            return None
         return seq if seq - (seq - self._anchor) % BLOCK in self._starts else None
 
     def _fill(self, k: int) -> asyncio.Future[None]:

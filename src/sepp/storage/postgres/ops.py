@@ -123,15 +123,18 @@ class EnqueueOp:
     """An enqueue with idempotency keys, new queues or custom-index entries (``Store.enqueue``;
     ``custom``: the entries of every row, a deduplicated row's left out)."""
 
-    __slots__ = ("custom", "dedup_until", "lock_key", "new_queues", "now", "rows", "seqs")
+    __slots__ = ("custom", "dedup_until", "foreign", "lock_key", "new_queues", "now", "rows", "seqs")
 
     def __init__(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                  new_queues: Sequence[QueueRecord], custom: Sequence[CustomEntry] = (),
-                 seqs: Sequence[int] = ()) -> None:
+                 seqs: Sequence[int] = (), foreign: Sequence[bytes] = ()) -> None:
         self.rows, self.dedup_until, self.now, self.new_queues = rows, dedup_until, now, new_queues
         self.custom = custom
         #: Each row's seq (``Record``).
         self.seqs = seqs
+        #: The rows' foreign ids (``PostgresStore.enqueue``): refused if a row has one as
+        #: its native id (``native_taken``).
+        self.foreign = foreign
         #: The first (queue, key) this operation locks: the committer runs the keyed
         #: enqueues of a group in this order, so two groups claiming the same hot keys
         #: lock them in the same order and wait instead of deadlocking (finding B6).
@@ -139,6 +142,10 @@ class EnqueueOp:
 
     async def __call__(self, tx: Tx) -> Dedups:
         conn, now = tx.conn, self.now
+        if self.foreign:
+            taken = await conn.fetch(Q["native_taken"], list(self.foreign))
+            if taken:
+                raise StoreError(f"PostgreSQL: duplicate job id {bytes(taken[0][0]).hex()}: a job has it already")
         for q in self.new_queues:
             await conn.execute(Q["insert_queue_if_absent"], q.name, q.settings_json, q.paused, q.declared, now, now)
         if self.new_queues:

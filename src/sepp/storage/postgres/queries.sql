@@ -57,6 +57,11 @@ INSERT INTO job_custom (seq, key, value)
 SELECT j.seq, e.key, e.value FROM unnest($1::bytea[], $2::text[], $3::text[]) AS e(id, key, value)
 JOIN jobs j ON j.seq = job_seq_of(e.id) AND j.id = e.id;
 
+-- name: native_taken
+-- Which of the foreign ids $1 a job already has as its native id (the seq it carries): such
+-- an id is refused (PostgresStore.enqueue), jobs_id_foreign holds foreign ids only.
+SELECT j.id FROM unnest($1::bytea[]) AS f(id) JOIN jobs j ON j.seq = job_seq_hint(f.id) AND j.id = f.id;
+
 -- name: claim_keys
 -- Claim idempotency keys (distinct within the call): a key nobody holds, or whose claim has
 -- expired ($5 = now), is taken for the new job; a live claim is left alone and not

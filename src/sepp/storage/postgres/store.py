@@ -96,6 +96,10 @@ class PostgresStore:
         self._closed = False
         #: This node's blocks of seqs and the job ids made of them (schema version 10).
         self._ids = JobIds(self._take_seqs, clock)
+        #: Jobs whose ids ``new_job_ids`` is waiting for (a block of seqs): counted in
+        #: ``backlog``, so the engine sheds enqueues while a block is slow to come as it
+        #: does while commits are slow.
+        self._awaiting_ids = 0
         # asyncpg's pool logs every connection it finds broken with a traceback (each
         # PostgreSQL restart); sepp reports the outage itself, one line per failed call.
         logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
@@ -196,8 +200,9 @@ class PostgresStore:
 
     @property
     def backlog(self) -> int:
-        """Jobs submitted to the committer and not committed yet (load shedding)."""
-        return self._committer.backlog
+        """Jobs submitted to the committer and not committed yet, and jobs waiting for their
+        ids (``new_job_ids``; load shedding)."""
+        return self._committer.backlog + self._awaiting_ids
 
     @property
     def commits(self) -> int:
@@ -267,7 +272,11 @@ class PostgresStore:
         """``Store.new_job_ids``: ids that carry a seq of this node's block (``ids.JobIds``);
         waits for a block (one ``nextval`` statement on the read pool) when this node has
         too few seqs left. Raises ``StoreUnavailable`` / ``StoreError`` as a read does."""
-        return await self._ids.take(n)
+        self._awaiting_ids += n  # in the backlog while they wait (``backlog``)
+        try:
+            return await self._ids.take(n)
+        finally:
+            self._awaiting_ids -= n
 
     async def _take_seqs(self, blocks: int) -> list[int]:
         """``blocks`` fresh values of the jobs sequence, each the start of a block of
@@ -281,18 +290,24 @@ class PostgresStore:
         entries take the ``EnqueueOp`` path (jobs and entries in one transaction), so a call
         without any folds with the other plain enqueues exactly as before (issue 13 item 3).
         A row whose id this node made (``new_job_ids``) is stored with the seq its id carries;
-        any other id is foreign (a seq of this node's blocks, indexed in ``jobs_id_foreign``)."""
+        any other id is foreign (a seq of this node's blocks, indexed in ``jobs_id_foreign``):
+        such a call takes the ``EnqueueOp`` path, which first refuses (``StoreError``) a
+        foreign id that a row already has as its native id — ``jobs_id_foreign`` holds only
+        foreign ids, so nothing else keeps a second row from taking the id (another node's
+        job then hidden from every lookup by id)."""
         seq_of = self._ids.seq_of
         carried = [seq_of(row[0]) for row in rows]
+        foreign: list[bytes] = []
         if None in carried:  # foreign ids: seqs of this node's blocks (they stay dense)
             more = iter(await self._ids.take_seqs(carried.count(None)))
             seqs = [next(more) if s is None else s for s in carried]
+            foreign = [row[0] for row, s in zip(rows, carried, strict=True) if s is None]
         else:
             seqs = cast("list[int]", carried)
-        if not new_queues and not custom and not any(row[11] for row in rows):
+        if not foreign and not new_queues and not custom and not any(row[11] for row in rows):
             return await self._committer.submit(ops.InsertOp([(*row, s) for row, s in zip(rows, seqs, strict=True)]),
                                                 len(rows))
-        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs),
+        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign),
                                             len(rows))
 
     async def load_queues(self) -> list[QueueRecord]:

@@ -21,7 +21,7 @@ from support.worker import count_states, fast_queue, job_row, make_worker, runni
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess, free_port
-from sepp.worker import DeadLetter, Job, Retry
+from sepp.worker import DeadLetter, Job, Retry, runtime
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -450,8 +450,9 @@ async def test_handlers_raising_base_exceptions_are_failures_not_crashes(server_
         assert row is not None and (row.state, row.reason) == ("DEAD_LETTERED", "ATTEMPTS_EXHAUSTED"), job_type
 
 
-async def test_a_handler_that_swallows_cancellation_still_gets_its_job_released(fast: ServerProcess,
-                                                                                fresh_queue: str) -> None:
+async def test_a_handler_that_swallows_cancellation_still_gets_its_job_released(
+        fast: ServerProcess, fresh_queue: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "CANCEL_WAIT", 0.5)  # the mechanism, not the 5 s value
     worker, _reports = make_worker(fast, fresh_queue)
     entered = asyncio.Event()
     handler_tasks: list[asyncio.Task[Any]] = []

@@ -129,6 +129,9 @@ RESERVE_RETRY_MAX = 2.0
 #: unsent is then given up (its jobs come back after their lease). A second signal gives it up
 #: at once (``Settler.flush``'s hurry).
 SETTLE_STOP_TIMEOUT = 10.0
+#: Seconds a stop waits for the handlers it cancelled (past the grace period) to end; a
+#: handler that swallows the cancellation is still running then, and its job is released.
+CANCEL_WAIT = 5.0
 
 
 #: What a handler runner (``_run_handlers``) yields once the handler it ran returned.
@@ -1035,7 +1038,7 @@ class Worker:
                 self._abandoning = True
                 for task in stuck:
                     task.cancel()
-                await asyncio.wait(left, timeout=5)
+                await asyncio.wait(left, timeout=CANCEL_WAIT)
                 # A handler that swallows cancellation never ends: give its job back anyway.
                 hung = [self._running[t] for t in left if not t.done() and t in self._running]
                 if hung:

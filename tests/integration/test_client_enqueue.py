@@ -256,8 +256,15 @@ def test_without_wait_for_ready_an_unreachable_server_fails_at_once_and_unsent()
     assert info.value.not_sent and "failed to connect" in str(info.value)
 
 
+#: The commit delay of the timed-out-enqueue test, seconds: twice its client's 0.3 s deadline
+#: (was 1 s: every commit of the restart, the retry and the stop waited it).
+COMMIT_DELAY = 0.6
+
+
 def test_a_timed_out_enqueue_may_still_be_stored_so_a_key_makes_the_retry_safe(server: ServerProcess) -> None:
-    server.restart(debug_commit_delay=1.0)
+    # Every commit waits COMMIT_DELAY: the enqueue cannot be answered before it, so a deadline
+    # shorter than it always expires first, however loaded the machine.
+    server.restart(debug_commit_delay=COMMIT_DELAY)
     key = _key()
     request = EnqueueRequest("q", "slow", idempotency_key=key)
     impatient = ClientOptions(timeout=0.3, retry=RetryPolicy.disabled())
@@ -265,7 +272,7 @@ def test_a_timed_out_enqueue_may_still_be_stored_so_a_key_makes_the_retry_safe(s
         # Connect and fetch the server info (local validation) before the timed call, so that
         # only the enqueue meets the 0.3 s deadline. Right after a restart on a loaded machine
         # the connection alone can take longer: these tries may time out, the enqueue cannot
-        # get past the 1 s commit delay.
+        # get past the commit delay.
         warm_until = time.monotonic() + 30
         while True:
             try:

@@ -173,7 +173,7 @@ def test_batch_file_with_a_bad_line_exits_2_and_names_the_line(tmp_path: Path) -
 
 
 def test_an_unreachable_server_exits_3() -> None:
-    result = runner.invoke(app, ["enqueue", "q", "t", "--server", "127.0.0.1:1", "--timeout", "5", "--json"])
+    result = runner.invoke(app, ["enqueue", "q", "t", "--server", "127.0.0.1:1", "--timeout", "0.5", "--json"])
     assert result.exit_code == 3, result.output
     error = json.loads(result.stderr)
     assert (error["error"], error["kind"]) == ("transport", "Unavailable")

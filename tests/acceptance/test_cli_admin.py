@@ -20,11 +20,6 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.testing import ServerProcess
 from sepp.testing.process import free_port
 
-pytestmark = pytest.mark.sqlite_only(reason=(
-    "backend-neutral: the CLI's flags, output, exit codes and refusals; the admin API it calls "
-    "runs on both backends in test_admin_queues / test_admin_jobs (declare, update, pause, paging, "
-    "cancel, requeue, delete, bulk redrive) and the engine/conformance suites (held_back, no_consumer)"))
-
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:

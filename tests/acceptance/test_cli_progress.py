@@ -8,13 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sepp.testing import ServerProcess
-
-pytestmark = pytest.mark.sqlite_only(reason=(
-    "backend-neutral: the CLI's progress bar on stderr; batch enqueues on both backends are "
-    "test_enqueue_batch's and test_client_enqueue_many's"))
 
 
 def enqueue_file(server: ServerProcess, path: Path, *flags: str) -> subprocess.CompletedProcess[str]:

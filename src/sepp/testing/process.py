@@ -38,7 +38,10 @@ def wait_exit(proc: subprocess.Popen[Any], timeout: float) -> int:
             pass
         else:
             try:
-                if not select.select([fd], [], [], timeout)[0]:
+                # poll, not select: a test process may hold descriptors past select's 1024.
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                if not poller.poll(max(0.0, timeout) * 1000):
                     raise subprocess.TimeoutExpired(proc.args, timeout)
             finally:
                 os.close(fd)

@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import uvicorn
 
@@ -59,7 +60,9 @@ class _Uvicorn(uvicorn.Server):
     connection to close (a response being sent is finished first, as in uvicorn), then
     waits, looking every ``_POLL`` seconds, until the connections and their tasks are gone —
     the same steps as uvicorn's ``shutdown`` (with ``lifespan="off"`` and no graceful-stop
-    timeout, which sepp does not set: ``SeppServer.stop`` bounds the whole wait)."""
+    timeout, which sepp does not set: ``SeppServer.stop`` bounds the whole wait). Both
+    rely on uvicorn internals (written against 0.55); a uvicorn without them gets its own
+    loop and shutdown back, only slower to stop."""
 
     _POLL = 0.005
 
@@ -77,6 +80,9 @@ class _Uvicorn(uvicorn.Server):
         self._exit.set()
 
     async def main_loop(self) -> None:
+        if not hasattr(self, "on_tick"):  # a uvicorn without the hook this relies on: its own loop
+            await super().main_loop()
+            return
         counter = 0
         while not await self.on_tick(counter):  # the Date header, once a second (every 10th tick)
             counter = (counter + 1) % 864000
@@ -84,11 +90,15 @@ class _Uvicorn(uvicorn.Server):
                 await asyncio.wait_for(self._exit.wait(), 0.1)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        state: Any = getattr(self, "server_state", None)
+        if not (hasattr(self, "servers") and hasattr(self, "lifespan") and hasattr(state, "connections")
+                and hasattr(state, "tasks")):  # a uvicorn whose internals differ: its own (slower) stop
+            await super().shutdown(sockets)
+            return
         for server in self.servers:  # stop accepting connections
             server.close()
         for sock in sockets or []:
             sock.close()
-        state = self.server_state
         for connection in list(state.connections):  # idle ones close now, busy ones after their response
             connection.shutdown()
         while (state.connections or state.tasks) and not self.force_exit:  # noqa: ASYNC110 - uvicorn has no event for it

@@ -3,10 +3,12 @@ carry their seq"): a database of version 9 holding jobs in several states, a cla
 and a custom-index entry is migrated in place — ``jobs_id_key`` is gone, every old row is
 in ``jobs_id_foreign`` — and the old jobs are then found, leased, acked, deduplicated
 against, searched and deleted by id as before, next to new jobs whose ids carry their seq;
-a row an older node inserts afterwards (its own id, the sequence's next seq) is found too."""
+a row an older node inserts afterwards (its own id, the sequence's next seq) is found too;
+and a migration while an older node goes on inserting, then every node enqueuing at once."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 
@@ -87,3 +89,67 @@ async def test_version_9_jobs_are_found_by_id_after_the_migration(old_schema: tu
         assert await store.get_job(scheduled) is None
     finally:
         await store.close()
+
+
+async def test_migrating_while_an_older_node_inserts_then_all_nodes_enqueue(
+        old_schema: tuple[asyncpg.Connection, str]) -> None:
+    """A version-9 database with thousands of jobs migrated by a new node (two start at once:
+    one migrates, the other waits) while an older node goes on inserting the version-9 way
+    (no seq); afterwards both new nodes enqueue at once. Every job is stored once and found
+    by id by every new node, and acks through the other node complete them (attack5)."""
+    conn, schema = old_schema
+    assert await pg_schema.migrate(conn, schema, up_to=9) == (0, 9)
+    await conn.execute(f"SET search_path = {schema}")
+    insert = OLD_INSERT.format(s=schema)
+    legacy = [os.urandom(16) for _ in range(5000)]
+    await conn.copy_records_to_table(
+        "jobs", records=[(j, "q", "t", 2, 0, NOW, NOW, 3, b"p", "") for j in legacy],
+        columns=("id", "queue", "job_type", "state", "priority", "run_at", "enqueued_at", "max_attempts", "payload",
+                 "encoding"))
+    old = await asyncpg.connect(PG_TEST_DSN, server_settings={"search_path": schema})
+    during: list[bytes] = []
+    stop = asyncio.Event()
+
+    async def older_node() -> None:
+        while not stop.is_set():
+            batch = [os.urandom(16) for _ in range(5)]
+            await old.executemany(insert, [(j, 2, NOW, None, None) for j in batch])
+            during.extend(batch)
+            await asyncio.sleep(0.005)
+
+    inserting = asyncio.create_task(older_node())
+    a = PostgresStore(PG_TEST_DSN, schema=schema, node="a5-mig-a")
+    b = PostgresStore(PG_TEST_DSN, schema=schema, node="a5-mig-b")
+    try:
+        await asyncio.sleep(0.05)
+        await asyncio.gather(a.open(), b.open())  # one migrates, the other waits for it
+        new: list[bytes] = []
+
+        async def enqueue(store: PostgresStore, size: int) -> None:
+            ids = await store.new_job_ids(size)
+            rows = [JobRow(u.bytes, "q", "t", 2, 0, NOW, NOW, 3, b"p", "", None, None) for u in ids]
+            await store.enqueue(rows, [0] * size, NOW)
+            new.extend(u.bytes for u in ids)
+
+        await asyncio.gather(*(enqueue(s, n) for s in (a, b) for n in (1, 30, 700, 1500)))
+        stop.set()
+        await inserting
+        total = await conn.fetchval("SELECT count(*) FROM jobs")
+        assert total == len(legacy) + len(during) + len(new)
+        assert await conn.fetchval("SELECT count(DISTINCT id) FROM jobs") == total
+        assert await conn.fetchval("SELECT count(*) FROM jobs WHERE job_id_foreign(id, seq)") == \
+            len(legacy) + len(during)
+        for job_id in legacy[::500] + during[::5] + new[::150]:
+            for store in (a, b):
+                rec = await store.get_job(job_id)
+                assert rec is not None and rec.id == job_id, job_id.hex()
+        jobs = await lease(a, n=200, now=NOW + S)
+        results = await b.settle([SettleParams(j.id, j.lease_id or b"", SettleKind.ACK, NOW + 2 * S) for j in jobs],
+                                 POLICY)
+        assert [r.error for r in results] == [None] * 200
+    finally:
+        stop.set()
+        inserting.cancel()
+        await old.close()
+        await a.close()
+        await b.close()

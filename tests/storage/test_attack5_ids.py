@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import socket
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import urlsplit, urlunsplit
 
@@ -254,15 +252,7 @@ class Door(PausableProxy):
 
     def __init__(self, port: int = 0) -> None:
         url = urlsplit(PG_TEST_DSN)
-        self._upstream = (url.hostname or "127.0.0.1", url.port or 5432)
-        self._listener = socket.create_server(("127.0.0.1", port))
-        self.port = self._listener.getsockname()[1]
-        self._running = threading.Event()
-        self._running.set()
-        self._closed = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, name="door-accept", daemon=True).start()
+        super().__init__(url.hostname or "127.0.0.1", url.port or 5432, port)
 
     @property
     def dsn(self) -> str:

@@ -16,11 +16,12 @@ import threading
 
 
 class PausableProxy:
-    """See the module docstring. ``port`` is the listening port."""
+    """See the module docstring. ``port`` is the listening port (``listen_port``, or a free
+    one when 0: a proxy made again on the port of a closed one serves the same address)."""
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, listen_port: int = 0) -> None:
         self._upstream = (upstream_host, upstream_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", listen_port))
         self.port: int = self._listener.getsockname()[1]
         self._running = threading.Event()
         self._running.set()

@@ -114,6 +114,7 @@ class AsyncClient:
                 # The common batch: every job plain and valid, written as bytes in one pass.
                 wire = _core.lean_batch(await self._cached_info(), reqs)
                 if wire is not None:
+                    _core.check_size(len(wire), self.options, self.target)
                     return _core.merge_batch(verdicts, await self._call("EnqueueBatch", wire, idempotent=False))
             verdicts = await self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
@@ -124,6 +125,7 @@ class AsyncClient:
             message = _core.batch_message(to_send)
             if send is not None:
                 _core.stamp_traces(message, send.sent(verdicts))
+            _core.check_size(message.ByteSize(), self.options, self.target)
             response = await self._call("EnqueueBatch", message,
                                         idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
@@ -131,8 +133,9 @@ class AsyncClient:
     async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
                            progress: _core.Progress | None = None) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort, ``in_flight`` batches of
-        ``max_enqueue_batch`` at a time, results in request order; see
-        :meth:`sepp.Client.enqueue_many` (same arguments, ``progress`` callback and errors).
+        ``max_enqueue_batch`` at a time (a batch too large to send goes in parts), results in
+        request order; see :meth:`sepp.Client.enqueue_many` (same arguments, ``progress``
+        callback and errors).
         ``progress`` is called on the event loop."""
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
@@ -149,7 +152,7 @@ class AsyncClient:
             for chunk in _core.chunked(requests, size):
                 if len(pending) >= in_flight:
                     await collect()
-                pending.append(asyncio.ensure_future(self.enqueue_batch(chunk)))
+                pending.append(asyncio.ensure_future(self._enqueue_part(chunk)))
             while pending:
                 await collect()
         except BaseException:
@@ -157,6 +160,18 @@ class AsyncClient:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             raise
+        return out
+
+    async def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
+        """``enqueue_batch(chunk)``, in parts when it is too large to send (``Client._enqueue_part``)."""
+        try:
+            return await self.enqueue_batch(chunk)
+        except _core.UnsentTooLarge:
+            if len(chunk) < 2:
+                raise
+        out: list[BatchResult] = []
+        for part in _core.split_by_size(chunk, self.options.max_message_bytes):
+            out.extend(await self._enqueue_part(part))
         return out
 
     async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:

@@ -34,7 +34,9 @@ class AsyncClient:
             ack = await client.enqueue(EnqueueRequest("emails", "welcome"))
 
     The grpc.aio channel is created on first use inside the running event loop, so the
-    client may be constructed anywhere; use it from one event loop only.
+    client may be constructed anywhere; use it from that event loop only: a call from
+    another loop (a second ``asyncio.run``, another thread's loop) raises ``RuntimeError``
+    saying so (a grpc.aio channel cannot move between loops).
 
     Args:
         target: ``host:port`` of the server's gRPC listener.
@@ -63,6 +65,8 @@ class AsyncClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._lock: asyncio.Lock | None = None
+        #: The event loop of the first call; the channel and the lock belong to it.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._cached: _core.CachedInfo | None = None
         self._closed = False
 
@@ -239,7 +243,17 @@ class AsyncClient:
 
     # ------------------------------------------------------------ internals
 
+    def _check_loop(self) -> None:
+        """Raise ``RuntimeError`` when called from another event loop than the first call's."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise RuntimeError("this sepp AsyncClient belongs to the event loop it was first used on (a grpc.aio "
+                               "channel cannot move between loops): make one AsyncClient per event loop")
+
     def _get_lock(self) -> asyncio.Lock:
+        self._check_loop()
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
@@ -247,6 +261,7 @@ class AsyncClient:
     def _get_stub(self) -> Any:
         if self._closed:
             raise RuntimeError("this sepp AsyncClient is closed")
+        self._check_loop()
         if self._stub is None:
             channel_args = _core.channel_options(self.options)
             if self.options.credentials is not None:

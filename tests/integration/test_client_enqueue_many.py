@@ -6,6 +6,7 @@ A real server with ``max_enqueue_batch = 4``."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,3 +132,31 @@ async def test_async_batches_stay_within_the_message_cap(narrow: ServerProcess) 
         out = await client.enqueue_many(iter(_sized("anarrow", 25)))
     assert len(out) == 25 and all(isinstance(r, EnqueueAck) for r in out)
     assert _stored_order(narrow.grpc_target, out) == list(range(25))
+
+
+def test_closing_the_client_mid_way_raises_runtime_error_not_a_retry(capped: ServerProcess) -> None:
+    # close() cancels the calls in flight (CANCELLED: not a server's shutdown, so not "never
+    # sent": those batches may be stored). They used to be retried on the closed channel,
+    # which raised grpc's ValueError "Cannot invoke RPC on closed channel!".
+    client = Client(capped.grpc_target)
+    done = threading.Event()
+
+    def progress(count: int, _total: Any) -> None:
+        if count >= 40:
+            done.set()
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            client.enqueue_many((EnqueueRequest("closing", "t") for _ in range(1_000_000)), progress=progress)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert done.wait(10)
+    client.close()
+    thread.join(10)
+    assert not thread.is_alive() and len(errors) == 1
+    assert isinstance(errors[0], RuntimeError) and "closed" in str(errors[0]), repr(errors[0])

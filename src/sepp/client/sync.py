@@ -294,7 +294,8 @@ class Client:
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled. Closing twice is fine."""
+        """Close the channel; calls in flight are cancelled and raise ``RuntimeError`` (they
+        may or may not have been stored; later calls raise it too). Closing twice is fine."""
         if not self._closed:
             self._closed = True
             self._channel.close()
@@ -364,6 +365,9 @@ class Client:
             try:
                 return method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
+                if self._closed:  # close() cancelled it: neither retried nor "never sent"
+                    raise RuntimeError("this sepp Client was closed while the call was in flight; "
+                                       "it may or may not have been stored") from exc
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
             if _core.waits_for_connection(error, options):

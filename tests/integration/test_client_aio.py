@@ -99,6 +99,17 @@ async def test_async_client_closes_twice_and_refuses_calls_after(shared_server: 
         await client.get_server_info()
 
 
+def test_an_async_client_called_from_another_event_loop_says_so(shared_server: ServerProcess) -> None:
+    # A client kept across two asyncio.run calls (a module-level client, a test per loop):
+    # its channel belongs to the first loop. The second loop's call used to fail deep in
+    # grpc.aio ("Event loop is closed", "attached to a different loop").
+    client = AsyncClient(shared_server.grpc_target)
+    assert asyncio.run(client.enqueue(EnqueueRequest("two-loops", "t"))).job_id
+    for call in (lambda: client.enqueue(EnqueueRequest("two-loops", "t")), client.get_server_info):
+        with pytest.raises(RuntimeError, match="one AsyncClient per event loop"):
+            asyncio.run(call())
+
+
 async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_unavailable_unsent(
         server_factory: ServerFactory) -> None:
     """Issue 15 item 6 for the AsyncClient: calls made while the server is down (SIGTERM, or

@@ -6,6 +6,7 @@ A real server with ``max_enqueue_batch = 4``."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,8 @@ from support.servers import module_server
 
 from sepp import AsyncClient, Client, EnqueueAck, EnqueueRequest, Payload, Rejection, RejectionCode
 from sepp.client.admin import AdminClient
+from sepp.client.options import ClientOptions
+from sepp.errors import MessageTooLarge
 from sepp.testing import ServerProcess
 
 CAP = 4
@@ -83,3 +86,77 @@ async def test_async_enqueue_many_matches_the_sync_one(capped: ServerProcess) ->
     assert [isinstance(r, Rejection) for r in out] == [i in bad for i in range(CAP + 1)]
     assert calls == [(CAP, CAP + 1), (CAP + 1, CAP + 1)]
     assert _stored(capped.grpc_target, out) == list(range(CAP))
+
+
+#: The message cap of ``narrow``'s server and of the clients that talk to it, bytes.
+NARROW = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def narrow(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
+    """A server whose messages hold at most ``NARROW`` bytes (payloads up to 16 KiB)."""
+    yield from module_server(tmp_path_factory, backend, limits={"max_message_bytes": NARROW},
+                             queue_defaults={"limits": {"max_payload_bytes": 16 * 1024}})
+
+
+def _sized(queue: str, n: int) -> list[EnqueueRequest]:
+    """``n`` jobs of 10 KiB each (every 7th with a key and a priority: not a plain request)."""
+    return [EnqueueRequest(queue, "t", payload=Payload(b"%06d" % i + b"." * (10 * 1024 - 6)),
+                           idempotency_key=f"k{i}" if i % 7 == 0 else None, priority=3 if i % 7 == 0 else None)
+            for i in range(n)]
+
+
+def _stored_order(target: str, out: list[Any]) -> list[int]:
+    with AdminClient(target) as admin:
+        return [int(admin.get_job(r.job_id).payload.data[:6]) for r in out]
+
+
+def test_batches_stay_within_the_message_cap(narrow: ServerProcess) -> None:
+    # 40 jobs of 10 KiB: the count cap (256) makes one 400 KiB batch, which enqueue_batch
+    # refuses before sending (the client's cap is the server's). enqueue_many sends it in parts.
+    calls: list[tuple[int, Any]] = []
+    with Client(narrow.grpc_target, options=ClientOptions(max_message_bytes=NARROW)) as client:
+        with pytest.raises(MessageTooLarge, match="nothing was sent"):
+            client.enqueue_batch(_sized("narrow-batch", 40))
+        out = client.enqueue_many(_sized("narrow", 40), in_flight=3,
+                                  progress=lambda done, total: calls.append((done, total)))
+    assert len(out) == 40 and all(isinstance(r, EnqueueAck) for r in out)
+    assert calls == [(40, 40)]  # one batch of the count cap, answered once all its parts were
+    assert _stored_order(narrow.grpc_target, out) == list(range(40))
+    with AdminClient(narrow.grpc_target) as admin:  # the refused batch made no queue, stored no job
+        assert "narrow-batch" not in {s.queue for s in admin.queue_stats()}
+
+
+async def test_async_batches_stay_within_the_message_cap(narrow: ServerProcess) -> None:
+    async with AsyncClient(narrow.grpc_target, options=ClientOptions(max_message_bytes=NARROW)) as client:
+        out = await client.enqueue_many(iter(_sized("anarrow", 25)))
+    assert len(out) == 25 and all(isinstance(r, EnqueueAck) for r in out)
+    assert _stored_order(narrow.grpc_target, out) == list(range(25))
+
+
+def test_closing_the_client_mid_way_raises_runtime_error_not_a_retry(capped: ServerProcess) -> None:
+    # close() cancels the calls in flight (CANCELLED: not a server's shutdown, so not "never
+    # sent": those batches may be stored). They used to be retried on the closed channel,
+    # which raised grpc's ValueError "Cannot invoke RPC on closed channel!".
+    client = Client(capped.grpc_target)
+    done = threading.Event()
+
+    def progress(count: int, _total: Any) -> None:
+        if count >= 40:
+            done.set()
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            client.enqueue_many((EnqueueRequest("closing", "t") for _ in range(1_000_000)), progress=progress)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert done.wait(10)
+    client.close()
+    thread.join(10)
+    assert not thread.is_alive() and len(errors) == 1
+    assert isinstance(errors[0], RuntimeError) and "closed" in str(errors[0]), repr(errors[0])

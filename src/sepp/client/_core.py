@@ -37,6 +37,7 @@ from sepp.client.options import ClientOptions
 from sepp.client.tls import tls_hint
 from sepp.errors import (
     AtomicEnqueueError,
+    MessageTooLarge,
     Overloaded,
     SeppError,
     ServerError,
@@ -142,6 +143,61 @@ def chunked(requests: Iterable[EnqueueRequest], size: int) -> Iterator[list[Enqu
     it = iter(requests)
     while chunk := list(islice(it, size)):
         yield chunk
+
+
+class UnsentTooLarge(MessageTooLarge):
+    """A batch larger than ``ClientOptions.max_message_bytes``, refused before it was sent
+    (``check_size``): nothing of it reached a server, so ``enqueue_many`` sends it again in
+    parts (``split_by_size``)."""
+
+
+def check_size(size: int, options: ClientOptions, target: str) -> None:
+    """Raise ``UnsentTooLarge`` when a request of ``size`` bytes exceeds the client's
+    ``max_message_bytes`` (gRPC would refuse it the same, later and less clearly)."""
+    if size > options.max_message_bytes:
+        where = f" ({target})" if target else ""
+        raise UnsentTooLarge(f"the request exceeds the gRPC message cap{where}: {size} bytes > max_message_bytes "
+                             f"{options.max_message_bytes}; nothing was sent", code=grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def wire_size(req: object) -> int:
+    """An upper bound on the bytes ``req`` adds to a serialized ``EnqueueBatchRequest`` (its
+    ``jobs`` entry: tag, length and message; a ``plain`` run's share is smaller): a plain
+    request from its payload and names (4 bytes a character: UTF-8 at worst, no encoding
+    done), any other from its wire message. 0 for what is not an ``EnqueueRequest``."""
+    if type(req) is EnqueueRequest and _plain(req):
+        payload = req.payload
+        data = 0 if payload is None else len(payload.data) + 4 * len(payload.encoding)
+        return data + 4 * (len(req.queue) + len(req.job_type)) + 32
+    if isinstance(req, EnqueueRequest):
+        return req.to_proto().ByteSize() + 16
+    return 0
+
+
+#: Bytes ``split_by_size`` keeps free below the cap (slack for the message's own framing).
+BATCH_HEADROOM = 1024
+
+
+def split_by_size(requests: list[EnqueueRequest], max_bytes: int) -> list[list[EnqueueRequest]]:
+    """``requests`` (≥ 2 of them) in consecutive parts whose ``wire_size`` sums stay within
+    ``max_bytes - BATCH_HEADROOM`` (a request too large alone is a part of its own), order
+    kept; at least two parts (halves when the sizes would fit in one)."""
+    limit = max_bytes - BATCH_HEADROOM
+    parts: list[list[EnqueueRequest]] = []
+    part: list[EnqueueRequest] = []
+    used = 0
+    for req in requests:
+        n = wire_size(req)
+        if part and used + n > limit:
+            parts.append(part)
+            part, used = [], 0
+        part.append(req)
+        used += n
+    parts.append(part)
+    if len(parts) < 2:
+        half = len(requests) // 2
+        parts = [requests[:half], requests[half:]]
+    return parts
 
 
 def check_in_flight(in_flight: int) -> None:

@@ -34,7 +34,9 @@ class AsyncClient:
             ack = await client.enqueue(EnqueueRequest("emails", "welcome"))
 
     The grpc.aio channel is created on first use inside the running event loop, so the
-    client may be constructed anywhere; use it from one event loop only.
+    client may be constructed anywhere; use it from that event loop only: a call from
+    another loop (a second ``asyncio.run``, another thread's loop) raises ``RuntimeError``
+    saying so (a grpc.aio channel cannot move between loops).
 
     Args:
         target: ``host:port`` of the server's gRPC listener.
@@ -63,6 +65,8 @@ class AsyncClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._lock: asyncio.Lock | None = None
+        #: The event loop of the first call; the channel and the lock belong to it.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._cached: _core.CachedInfo | None = None
         self._closed = False
 
@@ -114,6 +118,7 @@ class AsyncClient:
                 # The common batch: every job plain and valid, written as bytes in one pass.
                 wire = _core.lean_batch(await self._cached_info(), reqs)
                 if wire is not None:
+                    _core.check_size(len(wire), self.options, self.target)
                     return _core.merge_batch(verdicts, await self._call("EnqueueBatch", wire, idempotent=False))
             verdicts = await self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
@@ -124,6 +129,7 @@ class AsyncClient:
             message = _core.batch_message(to_send)
             if send is not None:
                 _core.stamp_traces(message, send.sent(verdicts))
+            _core.check_size(message.ByteSize(), self.options, self.target)
             response = await self._call("EnqueueBatch", message,
                                         idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
@@ -131,8 +137,9 @@ class AsyncClient:
     async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
                            progress: _core.Progress | None = None) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort, ``in_flight`` batches of
-        ``max_enqueue_batch`` at a time, results in request order; see
-        :meth:`sepp.Client.enqueue_many` (same arguments, ``progress`` callback and errors).
+        ``max_enqueue_batch`` at a time (a batch too large to send goes in parts), results in
+        request order; see :meth:`sepp.Client.enqueue_many` (same arguments, ``progress``
+        callback and errors).
         ``progress`` is called on the event loop."""
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
@@ -149,7 +156,7 @@ class AsyncClient:
             for chunk in _core.chunked(requests, size):
                 if len(pending) >= in_flight:
                     await collect()
-                pending.append(asyncio.ensure_future(self.enqueue_batch(chunk)))
+                pending.append(asyncio.ensure_future(self._enqueue_part(chunk)))
             while pending:
                 await collect()
         except BaseException:
@@ -157,6 +164,18 @@ class AsyncClient:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             raise
+        return out
+
+    async def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
+        """``enqueue_batch(chunk)``, in parts when it is too large to send (``Client._enqueue_part``)."""
+        try:
+            return await self.enqueue_batch(chunk)
+        except _core.UnsentTooLarge:
+            if len(chunk) < 2:
+                raise
+        out: list[BatchResult] = []
+        for part in _core.split_by_size(chunk, self.options.max_message_bytes):
+            out.extend(await self._enqueue_part(part))
         return out
 
     async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
@@ -224,7 +243,17 @@ class AsyncClient:
 
     # ------------------------------------------------------------ internals
 
+    def _check_loop(self) -> None:
+        """Raise ``RuntimeError`` when called from another event loop than the first call's."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise RuntimeError("this sepp AsyncClient belongs to the event loop it was first used on (a grpc.aio "
+                               "channel cannot move between loops): make one AsyncClient per event loop")
+
     def _get_lock(self) -> asyncio.Lock:
+        self._check_loop()
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
@@ -232,6 +261,7 @@ class AsyncClient:
     def _get_stub(self) -> Any:
         if self._closed:
             raise RuntimeError("this sepp AsyncClient is closed")
+        self._check_loop()
         if self._stub is None:
             channel_args = _core.channel_options(self.options)
             if self.options.credentials is not None:

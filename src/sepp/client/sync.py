@@ -120,7 +120,9 @@ class Client:
         Raises:
             RejectedError: the batch as a whole is empty or over the cap
                 (``InvalidArgument``, field ``jobs``).
-            TransportError: no verdict; then nothing is known about any job.
+            TransportError: no verdict; then nothing is known about any job. A batch larger
+                than ``ClientOptions.max_message_bytes`` is ``MessageTooLarge`` before it is
+                sent (nothing was; :meth:`enqueue_many` splits such a batch).
         """
         # Plain requests are validated from a memo of their shape (``_core.validate_requests``);
         # a batch of only plain, valid ones is written as bytes in the same pass (``lean_batch``).
@@ -145,6 +147,7 @@ class Client:
                 # The common batch: every job plain and valid, written as bytes in one pass.
                 wire = _core.lean_batch(self._cached_info(), reqs)
                 if wire is not None:
+                    _core.check_size(len(wire), self.options, self.target)
                     return _core.merge_batch(verdicts, self._call(self._stub.EnqueueBatch, wire, idempotent=False))
             verdicts = self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
@@ -155,6 +158,7 @@ class Client:
             message = _core.batch_message(to_send)
             if send is not None:
                 _core.stamp_traces(message, send.sent(verdicts))
+            _core.check_size(message.ByteSize(), self.options, self.target)
             response = self._call(self._stub.EnqueueBatch, message,
                                   idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
@@ -165,13 +169,18 @@ class Client:
         cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
         batches in flight (each an :meth:`enqueue_batch`, with its local validation and
         retries), and every job's result comes back in request order (issue 15 item 3).
+        A batch larger than ``ClientOptions.max_message_bytes`` (big payloads) is not sent
+        as it is but in parts that fit (``_core.split_by_size``); set the option to the
+        server's ``max_message_bytes`` when that is smaller than the default.
 
-        ``progress(done, total)``, if given, is called after each batch is answered, in
-        order, from the calling thread: ``done`` jobs answered so far (acked or rejected),
+        ``progress(done, total)``, if given, is called after each batch is answered (a batch
+        sent in parts: once all are), in order, from the calling thread: ``done`` jobs
+        answered so far (acked or rejected),
         ``total`` = ``len(requests)`` when it has one, else ``None``.
 
         Raises:
-            TransportError: a batch got no verdict. Batches already sent are waited for
+            TransportError: a batch got no verdict (``MessageTooLarge``: one job alone is
+                larger than ``max_message_bytes``). Batches already sent are waited for
                 first; the jobs counted by the last ``progress`` call were answered, later
                 ones may or may not be stored (no key: not retried, as for enqueue_batch).
             ValueError: ``in_flight`` < 1.
@@ -188,7 +197,7 @@ class Client:
                     if len(pending) >= in_flight:
                         self._collect(pending.popleft(), out, progress, total)
                     # each batch runs in the caller's context (its current span: tracing)
-                    pending.append(pool.submit(contextvars.copy_context().run, self.enqueue_batch, chunk))
+                    pending.append(pool.submit(contextvars.copy_context().run, self._enqueue_part, chunk))
                 while pending:
                     self._collect(pending.popleft(), out, progress, total)
             except BaseException:
@@ -196,6 +205,19 @@ class Client:
                     fut.cancel()
                 wait(pending)
                 raise
+        return out
+
+    def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
+        """``enqueue_batch(chunk)``; a chunk too large to send (``UnsentTooLarge``: nothing was
+        sent) goes in parts instead, their results concatenated (order kept)."""
+        try:
+            return self.enqueue_batch(chunk)
+        except _core.UnsentTooLarge:
+            if len(chunk) < 2:
+                raise
+        out: list[BatchResult] = []
+        for part in _core.split_by_size(chunk, self.options.max_message_bytes):
+            out.extend(self._enqueue_part(part))
         return out
 
     @staticmethod
@@ -272,7 +294,8 @@ class Client:
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Close the channel; calls in flight are cancelled. Closing twice is fine."""
+        """Close the channel; calls in flight are cancelled and raise ``RuntimeError`` (they
+        may or may not have been stored; later calls raise it too). Closing twice is fine."""
         if not self._closed:
             self._closed = True
             self._channel.close()
@@ -342,6 +365,9 @@ class Client:
             try:
                 return method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
+                if self._closed:  # close() cancelled it: neither retried nor "never sent"
+                    raise RuntimeError("this sepp Client was closed while the call was in flight; "
+                                       "it may or may not have been stored") from exc
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
             if _core.waits_for_connection(error, options):

@@ -14,7 +14,11 @@ result reports with ``resent = True``. Items queued while a batch is being re-se
 it (up to ``max_batch``) at its next try, and the batch is then re-sent until
 ``retry_for`` after the last of them joined: they do not wait behind it for its whole
 window and then start one of their own. The pause between tries ends early once the
-channel connects again (``WorkerRpc.pause``).
+channel connects again (``WorkerRpc.pause``). A batch the server refuses as larger than
+its message cap (``MessageTooLarge``: refused unread, nothing applied) is sent again in
+halves, down to single items, so only an item too large by itself fails (the halves'
+results do not say ``resent`` for an item an earlier, transiently failed try may have
+applied).
 
 ``flush`` waits for every verdict; given ``idle_timeout`` and ``hurry`` (a stopping
 worker), it gives up — ``abandon`` — once no ``Settle`` was answered for ``idle_timeout``
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.errors import SeppError, TransportError
+from sepp.errors import MessageTooLarge, SeppError, TransportError
 from sepp.worker._failures import FailureLog
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker.outcome import Outcome
@@ -282,16 +286,29 @@ class Settler:
         if not batch:
             return
         self._sending.append(batch)
+        halves: tuple[list[_Item], list[_Item]] | None = None
         try:
             results, once_from = await self._send(batch)
         except asyncio.CancelledError:
             self._fail(batch, Abandoned())  # empty when abandon() cancelled it (it told them already)
             raise
+        except MessageTooLarge as exc:
+            # The server refused the call unread (larger than its max_message_bytes): nothing
+            # applied. Its halves go on their own, down to single items: one item too large
+            # fails alone, not the acks that happened to share its batch.
+            if len(batch) < 2:
+                self._fail(batch, exc)
+                return
+            halves = batch[:len(batch) // 2], batch[len(batch) // 2:]
         except Exception as exc:  # a SeppError, or a bug: either way every waiter hears of it
             self._fail(batch, exc)
             return
         finally:
             self._sending.remove(batch)
+        if halves is not None:
+            for half in halves:
+                await self._send_batch(half)
+            return
         notified = [arg for _, _, _, fut, arg in batch if fut is None]
         if len(notified) == len(batch):  # as a rule (futures are for releases at a stop): one call
             self._tell(notified, results, once_from, None)

@@ -63,7 +63,8 @@ class WorkerConfig:
             releases their jobs.
         worker_id: Name recorded in attempt history; empty = ``host:pid``.
         poll_wait: Long-poll of each ``Reserve`` when nothing is ready (≤ 30).
-        max_reserve: Most jobs asked for by one ``Reserve`` (server cap: 256 by default).
+        max_reserve: Most jobs asked for by one ``Reserve`` (the server's cap, ``max_reserve_batch``, is
+            256 by default; a worker refused for asking more asks for at most the cap after).
         settle_batch: Most acks/nacks in one ``Settle`` call (1 .. 10,000, the server's cap).
         tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
             of the server's certificate, the worker's own certificate and key (mutual TLS).

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.bounds import MAX_DURATION_SECONDS
 from sepp.wire import seconds_to_duration
 
 #: Longest error detail sent, bytes (the server keeps at most 16 KiB, SPEC §3).
@@ -29,30 +30,35 @@ class Retry(Exception):
     """Raise from a handler to retry the job.
 
     Args:
-        message: Recorded as the attempt's error message (may be empty).
+        message: Recorded as the attempt's error message (may be empty); anything else
+            (``Retry(exc)``, say) is recorded as its ``str()``.
         after: Delay before the next delivery, seconds or a ``timedelta``; ``None`` uses the
             queue's exponential backoff. Either way the job dead-letters
-            (ATTEMPTS_EXHAUSTED) when this was its last attempt.
+            (ATTEMPTS_EXHAUSTED) when this was its last attempt. A delay past the server's
+            schedule horizon is refused by the server (the job comes back after its lease).
 
-    Raises ``ValueError`` for a negative delay.
+    Raises ``ValueError`` for a negative, non-finite or unrepresentable delay (above
+    ``MAX_DURATION_SECONDS``, the wire's longest duration): raised by the handler's own
+    ``raise Retry(...)``, it is then the handler's failure (a plain retry).
     """
 
-    def __init__(self, message: str = "", *, after: float | dt.timedelta | None = None) -> None:
+    def __init__(self, message: object = "", *, after: float | dt.timedelta | None = None) -> None:
         if isinstance(after, dt.timedelta):
             after = after.total_seconds()
-        if after is not None and not after >= 0:
-            raise ValueError(f"Retry(after=...) must be ≥ 0 seconds, got {after!r}")
+        if after is not None and not 0 <= after <= MAX_DURATION_SECONDS:
+            raise ValueError(f"Retry(after=...) must be 0 to {MAX_DURATION_SECONDS} seconds, got {after!r}")
         self.after: float | None = None if after is None else float(after)
-        self.message = message
-        super().__init__(message)
+        self.message = message if isinstance(message, str) else safe_str(message)
+        super().__init__(self.message)
 
 
 class DeadLetter(Exception):
-    """Raise from a handler to dead-letter the job now (reason ``NACK_DEAD_LETTER: <reason>``)."""
+    """Raise from a handler to dead-letter the job now (reason ``NACK_DEAD_LETTER: <reason>``).
+    A ``reason`` that is not a ``str`` (``DeadLetter(exc)``, say) is recorded as its ``str()``."""
 
-    def __init__(self, reason: str = "") -> None:
-        self.reason = reason
-        super().__init__(reason)
+    def __init__(self, reason: object = "") -> None:
+        self.reason = reason if isinstance(reason, str) else safe_str(reason)
+        super().__init__(self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +94,18 @@ class Outcome:
         item.nack.CopyFrom(self._nack(job_id, lease_id))
 
     def _nack(self, job_id: str, lease_id: str) -> wpb.NackRequest:
+        # Each text at most MAX_DETAIL_BYTES (the server keeps no more): one nack with a huge
+        # message must not make its whole Settle batch too large for the server, which would
+        # refuse it and every ack in it (the jobs would run again).
         nack = wpb.NackRequest(job_id=job_id, lease_id=lease_id,
-                               error=wpb.JobError(message=self.error_message, detail=self.error_detail))
+                               error=wpb.JobError(message=_truncate(self.error_message),
+                                                  detail=_truncate(self.error_detail)))
         if self.kind == "retry":
             nack.retry.SetInParent()
         elif self.kind == "retry_after":
             nack.retry_after.CopyFrom(seconds_to_duration(self.delay or 0.0))
         elif self.kind == "dead_letter":
-            nack.dead_letter = self.reason
+            nack.dead_letter = _truncate(self.reason)
         else:
             nack.release.SetInParent()
         return nack
@@ -105,27 +115,53 @@ COMPLETED = Outcome("completed")
 
 
 def _truncate(text: str, limit: int = MAX_DETAIL_BYTES) -> str:
-    raw = text.encode("utf-8")
-    return text if len(raw) <= limit else raw[:limit].decode("utf-8", "ignore")
+    """``text`` cut to at most ``limit`` UTF-8 bytes (whole characters; a lone surrogate,
+    which UTF-8 cannot carry, becomes ``?``); a non-``str`` is taken as its ``str()``."""
+    if not isinstance(text, str):
+        text = safe_str(text)
+    if text.isascii() and len(text) <= limit:
+        return text
+    raw = text.encode("utf-8", "replace")
+    return raw.decode("utf-8") if len(raw) <= limit else raw[:limit].decode("utf-8", "ignore")
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or ``"<str() failed: TypeName>"`` when that raises (a handler's exception
+    with a broken ``__str__`` must still settle its job, not leave it held)."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<str() failed: {type(value).__name__}>"
 
 
 def describe(exc: BaseException) -> str:
-    """``"TypeName: message"`` (or just the type name when the message is empty)."""
-    text = str(exc)
+    """``"TypeName: message"`` (or just the type name when the message is empty); never raises
+    (``safe_str``)."""
+    text = safe_str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def outcome_for_exception(exc: BaseException) -> Outcome:
-    """The outcome of a handler that raised ``exc`` (see the module docstring)."""
-    if isinstance(exc, Retry):
-        detail = "" if exc.__cause__ is None else _truncate(_format(exc.__cause__))
-        if exc.after is None:
-            return Outcome("retry", error_message=exc.message or "retry requested", error_detail=detail)
-        return Outcome("retry_after", delay=exc.after, error_message=exc.message or "retry requested",
-                       error_detail=detail)
-    if isinstance(exc, DeadLetter):
-        return Outcome("dead_letter", reason=exc.reason, error_message=exc.reason or "dead-letter requested")
-    return Outcome("retry", error_message=describe(exc), error_detail=_truncate(_format(exc)))
+    """The outcome of a handler that raised ``exc`` (see the module docstring); its texts at
+    most ``MAX_DETAIL_BYTES`` each. Never raises: an exception that cannot be read as asked
+    (a ``Retry`` subclass that skipped ``Retry.__init__``, say) is a plain retry — its job is
+    still settled, not left held while its lease is kept alive."""
+    try:
+        if isinstance(exc, Retry):
+            message = _truncate(exc.message or "retry requested")
+            detail = "" if exc.__cause__ is None else _truncate(_format(exc.__cause__))
+            if exc.after is None:
+                return Outcome("retry", error_message=message, error_detail=detail)
+            delay = float(exc.after)
+            if not 0 <= delay <= MAX_DURATION_SECONDS:  # changed after Retry.__init__ checked it
+                raise ValueError(f"Retry.after {delay!r} is out of range")
+            return Outcome("retry_after", delay=delay, error_message=message, error_detail=detail)
+        if isinstance(exc, DeadLetter):
+            reason = _truncate(exc.reason)
+            return Outcome("dead_letter", reason=reason, error_message=reason or "dead-letter requested")
+        return Outcome("retry", error_message=_truncate(describe(exc)), error_detail=_truncate(_format(exc)))
+    except Exception:
+        return Outcome("retry", error_message=_truncate(describe(exc)))
 
 
 def _format(exc: BaseException) -> str:

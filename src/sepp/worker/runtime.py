@@ -80,7 +80,7 @@ from sepp.api.v1.worker_pb2 import SettleResult
 from sepp.client.auth import token_metadata
 from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
-from sepp.errors import PermissionDenied, TransportError, Unauthenticated
+from sepp.errors import PermissionDenied, RejectedError, TransportError, Unauthenticated
 from sepp.worker._failures import FailureLog
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
@@ -378,6 +378,9 @@ class Worker:
         #: Prefetch now; adapted between 0 and ``_ahead_max`` when ``prefetch`` is None.
         self._adaptive = cfg.prefetch is None
         self._ahead_max = 2 * cfg.max_reserve if cfg.prefetch is None else cfg.prefetch
+        #: Most jobs one Reserve asks for: ``max_reserve``, lowered to the server's cap
+        #: (``max_reserve_batch``) once a refusal names it (``_lower_reserve_cap``).
+        self._max_reserve = cfg.max_reserve
         self._ahead = min(cfg.concurrency, self._ahead_max) if cfg.prefetch is None else cfg.prefetch
         self._shrunk_at = 0.0
         #: Reservers waiting on ``_room``, and how many there are.
@@ -517,16 +520,31 @@ class Worker:
 
     def _want(self, lane: int) -> int:
         """How many jobs lane ``lane`` should ask for now (0: none)."""
-        cfg = self.config
-        capacity = cfg.concurrency + self._ahead
+        most = self._max_reserve
+        capacity = self.config.concurrency + self._ahead
         want = capacity - len(self._running) - len(self._pending) - self._asking
         if want <= 0:
             return 0
         if lane > 0:  # the second lane only ever asks for a full batch
-            return cfg.max_reserve if want >= cfg.max_reserve else 0
-        if self._pending and want < min(cfg.max_reserve, capacity // 2):
+            return most if want >= most else 0
+        if self._pending and want < min(most, capacity // 2):
             return 0  # jobs are still waiting here: ask once a worthwhile batch fits
-        return min(want, cfg.max_reserve)
+        return min(want, most)
+
+    def _lower_reserve_cap(self, error: Exception, asked: int) -> bool:
+        """Whether ``error`` is the server refusing a ``Reserve`` of ``asked`` jobs for asking
+        more than its ``max_reserve_batch`` (``INVALID_ARGUMENT`` on ``max_jobs``, naming a
+        limit below ``asked``); if so, every later call asks for at most that many (logged
+        once at WARNING) and the call can go again at once."""
+        rejection = getattr(error, "rejection", None) if isinstance(error, RejectedError) else None
+        limit = getattr(rejection, "limit", None)
+        if getattr(rejection, "field", "") != "max_jobs" or not isinstance(limit, int) or not 1 <= limit < asked:
+            return False
+        if limit < self._max_reserve:
+            log.warning("the server takes at most %d jobs a Reserve (max_reserve_batch): asking for no more "
+                        "than that (max_reserve is %d)", limit, self.config.max_reserve)
+            self._max_reserve = limit
+        return True
 
     def _wake_reservers(self) -> None:
         """Wake the reservers parked on ``_room`` when one of them now has something to ask."""
@@ -566,6 +584,8 @@ class Worker:
                         self._fatal = error
                         self._begin_stop(cfg.shutdown_grace)
                         return
+                    if self._lower_reserve_cap(error, ask):
+                        continue  # asked for more than the server takes: ask again, for fewer
                     failures.failed(error, backoff)  # first at once, then at most every 30 s
                 else:
                     log.exception("reserve failed unexpectedly; retrying in %.2fs", backoff)

@@ -27,7 +27,7 @@ Which wire reason becomes which exception: ``sepp.rejections.REASONS`` (issue 9 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import grpc
@@ -120,6 +120,12 @@ class TransportError(SeppError):
 
     #: Whether backing off and retrying is reasonable (safe with an idempotency key).
     transient: bool = False
+
+    #: ``enqueue_many`` only: the results of the requests before the first batch that got no
+    #: verdict — a prefix of the requests, in order, one ``EnqueueAck`` or ``Rejection`` each
+    #: (the ``len(answered)`` jobs the last ``progress`` call counted); the requests from
+    #: index ``len(answered)`` on may or may not be stored. ``None`` for any other call.
+    answered: list[Any] | None = None
 
     def __init__(self, message: str | None = None, *, code: grpc.StatusCode | None = None,
                  reason: str = "") -> None:

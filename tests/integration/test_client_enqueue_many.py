@@ -160,3 +160,42 @@ def test_closing_the_client_mid_way_raises_runtime_error_not_a_retry(capped: Ser
     thread.join(10)
     assert not thread.is_alive() and len(errors) == 1
     assert isinstance(errors[0], RuntimeError) and "closed" in str(errors[0]), repr(errors[0])
+
+
+def _with_one_too_large(queue: str) -> list[EnqueueRequest]:
+    """16 jobs of ~100 bytes, job 9's payload 10 KiB (over ``TIGHT``: it cannot be sent)."""
+    return [EnqueueRequest(queue, "t", payload=Payload(b"%06d" % i + (b"." * (10 * 1024) if i == 9 else b"")))
+            for i in range(16)]
+
+
+#: A client message cap below one job of ``_with_one_too_large`` (the server's stays 16 MiB).
+TIGHT = 8 * 1024
+
+
+def test_a_failed_batch_keeps_what_was_answered_before_it(capped: ServerProcess) -> None:
+    # Batches of 4: [0-3] [4-7] [8, 9, 10, 11] [12-15]. The third is too large for the client's
+    # cap and goes in parts: [8] is stored, [9] alone cannot be sent. The exception carries the
+    # results of jobs 0..8, in order: exactly the ones the caller can count on.
+    with Client(capped.grpc_target, options=ClientOptions(max_message_bytes=TIGHT)) as client:
+        with pytest.raises(MessageTooLarge) as caught:
+            client.enqueue_many(_with_one_too_large("answered"), in_flight=2)
+    answered = caught.value.answered
+    assert answered is not None and len(answered) == 9
+    assert all(isinstance(r, EnqueueAck) for r in answered)
+    assert _stored_order(capped.grpc_target, answered) == list(range(9))
+
+
+async def test_async_a_failed_batch_keeps_what_was_answered_before_it(capped: ServerProcess) -> None:
+    async with AsyncClient(capped.grpc_target, options=ClientOptions(max_message_bytes=TIGHT)) as client:
+        with pytest.raises(MessageTooLarge) as caught:
+            await client.enqueue_many(_with_one_too_large("aanswered"), in_flight=3)
+    answered = caught.value.answered
+    assert answered is not None and len(answered) == 9
+    assert _stored_order(capped.grpc_target, answered) == list(range(9))
+
+
+def test_other_calls_leave_answered_unset(capped: ServerProcess) -> None:
+    with Client(capped.grpc_target, options=ClientOptions(max_message_bytes=TIGHT)) as client:
+        with pytest.raises(MessageTooLarge) as caught:
+            client.enqueue_batch(_with_one_too_large("unset")[8:12])
+    assert caught.value.answered is None

@@ -18,7 +18,7 @@ from sepp.client import _core
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
-from sepp.errors import RejectedError
+from sepp.errors import RejectedError, TransportError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
 if TYPE_CHECKING:
@@ -159,10 +159,12 @@ class AsyncClient:
                 pending.append(asyncio.ensure_future(self._enqueue_part(chunk)))
             while pending:
                 await collect()
-        except BaseException:
+        except BaseException as exc:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            if isinstance(exc, TransportError):  # what was answered, in order (Client.enqueue_many)
+                exc.answered = out + (exc.answered or [])
             raise
         return out
 
@@ -175,7 +177,11 @@ class AsyncClient:
                 raise
         out: list[BatchResult] = []
         for part in _core.split_by_size(chunk, self.options.max_message_bytes):
-            out.extend(await self._enqueue_part(part))
+            try:
+                out.extend(await self._enqueue_part(part))
+            except TransportError as exc:  # the parts before it were answered (``answered``)
+                exc.answered = out + (exc.answered or [])
+                raise
         return out
 
     async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:

@@ -19,7 +19,7 @@ from sepp.client import _core
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
-from sepp.errors import RejectedError
+from sepp.errors import RejectedError, TransportError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
 if TYPE_CHECKING:
@@ -181,8 +181,9 @@ class Client:
         Raises:
             TransportError: a batch got no verdict (``MessageTooLarge``: one job alone is
                 larger than ``max_message_bytes``). Batches already sent are waited for
-                first; the jobs counted by the last ``progress`` call were answered, later
-                ones may or may not be stored (no key: not retried, as for enqueue_batch).
+                first; the jobs counted by the last ``progress`` call were answered — their
+                results are the exception's ``answered`` list, in order — and later ones may
+                or may not be stored (no key: not retried, as for enqueue_batch).
             ValueError: ``in_flight`` < 1.
             TypeError: an item is not an ``EnqueueRequest``.
         """
@@ -200,10 +201,12 @@ class Client:
                     pending.append(pool.submit(contextvars.copy_context().run, self._enqueue_part, chunk))
                 while pending:
                     self._collect(pending.popleft(), out, progress, total)
-            except BaseException:
+            except BaseException as exc:
                 for fut in pending:
                     fut.cancel()
                 wait(pending)
+                if isinstance(exc, TransportError):  # what was answered, in order: the caller keeps those ids
+                    exc.answered = out + (exc.answered or [])  # (and the answered parts of a split batch)
                 raise
         return out
 
@@ -217,7 +220,11 @@ class Client:
                 raise
         out: list[BatchResult] = []
         for part in _core.split_by_size(chunk, self.options.max_message_bytes):
-            out.extend(self._enqueue_part(part))
+            try:
+                out.extend(self._enqueue_part(part))
+            except TransportError as exc:  # the parts before it were answered (enqueue_many's ``answered``)
+                exc.answered = out + (exc.answered or [])
+                raise
         return out
 
     @staticmethod

@@ -76,7 +76,10 @@ class WorkerProcess:
         return (self.marks / f"{job_id}.{attempt}").exists()
 
     def reports(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in self.out_path.read_text().splitlines() if line.strip()]
+        """The outcome lines written so far; a line still being written (no newline yet: the
+        worker's unbuffered stdout may write a line in parts) is not one yet."""
+        text = self.out_path.read_text()
+        return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
     def stderr(self) -> str:
         return self.err_path.read_text()

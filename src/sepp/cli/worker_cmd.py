@@ -195,7 +195,9 @@ def _check_seconds(flag: str, value: float, lo: float, hi: float | None) -> None
 
 @app.command("worker")
 def worker(
-    target: Annotated[str, typer.Argument(help="MODULE:ATTRIBUTE naming a sepp.worker.Worker.")],
+    target: Annotated[str, typer.Argument(help="MODULE:ATTRIBUTE naming a sepp.worker.Worker (or a function of no "
+                                                  "arguments returning one); MODULE is imported from the "
+                                                  "current directory, then sys.path (PYTHONPATH).")],
     server: Annotated[str | None, typer.Option(
         "--server", "-s", envvar="SEPP_SERVER", show_default=False,
         help="gRPC target of the server: HOST:PORT, or for several nodes ipv4:HOST:PORT,HOST:PORT,… "

@@ -95,6 +95,23 @@ async def test_stop_reserving_with_no_open_reserve_wakes_none_and_an_empty_id_is
     assert refused.value.field == "worker_id"
 
 
+async def test_end_long_polls_answers_every_parked_reserve_and_no_later_one_waits(harness: Harness) -> None:
+    """The server is stopping (``SeppServer.stop``): every parked call answers ``[]`` at once,
+    with or without a worker id; a later call does not wait, but still leases what is ready."""
+    h = harness
+    await h.enqueue("q")
+    (taken,) = await h.reserve()
+    named, anonymous = reserve(h, "W"), reserve(h, "")
+    await until(lambda: h.engine.parked() == 2, what="two parked reserves")
+    assert h.engine.end_long_polls() == 2
+    assert [await asyncio.wait_for(call, 1.0) for call in (named, anonymous)] == [[], []]
+    assert h.engine.parked() == 0 and h.engine.end_long_polls() == 0  # nothing open: idempotent
+    assert await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 1.0) == []  # no wait
+    job_id, _ = await h.enqueue("q")
+    assert [j.id for j in await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 5.0)] == [job_id]
+    assert (await h.ack(taken)).state == State.COMPLETED
+
+
 # ---------------------------------------------------------------- the Worker against it
 
 

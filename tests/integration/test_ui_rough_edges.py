@@ -1,7 +1,7 @@
 """The rough edges a new user hit in the web UI (issue 13 "Rough edges to fix"), over plain
 HTTP against a real server: state spellings in URLs, one spelling shown, finished jobs without
 lease fields, the redrive marker in the attempts table, a dead-letter reason shown once, the
-enqueue form's JSON check and fresh idempotency key, and ``/favicon.ico``."""
+enqueue form's JSON check and fresh idempotency key, ``/favicon.ico`` and ``/queues``."""
 
 from __future__ import annotations
 
@@ -134,6 +134,14 @@ def test_the_favicon_is_served(web: httpx.Client) -> None:
     resp = web.get("/favicon.ico")
     assert resp.status_code == 200 and resp.headers["content-type"] == "image/x-icon"
     assert resp.content[:4] == b"\x00\x00\x01\x00"  # an ICO header
+
+
+def test_queues_leads_to_the_dashboards_queue_list(web: httpx.Client) -> None:
+    # a new user's trial (2026-12-03): the README's "queues" page, typed as /queues, was a 404
+    resp = web.get("/queues", follow_redirects=False)
+    assert resp.status_code == 307 and resp.headers["location"] == "/#queues-h"
+    page = web.get("/queues", follow_redirects=True)
+    assert page.status_code == 200 and 'id="queues-h"' in page.text
 
 
 def test_the_chart_windows_reach_back_24_hours(web: httpx.Client, stubs: AdminStubs, fresh_queue: str) -> None:

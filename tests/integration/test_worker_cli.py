@@ -57,6 +57,7 @@ def sepp_worker(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -
 @pytest.mark.parametrize(("spec", "message"), [
     ("cli_handlers", "expected MODULE:ATTRIBUTE"),
     ("no_such_module:worker", "cannot import module 'no_such_module'"),
+    ("no_such_module:worker", "add that folder to PYTHONPATH"),
     ("cli_handlers:nope", "has no attribute 'nope'"),
     ("cli_handlers:not_a_worker", "is a int, not a sepp.worker.Worker"),
 ])

@@ -184,3 +184,22 @@ def test_a_refused_reserve_registers_no_worker_and_the_listing_is_bounded(srv: S
     assert all(len(w.host) == 200 for w in resp.workers if w.worker_id.startswith("many-"))
     page = httpx.get(f"{srv.http_url}/workers", timeout=20).text
     assert page.count('<tr class="worker') == 200 and 'id="workers-more"' in page
+
+
+def test_a_release_counts_as_neither_done_nor_failed(srv: ServerProcess, stubs: AdminStubs, fresh_queue: str) -> None:
+    """A stopping worker gives its jobs back (releases): nothing failed, so the page's
+    ``failed/min`` stays 0 for them; a retry counts (a new user's trial, 2026-12-03: a stop
+    that released 12 jobs showed ``failed/min 12``). Settle and the lone Nack alike."""
+    me = f"releases-{fresh_queue}"
+    for _ in range(4):
+        stubs.enqueue(fresh_queue)
+    a, b, c, d = stubs.reserve(fresh_queue, 4, worker_id=me)
+    stubs.worker.Settle(wpb.SettleRequest(worker_id=me, items=[
+        wpb.SettleItem(ack=wpb.AckRequest(job_id=a.job.id, lease_id=a.lease_id)),
+        wpb.SettleItem(nack=wpb.NackRequest(job_id=b.job.id, lease_id=b.lease_id, release=wpb.ReleaseDirective())),
+        wpb.SettleItem(nack=wpb.NackRequest(job_id=c.job.id, lease_id=c.lease_id, retry=wpb.RetryDirective())),
+    ]), timeout=10)
+    stubs.worker.Nack(wpb.NackRequest(job_id=d.job.id, lease_id=d.lease_id, release=wpb.ReleaseDirective(),
+                                      worker_id=me), timeout=10)
+    info = wait_for(lambda: (w := workers(stubs).get(me)) is not None and w.completed_last_minute == 1 and w, 10.0)
+    assert info.failed_last_minute == 1, "a release was counted as a failure"

@@ -74,7 +74,9 @@ def test_the_wait_for_a_connection_ends_with_the_deadline() -> None:
     assert _core.connect_pause(time.monotonic() - 1, 0.05) is None
     error = _core.no_connection(OPTIONS, "127.0.0.1:1", maybe_sent=False)
     assert error.not_sent and "no connection within the 10 s deadline" in str(error)
-    assert not _core.no_connection(OPTIONS, "127.0.0.1:1", maybe_sent=True).not_sent
+    assert "never sent: safe to send again" in str(error)  # what to do, in the text (new-user trial)
+    maybe = _core.no_connection(OPTIONS, "127.0.0.1:1", maybe_sent=True)
+    assert not maybe.not_sent and "may have reached the server" in str(maybe)
 
 
 def test_retrying_stops_after_max_attempts() -> None:

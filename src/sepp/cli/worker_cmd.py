@@ -64,7 +64,8 @@ def load_worker(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise ValueError(f"cannot import module {module_name!r}: {exc}") from exc
+            raise ValueError(f"cannot import module {module_name!r}: {exc} (looked in {os.getcwd()} and on "
+                             "sys.path: run from the folder that holds it, or add that folder to PYTHONPATH)") from exc
         raise
     obj: Any = module
     for part in attr.split("."):

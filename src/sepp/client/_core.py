@@ -395,8 +395,10 @@ def no_connection(options: ClientOptions, target: str, maybe_sent: bool,
     where = f" ({target})" if target else ""
     details = last.details() if last is not None and hasattr(last, "details") else ""
     hint = tls_hint(details or "", options.credentials is not None)
-    return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline{hint}",
-                       code=grpc.StatusCode.UNAVAILABLE, not_sent=not maybe_sent)
+    sent = ("an earlier try may have reached the server" if maybe_sent
+            else "the call was never sent: safe to send again")
+    return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline "
+                       f"({sent}){hint}", code=grpc.StatusCode.UNAVAILABLE, not_sent=not maybe_sent)
 
 
 def not_sent(error: SeppError) -> bool:

@@ -233,6 +233,8 @@ class SeppServer:
             return
         self._stopping = True
         await self.readiness.stopping()
+        # Idle workers' long-polls answer now instead of holding the stop up to their wait.
+        self.engine.end_long_polls()
         await self.grpc.stop(self.config.shutdown_grace)
         await self.metrics.stop()
         await self.periodic.stop()
@@ -246,6 +248,13 @@ class SeppServer:
                 await asyncio.wait_for(self._http_task, 5)
         if self._http_sock is not None:
             self._http_sock.close()
+
+
+#: Seconds after the first stop signal within which another is taken as a copy of it, not
+#: as "stop at once": a SIGTERM to a process group reaches sepp and its parent, and a parent
+#: such as make passes its own on (``make serve``; a new user's trial, 2026-12-03). Two
+#: deliberate Ctrl-C presses are further apart than this.
+SIGNAL_ECHO = 0.25
 
 
 def tune_gc() -> None:
@@ -263,7 +272,8 @@ def tune_gc() -> None:
 
 async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | None = None) -> None:
     """Run a server until SIGTERM or SIGINT, then stop gracefully; a second SIGTERM or
-    SIGINT during the stop ends the process at once (exit 1) after aborting the store
+    SIGINT during the stop (``SIGNAL_ECHO`` seconds or more after the first: one sooner is
+    the same stop delivered twice) ends the process at once (exit 1) after aborting the store
     (``Store.abort``: the SQLite writer process is killed) — a crash for the calls in
     flight, nothing acknowledged is lost.
 
@@ -275,8 +285,15 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    first_signal = [0.0]  # loop.time() of the first stop signal
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            first_signal[0] = loop.time()
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     tune_gc()
     if announce is not None:
         announce(server)
@@ -292,6 +309,10 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
     log.info("stopping: draining in-flight calls and pending commits (a second signal stops at once)")
 
     def force() -> None:
+        after = loop.time() - first_signal[0]
+        if after < SIGNAL_ECHO:  # the same stop delivered twice (a process group's and a parent's)
+            log.info("a second stop signal %.0f ms after the first: taken as the same stop", after * 1000)
+            return
         log.error("second stop signal: stopping at once; calls in flight are lost, acknowledged ones are not")
         server.store.abort()
         os._exit(1)

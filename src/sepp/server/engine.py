@@ -163,6 +163,11 @@ class JobEngine:
         #: The ``reserve`` calls in progress by worker id (calls with an empty id are not
         #: kept): what ``stop_reserving`` wakes (issue 15 item 7).
         self._reserving: dict[str, set[_Reserving]] = {}
+        #: Every ``reserve`` call in progress, with or without a worker id: what
+        #: ``end_long_polls`` wakes when the server stops.
+        self._calls: set[_Reserving] = set()
+        #: Set by ``end_long_polls``: no ``reserve`` waits any more (the server is stopping).
+        self._no_waits = False
         #: Give-back tasks of abandoned reservations (kept referenced until done).
         self._background: set[asyncio.Future[Any]] = set()
         # Significant-event lines that can come in floods are rate-limited (issue 11 "Logs").
@@ -554,6 +559,7 @@ class JobEngine:
         deadline = loop.time() + wait_s
         event = self.notifier.register(names)
         me = _Reserving(event)
+        self._calls.add(me)
         if worker_id:
             self._reserving.setdefault(worker_id, set()).add(me)
         try:
@@ -579,7 +585,7 @@ class JobEngine:
                     if jobs:
                         return jobs  # stopped while leasing or not: what was leased is answered
                 remaining = deadline - loop.time()
-                if remaining <= 0 or me.stopped:
+                if remaining <= 0 or me.stopped or self._no_waits:
                     return []
                 # A rate limit frees capacity by time, which notifies nobody: try again when
                 # the next token is due (issue 12), or when woken, whichever comes first.
@@ -595,6 +601,7 @@ class JobEngine:
                     me.parked = False
         finally:
             self.notifier.unregister(names, event)
+            self._calls.discard(me)
             if worker_id:
                 self.workers.reserved(worker_id, host, queues, concurrency, client_version, began)
                 calls = self._reserving.get(worker_id)
@@ -603,10 +610,11 @@ class JobEngine:
                     if not calls:
                         del self._reserving[worker_id]
 
-    def parked(self, worker_id: str) -> int:
-        """How many ``reserve`` calls with ``worker_id`` wait in their long-poll right now
-        (tests and diagnostics; issue 15 item 7)."""
-        return sum(1 for call in self._reserving.get(worker_id, ()) if call.parked)
+    def parked(self, worker_id: str | None = None) -> int:
+        """How many ``reserve`` calls with ``worker_id`` (None: any, an empty id included)
+        wait in their long-poll right now (tests and diagnostics; issue 15 item 7)."""
+        calls = self._calls if worker_id is None else self._reserving.get(worker_id, ())
+        return sum(1 for call in calls if call.parked)
 
     def stop_reserving(self, worker_id: str, stopped: bool = False) -> int:
         """End the long-polls of the ``reserve`` calls in progress with ``worker_id`` (a
@@ -631,6 +639,21 @@ class JobEngine:
                 woken += 1
         if stopped:
             self.workers.stopped(worker_id)
+        return woken
+
+    def end_long_polls(self) -> int:
+        """The server is stopping: every ``reserve`` call waiting in its long-poll answers
+        ``[]`` now (one inside the store's lease answers what it leased), and no later one
+        waits, so a graceful stop is not held up by idle workers' long-polls (up to
+        ``max_reserve_wait``). Workers then see the server go away and reconnect as usual.
+        Returns how many calls it woke. Idempotent."""
+        self._no_waits = True
+        woken = 0
+        for call in self._calls:
+            if not call.stopped:
+                call.stopped = True
+                call.event.set()
+                woken += 1
         return woken
 
     async def _lease(self, params: ReserveParams) -> list[JobRecord]:

@@ -1054,7 +1054,10 @@ class Worker:
                 # A slot is in _running exactly while it runs a job, and runs nothing but
                 # its handler across an await: each of these is inside its handler.
                 stuck = [t for t in left if t in self._running]
-                log.warning("releasing %d job(s) still running after the grace period", len(stuck))
+                if self._hurry.is_set():  # a second signal (or stop(0)) cut the grace short
+                    log.warning("releasing %d running job(s) now (the stop was hurried)", len(stuck))
+                else:
+                    log.warning("releasing %d job(s) still running after the grace period", len(stuck))
                 self._abandoning = True
                 for task in stuck:
                     task.cancel()

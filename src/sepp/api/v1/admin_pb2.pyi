@@ -956,7 +956,9 @@ class WorkerInfo(_message.Message):
     in_flight: _builtins.int
     """Jobs RESERVED under its worker_id right now (the store's count, cluster-wide)."""
     completed_last_minute: _builtins.int
-    """Jobs it completed / nacked in the last 60 seconds (as of the nodes' last reports, ≤ 5 s old)."""
+    """Jobs it completed / failed (nacked: retried or dead-lettered; a release that gives a job
+    back at a stop is neither) in the last 60 seconds (as of the nodes' last reports, ≤ 5 s old).
+    """
     failed_last_minute: _builtins.int
     quiet: _builtins.bool
     """No call within two lease periods (twice the longest lease_duration of its queues);

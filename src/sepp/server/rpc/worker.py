@@ -212,7 +212,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         if request.worker_id:
-            self.workers.called(request.worker_id, failed=1)
+            self.workers.called(request.worker_id, failed=0 if params.kind is SettleKind.RELEASE else 1)
         return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
 
     async def ExtendLease(self, request: wpb.ExtendLeaseRequest,
@@ -255,7 +255,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                     self.workers.called(request.worker_id, completed=done, failed=0)
                 return _ALL_COMPLETED * done  # already serialized (registration passes bytes)
             if request.worker_id:
-                self._count_done(request.worker_id, results)
+                self._count_done(request.worker_id, results, params)
             return _settle_response(results)
         resp = wpb.SettleResponse()
         params = []
@@ -292,13 +292,21 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 continue
             _add_result(add, by_slot[i])
         if request.worker_id:
-            self._count_done(request.worker_id, results)
+            self._count_done(request.worker_id, results, params)
         return resp
 
-    def _count_done(self, worker_id: str, results: list[SettleResult]) -> None:
-        """The Workers page (issue 13): jobs done and failed per worker, from one Settle's results."""
-        done = sum(1 for r in results if r.error is None and r.state == _COMPLETED)
-        failed = sum(1 for r in results if r.error is None) - done
+    def _count_done(self, worker_id: str, results: list[SettleResult], params: list[SettleParams]) -> None:
+        """The Workers page (issue 13): jobs done and failed per worker, from one Settle's
+        results (``params[i]`` is what ``results[i]`` answers). A release (a stopping worker
+        giving a job back, nothing failed) counts as neither."""
+        done = failed = 0
+        for r, p in zip(results, params, strict=True):
+            if r.error is not None:
+                continue
+            if r.state == _COMPLETED:
+                done += 1
+            elif p.kind is not _RELEASE:
+                failed += 1
         self.workers.called(worker_id, completed=done, failed=failed)
 
 
@@ -357,6 +365,7 @@ def _settle_response(results: list[SettleResult]) -> wpb.SettleResponse:
     return resp
 
 _COMPLETED = int(State.COMPLETED)
+_RELEASE = SettleKind.RELEASE
 
 #: One serialized ``SettleResponse.results`` entry ``{ok: true, state: COMPLETED}``: a Settle
 #: whose acks all completed their jobs answers with this repeated once per item (protobuf

@@ -120,6 +120,7 @@ class AdminUI:
         page, post = self._page, self._post
         return [
             Route("/", page(self.dashboard)),
+            Route("/queues", self._open(self.queues_index)),
             Route("/ui/partials/dashboard", page(self.dashboard_partial)),
             Route("/queues/{name}", page(self.queue_page)),
             Route("/ui/partials/queue/{name}", page(self.queue_partial)),
@@ -535,6 +536,10 @@ class AdminUI:
             "first_url": "/search?" + urlencode({"q": text}) if token else ""})
 
     # ------------------------------------------------------------------ login
+
+    async def queues_index(self, _request: Request) -> Response:
+        """``/queues``: the queue list is the dashboard's (a new user's trial: it was a 404)."""
+        return RedirectResponse("/#queues-h", status_code=307)
 
     async def favicon(self, _request: Request) -> Response:
         """``/favicon.ico`` (issue 13: it was a 404 in every browser's log); open without login."""

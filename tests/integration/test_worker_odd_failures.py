@@ -125,3 +125,34 @@ async def test_a_settle_batch_too_large_for_the_server_goes_in_parts(small: Serv
     with AdminClient(small.grpc_target) as admin:  # (ListJobs of these jobs: over the cap too)
         stats = admin.queue_stats([fresh_queue])[0]
     assert (stats.completed, stats.dead_lettered, stats.reserved, stats.ready) == (10, 20, 0, 0)
+
+
+@pytest.fixture(scope="module")
+def near(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
+    """A server whose schedule horizon is one hour (leases 30 s: an expiry would show)."""
+    yield from module_server(tmp_path_factory, backend, limits={"max_schedule_horizon": 3600.0},
+                             queue_defaults=fast_queue(lease_duration=30.0))
+
+
+async def test_a_retry_later_than_the_servers_horizon_retries_with_the_backoff(near: ServerProcess,
+                                                                              fresh_queue: str) -> None:
+    # Retry(after=2 h) against a 1 h horizon: the server refuses that nack (INVALID_ARGUMENT,
+    # field retry_after). The job used to stay RESERVED until its lease expired; the worker now
+    # retries it with the queue's backoff, and its next attempt runs.
+    attempts: list[int] = []
+
+    async def later(job: Job) -> None:
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            raise Retry("not yet", after=7200)
+
+    worker, reports = make_worker(near, fresh_queue)
+    worker.register("later", later)
+    with wire_for(near, fresh_queue) as w:
+        job_id = w.enqueue(fresh_queue, "later", max_attempts=3)
+    async with running(worker):
+        await until(lambda: attempts == [1, 2] and len(reports) == 2, within=10, what="a second attempt")
+    assert [r.refused for r in reports] == ["", ""]
+    row = job_row(near, job_id)
+    assert row is not None and [a["outcome"] for a in row.history][:1] == ["retry"]
+    assert count_states(near, fresh_queue) == {"COMPLETED": 1}

@@ -35,7 +35,8 @@ class Retry(Exception):
         after: Delay before the next delivery, seconds or a ``timedelta``; ``None`` uses the
             queue's exponential backoff. Either way the job dead-letters
             (ATTEMPTS_EXHAUSTED) when this was its last attempt. A delay past the server's
-            schedule horizon is refused by the server (the job comes back after its lease).
+            schedule horizon (``max_schedule_horizon``) is refused by the server; the worker
+            then retries the job with the queue's backoff instead (logged at WARNING).
 
     Raises ``ValueError`` for a negative, non-finite or unrepresentable delay (above
     ``MAX_DURATION_SECONDS``, the wire's longest duration): raised by the handler's own

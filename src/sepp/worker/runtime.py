@@ -81,6 +81,7 @@ from sepp.client.auth import token_metadata
 from sepp.client.tls import PathArg
 from sepp.domain.states import STATE_NAMES
 from sepp.errors import PermissionDenied, RejectedError, TransportError, Unauthenticated
+from sepp.rejections import Reason
 from sepp.worker._failures import FailureLog
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._rpc import WorkerRpc, convert_error
@@ -888,6 +889,16 @@ class Worker:
                 run_at = timestamp_to_datetime(result.run_at)
         else:
             refused = result.error_reason
+            if (outcome.kind == "retry_after" and refused == Reason.INVALID_ARGUMENT
+                    and "retry_after" in result.error_message):
+                # A delay the server does not take (past its max_schedule_horizon): retry with the
+                # queue's backoff instead of leaving the job held until its lease expires.
+                log.warning("retry of job %s after %gs refused (%s); retrying it with the queue's backoff",
+                            job.id, outcome.delay or 0.0, result.error_message)
+                retry = replace(outcome, kind="retry", delay=None)
+                self._settling += 1
+                self._settler.notify(retry, job._job.id, job.lease_id, (job, retry, duration))
+                return
             self.stats["refused"] += 1
             level = logging.INFO if resent else logging.WARNING
             note = " (re-sent after a transport error: the first may have applied it)" if resent else ""

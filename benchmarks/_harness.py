@@ -20,12 +20,19 @@ def _identity(data: bytes) -> bytes:
     return data
 
 
-def _echo_server(port_q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    """A grpc.aio server (uvloop, like sepp) whose only method returns an empty message."""
+def _echo_server(port_q: multiprocessing.Queue, work: Callable[[], Callable[[], None]] | None = None,  # type: ignore[type-arg]
+                 ) -> None:
+    """A grpc.aio server (uvloop, like sepp) whose only method returns an empty message.
+    ``work`` (picklable), when given, is called once in the child; what it returns runs on
+    the event loop before each answer (``benchmarks/lone_floor.py``: the storage floors)."""
     import uvloop
+
+    act = work() if work is not None else None
 
     async def main() -> None:
         async def empty(_request: bytes, _context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[type-arg]
+            if act is not None:
+                act()
             return b""
 
         handler = grpc.method_handlers_generic_handler("bench.Echo", {
@@ -42,12 +49,13 @@ def _echo_server(port_q: multiprocessing.Queue) -> None:  # type: ignore[type-ar
 
 
 class EchoServer:
-    """Runs ``_echo_server`` in a child process; ``target`` once started."""
+    """Runs ``_echo_server`` in a child process; ``target`` once started. ``work``: see
+    ``_echo_server``."""
 
-    def __init__(self) -> None:
+    def __init__(self, work: Callable[[], Callable[[], None]] | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._q: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
-        self._proc = ctx.Process(target=_echo_server, args=(self._q,), daemon=True)
+        self._proc = ctx.Process(target=_echo_server, args=(self._q, work), daemon=True)
         self.target = ""
 
     def __enter__(self) -> EchoServer:

@@ -30,19 +30,18 @@ call of the same round. Prints a Markdown table (calls/s and the ratio, median o
 from __future__ import annotations
 
 import argparse
-import asyncio
-import multiprocessing
 import os
 import sqlite3
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import grpc
 import uvloop
-from _harness import load, table
+from _harness import EchoServer, empty_call, load, table
 from producer import one_job
 
 from sepp.testing import ServerProcess
@@ -58,10 +57,6 @@ READY = "CREATE INDEX jobs_ready ON jobs (queue, priority DESC, run_at, seq) WHE
 INSERT = ("INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts, payload,"
           " encoding) VALUES (?, 'bench', 'welcome', 2, 0, ?, ?, 3, ?, 'application/json')")
 PAYLOAD = b'{"user_id": 42, "template": "welcome", "locale": "en-US"}' + b" " * 140
-
-
-def _identity(data: bytes) -> bytes:
-    return data
 
 
 def _work(variant: str, folder: str) -> Callable[[], None]:
@@ -98,36 +93,9 @@ def _work(variant: str, folder: str) -> Callable[[], None]:
     return insert
 
 
-def _server(variant: str, port_q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    """A grpc.aio echo server whose handler does ``variant``'s work first."""
-    folder = tempfile.mkdtemp(prefix="sepp-floor-")
-    work = _work(variant, folder)
-
-    async def main() -> None:
-        async def call(_request: bytes, _context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[type-arg]
-            work()
-            return b""
-
-        handler = grpc.method_handlers_generic_handler("bench.Floor", {
-            "Call": grpc.unary_unary_rpc_method_handler(call, _identity, _identity)})
-        server = grpc.aio.server()
-        server.add_generic_rpc_handlers((handler,))
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        port_q.put(port)
-        await server.wait_for_termination()
-
-    uvloop.install()
-    asyncio.run(main())
-
-
-async def measure(port: int, duration: float) -> float:
-    """Calls/s of one caller, one call at a time."""
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        method = channel.unary_unary("/bench.Floor/Call", request_serializer=_identity,
-                                     response_deserializer=_identity)
-        result = await load(lambda: method(b""), 1, duration)
-    return result.calls_per_s
+def _prepared(variant: str) -> Callable[[], None]:
+    """``_work`` of ``variant`` in a fresh temporary folder (runs in the echo server's child)."""
+    return _work(variant, tempfile.mkdtemp(prefix="sepp-floor-"))
 
 
 async def measure_sepp(target: str, duration: float) -> float:
@@ -145,15 +113,12 @@ def run_variant(variant: str, duration: float) -> float:
         mode = variant.split()[1]
         with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), {"persist_mode": mode}) as server:
             return uvloop.run(measure_sepp(server.grpc_target, duration))
-    ctx = multiprocessing.get_context("spawn")
-    q: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
-    proc = ctx.Process(target=_server, args=(variant, q), daemon=True)
-    proc.start()
-    try:
-        return uvloop.run(measure(q.get(timeout=20), duration))
-    finally:
-        proc.kill()
-        proc.join()
+    with EchoServer(None if variant == "empty" else partial(_prepared, variant)) as echo:
+        async def call_it() -> float:
+            async with grpc.aio.insecure_channel(echo.target) as channel:
+                return (await load(empty_call(channel), 1, duration)).calls_per_s
+
+        return uvloop.run(call_it())
 
 
 def main() -> None:

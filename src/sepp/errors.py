@@ -127,6 +127,12 @@ class TransportError(SeppError):
     #: index ``len(answered)`` on may or may not be stored. ``None`` for any other call.
     answered: list[Any] | None = None
 
+    def answered_after(self, before: list[Any]) -> None:
+        """Put ``before`` (the results of the requests just before the ones this error's
+        ``answered`` covers) in front of ``answered``: how ``enqueue_many`` builds the prefix
+        as the error passes out through each batch and each part of a split batch."""
+        self.answered = before + (self.answered or [])
+
     def __init__(self, message: str | None = None, *, code: grpc.StatusCode | None = None,
                  reason: str = "") -> None:
         self.code = code

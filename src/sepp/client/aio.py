@@ -164,7 +164,7 @@ class AsyncClient:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             if isinstance(exc, TransportError):  # what was answered, in order (Client.enqueue_many)
-                exc.answered = out + (exc.answered or [])
+                exc.answered_after(out)
             raise
         return out
 
@@ -180,7 +180,7 @@ class AsyncClient:
             try:
                 out.extend(await self._enqueue_part(part))
             except TransportError as exc:  # the parts before it were answered (``answered``)
-                exc.answered = out + (exc.answered or [])
+                exc.answered_after(out)
                 raise
         return out
 

@@ -206,7 +206,7 @@ class Client:
                     fut.cancel()
                 wait(pending)
                 if isinstance(exc, TransportError):  # what was answered, in order: the caller keeps those ids
-                    exc.answered = out + (exc.answered or [])  # (and the answered parts of a split batch)
+                    exc.answered_after(out)
                 raise
         return out
 
@@ -223,7 +223,7 @@ class Client:
             try:
                 out.extend(self._enqueue_part(part))
             except TransportError as exc:  # the parts before it were answered (enqueue_many's ``answered``)
-                exc.answered = out + (exc.answered or [])
+                exc.answered_after(out)
                 raise
         return out
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import socket
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice, repeat
 from typing import Any, cast
 
@@ -116,6 +116,18 @@ class _Reserving:
         self.event = event
         self.parked = False
         self.stopped = False
+
+
+def _stop_calls(calls: Iterable[_Reserving]) -> int:
+    """Mark each of ``calls`` not stopped yet as stopped and wake it (``stop_reserving``,
+    ``end_long_polls``); returns how many it stopped."""
+    woken = 0
+    for call in calls:
+        if not call.stopped:
+            call.stopped = True
+            call.event.set()
+            woken += 1
+    return woken
 
 
 class JobEngine:
@@ -631,12 +643,7 @@ class JobEngine:
         """
         if not worker_id:
             raise InvalidRequest("stop_reserving needs the worker_id its reserves were sent with", "worker_id")
-        woken = 0
-        for call in self._reserving.get(worker_id, ()):
-            if not call.stopped:
-                call.stopped = True
-                call.event.set()
-                woken += 1
+        woken = _stop_calls(self._reserving.get(worker_id, ()))
         if stopped:
             self.workers.stopped(worker_id)
         return woken
@@ -648,13 +655,7 @@ class JobEngine:
         ``max_reserve_wait``). Workers then see the server go away and reconnect as usual.
         Returns how many calls it woke. Idempotent."""
         self._no_waits = True
-        woken = 0
-        for call in self._calls:
-            if not call.stopped:
-                call.stopped = True
-                call.event.set()
-                woken += 1
-        return woken
+        return _stop_calls(self._calls)
 
     async def _lease(self, params: ReserveParams) -> list[JobRecord]:
         """``store.reserve``, but if the caller goes away (deadline, cancel, disconnect) while the

@@ -889,10 +889,10 @@ class Worker:
                 run_at = timestamp_to_datetime(result.run_at)
         else:
             refused = result.error_reason
-            if (outcome.kind == "retry_after" and refused == Reason.INVALID_ARGUMENT
-                    and "retry_after" in result.error_message):
-                # A delay the server does not take (past its max_schedule_horizon): retry with the
-                # queue's backoff instead of leaving the job held until its lease expires.
+            if outcome.kind == "retry_after" and refused == Reason.INVALID_ARGUMENT:
+                # The delay is what the server does not take (past its max_schedule_horizon; the
+                # ids came from its own Reserve): retry with the queue's backoff instead of
+                # leaving the job held until its lease expires.
                 log.warning("retry of job %s after %gs refused (%s); retrying it with the queue's backoff",
                             job.id, outcome.delay or 0.0, result.error_message)
                 retry = replace(outcome, kind="retry", delay=None)

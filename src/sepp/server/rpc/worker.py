@@ -212,7 +212,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         if request.worker_id:
-            self.workers.called(request.worker_id, failed=0 if params.kind is SettleKind.RELEASE else 1)
+            self.workers.called(request.worker_id, failed=0 if params.kind is _RELEASE else 1)
         return wpb.NackResponse(state=result.state, run_at=ts(result.run_at))  # type: ignore[arg-type]
 
     async def ExtendLease(self, request: wpb.ExtendLeaseRequest,

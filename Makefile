@@ -4,23 +4,27 @@
 #                pytest runs in two processes (pytest-xdist, one module per process at a time: a module's
 #                shared servers start once), then the tests marked `exclusive` (they restart PostgreSQL)
 #                alone; `pytest -q` alone runs everything in one process
+#   make lock    re-pin every package (runtime, dev tools, code generators) in requirements/dev.lock
+#                to the newest versions pyproject.toml admits; commit the lock and run `make test`
 
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The versions the project is tested with (pip-tools); .venv installs exactly these.
+LOCK := requirements/dev.lock
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test lint bench clean lock
 
 # One install at a time: `make serve` and `make test` started together on a fresh clone
 # both need ./.venv; the second waits for the first (flock) and then finds it done.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@flock $(VENV).lock sh -c '\
-	  if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then exit 0; fi; \
+	  if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt $(LOCK) ]; then exit 0; fi; \
 	  set -e; \
 	  $(PY) -m venv $(VENV); \
 	  $(BIN)/pip install --quiet --upgrade pip; \
-	  $(BIN)/pip install --quiet -e ".[dev]"; \
+	  $(BIN)/pip install --quiet -c $(LOCK) -e ".[dev]"; \
 	  touch $(STAMP)'
 
 # Extra flags: make serve ARGS="--grpc-listen 127.0.0.1:7710 --http-listen 127.0.0.1:7711"
@@ -38,8 +42,17 @@ test: $(STAMP) lint
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not exclusive"
 	$(BIN)/pytest -q -m exclusive
 
+# pip-tools runs in a throwaway venv of its own, so the lock never pins pip-tools itself.
+lock:
+	rm -rf $(VENV)-lock
+	$(PY) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/pip install --quiet pip-tools
+	$(VENV)-lock/bin/pip-compile --quiet --upgrade --extra dev --strip-extras --allow-unsafe \
+	  --no-emit-index-url --no-emit-find-links --output-file $(LOCK) pyproject.toml
+	rm -rf $(VENV)-lock
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/producer.py
 
 clean:
-	rm -rf $(VENV) $(VENV).lock sepp-data
+	rm -rf $(VENV) $(VENV).lock $(VENV)-lock sepp-data

@@ -7,7 +7,7 @@ from sepp.api.v1 import admin_pb2 as sepp_dot_api_dot_v1_dot_admin__pb2
 from sepp.api.v1 import common_pb2 as sepp_dot_api_dot_v1_dot_common__pb2
 from sepp.api.v1 import periodic_pb2 as sepp_dot_api_dot_v1_dot_periodic__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -5,7 +5,7 @@ import warnings
 
 from sepp.api.v1 import worker_pb2 as sepp_dot_api_dot_v1_dot_worker__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -173,19 +173,22 @@ def test_a_nack_without_directive_is_a_plain_retry(retry_server: ServerProcess, 
 
 
 def test_retention_deletes_finished_jobs_and_expired_idempotency_keys(server_factory: ServerFactory) -> None:
+    # The exact boundaries (kept until the retention, pruned at it; a key dedups until the end
+    # of its window) are the engine tests' (tests/engine/test_engine_retention.py, fake clock).
+    # Over the wire this checks that a running server's sweep prunes and expires at all, with
+    # windows a loaded machine cannot overrun between two consecutive calls.
     server = server_factory(queues={"q": fast_queue(completed_retention=0.3, dead_letter_retention=0.3,
-                                                    dedup_window=0.3)})
+                                                    dedup_window=2.0)})
     with wire_for(server) as w:
         done = w.enqueue()
-        w.ack(w.reserve_one())
+        w.ack(w.reserve_one())  # the ack found the row: it existed
         dead = w.enqueue(max_attempts=1)
         w.nack(w.reserve_one(), "retry")
         keyed = w.enqueue(idempotency_key="k1")
         assert w.enqueue(idempotency_key="k1") == keyed  # deduplicated within the window
-        assert job_row(server, done) is not None and job_row(server, dead) is not None
-        wait_for(lambda: job_row(server, done) is None and job_row(server, dead) is None, timeout=3.0,
+        wait_for(lambda: job_row(server, done) is None and job_row(server, dead) is None, timeout=15.0,
                  what="retention to delete finished jobs")
         # The key's window passed: the same key creates a new job now.
-        wait_for(lambda: w.enqueue(idempotency_key="k1") != keyed, timeout=3.0, what="the key to expire")
+        wait_for(lambda: w.enqueue(idempotency_key="k1") != keyed, timeout=15.0, what="the key to expire")
         # A READY job is never pruned.
         assert job_row(server, keyed) is not None

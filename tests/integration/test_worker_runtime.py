@@ -420,7 +420,9 @@ async def test_an_admin_cancel_reaches_the_running_handler(server_factory: Serve
             assert job.state == pb.RESERVED and job.cancel_requested
             await until(lambda: reports, what="the handler to stop")
         final = w.get_job(job_id)
-    assert noticed[0] - cancelled_at < 0.6  # seen at the next extension (every lease/3)
+    # Seen at the next extension (every lease/3 = 0.2 s) on a quiet machine; without the extension's
+    # cancel flag the handler would never stop (the wait above would time out). Bounded loosely: load.
+    assert noticed[0] - cancelled_at < 3.0
     assert reports[0].outcome == "retry" and reports[0].state == "cancelled"
     assert final.state == pb.CANCELLED and final.attempt == 1
 

@@ -305,7 +305,7 @@ class QueueRegistry:
             count = len(self._queues) + len(self._admitted)
             if count >= self.max_queues:
                 return QueueRefused(f"the server's queue limit is reached (limits.max_queues = {self.max_queues}): "
-                                    "delete unused queues (sepp admin queues delete) or declare this one "
+                                    "delete unused queues (sepp queues delete NAME) or declare this one "
                                     "after raising limits.max_queues", self.max_queues, count)
             self._admitted.add(name)
         return self.defaults.limits

@@ -49,7 +49,7 @@ from sepp.storage.base import (
 )
 from sepp.storage.rows import describe
 from sepp.storage.search import CustomEntry
-from sepp.validation import Checked, Validator
+from sepp.validation import Checked, Validator, server_fix
 
 log = logging.getLogger("sepp.engine")
 #: Dead-letter lines: at most this many per ``DEAD_LOG_EVERY`` seconds (the rest counted, issue 11).
@@ -305,7 +305,8 @@ class JobEngine:
         request make the server check any number of (queue, job type, encoding) shapes."""
         cap = self.limits.max_enqueue_batch
         if len(plain) > cap:
-            raise InvalidRequest(f"a batch holds at most {cap} runs of plain jobs", "plain", cap, len(plain))
+            raise InvalidRequest(f"a batch holds at most {cap} runs of plain jobs{server_fix('max_enqueue_batch')}",
+                                 "plain", cap, len(plain))
         return sum(len(run.data) for run in plain)
 
     def _check_count(self, n: int) -> None:
@@ -315,7 +316,7 @@ class JobEngine:
         if n == 0:
             raise InvalidRequest("a batch needs at least one job", "jobs", cap, 0)
         if n > cap:
-            raise InvalidRequest(f"a batch holds at most {cap} jobs", "jobs", cap, n)
+            raise InvalidRequest(f"a batch holds at most {cap} jobs{server_fix('max_enqueue_batch')}", "jobs", cap, n)
 
     def _plain_cap(self, queue: str, job_type: str, encoding: str, now_ns: int) -> int:
         """The largest payload (bytes) with which a plain request of ``queue``, ``job_type``

@@ -81,7 +81,8 @@ class QueueLimitReached(EngineError):
 
     def __init__(self, name: str, limit: int, actual: int) -> None:
         super().__init__(f"cannot create queue {quote(name)}: the server holds {actual} queues, its limit "
-                         f"(limits.max_queues = {limit}); delete unused queues or raise limits.max_queues")
+                         f"(limits.max_queues = {limit}); delete unused queues (sepp queues delete NAME) or raise "
+                         "[limits] max_queues in the server's config (SEPP_LIMITS__MAX_QUEUES)")
         self.limit = limit
         self.actual = actual
 

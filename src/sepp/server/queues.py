@@ -306,7 +306,9 @@ class QueueRegistry:
             if count >= self.max_queues:
                 return QueueRefused(f"the server's queue limit is reached (limits.max_queues = {self.max_queues}): "
                                     "delete unused queues (sepp queues delete NAME) or declare this one "
-                                    "after raising limits.max_queues", self.max_queues, count)
+                                    "after raising [limits] max_queues in the server's config "
+                                    "(SEPP_LIMITS__MAX_QUEUES)",
+                                    self.max_queues, count)
             self._admitted.add(name)
         return self.defaults.limits
 

@@ -1,11 +1,11 @@
-"""Request validation shared by the server and the client (SPEC §2 catalogue).
+"""Request validation shared by the server and the client (docs/errors.md).
 
 Both sides validate the same protobuf ``EnqueueRequest`` with the same code, so a
 client's local verdict always equals the server's (given the same limits and clock).
 Checks run in the catalogue's fixed order; the first failing one wins. Where several
 custom keys fail the same check, the smallest key (by code point) is reported, so the
 verdict does not depend on map iteration order. A message or field that names a value the
-caller sent quotes at most 200 bytes of it (``sepp.quoting``, issue 14).
+caller sent quotes at most 200 bytes of it (``sepp.quoting``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def utf8_len(text: str) -> int:
 
 
 def custom_value_size(value: pb.CustomValue) -> int:
-    """Size of one custom value (SPEC §2): UTF-8 bytes for a string, 8 for int/float, 1 for bool."""
+    """Size of one custom value: UTF-8 bytes for a string, 8 for int/float, 1 for bool."""
     kind = value.WhichOneof("kind")
     if kind == "string_value":
         return utf8_len(value.string_value)
@@ -91,7 +91,7 @@ def traceparent_valid(value: str) -> bool:
 
 class QueueRefused(NamedTuple):
     """What a ``QueueLookup`` answers for an unknown queue that may not be created: the end
-    of the UnknownQueue message, and the limit and count it carries (issue 14 O5: the
+    of the UnknownQueue message, and the limit and count it carries (the
     server's ``max_queues`` in non-strict mode)."""
 
     why: str
@@ -301,7 +301,7 @@ def _trace_rejection(trace: Mapping[str, str], lim: ServerLimits) -> pb.Rejectio
     if count > lim.max_trace_entries:
         return _reject(_TCI, "trace context has too many entries" + server_fix("max_trace_entries"), "trace_context",
                        lim.max_trace_entries, count)
-    # Keys are bounded too (issue 14 O6; SPEC §2 bounds only count and value size): a fixed
+    # Keys are bounded too (the settings bound only count and value size): a fixed
     # MAX_TRACE_KEY_BYTES, far above any propagation header name (traceparent, tracestate, baggage).
     too_long = sorted(k for k in trace if utf8_len(k) > MAX_TRACE_KEY_BYTES)
     if too_long:

@@ -1,4 +1,4 @@
-"""sepp's OpenTelemetry spans (issue 11 "Tracing"); imported only through :mod:`sepp.tracing`.
+"""sepp's OpenTelemetry spans; imported only through :mod:`sepp.tracing`.
 
 This module imports ``opentelemetry`` (the ``otel`` extra) and is loaded only once
 :func:`sepp.tracing.tracer` found a tracer provider to record with. It follows the messaging
@@ -13,7 +13,7 @@ semantic conventions as published by ``opentelemetry-semantic-conventions`` 0.66
   with ``messaging.batch.message_count`` and a link to every job's creation context. Mixed
   queues name it plain ``send``.
 * A job without ``trace_context`` gets its creation context written into the sent message
-  (W3C ``traceparent``, and ``tracestate`` when it fits the 512-byte limit of SPEC §2); the
+  (W3C ``traceparent``, and ``tracestate`` when it fits the default 512-byte ``max_trace_value_bytes``); the
   ``EnqueueRequest`` itself is not changed. A job whose caller gave ``trace_context`` keeps it
   untouched and gets no create span: the caller's context is its creation context.
 * ``Worker``: one ``process <queue>`` span, kind CONSUMER, per job run, the handler inside it.
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from sepp.worker.job import Job
 
 SYSTEM = "sepp"
-#: The longest trace-context value the server accepts (SPEC §2 ``TraceContextInvalid``), bytes.
+#: The longest trace-context value the server accepts (beyond it: ``TraceContextInvalid``), bytes.
 MAX_TRACE_VALUE = 512
 
 _W3C = TraceContextTextMapPropagator()

@@ -17,7 +17,7 @@ HOUR = 3600.0
 DAY = 24 * HOUR
 YEAR = 365 * DAY
 
-#: Longest idempotency window or retention of a queue, seconds: 10 years (issue 14).
+#: Longest idempotency window or retention of a queue, seconds: 10 years.
 MAX_RETENTION = 10 * YEAR
 #: Longest retry backoff (``retry_base``, ``retry_cap``), seconds: 365 days, the default
 #: ``max_schedule_horizon`` (a nack's own ``retry_after`` is bounded by the configured one).
@@ -31,19 +31,19 @@ MAX_SIZE = 2**31 - 1
 #: Most labels in a queue's ``limits.allowed_encodings`` (each label is also at most the
 #: server's ``limits.max_encoding_bytes``): every queue's settings travel in each
 #: GetServerInfo / ListQueues answer, so an unbounded list could push those answers past the
-#: message cap and stop every producer (issue 14).
+#: message cap and stop every producer.
 MAX_ALLOWED_ENCODINGS = 64
 #: Most items one ``Settle`` call may carry. A refusal costs the server a result per item
 #: (each may quote 200 bytes of a bad id), so an unbounded list made a 2 MB request cost
-#: seconds of the event loop and an answer beyond the message cap (issue 14). 10,000 is
+#: seconds of the event loop and an answer beyond the message cap. 10,000 is
 #: 40× the Worker's default ``settle_batch`` (256), which is bounded by it too.
 MAX_SETTLE_BATCH = 10_000
 #: Largest ``limits.max_queues``. Every queue travels in each GetServerInfo / ListQueues
 #: answer (~150 bytes with default settings): 100,000 of them stay under the 16 MiB message
-#: cap, so producers (which read server info first) keep working (issue 14 O5).
+#: cap, so producers (which read server info first) keep working.
 MAX_QUEUES = 100_000
-#: Longest trace context key, UTF-8 bytes (fixed, not configurable; issue 14 O6: SPEC §2
-#: bounds the entry count and value size only). Propagation header names are far shorter.
+#: Longest trace context key, UTF-8 bytes (fixed, not configurable: the settings
+#: bound the entry count and value size only). Propagation header names are far shorter.
 MAX_TRACE_KEY_BYTES = 256
 #: Largest ``max_attempts`` ceiling and queue ``default_max_attempts``.
 MAX_ATTEMPTS = 1_000_000

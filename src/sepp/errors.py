@@ -1,4 +1,4 @@
-"""sepp's exceptions: one root, two families that never mix (SPEC §2, STYLE habit 7).
+"""sepp's exceptions: one root, two families that never mix (STYLE habit 7).
 
 ::
 
@@ -21,7 +21,7 @@ Each class's docstring is its default message. ``TransportError.transient`` tell
 whether backing off and retrying is reasonable. ``AdminError`` is a mixin, not a family:
 ``except AdminError`` catches what the admin client's server refusals raise
 (``AdminRefused``); its transport failures are the ordinary ``TransportError`` classes.
-Which wire reason becomes which exception: ``sepp.rejections.REASONS`` (issue 9 item 7).
+Which wire reason becomes which exception: ``sepp.rejections.REASONS``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class AtomicEnqueueError(RejectedError):
     """The atomic batch was refused; nothing was enqueued.
 
     ``errors`` are the failures by index: every one, except when a server's answer could not
-    carry them all (its detail is capped at 6 KiB, issue 14) — then the first ones, and
+    carry them all (its detail is capped at 6 KiB) — then the first ones, and
     ``total`` says how many jobs failed (``total == len(errors)`` otherwise).
     """
 
@@ -147,7 +147,7 @@ class Unavailable(TransportError):
     connection could be made (refused, unreachable, unresolvable), a stopping server
     cancelled it before any handler took it, or its deadline passed while it waited for a
     connection — so sending it again cannot duplicate anything, idempotency key or not
-    (issue 15 item 6).
+    .
     """
 
     transient = True
@@ -183,7 +183,7 @@ class MessageTooLarge(TransportError):
 class Unauthenticated(TransportError):
     """The server wants a token and the call carried none, or one it does not know; check --token / SEPP_TOKEN / token=.
 
-    Raised for ``UNAUTHENTICATED`` by every client (issue 11); never retried: sending the same
+    Raised for ``UNAUTHENTICATED`` by every client; never retried: sending the same
     call again fails the same way until the token is fixed.
     """
 
@@ -191,7 +191,7 @@ class Unauthenticated(TransportError):
 class PermissionDenied(TransportError):
     """The server knows the token but it lacks the role this service needs; check --token / SEPP_TOKEN / token=.
 
-    Raised for ``PERMISSION_DENIED`` by every client (issue 11); never retried.
+    Raised for ``PERMISSION_DENIED`` by every client; never retried.
     """
 
 

@@ -1,10 +1,10 @@
-"""Limits and queue settings with their documented defaults and maxima (SPEC §2, §7; issue 14).
+"""Limits and queue settings with their documented defaults and maxima.
 
 Shared by server, client and CLI. Sizes are bytes, durations are seconds (float).
 These are pydantic models so the server can read them from TOML, ``SEPP_*``
 variables and the admin API with validation; all are frozen.
 
-Every duration and count has an upper bound (issue 14 "bounded at the edge"), so no
+Every duration and count has an upper bound, so no
 setting can overflow the server's int64 microsecond arithmetic or a proto field: the
 per-field table is in docs/configuration.md, the reasoning in docs/decisions.md.
 ``clamp_settings`` turns a stored (possibly out-of-range) settings row into valid
@@ -53,7 +53,7 @@ _UNIT_OF = {v: k for k, v in RATE_UNITS.items()}
 def parse_rate(text: str) -> tuple[int, float]:
     """A ``rate_limit`` as (count, period in seconds): ``"50/s"`` → (50, 1.0), ``"1000/m"`` →
     (1000, 60.0). Count 1 .. 2,147,483,647, unit s, m, h or d; spaces around the parts are
-    allowed. Raises ``ValueError`` with a message naming the expected form (issue 12)."""
+    allowed. Raises ``ValueError`` with a message naming the expected form."""
     count, sep, unit = text.strip().partition("/")
     count, unit = count.strip(), unit.strip().lower()
     if not sep or not (count.isascii() and count.isdigit()) or unit not in RATE_UNITS:
@@ -66,11 +66,11 @@ def parse_rate(text: str) -> tuple[int, float]:
 
 
 class QueueLimits(BaseModel):
-    """Per-queue limits a request is validated against (SPEC §2 catalogue)."""
+    """Per-queue limits a request is validated against (docs/errors.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: Largest ``payload.data`` accepted, bytes; equal is allowed (seed: 1 MiB default).
+    #: Largest ``payload.data`` accepted, bytes; equal is allowed (1 MiB default).
     #: Also at most the server's ``max_message_bytes`` (checked where both are known).
     max_payload_bytes: int = Field(default=1 * MiB, ge=0, le=MAX_SIZE)
     #: When non-empty, the only encoding labels accepted (exact match); at most 64 labels,
@@ -85,7 +85,7 @@ class QueueLimits(BaseModel):
 
 
 class QueueSettings(BaseModel):
-    """Everything a queue carries besides its name (SPEC §1 "Queue", defaults §7)."""
+    """Everything a queue carries besides its name, with its defaults."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -93,9 +93,9 @@ class QueueSettings(BaseModel):
     default_max_attempts: int = Field(default=10, ge=1, le=MAX_ATTEMPTS)
     #: Lease length when Reserve gives none, seconds (1 ms to 1 day, like a Reserve's own).
     lease_duration: float = Field(default=30.0, ge=MIN_LEASE, le=MAX_LEASE)
-    #: Idempotency window, seconds, anchored at the original enqueue (SPEC §6); ≤ 10 years.
+    #: Idempotency window, seconds, anchored at the original enqueue; ≤ 10 years.
     dedup_window: float = Field(default=DAY, ge=0, le=MAX_RETENTION)
-    #: Retry backoff: base × 2^(attempt−1), capped, ± jitter fraction (SPEC §3); ≤ 365 days.
+    #: Retry backoff: base × 2^(attempt−1), capped, ± jitter fraction; ≤ 365 days.
     retry_base: float = Field(default=1.0, ge=0, le=MAX_BACKOFF)
     retry_cap: float = Field(default=HOUR, ge=0, le=MAX_BACKOFF)
     retry_jitter: float = Field(default=0.2, ge=0, le=1)
@@ -105,24 +105,24 @@ class QueueSettings(BaseModel):
     dead_letter_retention: float = Field(default=14 * DAY, ge=0, le=MAX_RETENTION)
     limits: QueueLimits = QueueLimits()
     #: Most jobs of the queue RESERVED at once, across every worker and node; 0 = unlimited
-    #: (issue 12; docs/flow-control.md).
+    #: (docs/flow-control.md).
     max_in_flight: int = Field(default=0, ge=0, le=MAX_SIZE)
     #: Most reservations per period, ``"<count>/<unit>"`` with unit s, m, h or d (``"50/s"``,
-    #: ``"1000/m"``): a token bucket refilled evenly over the period; "" = unlimited (issue 12).
+    #: ``"1000/m"``): a token bucket refilled evenly over the period; "" = unlimited.
     rate_limit: str = Field(default="", max_length=MAX_RATE_TEXT)
     #: The bucket's size: most reservations at once after an idle spell; 0 = the per-period
-    #: amount of ``rate_limit`` (issue 12).
+    #: amount of ``rate_limit``.
     rate_burst: int = Field(default=0, ge=0, le=MAX_SIZE)
 
     #: The custom-map entry whose value groups the queue's jobs for ``max_in_flight_per_key``
-    #: (e.g. ``"tenant_id"``); jobs without the entry form one group of their own (issue 12).
+    #: (e.g. ``"tenant_id"``); jobs without the entry form one group of their own.
     concurrency_key: str = Field(default="", max_length=MAX_TRACE_KEY_BYTES)
     #: Most jobs RESERVED at once per distinct value of ``concurrency_key``; 0 = unlimited.
-    #: Needs ``concurrency_key`` (issue 12).
+    #: Needs ``concurrency_key``.
     max_in_flight_per_key: int = Field(default=0, ge=0, le=MAX_SIZE)
 
     #: Seconds a queue may hold READY jobs without a Reserve of it from any worker before
-    #: the UI and ``sepp queues list`` flag it "no consumer"; 0 = never flagged (issue 12).
+    #: the UI and ``sepp queues list`` flag it "no consumer"; 0 = never flagged.
     consumer_timeout: float = Field(default=60.0, ge=0, le=DAY)
 
     @field_validator("max_in_flight_per_key")
@@ -153,14 +153,14 @@ class QueueSettings(BaseModel):
 
 
 class ServerLimits(BaseModel):
-    """Server-wide limits (SPEC §2). ``max_message_bytes`` is enforced, not advertised."""
+    """Server-wide limits. ``max_message_bytes`` is enforced, not advertised."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_enqueue_batch: int = Field(default=256, ge=1, le=MAX_SIZE)
     #: Most queues the server holds (declared + created on first enqueue). In non-strict mode an
     #: enqueue that would create one more is refused with UnknownQueue; DeclareQueue of one
-    #: more with FAILED_PRECONDITION / QUEUE_LIMIT_REACHED (issue 14 O5). Not advertised.
+    #: more with FAILED_PRECONDITION / QUEUE_LIMIT_REACHED. Not advertised.
     max_queues: int = Field(default=10_000, ge=1, le=MAX_QUEUES)
     #: Ceiling for a job's ``max_attempts``.
     max_attempts_ceiling: int = Field(default=1000, ge=1, le=MAX_ATTEMPTS)
@@ -179,9 +179,9 @@ class ServerLimits(BaseModel):
     max_message_bytes: int = Field(default=16 * MiB, ge=1024, le=MAX_SIZE)
     #: Most jobs one Reserve may ask for.
     max_reserve_batch: int = Field(default=256, ge=1, le=MAX_SIZE)
-    #: Longest Reserve long-poll, seconds (SPEC §3: ≤ 30 s).
+    #: Longest Reserve long-poll, seconds (≤ 30 s).
     max_reserve_wait: float = Field(default=30.0, ge=0, le=30.0)
-    #: Longest error detail kept per attempt, bytes (SPEC §3: 16 KiB).
+    #: Longest error detail kept per attempt, bytes (16 KiB).
     max_error_detail_bytes: int = Field(default=16 * KiB, ge=0, le=MAX_SIZE)
 
 
@@ -286,7 +286,7 @@ def _clamp_fields(model: type[BaseModel], data: Any, defaults: dict[str, Any],
 def clamp_settings(data: Any, max_encoding_bytes: int | None = None) -> tuple[QueueSettings, list[str]]:
     """Stored queue settings (decoded JSON) → valid ``QueueSettings`` and what was changed.
 
-    For a row written by an older server (issue 14: "a stored setting can never make a read
+    For a row written by an older server ("a stored setting can never make a read
     fail"): an out-of-range number is clamped to its bound, a value of the wrong type or an
     unknown key is replaced by the default / dropped. Each change is one human-readable
     note (``dedup_window=1e13 is outside 0..315360000; using 315360000.0``); no notes means

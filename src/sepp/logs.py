@@ -1,8 +1,8 @@
-"""How sepp's processes log (issue 11 "Logs"): plain text lines by default, one JSON object
+"""How sepp's processes log: plain text lines by default, one JSON object
 per line with ``log_format = "json"`` (``sepp serve --log-format json``, ``SEPP_LOG_FORMAT``;
 ``sepp worker --log-format json``).
 
-Every line names the node (issue 10). A text line reads
+Every line names the node. A text line reads
 ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]: serving: …``; a JSON line is
 ``{"ts": "2026-01-01T12:00:00.123Z", "level": "info", "logger": "sepp.server", "node":
 "node-a", "msg": "serving: …", …}`` with ``ts`` RFC 3339 in UTC (milliseconds), ``level`` one
@@ -129,7 +129,7 @@ def configure(level: str, log_format: LogFormat, node: str, *, secrets: Iterable
     """Send every log record of this process at ``level`` (debug … error, any case) and up
     to ``stream`` (stderr) in ``log_format``, lines naming ``node`` and with ``secrets``
     masked; replaces any handler already on the root logger (what ``logging.basicConfig``
-    did for ``sepp serve`` before issue 11). Raises ``ValueError`` for an unknown format or
+    did for ``sepp serve`` in earlier versions). Raises ``ValueError`` for an unknown format or
     level."""
     secrets = [s for s in secrets if s]
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)

@@ -1,4 +1,4 @@
-"""Bounded quoting of user input in messages, error details and logs (issue 14 item 5).
+"""Bounded quoting of user input in messages, error details and logs.
 
 A refusal that echoed its whole input could exceed gRPC's metadata limit (8 KiB by default:
 the message travels in ``grpc-message`` and again inside ``grpc-status-details-bin``) and

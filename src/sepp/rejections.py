@@ -1,4 +1,4 @@
-"""The rejection catalogue as data (SPEC §2 "Rejection catalogue").
+"""The rejection catalogue as data (docs/errors.md).
 
 One row per code, in validation order: the catalogue name users see
 (``PayloadTooLarge``), the wire reason (``PAYLOAD_TOO_LARGE``, the proto enum name)
@@ -16,7 +16,7 @@ from sepp.api.v1 import common_pb2 as pb
 
 
 class RejectionCode(enum.StrEnum):
-    """Stable catalogue codes; the value is the catalogue name (seed wording)."""
+    """Stable catalogue codes; the value is the catalogue name."""
 
     INVALID_ARGUMENT = "InvalidArgument"
     QUEUE_NAME_INVALID = "QueueNameInvalid"
@@ -106,7 +106,7 @@ ERROR_DOMAIN = "sepp"
 
 class Reason(enum.StrEnum):
     """Every ErrorInfo reason (domain ``sepp``) the server sends besides the 12 rejection codes
-    (issue 9 item 7). The value is the wire form; ``REASONS`` gives status and meaning.
+    . The value is the wire form; ``REASONS`` gives status and meaning.
 
     ``INVALID_ARGUMENT`` is also the rejection code ``InvalidArgument``: the same reason
     serves a malformed job and a request malformed as a whole.
@@ -154,7 +154,7 @@ _REASON_ROWS = (
               "every service; also a per-item SettleResult.error_reason",
               "a request malformed as a whole: empty or over-cap batch, bad reserve/settle/extend/admin "
               "arguments, a StopReserving without worker_id, a bad queue declaration, a bad search filter "
-              "(ListJobs job_id, idempotency_key, error_contains, custom; issue 13); ErrorInfo metadata "
+              "(ListJobs job_id, idempotency_key, error_contains, custom); ErrorInfo metadata "
               "field/limit/actual",
               "RejectedError (InvalidArgument); AdminError from the admin client"),
     ReasonRow(Reason.ATOMIC_BATCH_REJECTED, grpc.StatusCode.INVALID_ARGUMENT, "EnqueueAtomic",
@@ -179,16 +179,16 @@ _REASON_ROWS = (
     ReasonRow(Reason.QUEUE_LIMIT_REACHED, grpc.StatusCode.FAILED_PRECONDITION, "AdminService.DeclareQueue",
               "declaring one more queue would pass limits.max_queues; metadata field/limit/actual", "AdminError"),
     ReasonRow(Reason.PERIODIC_INVALID, grpc.StatusCode.INVALID_ARGUMENT, "AdminService.DeclarePeriodic",
-              "a schedule that cannot run (issue 12): a bad cron expression or every, an unknown time zone, an "
+              "a schedule that cannot run: a bad cron expression or every, an unknown time zone, an "
               "unknown field, or a job its queue would refuse; metadata field/schedule", "AdminError"),
     ReasonRow(Reason.PERIODIC_NOT_FOUND, grpc.StatusCode.NOT_FOUND, "AdminService periodic calls",
               "no periodic schedule with that name", "AdminError"),
     ReasonRow(Reason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED,
               "every sepp service when auth is on (AdminService only with admin_token alone)",
-              "no bearer token, or one that is not configured (issue 11); metadata role/method",
+              "no bearer token, or one that is not configured; metadata role/method",
               "Unauthenticated (transport family, never retried)"),
     ReasonRow(Reason.PERMISSION_DENIED, grpc.StatusCode.PERMISSION_DENIED, "every sepp service when auth is on",
-              "a configured token without the role the service needs (issue 11); metadata role/method/token",
+              "a configured token without the role the service needs; metadata role/method/token",
               "PermissionDenied (transport family, never retried)"),
     ReasonRow(Reason.SHUTTING_DOWN, grpc.StatusCode.UNAVAILABLE, "every call that writes",
               "the server is stopping and takes no new work", "Unavailable"),
@@ -196,7 +196,7 @@ _REASON_ROWS = (
               "the store could not write (nothing stored) or its writer stopped mid-call (maybe stored)",
               "Unavailable"),
     ReasonRow(Reason.INTERNAL_ERROR, grpc.StatusCode.INTERNAL, "any RPC",
-              "an unexpected server error (issue 14); metadata method", "ServerError"),
+              "an unexpected server error; metadata method", "ServerError"),
 )
 
 #: Every wire reason besides the rejection codes, with its status and meaning.

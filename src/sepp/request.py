@@ -1,4 +1,4 @@
-"""The producer's value types: what you send and what comes back (seed "Producing jobs").
+"""The producer's value types: what you send and what comes back.
 
 Everything here is a frozen dataclass with no I/O. ``EnqueueRequest`` turns itself
 into the wire message with :meth:`EnqueueRequest.to_proto`; the other types are built
@@ -7,7 +7,7 @@ from wire messages with ``from_proto``.
 What an ``EnqueueRequest`` checks when it is built, and what it leaves to validation:
 
 * It raises at construction (``TypeError``, ``OverflowError``, ``ValueError``) only for
-  things the wire cannot carry at all: a naive ``scheduled_at`` (SPEC §6), a custom
+  things the wire cannot carry at all: a naive ``scheduled_at``, a custom
   value that is not ``str``/``int``/``float``/``bool``, an ``int`` outside int64, a
   priority or ``max_attempts`` outside int32, a string that is not valid UTF-8.
 * Everything the server judges (priority 0–9, name syntax, sizes, NaN in the custom
@@ -41,7 +41,7 @@ JSON_ENCODING = "application/json"
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 #: One encoder for every ``Payload.json``: ``json.dumps`` with non-default options builds a
-#: new ``JSONEncoder`` per call (issue 15 item 3: the client's per-job cost).
+#: new ``JSONEncoder`` per call (the client's per-job cost).
 _ENCODER = _json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _JSON = _ENCODER.encode
 _setattr = object.__setattr__
@@ -107,7 +107,7 @@ def check_custom_value(key: str, value: object) -> CustomPrimitive:
 
     Raises:
         TypeError: the key is not ``str`` or the value is not str/int/float/bool.
-        OverflowError: an ``int`` outside int64 (ints are int64 end to end, SPEC §6).
+        OverflowError: an ``int`` outside int64 (ints are int64 end to end).
         ValueError: a string that is not valid UTF-8.
     """
     _check_str("custom key", key)
@@ -143,7 +143,7 @@ def datetime_to_timestamp(when: dt.datetime, out: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Payload:
-    """A job body: opaque bytes plus a free-form encoding label (seed "Set the payload").
+    """A job body: opaque bytes plus a free-form encoding label.
 
     sepp never interprets either; producer and worker agree on the format. The queue
     caps ``data`` at its ``max_payload_bytes`` (1 MiB by default).
@@ -232,8 +232,8 @@ class Payload:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueRequest:
-    """One job to enqueue: a queue and a job type, plus optional knobs (seed "Build an
-    enqueue request"). The same building block serves all three enqueue calls.
+    """One job to enqueue: a queue and a job type, plus optional knobs. The same building
+    block serves all three enqueue calls.
 
     Attributes:
         queue: Target queue (``[A-Za-z0-9._:-]``, first a letter or digit, ≤ 128 bytes).
@@ -525,7 +525,7 @@ def fresh_acks(job_ids: Iterable[str]) -> list[EnqueueAck]:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """A deterministic refusal of one job (SPEC §2 catalogue): fix the request, don't retry.
+    """A deterministic refusal of one job (docs/errors.md): fix the request, don't retry.
 
     Attributes:
         code: The catalogue code (``RejectionCode.PAYLOAD_TOO_LARGE`` …).
@@ -688,7 +688,7 @@ class QueueInfo:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One server process of a cluster, as ``GetServerInfo`` lists it (issue 10).
+    """One server process of a cluster, as ``GetServerInfo`` lists it.
 
     Attributes:
         name: Its node name (``node_name``, default the host name).
@@ -727,7 +727,7 @@ class ServerInfo:
         uptime: Seconds since the server started.
         node: The server's node name.
         storage: The storage backend, ``"sqlite"`` or ``"postgres"`` (``""`` from an older server).
-        nodes: Every node sharing the server's store, by name (issue 10; with SQLite the
+        nodes: Every node sharing the server's store, by name (with SQLite the
             server itself).
     """
 

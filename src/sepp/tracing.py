@@ -1,4 +1,4 @@
-"""The gate of sepp's optional OpenTelemetry tracing (issue 11 "Tracing").
+"""The gate of sepp's optional OpenTelemetry tracing.
 
 ``opentelemetry-api`` is an optional extra (``pip install sepp[otel]``). This module never
 imports it: :func:`tracer` answers ``None`` — record nothing, change nothing — unless a

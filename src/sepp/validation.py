@@ -1,11 +1,11 @@
-"""Request validation shared by the server and the client (SPEC §2 catalogue).
+"""Request validation shared by the server and the client (docs/errors.md).
 
 Both sides validate the same protobuf ``EnqueueRequest`` with the same code, so a
 client's local verdict always equals the server's (given the same limits and clock).
 Checks run in the catalogue's fixed order; the first failing one wins. Where several
 custom keys fail the same check, the smallest key (by code point) is reported, so the
 verdict does not depend on map iteration order. A message or field that names a value the
-caller sent quotes at most 200 bytes of it (``sepp.quoting``, issue 14).
+caller sent quotes at most 200 bytes of it (``sepp.quoting``).
 """
 
 from __future__ import annotations
@@ -48,13 +48,24 @@ def utf8_len(text: str) -> int:
 
 
 def custom_value_size(value: pb.CustomValue) -> int:
-    """Size of one custom value (SPEC §2): UTF-8 bytes for a string, 8 for int/float, 1 for bool."""
+    """Size of one custom value: UTF-8 bytes for a string, 8 for int/float, 1 for bool."""
     kind = value.WhichOneof("kind")
     if kind == "string_value":
         return utf8_len(value.string_value)
     if kind == "bool_value":
         return 1
     return 8
+
+
+def queue_fix(queue: str, flag: str) -> str:
+    """The end of a message refusing a job for one of its queue's settings: how to raise it."""
+    return f"; to raise it: sepp queues update {clip(queue)} --{flag} N"
+
+
+def server_fix(key: str) -> str:
+    """The end of a message refusing a job for a server-wide limit: where to raise it (the
+    ``[limits]`` table of the server's TOML file, or its ``SEPP_LIMITS__…`` variable)."""
+    return f"; to raise it: set [limits] {key} in the server's config (SEPP_LIMITS__{key.upper()})"
 
 
 def _reject(code: int, message: str, field: str, limit: int | None = None,
@@ -80,7 +91,7 @@ def traceparent_valid(value: str) -> bool:
 
 class QueueRefused(NamedTuple):
     """What a ``QueueLookup`` answers for an unknown queue that may not be created: the end
-    of the UnknownQueue message, and the limit and count it carries (issue 14 O5: the
+    of the UnknownQueue message, and the limit and count it carries (the
     server's ``max_queues`` in non-strict mode)."""
 
     why: str
@@ -146,14 +157,16 @@ class Validator:
             return _reject(_IA, "priority must be between 0 and 9", "priority", 0 if priority < 0 else 9, priority)
         max_attempts = req.max_attempts if has("max_attempts") else None
         if max_attempts is not None and not 1 <= max_attempts <= lim.max_attempts_ceiling:
-            return _reject(_IA, f"max_attempts must be between 1 and {lim.max_attempts_ceiling}",
+            fix = "" if max_attempts < 1 else server_fix("max_attempts_ceiling")
+            return _reject(_IA, f"max_attempts must be between 1 and {lim.max_attempts_ceiling}{fix}",
                            "max_attempts", 1 if max_attempts < 1 else lim.max_attempts_ceiling, max_attempts)
         payload = req.payload
         encoding = payload.encoding
         if encoding not in self._encodings:
             elen = utf8_len(encoding)
             if elen > lim.max_encoding_bytes:
-                return _reject(_IA, "payload encoding label is too long", "payload.encoding",
+                return _reject(_IA, "payload encoding label is too long" + server_fix("max_encoding_bytes"),
+                               "payload.encoding",
                                lim.max_encoding_bytes, elen)
             if "\x00" in encoding:  # every backend stores labels as text (docs/decisions.md)
                 return _reject(_IA, "payload encoding label contains a NUL character (U+0000)", "payload.encoding")
@@ -174,7 +187,8 @@ class Validator:
                 return _reject(_QNI, "queue name is empty", "queue")
             qlen = utf8_len(queue)
             if qlen > lim.max_queue_name_bytes:
-                return _reject(_QNI, "queue name is too long", "queue", lim.max_queue_name_bytes, qlen)
+                return _reject(_QNI, "queue name is too long" + server_fix("max_queue_name_bytes"), "queue",
+                               lim.max_queue_name_bytes, qlen)
             if _QUEUE_NAME.fullmatch(queue) is None:
                 return _reject(_QNI, "queue name must match [A-Za-z0-9][A-Za-z0-9._:-]*", "queue")
             self._remember(self._names, queue)
@@ -185,7 +199,8 @@ class Validator:
                 return _reject(_JTI, "job type is empty", "job_type")
             jlen = utf8_len(job_type)
             if jlen > lim.max_job_type_bytes:
-                return _reject(_JTI, "job type is too long", "job_type", lim.max_job_type_bytes, jlen)
+                return _reject(_JTI, "job type is too long" + server_fix("max_job_type_bytes"), "job_type",
+                               lim.max_job_type_bytes, jlen)
             if _CONTROL.search(job_type) is not None:
                 return _reject(_JTI, "job type contains control characters", "job_type")
             self._remember(self._types, job_type)
@@ -200,14 +215,17 @@ class Validator:
         data = payload.data
         size = len(data)
         if size > qlim.max_payload_bytes:
-            return _reject(_PTL, "payload is larger than the queue's max_payload_bytes", "payload.data",
+            return _reject(_PTL, "payload is larger than the queue's max_payload_bytes"
+                           + queue_fix(queue, "max-payload-bytes"), "payload.data",
                            qlim.max_payload_bytes, size)
         # 6. EncodingNotAllowed.
         if qlim.allowed_encodings and encoding not in qlim.allowed_encodings:
-            return _reject(_ENA, f"encoding {quote(encoding)} is not allowed on this queue", "payload.encoding")
+            return _reject(_ENA, f"encoding {quote(encoding)} is not allowed on this queue; to allow it: "
+                           f"sepp queues update {clip(queue)} --allowed-encoding LABEL (once per label it takes, "
+                           "'*' for any)", "payload.encoding")
         if custom:
             # 7–9. Custom map bounds.
-            bad = _custom_bounds(custom, qlim)
+            bad = _custom_bounds(custom, qlim, queue)
             if bad is not None:
                 return bad
         # 10. ScheduledTooFar.
@@ -218,14 +236,16 @@ class Validator:
             horizon_ns = int(lim.max_schedule_horizon * 1_000_000_000)
             if at_ns > now_ns + horizon_ns:
                 ahead_s = math.ceil((at_ns - now_ns) / 1_000_000_000)
-                return _reject(_STF, "scheduled_at is further ahead than max_schedule_horizon",
+                return _reject(_STF, "scheduled_at is further ahead than max_schedule_horizon"
+                               + server_fix("max_schedule_horizon"),
                                "scheduled_at", int(lim.max_schedule_horizon), ahead_s)
         # 11. IdempotencyKeyTooLong.
         key = req.idempotency_key
         if key:
             klen = utf8_len(key)
             if klen > lim.max_idempotency_key_bytes:
-                return _reject(_IKTL, "idempotency key is too long", "idempotency_key",
+                return _reject(_IKTL, "idempotency key is too long" + server_fix("max_idempotency_key_bytes"),
+                               "idempotency_key",
                                lim.max_idempotency_key_bytes, klen)
             if "\x00" in key:  # every backend stores keys as text (docs/decisions.md)
                 return _reject(_IA, "idempotency key contains a NUL character (U+0000)", "idempotency_key")
@@ -254,10 +274,11 @@ def _first_malformed_custom(custom: Mapping[str, pb.CustomValue]) -> pb.Rejectio
     return _reject(_IA, message, f"custom[{clip(key)}]")
 
 
-def _custom_bounds(custom: Mapping[str, pb.CustomValue], qlim: QueueLimits) -> pb.Rejection | None:
+def _custom_bounds(custom: Mapping[str, pb.CustomValue], qlim: QueueLimits, queue: str) -> pb.Rejection | None:
     count = len(custom)
     if count > qlim.max_custom_entries:
-        return _reject(_CETM, "custom map has too many entries", "custom", qlim.max_custom_entries, count)
+        return _reject(_CETM, "custom map has too many entries" + queue_fix(queue, "max-custom-entries"), "custom",
+                       qlim.max_custom_entries, count)
     total = 0
     too_long: str | None = None
     max_key = qlim.max_custom_key_bytes
@@ -267,28 +288,32 @@ def _custom_bounds(custom: Mapping[str, pb.CustomValue], qlim: QueueLimits) -> p
             too_long = key
         total += klen + custom_value_size(value)
     if too_long is not None:
-        return _reject(_CKTL, "custom key is too long", f"custom[{clip(too_long)}]", max_key, utf8_len(too_long))
+        return _reject(_CKTL, "custom key is too long" + queue_fix(queue, "max-custom-key-bytes"),
+                       f"custom[{clip(too_long)}]", max_key, utf8_len(too_long))
     if total > qlim.max_custom_bytes:
-        return _reject(_CMTL, "custom map is larger than max_custom_bytes", "custom",
-                       qlim.max_custom_bytes, total)
+        return _reject(_CMTL, "custom map is larger than max_custom_bytes" + queue_fix(queue, "max-custom-bytes"),
+                       "custom", qlim.max_custom_bytes, total)
     return None
 
 
 def _trace_rejection(trace: Mapping[str, str], lim: ServerLimits) -> pb.Rejection | None:
     count = len(trace)
     if count > lim.max_trace_entries:
-        return _reject(_TCI, "trace context has too many entries", "trace_context", lim.max_trace_entries, count)
-    # Keys are bounded too (issue 14 O6; SPEC §2 bounds only count and value size): a fixed
+        return _reject(_TCI, "trace context has too many entries" + server_fix("max_trace_entries"), "trace_context",
+                       lim.max_trace_entries, count)
+    # Keys are bounded too (the settings bound only count and value size): a fixed
     # MAX_TRACE_KEY_BYTES, far above any propagation header name (traceparent, tracestate, baggage).
     too_long = sorted(k for k in trace if utf8_len(k) > MAX_TRACE_KEY_BYTES)
     if too_long:
         key = too_long[0]
-        return _reject(_TCI, "trace context key is too long", f"trace_context[{clip(key)}]",
+        return _reject(_TCI, f"trace context key is too long (a fixed limit: {MAX_TRACE_KEY_BYTES} bytes)",
+                       f"trace_context[{clip(key)}]",
                        MAX_TRACE_KEY_BYTES, utf8_len(key))
     long_keys = sorted(k for k, v in trace.items() if utf8_len(v) > lim.max_trace_value_bytes)
     if long_keys:
         key = long_keys[0]
-        return _reject(_TCI, "trace context value is too long", f"trace_context[{clip(key)}]",
+        return _reject(_TCI, "trace context value is too long" + server_fix("max_trace_value_bytes"),
+                       f"trace_context[{clip(key)}]",
                        lim.max_trace_value_bytes, utf8_len(trace[key]))
     parent = trace.get("traceparent")
     if parent is not None and not traceparent_valid(parent):

@@ -3,7 +3,7 @@
 Rejections travel as ``google.rpc.Status`` with a ``google.rpc.ErrorInfo`` detail
 (domain ``sepp``, reason = UPPER_SNAKE code, metadata = field/limit/actual); a failed
 atomic batch adds an ``AtomicRejections`` detail; load shedding adds a
-``google.rpc.RetryInfo`` (SPEC §2 "Wire form").
+``google.rpc.RetryInfo`` (docs/errors.md).
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def rejection_status(rejection: pb.Rejection) -> status_pb2.Status:
 
 
 #: Largest ``AtomicRejections`` detail a failed ``EnqueueAtomic`` carries, serialized bytes:
-#: with its short summary message the answer stays under gRPC's 8 KiB metadata limit
-#: (issue 14 item 5), whatever ``max_enqueue_batch`` is.
+#: with its short summary message the answer stays under gRPC's 8 KiB metadata limit,
+#: whatever ``max_enqueue_batch`` is.
 MAX_ATOMIC_DETAIL_BYTES = 6 * 1024
 
 #: Failures of an atomic batch named in its status message (and kept with their message
@@ -165,7 +165,7 @@ def _atomic_detail(rejections: Sequence[pb.IndexedRejection]) -> list[pb.Indexed
 
 def atomic_status(rejections: Sequence[pb.IndexedRejection]) -> status_pb2.Status:
     """The INVALID_ARGUMENT status of a failed ``EnqueueAtomic`` listing every (index, rejection)
-    (SPEC §2) — as far as ``MAX_ATOMIC_DETAIL_BYTES`` allows (see ``_atomic_detail``). ErrorInfo
+    — as far as ``MAX_ATOMIC_DETAIL_BYTES`` allows (see ``_atomic_detail``). ErrorInfo
     metadata: ``count`` (every failure), ``listed`` (those in the detail), ``first_index``."""
     first = rejections[0]
     detail = _atomic_detail(rejections)
@@ -193,7 +193,7 @@ def plain_status(code: int, reason: str, message: str,
                  metadata: Mapping[str, str] | None = None) -> status_pb2.Status:
     """A status with just an ErrorInfo (batch-level InvalidArgument, lease errors, …). The
     message is cut to ``MAX_STATUS_MESSAGE_BYTES`` and each metadata value to
-    ``MAX_METADATA_VALUE_BYTES`` (issue 14: no answer exceeds the metadata limit)."""
+    ``MAX_METADATA_VALUE_BYTES`` (no answer exceeds the metadata limit)."""
     meta = {k: clip(v, MAX_METADATA_VALUE_BYTES) for k, v in (metadata or {}).items()}
     return status_pb2.Status(code=code, message=clip(message, MAX_STATUS_MESSAGE_BYTES),
                              details=[_pack(error_info(reason, meta))])

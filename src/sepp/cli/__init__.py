@@ -1,1 +1,1 @@
-"""The ``sepp`` command line (SPEC §4): serve, enqueue, info, queues, jobs, worker."""
+"""The ``sepp`` command line: serve, enqueue, info, queues, jobs, worker."""

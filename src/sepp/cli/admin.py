@@ -1,4 +1,4 @@
-"""``sepp queues …`` and ``sepp jobs …``: the admin side of the CLI, over ``AdminClient`` (SPEC §4).
+"""``sepp queues …`` and ``sepp jobs …``: the admin side of the CLI, over ``AdminClient``.
 
 Every command takes ``--server HOST:PORT`` (env ``SEPP_SERVER``, default
 127.0.0.1:7700), ``--token`` (env ``SEPP_ADMIN_TOKEN``) and ``--json``. People get rich
@@ -104,7 +104,7 @@ def _client(server: str, token: str | None, timeout: float, as_json: bool) -> It
         yield client
     except AdminError as exc:
         _fail(exc.message, as_json, EXIT_REFUSED, reason=exc.reason, status=exc.code.name, metadata=exc.metadata)
-    except (Unauthenticated, PermissionDenied) as exc:  # issue 11: exit 2, not a transport failure
+    except (Unauthenticated, PermissionDenied) as exc:  # exit 2, not a transport failure
         fail_auth(exc, as_json, " (SEPP_ADMIN_TOKEN works too)")
     except TransportError as exc:
         _fail(f"cannot reach {server}: {exc.message}", as_json, EXIT_TRANSPORT, kind=type(exc).__name__)
@@ -217,7 +217,7 @@ def _settings_from_flags(**flags: Any) -> tuple[pb.QueueSettings | None, list[st
     ``limits.`` dropped; durations as typed, numbers as parsed).
 
     Every value is checked against the bounds the server validates with — the ``ge``/``le``
-    of ``sepp.limits.QueueSettings`` / ``QueueLimits`` (issue 14) — so a refusal names the
+    of ``sepp.limits.QueueSettings`` / ``QueueLimits`` — so a refusal names the
     flag, the limit and the value before any call. Raises ``FlagValueError``
     (``--dedup-window 3651d: must be at most 315360000 s (10 years)``, ``--priority 10: must be
     at most 9``, ``--lease soon: not a duration; use …``).

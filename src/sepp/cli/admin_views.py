@@ -1,4 +1,4 @@
-"""What ``sepp queues …`` / ``sepp jobs …`` print (SPEC §4): the JSON shapes of ``--json``
+"""What ``sepp queues …`` / ``sepp jobs …`` print: the JSON shapes of ``--json``
 (times RFC 3339 UTC, durations seconds) and the tables and job view people get."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def human_duration(seconds: float | None) -> str:
 
 def reason_note(reason: str, last_error: str) -> str:
     """A listing's "reason / last error" cell: both when they differ, one when the reason
-    already quotes the error (``NACK_DEAD_LETTER: boom`` and ``boom``: issue 13 saw the text
+    already quotes the error (``NACK_DEAD_LETTER: boom`` and ``boom`` would show the text
     twice)."""
     if last_error and last_error not in reason:
         return f"{reason} / {last_error}" if reason else last_error
@@ -80,7 +80,7 @@ def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
 
 
 def held_back_json(s: apb.QueueStats) -> dict[str, Any] | None:
-    """The queue's held-back view (issue 12; ``QueueStats.held_back``) as plain JSON, or None
+    """The queue's held-back view (``QueueStats.held_back``) as plain JSON, or None
     when the queue has no flow limit."""
     if not s.HasField("held_back"):
         return None

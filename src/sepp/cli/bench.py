@@ -1,4 +1,4 @@
-"""``sepp bench``: a quick load test of a running server (SPEC §4).
+"""``sepp bench``: a quick load test of a running server.
 
 Enqueues ``--jobs`` jobs (single calls or batches) with ``--concurrency`` calls in
 flight through the Python ``AsyncClient``, then optionally drains them with a no-op
@@ -153,7 +153,7 @@ def bench(
             with console.status(f"working off {jobs:,} jobs…"):
                 drained = asyncio.run(_drain(server, queue, jobs, client_tls(), token))
         deleted = None if keep else _clean_up(server, queue, token)
-    except (Unauthenticated, PermissionDenied) as exc:  # issue 11: exit 2, fix the token
+    except (Unauthenticated, PermissionDenied) as exc:  # exit 2, fix the token
         fail_auth(exc, as_json)
     except SeppError as exc:
         fail(f"bench failed: {type(exc).__name__}: {exc}", as_json, EXIT_TRANSPORT,

@@ -1,4 +1,4 @@
-"""Parsing and bounding of CLI flag values, with errors that name the flag and the value (issue 14).
+"""Parsing and bounding of CLI flag values, with errors that name the flag and the value.
 
 One grammar for every duration flag (``sepp queues declare --lease/--dedup-window/…``,
 ``sepp enqueue --in``, ``sepp jobs requeue --after/--before``):
@@ -34,7 +34,7 @@ _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _BARE = re.compile(_NUMBER)
 _PART = re.compile(rf"({_NUMBER})(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": HOUR, "d": DAY}
-#: Longest user value quoted in an error, characters (issue 14: bounded error payloads).
+#: Longest user value quoted in an error, characters (bounded error payloads).
 QUOTE_LIMIT = 200
 
 
@@ -44,7 +44,7 @@ def quote(text: str) -> str:
 
 
 def one_line(text: object) -> str:
-    """An error message as one line whatever the terminal (issue 14): line breaks are shown
+    """An error message as one line whatever the terminal: line breaks are shown
     as ``\\n`` / ``\\r`` instead of breaking the line."""
     return str(text).replace("\r", "\\r").replace("\n", "\\n")
 
@@ -112,7 +112,7 @@ def parse_seconds(flag: str, text: str, lo: float | None = 0.0, hi: float | None
 
 def setting_bounds(path: str) -> tuple[float | None, float | None]:
     """The server's bounds of a queue setting (``dedup_window``, ``limits.max_payload_bytes``),
-    read from ``QueueSettings`` / ``QueueLimits`` (sepp.limits, issue 14; imported here, not at
+    read from ``QueueSettings`` / ``QueueLimits`` (sepp.limits; imported here, not at
     the top, so the commands without queue settings — ``sepp worker`` — load no pydantic)."""
     from sepp.limits import QueueLimits, QueueSettings, field_bounds
 
@@ -136,7 +136,7 @@ def max_items(path: str) -> int | None:
 
 
 def parse_where(values: list[str]) -> list[tuple[str, str]]:
-    """``--where KEY=VALUE`` flags (``sepp jobs list``, issue 13 item 3) as (key, value)
+    """``--where KEY=VALUE`` flags (``sepp jobs list``) as (key, value)
     terms, in the order given: split at the first ``=``, the key taken literally (no
     ``custom.`` prefix: that is the UI search box's spelling), the value as text. Bounds
     (at most 8 terms, 256 bytes each) are the server's. Raises ``FlagValueError`` for a

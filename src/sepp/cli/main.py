@@ -74,7 +74,7 @@ def _register(command: str = "") -> None:
                 raise
     from sepp.cli.tls import add_tls_options
 
-    add_tls_options(app)  # --tls-ca/--tls-cert/--tls-key on every command with --server (issue 11)
+    add_tls_options(app)  # --tls-ca/--tls-cert/--tls-key on every command with --server
 
 
 def _command(argv: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""``sepp periodic list|show|pause|resume|trigger|delete|declare`` (issue 12 "Periodic jobs"):
+"""``sepp periodic list|show|pause|resume|trigger|delete|declare``:
 the schedules every node runs, with their next three run times, last run and the job it
 produced — the same view as the UI's Periodic page. docs/periodic.md has examples."""
 

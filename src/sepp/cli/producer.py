@@ -255,7 +255,7 @@ def _print_rejection(rejection: Rejection, what: str) -> None:
 def _fail_transport(exc: Exception, server: str, as_json: bool) -> NoReturn:
     from sepp.errors import Overloaded, PermissionDenied, Unauthenticated
 
-    if isinstance(exc, Unauthenticated | PermissionDenied):  # issue 11: exit 2, fix the token
+    if isinstance(exc, Unauthenticated | PermissionDenied):  # exit 2, fix the token
         fail_auth(exc, as_json)
 
     kind = type(exc).__name__

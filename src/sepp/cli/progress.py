@@ -1,4 +1,4 @@
-"""Progress bars for long CLI operations (issue 13: ``sepp enqueue`` of a file of jobs showed
+"""Progress bars for long CLI operations (``sepp enqueue`` of a file of jobs showed
 nothing until the end): a rich bar on stderr with counts, percentage, rate and time left.
 
 Shown when stderr is a terminal (``--progress`` forces it, ``--no-progress`` hides it); never

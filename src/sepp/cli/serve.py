@@ -1,13 +1,13 @@
-"""``sepp serve``: start the server — on the embedded SQLite default (SPEC §7) or on a
-PostgreSQL database shared by any number of nodes (``--storage postgres --postgres-dsn``,
-issue 10) — and ``sepp migrate``: create or migrate the PostgreSQL schema ahead of a deploy.
+"""``sepp serve``: start the server — on the embedded SQLite default or on a
+PostgreSQL database shared by any number of nodes (``--storage postgres --postgres-dsn``)
+— and ``sepp migrate``: create or migrate the PostgreSQL schema ahead of a deploy.
 
 The ready line ``sepp serve`` prints once it serves is parsed by scripts and tests:
 ``sepp ready grpc=HOST:PORT [http=HOST:PORT] data=FOLDER persist=… writer=… strict=…`` for
 SQLite, ``sepp ready grpc=HOST:PORT [http=HOST:PORT] storage=postgres schema=… node=…
 persist=… writer=connections:N strict=…`` for PostgreSQL (no data folder: none is used or
 locked; ``writer`` says where writes run, as for SQLite: N write connections). Both end with
-``tls=off|on|mtls`` (issue 11: plaintext, TLS, TLS with client certificates).
+``tls=off|on|mtls`` (plaintext, TLS, TLS with client certificates).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from sepp.server.config import ServerConfig
 
 def log_format(node: str) -> str:
     """The ``logging`` format of ``sepp serve``'s text lines: every line names the node
-    (issue 10: logs name the node), e.g. ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]:
+    (logs name the node), e.g. ``2026-01-01 12:00:00,123 INFO sepp.server [node-a]:
     stopping …``. A ``%`` in the name is escaped (the format is %-style). ``sepp.logs``
-    (issue 11) has it and the JSON lines."""
+    has it and the JSON lines."""
     return text_format(node)
 
 
@@ -44,7 +44,7 @@ def _default(key: str) -> str:
 
 def open_to_all(cfg: ServerConfig) -> list[str]:
     """The non-loopback listeners (``KEY HOST:PORT``) of a config without ``[[auth.tokens]]``
-    (issue 11: ``sepp serve`` refuses them unless ``--insecure``); empty when tokens are
+    (``sepp serve`` refuses them unless ``--insecure``); empty when tokens are
     configured or every listener is loopback. ``admin_token`` alone does not count: it leaves
     the producer and worker services open."""
     from sepp.server.auth import exposed_listeners
@@ -99,7 +99,7 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
-    for note in cfg.deprecations:  # an old key name, still accepted (issue 9 item 2)
+    for note in cfg.deprecations:  # an old key name, still accepted
         typer.echo(f"sepp: warning: {note}", err=True)
     exposed = open_to_all(cfg)
     if exposed and not cfg.insecure:
@@ -129,7 +129,7 @@ def serve(
         # The start line, once serving (a failed start stays one line on stderr: "sepp: cannot start: …").
         where = f"schema {cfg.postgres.schema}" if cfg.storage == "postgres" else f"data {cfg.data_dir}"
         tls = f" tls={server.tls.mode if server.tls is not None else 'off'}"
-        # It carries the config summary, secrets masked (issue 11 "Logs": the start event).
+        # It carries the config summary, secrets masked (the start event).
         summary = config_summary(cfg, server.node)
         logging.getLogger("sepp.server").info(
             "serving: sepp %s, node %s, storage %s (%s), grpc %s:%d%s; config: %s", __version__, server.node,

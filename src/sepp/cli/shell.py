@@ -1,11 +1,11 @@
-"""The shell every ``sepp`` command shares (issue 9 item 8): exit codes, the common options,
+"""The shell every ``sepp`` command shares: exit codes, the common options,
 consoles, JSON output, one-line errors, confirmation, and the time/duration flag parsers.
 
-``sepp.cli.flags`` holds the grammar and bounds of flag *values* (issue 14); this module
+``sepp.cli.flags`` holds the grammar and bounds of flag *values*; this module
 holds how a command talks to the terminal and how it ends. The commands (``admin``,
 ``producer``, ``worker_cmd``, ``bench``) import from here rather than each building their own.
 
-Exit codes (SPEC §4): 0 done; 1 declined at a confirmation; 2 refused (by the server, or
+Exit codes: 0 done; 1 declined at a confirmation; 2 refused (by the server, or
 bad input / usage); 3 a transport error (no verdict).
 """
 
@@ -39,13 +39,13 @@ DEFAULT_SERVER = "127.0.0.1:7700"
 ServerOpt = Annotated[str, typer.Option("--server", "-s", envvar="SEPP_SERVER",
                                         help="gRPC target of the sepp server: HOST:PORT, or for several nodes "
                                              "ipv4:HOST:PORT,HOST:PORT,… or dns:///NAME:PORT (docs/deploying.md).")]
-#: ``--token`` of the admin commands (issue 11): a token with role admin; ``SEPP_TOKEN``, and
+#: ``--token`` of the admin commands: a token with role admin; ``SEPP_TOKEN``, and
 #: the older ``SEPP_ADMIN_TOKEN`` when that is not set.
 TokenOpt = Annotated[str | None, typer.Option("--token", envvar=["SEPP_TOKEN", "SEPP_ADMIN_TOKEN"],
                                               show_default=False,
                                               help="Token with role admin, when the server has tokens "
                                                    "(env SEPP_TOKEN, else SEPP_ADMIN_TOKEN).")]
-#: ``--token`` of the commands that produce or work (issue 11): ``SEPP_TOKEN``.
+#: ``--token`` of the commands that produce or work: ``SEPP_TOKEN``.
 ClientTokenOpt = Annotated[str | None, typer.Option("--token", envvar="SEPP_TOKEN", show_default=False,
                                                     help="Token secret, when the server has tokens "
                                                          "(role produce to enqueue, work to run a worker).")]
@@ -87,7 +87,7 @@ def out_console(*, tables: bool = False) -> Console:
 
 def err_console() -> Console:
     """The stderr console. soft_wrap: an error is one line whatever the terminal width
-    (issue 14); rich would otherwise break it at 80 columns when stderr is not a terminal."""
+    (an error is never cut); rich would otherwise break it at 80 columns when stderr is not a terminal."""
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -125,8 +125,8 @@ def confirm(question: str, yes: bool, as_json: bool) -> None:
 
 
 def fail_auth(exc: Exception, as_json: bool, also: str = "") -> NoReturn:
-    """End a command whose token the server refused (``Unauthenticated`` / ``PermissionDenied``,
-    issue 11): exit 2 (fix the invocation; retrying cannot help) with the server's message,
+    """End a command whose token the server refused (``Unauthenticated`` / ``PermissionDenied``)
+    : exit 2 (fix the invocation; retrying cannot help) with the server's message,
     ``TOKEN_HINT`` when it has none, and ``also`` (e.g. the admin commands' older variable)."""
     message = str(exc)
     if "--token" not in message:
@@ -155,7 +155,7 @@ def parse_duration(text: str, flag: str = "--in", hi: float = MAX_HORIZON) -> dt
 def parse_when(text: str) -> dt.datetime:
     """Parse ``--at`` / ``scheduled_at``: ISO 8601 with a zone (``Z`` or ``+01:00``).
 
-    Raises ``ValueError`` when unparsable or when the zone is missing (SPEC §6).
+    Raises ``ValueError`` when unparsable or when the zone is missing.
     """
     try:
         when = dt.datetime.fromisoformat(text.strip())

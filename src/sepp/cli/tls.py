@@ -1,4 +1,4 @@
-"""``--tls-ca --tls-cert --tls-key`` on every command that talks to a server (issue 11).
+"""``--tls-ca --tls-cert --tls-key`` on every command that talks to a server.
 
 The three flags (env ``SEPP_TLS_CA``, ``SEPP_TLS_CERT``, ``SEPP_TLS_KEY``) are added by
 ``add_tls_options(app)`` to every command with a ``--server`` option (``sepp info``,

@@ -1,4 +1,4 @@
-"""``sepp token new NAME --role produce [--role work …]`` (issue 11): make a token.
+"""``sepp token new NAME --role produce [--role work …]``: make a token.
 
 Prints a fresh random secret once (32 random bytes, URL-safe base64: ``secrets.token_urlsafe``)
 and the ``[[auth.tokens]]`` TOML entry to paste into the server's config, which holds only the

@@ -1,4 +1,4 @@
-"""What ``sepp queues show`` prints of a queue's job-type figures (issue 13 item 2): the
+"""What ``sepp queues show`` prints of a queue's job-type figures: the
 ``--json`` shape and the table people get (``GetJobTypeStatsResponse``)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ drains gracefully (a second one skips the grace period). Exit codes: 0 after a
 clean stop, 2 for a bad target or flag. ``--server`` falls back to ``SEPP_SERVER`` like
 every other command, then to the Worker's own ``target``.
 
-Outcome lines (issue 15 item 5): a failure (retry), a dead-letter and a refused or failed
+Outcome lines: a failure (retry), a dead-letter and a refused or failed
 settle always get their own line. A success (completed, released) gets one while there
 are at most ``LINE_RATE`` of them in the current second; past that they are counted, and
 a summary line ("completed 12,345 jobs in the last 10.0 s") follows every
@@ -41,7 +41,7 @@ from sepp.logs import LOG_FORMATS
 from sepp.logs import configure as configure_logging
 from sepp.worker.config import default_worker_id
 
-#: Success lines per second before they are summarised instead (issue 15 item 5).
+#: Success lines per second before they are summarised instead.
 LINE_RATE = 50
 #: Seconds between summary lines while successes are being counted, not printed.
 SUMMARY_EVERY = 10.0
@@ -188,7 +188,7 @@ def format_summary(counts: dict[str, int], seconds: float) -> str:
 
 def _check_seconds(flag: str, value: float, lo: float, hi: float | None) -> None:
     """Refuse a seconds flag outside ``lo..hi`` (or not finite) with a one-line
-    ``FlagValueError`` naming the flag, the limit and the value (issue 14)."""
+    ``FlagValueError`` naming the flag, the limit and the value."""
     if not math.isfinite(value):
         raise FlagValueError(flag, fmt_number(value), "must be a finite number of seconds")
     check_bounds(flag, fmt_number(value), value, lo, hi, duration=True)
@@ -227,7 +227,7 @@ def worker(
     if log_format not in LOG_FORMATS:
         typer.echo(f"sepp worker: --log-format must be text or json, not {log_format!r}", err=True)
         raise typer.Exit(EXIT_USAGE)
-    # Lines name the worker (host:pid, the default worker id) as the server's name the node (issue 11).
+    # Lines name the worker (host:pid, the default worker id) as the server's name the node.
     configure_logging(level, log_format, default_worker_id())
     try:
         if lease is not None:
@@ -256,7 +256,7 @@ def worker(
     w.on_outcome(lines)
     try:
         w.run_sync()
-    except (Unauthenticated, PermissionDenied) as exc:  # issue 11: the server refused the token
+    except (Unauthenticated, PermissionDenied) as exc:  # the server refused the token
         fail_auth(exc, False)
     finally:
         if not quiet:

@@ -2,7 +2,7 @@
 what it said (host, queues, concurrency, client version) and what the servers counted (jobs
 in flight, last reserve, jobs done in the last minute), its state — live, quiet (no call within
 two lease periods) or stopped (it stopped cleanly: ``Worker.stop`` / SIGTERM, and has not
-reserved since) — and how many are in each (issue 13, the same view as the UI's Workers
+reserved since) — and how many are in each (the same view as the UI's Workers
 page)."""
 
 from __future__ import annotations

@@ -370,7 +370,7 @@ def waits_for_connection(error: SeppError, options: ClientOptions) -> bool:
     """Whether a failed try should wait for the connection and be sent again, key or not:
     ``options.wait_for_ready`` and the try provably never reached a server application
     (``Unavailable.not_sent``). Such waits are not retries: they do not count against
-    ``RetryPolicy.max_attempts``, only the attempt's deadline bounds them (issue 15 item 6)."""
+    ``RetryPolicy.max_attempts``, only the attempt's deadline bounds them."""
     return options.wait_for_ready and isinstance(error, Unavailable) and error.not_sent
 
 
@@ -391,7 +391,7 @@ def no_connection(options: ClientOptions, target: str, maybe_sent: bool,
     """The error of a call whose deadline passed while it waited for a connection:
     ``Unavailable``, ``not_sent`` unless an earlier attempt of the same call may have reached
     a server (``maybe_sent``). Not retried: the deadline is the caller's bound on waiting.
-    ``last``: the last try's error; a TLS failure it shows is named (``tls.tls_hint``, issue 11)."""
+    ``last``: the last try's error; a TLS failure it shows is named (``tls.tls_hint``)."""
     where = f" ({target})" if target else ""
     details = last.details() if last is not None and hasattr(last, "details") else ""
     hint = tls_hint(details or "", options.credentials is not None)
@@ -429,7 +429,7 @@ def retry_delay(error: SeppError, attempt: int, options: ClientOptions, *, idemp
 # ----------------------------------------------------------------- the batch fast path
 #
 # ``enqueue_batch`` of "plain" requests — queue, job type and payload only, the shape of a
-# bulk producer — is validated without a wire message per job (issue 15 item 3: the client's
+# bulk producer — is validated without a wire message per job (the client's
 # per-job cost): the verdict comes from a per-(queue, job type, encoding) memo of the
 # validator's own verdict plus the payload size. Anything else is validated whole, so the
 # verdicts stay exactly the validator's. The messages sent are still built by protobuf.
@@ -555,7 +555,7 @@ def batch_message(requests: Sequence[EnqueueRequest]) -> ppb.EnqueueBatchRequest
 # ----------------------------------------------------------------- the batch as bytes
 #
 # The common batch — every job plain and passing its memoized verdict — is written straight
-# as the serialized ``EnqueueBatchRequest`` (issue 15 item 3): one pass over the requests
+# as the serialized ``EnqueueBatchRequest``: one pass over the requests
 # that validates (the ``_plain_cap`` memo) and encodes, instead of the verdict pass, the
 # message built field by field and its serialization. protobuf's encoding of such a job:
 #
@@ -685,7 +685,7 @@ def plain_batch(cached: CachedInfo, requests: Sequence[EnqueueRequest]) -> bytes
     hold ``requests`` — one ``PlainJobs`` per stretch of consecutive requests with the same
     queue, job type and encoding — when every request is plain and passes local validation;
     ``None`` otherwise. The bytes are what ``SerializeToString`` of that message gives; the
-    server stores each job as the ``EnqueueRequest`` it stands for (issue 15 item 3)."""
+    server stores each job as the ``EnqueueRequest`` it stands for."""
     out: list[bytes] = []
     parts: list[bytes] = []
     append = parts.append

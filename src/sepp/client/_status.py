@@ -38,7 +38,7 @@ USER_AGENT = f"sepp-python/{__version__}"
 
 #: Reconnect backoff of a client's channel, milliseconds: first retry after 100 ms, at most
 #: 1 s between tries (gRPC's defaults are 1 s and 120 s, which outlast a server restart and
-#: the client's deadline; issue 15 item 6).
+#: the client's deadline).
 RECONNECT_BACKOFF_MS = (100, 1000)
 
 
@@ -58,7 +58,7 @@ def reconnect_options() -> list[tuple[str, Any]]:
 #: Statuses the admin client reports as ``AdminRefused`` (a deterministic refusal).
 ADMIN_REFUSALS = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
                             grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS})
-#: The auth statuses (issue 11) and the transport-family exception each becomes, from every
+#: The auth statuses and the transport-family exception each becomes, from every
 #: client; ``transient`` is false, so they are never retried.
 AUTH_ERRORS: dict[grpc.StatusCode, type[TransportError]] = {
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated, grpc.StatusCode.PERMISSION_DENIED: PermissionDenied}
@@ -101,7 +101,7 @@ def error_from_status(code: grpc.StatusCode, details: str,
     reason: str = info.reason if info is not None else ""
     message = (status.message if status is not None and status.message else details) or ""
 
-    if code in AUTH_ERRORS:  # issue 11: the transport family, whichever client (admin too)
+    if code in AUTH_ERRORS:  # the transport family, whichever client (admin too)
         said = message or code.name
         return AUTH_ERRORS[code](f"{said}{'' if 'SEPP_TOKEN' in said else '; check --token / SEPP_TOKEN / token='}",
                                  code=code, reason=reason or code.name)
@@ -141,8 +141,8 @@ def error_from_status(code: grpc.StatusCode, details: str,
         # and sepp's handlers never answer CANCELLED: gRPC core cancelled a call that reached
         # a server whose shutdown had begun before any handler took it (a handler still
         # running when the shutdown grace ends gets UNAVAILABLE "Cancelling all calls"
-        # instead). So it was never processed: not_sent (issue 15 item 6;
-        # tests/integration/test_client_restart.py checks that no such call was stored).
+        # instead). So it was never processed: not_sent
+        # (tests/integration/test_client_restart.py checks that no such call was stored).
         return Unavailable(f"the server cancelled the call while shutting down{where}", code=code,
                            not_sent=True)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -1,4 +1,4 @@
-"""``AdminClient``: a small blocking client of the ``AdminService`` (SPEC §4), used by the CLI.
+"""``AdminClient``: a small blocking client of the ``AdminService``, used by the CLI.
 
 ::
 
@@ -15,8 +15,8 @@ Methods return the protobuf messages of ``sepp.api.v1`` (``QueueInfo``, ``Job``,
   (NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT), ``reason`` the
   ErrorInfo reason (``QUEUE_NOT_FOUND``, ``JOB_STATE``, …), ``metadata`` its details;
 * :class:`sepp.errors.TransportError` subclasses — no answer (``Unavailable``,
-  ``DeadlineExceeded``), no or a refused token (``Unauthenticated``, ``PermissionDenied``:
-  issue 11) or an unexpected status (``ServerError``).
+  ``DeadlineExceeded``), no or a refused token (``Unauthenticated``, ``PermissionDenied``)
+  or an unexpected status (``ServerError``).
 
 Errors are decoded by the clients' one decoder (``sepp.client._core.error_from_rpc``).
 
@@ -79,11 +79,11 @@ def _ts(moment: dt.datetime) -> Any:
 
 class AdminClient:
     """Blocking ``AdminService`` client. ``token`` (a token with role ``admin``) is sent as
-    ``authorization: Bearer <token>``; ``None`` reads ``$SEPP_TOKEN`` (issue 11), ``""`` sends
+    ``authorization: Bearer <token>``; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends
     none. ``timeout`` (seconds) bounds every call. A refused token raises ``Unauthenticated``
-    or ``PermissionDenied`` (the transport family; before issue 11 ``AdminRefused``). TLS:
-    ``credentials``, or ``tls_ca`` / ``tls_cert`` / ``tls_key`` PEM files (issue 11;
-    ``sepp.client.tls``), not both. Raises ``ValueError`` for a TLS file that cannot be read or
+    or ``PermissionDenied`` (the transport family; in earlier versions ``AdminRefused``). TLS:
+    ``credentials``, or ``tls_ca`` / ``tls_cert`` / ``tls_key`` PEM files
+    (``sepp.client.tls``), not both. Raises ``ValueError`` for a TLS file that cannot be read or
     used."""
 
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, timeout: float = 30.0,
@@ -95,7 +95,7 @@ class AdminClient:
         self._metadata = token_metadata(token)
         # Receive as much as the Client does (16 MiB, the server's default max_message_bytes):
         # with gRPC's 4 MiB default a GetServerInfo / ListQueues answer of many queues failed
-        # here while producers still read it (issue 14 O5).
+        # here while producers still read it.
         options = [("grpc.max_receive_message_length", ClientOptions().max_message_bytes)]
         self._channel = (grpc.secure_channel(target, credentials, options=options) if credentials is not None
                          else grpc.insecure_channel(target, options=options))
@@ -166,7 +166,7 @@ class AdminClient:
         return list(self._call("GetQueueStats", apb.GetQueueStatsRequest(queues=list(names))).stats)
 
     def job_type_stats(self, queue: str) -> apb.GetJobTypeStatsResponse:
-        """Per job type of ``queue`` (issue 13): completed, retried and dead-lettered counts and
+        """Per job type of ``queue``: completed, retried and dead-lettered counts and
         run time p50 / p95 / max over the last hour (``last_hour``) and 24 hours (``last_day``),
         busiest first. Raises ``AdminError`` (QUEUE_NOT_FOUND) for an unknown queue."""
         return self._call("GetJobTypeStats", apb.GetJobTypeStatsRequest(queue=queue))  # type: ignore[no-any-return]
@@ -182,7 +182,7 @@ class AdminClient:
                   idempotency_key: str = "", error_contains: str = "",
                   where: Sequence[tuple[str, str]] = ()) -> apb.ListJobsResponse:
         """One page of jobs; pass ``next_page_token`` back for the next one. The search filters
-        (issue 13; ``ListJobsRequest``): ``job_id``, ``idempotency_key``, ``error_contains`` and
+        (``ListJobsRequest``): ``job_id``, ``idempotency_key``, ``error_contains`` and
         ``where`` — custom-map entries (key, value as text) the job must all have. A search
         page may hold fewer jobs than ``page_size`` and still have a next page
         (``scan_limited``). Raises ``AdminRefused`` (INVALID_ARGUMENT) for a bad filter."""
@@ -243,11 +243,11 @@ class AdminClient:
     # ------------------------------------------------------------------ workers
 
     def list_workers(self) -> apb.ListWorkersResponse:
-        """Every worker that called within the last hour, on any node (issue 13): ``workers``
+        """Every worker that called within the last hour, on any node: ``workers``
         (live first) and ``quiet`` (how many went quiet)."""
         return self._call("ListWorkers", apb.ListWorkersRequest())  # type: ignore[no-any-return]
 
-    # ------------------------------------------------------------------ periodic schedules (issue 12)
+    # ------------------------------------------------------------------ periodic schedules
 
     def list_periodic(self) -> list[ppb.PeriodicInfo]:
         """Every periodic schedule by name, with its next three run times and last run."""

@@ -42,9 +42,9 @@ class AsyncClient:
         target: ``host:port`` of the server's gRPC listener.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
-            on every call (issue 11); ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
+            on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
             Raises ``ValueError`` when it is not printable ASCII.
-        tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
+        tls_ca, tls_cert, tls_key: TLS from PEM files (``sepp.client.tls``): the CA
             the server's certificate must chain to, and the client's certificate and key for
             mutual TLS. A TLS failure (unknown CA, no client certificate) is ``Unavailable``.
         tracer_provider: An OpenTelemetry ``TracerProvider`` to record spans with; ``None``
@@ -58,7 +58,7 @@ class AsyncClient:
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
         self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
-        #: ``options.metadata`` plus the token's ``authorization`` entry (issue 11).
+        #: ``options.metadata`` plus the token's ``authorization`` entry.
         self._metadata = (*self.options.metadata, *token_metadata(token))
         #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
         self.tracer_provider = tracer_provider

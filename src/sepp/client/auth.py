@@ -1,4 +1,4 @@
-"""The client side of tokens (issue 11): ``token=`` of ``Client``, ``AsyncClient``, ``Worker``
+"""The client side of tokens: ``token=`` of ``Client``, ``AsyncClient``, ``Worker``
 and ``AdminClient``, and the ``SEPP_TOKEN`` environment variable they read when it is not given.
 
 A token travels as the gRPC metadata ``authorization: Bearer <secret>`` on every call. The
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-#: The environment variable a client reads when ``token`` is not given (issue 11).
+#: The environment variable a client reads when ``token`` is not given.
 TOKEN_ENV = "SEPP_TOKEN"
 
 

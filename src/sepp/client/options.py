@@ -19,7 +19,7 @@ class RetryPolicy:
 
     A call is retried when the server said ``OVERLOADED`` (nothing was stored), when it
     provably never reached a server (``Unavailable.not_sent``: no connection could be made,
-    or a stopping server cancelled it before any handler took it — issue 15 item 6; with
+    or a stopping server cancelled it before any handler took it; with
     ``ClientOptions.wait_for_ready`` such a call waits for the connection instead, without
     using up attempts), or on any other ``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` when every
     job of the call carries an idempotency key (``GetServerInfo`` is always safe).
@@ -101,7 +101,7 @@ class ClientOptions:
         wait_for_ready: A call that finds no connection (server unreachable, restarting,
             or stopping and refusing new calls) waits for one within its ``timeout`` and is
             then sent, key or not — it provably never reached a server — so a server
-            restart inside the deadline is invisible (issue 15 item 6). The client owns
+            restart inside the deadline is invisible. The client owns
             this wait (gRPC's own ``wait_for_ready`` is off): a deadline spent waiting
             raises ``Unavailable`` with ``not_sent`` true, never an ambiguous
             ``DeadlineExceeded``. ``False``: such a call fails with ``Unavailable``

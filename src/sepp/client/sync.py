@@ -47,16 +47,16 @@ class Client:
         target: ``host:port`` of the server's gRPC listener.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
-            on every call (issue 11); ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
+            on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
             Raises ``ValueError`` when it is not printable ASCII.
-        tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
+        tls_ca, tls_cert, tls_key: TLS from PEM files (``sepp.client.tls``): the CA
             the server's certificate must chain to, and the client's certificate and key for
             mutual TLS. A TLS failure (unknown CA, no client certificate) is ``Unavailable``.
         tracer_provider: An OpenTelemetry ``TracerProvider`` to record spans with
             (``pip install sepp[otel]``); ``None`` = the global one, used only once the
             application set one. Each enqueue then records a producer span and sends its
-            context as the job's ``trace_context`` when the request has none (issue 11;
-            ``sepp._otel``, docs/operations.md "Tracing"). Without it nothing is recorded
+            context as the job's ``trace_context`` when the request has none
+            (``sepp._otel``, docs/operations.md "Tracing"). Without it nothing is recorded
             and OpenTelemetry is not imported.
 
     Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
@@ -67,7 +67,7 @@ class Client:
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
         self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
-        #: ``options.metadata`` plus the token's ``authorization`` entry (issue 11).
+        #: ``options.metadata`` plus the token's ``authorization`` entry.
         self._metadata = (*self.options.metadata, *token_metadata(token))
         #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
         self.tracer_provider = tracer_provider
@@ -168,7 +168,7 @@ class Client:
         """Enqueue any number of jobs best-effort: ``requests`` (any iterable, read lazily) is
         cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
         batches in flight (each an :meth:`enqueue_batch`, with its local validation and
-        retries), and every job's result comes back in request order (issue 15 item 3).
+        retries), and every job's result comes back in request order.
         A batch larger than ``ClientOptions.max_message_bytes`` (big payloads) is not sent
         as it is but in parts that fit (``_core.split_by_size``); set the option to the
         server's ``max_message_bytes`` when that is smaller than the default.

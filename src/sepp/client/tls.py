@@ -1,4 +1,4 @@
-"""TLS channel credentials of the clients and the worker, from PEM files (issue 11).
+"""TLS channel credentials of the clients and the worker, from PEM files.
 
 ``channel_credentials(tls_ca, tls_cert, tls_key)`` reads and checks the files and builds
 ``grpc.ssl_channel_credentials``: ``tls_ca`` is the CA bundle the server's certificate must
@@ -110,7 +110,7 @@ _OPENSSL = "OPENSSL_internal:"
 
 def tls_hint(details: str, tls: bool) -> str:
     """A few words on what a failed connection says about TLS, for the ``Unavailable`` a
-    call gets when no connection could be made (issue 11), or "".
+    call gets when no connection could be made, or "".
 
     ``details``: gRPC's status details of the last try; ``tls``: whether the channel uses
     TLS. A failed handshake names OpenSSL's reason (``CERTIFICATE_VERIFY_FAILED: unable to

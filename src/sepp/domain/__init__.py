@@ -1,5 +1,5 @@
 """The domain core: what a job and a queue are and what may happen to them, with no
-transport and no database (issue 9 item 1).
+transport and no database.
 
 - ``states``: job states and their one name table.
 - ``records``: the rows stored and read back (``JobRow``, ``JobRecord``, ``QueueRecord``).

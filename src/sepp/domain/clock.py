@@ -1,4 +1,4 @@
-"""The one place sepp reads the time (issue 9 item 3).
+"""The one place sepp reads the time.
 
 The engine, the sweeper, the admin engine and the stores take a ``Clock`` and never call
 ``time`` themselves, so a test can drive time with ``FakeClock`` — a backoff schedule, a

@@ -1,4 +1,4 @@
-"""Arguments and verdicts of the store operations: reserve, settle, extend, sweeps (SPEC §2, §3).
+"""Arguments and verdicts of the store operations: reserve, settle, extend, sweeps.
 
 Times are integer microseconds since the Unix epoch (UTC); ids 16-byte UUID blobs.
 """
@@ -14,7 +14,7 @@ from typing import NamedTuple
 @dataclass(frozen=True, slots=True)
 class FlowLimits:
     """The flow-control limits of one queue as the store enforces them inside ``reserve``
-    (issue 12; docs/flow-control.md). Only queues with at least one limit set travel in
+    (docs/flow-control.md). Only queues with at least one limit set travel in
     ``ReserveParams.flow``: an unlimited queue keeps the plain reserve path.
 
     ``max_in_flight``: most jobs of the queue RESERVED at once (counted in the reserving
@@ -64,7 +64,7 @@ class FlowLimits:
 
 
 class Bucket(NamedTuple):
-    """A queue's token bucket (``rate_limit``, issue 12): ``tokens`` held (fractional) at
+    """A queue's token bucket (``rate_limit``): ``tokens`` held (fractional) at
     ``at`` (µs UTC)."""
 
     tokens: float
@@ -94,20 +94,20 @@ class ReserveParams:
     #: Stop leasing once the jobs taken carry this many bytes of payload and history (the
     #: answer must fit in one message); the first job is always taken. 0 = no limit.
     max_bytes: int = 0
-    #: The name of the node leasing (``node_name``, default the host name; issue 10): stored
+    #: The name of the node leasing (``node_name``, default the host name): stored
     #: on each job leased and written into the attempt's history entry. "" = unnamed.
     node: str = ""
-    #: The flow limits of the queues that have any (issue 12): queue → ``FlowLimits``. The
+    #: The flow limits of the queues that have any: queue → ``FlowLimits``. The
     #: store leases fewer jobs (or none) from such a queue when a limit holds them back.
     flow: Mapping[str, FlowLimits] = field(default_factory=dict)
 
 
-#: Dead-letter reason of a job whose stored row could not be delivered (issue 14 O4).
+#: Dead-letter reason of a job whose stored row could not be delivered.
 DAMAGED_ROW = "DAMAGED_ROW"
 
 
 class SettleKind(enum.Enum):
-    """What a settle does with a reserved job (SPEC §3)."""
+    """What a settle does with a reserved job."""
 
     ACK = "ack"
     RETRY = "retry"            # run_at given (backoff or explicit delay); dead-letters at max_attempts
@@ -116,7 +116,7 @@ class SettleKind(enum.Enum):
 
 
 class SettleParams(NamedTuple):
-    """One ack or nack (SPEC §3). RETRY uses ``delay`` (µs) when ≥ 0, else the queue's
+    """One ack or nack. RETRY uses ``delay`` (µs) when ≥ 0, else the queue's
     backoff; DEAD_LETTER records ``reason``; ``outcome`` labels the attempt in history."""
 
     job_id: bytes
@@ -131,7 +131,7 @@ class SettleParams(NamedTuple):
 
 
 class SettleError(enum.Enum):
-    """Why a settle or extend was refused (SPEC §3, §6)."""
+    """Why a settle or extend was refused."""
 
     NOT_FOUND = "JOB_NOT_FOUND"
     LEASE_MISMATCH = "LEASE_MISMATCH"
@@ -142,8 +142,8 @@ class SettleResult(NamedTuple):
     """The verdict on one settle: ``error`` is None on success; ``state``/``run_at`` say where
     the job went; ``queue`` is the job's queue (empty on error); ``started_at`` (µs UTC) is
     when the settled attempt was leased (0 when unknown: an error, a repeated ack), for
-    ``sepp_job_runtime_seconds`` (issue 11); ``job_type`` the job's type ("" when unknown:
-    an error, a repeated ack), for the job-type figures (issue 13 item 2)."""
+    ``sepp_job_runtime_seconds``; ``job_type`` the job's type ("" when unknown:
+    an error, a repeated ack), for the job-type figures."""
 
     error: SettleError | None
     state: int = 0
@@ -164,8 +164,8 @@ class ExtendResult:
 
 
 class SkippedRow(NamedTuple):
-    """A row a sweep pass could not process and left as it was (issue 14 "sweeps isolate
-    failures"): the job's 16-byte id (for an idempotency key, the job that claimed it), its
+    """A row a sweep pass could not process and left as it was (sweeps isolate
+    failures): the job's 16-byte id (for an idempotency key, the job that claimed it), its
     queue, the error (one line, already bounded: ``sepp.wire.quote``), and the key for an
     idempotency-key row. The pass handled every other row; the next pass tries this one again."""
 
@@ -180,11 +180,11 @@ class SweepResult:
     """What a sweep pass changed: a count (rows moved or deleted), the queues that got newly
     READY jobs, how many jobs it dead-lettered per queue, and the rows it had to skip.
 
-    Issue 11 (metrics): ``expired`` is how many leases a reclaim took back per queue (every
+    For the metrics: ``expired`` is how many leases a reclaim took back per queue (every
     outcome: READY, DEAD_LETTERED, CANCELLED); ``promoted_run_at`` the run_at (µs UTC) of
     each job a promotion made READY (the lag is the pass's ``now`` minus it).
 
-    Issue 13 item 2 (job-type figures): ``expired_types`` counts a reclaim's outcomes by
+    For the job-type figures: ``expired_types`` counts a reclaim's outcomes by
     {(queue, job_type, new state): jobs}, the new state READY (retried), DEAD_LETTERED or
     CANCELLED."""
 

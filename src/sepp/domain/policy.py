@@ -1,4 +1,4 @@
-"""A queue's retry and retention policy as the store needs it inside a write (SPEC §3)."""
+"""A queue's retry and retention policy as the store needs it inside a write."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ class QueuePolicy:
     jitter: float = 0.2
     completed_retention: int = 86_400_000_000
     dead_retention: int = 14 * 86_400_000_000
-    #: The queue has a flow limit (issue 12): every settle of one of its jobs frees capacity,
+    #: The queue has a flow limit: every settle of one of its jobs frees capacity,
     #: so the store wakes the queue's long-polling reservers on every node, not only when a
     #: job became READY again.
     wake_on_settle: bool = False
 
     def backoff(self, attempt: int, rand: float) -> int:
         """Delay before retry number ``attempt`` (1-based), µs: base × 2^(attempt−1), capped,
-        then scaled by (1 + jitter × rand) with ``rand`` uniform in [−1, 1] (SPEC §3)."""
+        then scaled by (1 + jitter × rand) with ``rand`` uniform in [−1, 1]."""
         delay = min(self.backoff_cap, self.backoff_base * (2 ** min(attempt - 1, 62)))
         return max(0, int(delay * (1 + self.jitter * rand)))
 

@@ -80,13 +80,13 @@ class JobRecord(NamedTuple):
     reason: str | None
     cancel_requested: int               # 0/1: an admin asked to cancel it (truth value)
     seq: int = 0
-    #: The node that leased it last (``ReserveParams.node``; issue 10); None if never leased
+    #: The node that leased it last (``ReserveParams.node``); None if never leased
     #: or leased before the column existed.
     node: str | None = None
 
     def attempt_entries(self) -> list[dict[str, Any]]:
         """The attempt history, oldest first: dicts with ``attempt``, ``worker_id``, ``node``
-        (the node that leased the job for that attempt, "" when unknown; issue 10),
+        (the node that leased the job for that attempt, "" when unknown),
         ``started_at``/``ended_at`` (µs UTC; started may be None), ``outcome``,
         ``error_message`` and ``error_detail``.
 
@@ -119,7 +119,7 @@ _ENTRY_TYPES: dict[str, type] = {"attempt": int, "worker_id": str, "node": str, 
 def _history_entries(history: Any) -> list[dict[str, Any]]:
     """A ``history`` column as attempt entries. A damaged column (not JSON, not an array,
     entries that are not objects or have fields of the wrong type) never raises: what cannot
-    be read is left out or reads as the field's default (issue 14: a poison row must not
+    be read is left out or reads as the field's default (a poison row must not
     stop the reads of the others, and its own page still shows what can be read)."""
     if not history:
         return []
@@ -147,7 +147,7 @@ def _history_entries(history: Any) -> list[dict[str, Any]]:
 
 
 class NodeRecord(NamedTuple):
-    """One ``sepp serve`` process of a cluster as the store keeps it (issue 10 item 2):
+    """One ``sepp serve`` process of a cluster as the store keeps it:
     ``name`` (``node_name``, default the host name), ``address`` (its gRPC listen address),
     ``version`` (sepp's), ``started_at`` and ``last_seen`` (µs UTC; ``last_seen`` moves on
     with every heartbeat, ``sepp.server.cluster.HEARTBEAT_EVERY``)."""
@@ -160,7 +160,7 @@ class NodeRecord(NamedTuple):
 
 
 class WorkerRecord(NamedTuple):
-    """One worker as one node saw it (issue 13 "Workers page"), the row a node reports to the
+    """One worker as one node saw it, the row a node reports to the
     store with each heartbeat: ``worker_id`` (``Reserve.worker_id``), ``node`` (the node that
     saw it), what its last Reserve said (``host``, ``queues``, ``concurrency`` — 0 when not
     said —, ``client_version``), ``first_seen`` / ``last_reserve`` / ``last_seen`` (µs UTC;
@@ -184,7 +184,7 @@ class WorkerRecord(NamedTuple):
 
 
 class PeriodicRecord(NamedTuple):
-    """One periodic schedule as the store keeps it (issue 12 "Periodic jobs"), shared by every
+    """One periodic schedule as the store keeps it, shared by every
     node on the store: ``name``; ``definition`` (the schedule as JSON text, opaque here:
     ``sepp.server.periodic.spec.PeriodicSettings``); ``source`` (``"config"``: from a
     ``[[periodic]]`` table, written at each start; ``"admin"``: made by the admin API);

@@ -1,4 +1,4 @@
-"""Job states and their one name table (SPEC §3, §6).
+"""Job states and their one name table.
 
 The numbers match ``sepp.api.v1.JobState`` and the stored ``state`` column. Every front
 end (UI, CLI, admin client, worker runtime) names states through ``STATE_NAMES`` /
@@ -38,7 +38,7 @@ def state_name(state: int) -> str:
 
 
 def state_label(state: int) -> str:
-    """The one spelling a state is *shown* in (issue 13): the API's enum name in capitals —
+    """The one spelling a state is *shown* in: the API's enum name in capitals —
     ``DEAD_LETTERED`` — in the UI, the CLI's tables and its JSON alike. An unknown number (a
     damaged row, a newer server) reads as its decimal text."""
     name = STATE_NAMES.get(state)
@@ -46,7 +46,7 @@ def state_label(state: int) -> str:
 
 
 def parse_state(text: str) -> int:
-    """A state given in any of the spellings people type (issue 13: ``DEAD_LETTERED``,
+    """A state given in any of the spellings people type (``DEAD_LETTERED``,
     ``dead_lettered``, ``dead-lettered``, ``Dead lettered``, or its number) → its number.
 
     Case, ``-``, ``_`` and spaces do not matter. Raises ``ValueError`` naming the valid

@@ -1,5 +1,5 @@
 """The transition rules: what an ack, a nack, a lease expiry, an admin cancel and a redrive
-do to a job (SPEC §1 state diagram, §3, §6; issue 9 item 1).
+do to a job (every move between its states).
 
 Each rule is a small pure function of what the store read (``HeldJob``, ``ExpiredLease``
 or a state number), the time and the queue's policy; it returns a frozen record saying what
@@ -25,11 +25,11 @@ from sepp.domain.states import State
 _SCHEDULED, _READY, _RESERVED = int(State.SCHEDULED), int(State.READY), int(State.RESERVED)
 _COMPLETED, _DEAD, _CANCELLED = int(State.COMPLETED), int(State.DEAD_LETTERED), int(State.CANCELLED)
 
-#: Dead-letter reason of a nack ``retry`` on the last attempt (SPEC §3).
+#: Dead-letter reason of a nack ``retry`` on the last attempt.
 ATTEMPTS_EXHAUSTED = "ATTEMPTS_EXHAUSTED"
-#: Dead-letter reason of a lease that ran out on the last attempt (SPEC §3).
+#: Dead-letter reason of a lease that ran out on the last attempt.
 LEASE_EXPIRED = "LEASE_EXPIRED"
-#: Reason recorded when a cancel requested during a reservation takes effect (SPEC §1).
+#: Reason recorded when a cancel requested during a reservation takes effect.
 CANCELLED_WHILE_RESERVED = "cancelled by admin while reserved"
 #: Reason of an admin cancel that gave none.
 CANCELLED_BY_ADMIN = "cancelled by admin"
@@ -39,9 +39,9 @@ OUTCOME_EXHAUSTED = "attempts_exhausted"
 #: History outcome and message of a lease that ran out.
 OUTCOME_LEASE_EXPIRED, MESSAGE_LEASE_EXPIRED = "lease_expired", "lease expired"
 
-#: States an admin requeue (redrive) of one job takes a job out of (SPEC §1).
+#: States an admin requeue (redrive) of one job takes a job out of.
 REDRIVABLE = (_DEAD, _CANCELLED)
-#: The state a bulk redrive takes jobs out of (the dead-letter view; SPEC §4).
+#: The state a bulk redrive takes jobs out of (the dead-letter view).
 BULK_REDRIVABLE = _DEAD
 #: States an admin cancel finishes at once; a RESERVED job is asked cooperatively.
 CANCELLABLE_NOW = (_SCHEDULED, _READY)
@@ -61,8 +61,8 @@ class HeldJob(NamedTuple):
     started_at: int | None
     cancel_requested: int               # 0/1 (truth value)
     run_at: int
-    node: str | None = None             # the node that leased it (``ReserveParams.node``; issue 10)
-    job_type: str = ""                  # for the job-type figures (issue 13 item 2)
+    node: str | None = None             # the node that leased it (``ReserveParams.node``)
+    job_type: str = ""                  # for the job-type figures
 
 
 class ExpiredLease(NamedTuple):
@@ -75,7 +75,7 @@ class ExpiredLease(NamedTuple):
     started_at: int | None
     lease_expires_at: int
     cancel_requested: int               # 0/1 (truth value)
-    node: str | None = None             # the node that leased it (``ReserveParams.node``; issue 10)
+    node: str | None = None             # the node that leased it (``ReserveParams.node``)
 
 
 class Decision(NamedTuple):
@@ -108,8 +108,8 @@ def history_entry(attempt: int, worker: str | None, started: int | None, ended: 
     """One attempt-history entry as compact JSON text (the shape ``JobRecord.attempt_entries``
     reads): ``{"attempt","worker_id","node","started_at","ended_at","outcome",
     "error_message","error_detail"}`` in that order, times µs UTC (``started_at`` may be
-    null). ``node`` is the name of the node that leased the job for this attempt (issue 10:
-    attempt history names the node; "" when unknown — entries written before it lack the key
+    null). ``node`` is the name of the node that leased the job for this attempt
+    (attempt history names the node; "" when unknown — entries written before it lack the key
     and read as "")."""
     return json.dumps({"attempt": attempt, "worker_id": worker or "", "node": node or "", "started_at": started,
                        "ended_at": ended, "outcome": outcome, "error_message": message, "error_detail": detail},
@@ -117,7 +117,7 @@ def history_entry(attempt: int, worker: str | None, started: int | None, ended: 
 
 
 def lease_error(job: HeldJob | None, lease_id: bytes, now: int) -> SettleError | None:
-    """The verdict on a lease presented at ``now`` (SPEC §6): ``NOT_FOUND`` for no job; a
+    """The verdict on a lease presented at ``now``: ``NOT_FOUND`` for no job; a
     lease id that is not the job's current one is ``LEASE_MISMATCH`` (checked first); the
     right lease on a job no longer RESERVED, or past (or at) its expiry, is
     ``LEASE_EXPIRED``; None when the lease is live."""
@@ -147,7 +147,7 @@ def ack(job: HeldJob, now: int, policy: QueuePolicy) -> Decision:
 def repeated_ack(job: HeldJob | None, error: SettleError, kind: SettleKind) -> SettleResult | None:
     """An ack refused as ``LEASE_EXPIRED`` on a job that is COMPLETED was repeated by the
     lease that completed it (a mismatch is caught first): it succeeds again, writing nothing
-    (SPEC §6). The verdict, or None when the refusal stands."""
+    . The verdict, or None when the refusal stands."""
     if error is SettleError.LEASE_EXPIRED and kind is SettleKind.ACK and job is not None \
             and job.state == _COMPLETED:
         return SettleResult(None, _COMPLETED, 0, job.attempt, job.queue)
@@ -155,7 +155,7 @@ def repeated_ack(job: HeldJob | None, error: SettleError, kind: SettleKind) -> S
 
 
 def nack(job: HeldJob, p: SettleParams, policy: QueuePolicy, rand: float) -> Decision:
-    """A nack of a live lease (``p.kind`` RETRY, DEAD_LETTER or RELEASE; SPEC §3):
+    """A nack of a live lease (``p.kind`` RETRY, DEAD_LETTER or RELEASE):
 
     - DEAD_LETTER, or RETRY with ``job.attempt ≥ max_attempts``: DEAD_LETTERED at ``p.now``
       (run_at and finished_at now, purge after the dead retention), reason ``p.reason`` or
@@ -205,7 +205,7 @@ def settle(job: HeldJob | None, p: SettleParams, policy: PolicyLookup, rand: flo
 
 
 def reclaim(job: ExpiredLease, now: int, policy: PolicyLookup) -> Decision:
-    """A lease that ran out, found by the sweep at ``now`` (SPEC §3). One history entry
+    """A lease that ran out, found by the sweep at ``now``. One history entry
     (outcome ``lease_expired``, ended at the expiry) and:
 
     - an admin asked to cancel it: CANCELLED (``CANCELLED_WHILE_RESERVED``);
@@ -226,7 +226,7 @@ def reclaim(job: ExpiredLease, now: int, policy: PolicyLookup) -> Decision:
 
 
 class CancelAction(enum.Enum):
-    """What an admin cancel does to a job in a given state (SPEC §1, §4)."""
+    """What an admin cancel does to a job in a given state."""
 
     CANCEL = "cancel"            # SCHEDULED / READY: CANCELLED now
     REQUEST = "request"          # RESERVED: flag it; its settle or its lease expiry cancels it
@@ -269,7 +269,7 @@ class Redrive(NamedTuple):
 
 
 def redrive(state: int, now: int) -> Redrive | None:
-    """An admin requeue (redrive) at ``now`` of a job in ``state`` (SPEC §1, §6): the new
+    """An admin requeue (redrive) at ``now`` of a job in ``state``: the new
     columns for a DEAD_LETTERED or CANCELLED job, None (wrong state) for any other. A bulk
     redrive applies the same columns to DEAD_LETTERED jobs only (``BULK_REDRIVABLE``)."""
     if state not in REDRIVABLE:

@@ -1,9 +1,9 @@
 """Composition root of ``sepp serve``: builds store, registry, engine, sweeper, gRPC and
 HTTP front ends; starts them in order and stops them in reverse (STYLE habit 11).
 
-TLS (issue 11): ``load_server_tls`` checks the files named by ``tls_cert`` / ``tls_key`` /
+TLS: ``load_server_tls`` checks the files named by ``tls_cert`` / ``tls_key`` /
 ``tls_client_ca`` when the server is built, before the store opens or a port is bound; both
-listeners then serve TLS only. Readiness (issue 11): ``Readiness`` probes the store every
+listeners then serve TLS only. Readiness: ``Readiness`` probes the store every
 ``readiness_interval`` seconds and flips the gRPC health service; ``/readyz`` asks it.
 
 Stop order on SIGTERM: readiness and health go NOT_SERVING, gRPC stops taking calls and lets
@@ -112,7 +112,7 @@ class _Uvicorn(uvicorn.Server):
 class SeppServer:
     """One ``sepp serve`` process. ``grpc_port``/``http_port`` are known after ``start()``.
 
-    ``clock`` is the server's one source of time (issue 9 item 3), handed to the engine;
+    ``clock`` is the server's one source of time, handed to the engine;
     the sweeper, the admin engine and the front ends read ``engine.clock``.
     """
 
@@ -131,15 +131,15 @@ class SeppServer:
         self.notifier = Notifier()
         self.engine = JobEngine(config, self.store, self.registry, self.notifier, clock=clock)
         self.sweeper = Sweeper(self.engine, config.sweep_interval)
-        #: Periodic schedules (issue 12): the config's [[periodic]] tables and the admin's, run
+        #: Periodic schedules: the config's [[periodic]] tables and the admin's, run
         #: on every node (docs/periodic.md).
         self.periodic = PeriodicScheduler(self.engine, config.periodic)
-        #: The node's metrics (issue 11), fed by the engine's events; /metrics renders them.
+        #: The node's metrics, fed by the engine's events; /metrics renders them.
         self.metrics = Metrics(self.engine, gauge_interval=config.metrics_gauge_interval,
                                sweep_skipped=lambda: self.sweeper.skipped)
-        #: Wake-ups, queue settings and the heartbeat shared with the other nodes (issue 10).
+        #: Wake-ups, queue settings and the heartbeat shared with the other nodes.
         self.cluster = Cluster(self.engine, self.node, config.grpc_listen)
-        #: Tokens and roles of every API and the UI, with the failure counts (issue 11).
+        #: Tokens and roles of every API and the UI, with the failure counts.
         self.auth = Authenticator.from_config(config.auth, config.admin_token)
         self.metrics.auth_failures_from(lambda: self.auth.failures)
         self.grpc = GrpcFront(config, self.engine, self.started, self.node,

@@ -1,4 +1,4 @@
-"""Tokens and roles (issue 11 "Interface"): the ``[[auth.tokens]]`` config model and the
+"""Tokens and roles: the ``[[auth.tokens]]`` config model and the
 ``Authenticator`` that the gRPC interceptor (``sepp.server.rpc.authz``) and the web UI share.
 
 A token is configured by its name, the hex SHA-256 of its secret (the secret itself is never
@@ -13,7 +13,7 @@ Auth is on when at least one token is configured: then every call to the produce
 (``GetServerInfo`` included) needs a token with ``produce``, the worker service ``work``, the
 admin service and the web UI ``admin``. The old ``admin_token`` key keeps working as one more
 token named ``admin_token`` with role ``admin``; given alone (no ``[[auth.tokens]]``) it locks
-only the admin service and the UI, as before issue 11. A role grants its own service only
+only the admin service and the UI, as in earlier versions. A role grants its own service only
 (``admin`` does not imply ``produce``): give a token several roles for several services.
 
 A presented secret is hashed with SHA-256 and compared with every configured digest in

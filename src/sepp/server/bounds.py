@@ -1,5 +1,5 @@
 """Bounds at the edge: every Duration, Timestamp and count an RPC carries is checked here
-before the engine sees it (issue 14 "bounded at the edge").
+before the engine sees it.
 
 Each refusal is an ``InvalidRequest`` (INVALID_ARGUMENT, ErrorInfo reason
 ``INVALID_ARGUMENT``) whose metadata names the ``field``, the ``limit`` that was crossed

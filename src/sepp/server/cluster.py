@@ -1,4 +1,4 @@
-"""``Cluster``: what a node does because other nodes share its store (issue 10 item 2).
+"""``Cluster``: what a node does because other nodes share its store.
 
 * **Wake-ups**: the store tells (``Store.subscribe``) when another node made jobs ready;
   the notifier wakes this node's long-polling reservers (``None``: wake them all).
@@ -107,7 +107,7 @@ class Cluster:
                             extra={"event": "duplicate_node_name", "address": other.address})
 
     async def _beat(self) -> None:
-        """Write this node's row and its workers (issue 13), then read every node's
+        """Write this node's row and its workers, then read every node's
         (``engine.nodes``)."""
         store = self.engine.store
         await store.heartbeat(self.record())

@@ -1,12 +1,12 @@
-"""Server configuration (SPEC §7): TOML file < ``SEPP_*`` environment < CLI flags.
+"""Server configuration: TOML file < ``SEPP_*`` environment < CLI flags.
 
 Read once at the CLI edge (``load_config``) into a frozen ``ServerConfig`` that is
 passed explicitly to everything else. Nested fields use ``__`` in environment
 variables, e.g. ``SEPP_LIMITS__MAX_ENQUEUE_BATCH=512``.
 
-The storage backend is chosen by ``storage`` (``"sqlite"``, the default, or ``"postgres"``:
-issue 10) and its own settings live in its table (``[sqlite]``:
-``sepp.storage.config.SQLiteSettings``, issue 9 item 2; ``[postgres]``:
+The storage backend is chosen by ``storage`` (``"sqlite"``, the default, or ``"postgres"``)
+and its own settings live in its table (``[sqlite]``:
+``sepp.storage.config.SQLiteSettings``; ``[postgres]``:
 ``sepp.storage.config.PostgresSettings``). The PostgreSQL database is the top-level
 ``postgres_dsn`` (``SEPP_POSTGRES_DSN``, ``--postgres-dsn``), required with
 ``storage = "postgres"``. The old flat names of the SQLite settings (``sqlite_writer``,
@@ -43,7 +43,7 @@ def _migrate_legacy(data: Any) -> tuple[Any, list[str]]:
     """Move the old flat SQLite keys of ``data`` (the merged input of every source) into its
     ``sqlite`` table: (the new data, one warning line per key moved).
 
-    Raises ``ValueError`` when a key is given under both names (issue 9 item 2)."""
+    Raises ``ValueError`` when a key is given under both names."""
     if not isinstance(data, dict) or not any(key in data for key in LEGACY_SQLITE_KEYS):
         return data, []
     data = dict(data)
@@ -86,7 +86,7 @@ class ServerConfig(BaseSettings):
                                       extra="forbid", allow_inf_nan=False)
 
     #: The storage backend: "sqlite" (the embedded default, one node) or "postgres" (any
-    #: number of nodes on one PostgreSQL database; issue 10).
+    #: number of nodes on one PostgreSQL database).
     storage: Literal["sqlite", "postgres"] = "sqlite"
     #: Folder of the embedded SQLite database (``sepp.db``); unused with "postgres".
     data_dir: Path = Path("sepp-data")
@@ -97,17 +97,17 @@ class ServerConfig(BaseSettings):
     grpc_listen: str = "127.0.0.1:7700"
     #: HTTP listen address for the admin UI, /metrics and /healthz; empty disables HTTP.
     http_listen: str = "127.0.0.1:7701"
-    #: SPEC §5: sync | group (default) | async.
+    #: sync | group (default) | async.
     persist_mode: PersistMode = "group"
     #: Strict mode: an undeclared queue is UnknownQueue instead of being created.
     strict: bool = False
-    #: Server-wide limits (SPEC §2).
+    #: Server-wide limits.
     limits: ServerLimits = ServerLimits()
     #: Settings given to queues created on first enqueue.
     queue_defaults: QueueSettings = QueueSettings()
     #: Declared queues: name → settings.
     queues: dict[str, QueueSettings] = Field(default_factory=dict)
-    #: Periodic schedules (``[[periodic]]`` tables, issue 12; docs/periodic.md): written into
+    #: Periodic schedules (``[[periodic]]`` tables; docs/periodic.md): written into
     #: the store at start, so every node sharing it runs them.
     periodic: tuple[PeriodicSettings, ...] = ()
     #: Load shedding: most jobs waiting for the committer before OVERLOADED.
@@ -117,16 +117,16 @@ class ServerConfig(BaseSettings):
     #: Longest sleep of the sweeper between passes, seconds.
     sweep_interval: float = Field(default=1.0, gt=0, le=HOUR)
     #: How often /metrics re-reads the queue gauges from storage in the background, seconds;
-    #: 0 reads them at every scrape (issue 11; docs/operations.md "## Metrics").
+    #: 0 reads them at every scrape (docs/operations.md "## Metrics").
     metrics_gauge_interval: float = Field(default=15.0, ge=0, le=HOUR)
     #: Group commit: under concurrent load, wait this long to gather writes into one commit, seconds.
     group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.
     shutdown_grace: float = Field(default=10.0, ge=0, le=DAY)
-    #: Tokens and their roles (``[[auth.tokens]]``, issue 11); auth is on when one is configured.
+    #: Tokens and their roles (``[[auth.tokens]]``); auth is on when one is configured.
     auth: AuthSettings = AuthSettings()
     #: Legacy: a token with role ``admin`` (named ``admin_token``); alone it locks only the
-    #: admin API and the UI, as before issue 11.
+    #: admin API and the UI, as in earlier versions.
     admin_token: str | None = None
     #: Allow listening on a non-loopback address with no ``[[auth.tokens]]`` (``--insecure``).
     insecure: bool = False
@@ -136,7 +136,7 @@ class ServerConfig(BaseSettings):
     node_name: str = ""
     #: Log level: debug, info, warning, error.
     log_level: str = "info"
-    #: Log lines on stderr: "text" (the default) or "json", one object per line (issue 11; ``sepp.logs``).
+    #: Log lines on stderr: "text" (the default) or "json", one object per line (``sepp.logs``).
     log_format: Literal["text", "json"] = "text"
     #: Fault injection for tests: sleep this long before every commit, seconds. Keep 0.
     debug_commit_delay: float = Field(default=0.0, ge=0, le=60.0)
@@ -145,7 +145,7 @@ class ServerConfig(BaseSettings):
     #: The PostgreSQL backend's own settings: schema, read and write connections per node.
     postgres: PostgresSettings = PostgresSettings()
 
-    # -- TLS and readiness (issue 11; docs/operations.md). The files are checked at start
+    # -- TLS and readiness (docs/operations.md). The files are checked at start
     # (sepp.server.tls.load_server_tls): a bad one is a one-line start error naming its key.
     #: PEM certificate (chain) the gRPC and HTTP listeners present; with ``tls_key`` both
     #: serve TLS only. Empty = plaintext.
@@ -167,18 +167,18 @@ class ServerConfig(BaseSettings):
 
     @property
     def sqlite_writer(self) -> str:
-        """Deprecated read-back alias of ``sqlite.writer`` (the pre-issue-9 flat key)."""
+        """Deprecated read-back alias of ``sqlite.writer`` (the older flat key)."""
         return self.sqlite.writer
 
     @property
     def cache_mib(self) -> int:
-        """Deprecated read-back alias of ``sqlite.cache_mib`` (MiB; the pre-issue-9 flat key)."""
+        """Deprecated read-back alias of ``sqlite.cache_mib`` (MiB; the older flat key)."""
         return self.sqlite.cache_mib
 
     @property
     def async_fsync_interval(self) -> float:
         """Deprecated read-back alias of ``sqlite.async_fsync_interval`` (seconds; the
-        pre-issue-9 flat key)."""
+        older flat key)."""
         return self.sqlite.async_fsync_interval
 
     @property
@@ -212,7 +212,7 @@ class ServerConfig(BaseSettings):
     @field_validator("postgres_dsn")
     @classmethod
     def _check_postgres_dsn(cls, value: str, info: ValidationInfo) -> str:
-        """Required (non-blank) when ``storage`` is "postgres" (issue 10): the message names
+        """Required (non-blank) when ``storage`` is "postgres": the message names
         the key, the flag and the variable. Runs on the default too (``validate_default``)."""
         if info.data.get("storage") == "postgres" and not value.strip():
             raise ValueError("must be set when storage is 'postgres' (--postgres-dsn, env SEPP_POSTGRES_DSN), "
@@ -241,7 +241,7 @@ class ServerConfig(BaseSettings):
     @classmethod
     def _check_tls(cls, value: str, info: ValidationInfo) -> str:
         """``tls_cert`` and ``tls_key`` both or neither; ``tls_client_ca`` only with them
-        (issue 11). Runs on the defaults too (``validate_default``)."""
+        . Runs on the defaults too (``validate_default``)."""
         cert = str(info.data.get("tls_cert", "")).strip()
         if info.field_name == "tls_key" and bool(cert) != bool(value.strip()):
             if cert:
@@ -254,7 +254,7 @@ class ServerConfig(BaseSettings):
     @field_validator("periodic")
     @classmethod
     def _check_periodic(cls, value: tuple[PeriodicSettings, ...]) -> tuple[PeriodicSettings, ...]:
-        """Schedule names are unique (issue 12: the name is the schedule's identity)."""
+        """Schedule names are unique (the name is the schedule's identity)."""
         seen: dict[str, int] = {}
         for i, spec in enumerate(value):
             if spec.name in seen:
@@ -305,7 +305,7 @@ def _given(value: Any) -> str:
     return ""
 
 
-#: Parts of a key whose value is a secret: a config error never quotes it (issue 11).
+#: Parts of a key whose value is a secret: a config error never quotes it.
 _SECRET_PARTS = ("token", "secret", "password", "dsn", "sha256", "auth")
 
 

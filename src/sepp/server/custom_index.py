@@ -1,4 +1,4 @@
-"""The custom-map search index's entries of one job (issue 13 item 3), built on the enqueue
+"""The custom-map search index's entries of one job, built on the enqueue
 path from the request's proto map (the store never sees protobuf types).
 
 Each entry is (job id, key, the value as text: ``sepp.storage.search.value_text``); an

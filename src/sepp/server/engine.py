@@ -1,4 +1,4 @@
-"""JobEngine: the queue semantics, transport-agnostic (SPEC §2, §3, §6).
+"""JobEngine: the queue semantics, transport-agnostic.
 
 Takes protobuf requests from the RPC layer, validates them with the shared
 ``Validator``, builds rows and hands them to the store (one commit per call), and
@@ -49,10 +49,10 @@ from sepp.storage.base import (
 )
 from sepp.storage.rows import describe
 from sepp.storage.search import CustomEntry
-from sepp.validation import Checked, Validator
+from sepp.validation import Checked, Validator, server_fix
 
 log = logging.getLogger("sepp.engine")
-#: Dead-letter lines: at most this many per ``DEAD_LOG_EVERY`` seconds (the rest counted, issue 11).
+#: Dead-letter lines: at most this many per ``DEAD_LOG_EVERY`` seconds (the rest counted).
 DEAD_LOG_BURST, DEAD_LOG_EVERY = 20, 5.0
 #: Overload lines: at most one per this many seconds, with the count of the refusals in between.
 OVERLOAD_LOG_EVERY = 5.0
@@ -108,7 +108,7 @@ def job_id_bytes(text: str) -> bytes | None:
 class _Reserving:
     """One ``JobEngine.reserve`` call in progress: the notifier event its long-poll waits on,
     whether it waits on it right now (``parked``), and whether ``stop_reserving`` stopped it
-    (issue 15 item 7)."""
+    ."""
 
     __slots__ = ("event", "parked", "stopped")
 
@@ -134,11 +134,11 @@ class JobEngine:
     """Enqueue, reserve and settle on top of a ``Store``.
 
     ``events`` (``on_scheduled`` / ``on_stored`` / ``on_finished`` name the same ``Event``
-    objects) are subscriber lists (issue 9 item 6): ``on_scheduled`` gets the earliest run_at
+    objects) are subscriber lists: ``on_scheduled`` gets the earliest run_at
     (µs) of newly stored SCHEDULED jobs so the promotion sweep can wake in time; ``on_stored``
     and ``on_finished`` feed the admin throughput stats. Subscribe, do not assign.
 
-    ``clock`` (issue 9 item 3) is the one source of time of the server: every reading the
+    ``clock`` is the one source of time of the server: every reading the
     engine makes (enqueue time, lease start and expiry, settle time) comes from it, and the
     sweeper, the admin engine and the RPC servicers read ``engine.clock`` too, so a test
     drives all of them with one ``FakeClock``. The long-poll of ``reserve`` waits in real
@@ -149,7 +149,7 @@ class JobEngine:
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         #: This node's name (``node_name``, else the host name — the rule of ``SeppServer.node``):
-        #: stored on each job it leases and named in that attempt's history (issue 10).
+        #: stored on each job it leases and named in that attempt's history.
         self.node = config.node_name or socket.gethostname()
         #: The injected clock: ``clock.now`` (µs UTC) and ``clock.monotonic`` (seconds).
         self.clock = clock
@@ -167,13 +167,13 @@ class JobEngine:
         self.events = EngineEvents()
         self._max_backlog = config.max_commit_backlog
         #: The nodes sharing the store as last read (``sepp.server.cluster.Cluster``, every
-        #: heartbeat): what GetServerInfo and the UI list (issue 10).
+        #: heartbeat): what GetServerInfo and the UI list.
         self.nodes: list[NodeRecord] = []
-        #: The workers this node sees (issue 13): fed by the worker servicer, reported with
+        #: The workers this node sees: fed by the worker servicer, reported with
         #: each heartbeat (``sepp.server.cluster``).
         self.workers = WorkerRegistry(clock)
         #: The ``reserve`` calls in progress by worker id (calls with an empty id are not
-        #: kept): what ``stop_reserving`` wakes (issue 15 item 7).
+        #: kept): what ``stop_reserving`` wakes.
         self._reserving: dict[str, set[_Reserving]] = {}
         #: Every ``reserve`` call in progress, with or without a worker id: what
         #: ``end_long_polls`` wakes when the server stops.
@@ -182,7 +182,7 @@ class JobEngine:
         self._no_waits = False
         #: Give-back tasks of abandoned reservations (kept referenced until done).
         self._background: set[asyncio.Future[Any]] = set()
-        # Significant-event lines that can come in floods are rate-limited (issue 11 "Logs").
+        # Significant-event lines that can come in floods are rate-limited.
         self._dead_log = RateLimited(log, burst=DEAD_LOG_BURST, every=DEAD_LOG_EVERY)
         self._overload_log = RateLimited(log, burst=1, every=OVERLOAD_LOG_EVERY)
 
@@ -238,7 +238,7 @@ class JobEngine:
         state, run_at = _READY, now
         if at_ns is not None:
             at = at_ns // 1000
-            if at > now:  # SPEC §6: run_at = max(scheduled_at, enqueue time)
+            if at > now:  # run_at = max(scheduled_at, enqueue time)
                 state, run_at = _SCHEDULED, at
         extras = None
         if has_extras:
@@ -278,7 +278,7 @@ class JobEngine:
         return dedups
 
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
-        """Validate and store one job (SPEC §2). Raises ``JobRejected`` or ``Overloaded``."""
+        """Validate and store one job. Raises ``JobRejected`` or ``Overloaded``."""
         now = self._clock_now()
         self.queues.begin_admission()
         checked = self.validator.check(req, now * 1000)
@@ -287,7 +287,7 @@ class JobEngine:
             raise JobRejected(checked)
         # The backlog is checked before the id and again after it: a wait for the id (a
         # PostgreSQL node's block of seqs) counts in the store's backlog, so requests arriving
-        # meanwhile are shed, and those that waited would otherwise all pass at once (SPEC §2).
+        # meanwhile are shed, and those that waited would otherwise all pass at once.
         self._check_backlog(1)
         uid = (await self.store.new_job_ids(1))[0]
         self._check_backlog(1)
@@ -305,17 +305,18 @@ class JobEngine:
         request make the server check any number of (queue, job type, encoding) shapes."""
         cap = self.limits.max_enqueue_batch
         if len(plain) > cap:
-            raise InvalidRequest(f"a batch holds at most {cap} runs of plain jobs", "plain", cap, len(plain))
+            raise InvalidRequest(f"a batch holds at most {cap} runs of plain jobs{server_fix('max_enqueue_batch')}",
+                                 "plain", cap, len(plain))
         return sum(len(run.data) for run in plain)
 
     def _check_count(self, n: int) -> None:
         """Refuse a batch of ``n`` jobs outside 1..``max_enqueue_batch`` (``InvalidRequest``,
-        field ``jobs``: SPEC §2)."""
+        field ``jobs``)."""
         cap = self.limits.max_enqueue_batch
         if n == 0:
             raise InvalidRequest("a batch needs at least one job", "jobs", cap, 0)
         if n > cap:
-            raise InvalidRequest(f"a batch holds at most {cap} jobs", "jobs", cap, n)
+            raise InvalidRequest(f"a batch holds at most {cap} jobs{server_fix('max_enqueue_batch')}", "jobs", cap, n)
 
     def _plain_cap(self, queue: str, job_type: str, encoding: str, now_ns: int) -> int:
         """The largest payload (bytes) with which a plain request of ``queue``, ``job_type``
@@ -353,7 +354,7 @@ class JobEngine:
     async def enqueue_batch(self, reqs: Sequence[pb.EnqueueRequest],
                             min_dedup_us: Sequence[int] | None = None,
                             plain: Sequence[pb.PlainJobs] = ()) -> list[pb.Rejection | Ack]:
-        """Best effort (SPEC §2): each job validated alone; the valid ones stored in one commit.
+        """Best effort: each job validated alone; the valid ones stored in one commit.
 
         ``plain``: more jobs, by column (``EnqueueBatchRequest.plain``): they follow ``reqs``,
         run after run, each exactly the plain ``EnqueueRequest`` it stands for. When every one
@@ -426,7 +427,7 @@ class JobEngine:
         stored = valid + (n_plain if runs else 0)
         ids: Iterator[UUID] = iter(())
         if stored:
-            # Shed before building: _build registers on-demand queues (SPEC §2: nothing of
+            # Shed before building: _build registers on-demand queues (nothing of
             # a shed request may be stored or created).
             self._check_backlog(stored)  # before and after the ids: see enqueue
             ids = iter(await self.store.new_job_ids(stored))
@@ -499,7 +500,7 @@ class JobEngine:
 
     async def enqueue_atomic(self, reqs: Sequence[pb.EnqueueRequest],
                              plain: Sequence[pb.PlainJobs] = ()) -> list[Ack]:
-        """All or nothing (SPEC §2): every job valid → all stored in one commit, else
+        """All or nothing: every job valid → all stored in one commit, else
         ``AtomicRejected`` listing every failure by index, and nothing stored.
         Deduplicated jobs count as success. ``plain``: more jobs by column, after ``reqs``
         (``expand_plain``)."""
@@ -542,7 +543,7 @@ class JobEngine:
 
         Unknown and paused queues give nothing. A call with a ``worker_id`` is kept, for its
         whole length, where ``stop_reserving(worker_id)`` finds it, and is noted in
-        ``workers`` (the Workers page, issue 13, with the caller's ``host``, handler slots
+        ``workers`` (the Workers page, with the caller's ``host``, handler slots
         ``concurrency`` and ``client_version``) twice: once its arguments are accepted, before
         any wait — so a worker idle in its first long poll is listed at once, not up to
         ``wait_s`` later — and again when it ends (its latest Reserve; not when the worker
@@ -600,7 +601,7 @@ class JobEngine:
                 if remaining <= 0 or me.stopped or self._no_waits:
                     return []
                 # A rate limit frees capacity by time, which notifies nobody: try again when
-                # the next token is due (issue 12), or when woken, whichever comes first.
+                # the next token is due, or when woken, whichever comes first.
                 poll = min((q.flow.token_wait() for q in active if q.flow is not None and q.flow.rate_amount),
                            default=remaining)
                 me.parked = True
@@ -624,13 +625,13 @@ class JobEngine:
 
     def parked(self, worker_id: str | None = None) -> int:
         """How many ``reserve`` calls with ``worker_id`` (None: any, an empty id included)
-        wait in their long-poll right now (tests and diagnostics; issue 15 item 7)."""
+        wait in their long-poll right now (tests and diagnostics)."""
         calls = self._calls if worker_id is None else self._reserving.get(worker_id, ())
         return sum(1 for call in calls if call.parked)
 
     def stop_reserving(self, worker_id: str, stopped: bool = False) -> int:
         """End the long-polls of the ``reserve`` calls in progress with ``worker_id`` (a
-        stopping worker, issue 15 item 7): each is marked stopped and woken. One parked in its
+        stopping worker): each is marked stopped and woken. One parked in its
         wait returns ``[]`` at once without leasing again; one inside the store's lease returns
         what it leased, as usual (the worker gives it back). Calls that start later are not
         affected. Returns how many calls this stopped (0 when none is open or all were stopped
@@ -708,7 +709,7 @@ class JobEngine:
     async def bury_damaged(self, jobs: Sequence[tuple[JobRecord, Exception]]) -> None:
         """Dead-letter leased ``jobs`` that could not be converted into a message (a damaged
         row, with the error) with reason ``DAMAGED_ROW`` instead of handing them out; each is
-        logged with its id, queue and the error (issue 14 O4). A failure here is logged too:
+        logged with its id, queue and the error. A failure here is logged too:
         the lease then expires and the sweeps deal with the row."""
         for rec, exc in jobs:
             log.warning("job %s in queue %s cannot be delivered (%s): dead-lettered with %s",
@@ -732,7 +733,7 @@ class JobEngine:
             if wake is None:
                 wake = waking[queue] = self.queues.policy_for(queue).wake_on_settle
             if wake:
-                woke.add(queue)  # a flow-limited queue got a slot back (issue 12)
+                woke.add(queue)  # a flow-limited queue got a slot back
             if state in _COUNTED:
                 if run_at:  # run_at 0: a repeated ack, counted already
                     key = (queue, state)
@@ -751,7 +752,7 @@ class JobEngine:
         return results
 
     def _dead_lettered(self, item: SettleParams, queue: str, attempt: int) -> None:
-        """The log line of a job a settle dead-lettered (issue 11 "Logs"): its id, queue,
+        """The log line of a job a settle dead-lettered: its id, queue,
         attempt and reason (``nack_dead_letter`` or ``attempts_exhausted``, the metric's
         label), the error message the worker sent (else the stored reason) clipped — never the payload. At most
         ``DEAD_LOG_BURST`` lines per ``DEAD_LOG_EVERY`` seconds; the rest are counted."""

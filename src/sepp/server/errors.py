@@ -1,4 +1,4 @@
-"""Errors the engine raises; ``rpc.status`` turns each into its wire status (SPEC §2, §3)."""
+"""Errors the engine raises; ``rpc.status`` turns each into its wire status."""
 
 from __future__ import annotations
 
@@ -75,19 +75,20 @@ class NotFound(EngineError):
 
 
 class QueueLimitReached(EngineError):
-    """Creating one more queue would exceed the server's ``limits.max_queues`` (issue 14 O5).
+    """Creating one more queue would exceed the server's ``limits.max_queues``.
     Sent as FAILED_PRECONDITION with ErrorInfo reason ``QUEUE_LIMIT_REACHED`` and metadata
     ``limit`` / ``actual`` (docs/decisions.md "A limit on the number of queues")."""
 
     def __init__(self, name: str, limit: int, actual: int) -> None:
         super().__init__(f"cannot create queue {quote(name)}: the server holds {actual} queues, its limit "
-                         f"(limits.max_queues = {limit}); delete unused queues or raise limits.max_queues")
+                         f"(limits.max_queues = {limit}); delete unused queues (sepp queues delete NAME) or raise "
+                         "[limits] max_queues in the server's config (SEPP_LIMITS__MAX_QUEUES)")
         self.limit = limit
         self.actual = actual
 
 
 class PeriodicInvalid(EngineError):
-    """A periodic schedule that cannot run (issue 12): ``field`` is the offending field
+    """A periodic schedule that cannot run: ``field`` is the offending field
     (``cron``, ``timezone``, ``every``, an unknown field's name, or the job field its queue
     refuses), ``schedule`` the schedule's name. Sent as INVALID_ARGUMENT with ErrorInfo
     reason ``PERIODIC_INVALID`` and metadata ``field`` / ``schedule``."""

@@ -1,4 +1,4 @@
-"""The server's significant-event log lines (issue 11 "Logs"): the start line's masked config
+"""The server's significant-event log lines: the start line's masked config
 summary, and a rate limit for events that can come in floods (dead-letters, overload).
 
 The lines themselves are written where the events happen — ``sepp.server`` (start),

@@ -1,8 +1,8 @@
-"""Engine events as subscriber lists (issue 9 item 6).
+"""Engine events as subscriber lists.
 
 ``JobEngine`` announces SCHEDULED jobs stored (the promotion sweep wakes in time), rows
 committed by an enqueue (admin throughput stats), jobs that reached COMPLETED /
-DEAD_LETTERED (admin stats), and — for the metrics of issue 11 — rejections, shed calls,
+DEAD_LETTERED (admin stats), and — for the metrics — rejections, shed calls,
 settles, expired leases and promotions (the last two from the sweeper). Each is an ``Event``: any number of subscribers
 (the sweeper, the admin engine, later metrics or tracing) sit next to each other, none
 replaces another. A subscriber that raises is logged and skipped: the other subscribers
@@ -73,7 +73,7 @@ class EngineEvents:
     - ``finished(queue, state, count)``: ``count`` jobs of ``queue`` reached ``state``
       (COMPLETED = 4 or DEAD_LETTERED = 5).
 
-    Issue 11 (metrics subscribe to these; each is emitted once per call or pass, never per job):
+    For the metrics (they subscribe to these; each is emitted once per call or pass, never per job):
 
     - ``rejected(rejections)``: jobs of an enqueue call were rejected (and the call was
       answered with them): one (queue, ``pb.Rejection``) per rejected job, the queue as the
@@ -86,7 +86,7 @@ class EngineEvents:
     - ``promoted(now, run_ats)``: the promotion sweep made jobs READY at ``now`` (µs); the
       run_at (µs) each had.
 
-    Issue 13 item 2 (the job-type figures subscribe):
+    For the job-type figures (they subscribe):
 
     - ``reclaimed(counts)``: a reclaim pass took back expired leases; {(queue, job_type, new
       state): jobs} (``SweepResult.expired_types``: READY = retried, DEAD_LETTERED, CANCELLED).

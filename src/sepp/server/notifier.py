@@ -1,4 +1,4 @@
-"""Wake-ups for long-polling reservers (SPEC §3 ``wait``): per-queue sets of events."""
+"""Wake-ups for long-polling reservers (Reserve's ``wait``): per-queue sets of events."""
 
 from __future__ import annotations
 

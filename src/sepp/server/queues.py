@@ -4,8 +4,8 @@ Loaded from the store at start (plus the keys the config's ``[queues.NAME]`` nam
 kept in step with every change, so the enqueue path never reads the database for a
 queue's limits.
 
-A stored row whose settings are out of range or malformed (a database written before
-the bounds of issue 14) is clamped into range when it is loaded, with one warning per
+A stored row whose settings are out of range or malformed (a database written by
+a version without these bounds) is clamped into range when it is loaded, with one warning per
 queue at start — never an error: every read (GetServerInfo, ListQueues, the UI) and
 every policy use (backoff, retention, dedup) sees valid settings. The row itself is left
 as stored until the queue is next changed.
@@ -47,7 +47,7 @@ class QueueState:
     policy: QueuePolicy = field(init=False)
     lease_us: int = field(init=False)
     dedup_us: int = field(init=False)
-    #: The queue's flow limits as the store enforces them, or None when it has none (issue 12).
+    #: The queue's flow limits as the store enforces them, or None when it has none.
     flow: FlowLimits | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -83,7 +83,7 @@ class QueueState:
 
 def no_consumer(paused: bool, ready: int, oldest_ready_at: int | None, last_reserve: int | None,
                 consumer_timeout: float, now: int) -> bool:
-    """The "no consumer" signal of a queue (issue 12; docs/flow-control.md): not ``paused``,
+    """The "no consumer" signal of a queue (docs/flow-control.md): not ``paused``,
     ``ready`` > 0 READY jobs, ``consumer_timeout`` > 0 seconds, and both the oldest READY job
     (run_at ``oldest_ready_at``, µs UTC) and the latest Reserve of the queue by any worker
     (``last_reserve``, µs UTC, None = none seen) older than ``consumer_timeout`` at ``now``
@@ -96,7 +96,7 @@ def no_consumer(paused: bool, ready: int, oldest_ready_at: int | None, last_rese
 
 
 def flow_limits(settings: QueueSettings) -> FlowLimits:
-    """The store's form of a queue's flow-control settings (issue 12): ``rate_limit`` as
+    """The store's form of a queue's flow-control settings: ``rate_limit`` as
     tokens per period in µs, the bucket size ``rate_burst`` or else the per-period amount."""
     amount, period = parse_rate(settings.rate_limit) if settings.rate_limit else (0, 0.0)
     return FlowLimits(max_in_flight=settings.max_in_flight, rate_amount=amount, rate_period=int(period * _US),
@@ -181,13 +181,13 @@ def _shown(value: Any) -> str:
 
 
 class QueueRegistry:
-    """Name → ``QueueState``; strict mode decides what an unknown name means (SPEC §1)."""
+    """Name → ``QueueState``; strict mode decides what an unknown name means."""
 
     def __init__(self, defaults: QueueSettings, strict: bool, max_encoding_bytes: int | None = None,
                  max_queues: int = ServerLimits().max_queues) -> None:
         self.defaults = defaults
         self.strict = strict
-        #: The server's ``limits.max_queues`` (issue 14 O5): ``limits_for`` refuses to admit an
+        #: The server's ``limits.max_queues``: ``limits_for`` refuses to admit an
         #: unknown queue beyond it; loading (stored rows, config) never refuses one.
         self.max_queues = max_queues
         #: Unknown names ``limits_for`` admitted since ``begin_admission`` that ``on_demand`` has
@@ -256,7 +256,7 @@ class QueueRegistry:
         _generation[0] += 1
 
     def refresh(self, records: list[QueueRecord], read_at: int) -> list[str] | None:
-        """Take the queue rows as another node left them (issue 10: several nodes share one
+        """Take the queue rows as another node left them (several nodes share one
         database): new rows are added, changed settings and flags applied, queues whose row
         is gone (deleted on another node) forgotten; queues created here on demand and not
         stored yet are kept. ``read_at`` is ``generation`` before ``records`` were read: when
@@ -295,7 +295,7 @@ class QueueRegistry:
     def limits_for(self, name: str) -> QueueLimits | QueueRefused | None:
         """Validation lookup: the queue's limits, the defaults for an unknown queue, or None
         for an unknown queue in strict mode (→ UnknownQueue), a ``QueueRefused`` for one that would be
-        created beyond ``max_queues`` (→ UnknownQueue, issue 14 O5)."""
+        created beyond ``max_queues`` (→ UnknownQueue)."""
         q = self._queues.get(name)
         if q is not None:
             return q.settings.limits
@@ -305,8 +305,10 @@ class QueueRegistry:
             count = len(self._queues) + len(self._admitted)
             if count >= self.max_queues:
                 return QueueRefused(f"the server's queue limit is reached (limits.max_queues = {self.max_queues}): "
-                                    "delete unused queues (sepp admin queues delete) or declare this one "
-                                    "after raising limits.max_queues", self.max_queues, count)
+                                    "delete unused queues (sepp queues delete NAME) or declare this one "
+                                    "after raising [limits] max_queues in the server's config "
+                                    "(SEPP_LIMITS__MAX_QUEUES)",
+                                    self.max_queues, count)
             self._admitted.add(name)
         return self.defaults.limits
 

@@ -1,4 +1,4 @@
-"""Readiness (issue 11; docs/operations.md "Health and readiness"): does the storage answer?
+"""Readiness (docs/operations.md "Health and readiness"): does the storage answer?
 
 ``Readiness`` probes the store (``Store.ping``, bounded by ``PROBE_TIMEOUT``) every
 ``interval`` seconds in a background task, keeps the last verdict, and reports each change
@@ -21,8 +21,8 @@ from sepp.storage.errors import StoreError
 
 log = logging.getLogger("sepp.server")
 
-#: Longest a probe may take before the store counts as not answering, seconds (issue 11:
-#: "storage answers a trivial query within 1 s").
+#: Longest a probe may take before the store counts as not answering, seconds
+#: ("storage answers a trivial query within 1 s").
 PROBE_TIMEOUT = 1.0
 
 

@@ -1,4 +1,4 @@
-"""TLS and mutual TLS of ``sepp serve`` (issue 11; docs/operations.md "TLS and mutual TLS").
+"""TLS and mutual TLS of ``sepp serve`` (docs/operations.md "TLS and mutual TLS").
 
 ``load_server_tls(config)`` reads and checks the PEM files of ``tls_cert``, ``tls_key`` and
 ``tls_client_ca`` with the standard ``ssl`` module *before* anything is bound, so a missing

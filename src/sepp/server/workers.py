@@ -1,4 +1,4 @@
-"""The workers this node sees (issue 13 "Workers page"), counted in memory.
+"""The workers this node sees, counted in memory.
 
 Every ``Reserve`` says who calls (``worker_id``) and, from current clients, its host, handler
 slots and client version (``JobEngine.reserve`` notes it when it accepts the call, before a long
@@ -16,7 +16,7 @@ next Reserve that *starts* ends it; the end of a long poll that began before the
 not (it belongs to the session that ended), nor do other calls. A worker killed without
 stopping is never marked: it goes quiet as before.
 
-Bounds (a worker id is caller input; issue 13, found by attacking it): at most ``MAX_WORKERS``
+Bounds (a worker id is caller input, found by attacking it): at most ``MAX_WORKERS``
 workers are tracked (a new one beyond that is not, and a warning is logged once), only ids of at
 most ``MAX_ID`` characters (kept whole, so the in-flight count matches the jobs' worker id),
 ``MAX_QUEUES`` queue names and ``MAX_TEXT`` characters of every other text; each is forgotten
@@ -181,7 +181,7 @@ class WorkerRegistry:
 
 def last_reserves(rows: Iterable[WorkerRecord]) -> dict[str, int]:
     """Queue → the latest Reserve of it (µs UTC) among the worker ``rows`` (every node's):
-    what the "no consumer" signal is judged by (issue 12)."""
+    what the "no consumer" signal is judged by."""
     last: dict[str, int] = {}
     for row in rows:
         for queue in row.queues:

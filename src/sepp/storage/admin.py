@@ -1,4 +1,4 @@
-"""The admin side of the storage seam (SPEC §4): listings, stats, cancel, redrive, purge.
+"""The admin side of the storage seam: listings, stats, cancel, redrive, purge.
 
 Internal and unstable, like ``sepp.storage.base``. Times are integer µs since the
 epoch (UTC); ids 16-byte UUID blobs; states the ``State`` numbers. A backend
@@ -8,7 +8,7 @@ Listings are keyset-paginated: ``list_jobs`` returns a page plus the sort key of
 last row (a short JSON-able list), which the caller hands back as ``after`` for the
 next page. The sort key of a job never changes while the job stays in the state being
 listed, and it is unique (it ends with the job's enqueue sequence), so a job that
-does not change state while a listing is paged appears exactly once (SPEC §6).
+does not change state while a listing is paged appears exactly once.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 def position_int(value: Any) -> int:
     """A field of a page position (``SortKey``): a stored int64 (seq, run_at, …). Anything
-    else, or outside int64, is a malformed token: ``ValueError`` (issue 14), for every
+    else, or outside int64, is a malformed token: ``ValueError``, for every
     backend alike."""
     if isinstance(value, bool) or not isinstance(value, int) or not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError("malformed page position")
@@ -59,7 +59,7 @@ class JobQuery:
     ``reason_prefix`` matches the start of the dead-letter/cancel reason;
     ``finished_after`` ≤ finished_at < ``finished_before`` (µs).
 
-    Search filters (issue 13 item 3; ``sepp.storage.search``): ``job_id`` (16-byte id) and
+    Search filters (``sepp.storage.search``): ``job_id`` (16-byte id) and
     ``idempotency_key`` exact; ``error_contains`` a substring of the last recorded
     attempt's error message, A-Z folded to a-z (so never a COMPLETED job); ``custom`` pairs
     (key, value as text, ``search.value_text``) that must all be entries of the job. A
@@ -163,22 +163,22 @@ class StateCounts:
 
 @dataclass(frozen=True, slots=True)
 class QueueGauges:
-    """What the ``/metrics`` queue gauges show (issue 11), read in one call: ``counts`` the
+    """What the ``/metrics`` queue gauges show, read in one call: ``counts`` the
     jobs per state of every queue with jobs (``state_counts(None)``), ``oldest_ready`` the
     smallest run_at (µs UTC) of the READY jobs of every queue that has some."""
 
     counts: dict[str, StateCounts]
     oldest_ready: dict[str, int]
     #: Queue → the latest Reserve by a worker of another node (µs UTC), from the worker rows:
-    #: filled in by the server's metrics read for ``sepp_queue_no_consumer`` (issue 12), not
+    #: filled in by the server's metrics read for ``sepp_queue_no_consumer``, not
     #: by the store's ``queue_gauges``.
     last_reserve: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class FlowRead:
-    """What the held-back view of a flow-limited queue reads from the store (issue 12 "Admin
-    visibility"; ``AdminStore.flow_read``): ``bucket`` the stored token bucket (tokens,
+    """What the held-back view of a flow-limited queue reads from the store
+    (``AdminStore.flow_read``): ``bucket`` the stored token bucket (tokens,
     updated_at µs) or None (never used, or no rate limit asked for); ``key_allowed`` /
     ``key_scanned`` the per-key limit's ``flow_keys.key_room`` (0, 0 without one)."""
 
@@ -213,19 +213,19 @@ class AdminStore(Protocol):
     async def count_jobs(self, query: JobQuery) -> int:
         """How many jobs of ``query.queue`` in ``query.state`` (both required) match the
         query's job type and finish-time bounds (``reason_prefix`` is not applied): the
-        dry-run count of a bulk action (issue 13 item 4). Raises ``ValueError`` without a
+        dry-run count of a bulk action. Raises ``ValueError`` without a
         queue or state."""
 
     async def oldest_ready(self, queue: str) -> int | None:
         """The smallest run_at (µs) among the queue's READY jobs, or None."""
 
     async def reserved_by_worker(self) -> dict[str, int]:
-        """RESERVED jobs per ``worker_id`` right now, every queue (issue 13: a worker's jobs
+        """RESERVED jobs per ``worker_id`` right now, every queue (a worker's jobs
         in flight); jobs reserved without a worker id count under ``""``."""
 
     async def queue_gauges(self) -> QueueGauges:
         """Counts per state of every queue with jobs and the oldest READY run_at of every
-        queue with READY jobs (``QueueGauges``), for the ``/metrics`` gauges (issue 11). Reads
+        queue with READY jobs (``QueueGauges``), for the ``/metrics`` gauges. Reads
         every stored job's index entry once: the server calls it off the scrape path (see
         ``sepp.server.metrics.gauges``)."""
 
@@ -249,7 +249,7 @@ class AdminStore(Protocol):
         runs per run-time bucket; rows of one key at most once) to the stored ones — added to,
         never overwritten; the longest run kept with max — and drop the minute rows older than
         minute ``keep_minutes_after`` and the hour rows older than ``keep_hours_after``, in one
-        commit (issue 13 item 2; ``sepp.storage.type_figures``)."""
+        commit (``sepp.storage.type_figures``)."""
 
     async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
         """The stored job-type figures of ``queue``, summed over every node: the day's from the

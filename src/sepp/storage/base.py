@@ -3,12 +3,12 @@
 Internal and unstable: only ``sepp.server`` uses it. Times are integer microseconds
 since the Unix epoch (UTC); job and lease ids are 16-byte UUID blobs. Each write
 method is one transaction (one commit), so "one commit per batch call" holds
-(SPEC §2) and a crash never leaves half a call behind.
+and a crash never leaves half a call behind.
 
-The types the operations take and return live in ``sepp.domain`` (issue 9 item 1); they
+The types the operations take and return live in ``sepp.domain``; they
 are re-exported here so a driver needs one import.
 
-The protocol is complete (issue 9 item 2): the server builds a store with
+The protocol is complete: the server builds a store with
 ``storage.factory.open_store`` and uses nothing of it beyond ``Store`` — lifecycle
 (``open`` / ``close`` / ``abort``), failure reporting (``failure``), the admin side
 (``admin``) and the figures ``/metrics`` shows (``figures``).
@@ -89,7 +89,7 @@ class StoreFigures:
     ``commits``: write transactions committed since ``open()`` (a counter:
     ``sepp_commits_total``); ``backlog``: jobs submitted to the writer and not committed yet
     (a gauge: ``sepp_commit_backlog_jobs``; the same number as ``Store.backlog``);
-    ``commit_stats``: the cumulative commit histograms (``sepp.storage.commit_stats``; issue 11:
+    ``commit_stats``: the cumulative commit histograms (``sepp.storage.commit_stats``:
     ``sepp_commit_batch_jobs``, ``sepp_commit_duration_seconds``).
     """
 
@@ -131,7 +131,7 @@ class Store(Protocol):
         """Figures for ``/metrics`` (``StoreFigures``); cheap, no I/O."""
 
     async def ping(self) -> None:
-        """Prove the store can answer right now (readiness, issue 11): a trivial read and,
+        """Prove the store can answer right now (readiness): a trivial read and,
         where writes run elsewhere (the SQLite writer thread or process), a round trip to
         the writer that writes nothing and counts as no commit. Returns when both answered.
 
@@ -147,7 +147,7 @@ class Store(Protocol):
         (``sepp.server.cluster``). False for SQLite (one process owns the folder)."""
 
     def subscribe(self, ready: Callable[[str | None], None], queues_changed: Callable[[], None]) -> None:
-        """Cluster events from the other nodes (issue 10 item 2): ``ready(queue)`` when another
+        """Cluster events from the other nodes: ``ready(queue)`` when another
         node made jobs of ``queue`` READY (an enqueue, a promotion, a retry, a reclaim, a
         redrive), ``ready(None)`` when such events may have been missed (wake every waiter);
         ``queues_changed()`` when another node created, changed or deleted a queue. Called on
@@ -161,7 +161,7 @@ class Store(Protocol):
         with its last ``last_seen``; the UI shows how long ago that was)."""
 
     async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
-        """Replace what ``node`` last reported of its workers with ``workers`` (issue 13: the
+        """Replace what ``node`` last reported of its workers with ``workers`` (the
         Workers page), and forget every worker row — of any node — whose ``last_seen`` is
         before ``forget_before`` (µs UTC). Sent with each heartbeat."""
 
@@ -187,7 +187,7 @@ class Store(Protocol):
         against unexpired keys (``now``) and earlier rows of the same call; otherwise it
         claims its key until ``dedup_until[i]`` (µs). ``new_queues`` are created (if
         absent) in the same commit, and so are the custom-index entries ``custom`` (job id,
-        key, value text; issue 13 item 3, ``sepp.storage.search``) of the rows stored (a
+        key, value text; ``sepp.storage.search``) of the rows stored (a
         deduplicated row's are dropped). Returns the deduplicated rows (others were stored)."""
 
     async def load_queues(self) -> list[QueueRecord]:
@@ -234,7 +234,7 @@ class Store(Protocol):
         """Dead-letter leased jobs (job id, lease id) whose rows could not be delivered (a
         damaged column: ``storage.rows``) with reason ``DAMAGED_ROW``; their history is not
         touched and they are kept until an admin deletes or requeues them (no purge time).
-        Returns how many were still held by those leases. (Issue 14 O4.)"""
+        Returns how many were still held by those leases."""
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
         """Apply acks/nacks in one commit; one result per item, in order."""
@@ -247,7 +247,7 @@ class Store(Protocol):
 
         Every sweep (this, ``reclaim_expired``, ``prune``) isolates failures: a row it cannot
         process is left as it is and reported in ``SweepResult.skipped``; every other due row
-        is still handled in the same pass (issue 14). Only a failure of the store as a whole
+        is still handled in the same pass. Only a failure of the store as a whole
         (``StoreError``) fails the pass."""
 
     async def next_due(self) -> int | None:
@@ -263,7 +263,7 @@ class Store(Protocol):
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id, or None."""
 
-    # -- periodic schedules (issue 12): one row per schedule, shared by every node.
+    # -- periodic schedules: one row per schedule, shared by every node.
 
     async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
         """The schedules named in ``names`` (every one when None), by name; a name with no

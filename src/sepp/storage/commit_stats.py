@@ -1,4 +1,4 @@
-"""Commit timings a store keeps for ``/metrics`` (issue 11: ``sepp_commit_batch_jobs``,
+"""Commit timings a store keeps for ``/metrics`` (``sepp_commit_batch_jobs``,
 ``sepp_commit_duration_seconds``).
 
 A committer calls ``CommitStats.observe(jobs, seconds)`` once per committed write transaction

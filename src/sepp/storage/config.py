@@ -1,11 +1,11 @@
-"""What ``open_store`` reads to build a backend (issue 9 item 2).
+"""What ``open_store`` reads to build a backend.
 
 Storage sits below the server (it never imports ``sepp.server``), so the factory does not
 take ``ServerConfig`` as such: it takes anything with the few attributes of ``StoreConfig``
 — ``ServerConfig`` has them, and so can a test's small dataclass. Each backend's own
 settings are one pydantic model, a table of its own in the server's TOML file:
 ``[sqlite]`` is ``SQLiteSettings`` (``SEPP_SQLITE__CACHE_MIB=128`` in the environment),
-``[postgres]`` is ``PostgresSettings`` (``SEPP_POSTGRES__POOL_SIZE=20``; issue 10).
+``[postgres]`` is ``PostgresSettings`` (``SEPP_POSTGRES__POOL_SIZE=20``).
 Settings every backend reads (``persist_mode``, ``group_commit_wait``,
 ``debug_commit_delay``, ``node_name``) stay at the top level, like ``storage`` that picks
 the backend and ``postgres_dsn`` (``SEPP_POSTGRES_DSN``: where the database is, not how to
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sepp.limits import HOUR
 
-#: The backends ``open_store`` knows (``storage`` key; ``"postgres"`` from issue 10).
+#: The backends ``open_store`` knows (``storage`` key; ``"postgres"`` for several nodes).
 STORAGES = ("sqlite", "postgres")
 
 #: What ``[postgres] schema`` accepts: a plain lower-case SQL identifier of at most 63
@@ -72,19 +72,19 @@ class SQLiteSettings(BaseModel):
         return "thread" if persist_mode == "sync" else "process"
 
 
-#: Old top-level key → its key in ``[sqlite]`` (issue 9 item 2: migrated with a warning).
+#: Old top-level key → its key in ``[sqlite]`` (migrated with a warning).
 LEGACY_SQLITE_KEYS: dict[str, str] = {"sqlite_writer": "writer", "cache_mib": "cache_mib",
                                       "async_fsync_interval": "async_fsync_interval"}
 
 
 with warnings.catch_warnings():
-    # ``schema`` is the TOML key users write (issue 10); it shadows pydantic's deprecated
+    # ``schema`` is the TOML key users write; it shadows pydantic's deprecated
     # ``BaseModel.schema()`` classmethod, which sepp never calls.
     warnings.filterwarnings("ignore", message='Field name "schema"', category=UserWarning)
 
     class PostgresSettings(BaseModel):
-        """The ``[postgres]`` table: settings only the PostgreSQL backend reads (issue 10;
-        env ``SEPP_POSTGRES__SCHEMA`` / ``__POOL_SIZE`` / ``__WRITERS``). The database itself
+        """The ``[postgres]`` table: settings only the PostgreSQL backend reads
+        (env ``SEPP_POSTGRES__SCHEMA`` / ``__POOL_SIZE`` / ``__WRITERS``). The database itself
         is the top-level ``postgres_dsn``. Counts are connections per node (per ``sepp serve``
         process): a cluster of N nodes holds up to N × (``pool_size`` + ``writers``) + N
         (one LISTEN connection each) connections — keep that under PostgreSQL's
@@ -118,11 +118,11 @@ class StoreConfig(Protocol):
     """What ``open_store`` reads; ``sepp.server.config.ServerConfig`` is one.
 
     ``storage`` names the backend (``STORAGES``); ``data_dir`` is the SQLite data folder;
-    ``persist_mode`` is ``sync`` | ``group`` | ``async`` (SPEC §5); ``group_commit_wait`` the
+    ``persist_mode`` is ``sync`` | ``group`` | ``async``; ``group_commit_wait`` the
     seconds group commit waits to gather writes; ``debug_commit_delay`` the seconds slept
     before each commit (a test knob, 0 in production); ``sqlite`` the ``[sqlite]`` table;
     ``postgres_dsn`` the PostgreSQL database (``postgresql://USER@HOST:PORT/DB``) and
-    ``postgres`` the ``[postgres]`` table (issue 10); ``node_name`` this node's name (empty:
+    ``postgres`` the ``[postgres]`` table; ``node_name`` this node's name (empty:
     the host name), which the PostgreSQL backend records for the cluster's node list.
     """
 

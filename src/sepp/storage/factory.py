@@ -1,8 +1,8 @@
-"""``open_store``: the one place a storage backend is chosen and built (issue 9 item 2).
+"""``open_store``: the one place a storage backend is chosen and built.
 
 The server imports this module, ``storage.base`` and the domain — never a driver — so a new
 backend is a new branch here plus its driver package, and the server does not change. The
-PostgreSQL driver (issue 10) is imported only when ``storage = "postgres"``, so a SQLite
+PostgreSQL driver is imported only when ``storage = "postgres"``, so a SQLite
 server never loads asyncpg.
 """
 
@@ -25,7 +25,7 @@ def open_store(config: StoreConfig, clock: Clock = SYSTEM_CLOCK) -> Store:
     store reads none (every operation takes its ``now``, µs UTC, from the caller).
 
     * ``sqlite``: ``SQLiteStore`` over ``config.data_dir`` with the ``[sqlite]`` table.
-    * ``postgres`` (issue 10): ``PostgresStore`` on ``config.postgres_dsn`` with the
+    * ``postgres``: ``PostgresStore`` on ``config.postgres_dsn`` with the
       ``[postgres]`` table (schema, ``pool_size`` read and ``writers`` write connections),
       ``debug_commit_delay`` and the node name (``config.node_name``, else the host name).
       ``data_dir`` is not used.

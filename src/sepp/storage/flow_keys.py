@@ -1,4 +1,4 @@
-"""The per-key limit of flow control, backend-neutral (issue 12 ``concurrency_key`` /
+"""The per-key limit of flow control, backend-neutral (``concurrency_key`` /
 ``max_in_flight_per_key``; docs/flow-control.md).
 
 A job's group is the value of one custom-map entry, read from the stored ``extras`` blob
@@ -83,8 +83,8 @@ class Picker:
 
 def key_room(key: str, most: int, reserved_extras: Iterable[bytes | None],
              ready: Iterable[tuple[int, bytes | None]]) -> tuple[int, int]:
-    """What the per-key limit lets through right now (the held-back view, issue 12 "Admin
-    visibility"): ``ready`` are (seq, extras) of the first READY jobs of the queue in reserve
+    """What the per-key limit lets through right now (the held-back
+    view): ``ready`` are (seq, extras) of the first READY jobs of the queue in reserve
     order (at most ``KEY_SCAN``, as a reserve reads them), ``reserved_extras`` the extras of
     its RESERVED jobs. Returns (allowed, scanned): how many of the ``scanned`` READY jobs a
     reserve asking for all of them would take under ``most`` per group (no byte budget)."""

@@ -1,4 +1,4 @@
-"""Job search (issue 13 item 3): the custom-map index's entries and the bounded page walk
+"""Job search: the custom-map index's entries and the bounded page walk
 both backends run a search with.
 
 A search is a listing (``AdminStore.list_jobs``) whose ``JobQuery`` has one of the search

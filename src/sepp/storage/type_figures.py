@@ -1,4 +1,4 @@
-"""The shapes of the job-type figures at the storage seam (issue 13 item 2).
+"""The shapes of the job-type figures at the storage seam.
 
 Per (queue, job_type, minute) a node counts completed, retried and dead-lettered jobs and
 the run times (reserve → settle) of the attempts it settled, in memory

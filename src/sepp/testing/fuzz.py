@@ -1,4 +1,4 @@
-"""Descriptor-driven fuzzing of sepp's gRPC API (issue 14, "A fuzz test in the suite").
+"""Descriptor-driven fuzzing of sepp's gRPC API ("A fuzz test in the suite").
 
 Shared by ``tests/integration/test_fuzz.py`` (a bounded, derandomized hypothesis run per
 service) and ``benchmarks/fuzz.py`` (a timed deep run with concurrent callers). Needs
@@ -54,21 +54,21 @@ Code = grpc.StatusCode
 # ---------------------------------------------------------------------- the contract
 
 #: Every status code a sepp answer may carry, and where it comes from. Read off
-#: ``sepp/server/rpc/status.py``, ``rpc/admin.py``, ``rpc/registration.py`` and SPEC §2–§4.
+#: ``sepp/server/rpc/status.py``, ``rpc/admin.py``, ``rpc/registration.py`` and docs/errors.md.
 #: The values say whether a non-OK answer must carry a ``google.rpc.Status`` with an
 #: ``ErrorInfo`` (domain ``sepp``) in ``grpc-status-details-bin``.
 ALLOWED_CODES: dict[Any, bool] = {  # grpc.StatusCode → needs an ErrorInfo (grpc ships no stubs)
     Code.OK: False,
-    # Catalogue rejections (SPEC §2), InvalidRequest (bad batch / reserve / settle / admin
+    # Catalogue rejections, InvalidRequest (bad batch / reserve / settle / admin
     # arguments, malformed page tokens and ids), undecodable requests (registration.py).
     Code.INVALID_ARGUMENT: True,
     # UNKNOWN_QUEUE (strict mode), JOB_NOT_FOUND, QUEUE_NOT_FOUND, IDEMPOTENCY_KEY_NOT_FOUND.
     Code.NOT_FOUND: True,
-    # LEASE_MISMATCH, LEASE_EXPIRED (SPEC §3); JOB_STATE, QUEUE_NOT_EMPTY (admin, SPEC §4).
+    # LEASE_MISMATCH, LEASE_EXPIRED; JOB_STATE, QUEUE_NOT_EMPTY (admin).
     Code.FAILED_PRECONDITION: True,
     # Not sent by the server today; the admin client maps it, so it stays allowed.
     Code.ALREADY_EXISTS: True,
-    # Load shedding: ErrorInfo OVERLOADED + RetryInfo (SPEC §2 "Not rejections").
+    # Load shedding: ErrorInfo OVERLOADED + RetryInfo.
     Code.RESOURCE_EXHAUSTED: True,
     # SHUTTING_DOWN, STORE_UNAVAILABLE (status.py).
     Code.UNAVAILABLE: True,
@@ -77,20 +77,20 @@ ALLOWED_CODES: dict[Any, bool] = {  # grpc.StatusCode → needs an ErrorInfo (gr
     # The caller's own deadline: gRPC makes this status on the client, with no details.
     Code.DEADLINE_EXCEEDED: False,
 }
-# Never allowed: UNKNOWN (an exception escaped a handler), INTERNAL (the issue-14
-# interceptor's answer to one: each case must be fixed at its cause), UNAUTHENTICATED (the
+# Never allowed: UNKNOWN (an exception escaped a handler), INTERNAL (the
+# internal-error interceptor's answer to one: each case must be fixed at its cause), UNAUTHENTICATED (the
 # fuzzed server has no admin token), UNIMPLEMENTED, CANCELLED, DATA_LOSS, OUT_OF_RANGE, …
 
 #: Largest trailing metadata an answer may carry, bytes: gRPC's default
 #: ``grpc.max_metadata_size`` (8 KiB), above which a client may drop the answer as
-#: RESOURCE_EXHAUSTED "received metadata size exceeds …" (issue 14, item 5).
+#: RESOURCE_EXHAUSTED "received metadata size exceeds …".
 MAX_TRAILER_BYTES = 8 * 1024
 
 #: Longest client deadline the fuzzer gives a call, seconds (generous: the machine is shared).
 CALL_TIMEOUT = 20.0
 
 #: The server's ``max_message_bytes`` default (limits.py): a request larger than this is
-#: refused by gRPC itself with RESOURCE_EXHAUSTED and no details (SPEC §2).
+#: refused by gRPC itself with RESOURCE_EXHAUSTED and no details.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
@@ -780,7 +780,7 @@ def judge(rpc: Rpc, request: Message, error: grpc.RpcError | None, *, max_messag
         problems.insert(0, f"status {code.name} is not in the documented set")
     needs_details = ALLOWED_CODES.get(code, True)
     if code == Code.RESOURCE_EXHAUSTED and status is None and request.ByteSize() > max_message_bytes:
-        needs_details = False  # gRPC's own message cap (SPEC §2)
+        needs_details = False  # gRPC's own message cap
     if needs_details and not reason:
         problems.append("no ErrorInfo with a reason in grpc-status-details-bin")
     size = sum(len(k) + len(v) for k, v in trailers) + len(text.encode())

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 _READY = re.compile(r"sepp ready grpc=(\S+) http=(\S+)")
-#: The ``tls=off|on|mtls`` field of the ready line (issue 11).
+#: The ``tls=off|on|mtls`` field of the ready line.
 _TLS = re.compile(r" tls=(off|on|mtls)\b")
 
 
@@ -81,7 +81,7 @@ class ServerProcess:
     ``queue_defaults``). ``grpc_listen``/``http_listen`` default to free loopback ports.
     Readiness is the ``sepp ready`` line (no probe over the network), so a server with
     ``tls_cert`` / ``tls_key`` (and ``tls_client_ca``) starts the same way; ``tls`` then says
-    ``on`` / ``mtls`` and ``http_url`` is ``https://…`` (issue 11). ``ready_timeout``: seconds
+    ``on`` / ``mtls`` and ``http_url`` is ``https://…``. ``ready_timeout``: seconds
     to wait for that line (a hang guard: a start that fails exits and is reported at once;
     20 s was exceeded on a loaded 2-core machine, where imports alone crawl).
     """

@@ -1,4 +1,4 @@
-"""The sepp worker runtime: register handlers by job type and run them (SPEC §3).
+"""The sepp worker runtime: register handlers by job type and run them.
 
 ::
 

@@ -46,23 +46,22 @@ def convert_error(exc: grpc.RpcError, target: str, job_id: str = "") -> SeppErro
     return err
 
 
-#: What the Worker runtime reports as its client on Reserve (issue 13, the Workers page).
+#: What the Worker runtime reports as its client on Reserve (the Workers page).
 CLIENT_VERSION = USER_AGENT
 
 
 class WorkerRpc:
     """Reserve, settle, extend and stop reserving over a lazily opened grpc.aio channel to ``target``
-    (TLS with ``credentials``, issue 11); ``metadata`` goes with every call (the token,
-    issue 11)."""
+    (TLS with ``credentials``); ``metadata`` goes with every call (the token)."""
 
     def __init__(self, target: str, channel_options: Sequence[tuple[str, Any]] = (), *,
                  credentials: grpc.ChannelCredentials | None = None, metadata: Sequence[tuple[str, str]] = (),
                  worker_id: str = "", concurrency: int = 0) -> None:
         self.target = target
         self._credentials = credentials
-        #: Sent with every call: the token's ``authorization`` entry (issue 11), if any.
+        #: Sent with every call: the token's ``authorization`` entry, if any.
         self._metadata = tuple(metadata) or None
-        #: Sent with every call for the server's Workers page (issue 13): who calls, and on
+        #: Sent with every call for the server's Workers page: who calls, and on
         #: Reserve its handler slots, host and client version.
         self.worker_id = worker_id
         self.concurrency = concurrency
@@ -122,7 +121,7 @@ class WorkerRpc:
             raise convert_error(exc, self.target, job_id) from None
 
     async def stop_reserving(self, worker_id: str, deadline_s: float = 2.0, *, stopped: bool = False) -> int | None:
-        """``StopReserving`` (deadline ``deadline_s`` seconds; issue 15 item 7): the server ends the
+        """``StopReserving`` (deadline ``deadline_s`` seconds): the server ends the
         long-polls of ``worker_id``'s Reserves in progress; ``stopped``: the worker's session is
         over (its last call; the Workers page lists it stopped). Returns how many it stopped, or
         ``None`` when the server does not know the call (UNIMPLEMENTED: a server older than

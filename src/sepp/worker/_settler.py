@@ -8,7 +8,7 @@ most ``max_in_flight`` calls): a busy worker is not held to one round trip per b
 
 A batch that fails with a transient transport error (the server restarting, say) is
 sent again with backoff for up to ``retry_for`` seconds. Re-sending is safe: a
-repeated ack by the completing lease succeeds again (SPEC §6); a nack that did land
+repeated ack by the completing lease succeeds again; a nack that did land
 the first time is refused (LEASE_EXPIRED / LEASE_MISMATCH) the second, which the
 result reports with ``resent = True``. Items queued while a batch is being re-sent join
 it (up to ``max_batch``) at its next try, and the batch is then re-sent until
@@ -124,8 +124,8 @@ class Settler:
         self._tasks: set[asyncio.Task[None]] = set()
         #: The send tasks that will still look at ``_items`` before they end. A task leaves
         #: this set in the same step in which it sees ``_items`` empty (no await between),
-        #: so an item queued after that always starts a task of its own (issue 15 item 1:
-        #: a finished task used to count as a sender until its done-callback ran).
+        #: so an item queued after that always starts a task of its own
+        #: (a finished task used to count as a sender until its done-callback ran).
         self._active: set[asyncio.Task[None]] = set()
         #: The batches being sent (each a list ``_send`` may extend), what ``abandon`` fails.
         self._sending: list[list[_Item]] = []

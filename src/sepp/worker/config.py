@@ -12,7 +12,7 @@ import grpc
 from sepp.bounds import MAX_SETTLE_BATCH
 from sepp.client.tls import PathArg, channel_credentials, read_tls_files
 
-#: Where ``sepp serve`` listens by default (SPEC §7).
+#: Where ``sepp serve`` listens by default.
 DEFAULT_TARGET = "127.0.0.1:7700"
 
 #: Seconds a prefetched job may wait for a free slot before the adaptive prefetch
@@ -47,11 +47,11 @@ class WorkerConfig:
 
     Attributes:
         target: ``host:port`` of the server's gRPC listener.
-        queues: Queues to reserve from, tried in this order (SPEC §3); at least one.
+        queues: Queues to reserve from, tried in this order; at least one.
         concurrency: Most handlers running at once (≥ 1). Also the size of the thread
             pool plain (non-async) handlers run in.
         prefetch: Jobs reserved ahead beyond the running ones: an ``int`` ≥ 0 holds exactly
-            that many at most; ``None`` (the default) adapts it (issue 15 item 4): it starts
+            that many at most; ``None`` (the default) adapts it: it starts
             at ``concurrency``, doubles (up to ``2 × max_reserve``) while the worker runs dry
             waiting on a full reservation, and halves (down to 0) once a prefetched job waited
             longer than ``PREFETCH_MAX_WAIT`` for a slot — so no-op-sized jobs are reserved in
@@ -66,7 +66,7 @@ class WorkerConfig:
         max_reserve: Most jobs asked for by one ``Reserve`` (the server's cap, ``max_reserve_batch``, is
             256 by default; a worker refused for asking more asks for at most the cap after).
         settle_batch: Most acks/nacks in one ``Settle`` call (1 .. 10,000, the server's cap).
-        tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11; ``sepp.client.tls``): the CA
+        tls_ca, tls_cert, tls_key: TLS from PEM files (``sepp.client.tls``): the CA
             of the server's certificate, the worker's own certificate and key (mutual TLS).
 
     Raises ``ValueError`` for an out-of-range value, and for a TLS file that cannot be read

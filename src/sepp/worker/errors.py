@@ -1,4 +1,4 @@
-"""Errors of the worker side (SPEC §3), rooted in :class:`sepp.errors.SeppError`.
+"""Errors of the worker side, rooted in :class:`sepp.errors.SeppError`.
 
 ::
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from sepp.errors import RefusedError
 from sepp.rejections import Reason
 
-#: ErrorInfo reasons the server gives for a refused settle or extend (SPEC §3, §6).
+#: ErrorInfo reasons the server gives for a refused settle or extend.
 LEASE_REASONS: frozenset[str] = frozenset({Reason.LEASE_MISMATCH, Reason.LEASE_EXPIRED, Reason.JOB_NOT_FOUND})
 
 

@@ -1,9 +1,9 @@
-"""``Job``: what a handler receives — every field of a reserved job, typed (SPEC §1, §3).
+"""``Job``: what a handler receives — every field of a reserved job, typed.
 
 A ``Job`` wraps the wire ``Reservation`` and converts fields on first access, so the
 runtime's hot path pays nothing for fields a handler never reads. Times are aware
 UTC ``datetime``s; custom-map values keep their type (int stays int, bool stays
-bool, SPEC §6).
+bool).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _maybe_datetime(msg: Any, field: str) -> dt.datetime | None:
 
 @dataclass(frozen=True, slots=True)
 class JobAttempt:
-    """One finished earlier attempt from the job's history (SPEC §1 "Job").
+    """One finished earlier attempt from the job's history.
 
     ``outcome`` is one of ``completed``, ``retry``, ``retry_after``, ``dead_letter``,
     ``released``, ``lease_expired``, ``cancelled``; times are aware UTC.
@@ -66,8 +66,8 @@ class Job:
         payload: The body, ``bytes``; ``encoding`` its label (e.g. ``application/json``).
         custom: The typed custom map (``str``/``int``/``float``/``bool`` values), read-only.
         priority: 0 (lowest) … 9 (highest).
-        attempt: This delivery's number, 1 on the first (a released delivery is given back,
-            SPEC §6); ``max_attempts`` the cap; ``is_last_attempt`` says whether a retry
+        attempt: This delivery's number, 1 on the first (a released delivery is given
+            back); ``max_attempts`` the cap; ``is_last_attempt`` says whether a retry
             would dead-letter it.
         trace_context: W3C ``traceparent``/``tracestate`` map from the producer.
         enqueued_at, run_at: Aware UTC datetimes.
@@ -76,7 +76,7 @@ class Job:
             (aware UTC, moved by each automatic extension).
         history: Earlier finished attempts, oldest first (``JobAttempt``).
         cancel_requested: Set (by the lease keeper) once an admin asked to cancel the job;
-            a long handler should check it and stop early (SPEC §3 ``ExtendLease``).
+            a long handler should check it and stop early (each ``ExtendLease`` reports it).
         lease_lost: Set when an extension was refused: the job may already run elsewhere
             and this delivery's settle will be refused.
     """
@@ -172,7 +172,7 @@ class Job:
 
     @property
     def max_attempts(self) -> int:
-        """Deliveries allowed in total (SPEC §3: 1 = never retried)."""
+        """Deliveries allowed in total (1 = never retried)."""
         return self._job.max_attempts
 
     @property

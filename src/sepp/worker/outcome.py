@@ -1,4 +1,4 @@
-"""What a handler's return or exception means for its job (SPEC §3 directives).
+"""What a handler's return or exception means for its job (the nack directives).
 
 * return (any value)      → ``Ack`` → COMPLETED
 * ``raise Retry(after=s)`` → nack ``retry_after`` (exactly ``s`` seconds), or ``retry``
@@ -20,7 +20,7 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.bounds import MAX_DURATION_SECONDS
 from sepp.wire import seconds_to_duration
 
-#: Longest error detail sent, bytes (the server keeps at most 16 KiB, SPEC §3).
+#: Longest error detail sent, bytes (the server keeps at most 16 KiB).
 MAX_DETAIL_BYTES = 16 * 1024
 
 OutcomeKind = Literal["completed", "retry", "retry_after", "dead_letter", "released"]

@@ -22,7 +22,7 @@ the jobs (see :class:`~sepp.worker.WorkerConfig`). See :mod:`sepp.worker.outcome
 what a handler's return or exception means.
 
 Handlers run in at most ``concurrency`` long-lived *slot* tasks, not in a task per job
-(issue 15 item 4: creating, scheduling and ending a task cost more than the rest of the
+(creating, scheduling and ending a task cost more than the rest of the
 runtime's work for a short job). An async handler's first step runs inline in its slot, so
 a handler that never suspends is done without a task switch, and its slot runs the next
 job at once; one that suspends hands the jobs still waiting to another slot. Inside a
@@ -38,8 +38,8 @@ worker's long-polls (``StopReserving``, repeated every ``RESERVE_STOP_EVERY`` wh
 open), let every ``Reserve`` in flight finish and release what it brings; a call is cancelled
 only on a second signal, once the server left ``StopReserving`` unanswered for
 ``RESERVE_STOP_TIMEOUT``, or after ``RESERVE_STOP_WAIT`` against a server without
-``StopReserving`` (issue 15 item 7); release (nack
-``release``: the attempt is given back, SPEC §3) every prefetched job not started;
+``StopReserving``; release (nack
+``release``: the attempt is given back) every prefetched job not started;
 let running handlers finish within ``shutdown_grace``; then cancel async handlers
 still running and release their jobs (a blocking handler's thread cannot be stopped:
 its job is released too and its result ignored). A second signal skips the grace.
@@ -101,7 +101,7 @@ _copy_context = contextvars.copy_context
 H = TypeVar("H", bound=Callable[..., Any])
 
 #: A graceful stop never cancels a ``Reserve`` that may have been answered (its jobs would
-#: stay leased to nobody; issue 15 item 7): it asks the server to end the worker's long-polls
+#: stay leased to nobody): it asks the server to end the worker's long-polls
 #: (``StopReserving``) and awaits the calls. Seconds between two ``StopReserving`` while
 #: calls are still open (one may reach the server after the previous ``StopReserving``).
 RESERVE_STOP_EVERY = 0.25
@@ -254,15 +254,15 @@ class Worker:
         queues: Queue names to reserve from, in order (a ``"a,b"`` string works too).
         concurrency, prefetch, lease_duration, shutdown_grace, worker_id, poll_wait,
         max_reserve, settle_batch: See :class:`~sepp.worker.WorkerConfig`.
-        token: The secret of a token with role ``work`` (issue 11), sent as
+        token: The secret of a token with role ``work``, sent as
             ``authorization: Bearer``; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none. A
             refused token stops the worker: ``run()`` raises ``Unauthenticated`` or
             ``PermissionDenied`` (never retried).
-        tls_ca, tls_cert, tls_key: TLS from PEM files (issue 11): the CA of the server's
+        tls_ca, tls_cert, tls_key: TLS from PEM files: the CA of the server's
             certificate; the worker's certificate and key for mutual TLS.
         tracer_provider: An OpenTelemetry ``TracerProvider`` (``pip install sepp[otel]``) to
             record a ``process <queue>`` span per job with; ``None`` = the global one, used
-            only once the application set one (issue 11; ``sepp._otel``, docs/operations.md
+            only once the application set one (``sepp._otel``, docs/operations.md
             "Tracing"). Without it nothing is recorded and OpenTelemetry is not imported.
 
     Raises ``ValueError`` for an invalid setting (a TLS file that cannot be read or used too).
@@ -274,7 +274,7 @@ class Worker:
                  max_reserve: int = 256, settle_batch: int = 256, token: str | None = None,
                  tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
-        #: The token's metadata (issue 11); kept out of ``config`` so printing it shows no secret.
+        #: The token's metadata; kept out of ``config`` so printing it shows no secret.
         self._auth_metadata = token_metadata(token)
         #: An auth refusal that stopped the worker; ``run()`` raises it after the drain.
         self._fatal: TransportError | None = None
@@ -330,7 +330,7 @@ class Worker:
         return self.config
 
     def use_token(self, token: str | None) -> None:
-        """Send ``token`` (role ``work``; issue 11) instead of the one given to the constructor;
+        """Send ``token`` (role ``work``) instead of the one given to the constructor;
         ``None`` reads ``$SEPP_TOKEN``. Call before ``run``: raises ``RuntimeError`` once
         running and ``ValueError`` for a token that is not printable ASCII."""
         if self._phase != "new":
@@ -408,7 +408,7 @@ class Worker:
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         """Run until ``stop()`` (or SIGTERM/SIGINT when ``install_signal_handlers`` and on the
         main thread), then drain gracefully. Raises ``Unauthenticated`` / ``PermissionDenied``
-        after the drain when the server refused the worker's token (issue 11), ``RuntimeError`` if already run and
+        after the drain when the server refused the worker's token, ``RuntimeError`` if already run and
         ``ValueError`` when no queue is configured. After a ``stop()`` that came before it (a
         ``create_task(worker.run())`` stopped before the task ran), the first ``run()``
         returns at once without connecting."""
@@ -580,7 +580,7 @@ class Worker:
                     return
                 if isinstance(exc, grpc.RpcError):
                     error = convert_error(exc, cfg.target)
-                    if isinstance(error, Unauthenticated | PermissionDenied):  # issue 11: never retried
+                    if isinstance(error, Unauthenticated | PermissionDenied):  # never retried
                         log.error("reserve refused, stopping the worker: %s", error)
                         self._fatal = error
                         self._begin_stop(cfg.shutdown_grace)
@@ -937,7 +937,7 @@ class Worker:
     # ------------------------------------------------------------------ stopping
 
     async def _await_reservers(self) -> None:
-        """Let the reservers end, each releasing what its last call brought (issue 15 item 7).
+        """Let the reservers end, each releasing what its last call brought.
 
         A ``Reserve`` that may have been answered is never cancelled (its jobs would stay
         leased to nobody): the server is asked to end this worker's long-polls
@@ -1032,7 +1032,7 @@ class Worker:
         try:
             # 1. stop reserving. A Reserve in flight may have been answered already (its reply on
             #    the wire): cancelling it would drop jobs the server leased to us, held by nobody
-            #    until their lease expires (issue 15 item 7). So the server is asked to end our
+            #    until their lease expires. So the server is asked to end our
             #    long-polls (StopReserving) and every call is let end: what it brings is released
             #    at once. Calls are cancelled only on a hurry or once the server left
             #    StopReserving unanswered for RESERVE_STOP_TIMEOUT.

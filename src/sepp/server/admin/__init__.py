@@ -1,11 +1,11 @@
-"""The admin side of the server (SPEC §4, §6), split by duty (issue 9 item 8):
+"""The admin side of the server, split by duty:
 
 * ``engine`` — ``AdminEngine`` (queues, jobs, redrive, stats), its views and ``StateConflict``;
 * ``throughput`` — ``ThroughputCounter``, the in-memory per-minute counts;
 * ``cursor`` — the ``ListJobs`` page-token codec;
 * ``settings`` — ``merge_settings``, a settings patch applied to a queue's settings;
-* ``workers`` — ``WorkerView``, the Workers page's view of the cluster (issue 13);
-* ``type_figures`` — ``TypeRollup`` and ``TypeFigures``, the job-type figures (issue 13 item 2).
+* ``workers`` — ``WorkerView``, the Workers page's view of the cluster;
+* ``type_figures`` — ``TypeRollup`` and ``TypeFigures``, the job-type figures.
 
 The names the front ends use are re-exported here (``from sepp.server.admin import AdminEngine``).
 """

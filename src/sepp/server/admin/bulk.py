@@ -1,4 +1,4 @@
-"""Bulk actions over jobs (issue 13 item 4): cancel, requeue (redrive) or delete a selection
+"""Bulk actions over jobs: cancel, requeue (redrive) or delete a selection
 of jobs, or every job that matches a listing's filter, with progress.
 
 Semantics are not duplicated: each job goes through the admin engine's own single-job

@@ -1,4 +1,4 @@
-"""Page tokens of ``ListJobs`` (SPEC §6 keyset paging; issue 9 item 8).
+"""Page tokens of ``ListJobs`` (keyset paging).
 
 A token is URL-safe base64 (no padding) of ``{"f": fingerprint, "k": sort key}``: the sort
 key of the last row of the previous page (what ``AdminStore.list_jobs`` returns as
@@ -20,7 +20,7 @@ from sepp.storage.admin import JobQuery
 
 def fingerprint(query: JobQuery) -> str:
     """12 hex digits naming a listing's filters: a token only pages the listing it was made for.
-    The search filters (issue 13) are part of it only when given, so a token of a listing
+    The search filters are part of it only when given, so a token of a listing
     without them is the same string as before they existed."""
     fields: list[object] = [query.queue, query.state, query.job_type, query.reason_prefix, query.finished_after,
                             query.finished_before]

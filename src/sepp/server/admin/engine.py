@@ -1,4 +1,4 @@
-"""AdminEngine: queue administration, job inspection, cancel, redrive and stats (SPEC §4, §6).
+"""AdminEngine: queue administration, job inspection, cancel, redrive and stats.
 
 Transport-agnostic like ``JobEngine``: the gRPC ``AdminService`` and the web UI both
 call it in-process. Errors are ``sepp.server.errors`` exceptions (``NotFound``,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from sepp.server.periodic.admin import PeriodicAdmin
 
 log = logging.getLogger("sepp.admin")
-#: Queue declared, changed, paused, resumed, purged, deleted (issue 11 "Logs": significant events).
+#: Queue declared, changed, paused, resumed, purged, deleted (significant events).
 qlog = logging.getLogger("sepp.queues")
 
 
@@ -126,12 +126,12 @@ class QueueStatsView:
     throughput: list[MinuteRow]
     now: int
     #: The latest Reserve of the queue by any worker on any node (µs UTC), or None when no
-    #: worker seen within the last hour polls it (issue 12 "no consumer").
+    #: worker seen within the last hour polls it.
     last_reserve: int | None = None
     #: The queue's ``consumer_timeout``, seconds (0 = never flagged).
     consumer_timeout: float = 0.0
     #: READY jobs each flow limit holds back right now (``admin.held_back``), or None when
-    #: the queue has no flow limit (issue 12 "Admin visibility").
+    #: the queue has no flow limit.
     held_back: HeldBack | None = None
 
     @property
@@ -141,7 +141,7 @@ class QueueStatsView:
 
     @property
     def no_consumer(self) -> bool:
-        """The "no consumer" signal (issue 12; ``queues.no_consumer``): the queue is not paused,
+        """The "no consumer" signal (``queues.no_consumer``): the queue is not paused,
         has READY jobs, the oldest has waited longer than ``consumer_timeout``, and no worker
         reserved from it within that time either (a queue just given its first job is not
         flagged at once)."""
@@ -178,7 +178,7 @@ class AdminEngine:
     ``start()`` hooks the throughput counter into the engine and starts the flush loop;
     ``stop()`` must run before the store closes (it writes the last counts). Every time it
     reads (stats window, key expiry, cancel/redrive time, the counts cache) comes from
-    ``engine.clock`` (issue 9 item 3); the flush loop sleeps in real time.
+    ``engine.clock``; the flush loop sleeps in real time.
     """
 
     def __init__(self, engine: JobEngine, store: AdminStore, *, flush_interval: float = 5.0) -> None:
@@ -187,16 +187,16 @@ class AdminEngine:
         self.clock = engine.clock
         self._clock_now = engine.clock.now
         self.counter = ThroughputCounter(engine.clock)
-        #: Job-type figures counted in memory (issue 13 item 2), flushed with the throughput.
+        #: Job-type figures counted in memory, flushed with the throughput.
         self.types = TypeRollup(engine.clock)
         from sepp.server.admin.bulk import BulkActions  # bulk imports this module (StateConflict)
 
-        #: Bulk cancel / requeue / delete with progress (issue 13 item 4).
+        #: Bulk cancel / requeue / delete with progress.
         self.bulk = BulkActions(self)
         self.flush_interval = flush_interval
         self._task: asyncio.Task[None] | None = None
         self._counts = _CountsCache()
-        #: The periodic schedules' admin side (issue 12), set by the composition root
+        #: The periodic schedules' admin side, set by the composition root
         #: (``sepp.server.app``); None in engine-only tests.
         self.periodic: PeriodicAdmin | None = None
 
@@ -328,7 +328,7 @@ class AdminEngine:
         whether it was created.
 
         Raises ``InvalidRequest`` for a bad name or setting, ``QueueLimitReached`` when a new
-        queue would exceed ``limits.max_queues`` (issue 14 O5).
+        queue would exceed ``limits.max_queues``.
         """
         self._check_name(name)
         registry = self.engine.queues
@@ -351,7 +351,7 @@ class AdminEngine:
             return q, created
         await self._change(current, patch, paths, declared=True, create=True)
         if patch is not None:
-            self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
+            self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
         _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),
                      settings=list(paths))
         return current, False
@@ -367,7 +367,7 @@ class AdminEngine:
         (``InvalidRequest``, nothing written) and this node's copy takes the row written."""
         q = self.queue(name)
         await self._change(q, patch, paths)
-        self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now (issue 12)
+        self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
         _queue_event("queue_changed", name, f"changed: {', '.join(paths) or 'settings'}", settings=list(paths))
         return q
 
@@ -497,7 +497,7 @@ class AdminEngine:
         return result.outcome
 
     async def requeue(self, job_id: str) -> JobRecord:
-        """Redrive a DEAD_LETTERED or CANCELLED job (SPEC §6). Raises ``NotFound`` or ``StateConflict``."""
+        """Redrive a DEAD_LETTERED or CANCELLED job. Raises ``NotFound`` or ``StateConflict``."""
         result = await self.store.requeue(self._job_id(job_id), self._clock_now())
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
@@ -543,7 +543,7 @@ class AdminEngine:
 
     def _freed(self, name: str, states: Iterable[int]) -> None:
         """Wake this node's long-polls of a flow-limited queue ``name`` when RESERVED jobs of it
-        were deleted (their slots are free; issue 12)."""
+        were deleted (their slots are free)."""
         q = self.engine.queues.get(name)
         if q is not None and q.flow is not None and int(State.RESERVED) in states:
             self.engine.notifier.ready(name)
@@ -551,8 +551,8 @@ class AdminEngine:
     # ------------------------------------------------------------------ workers
 
     async def workers(self) -> list[WorkerView]:
-        """Every worker that called within the last hour, on any node (issue 13 "Workers
-        page"; ``sepp.server.admin.workers``): the nodes' reports, with this node's own rows
+        """Every worker that called within the last hour, on any node (the Workers
+        page; ``sepp.server.admin.workers``): the nodes' reports, with this node's own rows
         taken fresh from memory, and the jobs each holds RESERVED now. Raises ``StoreError``."""
         engine = self.engine
         node = engine.node
@@ -565,7 +565,7 @@ class AdminEngine:
 
     async def type_figures(self, name: str) -> list[TypeFigures]:
         """The job-type figures of queue ``name`` over the last hour and the last 24 hours
-        (issue 13 item 2; ``sepp.server.admin.type_figures``): the store's rows (every node's
+        (``sepp.server.admin.type_figures``): the store's rows (every node's
         flushed counts) plus this node's counts not flushed yet. The busiest
         ``type_figures.MAX_TYPES`` job types first, the rest folded into ``(other)``. Windows:
         the hour is the current minute and the 59 before it; the day the current hour (UTC,
@@ -594,8 +594,8 @@ class AdminEngine:
     async def stats(self, names: Sequence[str] = (), minutes: int = WINDOW_MINUTES) -> list[QueueStatsView]:
         """Stats of ``names`` (every queue when empty), in the order given / by name; a name
         given twice is answered once (so a request repeating one name 200,000 times costs one
-        queue's stats, not 200,000: issue 14). ``throughput`` covers the last ``minutes``
-        minutes (1 … ``KEEP_MINUTES``, the day the table keeps; issue 13 "History").
+        queue's stats, not 200,000). ``throughput`` covers the last ``minutes``
+        minutes (1 … ``KEEP_MINUTES``, the day the table keeps).
 
         Raises ``NotFound`` for an unknown name.
         """
@@ -633,7 +633,7 @@ class AdminEngine:
     async def _last_reserves(self) -> dict[str, int]:
         """Queue → the latest Reserve of it by any worker (µs UTC), from the worker rows every
         node reports (this node's fresh from memory): what "no consumer" is judged by
-        (issue 12). Another node's Reserves show with its report's delay (its heartbeat)."""
+        . Another node's Reserves show with its report's delay (its heartbeat)."""
         engine = self.engine
         node = engine.node
         rows = [r for r in await engine.store.workers() if r.node != node]

@@ -1,5 +1,5 @@
-"""The held-back view of a flow-limited queue (issue 12 "Admin visibility";
-docs/flow-control.md "What the limits hold back").
+"""The held-back view of a flow-limited queue
+(docs/flow-control.md "What the limits hold back").
 
 "Held back" is measured against one imagined reserve made right now that asks for every
 READY job of the queue at once (no ``max_jobs`` cap, no byte budget, the queue taken as not

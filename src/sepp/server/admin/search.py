@@ -1,4 +1,4 @@
-"""Search filters at the admin edge (issue 13 item 3): their checks, shared by the gRPC
+"""Search filters at the admin edge: their checks, shared by the gRPC
 ``ListJobs``, the UI and (through the API) the CLI, and the UI search box's syntax.
 
 Checks (``with_search``; each failure is ``InvalidRequest``, INVALID_ARGUMENT with metadata

@@ -1,5 +1,5 @@
 """Applying a settings patch to a queue (DeclareQueue / UpdateQueue, the UI's queue form;
-SPEC §4, issue 14 bounds; issue 9 item 8)."""
+every value bounded: docs/configuration.md "Maxima")."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequ
     Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value:
     also for ``max_payload_bytes`` above ``max_message_bytes`` and, when
     ``max_encoding_bytes`` is given, an ``allowed_encodings`` label longer than that
-    (field ``limits.allowed_encodings[i]``; issue 14).
+    (field ``limits.allowed_encodings[i]``).
     """
     merged = current.model_dump()
     for path in paths or _all_paths(patch):

@@ -1,4 +1,4 @@
-"""Throughput per (queue, minute) counted in memory (SPEC §4 stats; issue 9 item 8).
+"""Throughput per (queue, minute) counted in memory (the admin stats).
 
 Enqueues, completions and dead letters are counted through the engine events
 (``JobEngine.on_stored`` / ``on_finished``) and folded into the store's

@@ -1,4 +1,4 @@
-"""Job-type figures (issue 13 item 2): per queue and job type, completed, retried and
+"""Job-type figures: per queue and job type, completed, retried and
 dead-lettered counts and run time p50 / p95 / max over the last hour and 24 hours.
 
 How they are kept (documented choice, docs/decisions.md "Job-type figures"):

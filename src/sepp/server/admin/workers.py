@@ -1,4 +1,4 @@
-"""The Workers page's view of the cluster (issue 13): every worker that called within the last
+"""The Workers page's view of the cluster: every worker that called within the last
 hour, from the rows each node reports (``Store.workers``) and this node's own fresher ones,
 with its jobs in flight from the store and whether it has gone quiet.
 

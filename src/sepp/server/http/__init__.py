@@ -1,1 +1,1 @@
-"""The HTTP side of ``sepp serve``: /healthz, /metrics and the admin web UI (SPEC §4, §7)."""
+"""The HTTP side of ``sepp serve``: /healthz, /metrics and the admin web UI."""

@@ -31,7 +31,7 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     (monotonic) and ``node`` feed its server info. ``/metrics`` renders ``metrics``
     (``sepp.server.metrics.Metrics``; one is made for ``engine`` when not given, with
     ``sweep_skipped`` — ``Sweeper.skipped`` — for ``sepp_sweep_skipped_total``). ``auth`` is
-    the server's ``Authenticator`` (issue 11; built from the engine's config when None): the UI
+    the server's ``Authenticator`` (built from the engine's config when None): the UI
     logs in with a token that has role ``admin``. ``/healthz``, ``/readyz`` and ``/metrics``
     stay open.
     """

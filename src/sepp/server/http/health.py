@@ -1,8 +1,8 @@
-"""``/healthz`` and ``/readyz`` (issue 11; docs/operations.md "Health and readiness").
+"""``/healthz`` and ``/readyz`` (docs/operations.md "Health and readiness").
 
 * ``/healthz``: the process is alive and its HTTP side answers — always 200, also while
   stopping (``{"status": "ok"}``, ``{"status": "stopping"}``). A liveness probe that fails
-  only when the process hangs; until issue 11 it answered 503 while stopping, which made a
+  only when the process hangs; earlier versions answered 503 while stopping, which made a
   supervisor kill a server in the middle of its graceful drain.
 * ``/readyz``: the storage answers a trivial query within 1 s (a fresh ``Store.ping``
   through ``sepp.server.readiness.Readiness.check``, shared with a probe already in

@@ -1,4 +1,4 @@
-"""The node's Prometheus metrics (issue 11): ``definitions`` names every metric with its help
+"""The node's Prometheus metrics: ``definitions`` names every metric with its help
 text, ``Metrics`` keeps the figures (fed by the engine's events) and renders them,
 ``gauges.GaugeSampler`` reads the queue gauges off the scrape path."""
 from __future__ import annotations

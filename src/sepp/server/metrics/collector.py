@@ -1,4 +1,4 @@
-"""``Metrics``: the node's metrics, fed by the engine's events, read by ``/metrics`` (issue 11).
+"""``Metrics``: the node's metrics, fed by the engine's events, read by ``/metrics``.
 
 Subscribes to ``JobEngine.events`` (``sepp.server.events``); each subscriber does O(1) work
 per event plus, where the metric is per job, a dictionary increment or a cheap histogram
@@ -272,7 +272,7 @@ class Metrics:
             self._no_consumer(out, snapshot[0], registry)
 
     def _no_consumer(self, out: Text, gauges: QueueGauges, registry: Sequence[QueueState]) -> None:
-        """``sepp_queue_no_consumer{queue}`` of every known queue (issue 12): the rule of the
+        """``sepp_queue_no_consumer{queue}`` of every known queue: the rule of the
         UI and ``sepp queues list`` (``queues.no_consumer``) applied to the sampled counts and
         oldest READY job, the other nodes' Reserves as sampled and this node's as of now."""
         engine = self.engine

@@ -1,5 +1,5 @@
-"""Every metric ``/metrics`` shows, with its type, labels and help text, in one place (issue 11
-"Metrics"; docs/operations.md "## Metrics" explains each).
+"""Every metric ``/metrics`` shows, with its type, labels and help text, in one place
+(docs/operations.md "## Metrics" explains each).
 
 Counters count what happened on this node since it started (Prometheus sums them over the
 nodes); the queue gauges describe the whole store (every node of a PostgreSQL cluster shows
@@ -101,5 +101,5 @@ ALL: tuple[MetricDef, ...] = (
     COMMIT_BATCH_JOBS, COMMIT_DURATION, RPC_DURATION, PROMOTION_LAG, JOB_RUNTIME,
 )
 
-#: Dead-letter reasons of ``sepp_jobs_dead_lettered_total`` (exactly these, issue 11).
+#: Dead-letter reasons of ``sepp_jobs_dead_lettered_total`` (exactly these).
 ATTEMPTS_EXHAUSTED, NACK_DEAD_LETTER, LEASE_EXPIRED = "attempts_exhausted", "nack_dead_letter", "lease_expired"

@@ -1,4 +1,4 @@
-"""The queue gauges' store read, kept off the scrape path (issue 11; docs/decisions.md
+"""The queue gauges' store read, kept off the scrape path (docs/decisions.md
 "Queue gauges: a background read, bounded-stale").
 
 ``sepp_queue_jobs{queue,state}`` and ``sepp_queue_oldest_ready_age_seconds{queue}`` come from

@@ -1,4 +1,4 @@
-"""Periodic jobs (issue 12; docs/periodic.md), split by duty:
+"""Periodic jobs (docs/periodic.md), split by duty:
 
 * ``spec`` — ``PeriodicSettings``: one ``[[periodic]]`` table / ``PeriodicSchedule``, checked;
 * ``timetable`` — tick times in µs UTC (cronsim, DST) and the tick's idempotency key;

@@ -1,4 +1,4 @@
-"""The admin side of periodic schedules (issue 12): list, show, declare, pause, resume,
+"""The admin side of periodic schedules: list, show, declare, pause, resume,
 trigger and delete — what ``AdminService``'s periodic calls, ``sepp periodic …`` and the UI's
 Periodic page do. Every read goes to the store, so any node answers for the whole cluster;
 every change is made in the store and then applied to this node's scheduler at once (the
@@ -27,7 +27,7 @@ from sepp.server.periodic.timetable import rfc3339
 
 __all__ = ["NEXT_RUNS", "PeriodicAdmin", "PeriodicView", "check_job", "settings_from"]
 
-#: How many upcoming run times a view lists (issue 12: "the next three run times").
+#: How many upcoming run times a view lists ("the next three run times").
 NEXT_RUNS = 3
 
 #: The scheduler's logger: its warnings, and here the admin changes of a schedule (declared,

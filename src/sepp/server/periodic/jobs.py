@@ -1,4 +1,4 @@
-"""The job a schedule's run enqueues (issue 12): an ``EnqueueRequest`` built from a
+"""The job a schedule's run enqueues: an ``EnqueueRequest`` built from a
 ``PeriodicSettings``, with ``scheduled_at`` = the tick time and the tick's idempotency key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``PeriodicScheduler``: every node runs every schedule of the store (issue 12 "Periodic jobs").
+"""``PeriodicScheduler``: every node runs every schedule of the store.
 
 Each node keeps a heap of (next tick, name) and sleeps until the earliest — so an idle node
 with 10,000 schedules does nothing but sleep (benchmarks/periodic_idle.py). When a tick is

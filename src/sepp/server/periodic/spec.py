@@ -1,4 +1,4 @@
-"""A periodic schedule's definition (issue 12 "Periodic jobs"): the ``[[periodic]]`` TOML
+"""A periodic schedule's definition: the ``[[periodic]]`` TOML
 table and the admin API's ``PeriodicSchedule``, checked by one model.
 
 ``PeriodicSettings`` is the pydantic model of one ``[[periodic]]`` entry; every rule of the
@@ -92,7 +92,7 @@ CustomValue = StrictBool | StrictInt | StrictFloat | str
 
 
 class PeriodicSettings(BaseModel):
-    """One schedule (a ``[[periodic]]`` table; issue 12). Exactly one of ``cron`` and
+    """One schedule (a ``[[periodic]]`` table). Exactly one of ``cron`` and
     ``every``. Times are evaluated in ``timezone`` (``cron`` only: ``every`` counts absolute
     time from 1970-01-01T00:00:00Z, so ``every = "15m"`` fires at :00, :15, :30 and :45 UTC).
 

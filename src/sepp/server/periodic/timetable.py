@@ -1,4 +1,4 @@
-"""When a schedule fires (issue 12): tick times in µs UTC from a ``PeriodicSettings``.
+"""When a schedule fires: tick times in µs UTC from a ``PeriodicSettings``.
 
 * ``cron``: cronsim evaluates the expression in the schedule's time zone with Debian cron's
   DST rules. A job at a fixed local time that falls in the hour skipped when clocks go
@@ -36,7 +36,7 @@ def rfc3339(us: int) -> str:
 
 
 def tick_key(name: str, tick_us: int) -> str:
-    """The idempotency key of the job of schedule ``name``'s tick at ``tick_us`` (issue 12):
+    """The idempotency key of the job of schedule ``name``'s tick at ``tick_us``:
     ``periodic:<name>:<tick time, UTC, RFC 3339>``."""
     return f"periodic:{name}:{rfc3339(tick_us)}"
 

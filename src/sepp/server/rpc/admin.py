@@ -1,6 +1,6 @@
-"""AdminService servicer (SPEC §4): proto in, ``AdminEngine``, proto out.
+"""AdminService servicer: proto in, ``AdminEngine``, proto out.
 
-Authentication is the server interceptor's (``rpc.authz``, issue 11): a call reaches this
+Authentication is the server interceptor's (``rpc.authz``): a call reaches this
 servicer only with a token that has role ``admin`` (or when auth is off). Engine errors map
 to rich statuses through ``rpc.status``; ``StateConflict`` is FAILED_PRECONDITION.
 """
@@ -51,13 +51,13 @@ _LIMITS = ("max_payload_bytes", "allowed_encodings", "max_custom_entries", "max_
 # ---------------------------------------------------------------------- conversions
 
 
-#: Most workers one ListWorkers answer holds (issue 13; 500 × at most ~5 KiB each stays far
+#: Most workers one ListWorkers answer holds (500 × at most ~5 KiB each stays far
 #: under max_message_bytes whatever the workers said).
 MAX_LISTED_WORKERS = 500
 
 
 def worker_info(v: WorkerView) -> apb.WorkerInfo:
-    """A ``WorkerView`` as the wire's ``WorkerInfo`` (issue 13)."""
+    """A ``WorkerView`` as the wire's ``WorkerInfo``."""
     return apb.WorkerInfo(worker_id=v.worker_id, host=v.host, queues=list(v.queues), concurrency=v.concurrency,
                           client_version=v.client_version, nodes=list(v.nodes), in_flight=v.in_flight,
                           first_seen=ts(v.first_seen), last_reserve=ts(v.last_reserve), last_seen=ts(v.last_seen),
@@ -142,7 +142,7 @@ def _window_proto(w: WindowFigures) -> apb.JobTypeWindow:
 
 
 def type_stats_proto(queue: str, figures: Sequence[TypeFigures]) -> apb.GetJobTypeStatsResponse:
-    """The job-type figures of ``queue`` as ``GetJobTypeStatsResponse`` (issue 13 item 2)."""
+    """The job-type figures of ``queue`` as ``GetJobTypeStatsResponse``."""
     return apb.GetJobTypeStatsResponse(queue=queue, relative_accuracy=ALPHA, job_types=[
         apb.JobTypeStats(job_type=f.job_type, last_hour=_window_proto(f.hour), last_day=_window_proto(f.day))
         for f in figures])
@@ -300,7 +300,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                                        quiet=sum(v.quiet for v in views), total=len(views),
                                        stopped=sum(bool(v.stopped_at) for v in views))
 
-    # ------------------------------------------------------------------ periodic schedules (issue 12)
+    # ------------------------------------------------------------------ periodic schedules
 
     def _periodic(self) -> PeriodicAdmin:
         if self.admin.periodic is None:  # only a server built without its scheduler (never sepp serve)

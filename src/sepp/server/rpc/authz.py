@@ -1,4 +1,4 @@
-"""Tokens and roles on every gRPC service (issue 11): the server interceptor ``Authorize``.
+"""Tokens and roles on every gRPC service: the server interceptor ``Authorize``.
 
 Each sepp service needs one role: ``sepp.api.v1.ProducerService`` (``GetServerInfo`` is in
 it) ``produce``, ``WorkerService`` ``work``, ``AdminService`` ``admin``. gRPC health and

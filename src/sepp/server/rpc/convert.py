@@ -115,11 +115,11 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
     timestamps written inline — the per-job hot path of ``Reserve``.
 
     Raises ``TypeError``/``ValueError`` for a damaged row (a column of the wrong type, a time
-    outside the Timestamp range): the caller does not hand such a job out (issue 14 O4)."""
+    outside the Timestamp range): the caller does not hand such a job out."""
     (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
      idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node) = rec
     if not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US):
-        # A damaged row (issue 14 O4): a time no Timestamp can carry; the caller buries it.
+        # A damaged row: a time no Timestamp can carry; the caller buries it.
         raise ValueError("run_at or enqueued_at is outside the Timestamp range")
     lease_text = job_id_text(lease_id) if lease_id is not None else ""
     res.lease_id = lease_text

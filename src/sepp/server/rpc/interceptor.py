@@ -1,4 +1,4 @@
-"""Nothing answers ``UNKNOWN`` (issue 14 item 4): the server interceptor that catches what a
+"""Nothing answers ``UNKNOWN``: the server interceptor that catches what a
 handler did not.
 
 grpc answers an exception that escapes a handler with ``UNKNOWN`` and the exception's text.
@@ -32,7 +32,7 @@ from sepp.storage.errors import StoreError
 
 log = logging.getLogger("sepp.rpc")
 
-#: The ErrorInfo reason of an unexpected server error (issue 14: exactly this name).
+#: The ErrorInfo reason of an unexpected server error (exactly this name).
 INTERNAL_ERROR = Reason.INTERNAL_ERROR
 
 #: Most method names whose wrapped handler is kept (names come from callers; unknown ones

@@ -1,4 +1,4 @@
-"""Periodic schedules on the wire (issue 12): ``PeriodicSchedule`` ⇄ ``PeriodicSettings``, and
+"""Periodic schedules on the wire: ``PeriodicSchedule`` ⇄ ``PeriodicSettings``, and
 a ``PeriodicView`` as ``PeriodicInfo``. Used by ``AdminServicer``'s periodic calls.
 
 A field the server does not know (a newer client's) is refused, not dropped: protobuf keeps

@@ -127,7 +127,7 @@ def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
     """The ``ServerInfo`` message: version, features, modes and every advertised limit.
     ``started`` is ``engine.clock.monotonic()`` at start (seconds): uptime is measured from it.
     ``storage`` and ``nodes`` say which backend and which nodes share it (``engine.nodes``,
-    as of the last heartbeat; issue 10)."""
+    as of the last heartbeat)."""
     cfg = engine.config
     lim = cfg.limits
     info = ppb.ServerInfo(

@@ -4,8 +4,7 @@ gRPC's generated ``add_*Servicer_to_server`` decodes requests before any sepp co
 runs, so a malformed message (corrupt wire format, invalid UTF-8 in a string) would
 come back as ``UNKNOWN`` with a Python exception text. Here each unary method gets a
 deserializer that never raises and a thin wrapper that answers such a request with
-the catalogued ``INVALID_ARGUMENT`` (ErrorInfo reason ``INVALID_ARGUMENT``, SPEC §2
-"malformed request") — the server keeps serving.
+the catalogued ``INVALID_ARGUMENT`` (ErrorInfo reason ``INVALID_ARGUMENT``) — the server keeps serving.
 """
 
 from __future__ import annotations

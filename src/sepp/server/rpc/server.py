@@ -1,4 +1,4 @@
-"""Builds the grpc.aio server: services, health, reflection, message caps (SPEC §2, §7)."""
+"""Builds the grpc.aio server: services, health, reflection, message caps."""
 
 from __future__ import annotations
 
@@ -30,18 +30,18 @@ SERVICE_NAMES = (
 
 class GrpcFront:
     """The gRPC listener. ``port`` is known after ``start()`` (useful with port 0). With
-    ``tls`` it serves TLS only (mutual TLS when ``tls`` has a client CA; issue 11)."""
+    ``tls`` it serves TLS only (mutual TLS when ``tls`` has a client CA)."""
 
     def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str,
                  interceptors: Sequence[grpc.aio.ServerInterceptor] = (), *, tls: ServerTLS | None = None,
                  auth: Authenticator | None = None, rpc_observe: Observe | None = None) -> None:
         """``interceptors`` run after the role check and before the built-in ``InternalErrors``
-        (issue 11: the RPC timing); ``rpc_observe(method, code, seconds)`` records the calls the
+        (the RPC timing); ``rpc_observe(method, code, seconds)`` records the calls the
         role check refuses, which those never see."""
         cap = config.limits.max_message_bytes
         self.config = config
         self.tls = tls
-        #: Tokens and roles (issue 11); built from ``config`` when not given.
+        #: Tokens and roles; built from ``config`` when not given.
         self.auth = auth if auth is not None else Authenticator.from_config(config.auth, config.admin_token)
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", cap),

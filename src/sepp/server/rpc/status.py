@@ -1,4 +1,4 @@
-"""Engine errors → gRPC status with rich details (SPEC §2 "Wire form", §3).
+"""Engine errors → gRPC status with rich details (docs/errors.md).
 
 Used by every servicer: ``await abort_for(context, exc)`` never returns.
 """
@@ -72,7 +72,7 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         return wire.plain_status(code_pb2.UNAVAILABLE, Reason.STORE_UNAVAILABLE,
                                  f"the server could not write to its store; nothing was stored: {exc}")
     # Nothing else is expected: INTERNAL with reason INTERNAL_ERROR, as the interceptor answers
-    # (rpc.interceptor; issue 14). The text of an engine error is the server's own.
+    # (rpc.interceptor). The text of an engine error is the server's own.
     if isinstance(exc, EngineError):
         return wire.plain_status(code_pb2.INTERNAL, Reason.INTERNAL_ERROR, wire.clip(str(exc)))
     return wire.plain_status(code_pb2.INTERNAL, Reason.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")

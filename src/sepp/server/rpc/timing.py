@@ -1,4 +1,4 @@
-"""``sepp_rpc_duration_seconds{method,code}`` (issue 11): a grpc.aio server interceptor that
+"""``sepp_rpc_duration_seconds{method,code}``: a grpc.aio server interceptor that
 times every call of sepp's own services (``/sepp.…``; gRPC health and reflection are left
 out) from the handler's start to its answer.
 

@@ -1,5 +1,5 @@
-"""WorkerService servicer (SPEC §3): reserve, ack, nack, extend, batched settle, and the
-stop of a worker's long-polls (``StopReserving``, issue 15 item 7)."""
+"""WorkerService servicer: reserve, ack, nack, extend, batched settle, and the
+stop of a worker's long-polls (``StopReserving``)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             lease = (duration_arg(request.lease_duration, "lease_duration", MIN_LEASE, MAX_LEASE)
                      if request.HasField("lease_duration") else None)
             wait = duration_arg(request.wait, "wait", 0.0, self.max_wait) if request.HasField("wait") else 0.0
-            # The engine notes the worker for the Workers page (issue 13) when it accepts the
+            # The engine notes the worker for the Workers page when it accepts the
             # call, before the long poll, and again when the call ends.
             jobs = await self.engine.reserve(request.queues, request.max_jobs, lease, wait, request.worker_id,
                                              host=request.host, concurrency=request.concurrency,
@@ -115,7 +115,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         # Each job is converted on its own: one whose row cannot be (a damaged column) is not
-        # handed out but dead-lettered with DAMAGED_ROW, and the others are delivered (issue 14 O4).
+        # handed out but dead-lettered with DAMAGED_ROW, and the others are delivered.
         damaged: list[tuple[JobRecord, Exception]] = []
         # The answer must fit in one message (max_message_bytes): what does not fit is given
         # back at once, keeping its place and its attempt.
@@ -171,7 +171,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def _give_back_if_cancelled(self, context: Context, delivered: list[JobRecord]) -> None:
         """If the caller cancels the call after its jobs were leased and the answer built —
         a stopping Worker that stops waiting for a slow answer — its jobs would stay RESERVED by
-        nobody until their lease expires (issue 15 item 7). So when the call ends cancelled,
+        nobody until their lease expires. So when the call ends cancelled,
         the jobs of its answer are given back (released: attempt and place kept). A caller that
         took the answer never sees the call cancelled."""
         if not delivered:
@@ -187,7 +187,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def StopReserving(self, request: wpb.StopReservingRequest,
                             context: Context) -> wpb.StopReservingResponse:
         """End the long-polls of ``request.worker_id``'s Reserves in progress on this node
-        (``JobEngine.stop_reserving``; issue 15 item 7): ``woken`` is how many this stopped;
+        (``JobEngine.stop_reserving``): ``woken`` is how many this stopped;
         ``request.stopped`` records the worker's clean stop (the Workers page lists it stopped).
         An empty worker_id is INVALID_ARGUMENT (field ``worker_id``)."""
         try:
@@ -235,7 +235,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         INVALID_ARGUMENT in its own result. A batch of acks that all completed their jobs is
         answered already serialized (``_ALL_COMPLETED``; the registration sends bytes as they are)."""
         n = len(request.items)
-        if n > MAX_SETTLE_BATCH:  # refused whole, before any item is looked at (issue 14)
+        if n > MAX_SETTLE_BATCH:  # refused whole, before any item is looked at
             await abort_for(context, InvalidRequest(f"a settle holds at most {MAX_SETTLE_BATCH} items (got {n})",
                                                     "items", MAX_SETTLE_BATCH, n))
         now = self._clock_now()
@@ -296,7 +296,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return resp
 
     def _count_done(self, worker_id: str, results: list[SettleResult], params: list[SettleParams]) -> None:
-        """The Workers page (issue 13): jobs done and failed per worker, from one Settle's
+        """The Workers page: jobs done and failed per worker, from one Settle's
         results (``params[i]`` is what ``results[i]`` answers). A release (a stopping worker
         giving a job back, nothing failed) counts as neither."""
         done = failed = 0
@@ -349,7 +349,7 @@ def _add_result(add: Any, r: SettleResult) -> None:
     """One ``SettleResult`` message for ``r`` via ``add`` (``SettleResponse.results.add``)."""
     if r.error is not None:
         add(ok=False, error_reason=r.error.value, error_message=r.error.value)
-    elif r.state in _BACK:  # where a nacked job went (SPEC §3)
+    elif r.state in _BACK:  # where a nacked job went
         res = add(ok=True, state=r.state)
         set_ts(res.run_at, r.run_at)
     else:

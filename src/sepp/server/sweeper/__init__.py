@@ -1,4 +1,4 @@
-"""Sweeps: small single-duty passes over indexed rows (SPEC §3; STYLE habit 13).
+"""Sweeps: small single-duty passes over indexed rows (STYLE habit 13).
 
 * ``promote`` — SCHEDULED → READY when due; sleeps until the next due time, so a due
   job is reservable within milliseconds (reserve also promotes on its own).
@@ -6,7 +6,7 @@
 * ``prune`` — finished jobs past retention; idempotency keys past their window.
 
 A row a pass cannot process is skipped, logged with its job id and queue and counted; the
-other rows are still handled in that pass (issue 14; docs/decisions.md).
+other rows are still handled in that pass (docs/decisions.md).
 """
 
 from __future__ import annotations

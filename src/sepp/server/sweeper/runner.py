@@ -1,6 +1,6 @@
 """The ``Sweeper`` service: runs the passes on the event loop with configurable intervals.
 
-Failures are isolated (issue 14 "sweeps isolate failures"): the store skips a row it cannot
+Failures are isolated: the store skips a row it cannot
 process and reports it (``SweepResult.skipped``); the sweeper logs it with the job id and
 queue, counts it in ``skipped`` (``sepp_sweep_skipped_total{pass=...}`` on /metrics), and
 every other row of the pass is still handled. A pass that fails as a whole (the store
@@ -44,7 +44,7 @@ class Sweeper:
     passes by name, ``skipped`` the rows each pass skipped (left unprocessed, tried again by
     the next pass), and ``failures`` the passes that failed as a whole — for tests and metrics.
 
-    ``clock`` (default ``engine.clock``; issue 9 item 3) gives every time a pass reads: the
+    ``clock`` (default ``engine.clock``) gives every time a pass reads: the
     ``now`` of promotion, reclaim and prune (µs UTC), the time to the next due job and the
     log rate limit of skipped rows. The loops sleep in real time. ``run_once()`` runs one
     pass of each sweep at once, without the loops (tests drive it with a ``FakeClock``).
@@ -184,7 +184,7 @@ class Sweeper:
         for name in result.queues:
             engine.notifier.ready(name)
         for name in result.expired.keys() - result.queues:
-            if policies(name).wake_on_settle:  # DEAD_LETTERED / CANCELLED: a flow-limited slot freed (issue 12)
+            if policies(name).wake_on_settle:  # DEAD_LETTERED / CANCELLED: a flow-limited slot freed
                 engine.notifier.ready(name)
         for name, count in result.dead_lettered.items():
             engine.on_finished(name, int(State.DEAD_LETTERED), count)
@@ -200,7 +200,7 @@ class Sweeper:
 
     @staticmethod
     def _log_reclaimed(result: SweepResult) -> None:
-        """The lines of a reclaim pass that found expired leases (issue 11 "Logs"): one
+        """The lines of a reclaim pass that found expired leases: one
         ``lease_expired`` line with how many and the queues that got jobs back, and one
         ``job_dead_lettered`` line per queue whose jobs were on their last attempt (reason
         ``lease_expired``). At most one pass's worth per ``sweep_interval``."""

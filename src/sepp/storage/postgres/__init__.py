@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (issue 10): several ``sepp serve`` nodes on one database.
+"""The PostgreSQL backend: several ``sepp serve`` nodes on one database.
 
 ``PostgresStore`` implements ``sepp.storage.base.Store`` with asyncpg (docs/decisions.md
 "PostgreSQL through asyncpg"); ``schema.migrate`` creates and migrates the schema under an

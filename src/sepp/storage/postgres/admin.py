@@ -1,6 +1,6 @@
 """``PostgresAdmin``: the admin operations of the PostgreSQL backend
 (``sepp.storage.admin.AdminStore``), with the semantics of ``sepp.storage.sqlite.admin``:
-the same keyset sort keys, filters, counts and verdicts (issue 10 item 3: one conformance
+the same keyset sort keys, filters, counts and verdicts (one conformance
 suite for both backends).
 
 Reads go through the store's read pool (``store._fetch`` / ``_fetchrow`` / ``_fetchval``,
@@ -14,7 +14,7 @@ an index (admin.sql), so none slows down as the completed-job history grows:
   ``jobs_finished``;
 * a listing without a state walks the primary key in enqueue order.
 
-Several nodes share the database (issue 10 item 2), so every write is safe against a
+Several nodes share the database, so every write is safe against a
 reserve, settle or sweep running on another node at the same moment:
 
 * cancel and requeue lock the row they judge (``SELECT … FOR UPDATE``) and write it under a
@@ -134,7 +134,7 @@ def _summary(row: Sequence[Any]) -> JobSummary:
                        None if lease_id is None else bytes(lease_id), lease_exp, worker, started, None, finished,
                        reason, cancel_req, seq, node)
     # A value no sepp writes reads as unset or clamped (logged once per job), so one such row
-    # never fails the page it is on (issue 14).
+    # never fails the page it is on.
     fixed = repair_job(record)
     recorded, last_error = _attempts(state, history)
     return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)), _count(size), recorded,
@@ -323,7 +323,7 @@ class PostgresAdmin:
             field = STATE_NAMES.get(state)
             if field is None:
                 # A state no sepp writes: left out of the counts, logged once per state and
-                # queue (issue 14; the job lists with state "unknown").
+                # queue (the job lists with state "unknown").
                 note_damaged(f"state {state!r} {q}",
                              f"queue {q!r}: {n} job(s) with unknown state {clip(repr(state), 40)} left out of "
                              "the state counts")

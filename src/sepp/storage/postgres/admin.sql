@@ -1,5 +1,5 @@
 -- Named queries of the PostgreSQL admin operations (sepp.storage.postgres.admin), the
--- counterparts of sqlite/admin.sql with the same sort keys and filters (issue 10).
+-- counterparts of sqlite/admin.sql with the same sort keys and filters.
 -- Times in µs UTC (bigint), ids 16-byte bytea, states smallint. States are written as
 -- literals where a partial index must be proved (jobs_ready: state = 2, jobs_scheduled:
 -- state = 1, jobs_leased: state = 3, jobs_finished: state >= 4); a finished state given as a
@@ -83,7 +83,7 @@ WHERE seq > $1::bigint
   AND ($5::bigint IS NULL OR finished_at >= $5::bigint) AND ($6::bigint IS NULL OR finished_at < $6::bigint)
 ORDER BY seq LIMIT $7::bigint;
 
--- ------------------------------------------------------------------ search (issue 13 item 3)
+-- ------------------------------------------------------------------ search
 -- As sqlite/admin.sql: the drivers hand over candidate seqs in enqueue order after the
 -- position; search_match keeps those that pass every filter (sepp.storage.search).
 
@@ -199,7 +199,7 @@ FROM unnest($1::text[]) AS q(name);
 SELECT queue, minute, enqueued, completed, dead_lettered FROM queue_throughput WHERE minute >= $1::bigint;
 
 -- name: add_counts
--- Every node adds its own in-memory counts (issue 10 "admin stats show the whole cluster"):
+-- Every node adds its own in-memory counts:
 -- a row that exists is added to, never overwritten. Rows in (queue, minute) order, so two
 -- nodes adding the same minutes lock them in the same order (no deadlock).
 -- $1 queues, $2 minutes, $3 enqueued, $4 completed, $5 dead_lettered (arrays of one length,
@@ -232,7 +232,7 @@ WHERE seq = $4::bigint AND state::integer IN (1, 2);
 UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state::integer = 3;
 
 -- name: requeue_one
--- Redrive (SPEC §6; sepp.domain.transitions.redrive): $1 state (READY), $2 attempt (0),
+-- Redrive (sepp.domain.transitions.redrive): $1 state (READY), $2 attempt (0),
 -- $3 run_at (now), $4 seq; id, payload, extras, priority, max_attempts and history are
 -- untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED. Guarded on the state.
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
@@ -332,11 +332,11 @@ DELETE FROM queues WHERE name = $1::text;
 DELETE FROM queue_throughput WHERE queue = $1::text;
 
 -- name: delete_queue_bucket
--- A deleted queue's token bucket (issue 12): a queue made again under that name starts full,
+-- A deleted queue's token bucket: a queue made again under that name starts full,
 -- not with the tokens the old one had left.
 DELETE FROM flow_buckets WHERE queue = $1::text;
 
--- ------------------------------------------------------------------ held-back view (issue 12)
+-- ------------------------------------------------------------------ held-back view
 
 -- name: flow_bucket
 -- The token bucket of queue $1 (tokens, updated_at), if any; read without the flow lock.

@@ -1,4 +1,4 @@
-"""Group commit for PostgreSQL (issue 10 item 1): writes waiting at the same moment are
+"""Group commit for PostgreSQL: writes waiting at the same moment are
 folded into one transaction per writer connection.
 
 The committer owns ``writers`` connections, each run by a task of its own. A task takes
@@ -193,7 +193,7 @@ class PgCommitter:
         self.backlog = 0
         #: Transactions committed.
         self.commits = 0
-        #: Commit histograms (issue 11; ``sepp.storage.commit_stats``).
+        #: Commit histograms (``sepp.storage.commit_stats``).
         self.stats = CommitStats()
 
     @property
@@ -311,7 +311,7 @@ class PgCommitter:
 
     async def _transaction(self, conn: asyncpg.Connection, ops: list[Op[Any]], jobs: int = 0) -> list[Any]:
         """Run ``ops`` (weighing ``jobs`` jobs) in one commit; the commit is timed into
-        ``stats`` (issue 11): the COMMIT round trip, or the whole one-statement autocommit."""
+        ``stats``: the COMMIT round trip, or the whole one-statement autocommit."""
         first = ops[0]
         if (isinstance(first, FoldableOp) and not self._commit_delay
                 and all(type(op) is type(first) for op in ops)):

@@ -1,4 +1,4 @@
-"""Flow control inside the PostgreSQL backend's reserve (issue 12; docs/flow-control.md).
+"""Flow control inside the PostgreSQL backend's reserve (docs/flow-control.md).
 
 Several nodes reserve from one database at once, so a limit is only as good as the lock
 around its count. A reserve of a queue with ``max_in_flight`` or a per-key limit first
@@ -13,7 +13,7 @@ FOR UPDATE reads the latest committed tokens. A deadlock between two groups that
 same queues in another order is retried by the committer (SQLSTATE 40P01), never
 reported. Unlimited queues take no lock.
 
-Cost (the issue 12 benchmark: a limit that does not bind stays within 10% of unlimited): a
+Cost (measured: a limit that does not bind stays within 10% of unlimited): a
 limited queue's reserve runs the statements of an unlimited one — promote, pick the READY
 jobs with their sizes, lease them — with the count, the bucket read and the bucket write
 folded into them (``flow_ready``, ``lease_seqs_spend``). A per-key limit walks the groups

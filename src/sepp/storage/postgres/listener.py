@@ -1,4 +1,4 @@
-"""The wake-up listener of the PostgreSQL backend (issue 10 item 2): one connection that
+"""The wake-up listener of the PostgreSQL backend: one connection that
 LISTENs on the schema's channel, so a long-polling ``Reserve`` on this node wakes when
 another node made jobs ready (an enqueue, a promotion, a retry, a reclaim, a redrive).
 

@@ -1,5 +1,5 @@
-"""How many jobs match a listing's filter on PostgreSQL (``AdminStore.count_jobs``; issue 13
-item 4: the dry-run count of a bulk action). The state is a literal in the SQL text so the
+"""How many jobs match a listing's filter on PostgreSQL (``AdminStore.count_jobs``:
+the dry-run count of a bulk action). The state is a literal in the SQL text so the
 planner can use that state's partial index whatever plan it caches."""
 
 from __future__ import annotations

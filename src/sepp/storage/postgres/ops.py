@@ -5,7 +5,7 @@ What a settle, a reclaim or an expiry does to a job is decided by
 ``sepp.domain.transitions``; these functions lock the rows they judge (``FOR UPDATE``, or
 ``FOR UPDATE SKIP LOCKED`` where another node may take the row instead) and apply the
 decision under the lease guard, so several nodes can run each of them at the same moment
-(issue 10 item 2).
+.
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ class ReserveOp:
         p, conn = self.params, tx.conn
         now = p.now
         locking = flow.lock_queues(p.flow, p.queues) if p.flow else []
-        if locking:  # the flow locks ride on the promotion statement (issue 12 benchmark)
+        if locking:  # the flow locks ride on the promotion statement (measured: docs/decisions.md)
             woken = {r[0] for r in await flow.promote_locking(conn, now, 10_000, locking)} - {None}
             for q in woken:
                 tx.wake(q)
@@ -269,7 +269,7 @@ class ReserveOp:
             if limits is not None:
                 allowed, bucket, sizes, held = await flow.ready(conn, queue, limits, want, now)
                 if allowed <= 0:
-                    continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
+                    continue  # a flow limit holds the queue's jobs back: fewer jobs, no error
                 if flow.may_bind_per_key(limits, held, allowed):
                     seqs, used = await flow.key_seqs(conn, queue, limits, allowed, budget, used, bool(out))
                 else:
@@ -334,7 +334,7 @@ async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision, wak
         status = await tx.conn.execute(Q["settle_update"], *d[:6], d.entry, seq, lease_id)
     if _count(status) != 1:  # the row is locked (settle_lookup FOR UPDATE): cannot happen
         raise StoreError(f"settle of job seq {seq} found its lease gone")
-    if d.state == _READY or wake:  # wake: a flow-limited queue got a slot back (issue 12)
+    if d.state == _READY or wake:  # wake: a flow-limited queue got a slot back
         tx.wake(queue)
 
 
@@ -394,7 +394,7 @@ class AckManyOp:
                                 [p.lease_id for p in acks])
         for queue in dict.fromkeys([r[1] for r in rows]):  # each queue once, in row order
             pol = self.policy(queue)
-            if pol.wake_on_settle:  # a flow-limited queue got slots back (issue 12)
+            if pol.wake_on_settle:  # a flow-limited queue got slots back
                 tx.wake(queue)
             if pol.completed_retention != self.default_keep:
                 await conn.execute(Q["set_purge_at"], completed_purge_at(now, pol),
@@ -507,7 +507,7 @@ class ReclaimOp:
             if d.state == _READY:
                 woke.add(queue)
                 tx.wake(queue)
-            elif self.policy(queue).wake_on_settle:  # a flow-limited slot freed: other nodes (issue 12)
+            elif self.policy(queue).wake_on_settle:  # a flow-limited slot freed: other nodes
                 tx.wake(queue)
             if d.state == _DEAD:
                 dead[queue] = dead.get(queue, 0) + 1

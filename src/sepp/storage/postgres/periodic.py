@@ -1,4 +1,4 @@
-"""The periodic schedules' operations on PostgreSQL (issue 12; ``Store.load_periodic`` and
+"""The periodic schedules' operations on PostgreSQL (``Store.load_periodic`` and
 the rest): write operations for the ``PgCommitter`` (``committer.Tx``), SQL in
 ``periodic.sql``. A change tells the other nodes through ``tx.queues_changed()`` (they
 reload their queues and schedules)."""

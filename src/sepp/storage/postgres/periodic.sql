@@ -1,4 +1,4 @@
--- Named queries of the periodic schedules (issue 12) on PostgreSQL ($n parameters). Times
+-- Named queries of the periodic schedules on PostgreSQL ($n parameters). Times
 -- bigint µs UTC. Several nodes may run each at the same moment: every write is one
 -- statement on the schedule's row (its row lock orders them).
 

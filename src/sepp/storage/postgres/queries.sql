@@ -51,7 +51,7 @@ WITH ins AS (
 SELECT pg_notify($14, $15) WHERE $15::text IS NOT NULL;
 
 -- name: insert_custom
--- The custom-index entries of jobs just inserted (issue 13 item 3; migration 0004): $1 job
+-- The custom-index entries of jobs just inserted (migration 0004): $1 job
 -- ids, $2 keys, $3 values as text, one element per entry.
 INSERT INTO job_custom (seq, key, value)
 SELECT j.seq, e.key, e.value FROM unnest($1::bytea[], $2::text[], $3::text[]) AS e(id, key, value)
@@ -135,7 +135,7 @@ RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.ma
 -- With a byte budget, in one statement: lock the next $2 READY jobs of queue $1 in reserve
 -- order, and lease the prefix of them whose running size (payload + history bytes) stays
 -- within $8 bytes; the first is leased anyway when $9 (the call has no job yet), so one
--- job larger than the budget is still delivered (SPEC "Reserve"). $3 lease id, $4 expiry,
+-- job larger than the budget is still delivered. $3 lease id, $4 expiry,
 -- $5 worker, $6 now, $7 the leasing node. The rest of the chunk stays locked until the
 -- transaction ends (another reserver skips it). RETURNING as lease_ready.
 WITH locked AS MATERIALIZED (
@@ -161,7 +161,7 @@ RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.ma
     coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
 
 -- name: bury_leased
--- A just-leased job the server could not convert (issue 14 O4): $1 now, $2 reason, $3 job
+-- A just-leased job the server could not convert: $1 now, $2 reason, $3 job
 -- id, $4 its lease id. No purge time (kept until an admin deletes or requeues it).
 UPDATE jobs SET state = 5, finished_at = $1, purge_at = NULL, reason = $2
 WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = $3 AND job_id_foreign(f.id, f.seq)), job_seq_hint($3)) AND id = $3
@@ -330,14 +330,14 @@ ON CONFLICT (name) DO UPDATE SET address = excluded.address, version = excluded.
 SELECT name, address, version, started_at, last_seen FROM nodes ORDER BY name;
 
 -- name: ping
--- Readiness (Store.ping, issue 11): the store answers a trivial query.
+-- Readiness (Store.ping): the store answers a trivial query.
 SELECT 1;
 
 -- name: promote_due_locking
 -- promote_due ($1 now, $2 limit) that first takes the flow lock of each queue of $3 (keyed
 -- by schema and queue: advisory locks are database-wide), in name order, for the rest of the transaction: a Reserve of a queue with
--- max_in_flight or a per-key limit pays no statement of its own for the lock (issue 12
--- benchmark). The counts it makes next run in statements whose snapshot is taken after
+-- max_in_flight or a per-key limit pays no statement of its own for the lock
+-- (benchmark). The counts it makes next run in statements whose snapshot is taken after
 -- the locks are held, so they see what every earlier holder committed. One row per job
 -- promoted, or one row of NULLs when none was (the aggregate over `locks` makes every
 -- lock be taken whatever `promoted` returns).
@@ -353,7 +353,7 @@ WITH locks AS MATERIALIZED (
 SELECT p.queue, p.run_at FROM (SELECT count(*) FROM locks) AS l(n) LEFT JOIN promoted p ON true;
 
 -- name: flow_ready
--- Flow control (issue 12): one statement for what a limited Reserve of queue $1 needs
+-- Flow control: one statement for what a limited Reserve of queue $1 needs
 -- before it leases: a bound on the RESERVED jobs of the queue when $4 (max_in_flight or a
 -- per-key limit; the caller holds the queue's flow lock), its token bucket row read and
 -- locked FOR UPDATE when $5 (a rate limit: the row lock serialises every node's draw
@@ -417,7 +417,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('sepp.flow/' || current_schema() |
 DELETE FROM flow_counts WHERE queue = $1::text;
 
 -- name: bucket_ensure
--- Flow control (issue 12): create the token bucket of queue $1, full ($2 tokens) at $3
+-- Flow control: create the token bucket of queue $1, full ($2 tokens) at $3
 -- (µs), unless it exists; a second node creating it at once waits for the first and
 -- leaves its row alone (so no bucket is ever handed out twice at full).
 INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES ($1, $2, $3) ON CONFLICT (queue) DO NOTHING;
@@ -439,12 +439,12 @@ WITH leased AS (
 SELECT * FROM leased;
 
 -- name: reserved_extras_in
--- Flow control (issue 12, per-key limit): the extras (custom map) of queue $1's RESERVED
+-- Flow control (per-key limit): the extras (custom map) of queue $1's RESERVED
 -- jobs; the caller holds the queue's flow lock.
 SELECT extras FROM jobs WHERE queue = $1 AND state = 3;
 
 -- name: ready_keys
--- Flow control (issue 12, per-key limit): the first $2 READY jobs of queue $1 in reserve
+-- Flow control (per-key limit): the first $2 READY jobs of queue $1 in reserve
 -- order with their extras and size (payload + history bytes), read through a cursor for
 -- flow_keys.Picker. Not locked: every reserver of the queue holds its flow lock, and
 -- lease_seqs leases only rows still READY.

@@ -1,6 +1,6 @@
 """Connections and schema of the PostgreSQL backend: connect with the server settings sepp
 needs, create and migrate the schema under an advisory lock, and turn a connection failure
-into one line (issue 10 "Interface").
+into one line.
 
 Migrations are ``migrations/NNNN_*.sql``, applied in order, each in the transaction that
 holds ``pg_advisory_xact_lock`` on the schema's key: three nodes started at once on an
@@ -36,7 +36,7 @@ def latest_version() -> int:
     return known[-1][0] if known else 0
 
 
-#: ``password=…`` in the key/value DSN form and in a URL's query (issue 11: never printed).
+#: ``password=…`` in the key/value DSN form and in a URL's query (never printed).
 _KV_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)")
 
 

@@ -1,4 +1,4 @@
-"""PostgresStore: the PostgreSQL backend (issue 10): any number of sepp nodes on one database.
+"""PostgresStore: the PostgreSQL backend: any number of sepp nodes on one database.
 
 Writes go through the ``PgCommitter`` (group commit on ``writers`` connections of their
 own); reads (``get_job``, ``next_due``, the admin listings) through an asyncpg pool of
@@ -56,14 +56,14 @@ _new_result = tuple.__new__
 #: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
 _DRIVER_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 _record = JobRecord._make
-#: Longest ``ping`` waits for PostgreSQL, seconds (readiness: "answers within 1 s", issue 11).
+#: Longest ``ping`` waits for PostgreSQL, seconds (readiness: "answers within 1 s").
 PING_TIMEOUT = 1.0
 
 
 class PostgresStore:
     """The store in schema ``schema`` of the database at ``dsn``.
 
-    ``mode``: persist mode (SPEC §5): ``sync`` and ``group`` commit with
+    ``mode``: persist mode: ``sync`` and ``group`` commit with
     ``synchronous_commit = on`` (``sync`` one operation per transaction, ``group`` folding
     what waits at the same moment), ``async`` with ``synchronous_commit = off``.
     ``pool_size``: read connections; ``writers``: write connections (group commit);
@@ -288,7 +288,7 @@ class PostgresStore:
         """See ``Store.enqueue``: one transaction; keys claimed with ``INSERT … ON CONFLICT``
         (exactly once across nodes; ``queries.sql`` ``claim_keys``). Calls with custom-index
         entries take the ``EnqueueOp`` path (jobs and entries in one transaction), so a call
-        without any folds with the other plain enqueues exactly as before (issue 13 item 3).
+        without any folds with the other plain enqueues exactly as before.
         A row whose id this node made (``new_job_ids``) is stored with the seq its id carries;
         any other id is foreign (a seq of this node's blocks, indexed in ``jobs_id_foreign``):
         such a call takes the ``EnqueueOp`` path, which first refuses (``StoreError``) a
@@ -405,7 +405,7 @@ class PostgresStore:
         return None if row is None else _record(tuple(row))
 
 
-    # ------------------------------------------------------------------ periodic schedules (issue 12)
+    # ------------------------------------------------------------------ periodic schedules
 
     async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
         """``Store.load_periodic``: one read on the pool."""

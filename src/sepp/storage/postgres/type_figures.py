@@ -1,4 +1,4 @@
-"""The job-type figures of the PostgreSQL backend (issue 13 item 2; shapes and rules in
+"""The job-type figures of the PostgreSQL backend (shapes and rules in
 ``sepp.storage.type_figures``): every node adds its own counts to the shared rows in one
 transaction (rows in key order: no deadlock between nodes adding the same minutes)."""
 

@@ -1,4 +1,4 @@
--- The job-type figures of the PostgreSQL backend (issue 13 item 2; sepp.storage.type_figures).
+-- The job-type figures of the PostgreSQL backend (sepp.storage.type_figures).
 -- step 1 = minute rows (the last hour), step 60 = hour rows (the last 24 hours). Every node
 -- adds its own counts (never overwrites); rows in key order, so two nodes adding the same
 -- rows lock them in the same order (no deadlock), as add_counts does.

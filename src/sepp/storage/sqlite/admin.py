@@ -69,7 +69,7 @@ def _summary(row: Sequence[Any]) -> JobSummary:
                        encoding, extras, idem, lease_id, lease_exp, worker, started, None, finished, reason,
                        cancel, seq, node)
     # A damaged field reads as unset or clamped (logged once per job), so one such row
-    # never fails the page it is on (issue 14).
+    # never fails the page it is on.
     fixed = repair_job(record)
     return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)),
                       _count(size), _count(recorded), as_text(last_error, "") or "")
@@ -304,7 +304,7 @@ class SQLiteAdmin:
             field = STATE_NAMES.get(state) if isinstance(state, int) else None
             if field is None:
                 # A state no sepp writes (a damaged row): left out of the counts, logged once
-                # per state and queue (issue 14; the job lists with state "unknown").
+                # per state and queue (the job lists with state "unknown").
                 note_damaged(f"state {state!r} {q}",
                              f"queue {q!r}: {n} job(s) with unknown state {clip(repr(state), 40)} left out of "
                              "the state counts")

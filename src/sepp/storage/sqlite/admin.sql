@@ -23,7 +23,7 @@ ORDER BY priority DESC, run_at, seq LIMIT :limit;
 -- name: next_ready_queue
 -- The queue names of the per-queue walks are handled as their stored bytes (a BLOB here,
 -- CAST back to TEXT as a parameter), so a name that is not UTF-8 (a damaged row) is walked
--- past like any other instead of failing the listing or repeating (issue 14).
+-- past like any other instead of failing the listing or repeating.
 SELECT CAST(queue AS BLOB) FROM jobs WHERE state = 2 AND queue > CAST(:queue AS TEXT) ORDER BY queue LIMIT 1;
 
 -- name: list_finished
@@ -76,7 +76,7 @@ WHERE seq > :seq
   AND (:after IS NULL OR finished_at >= :after) AND (:before IS NULL OR finished_at < :before)
 ORDER BY seq LIMIT :limit;
 
--- ------------------------------------------------------------------ search (issue 13 item 3)
+-- ------------------------------------------------------------------ search
 -- The drivers hand over candidate seqs in enqueue order after :seq; search_match keeps the
 -- candidates that pass every filter (sepp.storage.search). :seqs and :custom are JSON
 -- arrays (the seqs; [key, value] pairs), :terms the number of pairs.
@@ -136,7 +136,7 @@ SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, 
     node
 FROM (SELECT *,
     -- a history that is not a JSON array (a damaged row) reads as none: the listing of the
-    -- other rows must not fail with it (issue 14)
+    -- other rows must not fail with it
     CASE WHEN typeof(history) = 'text' AND json_valid(history) AND json_type(history) = 'array'
         THEN history ELSE '[]' END AS h
     FROM jobs WHERE seq IN (SELECT value FROM json_each(:seqs)));
@@ -211,7 +211,7 @@ UPDATE jobs SET state = 6, finished_at = ?, purge_at = ?, reason = ? WHERE seq =
 UPDATE jobs SET cancel_requested = 1 WHERE seq = ? AND state = 3;
 
 -- name: requeue_one
--- Redrive (SPEC §6; sepp.domain.transitions.redrive): ?1 state (READY), ?2 attempt (0),
+-- Redrive (sepp.domain.transitions.redrive): ?1 state (READY), ?2 attempt (0),
 -- ?3 run_at (now), ?4 seq; id, payload, extras, priority, max_attempts and history are
 -- untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED.
 UPDATE jobs SET state = ?, attempt = ?, run_at = ?, finished_at = NULL, purge_at = NULL, reason = NULL,
@@ -287,11 +287,11 @@ DELETE FROM queues WHERE name = ?;
 DELETE FROM queue_throughput WHERE queue = ?;
 
 -- name: delete_queue_bucket
--- A deleted queue's token bucket (issue 12): a queue made again under that name starts full,
+-- A deleted queue's token bucket: a queue made again under that name starts full,
 -- not with the tokens the old one had left.
 DELETE FROM flow_buckets WHERE queue = ?;
 
--- ------------------------------------------------------------------ held-back view (issue 12)
+-- ------------------------------------------------------------------ held-back view
 
 -- name: flow_bucket
 -- The token bucket of queue :queue (tokens, updated_at), if any.

@@ -1,4 +1,4 @@
-"""The committer: the single SQLite writer, with group commit (SPEC §5, STYLE habit 13).
+"""The committer: the single SQLite writer, with group commit (STYLE habit 13).
 
 Writes are submitted from the event loop as *operations* — plain functions of the
 connection that run inside a transaction — and awaited. A dedicated thread owns
@@ -50,7 +50,7 @@ class _Pending(Generic[T]):
     this process, an operation number across the writer-process pipe). ``siblings``: how many
     other operations were in flight (submitted, not yet answered) when it was submitted —
     the group-commit wait only applies when there were some (PostgreSQL's
-    ``commit_siblings``; issue 15)."""
+    ``commit_siblings``)."""
 
     fn: Op[T]
     token: Any
@@ -98,7 +98,7 @@ class MergeableInsert:
 
 
 class Probe:
-    """A readiness probe (``Store.ping``, issue 11): the loop answers it outside any
+    """A readiness probe (``Store.ping``): the loop answers it outside any
     transaction with ``SELECT 1`` on the writer connection — proof that the writer takes
     and answers operations — and counts it as no commit and no committed operation, so
     probes never show in the commit figures. Picklable (it crosses to the writer process)."""
@@ -124,7 +124,7 @@ class GroupLoop:
     writes) and the next group's first write was submitted while other writes were in
     flight, wait this long before collecting the next group so one fsync covers more
     writes; 0 disables it. A write submitted when no other was in flight (a lone
-    producer, or the first write after a burst) is never delayed (issue 15).
+    producer, or the first write after a burst) is never delayed.
     ``commit_delay`` (seconds): a fault-injection knob for tests of load shedding; 0 in
     production. ``fsync_interval`` (seconds): the ``async`` mode's
     background fsync period.
@@ -148,7 +148,7 @@ class GroupLoop:
         #: Commits done and operations committed, for metrics and tests.
         self.commits = 0
         self.ops_committed = 0
-        #: Commit histograms (issue 11), written by this loop's thread.
+        #: Commit histograms, written by this loop's thread.
         self.stats = CommitStats()
 
     def put(self, item: _Pending[Any] | object) -> None:
@@ -318,7 +318,7 @@ class Committer:
 
     @property
     def stats(self) -> CommitHistograms:
-        """The commit histograms so far (issue 11; ``sepp.storage.commit_stats``)."""
+        """The commit histograms so far (``sepp.storage.commit_stats``)."""
         return self._group.stats.snapshot()
 
     async def start(self) -> None:

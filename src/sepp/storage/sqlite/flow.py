@@ -1,4 +1,4 @@
-"""Flow control inside the SQLite backend's reserve (issue 12; docs/flow-control.md).
+"""Flow control inside the SQLite backend's reserve (docs/flow-control.md).
 
 Runs on the writer connection inside ``ops.reserve_op``'s transaction: the single writer
 serialises every reserve, so a count taken here cannot be overtaken by another reserve
@@ -40,7 +40,7 @@ def room(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int,
 def may_bind_per_key(limits: FlowLimits, reserved: int, allowed: int) -> bool:
     """True when the per-key limit could hold back one of ``allowed`` more jobs of a queue
     with ``reserved`` RESERVED jobs: only then must the reserve walk the groups
-    (``key_rows``); otherwise it takes the plain reserve statements (issue 12 benchmark)."""
+    (``key_rows``); otherwise it takes the plain reserve statements (measured: docs/decisions.md)."""
     return limits.per_key and reserved + allowed > limits.max_per_key
 
 

@@ -1,5 +1,5 @@
 """The lone-write path: a write nobody else is waiting with runs on the event loop itself
-(issue 15 "A lone request pays for nothing it does not need"; docs/decisions.md "Lone writes
+(docs/decisions.md "Lone writes
 skip the writer hop").
 
 Handing a write to the committer (a pipe to the writer process, or a queue to the writer
@@ -120,7 +120,7 @@ class LoneWriter:
         self._broken = False  # an fdatasync failed: no more lone writes
         #: Transactions committed on this path (metrics).
         self.commits = 0
-        #: Commit histograms of this path (issue 11).
+        #: Commit histograms of this path.
         self.stats = CommitStats()
 
     def open(self) -> None:

@@ -1,5 +1,5 @@
-"""How many jobs match a listing's filter on SQLite (``AdminStore.count_jobs``; issue 13 item
-4: the dry-run count of a bulk action). The state is written into the SQL as a literal so
+"""How many jobs match a listing's filter on SQLite (``AdminStore.count_jobs``:
+the dry-run count of a bulk action). The state is written into the SQL as a literal so
 SQLite can use the partial index of that state (a bound parameter cannot prove a partial
 index's WHERE); the job-type filter is only in the text when given."""
 

@@ -127,7 +127,7 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
     A row the driver cannot read (a text column that is not UTF-8) or whose payload/history
     is not bytes/text (a damaged row, ``storage.rows``) is not leased: it is dead-lettered
     with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead
-    (issue 14 O4). That check runs only after the plain read failed, off the hot path."""
+    . That check runs only after the plain read failed, off the hot path."""
     now = params.now
     promoted = tuple(sorted(promote(conn, now, 10_000).queues))  # a row it skips is reported by the sweep
     out: list[tuple[str, int, list[Any]]] = []
@@ -139,7 +139,7 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
         limits = params.flow.get(queue)
         take, bucket, held = (want, None, 0) if limits is None else flow.room(conn, queue, limits, want, now)
         if take <= 0:
-            continue  # a flow limit holds the queue's jobs back (issue 12): fewer jobs, no error
+            continue  # a flow limit holds the queue's jobs back: fewer jobs, no error
         by_key = limits is not None and flow.may_bind_per_key(limits, held, take)
         for _round in range(_DAMAGED_ROUNDS):
             try:

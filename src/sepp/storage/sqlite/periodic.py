@@ -1,4 +1,4 @@
-"""The periodic schedules' operations on SQLite (issue 12; ``Store.load_periodic`` and the
+"""The periodic schedules' operations on SQLite (``Store.load_periodic`` and the
 rest), run on the writer connection. Module-level so they pickle (``writer_process``); the
 connection comes last. SQL in ``periodic.sql``."""
 

@@ -1,4 +1,4 @@
--- Named queries of the periodic schedules (issue 12) on SQLite; run on the writer
+-- Named queries of the periodic schedules on SQLite; run on the writer
 -- (sepp.storage.sqlite.periodic). Times integer µs UTC.
 
 -- name: load_all

@@ -9,7 +9,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 SELECT job_id, expires_at FROM idempotency WHERE queue = ? AND key = ?;
 
 -- name: insert_custom
--- One custom-index entry of a job just inserted (issue 13 item 3; migration 0006): ?1 the
+-- One custom-index entry of a job just inserted (migration 0006): ?1 the
 -- job id, ?2 the key, ?3 the value as text.
 INSERT INTO job_custom (seq, key, value) SELECT seq, ?2, ?3 FROM jobs WHERE id = ?1;
 
@@ -65,7 +65,7 @@ UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?1, lease_expires_a
 WHERE seq IN (SELECT seq FROM jobs WHERE queue = ?5 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?6);
 
 -- name: bury_damaged
--- A READY job whose row cannot be delivered (issue 14 O4): ?1 now, ?2 reason, ?3 seq. No
+-- A READY job whose row cannot be delivered: ?1 now, ?2 reason, ?3 seq. No
 -- purge time (kept until an admin deletes or requeues it); history untouched.
 UPDATE jobs SET state = 5, finished_at = ?1, purge_at = NULL, reason = ?2 WHERE seq = ?3 AND state = 2;
 
@@ -149,7 +149,7 @@ DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE purge_at <= ? LIMIT ?)
 DELETE FROM idempotency WHERE (queue, key) IN (SELECT queue, key FROM idempotency WHERE expires_at <= ? LIMIT ?);
 
 -- Row by row, for a sweep whose batch statement failed (one unprocessable row must not stop
--- the others; issue 14). Each SELECT pages by key after (?2, ?3[, ?4]) in index order.
+-- the others). Each SELECT pages by key after (?2, ?3[, ?4]) in index order.
 
 -- name: due_jobs
 SELECT seq, queue, run_at, id FROM jobs WHERE state = 1 AND run_at <= ?1 AND (run_at, seq) > (?2, ?3)
@@ -174,28 +174,28 @@ ORDER BY expires_at, queue, key LIMIT ?5;
 DELETE FROM idempotency WHERE queue = ? AND key = ?;
 
 -- name: ping
--- Readiness (Store.ping, issue 11): the store answers a trivial query.
+-- Readiness (Store.ping): the store answers a trivial query.
 SELECT 1;
 
 -- name: count_reserved_in
--- Flow control (issue 12): how many jobs of queue ?1 are RESERVED now (a range of jobs_leased).
+-- Flow control: how many jobs of queue ?1 are RESERVED now (a range of jobs_leased).
 SELECT count(*) FROM jobs WHERE queue = ?1 AND state = 3;
 
 -- name: bucket_get
--- Flow control (issue 12): the token bucket of queue ?1 (tokens, updated_at), if any.
+-- Flow control: the token bucket of queue ?1 (tokens, updated_at), if any.
 SELECT tokens, updated_at FROM flow_buckets WHERE queue = ?1;
 
 -- name: bucket_put
--- Flow control (issue 12): store the bucket of queue ?1: ?2 tokens left at ?3 (µs).
+-- Flow control: store the bucket of queue ?1: ?2 tokens left at ?3 (µs).
 INSERT INTO flow_buckets (queue, tokens, updated_at) VALUES (?1, ?2, ?3)
 ON CONFLICT (queue) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at;
 
 -- name: reserved_extras_in
--- Flow control (issue 12, per-key limit): the extras (custom map) of queue ?1's RESERVED jobs.
+-- Flow control (per-key limit): the extras (custom map) of queue ?1's RESERVED jobs.
 SELECT extras FROM jobs WHERE queue = ?1 AND state = 3;
 
 -- name: ready_keys
--- Flow control (issue 12, per-key limit): the first ?2 READY jobs of queue ?1 in reserve
+-- Flow control (per-key limit): the first ?2 READY jobs of queue ?1 in reserve
 -- order with their extras and size (payload + history bytes), for flow_keys.pick.
 SELECT seq, extras, length(coalesce(payload, x'')) + coalesce(length(CAST(history AS BLOB)), 0)
 FROM jobs WHERE queue = ?1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?2;

@@ -73,7 +73,7 @@ _new_result = tuple.__new__
 class SQLiteStore:
     """The embedded store in ``data_dir/sepp.db``.
 
-    ``mode`` is the persist mode (``sync`` | ``group`` | ``async``, SPEC §5);
+    ``mode`` is the persist mode (``sync`` | ``group`` | ``async``);
     ``cache_mib`` the page cache of the writer connection. ``writer`` is ``thread`` (the
     writer loop in a thread of this process) or ``process`` (in a child process of its own,
     ``writer_process``: what ``sepp serve`` uses). Every write operation below is a
@@ -98,7 +98,7 @@ class SQLiteStore:
                                         group_wait=group_wait)
         else:
             raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
-        #: One-job enqueues run here when the committer is idle (issue 15); not with the
+        #: One-job enqueues run here when the committer is idle; not with the
         #: commit-delay fault knob, whose tests need every write to pass the committer.
         self._lone: LoneWriter | None = LoneWriter(self.path, mode) if not commit_delay else None
         #: Batch inserts waiting for the committer now, and when two last did (``time.perf_counter``
@@ -212,7 +212,7 @@ class SQLiteStore:
                 self._local.conn = conn
                 self._reader_conns.append(conn)
             # A text value that is not UTF-8 (a damaged row) is read with U+FFFD instead of
-            # failing the read of every row with it (issue 14; storage.rows).
+            # failing the read of every row with it (storage.rows).
             return fetch_lenient(conn, sql, params, one)
 
         return await asyncio.get_running_loop().run_in_executor(self._readers, run)
@@ -228,7 +228,7 @@ class SQLiteStore:
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call.
         Calls with custom-index entries take the keyed path (``ops.enqueue_op``), so a call
-        without any runs exactly as before (issue 13 item 3: nothing added to it)."""
+        without any runs exactly as before (nothing added to it)."""
         if not new_queues and not custom and not any(row[11] for row in rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
                 return await self._write_one(MergeableInsert(ops.insert_jobs, list(rows), {}))
@@ -468,7 +468,7 @@ class SQLiteStore:
         """``Store.workers``: the last report."""
         return list(self._workers)
 
-    # ------------------------------------------------------------------ periodic schedules (issue 12)
+    # ------------------------------------------------------------------ periodic schedules
 
     async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
         """``Store.load_periodic``: read on the writer (what was just written is seen)."""

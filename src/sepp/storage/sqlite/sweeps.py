@@ -1,7 +1,7 @@
 """The sweep passes of the SQLite backend, run on the writer: promotion (SCHEDULED → READY),
 reclaim of expired leases (``sepp.domain.transitions.reclaim``) and pruning.
 
-A sweep pass isolates failures (issue 14; docs/decisions.md "Sweeps skip what they cannot
+A sweep pass isolates failures (docs/decisions.md "Sweeps skip what they cannot
 process"): its rows are first handled as a batch inside a savepoint; when that raises, the
 savepoint is rolled back and every row is handled in a savepoint of its own, so a row that
 cannot be processed is skipped (and reported) and every other row is still handled in the
@@ -91,7 +91,7 @@ def _paged(conn: sqlite3.Connection, sql: str, now: int, limit: int, start: tupl
     while len(done) < limit:
         want = limit - len(done)
         # A text value that is not UTF-8 (a queue name of a damaged row) is read with U+FFFD
-        # rather than failing the whole pass (issue 14 O3); the rows are handled by seq.
+        # rather than failing the whole pass; the rows are handled by seq.
         rows = fetch_lenient(conn, sql, (now, *key, want))
         page_done, page_failed = _each_isolated(conn, rows, apply)
         done += page_done

@@ -1,4 +1,4 @@
-"""The job-type figures of the SQLite backend (issue 13 item 2; shapes and rules in
+"""The job-type figures of the SQLite backend (shapes and rules in
 ``sepp.storage.type_figures``): adds run on the writer (one transaction, folded into the
 group commits like every write), reads on the reader threads."""
 

@@ -1,4 +1,4 @@
--- The job-type figures of the SQLite backend (issue 13 item 2; sepp.storage.type_figures).
+-- The job-type figures of the SQLite backend (sepp.storage.type_figures).
 -- step 1 = minute rows (the last hour), step 60 = hour rows (the last 24 hours).
 
 -- name: add_type_counts

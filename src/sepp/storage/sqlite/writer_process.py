@@ -31,7 +31,7 @@ data folder is locked); one whose stdin closes first exits at once.
 * child → parent: ``("ready",)`` or ``("error", exception)`` once the connection is open
   (or failed to open); ``("results", commits, ops_committed, [(token, value, exception),
   ...], commit_stats)`` per group (``commit_stats``: the child's cumulative
-  ``CommitHistograms``, issue 11); ``("stopped",)`` last.
+  ``CommitHistograms``); ``("stopped",)`` last.
 
 The child ignores SIGINT and SIGTERM (a Ctrl-C in a terminal reaches the whole process
 group; the parent decides when the writer stops) and exits when its stdin closes, after
@@ -142,7 +142,7 @@ class ProcessCommitter:
         #: Commits done and operations committed by the child (as of its last answer).
         self.commits = 0
         self.ops_committed = 0
-        #: The child's commit histograms (as of its last answer; issue 11).
+        #: The child's commit histograms (as of its last answer).
         self.stats: CommitHistograms = EMPTY
 
     async def start(self) -> None:

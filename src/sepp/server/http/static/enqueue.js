@@ -1,6 +1,6 @@
 // sepp enqueue form: custom-entry rows and the browser-side checks of the advertised limits.
 //
-// The checks mirror sepp.validation (SPEC §2 rejection catalogue) and run in the catalogue's
+// The checks mirror sepp.validation (the rejection catalogue, docs/errors.md) and run in the catalogue's
 // order, so the code shown here is the one the server would send. They use the limits the
 // server advertises (GetServerInfo), embedded in #sepp-limits. "Send without checking"
 // submits anyway, to see the server's own verdict.

@@ -15,7 +15,7 @@ document.addEventListener("submit", function (event) {
   }
 });
 
-// Bulk actions (issue 13): a header checkbox ticks every row of its form; the form shows
+// Bulk actions: a header checkbox ticks every row of its form; the form shows
 // how many rows are ticked.
 function bulkBoxes(formId) {
   return document.querySelectorAll('input[type="checkbox"][name="job_id"][form="' + formId + '"]');

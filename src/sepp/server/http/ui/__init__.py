@@ -1,4 +1,4 @@
-"""The admin web UI (SPEC §4): Starlette routes + Jinja2 templates + htmx, served by ``sepp serve``.
+"""The admin web UI: Starlette routes + Jinja2 templates + htmx, served by ``sepp serve``.
 
 Pages (all HTML, server-rendered; JavaScript only enhances):
 
@@ -7,7 +7,7 @@ Pages (all HTML, server-rendered; JavaScript only enhances):
 ``GET /ui/partials/dashboard``            the dashboard body (htmx polls it every 5 s)
 ``GET /queues/{name}``                    queue: settings, counts, jobs by state (paged)
 ``GET /ui/partials/queue/{name}``         the queue's live counts + chart (polled)
-``GET /ui/partials/queue/{name}/types``   its job-type figures (polled; issue 13 item 2)
+``GET /ui/partials/queue/{name}/types``   its job-type figures (polled)
 ``POST /queues/{name}/bulk[/run]``        bulk cancel / requeue / delete (``ui.bulk``)
 ``GET /queues/{name}/bulk``, ``/bulk/…``  the dry-run count; a bulk run's progress
 ``POST /queues/{name}/pause|resume|purge``
@@ -25,13 +25,13 @@ Safety: Jinja2 autoescaping is on for every template (payloads, custom values, e
 names are user data and are never marked safe); every POST must carry the session's
 CSRF token (form field ``csrf_token`` or header ``X-CSRF-Token``), else 403; responses
 carry a strict Content-Security-Policy (scripts and styles from ``/static`` only). When
-a token is configured (``[[auth.tokens]]`` or ``admin_token``; issue 11), every page but
+a token is configured (``[[auth.tokens]]`` or ``admin_token``), every page but
 ``/login`` and ``/static`` redirects to the login page until a token with role ``admin`` was
 entered; the session is a signed cookie holding the token's name and a digest marker (so a
 removed or changed token logs its sessions out), signed with a key derived from the
 configured digests, else a random per-process key.
 
-Layout (issue 9 item 8): ``routes`` (``AdminUI``: handlers and the route table),
+Layout: ``routes`` (``AdminUI``: handlers and the route table),
 ``views`` (formatters, payload view / hex dump, job and settings context), ``chart``
 (the throughput SVG), ``forms`` (enqueue form → request, dead-letter filter),
 ``bulk`` (the bulk-action routes), ``figures_view`` (the job-type table's formatting),

@@ -1,4 +1,4 @@
-"""The UI's bulk actions (issue 13 item 4) over ``sepp.server.admin.bulk.BulkActions``.
+"""The UI's bulk actions over ``sepp.server.admin.bulk.BulkActions``.
 
 ==============================================  =========================================
 ``POST /queues/{name}/bulk``                    the ticked jobs (``job_id`` fields, at most

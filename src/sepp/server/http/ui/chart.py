@@ -1,5 +1,5 @@
 """The throughput chart of the dashboard and queue pages, drawn server-side as SVG points (no
-JavaScript; SPEC §4), over the last hour, 6 hours or 24 hours (issue 13 "History").
+JavaScript), over the last hour, 6 hours or 24 hours.
 
 The store keeps one row per (queue, minute) for a day (``AdminEngine`` ``KEEP_MINUTES``); a
 window longer than an hour is drawn in buckets of several minutes so the chart has 60–72
@@ -62,7 +62,7 @@ class Chart:
     holds (css class, label, total, points of the complete buckets, points of the last
     segment up to the current, still partial, bucket), drawn in that order: enqueued first,
     as a wide pale band, so the completed line drawn over it stays visible where the two
-    are equal (issue 13: the enqueued line hid under the completed one).
+    are equal (the enqueued line hid under the completed one).
     """
 
     width: int
@@ -78,7 +78,7 @@ class Chart:
 def axis_ceiling(peak: int) -> int:
     """The y axis top for a largest value ``peak``: the smallest of 2, 4, 6, 10, 20, 40, 60,
     100, … that is ≥ ``peak`` (at least 2), so the half-way label is a whole number — a
-    peak of 1 reads 2 / 1 / 0, not 1 / 0 / 0 (issue 13)."""
+    peak of 1 reads 2 / 1 / 0, not 1 / 0 / 0."""
     magnitude = 1
     while True:
         for m in (2, 4, 6, 10):

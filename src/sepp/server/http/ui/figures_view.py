@@ -1,4 +1,4 @@
-"""How the queue page shows its job-type figures (issue 13 item 2; the figures are
+"""How the queue page shows its job-type figures (the figures are
 ``sepp.server.admin.type_figures``): the run-time formatter of the table."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Form parsing for the UI: the enqueue form → ``EnqueueRequest`` field by field (seed
-"Enqueue from the admin UI"), the limits the browser checks, the dead-letter filter, and
+"""Form parsing for the UI: the enqueue form → ``EnqueueRequest`` field by field
+("Enqueue from the admin UI"), the limits the browser checks, the dead-letter filter, and
 reading a form with a part size large enough for a whole payload."""
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ def is_json_encoding(encoding: str) -> bool:
 
 
 def check_json(data: bytes, encoding: str) -> None:
-    """The form's own check of a JSON payload before anything is sent (issue 13: an empty
+    """The form's own check of a JSON payload before anything is sent (an empty
     payload labelled ``application/json`` was stored, and a worker then failed on it every
-    attempt). The server stores payload bytes as given (seed: payloads are opaque); this is
+    attempt). The server stores payload bytes as given (payloads are opaque); this is
     the form helping its user. Raises ``FormError`` (field ``payload.data``)."""
     if not is_json_encoding(encoding):
         return
@@ -115,15 +115,15 @@ def check_json(data: bytes, encoding: str) -> None:
 
 
 def fresh_idempotency_key() -> str:
-    """The key a freshly loaded enqueue form offers (issue 13): ``ui-`` and 24 random hex
+    """The key a freshly loaded enqueue form offers: ``ui-`` and 24 random hex
     digits, so submitting the same loaded form twice (a double click, a reload) returns the
     first job (``deduplicated``), while loading the form again offers a new key."""
     return "ui-" + secrets.token_hex(12)
 
 
 def build_request(form: Mapping[str, str], customs: Sequence[tuple[str, str, str]]) -> pb.EnqueueRequest:
-    """Map the enqueue form field by field onto an ``EnqueueRequest`` (seed "Enqueue from the
-    admin UI"). Empty optional fields stay unset. Raises ``FormError`` for a value that has no
+    """Map the enqueue form field by field onto an ``EnqueueRequest``.
+    Empty optional fields stay unset. Raises ``FormError`` for a value that has no
     wire form (not a number, bad base64, unknown zone, …)."""
     req = pb.EnqueueRequest(queue=form.get("queue", ""), job_type=form.get("job_type", ""))
     data = parse_payload(form.get("payload", ""), form.get("payload_format", "text"))

@@ -1,4 +1,4 @@
-"""The UI's Periodic page (issue 12): every schedule with its timing, next three run times,
+"""The UI's Periodic page: every schedule with its timing, next three run times,
 last run and the job it produced, and the forms that pause, resume, trigger and delete one.
 Served by ``AdminUI`` (``routes.py``); the same view as ``sepp periodic list``."""
 

@@ -1,4 +1,4 @@
-"""The UI's handlers and route table (SPEC §4): ``AdminUI`` over an ``AdminEngine``.
+"""The UI's handlers and route table: ``AdminUI`` over an ``AdminEngine``.
 
 Formatting lives in ``views`` and ``chart``, form parsing in ``forms``, CSRF / session /
 headers in ``security``; this module only maps requests to engine calls and templates.
@@ -81,7 +81,7 @@ HTMX = "vendor/htmx.org/htmx.min.js"
 
 #: Dashboard refresh period, seconds.
 POLL_SECONDS = 5
-#: The job-type figures' refresh period on the queue page, seconds (issue 13 item 2).
+#: The job-type figures' refresh period on the queue page, seconds.
 TYPES_POLL_SECONDS = 15
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -91,7 +91,7 @@ class AdminUI:
     """Routes and helpers of the web UI over an ``AdminEngine``.
 
     ``server_info`` returns the live ``ServerInfo`` (limits for the enqueue form);
-    ``auth`` holds the tokens: when admin is checked (issue 11) the UI logs in with any token
+    ``auth`` holds the tokens: when admin is checked the UI logs in with any token
     that has role ``admin``, else it is open.
     """
 
@@ -110,7 +110,7 @@ class AdminUI:
         env.globals.update(POLL_SECONDS=POLL_SECONDS, HTMX=HTMX, STATE_SLUGS=STATE_SLUGS,
                            TYPES_POLL_SECONDS=TYPES_POLL_SECONDS)
         self.templates = Jinja2Templates(env=env)
-        #: Bulk cancel / requeue / delete (issue 13 item 4; ``ui.bulk``).
+        #: Bulk cancel / requeue / delete (``ui.bulk``).
         self.bulk_ui = BulkUI(self)
 
     # ------------------------------------------------------------------ plumbing
@@ -156,7 +156,7 @@ class AdminUI:
         return [Middleware(SecurityHeaders),
                 Middleware(SessionMiddleware, secret_key=session_secret(self.auth), session_cookie="sepp_session",
                            max_age=12 * 3600, same_site="lax",
-                           # Served over TLS (issue 11): the cookie never travels in clear.
+                           # Served over TLS: the cookie never travels in clear.
                            https_only=bool(self.admin.engine.config.tls_cert))]
 
     csrf_token = staticmethod(csrf_token)
@@ -279,7 +279,7 @@ class AdminUI:
             "q_name": name, "bulk_actions": actions_for(state)})
 
     async def queue_types_partial(self, request: Request) -> Response:
-        """The queue's job-type figures (issue 13 item 2) for htmx polling."""
+        """The queue's job-type figures for htmx polling."""
         name = request.path_params["name"]
         return self.render(request, "_job_types.html", {"types": await self.admin.type_figures(name),
                                                          "q_name": name})
@@ -403,7 +403,7 @@ class AdminUI:
 
     async def enqueue_page(self, request: Request) -> Response:
         """The enqueue form (``?queue=`` pre-fills the queue) with a fresh idempotency key, so
-        submitting one loaded form twice stores one job (issue 13)."""
+        submitting one loaded form twice stores one job."""
         values = {"queue": request.query_params.get("queue", ""), "payload_format": "text",
                   "encoding": "application/json", "scheduled_tz": "UTC", "payload": "{}",
                   "idempotency_key": fresh_idempotency_key()}
@@ -457,7 +457,7 @@ class AdminUI:
                 "storage": storage_label(cfg.storage, cfg.postgres.schema, str(cfg.data_dir), cfg.persist_mode)}
 
     async def nodes_page(self, request: Request) -> Response:
-        """The nodes sharing the store (issue 10): name, address, version, started, last seen
+        """The nodes sharing the store: name, address, version, started, last seen
         (gone after ``NODE_GONE_AFTER`` s without a heartbeat), and the storage backend."""
         return self.render(request, "nodes.html", {"title": "Nodes", **(await self._nodes_context())})
 
@@ -477,7 +477,7 @@ class AdminUI:
                 "heartbeat_every": HEARTBEAT_EVERY}
 
     async def workers_page(self, request: Request) -> Response:
-        """Every worker that called within the last hour, on any node (issue 13): id, status
+        """Every worker that called within the last hour, on any node: id, status
         (quiet = no call within two lease periods), host, queues, concurrency, jobs in flight,
         last reserve, jobs done and failed in the last minute, nodes, client version."""
         return self.render(request, "workers.html", {"title": "Workers", **(await self._workers_context())})
@@ -507,7 +507,7 @@ class AdminUI:
                            "Enter a job id, or a queue and an idempotency key."}, 400)
 
     async def search(self, request: Request) -> Response:
-        """``/search?q=<search>&page=<token>`` (issue 13 item 3): the search box's results
+        """``/search?q=<search>&page=<token>``: the search box's results
         (syntax: ``sepp.server.admin.search``). A search for one job id alone goes to the job's
         page; text that cannot be read is shown with its message (400)."""
         text = request.query_params.get("q", "").strip()
@@ -542,7 +542,7 @@ class AdminUI:
         return RedirectResponse("/#queues-h", status_code=307)
 
     async def favicon(self, _request: Request) -> Response:
-        """``/favicon.ico`` (issue 13: it was a 404 in every browser's log); open without login."""
+        """``/favicon.ico`` (it was a 404 in every browser's log); open without login."""
         return FileResponse(STATIC / "favicon.ico", media_type="image/x-icon",
                             headers={"cache-control": "public, max-age=86400"})
 

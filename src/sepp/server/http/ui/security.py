@@ -1,4 +1,4 @@
-"""UI security plumbing (SPEC §4): security headers (CSP), the session-signing key, the
+"""UI security plumbing: security headers (CSP), the session-signing key, the
 login marker, CSRF tokens and same-site redirects."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class SecurityHeaders:
 
 
 def session_secret(auth: Authenticator) -> str:
-    """The session-signing key (issue 11): ``Authenticator.session_key`` — derived from
+    """The session-signing key: ``Authenticator.session_key`` — derived from
     ``auth.session_secret`` (or ``admin_token``) and the token digests, else random per process."""
     return auth.session_key()
 

@@ -1,5 +1,5 @@
 """What the UI shows, formatted: times, durations, sizes, payloads (text / JSON / hex dump),
-queue settings and the job page's context (SPEC §4). Pure functions of records; no request
+queue settings and the job page's context. Pure functions of records; no request
 handling here.
 """
 
@@ -32,7 +32,7 @@ SLUG_OF: dict[int, str] = {number: slug for slug, number in STATE_SLUGS.items()}
 
 def state_param(value: str | None, default: int = 2) -> int:
     """A ``?state=`` value in any spelling (``dead_lettered``, ``DEAD_LETTERED``,
-    ``dead-lettered``, ``Dead lettered``, or the number; issue 13) → its number; ``default``
+    ``dead-lettered``, ``Dead lettered``, or the number) → its number; ``default``
     (READY) when absent or empty. Raises ``InvalidRequest`` (a 400 page naming the valid
     states) for an unknown one — never silently another state's tab."""
     if value is None or not value.strip():
@@ -48,7 +48,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 def _utc(us: int) -> dt.datetime | None:
     """µs since the epoch → an aware datetime, exactly (no float rounding); None outside
-    the years 1–9999 (a damaged row's time: shown as empty, issue 14)."""
+    the years 1–9999 (a damaged row's time: shown as empty)."""
     try:
         return _EPOCH + dt.timedelta(microseconds=us)
     except (OverflowError, TypeError):
@@ -174,7 +174,7 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-#: Flow-control settings (issue 12) whose 0 means "no limit".
+#: Flow-control settings whose 0 means "no limit".
 _UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit", "max_in_flight_per_key")
 
 
@@ -196,7 +196,7 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
         started, ended = a.get("started_at"), a.get("ended_at")
         took = (ended - started) / 1e6 if started is not None and ended is not None else None
         # Attempt numbers only grow, except across a redrive (requeue restarts them at 0):
-        # mark that row so the table does not read as one history starting over (issue 13).
+        # mark that row so the table does not read as one history starting over.
         redriven = previous is not None and a.get("attempt", 0) <= previous
         attempts.append({**a, "took": took, "redriven": redriven})
         previous = a.get("attempt", 0)
@@ -221,7 +221,7 @@ def fmt_ago(seconds: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """One node of the cluster as the Nodes page shows it (issue 10: "the UI shows the
+    """One node of the cluster as the Nodes page shows it ("the UI shows the
     nodes (name, address, version, last seen)"). ``started_at``/``last_seen`` µs UTC;
     ``seen_ago`` seconds since its last heartbeat; ``gone`` when that is over the
     ``gone_after`` bound (``sepp.server.cluster.NODE_GONE_AFTER``); ``this`` for the node

@@ -31,7 +31,7 @@ CREATE TABLE jobs (
     lease_id          bytea,                 -- current (or last) lease; kept after settle for idempotent re-acks
     lease_expires_at  bigint,
     worker_id         text,
-    node              text,                  -- the node that leased it (node_name; issue 10), named in history
+    node              text,                  -- the node that leased it (node_name), named in history
     started_at        bigint,                -- start of the current/last attempt
     history           text,                  -- JSON array of finished attempts (compact, as SQLite writes it)
     finished_at       bigint,

@@ -1,4 +1,4 @@
--- sepp PostgreSQL schema, version 2: the workers each node saw (issue 13, the Workers page).
+-- sepp PostgreSQL schema, version 2: the workers each node saw (the Workers page).
 -- Each node replaces its own rows with every heartbeat (Store.report_workers); a row not
 -- seen for an hour is forgotten by whichever node reports next. Times bigint µs UTC.
 CREATE TABLE workers (

@@ -1,4 +1,4 @@
--- sepp PostgreSQL schema, version 3: periodic schedules (issue 12), shared by every node.
+-- sepp PostgreSQL schema, version 3: periodic schedules, shared by every node.
 -- One row per schedule: its definition (JSON text, sepp.server.periodic.spec) and its state
 -- — paused, the latest tick a job was enqueued for, the last run and the job it produced.
 -- Times bigint µs UTC.

@@ -1,4 +1,4 @@
--- sepp PostgreSQL schema, version 4: the custom-map search index (issue 13 item 3), as
+-- sepp PostgreSQL schema, version 4: the custom-map search index, as
 -- SQLite's migration 0006: one row per indexed custom entry of a job, the value as text,
 -- written by the enqueue in its transaction only for jobs with custom entries.
 --   (seq, key)         primary key: a job's entries (deleted with the job) and the probe of

@@ -1,4 +1,4 @@
--- sepp PostgreSQL schema, version 4: the job-type figures (issue 13 item 2; as SQLite's
+-- sepp PostgreSQL schema, version 4: the job-type figures (as SQLite's
 -- migration 0006, sepp.storage.type_figures). Every node adds its in-memory counts to the
 -- same rows (INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n, run_max with GREATEST),
 -- so a read shows the whole cluster. Minute rows (step 1) serve the last hour and are kept

@@ -1,5 +1,5 @@
 -- sepp PostgreSQL schema, version 7: a bound on each limited queue's RESERVED jobs
--- (issue 12 benchmark; storage/postgres/flow.py, docs/decisions.md "A bound instead of a
+-- (measured: storage/postgres/flow.py, docs/decisions.md "A bound instead of a
 -- count"). Written only by a Reserve of a queue with max_in_flight or a per-key limit,
 -- in its transaction, under the queue's flow lock:
 --   ck_reserved  the queue's RESERVED jobs counted exactly at ck_at (µs UTC),

@@ -1,4 +1,4 @@
--- sepp SQLite schema, version 2: what the admin API, CLI and UI read (SPEC §4).
+-- sepp SQLite schema, version 2: what the admin API, CLI and UI read.
 -- Times are integer microseconds since the Unix epoch (UTC); minutes are µs / 60,000,000.
 
 -- Finished jobs (4 COMPLETED, 5 DEAD_LETTERED, 6 CANCELLED) by state, queue and finish time.

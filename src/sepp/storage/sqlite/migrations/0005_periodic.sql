@@ -1,4 +1,4 @@
--- sepp SQLite schema, version 5: periodic schedules (issue 12). One row per schedule: its
+-- sepp SQLite schema, version 5: periodic schedules. One row per schedule: its
 -- definition (JSON text, sepp.server.periodic.spec) and its state — paused, the latest tick a
 -- job was enqueued for, the last run and the job it produced. Times integer µs UTC.
 CREATE TABLE periodic (

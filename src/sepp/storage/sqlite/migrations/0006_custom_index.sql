@@ -1,4 +1,4 @@
--- sepp SQLite schema, version 6: the custom-map search index (issue 13 item 3).
+-- sepp SQLite schema, version 6: the custom-map search index.
 -- One row per indexed custom entry of a job: the value as text (sepp.storage.search
 -- CustomEntry: ints in decimal, floats shortest round-trip, bools true/false, strings as
 -- they are). Written by the enqueue operation, in the enqueue's transaction, only for jobs

@@ -1,4 +1,4 @@
--- sepp SQLite schema, version 6: the job-type figures (issue 13 item 2; sepp.storage.type_figures).
+-- sepp SQLite schema, version 6: the job-type figures (sepp.storage.type_figures).
 -- Per (queue, job_type, minute or hour): completed / retried / dead-lettered counts, how many
 -- attempts had a run time (reserve → settle) and the longest (µs); and per run-time bucket
 -- how many runs fell into it. The server counts in memory and adds its counts every few

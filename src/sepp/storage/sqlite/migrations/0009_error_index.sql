@@ -1,4 +1,4 @@
--- sepp SQLite schema, version 9: the error-text search's index (issue 13 item 3).
+-- sepp SQLite schema, version 9: the error-text search's index.
 -- An error search inside DEAD_LETTERED or CANCELLED walked jobs_finished and read every
 -- candidate's row for its history (one table page each: the rows of one state are spread
 -- over the table), ~3 µs a candidate, 10,000 of them for a rare error. last_error holds
@@ -11,7 +11,7 @@
 -- another state may keep a stale value; nothing reads it there (the index leaves such rows
 -- out). No job is inserted in those states (insert_job: SCHEDULED or READY), so an insert
 -- pays nothing: no trigger, no index entry. A history that is not a JSON array (a damaged
--- row, issue 14) or an attempt without a message gives NULL, as the listing reads it.
+-- row) or an attempt without a message gives NULL, as the listing reads it.
 ALTER TABLE jobs ADD COLUMN last_error TEXT;
 
 CREATE TRIGGER jobs_last_error AFTER UPDATE OF state, history ON jobs

@@ -171,3 +171,38 @@ def test_a_bulk_confirm_form_with_non_ascii_digits_is_a_400_not_a_500(web: httpx
     assert answer.status_code == 400 and "whole number" in answer.text
     assert web.get(f"/queues/{fresh_queue}", params={"state": "١"}).status_code == 400  # not state 1
     assert job_id in web.get(f"/queues/{fresh_queue}").text  # nothing was cancelled
+
+
+def test_the_dashboard_says_which_dead_letter_figure_is_now_and_which_is_events(web: httpx.Client, stubs: AdminStubs,
+                                                                              fresh_queue: str) -> None:
+    """A new user read the card (dead-lettered now) and the chart legend (dead-lettered during
+    the window) as one figure that disagreed with itself: each is labelled."""
+    job_id = stubs.dead_letter(fresh_queue)
+    stubs.call("RequeueJob", apb.RequeueJobRequest(job_id=job_id))  # still an event, no longer dead now
+    page = web.get("/").text
+    assert re.search(r'<span class="l">DEAD_LETTERED now</span>', page)
+    legend = re.search(r'<span class="key dead"[^>]*>([^<]*)</span>', page)
+    assert legend and legend[1].strip().endswith("dead-lettered (events in window)"), legend
+    assert int(legend[1].split()[0].replace(",", "")) >= 1
+
+
+@pytest.mark.parametrize("path", ["/jobs", "/jobs?state=completed", "/busy", "/retries", "/ui/partials/busy"])
+def test_jobs_busy_and_retries_are_pages_not_404s(web: httpx.Client, path: str) -> None:
+    page = web.get(path)
+    assert page.status_code == 200, (path, page.status_code)
+    assert "Not found" not in page.text
+
+
+def test_a_ticked_rows_form_refuses_a_foreign_back_url_and_an_unknown_state(web: httpx.Client, stubs: AdminStubs,
+                                                                          fresh_queue: str) -> None:
+    job_id = stubs.dead_letter(fresh_queue)
+    token = csrf(web)
+    form = {"csrf_token": token, "action": "requeue", "state": "dead-lettered", "job_id": job_id,
+            "back": "https://evil.example/"}
+    answer = web.post("/jobs/bulk", data=form, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/"  # never off-site
+    assert stubs.call("GetJob", apb.GetJobRequest(job_id=job_id)).state == 2  # READY: it was done
+    answer = web.post("/jobs/bulk", data={**form, "state": "bogus"}, follow_redirects=False)
+    assert answer.status_code == 400
+    answer = web.post("/jobs/bulk", data={**form, "csrf_token": "stale"}, follow_redirects=False)
+    assert answer.status_code == 403

@@ -280,3 +280,26 @@ async def test_a_batch_of_hundreds_of_keyed_rows_and_acks_in_one_call(store: Sto
                                  POLICY)
     assert [r.state for r in results] == [int(COMPLETED)] * 500
     assert (await store.admin.state_counts("q"))["q"] == StateCounts(completed=500)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 100])
+async def test_the_retries_listing_holds_only_scheduled_retries_in_run_order(store: Store, limit: int) -> None:
+    first_runs = [row("a", state=SCHEDULED, run_at=NOW + t * S) for t in (1, 50)]
+    failing = [row("a"), row("b"), row("a")]
+    await put(store, *first_runs, *failing)
+    recs = await lease(store, "a", "b", n=3)
+    assert {r.id for r in recs} == {r.id for r in failing}
+    delays = {failing[0].id: 30 * S, failing[1].id: 10 * S, failing[2].id: 20 * S}
+    for rec in recs:
+        await settle1(store, rec, SettleKind.RETRY, NOW + 1, delay=delays[rec.id], error_message="503")
+    retries = JobQuery(state=int(SCHEDULED), retries=True)
+    # Next to run first; the jobs scheduled for their first run are left out.
+    assert [i for p in await _walk(store, retries, limit) for i in p] == [failing[1].id, failing[2].id,
+                                                                         failing[0].id]
+    assert [i for p in await _walk(store, JobQuery(state=int(SCHEDULED), queue="a", retries=True), limit)
+            for i in p] == [failing[2].id, failing[0].id]
+    every = [i for p in await _walk(store, JobQuery(state=int(SCHEDULED)), limit) for i in p]
+    assert sorted(every) == sorted([*(r.id for r in first_runs), *(r.id for r in failing)])
+    # A retry that runs again is no longer waiting: gone from the listing.
+    await store.admin.cancel(failing[1].id, NOW + 2, POLICY, "operator")
+    assert [i for p in await _walk(store, retries, limit) for i in p] == [failing[2].id, failing[0].id]

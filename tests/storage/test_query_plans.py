@@ -104,3 +104,11 @@ def test_a_multi_row_insert_binds_a_shared_column_once() -> None:
     # queue shared, everything else per row: ?1 is the queue of all three rows.
     sql = insert_sql(3, (True,) + (False,) * 9)
     assert sql.count("?1,") == 3 and "?34" in sql and "?35" not in sql
+
+
+def test_the_retries_listing_walks_only_jobs_retrying(db: sqlite3.Connection) -> None:
+    """The Retries view (migration 0011) reads the retry index, never jobs_scheduled's
+    first-run jobs nor the table."""
+    plan = _plan(db, A["list_retrying"], {"run_at": 0, "seq": 0, "queue": None, "job_type": None, "limit": 50})
+    assert "USING INDEX jobs_retrying" in plan and not re.search(r"SCAN jobs(?! USING INDEX jobs_retrying)", plan), \
+        plan

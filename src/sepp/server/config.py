@@ -119,6 +119,10 @@ class ServerConfig(BaseSettings):
     #: How often /metrics re-reads the queue gauges from storage in the background, seconds;
     #: 0 reads them at every scrape (docs/operations.md "## Metrics").
     metrics_gauge_interval: float = Field(default=15.0, ge=0, le=HOUR)
+    #: Most jobs one page of a job search examines (the UI search box, ``sepp jobs list
+    #: --where``, ListJobs with a search filter) before it stops and offers to go on from
+    #: there (docs/operations.md "Search").
+    search_scan_rows: int = Field(default=10_000, ge=1, le=1_000_000)
     #: Group commit: under concurrent load, wait this long to gather writes into one commit, seconds.
     group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.

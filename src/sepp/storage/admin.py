@@ -66,6 +66,10 @@ class JobQuery:
     query with any of them, or with ``job_type``, is a search: its pages are bounded
     (``JobPage.scan_limited``), and one driven by id, key or custom entry lists in enqueue
     order whatever the state.
+
+    ``retries``: with ``state`` SCHEDULED, only the jobs waiting for a retry (attempt > 0:
+    a failed attempt scheduled again), not the ones scheduled for their first run; walked
+    through the ``jobs_retrying`` index (SQLite migration 0011, PostgreSQL 0011).
     """
 
     queue: str | None = None
@@ -78,6 +82,7 @@ class JobQuery:
     idempotency_key: str | None = None
     error_contains: str | None = None
     custom: tuple[tuple[str, str], ...] = ()
+    retries: bool = False
 
     @property
     def searching(self) -> bool:
@@ -111,6 +116,9 @@ class JobPage:
     jobs: list[JobSummary]
     next_key: SortKey | None
     scan_limited: bool = False
+    #: Candidates a search page examined (0 for a plain listing): jobs of the walk, or for a
+    #: search over every state the span of enqueue positions it covered.
+    examined: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +209,9 @@ class MinuteRow:
 class AdminStore(Protocol):
     """Admin operations of a backend. Every method may raise ``StoreClosed``/``StoreError``."""
 
-    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int) -> JobPage:
-        """Up to ``limit`` jobs matching ``query`` after the position ``after`` (None = start).
+    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int, budget: int = 0) -> JobPage:
+        """Up to ``limit`` jobs matching ``query`` after the position ``after`` (None = start);
+        a search page examines at most ``budget`` candidates (0 = ``search.SCAN_ROWS``).
 
         Raises ``ValueError`` when ``after`` does not fit the query's sort order.
         """

@@ -105,11 +105,12 @@ Step = Callable[[SortKey | None, int], Awaitable[tuple[list[tuple[int, SortKey]]
 
 
 async def bounded_page(step: Step, after: SortKey | None, limit: int,
-                       budget: int = SCAN_ROWS) -> tuple[list[tuple[int, SortKey]], SortKey | None, bool]:
+                       budget: int = SCAN_ROWS) -> tuple[list[tuple[int, SortKey]], SortKey | None, bool, int]:
     """One search page from rounds of ``step``: the first ``limit`` matches after ``after``.
 
     Returns (up to ``limit`` (seq, sort key) in page order, the position of the next page or
-    None on the last, whether the page stopped at ``budget`` candidates before it was full).
+    None on the last, whether the page stopped at ``budget`` candidates before it was full,
+    how many candidates it examined).
     Rounds grow from ``FIRST_ROUND`` (or twice the page) by ×4 up to ``MAX_ROUND``."""
     out: list[tuple[int, SortKey]] = []
     position = after
@@ -120,12 +121,12 @@ async def bounded_page(step: Step, after: SortKey | None, limit: int,
         examined += seen
         for hit in hits:
             if len(out) == limit:  # one more match: the page is full and another follows
-                return out, out[-1][1], False
+                return out, out[-1][1], False, examined
             out.append(hit)
         if done:
-            return out, None, False
+            return out, None, False, examined
         if examined >= budget:
-            return out, position, len(out) < limit
+            return out, position, len(out) < limit, examined
         size *= 4
 
 
@@ -190,13 +191,13 @@ async def search_page(backend: SearchBackend, query: JobQuery, after: SortKey | 
     checked: dict[int, JobSummary] = {}
     if error is not None:
         step = _checking(step, backend, ascii_lower(error), checked)
-    hits, next_key, limited = await bounded_page(step, after, limit, budget)
+    hits, next_key, limited, examined = await bounded_page(step, after, limit, budget or SCAN_ROWS)
     seqs = [s for s, _ in hits]
     if error is not None:
         jobs = [checked[s] for s in seqs]
     else:
         jobs = await backend.summaries(seqs)
-    return JobPage(jobs, next_key, limited)
+    return JobPage(jobs, next_key, limited, examined)
 
 
 def _seq_at(position: SortKey | None) -> int:

@@ -237,7 +237,7 @@ class AdminServiceServicer:
 
     def ListJobs(self, request, context):
         """Jobs by queue, state and job type, and search by id, idempotency key, error text and
-        custom-map entries (issue 13); keyset-paginated (SPEC §6).
+        custom-map entries; keyset-paginated.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -260,7 +260,7 @@ class AdminServiceServicer:
 
     def RequeueJob(self, request, context):
         """Redrive one DEAD_LETTERED or CANCELLED job: READY now, attempt reset to 0; id,
-        payload, custom map, trace context, priority, max_attempts and history are kept (SPEC §6).
+        payload, custom map, trace context, priority, max_attempts and history are kept.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -274,21 +274,21 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteJob(self, request, context):
-        """Delete one job in any state (its idempotency key stays claimed, SPEC §6).
+        """Delete one job in any state (its idempotency key stays claimed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListWorkers(self, request, context):
-        """The workers that called Reserve within the last hour, on any node (issue 13), at most 500.
+        """The workers that called Reserve within the last hour, on any node, at most 500.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListPeriodic(self, request, context):
-        """Periodic schedules (issue 12; messages in periodic.proto), shared by every node.
+        """Periodic schedules (messages in periodic.proto), shared by every node.
         Every schedule by name, with its next three run times and its last run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -338,7 +338,7 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetJobTypeStats(self, request, context):
-        """One queue's figures per job type (issue 13): completed, retried and dead-lettered counts
+        """One queue's figures per job type: completed, retried and dead-lettered counts
         and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
         NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
         """

@@ -3,7 +3,6 @@
 isort:skip_file
 Shared messages of sepp's wire API (package sepp.api.v1).
 
-Rules come from the producer documentation (the seed page) and SPEC §1–§3.
 Times are google.protobuf.Timestamp (UTC); sizes are bytes.
 """
 
@@ -46,7 +45,7 @@ class _RejectionCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Rejecti
     TRACE_CONTEXT_INVALID: _RejectionCode.ValueType  # 12
 
 class RejectionCode(_RejectionCode, metaclass=_RejectionCodeEnumTypeWrapper):
-    """The stable rejection codes of the catalogue (SPEC §2), in validation order.
+    """The stable rejection codes of the catalogue, in validation order.
     On the wire (ErrorInfo.reason) they appear as these UPPER_SNAKE_CASE names.
     """
 
@@ -80,7 +79,7 @@ class _JobStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobState.Val
     CANCELLED: _JobState.ValueType  # 6
 
 class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
-    """Job states (SPEC §1 "States")."""
+    """Job states."""
 
 JOB_STATE_UNSPECIFIED: JobState.ValueType  # 0
 SCHEDULED: JobState.ValueType  # 1
@@ -103,7 +102,7 @@ class _PersistModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PersistMo
     ASYNC: _PersistMode.ValueType  # 3
 
 class PersistMode(_PersistMode, metaclass=_PersistModeEnumTypeWrapper):
-    """How the server persists before acking (SPEC §5)."""
+    """How the server persists before acking."""
 
 PERSIST_MODE_UNSPECIFIED: PersistMode.ValueType  # 0
 SYNC: PersistMode.ValueType  # 1
@@ -113,8 +112,8 @@ Global___PersistMode: _TypeAlias = PersistMode  # noqa: Y015
 
 @_typing.final
 class Payload(_message.Message):
-    """An opaque payload: bytes plus a free-form encoding label (seed "Set the payload
-    and encoding"). sepp never interprets either.
+    """An opaque payload: bytes plus a free-form encoding label.
+    sepp never interprets either.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -141,7 +140,7 @@ Global___Payload: _TypeAlias = Payload  # noqa: Y015
 
 @_typing.final
 class CustomValue(_message.Message):
-    """One typed primitive of the custom map (seed "Custom metadata map").
+    """One typed primitive of the custom map.
     Exactly one member must be set; an unset value is InvalidArgument.
     """
 
@@ -153,7 +152,7 @@ class CustomValue(_message.Message):
     BOOL_VALUE_FIELD_NUMBER: _builtins.int
     string_value: _builtins.str
     int_value: _builtins.int
-    """int64 end to end, never through float (SPEC §6)"""
+    """int64 end to end, never through float"""
     float_value: _builtins.float
     """float64; NaN and ±inf are InvalidArgument"""
     bool_value: _builtins.bool
@@ -177,7 +176,7 @@ Global___CustomValue: _TypeAlias = CustomValue  # noqa: Y015
 
 @_typing.final
 class EnqueueRequest(_message.Message):
-    """The one building block of all three enqueue calls (seed "Build an enqueue request")."""
+    """The one building block of all three enqueue calls."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -287,7 +286,7 @@ Global___EnqueueRequest: _TypeAlias = EnqueueRequest  # noqa: Y015
 
 @_typing.final
 class PlainJobs(_message.Message):
-    """A run of plain jobs of one batch, by column (issue 15 item 3, docs/decisions.md "Plain
+    """A run of plain jobs of one batch, by column (docs/decisions.md "Plain
     batches travel by column"): every job of the run has this queue, job type and payload
     encoding, data[i] as its payload's data, and nothing else set — exactly the jobs
     EnqueueRequest{queue, job_type, payload{data[i], encoding}} would be, validated and stored
@@ -324,7 +323,7 @@ Global___PlainJobs: _TypeAlias = PlainJobs  # noqa: Y015
 
 @_typing.final
 class EnqueueAck(_message.Message):
-    """The answer to a stored (or deduplicated) job (seed "Read the enqueue response")."""
+    """The answer to a stored (or deduplicated) job."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -352,7 +351,7 @@ Global___EnqueueAck: _TypeAlias = EnqueueAck  # noqa: Y015
 
 @_typing.final
 class Rejection(_message.Message):
-    """A deterministic refusal of one job (SPEC §2 "Rejection catalogue")."""
+    """A deterministic refusal of one job (docs/errors.md)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -443,7 +442,7 @@ Global___AtomicRejections: _TypeAlias = AtomicRejections  # noqa: Y015
 
 @_typing.final
 class QueueLimits(_message.Message):
-    """The per-queue limits a request is validated against (SPEC §2)."""
+    """The per-queue limits a request is validated against."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -483,7 +482,7 @@ Global___QueueLimits: _TypeAlias = QueueLimits  # noqa: Y015
 
 @_typing.final
 class QueueSettings(_message.Message):
-    """Settings of one queue (SPEC §1 "Queue"). Durations are whole seconds or more precise."""
+    """Settings of one queue. Durations are whole seconds or more precise."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -508,7 +507,7 @@ class QueueSettings(_message.Message):
     retry_jitter: _builtins.float
     """Jitter as a fraction, e.g. 0.2 = ±20%."""
     max_in_flight: _builtins.int
-    """Flow control (issue 12, docs/flow-control.md): most jobs of the queue RESERVED at once
+    """Flow control (docs/flow-control.md): most jobs of the queue RESERVED at once
     across all workers and nodes; 0 = unlimited.
     """
     rate_limit: _builtins.str
@@ -607,7 +606,7 @@ Global___QueueInfo: _TypeAlias = QueueInfo  # noqa: Y015
 
 @_typing.final
 class ServerLimits(_message.Message):
-    """Server-wide limits (SPEC §2). max_message_bytes is enforced but deliberately absent."""
+    """Server-wide limits. max_message_bytes is enforced but deliberately absent."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -653,7 +652,7 @@ Global___ServerLimits: _TypeAlias = ServerLimits  # noqa: Y015
 
 @_typing.final
 class Attempt(_message.Message):
-    """One attempt in a job's history (SPEC §1 "Job")."""
+    """One attempt in a job's history."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -673,7 +672,7 @@ class Attempt(_message.Message):
     error_detail: _builtins.str
     node: _builtins.str
     """The node (`sepp serve --node-name`, default the host name) that leased the job for this
-    attempt; empty when unknown (attempts recorded before nodes were named). Issue 10.
+    attempt; empty when unknown (attempts recorded before nodes were named).
     """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
@@ -784,7 +783,7 @@ class Job(_message.Message):
     cancel_requested: _builtins.bool
     """An admin asked to cancel this RESERVED job; the worker learns it via ExtendLease."""
     node: _builtins.str
-    """The node that leased it last (empty when never leased). Issue 10."""
+    """The node that leased it last (empty when never leased)."""
     @_builtins.property
     def payload(self) -> Global___Payload: ...
     @_builtins.property

@@ -3,7 +3,6 @@
 isort:skip_file
 Shared messages of sepp's wire API (package sepp.api.v1).
 
-Rules come from the producer documentation (the seed page) and SPEC §1–§3.
 Times are google.protobuf.Timestamp (UTC); sizes are bytes.
 """
 

@@ -106,7 +106,7 @@ class WorkerServiceServicer:
 
     def StopReserving(self, request, context):
         """End the long-polls of the Reserves in progress on this node that carry worker_id (a
-        stopping worker, issue 15 item 7): one parked in its wait answers no jobs at once,
+        stopping worker): one parked in its wait answers no jobs at once,
         without leasing again; one already leasing answers its jobs as usual (the worker gives
         them back). A Reserve that arrives later is not affected. Idempotent and cheap.
         """

@@ -28,6 +28,8 @@ def fingerprint(query: JobQuery) -> str:
             or query.custom:
         fields += [None if query.job_id is None else query.job_id.hex(), query.idempotency_key,
                    query.error_contains, [list(term) for term in query.custom]]
+    if query.retries:  # likewise: a token of the SCHEDULED listing stays what it was
+        fields.append("retries")
     raw = json.dumps(fields)
     return hashlib.sha256(raw.encode()).hexdigest()[:12]
 

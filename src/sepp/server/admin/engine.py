@@ -157,6 +157,8 @@ class JobListing:
     jobs: list[JobSummary]
     next_token: str
     scan_limited: bool = False
+    #: Candidates a search page examined (``JobPage.examined``); 0 for a plain listing.
+    examined: int = 0
 
 
 @dataclass(slots=True)
@@ -453,11 +455,12 @@ class AdminEngine:
             raise InvalidRequest(f"unknown job state {query.state}", "state")
         after = decode_cursor(query, page_token)
         try:
-            page = await self.store.list_jobs(query, after, page_size or DEFAULT_PAGE)
+            page = await self.store.list_jobs(query, after, page_size or DEFAULT_PAGE,
+                                              self.engine.config.search_scan_rows)
         except ValueError as exc:
             raise InvalidRequest(f"page_token is malformed: {clip(exc)}", "page_token") from None
         return JobListing(page.jobs, encode_cursor(query, page.next_key) if page.next_key is not None else "",
-                          page.scan_limited)
+                          page.scan_limited, page.examined)
 
     async def find_by_key(self, queue: str, key: str) -> tuple[str, int, JobRecord | None]:
         """(job id, key expiry µs, the job or None if deleted) for a live idempotency key.
@@ -590,6 +593,15 @@ class AdminEngine:
         took = monotonic() - started
         cache.expires = monotonic() + min(10.0, 5 * took)
         return cache.value
+
+    async def state_totals(self, queue: str | None = None) -> StateCounts:
+        """Jobs per state of ``queue`` (read now), or summed over every queue (None; the
+        dashboard's cached counts, at most a few seconds old). For the UI's state tabs and
+        a search's "of ~N jobs". Raises ``StoreError``."""
+        if queue is not None:
+            return (await self.store.state_counts(queue)).get(queue, StateCounts())
+        per_queue = (await self._all_counts()).values()
+        return StateCounts(*(sum(getattr(c, f) for c in per_queue) for f in StateCounts.__dataclass_fields__))
 
     async def stats(self, names: Sequence[str] = (), minutes: int = WINDOW_MINUTES) -> list[QueueStatsView]:
         """Stats of ``names`` (every queue when empty), in the order given / by name; a name

@@ -9,7 +9,8 @@ operation each, folded into group commits like every other write). Every query i
 an index (admin.sql), so none slows down as the completed-job history grows:
 
 * READY listings walk ``jobs_ready`` queue by queue in reserve order;
-* SCHEDULED and RESERVED listings walk ``jobs_scheduled`` / ``jobs_leased`` (small sets);
+* SCHEDULED and RESERVED listings walk ``jobs_scheduled`` / ``jobs_leased`` (small sets),
+  the retries alone (``JobQuery.retries``) ``jobs_retrying`` (migration 0011);
 * COMPLETED / DEAD_LETTERED / CANCELLED listings, their counts and the bulk redrive walk
   ``jobs_finished``;
 * a listing without a state walks the primary key in enqueue order.
@@ -151,7 +152,7 @@ class PostgresAdmin:
 
     # ------------------------------------------------------------------ listings
 
-    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int) -> JobPage:
+    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int, budget: int = 0) -> JobPage:
         """One page of jobs (see ``AdminStore.list_jobs``): sort keys ``[queue, priority,
         run_at, seq]`` (READY), ``[queue, finished_at, seq]`` (finished states), ``[run_at,
         seq]`` (SCHEDULED), ``[seq]`` (RESERVED, any state). Fetches ``limit + 1`` keys to know
@@ -160,7 +161,7 @@ class PostgresAdmin:
                          query.error_contains, *(t for term in query.custom for t in term)):
             return JobPage([], None)
         if query.searching:
-            return await search_page(self, query, after, limit)
+            return await search_page(self, query, after, limit, budget)
         keys = await self.walk(query, after, limit + 1)
         more = len(keys) > limit
         keys = keys[:limit]
@@ -178,7 +179,8 @@ class PostgresAdmin:
             keys = await self._list_finished(query, after, want)
         elif query.state == int(State.SCHEDULED):
             run_at, seq = (_int(after[0]), _int(after[-1])) if after and len(after) == 2 else _start(after, 2)
-            rows = await self._store._fetch(A["list_scheduled"], run_at, seq, query.queue, query.job_type, want)
+            name = "list_retrying" if query.retries else "list_scheduled"
+            rows = await self._store._fetch(A[name], run_at, seq, query.queue, query.job_type, want)
             keys = [(s, [r, s]) for s, r in rows]
         elif query.state == int(State.RESERVED):
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]

@@ -65,6 +65,14 @@ WHERE state = 1 AND (run_at, seq) > ($1::bigint, $2::bigint)
   AND ($3::text IS NULL OR queue = $3::text) AND ($4::text IS NULL OR job_type = $4::text)
 ORDER BY run_at, seq LIMIT $5::bigint;
 
+-- name: list_retrying
+-- SCHEDULED jobs waiting for a retry (attempt > 0), in run order (jobs_retrying, migration 0011).
+-- $1 run_at, $2 seq, $3 queue or NULL, $4 job_type or NULL, $5 limit.
+SELECT seq, run_at FROM jobs
+WHERE state = 1 AND attempt > 0 AND (run_at, seq) > ($1::bigint, $2::bigint)
+  AND ($3::text IS NULL OR queue = $3::text) AND ($4::text IS NULL OR job_type = $4::text)
+ORDER BY run_at, seq LIMIT $5::bigint;
+
 -- name: list_reserved
 -- $1 seq, $2 queue or NULL, $3 job_type or NULL, $4 limit.
 SELECT seq FROM jobs

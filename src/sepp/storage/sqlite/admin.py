@@ -5,7 +5,8 @@ transaction each, folded into group commits like every other write). Every query
 is driven by an index, so none of them slows down as the completed-job history grows:
 
 * READY listings walk ``jobs_ready`` queue by queue in reserve order;
-* SCHEDULED and RESERVED listings walk ``jobs_scheduled`` / ``jobs_leased`` (small sets);
+* SCHEDULED and RESERVED listings walk ``jobs_scheduled`` / ``jobs_leased`` (small sets),
+  the retries alone (``JobQuery.retries``) ``jobs_retrying`` (migration 0011);
 * COMPLETED / DEAD_LETTERED / CANCELLED listings, their counts and the bulk redrive
   walk ``jobs_finished`` (migration 0002, partial: never touched by an insert);
 * a listing without a state walks the table in enqueue order.
@@ -93,12 +94,12 @@ class SQLiteAdmin:
 
     # ------------------------------------------------------------------ listings
 
-    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int) -> JobPage:
+    async def list_jobs(self, query: JobQuery, after: SortKey | None, limit: int, budget: int = 0) -> JobPage:
         """One page of jobs (see ``AdminStore.list_jobs``); fetches ``limit + 1`` keys to
         know whether another page follows. A search (``JobQuery.searching``) is answered by
         ``sepp.storage.search.search_page`` over this store's drivers."""
         if query.searching:
-            return await search_page(self, query, after, limit)
+            return await search_page(self, query, after, limit, budget)
         keys = await self.walk(query, after, limit + 1)
         more = len(keys) > limit
         keys = keys[:limit]
@@ -117,8 +118,9 @@ class SQLiteAdmin:
             keys = await self._list_finished(query, after, want, base)
         elif query.state == int(State.SCHEDULED):
             run_at, seq = (_int(after[0]), _int(after[-1])) if after and len(after) == 2 else _start(after, 2)
-            rows = await self._read("list_scheduled", {**base, "queue": query.queue, "run_at": run_at,
-                                                       "seq": seq, "limit": want})
+            name = "list_retrying" if query.retries else "list_scheduled"
+            rows = await self._read(name, {**base, "queue": query.queue, "run_at": run_at, "seq": seq,
+                                           "limit": want})
             keys = [(s, [r, s]) for s, r in rows]
         elif query.state == int(State.RESERVED):
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]

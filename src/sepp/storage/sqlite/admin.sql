@@ -61,6 +61,13 @@ WHERE state = 1 AND (run_at, seq) > (:run_at, :seq)
   AND (:queue IS NULL OR queue = :queue) AND (:job_type IS NULL OR job_type = :job_type)
 ORDER BY run_at, seq LIMIT :limit;
 
+-- name: list_retrying
+-- SCHEDULED jobs waiting for a retry (attempt > 0), in run order (jobs_retrying, migration 0011).
+SELECT seq, run_at FROM jobs INDEXED BY jobs_retrying
+WHERE state = 1 AND attempt > 0 AND (run_at, seq) > (:run_at, :seq)
+  AND (:queue IS NULL OR queue = :queue) AND (:job_type IS NULL OR job_type = :job_type)
+ORDER BY run_at, seq LIMIT :limit;
+
 -- name: list_reserved
 SELECT seq FROM jobs INDEXED BY jobs_leased
 WHERE state = 3 AND seq > :seq

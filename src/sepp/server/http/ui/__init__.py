@@ -11,6 +11,10 @@ Pages (all HTML, server-rendered; JavaScript only enhances):
 ``POST /queues/{name}/bulk[/run]``        bulk cancel / requeue / delete (``ui.bulk``)
 ``GET /queues/{name}/bulk``, ``/bulk/…``  the dry-run count; a bulk run's progress
 ``POST /queues/{name}/pause|resume|purge``
+``GET /jobs``                             every queue's jobs by state (``ui.lists``)
+``GET /busy``, ``/ui/partials/busy``      the job each worker runs now (``ui.lists``)
+``GET /retries``                          SCHEDULED jobs waiting for a retry (``ui.lists``)
+``POST /jobs/bulk``                       the ticked rows of a list: requeue / cancel / delete
 ``GET /jobs/{id}``                        job: every field, payload, custom map, attempts
 ``POST /jobs/{id}/cancel|requeue|delete``
 ``GET /dead``                             dead letters: filters, dry-run count, list
@@ -34,9 +38,10 @@ configured digests, else a random per-process key.
 Layout: ``routes`` (``AdminUI``: handlers and the route table),
 ``views`` (formatters, payload view / hex dump, job and settings context), ``chart``
 (the throughput SVG), ``forms`` (enqueue form → request, dead-letter filter),
-``bulk`` (the bulk-action routes), ``figures_view`` (the job-type table's formatting),
-``security`` (CSP headers, session key, login marker, CSRF). Templates and static
-files stay in ``sepp/server/http/templates`` and ``static``.
+``bulk`` (the bulk-action routes), ``lists`` (Jobs, Busy, Retries, the ticked-rows
+form), ``figures_view`` (the job-type table's formatting), ``security`` (CSP headers,
+session key, login marker, CSRF). Templates and static files stay in
+``sepp/server/http/templates`` and ``static``.
 """
 
 from __future__ import annotations

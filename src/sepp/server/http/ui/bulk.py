@@ -48,6 +48,20 @@ def actions_for(state: int) -> list[str]:
     return [a for a in ("requeue", "cancel", "delete") if state in ACTION_STATES[a]]
 
 
+async def apply_selected(ui: AdminUI, request: Request, action: str, state: int, ids: list[str]) -> None:
+    """Apply ``action`` to the ticked jobs ``ids`` (listed in ``state``) with
+    ``BulkActions.apply`` and flash what was done, requested and skipped. Raises
+    ``InvalidRequest`` past ``MAX_SELECTED`` ids or for an action the state does not take."""
+    if len(ids) > MAX_SELECTED:
+        raise InvalidRequest(f"select at most {MAX_SELECTED:,} jobs (got {len(ids):,})", "job_id")
+    outcome = await ui.admin.bulk.apply(action, state, ids)
+    skipped = outcome.skipped_text()
+    requested = outcome.requested_text()
+    ui.flash(request, f"{DONE.get(action, action).capitalize()} {outcome.done:,} of {len(ids):,} selected "
+             f"job(s)" + (f"; {requested}" if requested else "") + (f"; {skipped}" if skipped else "") + ".",
+             "warn" if skipped else "ok")
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -87,14 +101,7 @@ class BulkUI:
         if not ids:
             self.ui.flash(request, "Nothing done: tick at least one job (or use \"every matching job\").", "warn")
             return RedirectResponse(back, status_code=303)
-        if len(ids) > MAX_SELECTED:
-            raise InvalidRequest(f"select at most {MAX_SELECTED:,} jobs (got {len(ids):,})", "job_id")
-        outcome = await self.bulk.apply(action, state, ids)
-        skipped = outcome.skipped_text()
-        requested = outcome.requested_text()
-        self.ui.flash(request, f"{DONE.get(action, action).capitalize()} {outcome.done:,} of {len(ids):,} selected "
-                      f"job(s)" + (f"; {requested}" if requested else "") + (f"; {skipped}" if skipped else "") + ".",
-                      "warn" if skipped else "ok")
+        await apply_selected(self.ui, request, action, state, ids)
         return RedirectResponse(back, status_code=303)
 
     def _query(self, name: str, params: Any) -> tuple[str, JobQuery]:

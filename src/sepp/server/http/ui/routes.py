@@ -43,6 +43,7 @@ from sepp.server.http.ui.forms import (
     limits_json,
     read_form,
 )
+from sepp.server.http.ui.lists import ListPages
 from sepp.server.http.ui.periodic import PeriodicPages
 from sepp.server.http.ui.security import (
     SecurityHeaders,
@@ -54,7 +55,9 @@ from sepp.server.http.ui.security import (
 )
 from sepp.server.http.ui.views import (
     SLUG_OF,
+    STATE_FIELD,
     STATE_SLUGS,
+    first_state_with_jobs,
     fmt_ago,
     fmt_bytes,
     fmt_duration,
@@ -69,7 +72,6 @@ from sepp.server.http.ui.views import (
 from sepp.storage.admin import JobQuery
 from sepp.storage.base import State
 from sepp.storage.errors import StoreError
-from sepp.storage.search import SCAN_ROWS
 
 #: Templates and static files stay next to the package (``sepp/server/http/``).
 HTTP_DIR = Path(__file__).parent.parent
@@ -129,6 +131,7 @@ class AdminUI:
             Route("/queues/{name}/pause", post(self.queue_pause), methods=["POST"]),
             Route("/queues/{name}/resume", post(self.queue_resume), methods=["POST"]),
             Route("/queues/{name}/purge", post(self.queue_purge), methods=["POST"]),
+            *ListPages(self).routes(),
             Route("/jobs/{job_id}", page(self.job_page)),
             Route("/jobs/{job_id}/cancel", post(self.job_cancel), methods=["POST"]),
             Route("/jobs/{job_id}/requeue", post(self.job_requeue), methods=["POST"]),
@@ -263,15 +266,17 @@ class AdminUI:
 
     async def queue_page(self, request: Request) -> Response:
         """Settings, counts, chart and the jobs of one state
-        (``?state=ready&page=<token>&window=1h|6h|24h``)."""
+        (``?state=ready&page=<token>&window=1h|6h|24h``; without ``state`` the first state,
+        in tab order, that has jobs)."""
         name = request.path_params["name"]
         q = self.admin.queue(name)
-        state = state_param(request.query_params.get("state"), int(State.READY))
+        window = window_param(request.query_params.get("window"))
+        view, chart = await self._queue_stats(name, window)
+        # Without ?state= the page opens on the first state that has jobs (READY when none has).
+        state = state_param(request.query_params.get("state"), first_state_with_jobs(view.counts))
         token = request.query_params.get("page", "")
         job_type = request.query_params.get("job_type", "") or None
-        window = window_param(request.query_params.get("window"))
         listing = await self.admin.list_jobs(JobQuery(queue=name, state=state, job_type=job_type), token, 50)
-        view, chart = await self._queue_stats(name, window)
         return self.render(request, "queue.html", {
             "title": f"Queue {name}", "q": q, "view": view, "chart": chart, "state": state, "slug": SLUG_OF[state],
             "jobs": listing.jobs, "next_token": listing.next_token, "paged": bool(token), "job_type": job_type or "",
@@ -367,7 +372,8 @@ class AdminUI:
     # ------------------------------------------------------------------ dead letters
 
     async def dead_page(self, request: Request) -> Response:
-        """Dead letters with filters, the dry-run count and a bulk requeue form."""
+        """Dead letters with filters, the dry-run count, a requeue form for every match, and
+        per-row checkboxes to requeue or delete exactly the ticked jobs (``/jobs/bulk``)."""
         where, raw = dead_filter(request.query_params)
         matched, _ = await self.admin.requeue_dead(where, dry_run=True)
         query = JobQuery(queue=where.queue, state=int(State.DEAD_LETTERED), job_type=where.job_type,
@@ -376,8 +382,10 @@ class AdminUI:
         listing = await self.admin.list_jobs(query, token, 50)
         keep = {k: v for k, v in raw.items() if v}
         next_url = "/dead?" + urlencode({**keep, "page": listing.next_token}) if listing.next_token else ""
+        here = "/dead?" + urlencode({**keep, **({"page": token} if token else {})})
         return self.render(request, "dead.html", {
             "title": "Dead letters", "f": raw, "matched": matched, "jobs": listing.jobs, "next_url": next_url,
+            "here": here,
             "first_url": "/dead?" + urlencode(keep) if token else "", "queue_names": [q.name for q in
                                                                                     self.admin.queues()]})
 
@@ -507,14 +515,19 @@ class AdminUI:
                            "Enter a job id, or a queue and an idempotency key."}, 400)
 
     async def search(self, request: Request) -> Response:
-        """``/search?q=<search>&page=<token>``: the search box's results
-        (syntax: ``sepp.server.admin.search``). A search for one job id alone goes to the job's
-        page; text that cannot be read is shown with its message (400)."""
+        """``/search?q=<search>&page=<token>&seen=<n>``: the search box's
+        results (syntax: ``sepp.server.admin.search``). A search for one job id alone goes to
+        the job's page; text that cannot be read is shown with its message (400).
+
+        A page examines at most ``search_scan_rows`` jobs (config); one that stops there says
+        how far the search has looked — ``seen`` carries the jobs examined by the pages
+        before — out of about how many (``_search_total``), and links to the next stretch."""
         text = request.query_params.get("q", "").strip()
         token = request.query_params.get("page", "")
-        context: dict[str, Any] = {"title": "Search", "q": text, "scan_rows": SCAN_ROWS, "error": "",
+        scan_rows = self.admin.engine.config.search_scan_rows
+        context: dict[str, Any] = {"title": "Search", "q": text, "scan_rows": scan_rows, "error": "",
                                    "searched": False, "jobs": [], "state": None, "limited": False,
-                                   "next_url": "", "first_url": ""}
+                                   "next_url": "", "first_url": "", "examined": 0, "total": None}
         if not text:
             return self.render(request, "search.html", context)
         try:
@@ -528,12 +541,29 @@ class AdminUI:
             return self.render(request, "search.html", {**context, "error": str(exc)}, 400)
         except NotFound:
             listing = None
-        next_url = "/search?" + urlencode({"q": text, "page": listing.next_token}) \
+        seen = request.query_params.get("seen", "")
+        examined = (int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 16 else 0) if token else 0
+        examined += listing.examined if listing is not None else 0
+        next_url = "/search?" + urlencode({"q": text, "page": listing.next_token, "seen": examined}) \
             if listing is not None and listing.next_token else ""
+        total = await self._search_total(query) if listing is not None and listing.next_token else None
         return self.render(request, "search.html", {
             **context, "searched": True, "jobs": listing.jobs if listing else [], "state": spec.state,
-            "limited": bool(listing and listing.scan_limited), "next_url": next_url,
+            "limited": bool(listing and listing.scan_limited), "next_url": next_url, "examined": examined,
+            "total": None if total is None else max(total, examined),
             "first_url": "/search?" + urlencode({"q": text}) if token else ""})
+
+    async def _search_total(self, query: JobQuery) -> int | None:
+        """About how many jobs a search walks in all, for "examined N of ~M": the jobs of its
+        state (of its queue when it names one), or every stored job for a search over every
+        state (that walk covers every queue). None for a search an index drives (id, key,
+        custom entry): it walks only the jobs that have what is searched."""
+        if query.indexed:
+            return None
+        if query.state is None:
+            return (await self.admin.state_totals()).total
+        counts = await self.admin.state_totals(query.queue)
+        return int(getattr(counts, STATE_FIELD.get(query.state, "ready"), 0))
 
     # ------------------------------------------------------------------ login
 

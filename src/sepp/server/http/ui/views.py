@@ -17,6 +17,7 @@ from sepp.domain.states import STATE_NAMES, parse_state
 from sepp.server.admin import state_name
 from sepp.server.errors import InvalidRequest
 from sepp.server.rpc.convert import job_to_proto
+from sepp.storage.admin import StateCounts
 from sepp.storage.base import JobRecord
 from sepp.wire import custom_type_name
 
@@ -41,6 +42,25 @@ def state_param(value: str | None, default: int = 2) -> int:
         return parse_state(value)
     except ValueError as exc:
         raise InvalidRequest(str(exc), "state", actual=value[:64]) from None
+
+
+#: The state tabs in the order the pages show them: (StateCounts field, state number).
+TAB_ORDER: tuple[tuple[str, int], ...] = (("scheduled", 1), ("ready", 2), ("reserved", 3), ("completed", 4),
+                                          ("dead_lettered", 5), ("cancelled", 6))
+
+#: State number → its ``StateCounts`` field.
+STATE_FIELD: dict[int, str] = {number: field for field, number in TAB_ORDER}
+
+
+def first_state_with_jobs(counts: StateCounts, default: int = 2) -> int:
+    """The tab a listing opens on without ``?state=``: the first state, in tab order, that
+    has jobs in ``counts`` (a ``StateCounts``); ``default`` (READY) when every one is empty.
+    A queue whose jobs all finished opens on its COMPLETED or DEAD_LETTERED jobs, not on an
+    empty READY tab."""
+    for field, number in TAB_ORDER:
+        if getattr(counts, field, 0):
+            return number
+    return default
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -548,6 +548,11 @@ class JobEngine:
         ``wait_s`` later — and again when it ends (its latest Reserve; not when the worker
         stopped cleanly in the meantime, ``stop_reserving(stopped=True)``). Raises
         ``InvalidRequest`` for bad arguments (then nothing is noted).
+
+        Each lease runs from when the store grants it — the engine's clock read in the
+        transaction that writes it, after any wait for the store — not from when the call
+        came: a job's ``lease_expires_at`` is its ``started_at`` plus the lease
+        (docs/decisions.md "A lease runs from when it is granted").
         """
         lim = self.limits
         if not queues:
@@ -591,8 +596,11 @@ class JobEngine:
                     # Payloads beyond one message's worth are not leased at all (the servicer
                     # gives back the few that still do not fit exactly).
                     flow = {q.name: q.flow for q in active if q.flow is not None}
+                    # The store reads the clock again when it writes the leases: a lease runs
+                    # from when it is granted, not from now (a wait in the commit queue is not
+                    # taken out of it; docs/decisions.md "A lease runs from when it is granted").
                     params = ReserveParams([q.name for q in active], max_jobs, self._clock_now(), lease_for, worker_id,
-                                           self.limits.max_message_bytes, self.node, flow or NO_FLOW)
+                                           self.limits.max_message_bytes, self.node, flow or NO_FLOW, self.clock)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs  # stopped while leasing or not: what was leased is answered

@@ -118,17 +118,20 @@ def write_queue_if(name: str, seen: Sequence[Any] | None, new: Sequence[Any], no
 
 
 def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
-               ) -> tuple[list[tuple[str, int, list[Any]]], tuple[str, ...]]:
+               ) -> tuple[list[tuple[str, int, list[Any]]], tuple[str, ...], int]:
     """Writer side of ``SQLiteStore.reserve``: SQL only; the records are built by the caller
     (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
-    (queue, lease expiry µs, the ready_for_lease rows); and the queues the promotion made
-    jobs READY in (``Store.on_promoted``).
+    (queue, lease expiry µs, the ready_for_lease rows); the queues the promotion made
+    jobs READY in (``Store.on_promoted``); and the grant time (µs): ``params.grant_time()``
+    read here, inside the transaction, once every write queued before it has committed —
+    the leases run from it, not from when the call was made (docs/decisions.md "A lease
+    runs from when it is granted").
 
     A row the driver cannot read (a text column that is not UTF-8) or whose payload/history
     is not bytes/text (a damaged row, ``storage.rows``) is not leased: it is dead-lettered
     with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead
     (issue 14 O4). That check runs only after the plain read failed, off the hot path."""
-    now = params.now
+    now = params.grant_time()
     promoted = tuple(sorted(promote(conn, now, 10_000).queues))  # a row it skips is reported by the sweep
     out: list[tuple[str, int, list[Any]]] = []
     want = params.max_jobs
@@ -171,7 +174,7 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
             flow.spend(conn, queue, bucket, len(rows))
         out.append((queue, expires, rows))
         want -= len(rows)
-    return out, promoted
+    return out, promoted, now
 
 
 #: Times a Reserve re-reads one queue after dead-lettering damaged rows at its head.

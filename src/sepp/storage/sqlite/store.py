@@ -317,12 +317,14 @@ class SQLiteStore:
         """Promote due jobs, then lease up to ``max_jobs`` READY jobs from ``queues`` in order:
         per queue one SELECT of the jobs in reserve order and one UPDATE that leases exactly
         those. Every job of the call gets the same fresh random 128-bit lease id (a lease is
-        the pair job id + lease id; docs/decisions.md "One lease id per Reserve call")."""
-        now, worker, reserved, node = params.now, params.worker_id, _RESERVED, params.node
+        the pair job id + lease id; docs/decisions.md "One lease id per Reserve call"). The
+        leases run from when the writer grants them (``ReserveParams.grant_time``), which is
+        the jobs' ``started_at``."""
+        worker, reserved, node = params.worker_id, _RESERVED, params.node
         lease_id = os.urandom(16)
 
         records: list[JobRecord] = []
-        leased, promoted = await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0)
+        leased, promoted, now = await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0)
         for queue in promoted:
             self._promoted(queue)
         for queue, expires, rows in leased:

@@ -137,6 +137,22 @@ async def test_the_lease_after_an_expiry_starts_at_or_after_the_end_of_the_one_b
                                                             first.lease_expires_at + S // 4 + 2 * S)
 
 
+async def test_an_extension_held_in_the_commit_queue_runs_its_whole_length_from_when_it_is_written(
+        harness: Harness) -> None:
+    h = harness
+    await h.enqueue()
+    (job,) = await h.reserve(lease_s=LEASE)
+    assert job.lease_id is not None
+    h.clock.advance(0.5)
+    async with held_writes(h) as waiting:
+        extending = asyncio.ensure_future(h.engine.extend(job.id, job.lease_id, 3.0))
+        await _until(lambda: waiting() >= 1, "the extension waits in the commit queue")
+        h.clock.advance(1.0)  # still within the lease it extends
+    result = await extending
+    assert result.error is None and result.lease_expires_at == h.now + 3 * S
+    assert (await h.job(job.id)).lease_expires_at == h.now + 3 * S
+
+
 #: Sessions waiting for session $1 (directly or through one that waits for it).
 _WAITING = """WITH w AS (SELECT pid, pg_blocking_pids(pid) AS b FROM pg_stat_activity)
 SELECT count(*) FROM w WHERE $1 = ANY(b) OR b && ARRAY(SELECT pid FROM w WHERE $1 = ANY(b))"""

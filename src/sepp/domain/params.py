@@ -127,6 +127,18 @@ class ReserveParams:
         return granted if granted > self.now else self.now
 
 
+def granted_expiry(now: int, expires_at: int, clock: Clock | None) -> int:
+    """The expiry (µs UTC) an extension asked at ``now`` for ``expires_at`` gets when the
+    store writes it: ``expires_at`` moved on by the time since ``now`` read from ``clock``
+    (a wait in the commit queue is not taken out of the extension; docs/decisions.md "A
+    lease runs from when it is granted"). ``expires_at`` itself without a clock, or when the
+    clock reads no later than ``now``."""
+    if clock is None:
+        return expires_at
+    late = clock.now() - now
+    return expires_at + late if late > 0 else expires_at
+
+
 #: Dead-letter reason of a job whose stored row could not be delivered (issue 14 O4).
 DAMAGED_ROW = "DAMAGED_ROW"
 

@@ -779,13 +779,15 @@ class JobEngine:
         return result
 
     async def extend(self, job_id: bytes, lease_id: bytes, extend_by_s: float) -> ExtendResult:
-        """New expiry = now + ``extend_by_s``. Raises ``LeaseRefused`` or ``InvalidRequest``."""
+        """New expiry = ``extend_by_s`` from when the store writes it (the extension is judged
+        by the lease as it stood when the call came). Raises ``LeaseRefused`` or
+        ``InvalidRequest``."""
         if not MIN_LEASE_SECONDS <= extend_by_s <= MAX_LEASE_SECONDS:
             raise InvalidRequest(f"extend_by must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
                                  "extend_by", MIN_LEASE_SECONDS if extend_by_s < MIN_LEASE_SECONDS
                                  else MAX_LEASE_SECONDS, extend_by_s)
         now = self._clock_now()
-        result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000))
+        result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000), self.clock)
         if result.error is not None:
             raise LeaseRefused(result.error, job_id_text(job_id))
         return result

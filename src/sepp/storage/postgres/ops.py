@@ -17,6 +17,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from sepp.domain.clock import Clock
 from sepp.domain.params import (
     DAMAGED_ROW,
     ExtendResult,
@@ -25,6 +26,7 @@ from sepp.domain.params import (
     SettleParams,
     SettleResult,
     SweepResult,
+    granted_expiry,
 )
 from sepp.domain.policy import PolicyLookup, PolicyTable
 from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord, WorkerRecord
@@ -496,12 +498,14 @@ _JOB_ID = operator.itemgetter(0)
 
 
 class ExtendOp:
-    """``Store.extend``: push a live lease's expiry to ``expires_at`` (µs)."""
+    """``Store.extend``: push a live lease's expiry to ``expires_at`` (µs), moved on by the
+    time the operation waited for its writer when there is a ``clock``
+    (``params.granted_expiry``, read once the row is locked)."""
 
-    __slots__ = ("expires_at", "job_id", "lease_id", "now")
+    __slots__ = ("clock", "expires_at", "job_id", "lease_id", "now")
 
-    def __init__(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> None:
-        self.job_id, self.lease_id, self.now, self.expires_at = job_id, lease_id, now, expires_at
+    def __init__(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None = None) -> None:
+        self.job_id, self.lease_id, self.now, self.expires_at, self.clock = job_id, lease_id, now, expires_at, clock
 
     async def __call__(self, tx: Tx) -> ExtendResult:
         row = await tx.conn.fetchrow(Q["settle_lookup"], self.job_id)
@@ -510,8 +514,9 @@ class ExtendOp:
         if err is not None:
             return ExtendResult(err)
         assert job is not None and row is not None
-        await tx.conn.execute(Q["extend_lease"], self.expires_at, row[0])
-        return ExtendResult(None, self.expires_at, bool(job.cancel_requested))
+        expires_at = granted_expiry(self.now, self.expires_at, self.clock)
+        await tx.conn.execute(Q["extend_lease"], expires_at, row[0])
+        return ExtendResult(None, expires_at, bool(job.cancel_requested))
 
 
 # ---------------------------------------------------------------------- sweeps

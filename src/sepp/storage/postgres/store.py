@@ -380,9 +380,11 @@ class PostgresStore:
             return [done[p.job_id] for p in items]
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
-    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
-        """Push a live lease's expiry to ``expires_at`` (µs)."""
-        return await self._committer.submit(ops.ExtendOp(job_id, lease_id, now, expires_at), 0)
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
+                     clock: Clock | None = None) -> ExtendResult:
+        """Push a live lease's expiry to ``expires_at`` (µs), measured from when the committer
+        writes it with a ``clock`` (``Store.extend``)."""
+        return await self._committer.submit(ops.ExtendOp(job_id, lease_id, now, expires_at, clock), 0)
 
     # ------------------------------------------------------------------ sweeps
 

@@ -19,7 +19,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from sepp.domain.params import DAMAGED_ROW, ExtendResult, ReserveParams, SettleKind, SettleParams, SettleResult
+from sepp.domain.clock import Clock
+from sepp.domain.params import (
+    DAMAGED_ROW,
+    ExtendResult,
+    ReserveParams,
+    SettleKind,
+    SettleParams,
+    SettleResult,
+    granted_expiry,
+)
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import Dedups, JobRow, QueueRecord
 from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease_error, settle
@@ -305,13 +314,17 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
             {i: settle_one(conn, p, policy) for i, p in others.items()})
 
 
-def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, conn: sqlite3.Connection) -> ExtendResult:
-    """Writer side of ``SQLiteStore.extend``: push a live lease's expiry to ``expires_at`` (µs)."""
+def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None,
+              conn: sqlite3.Connection) -> ExtendResult:
+    """Writer side of ``SQLiteStore.extend``: push a live lease's expiry to ``expires_at`` (µs),
+    moved on by the time the operation waited for the writer when there is a ``clock``
+    (``params.granted_expiry``, read here)."""
     row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
     job = _held(row)
     err = lease_error(job, lease_id, now)
     if err is not None:
         return ExtendResult(err)
     assert job is not None
+    expires_at = granted_expiry(now, expires_at, clock)
     conn.execute(Q["extend_lease"], (expires_at, row[0]))
     return ExtendResult(None, expires_at, bool(job.cancel_requested))

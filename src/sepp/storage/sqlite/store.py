@@ -28,6 +28,7 @@ from typing import Any
 import uuid_utils
 from uuid_utils import UUID
 
+from sepp.domain.clock import Clock
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
@@ -376,10 +377,12 @@ class SQLiteStore:
             return [done[p.job_id] for p in items]
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
-    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
-        """Push a live lease's expiry to ``expires_at`` (µs)."""
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
+                     clock: Clock | None = None) -> ExtendResult:
+        """Push a live lease's expiry to ``expires_at`` (µs), measured from when the writer
+        writes it with a ``clock`` (``Store.extend``)."""
 
-        return await self._committer.submit(partial(ops.extend_op, job_id, lease_id, now, expires_at))
+        return await self._committer.submit(partial(ops.extend_op, job_id, lease_id, now, expires_at, clock))
 
     # ------------------------------------------------------------------ sweeps
 

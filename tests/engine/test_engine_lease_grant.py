@@ -181,6 +181,8 @@ async def test_a_reserve_waiting_for_a_lock_never_leases_into_a_reclaimed_lease(
     # statement. A session of the test holds that lock: the reserve waits there, on one
     # writer connection, while the first lease ends and a reclaim runs on another.
     h = await make_harness(queues={"q": {"max_in_flight": 10}})
+    if not h.store.shared:
+        pytest.skip("PostgreSQL only (the marker leaves the sqlite-process variant in)")
     schema = h.store.schema  # type: ignore[attr-defined]
     job_id, _ = await h.enqueue(max_attempts=3)
     (first,) = await h.reserve(lease_s=LEASE)
@@ -213,6 +215,8 @@ async def test_no_reclaim_frees_a_lease_ending_after_the_grant_of_a_reserve_writ
     # lease ends and a reclaim pass runs on another writer connection. Had the reclaim freed
     # it, the reserve would lease b's job with a window starting before the old one ended.
     h = await make_harness(queues={"a": {"rate_limit": "100/s"}, "b": {}})
+    if not h.store.shared:
+        pytest.skip("PostgreSQL only (the marker leaves the sqlite-process variant in)")
     schema = h.store.schema  # type: ignore[attr-defined]
     assert await h.engine.reserve(["a"], 1, LEASE, 0.0, "w") == []  # makes a's token bucket
     job_id, _ = await h.enqueue("b", max_attempts=3)

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from sepp.domain.clock import Clock
+
 
 @dataclass(frozen=True, slots=True)
 class FlowLimits:
@@ -84,7 +86,17 @@ NO_FLOW: Mapping[str, FlowLimits] = {}
 class ReserveParams:
     """Reserve up to ``max_jobs`` from ``queues`` in order; ``lease_for`` gives each queue's
     lease length in µs. The store gives the jobs of one call a fresh random 128-bit lease id
-    (shared by them: a lease is the pair job id + lease id)."""
+    (shared by them: a lease is the pair job id + lease id).
+
+    ``now`` (µs UTC) is when the call was made. A lease runs from when it is granted, not
+    from then (docs/decisions.md "A lease runs from when it is granted"): with a ``clock``
+    the store reads ``grant_time()`` when it writes the lease, inside the transaction that
+    commits it — after any wait in the commit queue — and stamps the jobs' ``started_at``
+    and ``lease_expires_at`` (grant time + ``lease_for``) and its promotion and flow
+    checks with that. Without one (``None``: storage tests with a fixed time) ``now`` is
+    the grant time. The clock must be picklable (the SQLite writer may run in a process of
+    its own: ``SystemClock`` is; a ``FakeClock`` arrives there as a copy that no longer moves).
+    """
 
     queues: Sequence[str]
     max_jobs: int
@@ -100,6 +112,31 @@ class ReserveParams:
     #: The flow limits of the queues that have any: queue → ``FlowLimits``. The
     #: store leases fewer jobs (or none) from such a queue when a limit holds them back.
     flow: Mapping[str, FlowLimits] = field(default_factory=dict)
+    #: Where the grant time is read when the lease is written (see above); None: ``now``.
+    clock: Clock | None = None
+
+    def grant_time(self) -> int:
+        """The time a lease granted right now starts (µs UTC): ``clock.now()`` read at this
+        call, never earlier than ``now`` (a clock that stepped back does not move a lease
+        before its call); ``now`` when there is no clock. Call it once per transaction, as
+        late as possible before the lease is written."""
+        clock = self.clock
+        if clock is None:
+            return self.now
+        granted = clock.now()
+        return granted if granted > self.now else self.now
+
+
+def granted_expiry(now: int, expires_at: int, clock: Clock | None) -> int:
+    """The expiry (µs UTC) an extension asked at ``now`` for ``expires_at`` gets when the
+    store writes it: ``expires_at`` moved on by the time since ``now`` read from ``clock``
+    (a wait in the commit queue is not taken out of the extension; docs/decisions.md "A
+    lease runs from when it is granted"). ``expires_at`` itself without a clock, or when the
+    clock reads no later than ``now``."""
+    if clock is None:
+        return expires_at
+    late = clock.now() - now
+    return expires_at + late if late > 0 else expires_at
 
 
 #: Dead-letter reason of a job whose stored row could not be delivered.

@@ -549,6 +549,11 @@ class JobEngine:
         ``wait_s`` later — and again when it ends (its latest Reserve; not when the worker
         stopped cleanly in the meantime, ``stop_reserving(stopped=True)``). Raises
         ``InvalidRequest`` for bad arguments (then nothing is noted).
+
+        Each lease runs from when the store grants it — the engine's clock read in the
+        transaction that writes it, after any wait for the store — not from when the call
+        came: a job's ``lease_expires_at`` is its ``started_at`` plus the lease
+        (docs/decisions.md "A lease runs from when it is granted").
         """
         lim = self.limits
         if not queues:
@@ -592,8 +597,11 @@ class JobEngine:
                     # Payloads beyond one message's worth are not leased at all (the servicer
                     # gives back the few that still do not fit exactly).
                     flow = {q.name: q.flow for q in active if q.flow is not None}
+                    # The store reads the clock again when it writes the leases: a lease runs
+                    # from when it is granted, not from now (a wait in the commit queue is not
+                    # taken out of it; docs/decisions.md "A lease runs from when it is granted").
                     params = ReserveParams([q.name for q in active], max_jobs, self._clock_now(), lease_for, worker_id,
-                                           self.limits.max_message_bytes, self.node, flow or NO_FLOW)
+                                           self.limits.max_message_bytes, self.node, flow or NO_FLOW, self.clock)
                     jobs = await self._lease(params)
                     if jobs:
                         return jobs  # stopped while leasing or not: what was leased is answered
@@ -772,13 +780,15 @@ class JobEngine:
         return result
 
     async def extend(self, job_id: bytes, lease_id: bytes, extend_by_s: float) -> ExtendResult:
-        """New expiry = now + ``extend_by_s``. Raises ``LeaseRefused`` or ``InvalidRequest``."""
+        """New expiry = ``extend_by_s`` from when the store writes it (the extension is judged
+        by the lease as it stood when the call came). Raises ``LeaseRefused`` or
+        ``InvalidRequest``."""
         if not MIN_LEASE_SECONDS <= extend_by_s <= MAX_LEASE_SECONDS:
             raise InvalidRequest(f"extend_by must be between {MIN_LEASE_SECONDS:g} and {MAX_LEASE_SECONDS:g} s",
                                  "extend_by", MIN_LEASE_SECONDS if extend_by_s < MIN_LEASE_SECONDS
                                  else MAX_LEASE_SECONDS, extend_by_s)
         now = self._clock_now()
-        result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000))
+        result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000), self.clock)
         if result.error is not None:
             raise LeaseRefused(result.error, job_id_text(job_id))
         return result

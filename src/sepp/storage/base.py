@@ -22,6 +22,7 @@ from typing import Protocol
 
 from uuid_utils import UUID
 
+from sepp.domain.clock import Clock
 from sepp.domain.params import (
     DAMAGED_ROW,
     NO_FLOW,
@@ -239,8 +240,13 @@ class Store(Protocol):
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
         """Apply acks/nacks in one commit; one result per item, in order."""
 
-    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
-        """Move a live lease's expiry to ``expires_at``."""
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
+                     clock: Clock | None = None) -> ExtendResult:
+        """Move a live lease's expiry to ``expires_at`` (µs UTC). The lease is judged live or
+        not at ``now`` (when the extension was asked). With a ``clock`` the expiry is
+        measured from when the store writes it: ``expires_at`` plus the time since ``now``
+        read from ``clock`` in that transaction (``params.granted_expiry``; picklable, as
+        ``ReserveParams.clock``), and the result carries that expiry."""
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
         """SCHEDULED jobs with run_at ≤ now → READY (at most ``limit``).

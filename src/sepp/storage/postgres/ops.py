@@ -17,6 +17,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from sepp.domain.clock import Clock
 from sepp.domain.params import (
     DAMAGED_ROW,
     ExtendResult,
@@ -25,6 +26,7 @@ from sepp.domain.params import (
     SettleParams,
     SettleResult,
     SweepResult,
+    granted_expiry,
 )
 from sepp.domain.policy import PolicyLookup, PolicyTable
 from sepp.domain.records import Dedups, JobRow, NodeRecord, QueueRecord, WorkerRecord
@@ -213,21 +215,63 @@ async def promote(tx: Tx, now: int, limit: int) -> list[Any]:
     return list(rows)
 
 
+class Granting:
+    """The grant times (µs UTC) of this node's reserves that read their clock and have not
+    finished their leasing statements yet; a reclaim pass reclaims no lease that ends after
+    the earliest of them (``cutoff``). Without it, a reclaim whose clock reading came after
+    a reserve's, committed on another writer connection before that reserve's statement
+    ran, would hand the reserve a job whose old lease ended after the reserve's grant time:
+    two lease windows overlapping on paper. With it, on one node, a new lease never starts
+    before the end of the lease it follows (docs/decisions.md "A lease runs from when it
+    is granted"). Touched only on the event loop; a handful of entries at most (one per
+    writer connection)."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: list[int] = []
+
+    def begin(self, granted: int) -> None:
+        """A reserve stamps its leases with ``granted`` (µs) from now until ``end(granted)``."""
+        self._open.append(granted)
+
+    def end(self, granted: int) -> None:
+        """The reserve that called ``begin(granted)`` wrote its leases (or failed)."""
+        self._open.remove(granted)
+
+    def cutoff(self, now: int) -> int:
+        """The time (µs) a reclaim pass read as ``now`` may reclaim the leases ending up to:
+        ``now``, or the earliest open grant time when that is earlier."""
+        return min(now, *self._open) if self._open else now
+
+
 class ReserveOp:
     """``Store.reserve``: promote due jobs, then lease up to ``max_jobs`` READY jobs from the
     queues in order. Result: per queue with jobs (queue, lease expiry µs, rows in reserve
-    order)."""
+    order).
 
-    __slots__ = ("lease_id", "params", "promoted")
+    The time its leases are stamped with (``granted``) is ``params.grant_time()`` read when
+    the committer runs the operation, after the promotion (which may wait for another
+    reserver's flow lock) and right before the leasing statements — so after its wait in
+    the commit queue, for a new connection or for a lock: a lease runs from when it is
+    granted, not from when the call came (docs/decisions.md "A lease runs from when it is
+    granted"). ``granting`` (the store's ``Granting``) holds that time while the leasing
+    statements run, so that no reclaim on this node frees a lease ending after it
+    meanwhile. Each run of the operation (a group run again one by one, a retried
+    deadlock) reads it afresh."""
 
-    def __init__(self, params: ReserveParams, lease_id: bytes) -> None:
-        self.params, self.lease_id = params, lease_id
+    __slots__ = ("granted", "granting", "lease_id", "params", "promoted")
+
+    def __init__(self, params: ReserveParams, lease_id: bytes, granting: Granting | None = None) -> None:
+        self.params, self.lease_id, self.granting = params, lease_id, granting
         #: The queues the promotion made jobs READY in (the last run; ``Store.on_promoted``).
         self.promoted: tuple[str, ...] = ()
+        #: The grant time of the last run (µs UTC): the jobs' ``started_at``.
+        self.granted = params.now
 
     async def __call__(self, tx: Tx) -> list[tuple[str, int, list[Any]]]:
         p, conn = self.params, tx.conn
-        now = p.now
+        now = p.grant_time()  # what is due; the leases read the clock again (``_lease``)
         locking = flow.lock_queues(p.flow, p.queues) if p.flow else []
         if locking:  # the flow locks ride on the promotion statement (measured: docs/decisions.md)
             woken = {r[0] for r in await flow.promote_locking(conn, now, 10_000, locking)} - {None}
@@ -248,16 +292,27 @@ class ReserveOp:
         rolls back the leases of the earlier ones instead of leaving them to expire."""
         if self.params.flow or len(self.params.queues) != 1:
             return False, None, None
-        rows = await conn.fetch(Q["promote_due"], self.params.now, 10_000)
+        rows = await conn.fetch(Q["promote_due"], self.params.grant_time(), 10_000)
         woken = sorted({r[0] for r in rows})
         self.promoted = tuple(woken)
         out = await self._lease(conn)
         return True, out, (notifier(conn, channel, origin, woken) if woken else None)
 
     async def _lease(self, conn: Any) -> list[tuple[str, int, list[Any]]]:
-        """Lease up to ``max_jobs`` READY jobs of the queues in order (the promotion done)."""
+        """Lease up to ``max_jobs`` READY jobs of the queues in order (the promotion done),
+        stamped with the grant time read here (``granted``)."""
+        now = self.granted = self.params.grant_time()
+        granting = self.granting
+        if granting is None:
+            return await self._lease_at(conn, now)
+        granting.begin(now)
+        try:
+            return await self._lease_at(conn, now)
+        finally:
+            granting.end(now)
+
+    async def _lease_at(self, conn: Any, now: int) -> list[tuple[str, int, list[Any]]]:
         p = self.params
-        now = p.now
         out: list[tuple[str, int, list[Any]]] = []
         want = p.max_jobs
         budget, used = p.max_bytes, 0
@@ -443,12 +498,14 @@ _JOB_ID = operator.itemgetter(0)
 
 
 class ExtendOp:
-    """``Store.extend``: push a live lease's expiry to ``expires_at`` (µs)."""
+    """``Store.extend``: push a live lease's expiry to ``expires_at`` (µs), moved on by the
+    time the operation waited for its writer when there is a ``clock``
+    (``params.granted_expiry``, read once the row is locked)."""
 
-    __slots__ = ("expires_at", "job_id", "lease_id", "now")
+    __slots__ = ("clock", "expires_at", "job_id", "lease_id", "now")
 
-    def __init__(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> None:
-        self.job_id, self.lease_id, self.now, self.expires_at = job_id, lease_id, now, expires_at
+    def __init__(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None = None) -> None:
+        self.job_id, self.lease_id, self.now, self.expires_at, self.clock = job_id, lease_id, now, expires_at, clock
 
     async def __call__(self, tx: Tx) -> ExtendResult:
         row = await tx.conn.fetchrow(Q["settle_lookup"], self.job_id)
@@ -457,8 +514,9 @@ class ExtendOp:
         if err is not None:
             return ExtendResult(err)
         assert job is not None and row is not None
-        await tx.conn.execute(Q["extend_lease"], self.expires_at, row[0])
-        return ExtendResult(None, self.expires_at, bool(job.cancel_requested))
+        expires_at = granted_expiry(self.now, self.expires_at, self.clock)
+        await tx.conn.execute(Q["extend_lease"], expires_at, row[0])
+        return ExtendResult(None, expires_at, bool(job.cancel_requested))
 
 
 # ---------------------------------------------------------------------- sweeps
@@ -481,13 +539,15 @@ class ReclaimOp:
     """``Store.reclaim_expired``: each expired lease (locked, skipping the ones another node
     holds) back to READY, or CANCELLED / DEAD_LETTERED as ``transitions.reclaim`` decides."""
 
-    __slots__ = ("limit", "now", "policy")
+    __slots__ = ("granting", "limit", "now", "policy")
 
-    def __init__(self, now: int, limit: int, policy: PolicyLookup) -> None:
-        self.now, self.limit, self.policy = now, limit, policy
+    def __init__(self, now: int, limit: int, policy: PolicyLookup, granting: Granting | None = None) -> None:
+        self.now, self.limit, self.policy, self.granting = now, limit, policy, granting
 
     async def __call__(self, tx: Tx) -> SweepResult:
-        conn, now = tx.conn, self.now
+        # Not past the grant time of a reserve of this node that is writing its leases right
+        # now: it must not be handed a job whose lease ends after its grant (``Granting``).
+        conn, now = tx.conn, (self.now if self.granting is None else self.granting.cutoff(self.now))
         woke: set[str] = set()
         dead: dict[str, int] = {}
         expired: dict[str, int] = {}

@@ -94,6 +94,9 @@ class PostgresStore:
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
         self._promoted: Callable[[str], None] = _nobody
         self._closed = False
+        #: The grant times of this node's reserves writing their leases right now: its
+        #: reclaim passes free no lease ending after them (``ops.Granting``).
+        self._granting = ops.Granting()
         #: This node's blocks of seqs and the job ids made of them (schema version 10).
         self._ids = JobIds(self._take_seqs, clock)
         #: Jobs whose ids ``new_job_ids`` is waiting for (a block of seqs): counted in
@@ -332,12 +335,15 @@ class PostgresStore:
     async def reserve(self, params: ReserveParams) -> list[JobRecord]:
         """Promote due jobs, then lease up to ``max_jobs`` READY jobs from the queues in order
         with ``FOR UPDATE SKIP LOCKED`` (no job leased twice, however many nodes reserve).
-        Every job of the call gets the same fresh random 128-bit lease id."""
-        now, worker, reserved, node = params.now, params.worker_id, _RESERVED, params.node
+        Every job of the call gets the same fresh random 128-bit lease id. The leases run
+        from when the committer runs the operation (``ops.ReserveOp.granted``), which is
+        the jobs' ``started_at``."""
+        worker, reserved, node = params.worker_id, _RESERVED, params.node
         lease_id = os.urandom(16)
         records: list[JobRecord] = []
-        op = ops.ReserveOp(params, lease_id)
+        op = ops.ReserveOp(params, lease_id, self._granting)
         leased = await self._committer.submit(op, 0)
+        now = op.granted
         for promoted in op.promoted:
             self._promoted(promoted)
         for queue, expires, rows in leased:
@@ -374,9 +380,11 @@ class PostgresStore:
             return [done[p.job_id] for p in items]
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
-    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
-        """Push a live lease's expiry to ``expires_at`` (µs)."""
-        return await self._committer.submit(ops.ExtendOp(job_id, lease_id, now, expires_at), 0)
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
+                     clock: Clock | None = None) -> ExtendResult:
+        """Push a live lease's expiry to ``expires_at`` (µs), measured from when the committer
+        writes it with a ``clock`` (``Store.extend``)."""
+        return await self._committer.submit(ops.ExtendOp(job_id, lease_id, now, expires_at, clock), 0)
 
     # ------------------------------------------------------------------ sweeps
 
@@ -390,8 +398,10 @@ class PostgresStore:
         return None if value is None else int(value)
 
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
-        """Expired leases → READY, or CANCELLED / DEAD_LETTERED (``transitions.reclaim``)."""
-        return await self._committer.submit(ops.ReclaimOp(now, limit, policy), 0)
+        """Expired leases → READY, or CANCELLED / DEAD_LETTERED (``transitions.reclaim``).
+        ``now`` is lowered, when the pass runs, to the grant time of a reserve of this node
+        writing its leases at that moment (``ops.Granting``)."""
+        return await self._committer.submit(ops.ReclaimOp(now, limit, policy, self._granting), 0)
 
     async def prune(self, now: int, limit: int) -> SweepResult:
         """Delete finished jobs past retention, then expired idempotency keys."""

@@ -19,7 +19,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from sepp.domain.params import DAMAGED_ROW, ExtendResult, ReserveParams, SettleKind, SettleParams, SettleResult
+from sepp.domain.clock import Clock
+from sepp.domain.params import (
+    DAMAGED_ROW,
+    ExtendResult,
+    ReserveParams,
+    SettleKind,
+    SettleParams,
+    SettleResult,
+    granted_expiry,
+)
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import Dedups, JobRow, QueueRecord
 from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease_error, settle
@@ -118,17 +127,20 @@ def write_queue_if(name: str, seen: Sequence[Any] | None, new: Sequence[Any], no
 
 
 def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
-               ) -> tuple[list[tuple[str, int, list[Any]]], tuple[str, ...]]:
+               ) -> tuple[list[tuple[str, int, list[Any]]], tuple[str, ...], int]:
     """Writer side of ``SQLiteStore.reserve``: SQL only; the records are built by the caller
     (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
-    (queue, lease expiry µs, the ready_for_lease rows); and the queues the promotion made
-    jobs READY in (``Store.on_promoted``).
+    (queue, lease expiry µs, the ready_for_lease rows); the queues the promotion made
+    jobs READY in (``Store.on_promoted``); and the grant time (µs): ``params.grant_time()``
+    read here, inside the transaction, once every write queued before it has committed —
+    the leases run from it, not from when the call was made (docs/decisions.md "A lease
+    runs from when it is granted").
 
     A row the driver cannot read (a text column that is not UTF-8) or whose payload/history
     is not bytes/text (a damaged row, ``storage.rows``) is not leased: it is dead-lettered
-    with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead
-    . That check runs only after the plain read failed, off the hot path."""
-    now = params.now
+    with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead.
+    That check runs only after the plain read failed, off the hot path."""
+    now = params.grant_time()
     promoted = tuple(sorted(promote(conn, now, 10_000).queues))  # a row it skips is reported by the sweep
     out: list[tuple[str, int, list[Any]]] = []
     want = params.max_jobs
@@ -171,7 +183,7 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
             flow.spend(conn, queue, bucket, len(rows))
         out.append((queue, expires, rows))
         want -= len(rows)
-    return out, promoted
+    return out, promoted, now
 
 
 #: Times a Reserve re-reads one queue after dead-lettering damaged rows at its head.
@@ -302,13 +314,17 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
             {i: settle_one(conn, p, policy) for i, p in others.items()})
 
 
-def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, conn: sqlite3.Connection) -> ExtendResult:
-    """Writer side of ``SQLiteStore.extend``: push a live lease's expiry to ``expires_at`` (µs)."""
+def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None,
+              conn: sqlite3.Connection) -> ExtendResult:
+    """Writer side of ``SQLiteStore.extend``: push a live lease's expiry to ``expires_at`` (µs),
+    moved on by the time the operation waited for the writer when there is a ``clock``
+    (``params.granted_expiry``, read here)."""
     row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
     job = _held(row)
     err = lease_error(job, lease_id, now)
     if err is not None:
         return ExtendResult(err)
     assert job is not None
+    expires_at = granted_expiry(now, expires_at, clock)
     conn.execute(Q["extend_lease"], (expires_at, row[0]))
     return ExtendResult(None, expires_at, bool(job.cancel_requested))

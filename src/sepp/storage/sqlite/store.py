@@ -28,6 +28,7 @@ from typing import Any
 import uuid_utils
 from uuid_utils import UUID
 
+from sepp.domain.clock import Clock
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
@@ -317,12 +318,14 @@ class SQLiteStore:
         """Promote due jobs, then lease up to ``max_jobs`` READY jobs from ``queues`` in order:
         per queue one SELECT of the jobs in reserve order and one UPDATE that leases exactly
         those. Every job of the call gets the same fresh random 128-bit lease id (a lease is
-        the pair job id + lease id; docs/decisions.md "One lease id per Reserve call")."""
-        now, worker, reserved, node = params.now, params.worker_id, _RESERVED, params.node
+        the pair job id + lease id; docs/decisions.md "One lease id per Reserve call"). The
+        leases run from when the writer grants them (``ReserveParams.grant_time``), which is
+        the jobs' ``started_at``."""
+        worker, reserved, node = params.worker_id, _RESERVED, params.node
         lease_id = os.urandom(16)
 
         records: list[JobRecord] = []
-        leased, promoted = await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0)
+        leased, promoted, now = await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0)
         for queue in promoted:
             self._promoted(queue)
         for queue, expires, rows in leased:
@@ -374,10 +377,12 @@ class SQLiteStore:
             return [done[p.job_id] for p in items]
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
-    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int) -> ExtendResult:
-        """Push a live lease's expiry to ``expires_at`` (µs)."""
+    async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
+                     clock: Clock | None = None) -> ExtendResult:
+        """Push a live lease's expiry to ``expires_at`` (µs), measured from when the writer
+        writes it with a ``clock`` (``Store.extend``)."""
 
-        return await self._committer.submit(partial(ops.extend_op, job_id, lease_id, now, expires_at))
+        return await self._committer.submit(partial(ops.extend_op, job_id, lease_id, now, expires_at, clock))
 
     # ------------------------------------------------------------------ sweeps
 

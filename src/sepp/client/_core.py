@@ -172,31 +172,29 @@ class ManyRun:
     telling what may have been stored:
 
     * ``out``: the results of the answered prefix, in order (extended in one step per batch);
-    * ``batches``: the batches handed over whose results are not in ``out`` yet, in order (a
-      batch leaves only after its results were added to ``out``);
-    * ``handed``: how many requests were taken from the iterable and handed over to be sent —
-      counted *before* the hand-over, so a batch interrupted while being handed over counts
-      as maybe sent; ``tracked``: the end of the last batch in ``batches`` (< ``handed`` only
-      when such an interrupted hand-over left a batch untracked);
+    * ``batches``: the batches handed over whose results are not in ``out`` yet, in order — a
+      batch enters *before* it is handed over to be sent (so none is sent unknown to it) and
+      leaves only after its results were added to ``out``;
     * ``exhausted``: the iterable was read to its end.
     """
 
     out: list[BatchResult] = field(default_factory=list)
     batches: deque[Sent] = field(default_factory=deque)
-    handed: int = 0
-    tracked: int = 0
     exhausted: bool = False
+
+    @property
+    def handed(self) -> int:
+        """How many requests were handed over to be sent (the end of the last batch)."""
+        return max(len(self.out), self.batches[-1].stop) if self.batches else len(self.out)
 
     def maybe_end(self, first: int, unsent: Callable[[Any], bool]) -> int:
         """The end of the requests that may or may not be stored, from ``first`` (the answered
         prefix): the end of the last batch past ``first`` that may have reached the server —
-        every one but those ``unsent(handle)`` proves never sent — and of an untracked one."""
+        every one but those ``unsent(handle)`` proves never sent."""
         end = first
         for sent in self.batches:
             if sent.stop > first and not unsent(sent.handle):
                 end = max(end, sent.stop)
-        if self.handed > self.tracked:
-            end = max(end, self.handed)
         return end
 
     def interrupted(self, unsent: Callable[[Any], bool]) -> EnqueueInterrupted:

@@ -176,10 +176,8 @@ class AsyncClient:
             for chunk in _core.chunked(requests, size):
                 if len(run.batches) >= in_flight:
                     await collect()
-                start = run.handed
-                run.handed += len(chunk)
-                run.batches.append(_core.Sent(start, run.handed, asyncio.ensure_future(self._enqueue_part(chunk))))
-                run.tracked = run.handed
+                task = asyncio.ensure_future(self._enqueue_part(chunk))
+                run.batches.append(_core.Sent(run.handed, run.handed + len(chunk), task))
             run.exhausted = True
             while run.batches:
                 await collect()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Iterable, Sized
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Sized
+from concurrent.futures import Future, wait
+from functools import partial
+from queue import SimpleQueue
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,47 @@ from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, Ser
 
 if TYPE_CHECKING:
     from sepp._otel import Send
+
+
+class _Senders:
+    """The threads that send the batches of one ``enqueue_many``, ``count`` at a time. Unlike a
+    ``ThreadPoolExecutor`` they take a ``Future`` the caller made, so the caller records the
+    batch before handing it over — a ``KeyboardInterrupt`` inside ``submit`` can never leave a
+    batch sent that the caller does not know — and a batch whose future was cancelled before
+    a thread took it is never sent. Daemon threads: after ``stop()`` a call still in flight
+    (an interrupted ``enqueue_many``) never holds up the interpreter's exit."""
+
+    def __init__(self, count: int) -> None:
+        self._work: SimpleQueue[tuple[Future[list[BatchResult]], Callable[[], list[BatchResult]]] | None] = \
+            SimpleQueue()
+        self._stopped = False
+        self._count = count
+        for i in range(count):
+            threading.Thread(target=self._run, name=f"sepp-enqueue-many_{i}", daemon=True).start()
+
+    def submit(self, fut: Future[list[BatchResult]], send: Callable[[], list[BatchResult]]) -> None:
+        """Send a batch (``send()``) on a free thread; its outcome goes to ``fut``."""
+        self._work.put((fut, send))
+
+    def stop(self) -> None:
+        """End the threads once their current batch is done; batches not started are cancelled."""
+        self._stopped = True
+        for _ in range(self._count):
+            self._work.put(None)
+
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            fut, send = item
+            if self._stopped:
+                fut.cancel()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                result = send()
+            except BaseException as exc:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
 
 
 def _unsent(fut: Future[list[BatchResult]]) -> bool:
@@ -208,46 +251,48 @@ class Client:
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
         run = _core.ManyRun()
-        pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="sepp-enqueue-many")
+        senders = _Senders(in_flight)
         try:
             size = self._cached_info().info.limits.max_enqueue_batch
             for chunk in _core.chunked(requests, size):
                 if len(run.batches) >= in_flight:
                     self._collect(run, progress, on_batch, total)
                 start = run.handed
-                run.handed += len(chunk)  # before the hand-over: one interrupted in it counts as maybe sent
+                sent = _core.Sent(start, start + len(chunk), Future())
+                run.batches.append(sent)  # known before it is handed over: a Ctrl-C from here on finds it
                 # each batch runs in the caller's context (its current span: tracing)
-                run.batches.append(_core.Sent(start, run.handed,
-                                              pool.submit(contextvars.copy_context().run, self._enqueue_part, chunk)))
-                run.tracked = run.handed
+                senders.submit(sent.handle, partial(contextvars.copy_context().run, self._enqueue_part, chunk))
             run.exhausted = True
             while run.batches:
                 self._collect(run, progress, on_batch, total)
         except KeyboardInterrupt:
             self._await_verdicts(run)
-            pool.shutdown(wait=False, cancel_futures=True)
+            senders.stop()
             raise run.interrupted(_unsent) from None
         except BaseException as exc:
-            for sent in run.batches:
-                sent.handle.cancel()
             try:
+                for sent in run.batches:
+                    sent.handle.cancel()  # those not started yet are never sent
                 wait([sent.handle for sent in run.batches])
             except KeyboardInterrupt:  # Ctrl-C while the batches in flight are waited for
-                pool.shutdown(wait=False, cancel_futures=True)
+                senders.stop()
                 raise run.interrupted(_unsent) from None
-            pool.shutdown()
+            senders.stop()
             if isinstance(exc, TransportError):  # what was answered and what may be stored, in order
                 run.account(exc, _unsent)
             raise
-        pool.shutdown()
+        senders.stop()
         return run.out
 
     def _await_verdicts(self, run: _core.ManyRun) -> None:
-        """After a ``KeyboardInterrupt``: add the results of the batches in flight to
-        ``run.out``, in order, as long as they are answered within ``options.interrupt_grace``
-        seconds; stop at the first without a verdict, or at a second ``KeyboardInterrupt``."""
+        """After a ``KeyboardInterrupt``: cancel the batches not started yet (never sent), then
+        add the results of those in flight to ``run.out``, in order, as long as they are
+        answered within ``options.interrupt_grace`` seconds; stop at the first without a
+        verdict, or at a second ``KeyboardInterrupt``."""
         deadline = time.monotonic() + self.options.interrupt_grace
         try:
+            for sent in run.batches:
+                sent.handle.cancel()  # those not started yet are never sent
             for sent in list(run.batches):
                 if sent.stop <= len(run.out):  # added to ``out`` just before the interruption
                     continue

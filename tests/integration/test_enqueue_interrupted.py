@@ -18,7 +18,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 import pytest
@@ -84,7 +84,7 @@ def stored(target: str, queue: str) -> dict[int, str]:
                 return out
 
 
-def check_account(store: dict[int, str], answered: list[str | None], maybe: range) -> None:
+def check_account(store: dict[int, str], answered: Sequence[str | None], maybe: range) -> None:
     """The account of an interrupted run against the store: every answered ack is the stored
     job of its request, every stored job was answered or lies in ``maybe`` (which follows the
     answered prefix), and nothing past ``maybe`` was stored."""

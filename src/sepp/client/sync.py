@@ -28,24 +28,27 @@ if TYPE_CHECKING:
 
 
 class _Senders:
-    """The threads that send the batches of one ``enqueue_many``, ``count`` at a time. Unlike a
-    ``ThreadPoolExecutor`` they take a ``Future`` the caller made, so the caller records the
-    batch before handing it over — a ``KeyboardInterrupt`` inside ``submit`` can never leave a
-    batch sent that the caller does not know — and a batch whose future was cancelled before
-    a thread took it is never sent. Daemon threads: after ``stop()`` a call still in flight
-    (an interrupted ``enqueue_many``) never holds up the interpreter's exit."""
+    """The threads that send the batches of one ``enqueue_many``, at most ``count``, started as
+    batches come (one per batch until there are ``count``). Unlike a ``ThreadPoolExecutor``
+    they take a ``Future`` the caller made, so the caller records the batch before handing it
+    over — a ``KeyboardInterrupt`` inside ``submit`` can never leave a batch sent that the
+    caller does not know — and a batch whose future was cancelled before a thread took it is
+    never sent. Daemon threads: after ``stop()`` a call still in flight (an interrupted
+    ``enqueue_many``) never holds up the interpreter's exit."""
 
     def __init__(self, count: int) -> None:
         self._work: SimpleQueue[tuple[Future[list[BatchResult]], Callable[[], list[BatchResult]]] | None] = \
             SimpleQueue()
         self._stopped = False
         self._count = count
-        for i in range(count):
-            threading.Thread(target=self._run, name=f"sepp-enqueue-many_{i}", daemon=True).start()
+        self._started = 0
 
     def submit(self, fut: Future[list[BatchResult]], send: Callable[[], list[BatchResult]]) -> None:
         """Send a batch (``send()``) on a free thread; its outcome goes to ``fut``."""
         self._work.put((fut, send))
+        if self._started < self._count:
+            self._started += 1
+            threading.Thread(target=self._run, name=f"sepp-enqueue-many_{self._started}", daemon=True).start()
 
     def stop(self) -> None:
         """End the threads once their current batch is done; batches not started are cancelled."""
@@ -62,7 +65,7 @@ class _Senders:
                 continue
             try:
                 result = send()
-            except BaseException as exc:
+            except BaseException as exc:  # the caller gets it from the future
                 fut.set_exception(exc)
             else:
                 fut.set_result(result)

@@ -557,30 +557,33 @@ def _enqueue_lines(client: Any, requests: list[EnqueueRequest], lines: list[int]
                     out_console().print(f"line {line}: [red]rejected[/] {escape(str(result))}", markup=True)
         printed.count = start + len(results)
 
+    stopped: EnqueueInterrupted | TransportError | None = None
     with guard.installed():
-        try:
-            with progress_bar(len(requests), f"enqueue {name}", show=progress) as advance:
-                def on_batch(start: int, results: list[Any]) -> None:
-                    with guard.hold():  # a batch's lines are printed whole, then counted
-                        show(results, start)
-                        advance(len(results))
+        with progress_bar(len(requests), f"enqueue {name}", show=progress) as advance:
+            def on_batch(start: int, results: list[Any]) -> None:
+                with guard.hold():  # a batch's lines are printed whole, then counted
+                    show(results, start)
+                    advance(len(results))
 
+            try:
                 client.enqueue_many(requests, on_batch=on_batch)
-        except EnqueueInterrupted as exc:
-            with guard.hold(release=False):
-                show(exc.answered[printed.count:], printed.count)
-                _report_account(lines, len(exc.answered), exc.maybe_stored.stop, as_json,
-                                {"error": "interrupted"}, "interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except TransportError as exc:
-            answered = exc.answered or []
-            with guard.hold(release=False):
-                show(answered[printed.count:], printed.count)
-                end = exc.maybe_stored.stop if exc.maybe_stored is not None else len(answered)
-                if not as_json:  # with --json the account goes into the error document
-                    _report_account(lines, len(answered), end, as_json, {}, "stopped")
-            _fail_transport(exc, server, as_json, _account_json(lines, len(answered), end))
-    return printed.rejected
+            except (EnqueueInterrupted, TransportError) as exc:
+                stopped = exc
+                rest = (exc.answered or [])[printed.count:]
+                with guard.hold(release=False):  # what was answered while it stopped
+                    show(rest, printed.count)
+                    advance(len(rest))
+        if stopped is None:
+            return printed.rejected
+        answered = len(stopped.answered or ())
+        end = stopped.maybe_stored.stop if stopped.maybe_stored is not None else answered
+        with guard.hold(release=False):
+            if isinstance(stopped, EnqueueInterrupted):
+                _report_account(lines, answered, end, as_json, {"error": "interrupted"}, "interrupted")
+                raise typer.Exit(EXIT_INTERRUPTED)
+            if not as_json:  # with --json the account goes into the error document
+                _report_account(lines, answered, end, as_json, {}, "stopped")
+        _fail_transport(stopped, server, as_json, _account_json(lines, answered, end))
 
 
 def _line_span(lines: list[int], start: int, stop: int) -> str:

@@ -8,7 +8,9 @@ clients only add the channel, the sleeping and the locking.
 
 from __future__ import annotations
 
+import re
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -37,12 +39,14 @@ from sepp.client.options import ClientOptions
 from sepp.client.tls import tls_hint
 from sepp.errors import (
     AtomicEnqueueError,
+    EnqueueInterrupted,
     MessageTooLarge,
     Overloaded,
     SeppError,
     ServerError,
     TransportError,
     Unavailable,
+    many_account,
 )
 from sepp.limits import QueueLimits
 from sepp.rejections import RejectionCode
@@ -143,6 +147,97 @@ def chunked(requests: Iterable[EnqueueRequest], size: int) -> Iterator[list[Enqu
     it = iter(requests)
     while chunk := list(islice(it, size)):
         yield chunk
+
+
+#: ``enqueue_many``'s batch callback: ``on_batch(start, results)`` after each batch is
+#: answered, in request order — ``start`` the index of the batch's first request, ``results``
+#: one ``EnqueueAck`` or ``Rejection`` per request of the batch, in order.
+OnBatch = Callable[[int, list[BatchResult]], None]
+
+
+@dataclass(slots=True)
+class Sent:
+    """One batch ``enqueue_many`` handed over to be sent: the requests ``start`` ≤ i < ``stop``
+    and the ``Future`` (``Client``) or ``Task`` (``AsyncClient``) that sends it."""
+
+    start: int
+    stop: int
+    handle: Any
+
+
+@dataclass(slots=True)
+class ManyRun:
+    """The bookkeeping of one ``enqueue_many``, kept so that an interruption at any point
+    (a ``KeyboardInterrupt`` can land between any two steps of the calling thread) leaves it
+    telling what may have been stored:
+
+    * ``out``: the results of the answered prefix, in order (extended in one step per batch);
+    * ``batches``: the batches handed over whose results are not in ``out`` yet, in order — a
+      batch enters *before* it is handed over to be sent (so none is sent unknown to it) and
+      leaves only after its results were added to ``out``;
+    * ``exhausted``: the iterable was read to its end.
+    """
+
+    out: list[BatchResult] = field(default_factory=list)
+    batches: deque[Sent] = field(default_factory=deque)
+    exhausted: bool = False
+
+    @property
+    def handed(self) -> int:
+        """How many requests were handed over to be sent (the end of the last batch)."""
+        return max(len(self.out), self.batches[-1].stop) if self.batches else len(self.out)
+
+    def maybe_end(self, first: int, unsent: Callable[[Any], bool]) -> int:
+        """The end of the requests that may or may not be stored, from ``first`` (the answered
+        prefix): the end of the last batch past ``first`` that may have reached the server —
+        every one but those ``unsent(handle)`` proves never sent."""
+        end = first
+        for sent in self.batches:
+            if sent.stop > first and not unsent(sent.handle):
+                end = max(end, sent.stop)
+        return end
+
+    def interrupted(self, unsent: Callable[[Any], bool]) -> EnqueueInterrupted:
+        """The ``EnqueueInterrupted`` that says what became of the requests now."""
+        first = len(self.out)
+        end = self.maybe_end(first, unsent)
+        text = many_account(first, end, self.handed, rest=not self.exhausted)
+        return EnqueueInterrupted(self.out, range(first, end), f"enqueue_many interrupted: {text}")
+
+    def account(self, error: TransportError, unsent: Callable[[Any], bool]) -> None:
+        """Complete ``error`` (raised by the first batch without a verdict, or before any batch
+        was sent) with what became of the requests: ``answered`` (``out`` in front of what the
+        failed batch's answered parts left there), ``maybe_stored``, and a message that says
+        so, in place of the failed call's own word on whether it was sent (``call_message``)."""
+        error.answered_after(self.out)
+        first = len(error.answered or ())
+        end = self.maybe_end(first, unsent)
+        error.maybe_stored = range(first, end)
+        error.call_message = _CALL_VERDICT.sub("", error.message)
+        error.message = (f"{error.call_message}; enqueue_many: "
+                         f"{many_account(first, end, self.handed, rest=not self.exhausted)}")
+        error.args = (error.message,)
+
+    def cancelled_note(self, unsent: Callable[[Any], bool]) -> str:
+        """The note a cancelled ``AsyncClient.enqueue_many`` adds to its ``CancelledError``."""
+        first = len(self.out)
+        end = self.maybe_end(first, unsent)
+        return "enqueue_many cancelled: " + many_account(first, end, self.handed, rest=not self.exhausted,
+                                                         where="each passed to on_batch and progress")
+
+
+#: What a failed call's message says of that one call's sending ("(the call was never sent: safe
+#: to send again)", "(an earlier try may have reached the server)", "; nothing was sent"):
+#: dropped from an ``enqueue_many`` error, whose account of every request replaces it.
+_CALL_VERDICT = re.compile(r" ?\((?:the call was never sent|an earlier try may have reached)[^()]*\)"
+                           r"|; nothing was sent")
+
+
+def provably_unsent(error: BaseException | None) -> bool:
+    """Whether a batch that failed with ``error`` provably never reached a server beyond the
+    answered parts its error carries: a request too large to send, or ``Unavailable.not_sent``
+    (a batch sent in parts stops at the failed part). Any other failure may have been stored."""
+    return isinstance(error, UnsentTooLarge) or (isinstance(error, SeppError) and not_sent(error))
 
 
 class UnsentTooLarge(MessageTooLarge):

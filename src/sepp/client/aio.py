@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import Iterable, Sized
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,12 @@ from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, Ser
 
 if TYPE_CHECKING:
     from sepp._otel import Send
+
+
+def _unsent(task: asyncio.Task[list[BatchResult]]) -> bool:
+    """Whether the batch ``task`` sends provably never reached a server: it failed with an error
+    that says so (``_core.provably_unsent``). A cancelled one may have been sent."""
+    return task.done() and not task.cancelled() and _core.provably_unsent(task.exception())
 
 
 class AsyncClient:
@@ -135,38 +140,60 @@ class AsyncClient:
         return _core.merge_batch(verdicts, response)
 
     async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
-                           progress: _core.Progress | None = None) -> list[BatchResult]:
+                           progress: _core.Progress | None = None, on_batch: _core.OnBatch | None = None
+                           ) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort, ``in_flight`` batches of
         ``max_enqueue_batch`` at a time (a batch too large to send goes in parts), results in
-        request order; see :meth:`sepp.Client.enqueue_many` (same arguments, ``progress``
-        callback and errors).
-        ``progress`` is called on the event loop."""
+        request order; see :meth:`sepp.Client.enqueue_many` (same arguments, callbacks —
+        called on the event loop — and ``TransportError``).
+
+        Cancelled (``task.cancel()``, ``asyncio.timeout``, Ctrl-C under ``asyncio.run``), it
+        cancels the batches in flight at once (they may or may not be stored) and raises the
+        ``CancelledError`` itself — not a subclass, which ``asyncio.timeout`` would not
+        recognise — with a note (``add_note``: shown with its traceback) saying which requests
+        were answered, which may be stored and which were never sent. The results of the
+        answered ones are exactly those passed to ``on_batch``, the requests past them that
+        the iterable yielded may or may not be stored, the rest were never sent. A
+        ``KeyboardInterrupt`` raised in the loop itself becomes ``EnqueueInterrupted``, as in
+        ``Client`` but without waiting for the batches in flight.
+        """
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
-        size = (await self._cached_info()).info.limits.max_enqueue_batch
-        out: list[BatchResult] = []
-        pending: deque[asyncio.Task[list[BatchResult]]] = deque()
+        run = _core.ManyRun()
 
         async def collect() -> None:
-            out.extend(await pending.popleft())
+            sent = run.batches[0]  # it leaves ``batches`` once its results are in ``out``
+            results = await sent.handle
+            run.out.extend(results)
+            run.batches.popleft()
+            if on_batch is not None:
+                on_batch(sent.start, results)
             if progress is not None:
-                progress(len(out), total)
+                progress(len(run.out), total)
 
         try:
+            size = (await self._cached_info()).info.limits.max_enqueue_batch
             for chunk in _core.chunked(requests, size):
-                if len(pending) >= in_flight:
+                if len(run.batches) >= in_flight:
                     await collect()
-                pending.append(asyncio.ensure_future(self._enqueue_part(chunk)))
-            while pending:
+                task = asyncio.ensure_future(self._enqueue_part(chunk))
+                run.batches.append(_core.Sent(run.handed, run.handed + len(chunk), task))
+            run.exhausted = True
+            while run.batches:
                 await collect()
         except BaseException as exc:
-            for task in pending:
+            tasks = [sent.handle for sent in run.batches]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            if isinstance(exc, TransportError):  # what was answered, in order (Client.enqueue_many)
-                exc.answered_after(out)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if isinstance(exc, TransportError):  # what was answered and what may be stored (Client.enqueue_many)
+                run.account(exc, _unsent)
+            elif isinstance(exc, asyncio.CancelledError):
+                exc.add_note(run.cancelled_note(_unsent))
+            elif isinstance(exc, KeyboardInterrupt):
+                raise run.interrupted(_unsent) from None
             raise
-        return out
+        return run.out
 
     async def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
         """``enqueue_batch(chunk)``, in parts when it is too large to send (``Client._enqueue_part``)."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Sized
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Sized
+from concurrent.futures import Future, wait
+from functools import partial
+from queue import SimpleQueue
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,56 @@ from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, Ser
 
 if TYPE_CHECKING:
     from sepp._otel import Send
+
+
+class _Senders:
+    """The threads that send the batches of one ``enqueue_many``, at most ``count``, started as
+    batches come (one per batch until there are ``count``). Unlike a ``ThreadPoolExecutor``
+    they take a ``Future`` the caller made, so the caller records the batch before handing it
+    over — a ``KeyboardInterrupt`` inside ``submit`` can never leave a batch sent that the
+    caller does not know — and a batch whose future was cancelled before a thread took it is
+    never sent. Daemon threads: after ``stop()`` a call still in flight (an interrupted
+    ``enqueue_many``) never holds up the interpreter's exit."""
+
+    def __init__(self, count: int) -> None:
+        self._work: SimpleQueue[tuple[Future[list[BatchResult]], Callable[[], list[BatchResult]]] | None] = \
+            SimpleQueue()
+        self._stopped = False
+        self._count = count
+        self._started = 0
+
+    def submit(self, fut: Future[list[BatchResult]], send: Callable[[], list[BatchResult]]) -> None:
+        """Send a batch (``send()``) on a free thread; its outcome goes to ``fut``."""
+        self._work.put((fut, send))
+        if self._started < self._count:
+            self._started += 1
+            threading.Thread(target=self._run, name=f"sepp-enqueue-many_{self._started}", daemon=True).start()
+
+    def stop(self) -> None:
+        """End the threads once their current batch is done; batches not started are cancelled."""
+        self._stopped = True
+        for _ in range(self._count):
+            self._work.put(None)
+
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            fut, send = item
+            if self._stopped:
+                fut.cancel()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                result = send()
+            except BaseException as exc:  # the caller gets it from the future
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+
+def _unsent(fut: Future[list[BatchResult]]) -> bool:
+    """Whether the batch ``fut`` sends provably never reached a server: cancelled before it
+    started, or failed with an error that says so (``_core.provably_unsent``)."""
+    return fut.cancelled() or (fut.done() and _core.provably_unsent(fut.exception()))
 
 
 class Client:
@@ -164,7 +215,8 @@ class Client:
         return _core.merge_batch(verdicts, response)
 
     def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
-                     progress: _core.Progress | None = None) -> list[BatchResult]:
+                     progress: _core.Progress | None = None, on_batch: _core.OnBatch | None = None
+                     ) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort: ``requests`` (any iterable, read lazily) is
         cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
         batches in flight (each an :meth:`enqueue_batch`, with its local validation and
@@ -173,42 +225,92 @@ class Client:
         as it is but in parts that fit (``_core.split_by_size``); set the option to the
         server's ``max_message_bytes`` when that is smaller than the default.
 
-        ``progress(done, total)``, if given, is called after each batch is answered (a batch
-        sent in parts: once all are), in order, from the calling thread: ``done`` jobs
-        answered so far (acked or rejected),
-        ``total`` = ``len(requests)`` when it has one, else ``None``.
+        After each batch is answered (a batch sent in parts: once all are), in request order,
+        from the calling thread: ``on_batch(start, results)``, if given — ``start`` the index
+        of the batch's first request, ``results`` its results in order — then
+        ``progress(done, total)``, if given — ``done`` jobs answered so far (acked or
+        rejected), ``total`` = ``len(requests)`` when it has one, else ``None``. An exception
+        a callback raises stops the run like a transport error's (the batches in flight are
+        waited for) and is raised as it is.
 
         Raises:
             TransportError: a batch got no verdict (``MessageTooLarge``: one job alone is
                 larger than ``max_message_bytes``). Batches already sent are waited for
-                first; the jobs counted by the last ``progress`` call were answered — their
-                results are the exception's ``answered`` list, in order — and later ones may
-                or may not be stored (no key: not retried, as for enqueue_batch).
+                first. ``answered`` holds the results of the requests before the first one
+                without a verdict (a prefix, in order: the ids to keep), ``maybe_stored`` the
+                range of the requests that may or may not be stored (sent, no verdict; no key:
+                not retried, as for enqueue_batch), and the requests from
+                ``maybe_stored.stop`` on were never sent; the message says the same.
+            EnqueueInterrupted: a ``KeyboardInterrupt`` (Ctrl-C) came while it ran. It waits
+                up to ``ClientOptions.interrupt_grace`` seconds (a second Ctrl-C: no longer)
+                for the verdicts of the batches in flight, then raises this
+                ``KeyboardInterrupt`` with the same ``answered`` and ``maybe_stored``; the
+                callbacks are not called again, so ``answered[done:]`` holds the results they
+                did not see. Batches still in flight then go on in the background until
+                answered or until the client is closed (which cancels them).
             ValueError: ``in_flight`` < 1.
             TypeError: an item is not an ``EnqueueRequest``.
         """
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
-        size = self._cached_info().info.limits.max_enqueue_batch
-        out: list[BatchResult] = []
-        pending: deque[Future[list[BatchResult]]] = deque()
-        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="sepp-enqueue-many") as pool:
+        run = _core.ManyRun()
+        senders = _Senders(in_flight)
+        try:
+            size = self._cached_info().info.limits.max_enqueue_batch
+            for chunk in _core.chunked(requests, size):
+                if len(run.batches) >= in_flight:
+                    self._collect(run, progress, on_batch, total)
+                start = run.handed
+                sent = _core.Sent(start, start + len(chunk), Future())
+                run.batches.append(sent)  # known before it is handed over: a Ctrl-C from here on finds it
+                # each batch runs in the caller's context (its current span: tracing)
+                senders.submit(sent.handle, partial(contextvars.copy_context().run, self._enqueue_part, chunk))
+            run.exhausted = True
+            while run.batches:
+                self._collect(run, progress, on_batch, total)
+        except KeyboardInterrupt:
+            self._await_verdicts(run)
+            senders.stop()
+            raise run.interrupted(_unsent) from None
+        except BaseException as exc:
             try:
-                for chunk in _core.chunked(requests, size):
-                    if len(pending) >= in_flight:
-                        self._collect(pending.popleft(), out, progress, total)
-                    # each batch runs in the caller's context (its current span: tracing)
-                    pending.append(pool.submit(contextvars.copy_context().run, self._enqueue_part, chunk))
-                while pending:
-                    self._collect(pending.popleft(), out, progress, total)
-            except BaseException as exc:
-                for fut in pending:
-                    fut.cancel()
-                wait(pending)
-                if isinstance(exc, TransportError):  # what was answered, in order: the caller keeps those ids
-                    exc.answered_after(out)
-                raise
-        return out
+                for sent in run.batches:
+                    sent.handle.cancel()  # those not started yet are never sent
+                wait([sent.handle for sent in run.batches])
+            except KeyboardInterrupt:  # Ctrl-C while the batches in flight are waited for
+                senders.stop()
+                raise run.interrupted(_unsent) from None
+            senders.stop()
+            if isinstance(exc, TransportError):  # what was answered and what may be stored, in order
+                run.account(exc, _unsent)
+            raise
+        senders.stop()
+        return run.out
+
+    def _await_verdicts(self, run: _core.ManyRun) -> None:
+        """After a ``KeyboardInterrupt``: cancel the batches not started yet (never sent), then
+        add the results of those in flight to ``run.out``, in order, as long as they are
+        answered within ``options.interrupt_grace`` seconds; stop at the first without a
+        verdict, or at a second ``KeyboardInterrupt``."""
+        deadline = time.monotonic() + self.options.interrupt_grace
+        try:
+            for sent in run.batches:
+                sent.handle.cancel()  # those not started yet are never sent
+            for sent in list(run.batches):
+                if sent.stop <= len(run.out):  # added to ``out`` just before the interruption
+                    continue
+                if sent.start != len(run.out):
+                    return
+                try:
+                    results = sent.handle.result(timeout=max(0.0, deadline - time.monotonic()))
+                except TransportError as exc:  # the answered parts of a batch sent in parts
+                    run.out.extend(exc.answered or ())
+                    return
+                except Exception:  # no verdict in time (TimeoutError), cancelled, closed client, …
+                    return
+                run.out.extend(results)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            return
 
     def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
         """``enqueue_batch(chunk)``; a chunk too large to send (``UnsentTooLarge``: nothing was
@@ -228,11 +330,18 @@ class Client:
         return out
 
     @staticmethod
-    def _collect(fut: Future[list[BatchResult]], out: list[BatchResult], progress: _core.Progress | None,
+    def _collect(run: _core.ManyRun, progress: _core.Progress | None, on_batch: _core.OnBatch | None,
                  total: int | None) -> None:
-        out.extend(fut.result())
+        """Wait for the oldest batch in flight, add its results to ``run.out`` (it leaves
+        ``run.batches`` only then) and call the callbacks."""
+        sent = run.batches[0]
+        results = sent.handle.result()
+        run.out.extend(results)
+        run.batches.popleft()
+        if on_batch is not None:
+            on_batch(sent.start, results)
         if progress is not None:
-            progress(len(out), total)
+            progress(len(run.out), total)
 
     def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.

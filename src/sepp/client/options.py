@@ -106,6 +106,15 @@ class ClientOptions:
             raises ``Unavailable`` with ``not_sent`` true, never an ambiguous
             ``DeadlineExceeded``. ``False``: such a call fails with ``Unavailable``
             (``not_sent``) and is retried per ``retry``.
+        wait_for_server_start: What a call does when this process never reached a server at
+            the client's address and nothing there can be connected to (connection refused,
+            no such host, an HTTP/1.x answer from sepp's HTTP port, a failed TLS handshake).
+            ``False`` (the default): it fails at once with ``Unavailable`` (``not_sent``)
+            naming the address and the cause, e.g. ``connection refused: is sepp running on
+            127.0.0.1:7799?`` — a wrong port or a stopped server is reported in
+            milliseconds, not after ``timeout``. ``True``: it waits for the server within its
+            ``timeout``, as a call to an address reached before does (a producer started
+            together with its server). ``sepp.client.target`` has the rule.
     """
 
     timeout: float | None = 10.0
@@ -117,6 +126,7 @@ class ClientOptions:
     credentials: grpc.ChannelCredentials | None = None
     channel_options: tuple[tuple[str, Any], ...] = ()
     wait_for_ready: bool = True
+    wait_for_server_start: bool = False
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:

@@ -1,5 +1,5 @@
 """``sepp serve`` on a port that is taken says so in one line naming the flag to change
-(docs/operations.md "Starting and stopping"), without gRPC core's log line or its
+(docs/decisions.md "A taken port is one line"), without gRPC core's log line or its
 ``GRPC_VERBOSITY`` advice; a port a stopped server left in ``TIME_WAIT`` is not taken.
 """
 

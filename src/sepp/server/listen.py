@@ -3,8 +3,8 @@
 ``sepp serve`` looks at both listeners (``grpc_listen``, ``http_listen``) before it opens the
 store, so a port held by another process — another sepp, most often — ends the start at
 once with ``port 7700 is in use (another sepp?); choose another with --grpc-listen`` instead
-of gRPC core's own log line and its ``GRPC_VERBOSITY`` advice (docs/operations.md "Starting
-and stopping"). The look is a ``bind`` with ``SO_REUSEADDR`` (as gRPC and the HTTP listener
+of gRPC core's own log line and its ``GRPC_VERBOSITY`` advice (docs/decisions.md "A taken
+port is one line"). The look is a ``bind`` with ``SO_REUSEADDR`` (as gRPC and the HTTP listener
 bind), never a ``listen``: a port left in ``TIME_WAIT`` by a server that just stopped is
 free, a port some process listens on is not.
 """

@@ -11,7 +11,13 @@ import grpc
 import pytest
 
 from sepp.client._core import error_from_status, never_sent
-from sepp.client.target import first_contact_error, mark_reached, no_server_cause, normalize_target
+from sepp.client.target import (
+    first_contact_error,
+    mark_reached,
+    no_server_cause,
+    normalize_target,
+    reached_a_server,
+)
 from sepp.errors import Unavailable
 from sepp.worker import WorkerConfig
 
@@ -103,5 +109,8 @@ def test_only_a_first_contact_without_a_connection_fails_fast() -> None:
     # A stopping server's CANCELLED is not_sent, but it proves a server was there.
     cancelled = error_from_status(grpc.StatusCode.CANCELLED, "CANCELLED", None, target=target)
     assert first_contact_error(cancelled, REFUSED, target, tls=False) is None
+    assert reached_a_server(cancelled) and reached_a_server(broken) and not reached_a_server(refused)
+    # A deadline proves nothing: a connection attempt that never completes ends that way too.
+    assert not reached_a_server(error_from_status(grpc.StatusCode.DEADLINE_EXCEEDED, "", None))
     mark_reached(target)  # once reached, a refused connection is a restart: waited for
     assert first_contact_error(refused, REFUSED, target, tls=False) is None

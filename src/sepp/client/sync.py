@@ -43,9 +43,10 @@ class Client:
     at once, naming the address and the cause (``connection refused: is sepp running on
     127.0.0.1:7799?``). Once a call reached the server, a server restart is ridden out: a
     call that finds no connection waits for one within its ``timeout``
-    (``ClientOptions.wait_for_ready``, ``ClientOptions.wait_for_server_start``). With ``validate_locally`` (the default)
-    the first enqueue fetches ``GetServerInfo`` once and checks every request against
-    the advertised limits before sending.
+    (``ClientOptions.wait_for_ready``, ``ClientOptions.wait_for_server_start``).
+
+    With ``validate_locally`` (the default) the first enqueue fetches ``GetServerInfo`` once
+    and checks every request against the advertised limits before sending.
 
     Every method raises :class:`~sepp.errors.RejectedError` for a deterministic refusal
     (local or from the server) and :class:`~sepp.errors.TransportError` when no verdict

@@ -8,8 +8,8 @@ fast").
 ``ipv4:HOST:PORT,HOST:PORT``, ``dns:///NAME:PORT``, ``unix:PATH``; passed on as they are).
 A URL-style prefix is accepted and removed (``normalize_target``): ``grpc://`` and
 ``http://`` name plaintext gRPC; ``grpcs://`` and ``https://`` name TLS, so they are accepted
-only when TLS is configured (``tls_ca`` / ``tls_cert``, ``--tls-ca``, ``ClientOptions
-.credentials``) — TLS is never switched on by a prefix alone. Anything after ``HOST:PORT``
+only when TLS is configured (``tls_ca`` / ``tls_cert``, ``--tls-ca``,
+``ClientOptions.credentials``) — TLS is never switched on by a prefix alone. Anything after ``HOST:PORT``
 but one ``/``, or a prefixed target without a port, is a ``ValueError`` naming ``HOST:PORT``.
 
 **The first contact.** A process remembers each address where one of its calls reached a
@@ -29,7 +29,7 @@ from __future__ import annotations
 import grpc
 
 from sepp.client.tls import tls_hint
-from sepp.errors import SeppError, Unavailable
+from sepp.errors import DeadlineExceeded, SeppError, Unavailable
 
 #: URL schemes a target may start with (``scheme://HOST:PORT``) → whether the scheme means TLS.
 URL_SCHEMES: dict[str, bool] = {"grpc": False, "http": False, "grpcs": True, "https": True}
@@ -143,8 +143,10 @@ def _no_connection(error: SeppError) -> bool:
 
 def reached_a_server(error: SeppError) -> bool:
     """Whether a call that failed with ``error`` was answered by (or at least connected to) a
-    server: any error but "no connection could be made". Such a call ``mark_reached`` its address."""
-    return not _no_connection(error)
+    server: any error but "no connection could be made" and ``DeadlineExceeded`` (which a
+    connection attempt that never completes gives too). Such a call ``mark_reached`` its
+    address."""
+    return not _no_connection(error) and not isinstance(error, DeadlineExceeded)
 
 
 def rpc_details(exc: BaseException) -> str:

@@ -36,6 +36,14 @@ from sepp.client._status import (  # noqa: F401 - re-exported
     reconnect_options,
 )
 from sepp.client.options import ClientOptions
+from sepp.client.target import (  # noqa: F401 - mark_reached is re-exported for the clients
+    first_contact_error,
+    mark_reached,
+    no_server_cause,
+    normalize_target,
+    reached_a_server,
+    rpc_details,
+)
 from sepp.client.tls import tls_hint
 from sepp.errors import (
     AtomicEnqueueError,
@@ -488,12 +496,32 @@ def no_connection(options: ClientOptions, target: str, maybe_sent: bool,
     a server (``maybe_sent``). Not retried: the deadline is the caller's bound on waiting.
     ``last``: the last try's error; a TLS failure it shows is named (``tls.tls_hint``)."""
     where = f" ({target})" if target else ""
-    details = last.details() if last is not None and hasattr(last, "details") else ""
-    hint = tls_hint(details or "", options.credentials is not None)
+    details = rpc_details(last) if last is not None else ""
+    tls = options.credentials is not None
+    hint = tls_hint(details, tls)
+    if not hint:  # what the last try ran into, in words ("connection refused: is sepp running on …?")
+        cause = no_server_cause(details, target, tls=tls)
+        hint = f"; last try: {cause}" if cause else ""
     sent = ("an earlier try may have reached the server" if maybe_sent
             else "the call was never sent: safe to send again")
     return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline "
                        f"({sent}){hint}", code=grpc.StatusCode.UNAVAILABLE, not_sent=not maybe_sent)
+
+
+def first_contact(error: SeppError, exc: grpc.RpcError, target: str, options: ClientOptions) -> Unavailable | None:
+    """The ``Unavailable`` a call fails with at once because its address was never reached by
+    this process and nothing there can be connected to (``target.first_contact_error``), else
+    ``None`` — always ``None`` with ``options.wait_for_server_start``."""
+    if options.wait_for_server_start:
+        return None
+    return first_contact_error(error, rpc_details(exc), target, tls=options.credentials is not None)
+
+
+def client_target(target: str, options: ClientOptions) -> str:
+    """``target`` as a client dials it (``target.normalize_target``: a ``grpc://`` or
+    ``http://`` prefix removed; ``grpcs://`` / ``https://`` only with TLS configured).
+    Raises ``ValueError`` for a target that is not ``HOST:PORT`` in such a form."""
+    return normalize_target(target, tls=options.credentials is not None)
 
 
 def not_sent(error: SeppError) -> bool:

@@ -43,8 +43,12 @@ class AsyncClient:
     another loop (a second ``asyncio.run``, another thread's loop) raises ``RuntimeError``
     saying so (a grpc.aio channel cannot move between loops).
 
+    Like :class:`~sepp.Client`, a first contact fails fast (``Unavailable``, ``not_sent``,
+    e.g. ``connection refused: is sepp running on 127.0.0.1:7799?``) and a server restart
+    after a call got through is waited out within ``ClientOptions.timeout``.
+
     Args:
-        target: ``host:port`` of the server's gRPC listener.
+        target: ``host:port`` of the server's gRPC listener (the forms of :class:`~sepp.Client`).
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
             on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
@@ -55,14 +59,16 @@ class AsyncClient:
         tracer_provider: An OpenTelemetry ``TracerProvider`` to record spans with; ``None``
             = the global one, if the application set one (see :meth:`sepp.Client`).
 
-    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
+    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it),
+    and for a ``target`` that is not ``HOST:PORT`` (as :class:`~sepp.Client`).
     """
 
     def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
-        self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
+        #: The address dialled: ``target`` without a ``grpc://`` / ``http://`` prefix.
+        self.target = _core.client_target(target, self.options)
         #: ``options.metadata`` plus the token's ``authorization`` entry.
         self._metadata = (*self.options.metadata, *token_metadata(token))
         #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
@@ -74,6 +80,8 @@ class AsyncClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cached: _core.CachedInfo | None = None
         self._closed = False
+        #: Whether a call of this client got an answer from a server (``_core.mark_reached``).
+        self._reached = False
 
     # ------------------------------------------------------------ enqueue
 
@@ -341,7 +349,8 @@ class AsyncClient:
         """Call the stub's ``method_name`` like ``Client._call``: every try has gRPC's
         ``wait_for_ready`` off, and a try that found no connection waits here for the
         channel's state to change (at most ``CONNECT_WAIT_MAX`` per wait) within the
-        attempt's deadline, then is sent again."""
+        attempt's deadline, then is sent again — except on a first contact that shows
+        nothing can be connected to at ``target``: that fails at once (``_core.first_contact``)."""
         method = getattr(self._get_stub(), method_name)
         options = self.options
         metadata = self._metadata or None
@@ -351,10 +360,23 @@ class AsyncClient:
         timeout = options.timeout
         while True:
             try:
-                return await method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
+                response = await method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
+            else:
+                if not self._reached:
+                    self._reached = True
+                    _core.mark_reached(self.target)
+                return response
+            if not self._reached:
+                if _core.reached_a_server(error):
+                    self._reached = True
+                    _core.mark_reached(self.target)
+                else:
+                    fast = _core.first_contact(error, cause, self.target, options)
+                    if fast is not None:  # nothing there, and this process never reached it: say so now
+                        raise fast from cause
             if _core.waits_for_connection(error, options):
                 pause = _core.connect_pause(deadline, _core.CONNECT_WAIT_MAX)
                 if pause is not None:

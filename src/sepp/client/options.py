@@ -115,6 +115,15 @@ class ClientOptions:
             answered rather than "may or may not be stored"; ``0`` = do not wait. A second
             Ctrl-C ends the wait at once. ``AsyncClient`` does not wait: a cancelled task
             stops at once (docs/decisions.md "Interrupted enqueue_many").
+        wait_for_server_start: What a call does when this process never reached a server at
+            the client's address and nothing there can be connected to (connection refused,
+            no such host, an HTTP/1.x answer from sepp's HTTP port, a failed TLS handshake).
+            ``False`` (the default): it fails at once with ``Unavailable`` (``not_sent``)
+            naming the address and the cause, e.g. ``connection refused: is sepp running on
+            127.0.0.1:7799?`` — a wrong port or a stopped server is reported in
+            milliseconds, not after ``timeout``. ``True``: it waits for the server within its
+            ``timeout``, as a call to an address reached before does (a producer started
+            together with its server). ``sepp.client.target`` has the rule.
     """
 
     timeout: float | None = 10.0
@@ -127,6 +136,7 @@ class ClientOptions:
     channel_options: tuple[tuple[str, Any], ...] = ()
     wait_for_ready: bool = True
     interrupt_grace: float = 5.0
+    wait_for_server_start: bool = False
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:

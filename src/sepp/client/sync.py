@@ -86,16 +86,27 @@ class Client:
             ack = client.enqueue(EnqueueRequest("emails", "welcome"))
 
     The channel connects lazily, so constructing a client never fails on the network.
-    A client is safe to share between threads. With ``validate_locally`` (the default)
-    the first enqueue fetches ``GetServerInfo`` once and checks every request against
-    the advertised limits before sending.
+    A client is safe to share between threads.
+
+    The first contact fails fast: when this process never reached a server at ``target``
+    and nothing there can be connected to (refused, no such host, sepp's HTTP port, a
+    failed TLS handshake), a call raises :class:`~sepp.errors.Unavailable` (``not_sent``)
+    at once, naming the address and the cause (``connection refused: is sepp running on
+    127.0.0.1:7799?``). Once a call reached the server, a server restart is ridden out: a
+    call that finds no connection waits for one within its ``timeout``
+    (``ClientOptions.wait_for_ready``, ``ClientOptions.wait_for_server_start``).
+
+    With ``validate_locally`` (the default) the first enqueue fetches ``GetServerInfo`` once
+    and checks every request against the advertised limits before sending.
 
     Every method raises :class:`~sepp.errors.RejectedError` for a deterministic refusal
     (local or from the server) and :class:`~sepp.errors.TransportError` when no verdict
     was reached (after the retries the :class:`RetryPolicy` allows).
 
     Args:
-        target: ``host:port`` of the server's gRPC listener.
+        target: ``host:port`` of the server's gRPC listener (``grpc://`` or ``http://`` before
+            it is accepted and removed; ``grpcs://`` / ``https://`` only with TLS configured;
+            gRPC's own ``ipv4:…`` / ``dns:///…`` forms pass as they are: ``sepp.client.target``).
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
             on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
@@ -110,27 +121,32 @@ class Client:
             (``sepp._otel``, docs/operations.md "Tracing"). Without it nothing is recorded
             and OpenTelemetry is not imported.
 
-    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
+    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it),
+    and for a ``target`` with a URL path, a prefixed one without a port, or ``https://``
+    without TLS configured (one line naming the expected ``HOST:PORT``).
     """
 
     def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
-        self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
+        #: The address dialled: ``target`` without a ``grpc://`` / ``http://`` prefix.
+        self.target = _core.client_target(target, self.options)
         #: ``options.metadata`` plus the token's ``authorization`` entry.
         self._metadata = (*self.options.metadata, *token_metadata(token))
         #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
         self.tracer_provider = tracer_provider
         channel_args = _core.channel_options(self.options)
         if self.options.credentials is not None:
-            self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
+            self._channel = grpc.secure_channel(self.target, self.options.credentials, options=channel_args)
         else:
-            self._channel = grpc.insecure_channel(target, options=channel_args)
+            self._channel = grpc.insecure_channel(self.target, options=channel_args)
         self._stub: Any = _core.producer_stub(self._channel)
         self._lock = threading.Lock()
         self._cached: _core.CachedInfo | None = None
         self._closed = False
+        #: Whether a call of this client got an answer from a server (``_core.mark_reached``).
+        self._reached = False
 
     # ------------------------------------------------------------ enqueue
 
@@ -467,7 +483,10 @@ class Client:
         Each gRPC try is sent with gRPC's ``wait_for_ready`` off, so a try that finds no
         connection fails at once and provably unsent; this loop waits (sleeping
         ``CONNECT_POLL`` between tries) within the attempt's deadline instead — unlike
-        gRPC's own wait, a deadline spent that way is known to have sent nothing.
+        gRPC's own wait, a deadline spent that way is known to have sent nothing. Except on
+        the first contact: when this process never reached a server at ``target`` and the
+        try shows that nothing there can be connected to, the call fails at once
+        (``_core.first_contact``; ``ClientOptions.wait_for_server_start``).
         """
         if self._closed:
             raise RuntimeError("this sepp Client is closed")
@@ -479,13 +498,26 @@ class Client:
         timeout = options.timeout
         while True:
             try:
-                return method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
+                response = method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
                 if self._closed:  # close() cancelled it: neither retried nor "never sent"
                     raise RuntimeError("this sepp Client was closed while the call was in flight; "
                                        "it may or may not have been stored") from exc
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
+            else:
+                if not self._reached:
+                    self._reached = True
+                    _core.mark_reached(self.target)
+                return response
+            if not self._reached:
+                if _core.reached_a_server(error):
+                    self._reached = True
+                    _core.mark_reached(self.target)
+                else:
+                    fast = _core.first_contact(error, cause, self.target, options)
+                    if fast is not None:  # nothing there, and this process never reached it: say so now
+                        raise fast from cause
             if _core.waits_for_connection(error, options):
                 pause = _core.connect_pause(deadline, _core.CONNECT_POLL)
                 if pause is not None:

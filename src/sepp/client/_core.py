@@ -36,7 +36,7 @@ from sepp.client._status import (  # noqa: F401 - re-exported
     reconnect_options,
 )
 from sepp.client.options import ClientOptions
-from sepp.client.target import (  # noqa: F401 - mark_reached is re-exported for the clients
+from sepp.client.target import (
     first_contact_error,
     mark_reached,
     no_server_cause,
@@ -515,6 +515,24 @@ def first_contact(error: SeppError, exc: grpc.RpcError, target: str, options: Cl
     if options.wait_for_server_start:
         return None
     return first_contact_error(error, rpc_details(exc), target, tls=options.credentials is not None)
+
+
+def after_failed_try(reached: bool, error: SeppError, exc: grpc.RpcError, target: str,
+                     options: ClientOptions) -> bool:
+    """Judge a failed try of a client that had (``reached``) or had not yet got an answer from
+    a server at ``target``; returns whether it has now (a refusal is an answer:
+    ``target.reached_a_server``, which this records for the process with ``mark_reached``).
+    Raises the ``Unavailable`` of ``first_contact`` (from ``exc``) when the address was never
+    reached and nothing there can be connected to: the call fails at once, naming the cause."""
+    if reached:
+        return True
+    if reached_a_server(error):
+        mark_reached(target)
+        return True
+    fast = first_contact(error, exc, target, options)
+    if fast is not None:  # nothing there, and this process never reached it: say so now
+        raise fast from exc
+    return False
 
 
 def client_target(target: str, options: ClientOptions) -> str:

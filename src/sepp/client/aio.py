@@ -369,14 +369,7 @@ class AsyncClient:
                     self._reached = True
                     _core.mark_reached(self.target)
                 return response
-            if not self._reached:
-                if _core.reached_a_server(error):
-                    self._reached = True
-                    _core.mark_reached(self.target)
-                else:
-                    fast = _core.first_contact(error, cause, self.target, options)
-                    if fast is not None:  # nothing there, and this process never reached it: say so now
-                        raise fast from cause
+            self._reached = _core.after_failed_try(self._reached, error, cause, self.target, options)
             if _core.waits_for_connection(error, options):
                 pause = _core.connect_pause(deadline, _core.CONNECT_WAIT_MAX)
                 if pause is not None:

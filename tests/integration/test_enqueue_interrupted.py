@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -394,3 +395,63 @@ def test_enqueue_interrupted_pickles_with_its_account() -> None:
     default = EnqueueInterrupted([], range(0, 5))
     assert str(default) == ("enqueue_many interrupted: no request answered; requests 0–4 may or may not be "
                             "stored (sent, no verdict); requests from 5 on were never sent (safe to send)")
+
+
+# ----------------------------------------------------------------- any other exception
+
+
+def _failing_source(queue: str, count: int, yielded: list[int]) -> Iterator[EnqueueRequest]:
+    """``count`` jobs of ``queue`` (job i carrying ``i``), then ``ValueError``: a source that breaks
+    part-way (a bad row of the file it reads); ``yielded[0]`` = how many it yielded."""
+    for i in range(count):
+        yielded[0] = i + 1
+        yield _job(queue, i)
+    raise ValueError("bad row in the source")
+
+
+def noted_account(exc: BaseException) -> tuple[int, range]:
+    """(requests answered, the range that may be stored) of the ``enqueue_many stopped:`` note
+    on ``exc``; fails the test when there is none."""
+    notes = [n for n in notes_of(exc) if n.startswith("enqueue_many stopped: ")]
+    assert notes, f"no account on {exc!r}: {notes_of(exc)}"
+    answered = re.search(r"requests 0–(\d+) answered", notes[0])
+    first = int(answered[1]) + 1 if answered else 0
+    maybe = re.search(r"requests (\d+)(?:–(\d+))? may or may not be stored", notes[0])
+    end = (int(maybe[2] or maybe[1]) + 1) if maybe else first
+    assert maybe is None or int(maybe[1]) == first
+    return first, range(first, end)
+
+
+def test_an_exception_from_a_callback_carries_the_account_as_a_note(capped: ServerProcess) -> None:
+    # A callback that raises stops the run: the batches in flight are waited for and the
+    # exception is raised as it is — with a note saying which requests may be stored beyond
+    # those passed to on_batch (jobs of the batches in flight were stored, their ids never
+    # shown to the caller).
+    reported: list[Any] = []
+
+    def on_batch(start: int, results: list[Any]) -> None:
+        reported.extend(results)
+        if len(reported) == 3 * CAP:
+            raise RuntimeError("the callback broke")
+
+    with Client(capped.grpc_target) as client, pytest.raises(RuntimeError, match="the callback broke") as caught:
+        client.enqueue_many([_job("int-cb-raise", i) for i in range(20 * CAP)], in_flight=IN_FLIGHT,
+                            on_batch=on_batch)
+    answered, maybe = noted_account(caught.value)
+    assert answered == len(reported) == 3 * CAP
+    check_account(stored(capped.grpc_target, "int-cb-raise"), [r.job_id for r in reported], maybe)
+
+
+async def test_an_iterable_that_raises_gives_its_exception_with_the_account_as_a_note(
+        capped: ServerProcess) -> None:
+    # The async client cancels the batches in flight at once: they may be stored.
+    reported: list[Any] = []
+    yielded = [0]
+    async with AsyncClient(capped.grpc_target) as client:
+        with pytest.raises(ValueError, match="bad row") as caught:
+            await client.enqueue_many(_failing_source("int-src-raise", 10 * CAP + 5, yielded), in_flight=IN_FLIGHT,
+                                      on_batch=lambda start, results: reported.extend(results))
+    answered, maybe = noted_account(caught.value)
+    assert answered == len(reported)
+    assert maybe.stop <= yielded[0]
+    check_account(stored(capped.grpc_target, "int-src-raise"), [r.job_id for r in reported], maybe)

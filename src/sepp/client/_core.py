@@ -228,10 +228,21 @@ class ManyRun:
 
     def cancelled_note(self, unsent: Callable[[Any], bool]) -> str:
         """The note a cancelled ``AsyncClient.enqueue_many`` adds to its ``CancelledError``."""
+        return "enqueue_many cancelled: " + self._note(unsent, "each passed to on_batch and progress")
+
+    def stopped_note(self, unsent: Callable[[Any], bool]) -> str | None:
+        """The note ``enqueue_many`` adds to any other exception that stops it (one a callback
+        or the iterable raised, an item that is not a request) — raised as it is, so the note
+        is the only word on the batches in flight, which may be stored. The answered requests
+        are those passed to ``on_batch`` (the one whose callback raised included). None when
+        no request was handed over to be sent (nothing to account for)."""
+        if not self.handed:
+            return None
+        return "enqueue_many stopped: " + self._note(unsent, "each passed to on_batch")
+
+    def _note(self, unsent: Callable[[Any], bool], where: str) -> str:
         first = len(self.out)
-        end = self.maybe_end(first, unsent)
-        return "enqueue_many cancelled: " + many_account(first, end, self.handed, rest=not self.exhausted,
-                                                         where="each passed to on_batch and progress")
+        return many_account(first, self.maybe_end(first, unsent), self.handed, rest=not self.exhausted, where=where)
 
 
 #: What a failed call's message says of that one call's sending ("(the call was never sent: safe

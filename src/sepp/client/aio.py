@@ -163,7 +163,9 @@ class AsyncClient:
         answered ones are exactly those passed to ``on_batch``, the requests past them that
         the iterable yielded may or may not be stored, the rest were never sent. A
         ``KeyboardInterrupt`` raised in the loop itself becomes ``EnqueueInterrupted``, as in
-        ``Client`` but without waiting for the batches in flight.
+        ``Client`` but without waiting for the batches in flight. Any other exception (a
+        callback's, the iterable's) cancels the batches in flight too and is raised as it is,
+        with the same account as a note (``enqueue_many stopped: …``).
         """
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
@@ -200,6 +202,8 @@ class AsyncClient:
                 exc.add_note(run.cancelled_note(_unsent))
             elif isinstance(exc, KeyboardInterrupt):
                 raise run.interrupted(_unsent) from None
+            elif (note := run.stopped_note(_unsent)) is not None:  # a callback's or the iterable's own
+                exc.add_note(note)
             raise
         return run.out
 

@@ -266,6 +266,12 @@ class Client:
                 answered or until the client is closed (which cancels them).
             ValueError: ``in_flight`` < 1.
             TypeError: an item is not an ``EnqueueRequest``.
+
+        Any other exception (a callback's, the iterable's, that ``TypeError``) is raised as it
+        is once the batches in flight are done, with a note (``add_note``: shown in its
+        traceback) saying which requests were answered (passed to ``on_batch``), which may be
+        stored (the batches in flight: their results are not passed on) and which were never
+        sent.
         """
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
@@ -299,6 +305,8 @@ class Client:
             senders.stop()
             if isinstance(exc, TransportError):  # what was answered and what may be stored, in order
                 run.account(exc, _unsent)
+            elif (note := run.stopped_note(_unsent)) is not None:  # a callback's or the iterable's own
+                exc.add_note(note)
             raise
         senders.stop()
         return run.out

@@ -320,7 +320,8 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
         if after < SIGNAL_ECHO:  # the same stop delivered twice (a process group's and a parent's)
             log.info("a second stop signal %.0f ms after the first: taken as the same stop", after * 1000)
             return
-        log.error("second stop signal: stopping at once; calls in flight are lost, acknowledged ones are not")
+        log.error("second stop signal %.0f ms after the first: stopping at once; calls in flight are lost, "
+                  "acknowledged ones are not", after * 1000)
         server.store.abort()
         os._exit(1)
 

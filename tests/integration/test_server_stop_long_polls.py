@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -50,6 +51,11 @@ def test_sigterm_answers_parked_reserves_at_once_and_exits_quickly(server_factor
     assert all(len(a.reservations) == 0 for a in answers)
 
 
+def _logged(output: list[str], text: str) -> bool:
+    """Whether a line of ``output`` holds ``text``."""
+    return any(text in line for line in output)
+
+
 def test_two_sigterms_at_once_are_one_graceful_stop(server_factory: ServerFactory) -> None:
     """A SIGTERM to a process group reaches ``sepp serve`` and its parent, which may pass its
     own on (``make serve``): two in a row are one graceful stop (exit 0), not "stop at once".
@@ -63,12 +69,12 @@ def test_two_sigterms_at_once_are_one_graceful_stop(server_factory: ServerFactor
         server = server_factory()
         assert server.proc is not None
         server.proc.send_signal(signal.SIGTERM)
-        wait_for(lambda s=server: any("stopping: draining" in line for line in s.output), timeout=15,
+        wait_for(partial(_logged, server.output, "stopping: draining"), timeout=15,
                  interval=0.002, what="the graceful stop to begin")
         server.proc.send_signal(signal.SIGTERM)
         code = server.proc.wait(30)
         if code == 0:
-            wait_for(lambda s=server: any("taken as the same stop" in line for line in s.output), timeout=15,
+            wait_for(partial(_logged, server.output, "taken as the same stop"), timeout=15,
                      what="the echo to be logged")
             return
         gaps = [float(line.split("second stop signal ", 1)[1].split(" ms", 1)[0])

@@ -68,7 +68,7 @@ from sepp.request import (
     ServerInfo,
     fresh_acks,
 )
-from sepp.validation import Validator
+from sepp.validation import Validator, server_fix
 
 #: A local ``UnknownQueue`` re-fetches ServerInfo when the cache is older than this, seconds.
 UNKNOWN_QUEUE_REFRESH_AFTER = 1.0
@@ -347,7 +347,8 @@ def batch_size_rejection(count: int, max_batch: int) -> Rejection | None:
     """The batch-level ``InvalidArgument`` for an empty or over-cap batch, else ``None``."""
     if 1 <= count <= max_batch:
         return None
-    message = "a batch needs at least one job" if count < 1 else f"a batch holds at most {max_batch} jobs"
+    message = ("a batch needs at least one job" if count < 1
+               else f"a batch holds at most {max_batch} jobs{server_fix('max_enqueue_batch')}")
     return Rejection(RejectionCode.INVALID_ARGUMENT, message, "jobs", max_batch, count)
 
 

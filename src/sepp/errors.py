@@ -164,7 +164,9 @@ class EnqueueInterrupted(KeyboardInterrupt):
         answered: The results of the requests before the first one without a verdict — a
             prefix of the requests, in order, one ``EnqueueAck`` or ``Rejection`` each: the
             batches answered before the interruption and those whose verdict came while
-            ``enqueue_many`` waited for the batches in flight (``ClientOptions.interrupt_grace``).
+            ``enqueue_many`` waited for the batches in flight (``ClientOptions.interrupt_grace``),
+            each passed to ``on_batch`` and ``progress`` too (unless a callback raised or a
+            second Ctrl-C came during that wait: ``Client.enqueue_many``).
         maybe_stored: The indexes of the requests that may or may not be stored (sent, no
             verdict), a ``range`` starting at ``len(answered)``; empty when every batch sent
             was answered.

@@ -58,8 +58,11 @@ def custom_value_size(value: pb.CustomValue) -> int:
 
 
 def queue_fix(queue: str, flag: str) -> str:
-    """The end of a message refusing a job for one of its queue's settings: how to raise it."""
-    return f"; to raise it: sepp queues update {clip(queue)} --{flag} N"
+    """The end of a message refusing a job for one of its queue's settings: how to raise it.
+    ``sepp queues declare`` rather than ``update``: it creates the queue or changes the
+    settings given over the stored ones, so the command works whether or not the queue
+    exists — a job refused on a new queue (over the defaults' limits) never created it."""
+    return f"; to raise it: sepp queues declare {clip(queue)} --{flag} N"
 
 
 def server_fix(key: str) -> str:
@@ -221,7 +224,7 @@ class Validator:
         # 6. EncodingNotAllowed.
         if qlim.allowed_encodings and encoding not in qlim.allowed_encodings:
             return _reject(_ENA, f"encoding {quote(encoding)} is not allowed on this queue; to allow it: "
-                           f"sepp queues update {clip(queue)} --allowed-encoding LABEL (once per label it takes, "
+                           f"sepp queues declare {clip(queue)} --allowed-encoding LABEL (once per label it takes, "
                            "'*' for any)", "payload.encoding")
         if custom:
             # 7–9. Custom map bounds.

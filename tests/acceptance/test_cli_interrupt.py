@@ -14,10 +14,12 @@ sent through ``OneWayCut`` (it drops what the client sends from some point on).
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -63,10 +65,10 @@ def batch_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int
     return path, numbers
 
 
-def start(target: str, path: Path, queue: str, *flags: str) -> subprocess.Popen[str]:
+def start(target: str, path: Path | str, queue: str, *flags: str, stdin: int | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "sepp", "enqueue", queue, "--batch-file", str(path),
                              "--server", target, *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"})
 
 
@@ -259,3 +261,96 @@ def test_a_transport_error_gives_the_same_account_before_the_error(capped: Serve
     error = err.splitlines()[-1]
     assert error.startswith(f"transport error (DeadlineExceeded) talking to {proxy.target}: "), err
     assert "enqueue_many" not in error and ".answered" not in error
+
+
+def in_syscall(pid: int, number: dict[str, str], fd: int) -> bool:
+    """Whether process ``pid`` is blocked in the system call ``number`` (by machine: its
+    number there) on file descriptor ``fd`` (``/proc/PID/syscall``)."""
+    fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    return fields[:2] == [number.get(os.uname().machine, "?"), hex(fd)]
+
+
+#: ``read`` and ``write`` by machine.
+READ = {"x86_64": "0", "aarch64": "63"}
+WRITE = {"x86_64": "1", "aarch64": "64"}
+
+
+def needs_syscall_file() -> None:
+    if not Path("/proc/self/syscall").exists() or os.uname().machine not in READ:
+        pytest.skip("needs /proc/PID/syscall (Linux, x86-64 or arm64) to see where the command waits")
+
+
+@pytest.mark.parametrize("gaps", [(0.01,), (0.3,), (0.0, 0.01, 0.01, 0.01)], ids=["0.01s", "0.3s", "burst"])
+def test_further_ctrl_cs_never_print_a_line_twice_and_still_exit_130(
+        capped: ServerProcess, batch_file: tuple[Path, list[int]], gaps: tuple[float, ...]) -> None:
+    # A second Ctrl-C at any moment — while the first one's batch is printed, while the
+    # batches in flight are waited for or printed, while the account is printed, or while the
+    # process exits — neither prints a line twice nor kills the process before its account.
+    # The first comes while a batch is printed: the test stops reading, and the command
+    # blocks writing its lines to the full pipe. The gaps are the test's input (when the user
+    # presses Ctrl-C again), not a wait.
+    needs_syscall_file()
+    path, numbers = batch_file
+    queue = f"cli-int-again-{len(gaps)}-{int(gaps[0] * 1000)}"
+    child = start(capped.grpc_target, path, queue)
+    out: list[str] = []
+    try:
+        assert child.stdout is not None
+        read_lines(child.stdout, 1500, out)
+        wait_for(lambda: in_syscall(child.pid, WRITE, 1), 60, what="the command blocked printing a batch")
+        child.send_signal(signal.SIGINT)
+        for gap in gaps:
+            time.sleep(gap)
+            child.send_signal(signal.SIGINT)
+        rest, err = finish(child)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert "Traceback" not in err
+    lines = out + rest.splitlines()
+    assert len(set(lines)) == len(lines)
+    shown = printed(lines)  # also: no line number twice
+    account = _ACCOUNT.search(err)
+    assert account is not None, err
+    store = stored(capped.grpc_target, queue)
+    # The ids printed are stored, and each stored job not printed is in the "may or may not
+    # be stored" lines (a second Ctrl-C may end the wait for the batches in flight).
+    check(numbers, shown, store, account["text"])
+
+
+def test_ctrl_c_before_any_batch_was_answered_says_no_line_was(capped: ServerProcess,
+                                                               batch_file: tuple[Path, list[int]]) -> None:
+    # Everything the command sends is dropped from the start: its first call (the server's
+    # limits, before any batch) is never answered. A Ctrl-C then: nothing was sent.
+    path, numbers = batch_file
+    proxy = OneWayCut(capped.grpc_target)
+    proxy.cut()
+    child = start(proxy.target, path, "cli-int-early", "--timeout", "120")
+    try:
+        wait_for(lambda: proxy.dropped > 0, 60, what="the command's first call")
+        child.send_signal(signal.SIGINT)
+        out, err = finish(child)
+    finally:
+        child.kill()
+        proxy.close()
+    assert child.returncode == 130, err
+    assert out == ""
+    assert err == f"interrupted: no line was answered; lines 1–{numbers[-1]} were not sent\nresume from line 1\n"
+    assert stored(capped.grpc_target, "cli-int-early") == {}
+
+
+def test_ctrl_c_while_the_batch_file_is_read_says_nothing_was_sent(capped: ServerProcess) -> None:
+    # --batch-file - reads stdin to its end: a Ctrl-C while it waits for more.
+    needs_syscall_file()
+    child = start(capped.grpc_target, "-", "cli-int-stdin", stdin=subprocess.PIPE)
+    try:
+        assert child.stdin is not None
+        child.stdin.write(json.dumps({"job_type": "t"}) + "\n")
+        child.stdin.flush()
+        wait_for(lambda: in_syscall(child.pid, READ, 0), 60, what="the command reading stdin")
+        child.send_signal(signal.SIGINT)
+        out, err = finish(child)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert (out, err) == ("", "interrupted: no line was sent (the batch file was not read yet)\n")

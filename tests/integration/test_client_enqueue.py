@@ -95,7 +95,7 @@ def test_a_rejection_is_the_same_whether_found_locally_or_by_the_server(shared_s
             c.enqueue(EnqueueRequest("emails", "welcome", payload=Payload(b"x" * (MiB + 1))))
     assert info.value.rejection == Rejection(RejectionCode.PAYLOAD_TOO_LARGE,
                                              "payload is larger than the queue's max_payload_bytes; to raise it: "
-                                             "sepp queues update emails --max-payload-bytes N",
+                                             "sepp queues declare emails --max-payload-bytes N",
                                              "payload.data", MiB, MiB + 1)
 
 

@@ -99,8 +99,9 @@ def check_account(store: dict[int, str], answered: Sequence[str | None], maybe: 
 # ----------------------------------------------------------------- Ctrl-C, in a child process
 
 #: The producer of the Ctrl-C tests: ``enqueue_many`` of endless jobs with ``progress N`` on
-#: stdout per batch; on ``EnqueueInterrupted`` one JSON line (the ids answered, the range that
-#: may be stored, the message, whether it is a KeyboardInterrupt) and exit 130. With
+#: stdout per batch; on ``EnqueueInterrupted`` one JSON line (the ids answered, the ids passed
+#: to ``on_batch``, the range that may be stored, the message, whether it is a
+#: KeyboardInterrupt) and exit 130. With
 #: ``report-wait`` a thread prints ``waiting`` once the main thread waits for the batches in
 #: flight after the interruption.
 CHILD = r"""
@@ -128,11 +129,19 @@ def report_wait():
 
 if mode == "report-wait":
     threading.Thread(target=report_wait, daemon=True).start()
+seen = []
+
+def on_batch(start, results):
+    assert start == len(seen)
+    seen.extend(r.job_id if isinstance(r, EnqueueAck) else None for r in results)
+
 with Client(target, options=ClientOptions(timeout=120, interrupt_grace=grace)) as client:
     try:
-        client.enqueue_many(jobs(), in_flight=4, progress=lambda done, total: print("progress", done, flush=True))
+        client.enqueue_many(jobs(), in_flight=4, on_batch=on_batch,
+                            progress=lambda done, total: print("progress", done, flush=True))
     except EnqueueInterrupted as exc:
         print(json.dumps({"answered": [r.job_id if isinstance(r, EnqueueAck) else None for r in exc.answered],
+                          "seen": seen,
                           "maybe": [exc.maybe_stored.start, exc.maybe_stored.stop], "message": str(exc),
                           "keyboard_interrupt": isinstance(exc, KeyboardInterrupt)}), flush=True)
         sys.exit(130)
@@ -186,6 +195,9 @@ def test_ctrl_c_waits_for_the_batches_in_flight_and_accounts_for_every_stored_jo
     assert maybe == range(len(answered), len(answered))
     check_account(store, answered, maybe)
     assert store == dict(enumerate(answered))
+    # The batches answered while it waited were passed to on_batch too: someone saving the
+    # ids from on_batch has every id answered.
+    assert report["seen"] == answered
     assert f"requests 0–{len(answered) - 1} answered (see .answered)" in report["message"]
     assert f"requests from {len(answered)} on were never sent" in report["message"]
 
@@ -214,6 +226,7 @@ def test_batches_sent_into_a_cut_are_reported_as_maybe_stored(capped: ServerProc
     # At least the batch sent after the cut had no verdict; the server never saw it.
     assert CAP <= len(maybe) <= IN_FLIGHT * CAP
     assert not set(store) & set(maybe)
+    assert report["seen"] == answered
     assert f"requests {maybe.start}–{maybe.stop - 1} may or may not be stored (sent, no verdict)" in report["message"]
     assert f"requests from {maybe.stop} on were never sent" in report["message"]
 
@@ -235,6 +248,7 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_batches_in_flight(capped: ServerP
     answered, maybe = report["answered"], range(*report["maybe"])
     check_account(stored(capped.grpc_target, "int-twice"), answered, maybe)
     assert len(maybe) >= CAP
+    assert report["seen"] == answered[:len(report["seen"])]
 
 
 # ----------------------------------------------------------------- in process
@@ -256,10 +270,11 @@ def test_an_interruption_in_a_callback_is_enqueue_interrupted_after_the_batches_
         client.enqueue_many(requests, in_flight=IN_FLIGHT, progress=progress)
     exc = caught.value
     assert isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Exception | SeppError)
-    assert seen == [CAP, 2 * CAP, 3 * CAP]  # no callback after the interruption
     # The batches a sending thread had taken are answered within the grace; one not taken yet
     # is cancelled: never sent. Every batch was handed over (a list: read to its end).
     assert len(exc.answered) in (3 * CAP, 4 * CAP, 5 * CAP, 6 * CAP)
+    # Each batch answered while it waited was counted too, in order.
+    assert seen == list(range(CAP, len(exc.answered) + 1, CAP))
     ids = [r.job_id for r in exc.answered if isinstance(r, EnqueueAck)]
     check_account(stored(capped.grpc_target, "int-callback"), ids, exc.maybe_stored)
     if exc.maybe_stored.stop == 6 * CAP:
@@ -284,11 +299,61 @@ def test_no_grace_reports_the_batches_in_flight_as_maybe_stored(capped: ServerPr
             client.enqueue_many(_jobs("int-nograce"), in_flight=IN_FLIGHT, on_batch=on_batch)
         client.enqueue(_job("int-nograce-after", 0))  # the client goes on working
     exc = caught.value
-    assert batches == [0, CAP]
     assert 2 * CAP <= len(exc.answered) <= (IN_FLIGHT + 1) * CAP and len(exc.answered) % CAP == 0
+    assert batches == list(range(0, len(exc.answered), CAP))  # those answered at that instant too
     assert exc.maybe_stored.start == len(exc.answered) and exc.maybe_stored.stop <= (IN_FLIGHT + 1) * CAP
     ids = [r.job_id for r in exc.answered]
     check_account(stored(capped.grpc_target, "int-nograce"), ids, exc.maybe_stored)
+
+
+def test_on_batch_gets_exactly_the_answered_results_after_an_interruption(capped: ServerProcess) -> None:
+    # The user's check: the ids saved from on_batch are exactly exc.answered, the batches
+    # answered while it waited for those in flight included.
+    saved: list[Any] = []
+
+    def on_batch(start: int, results: list[Any]) -> None:
+        assert start == len(saved)
+        saved.extend(results)
+        if len(saved) == 5 * CAP:
+            # Once the server stored the next batch, it is answered while enqueue_many waits.
+            wait_for(lambda: len(stored(capped.grpc_target, "int-saved")) >= 6 * CAP, 30, what="the next batch")
+            raise KeyboardInterrupt
+
+    with Client(capped.grpc_target) as client, pytest.raises(EnqueueInterrupted) as caught:
+        client.enqueue_many(_jobs("int-saved"), in_flight=IN_FLIGHT, on_batch=on_batch)
+    exc = caught.value
+    assert len(exc.answered) >= 6 * CAP  # the batches in flight were answered within the grace
+    assert saved == exc.answered
+    ids = [r.job_id for r in saved]
+    check_account(stored(capped.grpc_target, "int-saved"), ids, exc.maybe_stored)
+
+
+def test_a_callback_that_fails_while_it_waits_is_not_called_again_and_the_account_is_whole(
+        capped: ServerProcess) -> None:
+    # The interruption lands in on_batch; on_batch then fails on the next batch, answered
+    # while it waited: no further callback, and still EnqueueInterrupted with every answer.
+    batches: list[int] = []
+    counts: list[int] = []
+
+    def on_batch(start: int, results: list[Any]) -> None:
+        batches.append(start)
+        if len(batches) == 2:
+            wait_for(lambda: len(stored(capped.grpc_target, "int-failing")) >= 3 * CAP, 30, what="the next batch")
+            raise KeyboardInterrupt
+        if len(batches) == 3:
+            raise ValueError("disk full")
+
+    with Client(capped.grpc_target) as client, pytest.raises(EnqueueInterrupted) as caught:
+        client.enqueue_many([_job("int-failing", i) for i in range(8 * CAP)], in_flight=IN_FLIGHT,
+                            on_batch=on_batch, progress=lambda done, _total: counts.append(done))
+    exc = caught.value
+    assert len(exc.answered) >= 3 * CAP  # the batch it failed on is answered
+    assert batches == [0, CAP, 2 * CAP]
+    assert counts == [CAP, 2 * CAP]  # progress: the batch on_batch failed on and after, not counted
+    assert exc.__notes__ == ["a callback raised ValueError: disk full; on_batch and progress were not called "
+                             f"for the requests from {3 * CAP} on"]
+    ids = [r.job_id for r in exc.answered]
+    check_account(stored(capped.grpc_target, "int-failing"), ids, exc.maybe_stored)
 
 
 def test_a_transport_error_says_which_requests_may_be_stored(server_factory: ServerFactory) -> None:

@@ -1,6 +1,7 @@
 """The words of an ``enqueue_many`` that stopped early (``sepp.errors.many_account``), the
 transport error it completes (``_core.ManyRun.account``), and the ``sepp enqueue --batch-file``
-SIGINT handler that holds a Ctrl-C while a batch's lines are printed (``HeldInterrupt``).
+SIGINT handler that holds a Ctrl-C while a batch's lines are printed (``HeldInterrupt``), and
+the callbacks' bookkeeping (``ManyRun.report``).
 The behaviour against real servers: tests/integration/test_enqueue_interrupted.py and
 tests/acceptance/test_cli_interrupt.py."""
 
@@ -15,7 +16,7 @@ import pytest
 from sepp.cli.producer import HeldInterrupt
 from sepp.client import ClientOptions, _core
 from sepp.errors import DeadlineExceeded, Unavailable, many_account
-from sepp.request import EnqueueAck
+from sepp.request import BatchResult, EnqueueAck
 
 
 @pytest.mark.parametrize(("args", "kwargs", "text"), [
@@ -79,6 +80,57 @@ def test_a_cancelled_batch_was_never_sent_and_a_too_large_one_neither() -> None:
     assert run.maybe_end(0, _unsent) == 12
 
 
+def test_report_passes_each_result_to_the_callbacks_once_in_order() -> None:
+    run = _core.ManyRun()
+    calls: list[tuple[str, int, int]] = []
+
+    def on_batch(start: int, results: list[BatchResult]) -> None:
+        calls.append(("batch", start, len(results)))
+
+    def progress(done: int, total: int | None) -> None:
+        calls.append(("progress", done, total or 0))
+
+    run.out.extend(EnqueueAck(f"id{i}") for i in range(4))
+    run.report(on_batch, progress, 10)
+    run.report(on_batch, progress, 10)  # nothing new: no call
+    run.out.extend(EnqueueAck(f"id{i}") for i in range(4, 7))
+    run.report(on_batch, progress, 10)
+    assert calls == [("batch", 0, 4), ("progress", 4, 10), ("batch", 4, 3), ("progress", 7, 10)]
+    assert (run.seen, run.counted) == (7, 7)
+
+
+def test_a_callback_interrupted_part_way_is_not_called_again_for_the_same_results() -> None:
+    # A KeyboardInterrupt that lands in on_batch: that batch counts as passed to it; the
+    # catch-up after the interruption calls progress only, then the next batch goes on.
+    run = _core.ManyRun()
+    batches: list[int] = []
+    counts: list[int] = []
+
+    def on_batch(start: int, results: list[BatchResult]) -> None:
+        batches.append(start)
+        if len(batches) == 1:
+            raise KeyboardInterrupt
+
+    run.out.extend(EnqueueAck(f"id{i}") for i in range(3))
+    with pytest.raises(KeyboardInterrupt):
+        run.report(on_batch, lambda done, _total: counts.append(done), None)
+    assert (batches, counts) == ([0], [])
+    run.report(on_batch, lambda done, _total: counts.append(done), None)
+    assert (batches, counts) == ([0], [3])
+    run.out.append(EnqueueAck("id3"))
+    run.report(on_batch, lambda done, _total: counts.append(done), None)
+    assert (batches, counts) == ([0, 3], [3, 4])
+
+
+def test_the_note_of_a_callback_that_failed_is_on_the_interruption() -> None:
+    run = _core.ManyRun()
+    run.note = "a callback raised ValueError: x"
+    exc = run.interrupted(_unsent)
+    assert exc.__notes__ == ["a callback raised ValueError: x"]
+    assert str(exc) == ("enqueue_many interrupted: no request answered; requests from 0 on were never sent "
+                        "(safe to send)")
+
+
 def test_a_ctrl_c_while_a_batch_is_printed_is_held_until_it_is() -> None:
     held = HeldInterrupt()
     with pytest.raises(KeyboardInterrupt):
@@ -93,11 +145,15 @@ def test_a_ctrl_c_while_a_batch_is_printed_is_held_until_it_is() -> None:
         pass
     with pytest.raises(KeyboardInterrupt), held.hold():
         held(signal.SIGINT, None)
-        held(signal.SIGINT, None)  # a second one while the first is held: at once
-    with held.hold(release=False):  # the last words: a Ctrl-C does not cut them short
-        held(signal.SIGINT, None)
+        held(signal.SIGINT, None)  # however many: held, and one KeyboardInterrupt at the end
         printed.append(2)
     assert printed == [1, 2]
+    held.settled = True  # the account: a Ctrl-C does not cut it short, in a hold or not
+    held(signal.SIGINT, None)
+    with held.hold():
+        held(signal.SIGINT, None)
+        printed.append(3)
+    assert printed == [1, 2, 3]
 
 
 def test_the_handler_is_installed_only_over_pythons_own() -> None:
@@ -106,3 +162,19 @@ def test_the_handler_is_installed_only_over_pythons_own() -> None:
     with held.installed():
         assert signal.getsignal(signal.SIGINT) is (held if before is signal.default_int_handler else before)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_after_a_ctrl_c_sigint_stays_ignored_to_the_exit() -> None:
+    # The command exits with its account printed; while Python finalizes, a handler would be
+    # replaced by the default action (death by SIGINT): ignored instead.
+    held = HeldInterrupt()
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.default_int_handler:
+        pytest.skip("SIGINT has a handler of the test runner's")
+    try:
+        with held.installed():
+            held.settled = True
+            held(signal.SIGINT, None)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -68,7 +68,7 @@ from sepp.request import (
     ServerInfo,
     fresh_acks,
 )
-from sepp.validation import Validator
+from sepp.validation import Validator, server_fix
 
 #: A local ``UnknownQueue`` re-fetches ServerInfo when the cache is older than this, seconds.
 UNKNOWN_QUEUE_REFRESH_AFTER = 1.0
@@ -183,17 +183,48 @@ class ManyRun:
     * ``batches``: the batches handed over whose results are not in ``out`` yet, in order — a
       batch enters *before* it is handed over to be sent (so none is sent unknown to it) and
       leaves only after its results were added to ``out``;
-    * ``exhausted``: the iterable was read to its end.
+    * ``exhausted``: the iterable was read to its end;
+    * ``seen`` / ``counted``: how many results of ``out`` were passed to ``on_batch`` and
+      counted by ``progress`` (``report``).
     """
 
     out: list[BatchResult] = field(default_factory=list)
     batches: deque[Sent] = field(default_factory=deque)
     exhausted: bool = False
+    seen: int = 0
+    counted: int = 0
+    #: Why the callbacks stopped before the account did (a callback raised after an
+    #: interruption): a note for the ``EnqueueInterrupted``.
+    note: str | None = None
+
+    def report(self, on_batch: OnBatch | None, progress: Progress | None, total: int | None) -> None:
+        """Pass the callbacks what they did not get of ``out`` yet: ``on_batch(seen,
+        out[seen:])`` — one batch, since each batch added to ``out`` is reported before the
+        next one is (or the answered parts of a batch sent in parts, when an interruption cut
+        it short) — then ``progress(len(out), total)``. Each count moves on *before* its
+        callback is called, so a callback interrupted part-way (a ``KeyboardInterrupt`` can
+        land in it) is not called again for the same results. Whatever a callback raises
+        propagates."""
+        done = len(self.out)
+        if self.seen < done:
+            start, self.seen = self.seen, done
+            if on_batch is not None:
+                on_batch(start, self.out[start:done])
+        if self.counted < done:
+            self.counted = done
+            if progress is not None:
+                progress(done, total)
 
     @property
     def handed(self) -> int:
         """How many requests were handed over to be sent (the end of the last batch)."""
         return max(len(self.out), self.batches[-1].stop) if self.batches else len(self.out)
+
+    def callbacks_failed(self, error: Exception) -> None:
+        """Record in ``note`` that a callback raised ``error`` after an interruption (they are
+        not called again: ``seen`` is where they stopped)."""
+        self.note = (f"a callback raised {type(error).__name__}: {error}; on_batch and progress were not "
+                     f"called for the requests from {self.seen} on")
 
     def maybe_end(self, first: int, unsent: Callable[[Any], bool]) -> int:
         """The end of the requests that may or may not be stored, from ``first`` (the answered
@@ -210,7 +241,10 @@ class ManyRun:
         first = len(self.out)
         end = self.maybe_end(first, unsent)
         text = many_account(first, end, self.handed, rest=not self.exhausted)
-        return EnqueueInterrupted(self.out, range(first, end), f"enqueue_many interrupted: {text}")
+        interrupted = EnqueueInterrupted(self.out, range(first, end), f"enqueue_many interrupted: {text}")
+        if self.note is not None:
+            interrupted.add_note(self.note)
+        return interrupted
 
     def account(self, error: TransportError, unsent: Callable[[Any], bool]) -> None:
         """Complete ``error`` (raised by the first batch without a verdict, or before any batch
@@ -324,7 +358,8 @@ def batch_size_rejection(count: int, max_batch: int) -> Rejection | None:
     """The batch-level ``InvalidArgument`` for an empty or over-cap batch, else ``None``."""
     if 1 <= count <= max_batch:
         return None
-    message = "a batch needs at least one job" if count < 1 else f"a batch holds at most {max_batch} jobs"
+    message = ("a batch needs at least one job" if count < 1
+               else f"a batch holds at most {max_batch} jobs{server_fix('max_enqueue_batch')}")
     return Rejection(RejectionCode.INVALID_ARGUMENT, message, "jobs", max_batch, count)
 
 

@@ -163,23 +163,21 @@ class AsyncClient:
         answered ones are exactly those passed to ``on_batch``, the requests past them that
         the iterable yielded may or may not be stored, the rest were never sent. A
         ``KeyboardInterrupt`` raised in the loop itself becomes ``EnqueueInterrupted``, as in
-        ``Client`` but without waiting for the batches in flight. Any other exception (a
-        callback's, the iterable's) cancels the batches in flight too and is raised as it is,
-        with the same account as a note (``enqueue_many stopped: …``).
+        ``Client`` but without waiting for the batches in flight: its ``answered`` are those
+        passed to the callbacks too (the batch answered just before the interruption is passed
+        to them first, if they did not get it all). Any other exception (a callback's, the
+        iterable's) cancels the batches in flight too and is raised as it is, with the same
+        account as a note (``enqueue_many stopped: …``).
         """
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
         run = _core.ManyRun()
 
         async def collect() -> None:
-            sent = run.batches[0]  # it leaves ``batches`` once its results are in ``out``
-            results = await sent.handle
+            results = await run.batches[0].handle  # it leaves ``batches`` once its results are in ``out``
             run.out.extend(results)
             run.batches.popleft()
-            if on_batch is not None:
-                on_batch(sent.start, results)
-            if progress is not None:
-                progress(len(run.out), total)
+            run.report(on_batch, progress, total)
 
         try:
             size = (await self._cached_info()).info.limits.max_enqueue_batch
@@ -200,7 +198,13 @@ class AsyncClient:
                 run.account(exc, _unsent)
             elif isinstance(exc, asyncio.CancelledError):
                 exc.add_note(run.cancelled_note(_unsent))
-            elif isinstance(exc, KeyboardInterrupt):
+            elif isinstance(exc, KeyboardInterrupt):  # the batch answered just before it, if not reported yet
+                try:
+                    run.report(on_batch, progress, total)
+                except Exception as error:
+                    run.callbacks_failed(error)
+                except KeyboardInterrupt:
+                    pass
                 raise run.interrupted(_unsent) from None
             elif (note := run.stopped_note(_unsent)) is not None:  # a callback's or the iterable's own
                 exc.add_note(note)

@@ -20,7 +20,7 @@ from sepp.client import _core
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
-from sepp.errors import RejectedError, TransportError
+from sepp.errors import EnqueueInterrupted, RejectedError, TransportError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
 if TYPE_CHECKING:
@@ -259,11 +259,16 @@ class Client:
                 ``maybe_stored.stop`` on were never sent; the message says the same.
             EnqueueInterrupted: a ``KeyboardInterrupt`` (Ctrl-C) came while it ran. It waits
                 up to ``ClientOptions.interrupt_grace`` seconds (a second Ctrl-C: no longer)
-                for the verdicts of the batches in flight, then raises this
-                ``KeyboardInterrupt`` with the same ``answered`` and ``maybe_stored``; the
-                callbacks are not called again, so ``answered[done:]`` holds the results they
-                did not see. Batches still in flight then go on in the background until
-                answered or until the client is closed (which cancels them).
+                for the verdicts of the batches in flight, passing each one answered to
+                ``on_batch`` and ``progress`` as before, in order, then raises this
+                ``KeyboardInterrupt`` with the same ``answered`` and ``maybe_stored``: the
+                results passed to ``on_batch`` are exactly ``answered`` (a batch sent in
+                parts may be passed cut short, its answered parts). Unless a callback raised
+                during that wait (it is not called again: a note on the exception says so) or
+                a second Ctrl-C came (no callback after it): then ``answered[done:]`` holds
+                what they did not see, ``done`` the last count ``progress`` got. Batches still
+                in flight then go on in the background until answered or until the client is
+                closed (which cancels them).
             ValueError: ``in_flight`` < 1.
             TypeError: an item is not an ``EnqueueRequest``.
 
@@ -277,6 +282,7 @@ class Client:
         total = len(requests) if isinstance(requests, Sized) else None
         run = _core.ManyRun()
         senders = _Senders(in_flight)
+        report = partial(run.report, on_batch, progress, total)
         try:
             size = self._cached_info().info.limits.max_enqueue_batch
             for chunk in _core.chunked(requests, size):
@@ -291,9 +297,7 @@ class Client:
             while run.batches:
                 self._collect(run, progress, on_batch, total)
         except KeyboardInterrupt:
-            self._await_verdicts(run)
-            senders.stop()
-            raise run.interrupted(_unsent) from None
+            raise self._interrupted(run, senders, report) from None
         except BaseException as exc:
             try:
                 for sent in run.batches:
@@ -311,30 +315,60 @@ class Client:
         senders.stop()
         return run.out
 
-    def _await_verdicts(self, run: _core.ManyRun) -> None:
+    def _interrupted(self, run: _core.ManyRun, senders: _Senders, report: Callable[[], None]
+                     ) -> EnqueueInterrupted:
+        """After a ``KeyboardInterrupt``: wait for the batches in flight and pass them to the
+        callbacks (``_await_verdicts``), stop the sending threads and return the
+        ``EnqueueInterrupted`` that accounts for every request. A further ``KeyboardInterrupt``
+        ends the wait and the callbacks but not the account (one that lands while it is built
+        has it built again)."""
+        try:
+            self._await_verdicts(run, report)
+        except KeyboardInterrupt:  # a further Ctrl-C: stop waiting, stop calling the callbacks
+            pass
+        while True:
+            try:
+                senders.stop()
+                return run.interrupted(_unsent)
+            except KeyboardInterrupt:
+                continue
+
+    def _await_verdicts(self, run: _core.ManyRun, report: Callable[[], None]) -> None:
         """After a ``KeyboardInterrupt``: cancel the batches not started yet (never sent), then
         add the results of those in flight to ``run.out``, in order, as long as they are
-        answered within ``options.interrupt_grace`` seconds; stop at the first without a
-        verdict, or at a second ``KeyboardInterrupt``."""
+        answered within ``options.interrupt_grace`` seconds, and pass each batch to the
+        callbacks (``report``: ``ManyRun.report``) — first the one answered just before the
+        interruption, if they did not get it all. Stops at the first batch without a verdict;
+        a further Ctrl-C (``KeyboardInterrupt``) propagates, ending the wait and the
+        callbacks. A callback that raises anything else is not called again (the wait goes
+        on): ``run.note`` says so."""
         deadline = time.monotonic() + self.options.interrupt_grace
-        try:
-            for sent in run.batches:
-                sent.handle.cancel()  # those not started yet are never sent
-            for sent in list(run.batches):
-                if sent.stop <= len(run.out):  # added to ``out`` just before the interruption
-                    continue
-                if sent.start != len(run.out):
-                    return
+
+        def tell() -> None:
+            if run.note is None:
                 try:
-                    results = sent.handle.result(timeout=max(0.0, deadline - time.monotonic()))
-                except TransportError as exc:  # the answered parts of a batch sent in parts
-                    run.out.extend(exc.answered or ())
-                    return
-                except Exception:  # no verdict in time (TimeoutError), cancelled, closed client, …
-                    return
-                run.out.extend(results)
-        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
-            return
+                    report()
+                except Exception as exc:  # the callbacks are done with; the account is not
+                    run.callbacks_failed(exc)
+
+        for sent in run.batches:
+            sent.handle.cancel()  # those not started yet are never sent
+        tell()
+        for sent in list(run.batches):
+            if sent.stop <= len(run.out):  # added to ``out`` just before the interruption
+                continue
+            if sent.start != len(run.out):
+                return
+            try:
+                results = sent.handle.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TransportError as exc:  # the answered parts of a batch sent in parts
+                run.out.extend(exc.answered or ())
+                tell()
+                return
+            except Exception:  # no verdict in time (TimeoutError), cancelled, closed client, …
+                return
+            run.out.extend(results)
+            tell()
 
     def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
         """``enqueue_batch(chunk)``; a chunk too large to send (``UnsentTooLarge``: nothing was
@@ -358,14 +392,10 @@ class Client:
                  total: int | None) -> None:
         """Wait for the oldest batch in flight, add its results to ``run.out`` (it leaves
         ``run.batches`` only then) and call the callbacks."""
-        sent = run.batches[0]
-        results = sent.handle.result()
+        results = run.batches[0].handle.result()
         run.out.extend(results)
         run.batches.popleft()
-        if on_batch is not None:
-            on_batch(sent.start, results)
-        if progress is not None:
-            progress(len(run.out), total)
+        run.report(on_batch, progress, total)
 
     def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.

@@ -80,7 +80,7 @@ def test_non_strict_mode_creates_undeclared_queues_on_demand(server_factory: Ser
 def test_a_future_job_is_invisible_until_due_then_reservable_within_100ms(shared_server: ServerProcess) -> None:
     """scheduled_at ~1 s ahead: SCHEDULED (nothing to reserve), then a long-polling Reserve
     gets it no earlier than its time and promptly after it; run_at is the scheduled time."""
-    def trial(lead: float) -> bool:
+    def trial(lead: float) -> bool | None:
         queue = f"later-{lead:g}"
         with connect(shared_server.grpc_target) as s:
             at = time.time() + lead
@@ -89,7 +89,7 @@ def test_a_future_job_is_invisible_until_due_then_reservable_within_100ms(shared
             [first] = s.reserve([queue])
             nothing = s.reserve([queue])
             if time.time() >= at:
-                return False  # the machine outran the lead: both answers came after the job's time
+                return None  # the machine outran the lead: both answers came after the job's time
             assert first.job.id == ready.job_id, "the scheduled job is not reservable before its time"
             assert nothing == []
             got = s.reserve([queue], wait=10.0)

@@ -71,7 +71,7 @@ def test_the_queues_default_priority_applies_when_none_is_given(server_factory: 
 
 
 def test_promoted_scheduled_jobs_are_ordered_by_their_scheduled_time(shared_server: ServerProcess) -> None:
-    def trial(lead: float) -> bool:
+    def trial(lead: float) -> bool | None:
         # Times in units of ``lead`` (0.3 s, more on a loaded machine): the four enqueues must
         # be done before the first scheduled time, or the jobs would not be scheduled at all.
         queue = f"promo-{lead:g}"
@@ -86,7 +86,7 @@ def test_promoted_scheduled_jobs_are_ordered_by_their_scheduled_time(shared_serv
             early = w.enqueue(queue, scheduled_at=at(1.0))          # run_at t0+1 unit, enqueued after `late`
             high = w.enqueue(queue, priority=9, scheduled_at=at(1.33))
             if now() >= at(1.0):
-                return False
+                return None
             while now() < at(2.0):
                 time.sleep(0.02)
             ready_later = w.enqueue(queue, job_type="ready-later")  # run_at t0+2 units
@@ -109,14 +109,14 @@ def test_a_back_dated_job_does_not_jump_ahead_of_waiting_jobs(shared_server: Ser
 
 
 def test_a_scheduled_job_is_invisible_until_due(shared_server: ServerProcess) -> None:
-    def trial(lead: float) -> bool:
+    def trial(lead: float) -> bool | None:
         queue = f"invisible-{lead:g}"
         with wire_for(shared_server) as w:
             due = now() + dt.timedelta(seconds=lead)
             job_id = w.enqueue(queue, scheduled_at=due)
             early = w.reserve((queue,))
             if now() >= due:
-                return False  # answered after the job's time: it proves nothing either way
+                return None  # answered after the job's time: it proves nothing either way
             assert early == []
             got = w.reserve((queue,), wait=WAIT)
             assert [r.job.id for r in got] == [job_id]
@@ -157,7 +157,7 @@ def test_a_due_job_is_prompt_after_a_long_idle_even_with_a_slow_sweep(server_fac
     # The promotion timer sleeps until the next due job, not for the sweep interval.
     server = server_factory(sweep_interval=30.0)
 
-    def trial(lead: float) -> bool:
+    def trial(lead: float) -> bool | None:
         queue = f"idle-{lead:g}"
         with wire_for(server) as w:
             due = now() + dt.timedelta(seconds=lead)
@@ -165,7 +165,7 @@ def test_a_due_job_is_prompt_after_a_long_idle_even_with_a_slow_sweep(server_fac
             time.sleep(lead / 2)  # idle: nothing else happens
             early = w.reserve((queue,))
             if now() >= due:
-                return False  # the long poll below would not be parked before the job's time
+                return None  # the long poll below would not be parked before the job's time
             assert early == []
             late = _time_to_reserve(w, due, queue=queue)
             assert late <= PROMPT, late
@@ -211,7 +211,7 @@ def test_a_due_job_is_prompt_right_after_a_restart(server_factory: ServerFactory
 def test_a_job_that_became_due_while_the_server_was_down_is_ready_at_start(server_factory: ServerFactory) -> None:
     server = server_factory()
 
-    def trial(lead: float) -> bool:
+    def trial(lead: float) -> bool | None:
         queue = f"down-{lead:g}"
         base = now()  # one base: on a loaded machine the second enqueue may come >0.1 s after the first
         with wire_for(server) as w:
@@ -220,7 +220,7 @@ def test_a_job_that_became_due_while_the_server_was_down_is_ready_at_start(serve
         # both still SCHEDULED when enqueued (a time already past makes a job READY at once,
         # timed by its enqueue), else try again with a longer lead
         if now() >= base + dt.timedelta(seconds=lead):
-            return False
+            return None
         server.kill()
         time.sleep(max(0.0, (base + dt.timedelta(seconds=lead + 0.2) - now()).total_seconds()))  # both due while down
         server.start()

@@ -382,7 +382,7 @@ async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reser
     assert worker.stats["reserve_calls"] == 1
     with wire_for(fast, fresh_queue) as w:
         job_id = w.enqueue(fresh_queue, "t")
-        assert w.reserve_one(wait=1.0).job.id == job_id
+        assert w.reserve_one(wait=5.0).job.id == job_id
 
 
 async def test_a_worker_rides_out_a_server_restart(server_factory: ServerFactory) -> None:

@@ -162,7 +162,7 @@ async def test_a_second_stop_during_the_grace_ends_the_stop_promptly(server_fact
     stalled = Stalled(pinned_server(server_factory))
     await stalled.start_and_kill()
     first = asyncio.create_task(stalled.worker.stop())  # the handlers still run (gate never set)
-    await until(lambda: stalled.worker._phase == "stopping", 5, "the stop to begin")
+    await until(lambda: stalled.worker._phase == "stopping", 10, "the stop to begin")
     t0 = time.monotonic()
     await asyncio.wait_for(stalled.worker.stop(0), 5)
     took = time.monotonic() - t0
@@ -189,7 +189,7 @@ async def test_items_queued_while_a_batch_is_re_sent_join_it(server_factory: Ser
         await until(lambda: settler._retrying, 10, "the first ack being re-sent")
         late = settler.submit(COMPLETED, *b)
         assert settler.pending == 2  # queued behind the batch being re-sent ...
-        await until(lambda: settler.pending == 1, 5, "the late ack to join it")  # ... until it joins it
+        await until(lambda: settler.pending == 1, 10, "the late ack to join it")  # ... until it joins it
         await asyncio.to_thread(server.start)
         settled = await asyncio.wait_for(asyncio.gather(first, late), 10)
         assert [s.result.ok for s in settled] == [True, True]

@@ -179,7 +179,9 @@ async def harness_with_queue(h: Harness) -> None:
     await h.ack(job)
 
 
-async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(harness: Harness) -> None:
+async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 15.0)  # far from "at once" on a loaded machine
     h = harness
     await harness_with_queue(h)
     servicer = CountingServicer(h.engine)
@@ -192,7 +194,9 @@ async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(har
     assert stopped["W"] == h.now  # the Workers page lists it stopped, not live
 
 
-async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wait(harness: Harness) -> None:
+async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wait(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 15.0)  # far from RESERVE_STOP_WAIT on a loaded machine
     h = harness
     await harness_with_queue(h)
     older = ("Reserve", "Ack", "Nack", "ExtendLease", "Settle")  # no StopReserving: UNIMPLEMENTED
@@ -226,7 +230,7 @@ async def test_a_call_still_open_is_cancelled_once_stop_reserving_goes_unanswere
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 0  # cancelled at the timeout, long before its 20 s poll
-    assert 0.6 <= took < 3.0, took
+    assert 0.6 <= took < 10.0, took
     assert servicer.stop_calls >= 2
 
 

@@ -236,8 +236,8 @@ async def test_jobs_reserved_together_keep_their_leases_when_some_finish_early(f
     # Six jobs in one reservation share their first extension timer (LeaseKeeper.track_all):
     # the three quick ones finishing early must not stop the three slow ones being extended
     # for over three leases' worth of running. (A 1.2 s lease leaves 0.8 s of slack per
-    # extension: with 0.3 s, a loaded CI machine's stall lost one; 0.5 s is not enough with
-    # the peer benchmarks running beside the suite.)
+    # extension for a stalled loop or a slow call: with 0.3 s, a loaded CI machine's stall
+    # lost one.)
     worker, reports = make_worker(fast, fresh_queue, lease_duration=1.2, concurrency=6, prefetch=0)
 
     @worker.handler("t")

@@ -53,7 +53,7 @@ async def test_a_parked_reserve_answers_empty_at_once_and_leases_nothing_more(ha
     await until(lambda: h.engine.parked("W") == 1, what="the reserve to park")
     assert h.engine.stop_reserving("W") == 1
     job_id, _ = await h.enqueue("q")  # wakes the long-poll again: it must not lease this job
-    assert await asyncio.wait_for(call, 1.0) == []
+    assert await asyncio.wait_for(call, 10.0) == []
     assert (await h.job(job_id)).state == State.READY
     assert h.engine.parked("W") == 0 and h.engine.stop_reserving("W") == 0  # nothing open any more
     assert (await h.ack(taken)).state == State.COMPLETED
@@ -79,7 +79,7 @@ async def test_only_the_named_workers_reserves_are_stopped(harness: Harness) -> 
     await until(lambda: h.engine.parked("W") == 2 and h.engine.parked("X") == 1, what="three parked reserves")
     assert h.engine.stop_reserving("W") == 2
     assert h.engine.stop_reserving("W") == 0  # idempotent: both are stopped already
-    assert [await asyncio.wait_for(call, 1.0) for call in (mine, mine_too)] == [[], []]
+    assert [await asyncio.wait_for(call, 10.0) for call in (mine, mine_too)] == [[], []]
     assert not other.done() and h.engine.parked("X") == 1
     job_id, _ = await h.enqueue("q")  # the other worker's call still long-polls, and gets it
     assert [j.id for j in await asyncio.wait_for(other, 5.0)] == [job_id]
@@ -104,9 +104,9 @@ async def test_end_long_polls_answers_every_parked_reserve_and_no_later_one_wait
     named, anonymous = reserve(h, "W"), reserve(h, "")
     await until(lambda: h.engine.parked() == 2, what="two parked reserves")
     assert h.engine.end_long_polls() == 2
-    assert [await asyncio.wait_for(call, 1.0) for call in (named, anonymous)] == [[], []]
+    assert [await asyncio.wait_for(call, 10.0) for call in (named, anonymous)] == [[], []]
     assert h.engine.parked() == 0 and h.engine.end_long_polls() == 0  # nothing open: idempotent
-    assert await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 1.0) == []  # no wait
+    assert await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 10.0) == []  # no wait
     job_id, _ = await h.enqueue("q")
     assert [j.id for j in await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 5.0)] == [job_id]
     assert (await h.ack(taken)).state == State.COMPLETED

@@ -62,5 +62,5 @@ def test_two_sigterms_at_once_are_one_graceful_stop(server_factory: ServerFactor
              interval=0.002, what="the graceful stop to begin")
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(30) == 0, "the second signal was taken as 'stop at once'"
-    wait_for(lambda: any("taken as the same stop" in line for line in server.output), timeout=15,
+    wait_for(lambda: any("taken as the same stop" in line for line in server.output), timeout=5,
              what="the echo to be logged")

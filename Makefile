@@ -47,8 +47,13 @@ lock:
 	rm -rf $(VENV)-lock
 	$(PY) -m venv $(VENV)-lock
 	$(VENV)-lock/bin/pip install --quiet pip-tools
+	cp $(LOCK) $(VENV)-lock/dev.lock
 	$(VENV)-lock/bin/pip-compile --quiet --upgrade --extra dev --strip-extras --allow-unsafe \
-	  --no-emit-index-url --no-emit-find-links --output-file $(LOCK) pyproject.toml
+	  --no-emit-index-url --no-emit-find-links --output-file $(VENV)-lock/dev.lock pyproject.toml
+	sed -i 's|--output-file=$(VENV)-lock/dev.lock|--output-file=$(LOCK)|' $(VENV)-lock/dev.lock
+	@# Replaced only when the pins changed: a new timestamp alone would make .venv reinstall.
+	@if cmp -s $(VENV)-lock/dev.lock $(LOCK); then echo "$(LOCK): no newer versions"; \
+	  else cp $(VENV)-lock/dev.lock $(LOCK); echo "$(LOCK) updated: review, run make test, commit"; fi
 	rm -rf $(VENV)-lock
 
 bench: $(STAMP)

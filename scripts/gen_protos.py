@@ -47,7 +47,6 @@ _VERSION_LINES = re.compile(
     r"|^_runtime_version\.ValidateProtobufRuntimeVersion\(\n(?:.*\n)*?\)$",
     re.MULTILINE,
 )
-_SERIALIZED = re.compile(r"AddSerializedFile\((b'.*?')\)", re.DOTALL)
 
 
 def generate(out_root: Path) -> None:
@@ -90,13 +89,16 @@ def generate(out_root: Path) -> None:
 
 
 def _descriptor(text: str) -> descriptor_pb2.FileDescriptorProto | None:
-    """The FileDescriptorProto a generated ``*_pb2.py`` registers, or None if it has none."""
-    found = _SERIALIZED.search(text)
-    if found is None:
-        return None
-    proto = descriptor_pb2.FileDescriptorProto()
-    proto.ParseFromString(ast.literal_eval(found.group(1)))
-    return proto
+    """The FileDescriptorProto a generated ``*_pb2.py`` registers (the bytes literal given to
+    ``AddSerializedFile``, read from the module's syntax tree), or None if it has none."""
+    for node in ast.walk(ast.parse(text)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "AddSerializedFile" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, bytes)):
+            proto = descriptor_pb2.FileDescriptorProto()
+            proto.ParseFromString(node.args[0].value)
+            return proto
+    return None
 
 
 def same_content(fresh: Path, committed: Path) -> bool:

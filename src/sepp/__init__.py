@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sepp.errors import (
         AtomicEnqueueError,
         DeadlineExceeded,
+        EnqueueInterrupted,
         MessageTooLarge,
         Overloaded,
         PermissionDenied,
@@ -67,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "DeadLetter": "sepp.worker",
     "AtomicEnqueueError": "sepp.errors",
     "DeadlineExceeded": "sepp.errors",
+    "EnqueueInterrupted": "sepp.errors",
     "MessageTooLarge": "sepp.errors",
     "Overloaded": "sepp.errors",
     "PermissionDenied": "sepp.errors",
@@ -86,6 +88,7 @@ __all__ = [
     "DeadLetter",
     "DeadlineExceeded",
     "EnqueueAck",
+    "EnqueueInterrupted",
     "EnqueueRequest",
     "IndexedRejection",
     "Job",

@@ -17,6 +17,9 @@
         ├── PermissionDenied     not transient: the token lacks the role the service needs
         └── ServerError          anything else, with the gRPC ``code``
 
+    KeyboardInterrupt
+    └── EnqueueInterrupted       Ctrl-C stopped ``enqueue_many``; what was stored (``.answered``, ``.maybe_stored``)
+
 Each class's docstring is its default message. ``TransportError.transient`` tells
 whether backing off and retrying is reasonable. ``AdminError`` is a mixin, not a family:
 ``except AdminError`` catches what the admin client's server refusals raise
@@ -121,11 +124,20 @@ class TransportError(SeppError):
     #: Whether backing off and retrying is reasonable (safe with an idempotency key).
     transient: bool = False
 
-    #: ``enqueue_many`` only: the results of the requests before the first batch that got no
+    #: ``enqueue_many`` only: the results of the requests before the first one that got no
     #: verdict — a prefix of the requests, in order, one ``EnqueueAck`` or ``Rejection`` each
-    #: (the ``len(answered)`` jobs the last ``progress`` call counted); the requests from
-    #: index ``len(answered)`` on may or may not be stored. ``None`` for any other call.
+    #: (the answered parts of a batch sent in parts included). ``None`` for any other call.
     answered: list[Any] | None = None
+
+    #: ``enqueue_many`` only: the indexes of the requests that may or may not be stored — from
+    #: ``len(answered)`` up to the end of the last batch that may have reached the server
+    #: (sent, no verdict; a batch answered after one that was not is in it too). The requests
+    #: from ``maybe_stored.stop`` on were never sent. ``None`` for any other call.
+    maybe_stored: range | None = None
+
+    #: ``enqueue_many`` only: the failed call's own message, without the account of the
+    #: requests that ``enqueue_many`` puts in the exception's message. ``None`` otherwise.
+    call_message: str | None = None
 
     def answered_after(self, before: list[Any]) -> None:
         """Put ``before`` (the results of the requests just before the ones this error's
@@ -138,6 +150,36 @@ class TransportError(SeppError):
         self.code = code
         self.reason = reason
         super().__init__(message)
+
+
+class EnqueueInterrupted(KeyboardInterrupt):
+    """``enqueue_many`` was interrupted (Ctrl-C, i.e. SIGINT, or any ``KeyboardInterrupt``) and
+    says what became of the requests.
+
+    A ``KeyboardInterrupt``, not a ``SeppError``: code that stops on Ctrl-C keeps stopping
+    (``except KeyboardInterrupt`` catches it; ``except Exception`` and ``except SeppError`` do
+    not swallow it), and the extra attributes are there for code that wants to resume.
+
+    Attributes:
+        answered: The results of the requests before the first one without a verdict — a
+            prefix of the requests, in order, one ``EnqueueAck`` or ``Rejection`` each: the
+            batches answered before the interruption and those whose verdict came while
+            ``enqueue_many`` waited for the batches in flight (``ClientOptions.interrupt_grace``).
+        maybe_stored: The indexes of the requests that may or may not be stored (sent, no
+            verdict), a ``range`` starting at ``len(answered)``; empty when every batch sent
+            was answered.
+        The requests from ``maybe_stored.stop`` on were never sent: sending them again cannot
+        make a duplicate.
+    """
+
+    def __init__(self, answered: list[Any], maybe_stored: range, message: str | None = None) -> None:
+        self.answered = answered
+        self.maybe_stored = maybe_stored
+        self.message = message or f"enqueue_many interrupted: {many_account(len(answered), maybe_stored.stop)}"
+        super().__init__(self.message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.answered, self.maybe_stored, self.message))
 
 
 class Unavailable(TransportError):
@@ -204,6 +246,7 @@ __all__ = [
     "AdminRefused",
     "AtomicEnqueueError",
     "DeadlineExceeded",
+    "EnqueueInterrupted",
     "MessageTooLarge",
     "Overloaded",
     "PermissionDenied",
@@ -215,6 +258,31 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
 ]
+
+
+def _requests(start: int, stop: int) -> str:
+    """``request 5`` or ``requests 5–9`` for the indexes ``start`` ≤ i < ``stop`` (not empty)."""
+    return f"request {start}" if stop == start + 1 else f"requests {start}–{stop - 1}"
+
+
+def many_account(answered: int, end: int, sent: int | None = None, *, rest: bool = True,
+                 where: str = "see .answered") -> str:
+    """What became of the requests of an ``enqueue_many`` that stopped early, in one line:
+    requests ``0..answered-1`` answered (``where`` says where their results are), ``answered..end-1``
+    may or may not be stored (sent, no verdict), the rest never sent — ``end..sent-1`` when
+    ``sent`` (how many requests were taken from the iterable) is given, and from ``sent`` on
+    too when ``rest`` (the iterable was not read to its end, or more requests may follow).
+    E.g. ``requests 0–33535 answered (see .answered); requests 33536–34559 may or may not be
+    stored (sent, no verdict); requests from 34560 on were never sent (safe to send)``."""
+    sent = end if sent is None else max(sent, end)
+    parts = [f"{_requests(0, answered)} answered ({where})" if answered else "no request answered"]
+    if end > answered:
+        parts.append(f"{_requests(answered, end)} may or may not be stored (sent, no verdict)")
+    if rest:
+        parts.append(f"requests from {end} on were never sent (safe to send)")
+    elif sent > end:
+        parts.append(f"{_requests(end, sent)} {'were' if sent > end + 1 else 'was'} never sent (safe to send)")
+    return "; ".join(parts)
 
 
 def _atomic_error(errors: Sequence[IndexedRejection], message: str | None, total: int) -> AtomicEnqueueError:

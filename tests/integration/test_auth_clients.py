@@ -67,6 +67,24 @@ def test_a_missing_token_is_unauthenticated_at_once_and_not_retried(locked: Serv
     assert err.reason == "UNAUTHENTICATED" and "role 'produce'" in err.message and "SEPP_TOKEN" in err.message
 
 
+@pytest.mark.parametrize(("value", "carried"), [
+    (PRODUCE, "without the 'Bearer ' prefix"),
+    (f"Token {PRODUCE}", "another scheme than 'Bearer'"),
+])
+def test_an_authorization_header_without_bearer_is_told_the_form_it_must_have(
+        locked: ServerProcess, value: str, carried: str) -> None:
+    """``authorization: <secret>`` (set by hand through metadata) was "carried no token"."""
+    options = ClientOptions(metadata=(("authorization", value),))
+    with Client(locked.grpc_target, token="", options=options) as client, pytest.raises(Unauthenticated) as caught:
+        client.get_server_info()
+    message = caught.value.message
+    assert carried in message and "must be 'authorization: Bearer <token>'" in message
+    assert "no token" not in message and PRODUCE not in message  # the secret is never echoed
+    right = ClientOptions(metadata=(("authorization", f"Bearer {PRODUCE}"),))
+    with Client(locked.grpc_target, token="", options=right) as client:
+        assert client.get_server_info().version
+
+
 def test_a_token_without_the_role_is_permission_denied_naming_the_role(locked: ServerProcess) -> None:
     with Client(locked.grpc_target, token=WORK, options=SLOW_RETRY) as client:
         started = time.monotonic()

@@ -117,7 +117,12 @@ def test_a_missing_or_unknown_token_is_unauthenticated_naming_the_role(
     assert failure.metadata == {"role": role, "method": f"/sepp.api.v1.{method}"}
     assert f"role '{role}'" in failure.message
     unknown = presented is not None and md == bearer(presented)
-    assert ("an unknown token" if unknown else "no token") in failure.message
+    malformed = presented is not None and not unknown  # an authorization entry, not "Bearer <secret>"
+    if malformed:
+        assert "the header must be 'authorization: Bearer <token>'" in failure.message
+        assert "s3cret" not in failure.message  # what was presented may be a secret: never echoed
+    else:
+        assert ("an unknown token" if unknown else "no token") in failure.message
 
 
 def test_the_scheme_is_case_insensitive_and_the_legacy_admin_token_is_an_admin_token(locked: ServerProcess) -> None:

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from support.servers import unreached_port
 
 import sepp
 from sepp import (
@@ -234,27 +235,32 @@ def test_a_message_over_the_servers_cap_is_message_too_large(shared_server: Serv
 
 
 def test_an_unreachable_server_is_unavailable_and_nothing_was_sent() -> None:
-    """A call waits for a connection within its deadline (issue 15 item 6); when none comes
-    it is ``Unavailable`` with ``not_sent`` — never an ambiguous ``DeadlineExceeded``."""
-    options = ClientOptions(timeout=0.5, retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01))
+    """A call waits for a connection within its deadline (issue 15 item 6) — on a first contact
+    only with ``wait_for_server_start`` (else it fails at once: test_first_contact.py); when
+    none comes it is ``Unavailable`` with ``not_sent`` — never an ambiguous ``DeadlineExceeded``
+    — and says what the last try ran into."""
+    options = ClientOptions(timeout=0.5, wait_for_server_start=True,
+                            retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01))
+    target = f"127.0.0.1:{unreached_port()}"
     started = time.monotonic()
-    with Client(f"127.0.0.1:{free_port()}", options=options) as c:
+    with Client(target, options=options) as c:
         with pytest.raises(Unavailable) as info:
             c.enqueue(EnqueueRequest("q", "t"))
     assert 0.45 <= time.monotonic() - started < 5
     assert info.value.transient and info.value.not_sent
     assert "no connection within the 0.5 s deadline" in str(info.value)
+    assert f"last try: connection refused: is sepp running on {target}?" in str(info.value)
 
 
 def test_without_wait_for_ready_an_unreachable_server_fails_at_once_and_unsent() -> None:
     options = ClientOptions(wait_for_ready=False, retry=RetryPolicy(max_attempts=2, initial_backoff=0.01,
                                                                     max_backoff=0.01))
     started = time.monotonic()
-    with Client(f"127.0.0.1:{free_port()}", options=options) as c:
+    with Client(f"127.0.0.1:{unreached_port()}", options=options) as c:
         with pytest.raises(Unavailable) as info:
             c.enqueue(EnqueueRequest("q", "t"))
     assert time.monotonic() - started < 5
-    assert info.value.not_sent and "failed to connect" in str(info.value)
+    assert info.value.not_sent and "connection refused: is sepp running on" in str(info.value)
 
 
 #: The commit delay of the timed-out-enqueue test, seconds: twice its client's 0.3 s deadline

@@ -39,7 +39,7 @@ def test_a_taken_grpc_port_fails_start_and_releases_the_folder(server_factory: S
     folder = tmp_path / "second"
     done = _serve("--data-dir", str(folder), "--grpc-listen", f"127.0.0.1:{port}")
     assert done.returncode == 1
-    assert "cannot listen" in done.stderr
+    assert f"port {port} is in use" in done.stderr and "--grpc-listen" in done.stderr
     # The failed start left the folder unlocked: a server can use it now.
     server_factory(data_dir=folder)
 

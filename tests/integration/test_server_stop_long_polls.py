@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -50,17 +51,34 @@ def test_sigterm_answers_parked_reserves_at_once_and_exits_quickly(server_factor
     assert all(len(a.reservations) == 0 for a in answers)
 
 
+def _logged(output: list[str], text: str) -> bool:
+    """Whether a line of ``output`` holds ``text``."""
+    return any(text in line for line in output)
+
+
 def test_two_sigterms_at_once_are_one_graceful_stop(server_factory: ServerFactory) -> None:
     """A SIGTERM to a process group reaches ``sepp serve`` and its parent, which may pass its
-    own on (``make serve``): two in a row are one graceful stop (exit 0), not "stop at once"."""
-    server = server_factory()
-    assert server.proc is not None
-    server.proc.send_signal(signal.SIGTERM)
-    # The second once the first is handled (two pending SIGTERMs would merge into one),
-    # well within SIGNAL_ECHO of it: an idle server logs the stop a few ms after the signal.
-    wait_for(lambda: any("stopping: draining" in line for line in server.output), timeout=SIGNAL_ECHO,
-             interval=0.002, what="the graceful stop to begin")
-    server.proc.send_signal(signal.SIGTERM)
-    assert server.proc.wait(30) == 0, "the second signal was taken as 'stop at once'"
-    wait_for(lambda: any("taken as the same stop" in line for line in server.output), timeout=5,
-             what="the echo to be logged")
+    own on (``make serve``): two in a row are one graceful stop (exit 0), not "stop at once".
+
+    The second signal is sent once the first is handled (two pending SIGTERMs would merge
+    into one), which an idle server logs a few ms after the signal; a loaded machine can
+    deliver it later than ``SIGNAL_ECHO`` after the first. The server logs that gap: a try
+    whose gap was the machine's (``SIGNAL_ECHO`` or more, rightly a stop at once) is made
+    again with a new server, up to three times; a gap below it that stopped at once fails."""
+    for _ in range(3):
+        server = server_factory()
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGTERM)
+        wait_for(partial(_logged, server.output, "stopping: draining"), timeout=15,
+                 interval=0.002, what="the graceful stop to begin")
+        server.proc.send_signal(signal.SIGTERM)
+        code = server.proc.wait(30)
+        if code == 0:
+            wait_for(partial(_logged, server.output, "taken as the same stop"), timeout=15,
+                     what="the echo to be logged")
+            return
+        gaps = [float(line.split("second stop signal ", 1)[1].split(" ms", 1)[0])
+                for line in server.output if "second stop signal " in line and "stopping at once" in line]
+        assert gaps and gaps[0] >= SIGNAL_ECHO * 1000, (
+            f"the second signal was taken as 'stop at once' {gaps} ms after the first: {server.output[-5:]}")
+    raise AssertionError("three tries in a row delivered the second signal after SIGNAL_ECHO: the machine is too slow")

@@ -206,3 +206,24 @@ def test_a_ticked_rows_form_refuses_a_foreign_back_url_and_an_unknown_state(web:
     assert answer.status_code == 400
     answer = web.post("/jobs/bulk", data={**form, "csrf_token": "stale"}, follow_redirects=False)
     assert answer.status_code == 403
+
+
+def test_ticked_rows_whose_job_changed_state_meanwhile_are_skipped_not_deleted(web: httpx.Client,
+                                                                                stubs: AdminStubs,
+                                                                                fresh_queue: str) -> None:
+    """Found in an attack round: a dead letter ticked on /dead for Delete, requeued meanwhile and
+    taken by a worker, was deleted under the running worker — the docs promise that a job
+    whose state changed since the page was drawn is skipped and counted."""
+    running = stubs.dead_letter(fresh_queue)
+    still_dead = stubs.dead_letter(fresh_queue)
+    stubs.call("RequeueJob", apb.RequeueJobRequest(job_id=running))  # someone else redrives it …
+    stubs.reserve_job(fresh_queue, running, "busy-worker")  # … and a worker runs it now
+    form = {"csrf_token": csrf(web), "action": "delete", "state": "dead_lettered",
+            "job_id": [running, still_dead], "back": f"/dead?queue={fresh_queue}"}
+    answer = web.post("/jobs/bulk", data=form, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == f"/dead?queue={fresh_queue}"
+    assert stubs.call("GetJob", apb.GetJobRequest(job_id=running)).state == 3  # RESERVED: still there
+    flash = web.get(answer.headers["location"]).text
+    assert "Deleted 1 of 2 selected job(s); 1 skipped (1 were RESERVED)." in flash, flash[:3000]
+    with pytest.raises(Exception, match=r"does not exist"):
+        stubs.call("GetJob", apb.GetJobRequest(job_id=still_dead))

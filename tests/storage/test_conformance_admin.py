@@ -218,6 +218,20 @@ async def test_bulk_redrive_counts_filters_and_limit(store: Store) -> None:
     assert await admin.requeue_dead(DeadFilter(queue="b"), NOW + 9, 10) == (1, {"b"})
 
 
+async def test_a_delete_in_a_state_leaves_a_job_that_left_it_alone(store: Store) -> None:
+    # What a ticked row asks: delete only while the job is still in the listed state.
+    rows = [row(), row(), row(state=SCHEDULED, run_at=NOW + S)]
+    await put(store, *rows, new_queues=[QueueRecord("q", "{}", False, False)])
+    (held,) = await lease(store)
+    admin = store.admin
+    assert await admin.delete_job(held.id, int(DEAD)) == WriteResult(Outcome.WRONG_STATE, "q", int(RESERVED))
+    assert (await get(store, held.id)).state == int(RESERVED)
+    assert await admin.delete_job(rows[2].id, int(READY)) == WriteResult(Outcome.WRONG_STATE, "q", int(SCHEDULED))
+    assert await admin.delete_job(rows[2].id, int(SCHEDULED)) == WriteResult(Outcome.DONE, "q", int(SCHEDULED))
+    assert await admin.delete_job(rows[2].id, int(SCHEDULED)) == WriteResult(Outcome.NOT_FOUND)
+    assert await admin.delete_job(held.id, int(RESERVED)) == WriteResult(Outcome.DONE, "q", int(RESERVED))
+
+
 async def test_delete_purge_and_delete_queue(store: Store) -> None:
     rows = [row(), row(), row(), row(state=SCHEDULED, run_at=NOW + S), row("other")]
     await put(store, *rows, new_queues=[QueueRecord("q", "{}", False, False), QueueRecord("other", "{}", False, False)])

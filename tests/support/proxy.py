@@ -86,3 +86,48 @@ class PausableProxy:
             for sock in (source, target):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+class OneWayCut(PausableProxy):
+    """A relay to a sepp server whose client-to-server direction can be cut (``cut()``): from
+    then on every byte a client sends is read and dropped (``dropped`` counts them), while
+    the server's answers to what it received before still come back. Connections stay open:
+    a call sent after the cut is never seen by the server and never answered (nothing of it
+    is stored), as when the network between two hosts starts losing every packet one way."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        super().__init__(host, int(port))
+        self._cut = threading.Event()
+        self._count = threading.Lock()
+        #: Bytes clients sent after ``cut()`` (dropped).
+        self.dropped = 0
+
+    @property
+    def target(self) -> str:
+        """The ``host:port`` clients connect to."""
+        return f"127.0.0.1:{self.port}"
+
+    def cut(self) -> None:
+        """Drop what clients send from now on (see the class)."""
+        self._cut.set()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        upstream = source.getsockname()[1] == self.port  # an accepted socket: a client's bytes
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if upstream and self._cut.is_set():
+                    with self._count:
+                        self.dropped += len(data)
+                    continue
+                self._running.wait()
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)

@@ -34,7 +34,8 @@ from typing import Any
 
 import pytest
 
-from sepp.testing import ServerProcess
+from sepp.client.target import has_reached
+from sepp.testing import ServerProcess, free_port
 from support.backends import BACKENDS, PG_TEST_DSN, fresh_schema
 
 #: Config every test server gets unless the test says otherwise: short sweep interval
@@ -53,6 +54,17 @@ POSTGRES_ONLY = "postgres_only"
 
 #: The ``server_factory`` fixture: ServerConfig keys → a started server.
 ServerFactory = Callable[..., ServerProcess]
+
+
+def unreached_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1 and that no call of this test process
+    ever reached a server at (an earlier test's server may have had it): a client's first
+    call to it is a first contact, which fails fast when nothing listens
+    (``sepp.client.target``)."""
+    while True:
+        port = free_port()
+        if not has_reached(f"127.0.0.1:{port}"):
+            return port
 
 
 def backend_config(backend: str, schema: str | None = None) -> dict[str, Any]:

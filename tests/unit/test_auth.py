@@ -20,7 +20,16 @@ from sepp.cli.main import _register, app
 from sepp.client import ClientOptions
 from sepp.client._core import error_from_status, retry_delay
 from sepp.errors import AdminError, PermissionDenied, TransportError, Unauthenticated
-from sepp.server.auth import Authenticator, TokenEntry, bearer, digest, exposed_listeners, is_loopback, toml_entry
+from sepp.server.auth import (
+    Authenticator,
+    TokenEntry,
+    bearer,
+    digest,
+    exposed_listeners,
+    is_loopback,
+    malformed_authorization,
+    toml_entry,
+)
 from sepp.server.config import ConfigError, ServerConfig, load_config
 
 runner = CliRunner()
@@ -121,6 +130,20 @@ def test_failures_are_counted_always_and_logged_at_most_once_a_second_per_reason
 ])
 def test_bearer_reads_the_authorization_metadata(metadata: Any, secret: str | None) -> None:
     assert bearer(metadata) == secret
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("s3cret", "without the 'Bearer ' prefix"), (b"s3cret", "without the 'Bearer ' prefix"),
+    ("Basic czNjcmV0", "another scheme than 'Bearer'"), ("Bearer", "'Bearer' and no token after it"),
+    ("Bearer   ", "'Bearer' and no token after it"), ("", "an empty authorization header"),
+    ("Bearer s3cret", None), ("bearer s3cret", None),
+])
+def test_an_authorization_entry_that_is_not_bearer_token_is_told_apart(value: str | bytes,
+                                                                       problem: str | None) -> None:
+    said = malformed_authorization((("x-other", "v"), ("authorization", value)))
+    assert said is None if problem is None else (said is not None and problem in said)
+    assert said is None or "s3cret" not in said  # the value may be a secret: never repeated
+    assert malformed_authorization(None) is None and malformed_authorization((("x-other", "s3cret"),)) is None
 
 
 @pytest.mark.parametrize(("host", "loopback"), [

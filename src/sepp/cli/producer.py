@@ -1,7 +1,8 @@
 """``sepp enqueue`` and ``sepp info``: the producer side of the CLI, over the sync Client.
 
 Exit codes: 0 success; 2 a rejection or bad input (nothing, or only the accepted
-jobs of a best-effort batch, was enqueued); 3 a transport error (no verdict).
+jobs of a best-effort batch, was enqueued); 3 a transport error (no verdict); 130 a
+``--batch-file`` run stopped by Ctrl-C (what was stored is listed first).
 Human output goes through rich; ``--json`` prints machine-readable JSON instead.
 Results go to stdout, errors to stderr (as JSON with ``--json``).
 """
@@ -14,11 +15,15 @@ import datetime as dt
 import json
 import math
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -252,19 +257,23 @@ def _print_rejection(rejection: Rejection, what: str) -> None:
             err.print(f"  {name}: {value}", markup=False)
 
 
-def _fail_transport(exc: Exception, server: str, as_json: bool) -> NoReturn:
-    from sepp.errors import Overloaded, PermissionDenied, Unauthenticated
+def _fail_transport(exc: Exception, server: str, as_json: bool, extra: dict[str, Any] | None = None) -> NoReturn:
+    """End the command on a transport error: exit 3 (2 for a refused token), the error on
+    stderr — an ``enqueue_many`` error by its failed call's own message (``call_message``: the
+    caller reports the lines) — as JSON with ``--json``, ``extra`` keys added."""
+    from sepp.errors import Overloaded, PermissionDenied, TransportError, Unauthenticated
 
     if isinstance(exc, Unauthenticated | PermissionDenied):  # exit 2, fix the token
         fail_auth(exc, as_json)
 
     kind = type(exc).__name__
+    message = (exc.call_message if isinstance(exc, TransportError) else None) or str(exc)
     if as_json:
-        extra = {"retry_after": exc.retry_after} if isinstance(exc, Overloaded) else {}
-        print_json({"error": "transport", "kind": kind, "server": server, "message": str(exc), **extra},
-                    stderr=True)
+        more = {"retry_after": exc.retry_after} if isinstance(exc, Overloaded) else {}
+        print_json({"error": "transport", "kind": kind, "server": server, "message": message, **more,
+                    **(extra or {})}, stderr=True)
     else:
-        err_console().print(f"[bold red]transport error ({kind}) talking to {escape(server)}:[/] {escape(str(exc))}",
+        err_console().print(f"[bold red]transport error ({kind}) talking to {escape(server)}:[/] {escape(message)}",
                      markup=True)
     raise typer.Exit(EXIT_TRANSPORT)
 
@@ -322,8 +331,9 @@ def enqueue_cmd(
         "--idempotency-key", "-k", help="Dedup key: a retry within the queue's window is not enqueued twice.")
                                ] = None,
     batch_file: Annotated[Path | None, typer.Option(
-        "--batch-file", "-b", help="JSON lines, one job per line (- = stdin); sent with enqueue_batch in "
-        "chunks of the server's max_enqueue_batch. Keys: queue, job_type, payload (a JSON value, or "
+        "--batch-file", "-b", help="JSON lines, one job per line (- = stdin); sent with enqueue_many in "
+        "batches of the server's max_enqueue_batch, 4 in flight (Ctrl-C: the lines answered, maybe stored and "
+        "not sent are listed on stderr, exit 130). Keys: queue, job_type, payload (a JSON value, or "
         "{\"data_b64\": …, \"encoding\": …} for raw bytes), custom, priority, max_attempts, scheduled_at, "
         "idempotency_key, trace_context. Command-line values are defaults for every line.")] = None,
     atomic: Annotated[bool, typer.Option(
@@ -341,7 +351,8 @@ def enqueue_cmd(
 ) -> None:
     """Enqueue a job (or a file of jobs) and print its id.
 
-    Exit status: 0 enqueued, 2 rejected, bad input or token refused, 3 transport error.
+    Exit status: 0 enqueued, 2 rejected, bad input or token refused, 3 transport error,
+    130 a --batch-file run stopped by Ctrl-C.
     """
     from sepp.errors import RejectedError, TransportError
 
@@ -427,7 +438,7 @@ def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, 
         _fail_input("the batch file holds no jobs", as_json)
     lines = [number for number, _ in jobs]
     requests = [req for _, req in jobs]
-    rejected = done = 0
+    rejected = 0
     with _client(server, timeout, validate_locally, token) as client:
         try:
             if atomic:
@@ -448,34 +459,168 @@ def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, 
                 for line, ack in zip(lines, acks, strict=True):
                     _report_ack(line, ack, as_json)
             else:
-                size = client.get_server_info(cached=True).limits.max_enqueue_batch
-                with progress_bar(len(requests), f"enqueue {path.name}", show=progress) as advance:
-                    for chunk in chunks(requests, size):
-                        results = client.enqueue_batch(chunk)
-                        for offset, result in enumerate(results):
-                            line = lines[done + offset]
-                            if isinstance(result, EnqueueAck):
-                                _report_ack(line, result, as_json)
-                            else:
-                                rejected += 1
-                                if as_json:
-                                    print_json({"line": line, "status": "rejected", **rejection_json(result)})
-                                else:
-                                    out_console().print(f"line {line}: [red]rejected[/] {escape(str(result))}",
-                                                        markup=True)
-                        done += len(chunk)
-                        advance(len(chunk))
+                rejected = _enqueue_lines(client, requests, lines, server, as_json, progress, path.name)
         except RejectedError as exc:
             _fail_rejected(exc.rejection, as_json)
         except TransportError as exc:
-            if done:
-                err_console().print(f"lines up to {lines[done - 1]} were sent; later lines were not enqueued "
-                             "or their outcome is unknown")
             _fail_transport(exc, server, as_json)
     if rejected:
         if not as_json:
             err_console().print(f"{rejected} of {len(requests)} jobs rejected; the others were enqueued")
         raise typer.Exit(EXIT_REJECTED)
+
+
+#: The exit status of a ``sepp enqueue --batch-file`` stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
+
+class HeldInterrupt:
+    """The SIGINT handler of a ``--batch-file`` run: a Ctrl-C that comes while the lines of an
+    answered batch are printed (``hold()``) takes effect once they all are — so every line
+    printed is counted and none is printed twice — and any other one at once
+    (``KeyboardInterrupt``), as does a second one while the first is held.
+
+    ``installed()`` puts it in place for a block, in the main thread only and only over
+    Python's own handler (a handler the embedding program set is left alone)."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.held = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        """The signal handler: hold the first Ctrl-C inside ``hold()``, raise otherwise."""
+        if self.holding and not self.held:
+            self.held = True
+            return
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle SIGINT with this object for the block (see the class)."""
+        ours = (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        if ours:
+            signal.signal(signal.SIGINT, self)
+        try:
+            yield
+        finally:
+            if ours:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @contextmanager
+    def hold(self, *, release: bool = True) -> Iterator[None]:
+        """Hold a Ctrl-C during the block; with ``release``, raise it (``KeyboardInterrupt``)
+        when the block ends normally."""
+        self.held = False
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if release and self.held:
+            self.held = False
+            raise KeyboardInterrupt
+
+
+@dataclass(slots=True)
+class _Printed:
+    """What a ``--batch-file`` run printed: results up to index ``count``, ``rejected`` of them rejections."""
+
+    count: int = 0
+    rejected: int = 0
+
+
+def _enqueue_lines(client: Any, requests: list[EnqueueRequest], lines: list[int], server: str, as_json: bool,
+                   progress: bool, name: str) -> int:
+    """Send ``requests`` (file lines ``lines``) with ``enqueue_many`` and print one line per
+    result as each batch is answered; return how many were rejected.
+
+    On Ctrl-C: the results answered before the interruption or while the batches in flight
+    were waited for are printed, then (stderr) which lines were answered, which may or may not
+    be stored and which were not sent; exit ``EXIT_INTERRUPTED``. On a transport error the
+    same, then the error (exit 3). Raises ``typer.Exit``."""
+    from sepp.errors import EnqueueInterrupted, TransportError
+
+    printed = _Printed()
+    guard = HeldInterrupt()
+
+    def show(results: list[Any], start: int) -> None:
+        for offset, result in enumerate(results):
+            line = lines[start + offset]
+            if isinstance(result, EnqueueAck):
+                _report_ack(line, result, as_json)
+            else:
+                printed.rejected += 1
+                if as_json:
+                    print_json({"line": line, "status": "rejected", **rejection_json(result)})
+                else:
+                    out_console().print(f"line {line}: [red]rejected[/] {escape(str(result))}", markup=True)
+        printed.count = start + len(results)
+
+    stopped: EnqueueInterrupted | TransportError | None = None
+    with guard.installed():
+        with progress_bar(len(requests), f"enqueue {name}", show=progress) as advance:
+            def on_batch(start: int, results: list[Any]) -> None:
+                with guard.hold():  # a batch's lines are printed whole, then counted
+                    show(results, start)
+                    advance(len(results))
+
+            try:
+                client.enqueue_many(requests, on_batch=on_batch)
+            except (EnqueueInterrupted, TransportError) as exc:
+                stopped = exc
+                rest = (exc.answered or [])[printed.count:]
+                with guard.hold(release=False):  # what was answered while it stopped
+                    show(rest, printed.count)
+                    advance(len(rest))
+        if stopped is None:
+            return printed.rejected
+        answered = len(stopped.answered or ())
+        end = stopped.maybe_stored.stop if stopped.maybe_stored is not None else answered
+        with guard.hold(release=False):
+            if isinstance(stopped, EnqueueInterrupted):
+                _report_account(lines, answered, end, as_json, {"error": "interrupted"}, "interrupted")
+                raise typer.Exit(EXIT_INTERRUPTED)
+            if not as_json:  # with --json the account goes into the error document
+                _report_account(lines, answered, end, as_json, {}, "stopped")
+        _fail_transport(stopped, server, as_json, _account_json(lines, answered, end))
+
+
+def _line_span(lines: list[int], start: int, stop: int) -> str:
+    """``line 7`` or ``lines 7–12``: the file lines of the requests ``start`` ≤ i < ``stop``."""
+    return f"line {lines[start]}" if stop == start + 1 else f"lines {lines[start]}–{lines[stop - 1]}"
+
+
+def _account_json(lines: list[int], answered: int, end: int) -> dict[str, Any]:
+    """The file lines answered, maybe stored and not sent, as ``[first, last]`` or ``null``
+    each: the keys an interrupted or failed ``--batch-file`` run adds to its ``--json`` error."""
+    def span(start: int, stop: int) -> list[int] | None:
+        return [lines[start], lines[stop - 1]] if stop > start else None
+
+    return {"answered_lines": span(0, answered), "maybe_stored_lines": span(answered, end),
+            "unsent_lines": span(end, len(lines))}
+
+
+def _report_account(lines: list[int], answered: int, end: int, as_json: bool, doc: dict[str, Any],
+                    what: str) -> None:
+    """Say on stderr which lines of the file were answered (their results printed above),
+    which may or may not be stored (sent, no verdict) and which were never sent, and how to
+    resume without duplicates; as JSON with ``--json`` (``doc`` plus ``_account_json``)."""
+    if as_json:
+        print_json({**doc, **_account_json(lines, answered, end)}, stderr=True)
+        return
+    parts = [f"{_line_span(lines, 0, answered)} answered (printed above)" if answered else "no line answered"]
+    if end > answered:
+        parts.append(f"{_line_span(lines, answered, end)} may or may not be stored (sent, no verdict)")
+    if end < len(lines):
+        parts.append(f"{_line_span(lines, end, len(lines))} {'were' if len(lines) > end + 1 else 'was'} not sent")
+    err = err_console()
+    err.print(f"[bold]{what}:[/] {'; '.join(parts)}", markup=True)
+    if end < len(lines) or end > answered:
+        maybe = (f"; {_line_span(lines, answered, end)} may be stored already: send them again only with "
+                 "idempotency keys, or after checking for them (sepp jobs list)") if end > answered else ""
+        rest = f"resume from line {lines[end]}" if end < len(lines) else "every line was sent"
+        err.print(f"{rest}{maybe}", markup=False)
 
 
 def _report_ack(line: int, ack: EnqueueAck, as_json: bool) -> None:

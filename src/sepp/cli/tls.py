@@ -7,6 +7,11 @@ in each signature: the wrapper takes them off the call, keeps them for the comma
 duration (``client_tls()``), and the places that build a ``Client``, ``AsyncClient``,
 ``AdminClient`` or ``Worker`` pass ``**client_tls()`` on. A TLS file that cannot be read or
 used ends the command with one ``error:`` line and exit 2 (bad input), before any call.
+
+The same wrapper checks ``--server`` (``sepp.client.target.normalize_target``): a
+``grpc://`` or ``http://`` prefix is removed, ``grpcs://`` / ``https://`` is accepted with
+TLS files only, and a value with a URL path or a prefixed one without a port ends the
+command with one ``error: --server …`` line naming ``HOST:PORT``, exit 2.
 """
 
 from __future__ import annotations
@@ -71,9 +76,22 @@ def _check(files: TlsFiles) -> None:
         raise typer.Exit(2) from None
 
 
+def _server(server: str, *, tls: bool) -> str:
+    """``--server`` as the clients dial it (``normalize_target``); a value that is not
+    ``HOST:PORT`` ends the command (exit 2, one line)."""
+    from sepp.client.target import normalize_target
+
+    try:
+        return normalize_target(server, tls=tls)
+    except ValueError as exc:
+        typer.echo(f"error: --server {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
+
+
 def with_tls_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with the three TLS options added to its signature (for typer); the call runs
-    with them in ``client_tls()``. Applied once (a wrapped command is returned as is)."""
+    with them in ``client_tls()`` and its ``server`` normalized (``_server``). Applied once
+    (a wrapped command is returned as is)."""
     if getattr(fn, _MARK, False):
         return fn
     signature = inspect.signature(fn, eval_str=True)
@@ -86,6 +104,8 @@ def with_tls_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         files = cast(TlsFiles, {name: path for name in _OPTIONS if (path := kwargs.pop(name, None)) is not None})
         if files:
             _check(files)
+        if isinstance(kwargs.get("server"), str):
+            kwargs["server"] = _server(kwargs["server"], tls=bool(files))
         token = _CURRENT.set(files)
         try:
             return fn(*args, **kwargs)

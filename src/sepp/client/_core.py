@@ -8,7 +8,9 @@ clients only add the channel, the sleeping and the locking.
 
 from __future__ import annotations
 
+import re
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -34,15 +36,25 @@ from sepp.client._status import (  # noqa: F401 - re-exported
     reconnect_options,
 )
 from sepp.client.options import ClientOptions
+from sepp.client.target import (
+    first_contact_error,
+    mark_reached,
+    no_server_cause,
+    normalize_target,
+    reached_a_server,
+    rpc_details,
+)
 from sepp.client.tls import tls_hint
 from sepp.errors import (
     AtomicEnqueueError,
+    EnqueueInterrupted,
     MessageTooLarge,
     Overloaded,
     SeppError,
     ServerError,
     TransportError,
     Unavailable,
+    many_account,
 )
 from sepp.limits import QueueLimits
 from sepp.rejections import RejectionCode
@@ -143,6 +155,108 @@ def chunked(requests: Iterable[EnqueueRequest], size: int) -> Iterator[list[Enqu
     it = iter(requests)
     while chunk := list(islice(it, size)):
         yield chunk
+
+
+#: ``enqueue_many``'s batch callback: ``on_batch(start, results)`` after each batch is
+#: answered, in request order — ``start`` the index of the batch's first request, ``results``
+#: one ``EnqueueAck`` or ``Rejection`` per request of the batch, in order.
+OnBatch = Callable[[int, list[BatchResult]], None]
+
+
+@dataclass(slots=True)
+class Sent:
+    """One batch ``enqueue_many`` handed over to be sent: the requests ``start`` ≤ i < ``stop``
+    and the ``Future`` (``Client``) or ``Task`` (``AsyncClient``) that sends it."""
+
+    start: int
+    stop: int
+    handle: Any
+
+
+@dataclass(slots=True)
+class ManyRun:
+    """The bookkeeping of one ``enqueue_many``, kept so that an interruption at any point
+    (a ``KeyboardInterrupt`` can land between any two steps of the calling thread) leaves it
+    telling what may have been stored:
+
+    * ``out``: the results of the answered prefix, in order (extended in one step per batch);
+    * ``batches``: the batches handed over whose results are not in ``out`` yet, in order — a
+      batch enters *before* it is handed over to be sent (so none is sent unknown to it) and
+      leaves only after its results were added to ``out``;
+    * ``exhausted``: the iterable was read to its end.
+    """
+
+    out: list[BatchResult] = field(default_factory=list)
+    batches: deque[Sent] = field(default_factory=deque)
+    exhausted: bool = False
+
+    @property
+    def handed(self) -> int:
+        """How many requests were handed over to be sent (the end of the last batch)."""
+        return max(len(self.out), self.batches[-1].stop) if self.batches else len(self.out)
+
+    def maybe_end(self, first: int, unsent: Callable[[Any], bool]) -> int:
+        """The end of the requests that may or may not be stored, from ``first`` (the answered
+        prefix): the end of the last batch past ``first`` that may have reached the server —
+        every one but those ``unsent(handle)`` proves never sent."""
+        end = first
+        for sent in self.batches:
+            if sent.stop > first and not unsent(sent.handle):
+                end = max(end, sent.stop)
+        return end
+
+    def interrupted(self, unsent: Callable[[Any], bool]) -> EnqueueInterrupted:
+        """The ``EnqueueInterrupted`` that says what became of the requests now."""
+        first = len(self.out)
+        end = self.maybe_end(first, unsent)
+        text = many_account(first, end, self.handed, rest=not self.exhausted)
+        return EnqueueInterrupted(self.out, range(first, end), f"enqueue_many interrupted: {text}")
+
+    def account(self, error: TransportError, unsent: Callable[[Any], bool]) -> None:
+        """Complete ``error`` (raised by the first batch without a verdict, or before any batch
+        was sent) with what became of the requests: ``answered`` (``out`` in front of what the
+        failed batch's answered parts left there), ``maybe_stored``, and a message that says
+        so, in place of the failed call's own word on whether it was sent (``call_message``)."""
+        error.answered_after(self.out)
+        first = len(error.answered or ())
+        end = self.maybe_end(first, unsent)
+        error.maybe_stored = range(first, end)
+        error.call_message = _CALL_VERDICT.sub("", error.message)
+        error.message = (f"{error.call_message}; enqueue_many: "
+                         f"{many_account(first, end, self.handed, rest=not self.exhausted)}")
+        error.args = (error.message,)
+
+    def cancelled_note(self, unsent: Callable[[Any], bool]) -> str:
+        """The note a cancelled ``AsyncClient.enqueue_many`` adds to its ``CancelledError``."""
+        return "enqueue_many cancelled: " + self._note(unsent, "each passed to on_batch and progress")
+
+    def stopped_note(self, unsent: Callable[[Any], bool]) -> str | None:
+        """The note ``enqueue_many`` adds to any other exception that stops it (one a callback
+        or the iterable raised, an item that is not a request) — raised as it is, so the note
+        is the only word on the batches in flight, which may be stored. The answered requests
+        are those passed to ``on_batch`` (the one whose callback raised included). None when
+        no request was handed over to be sent (nothing to account for)."""
+        if not self.handed:
+            return None
+        return "enqueue_many stopped: " + self._note(unsent, "each passed to on_batch")
+
+    def _note(self, unsent: Callable[[Any], bool], where: str) -> str:
+        first = len(self.out)
+        return many_account(first, self.maybe_end(first, unsent), self.handed, rest=not self.exhausted, where=where)
+
+
+#: What a failed call's message says of that one call's sending ("(the call was never sent: safe
+#: to send again)", "(an earlier try may have reached the server)", "; nothing was sent"):
+#: dropped from an ``enqueue_many`` error, whose account of every request replaces it.
+_CALL_VERDICT = re.compile(r" ?\((?:the call was never sent|an earlier try may have reached)[^()]*\)"
+                           r"|; nothing was sent")
+
+
+def provably_unsent(error: BaseException | None) -> bool:
+    """Whether a batch that failed with ``error`` provably never reached a server beyond the
+    answered parts its error carries: a request too large to send, or ``Unavailable.not_sent``
+    (a batch sent in parts stops at the failed part). Any other failure may have been stored."""
+    return isinstance(error, UnsentTooLarge) or (isinstance(error, SeppError) and not_sent(error))
 
 
 class UnsentTooLarge(MessageTooLarge):
@@ -393,12 +507,50 @@ def no_connection(options: ClientOptions, target: str, maybe_sent: bool,
     a server (``maybe_sent``). Not retried: the deadline is the caller's bound on waiting.
     ``last``: the last try's error; a TLS failure it shows is named (``tls.tls_hint``)."""
     where = f" ({target})" if target else ""
-    details = last.details() if last is not None and hasattr(last, "details") else ""
-    hint = tls_hint(details or "", options.credentials is not None)
+    details = rpc_details(last) if last is not None else ""
+    tls = options.credentials is not None
+    hint = tls_hint(details, tls)
+    if not hint:  # what the last try ran into, in words ("connection refused: is sepp running on …?")
+        cause = no_server_cause(details, target, tls=tls)
+        hint = f"; last try: {cause}" if cause else ""
     sent = ("an earlier try may have reached the server" if maybe_sent
             else "the call was never sent: safe to send again")
     return Unavailable(f"server unavailable{where}: no connection within the {options.timeout:g} s deadline "
                        f"({sent}){hint}", code=grpc.StatusCode.UNAVAILABLE, not_sent=not maybe_sent)
+
+
+def first_contact(error: SeppError, exc: grpc.RpcError, target: str, options: ClientOptions) -> Unavailable | None:
+    """The ``Unavailable`` a call fails with at once because its address was never reached by
+    this process and nothing there can be connected to (``target.first_contact_error``), else
+    ``None`` — always ``None`` with ``options.wait_for_server_start``."""
+    if options.wait_for_server_start:
+        return None
+    return first_contact_error(error, rpc_details(exc), target, tls=options.credentials is not None)
+
+
+def after_failed_try(reached: bool, error: SeppError, exc: grpc.RpcError, target: str,
+                     options: ClientOptions) -> bool:
+    """Judge a failed try of a client that had (``reached``) or had not yet got an answer from
+    a server at ``target``; returns whether it has now (a refusal is an answer:
+    ``target.reached_a_server``, which this records for the process with ``mark_reached``).
+    Raises the ``Unavailable`` of ``first_contact`` (from ``exc``) when the address was never
+    reached and nothing there can be connected to: the call fails at once, naming the cause."""
+    if reached:
+        return True
+    if reached_a_server(error):
+        mark_reached(target)
+        return True
+    fast = first_contact(error, exc, target, options)
+    if fast is not None:  # nothing there, and this process never reached it: say so now
+        raise fast from exc
+    return False
+
+
+def client_target(target: str, options: ClientOptions) -> str:
+    """``target`` as a client dials it (``target.normalize_target``: a ``grpc://`` or
+    ``http://`` prefix removed; ``grpcs://`` / ``https://`` only with TLS configured).
+    Raises ``ValueError`` for a target that is not ``HOST:PORT`` in such a form."""
+    return normalize_target(target, tls=options.credentials is not None)
 
 
 def not_sent(error: SeppError) -> bool:

@@ -154,11 +154,12 @@ def error_from_status(code: grpc.StatusCode, details: str,
 
 #: What gRPC core says in an UNAVAILABLE when the call got no connection at all — the
 #: channel's pick failed ("failed to connect to all addresses; last error: ...") or the name
-#: did not resolve: it was never written to any server (lower-case substrings of the status
+#: did not resolve ("errors resolving NAME: ..." in gRPC 1.6x, "DNS resolution failed"
+#: before): it was never written to any server (lower-case substrings of the status
 #: details). A call that was on a connection when it broke says "Stream removed", "Socket
 #: closed", "Connection reset by peer" or "GOAWAY received" instead.
 _NOT_SENT = ("failed to connect", "connection refused", "connect failed", "no route to host",
-             "network is unreachable", "dns resolution failed")
+             "network is unreachable", "dns resolution failed", "errors resolving")
 
 
 def never_sent(details: str) -> bool:

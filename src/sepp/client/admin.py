@@ -40,6 +40,7 @@ from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.client._core import error_from_rpc
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
+from sepp.client.target import first_contact_error, mark_reached, normalize_target, reached_a_server, rpc_details
 from sepp.client.tls import PathArg, with_tls
 from sepp.domain.states import STATE_BY_NAME, parse_state
 from sepp.errors import AdminError, AdminRefused, TransportError
@@ -83,22 +84,29 @@ class AdminClient:
     none. ``timeout`` (seconds) bounds every call. A refused token raises ``Unauthenticated``
     or ``PermissionDenied`` (the transport family; in earlier versions ``AdminRefused``). TLS:
     ``credentials``, or ``tls_ca`` / ``tls_cert`` / ``tls_key`` PEM files
-    (``sepp.client.tls``), not both. Raises ``ValueError`` for a TLS file that cannot be read or
-    used."""
+    (``sepp.client.tls``), not both. ``target``: ``HOST:PORT`` (the forms of ``sepp.Client``;
+    ``sepp.client.target``). Raises ``ValueError`` for a TLS file that cannot be read or used,
+    and for a ``target`` that is not ``HOST:PORT``. A call to an address this process never
+    reached, where nothing can be connected to, raises ``Unavailable`` naming the cause
+    (``connection refused: is sepp running on …?``); admin calls never wait for a connection."""
 
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, timeout: float = 30.0,
                  credentials: grpc.ChannelCredentials | None = None, tls_ca: PathArg | None = None,
                  tls_cert: PathArg | None = None, tls_key: PathArg | None = None) -> None:
         credentials = with_tls(ClientOptions(credentials=credentials), tls_ca, tls_cert, tls_key).credentials
-        self.target = target
+        #: The address dialled: ``target`` without a ``grpc://`` / ``http://`` prefix.
+        self.target = normalize_target(target, tls=credentials is not None)
+        self._tls = credentials is not None
+        #: Whether a call got an answer from a server (``sepp.client.target.mark_reached``).
+        self._reached = False
         self.timeout = timeout
         self._metadata = token_metadata(token)
         # Receive as much as the Client does (16 MiB, the server's default max_message_bytes):
         # with gRPC's 4 MiB default a GetServerInfo / ListQueues answer of many queues failed
         # here while producers still read it.
         options = [("grpc.max_receive_message_length", ClientOptions().max_message_bytes)]
-        self._channel = (grpc.secure_channel(target, credentials, options=options) if credentials is not None
-                         else grpc.insecure_channel(target, options=options))
+        self._channel = (grpc.secure_channel(self.target, credentials, options=options) if credentials is not None
+                         else grpc.insecure_channel(self.target, options=options))
         self._stub: Any = admin_pb2_grpc.AdminServiceStub(self._channel)
 
     def __enter__(self) -> AdminClient:
@@ -113,10 +121,25 @@ class AdminClient:
         self._channel.close()
 
     def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        """Call ``method`` once (no retry, no wait for a connection); a gRPC error becomes a
+        sepp exception — on a first contact with nothing at ``target`` the one that names
+        the cause (``sepp.client.target.first_contact_error``)."""
         try:
-            return getattr(self._stub, method)(request, timeout=timeout or self.timeout, metadata=self._metadata)
+            response = getattr(self._stub, method)(request, timeout=timeout or self.timeout,
+                                                   metadata=self._metadata)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, self.target, admin=True) from None
+            error = error_from_rpc(exc, self.target, admin=True)
+            if not self._reached:
+                if reached_a_server(error):
+                    self._reached = True
+                    mark_reached(self.target)
+                else:
+                    error = first_contact_error(error, rpc_details(exc), self.target, tls=self._tls) or error
+            raise error from None
+        if not self._reached:
+            self._reached = True
+            mark_reached(self.target)
+        return response
 
     # ------------------------------------------------------------------ queues
 

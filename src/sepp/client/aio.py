@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import Iterable, Sized
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,12 @@ if TYPE_CHECKING:
     from sepp._otel import Send
 
 
+def _unsent(task: asyncio.Task[list[BatchResult]]) -> bool:
+    """Whether the batch ``task`` sends provably never reached a server: it failed with an error
+    that says so (``_core.provably_unsent``). A cancelled one may have been sent."""
+    return task.done() and not task.cancelled() and _core.provably_unsent(task.exception())
+
+
 class AsyncClient:
     """asyncio sepp producer client; every method of :class:`~sepp.Client`, awaited.
 
@@ -38,8 +43,12 @@ class AsyncClient:
     another loop (a second ``asyncio.run``, another thread's loop) raises ``RuntimeError``
     saying so (a grpc.aio channel cannot move between loops).
 
+    Like :class:`~sepp.Client`, a first contact fails fast (``Unavailable``, ``not_sent``,
+    e.g. ``connection refused: is sepp running on 127.0.0.1:7799?``) and a server restart
+    after a call got through is waited out within ``ClientOptions.timeout``.
+
     Args:
-        target: ``host:port`` of the server's gRPC listener.
+        target: ``host:port`` of the server's gRPC listener (the forms of :class:`~sepp.Client`).
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
             on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
@@ -50,14 +59,16 @@ class AsyncClient:
         tracer_provider: An OpenTelemetry ``TracerProvider`` to record spans with; ``None``
             = the global one, if the application set one (see :meth:`sepp.Client`).
 
-    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
+    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it),
+    and for a ``target`` that is not ``HOST:PORT`` (as :class:`~sepp.Client`).
     """
 
     def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
-        self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
+        #: The address dialled: ``target`` without a ``grpc://`` / ``http://`` prefix.
+        self.target = _core.client_target(target, self.options)
         #: ``options.metadata`` plus the token's ``authorization`` entry.
         self._metadata = (*self.options.metadata, *token_metadata(token))
         #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
@@ -69,6 +80,8 @@ class AsyncClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cached: _core.CachedInfo | None = None
         self._closed = False
+        #: Whether a call of this client got an answer from a server (``_core.mark_reached``).
+        self._reached = False
 
     # ------------------------------------------------------------ enqueue
 
@@ -135,38 +148,64 @@ class AsyncClient:
         return _core.merge_batch(verdicts, response)
 
     async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
-                           progress: _core.Progress | None = None) -> list[BatchResult]:
+                           progress: _core.Progress | None = None, on_batch: _core.OnBatch | None = None
+                           ) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort, ``in_flight`` batches of
         ``max_enqueue_batch`` at a time (a batch too large to send goes in parts), results in
-        request order; see :meth:`sepp.Client.enqueue_many` (same arguments, ``progress``
-        callback and errors).
-        ``progress`` is called on the event loop."""
+        request order; see :meth:`sepp.Client.enqueue_many` (same arguments, callbacks —
+        called on the event loop — and ``TransportError``).
+
+        Cancelled (``task.cancel()``, ``asyncio.timeout``, Ctrl-C under ``asyncio.run``), it
+        cancels the batches in flight at once (they may or may not be stored) and raises the
+        ``CancelledError`` itself — not a subclass, which ``asyncio.timeout`` would not
+        recognise — with a note (``add_note``: shown with its traceback) saying which requests
+        were answered, which may be stored and which were never sent. The results of the
+        answered ones are exactly those passed to ``on_batch``, the requests past them that
+        the iterable yielded may or may not be stored, the rest were never sent. A
+        ``KeyboardInterrupt`` raised in the loop itself becomes ``EnqueueInterrupted``, as in
+        ``Client`` but without waiting for the batches in flight. Any other exception (a
+        callback's, the iterable's) cancels the batches in flight too and is raised as it is,
+        with the same account as a note (``enqueue_many stopped: …``).
+        """
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
-        size = (await self._cached_info()).info.limits.max_enqueue_batch
-        out: list[BatchResult] = []
-        pending: deque[asyncio.Task[list[BatchResult]]] = deque()
+        run = _core.ManyRun()
 
         async def collect() -> None:
-            out.extend(await pending.popleft())
+            sent = run.batches[0]  # it leaves ``batches`` once its results are in ``out``
+            results = await sent.handle
+            run.out.extend(results)
+            run.batches.popleft()
+            if on_batch is not None:
+                on_batch(sent.start, results)
             if progress is not None:
-                progress(len(out), total)
+                progress(len(run.out), total)
 
         try:
+            size = (await self._cached_info()).info.limits.max_enqueue_batch
             for chunk in _core.chunked(requests, size):
-                if len(pending) >= in_flight:
+                if len(run.batches) >= in_flight:
                     await collect()
-                pending.append(asyncio.ensure_future(self._enqueue_part(chunk)))
-            while pending:
+                task = asyncio.ensure_future(self._enqueue_part(chunk))
+                run.batches.append(_core.Sent(run.handed, run.handed + len(chunk), task))
+            run.exhausted = True
+            while run.batches:
                 await collect()
         except BaseException as exc:
-            for task in pending:
+            tasks = [sent.handle for sent in run.batches]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            if isinstance(exc, TransportError):  # what was answered, in order (Client.enqueue_many)
-                exc.answered_after(out)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if isinstance(exc, TransportError):  # what was answered and what may be stored (Client.enqueue_many)
+                run.account(exc, _unsent)
+            elif isinstance(exc, asyncio.CancelledError):
+                exc.add_note(run.cancelled_note(_unsent))
+            elif isinstance(exc, KeyboardInterrupt):
+                raise run.interrupted(_unsent) from None
+            elif (note := run.stopped_note(_unsent)) is not None:  # a callback's or the iterable's own
+                exc.add_note(note)
             raise
-        return out
+        return run.out
 
     async def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
         """``enqueue_batch(chunk)``, in parts when it is too large to send (``Client._enqueue_part``)."""
@@ -314,7 +353,8 @@ class AsyncClient:
         """Call the stub's ``method_name`` like ``Client._call``: every try has gRPC's
         ``wait_for_ready`` off, and a try that found no connection waits here for the
         channel's state to change (at most ``CONNECT_WAIT_MAX`` per wait) within the
-        attempt's deadline, then is sent again."""
+        attempt's deadline, then is sent again — except on a first contact that shows
+        nothing can be connected to at ``target``: that fails at once (``_core.first_contact``)."""
         method = getattr(self._get_stub(), method_name)
         options = self.options
         metadata = self._metadata or None
@@ -324,10 +364,16 @@ class AsyncClient:
         timeout = options.timeout
         while True:
             try:
-                return await method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
+                response = await method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
+            else:
+                if not self._reached:
+                    self._reached = True
+                    _core.mark_reached(self.target)
+                return response
+            self._reached = _core.after_failed_try(self._reached, error, cause, self.target, options)
             if _core.waits_for_connection(error, options):
                 pause = _core.connect_pause(deadline, _core.CONNECT_WAIT_MAX)
                 if pause is not None:

@@ -81,6 +81,9 @@ class RetryPolicy:
 class ClientOptions:
     """Settings of a :class:`~sepp.Client` or :class:`~sepp.AsyncClient`.
 
+    Raises ``ValueError`` for a ``timeout`` ≤ 0, a ``max_message_bytes`` below 1024 or a
+    negative ``interrupt_grace``.
+
     Attributes:
         timeout: Deadline of each attempt of a call, seconds; ``None`` = no deadline.
         validate_locally: Check requests against the limits ``GetServerInfo``
@@ -106,6 +109,21 @@ class ClientOptions:
             raises ``Unavailable`` with ``not_sent`` true, never an ambiguous
             ``DeadlineExceeded``. ``False``: such a call fails with ``Unavailable``
             (``not_sent``) and is retried per ``retry``.
+        interrupt_grace: Seconds an interrupted ``enqueue_many`` (Ctrl-C: ``KeyboardInterrupt``)
+            waits for the verdicts of the batches already sent before it raises
+            ``EnqueueInterrupted``, so that what the server stored meanwhile is reported as
+            answered rather than "may or may not be stored"; ``0`` = do not wait. A second
+            Ctrl-C ends the wait at once. ``AsyncClient`` does not wait: a cancelled task
+            stops at once (docs/decisions.md "Interrupted enqueue_many").
+        wait_for_server_start: What a call does when this process never reached a server at
+            the client's address and nothing there can be connected to (connection refused,
+            no such host, an HTTP/1.x answer from sepp's HTTP port, a failed TLS handshake).
+            ``False`` (the default): it fails at once with ``Unavailable`` (``not_sent``)
+            naming the address and the cause, e.g. ``connection refused: is sepp running on
+            127.0.0.1:7799?`` — a wrong port or a stopped server is reported in
+            milliseconds, not after ``timeout``. ``True``: it waits for the server within its
+            ``timeout``, as a call to an address reached before does (a producer started
+            together with its server). ``sepp.client.target`` has the rule.
     """
 
     timeout: float | None = 10.0
@@ -117,9 +135,13 @@ class ClientOptions:
     credentials: grpc.ChannelCredentials | None = None
     channel_options: tuple[tuple[str, Any], ...] = ()
     wait_for_ready: bool = True
+    interrupt_grace: float = 5.0
+    wait_for_server_start: bool = False
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("timeout must be > 0 seconds (or None)")
+        if not self.interrupt_grace >= 0:  # NaN too
+            raise ValueError("interrupt_grace must be ≥ 0 seconds")
         if self.max_message_bytes < 1024:
             raise ValueError("max_message_bytes must be ≥ 1024")

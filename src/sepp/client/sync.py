@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Sized
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Sized
+from concurrent.futures import Future, wait
+from functools import partial
+from queue import SimpleQueue
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,56 @@ if TYPE_CHECKING:
     from sepp._otel import Send
 
 
+class _Senders:
+    """The threads that send the batches of one ``enqueue_many``, at most ``count``, started as
+    batches come (one per batch until there are ``count``). Unlike a ``ThreadPoolExecutor``
+    they take a ``Future`` the caller made, so the caller records the batch before handing it
+    over — a ``KeyboardInterrupt`` inside ``submit`` can never leave a batch sent that the
+    caller does not know — and a batch whose future was cancelled before a thread took it is
+    never sent. Daemon threads: after ``stop()`` a call still in flight (an interrupted
+    ``enqueue_many``) never holds up the interpreter's exit."""
+
+    def __init__(self, count: int) -> None:
+        self._work: SimpleQueue[tuple[Future[list[BatchResult]], Callable[[], list[BatchResult]]] | None] = \
+            SimpleQueue()
+        self._stopped = False
+        self._count = count
+        self._started = 0
+
+    def submit(self, fut: Future[list[BatchResult]], send: Callable[[], list[BatchResult]]) -> None:
+        """Send a batch (``send()``) on a free thread; its outcome goes to ``fut``."""
+        self._work.put((fut, send))
+        if self._started < self._count:
+            self._started += 1
+            threading.Thread(target=self._run, name=f"sepp-enqueue-many_{self._started}", daemon=True).start()
+
+    def stop(self) -> None:
+        """End the threads once their current batch is done; batches not started are cancelled."""
+        self._stopped = True
+        for _ in range(self._count):
+            self._work.put(None)
+
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            fut, send = item
+            if self._stopped:
+                fut.cancel()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                result = send()
+            except BaseException as exc:  # the caller gets it from the future
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+
+def _unsent(fut: Future[list[BatchResult]]) -> bool:
+    """Whether the batch ``fut`` sends provably never reached a server: cancelled before it
+    started, or failed with an error that says so (``_core.provably_unsent``)."""
+    return fut.cancelled() or (fut.done() and _core.provably_unsent(fut.exception()))
+
+
 class Client:
     """Blocking sepp producer client.
 
@@ -35,16 +86,27 @@ class Client:
             ack = client.enqueue(EnqueueRequest("emails", "welcome"))
 
     The channel connects lazily, so constructing a client never fails on the network.
-    A client is safe to share between threads. With ``validate_locally`` (the default)
-    the first enqueue fetches ``GetServerInfo`` once and checks every request against
-    the advertised limits before sending.
+    A client is safe to share between threads.
+
+    The first contact fails fast: when this process never reached a server at ``target``
+    and nothing there can be connected to (refused, no such host, sepp's HTTP port, a
+    failed TLS handshake), a call raises :class:`~sepp.errors.Unavailable` (``not_sent``)
+    at once, naming the address and the cause (``connection refused: is sepp running on
+    127.0.0.1:7799?``). Once a call reached the server, a server restart is ridden out: a
+    call that finds no connection waits for one within its ``timeout``
+    (``ClientOptions.wait_for_ready``, ``ClientOptions.wait_for_server_start``).
+
+    With ``validate_locally`` (the default) the first enqueue fetches ``GetServerInfo`` once
+    and checks every request against the advertised limits before sending.
 
     Every method raises :class:`~sepp.errors.RejectedError` for a deterministic refusal
     (local or from the server) and :class:`~sepp.errors.TransportError` when no verdict
     was reached (after the retries the :class:`RetryPolicy` allows).
 
     Args:
-        target: ``host:port`` of the server's gRPC listener.
+        target: ``host:port`` of the server's gRPC listener (``grpc://`` or ``http://`` before
+            it is accepted and removed; ``grpcs://`` / ``https://`` only with TLS configured;
+            gRPC's own ``ipv4:…`` / ``dns:///…`` forms pass as they are: ``sepp.client.target``).
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
             on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
@@ -59,27 +121,32 @@ class Client:
             (``sepp._otel``, docs/operations.md "Tracing"). Without it nothing is recorded
             and OpenTelemetry is not imported.
 
-    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it).
+    Raises ``ValueError`` for a TLS file that cannot be read or used (one line, naming it),
+    and for a ``target`` with a URL path, a prefixed one without a port, or ``https://``
+    without TLS configured (one line naming the expected ``HOST:PORT``).
     """
 
     def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
-        self.target = target
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)
+        #: The address dialled: ``target`` without a ``grpc://`` / ``http://`` prefix.
+        self.target = _core.client_target(target, self.options)
         #: ``options.metadata`` plus the token's ``authorization`` entry.
         self._metadata = (*self.options.metadata, *token_metadata(token))
         #: The OpenTelemetry ``TracerProvider`` of this client's spans; ``None`` = the global one.
         self.tracer_provider = tracer_provider
         channel_args = _core.channel_options(self.options)
         if self.options.credentials is not None:
-            self._channel = grpc.secure_channel(target, self.options.credentials, options=channel_args)
+            self._channel = grpc.secure_channel(self.target, self.options.credentials, options=channel_args)
         else:
-            self._channel = grpc.insecure_channel(target, options=channel_args)
+            self._channel = grpc.insecure_channel(self.target, options=channel_args)
         self._stub: Any = _core.producer_stub(self._channel)
         self._lock = threading.Lock()
         self._cached: _core.CachedInfo | None = None
         self._closed = False
+        #: Whether a call of this client got an answer from a server (``_core.mark_reached``).
+        self._reached = False
 
     # ------------------------------------------------------------ enqueue
 
@@ -164,7 +231,8 @@ class Client:
         return _core.merge_batch(verdicts, response)
 
     def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
-                     progress: _core.Progress | None = None) -> list[BatchResult]:
+                     progress: _core.Progress | None = None, on_batch: _core.OnBatch | None = None
+                     ) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort: ``requests`` (any iterable, read lazily) is
         cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
         batches in flight (each an :meth:`enqueue_batch`, with its local validation and
@@ -173,42 +241,100 @@ class Client:
         as it is but in parts that fit (``_core.split_by_size``); set the option to the
         server's ``max_message_bytes`` when that is smaller than the default.
 
-        ``progress(done, total)``, if given, is called after each batch is answered (a batch
-        sent in parts: once all are), in order, from the calling thread: ``done`` jobs
-        answered so far (acked or rejected),
-        ``total`` = ``len(requests)`` when it has one, else ``None``.
+        After each batch is answered (a batch sent in parts: once all are), in request order,
+        from the calling thread: ``on_batch(start, results)``, if given — ``start`` the index
+        of the batch's first request, ``results`` its results in order — then
+        ``progress(done, total)``, if given — ``done`` jobs answered so far (acked or
+        rejected), ``total`` = ``len(requests)`` when it has one, else ``None``. An exception
+        a callback raises stops the run like a transport error's (the batches in flight are
+        waited for) and is raised as it is.
 
         Raises:
             TransportError: a batch got no verdict (``MessageTooLarge``: one job alone is
                 larger than ``max_message_bytes``). Batches already sent are waited for
-                first; the jobs counted by the last ``progress`` call were answered — their
-                results are the exception's ``answered`` list, in order — and later ones may
-                or may not be stored (no key: not retried, as for enqueue_batch).
+                first. ``answered`` holds the results of the requests before the first one
+                without a verdict (a prefix, in order: the ids to keep), ``maybe_stored`` the
+                range of the requests that may or may not be stored (sent, no verdict; no key:
+                not retried, as for enqueue_batch), and the requests from
+                ``maybe_stored.stop`` on were never sent; the message says the same.
+            EnqueueInterrupted: a ``KeyboardInterrupt`` (Ctrl-C) came while it ran. It waits
+                up to ``ClientOptions.interrupt_grace`` seconds (a second Ctrl-C: no longer)
+                for the verdicts of the batches in flight, then raises this
+                ``KeyboardInterrupt`` with the same ``answered`` and ``maybe_stored``; the
+                callbacks are not called again, so ``answered[done:]`` holds the results they
+                did not see. Batches still in flight then go on in the background until
+                answered or until the client is closed (which cancels them).
             ValueError: ``in_flight`` < 1.
             TypeError: an item is not an ``EnqueueRequest``.
+
+        Any other exception (a callback's, the iterable's, that ``TypeError``) is raised as it
+        is once the batches in flight are done, with a note (``add_note``: shown in its
+        traceback) saying which requests were answered (passed to ``on_batch``), which may be
+        stored (the batches in flight: their results are not passed on) and which were never
+        sent.
         """
         _core.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
-        size = self._cached_info().info.limits.max_enqueue_batch
-        out: list[BatchResult] = []
-        pending: deque[Future[list[BatchResult]]] = deque()
-        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="sepp-enqueue-many") as pool:
+        run = _core.ManyRun()
+        senders = _Senders(in_flight)
+        try:
+            size = self._cached_info().info.limits.max_enqueue_batch
+            for chunk in _core.chunked(requests, size):
+                if len(run.batches) >= in_flight:
+                    self._collect(run, progress, on_batch, total)
+                start = run.handed
+                sent = _core.Sent(start, start + len(chunk), Future())
+                run.batches.append(sent)  # known before it is handed over: a Ctrl-C from here on finds it
+                # each batch runs in the caller's context (its current span: tracing)
+                senders.submit(sent.handle, partial(contextvars.copy_context().run, self._enqueue_part, chunk))
+            run.exhausted = True
+            while run.batches:
+                self._collect(run, progress, on_batch, total)
+        except KeyboardInterrupt:
+            self._await_verdicts(run)
+            senders.stop()
+            raise run.interrupted(_unsent) from None
+        except BaseException as exc:
             try:
-                for chunk in _core.chunked(requests, size):
-                    if len(pending) >= in_flight:
-                        self._collect(pending.popleft(), out, progress, total)
-                    # each batch runs in the caller's context (its current span: tracing)
-                    pending.append(pool.submit(contextvars.copy_context().run, self._enqueue_part, chunk))
-                while pending:
-                    self._collect(pending.popleft(), out, progress, total)
-            except BaseException as exc:
-                for fut in pending:
-                    fut.cancel()
-                wait(pending)
-                if isinstance(exc, TransportError):  # what was answered, in order: the caller keeps those ids
-                    exc.answered_after(out)
-                raise
-        return out
+                for sent in run.batches:
+                    sent.handle.cancel()  # those not started yet are never sent
+                wait([sent.handle for sent in run.batches])
+            except KeyboardInterrupt:  # Ctrl-C while the batches in flight are waited for
+                senders.stop()
+                raise run.interrupted(_unsent) from None
+            senders.stop()
+            if isinstance(exc, TransportError):  # what was answered and what may be stored, in order
+                run.account(exc, _unsent)
+            elif (note := run.stopped_note(_unsent)) is not None:  # a callback's or the iterable's own
+                exc.add_note(note)
+            raise
+        senders.stop()
+        return run.out
+
+    def _await_verdicts(self, run: _core.ManyRun) -> None:
+        """After a ``KeyboardInterrupt``: cancel the batches not started yet (never sent), then
+        add the results of those in flight to ``run.out``, in order, as long as they are
+        answered within ``options.interrupt_grace`` seconds; stop at the first without a
+        verdict, or at a second ``KeyboardInterrupt``."""
+        deadline = time.monotonic() + self.options.interrupt_grace
+        try:
+            for sent in run.batches:
+                sent.handle.cancel()  # those not started yet are never sent
+            for sent in list(run.batches):
+                if sent.stop <= len(run.out):  # added to ``out`` just before the interruption
+                    continue
+                if sent.start != len(run.out):
+                    return
+                try:
+                    results = sent.handle.result(timeout=max(0.0, deadline - time.monotonic()))
+                except TransportError as exc:  # the answered parts of a batch sent in parts
+                    run.out.extend(exc.answered or ())
+                    return
+                except Exception:  # no verdict in time (TimeoutError), cancelled, closed client, …
+                    return
+                run.out.extend(results)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            return
 
     def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
         """``enqueue_batch(chunk)``; a chunk too large to send (``UnsentTooLarge``: nothing was
@@ -228,11 +354,18 @@ class Client:
         return out
 
     @staticmethod
-    def _collect(fut: Future[list[BatchResult]], out: list[BatchResult], progress: _core.Progress | None,
+    def _collect(run: _core.ManyRun, progress: _core.Progress | None, on_batch: _core.OnBatch | None,
                  total: int | None) -> None:
-        out.extend(fut.result())
+        """Wait for the oldest batch in flight, add its results to ``run.out`` (it leaves
+        ``run.batches`` only then) and call the callbacks."""
+        sent = run.batches[0]
+        results = sent.handle.result()
+        run.out.extend(results)
+        run.batches.popleft()
+        if on_batch is not None:
+            on_batch(sent.start, results)
         if progress is not None:
-            progress(len(out), total)
+            progress(len(run.out), total)
 
     def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.
@@ -358,7 +491,10 @@ class Client:
         Each gRPC try is sent with gRPC's ``wait_for_ready`` off, so a try that finds no
         connection fails at once and provably unsent; this loop waits (sleeping
         ``CONNECT_POLL`` between tries) within the attempt's deadline instead — unlike
-        gRPC's own wait, a deadline spent that way is known to have sent nothing.
+        gRPC's own wait, a deadline spent that way is known to have sent nothing. Except on
+        the first contact: when this process never reached a server at ``target`` and the
+        try shows that nothing there can be connected to, the call fails at once
+        (``_core.first_contact``; ``ClientOptions.wait_for_server_start``).
         """
         if self._closed:
             raise RuntimeError("this sepp Client is closed")
@@ -370,13 +506,19 @@ class Client:
         timeout = options.timeout
         while True:
             try:
-                return method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
+                response = method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
             except grpc.RpcError as exc:
                 if self._closed:  # close() cancelled it: neither retried nor "never sent"
                     raise RuntimeError("this sepp Client was closed while the call was in flight; "
                                        "it may or may not have been stored") from exc
                 error = _core.error_from_rpc(exc, self.target)
                 cause = exc
+            else:
+                if not self._reached:
+                    self._reached = True
+                    _core.mark_reached(self.target)
+                return response
+            self._reached = _core.after_failed_try(self._reached, error, cause, self.target, options)
             if _core.waits_for_connection(error, options):
                 pause = _core.connect_pause(deadline, _core.CONNECT_POLL)
                 if pause is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
@@ -34,6 +35,7 @@ from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError
 from sepp.server.http.app import build_http_app
+from sepp.server.listen import address_in_use, check_free
 from sepp.server.metrics import Metrics
 from sepp.server.notifier import Notifier
 from sepp.server.periodic.admin import PeriodicAdmin, check_job
@@ -169,9 +171,12 @@ class SeppServer:
     async def start(self) -> None:
         """Open storage, load queues, start the sweeper and both listeners.
 
-        Raises ``RuntimeError`` / ``OSError`` when a port cannot be bound and
-        ``StoreError`` when the database cannot be opened.
+        Raises ``RuntimeError`` / ``OSError`` when a port cannot be bound — ``OSError``
+        ``port N is in use (another sepp?); choose another with --grpc-listen`` (or
+        ``--http-listen``) before the store is opened when a port is taken
+        (``sepp.server.listen``) — and ``StoreError`` when the database cannot be opened.
         """
+        check_free({"grpc_listen": self.config.grpc_listen, "http_listen": self.config.http_listen})
         await self.store.open()
         try:
             changed = self.registry.load(await self.store.load_queues(), dict(self.config.queues))
@@ -215,6 +220,8 @@ class SeppServer:
             sock.listen(128)
         except OSError as exc:
             sock.close()
+            if exc.errno == errno.EADDRINUSE:  # taken since start() looked (check_free)
+                raise address_in_use("http_listen", self.config.http_listen) from None
             raise OSError(f"cannot listen on {self.config.http_listen} (http_listen): {exc.strerror or exc}") from None
         sock.setblocking(False)
         self._http_sock = sock
@@ -313,7 +320,8 @@ async def run(config: ServerConfig, announce: Callable[[SeppServer], None] | Non
         if after < SIGNAL_ECHO:  # the same stop delivered twice (a process group's and a parent's)
             log.info("a second stop signal %.0f ms after the first: taken as the same stop", after * 1000)
             return
-        log.error("second stop signal: stopping at once; calls in flight are lost, acknowledged ones are not")
+        log.error("second stop signal %.0f ms after the first: stopping at once; calls in flight are lost, "
+                  "acknowledged ones are not", after * 1000)
         server.store.abort()
         os._exit(1)
 

@@ -309,6 +309,27 @@ def bearer(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     return None
 
 
+def malformed_authorization(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    """What is wrong with the first ``authorization`` entry of gRPC metadata when it carries no
+    secret by ``bearer``'s reading — no ``Bearer`` scheme before the secret (``authorization:
+    <secret>``), another scheme (``Basic …``), or ``Bearer`` with nothing after it — in words
+    for the caller (the value is never repeated: it may be a secret); ``None`` when there is
+    no such entry or it is a well-formed ``Bearer <secret>``."""
+    for key, value in metadata or ():
+        if key != "authorization":
+            continue
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        scheme, _, secret = text.strip().partition(" ")
+        if scheme.lower() == "bearer":
+            return None if secret.strip() else "an authorization header with 'Bearer' and no token after it"
+        if not scheme:
+            return "an empty authorization header"
+        if not secret.strip():
+            return "an authorization header without the 'Bearer ' prefix"
+        return "an authorization header with another scheme than 'Bearer'"
+    return None
+
+
 __all__ = ["ADMIN_TOKEN_NAME", "FAILURE_REASONS", "ROLES", "AuthSettings", "Authenticator", "Role", "Token",
            "TokenEntry", "bearer", "check_name", "check_roles", "digest", "exposed_listeners", "is_loopback",
-           "new_secret", "toml_entry"]
+           "malformed_authorization", "new_secret", "toml_entry"]

@@ -282,8 +282,12 @@ class AdminStore(Protocol):
         """Requeue up to ``limit`` matching DEAD_LETTERED jobs in one commit; returns
         (how many, the queues they went to)."""
 
-    async def delete_job(self, job_id: bytes) -> WriteResult:
-        """Delete one job in any state."""
+    async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
+        """Delete one job in any state (``DONE`` with its queue and the state it had), or
+        ``NOT_FOUND``. With ``state``, only while the job is in that state: a job found in
+        another is left alone (``WRONG_STATE`` with the state it is in) — what a ticked row or
+        a bulk run over a state's listing asks, so a job that left the listed state since
+        (a dead letter requeued and now running, say) is not deleted under its worker."""
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:
         """Delete up to ``limit`` jobs of ``queue`` in ``states`` in one commit; returns how many."""

@@ -20,6 +20,7 @@ import grpc.aio
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
 from sepp.client._status import USER_AGENT, error_from_rpc, reconnect_options
+from sepp.client.target import first_contact_error, mark_reached, reached_a_server, rpc_details
 from sepp.errors import SeppError, ServerError
 from sepp.wire import seconds_to_duration
 from sepp.worker.errors import LEASE_REASONS, LeaseError
@@ -69,6 +70,8 @@ class WorkerRpc:
         self._options = [*CHANNEL_OPTIONS, *channel_options]
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
+        #: Whether a call got an answer from a server (``sepp.client.target.mark_reached``).
+        self._reached = False
 
     def _get_stub(self) -> Any:
         if self._stub is None:
@@ -78,6 +81,26 @@ class WorkerRpc:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         return self._stub
+
+    def answered(self) -> None:
+        """Note that a call got an answer from the server at ``target`` (``mark_reached``)."""
+        if not self._reached:
+            self._reached = True
+            mark_reached(self.target)
+
+    def convert(self, exc: grpc.RpcError) -> SeppError:
+        """``convert_error`` of a failed ``Reserve``: on a first contact with nothing at
+        ``target`` (this process never reached it) the ``Unavailable`` that names the cause —
+        ``connection refused: is sepp running on …?`` — for the worker's log; the worker keeps
+        trying all the same (docs/decisions.md "A first contact fails fast")."""
+        error = convert_error(exc, self.target)
+        if not self._reached:
+            if reached_a_server(error):
+                self.answered()
+            else:
+                return first_contact_error(error, rpc_details(exc), self.target,
+                                           tls=self._credentials is not None) or error
+        return error
 
     def reserve_call(self, queues: Sequence[str], max_jobs: int, wait: float, worker_id: str,
                      lease_duration: float | None) -> Any:

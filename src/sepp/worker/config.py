@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from sepp.bounds import MAX_SETTLE_BATCH
+from sepp.client.target import normalize_target
 from sepp.client.tls import PathArg, channel_credentials, read_tls_files
 
 #: Where ``sepp serve`` listens by default.
@@ -46,7 +47,9 @@ class WorkerConfig:
     """How a worker reserves and runs jobs. Durations are seconds.
 
     Attributes:
-        target: ``host:port`` of the server's gRPC listener.
+        target: ``host:port`` of the server's gRPC listener; a ``grpc://`` or ``http://``
+            prefix is removed (``grpcs://`` / ``https://`` with TLS files only;
+            ``sepp.client.target``).
         queues: Queues to reserve from, tried in this order; at least one.
         concurrency: Most handlers running at once (≥ 1). Also the size of the thread
             pool plain (non-async) handlers run in.
@@ -69,8 +72,13 @@ class WorkerConfig:
         tls_ca, tls_cert, tls_key: TLS from PEM files (``sepp.client.tls``): the CA
             of the server's certificate, the worker's own certificate and key (mutual TLS).
 
-    Raises ``ValueError`` for an out-of-range value, and for a TLS file that cannot be read
-    or used (checked here, so a bad path fails at construction, not at ``run``).
+    Raises ``ValueError`` for an out-of-range value, a ``target`` that is not ``HOST:PORT``,
+    and for a TLS file that cannot be read or used (checked here, so a bad path fails at
+    construction, not at ``run``).
+
+    A worker whose server cannot be reached keeps trying (it is a service, often started
+    beside its server); its log says why, e.g. ``reserve failed (connection refused: is sepp
+    running on 127.0.0.1:7799? …)``.
     """
 
     target: str = DEFAULT_TARGET
@@ -93,6 +101,8 @@ class WorkerConfig:
             object.__setattr__(self, "worker_id", default_worker_id())
         if not self.target:
             raise ValueError("target must be host:port")
+        tls = self.tls_ca is not None or self.tls_cert is not None or self.tls_key is not None
+        object.__setattr__(self, "target", normalize_target(self.target, tls=tls))
         if self.concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
         if self.prefetch is not None and self.prefetch < 0:

@@ -84,7 +84,7 @@ from sepp.errors import PermissionDenied, RejectedError, TransportError, Unauthe
 from sepp.rejections import Reason
 from sepp.worker._failures import FailureLog
 from sepp.worker._lease import LeaseKeeper
-from sepp.worker._rpc import WorkerRpc, convert_error
+from sepp.worker._rpc import WorkerRpc
 from sepp.worker._settler import Abandoned, Settled, Settler
 from sepp.worker._threads import DaemonThreadPool
 from sepp.worker.config import DEFAULT_TARGET, PREFETCH_MAX_WAIT, WorkerConfig, queue_tuple
@@ -579,7 +579,7 @@ class Worker:
                 if self._phase != "running":
                     return
                 if isinstance(exc, grpc.RpcError):
-                    error = convert_error(exc, cfg.target)
+                    error = self._rpc.convert(exc)
                     if isinstance(error, Unauthenticated | PermissionDenied):  # never retried
                         log.error("reserve refused, stopping the worker: %s", error)
                         self._fatal = error
@@ -599,6 +599,7 @@ class Worker:
                 self._room.set()  # the other lane may now ask
             backoff = 0.05
             failures.worked()
+            self._rpc.answered()
             self.stats["reserve_calls"] += 1
             if not resp.reservations:
                 continue

@@ -171,10 +171,12 @@ class BulkActions:
 
     # ------------------------------------------------------------------ one job, a selection
 
-    async def _one(self, action: str, job_id: str) -> str | None:
+    async def _one(self, action: str, job_id: str, state: int | None = None) -> str | None:
         """Apply ``action`` to one job with the engine's own operation; None when done,
         ``REQUESTED`` when a cancel found the job RESERVED (only requested), else why it was
-        skipped. A store failure propagates."""
+        skipped. A delete takes the job only while it is still in ``state`` (the state of
+        the listing it was picked from, when given): one that left it since is skipped like
+        any other refusal. A store failure propagates."""
         admin = self.admin
         try:
             if action == "cancel":
@@ -183,7 +185,7 @@ class BulkActions:
             elif action == "requeue":
                 await admin.requeue(job_id)
             else:
-                await admin.delete_job(job_id)
+                await admin.delete_job(job_id, state)
         except NotFound:
             return "gone"
         except StateConflict as exc:
@@ -192,12 +194,12 @@ class BulkActions:
             return "not a job id"
         return None
 
-    async def _apply(self, action: str, job_ids: Sequence[str], outcome: BulkOutcome,
+    async def _apply(self, action: str, job_ids: Sequence[str], outcome: BulkOutcome, state: int | None,
                      progress: BulkRun | None = None) -> None:
         step = self.concurrency
         for start in range(0, len(job_ids), step):
             part = job_ids[start:start + step]
-            for why in await asyncio.gather(*(self._one(action, j) for j in part)):
+            for why in await asyncio.gather(*(self._one(action, j, state) for j in part)):
                 if why is None:
                     outcome.done += 1
                 elif why is REQUESTED:
@@ -217,7 +219,7 @@ class BulkActions:
             raise InvalidRequest(f"select at most {MAX_SELECTED:,} jobs (got {len(ids):,}); use \"every matching "
                                  "job\" for more", "job_id", MAX_SELECTED, len(ids))
         outcome = BulkOutcome()
-        await self._apply(action, ids, outcome)
+        await self._apply(action, ids, outcome, state)
         log.info("bulk %s of %d selected job(s): %d done%s%s", action, len(ids), outcome.done,
                  f", {outcome.requested_text()}" if outcome.requested else "",
                  f", {outcome.skipped_text()}" if outcome.skipped else "",
@@ -281,7 +283,8 @@ class BulkActions:
             page = await self.admin.list_jobs(run.query, token, min(self.chunk, run.expected - run.seen))
             if not page.jobs:
                 break
-            await self._apply(run.action, [job_id_text(s.record.id) for s in page.jobs], run.outcome, run)
+            await self._apply(run.action, [job_id_text(s.record.id) for s in page.jobs], run.outcome, run.query.state,
+                              run)
             token = page.next_token
             if not token:
                 break

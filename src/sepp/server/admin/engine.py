@@ -535,12 +535,18 @@ class AdminEngine:
         self._counts.expires = 0.0
         return matched, done
 
-    async def delete_job(self, job_id: str) -> None:
+    async def delete_job(self, job_id: str, state: int | None = None) -> None:
         """Delete one job in any state (a RESERVED one of a flow-limited queue wakes this
-        node's long-polls of it: its slot is free). Raises ``NotFound``."""
-        result = await self.store.delete_job(self._job_id(job_id))
+        node's long-polls of it: its slot is free); with ``state`` only while the job is in
+        that state (a ticked row, a bulk run: ``AdminStore.delete_job``). Raises
+        ``NotFound``, or ``StateConflict`` (JOB_STATE) for a job in another state than
+        ``state``."""
+        result = await self.store.delete_job(self._job_id(job_id), state)
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
+        if result.outcome is Outcome.WRONG_STATE:
+            raise StateConflict(Reason.JOB_STATE, f"job {clip(job_id, 64)} is {state_name(result.state)}, no longer "
+                                f"{state_name(state or 0)}; not deleted", {"state": state_name(result.state)})
         self._counts.expires = 0.0
         self._freed(result.queue, (result.state,))
 

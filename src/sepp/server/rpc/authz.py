@@ -7,7 +7,8 @@ metadata ``authorization: Bearer <secret>``; the ``Authenticator`` hashes it and
 digest with the configured ones in constant time.
 
 * no token, or one that is not configured → ``UNAUTHENTICATED``, ErrorInfo reason
-  ``UNAUTHENTICATED`` (metadata ``role``, ``method``);
+  ``UNAUTHENTICATED`` (metadata ``role``, ``method``); an ``authorization`` entry that is
+  not ``Bearer <token>`` (the secret alone, another scheme) is told so, counted ``missing``;
 * a configured token without the role → ``PERMISSION_DENIED``, reason ``PERMISSION_DENIED``
   (metadata ``role``, ``method``, ``token``: its name).
 
@@ -30,7 +31,7 @@ from google.rpc import code_pb2
 from sepp import wire
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
 from sepp.rejections import Reason
-from sepp.server.auth import Authenticator, bearer
+from sepp.server.auth import Authenticator, bearer, malformed_authorization
 from sepp.server.rpc.status import abort_with
 from sepp.server.rpc.timing import Observe, code_name
 
@@ -98,13 +99,17 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         meta = {"role": role, "method": wire.clip(method)}
         if token is None:
             reason = "missing" if secret is None else "unknown"
-            what = "no token" if secret is None else "an unknown token"
+            malformed = malformed_authorization(metadata) if secret is None else None
+            what = malformed or ("no token" if secret is None else "an unknown token")
             self.auth.failed(reason, f"{method} called with {what}; it needs role {role}", method=meta["method"],
                              role=role)
-            return wire.plain_status(
-                code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED,
-                f"{method} needs a token with role '{role}' and the call carried {what} "
-                f"(metadata authorization: Bearer <secret>); {HINT}", meta)
+            if malformed is not None:  # a token was probably there, written the wrong way
+                message = (f"{method} needs a token with role '{role}' and the call carried {malformed}: the "
+                           f"header must be 'authorization: Bearer <token>'; {HINT}")
+            else:
+                message = (f"{method} needs a token with role '{role}' and the call carried {what} "
+                           f"(metadata authorization: Bearer <secret>); {HINT}")
+            return wire.plain_status(code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED, message, meta)
         if role in token.roles:
             return None
         has = ", ".join(sorted(token.roles))

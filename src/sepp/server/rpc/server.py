@@ -13,6 +13,7 @@ from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
 from sepp.server.auth import Authenticator
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
+from sepp.server.listen import address_in_use, in_use
 from sepp.server.rpc.authz import Authorize
 from sepp.server.rpc.interceptor import InternalErrors
 from sepp.server.rpc.producer import ProducerServicer
@@ -64,15 +65,20 @@ class GrpcFront:
         register(self.server, service, servicer)
 
     async def start(self) -> None:
-        """Bind and serve. Raises ``RuntimeError`` when the address cannot be bound."""
+        """Bind and serve. Raises ``OSError`` (``port N is in use (another sepp?); choose
+        another with --grpc-listen``) when the port is taken, ``RuntimeError`` when the address
+        cannot be bound for another reason."""
         host, _, port = self.config.grpc_listen.rpartition(":")
+        if in_use(self.config.grpc_listen):  # gRPC core would log its own line and GRPC_VERBOSITY advice
+            raise address_in_use("grpc_listen", self.config.grpc_listen)
         try:
             if self.tls is not None:
                 self.port = self.server.add_secure_port(f"{host}:{port}", self.tls.grpc_credentials())
             else:
                 self.port = self.server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as exc:
-            raise RuntimeError(f"cannot listen on {self.config.grpc_listen}: {exc}") from exc
+            said = str(exc).split("; set GRPC_VERBOSITY", 1)[0]  # advice meant for gRPC's developers
+            raise RuntimeError(f"cannot listen on {self.config.grpc_listen}: {said}") from exc
         if self.port == 0:
             raise RuntimeError(f"cannot listen on {self.config.grpc_listen}")
         await self.server.start()

@@ -465,12 +465,21 @@ class PostgresAdmin:
         result: WriteResult = await self._submit(op, 0)
         return result
 
-    async def delete_job(self, job_id: bytes) -> WriteResult:
+    async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
         """Delete one job in any state (``DONE`` with its queue and the state it had), or
-        ``NOT_FOUND``. One statement: a concurrent writer of the row is waited for."""
+        ``NOT_FOUND``; with ``state`` only while it is in that state (``WRONG_STATE``
+        otherwise: ``AdminStore.delete_job``). One statement: a concurrent writer of the row
+        is waited for, and the state is judged on the row it left."""
 
         async def op(tx: Tx) -> WriteResult:
-            row = await tx.conn.fetchrow(A["delete_one"], job_id)
+            if state is None:
+                row = await tx.conn.fetchrow(A["delete_one"], job_id)
+            else:
+                row = await tx.conn.fetchrow(A["delete_one_in_state"], job_id, state)
+                if row is None:  # gone, or in another state
+                    found = await tx.conn.fetchrow(A["admin_lookup"], job_id)
+                    if found is not None:
+                        return WriteResult(Outcome.WRONG_STATE, found[1], found[2])
             if row is None:
                 return WriteResult(Outcome.NOT_FOUND)
             return WriteResult(Outcome.DONE, row[0], row[1])

@@ -251,6 +251,12 @@ WHERE seq = $4::bigint AND state::integer IN (5, 6);
 -- One statement: it waits for a concurrent writer of the row and reports the state deleted.
 DELETE FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea RETURNING queue, state;
 
+-- name: delete_one_in_state
+-- delete_one, only while the job is in state $2 (a concurrent writer is waited for and the
+-- state judged on the row it left: READ COMMITTED re-checks the condition).
+DELETE FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea AND state = $2::smallint
+RETURNING queue, state;
+
 -- ------------------------------------------------------------------ bulk
 
 -- name: count_dead_queue

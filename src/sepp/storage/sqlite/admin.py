@@ -393,10 +393,10 @@ class SQLiteAdmin:
         result: WriteResult = await self._submit(partial(_requeue_op, job_id, now))
         return result
 
-    async def delete_job(self, job_id: bytes) -> WriteResult:
+    async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
         """See ``AdminStore.delete_job``."""
 
-        result: WriteResult = await self._submit(partial(_delete_op, job_id))
+        result: WriteResult = await self._submit(partial(_delete_op, job_id, state))
         return result
 
     # ------------------------------------------------------------------ bulk
@@ -482,11 +482,14 @@ def _requeue_op(job_id: bytes, now: int, conn: sqlite3.Connection) -> WriteResul
     return WriteResult(Outcome.DONE, queue, decision.state)
 
 
-def _delete_op(job_id: bytes, conn: sqlite3.Connection) -> WriteResult:
-    """Writer side of ``SQLiteAdmin.delete_job``."""
+def _delete_op(job_id: bytes, state: int | None, conn: sqlite3.Connection) -> WriteResult:
+    """Writer side of ``SQLiteAdmin.delete_job`` (the one writer: the state read is the state
+    deleted over)."""
     row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
     if row is None:
         return WriteResult(Outcome.NOT_FOUND)
+    if state is not None and row[2] != state:
+        return WriteResult(Outcome.WRONG_STATE, row[1], row[2])
     conn.execute(A["delete_one"], (row[0],))
     return WriteResult(Outcome.DONE, row[1], row[2])
 

@@ -1,0 +1,261 @@
+"""``sepp enqueue --batch-file`` stopped part-way accounts for every line: on Ctrl-C (SIGINT)
+it prints the ids of every batch answered — those whose verdict came while it stopped
+included — then on stderr which lines were answered, which may or may not be stored (sent,
+no verdict) and which were not sent, and exits 130; a transport error gives the same account
+before the error (exit 3).
+
+Each line's job carries its line number in its custom map (``line``), without an idempotency
+key; the queue is listed through the admin API and compared with what the command printed:
+the ids printed plus the "may or may not be stored" lines must cover exactly the jobs stored.
+The command is signalled once it printed enough lines; a batch that must stay unanswered is
+sent through ``OneWayCut`` (it drops what the client sends from some point on).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from support.proxy import OneWayCut
+from support.servers import module_server
+from support.waiting import wait_for
+
+from sepp.client.admin import AdminClient
+from sepp.testing import ServerProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+#: The server's batch cap (small: many batches, so the signal lands mid-file).
+CAP = 64
+#: Lines of the batch file; every ``BLANK_EVERY``-th line is blank (no job: line numbers skip it).
+LINES = 30_000
+BLANK_EVERY = 1000
+#: More than HTTP/2's control frames, less than one batch of ``CAP`` jobs.
+BATCH_BYTES = 1000
+#: The longest the command may take to end once signalled (it waits 5 s at most for the
+#: batches in flight; the rest is a loaded machine).
+ENDS_WITHIN = 60.0
+
+_ACCOUNT = re.compile(r"^(?:interrupted|stopped): (?P<text>.*)$", re.M)
+_SPAN = r"lines? (\d+)(?:–(\d+))?"
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
+    yield from module_server(tmp_path_factory, backend, limits={"max_enqueue_batch": CAP})
+
+
+@pytest.fixture(scope="module")
+def batch_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    """A file of ``LINES`` lines (the queue comes from the command line) and its job lines."""
+    path = tmp_path_factory.mktemp("interrupt") / "jobs.jsonl"
+    numbers = [n for n in range(1, LINES + 1) if n % BLANK_EVERY]
+    path.write_text("".join("\n" if n % BLANK_EVERY == 0 else
+                            json.dumps({"job_type": "t", "payload": {"line": n}, "custom": {"line": n}}) + "\n"
+                            for n in range(1, LINES + 1)))
+    return path, numbers
+
+
+def start(target: str, path: Path, queue: str, *flags: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "sepp", "enqueue", queue, "--batch-file", str(path),
+                             "--server", target, *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"})
+
+
+def read_lines(stream: IO[str], count: int, into: list[str]) -> None:
+    """Read ``count`` lines of ``stream`` into ``into`` (``stream`` reads ahead: read the rest
+    with ``finish``, from the same object)."""
+    for line in stream:
+        into.append(line)
+        if len(into) >= count:
+            return
+    raise AssertionError(f"the command ended after {len(into)} lines")
+
+
+def finish(child: subprocess.Popen[str]) -> tuple[str, str]:
+    """The rest of the child's stdout and its stderr, once it ended (within ``ENDS_WITHIN``:
+    pytest's timeout ends a child that hangs)."""
+    assert child.stdout is not None and child.stderr is not None
+    rest = child.stdout.read()  # what the line iteration read ahead included
+    err = child.stderr.read()
+    child.wait(ENDS_WITHIN)
+    return rest, err
+
+
+def printed(stdout: list[str]) -> dict[int, str]:
+    """Line number → job id of every ``line N: enqueued ID`` printed; a line printed twice fails."""
+    out: dict[int, str] = {}
+    for text in stdout:
+        match = re.fullmatch(r"line (\d+): enqueued (\S+)\n?", text)
+        assert match, text
+        line = int(match.group(1))
+        assert line not in out, f"line {line} printed twice"
+        out[line] = match.group(2)
+    return out
+
+
+def stored(target: str, queue: str) -> dict[int, str]:
+    """Line number (custom ``line``) → id of every job stored in ``queue``."""
+    out: dict[int, str] = {}
+    token = ""
+    with AdminClient(target) as admin:
+        while True:
+            page = admin.list_jobs(queue=queue, page_size=1000, page_token=token)
+            for summary in page.jobs:
+                line = summary.job.custom["line"].int_value
+                assert line not in out, f"line {line} stored twice"
+                out[line] = summary.job.id
+            token = page.next_page_token
+            if not token:
+                return out
+
+
+def span(text: str, what: str) -> tuple[int, int] | None:
+    """The ``lines A–B`` (or ``line A``) of the account part that ends with ``what``."""
+    match = re.search(_SPAN + re.escape(what), text)
+    if match is None:
+        return None
+    first = int(match.group(1))
+    return first, int(match.group(2) or first)
+
+
+def check(numbers: list[int], shown: dict[int, str], store: dict[int, str], account: str) -> tuple[int, int] | None:
+    """The printed ids and the stderr account against the store; returns the lines that may be
+    stored (first, last) or ``None``."""
+    answered = span(account, " answered (printed above)")
+    assert answered is not None, account
+    # The lines printed are the job lines up to the last one answered, in order, none missing.
+    assert sorted(shown) == [n for n in numbers if n <= answered[1]] and answered[0] == numbers[0]
+    # Every id printed is the job stored for its line.
+    assert {line: store.get(line) for line in shown} == shown
+    maybe = span(account, " may or may not be stored (sent, no verdict)")
+    after = numbers[numbers.index(answered[1]) + 1]
+    unsent_from = after
+    if maybe is not None:
+        assert maybe[0] == after
+        unsent_from = numbers[numbers.index(maybe[1]) + 1]
+    unsent = span(account, " were not sent")
+    assert unsent == (unsent_from, numbers[-1]), account
+    # Stored: exactly the lines printed, plus (perhaps) some of the "may be stored" ones.
+    extra = sorted(set(store) - set(shown))
+    assert all(maybe is not None and maybe[0] <= line <= maybe[1] for line in extra), (extra[:10], maybe)
+    return maybe
+
+
+def test_ctrl_c_prints_every_answered_id_and_the_lines_not_sent(capped: ServerProcess,
+                                                                 batch_file: tuple[Path, list[int]]) -> None:
+    path, numbers = batch_file
+    child = start(capped.grpc_target, path, "cli-int")
+    out: list[str] = []
+    try:
+        assert child.stdout is not None
+        read_lines(child.stdout, 1500, out)
+        child.send_signal(signal.SIGINT)
+        rest, err = finish(child)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    shown = printed(out + rest.splitlines())
+    account = _ACCOUNT.search(err)
+    assert account is not None, err
+    store = stored(capped.grpc_target, "cli-int")
+    # The batches in flight are answered within the wait: nothing is left unknown, and the
+    # ids printed are exactly the jobs stored.
+    assert check(numbers, shown, store, account["text"]) is None
+    assert store == shown
+    resume = numbers[numbers.index(max(shown)) + 1]
+    assert f"resume from line {resume}\n" in err
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_with_a_batch_sent_into_a_cut_names_the_lines_that_may_be_stored(
+        capped: ServerProcess, batch_file: tuple[Path, list[int]]) -> None:
+    path, numbers = batch_file
+    proxy = OneWayCut(capped.grpc_target)
+    child = start(proxy.target, path, "cli-int-cut", "--timeout", "120")
+    out: list[str] = []
+    try:
+        assert child.stdout is not None
+        read_lines(child.stdout, 1000, out)
+        proxy.cut()
+        wait_for(lambda: proxy.dropped >= BATCH_BYTES, 30, what="a batch sent after the cut")
+        child.send_signal(signal.SIGINT)
+        rest, err = finish(child)
+    finally:
+        child.kill()
+        proxy.close()
+    assert child.returncode == 130, err
+    shown = printed(out + rest.splitlines())
+    account = _ACCOUNT.search(err)
+    assert account is not None, err
+    store = stored(capped.grpc_target, "cli-int-cut")
+    maybe = check(numbers, shown, store, account["text"])
+    assert maybe is not None, err
+    # At least the batch sent after the cut is unknown (and the server never saw it).
+    assert CAP <= len([n for n in numbers if maybe[0] <= n <= maybe[1]]) <= 4 * CAP
+    assert store == shown
+    resume = numbers[numbers.index(maybe[1]) + 1]
+    assert (f"resume from line {resume}; lines {maybe[0]}–{maybe[1]} may be stored already: send them again "
+            "only with idempotency keys, or after checking for them (sepp jobs list)") in err
+
+
+def test_ctrl_c_with_json_reports_the_account_as_json_on_stderr(capped: ServerProcess,
+                                                                batch_file: tuple[Path, list[int]]) -> None:
+    path, numbers = batch_file
+    child = start(capped.grpc_target, path, "cli-int-json", "--json")
+    out: list[str] = []
+    try:
+        assert child.stdout is not None
+        read_lines(child.stdout, 700, out)
+        child.send_signal(signal.SIGINT)
+        rest, err = finish(child)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    docs = [json.loads(line) for line in out + rest.splitlines()]
+    assert {d["status"] for d in docs} == {"enqueued"}
+    shown = {d["line"]: d["job_id"] for d in docs}
+    assert len(shown) == len(docs)
+    report: dict[str, Any] = json.loads(err.splitlines()[-1])
+    last = max(shown)
+    after = numbers[numbers.index(last) + 1]
+    assert report == {"error": "interrupted", "answered_lines": [1, last], "maybe_stored_lines": None,
+                      "unsent_lines": [after, numbers[-1]]}
+    assert stored(capped.grpc_target, "cli-int-json") == shown
+
+
+def test_a_transport_error_gives_the_same_account_before_the_error(capped: ServerProcess,
+                                                                   batch_file: tuple[Path, list[int]]) -> None:
+    # Cut, and no Ctrl-C: the batches sent into the cut reach their 2 s deadline (not retried:
+    # no keys). Exit 3, the account first, then the failed call's own message.
+    path, numbers = batch_file
+    proxy = OneWayCut(capped.grpc_target)
+    child = start(proxy.target, path, "cli-int-transport", "--timeout", "2")
+    out: list[str] = []
+    try:
+        assert child.stdout is not None
+        read_lines(child.stdout, 1000, out)
+        proxy.cut()
+        rest, err = finish(child)
+    finally:
+        child.kill()
+        proxy.close()
+    assert child.returncode == 3, err
+    shown = printed(out + rest.splitlines())
+    account = _ACCOUNT.search(err)
+    assert account is not None and account.group(0).startswith("stopped: "), err
+    store = stored(capped.grpc_target, "cli-int-transport")
+    maybe = check(numbers, shown, store, account["text"])
+    assert maybe is not None, err
+    assert store == shown
+    error = err.splitlines()[-1]
+    assert error.startswith(f"transport error (DeadlineExceeded) talking to {proxy.target}: "), err
+    assert "enqueue_many" not in error and ".answered" not in error

@@ -1,0 +1,108 @@
+"""The words of an ``enqueue_many`` that stopped early (``sepp.errors.many_account``), the
+transport error it completes (``_core.ManyRun.account``), and the ``sepp enqueue --batch-file``
+SIGINT handler that holds a Ctrl-C while a batch's lines are printed (``HeldInterrupt``).
+The behaviour against real servers: tests/integration/test_enqueue_interrupted.py and
+tests/acceptance/test_cli_interrupt.py."""
+
+from __future__ import annotations
+
+import signal
+from concurrent.futures import Future
+
+import grpc
+import pytest
+
+from sepp.cli.producer import HeldInterrupt
+from sepp.client import ClientOptions, _core
+from sepp.errors import DeadlineExceeded, Unavailable, many_account
+from sepp.request import EnqueueAck
+
+
+@pytest.mark.parametrize(("args", "kwargs", "text"), [
+    ((0, 0), {}, "no request answered; requests from 0 on were never sent (safe to send)"),
+    ((1, 1), {}, "request 0 answered (see .answered); requests from 1 on were never sent (safe to send)"),
+    ((3, 4), {}, "requests 0–2 answered (see .answered); request 3 may or may not be stored (sent, no verdict); "
+                 "requests from 4 on were never sent (safe to send)"),
+    # Read to its end: nothing past the last request sent; one or more unsent at the end.
+    ((5, 5, 5), {"rest": False}, "requests 0–4 answered (see .answered)"),
+    ((5, 6, 7), {"rest": False}, "requests 0–4 answered (see .answered); request 5 may or may not be stored "
+                                 "(sent, no verdict); request 6 was never sent (safe to send)"),
+    ((0, 2, 9), {"rest": False, "where": "x"}, "no request answered; requests 0–1 may or may not be stored "
+                                               "(sent, no verdict); requests 2–8 were never sent (safe to send)"),
+])
+def test_the_account_names_each_part_at_its_limits(args: tuple[int, ...], kwargs: dict[str, object],
+                                                   text: str) -> None:
+    assert many_account(*args, **kwargs) == text  # type: ignore[arg-type]
+
+
+def _done(results: list[object] | None = None, error: BaseException | None = None) -> Future[object]:
+    fut: Future[object] = Future()
+    fut.set_running_or_notify_cancel()
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(results)
+    return fut
+
+
+def _unsent(fut: Future[object]) -> bool:
+    return fut.cancelled() or (fut.done() and _core.provably_unsent(fut.exception()))
+
+
+@pytest.mark.parametrize("maybe_sent", [False, True])
+def test_a_transport_error_loses_its_lone_call_verdict_and_gains_the_account(maybe_sent: bool) -> None:
+    # The last batch found no connection: that call was "never sent: safe to send again",
+    # but the batch before it was sent and got no verdict.
+    error = _core.no_connection(ClientOptions(timeout=1.0), "127.0.0.1:1", maybe_sent)
+    run = _core.ManyRun()
+    run.out.extend(EnqueueAck(f"id{i}") for i in range(4))
+    first, second = _done(error=DeadlineExceeded()), _done(error=error)
+    run.batches.extend([_core.Sent(4, 8, first), _core.Sent(8, 12, second)])
+    run.account(error, _unsent)
+    assert error.answered == run.out and error.maybe_stored == range(4, 12 if maybe_sent else 8)
+    assert error.call_message == "server unavailable (127.0.0.1:1): no connection within the 1 s deadline"
+    end = 12 if maybe_sent else 8
+    assert str(error) == (f"{error.call_message}; enqueue_many: requests 0–3 answered (see .answered); "
+                          f"requests 4–{end - 1} may or may not be stored (sent, no verdict); "
+                          f"requests from {end} on were never sent (safe to send)")
+
+
+def test_a_cancelled_batch_was_never_sent_and_a_too_large_one_neither() -> None:
+    run = _core.ManyRun()
+    cancelled: Future[object] = Future()
+    assert cancelled.cancel()
+    too_large = _done(error=_core.UnsentTooLarge("x", code=grpc.StatusCode.RESOURCE_EXHAUSTED))
+    lost = _done(error=Unavailable("gone", not_sent=False))
+    run.batches.extend([_core.Sent(0, 4, too_large), _core.Sent(4, 8, cancelled)])
+    assert run.maybe_end(0, _unsent) == 0 and run.handed == 8
+    run.batches.append(_core.Sent(8, 12, lost))
+    assert run.maybe_end(0, _unsent) == 12
+
+
+def test_a_ctrl_c_while_a_batch_is_printed_is_held_until_it_is() -> None:
+    held = HeldInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        held(signal.SIGINT, None)  # outside a hold: at once
+    printed: list[int] = []
+    with pytest.raises(KeyboardInterrupt):
+        with held.hold():
+            held(signal.SIGINT, None)  # held: the batch goes on
+            printed.append(1)
+    assert printed == [1]
+    with held.hold():  # a new hold starts clean
+        pass
+    with pytest.raises(KeyboardInterrupt), held.hold():
+        held(signal.SIGINT, None)
+        held(signal.SIGINT, None)  # a second one while the first is held: at once
+    with held.hold(release=False):  # the last words: a Ctrl-C does not cut them short
+        held(signal.SIGINT, None)
+        printed.append(2)
+    assert printed == [1, 2]
+
+
+def test_the_handler_is_installed_only_over_pythons_own() -> None:
+    held = HeldInterrupt()
+    before = signal.getsignal(signal.SIGINT)
+    with held.installed():
+        assert signal.getsignal(signal.SIGINT) is (held if before is signal.default_int_handler else before)
+    assert signal.getsignal(signal.SIGINT) is before

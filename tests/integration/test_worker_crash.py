@@ -126,7 +126,9 @@ def test_a_sigkilled_workers_job_is_delivered_again_after_its_lease(
 
 def test_an_acked_job_is_not_delivered_again_after_a_server_sigkill(
         server_factory: ServerFactory, tmp_path: Path, workers: list[WorkerProcess]) -> None:
-    server = server_factory(queues={"q": fast_queue(lease_duration=0.5)})
+    # A lost ack would leave its job RESERVED (or, its lease run out, delivered again): the
+    # counts below tell. The lease is long enough for a worker process a loaded machine stalls.
+    server = server_factory(queues={"q": fast_queue(lease_duration=5.0)})
     with wire_for(server) as w:
         ids = w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="quick") for _ in range(100)])
     worker = WorkerProcess(tmp_path, server, "--concurrency", "16", "--prefetch", "16")
@@ -137,13 +139,15 @@ def test_an_acked_job_is_not_delivered_again_after_a_server_sigkill(
     server.kill()  # SIGKILL right after the acks were answered
     server.start()
     with wire_for(server) as w:
-        assert w.reserve(max_jobs=100, wait=1.0) == []  # longer than the 0.5 s lease
+        assert w.reserve(max_jobs=100, wait=1.0) == []
     assert count_states(server) == {"COMPLETED": 100}
     assert all((r := job_row(server, i)) is not None and r.attempt == 1 for i in ids)
 
 
 def test_raw_acks_survive_a_server_sigkill(server_factory: ServerFactory) -> None:
-    server = server_factory(queues={"q": fast_queue(lease_duration=0.3)})
+    # A lost ack would leave its job RESERVED: the counts tell. A 30 s lease, so that a loaded
+    # machine's slow acks cannot outlast it.
+    server = server_factory(queues={"q": fast_queue(lease_duration=30.0)})
     with wire_for(server) as w:
         w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(20)])
         got = w.reserve(max_jobs=20)

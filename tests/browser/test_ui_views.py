@@ -80,7 +80,7 @@ def test_busy_shows_the_jobs_each_worker_runs_now(page: Page, srv: ServerProcess
     with connect(srv.grpc_target) as stubs:
         stubs.worker.Ack(wpb.AckRequest(job_id=first[0].job.id, lease_id=first[0].lease_id, worker_id="busy-w1"))
     rows = page.locator("tbody[data-worker='busy-w1'] tr:not(.group)")
-    expect(rows).to_have_count(1, timeout=12_000)  # htmx polls every 5 s
+    expect(rows).to_have_count(1, timeout=20_000)  # htmx polls every 5 s
     expect(rows).to_contain_text(first[1].job.id)
 
 

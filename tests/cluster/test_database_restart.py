@@ -110,7 +110,7 @@ def test_the_nodes_recover_from_a_database_restart_and_lose_nothing_acknowledged
     try:
         for p in producers:
             p.start()
-        wait_for(lambda: sum(len(p.acked) for p in producers) >= 300, timeout=20, interval=0.02,
+        wait_for(lambda: sum(len(p.acked) for p in producers) >= 300, timeout=60, interval=0.02,
                  what="300 acknowledged jobs before the restart")
         before = sum(len(p.acked) for p in producers)
         began = time.monotonic()
@@ -129,7 +129,7 @@ def test_the_nodes_recover_from_a_database_restart_and_lose_nothing_acknowledged
                      what=f"n{i + 1} to acknowledge an Enqueue after the restart")
             recovered[f"n{i + 1}"] = min(t for p in mine for t in p.acked_at if t > restarted_at) - restarted_at
         total = sum(len(p.acked) for p in producers)
-        wait_for(lambda: sum(len(p.acked) for p in producers) >= total + 300, timeout=20, interval=0.02,
+        wait_for(lambda: sum(len(p.acked) for p in producers) >= total + 300, timeout=60, interval=0.02,
                  what="300 more acknowledged jobs after the restart")
     finally:
         for p in producers:
@@ -161,7 +161,7 @@ def test_the_nodes_recover_from_a_database_restart_and_lose_nothing_acknowledged
                 info = stubs.info()
                 return info.storage == "postgres" and {n.name for n in info.nodes} == {"n1", "n2", "n3"}
 
-            wait_for(all_listed, timeout=HEARTBEAT_EVERY + 2.0, interval=0.1,
+            wait_for(all_listed, timeout=3 * HEARTBEAT_EVERY, interval=0.1,
                      what=f"n{i} to list every node again (a heartbeat after the restart)")
     # A lost connection is StoreUnavailable, logged by sepp as a one-line warning; a
     # traceback from sepp's own loggers means an outage error was taken for a real failure.

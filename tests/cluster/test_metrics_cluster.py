@@ -52,7 +52,7 @@ def test_every_node_shows_the_whole_store_in_the_queue_gauges_and_only_its_own_c
         # n2 never saw a call for the queue: the counts come from the store, the pause from
         # the shared queue rows (its refresh, at most cluster.QUEUE_REFRESH_EVERY late).
         second = wait_for(lambda: gauges(nodes[1]), timeout=15, what="n2's gauges showing n1's work")
-        first = wait_for(lambda: gauges(nodes[0]), timeout=5, what="n1's gauges")
+        first = wait_for(lambda: gauges(nodes[0]), timeout=15, what="n1's gauges")
         for s in (first, second):
             age = val(s, "sepp_queue_oldest_ready_age_seconds", queue="shared")
             assert age is not None and 0 <= age < 60

@@ -33,7 +33,7 @@ def test_a_killed_nodes_leased_jobs_come_back_and_are_completed_by_the_others(
         ids = enqueue_spread(cluster, "crash", JOBS, batch=100)
         ledger = fleet.ledger
         try:
-            wait_for(lambda: fleet.held(2) >= 8 and len(ledger.acked()) >= 30, timeout=10)
+            wait_for(lambda: fleet.held(2) >= 8 and len(ledger.acked()) >= 30, timeout=30)
         except AssertionError:
             raise AssertionError("n3's workers never held jobs while others were done\n"
                                  + explain(cluster, "crash", fleet)) from None
@@ -70,5 +70,6 @@ def test_a_killed_nodes_leased_jobs_come_back_and_are_completed_by_the_others(
     print(f"\nleases of the dead node's jobs ended {lease_ends} s after the kill (lease {LEASE} s)")
     print(f"n3 held {len(held)} unacked jobs when killed; {redelivered} came back after their lease "
           f"and were completed by n1/n2; all {JOBS} completed {all_done_after:.2f} s after the kill")
-    assert all(0 < t <= LEASE + 1.0 for t in lease_ends), f"reclaimed long after the lease ran out: {lease_ends}"
+    # A sweep every 0.05 s reclaims them at once on a quiet machine; 5 s leaves a loaded one room.
+    assert all(0 < t <= LEASE + 5.0 for t in lease_ends), f"reclaimed long after the lease ran out: {lease_ends}"
     assert all_done_after > LEASE * 0.5, "jobs held by the dead node came back before their lease could end"

@@ -22,8 +22,9 @@ from sepp.testing import ServerProcess
 from .conftest import Cluster
 from .harness import queue_stats
 
-#: The bound asserted: the refresh period plus a margin for a loaded 2-core machine, seconds.
-BOUND = QUEUE_REFRESH_EVERY + 1.5
+#: The bound asserted: the refresh period plus a margin for a loaded 2-core machine (the
+#: suite beside other work), seconds. A change that never reached a node fails it.
+BOUND = QUEUE_REFRESH_EVERY + 3.0
 
 
 def _took(probe: object, since: float, what: str) -> float:

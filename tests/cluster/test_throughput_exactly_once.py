@@ -68,7 +68,7 @@ def test_a_redelivery_after_a_lease_expiry_fences_the_first_lease_on_every_node(
     try:
         job_id = w1.enqueue("fence", max_attempts=5)
         first = w1.reserve_one(lease=0.3)
-        again = w2.reserve_one(wait=5.0)  # long-polls until the sweep gives the job back
+        again = w2.reserve_one(wait=15.0)  # long-polls until the sweep gives the job back
         assert (again.job.id, again.attempt) == (job_id, 2)
         assert again.lease_id != first.lease_id
         for w in (w1, w2, w3):

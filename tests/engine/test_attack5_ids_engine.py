@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 from support.backends import PG_TEST_DSN
+from support.worker import until
 
 from engine.engine_kit import HarnessFactory, request
 from sepp.server.engine import job_id_bytes
@@ -50,7 +51,9 @@ async def test_enqueues_waiting_for_a_block_are_shed_past_the_commit_backlog(mak
     await lock.__anext__()
     try:
         calls = [asyncio.ensure_future(h.engine.enqueue(request())) for _ in range(40)]
-        await asyncio.sleep(0.5)
+        # while the block is awaited (the lock is held until the finally below)
+        await until(lambda: sum(c.done() for c in calls) >= 30, within=10,
+                    what="the enqueues past the backlog answered")
         answered = [c for c in calls if c.done()]
         shed = [c for c in answered if isinstance(c.exception(), Overloaded)]
     finally:

@@ -53,7 +53,7 @@ async def test_a_parked_reserve_answers_empty_at_once_and_leases_nothing_more(ha
     await until(lambda: h.engine.parked("W") == 1, what="the reserve to park")
     assert h.engine.stop_reserving("W") == 1
     job_id, _ = await h.enqueue("q")  # wakes the long-poll again: it must not lease this job
-    assert await asyncio.wait_for(call, 1.0) == []
+    assert await asyncio.wait_for(call, 10.0) == []
     assert (await h.job(job_id)).state == State.READY
     assert h.engine.parked("W") == 0 and h.engine.stop_reserving("W") == 0  # nothing open any more
     assert (await h.ack(taken)).state == State.COMPLETED
@@ -79,7 +79,7 @@ async def test_only_the_named_workers_reserves_are_stopped(harness: Harness) -> 
     await until(lambda: h.engine.parked("W") == 2 and h.engine.parked("X") == 1, what="three parked reserves")
     assert h.engine.stop_reserving("W") == 2
     assert h.engine.stop_reserving("W") == 0  # idempotent: both are stopped already
-    assert [await asyncio.wait_for(call, 1.0) for call in (mine, mine_too)] == [[], []]
+    assert [await asyncio.wait_for(call, 10.0) for call in (mine, mine_too)] == [[], []]
     assert not other.done() and h.engine.parked("X") == 1
     job_id, _ = await h.enqueue("q")  # the other worker's call still long-polls, and gets it
     assert [j.id for j in await asyncio.wait_for(other, 5.0)] == [job_id]
@@ -104,9 +104,9 @@ async def test_end_long_polls_answers_every_parked_reserve_and_no_later_one_wait
     named, anonymous = reserve(h, "W"), reserve(h, "")
     await until(lambda: h.engine.parked() == 2, what="two parked reserves")
     assert h.engine.end_long_polls() == 2
-    assert [await asyncio.wait_for(call, 1.0) for call in (named, anonymous)] == [[], []]
+    assert [await asyncio.wait_for(call, 10.0) for call in (named, anonymous)] == [[], []]
     assert h.engine.parked() == 0 and h.engine.end_long_polls() == 0  # nothing open: idempotent
-    assert await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 1.0) == []  # no wait
+    assert await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 10.0) == []  # no wait
     job_id, _ = await h.enqueue("q")
     assert [j.id for j in await asyncio.wait_for(h.engine.reserve(["q"], 1, 60.0, 30.0, "W"), 5.0)] == [job_id]
     assert (await h.ack(taken)).state == State.COMPLETED
@@ -179,7 +179,9 @@ async def harness_with_queue(h: Harness) -> None:
     await h.ack(job)
 
 
-async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(harness: Harness) -> None:
+async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 15.0)  # far from "at once" on a loaded machine
     h = harness
     await harness_with_queue(h)
     servicer = CountingServicer(h.engine)
@@ -192,7 +194,9 @@ async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(har
     assert stopped["W"] == h.now  # the Workers page lists it stopped, not live
 
 
-async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wait(harness: Harness) -> None:
+async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wait(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 15.0)  # far from RESERVE_STOP_WAIT on a loaded machine
     h = harness
     await harness_with_queue(h)
     older = ("Reserve", "Ack", "Nack", "ExtendLease", "Settle")  # no StopReserving: UNIMPLEMENTED
@@ -226,7 +230,7 @@ async def test_a_call_still_open_is_cancelled_once_stop_reserving_goes_unanswere
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 0  # cancelled at the timeout, long before its 20 s poll
-    assert 0.6 <= took < 3.0, took
+    assert 0.6 <= took < 10.0, took
     assert servicer.stop_calls >= 2
 
 

@@ -150,10 +150,10 @@ def test_invalid_utf8_in_a_queue_name_does_not_stop_promotion_or_reclaim(server_
         def state(job_id: str) -> int:
             return int(admin.GetJob(apb.GetJobRequest(job_id=job_id), timeout=10).state)
 
-        wait_for(lambda: state(mail) == pb.READY and state(mail_leased) == pb.READY, timeout=8.0,
+        wait_for(lambda: state(mail) == pb.READY and state(mail_leased) == pb.READY, timeout=20.0,
                  what="promotion and reclaim on the other queues")
         # The damaged rows themselves are handled too (by seq), not skipped.
-        wait_for(lambda: state(scheduled) == pb.READY and state(leased) == pb.READY, timeout=8.0,
+        wait_for(lambda: state(scheduled) == pb.READY and state(leased) == pb.READY, timeout=20.0,
                  what="the damaged rows to be promoted / reclaimed")
     assert not any("pass failed" in line or "Traceback" in line for line in server.output)
 

@@ -174,17 +174,24 @@ def test_the_end_of_the_dedup_window_frees_the_key(server_factory: ServerFactory
         t0 = time.monotonic()
         first = s.enqueue(job("win", key=key))
 
+        sent: list[float] = []
+
         def fresh() -> pb.EnqueueAck | None:
+            sent.append(time.monotonic())
             ack = s.enqueue(job("win", key=key))
             if ack.deduplicated:
                 assert ack.job_id == first.job_id
                 return None
             return ack
 
-        second = wait_for(fresh, timeout=5.0, interval=0.02, what="the dedup window to end")
+        second = wait_for(fresh, timeout=15.0, interval=0.02, what="the dedup window to end")
         elapsed = time.monotonic() - t0
         assert elapsed >= 0.45, f"key freed after {elapsed:.3f} s, before the 0.5 s window"
         assert second.job_id != first.job_id
         again = s.enqueue(job("win", key=key))
-        assert (again.job_id, again.deduplicated) == (second.job_id, True)
-        assert {j.id for j in s.reserve_all(["win"])} == {first.job_id, second.job_id}
+        if time.monotonic() - sent[-1] < 0.5:  # answered within the new job's window for certain
+            assert (again.job_id, again.deduplicated) == (second.job_id, True)
+        elif again.deduplicated:  # a loaded machine took about the window: either answer is right
+            assert again.job_id == second.job_id
+        made = {first.job_id, second.job_id, again.job_id}
+        assert {j.id for j in s.reserve_all(["win"])} == made

@@ -101,9 +101,9 @@ def test_settle_takes_10000_items_and_refuses_10001_whole(stubs: AdminStubs) -> 
     at = stubs.worker.Settle(wpb.SettleRequest(items=[_ack()] * MAX_SETTLE_BATCH), timeout=60)
     assert len(at.results) == MAX_SETTLE_BATCH and not any(r.ok for r in at.results)
     for n in (MAX_SETTLE_BATCH + 1, 1_000_000):
+        request = wpb.SettleRequest(items=[wpb.SettleItem()] * n)  # built before the clock starts
         started = time.monotonic()
-        past = refusal(lambda n=n: stubs.worker.Settle(  # type: ignore[misc]
-            wpb.SettleRequest(items=[wpb.SettleItem()] * n), timeout=60))
+        past = refusal(lambda request=request: stubs.worker.Settle(request, timeout=60))  # type: ignore[misc]
         assert (past.code, past.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
         assert past.metadata == {"field": "items", "limit": "10000", "actual": str(n)}
         assert time.monotonic() - started < 5.0, "refused before any item is looked at"

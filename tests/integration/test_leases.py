@@ -24,20 +24,32 @@ FAILED = grpc.StatusCode.FAILED_PRECONDITION
 
 @pytest.fixture(scope="module")
 def lease_server(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
-    """One server for the module: every queue has a 0.4 s lease; each test works on its ``fresh_queue``."""
-    yield from module_server(tmp_path_factory, backend, queue_defaults=fast_queue(lease_duration=0.4))
+    """One server for the module; each test works on its ``fresh_queue``. Its queues' lease is
+    long (``HELD``), so no script of acks outlasts one however slow the machine; a test that
+    wants a lease to run out asks for ``SHORT`` in its Reserve."""
+    yield from module_server(tmp_path_factory, backend, queue_defaults=fast_queue(lease_duration=HELD))
+
+
+#: The module server's default lease: longer than any test here takes.
+HELD = 60.0
+#: A lease a test lets run out (the server sweeps every 0.05 s).
+SHORT = 0.4
+#: How long a test waits for something the server does within about ``SHORT`` plus a sweep
+#: on a quiet machine: long enough for a loaded one, and it costs nothing when all is well.
+PATIENCE = 10.0
 
 
 def test_an_expired_lease_returns_the_job_and_the_next_delivery_has_a_new_lease_id(lease_server: ServerProcess,
                                                                                    fresh_queue: str) -> None:
     with wire_for(lease_server, fresh_queue) as w:
         job_id = w.enqueue()
-        first = w.reserve_one()
+        first = w.reserve_one(lease=SHORT)
         assert first.attempt == 1 and first.lease_id
-        # Nobody settles it: after 0.4 s the sweep gives it back and a second worker gets it.
+        # Nobody settles it: after 0.4 s the sweep gives it back and the second worker's
+        # waiting Reserve gets it then, not when its long poll ends.
         start = time.monotonic()
-        second = w.reserve_one(wait=3.0)
-        assert time.monotonic() - start < 1.5
+        second = w.reserve_one(lease=SHORT, wait=2 * PATIENCE)
+        assert time.monotonic() - start < PATIENCE
         assert second.job.id == job_id
         assert second.lease_id != first.lease_id
         assert second.attempt == 2
@@ -66,15 +78,22 @@ def test_the_right_lease_after_its_expiry_is_lease_expired(server_factory: Serve
 
 
 def test_extend_keeps_the_lease_past_its_original_expiry(lease_server: ServerProcess, fresh_queue: str) -> None:
+    # A 1 s lease, extended by 5 s at a time until well past its first expiry: each
+    # extension runs from when it is written, so never ends before the call was sent plus
+    # 5 s, and a slow call cannot let the lease lapse between two of them.
     with wire_for(lease_server, fresh_queue) as w:
         job_id = w.enqueue()
-        res = w.reserve_one()
-        for _ in range(4):  # 4 × 0.2 s = twice the 0.4 s lease
-            time.sleep(0.2)
-            resp = w.extend(res, 0.4)
-            assert resp.lease_expires_at.ToMicroseconds() / 1e6 > time.time() + 0.3
+        res = w.reserve_one(lease=1.0)
+        first_expiry = res.lease_expires_at.ToMicroseconds() / 1e6
+        extensions = 0
+        while extensions < 2 or time.time() < first_expiry + 0.3:
+            sent_at_us = time.time_ns() // 1000
+            resp = w.extend(res, 5.0)
+            assert resp.lease_expires_at.ToMicroseconds() >= sent_at_us + 5_000_000
             assert resp.cancel_requested is False
-        assert w.reserve(wait=0) == []  # nobody else got it
+            extensions += 1
+            time.sleep(0.25)
+        assert w.reserve(wait=0) == []  # past the first expiry, and the sweep has not given it to anyone
         w.ack(res)
         row = job_row(lease_server, job_id)
         assert row is not None and row.state == "COMPLETED" and row.attempt == 1
@@ -84,11 +103,11 @@ def test_the_last_attempts_lease_expiring_dead_letters_with_reason_lease_expired
                                                                                  fresh_queue: str) -> None:
     with wire_for(lease_server, fresh_queue) as w:
         job_id = w.enqueue(max_attempts=2)
-        w.reserve_one()
-        second = w.reserve_one(wait=3.0)  # attempt 1's lease ran out: delivered again
+        w.reserve_one(lease=SHORT)
+        second = w.reserve_one(lease=SHORT, wait=PATIENCE)  # attempt 1's lease ran out: delivered again
         assert second.attempt == 2
         wait_for(lambda: (r := job_row(lease_server, job_id)) is not None and r.state == "DEAD_LETTERED",
-                 timeout=3.0, what="dead-letter after the last lease expired")
+                 timeout=PATIENCE, what="dead-letter after the last lease expired")
         row = job_row(lease_server, job_id)
         assert row is not None and row.reason == "LEASE_EXPIRED"
         assert [h["outcome"] for h in row.history] == ["lease_expired", "lease_expired"]
@@ -365,7 +384,9 @@ def test_every_reservation_of_a_reserve_with_retried_traced_and_promoted_jobs_is
             w.enqueue(job_type="a", priority=9, data=b"hi"), w.enqueue(job_type="a", max_attempts=2, data=b"m2"),
             w.enqueue(job_type="a", data=b""), w.enqueue(job_type="a", data=b"p4"),
         ]
-        time.sleep(0.5)
+        # Every job is due within 0.3 s; wait until the server shows them all READY, then one Reserve.
+        wait_for(lambda: all((r := job_row(lease_server, i)) is not None and r.state == "READY" for i in ids),
+                 timeout=PATIENCE, what="the retried and scheduled jobs due")
         got = w.reserve(max_jobs=len(ids) + 5)
         assert sorted(r.job.id for r in got) == sorted(ids)
         for r in got:

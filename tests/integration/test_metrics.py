@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.backends import PG_TEST_DSN
 from support.producer import job
 from support.servers import ServerFactory, module_server
-from support.waiting import wait_for
+from support.waiting import wait_for, with_lead
 from support.worker import fast_queue, wire_for
 
 from sepp.api.v1 import producer_pb2 as ppb
@@ -179,47 +179,63 @@ def test_a_release_is_neither_a_retry_nor_a_runtime(metered: ServerProcess, fres
 
 def test_expired_leases_count_and_the_last_attempt_is_dead_lettered_lease_expired(
         metered: ServerProcess, fresh_queue: str) -> None:
-    with wire_for(metered, fresh_queue) as w:
-        w.enqueue(max_attempts=1)
-        w.enqueue(max_attempts=5)
-        before = scrape(metered)
-        leased = w.reserve(max_jobs=2, lease=0.2)
-        assert len(leased) == 2
-        assert val(scrape(metered), "sepp_queue_jobs", queue=fresh_queue, state="reserved") == 2
+    def trial(lease: float) -> tuple[str, Samples, Samples] | None:
+        queue = f"{fresh_queue}-{lease:g}"
+        with wire_for(metered, queue) as w:
+            w.enqueue(max_attempts=1)
+            w.enqueue(max_attempts=5)
+            before = scrape(metered)
+            sent = time.monotonic()
+            leased = w.reserve(max_jobs=2, lease=lease)
+            assert len(leased) == 2
+            held = val(scrape(metered), "sepp_queue_jobs", queue=queue, state="reserved")
+            if time.monotonic() - sent >= lease:
+                return None  # the scrape may have come after the leases ran out: try a longer one
+            assert held == 2
 
-        def expired() -> Samples | None:
-            now = scrape(metered)
-            return now if moved(before, now, "sepp_leases_expired_total", queue=fresh_queue) >= 2 else None
+            def expired() -> Samples | None:
+                now = scrape(metered)
+                return now if moved(before, now, "sepp_leases_expired_total", queue=queue) >= 2 else None
 
-        after = wait_for(expired, timeout=10, what="both leases expired")
-    assert moved(before, after, "sepp_leases_expired_total", queue=fresh_queue) == 2
-    assert moved(before, after, "sepp_jobs_dead_lettered_total", queue=fresh_queue, reason="lease_expired") == 1
+            return queue, before, wait_for(expired, timeout=10 + lease, what="both leases expired")
+
+    queue, before, after = with_lead(trial, 0.2, what="a Reserve and a scrape")
+    assert moved(before, after, "sepp_leases_expired_total", queue=queue) == 2
+    assert moved(before, after, "sepp_jobs_dead_lettered_total", queue=queue, reason="lease_expired") == 1
     # One scrape's counters are taken before its gauge read: both reclaims are in the gauges.
-    assert val(after, "sepp_queue_jobs", queue=fresh_queue, state="dead_lettered") == 1
-    assert val(after, "sepp_queue_jobs", queue=fresh_queue, state="reserved") == 0
+    assert val(after, "sepp_queue_jobs", queue=queue, state="dead_lettered") == 1
+    assert val(after, "sepp_queue_jobs", queue=queue, state="reserved") == 0
 
     # The job with attempts left waits out its backoff (retry_base 0.05 s) SCHEDULED, then the
     # sweep makes it READY again: the gauges follow it there.
     def back() -> Samples | None:
         now = scrape(metered)
-        return now if val(now, "sepp_queue_jobs", queue=fresh_queue, state="ready") == 1 else None
+        return now if val(now, "sepp_queue_jobs", queue=queue, state="ready") == 1 else None
 
     ready = wait_for(back, timeout=10, what="the expired job READY again after its backoff")
-    assert val(ready, "sepp_queue_jobs", queue=fresh_queue, state="scheduled") == 0
-    assert val(ready, "sepp_queue_jobs", queue=fresh_queue, state="dead_lettered") == 1
+    assert val(ready, "sepp_queue_jobs", queue=queue, state="scheduled") == 0
+    assert val(ready, "sepp_queue_jobs", queue=queue, state="dead_lettered") == 1
 
 
 def test_a_scheduled_job_promoted_by_the_sweep_records_its_lag(metered: ServerProcess, fresh_queue: str) -> None:
-    with wire_for(metered, fresh_queue) as w:
-        before = scrape(metered)
-        w.enqueue(scheduled_at=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.3))
-        assert val(scrape(metered), "sepp_queue_jobs", queue=fresh_queue, state="scheduled") == 1
+    def trial(lead: float) -> tuple[Samples, Samples] | None:
+        queue = f"{fresh_queue}-{lead:g}"
+        with wire_for(metered, queue) as w:
+            before = scrape(metered)
+            due = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=lead)
+            w.enqueue(scheduled_at=due)
+            waiting = val(scrape(metered), "sepp_queue_jobs", queue=queue, state="scheduled")
+            if dt.datetime.now(dt.UTC) >= due:
+                return None  # the scrape may have come after the job's time: try a longer lead
+            assert waiting == 1
 
-        def promoted() -> Samples | None:
-            now = scrape(metered)
-            return now if val(now, "sepp_queue_jobs", queue=fresh_queue, state="ready") == 1 else None
+            def promoted() -> Samples | None:
+                now = scrape(metered)
+                return now if val(now, "sepp_queue_jobs", queue=queue, state="ready") == 1 else None
 
-        after = wait_for(promoted, timeout=10, what="the scheduled job became READY")
+            return before, wait_for(promoted, timeout=10 + lead, what="the scheduled job became READY")
+
+    before, after = with_lead(trial, 0.3, what="an enqueue and a scrape")
     # Other tests' retries may be promoted too: at least this one, each with a small lag.
     grew = moved(before, after, "sepp_promotion_lag_seconds_count")
     assert grew >= 1
@@ -287,7 +303,7 @@ async def test_a_scrape_answers_without_the_queue_gauges_while_storage_hangs(
             started = time.monotonic()
             during = await asyncio.to_thread(scrape_once, metered)
             took = time.monotonic() - started
-        assert took < 3.0
+        assert took < 8.0  # the scrape waits 1 s for the read, not the read's 30 s timeout
         assert not any(name == "sepp_queue_jobs" for name, _ in during)
         assert ("sepp_queue_gauges_age_seconds", frozenset()) not in during
         assert moved(before, during, "sepp_scrape_errors_total", reason="timeout") == 1

@@ -39,7 +39,7 @@ def test_a_poison_row_on_one_queue_does_not_stop_another_queues_lease_coming_bac
 
     server.start()
     row = wait_for(lambda: (r := job_row(server, mail)) is not None and r.state == "READY" and r,
-                   timeout=6.0, what="the emails lease to be reclaimed")
+                   timeout=20.0, what="the emails lease to be reclaimed")
     assert row and row.history[-1]["outcome"] == "lease_expired"
     db = sqlite3.connect(f"file:{server.data_dir / DB_FILE}?mode=ro", uri=True)
     (state,) = db.execute("SELECT state FROM jobs WHERE queue = 'archive'").fetchone()
@@ -54,7 +54,7 @@ def test_a_poison_row_on_one_queue_does_not_stop_another_queues_lease_coming_bac
 
         first = skipped()
         assert first >= 1
-        wait_for(lambda: skipped() > first, timeout=5.0, what="the next pass to skip it again")
+        wait_for(lambda: skipped() > first, timeout=15.0, what="the next pass to skip it again")
         assert re.search(r'^sepp_sweep_skipped_total\{pass="promote"\} 0\.0$', web.get("/metrics").text, re.M)
     logged = [line for line in server.output if "reclaim pass skipped job" in line]
     assert logged and poison in logged[0] and "'archive'" in logged[0] and "malformed JSON" in logged[0]

@@ -100,30 +100,35 @@ def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
 
 def test_a_sigkilled_workers_job_is_delivered_again_after_its_lease(
         server_factory: ServerFactory, tmp_path: Path, workers: list[WorkerProcess]) -> None:
-    server = server_factory(queues={"q": fast_queue(lease_duration=0.6)})
+    # A 1.5 s lease, extended every 0.5 s: a worker process stalled for up to 1 s by a loaded
+    # machine still keeps it.
+    lease = 1.5
+    server = server_factory(queues={"q": fast_queue(lease_duration=lease)})
     with wire_for(server) as w:
         job_id = w.enqueue("q", "hang", max_attempts=5)
     worker = WorkerProcess(tmp_path, server)
     workers.append(worker)
     wait_for(lambda: worker.started(job_id), timeout=15, what="the worker to start the job")
-    time.sleep(1.0)  # longer than the lease: the worker keeps extending it
+    time.sleep(lease + 0.5)  # longer than the lease: the worker keeps extending it
     with wire_for(server) as w:
         assert w.reserve(wait=0) == [], "the running job's lease must be kept alive"
     worker.proc.send_signal(signal.SIGKILL)
     worker.proc.wait(10)
     killed_at = time.monotonic()
     with wire_for(server) as w:
-        res = w.reserve_one(wait=5.0)
-    # Redelivered at the lease's end (0.6 s) plus a sweep; the bound leaves a loaded machine room
-    # and stays below the 5 s long-poll, which a job never redelivered would wait out.
-    assert time.monotonic() - killed_at < 0.6 + 3.0
+        res = w.reserve_one(wait=12.0)
+    # Redelivered at the lease's end (1.5 s) plus a sweep; the bound leaves a loaded machine room
+    # and stays well below the 12 s long-poll, which a job never redelivered would wait out.
+    assert time.monotonic() - killed_at < lease + 5.0
     assert res.job.id == job_id and res.attempt == 2
     assert [a.outcome for a in res.job.attempts] == ["lease_expired"]
 
 
 def test_an_acked_job_is_not_delivered_again_after_a_server_sigkill(
         server_factory: ServerFactory, tmp_path: Path, workers: list[WorkerProcess]) -> None:
-    server = server_factory(queues={"q": fast_queue(lease_duration=0.5)})
+    # A lost ack would leave its job RESERVED (or, its lease run out, delivered again): the
+    # counts below tell. The lease is long enough for a worker process a loaded machine stalls.
+    server = server_factory(queues={"q": fast_queue(lease_duration=5.0)})
     with wire_for(server) as w:
         ids = w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="quick") for _ in range(100)])
     worker = WorkerProcess(tmp_path, server, "--concurrency", "16", "--prefetch", "16")
@@ -134,13 +139,15 @@ def test_an_acked_job_is_not_delivered_again_after_a_server_sigkill(
     server.kill()  # SIGKILL right after the acks were answered
     server.start()
     with wire_for(server) as w:
-        assert w.reserve(max_jobs=100, wait=1.0) == []  # longer than the 0.5 s lease
+        assert w.reserve(max_jobs=100, wait=1.0) == []
     assert count_states(server) == {"COMPLETED": 100}
     assert all((r := job_row(server, i)) is not None and r.attempt == 1 for i in ids)
 
 
 def test_raw_acks_survive_a_server_sigkill(server_factory: ServerFactory) -> None:
-    server = server_factory(queues={"q": fast_queue(lease_duration=0.3)})
+    # A lost ack would leave its job RESERVED: the counts tell. A 30 s lease, so that a loaded
+    # machine's slow acks cannot outlast it.
+    server = server_factory(queues={"q": fast_queue(lease_duration=30.0)})
     with wire_for(server) as w:
         w.enqueue_many([pb.EnqueueRequest(queue="q", job_type="t") for _ in range(20)])
         got = w.reserve(max_jobs=20)
@@ -172,12 +179,13 @@ def test_a_reservation_survives_a_server_restart_and_its_lease_still_settles_the
     with wire_for(server) as w:
         assert w.reserve(wait=0.2) == [], "the reservations must survive the restart"
         w.ack(held[done])
-        resp = w.extend(held[extended], 0.2)
-        assert resp.lease_expires_at.ToMicroseconds() / 1e6 < time.time() + 0.5
         assert w.nack(held[nacked], "retry_after", delay=0.0).state == pb.READY
         again = w.reserve(max_jobs=3, wait=2.0)
         assert {r.job.id: r.attempt for r in again} == {nacked: 2}
-        back = w.reserve_one(wait=3.0)  # the extended one's shortened lease ran out
+        # Shortened after the Reserve above, so that its 0.2 s cannot run out before it.
+        resp = w.extend(held[extended], 0.2)
+        assert resp.lease_expires_at.ToMicroseconds() / 1e6 < time.time() + 0.5
+        back = w.reserve_one(wait=10.0)  # the extended one's shortened lease ran out
         assert (back.job.id, back.attempt) == (extended, 2)
     row = job_row(server, done)
     assert row is not None and (row.state, row.attempt) == ("COMPLETED", 1)
@@ -193,7 +201,7 @@ def test_sigterm_drains_a_worker_process_and_loses_nothing(
     worker = WorkerProcess(tmp_path, server, "--concurrency", "3", "--prefetch", "3", "--shutdown-grace", "5")
     workers.append(worker)
     wait_for(lambda: sum(worker.started(i) for i in ids) == 3, timeout=15, what="3 running jobs")
-    wait_for(lambda: count_states(server).get("RESERVED") == 6, timeout=5, what="6 held jobs")
+    wait_for(lambda: count_states(server).get("RESERVED") == 6, timeout=15, what="6 held jobs")
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(10) == 0, worker.stderr()
     outcomes = sorted(str(r["outcome"]) for r in worker.reports())

@@ -42,8 +42,10 @@ pytestmark = [
 #: The stop tests are backend-neutral (the worker's stop, not the storage).
 neutral = pytest.mark.sqlite_only(reason="backend-neutral: the worker's stop, not the storage")
 
-#: Seconds a stop may overrun its bound on a loaded machine (the rest is milliseconds).
-SLACK = 2.0
+#: Seconds a stop may overrun its bound on a loaded machine (the rest is milliseconds on a
+#: quiet one). What the tests rule out is far longer: the 20 s long poll waited out, the
+#: settler's 60 s re-send window.
+SLACK = 5.0
 
 
 @contextmanager

@@ -92,7 +92,7 @@ async def test_an_odd_failure_settles_its_job_and_spares_the_acks_sent_with_it(
     async with running(worker):
         await until(lambda: gate.started == 13, what="every job at the gate")
         gate.open()  # all 13 finish together: their outcomes share Settle calls
-        await until(lambda: len(reports) == 13, within=5, what="a report for every job")
+        await until(lambda: len(reports) == 13, within=15, what="a report for every job")
     assert [r for r in reports if r.refused] == []
     assert count_states(small, fresh_queue) == {"COMPLETED": 12, "DEAD_LETTERED": 1}
     row = job_row(small, odd_id)
@@ -119,7 +119,7 @@ async def test_a_settle_batch_too_large_for_the_server_goes_in_parts(small: Serv
     async with running(worker):
         await until(lambda: gate.started == 30, what="every job at the gate")
         gate.open()
-        await until(lambda: len(reports) == 30, within=5, what="a report for every job")
+        await until(lambda: len(reports) == 30, within=15, what="a report for every job")
     assert [r for r in reports if r.refused] == []
     assert Counter(r.outcome for r in reports) == {"completed": 10, "retry": 20}
     with AdminClient(small.grpc_target) as admin:  # (ListJobs of these jobs: over the cap too)

@@ -49,7 +49,7 @@ async def test_a_worker_asks_for_no_more_than_the_server_takes(capped: ServerPro
     worker.register("t", noop)
     with caplog.at_level(logging.INFO, logger="sepp.worker"):
         async with running(worker):
-            await until(lambda: len(reports) == n, within=5, what="every job done")
+            await until(lambda: len(reports) == n, within=15, what="every job done")
     assert count_states(capped, fresh_queue) == {"COMPLETED": n}
     refused = [r for r in caplog.records if "reserve failed" in r.getMessage()]
     assert len(refused) <= 1, [r.getMessage() for r in refused]  # the first refusal sets the cap

@@ -27,7 +27,7 @@ from support.servers import ServerFactory
 from support.worker import count_states, enqueue_one, pinned_server, until, wire_for
 
 from sepp.testing import ServerProcess
-from sepp.worker import Job, JobReport, Worker, runtime
+from sepp.worker import Job, JobReport, Worker, _settler, runtime
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker._settler import HURRY_WAIT, Settler
 from sepp.worker.outcome import COMPLETED
@@ -41,9 +41,10 @@ pytestmark = [
 #: How soon after the restarted server's ready line a job enqueued then must be done, seconds.
 #: The channel tries to connect at most every 1 s (± 20 % jitter: 1.2 s), and the reserve
 #: loop's pause ends once it is connected; the rest (a Reserve, a handler that returns at once,
-#: the enqueue through a new client) is milliseconds, so 2.5 s leaves 1.3 s for a loaded
-#: machine. Before the fix this took 5–10 s (gRPC's default backoff plus a pause of up to 5 s).
-BACK_WITHIN = 2.5
+#: the enqueue through a new client) is milliseconds on a quiet machine, so 4 s leaves 2.8 s
+#: for a loaded one (the peer benchmarks beside the suite). Before the fix this took 5–10 s
+#: (gRPC's default backoff plus a pause of up to 5 s), and the worst of three rounds is checked.
+BACK_WITHIN = 4.0
 #: Seconds the server stays down, one round each: long enough that gRPC's default backoff
 #: (1 s, 1.6 s, 2.6 s … ± 20 %) and the old reserve pause (0.05 s doubling to 5 s) had grown
 #: past BACK_WITHIN; where the server comes back in their cycle is chance, so one round alone
@@ -126,14 +127,20 @@ async def test_a_stop_with_the_server_gone_gives_up_its_acks_after_the_settle_ti
     await asyncio.wait_for(stalled.worker.stop(), 30)  # it took the settler's 60 s per batch before
     took = time.monotonic() - t0
     await stalled.ended()
-    # It waits for the server for the whole timeout (it may come back), and not much more.
-    assert 3.0 - 0.1 <= took < 3.0 + 1.5, took
+    # It waits for the server for the whole timeout (it may come back), and then gives up:
+    # far sooner than the settler's 60 s re-send window (the rest is the machine's load).
+    assert 3.0 - 0.1 <= took < 3.0 + 7.0, took
     assert sorted(r.refused.split(":")[0] for r in stalled.reports) == ["Abandoned"] * 4
     assert any("gave up 4 ack(s)/release(s)" in r.getMessage() and r.levelname == "WARNING"
                for r in caplog.records), caplog.text
 
 
-async def test_a_second_stop_gives_up_the_acks_at_once(server_factory: ServerFactory) -> None:
+async def test_a_second_stop_gives_up_the_acks_at_once(server_factory: ServerFactory,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long HURRY_WAIT (1 s in the product), so that "at once" is told from "after
+    # HURRY_WAIT" with room for a loaded machine.
+    hurry_wait = 6.0
+    monkeypatch.setattr(_settler, "HURRY_WAIT", hurry_wait)
     stalled = Stalled(pinned_server(server_factory))
     await stalled.start_and_kill()
     await stalled.finish_handlers()
@@ -141,13 +148,13 @@ async def test_a_second_stop_gives_up_the_acks_at_once(server_factory: ServerFac
     await until(lambda: stalled.worker._shutdown_task is not None and not stalled.worker._running, 5,
                 "the stop's final wait")
     t0 = time.monotonic()
-    await asyncio.wait_for(stalled.worker.stop(0), 5)
+    await asyncio.wait_for(stalled.worker.stop(0), 2 * hurry_wait)
     took = time.monotonic() - t0
     await asyncio.wait_for(first, 5)
     await stalled.ended()
     # At once: the batch is being re-sent (the server failed it), so the hurry does not even
-    # give it HURRY_WAIT; well under it leaves room for a loaded machine.
-    assert took < HURRY_WAIT / 2, took
+    # give it HURRY_WAIT.
+    assert took < hurry_wait / 2, took
     assert [r.refused.split(":")[0] for r in stalled.reports] == ["Abandoned"] * 4
 
 
@@ -155,15 +162,16 @@ async def test_a_second_stop_during_the_grace_ends_the_stop_promptly(server_fact
     stalled = Stalled(pinned_server(server_factory))
     await stalled.start_and_kill()
     first = asyncio.create_task(stalled.worker.stop())  # the handlers still run (gate never set)
-    await until(lambda: stalled.worker._phase == "stopping", 5, "the stop to begin")
+    await until(lambda: stalled.worker._phase == "stopping", 10, "the stop to begin")
     t0 = time.monotonic()
     await asyncio.wait_for(stalled.worker.stop(0), 5)
     took = time.monotonic() - t0
     await asyncio.wait_for(first, 5)
     await stalled.ended()
     # The running jobs are cancelled and their releases fail at once (no server): given up
-    # as soon as they are being re-sent, HURRY_WAIT at the very most.
-    assert took < HURRY_WAIT, took
+    # as soon as they are being re-sent, HURRY_WAIT (1 s) at the very most on a quiet machine;
+    # bounded here by what it would otherwise wait, the 10 s grace and settle timeout.
+    assert took < 5.0, (took, HURRY_WAIT)
     assert [(r.outcome, r.refused.split(":")[0]) for r in stalled.reports] == [("released", "Abandoned")] * 4
 
 
@@ -181,7 +189,7 @@ async def test_items_queued_while_a_batch_is_re_sent_join_it(server_factory: Ser
         await until(lambda: settler._retrying, 10, "the first ack being re-sent")
         late = settler.submit(COMPLETED, *b)
         assert settler.pending == 2  # queued behind the batch being re-sent ...
-        await until(lambda: settler.pending == 1, 5, "the late ack to join it")  # ... until it joins it
+        await until(lambda: settler.pending == 1, 10, "the late ack to join it")  # ... until it joins it
         await asyncio.to_thread(server.start)
         settled = await asyncio.wait_for(asyncio.gather(first, late), 10)
         assert [s.result.ok for s in settled] == [True, True]

@@ -211,9 +211,9 @@ async def test_a_suspended_handler_is_cancelled_and_released_at_shutdown(fast: S
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
     await until(lambda: len(reports) == 2 and worker.held == 1, what="the inline jobs done, forever running")
     t0 = time.monotonic()
-    await worker.stop(0.2)
+    await asyncio.wait_for(worker.stop(0.2), 10)
     await asyncio.wait_for(task, 5)
-    assert time.monotonic() - t0 < 1.5 and cancelled.is_set()
+    assert time.monotonic() - t0 < 10.0 and cancelled.is_set()  # not the handler's 60 s
     assert [r.outcome for r in reports] == ["completed", "completed", "released"]
     row = job_row(fast, ids[2])
     assert row is not None and (row.state, row.attempt) == ("READY", 0)
@@ -255,5 +255,5 @@ async def test_a_cancellation_that_reaches_a_handler_settles_its_job(fast: Serve
     assert [first[i] for i in ids[:3]] == ["retry", "completed", "completed"]
     assert [first[i] for i in ids[3:]].count("completed") >= 1  # the late cancellation may reach one
     assert set(first.values()) <= {"retry", "completed"}
-    await until(lambda: "RESERVED" not in count_states(fast, fresh_queue), what="nothing RESERVED", within=3)
+    await until(lambda: "RESERVED" not in count_states(fast, fresh_queue), what="nothing RESERVED", within=10)
     assert worker.held == 0

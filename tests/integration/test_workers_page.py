@@ -11,6 +11,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -91,11 +92,13 @@ def test_an_old_client_still_reserves_and_a_silent_worker_goes_quiet(srv: Server
                                                                      fresh_queue: str) -> None:
     job_id = stubs.enqueue(fresh_queue)
     old = f"old-{fresh_queue}"
+    sent = time.monotonic()
     (res,) = stubs.reserve(fresh_queue, worker_id=old)  # raw stubs: none of the new fields
     assert res.job.id == job_id
     info = workers(stubs)[old]
     assert (info.concurrency, info.client_version, info.host, info.in_flight) == (0, "", "", 1)
-    assert not info.quiet
+    if time.monotonic() - sent < 2 * LEASE:  # (a loaded machine may have answered later than that)
+        assert not info.quiet
     quiet = wait_for(lambda: (w := workers(stubs)[old]).quiet and w, 10.0)  # 2 × the 1 s lease without a call
     assert quiet.worker_id == old
     assert stubs.call("ListWorkers", apb.ListWorkersRequest()).quiet >= 1
@@ -125,7 +128,7 @@ async def test_a_stopped_worker_is_listed_stopped_at_once_and_live_again_when_it
     finally:
         await worker.stop(5.0)
         await run
-    gone = await asyncio.to_thread(wait_for, lambda: (w := workers(stubs)[me]).HasField("stopped_at") and w, 2.0)
+    gone = await asyncio.to_thread(wait_for, lambda: (w := workers(stubs)[me]).HasField("stopped_at") and w, 10.0)
     assert not gone.quiet and gone.stopped_at.ToMicroseconds() >= gone.last_reserve.ToMicroseconds()
     assert stubs.call("ListWorkers", apb.ListWorkersRequest()).stopped >= 1
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "COLUMNS": "250"}

@@ -86,7 +86,7 @@ def test_writer_death_stops_the_server_and_a_restart_serves_what_was_acknowledge
     assert server.proc is not None
     code = server.proc.wait(30)
     assert code == 1
-    wait_for(lambda: any("sepp: stopped: the writer process exited" in line for line in server.output), timeout=5,
+    wait_for(lambda: any("sepp: stopped: the writer process exited" in line for line in server.output), timeout=15,
              what="the stop reason in the server's output")
     server.start()
     with wire_for(server) as w:
@@ -235,7 +235,7 @@ def test_writer_death_during_lone_writes_still_stops_the_server(server_factory: 
             pytest.fail("the server kept serving without its writer")
     assert server.proc is not None
     assert server.proc.wait(30) == 1
-    wait_for(lambda: any("sepp: stopped: the writer process exited" in line for line in server.output), timeout=5,
+    wait_for(lambda: any("sepp: stopped: the writer process exited" in line for line in server.output), timeout=15,
              what="the stop reason in the server's output")
     server.start()
     with wire_for(server) as w:

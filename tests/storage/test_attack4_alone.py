@@ -37,7 +37,7 @@ async def test_promotion_by_a_lone_reserve_wakes_the_other_node(two_nodes: tuple
         woke.get_nowait()
     # A one-queue Reserve of ANOTHER queue at a time the x job is due promotes it.
     assert await lease(a, "y", now=NOW + 2 * S) == []
-    got = await asyncio.wait_for(woke.get(), 1.0)
+    got = await asyncio.wait_for(woke.get(), 10.0)
     assert got == "x"
 
 

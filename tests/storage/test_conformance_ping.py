@@ -16,10 +16,12 @@ from storage.conformance_kit import get, put, row
 
 
 async def test_an_open_store_answers_a_ping_well_within_a_second(store: Store) -> None:
-    started = time.monotonic()
+    took = []
     for _ in range(5):
+        started = time.monotonic()
         await store.ping()
-    assert time.monotonic() - started < 1.0
+        took.append(time.monotonic() - started)
+    assert max(took) < 1.0, took  # the readiness probe's bound on one ping
 
 
 async def test_a_ping_commits_nothing_and_changes_no_figure(store: Store) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from support.admin import connect
 
@@ -48,7 +48,10 @@ def browser_fixture() -> Iterator[Browser]:
 def page_fixture(browser: Browser) -> Iterator[Page]:
     """A fresh browser context (own cookies) and page; dialogs (confirm) are accepted."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(10_000)
+    # Deadlines for what the page does on its own (actions and ``expect``, 5 s by default):
+    # waits that end as soon as the page is there, with room for a loaded machine.
+    context.set_default_timeout(15_000)
+    expect.set_options(timeout=15_000)
     pg = context.new_page()
     pg.on("dialog", lambda dialog: dialog.accept())
     errors: list[str] = []

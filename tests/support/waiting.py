@@ -21,3 +21,20 @@ def wait_for(probe: Callable[[], T | Literal[False] | None], timeout: float = 10
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or probe}")
         time.sleep(interval)
+
+
+
+def with_lead(trial: Callable[[float], T | None], lead: float, tries: int = 4, what: str = "") -> T:
+    """Run ``trial(lead)``, doubling ``lead`` while the trial says it could not decide.
+
+    For a test that needs some time in hand (a job scheduled ahead, still in the future
+    when the test looks): ``trial`` does the test with that lead and returns what it found
+    once it has checked what it is about, None when the machine was too slow for the lead
+    to hold (nothing was checked; each try must use queues of its own). A quiet machine
+    decides at the first lead; a loaded one pays with a longer lead, never with a false
+    failure. ``AssertionError`` naming ``what`` when no lead up to ``lead * 2**(tries-1)`` held."""
+    for k in range(tries):
+        found = trial(lead * 2**k)
+        if found is not None:
+            return found
+    raise AssertionError(f"the machine outran every lead up to {lead * 2 ** (tries - 1)} s: {what or trial}")

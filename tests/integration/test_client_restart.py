@@ -1,7 +1,8 @@
-"""A server restart is invisible to a client within its deadline (issue 15 item 6).
+"""A server restart is invisible to a client within its deadline.
 
 A real ``sepp serve`` on one fixed port is restarted 10 times with SIGTERM and 10 times with
-SIGKILL while two producer loops with default ``ClientOptions`` run against it: one with an
+SIGKILL while two producer loops with default ``ClientOptions`` (but a 30 s deadline: a
+restart on a loaded machine took more than the default 10 s) run against it: one with an
 idempotency key per job, one without; and before each restart comes back, a brand-new
 ``Client`` makes its first call. A call that finds no connection waits for one within its
 deadline and is then sent, key or not (it provably never reached a server); a graceful
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 from support.servers import FAST, backend_config
 
-from sepp import Client, EnqueueRequest
+from sepp import Client, ClientOptions, EnqueueRequest
 from sepp.client._core import never_sent
 from sepp.client.admin import AdminClient
 from sepp.errors import SeppError, Unavailable
@@ -39,6 +40,7 @@ from sepp.testing.process import free_port
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(600),  # 20 restarts: about 60 s quiet, over 120 s on a loaded machine
     pytest.mark.sqlite_only(reason=(
         "backend-neutral: the client's waiting and retrying across restarts; keys surviving kill "
         "-9 on PostgreSQL are proved by test_durability [postgres]")),
@@ -49,6 +51,10 @@ ROUNDS = 10
 CALLS_BETWEEN = 3
 #: Most seconds a loop may take to get CALLS_BETWEEN calls through after the server is back.
 PROGRESS_WITHIN = 15.0
+#: The producers' deadline (seconds): what a restart must fit in to stay invisible. The
+#: default 10 s held on a quiet machine; a suite beside other load saw a kill -9 restart
+#: answer a call after more than 10 s (the machine's, not the client's, time).
+DEADLINE = 30.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ class _Producer(threading.Thread):
         self.failures: list[_Failure] = []
 
     def run(self) -> None:
-        with Client(self.target) as client:
+        with Client(self.target, options=ClientOptions(timeout=DEADLINE)) as client:
             i = 0
             while not self.stop.is_set():
                 name = f"{self.queue}-{i}"
@@ -95,7 +101,7 @@ class _Producer(threading.Thread):
 
 def _first_call_of_a_new_client(target: str, out: list[str]) -> None:
     try:
-        with Client(target) as client:
+        with Client(target, options=ClientOptions(timeout=DEADLINE)) as client:
             out.append(client.enqueue(EnqueueRequest("fresh", "t")).job_id)
     except SeppError as exc:
         out.append(f"failed: {type(exc).__name__}: {exc}")

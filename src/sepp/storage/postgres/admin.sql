@@ -254,7 +254,7 @@ DELETE FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea RETURNING 
 -- name: delete_one_in_state
 -- delete_one, only while the job is in state $2 (a concurrent writer is waited for and the
 -- state judged on the row it left: READ COMMITTED re-checks the condition).
-DELETE FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea AND state = $2::smallint
+DELETE FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1::bytea AND state::integer = $2::smallint
 RETURNING queue, state;
 
 -- ------------------------------------------------------------------ bulk

@@ -128,35 +128,35 @@ def test_producers_see_no_failure_across_sigterm_and_kill_9_restarts(tmp_path: P
     config = {**FAST, **backend_config(backend), "grpc_listen": f"127.0.0.1:{free_port()}"}
     server = ServerProcess(tmp_path / "data", config)
     server.start()
-    target = server.grpc_target
-    keyed = _Producer(target, "keyed", keyed=True)
-    plain = _Producer(target, "plain", keyed=False)
-    fresh: list[str] = []
-    stops: list[_Stop] = []
-    try:
-        keyed.start()
-        plain.start()
-        _await_progress([keyed, plain], "after the start")
-        for round_ in range(2 * ROUNDS):
-            kind = "SIGTERM" if round_ < ROUNDS else "SIGKILL"
-            issued = time.monotonic()
-            if kind == "SIGTERM":
-                assert server.terminate() == 0, server.output[-20:]
-            else:
-                server.kill()
-            stops.append(_Stop(kind, issued, time.monotonic()))
-            newcomer = threading.Thread(target=_first_call_of_a_new_client, args=(target, fresh))
-            newcomer.start()  # its first call is made while nothing listens
-            time.sleep(0.05)
-            server.start()
-            newcomer.join(30)
-            _await_progress([keyed, plain], f"after restart {round_ + 1} ({kind})")
-    finally:
-        keyed.stop.set()
-        plain.stop.set()
-        keyed.join(30)
-        plain.join(30)
-    try:
+    try:  # the server is stopped whatever happens, a failed wait for progress included
+        target = server.grpc_target
+        keyed = _Producer(target, "keyed", keyed=True)
+        plain = _Producer(target, "plain", keyed=False)
+        fresh: list[str] = []
+        stops: list[_Stop] = []
+        try:
+            keyed.start()
+            plain.start()
+            _await_progress([keyed, plain], "after the start")
+            for round_ in range(2 * ROUNDS):
+                kind = "SIGTERM" if round_ < ROUNDS else "SIGKILL"
+                issued = time.monotonic()
+                if kind == "SIGTERM":
+                    assert server.terminate() == 0, server.output[-20:]
+                else:
+                    server.kill()
+                stops.append(_Stop(kind, issued, time.monotonic()))
+                newcomer = threading.Thread(target=_first_call_of_a_new_client, args=(target, fresh))
+                newcomer.start()  # its first call is made while nothing listens
+                time.sleep(0.05)
+                server.start()
+                newcomer.join(30)
+                _await_progress([keyed, plain], f"after restart {round_ + 1} ({kind})")
+        finally:
+            keyed.stop.set()
+            plain.stop.set()
+            keyed.join(30)
+            plain.join(30)
         assert keyed.failures == [], keyed.failures
         kills = [stop for stop in stops if stop.kind == "SIGKILL"]
         for failure in plain.failures:

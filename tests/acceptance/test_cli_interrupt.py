@@ -27,9 +27,9 @@ from typing import IO, Any
 import pytest
 from support.proxy import OneWayCut
 from support.servers import module_server
+from support.stored import stored_by
 from support.waiting import wait_for
 
-from sepp.client.admin import AdminClient
 from sepp.testing import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -106,18 +106,7 @@ def printed(stdout: list[str]) -> dict[int, str]:
 
 def stored(target: str, queue: str) -> dict[int, str]:
     """Line number (custom ``line``) → id of every job stored in ``queue``."""
-    out: dict[int, str] = {}
-    token = ""
-    with AdminClient(target) as admin:
-        while True:
-            page = admin.list_jobs(queue=queue, page_size=1000, page_token=token)
-            for summary in page.jobs:
-                line = summary.job.custom["line"].int_value
-                assert line not in out, f"line {line} stored twice"
-                out[line] = summary.job.id
-            token = page.next_page_token
-            if not token:
-                return out
+    return stored_by(target, queue, "line")
 
 
 def span(text: str, what: str) -> tuple[int, int] | None:

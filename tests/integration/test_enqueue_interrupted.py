@@ -25,10 +25,10 @@ from typing import IO, Any
 import pytest
 from support.proxy import OneWayCut
 from support.servers import ServerFactory, module_server
+from support.stored import stored_by
 from support.waiting import wait_for
 
 from sepp import AsyncClient, Client, EnqueueAck, EnqueueInterrupted, EnqueueRequest, Payload
-from sepp.client.admin import AdminClient
 from sepp.client.options import ClientOptions, RetryPolicy
 from sepp.errors import SeppError, TransportError
 from sepp.testing import ServerProcess
@@ -71,18 +71,7 @@ def _jobs(queue: str, counter: list[int] | None = None) -> Iterator[EnqueueReque
 def stored(target: str, queue: str) -> dict[int, str]:
     """Request index (custom ``i``) → id of every job stored in ``queue``; an index stored
     twice fails the test."""
-    out: dict[int, str] = {}
-    token = ""
-    with AdminClient(target) as admin:
-        while True:
-            page = admin.list_jobs(queue=queue, page_size=1000, page_token=token)
-            for summary in page.jobs:
-                i = summary.job.custom["i"].int_value
-                assert i not in out, f"request {i} stored twice"
-                out[i] = summary.job.id
-            token = page.next_page_token
-            if not token:
-                return out
+    return stored_by(target, queue, "i")
 
 
 def check_account(store: dict[int, str], answered: Sequence[str | None], maybe: range) -> None:

@@ -254,10 +254,15 @@ async def test_a_long_poll_held_back_wakes_when_an_update_raises_the_limit(make_
 
 
 async def _held_back_long_poll(h: Harness, worker: str = "w2") -> asyncio.Future[list[JobRecord]]:
-    """A long-polling Reserve of "q", checked to be waiting (held back, not refused)."""
+    """A long-polling Reserve of "q", checked to be waiting (held back, not refused) and
+    parked on its wake-up: its leasing attempt has finished. (One still in the store holds
+    back the reclaim pass it may race with: ``Granting``, on PostgreSQL.)"""
     waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, worker))
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
+    for _ in range(1000):   # ends as soon as it parks; 10 s at most on a loaded machine
+        if waiting.done() or h.engine.parked(worker):
+            break
+        await asyncio.sleep(0.01)
+    assert not waiting.done() and h.engine.parked(worker) == 1
     return waiting
 
 

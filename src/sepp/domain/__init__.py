@@ -8,6 +8,10 @@ transport and no database.
 - ``transitions``: what an ack, a nack, a lease expiry, a cancel and a redrive do to a job
   (the ``Decision`` a driver applies under the lease guard; history entries, reasons).
 - ``clock``: the one place the time is read (``Clock``; ``FakeClock`` for tests).
+- ``admin``: the admin side's value types (a listing's ``JobQuery`` and page, ``DeadFilter``,
+  ``StateCounts``, ``MinuteRow``, write ``Outcome``s) the store, the admin engine, the UI and
+  the RPC edge share.
+- ``store_errors``: ``StoreError`` and its kinds, raised by a store and caught above it.
 
 It imports nothing from ``sepp.storage``, ``sepp.server``, the front ends, grpc, protobuf
 or any database module; the layer contracts in pyproject.toml hold it to that.

@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from sepp.domain.admin import JobQuery
 from sepp.server.admin.bulk import ACTION_STATES, MAX_SELECTED, BulkRun
 from sepp.server.errors import InvalidRequest
 from sepp.server.http.ui.views import SLUG_OF, state_param
-from sepp.storage.admin import JobQuery
 
 if TYPE_CHECKING:
     from sepp.server.http.ui.routes import AdminUI

@@ -18,9 +18,9 @@ from starlette.requests import Request
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
+from sepp.domain.admin import DeadFilter
 from sepp.quoting import quote as quote_value
 from sepp.server.errors import InvalidRequest
-from sepp.storage.admin import DeadFilter
 from sepp.wire import duration_to_seconds
 
 _TRUE = {"true", "1", "yes", "on"}

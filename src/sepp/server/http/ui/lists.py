@@ -32,13 +32,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from sepp.domain.admin import JobQuery, JobSummary
+from sepp.domain.states import State
 from sepp.server.admin import WorkerView
 from sepp.server.admin.engine import MAX_PAGE
 from sepp.server.http.ui.bulk import actions_for, apply_selected
 from sepp.server.http.ui.security import safe_next
 from sepp.server.http.ui.views import SLUG_OF, STATE_FIELD, TAB_ORDER, first_state_with_jobs, state_param
-from sepp.storage.admin import JobQuery, JobSummary
-from sepp.storage.base import State
 
 if TYPE_CHECKING:
     from sepp.server.http.ui.routes import AdminUI

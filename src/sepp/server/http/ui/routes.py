@@ -25,6 +25,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from sepp.api.v1 import producer_pb2 as ppb
+from sepp.domain.admin import JobQuery
+from sepp.domain.states import State
+from sepp.domain.store_errors import StoreError
 from sepp.rejections import RejectionCode
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_name
 from sepp.server.admin.search import parse_search
@@ -69,9 +72,6 @@ from sepp.server.http.ui.views import (
     state_param,
     storage_label,
 )
-from sepp.storage.admin import JobQuery
-from sepp.storage.base import State
-from sepp.storage.errors import StoreError
 
 #: Templates and static files stay next to the package (``sepp/server/http/``).
 HTTP_DIR = Path(__file__).parent.parent

@@ -35,7 +35,7 @@ from starlette.routing import BaseRoute, Route
 from sepp.domain.admin import JobQuery, JobSummary
 from sepp.domain.states import State
 from sepp.server.admin import WorkerView
-from sepp.server.admin.engine import MAX_PAGE
+from sepp.server.admin.jobs import MAX_PAGE
 from sepp.server.http.ui.bulk import actions_for, apply_selected
 from sepp.server.http.ui.security import safe_next
 from sepp.server.http.ui.views import SLUG_OF, STATE_FIELD, TAB_ORDER, first_state_with_jobs, state_param

@@ -14,15 +14,18 @@ from starlette.responses import Response
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.rejections import RejectionCode
 from sepp.server.errors import EngineError, JobRejected, Overloaded
-from sepp.server.http.ui.forms import FormError, build_request, fresh_idempotency_key, limits_json
+from sepp.server.http.ui.enqueue_form import FormError, build_request, fresh_idempotency_key, limits_json
 from sepp.server.http.ui.kit import PageKit
+
+#: Where the enqueue form reads the live limits and queue names (``rpc.producer.server_info``).
+ServerInfoSource = Callable[[], ppb.ServerInfo]
 
 
 class EnqueuePage:
     """The enqueue form over ``kit``; ``server_info`` returns the live ``ServerInfo`` (the
     limits the form checks)."""
 
-    def __init__(self, kit: PageKit, server_info: Callable[[], ppb.ServerInfo]) -> None:
+    def __init__(self, kit: PageKit, server_info: ServerInfoSource) -> None:
         self.kit = kit
         self.admin = kit.admin
         self.server_info = server_info

@@ -9,19 +9,16 @@ form parsing in ``forms``, CSRF / session / headers in ``security``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sepp.api.v1 import producer_pb2 as ppb
 from sepp.server.admin import AdminEngine
 from sepp.server.auth import Authenticator
 from sepp.server.http.ui.bulk import BulkUI
 from sepp.server.http.ui.cluster_pages import ClusterPages
-from sepp.server.http.ui.enqueue_page import EnqueuePage
+from sepp.server.http.ui.enqueue_page import EnqueuePage, ServerInfoSource
 from sepp.server.http.ui.job_pages import JobPages
 from sepp.server.http.ui.kit import STATIC, PageKit
 from sepp.server.http.ui.lists import ListPages
@@ -39,7 +36,7 @@ class AdminUI:
     that has role ``admin``, else it is open.
     """
 
-    def __init__(self, admin: AdminEngine, server_info: Callable[[], ppb.ServerInfo], auth: Authenticator) -> None:
+    def __init__(self, admin: AdminEngine, server_info: ServerInfoSource, auth: Authenticator) -> None:
         self.admin = admin
         self.auth = auth
         #: What every page shares (``ui.kit``).

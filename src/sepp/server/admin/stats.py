@@ -4,7 +4,7 @@ counts behind the throughput and the figures, flushed to the store.
 
 Throughput stats (documented choice): enqueues, completions and dead letters are
 counted in memory per (queue, minute) by a ``ThroughputCounter`` (``admin.throughput``)
-subscribed to ``JobEngine.on_stored`` / ``on_finished``, and folded into the
+subscribed to the engine events ``stored`` / ``finished``, and folded into the
 ``queue_throughput`` table every ``flush_interval`` seconds and at stop, so no job write
 carries a statistics write (a crash loses at most that many seconds of the series). Reads
 merge the table with the counts not flushed yet.
@@ -82,10 +82,11 @@ class AdminStats:
 
     def start(self) -> None:
         """Count enqueues, completions and job-type figures, and flush them periodically."""
-        self.engine.on_stored.subscribe(self.counter.on_stored)
-        self.engine.on_finished.subscribe(self.counter.on_finished)
-        self.engine.events.settled.subscribe(self.types.on_settled)
-        self.engine.events.reclaimed.subscribe(self.types.on_reclaimed)
+        events = self.engine.events
+        events.stored.subscribe(self.counter.on_stored)
+        events.finished.subscribe(self.counter.on_finished)
+        events.settled.subscribe(self.types.on_settled)
+        events.reclaimed.subscribe(self.types.on_reclaimed)
         self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
 
     async def stop(self) -> None:

@@ -8,9 +8,9 @@ transport and no database.
 - ``transitions``: what an ack, a nack, a lease expiry, a cancel and a redrive do to a job
   (the ``Decision`` a driver applies under the lease guard; history entries, reasons).
 - ``clock``: the one place the time is read (``Clock``; ``FakeClock`` for tests).
-- ``admin``: the admin side's value types (a listing's ``JobQuery`` and page, ``DeadFilter``,
-  ``StateCounts``, ``MinuteRow``, write ``Outcome``s) the store, the admin engine, the UI and
-  the RPC edge share.
+- ``listing``: a job listing's ``JobQuery`` and ``JobPage``, and a redrive's ``DeadFilter``;
+  ``admin``: what the admin's writes answer (``Outcome``) and its figures read (``StateCounts``,
+  ``MinuteRow``, …) — shared by the store, the admin engine, the UI and the RPC edge.
 - ``store_errors``: ``StoreError`` and its kinds, raised by a store and caught above it.
 
 It imports nothing from ``sepp.storage``, ``sepp.server``, the front ends, grpc, protobuf

@@ -16,25 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from sepp.domain.admin import (
-    DeadFilter,
-    FlowRead,
-    JobPage,
-    JobQuery,
-    JobSummary,
-    MinuteRow,
-    Outcome,
-    QueueGauges,
-    SortKey,
-    StateCounts,
-    WriteResult,
-)
+from sepp.domain.admin import FlowRead, MinuteRow, Outcome, QueueGauges, StateCounts, WriteResult
+from sepp.domain.listing import DeadFilter, JobPage, JobQuery, JobSummary, SortKey
 from sepp.domain.params import FlowLimits
 from sepp.domain.policy import PolicyLookup
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
-# The value types moved to ``sepp.domain.admin`` (the UI and the RPC edge read them without
-# importing the storage seam); re-exported so the drivers keep one import.
+# The value types live in ``sepp.domain.listing`` and ``sepp.domain.admin`` (the UI and the
+# RPC edge read them without importing the storage seam); re-exported so the drivers keep
+# one import.
 __all__ = ["AdminStore", "DeadFilter", "FlowRead", "JobPage", "JobQuery", "JobSummary", "MinuteRow", "Outcome",
            "QueueGauges", "SortKey", "StateCounts", "WriteResult", "count_or_zero", "first_position",
            "position_int"]

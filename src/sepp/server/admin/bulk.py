@@ -39,7 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from sepp.domain.admin import DeadFilter, JobQuery, Outcome
+from sepp.domain.admin import Outcome
+from sepp.domain.listing import DeadFilter, JobQuery
 from sepp.domain.states import FINISHED, State
 from sepp.quoting import clip, quote
 from sepp.server.admin.checks import StateConflict

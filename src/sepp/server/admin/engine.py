@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sepp.domain.admin import DeadFilter, JobQuery, Outcome, StateCounts
+from sepp.domain.admin import Outcome, StateCounts
+from sepp.domain.listing import DeadFilter, JobQuery
 from sepp.domain.records import JobRecord
 from sepp.server.admin.bulk import BulkActions
 from sepp.server.admin.checks import existing_queue

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from sepp.domain.admin import DeadFilter, JobQuery, Outcome
+from sepp.domain.admin import Outcome
+from sepp.domain.listing import DeadFilter, JobQuery
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
 from sepp.quoting import clip, quote

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sepp.domain.admin import JobSummary, MinuteRow, StateCounts
+from sepp.domain.admin import MinuteRow, StateCounts
+from sepp.domain.listing import JobSummary
 from sepp.server.admin.held_back import HeldBack
 from sepp.server.queues import no_consumer
 

@@ -19,7 +19,7 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import periodic_pb2 as ppb
-from sepp.domain.admin import DeadFilter, JobQuery, JobSummary
+from sepp.domain.listing import DeadFilter, JobQuery, JobSummary
 from sepp.domain.store_errors import StoreError
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, TypeFigures, WindowFigures, WorkerView

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from sepp.domain.admin import JobQuery
+from sepp.domain.listing import JobQuery
 from sepp.server.admin.bulk import ACTION_STATES, MAX_SELECTED, BulkRun
 from sepp.server.errors import InvalidRequest
 from sepp.server.http.ui.kit import PageKit

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.datastructures import FormData
 from starlette.requests import Request
 
-from sepp.domain.admin import DeadFilter
+from sepp.domain.listing import DeadFilter
 from sepp.server.errors import InvalidRequest
 
 

@@ -10,7 +10,7 @@ from urllib.parse import quote, urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from sepp.domain.admin import JobQuery
+from sepp.domain.listing import JobQuery
 from sepp.domain.states import State
 from sepp.server.admin import StateConflict
 from sepp.server.admin.search import parse_search

@@ -95,15 +95,15 @@ class PageKit:
 
     def post(self, handler: Handler) -> Handler:
         """A form's ``handler``: the session's CSRF token first (403), then as ``page``."""
+        page = self.page(handler)
+
         @functools.wraps(handler)
         async def wrapped(request: Request) -> Response:
             if not await self.csrf_ok(request):
                 return self.render(request, "error.html", {"title": "Forbidden", "message":
                                    "This form is stale or was not sent by the sepp UI (CSRF token missing or "
                                    "wrong). Reload the page and try again."}, 403)
-            if not self.authed(request):
-                return self._login_redirect(request)
-            return await self.guard(handler, request)
+            return await page(request)
 
         return wrapped
 

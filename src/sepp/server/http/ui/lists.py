@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from sepp.domain.admin import JobQuery, JobSummary
+from sepp.domain.listing import JobQuery, JobSummary
 from sepp.domain.states import State
 from sepp.server.admin import WorkerView
 from sepp.server.admin.jobs import MAX_PAGE

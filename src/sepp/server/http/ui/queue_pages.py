@@ -16,7 +16,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from sepp.domain.admin import JobQuery
+from sepp.domain.listing import JobQuery
 from sepp.server.admin import QueueStatsView, state_name
 from sepp.server.http.ui.bulk import actions_for
 from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param

@@ -24,6 +24,8 @@ from sepp.storage.admin import JobQuery, Outcome
 from sepp.storage.postgres import schema as pg_schema
 from sepp.storage.postgres.store import PostgresStore
 
+pytestmark = pytest.mark.postgres_only(reason="a PostgreSQL schema migration")
+
 NOW = 1_790_000_000_000_000
 S = 1_000_000
 POLICY = PolicyTable(QueuePolicy(jitter=0.0))

@@ -154,6 +154,9 @@ def test_dead_letter_reason_with_nul_is_stored_with_replacement(stubs: AdminStub
 
 # ------------------------------------------------------------- PostgreSQL only: helpers
 
+#: The tests below run several nodes on one PostgreSQL database.
+NEEDS_POSTGRES = pytest.mark.postgres_only(reason="several nodes on one PostgreSQL database")
+
 
 def _pg_config(schema: str, node: str, **extra: Any) -> dict[str, Any]:
     return {**FAST, "storage": "postgres", "postgres_dsn": PG_TEST_DSN, "postgres": {"schema": schema},
@@ -209,6 +212,7 @@ def _node_name() -> str:
 # ------------------------------------------------------------- PostgreSQL only: tests
 
 
+@NEEDS_POSTGRES
 def test_overlapping_keyed_batches_from_two_nodes_never_deadlock(nodes: list[ServerProcess], tmp_path: Path) -> None:
     """Finding B2: 8 concurrent EnqueueBatch calls of 256 keyed jobs drawn from one pool of
     300 keys, over two nodes, claimed the keys in request order: PostgreSQL found deadlocks
@@ -258,6 +262,7 @@ def test_overlapping_keyed_batches_from_two_nodes_never_deadlock(nodes: list[Ser
     assert {r[0] for r in stored} == set(answers) and all(r[1] == 1 for r in stored)
 
 
+@NEEDS_POSTGRES
 def test_long_poll_on_another_node_wakes_for_a_queue_new_to_it(nodes: list[ServerProcess], tmp_path: Path) -> None:
     """Finding B3: node B long-polls a queue nobody has created; node A creates it by
     enqueueing a job. A's NOTIFY woke B's reserver before B's queue refresh knew the queue,
@@ -288,6 +293,7 @@ def test_long_poll_on_another_node_wakes_for_a_queue_new_to_it(nodes: list[Serve
     assert got["elapsed"] < 4.0  # far below the 8 s wait (issue 10: within 100 ms of the commit)
 
 
+@NEEDS_POSTGRES
 def test_terminated_backends_answer_unavailable_and_the_node_recovers(nodes: list[ServerProcess],
                                                                        tmp_path: Path) -> None:
     """pg_terminate_backend of every session of one node (writers, readers, listener) twice
@@ -365,6 +371,7 @@ def test_terminated_backends_answer_unavailable_and_the_node_recovers(nodes: lis
     assert got == [job_id]
 
 
+@NEEDS_POSTGRES
 def test_node_killed_mid_batch_loses_no_acknowledged_job(nodes: list[ServerProcess], tmp_path: Path) -> None:
     """SIGKILL of a node while batched enqueues (plain and keyed) are in flight on it: every
     job it acknowledged is in the database, the calls cut short fail as UNAVAILABLE (the
@@ -412,6 +419,7 @@ def test_node_killed_mid_batch_loses_no_acknowledged_job(nodes: list[ServerProce
         assert s.enqueue("k")
 
 
+@NEEDS_POSTGRES
 def test_schema_newer_than_this_build_is_a_clean_refusal(nodes: list[ServerProcess], tmp_path: Path) -> None:
     """A schema migrated by a newer sepp (version 99 in schema_migrations): ``sepp serve``
     and ``sepp migrate`` refuse with one line naming both versions, exit 1, no traceback."""
@@ -436,6 +444,7 @@ def test_schema_newer_than_this_build_is_a_clean_refusal(nodes: list[ServerProce
     assert "Traceback" not in text
 
 
+@NEEDS_POSTGRES
 def test_missing_role_is_a_one_line_refusal(nodes: list[ServerProcess], tmp_path: Path) -> None:
     """A DSN naming a role that does not exist (pg_hba is trust here, so a wrong password
     cannot be shown): one line naming the DSN and the cause, exit 1, no traceback."""
@@ -451,6 +460,7 @@ def test_missing_role_is_a_one_line_refusal(nodes: list[ServerProcess], tmp_path
     assert "Traceback" not in text
 
 
+@NEEDS_POSTGRES
 def test_node_name_with_a_control_character_is_a_configuration_error(nodes: list[ServerProcess],
                                                                        tmp_path: Path) -> None:
     """Finding B4: a node name holding a control character went into PostgreSQL's
@@ -492,6 +502,7 @@ def _until(what: str, check: Any, timeout: float = 15.0) -> None:
         time.sleep(0.02)
 
 
+@NEEDS_POSTGRES
 def test_key_race_where_the_claiming_node_dies_mid_transaction(nodes: list[ServerProcess], tmp_path: Path) -> None:
     """Issue 10: one of two transactions racing on a key rolls back. Node A claimed key K in a
     transaction still open (``debug_commit_delay``); node B's enqueue of K waits on A's row
@@ -517,6 +528,7 @@ def test_key_race_where_the_claiming_node_dies_mid_transaction(nodes: list[Serve
     assert [r[0] for r in claims] == ["K"]
 
 
+@NEEDS_POSTGRES
 def test_a_frozen_node_holding_a_key_does_not_stop_the_other_nodes_writes(nodes: list[ServerProcess],
                                                                            tmp_path: Path) -> None:
     """Finding B5: node A is frozen (SIGSTOP: a paused VM, a partition that leaves the TCP

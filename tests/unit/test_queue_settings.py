@@ -80,8 +80,8 @@ def test_clamp_settings_keeps_valid_rows_and_clamps_what_is_out_of_range() -> No
 def test_edge_helpers_refuse_malformed_and_out_of_range_protos_exactly() -> None:
     from google.protobuf import duration_pb2, timestamp_pb2
 
-    from sepp.server.bounds import duration_arg, exact_seconds, timestamp_arg
     from sepp.server.errors import InvalidRequest
+    from sepp.server.rpc_args import duration_arg, exact_seconds, timestamp_arg
 
     assert duration_arg(duration_pb2.Duration(seconds=86_400), "d", 0.001, 86_400) == 86_400
     assert exact_seconds(-1, -500_000_000) == "-1.5" and exact_seconds(0, 1) == "0.000000001"

@@ -93,7 +93,7 @@ def _sent(status: status_pb2.Status) -> tuple[str, int]:
 
 ENGINE_ERRORS: list[BaseException] = [
     engine_errors.InvalidRequest("bad", "field"),
-    engine_errors.Overloaded(0.5, 10),
+    engine_errors.BacklogFull(0.5, 10),
     engine_errors.AtomicRejected([pb.IndexedRejection(
         index=0, rejection=pb.Rejection(code=pb.RejectionCode.Value("UNKNOWN_QUEUE")))]),
     engine_errors.JobRejected(pb.Rejection(code=pb.RejectionCode.Value("PAYLOAD_TOO_LARGE"))),

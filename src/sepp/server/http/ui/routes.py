@@ -31,7 +31,7 @@ from sepp.server.admin.search import parse_search
 from sepp.server.auth import Authenticator
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
 from sepp.server.engine import job_id_text
-from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
+from sepp.server.errors import BacklogFull, EngineError, InvalidRequest, JobRejected, NotFound
 from sepp.server.http.ui.bulk import BulkUI, actions_for
 from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param
 from sepp.server.http.ui.figures_view import fmt_runtime
@@ -441,7 +441,7 @@ class AdminUI:
                 "code": RejectionCode.from_wire(r.code).value, "message": r.message, "field": r.field,
                 "limit": r.limit if r.HasField("limit") else None,
                 "actual": r.actual if r.HasField("actual") else None, "local": False})
-        except Overloaded as exc:
+        except BacklogFull as exc:
             status = 503
             ctx = self._enqueue_context(values, customs, form_error=f"The server is overloaded (commit backlog "
                                         f"{exc.backlog:,}); nothing was stored. Retry in a moment.")

@@ -1,13 +1,13 @@
 """Fuzzing every RPC of every service against one real server (issue 14, item 6).
 
 One ``sepp serve`` process for the module, seeded with jobs in every state on three
-declared queues (``sepp.testing.fuzz.seed``). Per service (producer, worker, admin — read
+declared queues (``support.fuzz.seed``). Per service (producer, worker, admin — read
 from the proto descriptors, so a new RPC or service is covered without editing this file)
 a bounded, derandomized hypothesis run sends a few hundred structurally valid requests
-with random and extreme field values (``sepp.testing.fuzz.Requests``). Ids, leases, keys and
+with random and extreme field values (``support.fuzz.Requests``). Ids, leases, keys and
 page tokens come from real rows and from earlier answers, so calls hit real rows.
 
-Every answer must keep the contract of ``sepp.testing.fuzz.judge``. The documented status
+Every answer must keep the contract of ``support.fuzz.judge``. The documented status
 set (``fuzz.ALLOWED_CODES``, from ``server/rpc/status.py``, ``rpc/admin.py``,
 ``rpc/registration.py`` and SPEC §2–§4):
 
@@ -46,10 +46,11 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from support import fuzz
 from support.servers import backend_config
 
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
-from sepp.testing import ServerProcess, fuzz
+from sepp.testing import ServerProcess
 
 SERVICES = fuzz.services()
 

@@ -1,5 +1,5 @@
-"""The Nodes page of the admin web UI over plain HTTP (issue 10: "the UI shows the nodes
-(name, address, version, last seen)"): every node sharing the store, live or gone, and the
+"""The Nodes page of the admin web UI over plain HTTP (it shows the nodes: name,
+address, version, last seen): every node sharing the store, live or gone, and the
 storage backend; linked from the navigation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The PostgreSQL keys of the configuration and the commands that use them (issue 10 "Interface").
+"""The PostgreSQL keys of the configuration and the commands that use them.
 
 Rules: ``storage = "postgres"`` (``SEPP_STORAGE``, ``--storage``) selects the PostgreSQL
 backend on ``postgres_dsn`` (``SEPP_POSTGRES_DSN``, ``--postgres-dsn``), which is then

@@ -1,4 +1,4 @@
-"""Job-type figures (issue 13 item 2) through a real server on each backend: the admin API's
+"""Job-type figures through a real server on each backend: the admin API's
 ``GetJobTypeStats`` after acks, retries and dead letters over the wire, and ``sepp queues
 show`` (table and ``--json``) printing them. One server per module and backend; each test
 uses queues of its own."""

@@ -1,5 +1,5 @@
 """PostgreSQL statements that change jobs found by id or seq find them by that key, even when
-the planner's statistics are stale (issue 10: many workers, deep prefetch, bursts of
+the planner's statistics are stale (many workers, deep prefetch, bursts of
 scheduled jobs, large dead-letter queues).
 
 The partial indexes (``jobs_ready``: READY, ``jobs_scheduled``: SCHEDULED, ``jobs_leased``:
@@ -80,7 +80,7 @@ STATEMENTS: dict[str, tuple[Any, ...]] = {
     "prune_jobs": (NOW, 1_000),
     # The reclaim sweep locks the oldest expired leases its per-queue probes chose by seq.
     "expired_leases": (NOW + 120_000_000, 1_000),
-    # Reads that find jobs by seq and test their state (the admin search, issue 13 item 3).
+    # Reads that find jobs by seq and test their state (the admin search).
     "search_match": ("SEQS:3", "q", 3, None, None, None, None, None, [], []),
     "search_range": ("SEQ:3", None, 5, None, None, None, None, None, [], [], "SEQ:3+1000"),
 }

@@ -1,5 +1,4 @@
-"""The storage backends every backend-independent test runs against (issue 9 item 4;
-issue 10 item 3 adds PostgreSQL here).
+"""The storage backends every backend-independent test runs against.
 
 ``BACKENDS`` names them; ``store_settings(backend)`` gives the config keys that select and
 tune one (``storage`` and its table), to spread into a ``ServerConfig`` or the conformance

@@ -1,5 +1,5 @@
 """CLI flag values: one duration grammar, bounds taken from the server's model, one-line errors
-that name the flag, the limit and the value (issue 14 "bounded at the edge"); ``sepp serve --help``.
+that name the flag, the limit and the value; ``sepp serve --help``.
 
 In-process (typer's CliRunner); every command here fails on its input before it would
 contact a server, so ``--server`` points at a closed port.

@@ -1,4 +1,4 @@
-"""Every command's ``--help`` reads cleanly (issue 13 "Rough edges": `sepp serve --help` showed no
+"""Every command's ``--help`` reads cleanly (once `sepp serve --help` showed no
 defaults and stray spaces, and rich markup ate ``[[auth.tokens]]``): no empty brackets left by
 markup, no space before a full stop, and ``sepp serve`` shows its defaults. Every option and
 argument has a help text (the newuser trial found ``sepp queues declare/update --max-payload-bytes``

@@ -66,10 +66,13 @@ def field_paths(desc: descriptor.Descriptor) -> list[str]:
 
 
 def field_mask(paths: list[str]) -> Message:
+    """A ``FieldMask`` of ``paths`` (any strings: the fuzzer also sends paths that do not exist)."""
     return field_mask_pb2.FieldMask(paths=paths)
 
 
 def assemble(cls: type[Message], values: dict[str, Any], oneofs: Sequence[tuple[str, Any] | None]) -> Message:
+    """A ``cls`` message holding ``values`` (field name → drawn value) and the chosen member
+    of each oneof (``(name, value)``, or None for none)."""
     msg = cls()
     assemble_into(msg, {**values, **dict(choice for choice in oneofs if choice is not None)})
     return msg

@@ -1,4 +1,4 @@
-"""Issue 14 at the operator's edges: config keys, ``SEPP_*`` variables, CLI flags and the
+"""The operator's edges: config keys, ``SEPP_*`` variables, CLI flags and the
 admin client's times, each found giving a traceback (or silently misbehaving) and now a
 one-line, catalogued refusal. Limits: docs/configuration.md "Maxima"."""
 
@@ -70,7 +70,7 @@ def test_stored_encoding_labels_are_clamped_to_64_and_max_encoding_bytes() -> No
 
 
 def test_enqueue_in_past_the_longest_schedule_horizon_is_a_usage_error() -> None:
-    """Issue 14: no server accepts a delay beyond MAX_HORIZON (10 years), so ``--in`` stops
+    """No server accepts a delay beyond MAX_HORIZON (10 years), so ``--in`` stops
     there, naming the flag, the value and the limit."""
     assert parse_duration("3650d") == dt.timedelta(days=3650)
     for text in ("3651d", "999999999d", "9999999999999999999999999999d", "1e400"):

@@ -1,6 +1,5 @@
-"""Issue 10, attacked from the outside: the PostgreSQL backend under hostile input and an
-unlucky operator, through real ``sepp serve`` processes, raw gRPC stubs and plain asyncpg
-(findings of the ``breaker`` session, /work/tasks/breaker-notes.md).
+"""The PostgreSQL backend under hostile input and an unlucky operator, through real
+``sepp serve`` processes, raw gRPC stubs and plain asyncpg.
 
 Rules checked (docs/decisions.md "PostgreSQL: several nodes on one database"): bad input is a
 catalogued error naming the field (never UNKNOWN/INTERNAL, never UNAVAILABLE) and loses
@@ -267,7 +266,7 @@ def test_long_poll_on_another_node_wakes_for_a_queue_new_to_it(nodes: list[Serve
     """Finding B3: node B long-polls a queue nobody has created; node A creates it by
     enqueueing a job. A's NOTIFY woke B's reserver before B's queue refresh knew the queue,
     and the refresh woke only resumed queues: the Reserve waited its whole 8 s and answered
-    nothing (issue 10: within 100 ms). Now the refresh also wakes queues new to the node."""
+    nothing (a wake-up is due within 100 ms). Now the refresh also wakes queues new to the node."""
     schema = fresh_schema()
     a = _start(nodes, tmp_path, _pg_config(schema, _node_name()))
     b = _start(nodes, tmp_path, _pg_config(schema, _node_name()))
@@ -290,7 +289,7 @@ def test_long_poll_on_another_node_wakes_for_a_queue_new_to_it(nodes: list[Serve
         job_id = s.enqueue(queue)
     thread.join(30)
     assert got["jobs"] == [job_id]
-    assert got["elapsed"] < 4.0  # far below the 8 s wait (issue 10: within 100 ms of the commit)
+    assert got["elapsed"] < 4.0  # far below the 8 s wait (a wake-up is due within 100 ms of the commit)
 
 
 @NEEDS_POSTGRES
@@ -504,7 +503,7 @@ def _until(what: str, check: Any, timeout: float = 15.0) -> None:
 
 @NEEDS_POSTGRES
 def test_key_race_where_the_claiming_node_dies_mid_transaction(nodes: list[ServerProcess], tmp_path: Path) -> None:
-    """Issue 10: one of two transactions racing on a key rolls back. Node A claimed key K in a
+    """One of two transactions racing on a key rolls back. Node A claimed key K in a
     transaction still open (``debug_commit_delay``); node B's enqueue of K waits on A's row
     lock; A is SIGKILLed: PostgreSQL rolls A back, B's enqueue takes the key at once
     (``deduplicated`` false), A's caller gets UNAVAILABLE, one job and one claim are stored."""

@@ -1,4 +1,4 @@
-"""Bulk actions (issue 13 item 4) in-process on each backend: the dry-run count, a selection
+"""Bulk actions in-process on each backend: the dry-run count, a selection
 (each job through the admin engine's own operation; a job in the wrong state skipped and
 counted), a run over every matching job in small chunks with progress, bounded by the
 confirmed count, and the finished-state snapshot (a requeued job that dead-letters again

@@ -1,4 +1,4 @@
-"""Throughput history for 24 hours (issue 13 "History"): the admin engine's stats window of
+"""Throughput history for 24 hours: the admin engine's stats window of
 1 h / 6 h / 24 h over a real store and a fake clock, written through the flush as the server
 does, on each backend."""
 

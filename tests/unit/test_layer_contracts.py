@@ -1,4 +1,4 @@
-"""The layer contracts (issue 9 item 9, ``[tool.importlinter]`` in pyproject.toml) hold on
+"""The layer contracts (``[tool.importlinter]`` in pyproject.toml; docs/architecture.md) hold on
 the source tree and fail on a violating import.
 
 ``lint-imports`` runs on a temp copy of ``src/sepp`` and ``pyproject.toml``; the copy gets one

@@ -187,7 +187,7 @@ class PeriodicAdmin:
         now, idempotency key ``periodic:<name>:trigger:<now, RFC 3339 with µs>``. Returns
         (job id, deduplicated); the run is recorded as the schedule's last run (its last tick
         is left alone). Raises ``NotFound``, ``PeriodicInvalid`` (a stored definition that no
-        longer validates) and the enqueue's errors (``JobRejected``, ``Overloaded``)."""
+        longer validates) and the enqueue's errors (``JobRejected``, ``BacklogFull``)."""
         row = await self._row(name)
         spec, _timetable, broken = parse(row)
         if spec is None:

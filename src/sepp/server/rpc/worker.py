@@ -16,11 +16,11 @@ from sepp.domain.states import State
 from sepp.domain.store_errors import StoreError
 from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
 from sepp.rejections import Reason
-from sepp.server.bounds import duration_arg
 from sepp.server.engine import JobEngine, job_id_bytes
 from sepp.server.errors import EngineError, InvalidRequest
 from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
+from sepp.server.rpc_args import duration_arg
 from sepp.validation import utf8_len
 from sepp.wire import quote
 

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.rejections import RejectionCode
-from sepp.server.errors import EngineError, JobRejected, Overloaded
+from sepp.server.errors import BacklogFull, EngineError, JobRejected
 from sepp.server.http.ui.enqueue_form import FormError, build_request, fresh_idempotency_key, limits_json
 from sepp.server.http.ui.kit import PageKit
 
@@ -73,7 +73,7 @@ class EnqueuePage:
                 "code": RejectionCode.from_wire(r.code).value, "message": r.message, "field": r.field,
                 "limit": r.limit if r.HasField("limit") else None,
                 "actual": r.actual if r.HasField("actual") else None, "local": False})
-        except Overloaded as exc:
+        except BacklogFull as exc:
             status = 503
             ctx = self._enqueue_context(values, customs, form_error=f"The server is overloaded (commit backlog "
                                         f"{exc.backlog:,}); nothing was stored. Retry in a moment.")

@@ -40,11 +40,12 @@ from typing import Any
 from _harness import table
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_text
 from sepp.domain.params import ReserveParams, SettleKind, SettleParams
 from sepp.server.admin import AdminEngine
 from sepp.server.admin.search import with_search
 from sepp.server.config import ServerConfig
-from sepp.server.engine import JobEngine, job_id_text
+from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
 from sepp.storage.admin import JobQuery

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from engine.engine_kit import Harness, request
+from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.states import State
 from sepp.server.admin import AdminEngine
 from sepp.server.admin.bulk import MAX_SELECTED, BulkActions
-from sepp.server.engine import job_id_bytes, job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
 from sepp.storage.admin import JobQuery
 

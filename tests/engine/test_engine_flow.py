@@ -13,9 +13,9 @@ from support.backends import fresh_schema
 
 from engine.engine_kit import Harness, HarnessFactory, S, request
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_text
 from sepp.domain.records import JobRecord
 from sepp.server.admin import AdminEngine
-from sepp.server.engine import job_id_text
 from sepp.server.rpc.admin import stats_proto
 from sepp.storage.config import PostgresSettings
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 
 from engine.engine_kit import Harness, HarnessFactory, S, request
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.states import State
 from sepp.server.admin import AdminEngine
-from sepp.server.engine import job_id_bytes
 
 
 async def test_promoted_jobs_take_their_place_by_scheduled_time(harness: Harness) -> None:

@@ -27,8 +27,9 @@ from support.worker import until
 
 from engine.engine_kit import Harness, request
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.states import State
-from sepp.server.engine import JobEngine, job_id_bytes
+from sepp.server.engine import JobEngine
 from sepp.server.errors import InvalidRequest
 from sepp.server.rpc.registration import register
 from sepp.server.rpc.worker import WorkerServicer

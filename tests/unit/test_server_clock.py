@@ -17,11 +17,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 import sepp
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.clock import FakeClock
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.states import State
 from sepp.server.admin import AdminEngine
 from sepp.server.config import ServerConfig
-from sepp.server.engine import JobEngine, job_id_bytes
+from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
 from sepp.server.sweeper.runner import Sweeper

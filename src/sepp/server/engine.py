@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice, repeat
 from typing import Any, cast
@@ -20,7 +19,7 @@ from uuid_utils import UUID
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
-from sepp.domain.clock import now_us as now_us  # re-exported: importers outside the engine
+from sepp.domain.ids import job_id_text
 from sepp.domain.records import NodeRecord
 from sepp.limits import MAX_LEASE, MIN_LEASE, QueueLimits
 from sepp.quoting import clip
@@ -81,28 +80,6 @@ def expand_plain(plain: Sequence[pb.PlainJobs]) -> list[pb.EnqueueRequest]:
     return [pb.EnqueueRequest(queue=run.queue, job_type=run.job_type,
                               payload=pb.Payload(data=data, encoding=run.encoding))
             for run in plain for data in run.data]
-
-
-def job_id_text(raw: bytes) -> str:
-    """Canonical text form (8-4-4-4-12 lowercase hex) of a 16-byte UUID."""
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def job_id_bytes(text: str) -> bytes | None:
-    """Parse a UUID's text form (canonical, or any form ``uuid.UUID`` accepts); None when
-    it is not one."""
-    if len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-":
-        try:
-            # Any further "-" shortens the hex below 32 digits: caught by the length check.
-            raw = bytes.fromhex(text.replace("-", ""))
-        except ValueError:
-            return None
-        return raw if len(raw) == 16 else None
-    try:
-        return uuid.UUID(text).bytes
-    except (ValueError, AttributeError, TypeError):
-        return None
 
 
 class _Reserving:

@@ -39,10 +39,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from sepp.domain.ids import job_id_text
 from sepp.domain.states import FINISHED, State
 from sepp.quoting import clip, quote
 from sepp.server.admin.engine import AdminEngine, StateConflict
-from sepp.server.engine import job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
 from sepp.storage.admin import DeadFilter, JobQuery, Outcome
 

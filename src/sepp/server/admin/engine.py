@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.states import STATE_NAMES
 from sepp.limits import QueueSettings
 from sepp.quoting import clip, quote
@@ -33,7 +34,7 @@ from sepp.server.admin.settings import merge_settings
 from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
 from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigures, TypeRollup, figures_of, merge_reads
 from sepp.server.admin.workers import WorkerView, merge_workers
-from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
+from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
 from sepp.server.queues import QueueState, no_consumer, stored_settings
 from sepp.server.workers import last_reserves

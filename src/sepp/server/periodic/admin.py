@@ -15,10 +15,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.records import PeriodicRecord, PeriodicRun
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason
-from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
+from sepp.server.engine import JobEngine
 from sepp.server.errors import JobRejected, NotFound, PeriodicInvalid
 from sepp.server.periodic.jobs import job_request
 from sepp.server.periodic.scheduler import PeriodicScheduler, parse

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.records import PeriodicRecord, PeriodicRun
 from sepp.quoting import clip
-from sepp.server.engine import JobEngine, job_id_bytes
+from sepp.server.engine import JobEngine
 from sepp.server.errors import Overloaded
 from sepp.server.periodic.jobs import job_request
 from sepp.server.periodic.spec import PeriodicSettings

@@ -25,12 +25,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from sepp.api.v1 import producer_pb2 as ppb
+from sepp.domain.ids import job_id_text
 from sepp.rejections import RejectionCode
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_name
 from sepp.server.admin.search import parse_search
 from sepp.server.auth import Authenticator
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
-from sepp.server.engine import job_id_text
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
 from sepp.server.http.ui.bulk import BulkUI, actions_for
 from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param

@@ -22,6 +22,7 @@ from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.params import SettleResult
 from sepp.domain.records import JobRecord
 from sepp.server.engine import JobEngine
+from sepp.server.parts import ServerParts
 from sepp.server.rpc.worker import settle_params
 from sepp.server.sweeper.runner import Sweeper
 from sepp.storage.base import Store
@@ -52,6 +53,11 @@ class Harness:
     sweeper: Sweeper
     clock: FakeClock
     store: Store
+
+    @property
+    def parts(self) -> ServerParts:
+        """The parts the engine and the sweeper share (``ServerParts``)."""
+        return self.engine.parts
 
     @property
     def now(self) -> int:

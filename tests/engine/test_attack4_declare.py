@@ -19,7 +19,7 @@ async def test_a_declare_through_a_node_that_never_saw_the_queue_keeps_its_store
     n2 = await nodes.start(node_name="n2")
     await admin(n1).declare_queue("emails", {"default_priority": 9}, ["default_priority"])
     await admin(n1).set_paused("emails", True)
-    assert n2.engine.queues.get("emails") is None  # n2 has not taken it
+    assert n2.parts.queues.get("emails") is None  # n2 has not taken it
     q, created = await admin(n2).declare_queue("emails", {"lease_duration": 60.0}, ["lease_duration"])
     settings, paused = await _row(n1.store)
     assert (settings.default_priority, settings.lease_duration, paused) == (9, 60, True)

@@ -14,7 +14,7 @@ from sepp.server.errors import InvalidRequest
 
 async def test_one_of_two_same_id_workers_stops_the_other_keeps_reserving(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     await h.enqueue("q")
     assert len(await h.engine.reserve(["q"], 1, None, 0.0, "W")) == 1
     other = asyncio.create_task(h.engine.reserve(["q"], 1, None, 30.0, "W"))  # the second process, parked
@@ -30,7 +30,7 @@ async def test_one_of_two_same_id_workers_stops_the_other_keeps_reserving(harnes
 
 async def test_odd_ids_in_a_final_stop(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     with pytest.raises(InvalidRequest):
         h.engine.stop_reserving("", stopped=True)
     for wid in ("x" * 1025, "a\x00b", "x" * 1_000_000, "\u202e\u0007", " "):

@@ -30,7 +30,7 @@ async def test_an_update_through_a_node_that_missed_another_change_keeps_that_ch
     n1 = await nodes.start({"emails": {}}, node_name="n1")
     n2 = await nodes.start({"emails": {}}, node_name="n2")
     await admin(n1).update_queue("emails", {"completed_retention": 3600.0}, ["completed_retention"])
-    stale = n2.engine.queues.get("emails")
+    stale = n2.parts.queues.get("emails")
     assert stale is not None and stale.settings.completed_retention != 3600  # n2 has not taken it
     q = await admin(n2).update_queue("emails", {"max_in_flight": 5}, ["max_in_flight"])
     settings, _ = await _row(n1.store)

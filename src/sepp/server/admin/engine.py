@@ -34,8 +34,8 @@ from sepp.server.admin.settings import merge_settings
 from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
 from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigures, TypeRollup, figures_of, merge_reads
 from sepp.server.admin.workers import WorkerView, merge_workers
-from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError, InvalidRequest, NotFound, QueueLimitReached
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueState, no_consumer, stored_settings
 from sepp.server.workers import last_reserves
 from sepp.storage.admin import (
@@ -176,22 +176,23 @@ FINAL_FLUSH_TIMEOUT = 10.0
 
 
 class AdminEngine:
-    """Admin operations over a ``JobEngine`` (queues, notifier, store) and an ``AdminStore``.
+    """Admin operations over the node's ``ServerParts`` (queues, notifier, store, events) and
+    an ``AdminStore``.
 
-    ``start()`` hooks the throughput counter into the engine and starts the flush loop;
+    ``start()`` hooks the throughput counter into the engine's events and starts the flush loop;
     ``stop()`` must run before the store closes (it writes the last counts). Every time it
     reads (stats window, key expiry, cancel/redrive time, the counts cache) comes from
-    ``engine.clock``; the flush loop sleeps in real time.
+    ``parts.clock``; the flush loop sleeps in real time.
     """
 
-    def __init__(self, engine: JobEngine, store: AdminStore, *, flush_interval: float = 5.0) -> None:
-        self.engine = engine
+    def __init__(self, parts: ServerParts, store: AdminStore, *, flush_interval: float = 5.0) -> None:
+        self.parts = parts
         self.store = store
-        self.clock = engine.clock
-        self._clock_now = engine.clock.now
-        self.counter = ThroughputCounter(engine.clock)
+        self.clock = parts.clock
+        self._clock_now = parts.clock.now
+        self.counter = ThroughputCounter(parts.clock)
         #: Job-type figures counted in memory, flushed with the throughput.
-        self.types = TypeRollup(engine.clock)
+        self.types = TypeRollup(parts.clock)
         from sepp.server.admin.bulk import BulkActions  # bulk imports this module (StateConflict)
 
         #: Bulk cancel / requeue / delete with progress.
@@ -207,10 +208,10 @@ class AdminEngine:
 
     async def start(self) -> None:
         """Count enqueues and flush them periodically."""
-        self.engine.on_stored.subscribe(self.counter.on_stored)
-        self.engine.on_finished.subscribe(self.counter.on_finished)
-        self.engine.events.settled.subscribe(self.types.on_settled)
-        self.engine.events.reclaimed.subscribe(self.types.on_reclaimed)
+        self.parts.events.stored.subscribe(self.counter.on_stored)
+        self.parts.events.finished.subscribe(self.counter.on_finished)
+        self.parts.events.settled.subscribe(self.types.on_settled)
+        self.parts.events.reclaimed.subscribe(self.types.on_reclaimed)
         self._task = asyncio.create_task(self._flush_loop(), name="sepp-admin-stats")
 
     async def stop(self) -> None:
@@ -268,17 +269,17 @@ class AdminEngine:
 
     def queue(self, name: str) -> QueueState:
         """The queue, or ``NotFound`` (QUEUE_NOT_FOUND)."""
-        q = self.engine.queues.get(name)
+        q = self.parts.queues.get(name)
         if q is None:
             raise NotFound(f"queue {quote(name)} does not exist", Reason.QUEUE_NOT_FOUND)
         return q
 
     def queues(self) -> list[QueueState]:
         """Every queue, sorted by name."""
-        return self.engine.queues.all()
+        return self.parts.queues.all()
 
     def _check_name(self, name: str) -> None:
-        rejection = self.engine.validator.validate(pb.EnqueueRequest(queue=name, job_type="x"), 0)
+        rejection = self.parts.validator.validate(pb.EnqueueRequest(queue=name, job_type="x"), 0)
         if rejection is not None and rejection.code == RejectionCode.QUEUE_NAME_INVALID.to_wire():
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
 
@@ -294,7 +295,7 @@ class AdminEngine:
         ``merge_settings`` (nothing written) and ``NotFound`` when the row is gone though
         this node had it stored (deleted on another node) — unless ``create`` (a declare):
         then it is created anew from the server defaults."""
-        lim, labels = self.engine.limits, self.engine.limits.max_encoding_bytes
+        lim, labels = self.parts.limits, self.parts.limits.max_encoding_bytes
         taken: list[QueueSettings] = []
         absent: list[bool] = []
 
@@ -305,7 +306,7 @@ class AdminEngine:
                     raise NotFound(f"queue {quote(q.name)} does not exist (deleted on another node)",
                                    Reason.QUEUE_NOT_FOUND)
                 if q.persisted:  # deleted on another node, declared again: a new queue
-                    base, was_paused, was_declared = self.engine.queues.defaults, False, False
+                    base, was_paused, was_declared = self.parts.queues.defaults, False, False
                 else:
                     base, was_paused, was_declared = q.settings, q.paused, q.declared  # on demand, not stored yet
             else:
@@ -316,12 +317,12 @@ class AdminEngine:
             return QueueRecord(q.name, settings.model_dump_json(), was_paused if paused is None else paused,
                                was_declared if declared is None else declared)
 
-        self.engine.queues.touch()  # a cluster refresh reading meanwhile must not undo it
-        rec = await self.engine.store.change_queue(q.name, change, self._clock_now())
+        self.parts.queues.touch()  # a cluster refresh reading meanwhile must not undo it
+        rec = await self.parts.store.change_queue(q.name, change, self._clock_now())
         if q.settings != taken[0]:
             q.apply(taken[0])
         q.paused, q.declared, q.persisted = rec.paused, rec.declared, True
-        self.engine.queues.touch()
+        self.parts.queues.touch()
         return absent[0]
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
@@ -334,7 +335,7 @@ class AdminEngine:
         queue would exceed ``limits.max_queues``.
         """
         self._check_name(name)
-        registry = self.engine.queues
+        registry = self.parts.queues
         current = registry.get(name)
         if current is None:
             if registry.full():
@@ -354,7 +355,7 @@ class AdminEngine:
             return q, created
         await self._change(current, patch, paths, declared=True, create=True)
         if patch is not None:
-            self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
+            self.parts.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
         _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),
                      settings=list(paths))
         return current, False
@@ -370,7 +371,7 @@ class AdminEngine:
         (``InvalidRequest``, nothing written) and this node's copy takes the row written."""
         q = self.queue(name)
         await self._change(q, patch, paths)
-        self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
+        self.parts.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
         _queue_event("queue_changed", name, f"changed: {', '.join(paths) or 'settings'}", settings=list(paths))
         return q
 
@@ -381,7 +382,7 @@ class AdminEngine:
         await self._change(q, paused=paused)
         _queue_event("queue_paused" if paused else "queue_resumed", name, "paused" if paused else "resumed")
         if not paused:
-            self.engine.notifier.ready(name)
+            self.parts.notifier.ready(name)
         return q
 
     async def purge(self, name: str, states: Iterable[int] = ()) -> int:
@@ -414,7 +415,7 @@ class AdminEngine:
             if force:
                 deleted += await self.purge(name, ALL_STATES)
             if await self.store.delete_queue(name):
-                self.engine.queues.remove(name)
+                self.parts.queues.remove(name)
                 self.counter.forget(name)
                 self.types.forget(name)
                 self._counts.expires = 0.0
@@ -439,7 +440,7 @@ class AdminEngine:
 
     async def get_job(self, job_id: str) -> JobRecord:
         """The full job, or ``NotFound`` (JOB_NOT_FOUND)."""
-        rec = await self.engine.store.get_job(self._job_id(job_id))
+        rec = await self.parts.store.get_job(self._job_id(job_id))
         if rec is None:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         return rec
@@ -457,7 +458,7 @@ class AdminEngine:
         after = decode_cursor(query, page_token)
         try:
             page = await self.store.list_jobs(query, after, page_size or DEFAULT_PAGE,
-                                              self.engine.config.search_scan_rows)
+                                              self.parts.config.search_scan_rows)
         except ValueError as exc:
             raise InvalidRequest(f"page_token is malformed: {clip(exc)}", "page_token") from None
         return JobListing(page.jobs, encode_cursor(query, page.next_key) if page.next_key is not None else "",
@@ -472,7 +473,7 @@ class AdminEngine:
         if hit is None or hit[1] <= self._clock_now():
             raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}",
                            Reason.IDEMPOTENCY_KEY_NOT_FOUND)
-        job = await self.engine.store.get_job(hit[0])
+        job = await self.parts.store.get_job(hit[0])
         return job_id_text(hit[0]), hit[1], job
 
     async def cancel(self, job_id: str, reason: str = "") -> JobRecord:
@@ -490,7 +491,7 @@ class AdminEngine:
         raw = self._job_id(job_id)
         # A NUL cannot be stored as text by PostgreSQL: the free-form reason keeps U+FFFD instead.
         text = reason[:1024].replace("\x00", "\ufffd") if reason else ""
-        result = await self.store.cancel(raw, self._clock_now(), self.engine.queues.policies(), text)
+        result = await self.store.cancel(raw, self._clock_now(), self.parts.queues.policies(), text)
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
@@ -508,7 +509,7 @@ class AdminEngine:
         if result.outcome is Outcome.WRONG_STATE:
             raise StateConflict(Reason.JOB_STATE, f"job {clip(job_id, 64)} is {state_name(result.state)}; only "
                                 "DEAD_LETTERED and CANCELLED jobs can be requeued", {"state": state_name(result.state)})
-        self.engine.notifier.ready(result.queue)
+        self.parts.notifier.ready(result.queue)
         self._counts.expires = 0.0
         return await self.get_job(job_id)
 
@@ -529,7 +530,7 @@ class AdminEngine:
         while done < goal:
             n, queues = await self.store.requeue_dead(snapshot, self._clock_now(), min(CHUNK, goal - done))
             for name in queues:
-                self.engine.notifier.ready(name)
+                self.parts.notifier.ready(name)
             done += n
             if n == 0:
                 break
@@ -554,9 +555,9 @@ class AdminEngine:
     def _freed(self, name: str, states: Iterable[int]) -> None:
         """Wake this node's long-polls of a flow-limited queue ``name`` when RESERVED jobs of it
         were deleted (their slots are free)."""
-        q = self.engine.queues.get(name)
+        q = self.parts.queues.get(name)
         if q is not None and q.flow is not None and int(State.RESERVED) in states:
-            self.engine.notifier.ready(name)
+            self.parts.notifier.ready(name)
 
     # ------------------------------------------------------------------ workers
 
@@ -564,12 +565,12 @@ class AdminEngine:
         """Every worker that called within the last hour, on any node (the Workers
         page; ``sepp.server.admin.workers``): the nodes' reports, with this node's own rows
         taken fresh from memory, and the jobs each holds RESERVED now. Raises ``StoreError``."""
-        engine = self.engine
-        node = engine.node
-        rows = [r for r in await engine.store.workers() if r.node != node]
-        rows += engine.workers.snapshot(node)
+        parts = self.parts
+        node = parts.node
+        rows = [r for r in await parts.store.workers() if r.node != node]
+        rows += parts.workers.snapshot(node)
         in_flight = await self.store.reserved_by_worker()
-        return merge_workers(rows, in_flight, engine.queues, self._clock_now())
+        return merge_workers(rows, in_flight, parts.queues, self._clock_now())
 
     # ------------------------------------------------------------------ stats
 
@@ -653,8 +654,8 @@ class AdminEngine:
         """Queue → the latest Reserve of it by any worker (µs UTC), from the worker rows every
         node reports (this node's fresh from memory): what "no consumer" is judged by
         . Another node's Reserves show with its report's delay (its heartbeat)."""
-        engine = self.engine
-        node = engine.node
-        rows = [r for r in await engine.store.workers() if r.node != node]
-        rows += engine.workers.snapshot(node)
+        parts = self.parts
+        node = parts.node
+        rows = [r for r in await parts.store.workers() if r.node != node]
+        rows += parts.workers.snapshot(node)
         return last_reserves(rows)

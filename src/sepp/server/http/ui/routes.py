@@ -31,6 +31,7 @@ from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, state_
 from sepp.server.admin.search import parse_search
 from sepp.server.auth import Authenticator
 from sepp.server.cluster import HEARTBEAT_EVERY, NODE_GONE_AFTER
+from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected, NotFound, Overloaded
 from sepp.server.http.ui.bulk import BulkUI, actions_for
 from sepp.server.http.ui.chart import WINDOWS, Chart, Window, build_chart, merge_rows, window_param
@@ -69,6 +70,7 @@ from sepp.server.http.ui.views import (
     state_param,
     storage_label,
 )
+from sepp.server.parts import ServerParts
 from sepp.storage.admin import JobQuery
 from sepp.storage.base import State
 from sepp.storage.errors import StoreError
@@ -97,7 +99,10 @@ class AdminUI:
     that has role ``admin``, else it is open.
     """
 
-    def __init__(self, admin: AdminEngine, server_info: Callable[[], ppb.ServerInfo], auth: Authenticator) -> None:
+    def __init__(self, parts: ServerParts, engine: JobEngine, admin: AdminEngine,
+                 server_info: Callable[[], ppb.ServerInfo], auth: Authenticator) -> None:
+        self.parts = parts
+        self.engine = engine
         self.admin = admin
         self.server_info = server_info
         self.auth = auth
@@ -160,7 +165,7 @@ class AdminUI:
                 Middleware(SessionMiddleware, secret_key=session_secret(self.auth), session_cookie="sepp_session",
                            max_age=12 * 3600, same_site="lax",
                            # Served over TLS: the cookie never travels in clear.
-                           https_only=bool(self.admin.engine.config.tls_cert))]
+                           https_only=bool(self.parts.config.tls_cert))]
 
     csrf_token = staticmethod(csrf_token)
 
@@ -210,8 +215,8 @@ class AdminUI:
         return wrapped
 
     async def _form(self, request: Request) -> FormData:
-        """The parsed form (``forms.read_form`` with the engine's message limit)."""
-        return await read_form(request, self.admin.engine.limits.max_message_bytes)
+        """The parsed form (``forms.read_form`` with the server's message limit)."""
+        return await read_form(request, self.parts.limits.max_message_bytes)
 
     async def _csrf_ok(self, request: Request) -> bool:
         return await csrf_ok(request, self._form)
@@ -426,7 +431,7 @@ class AdminUI:
         status = 200
         try:
             req = build_request(values, customs)
-            ack = await self.admin.engine.enqueue(req)
+            ack = await self.engine.enqueue(req)
             ctx = self._enqueue_context(values, customs, result={"job_id": ack.job_id,
                                                                   "deduplicated": ack.deduplicated})
         except FormError as exc:
@@ -453,14 +458,14 @@ class AdminUI:
     # ------------------------------------------------------------------ nodes
 
     async def _nodes_context(self) -> dict[str, Any]:
-        engine = self.admin.engine
-        cfg = engine.config
-        try:  # read at once: engine.nodes is as old as this node's last heartbeat (up to 5 s)
-            engine.nodes = await engine.store.nodes()
+        parts = self.parts
+        cfg = parts.config
+        try:  # read at once: parts.nodes is as old as this node's last heartbeat (up to 5 s)
+            parts.nodes = await parts.store.nodes()
         except StoreError:  # the database is away: show what was last read
             pass
-        nodes = node_views(engine.nodes, engine.clock.now(), engine.node, NODE_GONE_AFTER)
-        return {"nodes": nodes, "this_node": engine.node, "gone_after": NODE_GONE_AFTER,
+        nodes = node_views(parts.nodes, parts.clock.now(), parts.node, NODE_GONE_AFTER)
+        return {"nodes": nodes, "this_node": parts.node, "gone_after": NODE_GONE_AFTER,
                 "heartbeat_every": HEARTBEAT_EVERY,
                 "storage": storage_label(cfg.storage, cfg.postgres.schema, str(cfg.data_dir), cfg.persist_mode)}
 
@@ -481,7 +486,7 @@ class AdminUI:
         stopped = sum(bool(w.stopped_at) for w in workers)
         # At most WORKERS_SHOWN rows (worker ids are caller input; the page polls every few s).
         return {"workers": workers[:WORKERS_SHOWN], "total": len(workers), "quiet": quiet, "stopped": stopped,
-                "live": len(workers) - quiet - stopped, "now": self.admin.clock.now(),
+                "live": len(workers) - quiet - stopped, "now": self.parts.clock.now(),
                 "heartbeat_every": HEARTBEAT_EVERY}
 
     async def workers_page(self, request: Request) -> Response:
@@ -524,7 +529,7 @@ class AdminUI:
         before — out of about how many (``_search_total``), and links to the next stretch."""
         text = request.query_params.get("q", "").strip()
         token = request.query_params.get("page", "")
-        scan_rows = self.admin.engine.config.search_scan_rows
+        scan_rows = self.parts.config.search_scan_rows
         context: dict[str, Any] = {"title": "Search", "q": text, "scan_rows": scan_rows, "error": "",
                                    "searched": False, "jobs": [], "state": None, "limited": False,
                                    "next_url": "", "first_url": "", "examined": 0, "total": None}
@@ -532,7 +537,7 @@ class AdminUI:
             return self.render(request, "search.html", context)
         try:
             spec = parse_search(text)
-            query = spec.query(self.admin.engine.limits.max_idempotency_key_bytes)
+            query = spec.query(self.parts.limits.max_idempotency_key_bytes)
             if spec.only_id and not token:
                 rec = await self.admin.get_job(spec.job_id)
                 return RedirectResponse(f"/jobs/{job_id_text(rec.id)}", status_code=303)

@@ -23,8 +23,8 @@ states = st.sampled_from([int(s) for s in State])
 def test_job_row_is_the_plain_job_row(job_id: bytes, queue: str, job_type: str, state: int, priority: int,
                                       run_at: int, enqueued_at: int, max_attempts: int, payload: bytes,
                                       encoding: str, extras: bytes | None, key: str | None) -> None:
-    fast = job_row(job_id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts, payload, encoding,
-                   extras, key)
+    fast = job_row((job_id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts, payload, encoding,
+                    extras, key))
     plain = JobRow(job_id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts, payload, encoding,
                    extras, key)
     assert type(fast) is JobRow

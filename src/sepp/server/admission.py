@@ -109,8 +109,8 @@ class Admission:
             extras = pb.EnqueueRequest(custom=req.custom, trace_context=req.trace_context).SerializeToString()
         if has_extras and req.custom:
             custom.extend(index_entries(uid.bytes, req.custom))
-        row = job_row(uid.bytes, name, job_type, state, priority, run_at, now, max_attempts, data, encoding, extras,
-                      key)
+        row = job_row((uid.bytes, name, job_type, state, priority, run_at, now, max_attempts, data, encoding, extras,
+                       key))
         return row, str(uid), (now + q.dedup_us if key else 0)
 
     async def _commit(self, rows: list[JobRow], dedup_until: list[int], now: int,
@@ -312,8 +312,8 @@ class Admission:
                 uid = next(ids)
                 append_slot(len(out))
                 append_out((str(uid), False))
-                append_row(row_of(uid.bytes, verdict[0], verdict[1], _READY, defaults[0], now, now, defaults[1],
-                                  blob, verdict[2], None, None))
+                append_row(row_of((uid.bytes, verdict[0], verdict[1], _READY, defaults[0], now, now, defaults[1],
+                                   blob, verdict[2], None, None)))
                 append_until(0)
                 continue
             if type(verdict) is pb.Rejection:

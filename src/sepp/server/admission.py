@@ -23,7 +23,7 @@ from sepp.limits import QueueLimits
 from sepp.server.custom_index import index_entries
 from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, Overloaded
 from sepp.server.fast_rows import job_row, plain_rows
-from sepp.server.parts import ServerParts
+from sepp.server.parts import EngineService, ServerParts
 from sepp.storage.base import Dedups, JobRow, QueueRecord, State
 from sepp.storage.search import CustomEntry
 from sepp.validation import Checked, server_fix
@@ -42,7 +42,7 @@ def expand_plain(plain: Sequence[pb.PlainJobs]) -> list[pb.EnqueueRequest]:
             for run in plain for data in run.data]
 
 
-class Admission:
+class Admission(EngineService):
     """Enqueue on top of the parts' ``Store``: ``enqueue`` (one job), ``enqueue_batch`` (best
     effort, with the plain fast path), ``enqueue_atomic`` (all or nothing).
 
@@ -53,16 +53,9 @@ class Admission:
     """
 
     def __init__(self, parts: ServerParts) -> None:
+        super().__init__(parts)  # the enqueue path reads the time once per call, through _clock_now
         self.config = parts.config
-        # Bound once: the enqueue path reads the time once per call, through one attribute.
-        self._clock_now = parts.clock.now
-        self.store = parts.store
-        self.queues = parts.queues
-        self.notifier = parts.notifier
-        self.limits = parts.limits
         self.validator = parts.validator
-        self.events = parts.events
-        self._logs = parts.logs
         self._max_backlog = parts.config.max_commit_backlog
 
     def _check_backlog(self, jobs: int) -> None:

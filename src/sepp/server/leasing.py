@@ -18,7 +18,7 @@ from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.errors import InvalidRequest
 from sepp.server.parts import ENGINE_LOG as log
-from sepp.server.parts import ServerParts
+from sepp.server.parts import EngineService, ServerParts
 from sepp.server.queues import QueueState
 from sepp.server.settlement import Settlement
 from sepp.storage.base import DAMAGED_ROW, NO_FLOW, ReserveParams, SettleKind, SettleParams
@@ -53,19 +53,14 @@ def _stop_calls(calls: Iterable[_Reserving]) -> int:
     return woken
 
 
-class Leasing:
+class Leasing(EngineService):
     """Reserve and give back on top of the parts' ``Store``, for the node ``parts.node``:
     leases are granted to this node and noted in ``parts.workers``; long polls wait on
     ``parts.notifier``. ``settlement`` settles the give-backs (``release``)."""
 
     def __init__(self, parts: ServerParts, settlement: Settlement) -> None:
+        super().__init__(parts)
         self.node = parts.node
-        self.clock = parts.clock
-        self._clock_now = parts.clock.now
-        self.store = parts.store
-        self.queues = parts.queues
-        self.notifier = parts.notifier
-        self.limits = parts.limits
         self.workers = parts.workers
         self._settle = settlement.settle
         # A Reserve promotes every queue's due jobs: wake this node's long polls of the

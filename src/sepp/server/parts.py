@@ -93,4 +93,22 @@ class ServerParts:
                    logs=EngineLogs())
 
 
-__all__ = ["DEAD_LOG_BURST", "DEAD_LOG_EVERY", "ENGINE_LOG", "OVERLOAD_LOG_EVERY", "EngineLogs", "ServerParts"]
+class EngineService:
+    """Base of the engine's services (admission, leasing, settlement): the parts they read on
+    their hot paths bound as their own attributes, one attribute lookup each — ``clock`` and
+    ``_clock_now`` (``clock.now``, µs UTC), ``store``, ``queues``, ``notifier``, ``events``,
+    ``limits`` and ``_logs``. They are bound once: a service sees the parts it was built over."""
+
+    def __init__(self, parts: ServerParts) -> None:
+        self.clock = parts.clock
+        self._clock_now = parts.clock.now
+        self.store = parts.store
+        self.queues = parts.queues
+        self.notifier = parts.notifier
+        self.events = parts.events
+        self.limits = parts.limits
+        self._logs = parts.logs
+
+
+__all__ = ["DEAD_LOG_BURST", "DEAD_LOG_EVERY", "ENGINE_LOG", "OVERLOAD_LOG_EVERY", "EngineLogs", "EngineService",
+           "ServerParts"]

@@ -17,7 +17,7 @@ from sepp.domain.ids import job_id_text
 from sepp.limits import MAX_LEASE, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.errors import InvalidRequest, LeaseRefused
-from sepp.server.parts import ServerParts
+from sepp.server.parts import EngineService
 from sepp.storage.base import ExtendResult, SettleKind, SettleParams, SettleResult, State
 
 _SCHEDULED, _READY, _DEAD = int(State.SCHEDULED), int(State.READY), int(State.DEAD_LETTERED)
@@ -25,18 +25,9 @@ _SCHEDULED, _READY, _DEAD = int(State.SCHEDULED), int(State.READY), int(State.DE
 _COUNTED = (int(State.COMPLETED), int(State.DEAD_LETTERED))
 
 
-class Settlement:
+class Settlement(EngineService):
     """Settle and extend leases; every time read from ``parts.clock``, every commit through
     ``parts.store``, the queue policies (retry, wake on settle) from ``parts.queues``."""
-
-    def __init__(self, parts: ServerParts) -> None:
-        self.clock = parts.clock
-        self._clock_now = parts.clock.now
-        self.store = parts.store
-        self.queues = parts.queues
-        self.notifier = parts.notifier
-        self.events = parts.events
-        self._logs = parts.logs
 
     async def settle(self, items: Sequence[SettleParams]) -> list[SettleResult]:
         """Apply acks/nacks in one commit; wakes reservers of queues that got READY jobs back."""

@@ -6,7 +6,7 @@ call it in-process. Errors are ``sepp.server.errors`` exceptions (``NotFound``,
 
 Throughput stats (documented choice): enqueues, completions and dead letters are
 counted in memory per (queue, minute) by a ``ThroughputCounter`` (``admin.throughput``)
-subscribed to ``JobEngine.on_stored`` / ``on_finished``, and folded into the
+subscribed to the engine events ``stored`` / ``finished`` (``ServerParts.events``), and folded into the
 ``queue_throughput`` table every ``flush_interval`` seconds and at stop, so no job write
 carries a statistics write (a crash loses at most that many seconds of the series). Reads
 merge the table with the counts not flushed yet. Page tokens: ``admin.cursor``; settings

@@ -1,6 +1,6 @@
 """``Metrics``: the node's metrics, fed by the engine's events, read by ``/metrics``.
 
-Subscribes to ``JobEngine.events`` (``sepp.server.events``); each subscriber does O(1) work
+Subscribes to the engine events (``ServerParts.events``, ``sepp.server.events``); each subscriber does O(1) work
 per event plus, where the metric is per job, a dictionary increment or a cheap histogram
 observation per job (``exposition.Histogram``). Everything runs on the event loop. ``render``
 writes the exposition (``exposition.Text``) from these figures, the store's

@@ -126,7 +126,7 @@ class Sweeper:
         promoted, reclaimed or deleted (at most ``PASS_LIMIT`` each), ``queues`` the queues
         that got READY jobs, ``dead_lettered`` the jobs a reclaim dead-lettered per queue,
         ``skipped`` the rows left as they were. The passes have the loops' side effects
-        (reservers woken, ``on_finished`` emitted, ``passes`` / ``skipped`` counted). Raises
+        (reservers woken, ``events.finished`` emitted, ``passes`` / ``skipped`` counted). Raises
         what the store raises (``StoreError``, ``StoreClosed``); a failing pass stops the rest.
         """
         return {"promote": await self._promote(), "reclaim": await self._reclaim(), "prune": await self._prune()}

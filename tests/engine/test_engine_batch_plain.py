@@ -10,7 +10,7 @@ import pytest
 from engine.engine_kit import Harness, HarnessFactory, request
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.ids import job_id_bytes
-from sepp.server.engine import expand_plain
+from sepp.server.admission import expand_plain
 from sepp.server.errors import AtomicRejected, InvalidRequest
 
 

@@ -10,7 +10,7 @@ the store, the queues, the notifier, the events or the limits take them from
 
 from __future__ import annotations
 
-from sepp.server.admission import Ack, Admission, expand_plain
+from sepp.server.admission import Admission
 from sepp.server.leasing import Leasing
 from sepp.server.parts import ServerParts
 from sepp.server.settlement import Settlement
@@ -50,4 +50,4 @@ class JobEngine:
         self.extend = settlement.extend
 
 
-__all__ = ["Ack", "JobEngine", "expand_plain"]
+__all__ = ["JobEngine"]

@@ -57,3 +57,18 @@ def test_the_engine_and_its_services_share_one_set_of_parts() -> None:
     assert engine.leasing.clock is engine.settlement.clock is clock
     assert store.promoted == [notifier.ready]  # a Reserve's promotions wake this node's long polls
     assert parts.node == socket.gethostname() and parts.limits is config.limits  # no node_name set
+
+
+def test_the_engine_modules_import_downwards_only() -> None:
+    """facade → admission / leasing → settlement → parts: shared state lives in the parts,
+    so no engine module imports one above it (no circle through a hub)."""
+    import grimp
+
+    graph = grimp.build_graph("sepp")
+    order = ["sepp.server.engine", "sepp.server.admission", "sepp.server.leasing", "sepp.server.settlement",
+             "sepp.server.parts"]
+    upward = [(low, high) for i, high in enumerate(order) for low in order[i + 1:]
+              if graph.chain_exists(importer=low, imported=high)]
+    assert upward == []
+    assert not graph.chain_exists(importer="sepp.server.admission", imported="sepp.server.leasing")
+    assert not graph.chain_exists(importer="sepp.server.admission", imported="sepp.server.settlement")

@@ -25,8 +25,8 @@ class JobEngine:
       ``release``, ``give_back``, ``bury_damaged``, ``quiesce``;
     - settlement (``Settlement``): ``settle``, ``settle_one``, ``extend``.
 
-    ``parts`` is what it was built over (the composition root and tests hand it on; services
-    get their parts from it where they are built, not through the engine).
+    ``parts`` is what it was built over. Services are handed the same ``ServerParts`` by
+    whoever builds them (``sepp.server.app``, a test harness), never take it from the engine.
     """
 
     def __init__(self, parts: ServerParts) -> None:

@@ -133,7 +133,7 @@ class PeriodicAdmin:
         self.parts = parts
         self.scheduler = scheduler
         self.engine = scheduler.engine
-        self.store = scheduler.store
+        self.store = parts.store
 
     async def page(self, after: str = "", limit: int = 50) -> tuple[list[PeriodicView], str]:
         """At most ``limit`` schedules by name, those after ``after`` ("" = from the first):

@@ -145,7 +145,7 @@ class BulkUI:
                               "them)."}, 404)
 
     def _context(self, run: BulkRun) -> dict[str, Any]:
-        now = self.ui.admin.clock.now()
+        now = self.ui.parts.clock.now()
         state = run.query.state or 0
         return {"run": run, "done_word": DONE.get(run.action, run.action), "rate": run.rate(now),
                 "skipped": run.outcome.skipped_text(), "requested": run.outcome.requested_text(),

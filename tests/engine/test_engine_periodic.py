@@ -19,6 +19,7 @@ from sepp.domain.clock import FakeClock
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.periodic.scheduler import PeriodicScheduler
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.server.periodic.timetable import rfc3339, tick_key
@@ -60,7 +61,8 @@ class Cluster:
         self.stores.append(store)
         registry = QueueRegistry(cfg.queue_defaults, cfg.strict, cfg.limits.max_encoding_bytes, cfg.limits.max_queues)
         registry.load(await store.load_queues(), dict(cfg.queues))
-        scheduler = PeriodicScheduler(JobEngine(cfg, store, registry, Notifier(), clock=self.clock), cfg.periodic)
+        parts = ServerParts.build(cfg, store, registry, Notifier(), clock=self.clock)
+        scheduler = PeriodicScheduler(parts, JobEngine(parts), cfg.periodic)
         await scheduler.write_declared()
         await scheduler.reload()
         return scheduler
@@ -233,7 +235,7 @@ async def test_a_tick_run_twice_makes_one_job_even_when_the_queue_keeps_no_keys(
     for the same tick. Two loops that both read the row before either recorded the tick — two
     nodes, or one node before and after a crash — now make one job per tick."""
     first = await cluster.node(every(), queues={"q": {"dedup_window": 0}})
-    second = PeriodicScheduler(first.engine)  # another loop on the same store
+    second = PeriodicScheduler(first.parts, first.engine)  # another loop on the same store
     await second.reload()
     for _ in range(3):
         await step([first, second], cluster.clock)

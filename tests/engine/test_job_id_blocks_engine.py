@@ -14,7 +14,7 @@ from support.backends import PG_TEST_DSN
 from support.worker import until
 
 from engine.engine_kit import HarnessFactory, request
-from sepp.server.engine import job_id_bytes
+from sepp.domain.ids import job_id_bytes
 from sepp.server.errors import BacklogFull
 from sepp.storage.postgres import ids as pg_ids
 from sepp.storage.postgres.store import PostgresStore

@@ -30,7 +30,7 @@ async def test_an_update_through_a_node_that_missed_another_change_keeps_that_ch
     n1 = await nodes.start({"emails": {}}, node_name="n1")
     n2 = await nodes.start({"emails": {}}, node_name="n2")
     await admin(n1).update_queue("emails", {"completed_retention": 3600.0}, ["completed_retention"])
-    stale = n2.engine.queues.get("emails")
+    stale = n2.parts.queues.get("emails")
     assert stale is not None and stale.settings.completed_retention != 3600  # n2 has not taken it
     q = await admin(n2).update_queue("emails", {"max_in_flight": 5}, ["max_in_flight"])
     settings, _ = await _row(n1.store)
@@ -93,7 +93,7 @@ async def test_a_declare_through_a_node_that_never_saw_the_queue_keeps_its_store
     n2 = await nodes.start(node_name="n2")
     await admin(n1).declare_queue("emails", {"default_priority": 9}, ["default_priority"])
     await admin(n1).set_paused("emails", True)
-    assert n2.engine.queues.get("emails") is None  # n2 has not taken it
+    assert n2.parts.queues.get("emails") is None  # n2 has not taken it
     q, created = await admin(n2).declare_queue("emails", {"lease_duration": 60.0}, ["lease_duration"])
     settings, paused = await _row(n1.store)
     assert (settings.default_priority, settings.lease_duration, paused) == (9, 60, True)

@@ -94,7 +94,7 @@ def test_admin_and_worker_methods_are_covered_too_and_a_store_error_keeps_its_st
             raise StoreError("the disk went away")
 
         # GetServerInfo maps nothing itself: a store error escaping it is still UNAVAILABLE.
-        server.engine.queues.all = store_down  # type: ignore[method-assign]
+        server.parts.queues.all = store_down  # type: ignore[method-assign]
         producer = producer_pb2_grpc.ProducerServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await producer.GetServerInfo(ppb.GetServerInfoRequest())

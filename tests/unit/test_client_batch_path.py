@@ -35,7 +35,7 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core
 from sepp.limits import QueueLimits, QueueSettings, ServerLimits
 from sepp.request import EnqueueRequest, Payload, QueueInfo, ServerInfo
-from sepp.server.engine import expand_plain
+from sepp.server.admission import expand_plain
 from sepp.validation import Validator
 
 _ALPHABETS = ["abc", "aé\u2603._:-Z9", "\x00\x01a", "x"]

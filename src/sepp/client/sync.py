@@ -16,7 +16,7 @@ import grpc
 
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.client import _core
+from sepp.client import _core, _fastwire, _info, _many
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
@@ -73,8 +73,8 @@ class _Senders:
 
 def _unsent(fut: Future[list[BatchResult]]) -> bool:
     """Whether the batch ``fut`` sends provably never reached a server: cancelled before it
-    started, or failed with an error that says so (``_core.provably_unsent``)."""
-    return fut.cancelled() or (fut.done() and _core.provably_unsent(fut.exception()))
+    started, or failed with an error that says so (``_many.provably_unsent``)."""
+    return fut.cancelled() or (fut.done() and _many.provably_unsent(fut.exception()))
 
 
 class Client:
@@ -141,9 +141,9 @@ class Client:
             self._channel = grpc.secure_channel(self.target, self.options.credentials, options=channel_args)
         else:
             self._channel = grpc.insecure_channel(self.target, options=channel_args)
-        self._stub: Any = _core.producer_stub(self._channel)
+        self._stub: Any = _fastwire.producer_stub(self._channel)
         self._lock = threading.Lock()
-        self._cached: _core.CachedInfo | None = None
+        self._cached: _info.CachedInfo | None = None
         self._closed = False
         #: Whether a call of this client got an answer from a server (``_core.mark_reached``).
         self._reached = False
@@ -191,9 +191,9 @@ class Client:
                 than ``ClientOptions.max_message_bytes`` is ``MessageTooLarge`` before it is
                 sent (nothing was; :meth:`enqueue_many` splits such a batch).
         """
-        # Plain requests are validated from a memo of their shape (``_core.validate_requests``);
+        # Plain requests are validated from a memo of their shape (``_info.validate_requests``);
         # a batch of only plain, valid ones is written as bytes in the same pass (``lean_batch``).
-        reqs = _core.check_requests(requests)
+        reqs = _info.check_requests(requests)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         if tracer is None:
             return self._enqueue_batch(reqs, None)
@@ -212,9 +212,9 @@ class Client:
             self._check_batch_size(len(reqs))
             if send is None:
                 # The common batch: every job plain and valid, written as bytes in one pass.
-                wire = _core.lean_batch(self._cached_info(), reqs)
+                wire = _info.lean_batch(self._cached_info(), reqs)
                 if wire is not None:
-                    _core.check_size(len(wire), self.options, self.target)
+                    _many.check_size(len(wire), self.options, self.target)
                     return _core.merge_batch(verdicts, self._call(self._stub.EnqueueBatch, wire, idempotent=False))
             verdicts = self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
@@ -225,20 +225,20 @@ class Client:
             message = _core.batch_message(to_send)
             if send is not None:
                 _core.stamp_traces(message, send.sent(verdicts))
-            _core.check_size(message.ByteSize(), self.options, self.target)
+            _many.check_size(message.ByteSize(), self.options, self.target)
             response = self._call(self._stub.EnqueueBatch, message,
                                   idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
 
     def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
-                     progress: _core.Progress | None = None, on_batch: _core.OnBatch | None = None
+                     progress: _many.Progress | None = None, on_batch: _many.OnBatch | None = None
                      ) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort: ``requests`` (any iterable, read lazily) is
         cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
         batches in flight (each an :meth:`enqueue_batch`, with its local validation and
         retries), and every job's result comes back in request order.
         A batch larger than ``ClientOptions.max_message_bytes`` (big payloads) is not sent
-        as it is but in parts that fit (``_core.split_by_size``); set the option to the
+        as it is but in parts that fit (``_many.split_by_size``); set the option to the
         server's ``max_message_bytes`` when that is smaller than the default.
 
         After each batch is answered (a batch sent in parts: once all are), in request order,
@@ -278,18 +278,18 @@ class Client:
         stored (the batches in flight: their results are not passed on) and which were never
         sent.
         """
-        _core.check_in_flight(in_flight)
+        _many.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
-        run = _core.ManyRun()
+        run = _many.ManyRun()
         senders = _Senders(in_flight)
         report = partial(run.report, on_batch, progress, total)
         try:
             size = self._cached_info().info.limits.max_enqueue_batch
-            for chunk in _core.chunked(requests, size):
+            for chunk in _many.chunked(requests, size):
                 if len(run.batches) >= in_flight:
                     self._collect(run, progress, on_batch, total)
                 start = run.handed
-                sent = _core.Sent(start, start + len(chunk), Future())
+                sent = _many.Sent(start, start + len(chunk), Future())
                 run.batches.append(sent)  # known before it is handed over: a Ctrl-C from here on finds it
                 # each batch runs in the caller's context (its current span: tracing)
                 senders.submit(sent.handle, partial(contextvars.copy_context().run, self._enqueue_part, chunk))
@@ -315,7 +315,7 @@ class Client:
         senders.stop()
         return run.out
 
-    def _interrupted(self, run: _core.ManyRun, senders: _Senders, report: Callable[[], None]
+    def _interrupted(self, run: _many.ManyRun, senders: _Senders, report: Callable[[], None]
                      ) -> EnqueueInterrupted:
         """After a ``KeyboardInterrupt``: wait for the batches in flight and pass them to the
         callbacks (``_await_verdicts``), stop the sending threads and return the
@@ -333,7 +333,7 @@ class Client:
             except KeyboardInterrupt:
                 continue
 
-    def _await_verdicts(self, run: _core.ManyRun, report: Callable[[], None]) -> None:
+    def _await_verdicts(self, run: _many.ManyRun, report: Callable[[], None]) -> None:
         """After a ``KeyboardInterrupt``: cancel the batches not started yet (never sent), then
         add the results of those in flight to ``run.out``, in order, as long as they are
         answered within ``options.interrupt_grace`` seconds, and pass each batch to the
@@ -342,7 +342,8 @@ class Client:
         a further Ctrl-C (``KeyboardInterrupt``) propagates, ending the wait and the
         callbacks. A callback that raises anything else is not called again (the wait goes
         on): ``run.note`` says so."""
-        deadline = time.monotonic() + self.options.interrupt_grace
+        clock = self.options.clock
+        deadline = clock.monotonic() + self.options.interrupt_grace
 
         def tell() -> None:
             if run.note is None:
@@ -360,7 +361,7 @@ class Client:
             if sent.start != len(run.out):
                 return
             try:
-                results = sent.handle.result(timeout=max(0.0, deadline - time.monotonic()))
+                results = sent.handle.result(timeout=max(0.0, deadline - clock.monotonic()))
             except TransportError as exc:  # the answered parts of a batch sent in parts
                 run.out.extend(exc.answered or ())
                 tell()
@@ -375,11 +376,11 @@ class Client:
         sent) goes in parts instead, their results concatenated (order kept)."""
         try:
             return self.enqueue_batch(chunk)
-        except _core.UnsentTooLarge:
+        except _many.UnsentTooLarge:
             if len(chunk) < 2:
                 raise
         out: list[BatchResult] = []
-        for part in _core.split_by_size(chunk, self.options.max_message_bytes):
+        for part in _many.split_by_size(chunk, self.options.max_message_bytes):
             try:
                 out.extend(self._enqueue_part(part))
             except TransportError as exc:  # the parts before it were answered (enqueue_many's ``answered``)
@@ -388,7 +389,7 @@ class Client:
         return out
 
     @staticmethod
-    def _collect(run: _core.ManyRun, progress: _core.Progress | None, on_batch: _core.OnBatch | None,
+    def _collect(run: _many.ManyRun, progress: _many.Progress | None, on_batch: _many.OnBatch | None,
                  total: int | None) -> None:
         """Wait for the oldest batch in flight, add its results to ``run.out`` (it leaves
         ``run.batches`` only then) and call the callbacks."""
@@ -408,14 +409,14 @@ class Client:
             RejectedError: the batch is empty or over the cap.
             TransportError: no verdict.
         """
-        reqs = _core.check_requests(requests)
+        reqs = _info.check_requests(requests)
         protos = _core.to_protos(reqs)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         send = None if tracer is None else tracer.send(reqs, batch=True)
         try:
             if self.options.validate_locally:
                 self._check_batch_size(len(protos))
-                error = _core.atomic_local_error(self._validate_protos(protos))
+                error = _info.atomic_local_error(self._validate_protos(protos))
                 if error is not None:
                     raise error
             message = ppb.EnqueueBatchRequest(jobs=protos)
@@ -483,35 +484,35 @@ class Client:
 
     # ------------------------------------------------------------ internals
 
-    def _fetch_info(self) -> _core.CachedInfo:
+    def _fetch_info(self) -> _info.CachedInfo:
         msg = self._call(self._stub.GetServerInfo, ppb.GetServerInfoRequest(), idempotent=True)
-        return _core.CachedInfo.build(msg)
+        return _info.CachedInfo.build(msg, self.options.clock)
 
-    def _cached_info(self) -> _core.CachedInfo:
+    def _cached_info(self) -> _info.CachedInfo:
         with self._lock:
             if self._cached is None or not self._cached.fresh(self.options.server_info_ttl):
                 self._cached = self._fetch_info()
             return self._cached
 
     def _check_batch_size(self, count: int) -> None:
-        rejection = _core.batch_size_rejection(count, self._cached_info().info.limits.max_enqueue_batch)
+        rejection = _info.batch_size_rejection(count, self._cached_info().info.limits.max_enqueue_batch)
         if rejection is not None:
             raise RejectedError(rejection)
 
     def _validate_requests(self, reqs: list[EnqueueRequest]) -> list[Rejection | None]:
         cached = self._cached_info()
-        verdicts = _core.validate_requests(cached, reqs)
-        if _core.needs_refresh(verdicts, cached):
+        verdicts = _info.validate_requests(cached, reqs)
+        if _info.needs_refresh(verdicts, cached):
             self.refresh_server_info()
-            verdicts = _core.validate_requests(self._cached_info(), reqs)
+            verdicts = _info.validate_requests(self._cached_info(), reqs)
         return verdicts
 
     def _validate_protos(self, protos: list[Any]) -> list[Rejection | None]:
         cached = self._cached_info()
-        verdicts = _core.validate_all(cached, protos)
-        if _core.needs_refresh(verdicts, cached):
+        verdicts = _info.validate_all(cached, protos)
+        if _info.needs_refresh(verdicts, cached):
             self.refresh_server_info()
-            verdicts = _core.validate_all(self._cached_info(), protos)
+            verdicts = _info.validate_all(self._cached_info(), protos)
         return verdicts
 
     def _call(self, method: Any, request: Any, *, idempotent: bool) -> Any:
@@ -550,10 +551,10 @@ class Client:
                 return response
             self._reached = _core.after_failed_try(self._reached, error, cause, self.target, options)
             if _core.waits_for_connection(error, options):
-                pause = _core.connect_pause(deadline, _core.CONNECT_POLL)
+                pause = _core.connect_pause(deadline, _core.CONNECT_POLL, options.clock)
                 if pause is not None:
                     time.sleep(pause)
-                    timeout = _core.time_left(deadline)
+                    timeout = _core.time_left(deadline, options.clock)
                 if pause is None or (timeout is not None and timeout < _core.MIN_ATTEMPT_TIME):
                     raise _core.no_connection(options, self.target, maybe_sent, cause) from cause
                 continue

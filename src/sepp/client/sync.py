@@ -5,10 +5,9 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Iterable, Sized
 from concurrent.futures import Future, wait
 from functools import partial
-from queue import SimpleQueue
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -16,65 +15,15 @@ import grpc
 
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.client import _core, _fastwire, _info, _many
+from sepp.client import _core, _fastwire, _info, _many, _sync_many
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
-from sepp.errors import EnqueueInterrupted, RejectedError, TransportError
+from sepp.errors import RejectedError, TransportError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
 if TYPE_CHECKING:
     from sepp._otel import Send
-
-
-class _Senders:
-    """The threads that send the batches of one ``enqueue_many``, at most ``count``, started as
-    batches come (one per batch until there are ``count``). Unlike a ``ThreadPoolExecutor``
-    they take a ``Future`` the caller made, so the caller records the batch before handing it
-    over — a ``KeyboardInterrupt`` inside ``submit`` can never leave a batch sent that the
-    caller does not know — and a batch whose future was cancelled before a thread took it is
-    never sent. Daemon threads: after ``stop()`` a call still in flight (an interrupted
-    ``enqueue_many``) never holds up the interpreter's exit."""
-
-    def __init__(self, count: int) -> None:
-        self._work: SimpleQueue[tuple[Future[list[BatchResult]], Callable[[], list[BatchResult]]] | None] = \
-            SimpleQueue()
-        self._stopped = False
-        self._count = count
-        self._started = 0
-
-    def submit(self, fut: Future[list[BatchResult]], send: Callable[[], list[BatchResult]]) -> None:
-        """Send a batch (``send()``) on a free thread; its outcome goes to ``fut``."""
-        self._work.put((fut, send))
-        if self._started < self._count:
-            self._started += 1
-            threading.Thread(target=self._run, name=f"sepp-enqueue-many_{self._started}", daemon=True).start()
-
-    def stop(self) -> None:
-        """End the threads once their current batch is done; batches not started are cancelled."""
-        self._stopped = True
-        for _ in range(self._count):
-            self._work.put(None)
-
-    def _run(self) -> None:
-        while (item := self._work.get()) is not None:
-            fut, send = item
-            if self._stopped:
-                fut.cancel()
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                result = send()
-            except BaseException as exc:  # the caller gets it from the future
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
-
-
-def _unsent(fut: Future[list[BatchResult]]) -> bool:
-    """Whether the batch ``fut`` sends provably never reached a server: cancelled before it
-    started, or failed with an error that says so (``_many.provably_unsent``)."""
-    return fut.cancelled() or (fut.done() and _many.provably_unsent(fut.exception()))
 
 
 class Client:
@@ -281,13 +230,13 @@ class Client:
         _many.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
         run = _many.ManyRun()
-        senders = _Senders(in_flight)
+        senders = _sync_many.Senders(in_flight)
         report = partial(run.report, on_batch, progress, total)
         try:
             size = self._cached_info().info.limits.max_enqueue_batch
             for chunk in _many.chunked(requests, size):
                 if len(run.batches) >= in_flight:
-                    self._collect(run, progress, on_batch, total)
+                    _sync_many.collect(run, progress, on_batch, total)
                 start = run.handed
                 sent = _many.Sent(start, start + len(chunk), Future())
                 run.batches.append(sent)  # known before it is handed over: a Ctrl-C from here on finds it
@@ -295,9 +244,10 @@ class Client:
                 senders.submit(sent.handle, partial(contextvars.copy_context().run, self._enqueue_part, chunk))
             run.exhausted = True
             while run.batches:
-                self._collect(run, progress, on_batch, total)
+                _sync_many.collect(run, progress, on_batch, total)
         except KeyboardInterrupt:
-            raise self._interrupted(run, senders, report) from None
+            options = self.options
+            raise _sync_many.interrupted(run, senders, report, options.clock, options.interrupt_grace) from None
         except BaseException as exc:
             try:
                 for sent in run.batches:
@@ -305,71 +255,15 @@ class Client:
                 wait([sent.handle for sent in run.batches])
             except KeyboardInterrupt:  # Ctrl-C while the batches in flight are waited for
                 senders.stop()
-                raise run.interrupted(_unsent) from None
+                raise run.interrupted(_sync_many.unsent) from None
             senders.stop()
             if isinstance(exc, TransportError):  # what was answered and what may be stored, in order
-                run.account(exc, _unsent)
-            elif (note := run.stopped_note(_unsent)) is not None:  # a callback's or the iterable's own
+                run.account(exc, _sync_many.unsent)
+            elif (note := run.stopped_note(_sync_many.unsent)) is not None:  # a callback's or the iterable's own
                 exc.add_note(note)
             raise
         senders.stop()
         return run.out
-
-    def _interrupted(self, run: _many.ManyRun, senders: _Senders, report: Callable[[], None]
-                     ) -> EnqueueInterrupted:
-        """After a ``KeyboardInterrupt``: wait for the batches in flight and pass them to the
-        callbacks (``_await_verdicts``), stop the sending threads and return the
-        ``EnqueueInterrupted`` that accounts for every request. A further ``KeyboardInterrupt``
-        ends the wait and the callbacks but not the account (one that lands while it is built
-        has it built again)."""
-        try:
-            self._await_verdicts(run, report)
-        except KeyboardInterrupt:  # a further Ctrl-C: stop waiting, stop calling the callbacks
-            pass
-        while True:
-            try:
-                senders.stop()
-                return run.interrupted(_unsent)
-            except KeyboardInterrupt:
-                continue
-
-    def _await_verdicts(self, run: _many.ManyRun, report: Callable[[], None]) -> None:
-        """After a ``KeyboardInterrupt``: cancel the batches not started yet (never sent), then
-        add the results of those in flight to ``run.out``, in order, as long as they are
-        answered within ``options.interrupt_grace`` seconds, and pass each batch to the
-        callbacks (``report``: ``ManyRun.report``) — first the one answered just before the
-        interruption, if they did not get it all. Stops at the first batch without a verdict;
-        a further Ctrl-C (``KeyboardInterrupt``) propagates, ending the wait and the
-        callbacks. A callback that raises anything else is not called again (the wait goes
-        on): ``run.note`` says so."""
-        clock = self.options.clock
-        deadline = clock.monotonic() + self.options.interrupt_grace
-
-        def tell() -> None:
-            if run.note is None:
-                try:
-                    report()
-                except Exception as exc:  # the callbacks are done with; the account is not
-                    run.callbacks_failed(exc)
-
-        for sent in run.batches:
-            sent.handle.cancel()  # those not started yet are never sent
-        tell()
-        for sent in list(run.batches):
-            if sent.stop <= len(run.out):  # added to ``out`` just before the interruption
-                continue
-            if sent.start != len(run.out):
-                return
-            try:
-                results = sent.handle.result(timeout=max(0.0, deadline - clock.monotonic()))
-            except TransportError as exc:  # the answered parts of a batch sent in parts
-                run.out.extend(exc.answered or ())
-                tell()
-                return
-            except Exception:  # no verdict in time (TimeoutError), cancelled, closed client, …
-                return
-            run.out.extend(results)
-            tell()
 
     def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
         """``enqueue_batch(chunk)``; a chunk too large to send (``UnsentTooLarge``: nothing was
@@ -387,16 +281,6 @@ class Client:
                 exc.answered_after(out)
                 raise
         return out
-
-    @staticmethod
-    def _collect(run: _many.ManyRun, progress: _many.Progress | None, on_batch: _many.OnBatch | None,
-                 total: int | None) -> None:
-        """Wait for the oldest batch in flight, add its results to ``run.out`` (it leaves
-        ``run.batches`` only then) and call the callbacks."""
-        results = run.batches[0].handle.result()
-        run.out.extend(results)
-        run.batches.popleft()
-        run.report(on_batch, progress, total)
 
     def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.

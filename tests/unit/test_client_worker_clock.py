@@ -93,17 +93,12 @@ def test_the_worker_takes_a_clock_and_defaults_to_the_systems() -> None:
 
 def server_info() -> ppb.ServerInfo:
     """A ``ServerInfo`` message with valid limits (a 30-day scheduling horizon)."""
-    msg = ppb.ServerInfo(version="1")
-    msg.limits.CopyFrom(pb.ServerLimits(
-        max_enqueue_batch=256, max_attempts_ceiling=1000, max_queue_name_bytes=128, max_job_type_bytes=256,
-        max_idempotency_key_bytes=256, max_encoding_bytes=128, max_trace_entries=8, max_trace_value_bytes=512))
-    msg.limits.max_schedule_horizon.seconds = 30 * 86_400
-    msg.queue_defaults.default_priority = 5
-    msg.queue_defaults.default_max_attempts = 10
-    msg.queue_defaults.lease_duration.seconds = 30
-    msg.queue_defaults.limits.CopyFrom(pb.QueueLimits(max_payload_bytes=16, max_custom_entries=32,
-                                                      max_custom_key_bytes=64, max_custom_bytes=8192))
-    return msg
+    limits = pb.ServerLimits(max_enqueue_batch=256, max_attempts_ceiling=1000, max_trace_entries=8)
+    limits.max_queue_name_bytes = limits.max_encoding_bytes = 128
+    limits.max_job_type_bytes = limits.max_idempotency_key_bytes = 256
+    limits.max_trace_value_bytes = 512
+    limits.max_schedule_horizon.FromSeconds(30 * 86_400)
+    return ppb.ServerInfo(version="1", limits=limits)
 
 
 def test_the_server_info_cache_ages_by_the_clients_clock() -> None:

@@ -99,28 +99,14 @@ def runs(reqs: list[EnqueueRequest]) -> ppb.EnqueueBatchRequest:
 
 
 @SETTINGS
-@given(st.lists(requests(), min_size=1, max_size=4), st.booleans())
-def test_the_lean_jobs_are_the_batch_protobuf_serializes_or_declined(reqs: list[EnqueueRequest], strict: bool) -> None:
-    info = cached(strict, plain_wire=False)
-    wire = _info.lean_batch(info, reqs)
-    if passes(cached(strict, plain_wire=False), reqs):
-        expected = ppb.EnqueueBatchRequest(jobs=[r.to_proto() for r in reqs])
-        assert wire == expected.SerializeToString()
-        assert ppb.EnqueueBatchRequest.FromString(wire) == expected
-        event("written")
-    else:
-        assert wire is None
-        event("declined")
-
-
-@SETTINGS
-@given(st.lists(requests(), min_size=1, max_size=4), st.booleans())
-def test_the_plain_runs_are_the_columns_protobuf_serializes_or_declined(reqs: list[EnqueueRequest],
-                                                                        strict: bool) -> None:
-    info = cached(strict, plain_wire=True)
-    wire = _info.lean_batch(info, reqs)
-    if passes(cached(strict, plain_wire=True), reqs):
-        expected = runs(reqs)
+@given(st.lists(requests(), min_size=1, max_size=4), st.booleans(), st.booleans())
+def test_the_hand_written_batch_is_the_message_protobuf_serializes_or_declined(
+        reqs: list[EnqueueRequest], strict: bool, plain_wire: bool) -> None:
+    """``lean_jobs`` (jobs, field by field) or ``plain_runs`` (by column, to a server with
+    ``plain_wire``): the bytes protobuf serializes for the same message, or ``None``."""
+    wire = _info.lean_batch(cached(strict, plain_wire), reqs)
+    if passes(cached(strict, plain_wire), reqs):
+        expected = runs(reqs) if plain_wire else ppb.EnqueueBatchRequest(jobs=[r.to_proto() for r in reqs])
         assert wire == expected.SerializeToString()
         assert ppb.EnqueueBatchRequest.FromString(wire) == expected
         event("written")

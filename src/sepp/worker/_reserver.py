@@ -56,14 +56,9 @@ class Reserver:
     def __init__(self, config: WorkerConfig, rpc: WorkerRpc, pool: SlotPool, keeper: LeaseKeeper,
                  reports: Reports, on_fatal: Callable[[TransportError], None],
                  monotonic: Callable[[], float]) -> None:
-        self._config = config
-        self._rpc = rpc
-        self._pool = pool
-        self._keeper = keeper
-        self._release = reports.release
-        self._stats = reports.stats
-        self._on_fatal = on_fatal
-        self._monotonic = monotonic
+        self._config, self._rpc, self._pool, self._keeper = config, rpc, pool, keeper
+        self._release, self._stats = reports.release, reports.stats
+        self._on_fatal, self._monotonic = on_fatal, monotonic
         #: False once the worker stops: lanes end after the call they are in.
         self.active = True
         #: Set when a lane may have something to ask again (and at stop, to wake every lane).

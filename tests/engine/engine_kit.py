@@ -1,4 +1,4 @@
-"""An in-process server core for engine-level tests (issue 9 item 5): the real ``JobEngine``
+"""An in-process server core for engine-level tests: the real ``JobEngine``
 and ``Sweeper`` over a real SQLite store in a temp folder, driven by a ``FakeClock``.
 
 Requests go in as the protobuf messages the RPC layer hands the engine (acks and nacks

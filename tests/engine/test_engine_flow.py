@@ -1,4 +1,4 @@
-"""Flow control through the engine (issue 12; docs/flow-control.md): ``max_in_flight``
+"""Flow control through the engine (docs/flow-control.md): ``max_in_flight``
 with 20 concurrent reservers, ``rate_limit`` over 5 fake-clock seconds, one job per tenant
 (``concurrency_key``) with a second tenant behind the first's 1,000 jobs, and long-polls
 that wake when capacity frees — on the real engine and store, no process, no port."""

@@ -1,4 +1,4 @@
-"""Throughput history for 24 hours (issue 13 "History"): the admin engine's stats window of
+"""Throughput history for 24 hours: the admin engine's stats window of
 1 h / 6 h / 24 h over a real store and a fake clock, written through the flush as the server
 does, on each backend."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from engine.engine_kit import Harness
 from sepp.server.admin import AdminEngine
-from sepp.server.admin.engine import KEEP_MINUTES
+from sepp.server.admin.stats import KEEP_MINUTES
 
 HOUR_US = 3600 * 1_000_000
 

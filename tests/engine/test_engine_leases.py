@@ -105,7 +105,7 @@ async def test_a_reserve_whose_caller_gave_up_while_leasing_gives_the_jobs_back(
 
 
 async def test_the_engine_leases_as_its_node_and_the_history_names_it(make_harness: HarnessFactory) -> None:
-    # issue 10: attempt history names the node — node_name, else the host name
+    # Attempt history names the node — node_name, else the host name
     import socket
 
     h = await make_harness(node_name="node-e")

@@ -1,5 +1,5 @@
-"""Periodic schedules through the real engine and store with a fake clock (issue 12
-"Periodic jobs"): one job per tick on three nodes sharing one PostgreSQL schema, catch-up
+"""Periodic schedules through the real engine and store with a fake clock
+(docs/periodic.md): one job per tick on three nodes sharing one PostgreSQL schema, catch-up
 after downtime ("latest" / "none"), DST in Europe/Berlin, pause and resume, and a rejected
 run recorded rather than skipped. Nodes are in-process engines + schedulers on stores of one
 database; ``run_due()`` is one round at the fake clock's time (no loop, no sleep)."""

@@ -1,4 +1,4 @@
-"""Job-type figures (issue 13 item 2) in-process on each backend, driven by a FakeClock:
+"""Job-type figures in-process on each backend, driven by a FakeClock:
 counts per job type (completed, retried, dead-lettered — by nack, by exhausted attempts and
 by an expired lease), run times lease → settle with p50 / p95 within 5 % and the exact max,
 the last-hour and 24-hour windows, the counts a node has not flushed yet, two nodes' flushes

@@ -1,4 +1,4 @@
-"""What ``JobEngine.reserve`` notes of its caller for the Workers page (issue 13), on the real
+"""What ``JobEngine.reserve`` notes of its caller for the Workers page, on the real
 engine and store with the fake clock: a worker is listed as soon as its Reserve is accepted —
 one idle in its first long poll too (a new user's ``sepp workers list`` said "No worker called
 within the last hour" for two workers parked in their first 30 s poll) — and its last Reserve

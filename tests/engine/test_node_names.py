@@ -1,5 +1,5 @@
-"""A duplicate node name is reported once, a crashed predecessor's row is not (issue 10
-item 2 "the UI shows the nodes"; attack finding: after a kill -9 and a restart, the node
+"""A duplicate node name is reported once, a crashed predecessor's row is not (the UI
+shows the nodes; found by attacking it: after a kill -9 and a restart, the node
 warned about "another node named …" — its own previous process's last heartbeat).
 
 ``Cluster._check_unique`` runs before each heartbeat after the first: the node's row must

@@ -1,4 +1,4 @@
-"""A cluster refresh of the queue settings (``QueueRegistry.refresh``, issue 10) never forgets a
+"""A cluster refresh of the queue settings (``QueueRegistry.refresh``) never forgets a
 queue an enqueue created meanwhile.
 
 The refresh reads the queue rows, then applies them unless a local change happened since

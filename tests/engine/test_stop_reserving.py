@@ -1,4 +1,4 @@
-"""``StopReserving`` (issue 15 item 7): a stopping worker asks the server to end its long-polls
+"""``StopReserving``: a stopping worker asks the server to end its long-polls
 instead of cancelling a ``Reserve`` that may already be answered.
 
 Engine level (the real engine and store, no process): a parked ``reserve`` of worker W
@@ -28,6 +28,7 @@ from support.worker import until
 from engine.engine_kit import Harness, request
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.states import State
+from sepp.server.admin import AdminEngine
 from sepp.server.engine import JobEngine, job_id_bytes
 from sepp.server.errors import InvalidRequest
 from sepp.server.rpc.registration import register
@@ -261,3 +262,33 @@ async def test_jobs_a_stopping_worker_reserved_are_released_not_held(harness: Ha
     assert State.RESERVED not in states, states
     assert worker.held == 0 and seen
 
+
+# ---------- two processes sharing one worker id; odd ids
+# A clean stop (StopReserving stopped=true) with two processes sharing one worker id, and odd ids.
+
+async def test_one_of_two_same_id_workers_stops_the_other_keeps_reserving(harness: Harness) -> None:
+    h = harness
+    admin = AdminEngine(h.engine, h.store.admin)
+    await h.enqueue("q")
+    assert len(await h.engine.reserve(["q"], 1, None, 0.0, "W")) == 1
+    other = asyncio.create_task(h.engine.reserve(["q"], 1, None, 30.0, "W"))  # the second process, parked
+    await asyncio.sleep(0.05)
+    h.clock.advance(1)
+    h.engine.stop_reserving("W", stopped=True)  # the first process's last call
+    assert await asyncio.wait_for(other, 10) == []  # its parked poll answers empty early …
+    assert [v.state for v in await admin.workers()] == ["stopped"]  # … and its end notes nothing
+    h.clock.advance(1)
+    assert await h.engine.reserve(["q"], 1, None, 0.0, "W") == []  # it reserves again
+    assert [v.state for v in await admin.workers()] == ["live"]
+
+
+async def test_odd_ids_in_a_final_stop(harness: Harness) -> None:
+    h = harness
+    admin = AdminEngine(h.engine, h.store.admin)
+    with pytest.raises(InvalidRequest):
+        h.engine.stop_reserving("", stopped=True)
+    for wid in ("x" * 1025, "a\x00b", "x" * 1_000_000, "\u202e\u0007", " "):
+        assert h.engine.stop_reserving(wid, stopped=True) == 0
+    await h.enqueue("q")
+    assert len(await h.engine.reserve(["q"], 1, None, 0.0, "real")) == 1
+    assert [v.worker_id for v in await admin.workers()] == ["real"]

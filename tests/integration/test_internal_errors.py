@@ -1,4 +1,4 @@
-"""Nothing answers UNKNOWN (issue 14 item 4): an exception no handler mapped comes back as
+"""Nothing answers UNKNOWN: an exception no handler mapped comes back as
 INTERNAL with ErrorInfo reason INTERNAL_ERROR and a short message, is logged with its
 traceback, and the server keeps serving; an engine or store error that escaped its servicer
 gets its catalogued status. In-process servers on real SQLite files and real gRPC channels;

@@ -1,4 +1,4 @@
-"""Engine events are subscriber lists (issue 9 item 6): a second (third, …) subscriber sits
+"""Engine events are subscriber lists: a second (third, …) subscriber sits
 next to the sweeper and the admin stats instead of replacing one, and a subscriber that
 raises is logged while the others and the request go on.
 

@@ -1,4 +1,4 @@
-"""The server reads time through one injected ``Clock`` (issue 9 item 3).
+"""The server reads time through one injected ``Clock``.
 
 In process over a real SQLite store in a temp folder (no mocks), driven by ``FakeClock``:
 enqueue time, lease expiry, promotion and the sweeps follow the fake clock exactly, and a
@@ -29,7 +29,7 @@ from sepp.storage.sqlite import SQLiteStore
 
 _SRC = Path(sepp.__file__).parent
 #: A direct reading of the time: ``time.time(``, ``time.monotonic(``, ``time.time_ns(``, or a
-#: call of ``now_us(`` (the issue-9 grep; the clock itself reads as ``clock.now()``).
+#: call of ``now_us(`` (the grep for direct time readings; the clock itself reads as ``clock.now()``).
 _DIRECT = re.compile(r"time\.(time|monotonic|time_ns)\(|now_us\(")
 
 
@@ -101,7 +101,7 @@ def test_settle_and_admin_times_come_from_the_clock(tmp_path: Path) -> None:
 
 
 def test_engine_sweeper_and_storage_read_no_clock_of_their_own() -> None:
-    """Issue 9 "done when": a grep for direct time readings in the engine, the sweeper, the
+    """A grep for direct time readings in the engine, the sweeper, the
     admin engine, the RPC and HTTP front ends and storage finds nothing (only ``domain.clock``)."""
     files = [p for d in ("server", "storage") for p in (_SRC / d).rglob("*.py")]
     assert files

@@ -26,7 +26,7 @@ from sepp.limits import MAX_LEASE, MIN_LEASE, QueueLimits
 from sepp.quoting import clip
 from sepp.server.config import ServerConfig
 from sepp.server.custom_index import index_entries
-from sepp.server.errors import AtomicRejected, InvalidRequest, JobRejected, LeaseRefused, Overloaded
+from sepp.server.errors import AtomicRejected, BacklogFull, InvalidRequest, JobRejected, LeaseRefused
 from sepp.server.eventlog import RateLimited
 from sepp.server.events import EngineEvents, Event
 from sepp.server.notifier import Notifier
@@ -212,7 +212,7 @@ class JobEngine:
                 "max_commit_backlog %d; clients retry after %g s)", jobs, backlog, self._max_backlog,
                 self.config.overload_retry_after,
                 extra={"event": "overload", "count": jobs, "backlog": backlog, "max_commit_backlog": self._max_backlog})
-            raise Overloaded(self.config.overload_retry_after, backlog)
+            raise BacklogFull(self.config.overload_retry_after, backlog)
 
     def _build(self, req: pb.EnqueueRequest, checked: Checked, now: int,
                new_queues: list[QueueRecord], custom: list[CustomEntry], uid: UUID) -> tuple[JobRow, str, int]:
@@ -278,7 +278,7 @@ class JobEngine:
         return dedups
 
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
-        """Validate and store one job. Raises ``JobRejected`` or ``Overloaded``."""
+        """Validate and store one job. Raises ``JobRejected`` or ``BacklogFull``."""
         now = self._clock_now()
         self.queues.begin_admission()
         checked = self.validator.check(req, now * 1000)
@@ -368,7 +368,7 @@ class JobEngine:
         window still gets one job per tick.
 
         Returns one ``(job_id, deduplicated)`` or ``Rejection`` per job, in order. Raises
-        ``InvalidRequest`` for an empty or over-cap batch and ``Overloaded`` when the
+        ``InvalidRequest`` for an empty or over-cap batch and ``BacklogFull`` when the
         commit backlog is full (then nothing is stored).
 
         A plain request (queue, job type and payload, nothing else set) is checked through a

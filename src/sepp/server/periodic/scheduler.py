@@ -38,11 +38,11 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.records import PeriodicRecord, PeriodicRun
 from sepp.quoting import clip
+from sepp.rejections import CodedRejection, code_name
 from sepp.server.engine import JobEngine, job_id_bytes
-from sepp.server.errors import Overloaded
+from sepp.server.errors import BacklogFull
 from sepp.server.periodic.jobs import job_request
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.server.periodic.timetable import Timetable, rfc3339, tick_key
@@ -323,11 +323,11 @@ class PeriodicScheduler:
             reqs = [job_request(e.spec, tick, tick_key(e.record.name, tick)) for e, tick in chunk]  # type: ignore[arg-type]
             try:
                 results = await self.engine.enqueue_batch(reqs, [tick_claim_us(e, tick, now) for e, tick in chunk])
-            except (Overloaded, StoreError) as exc:
+            except (BacklogFull, StoreError) as exc:
                 if isinstance(exc, StoreClosed):
                     raise
                 log.warning("periodic: %d run(s) not stored yet (%s); trying again in %g s", len(chunk),
-                            type(exc).__name__ if isinstance(exc, Overloaded) else exc, RETRY_AFTER)
+                            "Overloaded" if isinstance(exc, BacklogFull) else exc, RETRY_AFTER)  # the wire's word
                 held: dict[str, list[int]] = {}
                 for e, tick in fire[start:]:
                     held.setdefault(e.record.name, []).append(tick)
@@ -350,11 +350,12 @@ class PeriodicScheduler:
                 log.warning("periodic: %d run(s) enqueued but not recorded (%s)", len(runs), exc)
         return runs
 
-    def _result(self, entry: Entry, tick: int, result: pb.Rejection | tuple[str, bool], now: int) -> PeriodicRun:
-        """The run of one enqueue result, logged; the entry's copy of the row updated."""
+    def _result(self, entry: Entry, tick: int, result: CodedRejection | tuple[str, bool], now: int) -> PeriodicRun:
+        """The run of one enqueue result (a rejection, or the job id and whether it was
+        deduplicated), logged; the entry's copy of the row updated."""
         name = entry.record.name
-        if isinstance(result, pb.Rejection):
-            error = f"{pb.RejectionCode.Name(result.code)}: {result.message}"
+        if not isinstance(result, tuple):
+            error = f"{code_name(result.code)}: {result.message}"
             log.warning("periodic schedule %s: the job of tick %s was rejected (%s)", name, rfc3339(tick), error,
                         extra={"event": "periodic_rejected", "schedule": name, "reason": error})
             run = PeriodicRun(name, tick, b"", clip(error, 500), now)

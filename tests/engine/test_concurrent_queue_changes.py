@@ -1,4 +1,4 @@
-"""attack4: many concurrent queue changes of different keys (UpdateQueue, Pause/Resume,
+"""Many concurrent queue changes of different keys (UpdateQueue, Pause/Resume,
 DeclareQueue) through one node (both backends) and through two nodes (PostgreSQL): every
 key's last value is kept, the caches end equal to the row, errors are the catalogued ones."""
 

@@ -5,7 +5,7 @@ sends (``{"i": n}`` JSON payloads), and prints a Markdown table of µs per job:
 
 * build: ``EnqueueRequest(queue, job_type, payload=Payload.json(...))``
 * to_proto: the wire ``EnqueueRequest`` (``_core.to_protos``)
-* validate: the local verdicts against the advertised limits (``_core.validate_all``)
+* validate: the local verdicts against the advertised limits (``client_info.validate_all``)
 * serialize: the ``EnqueueBatchRequest`` as bytes (what gRPC does before sending)
 * results: an ``EnqueueBatchResponse`` parsed and merged into ``EnqueueAck``s
 * Client.enqueue_batch: the whole call of a blocking ``Client`` on fresh requests (its lean
@@ -32,9 +32,10 @@ from _harness import table
 from sepp import Client, EnqueueRequest, Payload
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core
+from sepp.client import _info as client_info
 
 
-def _info() -> _core.CachedInfo:
+def _info() -> client_info.CachedInfo:
     """What a default server advertises (the same ``server_info`` the server builds)."""
     from sepp.server.config import ServerConfig
     from sepp.server.notifier import Notifier
@@ -45,7 +46,7 @@ def _info() -> _core.CachedInfo:
     config = ServerConfig()
     parts = ServerParts.build(config, None, QueueRegistry(config.queue_defaults, config.strict),  # type: ignore[arg-type]
                               Notifier())
-    return _core.CachedInfo.build(server_info(parts, time.monotonic(), "bench"))
+    return client_info.CachedInfo.build(server_info(parts, time.monotonic(), "bench"))
 
 
 def _best(fn: Callable[[], object], rounds: int) -> float:
@@ -78,10 +79,10 @@ def _otel(mode: str) -> object | None:
     return provider
 
 
-def _stubbed_client(cached: _core.CachedInfo, answer: bytes, provider: object | None) -> Client:
+def _stubbed_client(cached: client_info.CachedInfo, answer: bytes, provider: object | None) -> Client:
     """A ``Client`` whose ``EnqueueBatch`` is answered in-process with ``answer`` (serialized),
-    read as the real stub reads it (``_core.parse_batch_response``, where it exists), its request
-    serialized as the real stub does (``_core.serialize_batch_request``, where it exists)."""
+    read as the real stub reads it (``_fastwire.parse_batch_response``, where it exists), its request
+    serialized as the real stub does (``_fastwire.serialize_batch_request``, where it exists)."""
     parse = getattr(_core, "parse_batch_response", ppb.EnqueueBatchResponse.FromString)
     serialize = getattr(_core, "serialize_batch_request", ppb.EnqueueBatchRequest.SerializeToString)
     client = Client("127.0.0.1:1", tracer_provider=provider)
@@ -122,7 +123,7 @@ def main() -> None:
     steps: list[tuple[str, Callable[[], object]]] = [
         ("build EnqueueRequest + Payload.json", build),
         ("to_proto (fresh requests, minus build)", to_proto),
-        ("validate locally", lambda: _core.validate_all(cached, _core.to_protos(reqs))),
+        ("validate locally", lambda: client_info.validate_all(cached, _core.to_protos(reqs))),
         ("serialize EnqueueBatchRequest", lambda: ppb.EnqueueBatchRequest(jobs=_core.to_protos(reqs))
          .SerializeToString()),
         ("parse + merge results", lambda: _core.merge_batch([None] * n, parse(answer))),

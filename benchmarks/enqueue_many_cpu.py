@@ -14,7 +14,7 @@ Variants: ``many4`` / ``many1`` (``in_flight`` 4 / 1, requests built lazily by t
 as the harness does), ``many4-pre`` / ``many1-pre`` (the same on a list of requests built
 before the clock starts: the cost of sending alone), ``batch-seq`` (the harness's default
 producer: ``enqueue_batch`` per chunk of 256, requests built per chunk), ``raw-seq`` (the
-floor: the bytes of one batch of 256 written once by ``_core.plain_batch``, sent N/256 times
+floor: the bytes of one batch of 256 written once by ``_fastwire.plain_runs``, sent N/256 times
 one after the other through the client's channel with bytes in and out, nothing parsed).
 Each child warms up (GetServerInfo, one batch) and runs ``gc.collect()`` (unless
 ``--no-collect``: then the first full collection of what the imports left may fall in the
@@ -95,12 +95,12 @@ class _GcClock:
 
 
 def _raw_seq(client: Any, requests: list[Any], jobs: int) -> list[Any]:
-    """``raw-seq``: one batch's bytes (``_core.plain_batch``) sent ``jobs // len(requests)``
+    """``raw-seq``: one batch's bytes (``_fastwire.plain_runs``) sent ``jobs // len(requests)``
     times, sequentially, bytes in and out; returns one stand-in ack per job."""
     from sepp import EnqueueAck
-    from sepp.client import _core
+    from sepp.client import _fastwire
 
-    wire = _core.plain_batch(client._cached_info(), requests)
+    wire = _fastwire.plain_runs(requests, client._cached_info().shape)
     call = client._channel.unary_unary("/sepp.api.v1.ProducerService/EnqueueBatch",
                                        request_serializer=bytes, response_deserializer=bytes)
     for _ in range(jobs // len(requests)):

@@ -40,7 +40,7 @@ from client_cost import _info, _stubbed_client
 
 from sepp import EnqueueRequest, Payload
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.client import _core
+from sepp.client import _info as client_info
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
@@ -93,7 +93,7 @@ def main() -> None:
     servicer = ProducerServicer(parts, engine, 0.0, "bench")
     body = ppb.EnqueueBatchRequest(jobs=[r.to_proto() for r in _requests(0)]).SerializeToString()
     cached = _info()
-    plain_body = _core.lean_batch(cached, _requests(0)) if cached.plain_wire else None
+    plain_body = client_info.lean_batch(cached, _requests(0)) if cached.plain_wire else None
 
     def serve(_: int, body: bytes = body) -> bytes:
         coro = servicer.EnqueueBatch(ppb.EnqueueBatchRequest.FromString(body), None)

@@ -35,7 +35,7 @@ from sepp.server.errors import InvalidRequest
 from sepp.server.parts import ServerParts
 from sepp.server.rpc.registration import register
 from sepp.server.rpc.worker import WorkerServicer
-from sepp.worker import Job, Worker, runtime
+from sepp.worker import Job, Worker, _shutdown
 
 WORKER_SERVICE = wpb.DESCRIPTOR.services_by_name["WorkerService"]
 
@@ -184,7 +184,7 @@ async def harness_with_queue(h: Harness) -> None:
 
 async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 15.0)  # far from "at once" on a loaded machine
+    monkeypatch.setattr(_shutdown, "RESERVE_STOP_TIMEOUT", 15.0)  # far from "at once" on a loaded machine
     h = harness
     await harness_with_queue(h)
     servicer = CountingServicer(h.parts, h.engine)
@@ -192,28 +192,28 @@ async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 1  # the parked call was answered (empty), not cancelled
     assert servicer.stop_calls >= 2  # the stop's first, and its last one: the session is over
-    assert took < runtime.RESERVE_STOP_TIMEOUT / 2, took
+    assert took < _shutdown.RESERVE_STOP_TIMEOUT / 2, took
     stopped = {r.worker_id: r.stopped_at for r in h.parts.workers.snapshot("n")}
     assert stopped["W"] == h.now  # the Workers page lists it stopped, not live
 
 
 async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wait(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 15.0)  # far from RESERVE_STOP_WAIT on a loaded machine
+    monkeypatch.setattr(_shutdown, "RESERVE_STOP_TIMEOUT", 15.0)  # far from RESERVE_STOP_WAIT on a loaded machine
     h = harness
     await harness_with_queue(h)
     older = ("Reserve", "Ack", "Nack", "ExtendLease", "Settle")  # no StopReserving: UNIMPLEMENTED
     async with serving(h.engine, WorkerServicer(h.parts, h.engine), methods=older) as target:
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 0  # cancelled while parked
-    assert runtime.RESERVE_STOP_WAIT <= took < runtime.RESERVE_STOP_TIMEOUT / 2, took
+    assert _shutdown.RESERVE_STOP_WAIT <= took < _shutdown.RESERVE_STOP_TIMEOUT / 2, took
 
 
 async def test_stop_reserving_is_repeated_and_a_call_the_server_does_not_stop_ends_by_itself(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     await harness_with_queue(h)
-    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 0.6)
+    monkeypatch.setattr(_shutdown, "RESERVE_STOP_TIMEOUT", 0.6)
     servicer = CountingServicer(h.parts, h.engine, stops=False)  # answers 0: the call stays parked
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine, poll_wait=2.0)
@@ -228,7 +228,7 @@ async def test_a_call_still_open_is_cancelled_once_stop_reserving_goes_unanswere
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     await harness_with_queue(h)
-    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 0.6)
+    monkeypatch.setattr(_shutdown, "RESERVE_STOP_TIMEOUT", 0.6)
     servicer = CountingServicer(h.parts, h.engine, fails=True)  # StopReserving fails: the call stays parked
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine)

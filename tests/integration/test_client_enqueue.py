@@ -26,6 +26,7 @@ from sepp import (
     Unavailable,
 )
 from sepp.client.admin import AdminClient
+from sepp.domain.clock import FakeClock, now_us
 from sepp.errors import SeppError
 from sepp.testing import ServerProcess, free_port
 
@@ -213,10 +214,11 @@ def test_strict_mode_rejects_undeclared_queues_locally_and_on_the_server(server:
 
 def test_a_queue_declared_after_the_client_started_is_found(server: ServerProcess) -> None:
     server.restart(strict=True, queues={"a": {}}, grpc_listen=f"127.0.0.1:{free_port()}")  # same port after
-    with Client(server.grpc_target) as c:
+    clock = FakeClock(now_us())
+    with Client(server.grpc_target, options=ClientOptions(clock=clock)) as c:
         c.get_server_info(cached=True)
         server.restart(queues={"a": {}, "b": {}})
-        time.sleep(1.1)  # a local UnknownQueue re-fetches ServerInfo at most once a second
+        clock.advance(1.1)  # a local UnknownQueue re-fetches ServerInfo at most once a second
         assert c.enqueue(EnqueueRequest("b", "t")).job_id
 
 

@@ -109,7 +109,7 @@ def report_wait():
     main = threading.main_thread().ident
     while True:
         frame = sys._current_frames().get(main)
-        while frame is not None and frame.f_code.co_name != "_await_verdicts":
+        while frame is not None and frame.f_code.co_name != "await_verdicts":
             frame = frame.f_back
         if frame is not None:
             print("waiting", flush=True)

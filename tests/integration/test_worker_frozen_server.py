@@ -32,7 +32,7 @@ from support.worker import Gate, enqueue_one, fast_queue, pinned_server, until
 
 from sepp.client.admin import AdminClient
 from sepp.testing import ServerProcess
-from sepp.worker import JobReport, Worker, runtime
+from sepp.worker import JobReport, Worker, _shutdown
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -67,12 +67,12 @@ def _reserve_seen(target: str, worker_id: str) -> bool:
 @neutral
 async def test_a_stop_during_a_long_poll_to_a_frozen_server_ends_after_the_reserve_timeout(
         server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 2.0)
+    monkeypatch.setattr(_shutdown, "RESERVE_STOP_TIMEOUT", 2.0)
     server = pinned_server(server_factory)
     worker = Worker(server.grpc_target, ["q"], concurrency=2, prefetch=0, shutdown_grace=1.0, poll_wait=20.0)
     worker.register("t", lambda job: None)
     run = asyncio.create_task(worker.run(install_signal_handlers=False))
-    await until(lambda: getattr(worker, "_reserve_calls", None), 10, "a long poll open")
+    await until(lambda: "_reserver" in vars(worker) and worker._reserver.calls, 10, "a long poll open")
     # the call object exists before its connection does: wait until the server has the
     # Reserve (a freeze before the handshake makes the stop quick, rightly: nothing is open)
     await until(lambda: _reserve_seen(server.grpc_target, worker.config.worker_id), 10, "the Reserve at the server")
@@ -87,8 +87,8 @@ async def test_a_stop_during_a_long_poll_to_a_frozen_server_ends_after_the_reser
 @neutral
 async def test_a_stop_with_acks_to_a_frozen_server_ends_within_grace_and_the_settle_timeout(
         server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 3.0)
-    monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 1.0)
+    monkeypatch.setattr(_shutdown, "SETTLE_STOP_TIMEOUT", 3.0)
+    monkeypatch.setattr(_shutdown, "RESERVE_STOP_TIMEOUT", 1.0)
     server = pinned_server(server_factory)
     gate = Gate()
     reports: list[JobReport] = []
@@ -117,7 +117,7 @@ async def test_a_stop_with_acks_to_a_frozen_server_ends_within_grace_and_the_set
 @neutral
 async def test_acks_waiting_at_stop_land_once_the_server_is_back(server_factory: ServerFactory,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 20.0)
+    monkeypatch.setattr(_shutdown, "SETTLE_STOP_TIMEOUT", 20.0)
     server = pinned_server(server_factory)
     gate = Gate()
     reports: list[JobReport] = []

@@ -82,7 +82,7 @@ async def test_the_defaults_do_not_hoard_slow_jobs(fast: ServerProcess, fresh_qu
 
     @worker.handler("t")
     async def slow(job: Job) -> None:
-        held.append(len(worker._running) + len(worker._pending))
+        held.append(len(worker._pool.running) + len(worker._pool.pending))
         await asyncio.sleep(PREFETCH_MAX_WAIT * 4)
 
     await drain(worker, n, reports)
@@ -104,7 +104,7 @@ async def test_a_fixed_prefetch_is_kept(fast: ServerProcess, fresh_queue: str) -
 
     @worker.handler("t")
     async def noop(job: Job) -> None:
-        held.append(len(worker._running) + len(worker._pending))
+        held.append(len(worker._pool.running) + len(worker._pool.pending))
 
     await drain(worker, n, reports)
     assert worker.prefetch == 3

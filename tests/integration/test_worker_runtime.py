@@ -21,7 +21,7 @@ from support.worker import count_states, fast_queue, job_row, make_worker, runni
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.testing import ServerProcess, free_port
-from sepp.worker import DeadLetter, Job, Retry, runtime
+from sepp.worker import DeadLetter, Job, Retry, _shutdown
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -373,7 +373,7 @@ async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reser
     worker, _ = make_worker(fast, fresh_queue, poll_wait=20.0)
     worker.register("t", lambda job: None)
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
-    await until(lambda: getattr(worker, "_reserve_calls", None), what="the first Reserve to be sent")
+    await until(lambda: "_reserver" in vars(worker) and worker._reserver.calls, what="the first Reserve to be sent")
     await asyncio.sleep(0.3)  # the reserver is parked in a 20 s long-poll
     t0 = time.monotonic()
     await worker.stop()
@@ -469,7 +469,7 @@ async def test_handlers_raising_base_exceptions_are_failures_not_crashes(server_
 
 async def test_a_handler_that_swallows_cancellation_still_gets_its_job_released(
         fast: ServerProcess, fresh_queue: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "CANCEL_WAIT", 0.5)  # the mechanism, not the 5 s value
+    monkeypatch.setattr(_shutdown, "CANCEL_WAIT", 0.5)  # the mechanism, not the 5 s value
     worker, _reports = make_worker(fast, fresh_queue)
     entered = asyncio.Event()
     handler_tasks: list[asyncio.Task[Any]] = []

@@ -27,7 +27,7 @@ from support.servers import ServerFactory
 from support.worker import count_states, enqueue_one, pinned_server, until, wire_for
 
 from sepp.testing import ServerProcess
-from sepp.worker import Job, JobReport, Worker, _settler, runtime
+from sepp.worker import Job, JobReport, Worker, _settler, _shutdown
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker._settler import HURRY_WAIT, Settler
 from sepp.worker.outcome import COMPLETED
@@ -119,7 +119,7 @@ class Stalled:
 
 async def test_a_stop_with_the_server_gone_gives_up_its_acks_after_the_settle_timeout(
         server_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(runtime, "SETTLE_STOP_TIMEOUT", 3.0)  # the mechanism, not the 10 s value
+    monkeypatch.setattr(_shutdown, "SETTLE_STOP_TIMEOUT", 3.0)  # the mechanism, not the 10 s value
     stalled = Stalled(pinned_server(server_factory))
     await stalled.start_and_kill()
     await stalled.finish_handlers()
@@ -145,7 +145,7 @@ async def test_a_second_stop_gives_up_the_acks_at_once(server_factory: ServerFac
     await stalled.start_and_kill()
     await stalled.finish_handlers()
     first = asyncio.create_task(stalled.worker.stop())
-    await until(lambda: stalled.worker._shutdown_task is not None and not stalled.worker._running, 5,
+    await until(lambda: stalled.worker._shutdown_task is not None and not stalled.worker._pool.running, 5,
                 "the stop's final wait")
     t0 = time.monotonic()
     await asyncio.wait_for(stalled.worker.stop(0), 2 * hurry_wait)

@@ -218,7 +218,7 @@ async def test_a_suspended_handler_is_cancelled_and_released_at_shutdown(fast: S
     row = job_row(fast, ids[2])
     assert row is not None and (row.state, row.attempt) == ("READY", 0)
     assert count_states(fast, fresh_queue) == {"COMPLETED": 2, "READY": 1}
-    assert not worker._slots  # every slot ended with the worker
+    assert not worker._pool.slots  # every slot ended with the worker
 
 
 async def test_a_cancellation_that_reaches_a_handler_settles_its_job(fast: ServerProcess, fresh_queue: str) -> None:

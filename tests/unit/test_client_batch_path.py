@@ -3,10 +3,10 @@ enqueue benchmark's fast path, docs/decisions.md "Batched enqueue: cost per job"
 
 * ``_core.batch_message(reqs)`` is the same message as ``EnqueueBatchRequest(jobs=[r.to_proto()
   for r in reqs])`` — byte for byte, empty payloads and requests with every knob included;
-* ``_core.validate_requests(cached, reqs)`` (a per-(queue, job type, encoding) memo of the
+* ``_info.validate_requests(cached, reqs)`` (a per-(queue, job type, encoding) memo of the
   validator's verdict plus the payload size) gives the validator's own verdicts, on a lax
   server and on a strict one with declared queues and tight limits;
-* ``_core.lean_batch(cached, reqs)`` (the common batch written as bytes in one pass) is
+* ``_info.lean_batch(cached, reqs)`` (the common batch written as bytes in one pass) is
   ``batch_message(reqs).SerializeToString()`` when every job is plain and valid, else ``None``;
   to a server that reads jobs by column, it is the ``EnqueueBatchRequest.plain`` runs whose
   jobs are those requests (``expand_plain``), one run per stretch of one shape;
@@ -32,7 +32,7 @@ import pytest
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.client import _core
+from sepp.client import _core, _fastwire, _info
 from sepp.limits import QueueLimits, QueueSettings, ServerLimits
 from sepp.request import EnqueueRequest, Payload, QueueInfo, ServerInfo
 from sepp.server.admission import expand_plain
@@ -41,9 +41,9 @@ from sepp.validation import Validator
 _ALPHABETS = ["abc", "aé\u2603._:-Z9", "\x00\x01a", "x"]
 
 
-def _cached(strict: bool, queues: dict[str, QueueInfo], plain_wire: bool = False) -> _core.CachedInfo:
+def _cached(strict: bool, queues: dict[str, QueueInfo], plain_wire: bool = False) -> _info.CachedInfo:
     info = ServerInfo("1", frozenset(), "group", strict, ServerLimits(), QueueSettings(), queues)
-    return _core.CachedInfo(info, Validator(info.limits, info.queue_limits), time.monotonic(), plain_wire=plain_wire)
+    return _info.CachedInfo(info, Validator(info.limits, info.queue_limits), time.monotonic(), plain_wire=plain_wire)
 
 
 def _request(rnd: random.Random, alphabets: list[str]) -> EnqueueRequest:
@@ -101,8 +101,8 @@ def test_the_memoized_verdicts_are_the_validators(strict: bool) -> None:
     rejected = 0
     for _ in range(3000):
         reqs = [_request(rnd, alphabets) for _ in range(rnd.choice([1, 3, 20]))]
-        want = _core.validate_all(plain_path, [r.to_proto() for r in reqs])
-        assert _core.validate_requests(memo_path, [_copy(r) for r in reqs]) == want
+        want = _info.validate_all(plain_path, [r.to_proto() for r in reqs])
+        assert _info.validate_requests(memo_path, [_copy(r) for r in reqs]) == want
         rejected += sum(v is not None for v in want)
     assert rejected > 100 and memo_path.plain_caps  # the boundaries were crossed, the memo used
 
@@ -190,9 +190,9 @@ def test_the_lean_batch_is_the_batch_message_serialized_or_declined(strict: bool
     written = declined = 0
     for _ in range(3000):
         reqs = [_lean_request(rnd, caps) for _ in range(rnd.choice([1, 1, 2, 5]))]
-        verdicts = _core.validate_all(general, [r.to_proto() for r in reqs])
-        wire = _core.lean_batch(lean, [_copy(r) for r in reqs])
-        if all(v is None for v in verdicts) and all(_core._plain(r) for r in reqs):
+        verdicts = _info.validate_all(general, [r.to_proto() for r in reqs])
+        wire = _info.lean_batch(lean, [_copy(r) for r in reqs])
+        if all(v is None for v in verdicts) and all(_fastwire.is_plain(r) for r in reqs):
             assert wire == _core.batch_message(reqs).SerializeToString()
             assert ppb.EnqueueBatchRequest.FromString(wire) == ppb.EnqueueBatchRequest(
                 jobs=[r.to_proto() for r in reqs])
@@ -206,20 +206,20 @@ def test_the_lean_batch_is_the_batch_message_serialized_or_declined(strict: bool
 def test_the_lean_batch_keeps_an_empty_payload_and_the_serializer_passes_bytes() -> None:
     cached = _cached(False, {})
     bare, empty = EnqueueRequest("q", "t"), EnqueueRequest("q", "t", payload=Payload())
-    wire = _core.lean_batch(cached, [bare, empty, bare])
+    wire = _info.lean_batch(cached, [bare, empty, bare])
     assert wire == _core.batch_message([bare, empty, bare]).SerializeToString()
     assert wire is not None
     jobs = ppb.EnqueueBatchRequest.FromString(wire).jobs
     assert [job.HasField("payload") for job in jobs] == [False, True, False]
-    assert _core.serialize_batch_request(wire) is wire
+    assert _fastwire.serialize_batch_request(wire) is wire
     message = _core.batch_message([empty])
-    assert _core.serialize_batch_request(message) == message.SerializeToString()
+    assert _fastwire.serialize_batch_request(message) == message.SerializeToString()
     # A subclass (its to_proto may differ) and a request that is not plain are not written.
     class Mine(EnqueueRequest):
         __slots__ = ()
 
-    assert _core.lean_batch(cached, [bare, Mine("q", "t")]) is None
-    assert _core.lean_batch(cached, [bare, EnqueueRequest("q", "t", priority=5)]) is None
+    assert _info.lean_batch(cached, [bare, Mine("q", "t")]) is None
+    assert _info.lean_batch(cached, [bare, EnqueueRequest("q", "t", priority=5)]) is None
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -239,9 +239,9 @@ def test_the_plain_batch_is_the_requests_by_column_or_declined(strict: bool) -> 
         reqs = [_lean_request(rnd, caps) for _ in range(rnd.choice([1, 1, 2, 5]))]
         if rnd.random() < 0.3:
             reqs += [_copy(reqs[-1])] * rnd.choice([1, 3])  # a longer run of one shape
-        verdicts = _core.validate_all(general, [r.to_proto() for r in reqs])
-        wire = _core.lean_batch(lean, [_copy(r) for r in reqs])
-        if all(v is None for v in verdicts) and all(_core._plain(r) for r in reqs):
+        verdicts = _info.validate_all(general, [r.to_proto() for r in reqs])
+        wire = _info.lean_batch(lean, [_copy(r) for r in reqs])
+        if all(v is None for v in verdicts) and all(_fastwire.is_plain(r) for r in reqs):
             assert wire is not None
             message = ppb.EnqueueBatchRequest.FromString(wire)
             assert message.SerializeToString() == wire and not message.jobs
@@ -263,7 +263,7 @@ def test_the_plain_batch_writes_long_payloads_and_empty_ones() -> None:
     cached = _cached(False, {}, plain_wire=True)
     sizes = [0, 1, 1023, 1024, 16384, 200_000]
     reqs = [EnqueueRequest("q", "t", payload=Payload(b"x" * n, "e")) for n in sizes] + [EnqueueRequest("q", "t")]
-    wire = _core.lean_batch(cached, reqs)
+    wire = _info.lean_batch(cached, reqs)
     assert wire is not None
     runs = ppb.EnqueueBatchRequest.FromString(wire).plain
     assert [(r.encoding, [len(d) for d in r.data]) for r in runs] == [("e", sizes), ("", [0])]

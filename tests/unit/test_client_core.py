@@ -14,7 +14,7 @@ import sepp
 from sepp import errors
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.client import ClientOptions, RetryPolicy, _core
+from sepp.client import ClientOptions, RetryPolicy, _core, _info
 from sepp.rejections import RejectionCode
 from sepp.request import EnqueueAck, EnqueueRequest, Rejection
 
@@ -135,9 +135,9 @@ def test_channel_sends_the_user_agent_and_message_caps() -> None:
 
 
 def test_batch_size_rejection_refuses_empty_and_over_cap_batches() -> None:
-    assert _core.batch_size_rejection(1, 3) is None and _core.batch_size_rejection(3, 3) is None
+    assert _info.batch_size_rejection(1, 3) is None and _info.batch_size_rejection(3, 3) is None
     for count in (0, 4):
-        rejection = _core.batch_size_rejection(count, 3)
+        rejection = _info.batch_size_rejection(count, 3)
         assert rejection is not None
         assert (rejection.code, rejection.field, rejection.limit, rejection.actual) == (
             RejectionCode.INVALID_ARGUMENT, "jobs", 3, count)
@@ -171,15 +171,15 @@ def test_merge_batch_refuses_a_result_count_that_does_not_match() -> None:
 
 def test_atomic_local_error_lists_every_local_failure() -> None:
     bad = Rejection(RejectionCode.JOB_TYPE_INVALID)
-    assert _core.atomic_local_error([None, None]) is None
-    error = _core.atomic_local_error([None, bad, None, bad])
+    assert _info.atomic_local_error([None, None]) is None
+    error = _info.atomic_local_error([None, bad, None, bad])
     assert error is not None and [e.index for e in error.errors] == [1, 3]
 
 
 # ----------------------------------------------------------------- local validation
 
 
-def _cached(strict: bool) -> _core.CachedInfo:
+def _cached(strict: bool) -> _info.CachedInfo:
     msg = ppb.ServerInfo(version="0.1.0", strict=strict)
     msg.limits.CopyFrom(pb.ServerLimits(
         max_enqueue_batch=256, max_attempts_ceiling=1000, max_queue_name_bytes=128, max_job_type_bytes=256,
@@ -194,21 +194,21 @@ def _cached(strict: bool) -> _core.CachedInfo:
     queue = msg.queues.add(name="declared", declared=True)
     queue.settings.CopyFrom(msg.queue_defaults)
     queue.settings.limits.max_payload_bytes = 4
-    return _core.CachedInfo.build(msg)
+    return _info.CachedInfo.build(msg)
 
 
 def test_local_validation_uses_the_queue_limits_and_the_defaults_for_unknown_queues() -> None:
     cached = _cached(strict=False)
     five = EnqueueRequest("declared", "t", payload=_payload(5)).to_proto()
-    rejection = _core.validate(cached, five)
+    rejection = _info.validate(cached, five)
     assert rejection is not None and (rejection.code, rejection.limit) == (RejectionCode.PAYLOAD_TOO_LARGE, 4)
-    assert _core.validate(cached, EnqueueRequest("other", "t", payload=_payload(5)).to_proto()) is None
-    assert _core.validate(cached, EnqueueRequest("other", "t", payload=_payload(17)).to_proto()) is not None
+    assert _info.validate(cached, EnqueueRequest("other", "t", payload=_payload(5)).to_proto()) is None
+    assert _info.validate(cached, EnqueueRequest("other", "t", payload=_payload(17)).to_proto()) is not None
 
 
 def test_local_validation_in_strict_mode_rejects_undeclared_queues() -> None:
     cached = _cached(strict=True)
-    verdicts = _core.validate_all(cached, [EnqueueRequest("declared", "t").to_proto(),
+    verdicts = _info.validate_all(cached, [EnqueueRequest("declared", "t").to_proto(),
                                            EnqueueRequest("other", "t").to_proto()])
     assert verdicts[0] is None
     assert verdicts[1] is not None and verdicts[1].code is RejectionCode.UNKNOWN_QUEUE
@@ -217,10 +217,10 @@ def test_local_validation_in_strict_mode_rejects_undeclared_queues() -> None:
 def test_a_local_unknown_queue_refreshes_the_cache_at_most_once_a_second() -> None:
     cached = _cached(strict=True)
     unknown = [Rejection(RejectionCode.UNKNOWN_QUEUE)]
-    assert not _core.needs_refresh(unknown, cached)  # just fetched
+    assert not _info.needs_refresh(unknown, cached)  # just fetched
     old = dataclasses.replace(cached, fetched_at=time.monotonic() - 5)
-    assert _core.needs_refresh(unknown, old)
-    assert not _core.needs_refresh([None, Rejection(RejectionCode.PAYLOAD_TOO_LARGE)], old)
+    assert _info.needs_refresh(unknown, old)
+    assert not _info.needs_refresh([None, Rejection(RejectionCode.PAYLOAD_TOO_LARGE)], old)
 
 
 def test_cache_freshness_follows_the_ttl() -> None:
@@ -230,7 +230,7 @@ def test_cache_freshness_follows_the_ttl() -> None:
 
 def test_invalid_advertised_limits_are_a_server_error() -> None:
     with pytest.raises(errors.ServerError, match="invalid limits"):
-        _core.CachedInfo.build(ppb.ServerInfo(limits=pb.ServerLimits(max_enqueue_batch=0)))
+        _info.CachedInfo.build(ppb.ServerInfo(limits=pb.ServerLimits(max_enqueue_batch=0)))
 
 
 def test_to_protos_refuses_things_that_are_not_requests() -> None:

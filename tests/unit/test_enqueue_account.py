@@ -1,5 +1,5 @@
 """The words of an ``enqueue_many`` that stopped early (``sepp.errors.many_account``), the
-transport error it completes (``_core.ManyRun.account``), and the ``sepp enqueue --batch-file``
+transport error it completes (``_many.ManyRun.account``), and the ``sepp enqueue --batch-file``
 SIGINT handler that holds a Ctrl-C while a batch's lines are printed (``HeldInterrupt``), and
 the callbacks' bookkeeping (``ManyRun.report``).
 The behaviour against real servers: tests/integration/test_enqueue_interrupted.py and
@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from sepp.cli.batch_file import HeldInterrupt
-from sepp.client import ClientOptions, _core
+from sepp.client import ClientOptions, _core, _many
 from sepp.errors import DeadlineExceeded, Unavailable, many_account
 from sepp.request import BatchResult, EnqueueAck
 
@@ -47,7 +47,7 @@ def _done(results: list[object] | None = None, error: BaseException | None = Non
 
 
 def _unsent(fut: Future[object]) -> bool:
-    return fut.cancelled() or (fut.done() and _core.provably_unsent(fut.exception()))
+    return fut.cancelled() or (fut.done() and _many.provably_unsent(fut.exception()))
 
 
 @pytest.mark.parametrize("maybe_sent", [False, True])
@@ -55,10 +55,10 @@ def test_a_transport_error_loses_its_lone_call_verdict_and_gains_the_account(may
     # The last batch found no connection: that call was "never sent: safe to send again",
     # but the batch before it was sent and got no verdict.
     error = _core.no_connection(ClientOptions(timeout=1.0), "127.0.0.1:1", maybe_sent)
-    run = _core.ManyRun()
+    run = _many.ManyRun()
     run.out.extend(EnqueueAck(f"id{i}") for i in range(4))
     first, second = _done(error=DeadlineExceeded()), _done(error=error)
-    run.batches.extend([_core.Sent(4, 8, first), _core.Sent(8, 12, second)])
+    run.batches.extend([_many.Sent(4, 8, first), _many.Sent(8, 12, second)])
     run.account(error, _unsent)
     assert error.answered == run.out and error.maybe_stored == range(4, 12 if maybe_sent else 8)
     assert error.call_message == "server unavailable (127.0.0.1:1): no connection within the 1 s deadline"
@@ -69,19 +69,19 @@ def test_a_transport_error_loses_its_lone_call_verdict_and_gains_the_account(may
 
 
 def test_a_cancelled_batch_was_never_sent_and_a_too_large_one_neither() -> None:
-    run = _core.ManyRun()
+    run = _many.ManyRun()
     cancelled: Future[object] = Future()
     assert cancelled.cancel()
-    too_large = _done(error=_core.UnsentTooLarge("x", code=grpc.StatusCode.RESOURCE_EXHAUSTED))
+    too_large = _done(error=_many.UnsentTooLarge("x", code=grpc.StatusCode.RESOURCE_EXHAUSTED))
     lost = _done(error=Unavailable("gone", not_sent=False))
-    run.batches.extend([_core.Sent(0, 4, too_large), _core.Sent(4, 8, cancelled)])
+    run.batches.extend([_many.Sent(0, 4, too_large), _many.Sent(4, 8, cancelled)])
     assert run.maybe_end(0, _unsent) == 0 and run.handed == 8
-    run.batches.append(_core.Sent(8, 12, lost))
+    run.batches.append(_many.Sent(8, 12, lost))
     assert run.maybe_end(0, _unsent) == 12
 
 
 def test_report_passes_each_result_to_the_callbacks_once_in_order() -> None:
-    run = _core.ManyRun()
+    run = _many.ManyRun()
     calls: list[tuple[str, int, int]] = []
 
     def on_batch(start: int, results: list[BatchResult]) -> None:
@@ -102,7 +102,7 @@ def test_report_passes_each_result_to_the_callbacks_once_in_order() -> None:
 def test_a_callback_interrupted_part_way_is_not_called_again_for_the_same_results() -> None:
     # A KeyboardInterrupt that lands in on_batch: that batch counts as passed to it; the
     # catch-up after the interruption calls progress only, then the next batch goes on.
-    run = _core.ManyRun()
+    run = _many.ManyRun()
     batches: list[int] = []
     counts: list[int] = []
 
@@ -123,7 +123,7 @@ def test_a_callback_interrupted_part_way_is_not_called_again_for_the_same_result
 
 
 def test_the_note_of_a_callback_that_failed_is_on_the_interruption() -> None:
-    run = _core.ManyRun()
+    run = _many.ManyRun()
     run.note = "a callback raised ValueError: x"
     exc = run.interrupted(_unsent)
     assert exc.__notes__ == ["a callback raised ValueError: x"]

@@ -1,4 +1,4 @@
-"""``sepp.worker.runtime._run_handlers`` and ``_resume``: a coroutine whose first step the
+"""``sepp.worker._runners.run_handlers`` and ``resume``: a coroutine whose first step the
 Worker ran inline (``runner.send(coro)``) is finished by a task exactly as ``await coro``
 would (PEP 380): later steps, values and exceptions the task throws in (cancellation), bare
 yields, and closing; a runner runs one coroutine after another, whether they returned,
@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from sepp.worker.runtime import _RETURNED, _new_runner, _Raised, _resume
+from sepp.worker._runners import RETURNED as _RETURNED
+from sepp.worker._runners import Raised as _Raised
+from sepp.worker._runners import new_runner as _new_runner
+from sepp.worker._runners import resume as _resume
 
 Factory = Callable[[list[str]], Coroutine[Any, Any, Any]]
 

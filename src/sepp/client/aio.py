@@ -13,7 +13,7 @@ import grpc.aio
 
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.client import _core
+from sepp.client import _core, _fastwire, _info, _many
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 def _unsent(task: asyncio.Task[list[BatchResult]]) -> bool:
     """Whether the batch ``task`` sends provably never reached a server: it failed with an error
-    that says so (``_core.provably_unsent``). A cancelled one may have been sent."""
-    return task.done() and not task.cancelled() and _core.provably_unsent(task.exception())
+    that says so (``_many.provably_unsent``). A cancelled one may have been sent."""
+    return task.done() and not task.cancelled() and _many.provably_unsent(task.exception())
 
 
 class AsyncClient:
@@ -78,7 +78,7 @@ class AsyncClient:
         self._lock: asyncio.Lock | None = None
         #: The event loop of the first call; the channel and the lock belong to it.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._cached: _core.CachedInfo | None = None
+        self._cached: _info.CachedInfo | None = None
         self._closed = False
         #: Whether a call of this client got an answer from a server (``_core.mark_reached``).
         self._reached = False
@@ -109,8 +109,8 @@ class AsyncClient:
     async def enqueue_batch(self, requests: Iterable[EnqueueRequest]) -> list[BatchResult]:
         """Enqueue jobs best-effort; see :meth:`sepp.Client.enqueue_batch`."""
         # Plain requests are validated from a memo of their shape and a batch of only plain,
-        # valid ones written as bytes (``_core.lean_batch``), as in Client.
-        reqs = _core.check_requests(requests)
+        # valid ones written as bytes (``_info.lean_batch``), as in Client.
+        reqs = _info.check_requests(requests)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         if tracer is None:
             return await self._enqueue_batch(reqs, None)
@@ -129,9 +129,9 @@ class AsyncClient:
             await self._check_batch_size(len(reqs))
             if send is None:
                 # The common batch: every job plain and valid, written as bytes in one pass.
-                wire = _core.lean_batch(await self._cached_info(), reqs)
+                wire = _info.lean_batch(await self._cached_info(), reqs)
                 if wire is not None:
-                    _core.check_size(len(wire), self.options, self.target)
+                    _many.check_size(len(wire), self.options, self.target)
                     return _core.merge_batch(verdicts, await self._call("EnqueueBatch", wire, idempotent=False))
             verdicts = await self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
@@ -142,13 +142,13 @@ class AsyncClient:
             message = _core.batch_message(to_send)
             if send is not None:
                 _core.stamp_traces(message, send.sent(verdicts))
-            _core.check_size(message.ByteSize(), self.options, self.target)
+            _many.check_size(message.ByteSize(), self.options, self.target)
             response = await self._call("EnqueueBatch", message,
                                         idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
 
     async def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
-                           progress: _core.Progress | None = None, on_batch: _core.OnBatch | None = None
+                           progress: _many.Progress | None = None, on_batch: _many.OnBatch | None = None
                            ) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort, ``in_flight`` batches of
         ``max_enqueue_batch`` at a time (a batch too large to send goes in parts), results in
@@ -169,9 +169,9 @@ class AsyncClient:
         iterable's) cancels the batches in flight too and is raised as it is, with the same
         account as a note (``enqueue_many stopped: …``).
         """
-        _core.check_in_flight(in_flight)
+        _many.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
-        run = _core.ManyRun()
+        run = _many.ManyRun()
 
         async def collect() -> None:
             results = await run.batches[0].handle  # it leaves ``batches`` once its results are in ``out``
@@ -181,11 +181,11 @@ class AsyncClient:
 
         try:
             size = (await self._cached_info()).info.limits.max_enqueue_batch
-            for chunk in _core.chunked(requests, size):
+            for chunk in _many.chunked(requests, size):
                 if len(run.batches) >= in_flight:
                     await collect()
                 task = asyncio.ensure_future(self._enqueue_part(chunk))
-                run.batches.append(_core.Sent(run.handed, run.handed + len(chunk), task))
+                run.batches.append(_many.Sent(run.handed, run.handed + len(chunk), task))
             run.exhausted = True
             while run.batches:
                 await collect()
@@ -215,11 +215,11 @@ class AsyncClient:
         """``enqueue_batch(chunk)``, in parts when it is too large to send (``Client._enqueue_part``)."""
         try:
             return await self.enqueue_batch(chunk)
-        except _core.UnsentTooLarge:
+        except _many.UnsentTooLarge:
             if len(chunk) < 2:
                 raise
         out: list[BatchResult] = []
-        for part in _core.split_by_size(chunk, self.options.max_message_bytes):
+        for part in _many.split_by_size(chunk, self.options.max_message_bytes):
             try:
                 out.extend(await self._enqueue_part(part))
             except TransportError as exc:  # the parts before it were answered (``answered``)
@@ -229,14 +229,14 @@ class AsyncClient:
 
     async def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue jobs all-or-nothing; see :meth:`sepp.Client.enqueue_atomic`."""
-        reqs = _core.check_requests(requests)
+        reqs = _info.check_requests(requests)
         protos = _core.to_protos(reqs)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         send = None if tracer is None else tracer.send(reqs, batch=True)
         try:
             if self.options.validate_locally:
                 await self._check_batch_size(len(protos))
-                error = _core.atomic_local_error(await self._validate_protos(protos))
+                error = _info.atomic_local_error(await self._validate_protos(protos))
                 if error is not None:
                     raise error
             message = ppb.EnqueueBatchRequest(jobs=protos)
@@ -318,14 +318,14 @@ class AsyncClient:
                                                         options=channel_args)
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=channel_args)
-            self._stub = _core.producer_stub(self._channel)
+            self._stub = _fastwire.producer_stub(self._channel)
         return self._stub
 
-    async def _fetch_info(self) -> _core.CachedInfo:
+    async def _fetch_info(self) -> _info.CachedInfo:
         msg = await self._call("GetServerInfo", ppb.GetServerInfoRequest(), idempotent=True)
-        return _core.CachedInfo.build(msg)
+        return _info.CachedInfo.build(msg, self.options.clock)
 
-    async def _cached_info(self) -> _core.CachedInfo:
+    async def _cached_info(self) -> _info.CachedInfo:
         async with self._get_lock():
             if self._cached is None or not self._cached.fresh(self.options.server_info_ttl):
                 self._cached = await self._fetch_info()
@@ -333,24 +333,24 @@ class AsyncClient:
 
     async def _check_batch_size(self, count: int) -> None:
         limit = (await self._cached_info()).info.limits.max_enqueue_batch
-        rejection = _core.batch_size_rejection(count, limit)
+        rejection = _info.batch_size_rejection(count, limit)
         if rejection is not None:
             raise RejectedError(rejection)
 
     async def _validate_requests(self, reqs: list[EnqueueRequest]) -> list[Rejection | None]:
         cached = await self._cached_info()
-        verdicts = _core.validate_requests(cached, reqs)
-        if _core.needs_refresh(verdicts, cached):
+        verdicts = _info.validate_requests(cached, reqs)
+        if _info.needs_refresh(verdicts, cached):
             await self.refresh_server_info()
-            verdicts = _core.validate_requests(await self._cached_info(), reqs)
+            verdicts = _info.validate_requests(await self._cached_info(), reqs)
         return verdicts
 
     async def _validate_protos(self, protos: list[Any]) -> list[Rejection | None]:
         cached = await self._cached_info()
-        verdicts = _core.validate_all(cached, protos)
-        if _core.needs_refresh(verdicts, cached):
+        verdicts = _info.validate_all(cached, protos)
+        if _info.needs_refresh(verdicts, cached):
             await self.refresh_server_info()
-            verdicts = _core.validate_all(await self._cached_info(), protos)
+            verdicts = _info.validate_all(await self._cached_info(), protos)
         return verdicts
 
     async def _call(self, method_name: str, request: Any, *, idempotent: bool) -> Any:
@@ -379,10 +379,10 @@ class AsyncClient:
                 return response
             self._reached = _core.after_failed_try(self._reached, error, cause, self.target, options)
             if _core.waits_for_connection(error, options):
-                pause = _core.connect_pause(deadline, _core.CONNECT_WAIT_MAX)
+                pause = _core.connect_pause(deadline, _core.CONNECT_WAIT_MAX, options.clock)
                 if pause is not None:
                     await self._state_change(pause)
-                    timeout = _core.time_left(deadline)
+                    timeout = _core.time_left(deadline, options.clock)
                 if pause is None or (timeout is not None and timeout < _core.MIN_ATTEMPT_TIME):
                     raise _core.no_connection(options, self.target, maybe_sent, cause) from cause
                 continue

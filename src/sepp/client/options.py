@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
+
 if TYPE_CHECKING:
     import grpc
 
@@ -124,6 +126,10 @@ class ClientOptions:
             milliseconds, not after ``timeout``. ``True``: it waits for the server within its
             ``timeout``, as a call to an address reached before does (a producer started
             together with its server). ``sepp.client.target`` has the rule.
+        clock: Where the client reads the time (``sepp.domain.clock``): attempt deadlines,
+            the ``ServerInfo`` cache's age, "now" for local ``ScheduledTooFar`` checks and
+            ``interrupt_grace``. The system clock by default; tests pass a ``FakeClock``.
+            Sleeps and gRPC's own deadlines still take real time.
     """
 
     timeout: float | None = 10.0
@@ -137,6 +143,7 @@ class ClientOptions:
     wait_for_ready: bool = True
     interrupt_grace: float = 5.0
     wait_for_server_start: bool = False
+    clock: Clock = SYSTEM_CLOCK
 
     def __post_init__(self) -> None:
         if self.timeout is not None and self.timeout <= 0:

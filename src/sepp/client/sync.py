@@ -5,10 +5,9 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Iterable, Sized
 from concurrent.futures import Future, wait
 from functools import partial
-from queue import SimpleQueue
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -16,65 +15,15 @@ import grpc
 
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.client import _core
+from sepp.client import _core, _fastwire, _info, _many, _sync_many
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
-from sepp.errors import EnqueueInterrupted, RejectedError, TransportError
+from sepp.errors import RejectedError, TransportError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
 if TYPE_CHECKING:
     from sepp._otel import Send
-
-
-class _Senders:
-    """The threads that send the batches of one ``enqueue_many``, at most ``count``, started as
-    batches come (one per batch until there are ``count``). Unlike a ``ThreadPoolExecutor``
-    they take a ``Future`` the caller made, so the caller records the batch before handing it
-    over — a ``KeyboardInterrupt`` inside ``submit`` can never leave a batch sent that the
-    caller does not know — and a batch whose future was cancelled before a thread took it is
-    never sent. Daemon threads: after ``stop()`` a call still in flight (an interrupted
-    ``enqueue_many``) never holds up the interpreter's exit."""
-
-    def __init__(self, count: int) -> None:
-        self._work: SimpleQueue[tuple[Future[list[BatchResult]], Callable[[], list[BatchResult]]] | None] = \
-            SimpleQueue()
-        self._stopped = False
-        self._count = count
-        self._started = 0
-
-    def submit(self, fut: Future[list[BatchResult]], send: Callable[[], list[BatchResult]]) -> None:
-        """Send a batch (``send()``) on a free thread; its outcome goes to ``fut``."""
-        self._work.put((fut, send))
-        if self._started < self._count:
-            self._started += 1
-            threading.Thread(target=self._run, name=f"sepp-enqueue-many_{self._started}", daemon=True).start()
-
-    def stop(self) -> None:
-        """End the threads once their current batch is done; batches not started are cancelled."""
-        self._stopped = True
-        for _ in range(self._count):
-            self._work.put(None)
-
-    def _run(self) -> None:
-        while (item := self._work.get()) is not None:
-            fut, send = item
-            if self._stopped:
-                fut.cancel()
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                result = send()
-            except BaseException as exc:  # the caller gets it from the future
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
-
-
-def _unsent(fut: Future[list[BatchResult]]) -> bool:
-    """Whether the batch ``fut`` sends provably never reached a server: cancelled before it
-    started, or failed with an error that says so (``_core.provably_unsent``)."""
-    return fut.cancelled() or (fut.done() and _core.provably_unsent(fut.exception()))
 
 
 class Client:
@@ -141,9 +90,9 @@ class Client:
             self._channel = grpc.secure_channel(self.target, self.options.credentials, options=channel_args)
         else:
             self._channel = grpc.insecure_channel(self.target, options=channel_args)
-        self._stub: Any = _core.producer_stub(self._channel)
+        self._stub: Any = _fastwire.producer_stub(self._channel)
         self._lock = threading.Lock()
-        self._cached: _core.CachedInfo | None = None
+        self._cached: _info.CachedInfo | None = None
         self._closed = False
         #: Whether a call of this client got an answer from a server (``_core.mark_reached``).
         self._reached = False
@@ -191,9 +140,9 @@ class Client:
                 than ``ClientOptions.max_message_bytes`` is ``MessageTooLarge`` before it is
                 sent (nothing was; :meth:`enqueue_many` splits such a batch).
         """
-        # Plain requests are validated from a memo of their shape (``_core.validate_requests``);
+        # Plain requests are validated from a memo of their shape (``_info.validate_requests``);
         # a batch of only plain, valid ones is written as bytes in the same pass (``lean_batch``).
-        reqs = _core.check_requests(requests)
+        reqs = _info.check_requests(requests)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         if tracer is None:
             return self._enqueue_batch(reqs, None)
@@ -212,9 +161,9 @@ class Client:
             self._check_batch_size(len(reqs))
             if send is None:
                 # The common batch: every job plain and valid, written as bytes in one pass.
-                wire = _core.lean_batch(self._cached_info(), reqs)
+                wire = _info.lean_batch(self._cached_info(), reqs)
                 if wire is not None:
-                    _core.check_size(len(wire), self.options, self.target)
+                    _many.check_size(len(wire), self.options, self.target)
                     return _core.merge_batch(verdicts, self._call(self._stub.EnqueueBatch, wire, idempotent=False))
             verdicts = self._validate_requests(reqs)
             to_send = [r for r, v in zip(reqs, verdicts, strict=True) if v is None]
@@ -225,20 +174,20 @@ class Client:
             message = _core.batch_message(to_send)
             if send is not None:
                 _core.stamp_traces(message, send.sent(verdicts))
-            _core.check_size(message.ByteSize(), self.options, self.target)
+            _many.check_size(message.ByteSize(), self.options, self.target)
             response = self._call(self._stub.EnqueueBatch, message,
                                   idempotent=all(r.idempotency_key for r in to_send))
         return _core.merge_batch(verdicts, response)
 
     def enqueue_many(self, requests: Iterable[EnqueueRequest], *, in_flight: int = 4,
-                     progress: _core.Progress | None = None, on_batch: _core.OnBatch | None = None
+                     progress: _many.Progress | None = None, on_batch: _many.OnBatch | None = None
                      ) -> list[BatchResult]:
         """Enqueue any number of jobs best-effort: ``requests`` (any iterable, read lazily) is
         cut into batches of the server's ``max_enqueue_batch``, sent with up to ``in_flight``
         batches in flight (each an :meth:`enqueue_batch`, with its local validation and
         retries), and every job's result comes back in request order.
         A batch larger than ``ClientOptions.max_message_bytes`` (big payloads) is not sent
-        as it is but in parts that fit (``_core.split_by_size``); set the option to the
+        as it is but in parts that fit (``_many.split_by_size``); set the option to the
         server's ``max_message_bytes`` when that is smaller than the default.
 
         After each batch is answered (a batch sent in parts: once all are), in request order,
@@ -278,26 +227,27 @@ class Client:
         stored (the batches in flight: their results are not passed on) and which were never
         sent.
         """
-        _core.check_in_flight(in_flight)
+        _many.check_in_flight(in_flight)
         total = len(requests) if isinstance(requests, Sized) else None
-        run = _core.ManyRun()
-        senders = _Senders(in_flight)
+        run = _many.ManyRun()
+        senders = _sync_many.Senders(in_flight)
         report = partial(run.report, on_batch, progress, total)
         try:
             size = self._cached_info().info.limits.max_enqueue_batch
-            for chunk in _core.chunked(requests, size):
+            for chunk in _many.chunked(requests, size):
                 if len(run.batches) >= in_flight:
-                    self._collect(run, progress, on_batch, total)
+                    _sync_many.collect(run, progress, on_batch, total)
                 start = run.handed
-                sent = _core.Sent(start, start + len(chunk), Future())
+                sent = _many.Sent(start, start + len(chunk), Future())
                 run.batches.append(sent)  # known before it is handed over: a Ctrl-C from here on finds it
                 # each batch runs in the caller's context (its current span: tracing)
                 senders.submit(sent.handle, partial(contextvars.copy_context().run, self._enqueue_part, chunk))
             run.exhausted = True
             while run.batches:
-                self._collect(run, progress, on_batch, total)
+                _sync_many.collect(run, progress, on_batch, total)
         except KeyboardInterrupt:
-            raise self._interrupted(run, senders, report) from None
+            options = self.options
+            raise _sync_many.interrupted(run, senders, report, options.clock, options.interrupt_grace) from None
         except BaseException as exc:
             try:
                 for sent in run.batches:
@@ -305,97 +255,32 @@ class Client:
                 wait([sent.handle for sent in run.batches])
             except KeyboardInterrupt:  # Ctrl-C while the batches in flight are waited for
                 senders.stop()
-                raise run.interrupted(_unsent) from None
+                raise run.interrupted(_sync_many.unsent) from None
             senders.stop()
             if isinstance(exc, TransportError):  # what was answered and what may be stored, in order
-                run.account(exc, _unsent)
-            elif (note := run.stopped_note(_unsent)) is not None:  # a callback's or the iterable's own
+                run.account(exc, _sync_many.unsent)
+            elif (note := run.stopped_note(_sync_many.unsent)) is not None:  # a callback's or the iterable's own
                 exc.add_note(note)
             raise
         senders.stop()
         return run.out
-
-    def _interrupted(self, run: _core.ManyRun, senders: _Senders, report: Callable[[], None]
-                     ) -> EnqueueInterrupted:
-        """After a ``KeyboardInterrupt``: wait for the batches in flight and pass them to the
-        callbacks (``_await_verdicts``), stop the sending threads and return the
-        ``EnqueueInterrupted`` that accounts for every request. A further ``KeyboardInterrupt``
-        ends the wait and the callbacks but not the account (one that lands while it is built
-        has it built again)."""
-        try:
-            self._await_verdicts(run, report)
-        except KeyboardInterrupt:  # a further Ctrl-C: stop waiting, stop calling the callbacks
-            pass
-        while True:
-            try:
-                senders.stop()
-                return run.interrupted(_unsent)
-            except KeyboardInterrupt:
-                continue
-
-    def _await_verdicts(self, run: _core.ManyRun, report: Callable[[], None]) -> None:
-        """After a ``KeyboardInterrupt``: cancel the batches not started yet (never sent), then
-        add the results of those in flight to ``run.out``, in order, as long as they are
-        answered within ``options.interrupt_grace`` seconds, and pass each batch to the
-        callbacks (``report``: ``ManyRun.report``) — first the one answered just before the
-        interruption, if they did not get it all. Stops at the first batch without a verdict;
-        a further Ctrl-C (``KeyboardInterrupt``) propagates, ending the wait and the
-        callbacks. A callback that raises anything else is not called again (the wait goes
-        on): ``run.note`` says so."""
-        deadline = time.monotonic() + self.options.interrupt_grace
-
-        def tell() -> None:
-            if run.note is None:
-                try:
-                    report()
-                except Exception as exc:  # the callbacks are done with; the account is not
-                    run.callbacks_failed(exc)
-
-        for sent in run.batches:
-            sent.handle.cancel()  # those not started yet are never sent
-        tell()
-        for sent in list(run.batches):
-            if sent.stop <= len(run.out):  # added to ``out`` just before the interruption
-                continue
-            if sent.start != len(run.out):
-                return
-            try:
-                results = sent.handle.result(timeout=max(0.0, deadline - time.monotonic()))
-            except TransportError as exc:  # the answered parts of a batch sent in parts
-                run.out.extend(exc.answered or ())
-                tell()
-                return
-            except Exception:  # no verdict in time (TimeoutError), cancelled, closed client, …
-                return
-            run.out.extend(results)
-            tell()
 
     def _enqueue_part(self, chunk: list[EnqueueRequest]) -> list[BatchResult]:
         """``enqueue_batch(chunk)``; a chunk too large to send (``UnsentTooLarge``: nothing was
         sent) goes in parts instead, their results concatenated (order kept)."""
         try:
             return self.enqueue_batch(chunk)
-        except _core.UnsentTooLarge:
+        except _many.UnsentTooLarge:
             if len(chunk) < 2:
                 raise
         out: list[BatchResult] = []
-        for part in _core.split_by_size(chunk, self.options.max_message_bytes):
+        for part in _many.split_by_size(chunk, self.options.max_message_bytes):
             try:
                 out.extend(self._enqueue_part(part))
             except TransportError as exc:  # the parts before it were answered (enqueue_many's ``answered``)
                 exc.answered_after(out)
                 raise
         return out
-
-    @staticmethod
-    def _collect(run: _core.ManyRun, progress: _core.Progress | None, on_batch: _core.OnBatch | None,
-                 total: int | None) -> None:
-        """Wait for the oldest batch in flight, add its results to ``run.out`` (it leaves
-        ``run.batches`` only then) and call the callbacks."""
-        results = run.batches[0].handle.result()
-        run.out.extend(results)
-        run.batches.popleft()
-        run.report(on_batch, progress, total)
 
     def enqueue_atomic(self, requests: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue 1..``max_enqueue_batch`` jobs all-or-nothing; return every ack in order.
@@ -408,14 +293,14 @@ class Client:
             RejectedError: the batch is empty or over the cap.
             TransportError: no verdict.
         """
-        reqs = _core.check_requests(requests)
+        reqs = _info.check_requests(requests)
         protos = _core.to_protos(reqs)
         tracer = tracing.tracer(self.tracer_provider) if reqs else None
         send = None if tracer is None else tracer.send(reqs, batch=True)
         try:
             if self.options.validate_locally:
                 self._check_batch_size(len(protos))
-                error = _core.atomic_local_error(self._validate_protos(protos))
+                error = _info.atomic_local_error(self._validate_protos(protos))
                 if error is not None:
                     raise error
             message = ppb.EnqueueBatchRequest(jobs=protos)
@@ -483,35 +368,35 @@ class Client:
 
     # ------------------------------------------------------------ internals
 
-    def _fetch_info(self) -> _core.CachedInfo:
+    def _fetch_info(self) -> _info.CachedInfo:
         msg = self._call(self._stub.GetServerInfo, ppb.GetServerInfoRequest(), idempotent=True)
-        return _core.CachedInfo.build(msg)
+        return _info.CachedInfo.build(msg, self.options.clock)
 
-    def _cached_info(self) -> _core.CachedInfo:
+    def _cached_info(self) -> _info.CachedInfo:
         with self._lock:
             if self._cached is None or not self._cached.fresh(self.options.server_info_ttl):
                 self._cached = self._fetch_info()
             return self._cached
 
     def _check_batch_size(self, count: int) -> None:
-        rejection = _core.batch_size_rejection(count, self._cached_info().info.limits.max_enqueue_batch)
+        rejection = _info.batch_size_rejection(count, self._cached_info().info.limits.max_enqueue_batch)
         if rejection is not None:
             raise RejectedError(rejection)
 
     def _validate_requests(self, reqs: list[EnqueueRequest]) -> list[Rejection | None]:
         cached = self._cached_info()
-        verdicts = _core.validate_requests(cached, reqs)
-        if _core.needs_refresh(verdicts, cached):
+        verdicts = _info.validate_requests(cached, reqs)
+        if _info.needs_refresh(verdicts, cached):
             self.refresh_server_info()
-            verdicts = _core.validate_requests(self._cached_info(), reqs)
+            verdicts = _info.validate_requests(self._cached_info(), reqs)
         return verdicts
 
     def _validate_protos(self, protos: list[Any]) -> list[Rejection | None]:
         cached = self._cached_info()
-        verdicts = _core.validate_all(cached, protos)
-        if _core.needs_refresh(verdicts, cached):
+        verdicts = _info.validate_all(cached, protos)
+        if _info.needs_refresh(verdicts, cached):
             self.refresh_server_info()
-            verdicts = _core.validate_all(self._cached_info(), protos)
+            verdicts = _info.validate_all(self._cached_info(), protos)
         return verdicts
 
     def _call(self, method: Any, request: Any, *, idempotent: bool) -> Any:
@@ -550,10 +435,10 @@ class Client:
                 return response
             self._reached = _core.after_failed_try(self._reached, error, cause, self.target, options)
             if _core.waits_for_connection(error, options):
-                pause = _core.connect_pause(deadline, _core.CONNECT_POLL)
+                pause = _core.connect_pause(deadline, _core.CONNECT_POLL, options.clock)
                 if pause is not None:
                     time.sleep(pause)
-                    timeout = _core.time_left(deadline)
+                    timeout = _core.time_left(deadline, options.clock)
                 if pause is None or (timeout is not None and timeout < _core.MIN_ATTEMPT_TIME):
                     raise _core.no_connection(options, self.target, maybe_sent, cause) from cause
                 continue

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.errors import SeppError
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker.errors import LeaseError
@@ -54,12 +54,15 @@ class _Held:
 class LeaseKeeper:
     """Keeps the leases of tracked jobs alive until ``untrack``.
 
-    ``on_lost(job, error)`` is called once when an extension is refused.
+    ``on_lost(job, error)`` is called once when an extension is refused. ``clock``'s wall
+    time estimates a lease's length when ``lease_duration`` is ``None``; the extension
+    timers run on the event loop's clock.
     """
 
     def __init__(self, rpc: WorkerRpc, lease_duration: float | None,
-                 on_lost: Callable[[Job, LeaseError], None] | None = None) -> None:
+                 on_lost: Callable[[Job, LeaseError], None] | None = None, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._rpc = rpc
+        self._clock = clock
         self._lease = lease_duration
         self._on_lost = on_lost
         self._held: dict[Job, _Held | _Batch] = {}
@@ -70,7 +73,7 @@ class LeaseKeeper:
         """The lease length assumed for ``job``, seconds."""
         if self._lease is not None:
             return self._lease
-        remaining = job.lease_expires_at.timestamp() - time.time()
+        remaining = job.lease_expires_at.timestamp() - self._clock.now() / 1_000_000
         return max(MIN_LEASE, remaining)
 
     def track(self, job: Job) -> None:

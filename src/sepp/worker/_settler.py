@@ -33,12 +33,12 @@ import asyncio
 import logging
 import math
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.errors import MessageTooLarge, SeppError, TransportError
 from sepp.worker._failures import FailureLog
 from sepp.worker._rpc import WorkerRpc
@@ -107,17 +107,19 @@ _Item: TypeAlias = tuple[Outcome, str, str, "asyncio.Future[Settled] | None", An
 
 class Settler:
     """Queues settle items and sends them in batches over ``rpc`` (see the module docstring);
-    ``on_verdicts`` is told the verdicts of the items queued with ``notify``."""
+    ``on_verdicts`` is told the verdicts of the items queued with ``notify``; ``clock``'s
+    monotonic seconds time the re-send windows and ``flush``'s waits."""
 
     def __init__(self, rpc: WorkerRpc, *, max_batch: int = 256, retry_for: float = 60.0,
-                 max_in_flight: int = 2, on_verdicts: Verdicts | None = None) -> None:
+                 max_in_flight: int = 2, on_verdicts: Verdicts | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._rpc = rpc
+        self._monotonic = clock.monotonic
         self._on_verdicts = on_verdicts
         self._max_batch = max_batch
         self._retry_for = retry_for
         self._max_in_flight = max_in_flight
         #: Failed tries of ``Settle`` logged at WARNING once, then at most every 30 s.
-        self._failures = FailureLog(log, "settle")
+        self._failures = FailureLog(log, "settle", clock=clock.monotonic)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._items: list[_Item] = []
         #: Every send task not yet finished (what ``flush`` waits for).
@@ -134,7 +136,7 @@ class Settler:
         #: Set whenever a call is answered, a batch starts being re-sent or a send task ends
         #: (``flush`` waits on it). Created lazily, on the loop.
         self._changed: asyncio.Event | None = None
-        #: ``time.monotonic()`` of the last answered ``Settle`` (0: none yet).
+        #: ``clock.monotonic()`` of the last answered ``Settle`` (0: none yet).
         self.answered_at = 0.0
         #: Settle calls made and items sent (metrics, tests).
         self.calls = 0
@@ -207,7 +209,7 @@ class Settler:
         if self._changed is None:
             self._changed = asyncio.Event()
         changed = self._changed
-        since = time.monotonic()
+        since = self._monotonic()
         hurried_at: float | None = None
         change_w: asyncio.Future[Any] | None = None
         hurry_w: asyncio.Future[Any] | None = None
@@ -215,7 +217,7 @@ class Settler:
             while self._tasks or self._items:
                 if self._items and not self._active:  # cannot happen (see _active); never hang on it
                     self._start()
-                now = time.monotonic()
+                now = self._monotonic()
                 wake = math.inf
                 if hurry is not None and hurry.is_set():
                     if hurried_at is None:
@@ -371,7 +373,7 @@ class Settler:
         ``_join``). Returns the results, in ``batch`` order, and the index from which the items
         were sent only once (those before it were re-sent). Raises the ``SeppError`` of the
         last try."""
-        deadline = time.monotonic() + self._retry_for
+        deadline = self._monotonic() + self._retry_for
         delay = 0.05
         once_from = 0
         retrying = False
@@ -382,7 +384,7 @@ class Settler:
                 try:
                     results = await self._rpc.settle(request)
                 except TransportError as exc:
-                    if not exc.transient or time.monotonic() + delay > deadline:
+                    if not exc.transient or self._monotonic() + delay > deadline:
                         raise
                     if not retrying:
                         retrying = True
@@ -393,11 +395,11 @@ class Settler:
                     delay = min(delay * 2, RETRY_PAUSE_MAX)
                     once_from = len(batch)
                     if self._join(batch):
-                        deadline = max(deadline, time.monotonic() + self._retry_for)
+                        deadline = max(deadline, self._monotonic() + self._retry_for)
                     continue
                 self.items += len(batch)
                 self._failures.worked()
-                self.answered_at = time.monotonic()
+                self.answered_at = self._monotonic()
                 self._changes()
                 return results, once_from
         finally:

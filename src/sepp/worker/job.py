@@ -87,7 +87,7 @@ class Job:
     def __init__(self, reservation: wpb.Reservation, reserved_at: float = 0.0) -> None:
         #: The wire reservation this job was built from.
         self.reservation = reservation
-        #: When the worker took the reservation in (``time.monotonic()`` seconds; its
+        #: When the worker took the reservation in (its clock's monotonic seconds; its
         #: adaptive prefetch measures how long a prefetched job waited for a slot).
         self._reserved_at = reserved_at
         self._job = job = reservation.job

@@ -21,16 +21,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json as _json
-import json.encoder as _json_encoder
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
 from types import MappingProxyType
 from typing import Any
 
 from sepp.api.v1 import common_pb2 as pb
-from sepp.api.v1 import producer_pb2 as ppb
-from sepp.limits import QueueLimits, QueueSettings, ServerLimits
-from sepp.rejections import RejectionCode
+from sepp.request._jsontext import JSON, UNCHECKED, json_text
 from sepp.wire import INT64_MAX, INT64_MIN, CustomPrimitive, custom_to_proto
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -40,41 +37,7 @@ JSON_ENCODING = "application/json"
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-#: One encoder for every ``Payload.json``: ``json.dumps`` with non-default options builds a
-#: new ``JSONEncoder`` per call (the client's per-job cost).
-_ENCODER = _json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-_JSON = _ENCODER.encode
 _setattr = object.__setattr__
-
-
-def _json_text(obj: Any) -> str:
-    """``_ENCODER.encode(obj)``: the same text and the same errors, in about a third of the time.
-
-    ``JSONEncoder.encode`` re-derives its C encoder from its options on every call
-    (``iterencode``); this calls one C encoder made once with the same options but without
-    the circular-reference check (``_UNCHECKED``). That check only turns endless recursion into
-    ``ValueError("Circular reference detected")``, and it costs a dict insert and delete per
-    container; without it the encoder keeps no state (so it is shared by every thread), and a
-    value with a cycle recurses until ``RecursionError``, which has ``_ENCODER.encode`` — the
-    checking encoder — encode it again to raise what it raises (``Circular reference
-    detected``, or ``RecursionError`` itself for a value nested too deep without a cycle).
-    Both walk the value in the same order, so any other error is the same one. Without the C
-    accelerator it is ``_ENCODER.encode`` itself.
-    """
-    if _UNCHECKED is None or isinstance(obj, str):
-        return _JSON(obj)
-    try:
-        return "".join(_UNCHECKED(obj, 0))
-    except RecursionError:
-        return _JSON(obj)
-
-
-_c_make_encoder: Any = getattr(_json_encoder, "c_make_encoder", None)
-_json_default = _ENCODER.default
-#: ``_ENCODER``'s C encoder without the circular-reference check (``_json_text``), or None.
-_UNCHECKED: Any = (None if _c_make_encoder is None else
-                   _c_make_encoder(None, _json_default, _json_encoder.encode_basestring, None, ":", ",",
-                                   False, False, False))
 _new = object.__new__
 
 
@@ -191,13 +154,13 @@ class Payload:
         Raises ``TypeError``/``ValueError`` when ``obj`` is not JSON-serializable
         (NaN and infinities are refused: they are not JSON).
         """
-        if _UNCHECKED is not None and type(obj) is dict:  # _json_text's common case, inlined
+        if UNCHECKED is not None and type(obj) is dict:  # json_text's common case, inlined
             try:
-                data = "".join(_UNCHECKED(obj, 0)).encode("utf-8")
+                data = "".join(UNCHECKED(obj, 0)).encode("utf-8")
             except RecursionError:
-                data = _JSON(obj).encode("utf-8")
+                data = JSON(obj).encode("utf-8")
         else:
-            data = _json_text(obj).encode("utf-8")
+            data = json_text(obj).encode("utf-8")
         if cls is Payload and type(encoding) is str and encoding.isascii():
             draft: _PayloadDraft = _new(_PayloadDraft)  # __init__'s common case, without the call
             draft.data = data
@@ -471,315 +434,17 @@ class _RequestDraft:
     _proto: pb.EnqueueRequest | None
 
 
-# ----------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueAck:
-    """A job the server stored durably, or matched by idempotency key.
-
-    Attributes:
-        job_id: Server-assigned UUID (canonical text form).
-        deduplicated: True when the idempotency key matched a job already enqueued in
-            the queue's dedup window; ``job_id`` is then the original job.
-    """
-
-    job_id: str
-    deduplicated: bool = False
-
-    def __init__(self, job_id: str, deduplicated: bool = False) -> None:
-        # Written out rather than generated: slot setters cost half of ``object.__setattr__``.
-        _ACK_SET[0](self, job_id)
-        _ACK_SET[1](self, deduplicated)
-
-    @classmethod
-    def from_proto(cls, msg: pb.EnqueueAck) -> EnqueueAck:
-        """Build from a wire ``EnqueueAck``."""
-        return cls(msg.job_id, bool(msg.deduplicated))
-
-
-_ACK_SET = tuple(EnqueueAck.__dict__[f.name].__set__ for f in dataclasses.fields(EnqueueAck))
-
-
-class _AckDraft:
-    """``EnqueueAck``'s layout with a plain ``__setattr__`` (``_fill``)."""
-
-    __slots__ = EnqueueAck.__slots__
-    job_id: str
-    deduplicated: bool
-
-
-def fresh_acks(job_ids: Iterable[str]) -> list[EnqueueAck]:
-    """``[EnqueueAck(job_id) for job_id in job_ids]`` (``deduplicated`` false), built without a
-    constructor call per ack (``_fill``): what a batch answer of fresh acks becomes."""
-    out: list[EnqueueAck] = []
-    append = out.append
-    for job_id in job_ids:
-        draft = _new(_AckDraft)
-        draft.job_id = job_id
-        draft.deduplicated = False
-        draft.__class__ = EnqueueAck  # type: ignore[assignment]
-        append(draft)  # type: ignore[arg-type]
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A deterministic refusal of one job (docs/errors.md): fix the request, don't retry.
-
-    Attributes:
-        code: The catalogue code (``RejectionCode.PAYLOAD_TOO_LARGE`` …).
-        message: Human-readable explanation.
-        field: The request field at fault (``"payload.data"``, ``"custom[user_id]"``), or "".
-        limit: The limit crossed, when the check has one (bytes, entries or seconds).
-        actual: The measured value, in the unit of ``limit``.
-    """
-
-    code: RejectionCode
-    message: str = ""
-    field: str = ""
-    limit: int | None = None
-    actual: int | None = None
-
-    def __str__(self) -> str:
-        details = []
-        if self.field:
-            details.append(f"field {self.field}")
-        if self.limit is not None:
-            details.append(f"limit {self.limit}")
-        if self.actual is not None:
-            details.append(f"actual {self.actual}")
-        text = f"{self.code.value}: {self.message}" if self.message else self.code.value
-        return f"{text} ({', '.join(details)})" if details else text
-
-    @classmethod
-    def from_proto(cls, msg: pb.Rejection) -> Rejection:
-        """Build from a wire ``Rejection``.
-
-        A code this client does not know (a newer server) becomes ``InvalidArgument``
-        with the number kept in the message, so it still reads as a rejection.
-        """
-        message = msg.message
-        try:
-            code = RejectionCode.from_wire(int(msg.code))
-        except ValueError:
-            code = RejectionCode.INVALID_ARGUMENT
-            message = f"[unknown rejection code {int(msg.code)}] {message}"
-        return cls(
-            code=code,
-            message=message,
-            field=msg.field,
-            limit=msg.limit if msg.HasField("limit") else None,
-            actual=msg.actual if msg.HasField("actual") else None,
-        )
-
-    def to_proto(self) -> pb.Rejection:
-        """The wire ``Rejection``."""
-        msg = pb.Rejection(code=self.code.to_wire(), message=self.message, field=self.field)  # type: ignore[arg-type]
-        if self.limit is not None:
-            msg.limit = self.limit
-        if self.actual is not None:
-            msg.actual = self.actual
-        return msg
-
-
-@dataclass(frozen=True, slots=True)
-class IndexedRejection:
-    """A rejection tagged with the 0-based index of its job in the call (request order)."""
-
-    index: int
-    rejection: Rejection
-
-    def __str__(self) -> str:
-        return f"job {self.index}: {self.rejection}"
-
-    @classmethod
-    def from_proto(cls, msg: pb.IndexedRejection) -> IndexedRejection:
-        """Build from a wire ``IndexedRejection``."""
-        return cls(int(msg.index), Rejection.from_proto(msg.rejection))
-
-
-#: One slot of :meth:`Client.enqueue_batch`'s result: an ack or a rejection.
-BatchResult = EnqueueAck | Rejection
-
-
-# ----------------------------------------------------------------------- server info
-
-_PERSIST_MODES = {0: "unspecified", 1: "sync", 2: "group", 3: "async"}
-
-
-def _duration(msg: Any) -> float:
-    return float(msg.seconds + msg.nanos / 1e9)
-
-
-def queue_limits_from_proto(msg: pb.QueueLimits) -> QueueLimits:
-    """A wire ``QueueLimits`` as the pydantic model."""
-    return QueueLimits(
-        max_payload_bytes=msg.max_payload_bytes,
-        allowed_encodings=tuple(msg.allowed_encodings),
-        max_custom_entries=msg.max_custom_entries,
-        max_custom_key_bytes=msg.max_custom_key_bytes,
-        max_custom_bytes=msg.max_custom_bytes,
-    )
-
-
-def queue_settings_from_proto(msg: pb.QueueSettings) -> QueueSettings:
-    """A wire ``QueueSettings`` as the pydantic model (durations in seconds)."""
-    return QueueSettings(
-        default_priority=msg.default_priority,
-        default_max_attempts=msg.default_max_attempts,
-        lease_duration=_duration(msg.lease_duration),
-        dedup_window=_duration(msg.dedup_window),
-        retry_base=_duration(msg.retry_base),
-        retry_cap=_duration(msg.retry_cap),
-        retry_jitter=msg.retry_jitter,
-        completed_retention=_duration(msg.completed_retention),
-        dead_letter_retention=_duration(msg.dead_letter_retention),
-        limits=queue_limits_from_proto(msg.limits),
-        max_in_flight=msg.max_in_flight,
-        rate_limit=msg.rate_limit,
-        rate_burst=msg.rate_burst,
-        concurrency_key=msg.concurrency_key,
-        max_in_flight_per_key=msg.max_in_flight_per_key,
-        consumer_timeout=_duration(msg.consumer_timeout),
-    )
-
-
-def server_limits_from_proto(msg: pb.ServerLimits) -> ServerLimits:
-    """The advertised server limits as the pydantic model.
-
-    Limits the server does not advertise (``max_message_bytes``, the worker-side
-    ones) keep the model's defaults: they are *not* the server's values.
-    """
-    return ServerLimits(
-        max_enqueue_batch=msg.max_enqueue_batch,
-        max_attempts_ceiling=msg.max_attempts_ceiling,
-        max_queue_name_bytes=msg.max_queue_name_bytes,
-        max_job_type_bytes=msg.max_job_type_bytes,
-        max_schedule_horizon=_duration(msg.max_schedule_horizon),
-        max_idempotency_key_bytes=msg.max_idempotency_key_bytes,
-        max_encoding_bytes=msg.max_encoding_bytes,
-        max_trace_entries=msg.max_trace_entries,
-        max_trace_value_bytes=msg.max_trace_value_bytes,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """A queue as the server advertises it.
-
-    Attributes:
-        name: The queue name.
-        settings: Defaults and limits of the queue.
-        paused: Whether reservation is paused (enqueue still works).
-        declared: True when declared (config or admin API), False when created on demand.
-    """
-
-    name: str
-    settings: QueueSettings
-    paused: bool = False
-    declared: bool = False
-
-    @classmethod
-    def from_proto(cls, msg: pb.QueueInfo) -> QueueInfo:
-        """Build from a wire ``QueueInfo``."""
-        return cls(msg.name, queue_settings_from_proto(msg.settings), bool(msg.paused), bool(msg.declared))
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """One server process of a cluster, as ``GetServerInfo`` lists it.
-
-    Attributes:
-        name: Its node name (``node_name``, default the host name).
-        address: Its gRPC address as it bound it, ``HOST:PORT``.
-        version: Its sepp version.
-        started_at: When it started, seconds since the epoch (UTC).
-        last_seen: Its last heartbeat (every 5 s while it runs), seconds since the epoch (UTC).
-    """
-
-    name: str
-    address: str = ""
-    version: str = ""
-    started_at: float = 0.0
-    last_seen: float = 0.0
-
-    @classmethod
-    def from_proto(cls, msg: ppb.NodeInfo) -> NodeInfo:
-        """Build from a wire ``NodeInfo``."""
-        return cls(msg.name, msg.address, msg.version, msg.started_at.ToMicroseconds() / 1e6,
-                   msg.last_seen.ToMicroseconds() / 1e6)
-
-
-@dataclass(frozen=True, slots=True)
-class ServerInfo:
-    """What ``GetServerInfo`` advertises: enough to validate requests locally.
-
-    Attributes:
-        version: The server's sepp version, e.g. ``"0.1.0"``.
-        features: Feature flags, e.g. ``{"enqueue_atomic", "idempotency", "scheduling"}``.
-        persist_mode: ``"sync"``, ``"group"``, ``"async"`` (``"unspecified"`` if unknown).
-        strict: In strict mode an undeclared queue is ``UnknownQueue``.
-        limits: Server-wide limits. Only the advertised fields are the server's;
-            ``max_message_bytes`` and the worker-side fields keep their defaults.
-        queue_defaults: Settings a queue created on first enqueue gets.
-        queues: Every queue the server knows, by name (sorted).
-        uptime: Seconds since the server started.
-        node: The server's node name.
-        storage: The storage backend, ``"sqlite"`` or ``"postgres"`` (``""`` from an older server).
-        nodes: Every node sharing the server's store, by name (with SQLite the
-            server itself).
-    """
-
-    version: str
-    features: frozenset[str]
-    persist_mode: str
-    strict: bool
-    limits: ServerLimits
-    queue_defaults: QueueSettings
-    queues: Mapping[str, QueueInfo] = dataclasses.field(hash=False)
-    uptime: float = 0.0
-    node: str = ""
-    storage: str = ""
-    nodes: tuple[NodeInfo, ...] = ()
-
-    def queue_limits(self, queue: str) -> QueueLimits | None:
-        """The limits a job for ``queue`` is validated against.
-
-        A listed queue's own limits; an unlisted one gets ``queue_defaults.limits``,
-        or ``None`` in strict mode (meaning ``UnknownQueue``).
-        """
-        info = self.queues.get(queue)
-        if info is not None:
-            return info.settings.limits
-        return None if self.strict else self.queue_defaults.limits
-
-    def has_feature(self, name: str) -> bool:
-        """Whether the server advertises feature flag ``name``."""
-        return name in self.features
-
-    @classmethod
-    def from_proto(cls, msg: ppb.ServerInfo) -> ServerInfo:
-        """Build from a wire ``ServerInfo``.
-
-        Raises ``pydantic.ValidationError`` when an advertised limit is out of range.
-        """
-        queues = {q.name: QueueInfo.from_proto(q) for q in sorted(msg.queues, key=lambda q: q.name)}
-        return cls(
-            version=msg.version,
-            features=frozenset(msg.features),
-            persist_mode=_PERSIST_MODES.get(int(msg.persist_mode), "unspecified"),
-            strict=bool(msg.strict),
-            limits=server_limits_from_proto(msg.limits) if msg.HasField("limits") else ServerLimits(),
-            queue_defaults=(queue_settings_from_proto(msg.queue_defaults)
-                            if msg.HasField("queue_defaults") else QueueSettings()),
-            queues=MappingProxyType(queues),
-            uptime=_duration(msg.uptime),
-            node=msg.node,
-            storage=msg.storage,
-            nodes=tuple(NodeInfo.from_proto(n) for n in msg.nodes),
-        )
-
+# The results and the server's self-description live in their own modules; imported here,
+# where callers have always found them.
+from sepp.request.results import BatchResult, EnqueueAck, IndexedRejection, Rejection, fresh_acks  # noqa: E402
+from sepp.request.server_info import (  # noqa: E402  # noqa: E402
+    NodeInfo,
+    QueueInfo,
+    ServerInfo,
+    queue_limits_from_proto,
+    queue_settings_from_proto,
+    server_limits_from_proto,
+)
 
 __all__ = [
     "INT32_MAX",

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import cast
 
 import asyncpg
 from uuid_utils import UUID
@@ -40,11 +40,13 @@ from sepp.storage.base import (
     SweepResult,
     WorkerRecord,
 )
-from sepp.storage.errors import StoreClosed, StoreFailed, StoreUnavailable
+from sepp.storage.errors import StoreFailed, StoreUnavailable
 from sepp.storage.postgres import ops, periodic
+from sepp.storage.postgres.admin import PostgresAdmin
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.ids import JobIds
 from sepp.storage.postgres.listener import Listener
+from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
 from sepp.storage.search import CustomEntry
@@ -53,8 +55,6 @@ _RESERVED = int(State.RESERVED)
 
 #: Builds a NamedTuple (SettleResult, JobRecord) from a full tuple without its Python-level __new__.
 _new_result = tuple.__new__
-#: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
-_DRIVER_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 _record = JobRecord._make
 #: Longest ``ping`` waits for PostgreSQL, seconds (readiness: "answers within 1 s").
 PING_TIMEOUT = 1.0
@@ -90,10 +90,10 @@ class PostgresStore:
         self._committer = PgCommitter(self._connect_writer, writers=writers, channel=self.channel,
                                       origin=self.origin, max_group_ops=1 if mode == "sync" else 256,
                                       commit_delay=commit_delay)
-        self._pool: asyncpg.Pool | None = None
+        #: The read pool and the committer, as the admin operations use them.
+        self._reads = PgReads(self._committer)
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
         self._promoted: Callable[[str], None] = _nobody
-        self._closed = False
         #: The grant times of this node's reserves writing their leases right now: its
         #: reclaim passes free no lease ending after them (``ops.Granting``).
         self._granting = ops.Granting()
@@ -128,39 +128,41 @@ class PostgresStore:
         finally:
             await conn.close()
         try:
-            self._pool = await asyncpg.create_pool(
+            pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self._pool_size, timeout=10,
                 server_settings=server_settings(self.schema, self.mode, self._application, self._idle_tx))
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
             raise connect_error(exc, self.dsn) from None
+        self._reads.pool = pool
         try:
             await self._committer.start()
             await self._listener.start()
         except BaseException:
             await self._committer.stop()
-            await self._pool.close()
+            await pool.close()
             raise
 
     async def close(self) -> None:
         """Commit what was submitted, then close every connection. Idempotent."""
-        if self._closed:
+        reads = self._reads
+        if reads.closed:
             return
-        self._closed = True
+        reads.closed = True
         await self._committer.stop()
         await self._listener.stop()
-        if self._pool is not None:
+        if reads.pool is not None:
             try:
-                await asyncio.wait_for(self._pool.close(), 10)
+                await asyncio.wait_for(reads.pool.close(), 10)
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                self._pool.terminate()
+                reads.pool.terminate()
 
     def abort(self) -> None:
         """``Store.abort``: drop every connection at once (PostgreSQL rolls back what was in
         flight; nothing committed is lost)."""
         self._committer.kill()
         self._listener.kill()
-        if self._pool is not None:
-            self._pool.terminate()
+        if self._reads.pool is not None:
+            self._reads.pool.terminate()
 
     async def failure(self) -> StoreFailed:
         """Never returns: a lost connection is made again (calls fail as ``UNAVAILABLE``
@@ -189,7 +191,7 @@ class PostgresStore:
 
     async def nodes(self) -> list[NodeRecord]:
         """``Store.nodes``: every node row, by name."""
-        return [NodeRecord(*r) for r in await self._fetch(Q["nodes"])]
+        return [NodeRecord(*r) for r in await self._reads.fetch(Q["nodes"])]
 
     async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
         """``Store.report_workers``: the node's rows replaced and old rows forgotten, in one
@@ -199,7 +201,7 @@ class PostgresStore:
     async def workers(self) -> list[WorkerRecord]:
         """``Store.workers``: every worker row, by worker then node."""
         return [WorkerRecord(w, n, h, tuple(q or ()), int(c), v, int(f), int(r), int(s), int(d), int(x), int(z))
-                for w, n, h, q, c, v, f, r, s, d, x, z in await self._fetch(Q["workers"])]
+                for w, n, h, q, c, v, f, r, s, d, x, z in await self._reads.fetch(Q["workers"])]
 
     @property
     def backlog(self) -> int:
@@ -228,46 +230,21 @@ class PostgresStore:
         for a pool connection is not bounded here: the caller bounds the whole ping (on a
         silent network even a cancelled query waits for the database)."""
         try:
-            await self._reader().fetchval(Q["ping"], timeout=PING_TIMEOUT)
+            await self._reads.reader().fetchval(Q["ping"], timeout=PING_TIMEOUT)
         except TimeoutError:
             raise StoreUnavailable(f"PostgreSQL unavailable: no answer to SELECT 1 within {PING_TIMEOUT:g} s") from None
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             raise store_error(exc) from exc
 
     @property
-    def admin(self) -> Any:
+    def admin(self) -> PostgresAdmin:
         """The admin operations (``sepp.storage.admin.AdminStore``)."""
-        from sepp.storage.postgres.admin import PostgresAdmin
-        return PostgresAdmin(self)
+        return PostgresAdmin(self._reads)
 
-    # ------------------------------------------------------------------ reads
-
-    def _reader(self) -> asyncpg.Pool:
-        if self._closed or self._pool is None:
-            raise StoreClosed("store is closed")
-        return self._pool
-
-    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        """Rows of one read on the pool; driver errors as ``StoreError`` / ``StoreUnavailable``."""
-        try:
-            rows: list[asyncpg.Record] = await self._reader().fetch(sql, *args)
-            return rows
-        except _DRIVER_ERRORS as exc:
-            raise store_error(exc) from exc
-
-    async def _fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        """The first row of one read, or None (errors as ``_fetch``)."""
-        try:
-            return await self._reader().fetchrow(sql, *args)
-        except _DRIVER_ERRORS as exc:
-            raise store_error(exc) from exc
-
-    async def _fetchval(self, sql: str, *args: Any) -> Any:
-        """The first column of the first row of one read (errors as ``_fetch``)."""
-        try:
-            return await self._reader().fetchval(sql, *args)
-        except _DRIVER_ERRORS as exc:
-            raise store_error(exc) from exc
+    @property
+    def reads(self) -> PgReads:
+        """Reads on the pool and writes through the committer (admin, tests, benchmarks)."""
+        return self._reads
 
     # ------------------------------------------------------------------ enqueue and queues
 
@@ -284,7 +261,7 @@ class PostgresStore:
     async def _take_seqs(self, blocks: int) -> list[int]:
         """``blocks`` fresh values of the jobs sequence, each the start of a block of
         ``ids.BLOCK`` seqs (``JobIds``' fetch)."""
-        return [r[0] for r in await self._fetch(Q["take_seqs"], blocks)]
+        return [r[0] for r in await self._reads.fetch(Q["take_seqs"], blocks)]
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
@@ -315,7 +292,7 @@ class PostgresStore:
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""
-        return [QueueRecord(r[0], r[1], bool(r[2]), bool(r[3])) for r in await self._fetch(Q["load_queues"])]
+        return [QueueRecord(r[0], r[1], bool(r[2]), bool(r[3])) for r in await self._reads.fetch(Q["load_queues"])]
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
         """Create or replace a queue row."""
@@ -394,7 +371,7 @@ class PostgresStore:
 
     async def next_due(self) -> int | None:
         """Earliest run_at among SCHEDULED jobs (µs), or None."""
-        value = await self._fetchval(Q["next_due"])
+        value = await self._reads.fetchval(Q["next_due"])
         return None if value is None else int(value)
 
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
@@ -411,7 +388,7 @@ class PostgresStore:
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id (read pool)."""
-        row = await self._fetchrow(Q["get_job"], job_id)
+        row = await self._reads.fetchrow(Q["get_job"], job_id)
         return None if row is None else _record(tuple(row))
 
 
@@ -420,8 +397,8 @@ class PostgresStore:
     async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
         """``Store.load_periodic``: one read on the pool."""
         if names is None:
-            return [periodic.record(r) for r in await self._fetch(periodic.P["load_all"])]
-        return [periodic.record(r) for r in await self._fetch(periodic.P["load_named"], list(names))]
+            return [periodic.record(r) for r in await self._reads.fetch(periodic.P["load_all"])]
+        return [periodic.record(r) for r in await self._reads.fetch(periodic.P["load_named"], list(names))]
 
     async def put_periodic(self, name: str, definition: str, source: str, now: int) -> bool:
         """``Store.put_periodic``: one statement (the other nodes are told)."""

@@ -17,10 +17,8 @@ import asyncio
 import fcntl
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,12 +48,13 @@ from sepp.storage.base import (
 )
 from sepp.storage.commit_stats import merge
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
-from sepp.storage.rows import fetch_lenient, repair_job
+from sepp.storage.rows import repair_job
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
 from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, LoneBusy, LoneWriter
+from sepp.storage.sqlite.reads import SQLiteReads
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
 from sepp.storage.sqlite.writer_process import ProcessCommitter
@@ -106,9 +105,8 @@ class SQLiteStore:
         #: seconds, an interval like the lone path's ``QUIET_GAP``, not a clock reading).
         self._batches_waiting = 0
         self._batches_overlapped = -BATCH_QUIET
-        self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
-        self._local = threading.local()
-        self._reader_conns: list[sqlite3.Connection] = []
+        #: The reader threads and the writer, as the admin operations use them.
+        self._reads = SQLiteReads(self.path, self._committer)
         self._lock_fd: int | None = None
         self._node: NodeRecord | None = None
         self._workers: list[WorkerRecord] = []
@@ -163,10 +161,7 @@ class SQLiteStore:
         if self._lone is not None:
             self._lone.close()
         await self._committer.stop()
-        self._readers.shutdown(wait=True)
-        for conn in self._reader_conns:
-            conn.close()
-        self._reader_conns.clear()
+        self._reads.close()
         self._unlock_folder()
 
     async def failure(self) -> StoreFailed:
@@ -201,22 +196,12 @@ class SQLiteStore:
     @property
     def admin(self) -> SQLiteAdmin:
         """The admin operations (listings, stats, redrive; ``sepp.storage.admin.AdminStore``)."""
-        return SQLiteAdmin(self)
+        return SQLiteAdmin(self._reads)
 
-    async def _read(self, sql: str, params: Sequence[Any] = (), one: bool = False) -> Any:
-        def run() -> Any:
-            conn = getattr(self._local, "conn", None)
-            if conn is None:
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
-                                       check_same_thread=False)
-                conn.execute("PRAGMA busy_timeout=10000")
-                self._local.conn = conn
-                self._reader_conns.append(conn)
-            # A text value that is not UTF-8 (a damaged row) is read with U+FFFD instead of
-            # failing the read of every row with it (storage.rows).
-            return fetch_lenient(conn, sql, params, one)
-
-        return await asyncio.get_running_loop().run_in_executor(self._readers, run)
+    @property
+    def reads(self) -> SQLiteReads:
+        """Reads on the reader threads and writes through the writer (admin, tests)."""
+        return self._reads
 
     # ------------------------------------------------------------------ enqueue
 
@@ -394,7 +379,7 @@ class SQLiteStore:
 
     async def next_due(self) -> int | None:
         """Earliest run_at among SCHEDULED jobs (µs), or None."""
-        row = await self._read(Q["next_due"], one=True)
+        row = await self._reads.read(Q["next_due"], one=True)
         return None if row is None else row[0]
 
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
@@ -413,7 +398,7 @@ class SQLiteStore:
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id (read connection); a damaged field reads as unset or clamped
         (``storage.rows.repair_job``, logged once per job)."""
-        row = await self._read(Q["get_job"], (job_id,), one=True)
+        row = await self._reads.read(Q["get_job"], (job_id,), one=True)
         return None if row is None else repair_job(_record(row))
 
     # ------------------------------------------------------------------ Store protocol: stop, metrics
@@ -437,7 +422,7 @@ class SQLiteStore:
         SQLite failure."""
         answered = self._committer.submit(Probe(), 0)  # raises StoreClosed before any read starts
         try:
-            await asyncio.gather(self._read(Q["ping"], one=True), answered)
+            await asyncio.gather(self._reads.read(Q["ping"], one=True), answered)
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
 

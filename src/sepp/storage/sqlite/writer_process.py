@@ -428,7 +428,10 @@ def child_main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The modules of the operations (unpickled from stdin) and what they import, before the
     # settings are read: a prespawned child loads them while its parent starts.
-    import sepp.storage.sqlite.store  # noqa: F401
+    import sepp.storage.sqlite.admin_writes
+    import sepp.storage.sqlite.ops
+    import sepp.storage.sqlite.periodic
+    import sepp.storage.sqlite.sweeps  # noqa: F401
     # stdout carries frames only: keep stray prints and logs away from it.
     stdin_fd = os.dup(0)
     if sys.argv[1] == SETTINGS_ON_STDIN:  # prespawned: wait for them (nothing else comes first)

@@ -5,8 +5,10 @@ own); reads (``get_job``, ``next_due``, the admin listings) through an asyncpg p
 ``pool_size`` connections; one more connection LISTENs for the other nodes' wake-ups
 (``listener``). Every connection's ``search_path`` is the sepp schema (``[postgres]
 schema``), so several independent sepp installations (or test runs) can share one
-database. See ``base.Store`` for the contract of each method; the operations are in
-``ops``, what they do to a job is decided by ``sepp.domain.transitions``.
+database. See ``base.Store`` for the contract of each method; the write operations are in
+``enqueue``, ``reserve``, ``settle``, ``sweeps``, ``queue_rows`` and ``nodes``; what they
+do to a job is decided by ``sepp.domain.transitions``. The admin operations (``admin``)
+get the store's ``reads`` (``reads.PgReads``), never the store.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from sepp.storage.base import (
     WorkerRecord,
 )
 from sepp.storage.errors import StoreFailed, StoreUnavailable
-from sepp.storage.postgres import ops, periodic
+from sepp.storage.postgres import enqueue, nodes, periodic, queue_rows, reserve, settle, sweeps
 from sepp.storage.postgres.admin import PostgresAdmin
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.ids import JobIds
@@ -95,8 +97,8 @@ class PostgresStore:
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
         self._promoted: Callable[[str], None] = _nobody
         #: The grant times of this node's reserves writing their leases right now: its
-        #: reclaim passes free no lease ending after them (``ops.Granting``).
-        self._granting = ops.Granting()
+        #: reclaim passes free no lease ending after them (``reserve.Granting``).
+        self._granting = reserve.Granting()
         #: This node's blocks of seqs and the job ids made of them (schema version 10).
         self._ids = JobIds(self._take_seqs, clock)
         #: Jobs whose ids ``new_job_ids`` is waiting for (a block of seqs): counted in
@@ -187,7 +189,7 @@ class PostgresStore:
 
     async def heartbeat(self, node: NodeRecord) -> None:
         """``Store.heartbeat``: upsert the node's row (one small transaction)."""
-        await self._committer.submit(ops.HeartbeatOp(node), 0)
+        await self._committer.submit(nodes.HeartbeatOp(node), 0)
 
     async def nodes(self) -> list[NodeRecord]:
         """``Store.nodes``: every node row, by name."""
@@ -196,7 +198,7 @@ class PostgresStore:
     async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
         """``Store.report_workers``: the node's rows replaced and old rows forgotten, in one
         transaction."""
-        await self._committer.submit(ops.ReportWorkersOp(node, list(workers), forget_before), 0)
+        await self._committer.submit(nodes.ReportWorkersOp(node, list(workers), forget_before), 0)
 
     async def workers(self) -> list[WorkerRecord]:
         """``Store.workers``: every worker row, by worker then node."""
@@ -285,10 +287,10 @@ class PostgresStore:
         else:
             seqs = cast("list[int]", carried)
         if not foreign and not new_queues and not custom and not any(row[11] for row in rows):
-            return await self._committer.submit(ops.InsertOp([(*row, s) for row, s in zip(rows, seqs, strict=True)]),
-                                                len(rows))
-        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign),
-                                            len(rows))
+            records = [(*row, s) for row, s in zip(rows, seqs, strict=True)]
+            return await self._committer.submit(enqueue.InsertOp(records), len(rows))
+        return await self._committer.submit(
+            enqueue.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign), len(rows))
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""
@@ -296,14 +298,14 @@ class PostgresStore:
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
         """Create or replace a queue row."""
-        await self._committer.submit(ops.QueueOp(queue, now), 0)
+        await self._committer.submit(queue_rows.QueueOp(queue, now), 0)
 
     async def change_queue(self, name: str, change: Callable[[QueueRecord | None], QueueRecord],
                            now: int) -> QueueRecord:
         """See ``Store.change_queue``: ``SELECT … FOR UPDATE`` of the row, ``change``, then
         the UPDATE (or INSERT) in one transaction through the committer."""
-        result = await self._committer.submit(ops.ChangeQueueOp(name, change, now), 0)
-        if isinstance(result, ops.Refused):
+        result = await self._committer.submit(queue_rows.ChangeQueueOp(name, change, now), 0)
+        if isinstance(result, queue_rows.Refused):
             raise result.exc
         return result
 
@@ -313,12 +315,12 @@ class PostgresStore:
         """Promote due jobs, then lease up to ``max_jobs`` READY jobs from the queues in order
         with ``FOR UPDATE SKIP LOCKED`` (no job leased twice, however many nodes reserve).
         Every job of the call gets the same fresh random 128-bit lease id. The leases run
-        from when the committer runs the operation (``ops.ReserveOp.granted``), which is
+        from when the committer runs the operation (``reserve.ReserveOp.granted``), which is
         the jobs' ``started_at``."""
         worker, reserved, node = params.worker_id, _RESERVED, params.node
         lease_id = os.urandom(16)
         records: list[JobRecord] = []
-        op = ops.ReserveOp(params, lease_id, self._granting)
+        op = reserve.ReserveOp(params, lease_id, self._granting)
         leased = await self._committer.submit(op, 0)
         now = op.granted
         for promoted in op.promoted:
@@ -333,7 +335,7 @@ class PostgresStore:
 
     async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
         """See ``Store.reserve_damaged``: one transaction."""
-        return await self._committer.submit(ops.BuryLeasedOp(list(leases), now), 0)
+        return await self._committer.submit(reserve.BuryLeasedOp(list(leases), now), 0)
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
         """Apply acks/nacks in one transaction (``Store.settle``): acks of live leases in one
@@ -341,14 +343,14 @@ class PostgresStore:
         ack = SettleKind.ACK
         acks = [p for p in items if p.kind is ack]
         if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
-            return await self._committer.submit(ops.SettleEachOp(items, policy), len(items))
+            return await self._committer.submit(settle.SettleEachOp(items, policy), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
         folded = [p for p in acks if p.now == now]
         others = ({} if len(folded) == len(items)  # the common case: every item folded
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
         rows, refused, other_results = await self._committer.submit(
-            ops.AckManyOp(folded, others, now, default_keep, policy), len(items))
+            settle.AckManyOp(folded, others, now, default_keep, policy), len(items))
         completed = int(State.COMPLETED)
         done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started or 0, job_type))
                 for job_id, queue, attempt, _seq, started, job_type in rows}
@@ -361,13 +363,13 @@ class PostgresStore:
                      clock: Clock | None = None) -> ExtendResult:
         """Push a live lease's expiry to ``expires_at`` (µs), measured from when the committer
         writes it with a ``clock`` (``Store.extend``)."""
-        return await self._committer.submit(ops.ExtendOp(job_id, lease_id, now, expires_at, clock), 0)
+        return await self._committer.submit(settle.ExtendOp(job_id, lease_id, now, expires_at, clock), 0)
 
     # ------------------------------------------------------------------ sweeps
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
         """SCHEDULED → READY for due jobs; rows another node promotes are skipped (it does)."""
-        return await self._committer.submit(ops.PromoteOp(now, limit), 0)
+        return await self._committer.submit(sweeps.PromoteOp(now, limit), 0)
 
     async def next_due(self) -> int | None:
         """Earliest run_at among SCHEDULED jobs (µs), or None."""
@@ -377,12 +379,12 @@ class PostgresStore:
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
         """Expired leases → READY, or CANCELLED / DEAD_LETTERED (``transitions.reclaim``).
         ``now`` is lowered, when the pass runs, to the grant time of a reserve of this node
-        writing its leases at that moment (``ops.Granting``)."""
-        return await self._committer.submit(ops.ReclaimOp(now, limit, policy, self._granting), 0)
+        writing its leases at that moment (``reserve.Granting``)."""
+        return await self._committer.submit(sweeps.ReclaimOp(now, limit, policy, self._granting), 0)
 
     async def prune(self, now: int, limit: int) -> SweepResult:
         """Delete finished jobs past retention, then expired idempotency keys."""
-        return await self._committer.submit(ops.PruneOp(now, limit), 0)
+        return await self._committer.submit(sweeps.PruneOp(now, limit), 0)
 
     # ------------------------------------------------------------------ reads
 

@@ -1,14 +1,16 @@
-"""SQLiteStore: the embedded backend (one WAL file, one writer thread, reader threads).
+"""SQLiteStore: the embedded backend (one WAL file, one writer, reader threads).
 
-Every write is an operation run by the ``Committer`` on the single writer
-connection; reads use per-thread read-only connections (WAL lets them run beside
-the writer). See ``base.Store`` for the contract of each method.
+Every write is an operation run on the single writer connection, by the ``Committer``
+(a thread of this process) or the ``ProcessCommitter`` (a child process: what ``sepp
+serve`` uses); reads use per-thread read-only connections (WAL lets them run beside the
+writer). See ``base.Store`` for the contract of each method.
 
 This module is the façade; the driver is split by duty: ``ops`` (the write operations run
 on the writer: enqueue, reserve, settle, extend), ``sweeps`` (promotion, reclaim, prune),
 ``sql`` (the named queries and the statement builders), ``schema`` (the writer connection
-and migrations). What a settle or a reclaim does to a job is decided by
-``sepp.domain.transitions``; the driver applies it.
+and migrations), ``reads`` (the reader threads and the writer's submit: all that the admin
+operations, ``admin``, get of the store). What a settle or a reclaim does to a job is
+decided by ``sepp.domain.transitions``; the driver applies it.
 """
 
 from __future__ import annotations

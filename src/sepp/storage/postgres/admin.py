@@ -27,16 +27,11 @@ reserve, settle or sweep running on another node at the same moment:
 * ``add_counts`` adds each node's in-memory counts to the stored ones
   (``ON CONFLICT … DO UPDATE SET x = x + excluded.x``), never replaces them.
 
-Damaged rows: PostgreSQL types every column and text cannot hold invalid UTF-8, so the
-SQLite driver's lenient decoding does not apply here. ``repair_job`` is still applied to
-listed records (a pure, cheap check) for the values the column types allow and a record
-does not (a state no sepp writes, a time outside the protobuf range, an id of the wrong
-length), and a history that is not a JSON array reads as none (``_attempts``).
+Damaged rows: see ``summaries`` (the listed rows read as ``JobSummary``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -58,16 +53,16 @@ from sepp.storage.admin import (
     StateCounts,
     WriteResult,
 )
-from sepp.storage.admin import count_or_zero as _count
 from sepp.storage.admin import first_position as _start
 from sepp.storage.admin import position_int as _int
-from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
+from sepp.storage.base import FINISHED, PolicyLookup, State
 from sepp.storage.postgres import admin_writes as writes
 from sepp.storage.postgres import type_figures as figures
 from sepp.storage.postgres.matching import count_jobs as _count_jobs
 from sepp.storage.postgres.reads import PgReads
 from sepp.storage.postgres.sql import A
-from sepp.storage.rows import as_text, note_damaged, repair_job
+from sepp.storage.postgres.summaries import summary as _summary
+from sepp.storage.rows import note_damaged
 from sepp.storage.search import search_page
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
@@ -85,55 +80,6 @@ def _storable(*texts: str | None) -> bool:
     can equal (or start with) it, so the read matches nothing (as it would in SQLite) instead
     of failing with a driver error."""
     return not any(t is not None and "\x00" in t for t in texts)
-
-
-def _json_text(value: Any) -> str:
-    """A JSON value as SQLite's ``json_extract`` hands it to ``as_text``: text as is, a number
-    in decimal (true/false as 1/0), null as "", an array or object as compact JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, str | int | float):
-        return as_text(value, "") or ""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _attempts(state: Any, history: str | None) -> tuple[int, str]:
-    """(attempts recorded, last error) of a listed job, as sqlite/admin.sql job_summaries
-    derives them: the entries of ``history`` (a JSON array; anything else reads as none),
-    plus the completing attempt of a COMPLETED job whose last entry is not it (it is
-    implicit, docs/decisions.md "The completing attempt is implicit"); the last entry's
-    ``error_message`` ("" for a COMPLETED job)."""
-    entries: list[Any] = []
-    if history:
-        try:
-            parsed = json.loads(history)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list):
-            entries = parsed
-    last: dict[str, Any] = entries[-1] if entries and isinstance(entries[-1], dict) else {}
-    recorded = len(entries)
-    if state == _COMPLETED and last.get("outcome") != "completed":
-        recorded += 1
-    error = "" if state == _COMPLETED else _json_text(last.get("error_message"))
-    return recorded, error
-
-
-def _summary(row: Sequence[Any]) -> JobSummary:
-    (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, size, encoding,
-     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel_req, history, node) = row
-    record = JobRecord(bytes(id_), queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
-                       b"", encoding, None if extras is None else bytes(extras), idem,
-                       None if lease_id is None else bytes(lease_id), lease_exp, worker, started, None, finished,
-                       reason, cancel_req, seq, node)
-    # A value no sepp writes reads as unset or clamped (logged once per job), so one such row
-    # never fails the page it is on.
-    fixed = repair_job(record)
-    recorded, last_error = _attempts(state, history)
-    return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)), _count(size), recorded,
-                      last_error)
 
 
 class PostgresAdmin:

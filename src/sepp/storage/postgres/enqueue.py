@@ -17,9 +17,12 @@ from sepp.domain.states import State
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres.committer import FoldableOp, Tx
 from sepp.storage.postgres.sql import Q
+from sepp.storage.row_types import at
 from sepp.storage.search import CustomEntry
 
 _READY = int(State.READY)
+#: Positions in an insert record (``Record``: a ``JobRow``'s fields, then its seq).
+_QUEUE, _STATE = at(JobRow, "queue"), at(JobRow, "state")
 log = logging.getLogger("sepp.storage.postgres")
 
 
@@ -53,8 +56,8 @@ async def insert(tx: Tx, records: Sequence[Record]) -> None:
     else:
         await conn.execute(Q["insert_jobs"], *columns(records))
     for r in records:
-        if r[3] == _READY:
-            tx.wake(r[1])
+        if r[_STATE] == _READY:
+            tx.wake(r[_QUEUE])
 
 
 class InsertOp(FoldableOp):
@@ -79,7 +82,7 @@ class InsertOp(FoldableOp):
         NOTIFY that fails after the COPY committed does not fail the enqueue: it is a wake-up
         hint, every long poll ends by its own deadline anyway, and a broken connection is
         found by the next group."""
-        ready = sorted({row[1] for row in rows if row[3] == _READY})
+        ready = sorted({row[_QUEUE] for row in rows if row[_STATE] == _READY})
         payload = json.dumps({"o": origin, "q": ready}) if ready else None
         if len(rows) < COPY_FROM:
             await conn.execute(Q["insert_jobs_notify"], *columns(rows), channel, payload)
@@ -124,7 +127,7 @@ class EnqueueOp:
         if self.foreign:
             taken = await conn.fetch(Q["native_taken"], list(self.foreign))
             if taken:
-                raise StoreError(f"PostgreSQL: duplicate job id {bytes(taken[0][0]).hex()}: a job has it already")
+                raise StoreError(f"PostgreSQL: duplicate job id {bytes(taken[0]['id']).hex()}: a job has it already")
         for q in self.new_queues:
             await conn.execute(Q["insert_queue_if_absent"], q.name, q.settings_json, q.paused, q.declared, now, now)
         if self.new_queues:
@@ -144,7 +147,7 @@ class EnqueueOp:
             got = await conn.fetch(Q["claim_keys"], [self.rows[i].queue for i in idx],
                                    [self.rows[i].idempotency_key for i in idx], [self.rows[i].id for i in idx],
                                    [self.dedup_until[i] for i in idx], now)
-            claimed = {(r[0], r[1]) for r in got}
+            claimed = {(queue, key) for queue, key in got}
             lost = [k for k in first if k not in claimed]
             if lost:
                 for q, k, job_id, state in await conn.fetch(Q["held_keys"], [k[0] for k in lost], [k[1] for k in lost]):

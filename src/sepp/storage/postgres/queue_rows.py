@@ -12,6 +12,7 @@ from sepp.storage.postgres import flow
 from sepp.storage.postgres.committer import Tx
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
+from sepp.storage.row_types import QueueRow
 
 
 class QueueOp:
@@ -52,7 +53,7 @@ class ChangeQueueOp:
         name, now = self.name, self.now
         while True:
             row = await tx.conn.fetchrow(Q["lock_queue"], name)
-            stored = None if row is None else QueueRecord(row[0], row[1], bool(row[2]), bool(row[3]))
+            stored = None if row is None else QueueRow._make(row).record()
             try:
                 new = self.change(stored)
             except Exception as exc:

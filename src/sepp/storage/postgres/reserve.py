@@ -14,14 +14,28 @@ from sepp.storage.postgres import flow
 from sepp.storage.postgres.committer import Tx, notifier
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
+from sepp.storage.row_types import LeasedRow, at
 
-_ORDER = lambda r: (-r[2], r[3], r[12])  # noqa: E731 - priority DESC, run_at, seq
+_PRIORITY, _RUN_AT, _SEQ = at(LeasedRow, "priority"), at(LeasedRow, "run_at"), at(LeasedRow, "seq")
+_PAYLOAD, _HISTORY = at(LeasedRow, "payload"), at(LeasedRow, "history")
+
+
+def _reserve_order(r: Any) -> tuple[int, int, int]:
+    """The sort key of a leased row (``LeasedRow``): priority DESC, run_at, seq."""
+    return -r[_PRIORITY], r[_RUN_AT], r[_SEQ]
+
+
+def _leased_bytes(rows: Sequence[Any]) -> int:
+    """The bytes of leased rows (``LeasedRow``) as ``lease_within`` counts them: payload
+    bytes plus the history's UTF-8 bytes."""
+    payload, history = _PAYLOAD, _HISTORY
+    return sum(len(r[payload]) + (len(r[history].encode()) if r[history] else 0) for r in rows)
 
 
 async def promote(tx: Tx, now: int, limit: int) -> list[Any]:
     """Due SCHEDULED jobs → READY (``promote_due``); one (queue, run_at) row per job."""
     rows = await tx.conn.fetch(Q["promote_due"], now, limit)
-    for q in {r[0] for r in rows}:
+    for q in {queue for queue, _run_at in rows}:
         tx.wake(q)
     return list(rows)
 
@@ -85,11 +99,11 @@ class ReserveOp:
         now = p.grant_time()  # what is due; the leases read the clock again (``_lease``)
         locking = flow.lock_queues(p.flow, p.queues) if p.flow else []
         if locking:  # the flow locks ride on the promotion statement (measured: docs/decisions.md)
-            woken = {r[0] for r in await flow.promote_locking(conn, now, 10_000, locking)} - {None}
+            woken = {q for q, _run_at in await flow.promote_locking(conn, now, 10_000, locking)} - {None}
             for q in woken:
                 tx.wake(q)
         else:
-            woken = {r[0] for r in await promote(tx, now, 10_000)}
+            woken = {q for q, _run_at in await promote(tx, now, 10_000)}
         self.promoted = tuple(sorted(woken))
         return await self._lease(conn)
 
@@ -104,7 +118,7 @@ class ReserveOp:
         if self.params.flow or len(self.params.queues) != 1:
             return False, None, None
         rows = await conn.fetch(Q["promote_due"], self.params.grant_time(), 10_000)
-        woken = sorted({r[0] for r in rows})
+        woken = sorted({q for q, _run_at in rows})
         self.promoted = tuple(woken)
         out = await self._lease(conn)
         return True, out, (notifier(conn, channel, origin, woken) if woken else None)
@@ -148,10 +162,10 @@ class ReserveOp:
             else:  # the byte budget is applied by the leasing statement itself (one round trip)
                 rows = await conn.fetch(Q["lease_within"], queue, want, self.lease_id, expires, p.worker_id, now,
                                         p.node, budget - used, not out)
-                used += sum(len(r[7]) + (len(r[11].encode()) if r[11] else 0) for r in rows)  # as n in SQL
+                used += _leased_bytes(rows)  # as n in SQL
             if not rows:
                 continue
-            rows = sorted(rows, key=_ORDER)
+            rows = sorted(rows, key=_reserve_order)
             out.append((queue, expires, rows))
             want -= len(rows)
         return out

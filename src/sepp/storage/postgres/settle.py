@@ -15,17 +15,17 @@ from sepp.domain.clock import Clock
 from sepp.domain.params import ExtendResult, SettleKind, SettleParams, SettleResult, granted_expiry
 from sepp.domain.policy import PolicyLookup, PolicyTable
 from sepp.domain.states import State
-from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease_error, settle
+from sepp.domain.transitions import Decision, completed_purge_at, lease_error, settle
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres.committer import Tx, notify_in
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
+from sepp.storage.row_types import AckedRow, LeaseLookup, at
 
 _READY = int(State.READY)
+_ID, _QUEUE, _SEQ = at(AckedRow, "id"), at(AckedRow, "queue"), at(AckedRow, "seq")
 
 
-def _held(row: Any) -> HeldJob | None:
-    return None if row is None else HeldJob._make(tuple(row)[1:])
 
 
 async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision, wake: bool = False) -> None:
@@ -41,14 +41,15 @@ async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision, wak
 
 async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleResult:
     """Judge (``transitions.settle``) and apply one ack or nack, the row locked meanwhile."""
-    row = await tx.conn.fetchrow(Q["settle_lookup"], p.job_id)
+    found = await tx.conn.fetchrow(Q["settle_lookup"], p.job_id)
+    row = None if found is None else LeaseLookup._make(found)
     rand = random.uniform(-1.0, 1.0) if p.kind is SettleKind.RETRY else 0.0
-    verdict = settle(_held(row), p, policy, rand)
+    verdict = settle(None if row is None else row.held(), p, policy, rand)
     if isinstance(verdict, SettleResult):
         return verdict
     assert row is not None
-    await _apply(tx, row[0], p.lease_id, row[1], verdict, policy(row[1]).wake_on_settle)
-    return verdict.result(row[1], row[8], row[12])
+    await _apply(tx, row.seq, p.lease_id, row.queue, verdict, policy(row.queue).wake_on_settle)
+    return verdict.result(row.queue, row.started_at, row.job_type)
 
 
 class SettleEachOp:
@@ -93,16 +94,16 @@ class AckManyOp:
         acks = sorted(self.acks, key=_JOB_ID)
         rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in acks],
                                 [p.lease_id for p in acks])
-        for queue in dict.fromkeys([r[1] for r in rows]):  # each queue once, in row order
+        for queue in dict.fromkeys([r[_QUEUE] for r in rows]):  # each queue once, in row order
             pol = self.policy(queue)
             if pol.wake_on_settle:  # a flow-limited queue got slots back
                 tx.wake(queue)
             if pol.completed_retention != self.default_keep:
                 await conn.execute(Q["set_purge_at"], completed_purge_at(now, pol),
-                                   [r[3] for r in rows if r[1] == queue])
+                                   [r[_SEQ] for r in rows if r[_QUEUE] == queue])
         refused: dict[bytes, SettleResult] = {}
         if len(rows) < len(acks):  # a row per completed ack (ids unique): some were not
-            acked = {r[0] for r in rows}
+            acked = {r[_ID] for r in rows}
             refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
         others = {i: await settle_one(tx, p, self.policy)
                   for i, p in sorted(self.others.items(), key=lambda item: item[1].job_id)}
@@ -122,7 +123,7 @@ class AckManyOp:
                                 [p.lease_id for p in acks])
         refused: dict[bytes, SettleResult] = {}
         if len(rows) < len(acks):
-            acked = {r[0] for r in rows}
+            acked = {r[_ID] for r in rows}
             async with conn.transaction():
                 tx = Tx(conn)
                 refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
@@ -154,12 +155,13 @@ class ExtendOp:
         self.job_id, self.lease_id, self.now, self.expires_at, self.clock = job_id, lease_id, now, expires_at, clock
 
     async def __call__(self, tx: Tx) -> ExtendResult:
-        row = await tx.conn.fetchrow(Q["settle_lookup"], self.job_id)
-        job = _held(row)
+        found = await tx.conn.fetchrow(Q["settle_lookup"], self.job_id)
+        row = None if found is None else LeaseLookup._make(found)
+        job = None if row is None else row.held()
         err = lease_error(job, self.lease_id, self.now)
         if err is not None:
             return ExtendResult(err)
         assert job is not None and row is not None
         expires_at = granted_expiry(self.now, self.expires_at, self.clock)
-        await tx.conn.execute(Q["extend_lease"], expires_at, row[0])
+        await tx.conn.execute(Q["extend_lease"], expires_at, row.seq)
         return ExtendResult(None, expires_at, bool(job.cancel_requested))

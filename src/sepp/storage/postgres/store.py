@@ -37,7 +37,6 @@ from sepp.storage.base import (
     SettleKind,
     SettleParams,
     SettleResult,
-    State,
     StoreFigures,
     SweepResult,
     WorkerRecord,
@@ -51,12 +50,9 @@ from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
+from sepp.storage.row_types import QueueRow, acked_results, leased_records
 from sepp.storage.search import CustomEntry
 
-_RESERVED = int(State.RESERVED)
-
-#: Builds a NamedTuple (SettleResult, JobRecord) from a full tuple without its Python-level __new__.
-_new_result = tuple.__new__
 _record = JobRecord._make
 #: Longest ``ping`` waits for PostgreSQL, seconds (readiness: "answers within 1 s").
 PING_TIMEOUT = 1.0
@@ -193,7 +189,7 @@ class PostgresStore:
 
     async def nodes(self) -> list[NodeRecord]:
         """``Store.nodes``: every node row, by name."""
-        return [NodeRecord(*r) for r in await self._reads.fetch(Q["nodes"])]
+        return [NodeRecord._make(r) for r in await self._reads.fetch(Q["nodes"])]
 
     async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
         """``Store.report_workers``: the node's rows replaced and old rows forgotten, in one
@@ -278,15 +274,15 @@ class PostgresStore:
         foreign ids, so nothing else keeps a second row from taking the id (another node's
         job then hidden from every lookup by id)."""
         seq_of = self._ids.seq_of
-        carried = [seq_of(row[0]) for row in rows]
+        carried = [seq_of(row.id) for row in rows]
         foreign: list[bytes] = []
         if None in carried:  # foreign ids: seqs of this node's blocks (they stay dense)
             more = iter(await self._ids.take_seqs(carried.count(None)))
             seqs = [next(more) if s is None else s for s in carried]
-            foreign = [row[0] for row, s in zip(rows, carried, strict=True) if s is None]
+            foreign = [row.id for row, s in zip(rows, carried, strict=True) if s is None]
         else:
             seqs = cast("list[int]", carried)
-        if not foreign and not new_queues and not custom and not any(row[11] for row in rows):
+        if not foreign and not new_queues and not custom and not any(row.idempotency_key for row in rows):
             records = [(*row, s) for row, s in zip(rows, seqs, strict=True)]
             return await self._committer.submit(enqueue.InsertOp(records), len(rows))
         return await self._committer.submit(
@@ -294,7 +290,7 @@ class PostgresStore:
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""
-        return [QueueRecord(r[0], r[1], bool(r[2]), bool(r[3])) for r in await self._reads.fetch(Q["load_queues"])]
+        return [QueueRow._make(r).record() for r in await self._reads.fetch(Q["load_queues"])]
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
         """Create or replace a queue row."""
@@ -317,7 +313,7 @@ class PostgresStore:
         Every job of the call gets the same fresh random 128-bit lease id. The leases run
         from when the committer runs the operation (``reserve.ReserveOp.granted``), which is
         the jobs' ``started_at``."""
-        worker, reserved, node = params.worker_id, _RESERVED, params.node
+        worker, node = params.worker_id, params.node
         lease_id = os.urandom(16)
         records: list[JobRecord] = []
         op = reserve.ReserveOp(params, lease_id, self._granting)
@@ -326,11 +322,7 @@ class PostgresStore:
         for promoted in op.promoted:
             self._promoted(promoted)
         for queue, expires, rows in leased:
-            records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
-                                                   attempt, max_attempts, payload, encoding, extras, idem, lease_id,
-                                                   expires, worker, now, history, None, None, 0, seq, node))
-                           for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
-                                encoding, extras, idem, history, seq) in rows)
+            records.extend(leased_records(rows, queue, lease_id, expires, worker, now, node))
         return records
 
     async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
@@ -351,9 +343,7 @@ class PostgresStore:
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
         rows, refused, other_results = await self._committer.submit(
             settle.AckManyOp(folded, others, now, default_keep, policy), len(items))
-        completed = int(State.COMPLETED)
-        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started or 0, job_type))
-                for job_id, queue, attempt, _seq, started, job_type in rows}
+        done = acked_results(rows, now)
         done.update(refused)
         if not others:
             return [done[p.job_id] for p in items]

@@ -8,12 +8,13 @@ from __future__ import annotations
 from sepp.domain.params import SweepResult
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
-from sepp.domain.transitions import ExpiredLease, reclaim
+from sepp.domain.transitions import reclaim
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres.committer import Tx
 from sepp.storage.postgres.reserve import Granting, promote
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
+from sepp.storage.row_types import ExpiredRow
 
 _READY, _DEAD = int(State.READY), int(State.DEAD_LETTERED)
 
@@ -28,7 +29,8 @@ class PromoteOp:
 
     async def __call__(self, tx: Tx) -> SweepResult:
         rows = await promote(tx, self.now, self.limit)
-        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows))
+        return SweepResult(len(rows), frozenset(q for q, _run_at in rows),
+                           promoted_run_at=tuple(run_at for _q, run_at in rows))
 
 
 class ReclaimOp:
@@ -50,10 +52,11 @@ class ReclaimOp:
         types: dict[tuple[str, str, int], int] = {}
         await conn.execute(Q["sweep_no_jit"])
         rows = await conn.fetch(Q["expired_leases"], now, self.limit)
-        for r in rows:
-            seq, queue, lease_id = r[0], r[1], r[10]
+        for found in rows:
+            r = ExpiredRow._make(found)
+            seq, queue, lease_id = r.seq, r.queue, r.lease_id
             expired[queue] = expired.get(queue, 0) + 1
-            d = reclaim(ExpiredLease._make(tuple(r)[1:9]), now, self.policy)
+            d = reclaim(r.lease(), now, self.policy)
             if d.run_at is None:
                 status = await conn.execute(Q["reclaim_ready"], d.state, d.entry, seq, lease_id)
             else:
@@ -67,7 +70,7 @@ class ReclaimOp:
                 tx.wake(queue)
             if d.state == _DEAD:
                 dead[queue] = dead.get(queue, 0) + 1
-            key = (queue, r[11], d.state)
+            key = (queue, r.job_type, d.state)
             types[key] = types.get(key, 0) + 1
         return SweepResult(len(rows), frozenset(woke), dead, expired=expired, expired_types=types)
 

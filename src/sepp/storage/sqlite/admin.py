@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from sepp.domain.params import FlowLimits
 from sepp.domain.states import STATE_NAMES
@@ -55,17 +55,47 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
 
 
-def _summary(row: Sequence[Any]) -> JobSummary:
-    (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, size, encoding,
-     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel, recorded, last_error, node) = row
-    record = JobRecord(id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, b"",
-                       encoding, extras, idem, lease_id, lease_exp, worker, started, None, finished, reason,
-                       cancel, seq, node)
-    # A damaged field reads as unset or clamped (logged once per job), so one such row
-    # never fails the page it is on.
+class SummaryRow(NamedTuple):
+    """A row of ``job_summaries``: a listed job without its payload (``size``: its bytes),
+    with the attempts its history records and its last error, derived in SQL."""
+
+    seq: int
+    id: bytes
+    queue: str
+    job_type: str
+    state: int
+    priority: int
+    run_at: int
+    enqueued_at: int
+    attempt: int
+    max_attempts: int
+    size: Any
+    encoding: str
+    extras: bytes | None
+    idempotency_key: str | None
+    lease_id: bytes | None
+    lease_expires_at: int | None
+    worker_id: str | None
+    started_at: int | None
+    finished_at: int | None
+    reason: str | None
+    cancel_requested: int
+    recorded: Any
+    last_error: Any
+    node: str | None
+
+
+def _summary(found: Sequence[Any]) -> JobSummary:
+    """A ``job_summaries`` row as a ``JobSummary``: a damaged field reads as unset or clamped
+    (``repair_job``, logged once per job), so one such row never fails the page it is on."""
+    row = SummaryRow._make(found)
+    record = JobRecord(row.id, row.queue, row.job_type, row.state, row.priority, row.run_at, row.enqueued_at,
+                       row.attempt, row.max_attempts, b"", row.encoding, row.extras, row.idempotency_key,
+                       row.lease_id, row.lease_expires_at, row.worker_id, row.started_at, None, row.finished_at,
+                       row.reason, row.cancel_requested, row.seq, row.node)
     fixed = repair_job(record)
     return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)),
-                      _count(size), _count(recorded), as_text(last_error, "") or "")
+                      _count(row.size), _count(row.recorded), as_text(row.last_error, "") or "")
 
 
 def _name(queue: str | bytes) -> str:

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import uuid_utils
 from uuid_utils import UUID
@@ -43,13 +42,13 @@ from sepp.storage.base import (
     SettleKind,
     SettleParams,
     SettleResult,
-    State,
     StoreFigures,
     SweepResult,
     WorkerRecord,
 )
 from sepp.storage.commit_stats import merge
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
+from sepp.storage.row_types import QueueRow, acked_results, leased_records
 from sepp.storage.rows import repair_job
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, periodic, sweeps
@@ -64,12 +63,9 @@ from sepp.storage.sqlite.writer_process import ProcessCommitter
 DB_FILE = "sepp.db"
 #: Held (flock) by the process that owns the folder: one sepp per data folder.
 LOCK_FILE = "sepp.lock"
-_RESERVED = int(State.RESERVED)
 
 
 _record = JobRecord._make  # rows of get_job are JobRecord fields in order
-#: Builds a NamedTuple (SettleResult, JobRecord) from a full tuple without its Python-level __new__.
-_new_result = tuple.__new__
 
 
 class SQLiteStore:
@@ -217,7 +213,7 @@ class SQLiteStore:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call.
         Calls with custom-index entries take the keyed path (``ops.enqueue_op``), so a call
         without any runs exactly as before (nothing added to it)."""
-        if not new_queues and not custom and not any(row[11] for row in rows):
+        if not new_queues and not custom and not any(row.idempotency_key for row in rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
                 return await self._write_one(MergeableInsert(ops.insert_jobs, list(rows), {}))
             # The statements are prepared here, on the event loop: the writer only runs them
@@ -273,7 +269,7 @@ class SQLiteStore:
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""
         rows = await self._committer.submit(partial(ops.fetch_all, Q["load_queues"], ()))
-        return [QueueRecord(name, settings, bool(paused), bool(declared)) for name, settings, paused, declared in rows]
+        return [QueueRow._make(row).record() for row in rows]
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
         """Create or replace a queue row."""
@@ -289,15 +285,16 @@ class SQLiteStore:
         in its transaction); otherwise ``change`` runs again over the row it returns. With one
         writer that is the same as a locked read-change-write."""
         rows = await self._committer.submit(partial(ops.fetch_all, Q["get_queue"], (name,)))
-        row: Sequence[Any] | None = rows[0] if rows else None
+        row = QueueRow._make(rows[0]) if rows else None
         while True:
-            stored = None if row is None else QueueRecord(row[0], row[1], bool(row[2]), bool(row[3]))
+            stored = None if row is None else row.record()
             new = change(stored)
-            seen = None if row is None else tuple(row[1:])
-            row = await self._committer.submit(partial(
+            seen = None if row is None else (row.settings, row.paused, row.declared)
+            current = await self._committer.submit(partial(
                 ops.write_queue_if, name, seen, (new.settings_json, int(new.paused), int(new.declared)), now))
-            if row is None:
+            if current is None:
                 return QueueRecord(name, new.settings_json, new.paused, new.declared)
+            row = QueueRow._make(current)
 
     # ------------------------------------------------------------------ worker side
 
@@ -308,7 +305,7 @@ class SQLiteStore:
         the pair job id + lease id; docs/decisions.md "One lease id per Reserve call"). The
         leases run from when the writer grants them (``ReserveParams.grant_time``), which is
         the jobs' ``started_at``."""
-        worker, reserved, node = params.worker_id, _RESERVED, params.node
+        worker, node = params.worker_id, params.node
         lease_id = os.urandom(16)
 
         records: list[JobRecord] = []
@@ -316,11 +313,7 @@ class SQLiteStore:
         for queue in promoted:
             self._promoted(queue)
         for queue, expires, rows in leased:
-            records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
-                                                   attempt, max_attempts, payload, encoding, extras, idem, lease_id,
-                                                   expires, worker, now, history, None, None, 0, seq, node))
-                           for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
-                                encoding, extras, idem, history, seq) in rows)
+            records.extend(leased_records(rows, queue, lease_id, expires, worker, now, node))
         return records
 
     async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
@@ -356,9 +349,7 @@ class SQLiteStore:
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
         rows, refused, other_results = await self._committer.submit(
             partial(ops.ack_many, statements, others, now, default_keep, policy), len(items))
-        completed = int(State.COMPLETED)
-        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started, job_type))
-                for job_id, queue, attempt, started, job_type in rows}
+        done = acked_results(rows, now)
         done.update(refused)
         if not others:
             return [done[p.job_id] for p in items]

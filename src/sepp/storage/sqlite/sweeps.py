@@ -22,9 +22,10 @@ from typing import Any
 from sepp.domain.params import SkippedRow, SweepResult
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
-from sepp.domain.transitions import ExpiredLease, reclaim
+from sepp.domain.transitions import reclaim
 from sepp.quoting import clip
 from sepp.storage.errors import StoreError
+from sepp.storage.row_types import ExpiredRow, at
 from sepp.storage.rows import fetch_lenient
 from sepp.storage.sqlite.sql import Q
 
@@ -145,10 +146,15 @@ def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
 
 # ---------------------------------------------------------------------- reclaim
 
+#: Positions in an ``expired_leases`` row (``ExpiredRow``): its page key and what a skipped row reports.
+_SEQ, _EXPIRES_AT = at(ExpiredRow, "seq"), at(ExpiredRow, "lease_expires_at")
+_ID, _QUEUE = at(ExpiredRow, "id"), at(ExpiredRow, "queue")
+
 def _reclaim_row(now: int, policy: PolicyLookup, conn: sqlite3.Connection, row: _Row) -> int:
     """Apply the reclaim rule to one ``expired_leases`` row under its lease guard; the new state."""
-    seq, lease_id = row[0], row[10]
-    decision = reclaim(ExpiredLease._make(row[1:9]), now, policy)
+    lease = ExpiredRow._make(row)
+    seq, lease_id = lease.seq, lease.lease_id
+    decision = reclaim(lease.lease(), now, policy)
     if decision.run_at is None:
         cur = conn.execute(Q["reclaim_ready"], (decision.state, decision.entry, seq, lease_id))
     else:
@@ -162,21 +168,24 @@ def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connect
     """Writer side of ``SQLiteStore.reclaim_expired``: each expired lease back to READY, or
     CANCELLED (cancel requested) or DEAD_LETTERED (last attempt) as ``transitions.reclaim``
     decides; failures isolated per row."""
-    done, failed = _paged(conn, Q["expired_leases"], now, limit, (_INT64_MIN, 0), lambda r: (r[6], r[0]),
-                          partial(_reclaim_row, now, policy))
+    done, failed = _paged(conn, Q["expired_leases"], now, limit, (_INT64_MIN, 0),
+                          lambda r: (r[_EXPIRES_AT], r[_SEQ]), partial(_reclaim_row, now, policy))
     woke = set()
     dead: dict[str, int] = {}
     expired: dict[str, int] = {}
     types: dict[tuple[str, str, int], int] = {}
-    for row, state in done:
-        expired[row[1]] = expired.get(row[1], 0) + 1
+    for found, state in done:
+        row = ExpiredRow._make(found)
+        queue = row.queue
+        expired[queue] = expired.get(queue, 0) + 1
         if state == _READY:
-            woke.add(row[1])
+            woke.add(queue)
         elif state == _DEAD:
-            dead[row[1]] = dead.get(row[1], 0) + 1
-        key = (row[1], row[11] if isinstance(row[11], str) else "", state)
+            dead[queue] = dead.get(queue, 0) + 1
+        key = (queue, row.job_type if isinstance(row.job_type, str) else "", state)
         types[key] = types.get(key, 0) + 1
-    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 9, 1), expired, expired_types=types)
+    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, _ID, _QUEUE), expired,
+                       expired_types=types)
 
 
 # ---------------------------------------------------------------------- prune

@@ -1,0 +1,162 @@
+"""The rows the drivers read, by name: one type per read whose columns both backends select
+in the same order (``queries.sql`` of each driver), and the few hand-tuned builders of the
+hot paths.
+
+A driver reads a row by name through its type (``LeaseLookup._make(row).queue``). Where a
+hot path reads raw rows by position for speed (reserve, settle), that read lives in ONE
+function here, or indexes with positions taken from the type's field names (``at``), and a test
+checks it against the by-name read for generated rows (tests/storage/test_row_types.py).
+So adding a column means changing the SQL and the type, never hunting positions; a test
+checks each query's column names against its type (tests/storage/test_row_columns.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from sepp.domain.params import SettleResult
+from sepp.domain.records import JobRecord, QueueRecord
+from sepp.domain.states import State
+from sepp.domain.transitions import ExpiredLease, HeldJob
+
+_RESERVED, _COMPLETED = int(State.RESERVED), int(State.COMPLETED)
+#: Builds a NamedTuple from a full tuple without its Python-level ``__new__`` (hot paths).
+_new = tuple.__new__
+
+
+class LeasedRow(NamedTuple):
+    """A job being leased (SQLite ``ready_for_lease``; PostgreSQL ``lease_ready``,
+    ``lease_within`` and the flow-limited lease): ``attempt`` already counts this delivery."""
+
+    id: bytes
+    job_type: str
+    priority: int
+    run_at: int
+    enqueued_at: int
+    attempt: int
+    max_attempts: int
+    payload: bytes
+    encoding: str
+    extras: bytes | None
+    idempotency_key: str | None
+    history: str | None
+    seq: int
+
+
+class AckedRow(NamedTuple):
+    """A job a batched ack completed (``ack_many`` of PostgreSQL, ``ack_many_head`` of SQLite)."""
+
+    id: bytes
+    queue: str
+    attempt: int
+    seq: int
+    started_at: int | None
+    job_type: str
+
+
+class LeaseLookup(NamedTuple):
+    """The job a settle or an extend judges (``settle_lookup``): its row key, then the
+    columns of ``transitions.HeldJob`` in order."""
+
+    seq: int
+    queue: str
+    state: int
+    lease_id: bytes | None
+    lease_expires_at: int | None
+    attempt: int
+    max_attempts: int
+    worker_id: str | None
+    started_at: int | None
+    cancel_requested: int
+    run_at: int
+    node: str | None
+    job_type: str
+
+    def held(self) -> HeldJob:
+        """The columns the settle and extend rules judge."""
+        return HeldJob._make(self[1:])
+
+
+class ExpiredRow(NamedTuple):
+    """A RESERVED job whose lease ran out (``expired_leases``): its row key, the columns of
+    ``transitions.ExpiredLease`` in order, then what the write and the figures need."""
+
+    seq: int
+    queue: str
+    attempt: int
+    max_attempts: int
+    worker_id: str | None
+    started_at: int | None
+    lease_expires_at: int
+    cancel_requested: int
+    node: str | None
+    id: bytes
+    lease_id: bytes
+    job_type: str
+
+    def lease(self) -> ExpiredLease:
+        """The columns the reclaim rule judges."""
+        return ExpiredLease._make(self[1:9])
+
+
+class QueueRow(NamedTuple):
+    """A queue row (``load_queues``, ``get_queue`` / ``lock_queue``): ``paused`` and
+    ``declared`` as stored (0/1 in SQLite)."""
+
+    name: str
+    settings: str
+    paused: Any
+    declared: Any
+
+    def record(self) -> QueueRecord:
+        """The row as the server's ``QueueRecord``."""
+        return QueueRecord(self.name, self.settings, bool(self.paused), bool(self.declared))
+
+
+def at(row_type: type[tuple[Any, ...]], name: str) -> int:
+    """The position of column ``name`` in rows of ``row_type`` (a NamedTuple): what a hot path
+    indexes raw rows with (``PAYLOAD = at(LeasedRow, "payload")``). Raises ``ValueError``
+    for a name the type does not have."""
+    fields: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
+    return fields.index(name)
+
+
+def leased_records(rows: Iterable[Sequence[Any]], queue: str, lease_id: bytes, expires: int, worker: str,
+                   now: int, node: str) -> list[JobRecord]:
+    """The hot path of a Reserve: the ``JobRecord`` of each leased row (``LeasedRow`` columns)
+    of ``queue``, leased with ``lease_id`` until ``expires`` (µs) by ``worker`` at ``now``
+    (µs) on ``node``. Rows are unpacked by position and records built without
+    ``JobRecord.__new__``; ``leased_record`` is the same by name."""
+    reserved = _RESERVED
+    return [_new(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt, max_attempts,
+                             payload, encoding, extras, idem, lease_id, expires, worker, now, history, None, None, 0,
+                             seq, node))
+            for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras, idem,
+                 history, seq) in rows]
+
+
+def leased_record(row: LeasedRow, queue: str, lease_id: bytes, expires: int, worker: str, now: int,
+                  node: str) -> JobRecord:
+    """``leased_records`` for one row, by name (the plain path its test compares with)."""
+    return JobRecord(id=row.id, queue=queue, job_type=row.job_type, state=_RESERVED, priority=row.priority,
+                     run_at=row.run_at, enqueued_at=row.enqueued_at, attempt=row.attempt,
+                     max_attempts=row.max_attempts, payload=row.payload, encoding=row.encoding, extras=row.extras,
+                     idempotency_key=row.idempotency_key, lease_id=lease_id, lease_expires_at=expires,
+                     worker_id=worker, started_at=now, history=row.history, finished_at=None, reason=None,
+                     cancel_requested=0, seq=row.seq, node=node)
+
+
+def acked_results(rows: Iterable[Sequence[Any]], now: int) -> dict[bytes, SettleResult]:
+    """The hot path of a batched ack: {job id: its ``SettleResult``} for the rows (``AckedRow``
+    columns) of the jobs completed at ``now`` (µs). Rows are unpacked by position;
+    ``acked_result`` is the same by name."""
+    completed = _COMPLETED
+    return {job_id: _new(SettleResult, (None, completed, now, attempt, queue, started or 0, job_type))
+            for job_id, queue, attempt, _seq, started, job_type in rows}
+
+
+def acked_result(row: AckedRow, now: int) -> SettleResult:
+    """``acked_results`` for one row, by name (the plain path its test compares with)."""
+    return SettleResult(None, state=_COMPLETED, run_at=now, attempt=row.attempt, queue=row.queue,
+                        started_at=row.started_at or 0, job_type=row.job_type)

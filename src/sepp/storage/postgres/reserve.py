@@ -20,9 +20,10 @@ _PRIORITY, _RUN_AT, _SEQ = at(LeasedRow, "priority"), at(LeasedRow, "run_at"), a
 _PAYLOAD, _HISTORY = at(LeasedRow, "payload"), at(LeasedRow, "history")
 
 
-def _reserve_order(r: Any) -> tuple[int, int, int]:
-    """The sort key of a leased row (``LeasedRow``): priority DESC, run_at, seq."""
-    return -r[_PRIORITY], r[_RUN_AT], r[_SEQ]
+def _reserve_order(r: Any, priority: int = _PRIORITY, run_at: int = _RUN_AT, seq: int = _SEQ) -> tuple[int, int, int]:
+    """The sort key of a leased row (``LeasedRow``): priority DESC, run_at, seq (the positions
+    are bound as defaults: locals, read faster than globals on this per-row path)."""
+    return -r[priority], r[run_at], r[seq]
 
 
 def _leased_bytes(rows: Sequence[Any]) -> int:

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from sepp.domain.params import FlowLimits
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import JobRecord
+from sepp.domain.states import State
+from sepp.domain.transitions import CancelAction
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 #: A page position: the sort key of the last row of the previous page (JSON-able).
@@ -149,6 +151,19 @@ class WriteResult:
     outcome: Outcome
     queue: str = ""
     state: int = 0
+
+
+def cancel_result(action: CancelAction, queue: str, state: int) -> WriteResult:
+    """What a cancel of a job of ``queue`` found in ``state`` answers once the driver wrote
+    ``action`` (``transitions.cancel``'s): ``DONE`` (now CANCELLED), ``CANCEL_REQUESTED``,
+    ``UNCHANGED`` (cancelled already) or ``WRONG_STATE``."""
+    if action is CancelAction.CANCEL:
+        return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
+    if action is CancelAction.REQUEST:
+        return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
+    if action is CancelAction.UNCHANGED:
+        return WriteResult(Outcome.UNCHANGED, queue, state)
+    return WriteResult(Outcome.WRONG_STATE, queue, state)
 
 
 @dataclass(frozen=True, slots=True)

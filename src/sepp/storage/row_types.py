@@ -8,12 +8,17 @@ function here, or indexes with positions taken from the type's field names (``at
 checks it against the by-name read for generated rows (tests/storage/test_row_types.py).
 So adding a column means changing the SQL and the type, never hunting positions; a test
 checks each query's column names against its type (tests/storage/test_row_columns.py).
+
+The row types are named tuples of what the driver hands back (their fields untyped: a
+damaged row may hold anything; the records built from them are typed), declared by their
+column names alone so that they do not repeat the records' field lists.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from sepp.domain.params import SettleResult
 from sepp.domain.records import JobRecord, QueueRecord
@@ -25,89 +30,49 @@ _RESERVED, _COMPLETED = int(State.RESERVED), int(State.COMPLETED)
 _new = tuple.__new__
 
 
-class LeasedRow(NamedTuple):
+class LeasedRow(namedtuple("LeasedRow", "id job_type priority run_at enqueued_at attempt max_attempts payload "
+                                        "encoding extras idempotency_key history seq")):
     """A job being leased (SQLite ``ready_for_lease``; PostgreSQL ``lease_ready``,
     ``lease_within`` and the flow-limited lease): ``attempt`` already counts this delivery."""
 
-    id: bytes
-    job_type: str
-    priority: int
-    run_at: int
-    enqueued_at: int
-    attempt: int
-    max_attempts: int
-    payload: bytes
-    encoding: str
-    extras: bytes | None
-    idempotency_key: str | None
-    history: str | None
-    seq: int
+    __slots__ = ()
 
 
-class AckedRow(NamedTuple):
+class AckedRow(namedtuple("AckedRow", "id queue attempt seq started_at job_type")):
     """A job a batched ack completed (``ack_many`` of PostgreSQL, ``ack_many_head`` of SQLite)."""
 
-    id: bytes
-    queue: str
-    attempt: int
-    seq: int
-    started_at: int | None
-    job_type: str
+    __slots__ = ()
 
 
-class LeaseLookup(NamedTuple):
+class LeaseLookup(namedtuple("LeaseLookup", "seq queue state lease_id lease_expires_at attempt max_attempts "
+                                            "worker_id started_at cancel_requested run_at node job_type")):
     """The job a settle or an extend judges (``settle_lookup``): its row key, then the
     columns of ``transitions.HeldJob`` in order."""
 
-    seq: int
-    queue: str
-    state: int
-    lease_id: bytes | None
-    lease_expires_at: int | None
-    attempt: int
-    max_attempts: int
-    worker_id: str | None
-    started_at: int | None
-    cancel_requested: int
-    run_at: int
-    node: str | None
-    job_type: str
+    __slots__ = ()
 
     def held(self) -> HeldJob:
         """The columns the settle and extend rules judge."""
         return HeldJob._make(self[1:])
 
 
-class ExpiredRow(NamedTuple):
+class ExpiredRow(namedtuple("ExpiredRow", "seq queue attempt max_attempts worker_id started_at lease_expires_at "
+                                          "cancel_requested node id lease_id job_type")):
     """A RESERVED job whose lease ran out (``expired_leases``): its row key, the columns of
     ``transitions.ExpiredLease`` in order, then what the write and the figures need."""
 
-    seq: int
-    queue: str
-    attempt: int
-    max_attempts: int
-    worker_id: str | None
-    started_at: int | None
-    lease_expires_at: int
-    cancel_requested: int
-    node: str | None
-    id: bytes
-    lease_id: bytes
-    job_type: str
+    __slots__ = ()
 
     def lease(self) -> ExpiredLease:
         """The columns the reclaim rule judges."""
         return ExpiredLease._make(self[1:9])
 
 
-class QueueRow(NamedTuple):
+class QueueRow(namedtuple("QueueRow", "name settings paused declared")):
     """A queue row (``load_queues``, ``get_queue`` / ``lock_queue``): ``paused`` and
     ``declared`` as stored (0/1 in SQLite)."""
 
-    name: str
-    settings: str
-    paused: Any
-    declared: Any
+    __slots__ = ()
 
     def record(self) -> QueueRecord:
         """The row as the server's ``QueueRecord``."""

@@ -18,13 +18,13 @@ from typing import Any
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
 from sepp.domain.transitions import CancelAction, Redrive, cancel, redrive
-from sepp.storage.admin import Outcome, WriteResult
+from sepp.storage.admin import Outcome, WriteResult, cancel_result
 from sepp.storage.postgres import type_figures as figures
 from sepp.storage.postgres.committer import Tx
 from sepp.storage.postgres.flow import forget as forget_flow_bound
 from sepp.storage.postgres.sql import A, rowcount
 
-_READY, _CANCELLED = int(State.READY), int(State.CANCELLED)
+_READY = int(State.READY)
 
 
 async def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str, tx: Tx) -> WriteResult:
@@ -34,16 +34,11 @@ async def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str,
         return WriteResult(Outcome.NOT_FOUND)
     seq, queue, state = row
     decision = cancel(state, now, policy(queue), reason)
-    action = decision.action
-    if action is CancelAction.CANCEL:
+    if decision.action is CancelAction.CANCEL:
         await tx.conn.execute(A["cancel_now"], decision.finished_at, decision.purge_at, decision.reason, seq)
-        return WriteResult(Outcome.DONE, queue, _CANCELLED)
-    if action is CancelAction.REQUEST:
+    elif decision.action is CancelAction.REQUEST:
         await tx.conn.execute(A["request_cancel"], seq)
-        return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
-    if action is CancelAction.UNCHANGED:
-        return WriteResult(Outcome.UNCHANGED, queue, state)
-    return WriteResult(Outcome.WRONG_STATE, queue, state)
+    return cancel_result(decision.action, queue, state)
 
 
 async def requeue_job(job_id: bytes, now: int, tx: Tx) -> WriteResult:

@@ -11,8 +11,9 @@ length), and a history that is not a JSON array reads as none (``attempts``).
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
@@ -56,33 +57,14 @@ def attempts(state: Any, history: str | None) -> tuple[int, str]:
     return recorded, error
 
 
-class SummaryRow(NamedTuple):
+class SummaryRow(namedtuple("SummaryRow", "seq id queue job_type state priority run_at enqueued_at attempt "
+                                          "max_attempts size encoding extras idempotency_key lease_id "
+                                          "lease_expires_at worker_id started_at finished_at reason "
+                                          "cancel_requested history node")):
     """A row of ``job_summaries``: a listed job without its payload (``size``: its bytes) and
     with its history text."""
 
-    seq: int
-    id: bytes
-    queue: str
-    job_type: str
-    state: int
-    priority: int
-    run_at: int
-    enqueued_at: int
-    attempt: int
-    max_attempts: int
-    size: int | None
-    encoding: str
-    extras: bytes | None
-    idempotency_key: str | None
-    lease_id: bytes | None
-    lease_expires_at: int | None
-    worker_id: str | None
-    started_at: int | None
-    finished_at: int | None
-    reason: str | None
-    cancel_requested: int
-    history: str | None
-    node: str | None
+    __slots__ = ()
 
 
 def summary(found: Sequence[Any]) -> JobSummary:

@@ -18,9 +18,10 @@ writer for long.
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from sepp.domain.params import FlowLimits
 from sepp.domain.states import STATE_NAMES
@@ -55,34 +56,14 @@ _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
 
 
-class SummaryRow(NamedTuple):
+class SummaryRow(namedtuple("SummaryRow", "seq id queue job_type state priority run_at enqueued_at attempt "
+                                          "max_attempts size encoding extras idempotency_key lease_id "
+                                          "lease_expires_at worker_id started_at finished_at reason "
+                                          "cancel_requested recorded last_error node")):
     """A row of ``job_summaries``: a listed job without its payload (``size``: its bytes),
     with the attempts its history records and its last error, derived in SQL."""
 
-    seq: int
-    id: bytes
-    queue: str
-    job_type: str
-    state: int
-    priority: int
-    run_at: int
-    enqueued_at: int
-    attempt: int
-    max_attempts: int
-    size: Any
-    encoding: str
-    extras: bytes | None
-    idempotency_key: str | None
-    lease_id: bytes | None
-    lease_expires_at: int | None
-    worker_id: str | None
-    started_at: int | None
-    finished_at: int | None
-    reason: str | None
-    cancel_requested: int
-    recorded: Any
-    last_error: Any
-    node: str | None
+    __slots__ = ()
 
 
 def _summary(found: Sequence[Any]) -> JobSummary:

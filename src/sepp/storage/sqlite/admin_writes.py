@@ -15,7 +15,7 @@ from typing import Any
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
 from sepp.domain.transitions import CancelAction, cancel, redrive
-from sepp.storage.admin import Outcome, WriteResult
+from sepp.storage.admin import Outcome, WriteResult, cancel_result
 from sepp.storage.sqlite import type_figures as figures
 from sepp.storage.sqlite.sql import A
 
@@ -34,16 +34,11 @@ def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str, conn:
         return WriteResult(Outcome.NOT_FOUND)
     seq, queue, state = row
     decision = cancel(state, now, policy(queue), reason)
-    action = decision.action
-    if action is CancelAction.CANCEL:
+    if decision.action is CancelAction.CANCEL:
         conn.execute(A["cancel_now"], (decision.finished_at, decision.purge_at, decision.reason, seq))
-        return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
-    if action is CancelAction.REQUEST:
+    elif decision.action is CancelAction.REQUEST:
         conn.execute(A["request_cancel"], (seq,))
-        return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
-    if action is CancelAction.UNCHANGED:
-        return WriteResult(Outcome.UNCHANGED, queue, state)
-    return WriteResult(Outcome.WRONG_STATE, queue, state)
+    return cancel_result(decision.action, queue, state)
 
 
 def requeue_job(job_id: bytes, now: int, conn: sqlite3.Connection) -> WriteResult:

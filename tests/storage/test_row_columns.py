@@ -10,19 +10,22 @@ import sqlite3
 from collections import defaultdict
 from typing import Any
 
-from sepp.domain.records import JobRecord, NodeRecord
+from sepp.domain.records import JobRecord, NodeRecord, PeriodicRecord
 from sepp.storage.base import Store
 from sepp.storage.postgres.flow import FlowReadyRow
+from sepp.storage.postgres.periodic import P as PG_P
 from sepp.storage.postgres.sql import A as PG_A
 from sepp.storage.postgres.sql import Q as PG_Q
 from sepp.storage.postgres.store import PostgresStore
 from sepp.storage.postgres.summaries import SummaryRow as PgSummaryRow
 from sepp.storage.row_types import AckedRow, ExpiredRow, LeasedRow, LeaseLookup, QueueRow
 from sepp.storage.sqlite.admin import SummaryRow as SQLiteSummaryRow
+from sepp.storage.sqlite.periodic import P as SQLITE_P
 from sepp.storage.sqlite.sql import A as SQLITE_A
 from sepp.storage.sqlite.sql import Q as SQLITE_Q
 from sepp.storage.sqlite.sql import ack_sql
 from sepp.storage.sqlite.store import SQLiteStore
+from sepp.storage.sqlite.sweeps import _DueRow, _KeyRow, _PurgeableRow
 
 #: The SQLite reads and the row type each is read with.
 SQLITE_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
@@ -35,6 +38,10 @@ SQLITE_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "load_queues": (SQLITE_Q["load_queues"], QueueRow),
     "get_queue": (SQLITE_Q["get_queue"], QueueRow),
     "job_summaries": (SQLITE_A["job_summaries"], SQLiteSummaryRow),
+    "due_jobs": (SQLITE_Q["due_jobs"], _DueRow),
+    "purgeable_jobs": (SQLITE_Q["purgeable_jobs"], _PurgeableRow),
+    "expired_keys": (SQLITE_Q["expired_keys"], _KeyRow),
+    "periodic load_all": (SQLITE_P["load_all"], PeriodicRecord),
 }
 #: The PostgreSQL reads and the row type each is read with.
 POSTGRES_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
@@ -51,6 +58,7 @@ POSTGRES_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "nodes": (PG_Q["nodes"], NodeRecord),
     "flow_ready": (PG_Q["flow_ready"], FlowReadyRow),
     "job_summaries": (PG_A["job_summaries"], PgSummaryRow),
+    "periodic load_all": (PG_P["load_all"], PeriodicRecord),
 }
 
 

@@ -3,9 +3,9 @@
 the same keyset sort keys, filters, counts and verdicts (one conformance
 suite for both backends).
 
-Reads go through the store's read pool (``reads.PgReads``: ``fetch`` / ``fetchrow`` /
-``fetchval``, driver errors as ``StoreError`` / ``StoreUnavailable``), writes through its committer (one
-operation each, folded into group commits like every other write). Every query is driven by
+Reads go through the store's read pool and writes through its committer, both handed over
+as ``reads.PgReads`` (driver errors as ``StoreError`` / ``StoreUnavailable``; each write one
+operation of ``admin_writes``, folded into group commits). Every query is driven by
 an index (admin.sql), so none slows down as the completed-job history grows:
 
 * READY listings walk ``jobs_ready`` queue by queue in reserve order;

@@ -1,7 +1,8 @@
 """``SQLiteAdmin``: the admin operations of the SQLite backend (``sepp.storage.admin.AdminStore``).
 
-Reads go through the store's reader threads, writes through its committer (one
-transaction each, folded into group commits like every other write). Every query
+Reads go through the store's reader threads, writes through its writer, both handed over
+as ``reads.SQLiteReads`` (each write one function of ``admin_writes`` in a transaction,
+folded into group commits like every other write). Every query
 is driven by an index, so none of them slows down as the completed-job history grows:
 
 * READY listings walk ``jobs_ready`` queue by queue in reserve order;

@@ -1,6 +1,7 @@
 """The hand-tuned row reads of the drivers' hot paths give what the plain by-name reads give,
 for generated rows (``sepp.storage.row_types``): the Reserve's records, the batched ack's
-results, and PostgreSQL's reserve order and byte count of leased rows."""
+results, the enqueue's test for keys, and PostgreSQL's reserve order and byte count of
+leased rows."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sepp.domain.records import JobRow
 from sepp.domain.transitions import ExpiredLease, HeldJob
 from sepp.storage.postgres.reserve import _leased_bytes, _reserve_order
 from sepp.storage.row_types import (
@@ -18,6 +20,7 @@ from sepp.storage.row_types import (
     LeaseLookup,
     acked_result,
     acked_results,
+    any_keyed,
     at,
     leased_record,
     leased_records,
@@ -58,6 +61,12 @@ def test_the_reserve_order_and_bytes_of_leased_rows_are_those_read_by_name(rows:
     assert sorted(raw, key=_reserve_order) == [tuple(r) for r in sorted(rows, key=lambda r: (-r.priority, r.run_at,
                                                                                              r.seq))]
     assert _leased_bytes(raw) == sum(len(r.payload) + len((r.history or "").encode()) for r in rows)
+
+
+@given(st.lists(st.none() | st.sampled_from(["", "k"]), max_size=6))
+def test_any_keyed_is_whether_a_row_has_a_key(keys: list[str | None]) -> None:
+    rows = [JobRow(b"i" * 16, "q", "t", 2, 0, 0, 0, 3, b"", "e", None, key) for key in keys]
+    assert any_keyed(rows) == any(row.idempotency_key for row in rows)
 
 
 def _values(row_type: Any, source: Any) -> Any:

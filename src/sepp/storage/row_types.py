@@ -16,12 +16,13 @@ column names alone so that they do not repeat the records' field lists.
 
 from __future__ import annotations
 
+import operator
 from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sepp.domain.params import SettleResult
-from sepp.domain.records import JobRecord, QueueRecord
+from sepp.domain.records import JobRecord, JobRow, QueueRecord
 from sepp.domain.states import State
 from sepp.domain.transitions import ExpiredLease, HeldJob
 
@@ -85,6 +86,16 @@ def at(row_type: type[tuple[Any, ...]], name: str) -> int:
     for a name the type does not have."""
     fields: tuple[str, ...] = row_type._fields  # type: ignore[attr-defined]
     return fields.index(name)
+
+
+#: A ``JobRow``'s idempotency key, read by name in C (``any_keyed``).
+_KEY_OF = operator.attrgetter("idempotency_key")
+
+
+def any_keyed(rows: Iterable[JobRow]) -> bool:
+    """Whether any of the enqueued ``rows`` has an idempotency key (the plain-insert test of
+    every enqueue: a C-level getter mapped over the rows, faster than a generator)."""
+    return any(map(_KEY_OF, rows))
 
 
 def leased_records(rows: Iterable[Sequence[Any]], queue: str, lease_id: bytes, expires: int, worker: str,

@@ -50,7 +50,7 @@ from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
-from sepp.storage.row_types import QueueRow, acked_results, leased_records
+from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.search import CustomEntry
 
 _record = JobRecord._make
@@ -282,7 +282,7 @@ class PostgresStore:
             foreign = [row.id for row, s in zip(rows, carried, strict=True) if s is None]
         else:
             seqs = cast("list[int]", carried)
-        if not foreign and not new_queues and not custom and not any(row.idempotency_key for row in rows):
+        if not foreign and not new_queues and not custom and not any_keyed(rows):
             records = [(*row, s) for row, s in zip(rows, seqs, strict=True)]
             return await self._committer.submit(enqueue.InsertOp(records), len(rows))
         return await self._committer.submit(

@@ -48,7 +48,7 @@ from sepp.storage.base import (
 )
 from sepp.storage.commit_stats import merge
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
-from sepp.storage.row_types import QueueRow, acked_results, leased_records
+from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.rows import repair_job
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, periodic, sweeps
@@ -213,7 +213,7 @@ class SQLiteStore:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call.
         Calls with custom-index entries take the keyed path (``ops.enqueue_op``), so a call
         without any runs exactly as before (nothing added to it)."""
-        if not new_queues and not custom and not any(row.idempotency_key for row in rows):
+        if not new_queues and not custom and not any_keyed(rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
                 return await self._write_one(MergeableInsert(ops.insert_jobs, list(rows), {}))
             # The statements are prepared here, on the event loop: the writer only runs them

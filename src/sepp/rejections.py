@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
@@ -53,6 +54,26 @@ class RejectionCode(enum.StrEnum):
     def to_wire(self) -> int:
         """The proto ``RejectionCode`` number."""
         return int(pb.RejectionCode.Value(self.name))
+
+
+class CodedRejection(Protocol):
+    """What the server's own readers of a rejection (metrics, periodic schedules, logs) use
+    of it: the code number and the message. The wire ``Rejection`` has both; naming only these
+    keeps those readers off the generated types."""
+
+    @property
+    def code(self) -> int:
+        """The proto ``RejectionCode`` number."""
+
+    @property
+    def message(self) -> str:
+        """The human-readable reason."""
+
+
+def code_name(code: int) -> str:
+    """The UPPER_SNAKE_CASE wire name of a rejection code number (``QUEUE_NAME_INVALID``),
+    any number the proto enum knows. Raises ``ValueError`` for one it does not."""
+    return pb.RejectionCode.Name(code)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,13 @@ class Validator:
         verdict = self.check(req, now_ns)
         return verdict if type(verdict) is pb.Rejection else None
 
+    def probe_queue_name(self, name: str) -> pb.Rejection | None:
+        """The first rejection an enqueue to queue ``name`` (of job type ``x``, nothing else
+        set) would get, or ``None``: how the admin checks a name it is asked to declare
+        without building a wire request itself. A ``QUEUE_NAME_INVALID`` code means the name
+        itself is refused."""
+        return self.validate(pb.EnqueueRequest(queue=name, job_type="x"), 0)
+
     def check(self, req: pb.EnqueueRequest, now_ns: int) -> pb.Rejection | Checked:
         """``validate``, but a valid request gives back the fields the checks read (a
         ``Checked`` tuple), so the server builds the row without reading them again."""

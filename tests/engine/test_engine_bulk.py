@@ -77,7 +77,7 @@ async def test_a_selection_goes_through_the_single_job_operations(harness: Harne
 async def test_a_run_walks_every_match_in_chunks_up_to_the_confirmed_count(harness: Harness) -> None:
     h = harness
     admin = AdminEngine(h.engine, h.store.admin)
-    bulk = BulkActions(admin, chunk=3, concurrency=2)
+    bulk = BulkActions(admin.jobs, chunk=3, concurrency=2)
     ids = await _dead(h, 10)
     others = await _dead(h, 2, "other")
     run = await bulk.start("requeue", JobQuery(queue="q", state=DEAD, job_type="t"), confirmed=10)
@@ -101,7 +101,7 @@ async def test_a_run_walks_every_match_in_chunks_up_to_the_confirmed_count(harne
 async def test_a_run_does_not_take_a_job_twice_when_it_dead_letters_again(harness: Harness) -> None:
     h = harness
     admin = AdminEngine(h.engine, h.store.admin)
-    bulk = BulkActions(admin, chunk=1, concurrency=1)
+    bulk = BulkActions(admin.jobs, chunk=1, concurrency=1)
     ids = await _dead(h, 4)
     query, matched = await bulk.count("requeue", JobQuery(queue="q", state=DEAD))
     assert matched == 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from engine.engine_kit import Harness
 from sepp.server.admin import AdminEngine
-from sepp.server.admin.engine import KEEP_MINUTES
+from sepp.server.admin.stats import KEEP_MINUTES
 
 HOUR_US = 3600 * 1_000_000
 

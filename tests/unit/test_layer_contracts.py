@@ -49,6 +49,12 @@ def test_contracts_hold_on_the_source_tree(tree: Path) -> None:
     ("domain/_bad.py", "import sqlite3", "sepp.domain imports no transport"),
     ("domain/_bad.py", "from sepp.api.v1 import common_pb2", "sepp.domain imports no transport"),
     ("domain/_bad.py", "from sepp.storage import base", "sepp.domain imports no transport"),
+    ("server/http/ui/_bad.py", "from sepp.storage import base", "sepp.server.http and sepp.server.rpc do not import"),
+    ("server/rpc/_bad.py", "from sepp.storage.admin import JobQuery",
+     "sepp.server.http and sepp.server.rpc do not import"),
+    ("server/metrics/_bad.py", "from sepp.api.v1 import common_pb2", "only the wire edge imports"),
+    ("server/http/ui/_bad.py", "from sepp.api.v1 import producer_pb2", "only the wire edge imports"),
+    ("server/admin/_bad.py", "import sepp.api.v1.admin_pb2", "only the wire edge imports"),
 ])
 def test_a_violating_import_breaks_its_contract(tree: Path, module: str, line: str, contract: str) -> None:
     path = tree / "src" / "sepp" / module

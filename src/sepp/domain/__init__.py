@@ -8,6 +8,10 @@ transport and no database.
 - ``transitions``: what an ack, a nack, a lease expiry, a cancel and a redrive do to a job
   (the ``Decision`` a driver applies under the lease guard; history entries, reasons).
 - ``clock``: the one place the time is read (``Clock``; ``FakeClock`` for tests).
+- ``listing``: a job listing's ``JobQuery`` and ``JobPage``, and a redrive's ``DeadFilter``;
+  ``admin``: what the admin's writes answer (``Outcome``) and its figures read (``StateCounts``,
+  ``MinuteRow``, …) — shared by the store, the admin engine, the UI and the RPC edge.
+- ``store_errors``: ``StoreError`` and its kinds, raised by a store and caught above it.
 
 It imports nothing from ``sepp.storage``, ``sepp.server``, the front ends, grpc, protobuf
 or any database module; the layer contracts in pyproject.toml hold it to that.

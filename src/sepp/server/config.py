@@ -270,10 +270,7 @@ class ServerConfig(BaseSettings):
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
         for name in self.queues:
-            probe = Validator(self.limits, lambda _q: None)
-            from sepp.api.v1 import common_pb2 as pb
-
-            rej = probe.validate(pb.EnqueueRequest(queue=name, job_type="x"), 0)
+            rej = Validator(self.limits, lambda _q: None).probe_queue_name(name)
             if rej is not None and rej.field == "queue" and rej.code != 4:
                 raise ValueError(f"queue name {name!r} is invalid: {rej.message}")
         for name, settings in [("queue_defaults", self.queue_defaults), *self.queues.items()]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, ParamSpec
 
-from sepp.api.v1 import common_pb2 as pb
+from sepp.rejections import CodedRejection
 from sepp.storage.base import Dedups, JobRow, SettleParams, SettleResult
 
 log = logging.getLogger("sepp.events")
@@ -76,8 +76,8 @@ class EngineEvents:
     For the metrics (they subscribe to these; each is emitted once per call or pass, never per job):
 
     - ``rejected(rejections)``: jobs of an enqueue call were rejected (and the call was
-      answered with them): one (queue, ``pb.Rejection``) per rejected job, the queue as the
-      request named it (unvalidated text).
+      answered with them): one (queue, the wire ``Rejection``, read as a ``CodedRejection``)
+      per rejected job, the queue as the request named it (unvalidated text).
     - ``overloaded(jobs)``: an enqueue call of ``jobs`` valid jobs was shed (OVERLOADED).
     - ``settled(items, results)``: one settle call, its ``SettleParams`` and the store's
       ``SettleResult`` for each, in order (refused ones included, with their error).
@@ -95,7 +95,7 @@ class EngineEvents:
     scheduled: Event[[int]] = field(default_factory=lambda: Event("scheduled"))
     stored: Event[[Sequence[JobRow], Dedups]] = field(default_factory=lambda: Event("stored"))
     finished: Event[[str, int, int]] = field(default_factory=lambda: Event("finished"))
-    rejected: Event[[Sequence[tuple[str, pb.Rejection]]]] = field(default_factory=lambda: Event("rejected"))
+    rejected: Event[[Sequence[tuple[str, CodedRejection]]]] = field(default_factory=lambda: Event("rejected"))
     overloaded: Event[[int]] = field(default_factory=lambda: Event("overloaded"))
     settled: Event[[Sequence[SettleParams], Sequence[SettleResult]]] = field(
         default_factory=lambda: Event("settled"))

@@ -1,9 +1,9 @@
 """Bulk actions over jobs: cancel, requeue (redrive) or delete a selection
 of jobs, or every job that matches a listing's filter, with progress.
 
-Semantics are not duplicated: each job goes through the admin engine's own single-job
-operation (``AdminEngine.cancel`` / ``requeue`` / ``delete_job``) — or, for a requeue of
-every matching DEAD_LETTERED job, its own bulk redrive (``AdminEngine.requeue_dead``, the
+Semantics are not duplicated: each job goes through the admin's own single-job
+operation (``JobAdmin.cancel`` / ``requeue`` / ``delete_job``) — or, for a requeue of
+every matching DEAD_LETTERED job, its own bulk redrive (``JobAdmin.requeue_dead``, the
 operation behind ``RequeueDeadLettered`` and the dead-letter page) — so a bulk cancel of a
 RESERVED job asks its worker exactly as a single cancel does, a bulk requeue resets the
 attempt and keeps the history exactly as a single requeue does, and a job whose state no
@@ -13,12 +13,12 @@ Bounded (documented choice, docs/decisions.md "Bulk actions"):
 
 * a selection holds at most ``MAX_SELECTED`` job ids and runs within the request;
 * "every job matching the filter" first counts the matches (``count``: the dry run), and a
-  run (``start``) then walks the listing (``AdminEngine.list_jobs``, keyset pages of
+  run (``start``) then walks the listing (``JobAdmin.list_jobs``, keyset pages of
   ``chunk`` jobs) and applies the operation to each job, at most ``concurrency`` at a time.
   Every operation is its own short transaction (on SQLite they share group commits), so
   1,000,000 jobs never sit in one transaction and the single writer stays responsive. A
   requeue of dead letters instead calls the bulk redrive ``REDRIVE_STEP`` jobs at a time
-  (``engine.CHUNK`` = 2,000 jobs a commit): the same bound, ~10× the pace;
+  (``jobs.CHUNK`` = 2,000 jobs a commit): the same bound, ~10× the pace;
 * a run touches at most the number of jobs the operator confirmed (the dry-run count),
   so it ends even while producers keep adding matching jobs; for the finished states
   (COMPLETED, DEAD_LETTERED, CANCELLED) it only takes jobs that finished before the count
@@ -39,12 +39,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from sepp.domain.admin import Outcome
+from sepp.domain.listing import DeadFilter, JobQuery
 from sepp.domain.states import FINISHED, State
 from sepp.quoting import clip, quote
-from sepp.server.admin.engine import AdminEngine, StateConflict
+from sepp.server.admin.checks import StateConflict
+from sepp.server.admin.jobs import JobAdmin
 from sepp.server.engine import job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
-from sepp.storage.admin import DeadFilter, JobQuery, Outcome
 
 log = logging.getLogger("sepp.admin")
 
@@ -129,11 +131,11 @@ class BulkRun:
 
 
 class BulkActions:
-    """Bulk cancel / requeue / delete over an ``AdminEngine`` (see the module docstring).
-    Transport-agnostic: the web UI calls it in-process."""
+    """Bulk cancel / requeue / delete over the admin's job operations (``JobAdmin``; see the
+    module docstring). Transport-agnostic: the web UI calls it in-process (``AdminEngine.bulk``)."""
 
-    def __init__(self, admin: AdminEngine, *, chunk: int = CHUNK, concurrency: int = CONCURRENCY) -> None:
-        self.admin = admin
+    def __init__(self, jobs: JobAdmin, *, chunk: int = CHUNK, concurrency: int = CONCURRENCY) -> None:
+        self.jobs = jobs
         self.chunk = chunk
         self.concurrency = concurrency
         self._runs: dict[str, BulkRun] = {}
@@ -154,7 +156,7 @@ class BulkActions:
         """``query`` bounded to the jobs that finished by now (finished states only)."""
         if query.state not in _FINISHED:
             return query
-        now = self.admin.clock.now() + 1
+        now = self.jobs.clock.now() + 1
         before = now if query.finished_before is None else min(query.finished_before, now)
         return replace(query, finished_before=before)
 
@@ -165,9 +167,9 @@ class BulkActions:
         self.check(action, query.state)
         if query.queue is None:
             raise InvalidRequest("a bulk action needs a queue", "queue")
-        self.admin.queue(query.queue)
+        self.jobs.queue(query.queue)
         query = self.snapshot(query)
-        return query, await self.admin.store.count_jobs(query)
+        return query, await self.jobs.count_jobs(query)
 
     # ------------------------------------------------------------------ one job, a selection
 
@@ -177,7 +179,7 @@ class BulkActions:
         skipped. A delete takes the job only while it is still in ``state`` (the state of
         the listing it was picked from, when given): one that left it since is skipped like
         any other refusal. A store failure propagates."""
-        admin = self.admin
+        admin = self.jobs
         try:
             if action == "cancel":
                 if await admin.cancel_outcome(job_id, BULK_CANCEL_REASON) is Outcome.CANCEL_REQUESTED:
@@ -248,7 +250,7 @@ class BulkActions:
             raise InvalidRequest(f"{MAX_RUNNING} bulk actions are running on this node; wait for one to finish",
                                  "action")
         query, matched = await self.count(action, query)
-        run = BulkRun(secrets.token_urlsafe(12), action, query, min(confirmed, matched), self.admin.clock.now())
+        run = BulkRun(secrets.token_urlsafe(12), action, query, min(confirmed, matched), self.jobs.clock.now())
         self._remember(run)
         run.task = asyncio.create_task(self._run(run), name=f"sepp-bulk-{run.id}")
         log.info("bulk %s of every %s job of type %s in queue %s started: %d job(s)", action,
@@ -265,12 +267,12 @@ class BulkActions:
 
     async def _redrive(self, run: BulkRun) -> None:
         """A requeue of DEAD_LETTERED jobs: the engine's own bulk redrive
-        (``AdminEngine.requeue_dead``: ``engine.CHUNK`` jobs a commit), one call per
+        (``JobAdmin.requeue_dead``: ``jobs.CHUNK`` jobs a commit), one call per
         ``REDRIVE_STEP`` jobs for the progress, the run's snapshot as its upper bound."""
         q = run.query
         where = DeadFilter(q.queue, q.job_type, None, q.finished_after, q.finished_before)
         while run.seen < run.expected:
-            _matched, n = await self.admin.requeue_dead(where, max_jobs=min(REDRIVE_STEP, run.expected - run.seen))
+            _matched, n = await self.jobs.requeue_dead(where, max_jobs=min(REDRIVE_STEP, run.expected - run.seen))
             if n == 0:
                 break
             run.seen += n
@@ -280,7 +282,7 @@ class BulkActions:
         """Any other run: the listing's keyset pages, each job through its single-job operation."""
         token = ""
         while run.seen < run.expected:
-            page = await self.admin.list_jobs(run.query, token, min(self.chunk, run.expected - run.seen))
+            page = await self.jobs.list_jobs(run.query, token, min(self.chunk, run.expected - run.seen))
             if not page.jobs:
                 break
             await self._apply(run.action, [job_id_text(s.record.id) for s in page.jobs], run.outcome, run.query.state,
@@ -302,7 +304,7 @@ class BulkActions:
             run.error = clip(f"{type(exc).__name__}: {exc}", 300)
             log.warning("bulk %s run %s stopped after %d job(s): %s", run.action, run.id, run.seen, run.error)
         finally:
-            run.finished_at = self.admin.clock.now()
+            run.finished_at = self.jobs.clock.now()
             log.info("bulk %s run %s ended: %d of %d job(s) done%s%s", run.action, run.id, run.outcome.done,
                      run.expected, f", {run.outcome.requested_text()}" if run.outcome.requested else "",
                      f", {run.outcome.skipped_text()}" if run.outcome.skipped else "",

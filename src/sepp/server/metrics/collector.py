@@ -18,8 +18,8 @@ from dataclasses import replace
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.states import STATE_NAMES, State
+from sepp.rejections import CodedRejection, code_name
 from sepp.server.metrics import definitions as m
 from sepp.server.metrics.exposition import Histogram, Text, label_value
 from sepp.server.metrics.gauges import GaugeSampler
@@ -126,9 +126,9 @@ class Metrics:
                 self.enqueued[queue] -= 1
                 self.deduplicated[queue] += 1
 
-    def _on_rejected(self, rejections: Sequence[tuple[str, pb.Rejection]]) -> None:
+    def _on_rejected(self, rejections: Sequence[tuple[str, CodedRejection]]) -> None:
         known = self.engine.queues.get
-        name = pb.RejectionCode.Name
+        name = code_name
         for queue, rejection in rejections:
             label = queue if known(queue) is not None else ""
             try:

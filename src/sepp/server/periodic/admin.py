@@ -14,10 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.records import PeriodicRecord, PeriodicRun
 from sepp.quoting import clip, quote
-from sepp.rejections import Reason
+from sepp.rejections import Reason, code_name
 from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import JobRejected, NotFound, PeriodicInvalid
 from sepp.server.periodic.jobs import job_request
@@ -116,9 +115,9 @@ def check_job(engine: JobEngine, spec: PeriodicSettings) -> None:
     queue, a payload over the queue's limit, …), checked with the server's own validator.
     Raises ``PeriodicInvalid`` with the job field and the rejection code."""
     now = engine.clock.now()
-    verdict = engine.validator.check(job_request(spec, now, f"periodic:{spec.name}:{rfc3339(now)}"), now * 1000)
-    if type(verdict) is pb.Rejection:
-        code = pb.RejectionCode.Name(verdict.code)
+    verdict = engine.validator.validate(job_request(spec, now, f"periodic:{spec.name}:{rfc3339(now)}"), now * 1000)
+    if verdict is not None:
+        code = code_name(verdict.code)
         raise PeriodicInvalid(f"periodic schedule {spec.name!r}: its job would be rejected: {code}: "
                               f"{verdict.message}", verdict.field or "queue", spec.name)
 
@@ -199,7 +198,7 @@ class PeriodicAdmin:
         try:
             ack = await self.engine.enqueue(req)
         except JobRejected as exc:
-            error = f"{pb.RejectionCode.Name(exc.rejection.code)}: {exc.rejection.message}"
+            error = f"{code_name(exc.rejection.code)}: {exc.rejection.message}"
             await self.store.record_periodic_runs([PeriodicRun(name, 0, b"", clip(error, 500), now)])
             raise
         await self.store.record_periodic_runs([PeriodicRun(name, 0, job_id_bytes(ack.job_id) or b"", "", now)])

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.records import PeriodicRecord, PeriodicRun
 from sepp.quoting import clip
+from sepp.rejections import CodedRejection, code_name
 from sepp.server.engine import JobEngine, job_id_bytes
 from sepp.server.errors import Overloaded
 from sepp.server.periodic.jobs import job_request
@@ -350,11 +350,12 @@ class PeriodicScheduler:
                 log.warning("periodic: %d run(s) enqueued but not recorded (%s)", len(runs), exc)
         return runs
 
-    def _result(self, entry: Entry, tick: int, result: pb.Rejection | tuple[str, bool], now: int) -> PeriodicRun:
-        """The run of one enqueue result, logged; the entry's copy of the row updated."""
+    def _result(self, entry: Entry, tick: int, result: CodedRejection | tuple[str, bool], now: int) -> PeriodicRun:
+        """The run of one enqueue result (a rejection, or the job id and whether it was
+        deduplicated), logged; the entry's copy of the row updated."""
         name = entry.record.name
-        if isinstance(result, pb.Rejection):
-            error = f"{pb.RejectionCode.Name(result.code)}: {result.message}"
+        if not isinstance(result, tuple):
+            error = f"{code_name(result.code)}: {result.message}"
             log.warning("periodic schedule %s: the job of tick %s was rejected (%s)", name, rfc3339(tick), error,
                         extra={"event": "periodic_rejected", "schedule": name, "reason": error})
             run = PeriodicRun(name, tick, b"", clip(error, 500), now)

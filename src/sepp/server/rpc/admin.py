@@ -19,6 +19,8 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import admin_pb2_grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import periodic_pb2 as ppb
+from sepp.domain.listing import DeadFilter, JobQuery, JobSummary
+from sepp.domain.store_errors import StoreError
 from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, TypeFigures, WindowFigures, WorkerView
 from sepp.server.admin.search import with_search
@@ -31,8 +33,6 @@ from sepp.server.rpc.convert import job_to_proto, ts
 from sepp.server.rpc.periodic import periodic_info, settings_from_proto
 from sepp.server.rpc.producer import queue_settings_proto
 from sepp.server.rpc.status import abort_for, abort_with
-from sepp.storage.admin import DeadFilter, JobQuery, JobSummary
-from sepp.storage.errors import StoreError
 from sepp.wire import duration_to_seconds, seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).

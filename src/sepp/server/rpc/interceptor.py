@@ -25,10 +25,10 @@ import grpc
 from google.rpc import code_pb2
 
 from sepp import wire
+from sepp.domain.store_errors import StoreError
 from sepp.rejections import Reason
 from sepp.server.errors import EngineError
 from sepp.server.rpc.status import abort_for, abort_with
-from sepp.storage.errors import StoreError
 
 log = logging.getLogger("sepp.rpc")
 

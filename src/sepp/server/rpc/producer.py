@@ -8,10 +8,10 @@ from sepp._version import __version__
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc
+from sepp.domain.store_errors import StoreError
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError
 from sepp.server.rpc.status import abort_for
-from sepp.storage.errors import StoreError
 from sepp.wire import seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).

@@ -11,6 +11,8 @@ import grpc
 from google.rpc import code_pb2, status_pb2
 
 from sepp import wire
+from sepp.domain.params import SettleError
+from sepp.domain.store_errors import StoreClosed, StoreError, StoreFailed, StoreUnavailable
 from sepp.limits import fmt_number
 from sepp.rejections import Reason
 from sepp.server.errors import (
@@ -25,8 +27,6 @@ from sepp.server.errors import (
     QueueLimitReached,
     ShuttingDown,
 )
-from sepp.storage.base import SettleError
-from sepp.storage.errors import StoreClosed, StoreError, StoreFailed, StoreUnavailable
 
 
 def status_for(exc: BaseException) -> status_pb2.Status:

@@ -10,6 +10,10 @@ from typing import Any, TypeAlias
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
+from sepp.domain.params import SettleKind, SettleParams, SettleResult
+from sepp.domain.records import JobRecord
+from sepp.domain.states import State
+from sepp.domain.store_errors import StoreError
 from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
 from sepp.rejections import Reason
 from sepp.server.bounds import duration_arg
@@ -17,8 +21,6 @@ from sepp.server.engine import JobEngine, job_id_bytes
 from sepp.server.errors import EngineError, InvalidRequest
 from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
-from sepp.storage.base import JobRecord, SettleKind, SettleParams, SettleResult, State
-from sepp.storage.errors import StoreError
 from sepp.validation import utf8_len
 from sepp.wire import quote
 

@@ -35,13 +35,16 @@ entered; the session is a signed cookie holding the token's name and a digest ma
 removed or changed token logs its sessions out), signed with a key derived from the
 configured digests, else a random per-process key.
 
-Layout: ``routes`` (``AdminUI``: handlers and the route table),
-``views`` (formatters, payload view / hex dump, job and settings context), ``chart``
-(the throughput SVG), ``forms`` (enqueue form → request, dead-letter filter),
-``bulk`` (the bulk-action routes), ``lists`` (Jobs, Busy, Retries, the ticked-rows
-form), ``figures_view`` (the job-type table's formatting), ``security`` (CSP headers,
-session key, login marker, CSRF). Templates and static files stay in
-``sepp/server/http/templates`` and ``static``.
+Layout: ``routes`` (``AdminUI``: the route table over the page groups), ``kit``
+(``PageKit``, what every page shares: templates, render, flash, form, the login / CSRF
+guards), the page groups ``queue_pages`` (dashboard, queue), ``job_pages`` (job, dead
+letters, find, search), ``enqueue_page``, ``cluster_pages`` (nodes, workers), ``login``,
+``bulk`` (the bulk-action routes), ``lists`` (Jobs, Busy, Retries, the ticked-rows form)
+and ``periodic``; ``views`` (formatters, payload view / hex dump, job and settings
+context), ``chart`` (the throughput SVG), ``forms`` (enqueue form → request, dead-letter
+filter), ``figures_view`` (the job-type table's formatting), ``security`` (CSP headers,
+session key, login marker, CSRF). The page groups import ``kit``, never ``routes``.
+Templates and static files stay in ``sepp/server/http/templates`` and ``static``.
 """
 
 from __future__ import annotations

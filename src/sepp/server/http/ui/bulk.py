@@ -14,26 +14,24 @@
                                                 second until the run ends)
 ==============================================  =========================================
 
-Every POST goes through ``AdminUI._post`` (the session's CSRF token, then login), every
-GET through ``AdminUI._page``; handlers only parse the form and call ``BulkActions``.
+Every POST goes through ``PageKit.post`` (the session's CSRF token, then login), every
+GET through ``PageKit.page``; handlers only parse the form and call ``BulkActions``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from sepp.domain.listing import JobQuery
 from sepp.server.admin.bulk import ACTION_STATES, MAX_SELECTED, BulkRun
 from sepp.server.errors import InvalidRequest
+from sepp.server.http.ui.kit import PageKit
 from sepp.server.http.ui.views import SLUG_OF, state_param
-from sepp.storage.admin import JobQuery
-
-if TYPE_CHECKING:
-    from sepp.server.http.ui.routes import AdminUI
 
 #: The progress fragment's poll period, seconds.
 PROGRESS_POLL_SECONDS = 1
@@ -48,16 +46,16 @@ def actions_for(state: int) -> list[str]:
     return [a for a in ("requeue", "cancel", "delete") if state in ACTION_STATES[a]]
 
 
-async def apply_selected(ui: AdminUI, request: Request, action: str, state: int, ids: list[str]) -> None:
+async def apply_selected(kit: PageKit, request: Request, action: str, state: int, ids: list[str]) -> None:
     """Apply ``action`` to the ticked jobs ``ids`` (listed in ``state``) with
     ``BulkActions.apply`` and flash what was done, requested and skipped. Raises
     ``InvalidRequest`` past ``MAX_SELECTED`` ids or for an action the state does not take."""
     if len(ids) > MAX_SELECTED:
         raise InvalidRequest(f"select at most {MAX_SELECTED:,} jobs (got {len(ids):,})", "job_id")
-    outcome = await ui.admin.bulk.apply(action, state, ids)
+    outcome = await kit.admin.bulk.apply(action, state, ids)
     skipped = outcome.skipped_text()
     requested = outcome.requested_text()
-    ui.flash(request, f"{DONE.get(action, action).capitalize()} {outcome.done:,} of {len(ids):,} selected "
+    kit.flash(request, f"{DONE.get(action, action).capitalize()} {outcome.done:,} of {len(ids):,} selected "
              f"job(s)" + (f"; {requested}" if requested else "") + (f"; {skipped}" if skipped else "") + ".",
              "warn" if skipped else "ok")
 
@@ -67,15 +65,15 @@ def _text(value: Any) -> str:
 
 
 class BulkUI:
-    """The bulk-action routes of an ``AdminUI`` (see the module docstring)."""
+    """The bulk-action routes over a ``PageKit`` (see the module docstring)."""
 
-    def __init__(self, ui: AdminUI) -> None:
-        self.ui = ui
-        self.bulk = ui.admin.bulk
+    def __init__(self, kit: PageKit) -> None:
+        self.kit = kit
+        self.bulk = kit.admin.bulk
 
     def routes(self) -> list[BaseRoute]:
         """The routes to mount beside the UI's own."""
-        page, post = self.ui._page, self.ui._post
+        page, post = self.kit.page, self.kit.post
         return [
             Route("/queues/{name}/bulk", page(self.confirm_page)),
             Route("/queues/{name}/bulk", post(self.selected), methods=["POST"]),
@@ -92,16 +90,16 @@ class BulkUI:
     async def selected(self, request: Request) -> Response:
         """Apply the action to the ticked jobs, then back to the listing with a flash."""
         name = request.path_params["name"]
-        self.ui.admin.queue(name)
-        form = await self.ui._form(request)
+        self.kit.admin.queue(name)
+        form = await self.kit.form(request)
         action, state = _text(form.get("action")), state_param(_text(form.get("state")) or None)
         job_type = _text(form.get("job_type"))
         ids = [v for v in form.getlist("job_id") if isinstance(v, str) and v]
         back = self._back(name, state, job_type)
         if not ids:
-            self.ui.flash(request, "Nothing done: tick at least one job (or use \"every matching job\").", "warn")
+            self.kit.flash(request, "Nothing done: tick at least one job (or use \"every matching job\").", "warn")
             return RedirectResponse(back, status_code=303)
-        await apply_selected(self.ui, request, action, state, ids)
+        await apply_selected(self.kit, request, action, state, ids)
         return RedirectResponse(back, status_code=303)
 
     def _query(self, name: str, params: Any) -> tuple[str, JobQuery]:
@@ -119,11 +117,11 @@ class BulkUI:
     async def confirm_page(self, request: Request) -> Response:
         """The dry run: the count of matching jobs and a confirm button (nothing changes)."""
         name = request.path_params["name"]
-        q = self.ui.admin.queue(name)
+        q = self.kit.admin.queue(name)
         action, query = self._query(name, request.query_params)
         snapshot, matched = await self.bulk.count(action, query)
         state = query.state or 0
-        return self.ui.render(request, "bulk_confirm.html", {"before": snapshot.finished_before or "",
+        return self.kit.render(request, "bulk_confirm.html", {"before": snapshot.finished_before or "",
             "title": f"{action.capitalize()} jobs of {name}", "q": q, "action": action, "done_word": DONE[action],
             "state": state, "slug": SLUG_OF[state], "job_type": query.job_type or "", "matched": matched,
             "back": self._back(name, state, query.job_type or "")})
@@ -131,7 +129,7 @@ class BulkUI:
     async def start(self, request: Request) -> Response:
         """Start the run over every matching job (at most the confirmed count) → its page."""
         name = request.path_params["name"]
-        form = await self.ui._form(request)
+        form = await self.kit.form(request)
         action, query = self._query(name, form)
         raw = _text(form.get("expected")).strip()
         if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_CONFIRMED:
@@ -140,12 +138,12 @@ class BulkUI:
         return RedirectResponse(f"/bulk/{run.id}", status_code=303)
 
     def _gone(self, request: Request) -> Response:
-        return self.ui.render(request, "error.html", {"title": "Not found", "message":
+        return self.kit.render(request, "error.html", {"title": "Not found", "message":
                               "No such bulk action on this node (the last 20 are kept, on the node that ran "
                               "them)."}, 404)
 
     def _context(self, run: BulkRun) -> dict[str, Any]:
-        now = self.ui.admin.clock.now()
+        now = self.kit.admin.clock.now()
         state = run.query.state or 0
         return {"run": run, "done_word": DONE.get(run.action, run.action), "rate": run.rate(now),
                 "skipped": run.outcome.skipped_text(), "requested": run.outcome.requested_text(),
@@ -158,11 +156,11 @@ class BulkUI:
         run = self.bulk.run(request.path_params["run_id"])
         if run is None:
             return self._gone(request)
-        return self.ui.render(request, "bulk_run.html", {"title": f"Bulk {run.action}", **self._context(run)})
+        return self.kit.render(request, "bulk_run.html", {"title": f"Bulk {run.action}", **self._context(run)})
 
     async def run_partial(self, request: Request) -> Response:
         """The progress fragment (polled until the run ends)."""
         run = self.bulk.run(request.path_params["run_id"])
         if run is None:
             return self._gone(request)
-        return self.ui.render(request, "_bulk_progress.html", self._context(run))
+        return self.kit.render(request, "_bulk_progress.html", self._context(run))

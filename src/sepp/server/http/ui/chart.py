@@ -12,9 +12,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sepp.domain.admin import MinuteRow
 from sepp.server.admin import QueueStatsView
 from sepp.server.errors import InvalidRequest
-from sepp.storage.admin import MinuteRow
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """The UI's cross-queue job pages: Jobs, Busy and Retries, and the ticked-rows form they and
-the dead-letter page share. Served by ``AdminUI`` (``routes.py``).
+the dead-letter page share. Listed in ``AdminUI``'s route table (``routes.py``).
 
 ==========================================  ================================================
 ``GET /jobs``                               every queue's jobs of one state (tabs with the
@@ -25,23 +25,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from sepp.domain.listing import JobQuery, JobSummary
+from sepp.domain.states import State
 from sepp.server.admin import WorkerView
-from sepp.server.admin.engine import MAX_PAGE
+from sepp.server.admin.jobs import MAX_PAGE
 from sepp.server.http.ui.bulk import actions_for, apply_selected
+from sepp.server.http.ui.kit import PageKit
 from sepp.server.http.ui.security import safe_next
 from sepp.server.http.ui.views import SLUG_OF, STATE_FIELD, TAB_ORDER, first_state_with_jobs, state_param
-from sepp.storage.admin import JobQuery, JobSummary
-from sepp.storage.base import State
-
-if TYPE_CHECKING:
-    from sepp.server.http.ui.routes import AdminUI
 
 __all__ = ["BUSY_SHOWN", "PAGE_SIZE", "BusyGroup", "ListPages"]
 
@@ -82,15 +80,15 @@ def _text(value: Any) -> str:
 
 
 class ListPages:
-    """The Jobs, Busy and Retries pages and the ticked-rows form over ``ui`` (its rendering,
+    """The Jobs, Busy and Retries pages and the ticked-rows form over ``kit`` (its rendering,
     flashes, login and CSRF checks)."""
 
-    def __init__(self, ui: AdminUI) -> None:
-        self.ui = ui
+    def __init__(self, kit: PageKit) -> None:
+        self.kit = kit
 
     def routes(self) -> list[BaseRoute]:
         """The routes (``/jobs/bulk`` before the job page's ``/jobs/{job_id}``)."""
-        page, post = self.ui._page, self.ui._post
+        page, post = self.kit.page, self.kit.post
         return [
             Route("/jobs", page(self.jobs_page)),
             Route("/jobs/bulk", post(self.selected), methods=["POST"]),
@@ -104,14 +102,14 @@ class ListPages:
     async def selected(self, request: Request) -> Response:
         """Apply the action to the ticked jobs of a list (``state`` is the state the list
         shows), then back to it (``back``, a path of this site) with a flash."""
-        form = await self.ui._form(request)
+        form = await self.kit.form(request)
         action, state = _text(form.get("action")), state_param(_text(form.get("state")) or None)
         back = safe_next(_text(form.get("back")))
         ids = [v for v in form.getlist("job_id") if isinstance(v, str) and v]
         if not ids:
-            self.ui.flash(request, "Nothing done: tick at least one job.", "warn")
+            self.kit.flash(request, "Nothing done: tick at least one job.", "warn")
         else:
-            await apply_selected(self.ui, request, action, state, ids)
+            await apply_selected(self.kit, request, action, state, ids)
         return RedirectResponse(back, status_code=303)
 
     # ------------------------------------------------------------------ /jobs
@@ -124,14 +122,14 @@ class ListPages:
         params = request.query_params
         queue = params.get("queue", "").strip()
         job_type = params.get("job_type", "").strip()
-        totals = await self.ui.admin.state_totals(queue or None)
+        totals = await self.kit.admin.state_totals(queue or None)
         state = state_param(params.get("state"), first_state_with_jobs(totals))
         token = params.get("page", "")
         query = JobQuery(queue=queue or None, state=state, job_type=job_type or None)
-        listing = await self.ui.admin.list_jobs(query, token, PAGE_SIZE)
+        listing = await self.kit.admin.list_jobs(query, token, PAGE_SIZE)
         keep = {k: v for k, v in (("queue", queue), ("job_type", job_type)) if v}
         here = "/jobs?" + urlencode({**keep, "state": SLUG_OF[state], **({"page": token} if token else {})})
-        return self.ui.render(request, "jobs.html", {
+        return self.kit.render(request, "jobs.html", {
             "title": "Jobs", "totals": totals, "tabs": TAB_ORDER, "state": state, "slug": SLUG_OF[state],
             "queue": queue, "job_type": job_type, "jobs": listing.jobs, "limited": listing.scan_limited,
             "tab_url": "/jobs?" + urlencode(keep) + ("&" if keep else "") + "state=",
@@ -139,12 +137,12 @@ class ListPages:
             if listing.next_token else "",
             "first_url": "/jobs?" + urlencode({**keep, "state": SLUG_OF[state]}) if token else "",
             "here": here, "bulk_actions": actions_for(state), "count": getattr(totals, STATE_FIELD[state]),
-            "queue_names": [q.name for q in self.ui.admin.queues()]})
+            "queue_names": [q.name for q in self.kit.admin.queues()]})
 
     # ------------------------------------------------------------------ /busy
 
     async def _busy_context(self, request: Request) -> dict[str, Any]:
-        admin = self.ui.admin
+        admin = self.kit.admin
         only = request.query_params.get("worker", "")
         listing = await admin.list_jobs(JobQuery(state=_RESERVED), "", BUSY_SHOWN)
         jobs = [s for s in listing.jobs if not only or (s.record.worker_id or "") == only]
@@ -156,11 +154,11 @@ class ListPages:
 
     async def busy_page(self, request: Request) -> Response:
         """What each worker runs now (Sidekiq's "Busy"): every RESERVED job, by worker."""
-        return self.ui.render(request, "busy.html", {"title": "Busy", **await self._busy_context(request)})
+        return self.kit.render(request, "busy.html", {"title": "Busy", **await self._busy_context(request)})
 
     async def busy_partial(self, request: Request) -> Response:
         """The Busy table for htmx polling."""
-        return self.ui.render(request, "_busy.html", await self._busy_context(request))
+        return self.kit.render(request, "_busy.html", await self._busy_context(request))
 
     # ------------------------------------------------------------------ /retries
 
@@ -172,12 +170,12 @@ class ListPages:
         job_type = params.get("job_type", "").strip()
         token = params.get("page", "")
         query = JobQuery(queue=queue or None, state=_SCHEDULED, job_type=job_type or None, retries=True)
-        listing = await self.ui.admin.list_jobs(query, token, PAGE_SIZE)
+        listing = await self.kit.admin.list_jobs(query, token, PAGE_SIZE)
         keep = {k: v for k, v in (("queue", queue), ("job_type", job_type)) if v}
         here = "/retries?" + urlencode({**keep, **({"page": token} if token else {})})
-        return self.ui.render(request, "retries.html", {
+        return self.kit.render(request, "retries.html", {
             "title": "Retries", "queue": queue, "job_type": job_type, "jobs": listing.jobs,
             "limited": listing.scan_limited, "here": here, "bulk_actions": actions_for(_SCHEDULED),
             "next_url": "/retries?" + urlencode({**keep, "page": listing.next_token}) if listing.next_token else "",
             "first_url": "/retries?" + urlencode(keep) if token else "",
-            "queue_names": [q.name for q in self.ui.admin.queues()]})
+            "queue_names": [q.name for q in self.kit.admin.queues()]})

@@ -12,13 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sepp.domain.records import NodeRecord
+from sepp.domain.admin import StateCounts
+from sepp.domain.records import JobRecord, NodeRecord
 from sepp.domain.states import STATE_NAMES, parse_state
 from sepp.server.admin import state_name
 from sepp.server.errors import InvalidRequest
 from sepp.server.rpc.convert import job_to_proto
-from sepp.storage.admin import StateCounts
-from sepp.storage.base import JobRecord
 from sepp.wire import custom_type_name
 
 #: How much of a payload the job page shows (bytes); the rest is summarised.

@@ -60,10 +60,11 @@ def delete_job(job_id: bytes, state: int | None, conn: sqlite3.Connection) -> Wr
     row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
     if row is None:
         return WriteResult(Outcome.NOT_FOUND)
-    if state is not None and row[2] != state:
-        return WriteResult(Outcome.WRONG_STATE, row[1], row[2])
-    conn.execute(A["delete_one"], (row[0],))
-    return WriteResult(Outcome.DONE, row[1], row[2])
+    seq, queue, found = row
+    if state is not None and found != state:
+        return WriteResult(Outcome.WRONG_STATE, queue, found)
+    conn.execute(A["delete_one"], (seq,))
+    return WriteResult(Outcome.DONE, queue, found)
 
 
 def requeue_dead(name: str, params: dict[str, Any], conn: sqlite3.Connection) -> tuple[int, set[str]]:

@@ -43,6 +43,8 @@ from sepp.storage.sqlite.sweeps import promote
 
 _ID, _PAYLOAD, _HISTORY, _SEQ = (at(LeasedRow, "id"), at(LeasedRow, "payload"), at(LeasedRow, "history"),
                                  at(LeasedRow, "seq"))
+#: Positions in a one-row insert's parameters (a ``JobRow``'s fields).
+_ROW_ID, _ROW_PAYLOAD = at(JobRow, "id"), at(JobRow, "payload")
 _ACKED_ID, _ACKED_QUEUE, _ACKED_SEQ = at(AckedRow, "id"), at(AckedRow, "queue"), at(AckedRow, "seq")
 
 # ---------------------------------------------------------------------- enqueue
@@ -55,7 +57,7 @@ def run_inserts(statements: list[tuple[InsertKey | None, Sequence[object]]], con
     for key, params in statements:
         if key is None:
             one: list[Any] = list(params)
-            one[0], one[8] = bytearray(one[0]), bytearray(one[8])
+            one[_ROW_ID], one[_ROW_PAYLOAD] = bytearray(one[_ROW_ID]), bytearray(one[_ROW_PAYLOAD])
             conn.execute(Q["insert_job"], one)
             continue
         blobs: list[Any] = list(params)

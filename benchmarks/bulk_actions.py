@@ -31,6 +31,7 @@ from sepp.server.admin import AdminEngine
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.storage.admin import JobQuery
 from sepp.storage.factory import open_store
@@ -48,8 +49,9 @@ async def run(backend: str, dsn: str, jobs: int) -> None:
         try:
             registry = QueueRegistry(cfg.queue_defaults, cfg.strict, cfg.limits.max_encoding_bytes,
                                      cfg.limits.max_queues)
-            engine = JobEngine(cfg, store, registry, Notifier())
-            admin = AdminEngine(engine, store.admin)
+            parts = ServerParts.build(cfg, store, registry, Notifier())
+            engine = JobEngine(parts)
+            admin = AdminEngine(parts, store.admin)
             req = pb.EnqueueRequest(queue="bulk", job_type="t")
             for start in range(0, jobs, 256):
                 await engine.enqueue_batch([req] * min(256, jobs - start))
@@ -59,7 +61,7 @@ async def run(backend: str, dsn: str, jobs: int) -> None:
             for start in range(0, jobs, 256):
                 await engine.enqueue_batch([req] * min(256, jobs - start))
                 leased = await engine.reserve(["bulk"], 256, None, 0.0, "bench")
-                now = engine.clock.now()
+                now = parts.clock.now()
                 await engine.settle([SettleParams(r.id, r.lease_id or b"", SettleKind.DEAD_LETTER, now, reason="X")
                                      for r in leased])
             await timed(admin, engine, backend, "requeue DEAD_LETTERED (AdminEngine.requeue_dead)", "requeue",

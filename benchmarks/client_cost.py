@@ -37,14 +37,15 @@ from sepp.client import _core
 def _info() -> _core.CachedInfo:
     """What a default server advertises (the same ``server_info`` the server builds)."""
     from sepp.server.config import ServerConfig
-    from sepp.server.engine import JobEngine
     from sepp.server.notifier import Notifier
+    from sepp.server.parts import ServerParts
     from sepp.server.queues import QueueRegistry
     from sepp.server.rpc.producer import server_info
 
     config = ServerConfig()
-    engine = JobEngine(config, None, QueueRegistry(config.queue_defaults, config.strict), Notifier())  # type: ignore[arg-type]
-    return _core.CachedInfo.build(server_info(engine, time.monotonic(), "bench"))
+    parts = ServerParts.build(config, None, QueueRegistry(config.queue_defaults, config.strict),  # type: ignore[arg-type]
+                              Notifier())
+    return _core.CachedInfo.build(server_info(parts, time.monotonic(), "bench"))
 
 
 def _best(fn: Callable[[], object], rounds: int) -> float:

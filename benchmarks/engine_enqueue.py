@@ -32,6 +32,7 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.storage.config import PostgresSettings
 from sepp.storage.factory import open_store
@@ -55,7 +56,7 @@ async def measure(mode: str, batches: int, dsn: str = "", custom: int = 0,
     await store.open()
     try:
         registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
-        engine = JobEngine(config, store, registry, Notifier())
+        engine = JobEngine(ServerParts.build(config, store, registry, Notifier()))
         payload = pb.Payload(data=b"x" * 100, encoding="application/octet-stream")
         reqs = [pb.EnqueueRequest(queue="q", job_type="t", payload=payload) for _ in range(BATCH)]
         for i, req in enumerate(reqs):

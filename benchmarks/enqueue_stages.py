@@ -44,6 +44,7 @@ from sepp.client import _core
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.server.rpc.producer import ProducerServicer
 from sepp.storage.sqlite import ops
@@ -56,6 +57,9 @@ class _NullStore:
     """A store that stores nothing and answers at once (the server stage without storage)."""
 
     backlog = 0
+
+    def on_promoted(self, _callback: Any) -> None:
+        pass
 
     async def enqueue(self, *_: Any) -> dict[int, Any]:
         return {}
@@ -84,8 +88,9 @@ def main() -> None:
     args = parser.parse_args()
     config = ServerConfig()
     registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
-    engine = JobEngine(config, _NullStore(), registry, Notifier())  # type: ignore[arg-type]
-    servicer = ProducerServicer(engine, 0.0, "bench")
+    parts = ServerParts.build(config, _NullStore(), registry, Notifier())  # type: ignore[arg-type]
+    engine = JobEngine(parts)
+    servicer = ProducerServicer(parts, engine, 0.0, "bench")
     body = ppb.EnqueueBatchRequest(jobs=[r.to_proto() for r in _requests(0)]).SerializeToString()
     cached = _info()
     plain_body = _core.lean_batch(cached, _requests(0)) if cached.plain_wire else None
@@ -123,14 +128,14 @@ def main() -> None:
             rows_per_round.append(list(rows))
             return {}
 
-    engine.store = _Capture()  # type: ignore[assignment]
+    engine.admission.store = _Capture()  # type: ignore[assignment]
     for _ in range(args.rounds * args.repeat):  # fresh ids for every write
         coro = engine.enqueue_batch(ppb.EnqueueBatchRequest.FromString(body).jobs)
         try:
             coro.send(None)
         except StopIteration:
             pass
-    engine.store = _NullStore()  # type: ignore[assignment]
+    engine.admission.store = _NullStore()  # type: ignore[assignment]
 
     fresh = iter(rows_per_round)
 

@@ -40,6 +40,7 @@ from sepp.limits import QueueSettings
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.storage.config import PostgresSettings
 from sepp.storage.factory import open_store
@@ -115,7 +116,7 @@ async def drain(engine: JobEngine, queue: str, jobs: int, cpu: CpuMeter) -> tupl
             if not got:
                 await asyncio.sleep(0)
                 continue
-            now = engine._clock_now()
+            now = engine.parts.clock.now()
             await engine.settle([SettleParams(j.id, j.lease_id or b"", SettleKind.ACK, now) for j in got])
             done += len(got)
 
@@ -154,7 +155,7 @@ async def measure(jobs: int, rounds: int, dsn: str = "") -> Samples:
         registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
         for q in registry.load(await store.load_queues(), dict(config.queues)):
             await store.upsert_queue(q.record(), 0)
-        engine = JobEngine(config, store, registry, Notifier())
+        engine = JobEngine(ServerParts.build(config, store, registry, Notifier()))
         payload = pb.Payload(data=b"x" * 100, encoding="application/octet-stream")
 
         async def fill(i: int, count: int) -> None:

@@ -1,9 +1,9 @@
 """Deep fuzz run (issue 14, item 6): N seconds of fuzzed requests over every RPC.
 
-Starts one real ``sepp serve`` (ServerProcess, ``sepp.testing.fuzz.SERVER_CONFIG``), seeds
+Starts one real ``sepp serve`` (ServerProcess, ``support.fuzz.SERVER_CONFIG``), seeds
 it with jobs in every state (again every ``--reseed`` seconds; the seeded queues' settings
 are set back every ``--reset`` seconds) and sends structurally
-valid requests with extreme values (``sepp.testing.fuzz.Requests``) to every RPC of every
+valid requests with extreme values (``support.fuzz.Requests``) to every RPC of every
 service, with ``--concurrency`` calls in flight. Hypothesis generates the requests, one
 round of ``--round`` examples per seed (``--seed``, then +1, …), so a run is reproducible
 up to the server's own ids and clock. Prints Markdown tables: requests and rate, statuses
@@ -35,7 +35,11 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from sepp.testing import ServerProcess, fuzz
+from sepp.testing import ServerProcess
+
+# The fuzzer is a test helper (tests/support/fuzz), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import fuzz
 
 
 @dataclass

@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.periodic.scheduler import PeriodicScheduler
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.server.queues import QueueRegistry
@@ -66,14 +67,15 @@ async def main() -> None:
     await store.open()
     try:
         registry = QueueRegistry(cfg.queue_defaults, cfg.strict, cfg.limits.max_encoding_bytes, cfg.limits.max_queues)
-        engine = JobEngine(cfg, store, registry, Notifier())
+        parts = ServerParts.build(cfg, store, registry, Notifier())
+        engine = JobEngine(parts)
         rng = random.Random(12)
         for i in range(args.schedules):
             zone = ZONES[i % len(ZONES)]
             spec = PeriodicSettings(name=f"s{i:05d}", cron=quiet_cron(rng, zone, args.seconds), timezone=zone,
                                     queue="bench", job_type="t")
-            await store.put_periodic(spec.name, spec.to_json(), "admin", engine.clock.now())
-        scheduler = PeriodicScheduler(engine)
+            await store.put_periodic(spec.name, spec.to_json(), "admin", parts.clock.now())
+        scheduler = PeriodicScheduler(parts, engine)
         started = time.perf_counter()
         await scheduler.start()
         load_s = time.perf_counter() - started

@@ -40,12 +40,14 @@ from typing import Any
 from _harness import table
 
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_text
 from sepp.domain.params import ReserveParams, SettleKind, SettleParams
 from sepp.server.admin import AdminEngine
 from sepp.server.admin.search import with_search
 from sepp.server.config import ServerConfig
-from sepp.server.engine import JobEngine, job_id_text
+from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.storage.admin import JobQuery
 from sepp.storage.config import PostgresSettings
@@ -87,10 +89,10 @@ async def fill(engine: JobEngine, start: int, stop: int, rnd: random.Random) -> 
 
 async def dead_letter(engine: JobEngine, n: int) -> None:
     """Reserve ``n`` webhooks jobs and nack them to DEAD_LETTERED with an error message."""
-    store, done = engine.store, 0
-    policy = engine.queues.policies()
+    store, done = engine.parts.store, 0
+    policy = engine.parts.queues.policies()
     while done < n:
-        now = engine.clock.now()
+        now = engine.parts.clock.now()
         recs = await store.reserve(ReserveParams(["webhooks"], min(256, n - done), now,
                                                  {"webhooks": 30_000_000}, "bench", 0, ""))
         if not recs:
@@ -122,8 +124,9 @@ async def run(jobs: int, repeat: int, dsn: str, data: Path | None = None) -> lis
     rows: list[list[str]] = []
     try:
         registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
-        engine = JobEngine(config, store, registry, Notifier())
-        admin = AdminEngine(engine, store.admin)
+        parts = ServerParts.build(config, store, registry, Notifier())
+        engine = JobEngine(parts)
+        admin = AdminEngine(parts, store.admin)
         rnd = random.Random(13)
         if reuse:
             print(f"reusing the {jobs:,} jobs filled in {folder}", flush=True)

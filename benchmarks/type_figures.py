@@ -91,8 +91,8 @@ async def read(backend: str, dsn: str, types: int, buckets: int, reads: int) -> 
     """Fill one queue's day of figures and time the read."""
     from sepp.server.admin import AdminEngine
     from sepp.server.config import ServerConfig
-    from sepp.server.engine import JobEngine
     from sepp.server.notifier import Notifier
+    from sepp.server.parts import ServerParts
     from sepp.server.queues import QueueRegistry
     from sepp.storage.factory import open_store
 
@@ -107,8 +107,7 @@ async def read(backend: str, dsn: str, types: int, buckets: int, reads: int) -> 
         try:
             registry = QueueRegistry(cfg.queue_defaults, cfg.strict, cfg.limits.max_encoding_bytes,
                                      cfg.limits.max_queues)
-            engine = JobEngine(cfg, store, registry, Notifier(), clock=clock)
-            admin = AdminEngine(engine, store.admin)
+            admin = AdminEngine(ServerParts.build(cfg, store, registry, Notifier(), clock=clock), store.admin)
             await admin.declare_queue("emails")
             now_minute = NOW // MINUTE_US
             started = time.perf_counter()

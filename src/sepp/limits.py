@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from sepp.bounds import (  # noqa: F401 - re-exported: sepp.limits is where users find them
+from sepp.hard_limits import (  # noqa: F401 - re-exported: sepp.limits is where users find them
     DAY,
     HOUR,
     MAX_ALLOWED_ENCODINGS,

@@ -171,7 +171,7 @@ def test_transport_errors_and_missing_tokens_have_their_exit_codes(server_factor
 
 
 def test_declare_with_a_duration_past_its_maximum_is_refused_with_field_and_limit(srv: ServerProcess) -> None:
-    """Issue 14: 3650 days (10 years) is the longest window; one day more is the server's
+    """3650 days (10 years) is the longest window; one day more is the server's
     INVALID_ARGUMENT naming field, limit and value; a non-finite or absurd value is a usage
     error before any call — never a traceback."""
     target = srv.grpc_target
@@ -188,7 +188,7 @@ def test_declare_with_a_duration_past_its_maximum_is_refused_with_field_and_limi
 
 
 def test_refusals_print_on_one_line_on_a_narrow_terminal(srv: ServerProcess, tmp_path: Path) -> None:
-    """Issue 14: rich wrapped errors at 80 columns when stderr is not a terminal (a 10,000-char
+    """Rich wrapped errors at 80 columns when stderr is not a terminal (a 10,000-char
     job id's refusal came out on 4 lines); now every error is one line at any width."""
     narrow = {"COLUMNS": "40"}
     long_id = sepp("jobs", "show", "x" * 10_000, server=srv.grpc_target, env=narrow)

@@ -1,4 +1,4 @@
-"""The CLI with tokens (issue 11), as a user runs it: ``sepp token new`` output pasted into a
+"""The CLI with tokens, as a user runs it: ``sepp token new`` output pasted into a
 config authenticates ``--token`` / ``SEPP_TOKEN`` (``SEPP_ADMIN_TOKEN`` for the admin
 commands); a refused token is exit 2 with one line; ``sepp serve`` refuses a non-loopback
 listener without tokens unless ``--insecure``.

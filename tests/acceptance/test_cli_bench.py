@@ -1,5 +1,5 @@
 """``sepp bench`` loads a running server, reports what it did, and cleans up after itself
-(SPEC §4; issue 13: its 20,000 leftover jobs dominated the dashboard, and it had no --json)."""
+(its 20,000 leftover jobs dominated the dashboard, and it had no --json)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``sepp enqueue --batch-file`` shows a progress bar with counts and rate on stderr (issue 13),
+"""``sepp enqueue --batch-file`` shows a progress bar with counts and rate on stderr,
 only when asked or on a terminal, and never inside ``--json`` output."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``sepp jobs list --where KEY=VALUE`` (issue 13 item 3) in subprocesses against a real
+"""``sepp jobs list --where KEY=VALUE`` in subprocesses against a real
 server: custom-map entries written on the enqueue path and found by the index, repeated
 --where as AND, AND with the other filters, --error and --key, and bad input as exit 2
 with a message (malformed --where before any call; an over-long value refused by the

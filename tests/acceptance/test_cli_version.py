@@ -1,4 +1,4 @@
-"""``sepp --version``, ``sepp -V`` and ``sepp version`` (issue 13): the installed version with no
+"""``sepp --version``, ``sepp -V`` and ``sepp version``: the installed version with no
 server running."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A ``sepp serve`` process names its node (issue 10: "``--node-name NAME`` names the node in
-``GetServerInfo``, logs, attempt history and the UI"): every log line carries ``[NAME]``,
+"""A ``sepp serve`` process names its node (``--node-name NAME`` names the
+node in ``GetServerInfo``, logs, attempt history and the UI): every log line carries ``[NAME]``,
 the start line included, and ``sepp jobs show`` (through the admin API) names the node of
 each attempt."""
 
@@ -48,7 +48,7 @@ def test_the_start_line_and_every_log_line_name_the_node(srv: ServerProcess) -> 
     assert all(f" [{NODE}]: " in line for line in logs), logs
     ready = [line for line in srv.output if line.startswith("sepp ready")]
     assert len(ready) == 1 and re.fullmatch(r"sepp ready grpc=\S+ http=\S+ data=\S+ persist=\S+ writer=\S+ "
-                                            r"strict=\S+ tls=off", ready[0]), ready  # + tls (issue 11)
+                                            r"strict=\S+ tls=off", ready[0]), ready  # + tls
 
 
 def test_jobs_show_names_the_node_of_each_attempt(srv: ServerProcess) -> None:

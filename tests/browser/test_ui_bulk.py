@@ -1,4 +1,4 @@
-"""Bulk actions and job-type figures in Chromium (issue 13 items 4 and 2): a bulk requeue of
+"""Bulk actions and job-type figures in Chromium: a bulk requeue of
 every matching dead letter after its dry-run count, with the progress page; a requeue of
 ticked jobs (the header checkbox ticks a page); the queue page's job-type table."""
 

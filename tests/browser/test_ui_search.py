@@ -1,4 +1,4 @@
-"""The header's search box in Chromium (issue 13 item 3): a custom entry, a type and an error
+"""The header's search box in Chromium: a custom entry, a type and an error
 search listed on /search, a bare job id straight to the job's page, text it cannot read
 shown with its message, and paging."""
 

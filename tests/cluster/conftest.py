@@ -1,4 +1,4 @@
-"""Fixtures of the multi-node suite (issue 10 item 4): several real ``sepp serve`` processes
+"""Fixtures of the multi-node suite: several real ``sepp serve`` processes
 sharing ONE PostgreSQL database schema.
 
 * ``cluster_factory(n=3, **config)`` starts ``n`` nodes (``node_name`` n1, n2, …) on a
@@ -10,7 +10,8 @@ sharing ONE PostgreSQL database schema.
 * ``cluster`` is three default nodes.
 
 The database is ``PG_TEST_DSN`` (env, default ``postgresql://postgres@127.0.0.1:5432/test``).
-PostgreSQL is required: nothing here skips when it cannot be reached (issue 10 item 3).
+Under CI PostgreSQL is required: nothing here skips when it cannot be reached; a local run
+without it skips these tests with one line saying why (``support.backends.needs_postgres``).
 """
 
 from __future__ import annotations

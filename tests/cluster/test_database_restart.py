@@ -1,4 +1,4 @@
-"""PostgreSQL restarted mid-run (issue 10 item 2 "Database restarts", item 4): while
+"""PostgreSQL restarted mid-run: while
 producers enqueue (retrying, each job under an idempotency key of its own) and workers
 work on all three nodes, ``pg_ctlcluster 15 main restart`` runs. The nodes recover by
 themselves (no sepp restart), the requests that fail meanwhile fail as ``UNAVAILABLE``

@@ -1,5 +1,5 @@
-"""Flow limits and periodic schedules across three nodes on one PostgreSQL database (issue 12
-"Tests"): ``max_in_flight = 3`` and a rate limit hold the same bounds with workers on every
+"""Flow limits and periodic schedules across three nodes on one PostgreSQL database:
+``max_in_flight = 3`` and a rate limit hold the same bounds with workers on every
 node; an ``every = "1s"`` schedule run by three nodes makes exactly one job per tick, and
 after all nodes were down 5 s, ``catch_up = "latest"`` makes one job for the missed ticks and
 ``"none"`` none.

@@ -1,4 +1,4 @@
-"""Idempotency exactly-once across nodes (issue 10 item 2 / item 4): 32 producers racing
+"""Idempotency exactly-once across nodes: 32 producers racing
 one idempotency key through three nodes store exactly one job; the 31 others answer
 ``deduplicated = true`` with its id, never an error."""
 

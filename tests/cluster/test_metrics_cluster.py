@@ -1,4 +1,4 @@
-"""The queue gauges are cluster-wide on PostgreSQL (issue 11 "Metrics"): ``sepp_queue_jobs``,
+"""The queue gauges are cluster-wide on PostgreSQL: ``sepp_queue_jobs``,
 ``sepp_queue_oldest_ready_age_seconds`` and ``sepp_queue_paused`` on every node describe the
 whole store — jobs enqueued, leased and acked through other nodes, a pause made on another
 node — while the counters are each node's own (the docs' "sum the counters, max the gauges").

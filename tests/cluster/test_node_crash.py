@@ -1,4 +1,4 @@
-"""A node SIGKILLed mid-run (issue 10 item 4): the jobs its workers held come back once
+"""A node SIGKILLed mid-run: the jobs its workers held come back once
 their leases (2 s here) run out and are completed through the other nodes; nothing
 acknowledged is lost and nothing is completed twice."""
 

@@ -1,4 +1,4 @@
-"""GetServerInfo shows the whole cluster (issue 10 item 2): on every node, within one
+"""GetServerInfo shows the whole cluster: on every node, within one
 heartbeat (``cluster.HEARTBEAT_EVERY``, 5 s), the three nodes by name and address, with
 storage "postgres"."""
 

@@ -1,5 +1,5 @@
 """Queue settings changed on one node take effect on every node within the stated bound
-(issue 10 item 2; ``cluster.QUEUE_REFRESH_EVERY`` = 5 s even if a notification is lost,
+(``cluster.QUEUE_REFRESH_EVERY`` = 5 s even if a notification is lost,
 at once when it arrives). Measured on what the nodes *do* — a paused queue hands out
 nothing, a resumed one does again, a new lease length is what Reserve grants — not on
 what they list. The figures are printed."""

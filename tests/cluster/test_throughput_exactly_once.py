@@ -1,4 +1,4 @@
-"""20,000 jobs worked by Worker runtimes on all three nodes (issue 10 item 4): every job
+"""20,000 jobs worked by Worker runtimes on all three nodes: every job
 completed exactly once — a job may be delivered twice only after a lease expiry, and then
 its first lease's ack is refused — and none lost (the queue's counts show every job
 completed). Producers are spread over the nodes and run while the workers work."""

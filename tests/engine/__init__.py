@@ -1,1 +1,1 @@
-"""Engine-level tests in process (issue 9 item 5); a package so its conftest does not clash with tests/conftest.py."""
+"""Engine-level tests in process; a package so its conftest does not clash with tests/conftest.py."""

@@ -18,6 +18,7 @@ from sepp.limits import QueueSettings
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.server.sweeper.runner import Sweeper
 from sepp.storage.base import Store
@@ -46,8 +47,8 @@ async def make_harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         for q in registry.load(await store.load_queues(), dict(cfg.queues)):  # as App.start does
             await store.upsert_queue(q.record(), clock.now())
             q.persisted = True
-        engine = JobEngine(cfg, store, registry, Notifier(), clock=clock)
-        return Harness(engine, Sweeper(engine, 60.0), clock, store)
+        parts = ServerParts.build(cfg, store, registry, Notifier(), clock=clock)
+        return Harness(JobEngine(parts), Sweeper(parts, 60.0), clock, store)
 
     yield make
     for store in stores:

@@ -1,4 +1,4 @@
-"""An in-process server core for engine-level tests (issue 9 item 5): the real ``JobEngine``
+"""An in-process server core for engine-level tests: the real ``JobEngine``
 and ``Sweeper`` over a real SQLite store in a temp folder, driven by a ``FakeClock``.
 
 Requests go in as the protobuf messages the RPC layer hands the engine (acks and nacks
@@ -18,9 +18,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.clock import FakeClock
+from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.params import SettleResult
 from sepp.domain.records import JobRecord
-from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
+from sepp.server.engine import JobEngine
+from sepp.server.parts import ServerParts
 from sepp.server.rpc.worker import settle_params
 from sepp.server.sweeper.runner import Sweeper
 from sepp.storage.base import Store
@@ -51,6 +53,11 @@ class Harness:
     sweeper: Sweeper
     clock: FakeClock
     store: Store
+
+    @property
+    def parts(self) -> ServerParts:
+        """The parts the engine and the sweeper share (``ServerParts``)."""
+        return self.engine.parts
 
     @property
     def now(self) -> int:

@@ -24,6 +24,7 @@ from sepp.server.admin.engine import AdminEngine
 from sepp.server.config import ConfigError, ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.server.sweeper.runner import Sweeper
 from sepp.storage.base import Store
@@ -55,8 +56,8 @@ class Nodes:
         except BaseException:
             await self.stop(store)
             raise
-        engine = JobEngine(cfg, store, registry, Notifier(), clock=self.clock)
-        return Harness(engine, Sweeper(engine, 60.0), self.clock, store)
+        parts = ServerParts.build(cfg, store, registry, Notifier(), clock=self.clock)
+        return Harness(JobEngine(parts), Sweeper(parts, 60.0), self.clock, store)
 
     async def stop(self, node: Harness | Store) -> None:
         store = node.store if isinstance(node, Harness) else node
@@ -74,12 +75,12 @@ class Nodes:
 
 
 def admin(node: Harness) -> AdminEngine:
-    return AdminEngine(node.engine, node.store.admin)
+    return AdminEngine(node.parts, node.store.admin)
 
 
 async def refresh(node: Harness) -> None:
     """A cluster refresh of the node's queues (``Cluster``: on a NOTIFY, and every 5 s)."""
-    registry = node.engine.queues
+    registry = node.parts.queues
     assert registry.refresh(await node.store.load_queues(), registry.generation) is not None
 
 
@@ -92,7 +93,7 @@ async def test_a_restart_applies_only_the_keys_the_file_names(
     caplog.set_level(logging.INFO, logger="sepp.queues")
     file = {"emails": {"default_priority": 3}}
     node = await nodes.start(file)
-    q = node.engine.queues.get("emails")
+    q = node.parts.queues.get("emails")
     assert q is not None and q.declared and q.settings == QueueSettings(default_priority=3)  # new: over the defaults
     await admin(node).update_queue("emails", {"completed_retention": 3600.0, "max_in_flight": 2},
                                    ["completed_retention", "max_in_flight"])
@@ -100,7 +101,7 @@ async def test_a_restart_applies_only_the_keys_the_file_names(
 
     caplog.clear()
     node = await nodes.restart(node, file)
-    q = node.engine.queues.get("emails")
+    q = node.parts.queues.get("emails")
     assert q is not None and q.paused
     assert (q.settings.default_priority, q.settings.completed_retention, q.settings.max_in_flight) == (3, 3600.0, 2)
     assert config_lines(caplog) == [], "nothing changed: nothing to say"
@@ -108,7 +109,7 @@ async def test_a_restart_applies_only_the_keys_the_file_names(
     await admin(node).update_queue("emails", {"default_priority": 7}, ["default_priority"])
     caplog.clear()
     node = await nodes.restart(node, file)  # the key the file names wins again
-    q = node.engine.queues.get("emails")
+    q = node.parts.queues.get("emails")
     assert q is not None
     assert (q.settings.default_priority, q.settings.completed_retention, q.settings.max_in_flight) == (3, 3600.0, 2)
     stored = await nodes.stored("emails")
@@ -130,7 +131,7 @@ async def test_limits_are_applied_key_by_key_and_every_changed_key_is_logged(
     caplog.clear()  # only what this start logs (an earlier test may have left the level at INFO)
     node = await nodes.restart(node, {"media": {"limits": {"max_payload_bytes": 2000}, "rate_limit": "10/s",
                                                 "dedup_window": 60}})
-    q = node.engine.queues.get("media")
+    q = node.parts.queues.get("media")
     assert q is not None
     assert (q.limits.max_payload_bytes, q.limits.max_custom_entries, q.settings.rate_limit) == (2000, 4, "10/s")
     (line,) = config_lines(caplog)
@@ -146,7 +147,7 @@ async def test_a_queue_made_on_first_enqueue_keeps_its_settings_when_a_file_decl
     caplog.set_level(logging.INFO, logger="sepp.queues")
     caplog.clear()  # only what this start logs (an earlier test may have left the level at INFO)
     node = await nodes.restart(node, {"auto": {}})
-    q = node.engine.queues.get("auto")
+    q = node.parts.queues.get("auto")
     assert q is not None and q.declared and q.settings == QueueSettings(retry_base=5.0)
     (line,) = config_lines(caplog)
     assert line.getMessage() == "queue 'auto' declared by the config (it existed; no setting changed)"
@@ -159,7 +160,7 @@ async def test_named_keys_that_do_not_fit_the_stored_ones_refuse_the_start(nodes
     with pytest.raises(ConfigError, match=r"queues\.tenants: .*max_in_flight_per_key needs concurrency_key"):
         await nodes.start({"tenants": {"concurrency_key": ""}})
     node = await nodes.start({"tenants": {"concurrency_key": "", "max_in_flight_per_key": 0}})
-    q = node.engine.queues.get("tenants")
+    q = node.parts.queues.get("tenants")
     assert q is not None and (q.settings.concurrency_key, q.settings.max_in_flight_per_key) == ("", 0)
 
 
@@ -177,7 +178,7 @@ async def test_a_node_started_with_fewer_keys_changes_only_those_for_the_whole_c
     for node in (n1, n2):  # the others take the row at their next refresh
         await refresh(node)
     for node in (n1, n2, n3):
-        q = node.engine.queues.get("emails")
+        q = node.parts.queues.get("emails")
         assert q is not None
         assert (q.settings.default_priority, q.settings.completed_retention, q.settings.max_in_flight) == (4, 3600, 5)
     (line,) = config_lines(caplog)

@@ -9,7 +9,8 @@ import pytest
 
 from engine.engine_kit import Harness, HarnessFactory, request
 from sepp.api.v1 import common_pb2 as pb
-from sepp.server.engine import expand_plain, job_id_bytes
+from sepp.domain.ids import job_id_bytes
+from sepp.server.admission import expand_plain
 from sepp.server.errors import AtomicRejected, InvalidRequest
 
 
@@ -45,8 +46,8 @@ async def test_plain_path_verdicts_equal_the_full_check(make_harness: HarnessFac
     ref = await make_harness(queues, strict=True)
     batch = mixed_batch()
     results = await h.engine.enqueue_batch(batch)
-    ref.engine.queues.begin_admission()
-    expected = [ref.engine.validator.check(r, ref.now * 1000) for r in batch]
+    ref.parts.queues.begin_admission()
+    expected = [ref.parts.validator.check(r, ref.now * 1000) for r in batch]
     assert len(results) == len(expected)
     for got, want in zip(results, expected, strict=True):
         if type(want) is pb.Rejection:
@@ -71,13 +72,13 @@ async def test_plain_path_creates_queues_on_demand_up_to_max_queues(make_harness
     ref = await make_harness(limits={"max_queues": 2})
     batch = [plain("a"), plain("b"), plain("c"), plain("a"), request("d", priority=1), plain("c"), plain("b")]
     results = await h.engine.enqueue_batch(batch)
-    ref.engine.queues.begin_admission()
-    expected = [ref.engine.validator.check(r, ref.now * 1000) for r in batch]
+    ref.parts.queues.begin_admission()
+    expected = [ref.parts.validator.check(r, ref.now * 1000) for r in batch]
     assert [type(r) is pb.Rejection for r in results] == [False, False, True, False, True, True, False]
     for got, want in zip(results, expected, strict=True):
         if type(want) is pb.Rejection:
             assert got == want
-    assert sorted(q.name for q in h.engine.queues.all()) == ["a", "b"]
+    assert sorted(q.name for q in h.parts.queues.all()) == ["a", "b"]
     assert sorted(q.name for q in await h.store.load_queues()) == ["a", "b"]
     first = results[0]
     assert type(first) is tuple

@@ -1,4 +1,4 @@
-"""Bulk actions (issue 13 item 4) in-process on each backend: the dry-run count, a selection
+"""Bulk actions in-process on each backend: the dry-run count, a selection
 (each job through the admin engine's own operation; a job in the wrong state skipped and
 counted), a run over every matching job in small chunks with progress, bounded by the
 confirmed count, and the finished-state snapshot (a requeued job that dead-letters again
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from engine.engine_kit import Harness, request
+from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.states import State
 from sepp.server.admin import AdminEngine
 from sepp.server.admin.bulk import MAX_SELECTED, BulkActions
-from sepp.server.engine import job_id_bytes, job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
 from sepp.storage.admin import JobQuery
 
@@ -39,7 +39,7 @@ async def _states(h: Harness, ids: list[str]) -> list[int]:
 
 async def test_the_dry_run_counts_one_state_and_type_and_changes_nothing(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     ids = await _dead(h, 3, "a") + await _dead(h, 2, "b")
     bulk = admin.bulk
     assert (await bulk.count("requeue", JobQuery(queue="q", state=DEAD)))[1] == 5
@@ -56,7 +56,7 @@ async def test_the_dry_run_counts_one_state_and_type_and_changes_nothing(harness
 
 async def test_a_selection_goes_through_the_single_job_operations(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     dead = await _dead(h, 3)
     ready = (await h.engine.enqueue(request())).job_id
     outcome = await admin.bulk.apply("requeue", DEAD, [*dead, ready, dead[0], "not-a-uuid"])
@@ -76,7 +76,7 @@ async def test_a_selection_goes_through_the_single_job_operations(harness: Harne
 
 async def test_a_run_walks_every_match_in_chunks_up_to_the_confirmed_count(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     bulk = BulkActions(admin.jobs, chunk=3, concurrency=2)
     ids = await _dead(h, 10)
     others = await _dead(h, 2, "other")
@@ -100,7 +100,7 @@ async def test_a_run_walks_every_match_in_chunks_up_to_the_confirmed_count(harne
 
 async def test_a_run_does_not_take_a_job_twice_when_it_dead_letters_again(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     bulk = BulkActions(admin.jobs, chunk=1, concurrency=1)
     ids = await _dead(h, 4)
     query, matched = await bulk.count("requeue", JobQuery(queue="q", state=DEAD))
@@ -124,7 +124,7 @@ async def test_a_cancel_that_finds_its_job_running_counts_as_requested_not_cance
     "cancelled" of 50,000 while only 26,100 ended CANCELLED (the workers completed the rest).
     A job the cancel finds RESERVED is counted apart, as "running: cancel requested"."""
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     ids = [(await h.engine.enqueue(request())).job_id for _ in range(5)]
     taken = await h.reserve(n=2)  # listed READY, reserved by a worker before the cancel reaches them
     outcome = await admin.bulk.apply("cancel", READY, ids)

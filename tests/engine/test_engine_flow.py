@@ -1,4 +1,4 @@
-"""Flow control through the engine (issue 12; docs/flow-control.md): ``max_in_flight``
+"""Flow control through the engine (docs/flow-control.md): ``max_in_flight``
 with 20 concurrent reservers, ``rate_limit`` over 5 fake-clock seconds, one job per tenant
 (``concurrency_key``) with a second tenant behind the first's 1,000 jobs, and long-polls
 that wake when capacity frees — on the real engine and store, no process, no port."""
@@ -13,9 +13,9 @@ from support.backends import fresh_schema
 
 from engine.engine_kit import Harness, HarnessFactory, S, request
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_text
 from sepp.domain.records import JobRecord
 from sepp.server.admin import AdminEngine
-from sepp.server.engine import job_id_text
 from sepp.server.rpc.admin import stats_proto
 from sepp.storage.config import PostgresSettings
 
@@ -134,7 +134,7 @@ async def test_one_per_tenant_never_overlaps_and_b_is_not_starved_behind_a(make_
 async def test_no_consumer_flags_ready_jobs_nobody_reserves_within_consumer_timeout(
         make_harness: HarnessFactory) -> None:
     h = await make_harness(queues={"q": {"consumer_timeout": 60.0}, "never": {"consumer_timeout": 0.0}})
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
 
     async def flagged(name: str = "q") -> bool:
         (view,) = await admin.stats([name])
@@ -150,7 +150,7 @@ async def test_no_consumer_flags_ready_jobs_nobody_reserves_within_consumer_time
     assert await flagged() and not await flagged("never")   # one past: flagged; 0 = never
     msg = stats_proto((await admin.stats(["q"]))[0])
     assert msg.no_consumer and not msg.HasField("last_reserve_at")
-    h.engine.workers.reserved("w1", "host", ["q"], 1, "")   # a worker's Reserve (what the engine notes)
+    h.parts.workers.reserved("w1", "host", ["q"], 1, "")   # a worker's Reserve (what the engine notes)
     assert not await flagged()
     assert stats_proto((await admin.stats(["q"]))[0]).last_reserve_at.seconds == h.now // S
     h.clock.advance(60.001)
@@ -170,7 +170,7 @@ async def test_held_back_counts_what_each_limit_holds_back_right_now(make_harnes
     h = await make_harness(queues={"q": {"max_in_flight": 3, "rate_limit": "2/s", "rate_burst": 4,
                                          "concurrency_key": "tenant_id", "max_in_flight_per_key": 2},
                                    "free": {}})
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     await h.enqueue("free")
     (free,) = await admin.stats(["free"])
     assert free.held_back is None and stats_proto(free).HasField("held_back") is False  # no limit: no view
@@ -196,7 +196,7 @@ async def test_held_back_per_key_looks_at_the_first_key_scan_ready_jobs(make_har
     from sepp.storage import flow_keys
     monkeypatch.setattr(flow_keys, "KEY_SCAN", 5)
     h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     await h.engine.enqueue_batch([tenant_job("a") for _ in range(8)])
     (view,) = await admin.stats(["q"])
     assert view.held_back is not None
@@ -209,7 +209,7 @@ async def test_the_no_consumer_gauge_moves_with_the_flag(make_harness: HarnessFa
     from sepp.server.metrics.collector import Metrics
 
     h = await make_harness(queues={"q": {"consumer_timeout": 60.0}, "never": {"consumer_timeout": 0.0}})
-    metrics = Metrics(h.engine, gauge_interval=0)   # every scrape reads the store
+    metrics = Metrics(h.parts, gauge_interval=0)   # every scrape reads the store
 
     async def gauge() -> dict[str, float]:
         await metrics.refresh_gauges()
@@ -224,7 +224,7 @@ async def test_the_no_consumer_gauge_moves_with_the_flag(make_harness: HarnessFa
         assert await gauge() == {"q": 0, "never": 0}
         h.clock.advance(60.001)
         assert await gauge() == {"q": 1, "never": 0}           # flagged: 1; consumer_timeout 0: never
-        h.engine.workers.reserved("w1", "host", ["q"], 1, "")  # a worker's Reserve (what the engine notes)
+        h.parts.workers.reserved("w1", "host", ["q"], 1, "")  # a worker's Reserve (what the engine notes)
         assert await gauge() == {"q": 0, "never": 0}
         h.clock.advance(60.001)
         assert (await gauge())["q"] == 1                        # that worker went quiet
@@ -237,7 +237,7 @@ async def test_the_no_consumer_gauge_moves_with_the_flag(make_harness: HarnessFa
 
 async def test_a_long_poll_held_back_wakes_when_an_update_raises_the_limit(make_harness: HarnessFactory) -> None:
     h = await make_harness(queues={"q": {"max_in_flight": 1}})
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     await h.enqueue()
     await h.enqueue()
     assert len(await h.reserve(n=5)) == 1
@@ -283,7 +283,7 @@ async def test_a_long_poll_wakes_when_an_expired_lease_dead_letters_its_job(make
 async def test_a_long_poll_wakes_when_a_job_cancelled_while_reserved_frees_its_slot(
         make_harness: HarnessFactory) -> None:
     h = await make_harness(queues={"q": {"concurrency_key": "tenant_id", "max_in_flight_per_key": 1}})
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     await h.engine.enqueue_batch([tenant_job("a"), tenant_job("a")])
     (first,) = await h.reserve(n=5, lease_s=5)
     await admin.cancel(job_id_text(first.id))        # RESERVED: cancel requested; the worker is gone
@@ -300,7 +300,7 @@ async def test_a_long_poll_on_another_node_wakes_when_a_reclaim_frees_a_slot(mak
     queues = {"q": {"max_in_flight": 1}}
     one = await make_harness(queues=queues, node_name="n1", storage_settings=shared)
     two = await make_harness(queues=queues, node_name="n2", storage_settings=shared)
-    notifier = two.engine.notifier
+    notifier = two.parts.notifier
     two.store.subscribe(lambda q: notifier.ready_all() if q is None else notifier.ready(q), lambda: None)
     await one.enqueue(max_attempts=1)
     await one.enqueue()
@@ -315,7 +315,7 @@ async def test_a_long_poll_on_another_node_wakes_when_a_reclaim_frees_a_slot(mak
 
 async def test_a_long_poll_wakes_when_an_admin_deletes_a_reserved_job(make_harness: HarnessFactory) -> None:
     h = await make_harness(queues={"q": {"max_in_flight": 1}})
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     await h.enqueue()
     await h.enqueue()
     (first,) = await h.reserve(n=5)

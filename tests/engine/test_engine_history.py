@@ -1,4 +1,4 @@
-"""Throughput history for 24 hours (issue 13 "History"): the admin engine's stats window of
+"""Throughput history for 24 hours: the admin engine's stats window of
 1 h / 6 h / 24 h over a real store and a fake clock, written through the flush as the server
 does, on each backend."""
 
@@ -13,7 +13,7 @@ HOUR_US = 3600 * 1_000_000
 
 async def test_the_stats_window_reaches_back_a_day_and_no_further(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin, flush_interval=3600)
+    admin = AdminEngine(h.parts, h.store.admin, flush_interval=3600)
     await admin.start()
     try:
         for _ in range(3):

@@ -51,7 +51,7 @@ async def test_an_expired_lease_is_reclaimed_and_redelivered_with_a_new_lease(ha
 async def test_the_last_attempts_expiry_dead_letters_with_lease_expired(harness: Harness) -> None:
     h = harness
     finished: list[tuple[str, int, int]] = []
-    h.engine.on_finished.subscribe(lambda queue, state, count: finished.append((queue, state, count)))
+    h.parts.events.finished.subscribe(lambda queue, state, count: finished.append((queue, state, count)))
     job_id, _ = await h.enqueue(max_attempts=2)
     for attempt in (1, 2):
         (job,) = await h.reserve(lease_s=10.0)
@@ -105,11 +105,11 @@ async def test_a_reserve_whose_caller_gave_up_while_leasing_gives_the_jobs_back(
 
 
 async def test_the_engine_leases_as_its_node_and_the_history_names_it(make_harness: HarnessFactory) -> None:
-    # issue 10: attempt history names the node — node_name, else the host name
+    # Attempt history names the node — node_name, else the host name
     import socket
 
     h = await make_harness(node_name="node-e")
-    assert h.engine.node == "node-e"
+    assert h.parts.node == "node-e"
     job_id, _ = await h.enqueue(max_attempts=3)
     (first,) = await h.reserve(lease_s=5.0)
     assert first.node == "node-e" and (await h.job(job_id)).node == "node-e"
@@ -122,4 +122,4 @@ async def test_the_engine_leases_as_its_node_and_the_history_names_it(make_harne
     assert [(e["outcome"], e["node"]) for e in (await h.job(job_id)).attempt_entries()] == [
         ("lease_expired", "node-e"), ("retry_after", "node-e"), ("completed", "node-e")]
     unnamed = await make_harness()
-    assert unnamed.engine.node == socket.gethostname()
+    assert unnamed.parts.node == socket.gethostname()

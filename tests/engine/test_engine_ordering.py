@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 
 from engine.engine_kit import Harness, HarnessFactory, S, request
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.states import State
 from sepp.server.admin import AdminEngine
-from sepp.server.engine import job_id_bytes
 
 
 async def test_promoted_jobs_take_their_place_by_scheduled_time(harness: Harness) -> None:
@@ -65,7 +65,7 @@ async def test_the_queues_default_priority_applies_when_none_is_given(make_harne
 
 async def test_a_paused_queue_gives_nothing_and_resuming_wakes_a_long_poll(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     a, _ = await h.enqueue("a")
     b, _ = await h.enqueue("b")
     await admin.set_paused("a", True)
@@ -84,7 +84,7 @@ async def test_a_paused_queue_gives_nothing_and_resuming_wakes_a_long_poll(harne
 
 async def test_changed_queue_settings_apply_to_the_next_retry(make_harness: HarnessFactory) -> None:
     h = await make_harness(queues={"q": {"retry_base": 1.0, "retry_jitter": 0.0}})
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     await h.enqueue(max_attempts=5)
     (job,) = await h.reserve()
     assert (await h.nack(job)).run_at == h.now + 1 * S

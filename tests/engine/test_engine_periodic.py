@@ -1,5 +1,5 @@
-"""Periodic schedules through the real engine and store with a fake clock (issue 12
-"Periodic jobs"): one job per tick on three nodes sharing one PostgreSQL schema, catch-up
+"""Periodic schedules through the real engine and store with a fake clock
+(docs/periodic.md): one job per tick on three nodes sharing one PostgreSQL schema, catch-up
 after downtime ("latest" / "none"), DST in Europe/Berlin, pause and resume, and a rejected
 run recorded rather than skipped. Nodes are in-process engines + schedulers on stores of one
 database; ``run_due()`` is one round at the fake clock's time (no loop, no sleep)."""
@@ -19,6 +19,7 @@ from sepp.domain.clock import FakeClock
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.periodic.scheduler import PeriodicScheduler
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.server.periodic.timetable import rfc3339, tick_key
@@ -60,7 +61,8 @@ class Cluster:
         self.stores.append(store)
         registry = QueueRegistry(cfg.queue_defaults, cfg.strict, cfg.limits.max_encoding_bytes, cfg.limits.max_queues)
         registry.load(await store.load_queues(), dict(cfg.queues))
-        scheduler = PeriodicScheduler(JobEngine(cfg, store, registry, Notifier(), clock=self.clock), cfg.periodic)
+        parts = ServerParts.build(cfg, store, registry, Notifier(), clock=self.clock)
+        scheduler = PeriodicScheduler(parts, JobEngine(parts), cfg.periodic)
         await scheduler.write_declared()
         await scheduler.reload()
         return scheduler
@@ -233,7 +235,7 @@ async def test_a_tick_run_twice_makes_one_job_even_when_the_queue_keeps_no_keys(
     for the same tick. Two loops that both read the row before either recorded the tick — two
     nodes, or one node before and after a crash — now make one job per tick."""
     first = await cluster.node(every(), queues={"q": {"dedup_window": 0}})
-    second = PeriodicScheduler(first.engine)  # another loop on the same store
+    second = PeriodicScheduler(first.parts, first.engine)  # another loop on the same store
     await second.reload()
     for _ in range(3):
         await step([first, second], cluster.clock)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from engine.engine_kit import HarnessFactory, S
 from sepp.api.v1 import common_pb2 as pb
+from sepp.domain.ids import job_id_text
 from sepp.domain.states import State
-from sepp.server.engine import job_id_text
 
 
 async def test_completed_and_dead_lettered_jobs_are_pruned_at_their_retention(make_harness: HarnessFactory) -> None:

@@ -1,4 +1,4 @@
-"""Job-type figures (issue 13 item 2) in-process on each backend, driven by a FakeClock:
+"""Job-type figures in-process on each backend, driven by a FakeClock:
 counts per job type (completed, retried, dead-lettered — by nack, by exhausted attempts and
 by an expired lease), run times lease → settle with p50 / p95 within 5 % and the exact max,
 the last-hour and 24-hour windows, the counts a node has not flushed yet, two nodes' flushes
@@ -41,7 +41,7 @@ def _close(got: float | None, want: float) -> bool:
 
 async def test_counts_and_run_times_per_job_type_over_the_hour_and_the_day(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin, flush_interval=3600)
+    admin = AdminEngine(h.parts, h.store.admin, flush_interval=3600)
     await admin.start()
     try:
         for seconds in (0.010, 0.020, 0.030, 0.040, 1.0):   # five mails, one slow
@@ -87,7 +87,7 @@ async def test_counts_and_run_times_per_job_type_over_the_hour_and_the_day(harne
 
 async def test_an_expired_lease_counts_as_retried_or_dead_lettered_without_a_run_time(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin, flush_interval=3600)
+    admin = AdminEngine(h.parts, h.store.admin, flush_interval=3600)
     await admin.start()
     try:
         await h.engine.enqueue(request(job_type="pdf", max_attempts=1))
@@ -106,10 +106,10 @@ async def test_two_nodes_flushes_add_up_in_the_store(harness: Harness) -> None:
     """Every node adds its counts to the same rows (the cluster's figures on PostgreSQL): a
     second rollup flushing into the same store adds, it does not overwrite."""
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin, flush_interval=3600)
+    admin = AdminEngine(h.parts, h.store.admin, flush_interval=3600)
     await admin.start()
     other = TypeRollup(h.clock)
-    h.engine.events.settled.subscribe(other.on_settled)     # "another node" saw the same settles
+    h.parts.events.settled.subscribe(other.on_settled)     # "another node" saw the same settles
     try:
         await _run(h, "mail", 0.1)
         await _run(h, "mail", 0.3)
@@ -124,7 +124,7 @@ async def test_two_nodes_flushes_add_up_in_the_store(harness: Harness) -> None:
 
 async def test_job_types_beyond_the_bound_count_as_other(harness: Harness) -> None:
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin, flush_interval=3600)
+    admin = AdminEngine(h.parts, h.store.admin, flush_interval=3600)
     admin.types.max_types = 2
     await admin.start()
     try:

@@ -1,4 +1,4 @@
-"""What ``JobEngine.reserve`` notes of its caller for the Workers page (issue 13), on the real
+"""What ``JobEngine.reserve`` notes of its caller for the Workers page, on the real
 engine and store with the fake clock: a worker is listed as soon as its Reserve is accepted —
 one idle in its first long poll too (a new user's ``sepp workers list`` said "No worker called
 within the last hour" for two workers parked in their first 30 s poll) — and its last Reserve
@@ -25,14 +25,14 @@ async def test_a_worker_parked_in_its_first_long_poll_is_listed_at_once(harness:
     call = asyncio.create_task(h.engine.reserve(["q"], 5, 60.0, 30.0, "W", host="host-a", concurrency=4,
                                                 client_version="sepp-python/9"))
     await until(lambda: h.engine.parked("W") == 1, what="the reserve to park")
-    (rec,) = h.engine.workers.snapshot("n1")
+    (rec,) = h.parts.workers.snapshot("n1")
     assert (rec.worker_id, rec.host, rec.queues, rec.concurrency, rec.client_version) == \
         ("W", "host-a", ("q",), 4, "sepp-python/9")
     assert rec.first_seen == rec.last_reserve == rec.last_seen == t0
     h.clock.advance(20)                      # 20 s into its long poll
     assert h.engine.stop_reserving("W") == 1
     assert await asyncio.wait_for(call, 5.0) == []
-    (rec,) = h.engine.workers.snapshot("n1")
+    (rec,) = h.parts.workers.snapshot("n1")
     assert rec.first_seen == t0 and rec.last_reserve == rec.last_seen == t0 + 20 * S  # noted again at its end
 
 
@@ -43,7 +43,7 @@ async def test_a_refused_reserve_notes_nobody(harness: Harness) -> None:
     with pytest.raises(InvalidRequest):
         await h.engine.reserve([], 1, None, 0.0, "bad", host="h")     # no queue
     assert await h.engine.reserve(["q"], 1, None, 0.0, "") == []     # no id: answered, not listed
-    assert h.engine.workers.snapshot("n1") == []
+    assert h.parts.workers.snapshot("n1") == []
 
 
 async def test_a_clean_stop_lists_the_worker_stopped_until_its_next_reserve(harness: Harness) -> None:
@@ -51,7 +51,7 @@ async def test_a_clean_stop_lists_the_worker_stopped_until_its_next_reserve(harn
     ListWorkers' view says stopped at once (not live for two lease periods); the end of the long
     poll it woke does not undo it; the restarted worker's first Reserve is live again."""
     h = harness
-    admin = AdminEngine(h.engine, h.store.admin)
+    admin = AdminEngine(h.parts, h.store.admin)
     call = asyncio.create_task(h.engine.reserve(["q"], 5, 60.0, 30.0, "W", host="host-a", concurrency=4))
     await until(lambda: h.engine.parked("W") == 1, what="the reserve to park")
     h.clock.advance(3)
@@ -78,11 +78,11 @@ async def test_a_stop_reaches_every_node_and_a_later_reserve_on_another_node_win
     shared = {"postgres": PostgresSettings(schema=fresh_schema())}
     one = await make_harness(node_name="n1", storage_settings=shared)
     two = await make_harness(node_name="n2", storage_settings=shared)
-    admins = [AdminEngine(one.engine, one.store.admin), AdminEngine(two.engine, two.store.admin)]
+    admins = [AdminEngine(one.parts, one.store.admin), AdminEngine(two.parts, two.store.admin)]
 
     async def report() -> list[tuple[str, int]]:
         for h in (one, two):
-            await h.store.report_workers(h.engine.node, h.engine.workers.snapshot(h.engine.node), 0)
+            await h.store.report_workers(h.parts.node, h.parts.workers.snapshot(h.parts.node), 0)
         seen = []
         for admin in admins:
             (view,) = await admin.workers()

@@ -1,5 +1,5 @@
-"""A duplicate node name is reported once, a crashed predecessor's row is not (issue 10
-item 2 "the UI shows the nodes"; attack finding: after a kill -9 and a restart, the node
+"""A duplicate node name is reported once, a crashed predecessor's row is not (the UI
+shows the nodes; found by attacking it: after a kill -9 and a restart, the node
 warned about "another node named …" — its own previous process's last heartbeat).
 
 ``Cluster._check_unique`` runs before each heartbeat after the first: the node's row must
@@ -25,7 +25,7 @@ async def test_a_crashed_predecessors_row_is_not_a_duplicate_but_a_live_twin_is(
     h = harness
     # The previous process of node "n" beat a second ago, then was killed.
     await h.store.heartbeat(NodeRecord("n", "127.0.0.1:1", __version__, h.now - 60 * S, h.now - S))
-    node = Cluster(h.engine, "n", "127.0.0.1:2", heartbeat_every=3600)
+    node = Cluster(h.parts, "n", "127.0.0.1:2", heartbeat_every=3600)
     caplog.set_level(logging.WARNING, logger="sepp")
     await node.start()
     try:

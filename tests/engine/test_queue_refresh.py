@@ -1,4 +1,4 @@
-"""A cluster refresh of the queue settings (``QueueRegistry.refresh``, issue 10) never forgets a
+"""A cluster refresh of the queue settings (``QueueRegistry.refresh``) never forgets a
 queue an enqueue created meanwhile.
 
 The refresh reads the queue rows, then applies them unless a local change happened since
@@ -17,7 +17,7 @@ from engine.engine_kit import Harness
 
 async def test_a_queue_created_by_an_enqueue_survives_a_refresh_that_read_before_it(harness: Harness) -> None:
     h = harness
-    registry = h.engine.queues
+    registry = h.parts.queues
     # The order of a real race, made deterministic: the enqueue creates the queue in memory
     # (its validation, before any await), the refresh then starts and reads the rows while
     # the enqueue's commit (the queue's row) is still in flight, the commit lands and marks
@@ -36,7 +36,7 @@ async def test_a_queue_created_by_an_enqueue_survives_a_refresh_that_read_before
 async def test_a_refresh_that_read_after_the_enqueue_keeps_the_queue(harness: Harness) -> None:
     h = harness
     await h.enqueue("fresh")
-    registry = h.engine.queues
+    registry = h.parts.queues
     read_at = registry.generation
     assert registry.refresh(await h.store.load_queues(), read_at) is not None
     assert registry.get("fresh") is not None

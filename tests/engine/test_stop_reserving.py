@@ -1,4 +1,4 @@
-"""``StopReserving`` (issue 15 item 7): a stopping worker asks the server to end its long-polls
+"""``StopReserving``: a stopping worker asks the server to end its long-polls
 instead of cancelling a ``Reserve`` that may already be answered.
 
 Engine level (the real engine and store, no process): a parked ``reserve`` of worker W
@@ -27,9 +27,12 @@ from support.worker import until
 
 from engine.engine_kit import Harness, request
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.states import State
-from sepp.server.engine import JobEngine, job_id_bytes
+from sepp.server.admin import AdminEngine
+from sepp.server.engine import JobEngine
 from sepp.server.errors import InvalidRequest
+from sepp.server.parts import ServerParts
 from sepp.server.rpc.registration import register
 from sepp.server.rpc.worker import WorkerServicer
 from sepp.worker import Job, Worker, runtime
@@ -120,8 +123,8 @@ class CountingServicer(WorkerServicer):
     0 without stopping anything (a node that does not hold the worker's calls);
     ``fails=True`` answers UNAVAILABLE (the server unreachable, as the worker sees it)."""
 
-    def __init__(self, engine: JobEngine, *, stops: bool = True, fails: bool = False) -> None:
-        super().__init__(engine)
+    def __init__(self, parts: ServerParts, engine: JobEngine, *, stops: bool = True, fails: bool = False) -> None:
+        super().__init__(parts, engine)
         self.stops = stops
         self.fails = fails
         self.stop_calls = 0
@@ -184,13 +187,13 @@ async def test_the_worker_stops_a_parked_reserve_by_asking_not_by_cancelling(
     monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 15.0)  # far from "at once" on a loaded machine
     h = harness
     await harness_with_queue(h)
-    servicer = CountingServicer(h.engine)
+    servicer = CountingServicer(h.parts, h.engine)
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 1  # the parked call was answered (empty), not cancelled
     assert servicer.stop_calls >= 2  # the stop's first, and its last one: the session is over
     assert took < runtime.RESERVE_STOP_TIMEOUT / 2, took
-    stopped = {r.worker_id: r.stopped_at for r in h.engine.workers.snapshot("n")}
+    stopped = {r.worker_id: r.stopped_at for r in h.parts.workers.snapshot("n")}
     assert stopped["W"] == h.now  # the Workers page lists it stopped, not live
 
 
@@ -200,7 +203,7 @@ async def test_against_an_older_server_the_worker_cancels_after_reserve_stop_wai
     h = harness
     await harness_with_queue(h)
     older = ("Reserve", "Ack", "Nack", "ExtendLease", "Settle")  # no StopReserving: UNIMPLEMENTED
-    async with serving(h.engine, WorkerServicer(h.engine), methods=older) as target:
+    async with serving(h.engine, WorkerServicer(h.parts, h.engine), methods=older) as target:
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 0  # cancelled while parked
     assert runtime.RESERVE_STOP_WAIT <= took < runtime.RESERVE_STOP_TIMEOUT / 2, took
@@ -211,7 +214,7 @@ async def test_stop_reserving_is_repeated_and_a_call_the_server_does_not_stop_en
     h = harness
     await harness_with_queue(h)
     monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 0.6)
-    servicer = CountingServicer(h.engine, stops=False)  # answers 0: the call stays parked
+    servicer = CountingServicer(h.parts, h.engine, stops=False)  # answers 0: the call stays parked
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine, poll_wait=2.0)
     # The server answers, so the call is never cancelled (a cancel may cross an answer already
@@ -226,7 +229,7 @@ async def test_a_call_still_open_is_cancelled_once_stop_reserving_goes_unanswere
     h = harness
     await harness_with_queue(h)
     monkeypatch.setattr(runtime, "RESERVE_STOP_TIMEOUT", 0.6)
-    servicer = CountingServicer(h.engine, fails=True)  # StopReserving fails: the call stays parked
+    servicer = CountingServicer(h.parts, h.engine, fails=True)  # StopReserving fails: the call stays parked
     async with serving(h.engine, servicer) as target:
         worker, took = await stop_parked_worker(target, h.engine)
     assert worker.stats["reserve_calls"] == 0  # cancelled at the timeout, long before its 20 s poll
@@ -241,7 +244,7 @@ async def test_jobs_a_stopping_worker_reserved_are_released_not_held(harness: Ha
     acks = await h.engine.enqueue_batch([request("q") for _ in range(256)])
     ids = [job_id_bytes(ack[0]) for ack in acks if isinstance(ack, tuple)]
     assert len(ids) == 256
-    async with serving(h.engine, WorkerServicer(h.engine)) as target:
+    async with serving(h.engine, WorkerServicer(h.parts, h.engine)) as target:
         worker = Worker(target, ["q"], concurrency=16, prefetch=64, max_reserve=32, poll_wait=5.0,
                         worker_id="W", token="")
         seen: list[Job] = []
@@ -261,3 +264,33 @@ async def test_jobs_a_stopping_worker_reserved_are_released_not_held(harness: Ha
     assert State.RESERVED not in states, states
     assert worker.held == 0 and seen
 
+
+# ---------- two processes sharing one worker id; odd ids
+# A clean stop (StopReserving stopped=true) with two processes sharing one worker id, and odd ids.
+
+async def test_one_of_two_same_id_workers_stops_the_other_keeps_reserving(harness: Harness) -> None:
+    h = harness
+    admin = AdminEngine(h.parts, h.store.admin)
+    await h.enqueue("q")
+    assert len(await h.engine.reserve(["q"], 1, None, 0.0, "W")) == 1
+    other = asyncio.create_task(h.engine.reserve(["q"], 1, None, 30.0, "W"))  # the second process, parked
+    await asyncio.sleep(0.05)
+    h.clock.advance(1)
+    h.engine.stop_reserving("W", stopped=True)  # the first process's last call
+    assert await asyncio.wait_for(other, 10) == []  # its parked poll answers empty early …
+    assert [v.state for v in await admin.workers()] == ["stopped"]  # … and its end notes nothing
+    h.clock.advance(1)
+    assert await h.engine.reserve(["q"], 1, None, 0.0, "W") == []  # it reserves again
+    assert [v.state for v in await admin.workers()] == ["live"]
+
+
+async def test_odd_ids_in_a_final_stop(harness: Harness) -> None:
+    h = harness
+    admin = AdminEngine(h.parts, h.store.admin)
+    with pytest.raises(InvalidRequest):
+        h.engine.stop_reserving("", stopped=True)
+    for wid in ("x" * 1025, "a\x00b", "x" * 1_000_000, "\u202e\u0007", " "):
+        assert h.engine.stop_reserving(wid, stopped=True) == 0
+    await h.enqueue("q")
+    assert len(await h.engine.reserve(["q"], 1, None, 0.0, "real")) == 1
+    assert [v.worker_id for v in await admin.workers()] == ["real"]

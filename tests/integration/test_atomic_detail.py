@@ -1,4 +1,4 @@
-"""A failed EnqueueAtomic stays under gRPC's 8 KiB metadata limit (issue 14 item 5, found by the fuzzer).
+"""A failed EnqueueAtomic stays under gRPC's 8 KiB metadata limit (found by the fuzzer).
 
 The AtomicRejections detail lists every failure by index (SPEC §2) while that fits in
 ``wire.MAX_ATOMIC_DETAIL_BYTES`` (6 KiB); beyond it the human message is kept for the

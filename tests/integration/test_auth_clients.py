@@ -1,4 +1,4 @@
-"""The Python clients with tokens (issue 11): ``token=`` and ``SEPP_TOKEN`` on ``Client``,
+"""The Python clients with tokens: ``token=`` and ``SEPP_TOKEN`` on ``Client``,
 ``AsyncClient``, ``Worker`` and ``AdminClient``; a refused token is ``Unauthenticated`` /
 ``PermissionDenied`` (the transport family) with a clear message, and is never retried.
 """

@@ -1,4 +1,4 @@
-"""Tokens and roles on every gRPC service (issue 11): one server with ``[[auth.tokens]]`` per
+"""Tokens and roles on every gRPC service: one server with ``[[auth.tokens]]`` per
 backend, raw stubs so the wire contract (status, ErrorInfo reason, metadata, message) is what
 is checked. The Python clients and the UI are in test_auth_clients.py / test_auth_ui.py.
 """
@@ -61,12 +61,12 @@ def _list_queues(s: StubSet, md: Any) -> Any:
 
 
 #: One call per service (two on the producer service: GetServerInfo is in it; two on the worker
-#: service: StopReserving is new in issue 15) → its role.
+#: service: StopReserving came later) → its role.
 CALLS: dict[str, tuple[Call, str]] = {
     "ProducerService/GetServerInfo": (_get_info, "produce"),
     "ProducerService/Enqueue": (_enqueue, "produce"),
     "WorkerService/Reserve": (_reserve, "work"),
-    "WorkerService/StopReserving": (_stop_reserving, "work"),  # issue 15 item 7
+    "WorkerService/StopReserving": (_stop_reserving, "work"),  # a worker ends its own long-polls
     "AdminService/ListQueues": (_list_queues, "admin"),
 }
 
@@ -179,7 +179,7 @@ def test_a_refused_call_does_nothing_and_a_flood_is_logged_sparingly(locked: Ser
 
 
 def test_every_refusal_is_counted_in_the_auth_failures_metric(locked: ServerProcess) -> None:
-    """``sepp_auth_failures_total{reason}`` (issue 11 "Metrics") moves with each refusal, by
+    """``sepp_auth_failures_total{reason}`` moves with each refusal, by
     reason: no token, an unknown one, a known one without the role; and
     ``sepp_rpc_duration_seconds{method,code}`` with its status code."""
     import urllib.request

@@ -1,4 +1,4 @@
-"""The web UI with tokens (issue 11): it logs in with any token that has role ``admin`` and
+"""The web UI with tokens: it logs in with any token that has role ``admin`` and
 keeps a signed session cookie naming the token; a token without ``admin`` or an unknown one
 is refused; logging out logs out; a changed token logs its sessions out; ``/healthz`` and
 ``/metrics`` stay open. httpx against the HTTP port (the browser tests cover the pages).

@@ -1,4 +1,4 @@
-"""Bounded error payloads (issue 14 item 5, reproduction 5): a refusal that names an argument
+"""Bounded error payloads: a refusal that names an argument
 quotes at most 200 bytes of it, with its length, so the answer stays under gRPC's 8 KiB
 metadata limit and arrives as its catalogued status with an ErrorInfo — not as
 RESOURCE_EXHAUSTED "received metadata size exceeds hard limit".

@@ -1,7 +1,7 @@
-"""Issue 14, items 1 and 2: every duration, timestamp and count is bounded at the edge, and
+"""Every duration, timestamp and count is bounded at the edge, and
 a stored out-of-range setting never makes a read fail.
 
-Reproductions 1, 2 and 4 of the issue, each bound at its limit and one past it, through
+Each bound that once let a value through at its limit and one past it, through
 the public admin client (``sepp.client.admin``) and raw stubs of a real ``sepp serve``.
 Limits: ``sepp.limits`` and docs/configuration.md ("Maxima").
 """

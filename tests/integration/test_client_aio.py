@@ -112,9 +112,10 @@ def test_an_async_client_called_from_another_event_loop_says_so(shared_server: S
 
 async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_unavailable_unsent(
         server_factory: ServerFactory) -> None:
-    """Issue 15 item 6 for the AsyncClient: calls made while the server is down (SIGTERM, or
-    SIGKILL) wait for it and go through once it is back, keyed or not; a server that never
-    comes back makes the call ``Unavailable`` with ``not_sent`` once its deadline passes.
+    """A call waits for a connection within its deadline, for the AsyncClient too: calls made
+    while the server is down (SIGTERM, or SIGKILL) wait for it and go through once it is
+    back, keyed or not; a server that never comes back makes the call ``Unavailable`` with
+    ``not_sent`` once its deadline passes.
 
     The calls start once the client's channel has seen the connection go: a call made before
     that goes out on the dead connection ("Stream removed (sendmsg: Broken pipe)") — a call in

@@ -235,7 +235,7 @@ def test_a_message_over_the_servers_cap_is_message_too_large(shared_server: Serv
 
 
 def test_an_unreachable_server_is_unavailable_and_nothing_was_sent() -> None:
-    """A call waits for a connection within its deadline (issue 15 item 6) — on a first contact
+    """A call waits for a connection within its deadline — on a first contact
     only with ``wait_for_server_start`` (else it fails at once: test_first_contact.py); when
     none comes it is ``Unavailable`` with ``not_sent`` — never an ambiguous ``DeadlineExceeded``
     — and says what the last try ran into."""

@@ -1,4 +1,4 @@
-"""``Client.enqueue_many`` / ``AsyncClient.enqueue_many`` (issue 15 item 3): any iterable is
+"""``Client.enqueue_many`` / ``AsyncClient.enqueue_many``: any iterable is
 cut into ``max_enqueue_batch``-sized batches (at the limit: one batch; one past: two), several
 are kept in flight, every result comes back in request order (rejections in the middle
 included) and ``progress(done, total)`` is called after each batch, in order.

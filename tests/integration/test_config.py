@@ -87,7 +87,7 @@ def test_load_config_reports_a_bad_value_as_config_error(tmp_path: Path) -> None
 
 
 def test_load_config_takes_every_maximum_and_refuses_one_past(tmp_path: Path) -> None:
-    """Issue 14: windows and retentions up to 10 years, backoff up to 365 days, leases up to a
+    """Windows and retentions up to 10 years, backoff up to 365 days, leases up to a
     day — at the limit the file loads; one past it is a ConfigError naming key, limit, value."""
     at = {"dedup_window": 315_360_000, "completed_retention": 315_360_000, "dead_letter_retention": 315_360_000,
           "retry_base": 31_536_000, "retry_cap": 31_536_000, "lease_duration": 86_400, "default_max_attempts": 10**6}
@@ -182,7 +182,7 @@ INVALID = [
     ("bad env value", "", {"SEPP_LIMITS__MAX_ENQUEUE_BATCH": "zero"}, [], ["limits.max_enqueue_batch"]),
     ("bad flag value", "", {}, ["--persist-mode", "bogus"], ["persist_mode"]),
     ("missing file", None, {}, [], ["cannot read config file", "No such file"]),
-    # issue 14: every duration and count has a maximum; the line names key, limit and value.
+    # Every duration and count has a maximum; the line names key, limit and value.
     ("queue window past 10 years", "[queues.archive]\ndedup_window = 1e13\n", {}, [],
      ["queues.archive.dedup_window", "315360000", "10000000000000"]),
     ("default retention past 10 years from env", "", {"SEPP_QUEUE_DEFAULTS__COMPLETED_RETENTION": "315360001"}, [],
@@ -275,11 +275,11 @@ def test_sigterm_under_load_exits_0_and_keeps_every_acked_job(server_factory: Se
 
 
 def test_an_unresolvable_http_listen_host_is_one_clean_start_error(tmp_path: Path) -> None:
-    """Issue 14 (minor): the clean error line was followed by a grpc ``Server.__del__``
+    """The clean error line was followed by a grpc ``Server.__del__``
     traceback (the gRPC server was left to the garbage collector after the loop closed)."""
     done = subprocess.run([sys.executable, "-m", "sepp", "serve", "--data-dir", str(tmp_path / "data"),
                            "--grpc-listen", "127.0.0.1:0", "--http-listen", "nosuchhost.invalid:0"],
-                          capture_output=True, text=True, timeout=30,  # a token: not refused as exposed (issue 11)
+                          capture_output=True, text=True, timeout=30,  # a token: not refused as exposed
                           env=_env(SEPP_AUTH=json.dumps(auth_config()["auth"])))
     assert done.returncode != 0
     err = done.stderr.strip()

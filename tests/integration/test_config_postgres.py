@@ -1,4 +1,4 @@
-"""The PostgreSQL keys of the configuration and the commands that use them (issue 10 "Interface").
+"""The PostgreSQL keys of the configuration and the commands that use them.
 
 Rules: ``storage = "postgres"`` (``SEPP_STORAGE``, ``--storage``) selects the PostgreSQL
 backend on ``postgres_dsn`` (``SEPP_POSTGRES_DSN``, ``--postgres-dsn``), which is then
@@ -36,6 +36,8 @@ from sepp.storage.factory import open_store
 #: A DSN nothing listens on, and one naming a database that does not exist.
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/test"
 NO_DATABASE = re.sub(r"/[^/]*$", "/no_such_db_xyz", PG_TEST_DSN)
+#: The tests that reach the test database (the others stop before connecting, or at a closed port).
+NEEDS_POSTGRES = pytest.mark.postgres_only(reason="reaches the PostgreSQL test database")
 
 
 def _load(tmp_path: Path, text: str, **flags: object) -> ServerConfig:
@@ -183,6 +185,7 @@ def test_open_store_builds_the_postgres_store_without_connecting() -> None:  # d
 # --- sepp migrate --------------------------------------------------------------------------
 
 
+@NEEDS_POSTGRES
 def test_sepp_migrate_creates_then_finds_the_schema_current(tmp_path: Path) -> None:  # driver
     name = fresh_schema()
     first = _sepp("migrate", "--postgres-dsn", PG_TEST_DSN, "--schema", name)
@@ -205,7 +208,7 @@ def test_sepp_migrate_creates_then_finds_the_schema_current(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("dsn", "words"), [
     (UNREACHABLE, ["cannot be reached", "127.0.0.1:1"]),
-    (NO_DATABASE, ["no_such_db_xyz"]),
+    pytest.param(NO_DATABASE, ["no_such_db_xyz"], marks=NEEDS_POSTGRES),
 ], ids=["unreachable", "missing-database"])
 def test_sepp_migrate_on_a_database_it_cannot_use_is_one_line(dsn: str, words: list[str]) -> None:  # driver
     done = _sepp("migrate", "--postgres-dsn", dsn, "--schema", fresh_schema())
@@ -228,6 +231,7 @@ def test_sepp_migrate_and_serve_word_an_unreachable_database_alike(tmp_path: Pat
     assert said_migrate == said_serve == f"PostgreSQL at {UNREACHABLE} cannot be reached: Connection refused"
 
 
+@NEEDS_POSTGRES
 def test_sepp_migrate_refuses_a_newer_schema(tmp_path: Path) -> None:  # driver
     name = fresh_schema()
     assert _sepp("migrate", "--postgres-dsn", PG_TEST_DSN, "--schema", name).returncode == 0
@@ -274,7 +278,7 @@ def test_sepp_serve_postgres_without_a_dsn_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("dsn", "words"), [
     (UNREACHABLE, ["cannot be reached", "127.0.0.1:1"]),
-    (NO_DATABASE, ["no_such_db_xyz"]),
+    pytest.param(NO_DATABASE, ["no_such_db_xyz"], marks=NEEDS_POSTGRES),
 ], ids=["unreachable", "missing-database"])
 def test_sepp_serve_on_a_database_it_cannot_use_is_one_line(tmp_path: Path, dsn: str,
                                                             words: list[str]) -> None:  # driver
@@ -287,6 +291,7 @@ def test_sepp_serve_on_a_database_it_cannot_use_is_one_line(tmp_path: Path, dsn:
     assert not (tmp_path / "d").exists(), "no data folder with PostgreSQL"
 
 
+@NEEDS_POSTGRES
 def test_sepp_serve_postgres_says_so_in_the_ready_line(tmp_path: Path) -> None:  # driver
     name = fresh_schema()
     proc = subprocess.Popen([sys.executable, "-m", "sepp", "serve", "--storage", "postgres", "--postgres-dsn",

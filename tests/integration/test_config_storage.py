@@ -1,4 +1,4 @@
-"""The storage keys of the configuration (issue 9 item 2; docs/configuration.md "[sqlite]").
+"""The storage keys of the configuration (docs/configuration.md "[sqlite]").
 
 Rules: ``storage`` picks the backend ("sqlite" or "postgres"; anything else is one line at
 start — tests/integration/test_config_postgres.py covers "postgres"); SQLite's

@@ -1,4 +1,4 @@
-"""Damaged job rows (issue 14, attacker findings O1–O4), through a real ``sepp serve``: each
+"""Damaged job rows (found by attacking them), through a real ``sepp serve``: each
 row is damaged in the SQLite file while the server is stopped (what the API refuses at its
 edge never gets there otherwise). Listings, GetJob, stats, the UI pages, Reserve and the
 sweeps must keep working for every other job; the damaged job itself reads with the

@@ -11,7 +11,7 @@ from support.servers import ServerFactory
 
 from sepp.testing import ServerProcess
 
-pytestmark = pytest.mark.sqlite_only(reason="the data folder and its lock (PostgreSQL needs none, issue 10)")
+pytestmark = pytest.mark.sqlite_only(reason="the data folder and its lock (PostgreSQL needs none)")
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Migration 0009 (the error search's index, issue 13 item 3) on SQLite: it backfills the
+"""Migration 0009 (the error search's index) on SQLite: it backfills the
 last error of the DEAD_LETTERED / CANCELLED jobs of a version-8 database, its trigger keeps
 the value with every later change (a damaged history reads as none instead of failing the
 write), and the error walk reads the covering index alone."""

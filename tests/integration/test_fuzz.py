@@ -1,13 +1,13 @@
-"""Fuzzing every RPC of every service against one real server (issue 14, item 6).
+"""Fuzzing every RPC of every service against one real server.
 
 One ``sepp serve`` process for the module, seeded with jobs in every state on three
-declared queues (``sepp.testing.fuzz.seed``). Per service (producer, worker, admin — read
+declared queues (``support.fuzz.seed``). Per service (producer, worker, admin — read
 from the proto descriptors, so a new RPC or service is covered without editing this file)
 a bounded, derandomized hypothesis run sends a few hundred structurally valid requests
-with random and extreme field values (``sepp.testing.fuzz.Requests``). Ids, leases, keys and
+with random and extreme field values (``support.fuzz.Requests``). Ids, leases, keys and
 page tokens come from real rows and from earlier answers, so calls hit real rows.
 
-Every answer must keep the contract of ``sepp.testing.fuzz.judge``. The documented status
+Every answer must keep the contract of ``support.fuzz.judge``. The documented status
 set (``fuzz.ALLOWED_CODES``, from ``server/rpc/status.py``, ``rpc/admin.py``,
 ``rpc/registration.py`` and SPEC §2–§4):
 
@@ -20,12 +20,12 @@ set (``fuzz.ALLOWED_CODES``, from ``server/rpc/status.py``, ``rpc/admin.py``,
   in ``grpc-status-details-bin`` whose code matches and an ErrorInfo (domain ``sepp``);
 * DEADLINE_EXCEEDED, the client's own deadline (no details; 20 s here, so it means a hang).
 
-Never UNKNOWN (an exception escaped), INTERNAL (issue 14: every cause the fuzzer finds is
+Never UNKNOWN (an exception escaped), INTERNAL (every cause the fuzzer finds is
 fixed with a catalogued answer), nor UNAUTHENTICATED (this server has no admin token).
-Trailers stay within 8 KiB (gRPC's default metadata limit; issue 14 item 5). Afterwards
+Trailers stay within 8 KiB (gRPC's default metadata limit). Afterwards
 the server still serves (``fuzz.check_serving``: health, a default client enqueue, which
 reads GetServerInfo first, reserve, ack) and has logged no ERROR line during the run (a
-sweep pass that failed on a row the fuzzer stored, issue 14 Seen 3).
+sweep pass that failed on a row the fuzzer stored).
 
 Reserve long-polls are capped by the server's ``max_reserve_wait`` (0.2 s here), so a
 wait above it is a quick INVALID_ARGUMENT and the run stays fast. Hypothesis runs
@@ -46,10 +46,11 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from support import fuzz
 from support.servers import backend_config
 
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
-from sepp.testing import ServerProcess, fuzz
+from sepp.testing import ServerProcess
 
 SERVICES = fuzz.services()
 
@@ -137,7 +138,7 @@ def test_every_rpc_of_a_service_answers_within_the_documented_status_set(fuzzed:
 @pytest.mark.timeout(300)
 def test_rpcs_of_all_services_mixed_answer_within_the_documented_status_set(fuzzed: Fuzzed) -> None:
     """Admin settings, producer and worker calls in one run: a setting stored by one call
-    must not break another's answer (issue 14, Seen 1–3)."""
+    must not break another's answer."""
     fuzz_rpcs(fuzzed, fuzz.any_rpc(), [], MIN_EXAMPLES + 100)
 
 

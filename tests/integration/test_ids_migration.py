@@ -24,6 +24,8 @@ from sepp.storage.admin import JobQuery, Outcome
 from sepp.storage.postgres import schema as pg_schema
 from sepp.storage.postgres.store import PostgresStore
 
+pytestmark = pytest.mark.postgres_only(reason="a PostgreSQL schema migration")
+
 NOW = 1_790_000_000_000_000
 S = 1_000_000
 POLICY = PolicyTable(QueuePolicy(jitter=0.0))
@@ -96,7 +98,7 @@ async def test_migrating_while_an_older_node_inserts_then_all_nodes_enqueue(
     """A version-9 database with thousands of jobs migrated by a new node (two start at once:
     one migrates, the other waits) while an older node goes on inserting the version-9 way
     (no seq); afterwards both new nodes enqueue at once. Every job is stored once and found
-    by id by every new node, and acks through the other node complete them (attack5)."""
+    by id by every new node, and acks through the other node complete them."""
     conn, schema = old_schema
     assert await pg_schema.migrate(conn, schema, up_to=9) == (0, 9)
     await conn.execute(f"SET search_path = {schema}")

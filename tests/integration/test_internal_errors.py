@@ -1,4 +1,4 @@
-"""Nothing answers UNKNOWN (issue 14 item 4): an exception no handler mapped comes back as
+"""Nothing answers UNKNOWN: an exception no handler mapped comes back as
 INTERNAL with ErrorInfo reason INTERNAL_ERROR and a short message, is logged with its
 traceback, and the server keeps serving; an engine or store error that escaped its servicer
 gets its catalogued status. In-process servers on real SQLite files and real gRPC channels;
@@ -94,7 +94,7 @@ def test_admin_and_worker_methods_are_covered_too_and_a_store_error_keeps_its_st
             raise StoreError("the disk went away")
 
         # GetServerInfo maps nothing itself: a store error escaping it is still UNAVAILABLE.
-        server.engine.queues.all = store_down  # type: ignore[method-assign]
+        server.parts.queues.all = store_down  # type: ignore[method-assign]
         producer = producer_pb2_grpc.ProducerServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await producer.GetServerInfo(ppb.GetServerInfoRequest())

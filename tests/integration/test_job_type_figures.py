@@ -1,4 +1,4 @@
-"""Job-type figures (issue 13 item 2) through a real server on each backend: the admin API's
+"""Job-type figures through a real server on each backend: the admin API's
 ``GetJobTypeStats`` after acks, retries and dead letters over the wire, and ``sepp queues
 show`` (table and ``--json``) printing them. One server per module and backend; each test
 uses queues of its own."""
@@ -16,7 +16,8 @@ from support.servers import module_server
 from support.worker import Wire
 from typer.testing import CliRunner
 
-import sepp.cli.admin  # noqa: F401  (registers the commands on app)
+import sepp.cli.jobs_cmd
+import sepp.cli.queues_cmd  # noqa: F401  (this and jobs_cmd register their commands on app)
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.cli.main import app
 from sepp.testing import ServerProcess

@@ -1,4 +1,4 @@
-"""The server's log lines (issue 11 "Logs"): one JSON object per line with ``log_format =
+"""The server's log lines: one JSON object per line with ``log_format =
 "json"``, one line per significant event, never a payload byte or a secret.
 
 One server per backend runs with an admin token and a PostgreSQL DSN carrying a password in

@@ -1,4 +1,4 @@
-"""``/metrics`` (issue 11 "Metrics"): every metric moves when its event happens, on each
+"""``/metrics``: every metric moves when its event happens, on each
 backend. A test scrapes before and after its event (parsed with prometheus_client's own
 parser) and compares; each works on a queue of its own on one module-scoped server whose
 queue gauges are read at every scrape (``metrics_gauge_interval = 0``), so they are exact.

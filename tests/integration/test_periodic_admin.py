@@ -1,4 +1,4 @@
-"""Periodic schedules at the edges of a real server (issue 12): ``sepp periodic list`` and
+"""Periodic schedules at the edges of a real server: ``sepp periodic list`` and
 ``trigger`` (and the other commands), the admin API's catalogued errors for a bad cron
 expression, an unknown time zone, a bad ``every`` and an unknown field, and the UI's Periodic
 page. One server for the module, on SQLite: the store's part is covered on both backends by
@@ -89,7 +89,7 @@ def test_periodic_trigger_enqueues_the_job_and_list_shows_it_as_the_last_run(srv
 
 
 def test_periodic_show_prints_a_readable_view_with_no_python_reprs(srv: ServerProcess) -> None:
-    # Issue 12 polish: `show` printed `custom: {'region': 'eu'}` and the payload as one string.
+    # `show` once printed `custom: {'region': 'eu'}` and the payload as one string.
     target = srv.grpc_target
     made = ok_json("periodic", "trigger", "nightly-report", server=target)["job_id"]
     doc = ok_json("periodic", "show", "nightly-report", server=target)
@@ -233,7 +233,7 @@ def test_the_periodic_page_lists_each_schedule_with_its_runs_and_actions(srv: Se
 
 def test_the_periodic_page_pages_50_schedules_at_a_time_like_the_job_lists(srv: ServerProcess,
                                                                           stubs: AdminStubs) -> None:
-    """Issue 12 polish: ``?page=<token>`` with "Next page »" / "« First page" in the
+    """``?page=<token>`` with "Next page »" / "« First page" in the
     ``pager`` nav, as the queue page and the dead letters page their jobs."""
     names = [f"paged-{i:03d}" for i in range(55)]
     for name in names:
@@ -270,7 +270,7 @@ def test_the_periodic_page_pages_50_schedules_at_a_time_like_the_job_lists(srv: 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_every_admin_change_of_a_schedule_is_logged(server_factory: ServerFactory, log_format: str) -> None:
-    """Issue 12 polish: declare, change, pause, resume, trigger and delete by the admin API (or
+    """Declare, change, pause, resume, trigger and delete by the admin API (or
     the UI: the same ``PeriodicAdmin`` calls) each write one ``sepp.periodic`` info line, as a
     queue's changes write ``sepp.queues`` lines (docs/operations.md "Events")."""
     server = server_factory(log_format=log_format)

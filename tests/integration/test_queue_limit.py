@@ -1,4 +1,4 @@
-"""Issue 14 O5: the number of queues is bounded (``limits.max_queues``), through a real
+"""The number of queues is bounded (``limits.max_queues``), through a real
 ``sepp serve`` in non-strict mode with a small limit. Before, producers could create queues
 until GetServerInfo outgrew the admin CLI's 4 MiB receive limit (then the Client's 16 MiB),
 after which every default ``Client.enqueue`` failed. Also: the admin client receives as

@@ -1,4 +1,4 @@
-"""Health and readiness (issue 11): ``/healthz`` is "the process is alive" (200, also while
+"""Health and readiness: ``/healthz`` is "the process is alive" (200, also while
 stopping); ``/readyz`` and the gRPC health service (``""`` and every sepp service) say
 whether the storage answers a trivial query within 1 s, and flip when it stops answering
 and when it answers again; both say "not ready" while the server stops.

@@ -1,4 +1,4 @@
-"""Reproduction 3 of issue 14, through a real ``sepp serve``: one unprocessable row must not
+"""Through a real ``sepp serve``: one unprocessable row must not
 stop lease reclaim for the whole server. The row is damaged in the database file while the
 server is stopped (its attempt history is not JSON, so the reclaim of that lease fails),
 which keeps working whatever the API refuses at its edge. The store-level cases (policy
@@ -64,7 +64,7 @@ def test_a_poison_row_on_one_queue_does_not_stop_another_queues_lease_coming_bac
 
 def test_a_damaged_history_or_extras_does_not_fail_the_listing_of_the_other_jobs(
         server_factory: ServerFactory) -> None:
-    """Issue 14 "nothing else may fail": ListJobs over every queue, the dead-letter page and
+    """Nothing else may fail: ListJobs over every queue, the dead-letter page and
     the poison jobs' own GetJob / job page read a history that is not a JSON array (or has
     entries of the wrong shape and out-of-range times) and an extras blob that does not
     decode; before, one such row failed every listing that included it with INTERNAL."""

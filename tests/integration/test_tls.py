@@ -1,4 +1,4 @@
-"""TLS and mutual TLS (issue 11): a throw-away CA made in the test (``support.tls``), real
+"""TLS and mutual TLS: a throw-away CA made in the test (``support.tls``), real
 ``sepp serve`` processes with ``tls_cert`` / ``tls_key`` (and ``tls_client_ca``), and every
 front end over it — ``Client``, ``AsyncClient``, ``Worker``, ``AdminClient``, the CLI, HTTP —
 plus the refusals (no CA, another CA, no client certificate, a stranger's certificate) and
@@ -136,7 +136,7 @@ def test_the_ui_session_cookie_is_secure_under_tls(tls_server: ServerProcess, pk
         page = web.get("/enqueue")  # the first page sets the session (its CSRF token)
         cookie = page.headers.get("set-cookie", "")
         assert page.status_code == 200 and "sepp_session=" in cookie
-        assert "secure" in cookie.lower()  # never sent over plain HTTP (issue 11)
+        assert "secure" in cookie.lower()  # never sent over plain HTTP
 
 
 def test_a_plaintext_client_is_refused_with_a_hint_about_tls(tls_server: ServerProcess, fresh_queue: str) -> None:

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing of enqueues and job runs against a real server (issue 11 "Tracing").
+"""OpenTelemetry tracing of enqueues and job runs against a real server.
 
 Each test records into its own SDK ``TracerProvider`` with an ``InMemorySpanExporter``, given
 to the ``Client`` / ``AsyncClient`` / ``Worker`` as ``tracer_provider=`` (the global provider

@@ -106,7 +106,7 @@ def test_flags_override_the_worker_and_each_outcome_is_one_line(server_factory: 
 
 
 def test_sepp_server_is_honoured_like_every_other_command(server_factory: ServerFactory, tmp_path: Path) -> None:
-    """Issue 14 (a new user's report): ``SEPP_SERVER`` was ignored and the Worker's own target
+    """A new user's report: ``SEPP_SERVER`` was ignored and the Worker's own target
     (here a closed port) was used. ``--server`` still beats the variable."""
     server = server_factory()
     with wire_for(server) as w:
@@ -207,7 +207,7 @@ def test_a_bad_log_format_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_log_format_json_makes_every_stderr_line_a_json_object(server_factory: ServerFactory,
                                                                tmp_path: Path) -> None:
-    """Issue 11 "Logs": ``--log-format json`` (here through ``SEPP_LOG_FORMAT``) for a worker too."""
+    """``--log-format json`` (here through ``SEPP_LOG_FORMAT``) for a worker too."""
     server = server_factory(queues={"jobs": {}})
     with wire_for(server) as w:
         w.enqueue("jobs", "ok")

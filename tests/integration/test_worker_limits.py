@@ -1,6 +1,6 @@
 """Out-of-range worker arguments are refused per item with INVALID_ARGUMENT, never UNKNOWN,
 and oversized texts are cut (SPEC §3: error detail ≤ 16 KiB). ``StopReserving`` over the
-wire (issue 15 item 7): it needs a worker_id and ends that worker's long-poll."""
+wire: it needs a worker_id and ends that worker's long-poll."""
 
 from __future__ import annotations
 

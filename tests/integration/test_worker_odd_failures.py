@@ -1,4 +1,4 @@
-"""A handler that fails in an odd way settles its own job and nobody else's (attack6).
+"""A handler that fails in an odd way settles its own job and nobody else's.
 
 The jobs that finish together share one ``Settle`` call, so a nack that cannot be written
 (``DeadLetter(exc)``, ``Retry(exc)``, ``Retry(after=inf)``: a wire error) or that makes the

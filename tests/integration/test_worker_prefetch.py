@@ -1,4 +1,4 @@
-"""The Worker's default, adaptive prefetch (issue 15 item 4; docs/configuration.md "Worker").
+"""The Worker's default, adaptive prefetch (docs/configuration.md "Worker").
 
 No-op-sized jobs on a deep queue are reserved in large batches with the defaults; slow
 jobs are not hoarded (the prefetch falls to 0 once prefetched jobs wait for a slot); a

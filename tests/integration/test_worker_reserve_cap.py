@@ -1,4 +1,4 @@
-"""A Worker asking for more jobs a ``Reserve`` than the server takes (attack6).
+"""A Worker asking for more jobs a ``Reserve`` than the server takes.
 
 The server refuses a ``Reserve`` whose ``max_jobs`` is above its ``max_reserve_batch``
 (``INVALID_ARGUMENT``, field ``max_jobs``, with the limit). A worker whose ``max_reserve`` is

@@ -379,7 +379,7 @@ async def test_stop_while_long_polling_returns_promptly_and_leaves_nothing_reser
     await worker.stop()
     await asyncio.wait_for(task, 10)
     assert time.monotonic() - t0 < 10.0  # half the long poll: it was ended, not waited out
-    # The parked call was ended by StopReserving and answered (empty), not cancelled (issue 15 item 7).
+    # The parked call was ended by StopReserving and answered (empty), not cancelled.
     assert worker.stats["reserve_calls"] == 1
     with wire_for(fast, fresh_queue) as w:
         job_id = w.enqueue(fresh_queue, "t")

@@ -1,6 +1,6 @@
 """The Worker's batched settler (``sepp.worker._settler``) against a real server.
 
-Issue 15 item 1: an item submitted after the last send task saw its queue empty, but
+An item submitted after the last send task saw its queue empty, but
 before that task's done-callback ran, was never sent (and ``flush`` returned without
 it). The test drives a submit into exactly that gap: a callback on the previous item's
 future runs after the send task has ended and before its done-callbacks.

@@ -1,4 +1,4 @@
-"""The Worker runtime's handler slots (issue 15 item 4) against a real server.
+"""The Worker runtime's handler slots against a real server.
 
 Handlers run in at most ``concurrency`` long-lived slot tasks, not one task per job; a
 handler's first step runs inline, so one that never suspends is done without a task switch,

@@ -1,4 +1,4 @@
-"""Nothing held after a Worker stops (issue 15 items 1 and 7).
+"""Nothing held after a Worker stops.
 
 * A stream of jobs settled by a worker, round after round on one server: after every
   round the admin API shows 0 RESERVED (an ack left unsent would show as RESERVED until

@@ -1,4 +1,4 @@
-"""The Workers page (issue 13 "New capabilities" 1) against a real server on each backend: a
+"""The Workers page against a real server on each backend: a
 Worker runtime reports its concurrency and version on Reserve, the admin API, the UI and
 ``sepp workers list`` show it with its jobs in flight and jobs done, an old client (raw stubs
 without the new fields) still works and shows up, a worker with no call for two lease
@@ -173,7 +173,7 @@ def test_sepp_workers_list(srv: ServerProcess, stubs: AdminStubs, fresh_queue: s
 
 def test_a_refused_reserve_registers_no_worker_and_the_listing_is_bounded(srv: ServerProcess, stubs: AdminStubs,
                                                                           fresh_queue: str) -> None:
-    """Worker ids are caller input (issue 13, found by attacking it): a Reserve the server refuses
+    """Worker ids are caller input (found by attacking it): a Reserve the server refuses
     leaves no trace on the Workers page, and however many workers call, ListWorkers answers at
     most 500 (``total`` counts all) and the page shows at most 200 rows."""
     fails(lambda: stubs.worker.Reserve(wpb.ReserveRequest(queues=[fresh_queue], max_jobs=0,

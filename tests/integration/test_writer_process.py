@@ -184,7 +184,7 @@ def _enqueue_writer_stopped_then_kill(server: ServerProcess, enqueue: Callable[[
 def test_lone_writes_need_no_writer_hop_and_every_acknowledged_one_survives_kill_9(
         server_factory: ServerFactory) -> None:
     """A one-job enqueue with nothing else writing commits on the server's own lone-write
-    connection (issue 15 item 2): with the writer process stopped (SIGSTOP) such enqueues
+    connection: with the writer process stopped (SIGSTOP) such enqueues
     still succeed, so they took that path; then the server is SIGKILLed and every
     acknowledged one is there after a restart (the WAL was fdatasync-ed before each answer).
     (Sweeps are writes through the writer: none runs during the test.)"""

@@ -1,4 +1,4 @@
-"""The backend parameter of the storage conformance suite (issue 9 item 4; issue 10 item 3).
+"""The backend parameter of the storage conformance suite.
 
 Each conformance test (``test_conformance_*.py``) asks for ``store`` (or ``store_factory``)
 and so runs once per entry of ``support.backends.BACKENDS``. Every store is built by

@@ -1,4 +1,4 @@
-"""Conformance: flow control inside ``Store.reserve`` (issue 12; docs/flow-control.md) —
+"""Conformance: flow control inside ``Store.reserve`` (docs/flow-control.md) —
 ``max_in_flight`` at the limit and one past, priority order among the jobs let through,
 queues without limits untouched, and (PostgreSQL) the bound held by three stores on one
 schema reserving at once, as three nodes do.

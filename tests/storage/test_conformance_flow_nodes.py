@@ -1,7 +1,7 @@
 """Conformance: the per-key limit's fast path on every backend (a reserve that no group
 could fill past the limit skips the group walk; one that could walks it), and flow limits
 held by three stores on one PostgreSQL schema reserving at once,
-as three nodes do (issue 12) — the rate limit's bucket drawn by every node (first use
+as three nodes do — the rate limit's bucket drawn by every node (first use
 included: the bucket row is created by whichever node draws first), the per-key limit
 both below and at its bound (its fast path, which skips the group walk while no group can
 reach the limit, and the walk), and a not-binding limit leasing every job. Each reserve

@@ -1,4 +1,4 @@
-"""Conformance: what the issue-11 metrics read from a store — ``AdminStore.queue_gauges``
+"""Conformance: what the metrics read from a store — ``AdminStore.queue_gauges``
 (counts per state and oldest READY of every queue), the started_at of a settled attempt,
 the run_at of promoted jobs, the expired leases per queue of a reclaim, and the commit
 histograms of ``Store.figures`` — on every backend.

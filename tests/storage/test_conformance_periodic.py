@@ -1,4 +1,4 @@
-"""Conformance: the periodic schedules' rows (issue 12 "Periodic jobs") — ``Store.put_periodic``,
+"""Conformance: the periodic schedules' rows — ``Store.put_periodic``,
 ``load_periodic``, ``set_periodic_paused``, ``delete_periodic`` and ``record_periodic_runs``
 on every backend, and that they survive reopening the store (SQLite keeps them in its file,
 PostgreSQL in its schema, shared by every node)."""

@@ -1,4 +1,4 @@
-"""Conformance: ``Store.ping``, the readiness probe (issue 11): an open store answers it
+"""Conformance: ``Store.ping``, the readiness probe: an open store answers it
 quickly, it writes nothing and counts as no commit, it answers while writes are going on,
 and a closed store refuses it with ``StoreClosed``."""
 

@@ -2,7 +2,7 @@
 lifecycle (SPEC §1 "Queue"): queues by name, replaced whole, kept across a reopen; a change
 made over the stored row, so concurrent changes of one queue — on one store or on two
 nodes of one PostgreSQL database — all take effect; ``close`` is idempotent; ``figures``,
-``abort`` (nothing acknowledged lost) and ``failure`` (issue 9 item 2).
+``abort`` (nothing acknowledged lost) and ``failure``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Conformance: job search (issue 13 item 3; ``sepp.storage.search``) — the custom-map index
+"""Conformance: job search (``sepp.storage.search``) — the custom-map index
 written with the enqueue and gone with the job, exact id and idempotency-key lookups, the
 error-text match, the job-type filter, AND of everything, keyset pages in enqueue order and
 the scan bound.

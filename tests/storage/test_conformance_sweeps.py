@@ -1,6 +1,6 @@
 """Conformance: the sweeps — ``promote_due``, ``next_due``, ``reclaim_expired`` (READY again,
 LEASE_EXPIRED on the last attempt, cancel requested), ``prune`` (retentions, expired keys,
-``limit``) — and ``reserve_damaged`` (SPEC §3, issue 14 O4).
+``limit``) — and ``reserve_damaged`` (SPEC §3).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def _ack(rec: JobRecord) -> SettleParams:
 
 async def test_the_history_entries_of_a_nack_and_a_lease_expiry_name_the_node_that_leased_the_job(
         store: Store) -> None:
-    # issue 10: attempt history names the node (ReserveParams.node → the job's node column)
+    # Attempt history names the node (ReserveParams.node → the job's node column)
     await put(store, row(max_attempts=5))
     (rec,) = await lease(store, node="node-a")
     assert rec.node == "node-a" and (await get(store, rec.id)).node == "node-a"

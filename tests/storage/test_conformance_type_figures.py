@@ -1,4 +1,4 @@
-"""Conformance (issue 13 items 2 and 4): what the job-type figures and the bulk actions read
+"""Conformance: what the job-type figures and the bulk actions read
 from a store, on every backend — the job type of each settle result and of each reclaimed
 lease, the adds and reads of ``AdminStore.add_type_figures`` / ``type_figures`` (added,
 never overwritten, as two nodes would; the longest run by max; hour and day windows; the

@@ -1,5 +1,5 @@
 """Conformance: the workers the nodes report (``Store.report_workers`` / ``Store.workers``) and
-the jobs in flight per worker (``AdminStore.reserved_by_worker``) — issue 13, the Workers page.
+the jobs in flight per worker (``AdminStore.reserved_by_worker``) — the Workers page.
 On a store that is not shared (SQLite) the one node's last report is all there is; on a shared
 one every node's rows sit side by side."""
 

@@ -1,4 +1,4 @@
-"""The lone-write path and the group-commit wait (issue 15 item 2): a one-job enqueue with
+"""The lone-write path and the group-commit wait: a one-job enqueue with
 nothing else writing skips the committer hop; concurrent ones still share commits; the
 group-commit wait never delays a write submitted while no other was in flight.
 Real SQLite files and a real writer process, no mocks."""

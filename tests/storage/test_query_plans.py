@@ -1,5 +1,5 @@
-"""Every sweep and hot-path query uses an index, never a full scan of ``jobs`` (issue 3:
-"the sweeps stay indexed"), checked with EXPLAIN QUERY PLAN on a real migrated database."""
+"""Every sweep and hot-path query uses an index, never a full scan of ``jobs`` (the
+sweeps stay indexed), checked with EXPLAIN QUERY PLAN on a real migrated database."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ QUERIES: dict[str, tuple[object, ...]] = {
     "reclaim_ready": (2, "{}", 1, b"l" * 16),
     "get_job": (b"x" * 16,),
     "find_idempotency": ("q", "k"),
-    # Flow control (issue 12): one queue's RESERVED jobs, a range of jobs_leased (migration 0010).
+    # Flow control: one queue's RESERVED jobs, a range of jobs_leased (migration 0010).
     "count_reserved_in": ("q",),
     "reserved_extras_in": ("q",),
 }

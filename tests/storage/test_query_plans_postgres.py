@@ -1,5 +1,5 @@
 """PostgreSQL statements that change jobs found by id or seq find them by that key, even when
-the planner's statistics are stale (issue 10: many workers, deep prefetch, bursts of
+the planner's statistics are stale (many workers, deep prefetch, bursts of
 scheduled jobs, large dead-letter queues).
 
 The partial indexes (``jobs_ready``: READY, ``jobs_scheduled``: SCHEDULED, ``jobs_leased``:
@@ -41,6 +41,9 @@ from sepp.storage.postgres.ids import make_id
 from sepp.storage.postgres.sql import A, Q
 from storage.conformance_kit import NOW
 
+#: The tests that read a plan from the database (the others read the SQL files alone).
+NEEDS_POSTGRES = pytest.mark.postgres_only(reason="PostgreSQL's query plans")
+
 #: The statements of queries.sql and admin.sql, by name.
 SQL = {**Q, **A}
 LEASE = b"L" * 16
@@ -76,7 +79,7 @@ STATEMENTS: dict[str, tuple[Any, ...]] = {
     "prune_jobs": (NOW, 1_000),
     # The reclaim sweep locks the oldest expired leases its per-queue probes chose by seq.
     "expired_leases": (NOW + 120_000_000, 1_000),
-    # Reads that find jobs by seq and test their state (the admin search, issue 13 item 3).
+    # Reads that find jobs by seq and test their state (the admin search).
     "search_match": ("SEQS:3", "q", 3, None, None, None, None, None, [], []),
     "search_range": ("SEQ:3", None, 5, None, None, None, None, None, [], [], "SEQ:3+1000"),
 }
@@ -166,12 +169,14 @@ async def _wrong_plans(conn: asyncpg.Connection, names: list[str]) -> dict[str, 
     return wrong
 
 
+@NEEDS_POSTGRES
 async def test_jobs_changed_by_id_or_seq_are_found_by_that_key(conn: asyncpg.Connection) -> None:
     assert await conn.fetchval("SELECT count(*) FROM jobs WHERE state = 3") == 20_480
     wrong = await _wrong_plans(conn, sorted(STATEMENTS))
     assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
 
 
+@NEEDS_POSTGRES
 async def test_chunks_are_found_by_seq_with_fresh_statistics(conn: asyncpg.Connection) -> None:
     """With statistics that know the chunk is 1,000 rows of ~80,000, a chunk joined to
     ``jobs`` as ``j.seq = chunk.seq`` was a hash join over a sequential scan of the whole
@@ -182,6 +187,7 @@ async def test_chunks_are_found_by_seq_with_fresh_statistics(conn: asyncpg.Conne
     assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
 
 
+@NEEDS_POSTGRES
 @pytest.mark.parametrize("ids", ["native", "foreign"])
 async def test_acks_find_their_jobs_by_key_with_statistics_of_ready_jobs_only(tmp_path: Path, ids: str) -> None:
     """Statistics taken right after a bulk enqueue (every job READY, none RESERVED) made the
@@ -214,6 +220,7 @@ async def test_acks_find_their_jobs_by_key_with_statistics_of_ready_jobs_only(tm
         await conn.close()
 
 
+@NEEDS_POSTGRES
 async def test_next_due_reads_one_scheduled_job(conn: asyncpg.Connection) -> None:
     """``next_due`` (the sweeper, after every promotion) reads the first entry of
     jobs_scheduled: as ``min(run_at)`` a planner that thought no job SCHEDULED aggregated
@@ -316,6 +323,7 @@ async def _plan(conn: asyncpg.Connection, sql: str, params: tuple[Any, ...]) -> 
         await tr.rollback()
 
 
+@NEEDS_POSTGRES
 async def test_readers_of_reserved_jobs_use_jobs_leased(leased: asyncpg.Connection,
                                                          request: pytest.FixtureRequest) -> None:
     assert await leased.fetchval("SELECT count(DISTINCT queue) FROM jobs WHERE state = 3") == QUEUES + 1
@@ -335,6 +343,7 @@ async def test_readers_of_reserved_jobs_use_jobs_leased(leased: asyncpg.Connecti
     assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
 
 
+@NEEDS_POSTGRES
 async def test_the_reclaim_sweep_probes_each_queue_through_jobs_leased(leased: asyncpg.Connection) -> None:
     """``expired_leases`` finds the queues by a skip scan of jobs_leased (one row per queue
     holding RESERVED jobs, and the end), probes each for its expired leases by (queue,

@@ -1,4 +1,4 @@
-"""The SQLite driver writes exactly what ``sepp.domain.transitions`` decides (issue 9 item 1):
+"""The SQLite driver writes exactly what ``sepp.domain.transitions`` decides:
 for every settle kind, a lease expiry, an admin cancel and a redrive, the stored row is the
 rule's ``Decision`` applied to the row as it was. Real SQLite files in ``tmp_path``; the
 backoff jitter is 0 so the rule's ``rand`` does not matter."""

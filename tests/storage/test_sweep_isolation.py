@@ -1,4 +1,4 @@
-"""Sweeps isolate failures (issue 14 item 3, reproduction 3): a row a pass cannot process is
+"""Sweeps isolate failures: a row a pass cannot process is
 skipped and reported, and every other due job, expired lease and prunable row is handled in
 that same pass — also when the unprocessable rows sort first and fill a whole page.
 

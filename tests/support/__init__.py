@@ -1,4 +1,4 @@
-"""Helpers shared by the tests (issue 9 item 8): one place for stubs, failure decoding,
+"""Helpers shared by the tests: one place for stubs, failure decoding,
 waiting and the server fixtures. Importable as ``support`` (``pythonpath = ["tests"]``).
 
 * ``servers``  — ``ServerFactory``, the ``FAST`` test config, the ``server_factory`` /

@@ -1,4 +1,4 @@
-"""Tokens for the auth tests (issue 11): the secrets and roles a locked test server knows,
+"""Tokens for the auth tests: the secrets and roles a locked test server knows,
 and the ``auth`` table of its config."""
 
 from __future__ import annotations

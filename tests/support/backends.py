@@ -1,5 +1,4 @@
-"""The storage backends every backend-independent test runs against (issue 9 item 4;
-issue 10 item 3 adds PostgreSQL here).
+"""The storage backends every backend-independent test runs against.
 
 ``BACKENDS`` names them; ``store_settings(backend)`` gives the config keys that select and
 tune one (``storage`` and its table), to spread into a ``ServerConfig`` or the conformance
@@ -12,10 +11,13 @@ backend means one entry here and one branch in ``store_settings``.
   mode): every operation and result crosses a process boundary, so one that does not pickle
   fails. ~0.5 s a store instead of 0.01 s, so it joins only with ``CONFORMANCE_ALL=1`` (not
   a ``SEPP_`` name: tests/conftest.py clears those).
-* ``postgres``: the PostgreSQL backend (issue 10) on the database ``PG_TEST_DSN`` (default
-  ``postgresql://postgres@127.0.0.1:5432/test``; again not a ``SEPP_`` name). Always on:
-  the PostgreSQL run is required (issue 10 item 3), a database that cannot be reached
-  fails the tests rather than skipping them (.ci/run makes sure it answers). Every call
+* ``postgres``: the PostgreSQL backend on the database ``PG_TEST_DSN`` (default
+  ``postgresql://postgres@127.0.0.1:5432/test``; again not a ``SEPP_`` name). Under CI
+  (``CI=true``) the PostgreSQL run is required: a database that cannot be reached fails the
+  tests rather than skipping them (.ci/run makes sure it answers). A local run without it
+  skips the tests that need it (``needs_postgres``) and says once how to enable them
+  (``postgres_missing``, tests/conftest.py; docs/decisions.md "A first run without
+  PostgreSQL"). Every call
   of ``store_settings("postgres")`` names a fresh schema (``fresh_schema``), so each test
   — each store factory — starts on an empty database; the names are kept in
   ``CREATED_SCHEMAS`` and dropped at the end of the session (``drop_schemas``, called by
@@ -24,12 +26,16 @@ backend means one entry here and one branch in ``store_settings``.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import itertools
 import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sepp.storage.config import PostgresSettings, SQLiteSettings
 
@@ -38,6 +44,56 @@ BACKENDS = ["sqlite", "postgres"] + (["sqlite-process"] if os.environ.get("CONFO
 
 #: The PostgreSQL database the tests use (each test in a schema of its own).
 PG_TEST_DSN = os.environ.get("PG_TEST_DSN") or "postgresql://postgres@127.0.0.1:5432/test"
+
+#: The start of the reason every PostgreSQL test skipped by a local run carries.
+POSTGRES_SKIPPED = "PostgreSQL not reachable"
+
+
+@functools.cache
+def postgres_missing() -> str | None:
+    """None when PostgreSQL is required or answers; else the one-line reason a local run
+    skips the tests that need it: what failed and how to enable them.
+
+    Required means ``CI=true`` (the CI run fails on a missing database, as before). Otherwise
+    one plain asyncpg connection to ``PG_TEST_DSN`` is tried (5 s timeout) once per process."""
+    if os.environ.get("CI", "").lower() == "true":
+        return None
+
+    async def probe() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(PG_TEST_DSN, timeout=5)
+        await conn.close()
+
+    try:
+        asyncio.run(probe())
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        return (f"{POSTGRES_SKIPPED} at {PG_TEST_DSN} ({why}); to run these tests start PostgreSQL with a database "
+                "`test` (trust auth for user postgres) or set PG_TEST_DSN to one; CI=true makes this a failure")
+    return None
+
+
+def needs_postgres(item: pytest.Item) -> bool:
+    """Whether ``item`` needs the PostgreSQL database: its ``[postgres]`` variant (any
+    parameter whose value is ``"postgres"``), a test marked ``postgres_only``, or a test of
+    the multi-node suite (``cluster_factory``, tests/cluster)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "postgres" in callspec.params.values():
+        return True
+    return (item.get_closest_marker("postgres_only") is not None
+            or "cluster_factory" in getattr(item, "fixturenames", ()))
+
+
+def skip_postgres_when_missing(items: list[pytest.Item]) -> None:
+    """On a local run without PostgreSQL (``postgres_missing``), mark every item that
+    ``needs_postgres`` skipped with that reason; otherwise leave ``items`` alone."""
+    needing = [item for item in items if needs_postgres(item)]
+    reason = postgres_missing() if needing else None
+    if reason is not None:
+        for item in needing:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
 
 #: Every schema ``fresh_schema`` named in this process, dropped by ``drop_schemas``.
 CREATED_SCHEMAS: list[str] = []

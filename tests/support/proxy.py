@@ -5,7 +5,7 @@ every connection to the upstream, one thread per direction. ``pause()`` stops re
 (bytes read meanwhile are held, connections stay open: the database simply stops
 answering, as it does when its host stalls); ``resume()`` forwards what was held and goes
 on. ``close()`` ends the listener and every connection. Used by the readiness tests
-(issue 11) to make PostgreSQL stop answering without stopping PostgreSQL.
+ to make PostgreSQL stop answering without stopping PostgreSQL.
 """
 
 from __future__ import annotations

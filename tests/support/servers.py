@@ -1,7 +1,7 @@
 """Real ``sepp serve`` processes for the tests, on loopback ports, on each storage backend.
 
 * ``backend`` is the storage backend of a test's servers: module-scoped and parametrized over
-  ``SERVER_BACKENDS`` (``sqlite`` and ``postgres``, issue 10 item 3), so every test that asks
+  ``SERVER_BACKENDS`` (``sqlite`` and ``postgres``), so every test that asks
   for a server (directly or through the fixtures below) runs once per backend, ids ending
   ``[sqlite]`` / ``[postgres]``. A test (or a module, through ``pytestmark``) marked
   ``@pytest.mark.sqlite_only(reason=…)`` depends on SQLite itself (its data folder, the
@@ -42,7 +42,7 @@ from support.backends import BACKENDS, PG_TEST_DSN, fresh_schema
 #: so lease expiry and promotion are observed quickly (SPEC §3 timing rules).
 FAST = {"sweep_interval": 0.05, "shutdown_grace": 5.0}
 
-#: The backends the process-level suites run against (issue 10 item 3): those of
+#: The backends the process-level suites run against: those of
 #: ``support.backends.BACKENDS`` but ``sqlite-process`` (``sepp serve`` in group mode already
 #: runs the SQLite writer in a process of its own).
 SERVER_BACKENDS = [b for b in BACKENDS if b != "sqlite-process"]

@@ -1,4 +1,4 @@
-"""A throw-away certificate authority for the TLS tests (issue 11), made with ``cryptography``.
+"""A throw-away certificate authority for the TLS tests, made with ``cryptography``.
 
 ``make_pki(folder)`` writes PEM files into ``folder`` and returns their paths (``Pki``): a
 CA, a server certificate for ``127.0.0.1`` and ``localhost`` (subjectAltName) signed by it,

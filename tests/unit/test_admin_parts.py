@@ -1,4 +1,4 @@
-"""The admin engine's parts on their own (issue 9 item 8): the page-token codec keeps its wire
+"""The admin engine's parts on their own: the page-token codec keeps its wire
 form, the throughput counter dates its counts by the injected clock, and the admin state
 names keep their UPPERCASE wire spelling."""
 

@@ -1,4 +1,4 @@
-"""Tokens and roles without a server (issue 11): the ``[[auth.tokens]]`` config checks, the
+"""Tokens and roles without a server: the ``[[auth.tokens]]`` config checks, the
 authenticator (constant-time lookup, failure counts, rate-limited log lines), the loopback
 rule of ``sepp serve``, the client's error classes and that they are never retried, and the
 one-line refusals of ``sepp token new`` and ``sepp serve`` (in-process: they exit before
@@ -83,7 +83,7 @@ def test_the_authenticator_finds_tokens_by_digest_and_admin_token_is_an_admin() 
     legacy = auth.identify("legacy")
     assert legacy is not None and (legacy.name, legacy.roles) == ("admin_token", frozenset({"admin"}))
     assert auth.by_marker("admin_token", legacy.marker) is legacy and auth.by_marker("p", token.marker) is None
-    alone = Authenticator(admin_token="legacy")  # the pre-issue-11 behaviour: only admin is checked
+    alone = Authenticator(admin_token="legacy")  # the behaviour before roles: only admin is checked
     assert alone.enforced == {"admin"} and not alone.required("produce") and alone.required("admin")
 
 

@@ -1,5 +1,5 @@
 """CLI flag values: one duration grammar, bounds taken from the server's model, one-line errors
-that name the flag, the limit and the value (issue 14 "bounded at the edge"); ``sepp serve --help``.
+that name the flag, the limit and the value; ``sepp serve --help``.
 
 In-process (typer's CliRunner); every command here fails on its input before it would
 contact a server, so ``--server`` points at a closed port.
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sepp.cli.admin import SETTING_FLAGS, _settings_from_flags
 from sepp.cli.flags import FlagValueError, human_seconds, parse_seconds, setting_bounds
 from sepp.cli.main import _register, app
+from sepp.cli.queue_flags import SETTING_FLAGS, settings_from_flags
 from sepp.limits import MAX_BACKOFF, MAX_LEASE, MAX_RETENTION, MIN_LEASE, fmt_number
 
 _register()
@@ -71,10 +71,10 @@ def test_the_cli_uses_the_servers_bounds_for_every_queue_setting() -> None:
 def test_each_duration_setting_at_its_limit_is_sent_and_one_past_is_refused(path: str) -> None:
     lo, hi = setting_bounds(path)
     assert lo is not None and hi is not None
-    settings, paths = _settings_from_flags(**{path: fmt_number(hi)})
+    settings, paths = settings_from_flags(**{path: fmt_number(hi)})
     assert paths == [path] and settings is not None
     assert getattr(settings, path).seconds == int(hi)
-    _settings_from_flags(**{path: fmt_number(lo)})
+    settings_from_flags(**{path: fmt_number(lo)})
     flag = DURATION_FLAGS[path]
     past = f"{int(hi) + 1}s"
     result = runner.invoke(app, ["queues", "declare", "q", flag, past, *NOWHERE], env=NARROW)

@@ -1,4 +1,4 @@
-"""The CLI's TLS options (issue 11): every command that talks to a server (it has
+"""The CLI's TLS options: every command that talks to a server (it has
 ``--server``) takes ``--tls-ca --tls-cert --tls-key`` with ``SEPP_TLS_*``; ``sepp serve``
 takes the server's ``--tls-cert --tls-key --tls-client-ca``. In-process, no server."""
 

@@ -1,5 +1,5 @@
-"""The client's lean ``enqueue_batch`` path gives exactly what the plain path gives (issue 15
-item 3, issue 10's enqueue benchmark).
+"""The client's lean ``enqueue_batch`` path gives exactly what the plain path gives (the
+enqueue benchmark's fast path, docs/decisions.md "Batched enqueue: cost per job").
 
 * ``_core.batch_message(reqs)`` is the same message as ``EnqueueBatchRequest(jobs=[r.to_proto()
   for r in reqs])`` — byte for byte, empty payloads and requests with every knob included;
@@ -35,7 +35,7 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core
 from sepp.limits import QueueLimits, QueueSettings, ServerLimits
 from sepp.request import EnqueueRequest, Payload, QueueInfo, ServerInfo
-from sepp.server.engine import expand_plain
+from sepp.server.admission import expand_plain
 from sepp.validation import Validator
 
 _ALPHABETS = ["abc", "aé\u2603._:-Z9", "\x00\x01a", "x"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import sepp.cli.job_input as job_input
 import sepp.cli.producer as producer
 from sepp.cli.main import app
 from sepp.request import JSON_ENCODING, Payload
@@ -49,20 +50,20 @@ runner = CliRunner()
 ])
 def test_custom_entries_are_typed_explicitly_or_inferred_like_json(spec: str,
                                                                    expected: tuple[str, object]) -> None:
-    key, value = producer.parse_custom(spec)
+    key, value = job_input.parse_custom(spec)
     assert (key, value) == expected
     assert type(value) is type(expected[1])
 
 
 def test_typed_float_accepts_nan_and_leaves_the_verdict_to_validation() -> None:
-    assert math.isnan(float(producer.parse_custom("x:float=nan")[1]))
+    assert math.isnan(float(job_input.parse_custom("x:float=nan")[1]))
 
 
 @pytest.mark.parametrize("spec", ["novalue", "n:int=x", "n:int=1.5", "f:float=abc", "b:bool=maybe",
                                   "n=9223372036854775808", "n:int=-9223372036854775809"])
 def test_bad_custom_entries_raise_value_error(spec: str) -> None:
     with pytest.raises(ValueError):
-        producer.parse_custom(spec)
+        job_input.parse_custom(spec)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -89,20 +90,20 @@ def test_times_need_a_zone() -> None:
 
 
 def test_batch_payloads_are_json_values_or_base64_bytes() -> None:
-    assert producer.payload_from_json_value(None) is None
-    assert producer.payload_from_json_value({"user_id": 42}) == Payload(b'{"user_id":42}', JSON_ENCODING)
-    assert producer.payload_from_json_value("text") == Payload(b'"text"', JSON_ENCODING)
+    assert job_input.payload_from_json_value(None) is None
+    assert job_input.payload_from_json_value({"user_id": 42}) == Payload(b'{"user_id":42}', JSON_ENCODING)
+    assert job_input.payload_from_json_value("text") == Payload(b'"text"', JSON_ENCODING)
     raw = {"data_b64": base64.b64encode(b"\x00\xff").decode(), "encoding": "application/octet-stream"}
-    assert producer.payload_from_json_value(raw) == Payload(b"\x00\xff", "application/octet-stream")
-    assert producer.payload_from_json_value({"data_b64": ""}) == Payload(b"", "")
+    assert job_input.payload_from_json_value(raw) == Payload(b"\x00\xff", "application/octet-stream")
+    assert job_input.payload_from_json_value({"data_b64": ""}) == Payload(b"", "")
     # An object with other keys besides data_b64 is an ordinary JSON payload.
-    assert producer.payload_from_json_value({"data_b64": "x", "more": 1}).encoding == JSON_ENCODING  # type: ignore[union-attr]
+    assert job_input.payload_from_json_value({"data_b64": "x", "more": 1}).encoding == JSON_ENCODING  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="base64"):
-        producer.payload_from_json_value({"data_b64": "not base64!"})
+        job_input.payload_from_json_value({"data_b64": "not base64!"})
 
 
 def test_batch_lines_inherit_command_line_defaults() -> None:
-    defaults = producer.JobDefaults(queue="emails", job_type="welcome", custom={"a": 1, "b": 2}, priority=3)
+    defaults = job_input.JobDefaults(queue="emails", job_type="welcome", custom={"a": 1, "b": 2}, priority=3)
     text = "\n".join([
         json.dumps({}),
         "",
@@ -110,7 +111,7 @@ def test_batch_lines_inherit_command_line_defaults() -> None:
                     "scheduled_at": "2030-01-01T00:00:00Z", "idempotency_key": "k",
                     "trace_context": {"tracestate": "a=b"}}),
     ])
-    (n1, first), (n3, third) = producer.read_batch_lines(text, defaults)
+    (n1, first), (n3, third) = job_input.read_batch_lines(text, defaults)
     assert (n1, first.queue, first.job_type, first.priority) == (1, "emails", "welcome", 3)
     assert dict(first.custom) == {"a": 1, "b": 2}
     assert (n3, third.queue, third.priority) == (3, "other", 9)
@@ -131,12 +132,12 @@ def test_batch_lines_inherit_command_line_defaults() -> None:
 def test_bad_batch_lines_are_reported_with_their_line_number(line: str, message: str) -> None:
     text = '{"queue": "q", "job_type": "t"}\n' + line
     with pytest.raises(ValueError, match=message) as info:
-        producer.read_batch_lines(text, producer.JobDefaults())
+        job_input.read_batch_lines(text, job_input.JobDefaults())
     assert str(info.value).startswith("line 2:")
 
 
 def test_chunks_split_in_order() -> None:
-    assert [list(c) for c in producer.chunks(list(range(5)), 2)] == [[0, 1], [2, 3], [4]]
+    assert [list(c) for c in job_input.chunks(list(range(5)), 2)] == [[0, 1], [2, 3], [4]]
 
 
 # ----------------------------------------------------------------- command input errors (exit 2)

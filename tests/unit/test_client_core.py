@@ -49,7 +49,7 @@ def test_deterministic_and_unknown_failures_are_never_retried(error: errors.Sepp
 
 
 def test_only_a_call_that_provably_reached_no_server_waits_for_the_connection() -> None:
-    """Issue 15 item 6: a refused connect and a call a stopping server cancelled before any
+    """A refused connect and a call a stopping server cancelled before any
     handler took it wait (key or not); a connection lost under a call does not."""
     refused = _core.error_from_status(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: "
                                       "UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused",

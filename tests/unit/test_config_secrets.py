@@ -1,4 +1,4 @@
-"""A config error never quotes a secret (issue 11; found by attacking it): a too-short
+"""A config error never quotes a secret (found by attacking it): a too-short
 ``session_secret``, an ``admin_token`` of the wrong type, a DSN — and a key/value DSN's
 password is masked wherever sepp prints a DSN."""
 

@@ -1,4 +1,4 @@
-"""Engine events are subscriber lists (issue 9 item 6): a second (third, …) subscriber sits
+"""Engine events are subscriber lists: a second (third, …) subscriber sits
 next to the sweeper and the admin stats instead of replacing one, and a subscriber that
 raises is logged while the others and the request go on.
 
@@ -22,6 +22,7 @@ from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.events import Event
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.server.sweeper.runner import Sweeper
 from sepp.storage.base import Dedups, JobRow
@@ -59,20 +60,21 @@ def test_engine_events_reach_every_subscriber_and_a_raising_one_does_not_fail_en
         await store.open()
         try:
             registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
-            engine = JobEngine(config, store, registry, Notifier())
-            sweeper = Sweeper(engine, 60.0)  # subscribes its wake-up hint to engine.on_scheduled
+            parts = ServerParts.build(config, store, registry, Notifier())
+            engine = JobEngine(parts)
+            sweeper = Sweeper(parts, 60.0)  # subscribes its wake-up hint to parts.events.scheduled
             hinted: list[int] = []
             stored: list[int] = []
-            engine.on_scheduled.subscribe(hinted.append)
+            parts.events.scheduled.subscribe(hinted.append)
 
             def broken(rows: Sequence[JobRow], dedups: Dedups) -> None:
                 raise ValueError("metrics exporter down")
 
-            engine.on_stored.subscribe(broken)
-            engine.on_stored.subscribe(lambda rows, dedups: stored.append(len(rows)))
-            assert engine.on_scheduled.subscribers[0] == sweeper.hint
+            parts.events.stored.subscribe(broken)
+            parts.events.stored.subscribe(lambda rows, dedups: stored.append(len(rows)))
+            assert parts.events.scheduled.subscribers[0] == sweeper.hint
             with pytest.raises(AttributeError):
-                engine.on_scheduled = Event("replaced")  # type: ignore[misc]
+                parts.events.scheduled = Event("replaced")  # type: ignore[misc]
 
             run_at_s = int(time.time()) + 3600
             ack = await engine.enqueue(pb.EnqueueRequest(queue="events", job_type="t",

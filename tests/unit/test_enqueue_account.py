@@ -13,7 +13,7 @@ from concurrent.futures import Future
 import grpc
 import pytest
 
-from sepp.cli.producer import HeldInterrupt
+from sepp.cli.batch_file import HeldInterrupt
 from sepp.client import ClientOptions, _core
 from sepp.errors import DeadlineExceeded, Unavailable, many_account
 from sepp.request import BatchResult, EnqueueAck

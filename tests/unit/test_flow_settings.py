@@ -1,4 +1,4 @@
-"""Validation of the flow-control queue settings (issue 12; docs/flow-control.md): a bad
+"""Validation of the flow-control queue settings (docs/flow-control.md): a bad
 ``rate_limit`` or a negative number is a clear refusal naming the field — INVALID_ARGUMENT
 from the admin API (``merge_settings``, what DeclareQueue / UpdateQueue run), a start error
 at config load — and a stored row that is not valid falls back to the default."""

@@ -1,4 +1,5 @@
-"""What importing a piece of sepp loads (docs/decisions.md "A worker imports no pydantic").
+"""What importing a piece of sepp loads, and what it still gives (docs/decisions.md "A worker
+imports no pydantic").
 
 A worker process should start as soon as it can: on a 2-core machine its imports compete with
 the other workers' and the server's work, and pydantic plus the producer's models were about a
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+
+import pytest
 
 
 def loaded_after(statement: str) -> set[str]:
@@ -46,3 +49,34 @@ def test_an_unknown_client_name_is_an_attribute_error() -> None:
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("sepp.client.NoSuchThing did not raise")
+
+
+# ---------- what import sepp.client gave before
+# ``sepp.client`` loads its names lazily (``__getattr__``): what ``import sepp.client`` gave
+# before must still be there — the submodules it used to import (``sepp.client.sync``, ``.aio``,
+# ``.options``, ``.auth``, ``.tls``) as attributes, and the public names in ``dir()`` (as
+# ``sepp``'s own ``__dir__``). Each check runs in a fresh interpreter: in this one the submodules
+# may already be imported, which binds them.
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("name", ["sync", "aio", "options", "auth", "tls"])
+def test_a_submodule_is_an_attribute_after_import_sepp_client(name: str) -> None:
+    out = _run(f"import sepp.client, importlib\n"
+               f"assert sepp.client.{name} is importlib.import_module('sepp.client.{name}')")
+    assert out.returncode == 0, out.stderr
+
+
+def test_dir_lists_the_public_names() -> None:
+    out = _run("import sepp.client\n"
+               "assert {'AsyncClient', 'Client', 'ClientOptions', 'RetryPolicy'} <= set(dir(sepp.client)), "
+               "dir(sepp.client)")
+    assert out.returncode == 0, out.stderr
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    out = _run("import sepp.client\n"
+               "try:\n    sepp.client.nosuch\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(1)")
+    assert out.returncode == 0, out.stderr

@@ -1,4 +1,4 @@
-"""The pieces of sepp's log lines (issue 11 "Logs"): JSON records, secret masking, the start
+"""The pieces of sepp's log lines: JSON records, secret masking, the start
 line's config summary and the rate limit of flood-prone events. The whole server is checked
 in tests/integration/test_logs.py."""
 

@@ -1,4 +1,4 @@
-"""The queue gauges' background read (issue 11; ``sepp.server.metrics.gauges``): a scrape
+"""The queue gauges' background read (``sepp.server.metrics.gauges``): a scrape
 shows the latest read, waits only when none is young enough, counts failed and hung reads,
 leaves out a stale read, and the reads stop while nobody scrapes.
 

@@ -1,4 +1,4 @@
-"""Periodic schedules' definitions and timetables (issue 12): the ``[[periodic]]`` table's
+"""Periodic schedules' definitions and timetables: the ``[[periodic]]`` table's
 errors at config load (bad cron, unknown time zone, unknown field — each naming
 ``periodic[i].FIELD``), ``every`` parsing, the idempotency key's form, and the tick times
 across Europe/Berlin's DST changes (what a 02:30 schedule does when 02:30 does not exist,

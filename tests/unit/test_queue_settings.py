@@ -1,6 +1,6 @@
 """Queue settings bounds (SPEC §1 "Queue"; docs/configuration.md): a queue's default lease
 runs from 1 ms to 1 day, like a Reserve's own lease and an ExtendLease, at the limit and
-one past it on each side; every other duration and count has its maximum too (issue 14),
+one past it on each side; every other duration and count has its maximum too,
 a stored row out of range is clamped, and the edge helpers refuse malformed protos."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_worker_lease_duration_bounds(seconds: float, accepted: bool) -> None:
             WorkerConfig(target="127.0.0.1:1", queues=("q",), lease_duration=seconds)
 
 
-# ---------------------------------------------------------------- issue 14: every maximum
+# ---------------------------------------------------------------- every maximum
 
 MAXIMA = [("dedup_window", 315_360_000), ("completed_retention", 315_360_000), ("dead_letter_retention", 315_360_000),
           ("retry_base", 31_536_000), ("retry_cap", 31_536_000), ("lease_duration", 86_400), ("retry_jitter", 1),
@@ -80,8 +80,8 @@ def test_clamp_settings_keeps_valid_rows_and_clamps_what_is_out_of_range() -> No
 def test_edge_helpers_refuse_malformed_and_out_of_range_protos_exactly() -> None:
     from google.protobuf import duration_pb2, timestamp_pb2
 
-    from sepp.server.bounds import duration_arg, exact_seconds, timestamp_arg
     from sepp.server.errors import InvalidRequest
+    from sepp.server.rpc_args import duration_arg, exact_seconds, timestamp_arg
 
     assert duration_arg(duration_pb2.Duration(seconds=86_400), "d", 0.001, 86_400) == 86_400
     assert exact_seconds(-1, -500_000_000) == "-1.5" and exact_seconds(0, 1) == "0.000000001"

@@ -1,5 +1,5 @@
-"""The search filters' checks and the UI search box's syntax (issue 13 item 3;
-``sepp.server.admin.search``), the custom index's value text (``sepp.storage.search``)
+"""The search filters' checks and the UI search box's syntax
+(``sepp.server.admin.search``), the custom index's value text (``sepp.storage.search``)
 and the CLI's ``--where`` parser: pure code, boundaries at the limit and one past."""
 
 from __future__ import annotations

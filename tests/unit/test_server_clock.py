@@ -1,4 +1,4 @@
-"""The server reads time through one injected ``Clock`` (issue 9 item 3).
+"""The server reads time through one injected ``Clock``.
 
 In process over a real SQLite store in a temp folder (no mocks), driven by ``FakeClock``:
 enqueue time, lease expiry, promotion and the sweeps follow the fake clock exactly, and a
@@ -17,19 +17,21 @@ from google.protobuf.timestamp_pb2 import Timestamp
 import sepp
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.clock import FakeClock
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.states import State
 from sepp.server.admin import AdminEngine
 from sepp.server.config import ServerConfig
-from sepp.server.engine import JobEngine, job_id_bytes
+from sepp.server.engine import JobEngine
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueRegistry
 from sepp.server.sweeper.runner import Sweeper
 from sepp.storage.sqlite import SQLiteStore
 
 _SRC = Path(sepp.__file__).parent
 #: A direct reading of the time: ``time.time(``, ``time.monotonic(``, ``time.time_ns(``, or a
-#: call of ``now_us(`` (the issue-9 grep; the clock itself reads as ``clock.now()``).
+#: call of ``now_us(`` (the grep for direct time readings; the clock itself reads as ``clock.now()``).
 _DIRECT = re.compile(r"time\.(time|monotonic|time_ns)\(|now_us\(")
 
 
@@ -41,8 +43,8 @@ def _run(body: Callable[[JobEngine, Sweeper, FakeClock], Awaitable[None]], tmp: 
         try:
             clock = FakeClock()
             registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes)
-            engine = JobEngine(config, store, registry, Notifier(), clock=clock)
-            await body(engine, Sweeper(engine, 60.0), clock)
+            parts = ServerParts.build(config, store, registry, Notifier(), clock=clock)
+            await body(JobEngine(parts), Sweeper(parts, 60.0), clock)
         finally:
             await store.close()
 
@@ -51,12 +53,12 @@ def _run(body: Callable[[JobEngine, Sweeper, FakeClock], Awaitable[None]], tmp: 
 
 def test_engine_and_sweeper_follow_the_fake_clock(tmp_path: Path) -> None:
     async def body(engine: JobEngine, sweeper: Sweeper, clock: FakeClock) -> None:
-        assert sweeper.clock is engine.clock is clock
+        assert sweeper.clock is engine.parts.clock is clock
         start = clock.now()
         ack = await engine.enqueue(pb.EnqueueRequest(queue="q", job_type="t"))
         raw = job_id_bytes(ack.job_id)
         assert raw is not None
-        rec = await engine.store.get_job(raw)
+        rec = await engine.parts.store.get_job(raw)
         assert rec is not None and rec.enqueued_at == rec.run_at == start
         # A job scheduled 10 s ahead is promoted by a pass only once the clock is there.
         at = Timestamp(seconds=start // 1_000_000 + 10)
@@ -80,7 +82,7 @@ def test_engine_and_sweeper_follow_the_fake_clock(tmp_path: Path) -> None:
 
 def test_settle_and_admin_times_come_from_the_clock(tmp_path: Path) -> None:
     async def body(engine: JobEngine, sweeper: Sweeper, clock: FakeClock) -> None:
-        admin = AdminEngine(engine, engine.store.admin)
+        admin = AdminEngine(engine.parts, engine.parts.store.admin)
         assert admin.clock is clock
         await admin.start()
         try:
@@ -88,7 +90,7 @@ def test_settle_and_admin_times_come_from_the_clock(tmp_path: Path) -> None:
             [job] = await engine.reserve(["q"], 1, 300.0, 0.0, "w")
             clock.advance(61)
             await engine.settle_one(SettleParams(job.id, job.lease_id or b"", SettleKind.ACK, clock.now()))
-            rec = await engine.store.get_job(job.id)
+            rec = await engine.parts.store.get_job(job.id)
             assert rec is not None and rec.state == State.COMPLETED and rec.finished_at == clock.now()
             [view] = await admin.stats(["q"])
             assert view.now == clock.now()
@@ -101,7 +103,7 @@ def test_settle_and_admin_times_come_from_the_clock(tmp_path: Path) -> None:
 
 
 def test_engine_sweeper_and_storage_read_no_clock_of_their_own() -> None:
-    """Issue 9 "done when": a grep for direct time readings in the engine, the sweeper, the
+    """A grep for direct time readings in the engine, the sweeper, the
     admin engine, the RPC and HTTP front ends and storage finds nothing (only ``domain.clock``)."""
     files = [p for d in ("server", "storage") for p in (_SRC / d).rglob("*.py")]
     assert files

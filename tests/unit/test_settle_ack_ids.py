@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.server.engine import job_id_bytes
+from sepp.domain.ids import job_id_bytes
 from sepp.server.rpc.worker import _all_ack_ids
 
 IDS = [str(uuid.UUID(int=n * 0x1234567890ABCDEF + 7)) for n in range(1, 9)]

@@ -1,4 +1,4 @@
-"""One spelling shown, every spelling accepted (issue 13 "States are spelled three ways"), and
+"""One spelling shown, every spelling accepted, and
 the listing note that shows a dead-letter reason once."""
 
 from __future__ import annotations

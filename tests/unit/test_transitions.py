@@ -1,5 +1,5 @@
 """The transition rules of ``sepp.domain.transitions`` at their edges, with exact values
-(SPEC §1, §3, §6; issue 9 item 1). Pure functions: no store, no clock, no randomness."""
+(SPEC §1, §3, §6). Pure functions: no store, no clock, no randomness."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ POLICY = QueuePolicy(backoff_base=S, backoff_cap=8 * S, jitter=0.2, completed_re
 TABLE = PolicyTable(POLICY)
 RUN_AT = NOW - 30 * S
 STARTED = NOW - 10 * S
-NODE = "node-a"  # the node that leased the job (issue 10: attempt history names the node)
+NODE = "node-a"  # the node that leased the job (attempt history names the node)
 
 
 def _job(attempt: int = 1, max_attempts: int = 3, *, state: int = int(State.RESERVED), lease: bytes | None = LEASE,
@@ -222,7 +222,7 @@ def test_a_missing_worker_id_is_written_as_empty_text() -> None:
 
 
 def test_the_entry_names_the_node_that_leased_the_job_and_an_unknown_node_is_empty_text() -> None:
-    # issue 10: attempt history names the node (the key follows worker_id)
+    # Attempt history names the node (the key follows worker_id)
     entry = json.loads(nack(_job(), _p(SettleKind.DEAD_LETTER), POLICY, 0.0).entry or "")
     assert list(entry)[:3] == ["attempt", "worker_id", "node"] and entry["node"] == NODE
     assert json.loads(reclaim(_expired(1), NOW, _no_policy).entry or "")["node"] == NODE

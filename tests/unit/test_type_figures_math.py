@@ -1,4 +1,4 @@
-"""The run-time buckets and percentiles of the job-type figures (issue 13 item 2): a bucket's
+"""The run-time buckets and percentiles of the job-type figures: a bucket's
 value is within ALPHA of every run time in it, at the bucket bounds and one past them; the
 percentile read from the buckets is the nearest-rank one within ALPHA, clamped to the max."""
 

@@ -1,4 +1,4 @@
-"""The throughput chart (issue 13 "History"): an axis that reads correctly for small counts,
+"""The throughput chart: an axis that reads correctly for small counts,
 buckets for the 6 h and 24 h windows aligned on the current minute, enqueued drawn first (under
 completed), and the window parameter."""
 

@@ -1,4 +1,4 @@
-"""The Nodes page's formatting (``sepp.server.http.ui.views``; issue 10): how long ago a node
+"""The Nodes page's formatting (``sepp.server.http.ui.views``): how long ago a node
 was seen, when it counts as gone (over ``cluster.NODE_GONE_AFTER`` s), the order, and the
 storage line. Pure functions: explicit times, no clock."""
 

@@ -162,7 +162,7 @@ BOUNDARIES: list[tuple[str, pb.EnqueueRequest, tuple[object, ...] | None]] = [
     ("trace 3 entries", req(trace={"a": "1", "b": "2", "c": "3"}), ("TRACE_CONTEXT_INVALID", "trace_context", 2, 3)),
     ("trace value 60 bytes", req(trace={"x": "é" * 30}), None),
     ("trace value 61 bytes", req(trace={"x": "é" * 30 + "!"}), ("TRACE_CONTEXT_INVALID", "trace_context[x]", 60, 61)),
-    # Keys: a fixed 256 bytes (issue 14 O6), quoted at most ~200 bytes in the field name.
+    # Keys: a fixed 256 bytes, quoted at most ~200 bytes in the field name.
     ("trace key 256 bytes", req(trace={"é" * 128: "v"}), None),
     ("trace key 257 bytes", req(trace={"é" * 128 + "k": "v"}),
      ("TRACE_CONTEXT_INVALID", "trace_context[" + clip("é" * 128 + "k") + "]", 256, 257)),
@@ -281,7 +281,7 @@ def test_job_type_length_is_measured_in_utf8_bytes(text: str) -> None:
 
 
 def test_a_long_key_is_quoted_and_clipped_in_the_verdict() -> None:
-    # Issue 14 item 5: a refusal names a caller's value with at most 200 bytes of it.
+    # A refusal names a caller's value with at most 200 bytes of it.
     v = Validator(LIM, lookup)
     key = "k" * 10_240
     untyped = req(custom={key: pb.CustomValue()})

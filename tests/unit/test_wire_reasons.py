@@ -1,4 +1,4 @@
-"""One catalogue of every wire reason (issue 9 item 7): ``sepp.rejections.REASONS`` next to the
+"""One catalogue of every wire reason: ``sepp.rejections.REASONS`` next to the
 rejection catalogue.
 
 - the server's modules name reasons only through the catalogue: no reason literal, and
@@ -93,7 +93,7 @@ def _sent(status: status_pb2.Status) -> tuple[str, int]:
 
 ENGINE_ERRORS: list[BaseException] = [
     engine_errors.InvalidRequest("bad", "field"),
-    engine_errors.Overloaded(0.5, 10),
+    engine_errors.BacklogFull(0.5, 10),
     engine_errors.AtomicRejected([pb.IndexedRejection(
         index=0, rejection=pb.Rejection(code=pb.RejectionCode.Value("UNKNOWN_QUEUE")))]),
     engine_errors.JobRejected(pb.Rejection(code=pb.RejectionCode.Value("PAYLOAD_TOO_LARGE"))),
@@ -134,7 +134,7 @@ def test_one_decoder_places_every_reason_in_a_family(reason: Reason) -> None:
     assert isinstance(error, RefusedError | TransportError)
     assert isinstance(error, FAMILY.get(reason, ServerError))  # lease refusals: LeaseError in the worker
     refusal = status in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-                         grpc.StatusCode.INVALID_ARGUMENT)  # auth statuses: the transport family (issue 11)
+                         grpc.StatusCode.INVALID_ARGUMENT)  # auth statuses: the transport family
     admin = error_from_status(status, "m", _trailing(reason, status), target="t", admin=True)
     if refusal:
         assert type(admin) is AdminRefused and isinstance(admin, AdminError) and isinstance(admin, RefusedError)

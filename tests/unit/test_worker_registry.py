@@ -1,4 +1,4 @@
-"""The in-memory worker registry and the cluster view of the Workers page (issue 13), on a fake
+"""The in-memory worker registry and the cluster view of the Workers page, on a fake
 clock: what a Reserve records, what other calls move on, the one-minute done counts, bounds,
 forgetting, and merging one worker's rows from several nodes."""
 
@@ -126,3 +126,31 @@ def test_a_stop_on_one_node_and_a_later_reserve_on_another_merge_by_time() -> No
             WorkerRecord("up", "n1", "h", ("q",), 1, "v", 0, now - S, now - S, 0, 0)]
     assert [(v.worker_id, v.state) for v in merge_workers(rows, {}, queues, now)] == \
         [("up", "live"), ("gone", "quiet"), ("old", "stopped")]
+
+
+# ---------- stop-only entries
+# StopReserving(stopped=true) notes a stop also for an id the node never saw reserve (a
+# worker behind a load balancer): an entry with no Reserve, listed nowhere. Such entries filled
+# the registry's MAX_WORKERS slots (an hour each), so a worker that then reserved was not tracked
+# at all — missing from the Workers page with nothing listed in its place. A Reserve now takes the
+# slot of the oldest stop-only entry.
+
+def test_stop_only_entries_do_not_keep_a_reserving_worker_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry_module, "MAX_WORKERS", 3)
+    clock = FakeClock()
+    reg = WorkerRegistry(clock)
+    reg.reserved("real", "", ["q"], 1, "")
+    for i in range(5):
+        clock.advance(1)
+        reg.stopped(f"ghost{i}")
+    assert len(reg) == 3
+    clock.advance(1)
+    reg.reserved("late", "", ["q"], 1, "")
+    ids = {r.worker_id for r in reg.snapshot("n")}
+    assert {"real", "late"} <= ids and len(reg) == 3
+    assert "ghost0" not in ids  # the oldest stop-only entry made room
+    # reserving workers are never evicted for another
+    reg.reserved("late2", "", ["q"], 1, "")
+    reg.reserved("late3", "", ["q"], 1, "")
+    ids = {r.worker_id for r in reg.snapshot("n")}
+    assert ids == {"real", "late", "late2"}

@@ -22,7 +22,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
-from sepp.bounds import DAY, HOUR, YEAR, fmt_number
+from sepp.hard_limits import DAY, HOUR, YEAR, fmt_number
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -56,10 +56,11 @@ def version_cmd(
 #: listed import them all. tests/unit/test_cli_help.py checks the map against the app.
 COMMAND_MODULES: dict[str, str] = {
     "serve": "serve", "migrate": "serve", "enqueue": "producer", "info": "producer", "worker": "worker_cmd",
-    "bench": "bench", "queues": "admin", "jobs": "admin", "workers": "workers_cmd", "periodic": "periodic_cmd",
+    "bench": "bench", "queues": "queues_cmd", "jobs": "jobs_cmd", "workers": "workers_cmd", "periodic": "periodic_cmd",
     "token": "token_cmd",
 }
-_ALL = ("serve", "producer", "worker_cmd", "admin", "workers_cmd", "periodic_cmd", "bench", "token_cmd")
+_ALL = ("serve", "producer", "worker_cmd", "queues_cmd", "jobs_cmd", "workers_cmd", "periodic_cmd", "bench",
+        "token_cmd")
 
 
 def _register(command: str = "") -> None:

@@ -12,10 +12,10 @@ from rich import box
 from rich.table import Table
 
 from sepp.api.v1 import periodic_pb2 as ppb
-from sepp.cli.admin import _client, _fail, _out, _print_json
+from sepp.cli.admin_calls import admin_client, admin_fail, admin_out, print_admin_json
 from sepp.cli.admin_views import custom_json, custom_table, human_duration, iso_time, payload_json, print_payload
+from sepp.cli.job_input import parse_custom
 from sepp.cli.main import app
-from sepp.cli.producer import parse_custom
 from sepp.cli.shell import DEFAULT_SERVER, EXIT_USAGE, JsonOpt, ServerOpt, TokenOpt, YesOpt, confirm, escape
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
 from sepp.wire import custom_from_proto, custom_to_proto
@@ -58,13 +58,13 @@ def periodic_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as
                   timeout: TimeoutOpt = 30.0) -> None:
     """Every schedule with its timing, next three run times (UTC), last run and the job it
     produced."""
-    with _client(server, token, timeout, as_json) as client:
+    with admin_client(server, token, timeout, as_json) as client:
         schedules = client.list_periodic()
     if as_json:
-        _print_json([periodic_json(p) for p in schedules])
+        print_admin_json([periodic_json(p) for p in schedules])
         return
     if not schedules:
-        _out().print("No periodic schedules.")
+        admin_out().print("No periodic schedules.")
         return
     now = time.time()
     table = Table(box=box.SIMPLE_HEAD)
@@ -81,18 +81,18 @@ def periodic_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as
                                                              if p.last_error else "–")
         table.add_row(escape(s.name), escape(timing(s)), escape(f"{s.queue} / {s.job_type}"), nxt, _last(p, now),
                       job, state)
-    _out().print(table)
-    _out().print(f"{len(schedules)} schedule(s)")
+    admin_out().print(table)
+    admin_out().print(f"{len(schedules)} schedule(s)")
 
 
 @periodic_app.command("show")
 def periodic_show(name: NameArg, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
                   as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """One schedule: its whole definition and state."""
-    with _client(server, token, timeout, as_json) as client:
+    with admin_client(server, token, timeout, as_json) as client:
         p = client.get_periodic(name)
     if as_json:
-        _print_json(periodic_json(p))
+        print_admin_json(periodic_json(p))
         return
     print_periodic(p, time.time())
 
@@ -102,7 +102,7 @@ def print_periodic(p: ppb.PeriodicInfo, now: float) -> None:
     the state, a field / value table (times RFC 3339 UTC, the last run also as an age from
     ``now``, seconds since the epoch), the payload (JSON re-indented) and the custom map."""
     s = p.schedule
-    out = _out()
+    out = admin_out()
     state = "[red]invalid[/]" if p.invalid else "[yellow]paused[/]" if p.paused else "active"
     source = "a [[periodic]] table of a config file" if p.source == "config" else "the admin API"
     out.print(f"[bold]schedule {escape(s.name)}[/]  {state}  (declared by {escape(source)})")
@@ -134,16 +134,17 @@ def print_periodic(p: ppb.PeriodicInfo, now: float) -> None:
 
 
 def _set_paused(name: str, paused: bool, server: str, token: str | None, as_json: bool, timeout: float) -> None:
-    with _client(server, token, timeout, as_json) as client:
+    with admin_client(server, token, timeout, as_json) as client:
         p = client.pause_periodic(name) if paused else client.resume_periodic(name)
     if as_json:
-        _print_json(periodic_json(p))
+        print_admin_json(periodic_json(p))
         return
     if paused:
-        _out().print(f"Paused schedule {escape(name)}: it enqueues nothing until resumed.")
+        admin_out().print(f"Paused schedule {escape(name)}: it enqueues nothing until resumed.")
     else:
         nxt = iso_time(p.next_runs[0]) if p.next_runs else "–"
-        _out().print(f"Resumed schedule {escape(name)}; next run {nxt} (the ticks of the pause are not caught up).")
+        admin_out().print(f"Resumed schedule {escape(name)}; next run {nxt} "
+                          "(the ticks of the pause are not caught up).")
 
 
 @periodic_app.command("pause")
@@ -164,12 +165,12 @@ def periodic_resume(name: NameArg, server: ServerOpt = DEFAULT_SERVER, token: To
 def periodic_trigger(name: NameArg, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
                      as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """Enqueue the schedule's job now, out of its timetable (its ticks are unchanged)."""
-    with _client(server, token, timeout, as_json) as client:
+    with admin_client(server, token, timeout, as_json) as client:
         resp = client.trigger_periodic(name)
     if as_json:
-        _print_json({"name": name, "job_id": resp.job_id, "deduplicated": resp.deduplicated})
+        print_admin_json({"name": name, "job_id": resp.job_id, "deduplicated": resp.deduplicated})
         return
-    _out().print(f"Triggered {escape(name)}: job {resp.job_id}{' (deduplicated)' if resp.deduplicated else ''}")
+    admin_out().print(f"Triggered {escape(name)}: job {resp.job_id}{' (deduplicated)' if resp.deduplicated else ''}")
 
 
 @periodic_app.command("delete")
@@ -177,16 +178,16 @@ def periodic_delete(name: NameArg, yes: YesOpt = False, server: ServerOpt = DEFA
                     as_json: JsonOpt = False, timeout: TimeoutOpt = 30.0) -> None:
     """Forget a schedule (the jobs it made stay). One declared in a config file comes back
     when a node with that file starts: remove it there too."""
-    with _client(server, token, timeout, as_json) as client:
+    with admin_client(server, token, timeout, as_json) as client:
         p = client.get_periodic(name)
         also = " It is declared in a config file: remove it there too, or a restart brings it back." \
             if p.source == "config" else ""
         confirm(f"Delete schedule {name}?{also}", yes, as_json)
         client.delete_periodic(name)
     if as_json:
-        _print_json({"name": name, "deleted": True})
+        print_admin_json({"name": name, "deleted": True})
         return
-    _out().print(f"Deleted schedule {escape(name)}.")
+    admin_out().print(f"Deleted schedule {escape(name)}.")
 
 
 @periodic_app.command("declare")
@@ -214,17 +215,17 @@ def periodic_declare(
         try:
             key, value = parse_custom(spec)
         except ValueError as exc:
-            _fail(str(exc), as_json, EXIT_USAGE)
+            admin_fail(str(exc), as_json, EXIT_USAGE)
         msg.custom[key].CopyFrom(custom_to_proto(value))
     if priority is not None:
         msg.priority = priority
     if max_attempts is not None:
         msg.max_attempts = max_attempts
-    with _client(server, token, timeout, as_json) as client:
+    with admin_client(server, token, timeout, as_json) as client:
         info, created = client.declare_periodic(msg)
     if as_json:
-        _print_json({**periodic_json(info), "created": created})
+        print_admin_json({**periodic_json(info), "created": created})
         return
     nxt = ", ".join(iso_time(t) or "" for t in info.next_runs) or "–"
-    _out().print(f"{'Created' if created else 'Updated'} schedule {escape(name)} ({escape(timing(info.schedule))}); "
-                 f"next runs {nxt}")
+    admin_out().print(f"{'Created' if created else 'Updated'} schedule {escape(name)} "
+                      f"({escape(timing(info.schedule))}); next runs {nxt}")

@@ -9,294 +9,41 @@ Results go to stdout, errors to stderr (as JSON with ``--json``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import json
 import math
-import re
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from sepp.cli.batch_file import enqueue_file
+from sepp.cli.enqueue_report import ack_json, fail_input, fail_rejected, fail_transport, open_client
+from sepp.cli.job_input import CUSTOM_HELP, JobDefaults, parse_custom
 from sepp.cli.main import app
-from sepp.cli.progress import progress_bar, wanted
-from sepp.cli.shell import (
-    DEFAULT_SERVER,
-    EXIT_REJECTED,
-    EXIT_TRANSPORT,
-    ClientTokenOpt,
-    JsonOpt,
-    ServerOpt,
-    err_console,
-    fail,
-    fail_auth,
-    out_console,
-    print_json,
-)
+from sepp.cli.progress import wanted
+from sepp.cli.shell import DEFAULT_SERVER, ClientTokenOpt, JsonOpt, ServerOpt, out_console, print_json
 from sepp.cli.shell import AttemptTimeoutOpt as TimeoutOpt
 from sepp.cli.shell import parse_duration as parse_duration
 from sepp.cli.shell import parse_when as parse_when
-from sepp.cli.tls import client_tls
-from sepp.request import (
-    INT64_MAX,
-    INT64_MIN,
-    JSON_ENCODING,
-    CustomPrimitive,
-    EnqueueAck,
-    EnqueueRequest,
-    Payload,
-    Rejection,
-)
-
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
-_TYPES = ("int", "float", "bool", "str")
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-_LINE_KEYS = {"queue", "job_type", "payload", "custom", "priority", "max_attempts", "scheduled_at",
-              "idempotency_key", "trace_context"}
-
-CUSTOM_HELP = (
-    "Custom entry KEY=VALUE, repeatable. Type it with KEY:int=42, KEY:float=1.5, KEY:bool=true "
-    "(true/false/yes/no/on/off/1/0) or KEY:str=007. Untyped values are inferred like JSON literals: "
-    "true/false is a bool, a JSON number is an int (no fraction or exponent) or a float, anything else "
-    "(including 007, +1, nan) is a string."
-)
-
-
-# ----------------------------------------------------------------- pure parsing helpers
-
-
-def parse_custom(spec: str) -> tuple[str, CustomPrimitive]:
-    """Parse one ``--custom`` argument into ``(key, typed value)``.
-
-    ``KEY:TYPE=VALUE`` with TYPE in int/float/bool/str is explicit; ``KEY=VALUE`` is
-    inferred (see ``CUSTOM_HELP``). The key is split at the first ``=``, so a key may
-    contain ``:`` as long as it does not end in ``:int`` etc.
-
-    Raises:
-        ValueError: no ``=``, a value that does not parse as its type, or an int
-            outside int64.
-    """
-    left, sep, raw = spec.partition("=")
-    if not sep:
-        raise ValueError(f"custom entry {spec!r} must look like KEY=VALUE or KEY:TYPE=VALUE")
-    key, colon, type_name = left.rpartition(":")
-    if not colon or type_name not in _TYPES:
-        key, type_name = left, ""
-    value: CustomPrimitive
-    if type_name == "str":
-        value = raw
-    elif type_name == "bool":
-        low = raw.strip().lower()
-        if low not in _TRUE | _FALSE:
-            raise ValueError(f"custom[{key}]: {raw!r} is not a bool (true/false/yes/no/on/off/1/0)")
-        value = low in _TRUE
-    elif type_name == "int":
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"custom[{key}]: {raw!r} is not an int") from None
-    elif type_name == "float":
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError(f"custom[{key}]: {raw!r} is not a float") from None
-    elif raw in ("true", "false"):
-        value = raw == "true"
-    elif (number := _JSON_NUMBER.fullmatch(raw)) is not None:
-        value = float(raw) if number.group(1) or number.group(2) else int(raw)
-    else:
-        value = raw
-    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
-        raise ValueError(f"custom[{key}]: {raw} does not fit in int64 (use {key}:str=... or {key}:float=...)")
-    return key, value
-
-
-def payload_from_json_value(value: Any) -> Payload | None:
-    """A batch line's ``payload``: ``null`` = none; ``{"data_b64": …, "encoding": …}`` = raw
-    bytes (base64); any other JSON value is sent as JSON (``application/json``).
-
-    Raises ``ValueError`` for bad base64 or a non-string encoding.
-    """
-    if value is None:
-        return None
-    if isinstance(value, dict) and "data_b64" in value and set(value) <= {"data_b64", "encoding"}:
-        encoding = value.get("encoding", "")
-        if not isinstance(value["data_b64"], str) or not isinstance(encoding, str):
-            raise ValueError("payload data_b64 and encoding must be strings")
-        try:
-            data = base64.b64decode(value["data_b64"], validate=True)
-        except binascii.Error as exc:
-            raise ValueError(f"payload data_b64 is not valid base64: {exc}") from None
-        return Payload(data, encoding)
-    return Payload.json(value)
-
-
-@dataclass(frozen=True, slots=True)
-class JobDefaults:
-    """Values from the command line that a batch line inherits when it does not set them."""
-
-    queue: str | None = None
-    job_type: str | None = None
-    custom: Mapping[str, CustomPrimitive] | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    scheduled_at: dt.datetime | None = None
-
-
-def request_from_line(obj: Any, defaults: JobDefaults) -> EnqueueRequest:
-    """Build one ``EnqueueRequest`` from a parsed batch-file line (a JSON object).
-
-    Keys: queue, job_type, payload, custom, priority, max_attempts, scheduled_at
-    (ISO 8601 with zone), idempotency_key, trace_context. Unknown keys are errors.
-
-    Raises:
-        ValueError: missing queue/job_type, unknown keys, values of the wrong shape.
-        TypeError/OverflowError: from ``EnqueueRequest`` (e.g. an int outside int64).
-    """
-    if not isinstance(obj, dict):
-        raise ValueError("each line must be a JSON object")
-    unknown = set(obj) - _LINE_KEYS
-    if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)}; allowed: {sorted(_LINE_KEYS)}")
-    queue = obj.get("queue", defaults.queue)
-    job_type = obj.get("job_type", defaults.job_type)
-    if queue is None or job_type is None:
-        raise ValueError("queue and job_type are required (in the line or as arguments)")
-    custom = dict(defaults.custom or {})
-    line_custom = obj.get("custom") or {}
-    if not isinstance(line_custom, dict):
-        raise ValueError("custom must be a JSON object")
-    custom.update(line_custom)
-    when = defaults.scheduled_at
-    if obj.get("scheduled_at") is not None:
-        if not isinstance(obj["scheduled_at"], str):
-            raise ValueError("scheduled_at must be an ISO 8601 string")
-        when = parse_when(obj["scheduled_at"])
-    return EnqueueRequest(
-        queue,
-        job_type,
-        payload=payload_from_json_value(obj.get("payload")),
-        custom=custom,
-        priority=obj.get("priority", defaults.priority),
-        max_attempts=obj.get("max_attempts", defaults.max_attempts),
-        scheduled_at=when,
-        idempotency_key=obj.get("idempotency_key"),
-        trace_context=obj.get("trace_context") or {},
-    )
-
-
-def read_batch_lines(text: str, defaults: JobDefaults) -> list[tuple[int, EnqueueRequest]]:
-    """Parse a JSON-lines batch file into ``(line number, request)``; blank lines are skipped.
-
-    Raises ``ValueError`` naming the first bad line.
-    """
-    out: list[tuple[int, EnqueueRequest]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((number, request_from_line(json.loads(line), defaults)))
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise ValueError(f"line {number}: {exc}") from None
-    return out
-
-
-def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    """Consecutive slices of at most ``size`` items."""
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-def rejection_json(rejection: Rejection) -> dict[str, Any]:
-    """A rejection as a JSON object (code, message, field, limit, actual)."""
-    return {"code": rejection.code.value, "message": rejection.message, "field": rejection.field,
-            "limit": rejection.limit, "actual": rejection.actual}
-
-
-def ack_json(ack: EnqueueAck) -> dict[str, Any]:
-    """An ack as a JSON object."""
-    return {"job_id": ack.job_id, "deduplicated": ack.deduplicated}
-
-
-# ----------------------------------------------------------------- output
-
-
-def _fail_input(message: str, as_json: bool) -> NoReturn:
-    fail(message, as_json, EXIT_REJECTED, {"error": "invalid_input", "message": message}, clean=escape)
-
-
-def _fail_rejected(rejection: Rejection, as_json: bool, what: str = "rejected") -> NoReturn:
-    if as_json:
-        print_json({"error": "rejected", **rejection_json(rejection)}, stderr=True)
-    else:
-        _print_rejection(rejection, what)
-    raise typer.Exit(EXIT_REJECTED)
-
-
-def _print_rejection(rejection: Rejection, what: str) -> None:
-    err = err_console()
-    err.print(f"[bold red]{escape(what)}:[/] [bold]{rejection.code.value}[/] — {escape(rejection.message)}",
-              markup=True)
-    for name in ("field", "limit", "actual"):
-        value = getattr(rejection, name)
-        if value not in (None, ""):
-            err.print(f"  {name}: {value}", markup=False)
-
-
-def _fail_transport(exc: Exception, server: str, as_json: bool, extra: dict[str, Any] | None = None) -> NoReturn:
-    """End the command on a transport error: exit 3 (2 for a refused token), the error on
-    stderr — an ``enqueue_many`` error by its failed call's own message (``call_message``: the
-    caller reports the lines) — as JSON with ``--json``, ``extra`` keys added."""
-    from sepp.errors import Overloaded, PermissionDenied, TransportError, Unauthenticated
-
-    if isinstance(exc, Unauthenticated | PermissionDenied):  # exit 2, fix the token
-        fail_auth(exc, as_json)
-
-    kind = type(exc).__name__
-    message = (exc.call_message if isinstance(exc, TransportError) else None) or str(exc)
-    if as_json:
-        more = {"retry_after": exc.retry_after} if isinstance(exc, Overloaded) else {}
-        print_json({"error": "transport", "kind": kind, "server": server, "message": message, **more,
-                    **(extra or {})}, stderr=True)
-    else:
-        err_console().print(f"[bold red]transport error ({kind}) talking to {escape(server)}:[/] {escape(message)}",
-                     markup=True)
-    raise typer.Exit(EXIT_TRANSPORT)
-
-
-# ----------------------------------------------------------------- commands
-
-def _client(server: str, timeout: float, validate_locally: bool = True, token: str | None = None) -> Any:
-    from sepp.client import Client, ClientOptions
-
-    return Client(server, options=ClientOptions(timeout=timeout, validate_locally=validate_locally),
-                  token=token or "", **client_tls())
+from sepp.request import JSON_ENCODING, CustomPrimitive, EnqueueRequest, Payload
 
 
 def _read_payload(payload: str | None, payload_file: Path | None, as_json: bool) -> bytes | None:
     if payload is not None and payload_file is not None:
-        _fail_input("give the payload as an argument or with --payload-file, not both", as_json)
+        fail_input("give the payload as an argument or with --payload-file, not both", as_json)
     if payload_file is not None:
         if str(payload_file) == "-":
             return sys.stdin.buffer.read()
         try:
             return payload_file.read_bytes()
         except OSError as exc:
-            _fail_input(f"cannot read payload file: {exc}", as_json)
+            fail_input(f"cannot read payload file: {exc}", as_json)
     if payload == "-":
         return sys.stdin.buffer.read()
     return None if payload is None else payload.encode("utf-8")
@@ -362,10 +109,10 @@ def enqueue_cmd(
         try:
             key, value = parse_custom(spec)
         except ValueError as exc:
-            _fail_input(str(exc), as_json)
+            fail_input(str(exc), as_json)
         custom_map[key] = value
     if at is not None and in_ is not None:
-        _fail_input("give --at or --in, not both", as_json)
+        fail_input("give --at or --in, not both", as_json)
     when: dt.datetime | None = None
     try:
         if at is not None:
@@ -373,30 +120,30 @@ def enqueue_cmd(
         elif in_ is not None:
             when = dt.datetime.now(dt.UTC) + parse_duration(in_)
     except ValueError as exc:
-        _fail_input(str(exc), as_json)
+        fail_input(str(exc), as_json)
 
     if batch_file is not None:
         if payload is not None or payload_file is not None or json_payload or encoding is not None:
-            _fail_input("a payload cannot be combined with --batch-file (put it in each line)", as_json)
+            fail_input("a payload cannot be combined with --batch-file (put it in each line)", as_json)
         if idempotency_key is not None:
-            _fail_input("--idempotency-key cannot apply to a whole batch (put one in each line)", as_json)
+            fail_input("--idempotency-key cannot apply to a whole batch (put one in each line)", as_json)
         defaults = JobDefaults(queue, job_type, custom_map, priority, max_attempts, when)
-        _enqueue_file(batch_file, defaults, atomic, server, timeout, not no_local_validation, as_json, token,
+        enqueue_file(batch_file, defaults, atomic, server, timeout, not no_local_validation, as_json, token,
                       progress=wanted(progress, as_json))
         return
     if atomic:
-        _fail_input("--atomic needs --batch-file", as_json)
+        fail_input("--atomic needs --batch-file", as_json)
     if queue is None or job_type is None:
-        _fail_input("QUEUE and JOB_TYPE are required (or use --batch-file)", as_json)
+        fail_input("QUEUE and JOB_TYPE are required (or use --batch-file)", as_json)
 
     data = _read_payload(payload, payload_file, as_json)
     if json_payload:
         if data is None:
-            _fail_input("--json-payload needs a payload", as_json)
+            fail_input("--json-payload needs a payload", as_json)
         try:
             json.loads(data)
         except ValueError as exc:
-            _fail_input(f"the payload is not valid JSON: {exc}", as_json)
+            fail_input(f"the payload is not valid JSON: {exc}", as_json)
     label = encoding if encoding is not None else (JSON_ENCODING if json_payload else "")
     try:
         request = EnqueueRequest(
@@ -405,308 +152,21 @@ def enqueue_cmd(
             custom=custom_map, priority=priority, max_attempts=max_attempts, scheduled_at=when,
             idempotency_key=idempotency_key)
     except (TypeError, ValueError, OverflowError) as exc:
-        _fail_input(str(exc), as_json)
+        fail_input(str(exc), as_json)
 
-    with _client(server, timeout, not no_local_validation, token) as client:
+    with open_client(server, timeout, not no_local_validation, token) as client:
         try:
             ack = client.enqueue(request)
         except RejectedError as exc:
-            _fail_rejected(exc.rejection, as_json)
+            fail_rejected(exc.rejection, as_json)
         except TransportError as exc:
-            _fail_transport(exc, server, as_json)
+            fail_transport(exc, server, as_json)
     if as_json:
         print_json(ack_json(ack))
     elif ack.deduplicated:
         out_console().print(f"deduplicated: job {ack.job_id} was already enqueued on {queue}")
     else:
         out_console().print(f"enqueued job {ack.job_id} on {queue}")
-
-
-def _job_lines(text: str) -> list[int]:
-    """The numbers of the lines of a batch file that hold a job: those that are not blank
-    (as ``read_batch_lines`` reads them, without parsing them)."""
-    return [number for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
-
-
-#: The account of a ``--batch-file`` run interrupted before its file was read.
-_NOT_READ = "no line was sent (the batch file was not read yet)"
-
-
-def _enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, timeout: float,
-                  validate_locally: bool, as_json: bool, token: str | None = None, *, progress: bool = False) -> None:
-    """Send the batch file ``path`` (``-`` = stdin) — with ``enqueue_many``, or in one
-    ``enqueue_atomic`` call with ``atomic`` — and print one line per job. A Ctrl-C at any
-    point ends it with the account of ``_report_account`` (exit ``EXIT_INTERRUPTED``): the
-    precise one of ``enqueue_many`` (``_enqueue_lines``), or, outside it, the lines printed
-    as answered and every other line as not sent (before the call) or maybe stored (once it
-    was made). Raises ``typer.Exit``."""
-    from sepp.errors import RejectedError, TransportError
-
-    guard = HeldInterrupt()
-    printed = _Printed()
-    text: str | None = None
-    lines: list[int] | None = None
-    with guard.installed():
-        try:
-            try:
-                text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                _fail_input(f"cannot read batch file: {exc}", as_json)
-            try:
-                jobs = read_batch_lines(text, defaults)
-            except ValueError as exc:
-                _fail_input(str(exc), as_json)
-            if not jobs:
-                _fail_input("the batch file holds no jobs", as_json)
-            lines = [number for number, _ in jobs]
-            requests = [req for _, req in jobs]
-            with _client(server, timeout, validate_locally, token) as client:
-                try:
-                    if atomic:
-                        _enqueue_atomic(client, requests, lines, as_json, guard, printed)
-                    else:
-                        _enqueue_lines(client, requests, lines, server, as_json, progress, path.name, guard, printed)
-                except RejectedError as exc:
-                    _fail_rejected(exc.rejection, as_json)
-                except TransportError as exc:
-                    _fail_transport(exc, server, as_json)
-        except KeyboardInterrupt:  # a Ctrl-C outside enqueue_many's own account
-            guard.settled = True  # first: a further Ctrl-C is ignored from here on
-            if lines is None and text is not None:
-                lines = _job_lines(text)
-            if lines:
-                _report_account(lines, printed.count, max(printed.count, printed.sent), as_json,
-                                {"error": "interrupted"}, "interrupted")
-            elif as_json:
-                print_json({"error": "interrupted", "message": _NOT_READ}, stderr=True)
-            else:
-                err_console().print(f"[bold]interrupted:[/] {_NOT_READ}", markup=True)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-    if printed.rejected:
-        if not as_json:
-            err_console().print(f"{printed.rejected} of {len(lines)} jobs rejected; the others were enqueued")
-        raise typer.Exit(EXIT_REJECTED)
-
-
-#: The exit status of a ``sepp enqueue --batch-file`` stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
-EXIT_INTERRUPTED = 130
-
-
-class HeldInterrupt:
-    """The SIGINT handling of a ``--batch-file`` run: however many Ctrl-Cs come, whenever they
-    come, no result line is printed twice and the run ends with its account (exit 130).
-
-    * By default a Ctrl-C raises ``KeyboardInterrupt`` at once: the first one stops
-      ``enqueue_many`` (which then waits for the batches in flight), a further one ends that
-      wait.
-    * Inside ``hold()`` (the lines of an answered batch are being printed) Ctrl-Cs are held,
-      however many, and one ``KeyboardInterrupt`` is raised when the block ends: a batch's
-      lines are printed whole and counted once.
-    * Once ``settled`` (set by the command as it starts printing its account) they are ignored.
-
-    ``installed()`` puts it in place for a block, in the main thread only and only over
-    Python's own handler (a handler the embedding program set is left alone)."""
-
-    def __init__(self) -> None:
-        self.holding = False
-        self.held = False
-        #: Set by the command when it starts its account: Ctrl-Cs are ignored from then on.
-        self.settled = False
-        #: Whether a SIGINT came while it was installed.
-        self.signalled = False
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        """The signal handler: ignore once settled, hold inside ``hold()``, raise otherwise."""
-        self.signalled = True
-        if self.settled:
-            return
-        if self.holding:
-            self.held = True
-            return
-        raise KeyboardInterrupt
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        """Handle SIGINT with this object for the block (see the class). When a SIGINT came
-        meanwhile, the block ends with SIGINT ignored (``SIG_IGN``) rather than Python's
-        handler back: the command is on its way out with its account printed, and while the
-        interpreter finalizes, a handler other than ``SIG_IGN`` is replaced by the default
-        action — a further Ctrl-C would kill the process (exit -2 instead of 130)."""
-        ours = (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-        if ours:
-            signal.signal(signal.SIGINT, self)
-        try:
-            yield
-        finally:
-            if ours:
-                signal.signal(signal.SIGINT, signal.SIG_IGN if self.signalled else signal.default_int_handler)
-
-    @contextmanager
-    def hold(self) -> Iterator[None]:
-        """Hold Ctrl-Cs during the block; when one came and the block ends normally, raise
-        ``KeyboardInterrupt`` (unless ``settled``)."""
-        self.held = False
-        self.holding = True
-        try:
-            yield
-        finally:
-            self.holding = False
-        if self.held and not self.settled:
-            self.held = False
-            raise KeyboardInterrupt
-
-
-@dataclass(slots=True)
-class _Printed:
-    """What a ``--batch-file`` run printed: the results of the first ``count`` requests,
-    ``rejected`` of them rejections; ``sent``: how many requests may have been sent (0
-    before the enqueue call, all of them once it was made)."""
-
-    count: int = 0
-    rejected: int = 0
-    sent: int = 0
-
-
-def _result_text(line: int, result: Any, as_json: bool) -> str:
-    """The output line (with its newline) of the job of file line ``line``: ``line 7:
-    enqueued ID`` / ``deduplicated ID`` / ``rejected CODE: …``, or its JSON document."""
-    if isinstance(result, EnqueueAck):
-        status = "deduplicated" if result.deduplicated else "enqueued"
-        if as_json:
-            return json.dumps({"line": line, "status": status, **ack_json(result)}, ensure_ascii=False) + "\n"
-        return f"line {line}: {status} {result.job_id}\n"
-    if as_json:
-        return json.dumps({"line": line, "status": "rejected", **rejection_json(result)}, ensure_ascii=False) + "\n"
-    return f"line {line}: rejected {result}\n"
-
-
-def _write_results(lines: list[int], start: int, results: Sequence[Any], as_json: bool, printed: _Printed) -> None:
-    """Print the lines of ``results`` (those of the requests from ``start`` on, file lines
-    ``lines``) on stdout with plain buffered writes, flushed once at the end (a reader of a
-    pipe gets each batch as it is answered); count them in ``printed``. On a terminal a
-    rejection goes through rich (in red)."""
-    out = sys.stdout
-    colour = not as_json and out.isatty()
-    parts: list[str] = []
-    for offset, result in enumerate(results):
-        line = lines[start + offset]
-        if not isinstance(result, EnqueueAck):
-            printed.rejected += 1
-            if colour:
-                out.write("".join(parts))
-                parts.clear()
-                out_console().print(f"line {line}: [red]rejected[/] {escape(str(result))}", markup=True)
-                continue
-        parts.append(_result_text(line, result, as_json))
-    out.write("".join(parts))
-    out.flush()
-    printed.count = start + len(results)
-
-
-def _enqueue_atomic(client: Any, requests: list[EnqueueRequest], lines: list[int], as_json: bool,
-                    guard: HeldInterrupt, printed: _Printed) -> None:
-    """Send ``requests`` (file lines ``lines``) in one ``enqueue_atomic`` call and print one
-    line per ack; every refusal on stderr and exit 2 when any line was refused (nothing was
-    enqueued). Raises ``typer.Exit``, and ``KeyboardInterrupt`` (``printed`` says how far
-    it got)."""
-    from sepp.errors import AtomicEnqueueError
-
-    printed.sent = len(requests)
-    try:
-        acks = client.enqueue_atomic(requests)
-    except AtomicEnqueueError as exc:
-        for failure in exc.errors:
-            line = lines[failure.index]
-            if as_json:
-                print_json({"line": line, "status": "rejected", **rejection_json(failure.rejection)}, stderr=True)
-            else:
-                _print_rejection(failure.rejection, f"line {line} rejected")
-        if not as_json:
-            err_console().print(f"atomic batch refused: {len(exc.errors)} of {len(requests)} lines "
-                                "rejected, nothing enqueued")
-        raise typer.Exit(EXIT_REJECTED) from None
-    with guard.hold():
-        _write_results(lines, 0, acks, as_json, printed)
-
-
-def _enqueue_lines(client: Any, requests: list[EnqueueRequest], lines: list[int], server: str, as_json: bool,
-                   progress: bool, name: str, guard: HeldInterrupt, printed: _Printed) -> None:
-    """Send ``requests`` (file lines ``lines``) with ``enqueue_many`` and print one line per
-    result as each batch is answered (``printed`` counts them and the rejections).
-
-    On Ctrl-C: the results answered before the interruption or while the batches in flight
-    were waited for are printed, then (stderr) which lines were answered, which may or may not
-    be stored and which were not sent; exit ``EXIT_INTERRUPTED``. On a transport error the
-    same, then the error (exit 3). Raises ``typer.Exit``, and ``KeyboardInterrupt`` for a
-    Ctrl-C outside ``enqueue_many``'s account (``printed`` says how far it got)."""
-    from sepp.errors import EnqueueInterrupted, TransportError
-
-    stopped: EnqueueInterrupted | TransportError | None = None
-    with progress_bar(len(requests), f"enqueue {name}", show=progress) as advance:
-        def on_batch(start: int, results: list[Any]) -> None:
-            with guard.hold():  # a batch's lines are printed whole, then counted
-                # A batch missed (a Ctrl-C landed before the hold) leaves a gap: the account prints it.
-                if start == printed.count:
-                    _write_results(lines, start, results, as_json, printed)
-                    advance(len(results))
-
-        printed.sent = len(requests)
-        try:
-            client.enqueue_many(requests, on_batch=on_batch)
-        except (EnqueueInterrupted, TransportError) as exc:
-            guard.settled = True  # first: a further Ctrl-C is ignored from here on
-            stopped = exc
-            rest = (exc.answered or [])[printed.count:]  # answered but not printed yet
-            _write_results(lines, printed.count, rest, as_json, printed)
-            advance(len(rest))
-    if stopped is None:
-        return
-    answered = len(stopped.answered or ())
-    end = stopped.maybe_stored.stop if stopped.maybe_stored is not None else answered
-    if isinstance(stopped, EnqueueInterrupted):
-        _report_account(lines, answered, end, as_json, {"error": "interrupted"}, "interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if not as_json:  # with --json the account goes into the error document
-        _report_account(lines, answered, end, as_json, {}, "stopped")
-    _fail_transport(stopped, server, as_json, _account_json(lines, answered, end))
-
-
-def _line_span(lines: list[int], start: int, stop: int) -> str:
-    """``line 7`` or ``lines 7–12``: the file lines of the requests ``start`` ≤ i < ``stop``."""
-    return f"line {lines[start]}" if stop == start + 1 else f"lines {lines[start]}–{lines[stop - 1]}"
-
-
-def _account_json(lines: list[int], answered: int, end: int) -> dict[str, Any]:
-    """The file lines answered, maybe stored and not sent, as ``[first, last]`` or ``null``
-    each: the keys an interrupted or failed ``--batch-file`` run adds to its ``--json`` error."""
-    def span(start: int, stop: int) -> list[int] | None:
-        return [lines[start], lines[stop - 1]] if stop > start else None
-
-    return {"answered_lines": span(0, answered), "maybe_stored_lines": span(answered, end),
-            "unsent_lines": span(end, len(lines))}
-
-
-def _report_account(lines: list[int], answered: int, end: int, as_json: bool, doc: dict[str, Any],
-                    what: str) -> None:
-    """Say on stderr which lines of the file were answered (their results printed above),
-    which may or may not be stored (sent, no verdict) and which were never sent, and how to
-    resume without duplicates; as JSON with ``--json`` (``doc`` plus ``_account_json``)."""
-    if as_json:
-        print_json({**doc, **_account_json(lines, answered, end)}, stderr=True)
-        return
-    parts = [f"{_line_span(lines, 0, answered)} answered (printed above)" if answered else "no line was answered"]
-    if end > answered:
-        parts.append(f"{_line_span(lines, answered, end)} may or may not be stored (sent, no verdict)")
-    if end < len(lines):
-        parts.append(f"{_line_span(lines, end, len(lines))} {'were' if len(lines) > end + 1 else 'was'} not sent")
-    err = err_console()
-    err.print(f"[bold]{what}:[/] {'; '.join(parts)}", markup=True)
-    if end < len(lines) or end > answered:
-        maybe = (f"; {_line_span(lines, answered, end)} may be stored already: send them again only with "
-                 "idempotency keys, or after checking for them (sepp jobs list)") if end > answered else ""
-        rest = f"resume from line {lines[end]}" if end < len(lines) else "every line was sent"
-        err.print(f"{rest}{maybe}", markup=False)
 
 
 def _bytes(value: int) -> str:
@@ -734,11 +194,11 @@ def info_cmd(server: ServerOpt = DEFAULT_SERVER, token: ClientTokenOpt = None, t
     """
     from sepp.errors import TransportError
 
-    with _client(server, timeout, token=token) as client:
+    with open_client(server, timeout, token=token) as client:
         try:
             info = client.get_server_info()
         except TransportError as exc:
-            _fail_transport(exc, server, as_json)
+            fail_transport(exc, server, as_json)
     advertised = ("max_enqueue_batch", "max_attempts_ceiling", "max_queue_name_bytes", "max_job_type_bytes",
                   "max_schedule_horizon", "max_idempotency_key_bytes", "max_encoding_bytes",
                   "max_trace_entries", "max_trace_value_bytes")

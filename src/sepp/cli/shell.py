@@ -22,8 +22,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape as markup_escape
 
-from sepp.bounds import MAX_HORIZON
 from sepp.cli.flags import DURATION_FORMS, FlagValueError, one_line, parse_seconds
+from sepp.hard_limits import MAX_HORIZON
 
 EXIT_OK = 0
 EXIT_DECLINED = 1

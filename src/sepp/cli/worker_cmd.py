@@ -31,12 +31,12 @@ from typing import IO, Annotated, Any
 
 import typer
 
-from sepp.bounds import MAX_LEASE, MIN_LEASE, fmt_number
 from sepp.cli.flags import FlagValueError, check_bounds
 from sepp.cli.main import app
 from sepp.cli.shell import EXIT_USAGE, ClientTokenOpt, fail_auth
 from sepp.cli.tls import client_tls
 from sepp.errors import PermissionDenied, Unauthenticated
+from sepp.hard_limits import MAX_LEASE, MIN_LEASE, fmt_number
 from sepp.logs import LOG_FORMATS
 from sepp.logs import configure as configure_logging
 from sepp.worker.config import default_worker_id

@@ -15,7 +15,7 @@ from rich import box
 from rich.table import Table
 
 from sepp.api.v1 import admin_pb2 as apb
-from sepp.cli.admin import _client, _out, _print_json
+from sepp.cli.admin_calls import admin_client, admin_out, print_admin_json
 from sepp.cli.admin_views import human_duration, iso_time
 from sepp.cli.main import app
 from sepp.cli.shell import DEFAULT_SERVER, JsonOpt, ServerOpt, TokenOpt, escape
@@ -53,14 +53,14 @@ def workers_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_
     """Workers that called within the last hour: live ones first, then those gone quiet (no call
     within two lease periods), then those that stopped cleanly (SIGTERM / Worker.stop; until
     their next Reserve)."""
-    with _client(server, token, timeout, as_json) as client:
+    with admin_client(server, token, timeout, as_json) as client:
         resp = client.list_workers()
     if as_json:
-        _print_json({"workers": [worker_json(w) for w in resp.workers], "quiet": resp.quiet,
+        print_admin_json({"workers": [worker_json(w) for w in resp.workers], "quiet": resp.quiet,
                      "stopped": resp.stopped, "total": resp.total})
         return
     if not resp.workers:
-        _out().print("No worker called within the last hour.")
+        admin_out().print("No worker called within the last hour.")
         return
     now = time.time()
     table = Table(box=box.SIMPLE_HEAD)
@@ -73,10 +73,10 @@ def workers_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_
                       str(w.concurrency) if w.concurrency else "–", f"{w.in_flight:,}", _ago(w.last_reserve, now),
                       f"{w.completed_last_minute:,}", f"{w.failed_last_minute:,}", escape(", ".join(w.nodes)),
                       _state_cell(w, now))
-    _out().print(table)
+    admin_out().print(table)
     total = max(resp.total, len(resp.workers))
     shown = "" if total == len(resp.workers) else f" ({len(resp.workers)} shown)"
-    _out().print(f"{total} worker(s){shown}: {total - resp.quiet - resp.stopped} live, {resp.quiet} gone quiet "
+    admin_out().print(f"{total} worker(s){shown}: {total - resp.quiet - resp.stopped} live, {resp.quiet} gone quiet "
                  f"(no call within two lease periods), {resp.stopped} stopped")
 
 

@@ -8,6 +8,7 @@ transport and no database.
 - ``transitions``: what an ack, a nack, a lease expiry, a cancel and a redrive do to a job
   (the ``Decision`` a driver applies under the lease guard; history entries, reasons).
 - ``clock``: the one place the time is read (``Clock``; ``FakeClock`` for tests).
+- ``ids``: job ids as 16 bytes and as canonical UUID text (``job_id_text``, ``job_id_bytes``).
 - ``listing``: a job listing's ``JobQuery`` and ``JobPage``, and a redrive's ``DeadFilter``;
   ``admin``: what the admin's writes answer (``Outcome``) and its figures read (``StateCounts``,
   ``MinuteRow``, …) — shared by the store, the admin engine, the UI and the RPC edge.

@@ -38,6 +38,7 @@ from sepp.server.http.app import build_http_app
 from sepp.server.listen import address_in_use, check_free
 from sepp.server.metrics import Metrics
 from sepp.server.notifier import Notifier
+from sepp.server.parts import ServerParts
 from sepp.server.periodic.admin import PeriodicAdmin, check_job
 from sepp.server.periodic.scheduler import PeriodicScheduler
 from sepp.server.queues import QueueRegistry
@@ -114,8 +115,9 @@ class _Uvicorn(uvicorn.Server):
 class SeppServer:
     """One ``sepp serve`` process. ``grpc_port``/``http_port`` are known after ``start()``.
 
-    ``clock`` is the server's one source of time, handed to the engine;
-    the sweeper, the admin engine and the front ends read ``engine.clock``.
+    ``clock`` is the server's one source of time: it goes into the node's ``parts``
+    (``ServerParts``), which every service — engine, sweeper, admin engine, front ends —
+    is handed here.
     """
 
     def __init__(self, config: ServerConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -131,28 +133,30 @@ class SeppServer:
         self.registry = QueueRegistry(config.queue_defaults, config.strict, config.limits.max_encoding_bytes,
                                       config.limits.max_queues)
         self.notifier = Notifier()
-        self.engine = JobEngine(config, self.store, self.registry, self.notifier, clock=clock)
-        self.sweeper = Sweeper(self.engine, config.sweep_interval)
+        #: What every service shares (clock, store, queues, notifier, events, limits, logs).
+        self.parts = parts = ServerParts.build(config, self.store, self.registry, self.notifier, clock=clock)
+        self.engine = JobEngine(parts)
+        self.sweeper = Sweeper(parts, config.sweep_interval)
         #: Periodic schedules: the config's [[periodic]] tables and the admin's, run
         #: on every node (docs/periodic.md).
-        self.periodic = PeriodicScheduler(self.engine, config.periodic)
+        self.periodic = PeriodicScheduler(parts, self.engine, config.periodic)
         #: The node's metrics, fed by the engine's events; /metrics renders them.
-        self.metrics = Metrics(self.engine, gauge_interval=config.metrics_gauge_interval,
+        self.metrics = Metrics(parts, gauge_interval=config.metrics_gauge_interval,
                                sweep_skipped=lambda: self.sweeper.skipped)
         #: Wake-ups, queue settings and the heartbeat shared with the other nodes.
-        self.cluster = Cluster(self.engine, self.node, config.grpc_listen)
+        self.cluster = Cluster(parts, self.node, config.grpc_listen)
         #: Tokens and roles of every API and the UI, with the failure counts.
         self.auth = Authenticator.from_config(config.auth, config.admin_token)
         self.metrics.auth_failures_from(lambda: self.auth.failures)
-        self.grpc = GrpcFront(config, self.engine, self.started, self.node,
+        self.grpc = GrpcFront(parts, self.engine, self.started, self.node,
                               interceptors=[RpcMetrics(self.metrics.observe_rpc)], tls=self.tls, auth=self.auth,
                               rpc_observe=self.metrics.observe_rpc)
         #: Does the storage answer? Flips the gRPC health service; ``/readyz`` asks it.
         self.readiness = Readiness(self.store, config.readiness_interval, self.grpc.set_serving)
-        self.admin = AdminEngine(self.engine, self.store.admin)
-        self.admin.periodic = PeriodicAdmin(self.periodic)
+        self.admin = AdminEngine(parts, self.store.admin)
+        self.admin.periodic = PeriodicAdmin(parts, self.periodic)
         self.grpc.add_service(admin_pb2_grpc.add_AdminServiceServicer_to_server,
-                              AdminServicer(self.admin), "AdminService")
+                              AdminServicer(parts, self.admin), "AdminService")
         self.http: _Uvicorn | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_sock: socket.socket | None = None
@@ -185,7 +189,7 @@ class SeppServer:
                 q.persisted = True
             for spec in self.config.periodic:  # a job its queue would refuse is a start error
                 try:
-                    check_job(self.engine, spec)
+                    check_job(self.parts, spec)
                 except EngineError as exc:
                     raise ConfigError(f"periodic[{self.config.periodic.index(spec)}] ({spec.name}): {exc}") from None
             await self.sweeper.start()
@@ -226,8 +230,8 @@ class SeppServer:
         sock.setblocking(False)
         self._http_sock = sock
         self.http_port = sock.getsockname()[1]
-        app = build_http_app(self.engine, self.serving, admin=self.admin, started=self.started, node=self.node,
-                             metrics=self.metrics, ready=self.readiness.check, auth=self.auth)
+        app = build_http_app(self.parts, self.engine, self.serving, admin=self.admin, started=self.started,
+                             node=self.node, metrics=self.metrics, ready=self.readiness.check, auth=self.auth)
         tls = self.tls.uvicorn_settings() if self.tls is not None else {}
         # log_config=None: uvicorn's lines go through sepp's handler (text or JSON, sepp.logs).
         self.http = _Uvicorn(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,

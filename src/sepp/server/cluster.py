@@ -21,7 +21,7 @@ import logging
 
 from sepp import __version__
 from sepp.domain.records import NodeRecord
-from sepp.server.engine import JobEngine
+from sepp.server.parts import ServerParts
 from sepp.server.workers import FORGET_AFTER
 from sepp.storage.errors import StoreClosed, StoreError
 
@@ -39,18 +39,19 @@ NODE_GONE_AFTER = 3 * HEARTBEAT_EVERY
 class Cluster:
     """Keeps one node in step with the others on a shared store (see the module docstring).
 
+    ``parts``: the node's shared parts (clock, store, queues, notifier, workers, nodes);
     ``node``: this node's name; ``address``: its gRPC address (as configured);
     ``heartbeat_every`` / ``refresh_every``: seconds (tests shorten them).
     """
 
-    def __init__(self, engine: JobEngine, node: str, address: str, *, heartbeat_every: float = HEARTBEAT_EVERY,
+    def __init__(self, parts: ServerParts, node: str, address: str, *, heartbeat_every: float = HEARTBEAT_EVERY,
                  refresh_every: float = QUEUE_REFRESH_EVERY) -> None:
-        self.engine = engine
+        self.parts = parts
         self.node = node
         self.address = address
         self.heartbeat_every = heartbeat_every
         self.refresh_every = refresh_every
-        self.started_at = engine.clock.now()
+        self.started_at = parts.clock.now()
         self._duplicate_warned = False
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -59,12 +60,12 @@ class Cluster:
 
     def record(self) -> NodeRecord:
         """This node's row as of now."""
-        return NodeRecord(self.node, self.address, __version__, self.started_at, self.engine.clock.now())
+        return NodeRecord(self.node, self.address, __version__, self.started_at, self.parts.clock.now())
 
     async def start(self) -> None:
         """Subscribe to the store's cluster events, write the first heartbeat, start the loops."""
-        store = self.engine.store
-        notifier = self.engine.notifier
+        store = self.parts.store
+        notifier = self.parts.notifier
         store.subscribe(lambda q: notifier.ready_all() if q is None else notifier.ready(q), self._changed.set)
         await self._beat()
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="sepp-heartbeat"))
@@ -99,7 +100,7 @@ class Cluster:
         it is not taken for a duplicate.)"""
         if self._duplicate_warned:
             return
-        for other in await self.engine.store.nodes():
+        for other in await self.parts.store.nodes():
             if other.name == self.node and other.started_at != self.started_at:
                 self._duplicate_warned = True
                 log.warning("another node named %r (at %s) is sending heartbeats: node names must be unique "
@@ -108,31 +109,31 @@ class Cluster:
 
     async def _beat(self) -> None:
         """Write this node's row and its workers, then read every node's
-        (``engine.nodes``)."""
-        store = self.engine.store
+        (``parts.nodes``)."""
+        store = self.parts.store
         await store.heartbeat(self.record())
-        forget_before = self.engine.clock.now() - int(FORGET_AFTER * 1_000_000)
+        forget_before = self.parts.clock.now() - int(FORGET_AFTER * 1_000_000)
         try:
-            await store.report_workers(self.node, self.engine.workers.snapshot(self.node), forget_before)
+            await store.report_workers(self.node, self.parts.workers.snapshot(self.node), forget_before)
         except StoreClosed:
             raise
         except StoreError as exc:  # the node list must not depend on the workers' report
             log.warning("workers not reported: %s", exc)
-        self.engine.nodes = await store.nodes()
+        self.parts.nodes = await store.nodes()
 
     async def refresh(self) -> bool:
         """Reload the queues from the store once (``QueueRegistry.refresh``); True when
         applied, False when a local change overtook the read (try again). Raises
         ``StoreError`` when the store cannot be read."""
-        registry = self.engine.queues
+        registry = self.parts.queues
         read_at = registry.generation
-        records = await self.engine.store.load_queues()
+        records = await self.parts.store.load_queues()
         resumed = registry.refresh(records, read_at)
         if resumed is None:
             return False
         self.refreshes += 1
         for name in resumed:
-            self.engine.notifier.ready(name)
+            self.parts.notifier.ready(name)
         return True
 
     async def _refreshes(self) -> None:

@@ -47,8 +47,11 @@ class InvalidRequest(EngineError):
         self.actual = actual
 
 
-class Overloaded(EngineError):
-    """The commit backlog is full; retry after ``retry_after`` seconds (nothing stored)."""
+class BacklogFull(EngineError):
+    """The commit backlog is full (``backlog`` writes waiting, the ``max_commit_backlog``
+    bound): nothing was stored; retry after ``retry_after`` seconds. Sent as
+    RESOURCE_EXHAUSTED with ErrorInfo reason ``OVERLOADED``, which a client raises as
+    ``sepp.errors.Overloaded`` (the one class of that name)."""
 
     def __init__(self, retry_after: float, backlog: int) -> None:
         super().__init__("overloaded")

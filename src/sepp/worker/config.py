@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from sepp.bounds import MAX_SETTLE_BATCH
 from sepp.client.target import normalize_target
 from sepp.client.tls import PathArg, channel_credentials, read_tls_files
+from sepp.hard_limits import MAX_SETTLE_BATCH
 
 #: Where ``sepp serve`` listens by default.
 DEFAULT_TARGET = "127.0.0.1:7700"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.bounds import MAX_DURATION_SECONDS
+from sepp.hard_limits import MAX_DURATION_SECONDS
 from sepp.wire import seconds_to_duration
 
 #: Longest error detail sent, bytes (the server keeps at most 16 KiB).

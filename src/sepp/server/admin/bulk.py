@@ -40,12 +40,12 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from sepp.domain.admin import Outcome
+from sepp.domain.ids import job_id_text
 from sepp.domain.listing import DeadFilter, JobQuery
 from sepp.domain.states import FINISHED, State
 from sepp.quoting import clip, quote
 from sepp.server.admin.checks import StateConflict
 from sepp.server.admin.jobs import JobAdmin
-from sepp.server.engine import job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
 
 log = logging.getLogger("sepp.admin")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.states import STATE_NAMES
 from sepp.quoting import quote
 from sepp.rejections import Reason
-from sepp.server.engine import job_id_bytes
 from sepp.server.errors import EngineError, InvalidRequest, NotFound
 from sepp.server.queues import QueueRegistry, QueueState
 

@@ -29,7 +29,7 @@ from sepp.server.admin.stats import WINDOW_MINUTES, AdminStats
 from sepp.server.admin.type_figures import TypeFigures
 from sepp.server.admin.views import JobListing, QueueStatsView
 from sepp.server.admin.workers import WorkerView
-from sepp.server.engine import JobEngine
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueState
 from sepp.storage.admin import AdminStore
 
@@ -38,28 +38,29 @@ if TYPE_CHECKING:
 
 
 class AdminEngine:
-    """Admin operations over a ``JobEngine`` (queues, notifier, store) and an ``AdminStore``.
+    """Admin operations over the node's ``ServerParts`` (queues, notifier, store, events) and
+    an ``AdminStore``.
 
-    ``start()`` hooks the throughput counter into the engine and starts the flush loop;
+    ``start()`` hooks the throughput counter into the engine's events and starts the flush loop;
     ``stop()`` must run before the store closes (it writes the last counts). Every time it
     reads (stats window, key expiry, cancel/redrive time, the counts cache) comes from
-    ``engine.clock``; the flush loop sleeps in real time. The operations are the parts'
+    ``parts.clock``; the flush loop sleeps in real time. The operations are the parts'
     (``jobs``, ``queue_changes``, ``stats``, ``bulk``), handed on unchanged.
     """
 
-    def __init__(self, engine: JobEngine, store: AdminStore, *, flush_interval: float = 5.0) -> None:
-        self.engine = engine
+    def __init__(self, parts: ServerParts, store: AdminStore, *, flush_interval: float = 5.0) -> None:
+        self.parts = parts
         self.store = store
-        self.clock = engine.clock
+        self.clock = parts.clock
         #: The dashboards' reads and the counts in memory (``AdminStats``).
-        self.statistics = AdminStats(engine, store, flush_interval=flush_interval)
+        self.statistics = AdminStats(parts, store, flush_interval=flush_interval)
         self.counter = self.statistics.counter
         #: Job-type figures counted in memory, flushed with the throughput.
         self.types = self.statistics.types
         #: The job operations.
-        self.jobs = JobAdmin(engine, store, self.statistics.changed)
+        self.jobs = JobAdmin(parts, store, self.statistics.changed)
         #: The queue changes.
-        self.queue_changes = QueueChanges(engine, store, self.jobs, self.statistics.forget,
+        self.queue_changes = QueueChanges(parts, store, self.jobs, self.statistics.forget,
                                           self.statistics.changed)
         #: Bulk cancel / requeue / delete with progress.
         self.bulk = BulkActions(self.jobs)
@@ -87,11 +88,11 @@ class AdminEngine:
 
     def queue(self, name: str) -> QueueState:
         """The queue, or ``NotFound`` (QUEUE_NOT_FOUND)."""
-        return existing_queue(self.engine.queues, name)
+        return existing_queue(self.parts.queues, name)
 
     def queues(self) -> list[QueueState]:
         """Every queue, sorted by name."""
-        return self.engine.queues.all()
+        return self.parts.queues.all()
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
                             paths: Sequence[str] = ()) -> tuple[QueueState, bool]:

@@ -4,7 +4,7 @@ idempotency key, cancel, requeue (redrive one or in bulk) and delete.
 Transport-agnostic like the rest of ``sepp.server.admin``: ``AdminEngine`` hands these out,
 ``BulkActions`` applies them to many jobs. Errors are ``sepp.server.errors`` exceptions
 (``NotFound``, ``InvalidRequest``) and ``StateConflict`` (``admin.checks``); a store failure
-propagates as ``StoreError``. Times are µs UTC, read from the engine's clock.
+propagates as ``StoreError``. Times are µs UTC, read from the server's clock (``parts.clock``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from sepp.domain.admin import Outcome
+from sepp.domain.ids import job_id_text
 from sepp.domain.listing import DeadFilter, JobQuery
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
@@ -20,8 +21,8 @@ from sepp.rejections import Reason
 from sepp.server.admin.checks import StateConflict, existing_queue, parse_job_id, state_name
 from sepp.server.admin.cursor import decode_cursor, encode_cursor
 from sepp.server.admin.views import JobListing
-from sepp.server.engine import JobEngine, job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueState
 from sepp.storage.admin import AdminStore
 
@@ -33,28 +34,28 @@ ALL_STATES = tuple(int(s) for s in State)
 
 
 class JobAdmin:
-    """Job inspection and the single-job and redrive writes over a ``JobEngine`` (its store,
+    """Job inspection and the single-job and redrive writes over the node's ``ServerParts`` (store,
     queues, notifier, config and clock) and an ``AdminStore``.
 
     ``changed`` is called after every write that changes how many jobs a state holds (the
     admin's cached counts are read anew then).
     """
 
-    def __init__(self, engine: JobEngine, store: AdminStore, changed: Callable[[], None]) -> None:
-        self.engine = engine
+    def __init__(self, parts: ServerParts, store: AdminStore, changed: Callable[[], None]) -> None:
+        self.parts = parts
         self.store = store
-        self.clock = engine.clock
-        self._clock_now = engine.clock.now
+        self.clock = parts.clock
+        self._clock_now = parts.clock.now
         self._changed = changed
 
     def queue(self, name: str) -> QueueState:
         """The queue, or ``NotFound`` (QUEUE_NOT_FOUND)."""
-        return existing_queue(self.engine.queues, name)
+        return existing_queue(self.parts.queues, name)
 
     async def get_job(self, job_id: str) -> JobRecord:
         """The full job, or ``NotFound`` (JOB_NOT_FOUND); ``InvalidRequest`` for an id that is
         not a UUID."""
-        rec = await self.engine.store.get_job(parse_job_id(job_id))
+        rec = await self.parts.store.get_job(parse_job_id(job_id))
         if rec is None:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         return rec
@@ -76,7 +77,7 @@ class JobAdmin:
         after = decode_cursor(query, page_token)
         try:
             page = await self.store.list_jobs(query, after, page_size or DEFAULT_PAGE,
-                                              self.engine.config.search_scan_rows)
+                                              self.parts.config.search_scan_rows)
         except ValueError as exc:
             raise InvalidRequest(f"page_token is malformed: {clip(exc)}", "page_token") from None
         return JobListing(page.jobs, encode_cursor(query, page.next_key) if page.next_key is not None else "",
@@ -91,7 +92,7 @@ class JobAdmin:
         if hit is None or hit[1] <= self._clock_now():
             raise NotFound(f"no live idempotency key {quote(key)} in queue {quote(queue)}",
                            Reason.IDEMPOTENCY_KEY_NOT_FOUND)
-        job = await self.engine.store.get_job(hit[0])
+        job = await self.parts.store.get_job(hit[0])
         return job_id_text(hit[0]), hit[1], job
 
     async def cancel(self, job_id: str, reason: str = "") -> JobRecord:
@@ -109,7 +110,7 @@ class JobAdmin:
         raw = parse_job_id(job_id)
         # A NUL cannot be stored as text by PostgreSQL: the free-form reason keeps U+FFFD instead.
         text = reason[:1024].replace("\x00", "\ufffd") if reason else ""
-        result = await self.store.cancel(raw, self._clock_now(), self.engine.queues.policies(), text)
+        result = await self.store.cancel(raw, self._clock_now(), self.parts.queues.policies(), text)
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
@@ -127,7 +128,7 @@ class JobAdmin:
         if result.outcome is Outcome.WRONG_STATE:
             raise StateConflict(Reason.JOB_STATE, f"job {clip(job_id, 64)} is {state_name(result.state)}; only "
                                 "DEAD_LETTERED and CANCELLED jobs can be requeued", {"state": state_name(result.state)})
-        self.engine.notifier.ready(result.queue)
+        self.parts.notifier.ready(result.queue)
         self._changed()
         return await self.get_job(job_id)
 
@@ -148,7 +149,7 @@ class JobAdmin:
         while done < goal:
             n, queues = await self.store.requeue_dead(snapshot, self._clock_now(), min(CHUNK, goal - done))
             for name in queues:
-                self.engine.notifier.ready(name)
+                self.parts.notifier.ready(name)
             done += n
             if n == 0:
                 break
@@ -173,6 +174,6 @@ class JobAdmin:
     def freed(self, name: str, states: Iterable[int]) -> None:
         """Wake this node's long-polls of a flow-limited queue ``name`` when jobs in ``states``
         were deleted and RESERVED is among them (their slots are free)."""
-        q = self.engine.queues.get(name)
+        q = self.parts.queues.get(name)
         if q is not None and q.flow is not None and int(State.RESERVED) in states:
-            self.engine.notifier.ready(name)
+            self.parts.notifier.ready(name)

@@ -21,8 +21,8 @@ from sepp.rejections import Reason, RejectionCode
 from sepp.server.admin.checks import StateConflict
 from sepp.server.admin.jobs import ALL_STATES, CHUNK, JobAdmin
 from sepp.server.admin.settings import merge_settings
-from sepp.server.engine import JobEngine
 from sepp.server.errors import InvalidRequest, NotFound, QueueLimitReached
+from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueState, stored_settings
 from sepp.storage.admin import AdminStore
 
@@ -53,7 +53,7 @@ def not_empty_message(name: str, counts: StateCounts) -> str:
 
 
 class QueueChanges:
-    """Queue administration over a ``JobEngine`` (its queues, store, notifier, validator,
+    """Queue administration over the node's ``ServerParts`` (queues, store, notifier, validator,
     limits and clock) and an ``AdminStore``.
 
     ``jobs`` wakes the long-polls a purge frees; ``forget`` drops what the admin counts in
@@ -61,17 +61,17 @@ class QueueChanges:
     jobs a state holds.
     """
 
-    def __init__(self, engine: JobEngine, store: AdminStore, jobs: JobAdmin, forget: Callable[[str], None],
+    def __init__(self, parts: ServerParts, store: AdminStore, jobs: JobAdmin, forget: Callable[[str], None],
                  changed: Callable[[], None]) -> None:
-        self.engine = engine
+        self.parts = parts
         self.store = store
         self._jobs = jobs
         self._forget = forget
         self._changed = changed
-        self._clock_now = engine.clock.now
+        self._clock_now = parts.clock.now
 
     def _check_name(self, name: str) -> None:
-        rejection = self.engine.validator.probe_queue_name(name)
+        rejection = self.parts.validator.probe_queue_name(name)
         if rejection is not None and rejection.code == RejectionCode.QUEUE_NAME_INVALID.to_wire():
             raise InvalidRequest(f"QueueNameInvalid: {rejection.message}", "name")
     async def _change(self, q: QueueState, patch: Mapping[str, Any] | None = None, paths: Sequence[str] = (), *,
@@ -86,7 +86,7 @@ class QueueChanges:
         ``merge_settings`` (nothing written) and ``NotFound`` when the row is gone though
         this node had it stored (deleted on another node) — unless ``create`` (a declare):
         then it is created anew from the server defaults."""
-        lim, labels = self.engine.limits, self.engine.limits.max_encoding_bytes
+        lim, labels = self.parts.limits, self.parts.limits.max_encoding_bytes
         taken: list[QueueSettings] = []
         absent: list[bool] = []
 
@@ -97,7 +97,7 @@ class QueueChanges:
                     raise NotFound(f"queue {quote(q.name)} does not exist (deleted on another node)",
                                    Reason.QUEUE_NOT_FOUND)
                 if q.persisted:  # deleted on another node, declared again: a new queue
-                    base, was_paused, was_declared = self.engine.queues.defaults, False, False
+                    base, was_paused, was_declared = self.parts.queues.defaults, False, False
                 else:
                     base, was_paused, was_declared = q.settings, q.paused, q.declared  # on demand, not stored yet
             else:
@@ -108,12 +108,12 @@ class QueueChanges:
             return QueueRecord(q.name, settings.model_dump_json(), was_paused if paused is None else paused,
                                was_declared if declared is None else declared)
 
-        self.engine.queues.touch()  # a cluster refresh reading meanwhile must not undo it
-        rec = await self.engine.store.change_queue(q.name, change, self._clock_now())
+        self.parts.queues.touch()  # a cluster refresh reading meanwhile must not undo it
+        rec = await self.parts.store.change_queue(q.name, change, self._clock_now())
         if q.settings != taken[0]:
             q.apply(taken[0])
         q.paused, q.declared, q.persisted = rec.paused, rec.declared, True
-        self.engine.queues.touch()
+        self.parts.queues.touch()
         return absent[0]
 
     async def declare_queue(self, name: str, patch: Mapping[str, Any] | None = None,
@@ -126,7 +126,7 @@ class QueueChanges:
         queue would exceed ``limits.max_queues``.
         """
         self._check_name(name)
-        registry = self.engine.queues
+        registry = self.parts.queues
         current = registry.get(name)
         if current is None:
             if registry.full():
@@ -146,7 +146,7 @@ class QueueChanges:
             return q, created
         await self._change(current, patch, paths, declared=True, create=True)
         if patch is not None:
-            self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
+            self.parts.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
         _queue_event("queue_declared", name, "declared" + (f", changed: {', '.join(paths)}" if paths else ""),
                      settings=list(paths))
         return current, False
@@ -162,7 +162,7 @@ class QueueChanges:
         (``InvalidRequest``, nothing written) and this node's copy takes the row written."""
         q = self._jobs.queue(name)
         await self._change(q, patch, paths)
-        self.engine.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
+        self.parts.notifier.ready(name)  # a flow limit raised or lifted frees capacity now
         _queue_event("queue_changed", name, f"changed: {', '.join(paths) or 'settings'}", settings=list(paths))
         return q
 
@@ -173,7 +173,7 @@ class QueueChanges:
         await self._change(q, paused=paused)
         _queue_event("queue_paused" if paused else "queue_resumed", name, "paused" if paused else "resumed")
         if not paused:
-            self.engine.notifier.ready(name)
+            self.parts.notifier.ready(name)
         return q
 
     async def purge(self, name: str, states: Iterable[int] = ()) -> int:
@@ -208,7 +208,7 @@ class QueueChanges:
             if force:
                 deleted += await self.purge(name, ALL_STATES)
             if await self.store.delete_queue(name):
-                self.engine.queues.remove(name)
+                self.parts.queues.remove(name)
                 self._forget(name)
                 self._changed()
                 _queue_event("queue_deleted", name, f"deleted with {deleted} job(s)", count=deleted)

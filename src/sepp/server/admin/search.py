@@ -28,9 +28,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.states import parse_state
 from sepp.quoting import quote
-from sepp.server.engine import job_id_bytes
 from sepp.server.errors import InvalidRequest
 from sepp.storage.admin import JobQuery
 from sepp.storage.search import MAX_CUSTOM_TERMS, MAX_ERROR_BYTES, MAX_TERM_BYTES

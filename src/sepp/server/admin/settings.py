@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from sepp.limits import QueueSettings, long_encoding_label
 from sepp.quoting import clip, quote
-from sepp.server.bounds import invalid_from_pydantic
 from sepp.server.errors import InvalidRequest
+from sepp.server.rpc_args import invalid_from_pydantic
 
 
 def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequence[str],

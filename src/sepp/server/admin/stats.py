@@ -26,7 +26,7 @@ from sepp.server.admin.throughput import MINUTE_US, ThroughputCounter
 from sepp.server.admin.type_figures import DAY_MINUTES, HOUR_MINUTES, TypeFigures, TypeRollup, figures_of, merge_reads
 from sepp.server.admin.views import QueueStatsView
 from sepp.server.admin.workers import WorkerView, merge_workers
-from sepp.server.engine import JobEngine
+from sepp.server.parts import ServerParts
 from sepp.server.workers import last_reserves
 from sepp.storage.admin import AdminStore
 from sepp.storage.errors import StoreError
@@ -48,23 +48,23 @@ class _CountsCache:
 
 
 class AdminStats:
-    """The dashboards' reads and the in-memory counts over a ``JobEngine`` (its events,
+    """The dashboards' reads and the in-memory counts over the node's ``ServerParts`` (events,
     queues, store, workers and clock) and an ``AdminStore``.
 
-    ``start()`` hooks the counters into the engine and starts the flush loop (every
+    ``start()`` hooks the counters into the engine events and starts the flush loop (every
     ``flush_interval`` seconds, real time); ``stop()`` writes the last counts and must run
-    before the store closes. Every other time it reads comes from ``engine.clock``.
+    before the store closes. Every other time it reads comes from ``parts.clock``.
     """
 
-    def __init__(self, engine: JobEngine, store: AdminStore, *, flush_interval: float = 5.0) -> None:
-        self.engine = engine
+    def __init__(self, parts: ServerParts, store: AdminStore, *, flush_interval: float = 5.0) -> None:
+        self.parts = parts
         self.store = store
-        self.clock = engine.clock
-        self._clock_now = engine.clock.now
+        self.clock = parts.clock
+        self._clock_now = parts.clock.now
         #: Enqueues, completions and dead letters per (queue, minute), flushed.
-        self.counter = ThroughputCounter(engine.clock)
+        self.counter = ThroughputCounter(parts.clock)
         #: Job-type figures counted in memory, flushed with the throughput.
-        self.types = TypeRollup(engine.clock)
+        self.types = TypeRollup(parts.clock)
         self.flush_interval = flush_interval
         self._task: asyncio.Task[None] | None = None
         self._counts = _CountsCache()
@@ -82,7 +82,7 @@ class AdminStats:
 
     def start(self) -> None:
         """Count enqueues, completions and job-type figures, and flush them periodically."""
-        events = self.engine.events
+        events = self.parts.events
         events.stored.subscribe(self.counter.on_stored)
         events.finished.subscribe(self.counter.on_finished)
         events.settled.subscribe(self.types.on_settled)
@@ -145,12 +145,12 @@ class AdminStats:
         """Every worker that called within the last hour, on any node (the Workers
         page; ``sepp.server.admin.workers``): the nodes' reports, with this node's own rows
         taken fresh from memory, and the jobs each holds RESERVED now. Raises ``StoreError``."""
-        engine = self.engine
-        node = engine.node
-        rows = [r for r in await engine.store.workers() if r.node != node]
-        rows += engine.workers.snapshot(node)
+        parts = self.parts
+        node = parts.node
+        rows = [r for r in await parts.store.workers() if r.node != node]
+        rows += parts.workers.snapshot(node)
         in_flight = await self.store.reserved_by_worker()
-        return merge_workers(rows, in_flight, engine.queues, self._clock_now())
+        return merge_workers(rows, in_flight, parts.queues, self._clock_now())
 
 
     async def type_figures(self, name: str) -> list[TypeFigures]:
@@ -161,7 +161,7 @@ class AdminStats:
         the hour is the current minute and the 59 before it; the day the current hour (UTC,
         on the minute) and the 23 before it, so 23 to 24 hours. Raises ``NotFound``,
         ``StoreError``."""
-        existing_queue(self.engine.queues, name)
+        existing_queue(self.parts.queues, name)
         minute = self._clock_now() // _MINUTE
         hour = minute - HOUR_MINUTES + 1
         day = minute - minute % HOUR_MINUTES - DAY_MINUTES + HOUR_MINUTES
@@ -199,7 +199,7 @@ class AdminStats:
         Raises ``NotFound`` for an unknown name.
         """
         minutes = max(1, min(minutes, KEEP_MINUTES))
-        registry = self.engine.queues
+        registry = self.parts.queues
         queues = [existing_queue(registry, n) for n in dict.fromkeys(names)] if names else registry.all()
         if names and len(queues) <= 4:
             counts: dict[str, StateCounts] = {}
@@ -234,8 +234,8 @@ class AdminStats:
         """Queue → the latest Reserve of it by any worker (µs UTC), from the worker rows every
         node reports (this node's fresh from memory): what "no consumer" is judged by
         . Another node's Reserves show with its report's delay (its heartbeat)."""
-        engine = self.engine
-        node = engine.node
-        rows = [r for r in await engine.store.workers() if r.node != node]
-        rows += engine.workers.snapshot(node)
+        parts = self.parts
+        node = parts.node
+        rows = [r for r in await parts.store.workers() if r.node != node]
+        rows += parts.workers.snapshot(node)
         return last_reserves(rows)

@@ -1,7 +1,7 @@
 """Throughput per (queue, minute) counted in memory (the admin stats).
 
 Enqueues, completions and dead letters are counted through the engine events
-(``JobEngine.on_stored`` / ``on_finished``) and folded into the store's
+(``ServerParts.events``: ``stored`` / ``finished``) and folded into the store's
 ``queue_throughput`` table by the admin engine's flush loop, so no job write carries a
 statistics write (documented choice: a crash loses at most one flush interval).
 """
@@ -31,7 +31,7 @@ class ThroughputCounter:
         self.pending: Counter[tuple[str, int, int]] = Counter()
 
     def on_stored(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
-        """``JobEngine.on_stored`` hook: count the rows that were really stored."""
+        """``events.stored`` hook: count the rows that were really stored."""
         if not rows:
             return
         minute = rows[0].enqueued_at // MINUTE_US  # one call = one ``now``
@@ -46,7 +46,7 @@ class ThroughputCounter:
             self.pending[(queue, minute, 0)] += n
 
     def on_finished(self, queue: str, state: int, count: int) -> None:
-        """``JobEngine.on_finished`` hook: jobs of ``queue`` reached COMPLETED (4) or DEAD_LETTERED (5)."""
+        """``events.finished`` hook: jobs of ``queue`` reached COMPLETED (4) or DEAD_LETTERED (5)."""
         column = self.COMPLETED if state == 4 else self.DEAD_LETTERED
         self.pending[(queue, self._clock_now() // MINUTE_US, column)] += count
 

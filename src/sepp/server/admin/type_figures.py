@@ -131,7 +131,7 @@ _NO_ACC = _Acc()
 class TypeRollup:
     """This node's job-type figures not yet written to the store (see the module docstring).
 
-    ``on_settled`` / ``on_reclaimed`` are the ``JobEngine.events`` subscribers; ``take``
+    ``on_settled`` / ``on_reclaimed`` are the engine events' subscribers (``ServerParts.events``); ``take``
     hands the pending counts over for a flush (``restore`` puts them back after a failed one);
     ``pending_read`` shows them to a read before they are flushed. ``clock`` dates the
     reclaimed counts (a settle is dated by its own ``now``)."""

@@ -15,28 +15,31 @@ from sepp.server.auth import Authenticator
 from sepp.server.engine import JobEngine
 from sepp.server.http.health import health_routes
 from sepp.server.metrics import Metrics
+from sepp.server.parts import ServerParts
 from sepp.server.readiness import Verdict
 
 
-def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: AdminEngine | None = None,
+def build_http_app(parts: ServerParts, engine: JobEngine, healthy: Callable[[], bool], *,
+                   admin: AdminEngine | None = None,
                    started: float = 0.0, node: str = "",
                    sweep_skipped: Callable[[], Mapping[str, int]] | None = None,
                    metrics: Metrics | None = None,
                    ready: Callable[[], Awaitable[Verdict]] | None = None,
                    auth: Authenticator | None = None) -> Starlette:
-    """The HTTP app. ``healthy`` says whether the server is serving (false while stopping);
+    """The HTTP app over the node's ``parts`` and ``engine`` (the UI's enqueue). ``healthy``
+    says whether the server is serving (false while stopping);
     ``ready`` gives a fresh readiness verdict for ``/readyz`` (``sepp.server.http.health``).
 
     With ``admin`` the web UI is mounted too (``sepp.server.http.ui``); ``started``
     (monotonic) and ``node`` feed its server info. ``/metrics`` renders ``metrics``
-    (``sepp.server.metrics.Metrics``; one is made for ``engine`` when not given, with
+    (``sepp.server.metrics.Metrics``; one is made over ``parts`` when not given, with
     ``sweep_skipped`` — ``Sweeper.skipped`` — for ``sepp_sweep_skipped_total``). ``auth`` is
-    the server's ``Authenticator`` (built from the engine's config when None): the UI
+    the server's ``Authenticator`` (built from ``parts.config`` when None): the UI
     logs in with a token that has role ``admin``. ``/healthz``, ``/readyz`` and ``/metrics``
     stay open.
     """
     if metrics is None:
-        metrics = Metrics(engine, gauge_interval=engine.config.metrics_gauge_interval, sweep_skipped=sweep_skipped)
+        metrics = Metrics(parts, gauge_interval=parts.config.metrics_gauge_interval, sweep_skipped=sweep_skipped)
 
     async def scrape(_request: Request) -> Response:
         await metrics.refresh_gauges()  # bounded: at most gauges.SCRAPE_WAIT seconds
@@ -49,6 +52,6 @@ def build_http_app(engine: JobEngine, healthy: Callable[[], bool], *, admin: Adm
     from sepp.server.rpc.producer import server_info
 
     if auth is None:
-        auth = Authenticator.from_config(engine.config.auth, engine.config.admin_token)
-    ui = AdminUI(admin, lambda: server_info(engine, started, node), auth)
+        auth = Authenticator.from_config(parts.config.auth, parts.config.admin_token)
+    ui = AdminUI(parts, engine, admin, lambda: server_info(parts, started, node), auth)
     return Starlette(routes=routes + ui.routes(), middleware=ui.middleware())

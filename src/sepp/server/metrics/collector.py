@@ -1,6 +1,6 @@
 """``Metrics``: the node's metrics, fed by the engine's events, read by ``/metrics``.
 
-Subscribes to ``JobEngine.events`` (``sepp.server.events``); each subscriber does O(1) work
+Subscribes to the engine events (``ServerParts.events``, ``sepp.server.events``); each subscriber does O(1) work
 per event plus, where the metric is per job, a dictionary increment or a cheap histogram
 observation per job (``exposition.Histogram``). Everything runs on the event loop. ``render``
 writes the exposition (``exposition.Text``) from these figures, the store's
@@ -29,7 +29,7 @@ from sepp.storage.admin import QueueGauges
 from sepp.storage.base import Dedups, JobRow, SettleKind, SettleParams, SettleResult
 
 if TYPE_CHECKING:
-    from sepp.server.engine import JobEngine
+    from sepp.server.parts import ServerParts
 
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
 _COMPLETED, _DEAD = int(State.COMPLETED), int(State.DEAD_LETTERED)
@@ -47,9 +47,9 @@ class Metrics:
     returning {reason: count}; ``auth_failure(reason)`` counts one here instead. Without
     either the family has no samples. ``sweep_skipped`` is ``Sweeper.skipped``."""
 
-    def __init__(self, engine: JobEngine, *, gauge_interval: float = 15.0,
+    def __init__(self, parts: ServerParts, *, gauge_interval: float = 15.0,
                  sweep_skipped: Callable[[], Mapping[str, int]] | None = None) -> None:
-        self.engine = engine
+        self.parts = parts
         self._sweep_skipped = sweep_skipped
         self.enqueued: Counter[str] = Counter()
         self.deduplicated: Counter[str] = Counter()
@@ -64,12 +64,12 @@ class Metrics:
         self.rpc: dict[tuple[str, str], Histogram] = {}
         self.promotion_lag = Histogram(m.PROMOTION_LAG.buckets)
         self.runtime: dict[str, Histogram] = {}
-        # Real time (like the sampler's sleeps), not the engine's clock.
+        # Real time (like the sampler's sleeps), not the server's clock (parts.clock).
         self.sampler = GaugeSampler(self._read_gauges, gauge_interval)
         self._gauges: tuple[QueueGauges, float] | None = None
         #: The job counters ``refresh_gauges`` took for the next ``render`` (None: take them then).
         self._frozen: tuple[dict[Any, float], ...] | None = None
-        ev = engine.events
+        ev = parts.events
         self._unsubscribe = [ev.stored.subscribe(self._on_stored), ev.rejected.subscribe(self._on_rejected),
                              ev.overloaded.subscribe(self._on_overloaded), ev.settled.subscribe(self._on_settled),
                              ev.leases_expired.subscribe(self._on_leases_expired),
@@ -107,10 +107,10 @@ class Metrics:
         """The sampler's read: the store's ``queue_gauges`` plus the other nodes' latest
         Reserve per queue from the worker rows (``QueueGauges.last_reserve``; this node's own
         are taken fresh from memory at each rendering), for ``sepp_queue_no_consumer``."""
-        engine = self.engine
-        gauges = await engine.store.admin.queue_gauges()
-        node = engine.node
-        others = last_reserves(r for r in await engine.store.workers() if r.node != node)
+        parts = self.parts
+        gauges = await parts.store.admin.queue_gauges()
+        node = parts.node
+        others = last_reserves(r for r in await parts.store.workers() if r.node != node)
         return replace(gauges, last_reserve=others)
 
     # ------------------------------------------------------------------ events
@@ -127,7 +127,7 @@ class Metrics:
                 self.deduplicated[queue] += 1
 
     def _on_rejected(self, rejections: Sequence[tuple[str, CodedRejection]]) -> None:
-        known = self.engine.queues.get
+        known = self.parts.queues.get
         name = code_name
         for queue, rejection in rejections:
             label = queue if known(queue) is not None else ""
@@ -227,12 +227,12 @@ class Metrics:
                 auth[reason] = auth.get(reason, 0) + n
         out.samples(m.AUTH_FAILURES, (((r,), n) for r, n in auth.items()))
         out.samples(m.SCRAPE_ERRORS, (((r,), n) for r, n in self.sampler.errors.items()))
-        figures = self.engine.store.figures()
+        figures = self.parts.store.figures()
         out.samples(m.COMMITS, [((), figures.commits)])
         if self._sweep_skipped is not None:
             out.samples(m.SWEEP_SKIPPED, (((p,), n) for p, n in self._sweep_skipped().items()))
         out.samples(m.COMMIT_BACKLOG, [((), figures.backlog)])
-        registry = self.engine.queues.all()
+        registry = self.parts.queues.all()
         out.samples(m.QUEUES, [((), len(registry))])
         self._queue_gauges(out, registry)
         stats = figures.commit_stats
@@ -250,7 +250,7 @@ class Metrics:
         snapshot = self._gauges
         if snapshot is not None:
             gauges, age = snapshot
-            now = self.engine.clock.now()
+            now = self.parts.clock.now()
             every = sorted(names | gauges.counts.keys())
             out.family(m.QUEUE_JOBS)
             name = m.QUEUE_JOBS.name
@@ -275,12 +275,12 @@ class Metrics:
         """``sepp_queue_no_consumer{queue}`` of every known queue: the rule of the
         UI and ``sepp queues list`` (``queues.no_consumer``) applied to the sampled counts and
         oldest READY job, the other nodes' Reserves as sampled and this node's as of now."""
-        engine = self.engine
+        parts = self.parts
         last = dict(gauges.last_reserve)
-        for queue, at in last_reserves(engine.workers.snapshot(engine.node)).items():
+        for queue, at in last_reserves(parts.workers.snapshot(parts.node)).items():
             if at > last.get(queue, 0):
                 last[queue] = at
-        now = engine.clock.now()
+        now = parts.clock.now()
         flags = []
         for q in registry:
             counts = gauges.counts.get(q.name)

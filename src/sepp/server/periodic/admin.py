@@ -14,11 +14,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.records import PeriodicRecord, PeriodicRun
 from sepp.quoting import clip, quote
 from sepp.rejections import Reason, code_name
-from sepp.server.engine import JobEngine, job_id_bytes, job_id_text
 from sepp.server.errors import JobRejected, NotFound, PeriodicInvalid
+from sepp.server.parts import ServerParts
 from sepp.server.periodic.jobs import job_request
 from sepp.server.periodic.scheduler import PeriodicScheduler, parse
 from sepp.server.periodic.spec import PeriodicSettings
@@ -110,12 +111,13 @@ def settings_from(fields: Mapping[str, Any]) -> PeriodicSettings:
                               name if isinstance(name, str) else "") from None
 
 
-def check_job(engine: JobEngine, spec: PeriodicSettings) -> None:
+def check_job(parts: ServerParts, spec: PeriodicSettings) -> None:
     """Refuse a schedule whose job its queue would reject (strict mode and an undeclared
-    queue, a payload over the queue's limit, …), checked with the server's own validator.
+    queue, a payload over the queue's limit, …), checked with the server's own validator
+    (``parts.validator``, at ``parts.clock``'s now).
     Raises ``PeriodicInvalid`` with the job field and the rejection code."""
-    now = engine.clock.now()
-    verdict = engine.validator.validate(job_request(spec, now, f"periodic:{spec.name}:{rfc3339(now)}"), now * 1000)
+    now = parts.clock.now()
+    verdict = parts.validator.validate(job_request(spec, now, f"periodic:{spec.name}:{rfc3339(now)}"), now * 1000)
     if verdict is not None:
         code = code_name(verdict.code)
         raise PeriodicInvalid(f"periodic schedule {spec.name!r}: its job would be rejected: {code}: "
@@ -123,12 +125,14 @@ def check_job(engine: JobEngine, spec: PeriodicSettings) -> None:
 
 
 class PeriodicAdmin:
-    """The operations of the module docstring over one node's ``PeriodicScheduler``."""
+    """The operations of the module docstring over one node's ``PeriodicScheduler``, with the
+    node's ``parts`` (clock, validator); a job run now is enqueued through the scheduler's engine."""
 
-    def __init__(self, scheduler: PeriodicScheduler) -> None:
+    def __init__(self, parts: ServerParts, scheduler: PeriodicScheduler) -> None:
+        self.parts = parts
         self.scheduler = scheduler
         self.engine = scheduler.engine
-        self.store = scheduler.store
+        self.store = parts.store
 
     async def page(self, after: str = "", limit: int = 50) -> tuple[list[PeriodicView], str]:
         """At most ``limit`` schedules by name, those after ``after`` ("" = from the first):
@@ -136,13 +140,13 @@ class PeriodicAdmin:
         name, like ``list_jobs`` on its sort key: a schedule declared or deleted meanwhile
         neither shifts nor repeats a row. Only the page's timetables are computed."""
         rows = sorted((r for r in await self.store.load_periodic() if r.name > after), key=lambda r: r.name)
-        now = self.engine.clock.now()
+        now = self.parts.clock.now()
         shown = [view(r, now) for r in rows[:limit]]
         return shown, shown[-1].name if len(rows) > limit else ""
 
     async def list(self) -> list[PeriodicView]:
         """Every schedule, by name."""
-        now = self.engine.clock.now()
+        now = self.parts.clock.now()
         return [view(r, now) for r in await self.store.load_periodic()]
 
     async def _row(self, name: str) -> PeriodicRecord:
@@ -153,15 +157,15 @@ class PeriodicAdmin:
 
     async def get(self, name: str) -> PeriodicView:
         """One schedule. Raises ``NotFound`` (PERIODIC_NOT_FOUND)."""
-        return view(await self._row(name), self.engine.clock.now())
+        return view(await self._row(name), self.parts.clock.now())
 
     async def declare(self, spec: PeriodicSettings) -> tuple[PeriodicView, bool]:
         """Create ``spec``, or replace the definition of the schedule of that name (its
         pause and last run kept): (its view, created). Raises ``PeriodicInvalid`` when its
         job would be rejected."""
-        check_job(self.engine, spec)
+        check_job(self.parts, spec)
         before = await self.store.load_periodic([spec.name])
-        created = await self.store.put_periodic(spec.name, spec.to_json(), "admin", self.engine.clock.now())
+        created = await self.store.put_periodic(spec.name, spec.to_json(), "admin", self.parts.clock.now())
         await self.scheduler.reload([spec.name])
         if created or not before:
             _event("periodic_declared", spec.name, f"declared: {_timing_text(spec)}, queue {quote(spec.queue)}, "
@@ -175,24 +179,24 @@ class PeriodicAdmin:
     async def set_paused(self, name: str, paused: bool) -> PeriodicView:
         """Pause (no job until resumed) or resume (the ticks of the pause are not caught up).
         Raises ``NotFound``."""
-        row = await self.store.set_periodic_paused(name, paused, self.engine.clock.now())
+        row = await self.store.set_periodic_paused(name, paused, self.parts.clock.now())
         if row is None:
             raise NotFound(f"no periodic schedule named {clip(repr(name), 140)}", Reason.PERIODIC_NOT_FOUND)
         await self.scheduler.reload([name])
         _event("periodic_paused" if paused else "periodic_resumed", name, "paused" if paused else "resumed")
-        return view(row, self.engine.clock.now())
+        return view(row, self.parts.clock.now())
 
     async def trigger(self, name: str) -> tuple[str, bool]:
         """Enqueue the schedule's job now, out of its timetable (paused or not): scheduled_at
         now, idempotency key ``periodic:<name>:trigger:<now, RFC 3339 with µs>``. Returns
         (job id, deduplicated); the run is recorded as the schedule's last run (its last tick
         is left alone). Raises ``NotFound``, ``PeriodicInvalid`` (a stored definition that no
-        longer validates) and the enqueue's errors (``JobRejected``, ``Overloaded``)."""
+        longer validates) and the enqueue's errors (``JobRejected``, ``BacklogFull``)."""
         row = await self._row(name)
         spec, _timetable, broken = parse(row)
         if spec is None:
             raise PeriodicInvalid(f"periodic schedule {name!r} cannot run: {broken}", "definition", name)
-        now = self.engine.clock.now()
+        now = self.parts.clock.now()
         stamp = rfc3339(now).removesuffix("Z") + f".{now % 1_000_000:06d}Z"
         req = job_request(spec, now, f"periodic:{name}:trigger:{stamp}")
         try:

@@ -38,11 +38,13 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.records import PeriodicRecord, PeriodicRun
 from sepp.quoting import clip
 from sepp.rejections import CodedRejection, code_name
-from sepp.server.engine import JobEngine, job_id_bytes
-from sepp.server.errors import Overloaded
+from sepp.server.engine import JobEngine
+from sepp.server.errors import BacklogFull
+from sepp.server.parts import ServerParts
 from sepp.server.periodic.jobs import job_request
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.server.periodic.timetable import Timetable, rfc3339, tick_key
@@ -105,17 +107,19 @@ def parse(record: PeriodicRecord) -> tuple[PeriodicSettings | None, Timetable | 
 class PeriodicScheduler:
     """Runs the store's schedules on this node (see the module docstring).
 
-    ``declared``: the ``[[periodic]]`` tables of the config, written into the store by
+    ``parts``: the node's shared parts (store, clock, limits); ``engine``: what enqueues the
+    ticks' jobs (``enqueue_batch``). ``declared``: the ``[[periodic]]`` tables of the config, written into the store by
     ``start`` (source ``"config"``; an unchanged one is not rewritten). ``refresh_every`` /
     ``max_sleep``: seconds (tests shorten them). ``runs`` counts the jobs this node enqueued
     (deduplicated ones included), ``rounds`` the rounds that fired anything.
     """
 
-    def __init__(self, engine: JobEngine, declared: Sequence[PeriodicSettings] = (), *,
+    def __init__(self, parts: ServerParts, engine: JobEngine, declared: Sequence[PeriodicSettings] = (), *,
                  refresh_every: float = REFRESH_EVERY, max_sleep: float = MAX_SLEEP) -> None:
+        self.parts = parts
         self.engine = engine
-        self.store = engine.store
-        self.clock = engine.clock
+        self.store = parts.store
+        self.clock = parts.clock
         self.declared = tuple(declared)
         self.refresh_every = refresh_every
         self.max_sleep = max_sleep
@@ -316,18 +320,18 @@ class PeriodicScheduler:
 
     async def _enqueue(self, fire: list[tuple[Entry, int]], now: int) -> list[PeriodicRun]:
         """Enqueue ``fire``'s jobs in batches, record the runs."""
-        cap = self.engine.limits.max_enqueue_batch
+        cap = self.parts.limits.max_enqueue_batch
         runs: list[PeriodicRun] = []
         for start in range(0, len(fire), cap):
             chunk = fire[start:start + cap]
             reqs = [job_request(e.spec, tick, tick_key(e.record.name, tick)) for e, tick in chunk]  # type: ignore[arg-type]
             try:
                 results = await self.engine.enqueue_batch(reqs, [tick_claim_us(e, tick, now) for e, tick in chunk])
-            except (Overloaded, StoreError) as exc:
+            except (BacklogFull, StoreError) as exc:
                 if isinstance(exc, StoreClosed):
                     raise
                 log.warning("periodic: %d run(s) not stored yet (%s); trying again in %g s", len(chunk),
-                            type(exc).__name__ if isinstance(exc, Overloaded) else exc, RETRY_AFTER)
+                            "Overloaded" if isinstance(exc, BacklogFull) else exc, RETRY_AFTER)  # the wire's word
                 held: dict[str, list[int]] = {}
                 for e, tick in fire[start:]:
                     held.setdefault(e.record.name, []).append(tick)

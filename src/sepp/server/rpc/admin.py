@@ -25,14 +25,15 @@ from sepp.limits import MAX_DURATION_SECONDS, QueueSettings, field_bounds
 from sepp.server.admin import AdminEngine, QueueStatsView, StateConflict, TypeFigures, WindowFigures, WorkerView
 from sepp.server.admin.search import with_search
 from sepp.server.admin.type_figures import ALPHA
-from sepp.server.bounds import duration_arg, optional_timestamp
 from sepp.server.errors import EngineError, ShuttingDown
+from sepp.server.parts import ServerParts
 from sepp.server.periodic.admin import PeriodicAdmin
 from sepp.server.queues import QueueState
 from sepp.server.rpc.convert import job_to_proto, ts
 from sepp.server.rpc.periodic import periodic_info, settings_from_proto
 from sepp.server.rpc.producer import queue_settings_proto
 from sepp.server.rpc.status import abort_for, abort_with
+from sepp.server.rpc_args import duration_arg, optional_timestamp
 from sepp.wire import duration_to_seconds, seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
@@ -182,9 +183,11 @@ def _rpc(method: Callable[[AdminServicer, Req, Context], Awaitable[Resp]],
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """Implements ``sepp.api.v1.AdminService`` over an ``AdminEngine`` (tokens: ``rpc.authz``)."""
+    """Implements ``sepp.api.v1.AdminService`` over an ``AdminEngine`` (tokens: ``rpc.authz``),
+    with the node's ``parts`` (limits)."""
 
-    def __init__(self, admin: AdminEngine) -> None:
+    def __init__(self, parts: ServerParts, admin: AdminEngine) -> None:
+        self.parts = parts
         self.admin = admin
 
     # ------------------------------------------------------------------ queues
@@ -251,7 +254,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         query = with_search(query, job_id=request.job_id, idempotency_key=request.idempotency_key,
                             error_contains=request.error_contains,
                             custom=[(term.key, term.value) for term in request.custom],
-                            max_key_bytes=self.admin.engine.limits.max_idempotency_key_bytes)
+                            max_key_bytes=self.parts.limits.max_idempotency_key_bytes)
         page = await self.admin.list_jobs(query, request.page_token, request.page_size)
         return apb.ListJobsResponse(jobs=[summary_proto(s) for s in page.jobs], next_page_token=page.next_token,
                                     scan_limited=page.scan_limited)

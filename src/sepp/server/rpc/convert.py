@@ -9,10 +9,10 @@ from google.protobuf.message import DecodeError, Message
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.domain.ids import job_id_text
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
 from sepp.limits import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS
-from sepp.server.engine import job_id_text
 
 _COMPLETED = int(State.COMPLETED)
 

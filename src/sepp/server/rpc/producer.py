@@ -11,6 +11,7 @@ from sepp.api.v1 import producer_pb2_grpc
 from sepp.domain.store_errors import StoreError
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError
+from sepp.server.parts import ServerParts
 from sepp.server.rpc.status import abort_for
 from sepp.wire import seconds_to_duration
 
@@ -69,9 +70,11 @@ def acks_wire(results: list[Any]) -> bytes | None:
 
 
 class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
-    """Implements ``sepp.api.v1.ProducerService`` over a ``JobEngine``."""
+    """Implements ``sepp.api.v1.ProducerService`` over a ``JobEngine``; GetServerInfo reads
+    the node's ``parts`` (``server_info``)."""
 
-    def __init__(self, engine: JobEngine, started: float, node: str) -> None:
+    def __init__(self, parts: ServerParts, engine: JobEngine, started: float, node: str) -> None:
+        self.parts = parts
         self.engine = engine
         self.started = started
         self.node = node
@@ -120,15 +123,15 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
 
     async def GetServerInfo(self, request: ppb.GetServerInfoRequest,
                             context: Context) -> ppb.ServerInfo:
-        return server_info(self.engine, self.started, self.node)
+        return server_info(self.parts, self.started, self.node)
 
 
-def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
+def server_info(parts: ServerParts, started: float, node: str) -> ppb.ServerInfo:
     """The ``ServerInfo`` message: version, features, modes and every advertised limit.
-    ``started`` is ``engine.clock.monotonic()`` at start (seconds): uptime is measured from it.
-    ``storage`` and ``nodes`` say which backend and which nodes share it (``engine.nodes``,
+    ``started`` is ``parts.clock.monotonic()`` at start (seconds): uptime is measured from it.
+    ``storage`` and ``nodes`` say which backend and which nodes share it (``parts.nodes``,
     as of the last heartbeat)."""
-    cfg = engine.config
+    cfg = parts.config
     lim = cfg.limits
     info = ppb.ServerInfo(
         version=__version__, features=FEATURES, persist_mode=_PERSIST[cfg.persist_mode], strict=cfg.strict,
@@ -138,13 +141,13 @@ def server_info(engine: JobEngine, started: float, node: str) -> ppb.ServerInfo:
             max_schedule_horizon=seconds_to_duration(lim.max_schedule_horizon),
             max_idempotency_key_bytes=lim.max_idempotency_key_bytes, max_encoding_bytes=lim.max_encoding_bytes,
             max_trace_entries=lim.max_trace_entries, max_trace_value_bytes=lim.max_trace_value_bytes),
-        queue_defaults=queue_settings_proto(engine.queues.defaults),
-        uptime=seconds_to_duration(engine.clock.monotonic() - started), node=node, storage=cfg.storage)
-    for n in engine.nodes:
+        queue_defaults=queue_settings_proto(parts.queues.defaults),
+        uptime=seconds_to_duration(parts.clock.monotonic() - started), node=node, storage=cfg.storage)
+    for n in parts.nodes:
         entry = info.nodes.add(name=n.name, address=n.address, version=n.version)
         entry.started_at.FromMicroseconds(n.started_at)
         entry.last_seen.FromMicroseconds(n.last_seen)
-    for q in engine.queues.all():
+    for q in parts.queues.all():
         info.queues.add(name=q.name, settings=queue_settings_proto(q.settings), paused=q.paused,
                         declared=q.declared)
     return info

@@ -11,9 +11,9 @@ from grpc_reflection.v1alpha import reflection
 
 from sepp.api.v1 import admin_pb2, producer_pb2, worker_pb2
 from sepp.server.auth import Authenticator
-from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.listen import address_in_use, in_use
+from sepp.server.parts import ServerParts
 from sepp.server.rpc.authz import Authorize
 from sepp.server.rpc.interceptor import InternalErrors
 from sepp.server.rpc.producer import ProducerServicer
@@ -33,12 +33,13 @@ class GrpcFront:
     """The gRPC listener. ``port`` is known after ``start()`` (useful with port 0). With
     ``tls`` it serves TLS only (mutual TLS when ``tls`` has a client CA)."""
 
-    def __init__(self, config: ServerConfig, engine: JobEngine, started: float, node: str,
+    def __init__(self, parts: ServerParts, engine: JobEngine, started: float, node: str,
                  interceptors: Sequence[grpc.aio.ServerInterceptor] = (), *, tls: ServerTLS | None = None,
                  auth: Authenticator | None = None, rpc_observe: Observe | None = None) -> None:
         """``interceptors`` run after the role check and before the built-in ``InternalErrors``
         (the RPC timing); ``rpc_observe(method, code, seconds)`` records the calls the
         role check refuses, which those never see."""
+        config = parts.config
         cap = config.limits.max_message_bytes
         self.config = config
         self.tls = tls
@@ -50,8 +51,8 @@ class GrpcFront:
             ("grpc.so_reuseport", 0),
         ], interceptors=[Authorize(self.auth, rpc_observe), *interceptors, InternalErrors()])  # roles; no UNKNOWN
         register(self.server, producer_pb2.DESCRIPTOR.services_by_name["ProducerService"],
-                 ProducerServicer(engine, started, node))
-        register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(engine))
+                 ProducerServicer(parts, engine, started, node))
+        register(self.server, worker_pb2.DESCRIPTOR.services_by_name["WorkerService"], WorkerServicer(parts, engine))
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

@@ -17,12 +17,12 @@ from sepp.limits import fmt_number
 from sepp.rejections import Reason
 from sepp.server.errors import (
     AtomicRejected,
+    BacklogFull,
     EngineError,
     InvalidRequest,
     JobRejected,
     LeaseRefused,
     NotFound,
-    Overloaded,
     PeriodicInvalid,
     QueueLimitReached,
     ShuttingDown,
@@ -35,7 +35,7 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         return wire.rejection_status(exc.rejection)
     if isinstance(exc, AtomicRejected):
         return wire.atomic_status(exc.rejections)
-    if isinstance(exc, Overloaded):
+    if isinstance(exc, BacklogFull):
         return wire.overloaded_status(exc.retry_after, exc.backlog)
     if isinstance(exc, InvalidRequest):
         meta = {"field": exc.field}

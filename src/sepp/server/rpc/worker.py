@@ -10,17 +10,20 @@ from typing import Any, TypeAlias
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.api.v1 import worker_pb2_grpc
+from sepp.domain.ids import job_id_bytes
 from sepp.domain.params import SettleKind, SettleParams, SettleResult
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
 from sepp.domain.store_errors import StoreError
 from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
 from sepp.rejections import Reason
-from sepp.server.bounds import duration_arg
-from sepp.server.engine import JobEngine, job_id_bytes
+from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError, InvalidRequest
+from sepp.server.fast_rows import ack_params, ack_params_of
+from sepp.server.parts import ServerParts
 from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
+from sepp.server.rpc_args import duration_arg
 from sepp.validation import utf8_len
 from sepp.wire import quote
 
@@ -87,17 +90,18 @@ def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: 
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
-    """Implements ``sepp.api.v1.WorkerService`` over a ``JobEngine``."""
+    """Implements ``sepp.api.v1.WorkerService`` over a ``JobEngine``, with the node's
+    ``parts`` (limits, clock, worker registry)."""
 
-    def __init__(self, engine: JobEngine) -> None:
+    def __init__(self, parts: ServerParts, engine: JobEngine) -> None:
         self.engine = engine
-        self.max_detail = engine.limits.max_error_detail_bytes
-        self.max_message = engine.limits.max_message_bytes
-        self.max_delay = engine.limits.max_schedule_horizon
-        self.max_wait = engine.limits.max_reserve_wait
-        #: The settle time of acks and nacks (µs UTC) comes from the engine's clock.
-        self._clock_now = engine.clock.now
-        self.workers = engine.workers
+        self.max_detail = parts.limits.max_error_detail_bytes
+        self.max_message = parts.limits.max_message_bytes
+        self.max_delay = parts.limits.max_schedule_horizon
+        self.max_wait = parts.limits.max_reserve_wait
+        #: The settle time of acks and nacks (µs UTC) comes from the server's clock.
+        self._clock_now = parts.clock.now
+        self.workers = parts.workers
 
     async def Reserve(self, request: wpb.ReserveRequest,  # type: ignore[override]
                       context: Context) -> wpb.ReserveResponse | bytes:
@@ -241,12 +245,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             await abort_for(context, InvalidRequest(f"a settle holds at most {MAX_SETTLE_BATCH} items (got {n})",
                                                     "items", MAX_SETTLE_BATCH, n))
         now = self._clock_now()
-        ack = SettleKind.ACK
         ids = _all_ack_ids(request)
         if ids is not None:  # the common case: only acks, every id canonical
-            new = _new_params
-            params = [new(SettleParams, (ids[k:k + 16], ids[k + 16:k + 32], ack, now, -1, "", "completed", "", ""))
-                      for k in range(0, len(ids), 32)]
+            params = ack_params_of(ids, now)
             try:
                 results = await self.engine.settle(params) if params else []
             except (EngineError, StoreError) as exc:
@@ -269,7 +270,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 a = item.ack
                 jid, lid = job_id_bytes(a.job_id), job_id_bytes(a.lease_id)
                 if jid is not None and lid is not None:
-                    params.append(_new_params(SettleParams, (jid, lid, ack, now, -1, "", "completed", "", "")))
+                    params.append(ack_params(jid, lid, now))
                     slots.append(i)
                     continue
             try:
@@ -311,9 +312,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 failed += 1
         self.workers.called(worker_id, completed=done, failed=failed)
 
-
-#: Builds a SettleParams from a full tuple without NamedTuple's Python-level __new__.
-_new_params = tuple.__new__
 
 _HEX = rb"[0-9a-fA-F]"
 _UUID = _HEX + rb"{8}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{12}"

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from sepp.domain.clock import Clock
 from sepp.domain.params import SkippedRow, SweepResult
 from sepp.domain.states import State
-from sepp.server.engine import JobEngine
+from sepp.server.parts import ServerParts
 from sepp.storage.errors import StoreClosed, StoreUnavailable
 from sepp.wire import quote
 
@@ -44,17 +44,18 @@ class Sweeper:
     passes by name, ``skipped`` the rows each pass skipped (left unprocessed, tried again by
     the next pass), and ``failures`` the passes that failed as a whole — for tests and metrics.
 
-    ``clock`` (default ``engine.clock``) gives every time a pass reads: the
+    ``parts`` are the node's shared parts (store, queues, notifier, events). ``clock`` (default
+    ``parts.clock``) gives every time a pass reads: the
     ``now`` of promotion, reclaim and prune (µs UTC), the time to the next due job and the
     log rate limit of skipped rows. The loops sleep in real time. ``run_once()`` runs one
     pass of each sweep at once, without the loops (tests drive it with a ``FakeClock``).
     """
 
-    def __init__(self, engine: JobEngine, interval: float, *, clock: Clock | None = None) -> None:
-        self.engine = engine
+    def __init__(self, parts: ServerParts, interval: float, *, clock: Clock | None = None) -> None:
+        self.parts = parts
         self.interval = interval
-        #: The clock the passes read (``engine.clock`` unless given).
-        self.clock: Clock = engine.clock if clock is None else clock
+        #: The clock the passes read (``parts.clock`` unless given).
+        self.clock: Clock = parts.clock if clock is None else clock
         self._wake = asyncio.Event()
         self._next_due: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -63,7 +64,7 @@ class Sweeper:
         self.failures: dict[str, int] = dict.fromkeys(PASSES, 0)
         self._skip_logged: dict[tuple[str, bytes, str | None], float] = {}
         self._promote_skipped = False
-        engine.on_scheduled.subscribe(self.hint)
+        parts.events.scheduled.subscribe(self.hint)
 
     def hint(self, run_at: int) -> None:
         """A SCHEDULED job due at ``run_at`` (µs) was stored: wake earlier if needed."""
@@ -125,7 +126,7 @@ class Sweeper:
         promoted, reclaimed or deleted (at most ``PASS_LIMIT`` each), ``queues`` the queues
         that got READY jobs, ``dead_lettered`` the jobs a reclaim dead-lettered per queue,
         ``skipped`` the rows left as they were. The passes have the loops' side effects
-        (reservers woken, ``on_finished`` emitted, ``passes`` / ``skipped`` counted). Raises
+        (reservers woken, ``events.finished`` emitted, ``passes`` / ``skipped`` counted). Raises
         what the store raises (``StoreError``, ``StoreClosed``); a failing pass stops the rest.
         """
         return {"promote": await self._promote(), "reclaim": await self._reclaim(), "prune": await self._prune()}
@@ -136,18 +137,18 @@ class Sweeper:
 
     async def _promote(self) -> SweepResult:
         now = self.clock.now()
-        result = await self.engine.store.promote_due(now, PASS_LIMIT)
+        result = await self.parts.store.promote_due(now, PASS_LIMIT)
         if result.promoted_run_at:
-            self.engine.events.promoted(now, result.promoted_run_at)
+            self.parts.events.promoted(now, result.promoted_run_at)
         for name in result.queues:
-            self.engine.notifier.ready(name)
+            self.parts.notifier.ready(name)
         self._note_skipped("promote", result.skipped)
         self._promote_skipped = bool(result.skipped)
         self.passes["promote"] += 1
         return result
 
     async def _promote_loop(self) -> None:
-        store = self.engine.store
+        store = self.parts.store
         while True:
             # Clear before reading: a hint that arrives while next_due() is being read must
             # still cut the sleep short (clearing after the read would lose it).
@@ -178,20 +179,20 @@ class Sweeper:
         return (await self._reclaim()).count
 
     async def _reclaim(self) -> SweepResult:
-        engine = self.engine
-        policies = engine.queues.policies()
-        result = await engine.store.reclaim_expired(self.clock.now(), PASS_LIMIT, policies)
+        parts = self.parts
+        policies = parts.queues.policies()
+        result = await parts.store.reclaim_expired(self.clock.now(), PASS_LIMIT, policies)
         for name in result.queues:
-            engine.notifier.ready(name)
+            parts.notifier.ready(name)
         for name in result.expired.keys() - result.queues:
             if policies(name).wake_on_settle:  # DEAD_LETTERED / CANCELLED: a flow-limited slot freed
-                engine.notifier.ready(name)
+                parts.notifier.ready(name)
         for name, count in result.dead_lettered.items():
-            engine.on_finished(name, int(State.DEAD_LETTERED), count)
+            parts.events.finished(name, int(State.DEAD_LETTERED), count)
         if result.expired:
-            engine.events.leases_expired(result.expired, result.dead_lettered)
+            parts.events.leases_expired(result.expired, result.dead_lettered)
         if result.expired_types:
-            engine.events.reclaimed(result.expired_types)
+            parts.events.reclaimed(result.expired_types)
         if result.count:
             self._log_reclaimed(result)
         self._note_skipped("reclaim", result.skipped)
@@ -220,7 +221,7 @@ class Sweeper:
         return (await self._prune()).count
 
     async def _prune(self) -> SweepResult:
-        result = await self.engine.store.prune(self.clock.now(), PASS_LIMIT)
+        result = await self.parts.store.prune(self.clock.now(), PASS_LIMIT)
         self._note_skipped("prune", result.skipped)
         self.passes["prune"] += 1
         return result

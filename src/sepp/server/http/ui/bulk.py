@@ -143,7 +143,7 @@ class BulkUI:
                               "them)."}, 404)
 
     def _context(self, run: BulkRun) -> dict[str, Any]:
-        now = self.kit.admin.clock.now()
+        now = self.kit.parts.clock.now()
         state = run.query.state or 0
         return {"run": run, "done_word": DONE.get(run.action, run.action), "rate": run.rate(now),
                 "skipped": run.outcome.skipped_text(), "requested": run.outcome.requested_text(),

@@ -27,14 +27,14 @@ class ClusterPages:
     # ------------------------------------------------------------------ nodes
 
     async def _nodes_context(self) -> dict[str, Any]:
-        engine = self.admin.engine
-        cfg = engine.config
-        try:  # read at once: engine.nodes is as old as this node's last heartbeat (up to 5 s)
-            engine.nodes = await engine.store.nodes()
+        parts = self.kit.parts
+        cfg = parts.config
+        try:  # read at once: parts.nodes is as old as this node's last heartbeat (up to 5 s)
+            parts.nodes = await parts.store.nodes()
         except StoreError:  # the database is away: show what was last read
             pass
-        nodes = node_views(engine.nodes, engine.clock.now(), engine.node, NODE_GONE_AFTER)
-        return {"nodes": nodes, "this_node": engine.node, "gone_after": NODE_GONE_AFTER,
+        nodes = node_views(parts.nodes, parts.clock.now(), parts.node, NODE_GONE_AFTER)
+        return {"nodes": nodes, "this_node": parts.node, "gone_after": NODE_GONE_AFTER,
                 "heartbeat_every": HEARTBEAT_EVERY,
                 "storage": storage_label(cfg.storage, cfg.postgres.schema, str(cfg.data_dir), cfg.persist_mode)}
 
@@ -55,7 +55,7 @@ class ClusterPages:
         stopped = sum(bool(w.stopped_at) for w in workers)
         # At most WORKERS_SHOWN rows (worker ids are caller input; the page polls every few s).
         return {"workers": workers[:WORKERS_SHOWN], "total": len(workers), "quiet": quiet, "stopped": stopped,
-                "live": len(workers) - quiet - stopped, "now": self.admin.clock.now(),
+                "live": len(workers) - quiet - stopped, "now": self.kit.parts.clock.now(),
                 "heartbeat_every": HEARTBEAT_EVERY}
 
     async def workers_page(self, request: Request) -> Response:

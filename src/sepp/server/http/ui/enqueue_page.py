@@ -13,7 +13,8 @@ from starlette.responses import Response
 
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.rejections import RejectionCode
-from sepp.server.errors import EngineError, JobRejected, Overloaded
+from sepp.server.engine import JobEngine
+from sepp.server.errors import BacklogFull, EngineError, JobRejected
 from sepp.server.http.ui.enqueue_form import FormError, build_request, fresh_idempotency_key, limits_json
 from sepp.server.http.ui.kit import PageKit
 
@@ -22,12 +23,12 @@ ServerInfoSource = Callable[[], ppb.ServerInfo]
 
 
 class EnqueuePage:
-    """The enqueue form over ``kit``; ``server_info`` returns the live ``ServerInfo`` (the
+    """The enqueue form over ``kit``, enqueuing through ``engine``; ``server_info`` returns the live ``ServerInfo`` (the
     limits the form checks)."""
 
-    def __init__(self, kit: PageKit, server_info: ServerInfoSource) -> None:
+    def __init__(self, kit: PageKit, engine: JobEngine, server_info: ServerInfoSource) -> None:
         self.kit = kit
-        self.admin = kit.admin
+        self.engine = engine
         self.server_info = server_info
 
     # ------------------------------------------------------------------ enqueue
@@ -58,7 +59,7 @@ class EnqueuePage:
         status = 200
         try:
             req = build_request(values, customs)
-            ack = await self.admin.engine.enqueue(req)
+            ack = await self.engine.enqueue(req)
             ctx = self._enqueue_context(values, customs, result={"job_id": ack.job_id,
                                                                   "deduplicated": ack.deduplicated})
         except FormError as exc:
@@ -73,7 +74,7 @@ class EnqueuePage:
                 "code": RejectionCode.from_wire(r.code).value, "message": r.message, "field": r.field,
                 "limit": r.limit if r.HasField("limit") else None,
                 "actual": r.actual if r.HasField("actual") else None, "local": False})
-        except Overloaded as exc:
+        except BacklogFull as exc:
             status = 503
             ctx = self._enqueue_context(values, customs, form_error=f"The server is overloaded (commit backlog "
                                         f"{exc.backlog:,}); nothing was stored. Retry in a moment.")

@@ -10,11 +10,11 @@ from urllib.parse import quote, urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from sepp.domain.ids import job_id_text
 from sepp.domain.listing import JobQuery
 from sepp.domain.states import State
 from sepp.server.admin import StateConflict
 from sepp.server.admin.search import parse_search
-from sepp.server.engine import job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
 from sepp.server.http.ui.forms import dead_filter
 from sepp.server.http.ui.kit import PageKit
@@ -132,7 +132,7 @@ class JobPages:
         before — out of about how many (``_search_total``), and links to the next stretch."""
         text = request.query_params.get("q", "").strip()
         token = request.query_params.get("page", "")
-        scan_rows = self.admin.engine.config.search_scan_rows
+        scan_rows = self.kit.parts.config.search_scan_rows
         context: dict[str, Any] = {"title": "Search", "q": text, "scan_rows": scan_rows, "error": "",
                                    "searched": False, "jobs": [], "state": None, "limited": False,
                                    "next_url": "", "first_url": "", "examined": 0, "total": None}
@@ -140,7 +140,7 @@ class JobPages:
             return self.kit.render(request, "search.html", context)
         try:
             spec = parse_search(text)
-            query = spec.query(self.admin.engine.limits.max_idempotency_key_bytes)
+            query = spec.query(self.kit.parts.limits.max_idempotency_key_bytes)
             if spec.only_id and not token:
                 rec = await self.admin.get_job(spec.job_id)
                 return RedirectResponse(f"/jobs/{job_id_text(rec.id)}", status_code=303)

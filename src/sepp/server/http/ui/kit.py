@@ -21,15 +21,16 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from sepp.domain.ids import job_id_text
 from sepp.domain.store_errors import StoreError
 from sepp.server.admin import AdminEngine, StateConflict, state_name
 from sepp.server.auth import Authenticator
-from sepp.server.engine import job_id_text
 from sepp.server.errors import InvalidRequest, NotFound
 from sepp.server.http.ui.figures_view import fmt_runtime
 from sepp.server.http.ui.forms import read_form
 from sepp.server.http.ui.security import csrf_ok, csrf_token, is_authed
 from sepp.server.http.ui.views import SLUG_OF, STATE_SLUGS, fmt_ago, fmt_bytes, fmt_duration, fmt_iso, fmt_time
+from sepp.server.parts import ServerParts
 
 #: Templates and static files stay next to the package (``sepp/server/http/``).
 HTTP_DIR = Path(__file__).parent.parent
@@ -54,7 +55,9 @@ class PageKit:
     has role ``admin``, else it is open.
     """
 
-    def __init__(self, admin: AdminEngine, auth: Authenticator) -> None:
+    def __init__(self, parts: ServerParts, admin: AdminEngine, auth: Authenticator) -> None:
+        #: The node's shared parts (config, limits, clock, nodes) the pages read.
+        self.parts = parts
         self.admin = admin
         self.auth = auth
         #: Whether the UI needs a login.
@@ -124,7 +127,7 @@ class PageKit:
 
     async def form(self, request: Request) -> FormData:
         """The parsed form (``forms.read_form`` with the engine's message limit)."""
-        return await read_form(request, self.admin.engine.limits.max_message_bytes)
+        return await read_form(request, self.parts.limits.max_message_bytes)
 
     async def csrf_ok(self, request: Request) -> bool:
         """Whether the request carries the session's CSRF token (form field or header)."""

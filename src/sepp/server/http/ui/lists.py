@@ -150,7 +150,7 @@ class ListPages:
         total = (await admin.state_totals()).reserved
         return {"groups": busy_groups(jobs, workers), "shown": len(listing.jobs), "running": len(jobs),
                 "more": bool(listing.next_token), "total": max(total, len(listing.jobs)), "worker": only,
-                "now": admin.clock.now(), "busy_shown": BUSY_SHOWN}
+                "now": self.kit.parts.clock.now(), "busy_shown": BUSY_SHOWN}
 
     async def busy_page(self, request: Request) -> Response:
         """What each worker runs now (Sidekiq's "Busy"): every RESERVED job, by worker."""

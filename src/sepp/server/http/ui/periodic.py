@@ -49,7 +49,7 @@ class PeriodicPages:
         (here the name the page starts after; "" or absent = the first page)."""
         token = request.query_params.get("page", "")
         schedules, next_token = await self._admin().page(token, PAGE_SIZE)
-        return {"schedules": schedules, "now": self.kit.admin.clock.now(), "token": token,
+        return {"schedules": schedules, "now": self.kit.parts.clock.now(), "token": token,
                 "next_token": next_token}
 
     async def page(self, request: Request) -> Response:

@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 
 from sepp.server.admin import AdminEngine
 from sepp.server.auth import Authenticator
+from sepp.server.engine import JobEngine
 from sepp.server.http.ui.bulk import BulkUI
 from sepp.server.http.ui.cluster_pages import ClusterPages
 from sepp.server.http.ui.enqueue_page import EnqueuePage, ServerInfoSource
@@ -26,24 +27,28 @@ from sepp.server.http.ui.login import LoginPages
 from sepp.server.http.ui.periodic import PeriodicPages
 from sepp.server.http.ui.queue_pages import QueuePages
 from sepp.server.http.ui.security import SecurityHeaders, session_secret
+from sepp.server.parts import ServerParts
 
 
 class AdminUI:
-    """Routes and middleware of the web UI over an ``AdminEngine``.
+    """Routes and middleware of the web UI over an ``AdminEngine``, with the node's ``parts``
+    (config, limits, clock, nodes) and the ``engine`` the enqueue form enqueues through.
 
     ``server_info`` returns the live ``ServerInfo`` (limits for the enqueue form);
     ``auth`` holds the tokens: when admin is checked the UI logs in with any token
     that has role ``admin``, else it is open.
     """
 
-    def __init__(self, admin: AdminEngine, server_info: ServerInfoSource, auth: Authenticator) -> None:
+    def __init__(self, parts: ServerParts, engine: JobEngine, admin: AdminEngine, server_info: ServerInfoSource,
+                 auth: Authenticator) -> None:
+        self.parts = parts
         self.admin = admin
         self.auth = auth
         #: What every page shares (``ui.kit``).
-        self.kit = PageKit(admin, auth)
+        self.kit = PageKit(parts, admin, auth)
         self.queues = QueuePages(self.kit)
         self.jobs = JobPages(self.kit)
-        self.enqueue = EnqueuePage(self.kit, server_info)
+        self.enqueue = EnqueuePage(self.kit, engine, server_info)
         self.cluster = ClusterPages(self.kit)
         self.login = LoginPages(self.kit)
         #: Bulk cancel / requeue / delete (``ui.bulk``).
@@ -95,4 +100,4 @@ class AdminUI:
                 Middleware(SessionMiddleware, secret_key=session_secret(self.auth), session_cookie="sepp_session",
                            max_age=12 * 3600, same_site="lax",
                            # Served over TLS: the cookie never travels in clear.
-                           https_only=bool(self.admin.engine.config.tls_cert))]
+                           https_only=bool(self.parts.config.tls_cert))]

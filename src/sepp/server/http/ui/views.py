@@ -257,7 +257,7 @@ class NodeView:
 
 
 def node_views(nodes: Sequence[NodeRecord], now: int, this_node: str, gone_after: float) -> list[NodeView]:
-    """``nodes`` (``JobEngine.nodes``, by name) at ``now`` (µs UTC): live nodes first, then
+    """``nodes`` (``ServerParts.nodes``, by name) at ``now`` (µs UTC): live nodes first, then
     the gone ones, each by name. ``gone_after`` is in seconds."""
     views = []
     for n in nodes:

@@ -1,4 +1,4 @@
-"""attack4: many concurrent queue changes of different keys (UpdateQueue, Pause/Resume,
+"""Many concurrent queue changes of different keys (UpdateQueue, Pause/Resume,
 DeclareQueue) through one node (both backends) and through two nodes (PostgreSQL): every
 key's last value is kept, the caches end equal to the row, errors are the catalogued ones."""
 
@@ -38,7 +38,7 @@ async def test_concurrent_changes_of_different_keys_through_one_node(nodes: Node
         head, _, rest = p.partition(".")
         assert (d[head][rest] if rest else d[head]) == v, p
     assert settings.dedup_window == 60 and paused
-    q = n1.engine.queues.get("emails")
+    q = n1.parts.queues.get("emails")
     assert q is not None and q.settings == settings and q.paused
 
 
@@ -93,4 +93,4 @@ async def test_updates_racing_a_delete_on_one_node(nodes: Nodes) -> None:
         for o in (out[0], out[2]):
             assert not isinstance(o, BaseException) or isinstance(o, NotFound), out
         assert name not in {r.name for r in await n1.store.load_queues()}, (i, out)
-        assert n1.engine.queues.get(name) is None, (i, out)
+        assert n1.parts.queues.get(name) is None, (i, out)

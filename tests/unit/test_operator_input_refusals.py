@@ -1,4 +1,4 @@
-"""Issue 14 at the operator's edges: config keys, ``SEPP_*`` variables, CLI flags and the
+"""The operator's edges: config keys, ``SEPP_*`` variables, CLI flags and the
 admin client's times, each found giving a traceback (or silently misbehaving) and now a
 one-line, catalogued refusal. Limits: docs/configuration.md "Maxima"."""
 
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sepp.cli.admin import _settings_from_flags, parse_moment
 from sepp.cli.flags import FlagValueError
 from sepp.cli.producer import parse_duration
+from sepp.cli.queue_flags import settings_from_flags
+from sepp.cli.shell import parse_moment
 from sepp.client.admin import AdminClient
 from sepp.limits import MAX_ALLOWED_ENCODINGS, clamp_settings
 from sepp.server.config import ConfigError, load_config
@@ -70,7 +71,7 @@ def test_stored_encoding_labels_are_clamped_to_64_and_max_encoding_bytes() -> No
 
 
 def test_enqueue_in_past_the_longest_schedule_horizon_is_a_usage_error() -> None:
-    """Issue 14: no server accepts a delay beyond MAX_HORIZON (10 years), so ``--in`` stops
+    """No server accepts a delay beyond MAX_HORIZON (10 years), so ``--in`` stops
     there, naming the flag, the value and the limit."""
     assert parse_duration("3650d") == dt.timedelta(days=3650)
     for text in ("3651d", "999999999d", "9999999999999999999999999999d", "1e400"):
@@ -98,10 +99,10 @@ def test_queue_declare_number_flags_are_checked_against_the_servers_bounds(flag:
     """The bound is the pydantic model's (what the server validates with); one past it is a
     usage error naming the flag, the value and the limit (it was a traceback, then a proto
     range error)."""
-    settings, paths = _settings_from_flags(**{name: at})
+    settings, paths = settings_from_flags(**{name: at})
     assert paths and settings is not None
     with pytest.raises(FlagValueError, match=rf"^{flag} {past}: must be at (least|most) ") as info:
-        _settings_from_flags(**{name: past})
+        settings_from_flags(**{name: past})
     assert info.value.limit == at
 
 

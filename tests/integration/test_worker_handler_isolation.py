@@ -23,7 +23,7 @@ from sepp.worker import Job
 
 pytestmark = pytest.mark.timeout(60)
 
-VAR: contextvars.ContextVar[str] = contextvars.ContextVar("attack3_var", default="unset")
+VAR: contextvars.ContextVar[str] = contextvars.ContextVar("slot_var", default="unset")
 
 
 class Custom(BaseException):

@@ -1,9 +1,13 @@
-"""The fixed bounds of sepp's limits and settings: plain numbers, no pydantic.
+"""Hard limits: the fixed ranges no setting can widen, as plain numbers (no pydantic).
 
-``sepp.limits`` (the pydantic models, which re-exports all of these) is the place to read
-about them; they live here so that code needing only a number — the ``Worker`` runtime's
-``settle_batch`` bound — imports it without pydantic (docs/decisions.md "A worker imports
-no pydantic"). Sizes are bytes, durations seconds.
+Three modules, three jobs: this one holds the numbers — the units, the largest and smallest
+value each setting and wire field may take, ``fmt_number`` to write one in an error;
+``sepp.limits`` holds the configurable limits and queue settings (pydantic models bounded by
+these numbers, which it re-exports: it is where users read about them);
+``sepp.server.rpc_args`` checks an RPC's arguments against them on the server. The numbers
+live apart so that code needing only a number — the ``Worker`` runtime's ``settle_batch``
+bound — imports it without pydantic (docs/decisions.md "A worker imports no pydantic").
+Sizes are bytes, durations seconds.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""attack4: a Reserve of one queue promotes the due jobs of EVERY queue (promote_due has no
+"""A Reserve of one queue promotes the due jobs of EVERY queue (promote_due has no
 queue filter). Other nodes hear of it (NOTIFY); this node ignores its own, and its sweep's
 pass at the due time then found nothing left to promote, so woke nobody: a long poll of the
 promoted queue on this node waited out its whole wait (up to 30 s) with a READY job there.

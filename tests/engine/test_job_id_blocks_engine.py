@@ -14,8 +14,8 @@ from support.backends import PG_TEST_DSN
 from support.worker import until
 
 from engine.engine_kit import HarnessFactory, request
-from sepp.server.engine import job_id_bytes
-from sepp.server.errors import Overloaded
+from sepp.domain.ids import job_id_bytes
+from sepp.server.errors import BacklogFull
 from sepp.storage.postgres import ids as pg_ids
 from sepp.storage.postgres.store import PostgresStore
 
@@ -55,14 +55,14 @@ async def test_enqueues_waiting_for_a_block_are_shed_past_the_commit_backlog(mak
         await until(lambda: sum(c.done() for c in calls) >= 30, within=10,
                     what="the enqueues past the backlog answered")
         answered = [c for c in calls if c.done()]
-        shed = [c for c in answered if isinstance(c.exception(), Overloaded)]
+        shed = [c for c in answered if isinstance(c.exception(), BacklogFull)]
     finally:
         with pytest.raises(StopAsyncIteration):
             await lock.__anext__()
     results = await asyncio.gather(*calls, return_exceptions=True)
     assert len(shed) >= 30, f"{len(answered)} answered while the block was awaited, {len(shed)} shed"
     stored = [r for r in results if not isinstance(r, BaseException)]
-    assert len(stored) <= 10 and all(isinstance(r, Overloaded) for r in results if isinstance(r, BaseException))
+    assert len(stored) <= 10 and all(isinstance(r, BacklogFull) for r in results if isinstance(r, BaseException))
 
 
 async def test_a_batch_at_max_enqueue_batch_on_a_fresh_node_gets_distinct_stored_ids(

@@ -1,4 +1,4 @@
-"""The rough edges a new user hit in the web UI (issue 13 "Rough edges to fix"), over plain
+"""What a new user meets first in the web UI (each was a rough edge once), over plain
 HTTP against a real server: state spellings in URLs, one spelling shown, finished jobs without
 lease fields, the redrive marker in the attempts table, a dead-letter reason shown once, the
 enqueue form's JSON check and fresh idempotency key, ``/favicon.ico`` and ``/queues``."""

@@ -1,11 +1,12 @@
-"""Bounds at the edge: every Duration, Timestamp and count an RPC carries is checked here
-before the engine sees it.
+"""An RPC's arguments, checked at the edge: every Duration, Timestamp and count an RPC
+carries is checked here before the engine sees it.
 
 Each refusal is an ``InvalidRequest`` (INVALID_ARGUMENT, ErrorInfo reason
 ``INVALID_ARGUMENT``) whose metadata names the ``field``, the ``limit`` that was crossed
 and the ``actual`` value, in seconds for a duration and in seconds since the epoch for a
 timestamp, written exactly (``86401``, ``0.0005``, ``9223372036854775807``). The limits
-themselves live in ``sepp.limits`` and are tabled in docs/configuration.md.
+themselves live in ``sepp.limits`` (configurable) and ``sepp.hard_limits`` (fixed) and are
+tabled in docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from support.worker import Wire, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.bounds import MAX_SETTLE_BATCH
+from sepp.hard_limits import MAX_SETTLE_BATCH
 from sepp.testing import ServerProcess
 from sepp.worker._settler import _varint
 

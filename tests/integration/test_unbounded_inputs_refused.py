@@ -1,6 +1,6 @@
-"""Issue 14, attacked from the outside: values that still entered unbounded after items 1–5,
-each now refused at the edge with a catalogued answer (or made harmless), through a real
-``sepp serve`` and its public surfaces (admin client, raw stubs, the UI over HTTP).
+"""Values that once entered unbounded, each now refused at the edge with a catalogued answer
+(or made harmless), through a real ``sepp serve`` and its public surfaces (admin client, raw
+stubs, the UI over HTTP).
 
 * ``limits.allowed_encodings``: at most 64 labels, each at most ``max_encoding_bytes``
   (a 1M-label list was stored and pushed GetServerInfo past the message cap, so every

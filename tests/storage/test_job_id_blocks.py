@@ -29,6 +29,8 @@ from sepp.storage.postgres import ids as pg_ids
 from sepp.storage.postgres.store import PostgresStore
 from storage.conformance_kit import NOW, POLICY, S, lease, row
 
+pytestmark = pytest.mark.postgres_only(reason="nodes of one PostgreSQL database")
+
 Opener = Callable[..., Awaitable[PostgresStore]]
 
 

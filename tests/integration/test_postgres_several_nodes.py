@@ -1,24 +1,18 @@
-"""Issue 10, attacked from the outside: the PostgreSQL backend under hostile input and an
-unlucky operator, through real ``sepp serve`` processes, raw gRPC stubs and plain asyncpg
-(findings of the ``breaker`` session, /work/tasks/breaker-notes.md).
+"""Several PostgreSQL nodes on one schema and an unlucky operator, through real ``sepp
+serve`` processes, raw gRPC stubs and plain asyncpg.
 
-Rules checked (docs/decisions.md "PostgreSQL: several nodes on one database"): bad input is a
-catalogued error naming the field (never UNKNOWN/INTERNAL, never UNAVAILABLE) and loses
-nothing; a free-form text PostgreSQL cannot hold (U+0000) is stored with U+FFFD instead on
-every backend; overlapping idempotency keys from several nodes never deadlock; a
-long-polling Reserve wakes for a job another node put in a queue new to this node; killed
-backends (``pg_terminate_backend``) answer UNAVAILABLE and the node recovers by itself; a
-node killed -9 mid-batch loses no acknowledged job; when the node holding a key's claim
-dies mid-transaction the racing node takes the key; a schema newer than the build, a
-missing role and a node name with a control character are one-line refusals at start.
-A frozen node holding a key no longer stalls the other nodes' writes (PostgreSQL ends its
-idle transaction after ``IDLE_TX_TIMEOUT``).
+Rules checked (docs/decisions.md "PostgreSQL: several nodes on one database"): overlapping
+idempotency keys from several nodes never deadlock; a long-polling Reserve wakes for a job
+another node put in a queue new to this node; killed backends (``pg_terminate_backend``)
+answer UNAVAILABLE and the node recovers by itself; a node killed -9 mid-batch loses no
+acknowledged job; when the node holding a key's claim dies mid-transaction the racing node
+takes the key; a schema newer than the build, a missing role and a node name with a control
+character are one-line refusals at start. A frozen node holding a key no longer stalls the
+other nodes' writes (PostgreSQL ends its idle transaction after ``IDLE_TX_TIMEOUT``).
 
-The first two groups run on both backends (the module-scoped ``backend`` fixture); the rest
-is PostgreSQL-only (several nodes on one schema, the database's own sessions). Every schema
-comes from ``support.backends.fresh_schema`` (dropped at the end of the session); backends
-are terminated only by this test's own node names, never other sessions'.
-"""
+Every schema comes from ``support.backends.fresh_schema`` (dropped at the end of the
+session); backends are terminated only by this test's own node names, never other
+sessions'. The text a NUL cannot be stored in is tests/integration/test_nul_text.py."""
 
 from __future__ import annotations
 
@@ -39,120 +33,26 @@ import asyncpg
 import grpc
 import pytest
 from google.protobuf import duration_pb2
-from support.admin import AdminStubs, connect
+from support.admin import connect
 from support.backends import PG_TEST_DSN, fresh_schema
-from support.failures import fails, failure_of
-from support.servers import FAST, backend_config
+from support.failures import failure_of
+from support.servers import FAST
 
-from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.testing import ServerProcess
 
-NUL = "\x00"
 T = 20.0  # seconds, every unary call's deadline
 
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Iterator[ServerProcess]:
-    """One server per backend for the input tests (each uses queues of its own)."""
-    with ServerProcess(Path(tmp_path_factory.mktemp("pg-attacks")), {**FAST, **backend_config(backend)}) as proc:
-        yield proc
-
-
-@pytest.fixture
-def stubs(srv: ServerProcess) -> Iterator[AdminStubs]:
-    with connect(srv.grpc_target) as s:
-        yield s
+pytestmark = pytest.mark.postgres_only(reason="several nodes on one PostgreSQL database")
 
 
 def _queue() -> str:
     return f"q-{uuid.uuid4().hex[:10]}"
 
 
-# ------------------------------------------------------------- NUL, both backends
-
-
-@pytest.mark.parametrize(("field", "fields"), [
-    ("payload.encoding", {"payload": pb.Payload(data=b"x", encoding="json" + NUL)}),
-    ("idempotency_key", {"idempotency_key": "key" + NUL + "x"}),
-])
-def test_enqueue_text_with_nul_is_invalid_argument_naming_the_field(stubs: AdminStubs, field: str,
-                                                                     fields: dict[str, Any]) -> None:
-    """A NUL in the encoding label or the idempotency key (stored as text: PostgreSQL
-    cannot hold U+0000) is InvalidArgument with that field, on Enqueue, per item of
-    EnqueueBatch (the other items stored) and for the whole EnqueueAtomic."""
-    queue = _queue()
-    failure = fails(stubs.producer.Enqueue, pb.EnqueueRequest(queue=queue, job_type="t", **fields), timeout=T)
-    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert failure.reason == "INVALID_ARGUMENT"
-    assert failure.rejection is not None
-    assert failure.rejection.code == pb.INVALID_ARGUMENT and failure.rejection.field == field
-    assert "U+0000" in failure.rejection.message
-
-    batch = stubs.producer.EnqueueBatch(ppb.EnqueueBatchRequest(jobs=[
-        pb.EnqueueRequest(queue=queue, job_type="t", **fields), pb.EnqueueRequest(queue=queue, job_type="t")]),
-        timeout=T)
-    bad, good = batch.results
-    assert bad.WhichOneof("outcome") == "rejection"
-    assert (bad.rejection.code, bad.rejection.field) == (pb.INVALID_ARGUMENT, field)
-    assert good.WhichOneof("outcome") == "ack"
-    assert stubs.call("GetJob", apb.GetJobRequest(job_id=good.ack.job_id)).state == pb.READY
-
-    atomic = fails(stubs.producer.EnqueueAtomic, ppb.EnqueueBatchRequest(jobs=[
-        pb.EnqueueRequest(queue=queue, job_type="t"), pb.EnqueueRequest(queue=queue, job_type="t", **fields)]),
-        timeout=T)
-    assert atomic.code == grpc.StatusCode.INVALID_ARGUMENT and atomic.reason == "ATOMIC_BATCH_REJECTED"
-    assert atomic.atomic is not None
-    [item] = atomic.atomic.rejections
-    assert item.index == 1 and (item.rejection.code, item.rejection.field) == (pb.INVALID_ARGUMENT, field)
-    listed = stubs.call("ListJobs", apb.ListJobsRequest(queue=queue, state=pb.READY))
-    assert [j.job.id for j in listed.jobs] == [good.ack.job_id]  # nothing of the atomic batch stored
-
-
-def test_reserve_worker_id_with_nul_is_invalid_argument(stubs: AdminStubs) -> None:
-    """A NUL in ``worker_id`` (stored with the lease) is InvalidArgument naming the field;
-    the job stays READY and a clean worker id leases it."""
-    queue = _queue()
-    job_id = stubs.enqueue(queue)
-    failure = fails(stubs.worker.Reserve, wpb.ReserveRequest(queues=[queue], max_jobs=1, worker_id="w" + NUL),
-                    timeout=T)
-    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert failure.reason == "INVALID_ARGUMENT"
-    assert failure.metadata.get("field") == "worker_id"
-    assert "U+0000" in failure.message
-    assert stubs.call("GetJob", apb.GetJobRequest(job_id=job_id)).state == pb.READY
-    [got] = stubs.reserve(queue, worker_id="w")
-    assert got.job.id == job_id
-
-
-@pytest.mark.parametrize("verb", ["Nack", "Settle"])
-def test_dead_letter_reason_with_nul_is_stored_with_replacement(stubs: AdminStubs, verb: str) -> None:
-    """Finding B1: a nack ``dead_letter`` reason holding U+0000 was UNAVAILABLE /
-    STORE_UNAVAILABLE ('invalid byte sequence for encoding "UTF8": 0x00') on PostgreSQL, on
-    every retry (a worker runtime would retry it until the lease ran out, then the job ran
-    again). The reason is free-form text like an admin cancel reason: the NUL becomes U+FFFD
-    and the job is dead-lettered, on both backends alike."""
-    queue = _queue()
-    job_id = stubs.enqueue(queue)
-    [r] = stubs.reserve(queue)
-    nack = wpb.NackRequest(job_id=r.job.id, lease_id=r.lease_id, dead_letter="bad" + NUL + "input",
-                           error=wpb.JobError(message="m" + NUL, detail="d" + NUL))
-    if verb == "Nack":
-        resp = stubs.worker.Nack(nack, timeout=T)
-        assert resp.state == pb.DEAD_LETTERED
-    else:
-        [result] = stubs.worker.Settle(wpb.SettleRequest(items=[wpb.SettleItem(nack=nack)]), timeout=T).results
-        assert result.ok, result.error_message
-    job = stubs.call("GetJob", apb.GetJobRequest(job_id=job_id))
-    assert job.state == pb.DEAD_LETTERED
-    assert job.dead_letter_reason == "NACK_DEAD_LETTER: bad\ufffdinput"
-    [attempt] = job.attempts
-    assert attempt.outcome == "dead_letter" and attempt.error_message == "m" + NUL  # history is JSON: kept as is
-
-
-# ------------------------------------------------------------- PostgreSQL only: helpers
+# ------------------------------------------------------------- helpers
 
 
 def _pg_config(schema: str, node: str, **extra: Any) -> dict[str, Any]:
@@ -206,7 +106,7 @@ def _node_name() -> str:
     return f"brk-{uuid.uuid4().hex[:8]}"
 
 
-# ------------------------------------------------------------- PostgreSQL only: tests
+# ------------------------------------------------------------- tests
 
 
 def test_overlapping_keyed_batches_from_two_nodes_never_deadlock(nodes: list[ServerProcess], tmp_path: Path) -> None:
@@ -262,7 +162,7 @@ def test_long_poll_on_another_node_wakes_for_a_queue_new_to_it(nodes: list[Serve
     """Finding B3: node B long-polls a queue nobody has created; node A creates it by
     enqueueing a job. A's NOTIFY woke B's reserver before B's queue refresh knew the queue,
     and the refresh woke only resumed queues: the Reserve waited its whole 8 s and answered
-    nothing (issue 10: within 100 ms). Now the refresh also wakes queues new to the node."""
+    nothing (a wake-up is due within 100 ms). Now the refresh also wakes queues new to the node."""
     schema = fresh_schema()
     a = _start(nodes, tmp_path, _pg_config(schema, _node_name()))
     b = _start(nodes, tmp_path, _pg_config(schema, _node_name()))
@@ -285,7 +185,7 @@ def test_long_poll_on_another_node_wakes_for_a_queue_new_to_it(nodes: list[Serve
         job_id = s.enqueue(queue)
     thread.join(30)
     assert got["jobs"] == [job_id]
-    assert got["elapsed"] < 4.0  # far below the 8 s wait (issue 10: within 100 ms of the commit)
+    assert got["elapsed"] < 4.0  # far below the 8 s wait (a wake-up is due within 100 ms of the commit)
 
 
 def test_terminated_backends_answer_unavailable_and_the_node_recovers(nodes: list[ServerProcess],
@@ -493,7 +393,7 @@ def _until(what: str, check: Any, timeout: float = 15.0) -> None:
 
 
 def test_key_race_where_the_claiming_node_dies_mid_transaction(nodes: list[ServerProcess], tmp_path: Path) -> None:
-    """Issue 10: one of two transactions racing on a key rolls back. Node A claimed key K in a
+    """One of two transactions racing on a key rolls back. Node A claimed key K in a
     transaction still open (``debug_commit_delay``); node B's enqueue of K waits on A's row
     lock; A is SIGKILLed: PostgreSQL rolls A back, B's enqueue takes the key at once
     (``deduplicated`` false), A's caller gets UNAVAILABLE, one job and one claim are stored."""

@@ -1,4 +1,4 @@
-"""attack4: PostgreSQL run_alone (a lone one-queue Reserve, a plain ack batch without
+"""PostgreSQL run_alone (a lone one-queue Reserve, a plain ack batch without
 BEGIN/COMMIT) through two stores on one schema."""
 
 from __future__ import annotations

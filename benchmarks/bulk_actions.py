@@ -68,7 +68,7 @@ async def run(backend: str, dsn: str, jobs: int) -> None:
                         int(State.DEAD_LETTERED), jobs)
         finally:
             if backend == "postgres":
-                await store._fetch(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[attr-defined]
+                await store.reads.fetch(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[attr-defined]
             await store.close()
 
 

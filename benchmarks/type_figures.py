@@ -124,8 +124,8 @@ async def read(backend: str, dsn: str, types: int, buckets: int, reads: int) -> 
                 rows += len(minutes) + len(runs)
             fill = time.perf_counter() - started
             if backend == "postgres":
-                await store._fetch("ANALYZE job_type_figures")  # type: ignore[attr-defined]
-                await store._fetch("ANALYZE job_type_runtimes")  # type: ignore[attr-defined]
+                await store.reads.fetch("ANALYZE job_type_figures")  # type: ignore[attr-defined]
+                await store.reads.fetch("ANALYZE job_type_runtimes")  # type: ignore[attr-defined]
             times = []
             for _ in range(reads):
                 t0 = time.perf_counter()
@@ -136,7 +136,7 @@ async def read(backend: str, dsn: str, types: int, buckets: int, reads: int) -> 
                   f"{statistics.median(times) * 1000:.1f} ms | {max(times) * 1000:.1f} ms |")
         finally:
             if backend == "postgres":
-                await store._fetch(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[attr-defined]
+                await store.reads.fetch(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[attr-defined]
             await store.close()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from sepp.storage._sql import migrations
 from sepp.storage.admin import JobQuery
 from sepp.storage.sqlite import SQLiteStore
-from sepp.storage.sqlite.admin import A
+from sepp.storage.sqlite.sql import A
 
 
 def _history(*messages: str) -> str:

@@ -100,12 +100,12 @@ async def test_reserves_that_find_no_job_leave_the_bound_where_it_was(store: Sto
     # make every later Reserve count (a count is what the bound saves).
     await put(store, *[row() for _ in range(2)])
     assert len(await _reserve(store, 4)) == 2                              # counted: 0
-    checkpoint = await store._fetchrow("SELECT ck_leased, ck_at FROM flow_counts WHERE queue = 'q'")  # type: ignore[attr-defined]
+    checkpoint = await store.reads.fetchrow("SELECT ck_leased, ck_at FROM flow_counts WHERE queue = 'q'")  # type: ignore[attr-defined]
     for i in range(20):
         assert await _reserve(store, 4, now=NOW + i) == []
     await put(store, *[row() for _ in range(10)])
     assert len(await _reserve(store, 3, now=NOW + 20)) == 3                # bound 2 + 3: no count
-    assert await store._fetchrow("SELECT ck_leased, ck_at FROM flow_counts WHERE queue = 'q'") == checkpoint  # type: ignore[attr-defined]
+    assert await store.reads.fetchrow("SELECT ck_leased, ck_at FROM flow_counts WHERE queue = 'q'") == checkpoint  # type: ignore[attr-defined]
     assert len(await _reserve(store, 6, now=NOW + 21)) == 5               # 2 + 3 + 6 > 10: counted, 5 free
 
 

@@ -17,7 +17,7 @@ import uuid_utils
 
 from sepp.storage.base import JobRow
 from sepp.storage.sqlite import SQLiteStore
-from sepp.storage.sqlite.committer import STOP, GroupLoop, Results, _Pending
+from sepp.storage.sqlite.committer import STOP, GroupLoop, Pending, Results
 from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, MAX_RUN, QUIET_GAP, RUN_JOBS
 from sepp.storage.sqlite.ops import insert_jobs
 from sepp.storage.sqlite.schema import connect_writer
@@ -162,8 +162,8 @@ def _delay_after_a_group(path: Path, siblings: int) -> float:
     loop = GroupLoop(path, "group", lambda: connect_writer(path, "group", 8), deliver, group_wait=1.0,
                      source=source)  # type: ignore[arg-type]
 
-    def op(i: int, siblings: int = 0) -> _Pending[None]:
-        return _Pending(lambda conn: insert_jobs(conn, [_row(i)]), f"op{i}", 1, siblings)
+    def op(i: int, siblings: int = 0) -> Pending[None]:
+        return Pending(lambda conn: insert_jobs(conn, [_row(i)]), f"op{i}", 1, siblings)
 
     conn = loop.open()
     source.put(op(0))  # queued before the loop runs: one group of two

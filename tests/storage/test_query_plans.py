@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from sepp.storage.sqlite import SQLiteStore
-from sepp.storage.sqlite.admin import A
-from sepp.storage.sqlite.sql import Q, ack_sql, insert_sql
+from sepp.storage.sqlite.sql import A, Q, ack_sql, insert_sql
 from sepp.storage.sqlite.store import DB_FILE
 
 #: Query name → parameters (values do not matter for the plan).

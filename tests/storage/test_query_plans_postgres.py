@@ -37,9 +37,8 @@ from support.backends import PG_TEST_DSN, StoreSettings, store_settings
 
 from sepp.domain.clock import FakeClock
 from sepp.storage.factory import open_store
-from sepp.storage.postgres.admin import A
 from sepp.storage.postgres.ids import make_id
-from sepp.storage.postgres.sql import Q
+from sepp.storage.postgres.sql import A, Q
 from storage.conformance_kit import NOW
 
 #: The tests that read a plan from the database (the others read the SQL files alone).

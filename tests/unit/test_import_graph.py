@@ -12,17 +12,6 @@ import functools
 
 import grimp
 
-#: Cycles known today and being taken apart (the storage drivers' store, admin, matching and
-#: figures modules take a reader/executor of their driver instead of the store itself).
-#: THIS MUST BECOME EMPTY: remove an entry as soon as its cycle is gone (the second test
-#: says when), and never add one — a new cycle is a bug to fix, not to list.
-KNOWN_STORAGE_CYCLES: tuple[frozenset[str], ...] = (
-    frozenset({"sepp.storage.sqlite.admin", "sepp.storage.sqlite.matching", "sepp.storage.sqlite.store",
-               "sepp.storage.sqlite.type_figures", "sepp.storage.sqlite.writer_process"}),
-    frozenset({"sepp.storage.postgres.admin", "sepp.storage.postgres.matching", "sepp.storage.postgres.store",
-               "sepp.storage.postgres.type_figures"}),
-)
-
 
 def import_cycles(graph: grimp.ImportGraph) -> list[frozenset[str]]:
     """The strongly connected components of ``graph``'s direct imports between its modules
@@ -85,14 +74,5 @@ def sepp_cycles() -> tuple[frozenset[str], ...]:
 
 
 def test_src_sepp_has_no_import_cycle() -> None:
-    cycles = sepp_cycles()
-    new = [sorted(c) for c in cycles if not any(c <= known for known in KNOWN_STORAGE_CYCLES)]
-    assert new == [], f"import cycles between modules of src/sepp: {new}"
-
-
-def test_every_known_cycle_is_still_there() -> None:
-    """An entry of ``KNOWN_STORAGE_CYCLES`` whose cycle is gone must be removed (the list only
-    shrinks, to empty)."""
-    cycles = sepp_cycles()
-    gone = [sorted(known) for known in KNOWN_STORAGE_CYCLES if not any(c <= known for c in cycles)]
-    assert gone == [], f"these cycles are gone: remove them from KNOWN_STORAGE_CYCLES: {gone}"
+    cycles = [sorted(c) for c in sepp_cycles()]
+    assert cycles == [], f"import cycles between modules of src/sepp: {cycles}"

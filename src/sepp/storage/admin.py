@@ -20,14 +20,16 @@ from sepp.domain.admin import FlowRead, MinuteRow, Outcome, QueueGauges, StateCo
 from sepp.domain.listing import DeadFilter, JobPage, JobQuery, JobSummary, SortKey
 from sepp.domain.params import FlowLimits
 from sepp.domain.policy import PolicyLookup
+from sepp.domain.states import State
+from sepp.domain.transitions import CancelAction
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 # The value types live in ``sepp.domain.listing`` and ``sepp.domain.admin`` (the UI and the
 # RPC edge read them without importing the storage seam); re-exported so the drivers keep
 # one import.
 __all__ = ["AdminStore", "DeadFilter", "FlowRead", "JobPage", "JobQuery", "JobSummary", "MinuteRow", "Outcome",
-           "QueueGauges", "SortKey", "StateCounts", "WriteResult", "count_or_zero", "first_position",
-           "position_int"]
+           "QueueGauges", "SortKey", "StateCounts", "WriteResult", "cancel_result", "count_or_zero",
+           "first_position", "position_int"]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -53,6 +55,19 @@ def count_or_zero(value: Any) -> int:
     """A stored count as a non-negative int (anything else reads as 0: a damaged row never
     fails a listing)."""
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def cancel_result(action: CancelAction, queue: str, state: int) -> WriteResult:
+    """What a cancel of a job of ``queue`` found in ``state`` answers once the driver wrote
+    ``action`` (``transitions.cancel``'s): ``DONE`` (now CANCELLED), ``CANCEL_REQUESTED``,
+    ``UNCHANGED`` (cancelled already) or ``WRONG_STATE``."""
+    if action is CancelAction.CANCEL:
+        return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
+    if action is CancelAction.REQUEST:
+        return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
+    if action is CancelAction.UNCHANGED:
+        return WriteResult(Outcome.UNCHANGED, queue, state)
+    return WriteResult(Outcome.WRONG_STATE, queue, state)
 
 
 class AdminStore(Protocol):

@@ -100,7 +100,9 @@ class StoreFigures:
 
 
 class Store(Protocol):
-    """Domain-level storage operations; implemented by SQLiteStore (and PostgreSQL later).
+    """Domain-level storage operations; implemented by ``SQLiteStore`` (one node, embedded)
+    and ``PostgresStore`` (any number of nodes on one database), both held to the same
+    conformance suite.
 
     Every method may raise ``StoreClosed`` after ``close()`` began, and ``StoreError``
     for a failure of the backend.

@@ -3,9 +3,9 @@
 the same keyset sort keys, filters, counts and verdicts (one conformance
 suite for both backends).
 
-Reads go through the store's read pool (``store._fetch`` / ``_fetchrow`` / ``_fetchval``,
-driver errors as ``StoreError`` / ``StoreUnavailable``), writes through its committer (one
-operation each, folded into group commits like every other write). Every query is driven by
+Reads go through the store's read pool and writes through its committer, both handed over
+as ``reads.PgReads`` (driver errors as ``StoreError`` / ``StoreUnavailable``; each write one
+operation of ``admin_writes``, folded into group commits). Every query is driven by
 an index (admin.sql), so none slows down as the completed-job history grows:
 
 * READY listings walk ``jobs_ready`` queue by queue in reserve order;
@@ -27,25 +27,20 @@ reserve, settle or sweep running on another node at the same moment:
 * ``add_counts`` adds each node's in-memory counts to the stored ones
   (``ON CONFLICT … DO UPDATE SET x = x + excluded.x``), never replaces them.
 
-Damaged rows: PostgreSQL types every column and text cannot hold invalid UTF-8, so the
-SQLite driver's lenient decoding does not apply here. ``repair_job`` is still applied to
-listed records (a pure, cheap check) for the values the column types allow and a record
-does not (a state no sepp writes, a time outside the protobuf range, an id of the wrong
-length), and a history that is not a JSON array reads as none (``_attempts``).
+Damaged rows: see ``summaries`` (the listed rows read as ``JobSummary``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sepp.domain.params import FlowLimits
 from sepp.domain.states import STATE_NAMES
-from sepp.domain.transitions import BULK_REDRIVABLE, CancelAction, cancel, redrive
+from sepp.domain.transitions import BULK_REDRIVABLE, redrive
 from sepp.quoting import clip
 from sepp.storage import flow_keys
-from sepp.storage._sql import load_queries
 from sepp.storage.admin import (
     DeadFilter,
     FlowRead,
@@ -53,33 +48,27 @@ from sepp.storage.admin import (
     JobQuery,
     JobSummary,
     MinuteRow,
-    Outcome,
     QueueGauges,
     SortKey,
     StateCounts,
     WriteResult,
 )
-from sepp.storage.admin import count_or_zero as _count
 from sepp.storage.admin import first_position as _start
 from sepp.storage.admin import position_int as _int
-from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
+from sepp.storage.base import FINISHED, PolicyLookup, State
+from sepp.storage.postgres import admin_writes as writes
 from sepp.storage.postgres import type_figures as figures
-from sepp.storage.postgres.flow import forget as forget_flow_bound
 from sepp.storage.postgres.matching import count_jobs as _count_jobs
-from sepp.storage.postgres.sql import rowcount
-from sepp.storage.rows import as_text, note_damaged, repair_job
+from sepp.storage.postgres.reads import PgReads
+from sepp.storage.postgres.sql import A
+from sepp.storage.postgres.summaries import summary as _summary
+from sepp.storage.rows import note_damaged
 from sepp.storage.search import search_page
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 if TYPE_CHECKING:
-    from sepp.storage.postgres.committer import Tx
-    from sepp.storage.postgres.store import PostgresStore
+    pass
 
-#: The named queries of admin.sql.
-A = load_queries("sepp.storage.postgres", "admin.sql")
-for _statement in ("search_match", "search_range"):
-    A[_statement] = A[_statement].replace("{filters}", A["search_filters"])
-_rowcount = rowcount
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
@@ -93,62 +82,13 @@ def _storable(*texts: str | None) -> bool:
     return not any(t is not None and "\x00" in t for t in texts)
 
 
-def _json_text(value: Any) -> str:
-    """A JSON value as SQLite's ``json_extract`` hands it to ``as_text``: text as is, a number
-    in decimal (true/false as 1/0), null as "", an array or object as compact JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(int(value))
-    if isinstance(value, str | int | float):
-        return as_text(value, "") or ""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _attempts(state: Any, history: str | None) -> tuple[int, str]:
-    """(attempts recorded, last error) of a listed job, as sqlite/admin.sql job_summaries
-    derives them: the entries of ``history`` (a JSON array; anything else reads as none),
-    plus the completing attempt of a COMPLETED job whose last entry is not it (it is
-    implicit, docs/decisions.md "The completing attempt is implicit"); the last entry's
-    ``error_message`` ("" for a COMPLETED job)."""
-    entries: list[Any] = []
-    if history:
-        try:
-            parsed = json.loads(history)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list):
-            entries = parsed
-    last: dict[str, Any] = entries[-1] if entries and isinstance(entries[-1], dict) else {}
-    recorded = len(entries)
-    if state == _COMPLETED and last.get("outcome") != "completed":
-        recorded += 1
-    error = "" if state == _COMPLETED else _json_text(last.get("error_message"))
-    return recorded, error
-
-
-def _summary(row: Sequence[Any]) -> JobSummary:
-    (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, size, encoding,
-     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel_req, history, node) = row
-    record = JobRecord(bytes(id_), queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
-                       b"", encoding, None if extras is None else bytes(extras), idem,
-                       None if lease_id is None else bytes(lease_id), lease_exp, worker, started, None, finished,
-                       reason, cancel_req, seq, node)
-    # A value no sepp writes reads as unset or clamped (logged once per job), so one such row
-    # never fails the page it is on.
-    fixed = repair_job(record)
-    recorded, last_error = _attempts(state, history)
-    return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)), _count(size), recorded,
-                      last_error)
-
-
 class PostgresAdmin:
     """Admin operations over one ``PostgresStore`` (see ``AdminStore`` for each method's
     contract). Every method may raise ``StoreClosed`` / ``StoreError`` / ``StoreUnavailable``."""
 
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
-        self._submit = store._committer.submit
+    def __init__(self, reads: PgReads) -> None:
+        self._reads = reads
+        self._submit = reads.submit
 
     # ------------------------------------------------------------------ listings
 
@@ -180,15 +120,15 @@ class PostgresAdmin:
         elif query.state == int(State.SCHEDULED):
             run_at, seq = (_int(after[0]), _int(after[-1])) if after and len(after) == 2 else _start(after, 2)
             name = "list_retrying" if query.retries else "list_scheduled"
-            rows = await self._store._fetch(A[name], run_at, seq, query.queue, query.job_type, want)
+            rows = await self._reads.fetch(A[name], run_at, seq, query.queue, query.job_type, want)
             keys = [(s, [r, s]) for s, r in rows]
         elif query.state == int(State.RESERVED):
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
-            rows = await self._store._fetch(A["list_reserved"], seq, query.queue, query.job_type, want)
+            rows = await self._reads.fetch(A["list_reserved"], seq, query.queue, query.job_type, want)
             keys = [(s, [s]) for (s,) in rows]
         else:
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
-            rows = await self._store._fetch(A["list_any"], seq, query.queue, query.job_type, query.reason_prefix,
+            rows = await self._reads.fetch(A["list_any"], seq, query.queue, query.job_type, query.reason_prefix,
                                             query.finished_after, query.finished_before, want)
             keys = [(s, [s]) for (s,) in rows]
         return keys
@@ -203,18 +143,18 @@ class PostgresAdmin:
 
     async def by_custom(self, key: str, value: str, after_seq: int, limit: int) -> list[int]:
         """``SearchBackend.by_custom`` (``job_custom_match``)."""
-        return [s for (s,) in await self._store._fetch(A["search_by_custom"], key, value, after_seq, limit)]
+        return [s for (s,) in await self._reads.fetch(A["search_by_custom"], key, value, after_seq, limit)]
 
     async def by_id(self, job_id: bytes, after_seq: int) -> list[int]:
         """``SearchBackend.by_id`` (the unique index on id)."""
-        return [s for (s,) in await self._store._fetch(A["search_by_id"], job_id, after_seq)]
+        return [s for (s,) in await self._reads.fetch(A["search_by_id"], job_id, after_seq)]
 
     async def by_key(self, queue: str | None, key: str, after_seq: int, limit: int) -> list[int]:
         """``SearchBackend.by_key`` (``idempotency``'s primary key, one probe per queue)."""
         if queue is not None:
-            rows = await self._store._fetch(A["search_by_key_in_queue"], queue, key, after_seq)
+            rows = await self._reads.fetch(A["search_by_key_in_queue"], queue, key, after_seq)
         else:
-            rows = await self._store._fetch(A["search_by_key"], key, after_seq, limit)
+            rows = await self._reads.fetch(A["search_by_key"], key, after_seq, limit)
         return [s for (s,) in rows]
 
     @staticmethod
@@ -225,17 +165,17 @@ class PostgresAdmin:
 
     async def match(self, query: JobQuery, seqs: list[int], needle: str | None) -> list[int]:
         """``SearchBackend.match`` (``search_match``: primary-key lookups of the candidates)."""
-        rows = await self._store._fetch(A["search_match"], seqs, *self._filters(query, needle))
+        rows = await self._reads.fetch(A["search_match"], seqs, *self._filters(query, needle))
         return [s for (s,) in rows]
 
     async def match_range(self, query: JobQuery, low: int, high: int, needle: str | None) -> list[int]:
         """``SearchBackend.match_range`` (``search_range``: a primary-key range)."""
-        rows = await self._store._fetch(A["search_range"], low, *self._filters(query, needle), high)
+        rows = await self._reads.fetch(A["search_range"], low, *self._filters(query, needle), high)
         return [s for (s,) in rows]
 
     async def seq_bounds(self) -> tuple[int, int] | None:
         """``SearchBackend.seq_bounds`` (the primary key's ends)."""
-        row = await self._store._fetchrow(A["seq_bounds"])
+        row = await self._reads.fetchrow(A["seq_bounds"])
         return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
     async def summaries(self, seqs: list[int]) -> list[JobSummary]:
@@ -245,7 +185,7 @@ class PostgresAdmin:
     async def _summaries(self, seqs: list[int]) -> list[JobSummary]:
         if not seqs:
             return []
-        rows = await self._store._fetch(A["job_summaries"], seqs)
+        rows = await self._reads.fetch(A["job_summaries"], seqs)
         by_seq = {row[0]: _summary(row) for row in rows}
         # A job deleted between the two reads is simply left out.
         return [by_seq[s] for s in seqs if s in by_seq]
@@ -262,11 +202,11 @@ class PostgresAdmin:
             return after[0], after[1:]
         if query.queue is not None:
             return query.queue, None
-        return await self._store._fetchval(A[first], *args, ""), None
+        return await self._reads.fetchval(A[first], *args, ""), None
 
     async def _list_ready(self, query: JobQuery, after: SortKey | None, want: int) -> list[tuple[int, SortKey]]:
         queue, pos = await self._queues_from(query, after, "next_ready_queue")
-        fetch = self._store._fetch
+        fetch = self._reads.fetch
         out: list[tuple[int, SortKey]] = []
         while queue is not None and len(out) < want:
             rows: list[Any] = []
@@ -283,7 +223,7 @@ class PostgresAdmin:
             out.extend((s, [queue, p, r, s]) for s, p, r in rows)
             if query.queue is not None:
                 break
-            queue, pos = await self._store._fetchval(A["next_ready_queue"], queue), None
+            queue, pos = await self._reads.fetchval(A["next_ready_queue"], queue), None
         return out
 
     async def _list_finished(self, query: JobQuery, after: SortKey | None,
@@ -299,12 +239,12 @@ class PostgresAdmin:
                 if len(pos) != 2:
                     raise ValueError("malformed page position")
                 finished_at, seq = _int(pos[0]), _int(pos[1])
-            rows = await self._store._fetch(A["list_finished"], state, queue, low, high, finished_at, seq,
+            rows = await self._reads.fetch(A["list_finished"], state, queue, low, high, finished_at, seq,
                                             query.job_type, query.reason_prefix, want - len(out))
             out.extend((s, [queue, f, s]) for s, f in rows)
             if query.queue is not None:
                 break
-            queue, pos = await self._store._fetchval(A["next_finished_queue"], state, queue), None
+            queue, pos = await self._reads.fetchval(A["next_finished_queue"], state, queue), None
         return out
 
     # ------------------------------------------------------------------ stats
@@ -315,13 +255,13 @@ class PostgresAdmin:
         if queue is not None:
             if not _storable(queue):
                 return {queue: StateCounts()}
-            row = await self._store._fetchrow(A["count_queue"], queue)
+            row = await self._reads.fetchrow(A["count_queue"], queue)
             return {queue: StateCounts(*(int(n) for n in row))} if row is not None else {queue: StateCounts()}
         acc: dict[str, dict[str, int]] = {}
         for name, state in (("count_scheduled_all", 1), ("count_ready_all", 2), ("count_reserved_all", 3)):
-            for q, n in await self._store._fetch(A[name]):
+            for q, n in await self._reads.fetch(A[name]):
                 acc.setdefault(q, {})[STATE_NAMES[state]] = int(n)
-        for q, state, n in await self._store._fetch(A["count_finished_all"]):
+        for q, state, n in await self._reads.fetch(A["count_finished_all"]):
             field = STATE_NAMES.get(state)
             if field is None:
                 # A state no sepp writes: left out of the counts, logged once per state and
@@ -337,13 +277,13 @@ class PostgresAdmin:
         """min(run_at) (µs) of the queue's READY jobs (one index seek per priority), or None."""
         if not _storable(queue):
             return None
-        value = await self._store._fetchval(A["oldest_ready"], queue)
+        value = await self._reads.fetchval(A["oldest_ready"], queue)
         return None if value is None else int(value)
 
     async def reserved_by_worker(self) -> dict[str, int]:
         """See ``AdminStore.reserved_by_worker`` (the ``jobs_leased`` partial index holds only
         RESERVED rows)."""
-        rows = await self._store._fetch(A["count_reserved_by_worker"])
+        rows = await self._reads.fetch(A["count_reserved_by_worker"])
         return {("" if w is None else str(w)): int(n) for w, n in rows}
 
     async def queue_gauges(self) -> QueueGauges:
@@ -351,7 +291,7 @@ class PostgresAdmin:
         index seek per queue and priority for the oldest READY job."""
         counts = await self.state_counts(None)
         names = sorted(q for q, c in counts.items() if c.ready)
-        oldest = {q: int(run_at) for q, run_at in await self._store._fetch(A["oldest_ready_all"], names)
+        oldest = {q: int(run_at) for q, run_at in await self._reads.fetch(A["oldest_ready_all"], names)
                   if run_at is not None}
         return QueueGauges(counts, oldest)
 
@@ -364,12 +304,12 @@ class PostgresAdmin:
             return FlowRead()
         bucket = None
         if limits.rate_amount:
-            row = await self._store._fetchrow(A["flow_bucket"], queue)
+            row = await self._reads.fetchrow(A["flow_bucket"], queue)
             bucket = None if row is None else (float(row[0]), int(row[1]))
         if not limits.per_key:
             return FlowRead(bucket)
-        held = [r[0] for r in await self._store._fetch(A["flow_reserved_extras"], queue)]
-        ready = await self._store._fetch(A["flow_ready_keys"], queue, flow_keys.KEY_SCAN)
+        held = [r[0] for r in await self._reads.fetch(A["flow_reserved_extras"], queue)]
+        ready = await self._reads.fetch(A["flow_ready_keys"], queue, flow_keys.KEY_SCAN)
         allowed, scanned = flow_keys.key_room(limits.key, limits.max_per_key, held,
                                               ((r[0], r[1]) for r in ready))
         return FlowRead(bucket, allowed, scanned)
@@ -377,7 +317,7 @@ class PostgresAdmin:
     async def throughput(self, since_minute: int) -> list[MinuteRow]:
         """Throughput rows of every queue from ``since_minute`` (µs // 60,000,000) on: the sums
         every node added."""
-        rows = await self._store._fetch(A["throughput_since"], since_minute)
+        rows = await self._reads.fetch(A["throughput_since"], since_minute)
         return [MinuteRow(q, int(m), int(e), int(c), int(d)) for q, m, e, c, d in rows]
 
     async def add_counts(self, counts: Mapping[tuple[str, int], tuple[int, int, int]],
@@ -386,28 +326,22 @@ class PostgresAdmin:
         dead_lettered)} to the stored ones (every node adds its own) and drop the rows older
         than ``keep_after_minute``, in one commit."""
         rows = sorted((q, m, *v) for (q, m), v in counts.items() if _storable(q))
-        cols: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] if rows else []
-
-        async def op(tx: Tx) -> None:
-            if cols:
-                await tx.conn.execute(A["add_counts"], *cols)
-            await tx.conn.execute(A["prune_throughput"], keep_after_minute)
-
-        await self._submit(op, 0)
+        columns: list[list[Any]] = [list(c) for c in zip(*rows, strict=True)] if rows else []
+        await self._submit(partial(writes.add_counts, columns, keep_after_minute), 0)
 
     async def count_jobs(self, query: JobQuery) -> int:
         """See ``AdminStore.count_jobs`` (``sepp.storage.postgres.matching``)."""
-        return await _count_jobs(self._store, query)
+        return await _count_jobs(self._reads, query)
 
     async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
                                keep_minutes_after: int, keep_hours_after: int) -> None:
         """See ``AdminStore.add_type_figures``: this node's counts added to every node's
         (``sepp.storage.postgres.type_figures``)."""
-        await figures.add_type_figures(self._store, minutes, buckets, keep_minutes_after, keep_hours_after)
+        await figures.add_type_figures(self._reads, minutes, buckets, keep_minutes_after, keep_hours_after)
 
     async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
         """See ``AdminStore.type_figures``: the whole cluster's figures."""
-        return await figures.type_figures(self._store, queue, day_minute, hour_minute)
+        return await figures.type_figures(self._reads, queue, day_minute, hour_minute)
 
     # ------------------------------------------------------------------ single jobs
 
@@ -415,7 +349,7 @@ class PostgresAdmin:
         """(job id, expires_at µs) of a claimed key, expired or not; None when unclaimed."""
         if not _storable(queue, key):
             return None
-        row = await self._store._fetchrow(A["find_key"], queue, key)
+        row = await self._reads.fetchrow(A["find_key"], queue, key)
         return None if row is None else (bytes(row[0]), int(row[1]))
 
     async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
@@ -423,46 +357,14 @@ class PostgresAdmin:
         ``AdminStore.cancel``): SCHEDULED/READY → CANCELLED (``DONE``), RESERVED → the cancel
         request flag (``CANCEL_REQUESTED``), CANCELLED → ``UNCHANGED``, else ``WRONG_STATE``;
         ``NOT_FOUND`` for no such job."""
-
-        async def op(tx: Tx) -> WriteResult:
-            row = await tx.conn.fetchrow(A["admin_lookup"], job_id)
-            if row is None:
-                return WriteResult(Outcome.NOT_FOUND)
-            seq, queue, state = row
-            decision = cancel(state, now, policy(queue), reason)
-            action = decision.action
-            if action is CancelAction.CANCEL:
-                await tx.conn.execute(A["cancel_now"], decision.finished_at, decision.purge_at, decision.reason, seq)
-                return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
-            if action is CancelAction.REQUEST:
-                await tx.conn.execute(A["request_cancel"], seq)
-                return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
-            if action is CancelAction.UNCHANGED:
-                return WriteResult(Outcome.UNCHANGED, queue, state)
-            return WriteResult(Outcome.WRONG_STATE, queue, state)
-
-        result: WriteResult = await self._submit(op, 0)
+        result: WriteResult = await self._submit(partial(writes.cancel_job, job_id, now, policy, reason), 0)
         return result
 
     async def requeue(self, job_id: bytes, now: int) -> WriteResult:
         """Apply ``transitions.redrive`` (DEAD_LETTERED/CANCELLED → READY at ``now``, attempt
         0, history kept) to the job, locked while judged; wakes the queue's long-pollers on
         every node. ``WRONG_STATE`` for another state, ``NOT_FOUND`` for no such job."""
-
-        async def op(tx: Tx) -> WriteResult:
-            row = await tx.conn.fetchrow(A["admin_lookup"], job_id)
-            if row is None:
-                return WriteResult(Outcome.NOT_FOUND)
-            seq, queue, state = row
-            decision = redrive(state, now)
-            if decision is None:
-                return WriteResult(Outcome.WRONG_STATE, queue, state)
-            await tx.conn.execute(A["requeue_one"], decision.state, decision.attempt, decision.run_at, seq)
-            if decision.state == int(State.READY):
-                tx.wake(queue)
-            return WriteResult(Outcome.DONE, queue, decision.state)
-
-        result: WriteResult = await self._submit(op, 0)
+        result: WriteResult = await self._submit(partial(writes.requeue_job, job_id, now), 0)
         return result
 
     async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
@@ -470,21 +372,7 @@ class PostgresAdmin:
         ``NOT_FOUND``; with ``state`` only while it is in that state (``WRONG_STATE``
         otherwise: ``AdminStore.delete_job``). One statement: a concurrent writer of the row
         is waited for, and the state is judged on the row it left."""
-
-        async def op(tx: Tx) -> WriteResult:
-            if state is None:
-                row = await tx.conn.fetchrow(A["delete_one"], job_id)
-            else:
-                row = await tx.conn.fetchrow(A["delete_one_in_state"], job_id, state)
-                if row is None:  # gone, or in another state
-                    found = await tx.conn.fetchrow(A["admin_lookup"], job_id)
-                    if found is not None:
-                        return WriteResult(Outcome.WRONG_STATE, found[1], found[2])
-            if row is None:
-                return WriteResult(Outcome.NOT_FOUND)
-            return WriteResult(Outcome.DONE, row[0], row[1])
-
-        result: WriteResult = await self._submit(op, 0)
+        result: WriteResult = await self._submit(partial(writes.delete_job, job_id, state), 0)
         return result
 
     # ------------------------------------------------------------------ bulk
@@ -500,9 +388,9 @@ class PostgresAdmin:
         if not _storable(where.queue, where.job_type, where.reason_prefix):
             return 0
         if where.queue is None:
-            value = await self._store._fetchval(A["count_dead_all"], *self._dead_args(where))
+            value = await self._reads.fetchval(A["count_dead_all"], *self._dead_args(where))
         else:
-            value = await self._store._fetchval(A["count_dead_queue"], where.queue, *self._dead_args(where))
+            value = await self._reads.fetchval(A["count_dead_queue"], where.queue, *self._dead_args(where))
         return int(value or 0)
 
     async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> tuple[int, set[str]]:
@@ -519,16 +407,7 @@ class PostgresAdmin:
             sql, args = A["requeue_dead_all"], [*cols, *self._dead_args(where), limit]
         else:
             sql, args = A["requeue_dead_queue"], [*cols, where.queue, *self._dead_args(where), limit]
-
-        async def op(tx: Tx) -> tuple[int, set[str]]:
-            rows = await tx.conn.fetch(sql, *args)
-            queues = {r[0] for r in rows}
-            if decision.state == int(State.READY):
-                for queue in queues:
-                    tx.wake(queue)
-            return len(rows), queues
-
-        result: tuple[int, set[str]] = await self._submit(op, 0)
+        result: tuple[int, set[str]] = await self._submit(partial(writes.requeue_dead, decision, sql, args), 0)
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:
@@ -536,25 +415,7 @@ class PostgresAdmin:
         commit; rows another transaction holds are skipped. Returns how many were deleted."""
         if not _storable(queue):
             return 0
-        wanted = tuple(states)
-
-        async def op(tx: Tx) -> int:
-            left = limit
-            for state in wanted:
-                if left <= 0:
-                    break
-                if state == int(State.SCHEDULED):
-                    status = await tx.conn.execute(A["purge_scheduled"], queue, left)
-                elif state == int(State.READY):
-                    status = await tx.conn.execute(A["purge_ready"], queue, left)
-                elif state == int(State.RESERVED):
-                    status = await tx.conn.execute(A["purge_reserved"], queue, left)
-                else:
-                    status = await tx.conn.execute(A["purge_finished"], queue, left, state)
-                left -= _rowcount(status)
-            return limit - left
-
-        deleted: int = await self._submit(op, 0)
+        deleted: int = await self._submit(partial(writes.purge, queue, tuple(states), limit), 0)
         return deleted
 
     async def delete_queue(self, queue: str) -> bool:
@@ -562,18 +423,5 @@ class PostgresAdmin:
         locked while judged); False otherwise."""
         if not _storable(queue):
             return True
-
-        async def op(tx: Tx) -> bool:
-            await tx.conn.execute(A["lock_queue_row"], queue)
-            if await tx.conn.fetchval(A["queue_has_jobs"], queue):
-                return False
-            await tx.conn.execute(A["delete_queue_row"], queue)
-            await tx.conn.execute(A["delete_queue_throughput"], queue)
-            await tx.conn.execute(A["delete_queue_bucket"], queue)
-            await forget_flow_bound(tx.conn, queue)  # a queue of that name made again starts without it
-            await figures.delete_queue_figures(tx, queue)
-            tx.queues_changed()  # the other nodes forget it (QueueRegistry.refresh)
-            return True
-
-        done: bool = await self._submit(op, 0)
+        done: bool = await self._submit(partial(writes.delete_queue, queue), 0)
         return done

@@ -153,9 +153,9 @@ SELECT (SELECT min(seq) FROM jobs), (SELECT max(seq) FROM jobs);
 -- name: job_summaries
 -- The listed rows without their payload bytes ($1 their seqs). The history text comes
 -- along: the attempts recorded and the last error are derived from it in Python
--- (admin._attempts), so a history that is not a JSON array never fails the page.
+-- (summaries.attempts), so a history that is not a JSON array never fails the page.
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
-    octet_length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
+    octet_length(payload) AS size, encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
     started_at, finished_at, reason, cancel_requested, history, node
 FROM jobs WHERE seq = ANY($1::bigint[]);
 

@@ -24,12 +24,28 @@ wanted exceed ``max_in_flight_per_key``, no group can reach it otherwise.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sepp.domain.params import Bucket, FlowLimits
 from sepp.storage import flow_keys
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres.sql import Q
+from sepp.storage.row_types import at
+
+
+class FlowReadyRow(NamedTuple):
+    """A row of ``flow_ready``: the queue's RESERVED bound and its token bucket (the same on
+    every row), then one READY candidate (None, None when there is none)."""
+
+    reserved: int
+    buckets: int
+    tokens: Any                         # float, or None without a bucket row
+    updated_at: Any                     # int µs, or None without a bucket row
+    seq: int | None
+    size: int | None
+
+
+_SEQ, _SIZE = at(FlowReadyRow, "seq"), at(FlowReadyRow, "size")
 
 
 def lock_queues(flow: Mapping[str, FlowLimits], queues: Iterable[str]) -> list[str]:
@@ -42,7 +58,7 @@ async def promote_locking(conn: Any, now: int, limit: int, queues: Sequence[str]
     """``promote_due`` (due SCHEDULED jobs → READY, at most ``limit``, due at ``now`` µs) that
     also takes the flow lock of each of ``queues`` for the rest of the transaction on the
     asyncpg connection ``conn``; one (queue, run_at) row per job promoted."""
-    return [r for r in await conn.fetch(Q["promote_due_locking"], now, limit, list(queues)) if r[0] is not None]
+    return [r for r in await conn.fetch(Q["promote_due_locking"], now, limit, list(queues)) if r["queue"] is not None]
 
 
 async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
@@ -63,22 +79,23 @@ async def ready(conn: Any, queue: str, limits: FlowLimits, want: int,
     count, rate = bool(limits.max_in_flight or limits.per_key), limits.rate_amount > 0
     args = (queue, want, limits.max_in_flight, count, rate, now, _threshold(limits), limits.per_key)
     rows = await conn.fetch(Q["flow_ready"], *args)
-    if rate and rows[0][1] == 0:  # first draw from this bucket on any node: create it full
+    head = FlowReadyRow._make(rows[0])
+    if rate and head.buckets == 0:  # first draw from this bucket on any node: create it full
         await conn.execute(Q["bucket_ensure"], queue, float(limits.rate_burst), now)
         rows = await conn.fetch(Q["flow_ready"], *args)
-        if rows[0][1] == 0:
+        head = FlowReadyRow._make(rows[0])
+        if head.buckets == 0:
             raise StoreError(f"the token bucket of queue {queue!r} vanished while reserving")
-    head = rows[0]
-    reserved = int(head[0])
+    reserved = int(head.reserved)
     allowed = want
     if limits.max_in_flight:
         allowed = min(allowed, limits.max_in_flight - reserved)
     bucket = None
     if rate:
-        bucket = limits.bucket((head[2], head[3]), now)
+        bucket = limits.bucket((head.tokens, head.updated_at), now)
         allowed = min(allowed, bucket.whole)
     allowed = max(0, allowed)
-    candidates = [(int(r[4]), int(r[5])) for r in rows if r[4] is not None][:allowed]
+    candidates = [(int(r[_SEQ]), int(r[_SIZE])) for r in rows if r[_SEQ] is not None][:allowed]
     return allowed, bucket, candidates, reserved
 
 

@@ -4,19 +4,17 @@ planner can use that state's partial index whatever plan it caches."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sepp.storage.admin import JobQuery
-
-if TYPE_CHECKING:
-    from sepp.storage.postgres.store import PostgresStore
+from sepp.storage.postgres.reads import PgReads
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _SQL = ("SELECT count(*) FROM jobs WHERE state = {state} AND queue = $1::text{job_type}"
         " AND coalesce(finished_at, 0) >= $2::bigint AND coalesce(finished_at, 0) < $3::bigint")
 
 
-async def count_jobs(store: PostgresStore, query: JobQuery) -> int:
+async def count_jobs(reads: PgReads, query: JobQuery) -> int:
     """See ``sepp.storage.sqlite.matching.count_jobs`` (the same contract). Raises
     ``ValueError`` without a queue or state."""
     if query.queue is None or query.state is None:
@@ -29,5 +27,5 @@ async def count_jobs(store: PostgresStore, query: JobQuery) -> int:
                        _INT_MAX if query.finished_before is None else query.finished_before]
     if query.job_type is not None:
         args.append(query.job_type)
-    value = await store._fetchval(sql, *args)
+    value = await reads.fetchval(sql, *args)
     return int(value or 0)

@@ -18,9 +18,12 @@ P = load_queries("sepp.storage.postgres", "periodic.sql")
 
 
 def record(row: Any) -> PeriodicRecord:
-    """A ``periodic`` row (``load_all`` column order) as a ``PeriodicRecord``."""
-    return PeriodicRecord(row[0], row[1], row[2], bool(row[3]), int(row[4]), int(row[5]), int(row[6]),
-                          bytes(row[7] or b""), row[8], int(row[9]))
+    """A ``periodic`` row (``load_all`` column order: ``PeriodicRecord``'s fields) as a
+    ``PeriodicRecord``."""
+    stored = PeriodicRecord._make(row)
+    return stored._replace(paused=bool(stored.paused), active_since=int(stored.active_since),
+                           last_tick=int(stored.last_tick), last_run_at=int(stored.last_run_at),
+                           last_job_id=bytes(stored.last_job_id or b""), updated_at=int(stored.updated_at))
 
 
 class PutOp:

@@ -129,7 +129,7 @@ UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $3, lease_expir
     started_at = $6, cancel_requested = 0, node = $7
 FROM picked WHERE j.seq = picked.seq
 RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
-    coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
+    coalesce(j.payload, '\x'::bytea) AS payload, j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
 
 -- name: lease_within
 -- With a byte budget, in one statement: lock the next $2 READY jobs of queue $1 in reserve
@@ -150,7 +150,7 @@ UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $3, lease_expir
     started_at = $6, cancel_requested = 0, node = $7
 WHERE j.seq = ANY(ARRAY(SELECT seq FROM sized WHERE upto <= $8 OR (k = 1 AND $9::boolean)))
 RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
-    coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
+    coalesce(j.payload, '\x'::bytea) AS payload, j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
 
 -- name: lease_seqs
 -- Lease the seqs $1 (chosen by flow_ready or ready_keys): $2 lease id, $3 expiry, $4 worker, $5 now, $6 node.
@@ -158,7 +158,7 @@ UPDATE jobs j SET state = 3, attempt = j.attempt + 1, lease_id = $2, lease_expir
     started_at = $5, cancel_requested = 0, node = $6
 WHERE j.seq = ANY($1::bigint[]) AND j.state::integer = 2
 RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
-    coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
+    coalesce(j.payload, '\x'::bytea) AS payload, j.encoding, j.extras, j.idempotency_key, j.history, j.seq;
 
 -- name: bury_leased
 -- A just-leased job the server could not convert: $1 now, $2 reason, $3 job
@@ -200,8 +200,8 @@ UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);
 
 -- name: get_job
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
-    coalesce(payload, '\x'::bytea), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id,
-    started_at, history, finished_at, reason, cancel_requested, seq, node
+    coalesce(payload, '\x'::bytea) AS payload, encoding, extras, idempotency_key, lease_id, lease_expires_at,
+    worker_id, started_at, history, finished_at, reason, cancel_requested, seq, node
 FROM jobs WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = $1 AND job_id_foreign(f.id, f.seq)), job_seq_hint($1)) AND id = $1;
 
 -- name: settle_lookup
@@ -398,7 +398,8 @@ WITH c AS MATERIALIZED (
         ck_leased = CASE WHEN (SELECT counted FROM n) THEN f.leased ELSE f.ck_leased END,
         ck_at = CASE WHEN (SELECT counted FROM n) THEN EXCLUDED.ck_at ELSE f.ck_at END
 )
-SELECT (SELECT n FROM n), (SELECT count(*) FROM b), (SELECT tokens FROM b), (SELECT updated_at FROM b),
+SELECT (SELECT n FROM n) AS reserved, (SELECT count(*) FROM b) AS buckets, (SELECT tokens FROM b) AS tokens,
+    (SELECT updated_at FROM b) AS updated_at,
     p.seq, p.size
 FROM (VALUES (1)) AS v(one) LEFT JOIN picked p ON true
 ORDER BY p.priority DESC, p.run_at, p.seq;
@@ -431,7 +432,7 @@ WITH leased AS (
         started_at = $5, cancel_requested = 0, node = $6
     WHERE j.seq = ANY($1::bigint[]) AND j.state::integer = 2
     RETURNING j.id, j.job_type, j.priority, j.run_at, j.enqueued_at, j.attempt, j.max_attempts,
-        coalesce(j.payload, '\x'::bytea), j.encoding, j.extras, j.idempotency_key, j.history, j.seq
+        coalesce(j.payload, '\x'::bytea) AS payload, j.encoding, j.extras, j.idempotency_key, j.history, j.seq
 ), put AS (
     UPDATE flow_buckets SET tokens = $8::double precision - (SELECT count(*) FROM leased), updated_at = $9::bigint
     WHERE queue = $7

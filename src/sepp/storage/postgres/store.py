@@ -5,8 +5,10 @@ own); reads (``get_job``, ``next_due``, the admin listings) through an asyncpg p
 ``pool_size`` connections; one more connection LISTENs for the other nodes' wake-ups
 (``listener``). Every connection's ``search_path`` is the sepp schema (``[postgres]
 schema``), so several independent sepp installations (or test runs) can share one
-database. See ``base.Store`` for the contract of each method; the operations are in
-``ops``, what they do to a job is decided by ``sepp.domain.transitions``.
+database. See ``base.Store`` for the contract of each method; the write operations are in
+``enqueue``, ``reserve``, ``settle``, ``sweeps``, ``queue_rows`` and ``nodes``; what they
+do to a job is decided by ``sepp.domain.transitions``. The admin operations (``admin``)
+get the store's ``reads`` (``reads.PgReads``), never the store.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import cast
 
 import asyncpg
 from uuid_utils import UUID
@@ -35,26 +37,22 @@ from sepp.storage.base import (
     SettleKind,
     SettleParams,
     SettleResult,
-    State,
     StoreFigures,
     SweepResult,
     WorkerRecord,
 )
-from sepp.storage.errors import StoreClosed, StoreFailed, StoreUnavailable
-from sepp.storage.postgres import ops, periodic
+from sepp.storage.errors import StoreFailed, StoreUnavailable
+from sepp.storage.postgres import enqueue, nodes, periodic, queue_rows, reserve, settle, sweeps
+from sepp.storage.postgres.admin import PostgresAdmin
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.ids import JobIds
 from sepp.storage.postgres.listener import Listener
+from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
+from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.search import CustomEntry
 
-_RESERVED = int(State.RESERVED)
-
-#: Builds a NamedTuple (SettleResult, JobRecord) from a full tuple without its Python-level __new__.
-_new_result = tuple.__new__
-#: What a read on the pool may raise: mapped to ``StoreError`` / ``StoreUnavailable``.
-_DRIVER_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 _record = JobRecord._make
 #: Longest ``ping`` waits for PostgreSQL, seconds (readiness: "answers within 1 s").
 PING_TIMEOUT = 1.0
@@ -90,13 +88,13 @@ class PostgresStore:
         self._committer = PgCommitter(self._connect_writer, writers=writers, channel=self.channel,
                                       origin=self.origin, max_group_ops=1 if mode == "sync" else 256,
                                       commit_delay=commit_delay)
-        self._pool: asyncpg.Pool | None = None
+        #: The read pool and the committer, as the admin operations use them.
+        self._reads = PgReads(self._committer)
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
         self._promoted: Callable[[str], None] = _nobody
-        self._closed = False
         #: The grant times of this node's reserves writing their leases right now: its
-        #: reclaim passes free no lease ending after them (``ops.Granting``).
-        self._granting = ops.Granting()
+        #: reclaim passes free no lease ending after them (``reserve.Granting``).
+        self._granting = reserve.Granting()
         #: This node's blocks of seqs and the job ids made of them (schema version 10).
         self._ids = JobIds(self._take_seqs, clock)
         #: Jobs whose ids ``new_job_ids`` is waiting for (a block of seqs): counted in
@@ -128,39 +126,41 @@ class PostgresStore:
         finally:
             await conn.close()
         try:
-            self._pool = await asyncpg.create_pool(
+            pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self._pool_size, timeout=10,
                 server_settings=server_settings(self.schema, self.mode, self._application, self._idle_tx))
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
             raise connect_error(exc, self.dsn) from None
+        self._reads.pool = pool
         try:
             await self._committer.start()
             await self._listener.start()
         except BaseException:
             await self._committer.stop()
-            await self._pool.close()
+            await pool.close()
             raise
 
     async def close(self) -> None:
         """Commit what was submitted, then close every connection. Idempotent."""
-        if self._closed:
+        reads = self._reads
+        if reads.closed:
             return
-        self._closed = True
+        reads.closed = True
         await self._committer.stop()
         await self._listener.stop()
-        if self._pool is not None:
+        if reads.pool is not None:
             try:
-                await asyncio.wait_for(self._pool.close(), 10)
+                await asyncio.wait_for(reads.pool.close(), 10)
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                self._pool.terminate()
+                reads.pool.terminate()
 
     def abort(self) -> None:
         """``Store.abort``: drop every connection at once (PostgreSQL rolls back what was in
         flight; nothing committed is lost)."""
         self._committer.kill()
         self._listener.kill()
-        if self._pool is not None:
-            self._pool.terminate()
+        if self._reads.pool is not None:
+            self._reads.pool.terminate()
 
     async def failure(self) -> StoreFailed:
         """Never returns: a lost connection is made again (calls fail as ``UNAVAILABLE``
@@ -185,21 +185,21 @@ class PostgresStore:
 
     async def heartbeat(self, node: NodeRecord) -> None:
         """``Store.heartbeat``: upsert the node's row (one small transaction)."""
-        await self._committer.submit(ops.HeartbeatOp(node), 0)
+        await self._committer.submit(nodes.HeartbeatOp(node), 0)
 
     async def nodes(self) -> list[NodeRecord]:
         """``Store.nodes``: every node row, by name."""
-        return [NodeRecord(*r) for r in await self._fetch(Q["nodes"])]
+        return [NodeRecord._make(r) for r in await self._reads.fetch(Q["nodes"])]
 
     async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
         """``Store.report_workers``: the node's rows replaced and old rows forgotten, in one
         transaction."""
-        await self._committer.submit(ops.ReportWorkersOp(node, list(workers), forget_before), 0)
+        await self._committer.submit(nodes.ReportWorkersOp(node, list(workers), forget_before), 0)
 
     async def workers(self) -> list[WorkerRecord]:
         """``Store.workers``: every worker row, by worker then node."""
         return [WorkerRecord(w, n, h, tuple(q or ()), int(c), v, int(f), int(r), int(s), int(d), int(x), int(z))
-                for w, n, h, q, c, v, f, r, s, d, x, z in await self._fetch(Q["workers"])]
+                for w, n, h, q, c, v, f, r, s, d, x, z in await self._reads.fetch(Q["workers"])]
 
     @property
     def backlog(self) -> int:
@@ -228,46 +228,21 @@ class PostgresStore:
         for a pool connection is not bounded here: the caller bounds the whole ping (on a
         silent network even a cancelled query waits for the database)."""
         try:
-            await self._reader().fetchval(Q["ping"], timeout=PING_TIMEOUT)
+            await self._reads.reader().fetchval(Q["ping"], timeout=PING_TIMEOUT)
         except TimeoutError:
             raise StoreUnavailable(f"PostgreSQL unavailable: no answer to SELECT 1 within {PING_TIMEOUT:g} s") from None
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             raise store_error(exc) from exc
 
     @property
-    def admin(self) -> Any:
+    def admin(self) -> PostgresAdmin:
         """The admin operations (``sepp.storage.admin.AdminStore``)."""
-        from sepp.storage.postgres.admin import PostgresAdmin
-        return PostgresAdmin(self)
+        return PostgresAdmin(self._reads)
 
-    # ------------------------------------------------------------------ reads
-
-    def _reader(self) -> asyncpg.Pool:
-        if self._closed or self._pool is None:
-            raise StoreClosed("store is closed")
-        return self._pool
-
-    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        """Rows of one read on the pool; driver errors as ``StoreError`` / ``StoreUnavailable``."""
-        try:
-            rows: list[asyncpg.Record] = await self._reader().fetch(sql, *args)
-            return rows
-        except _DRIVER_ERRORS as exc:
-            raise store_error(exc) from exc
-
-    async def _fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        """The first row of one read, or None (errors as ``_fetch``)."""
-        try:
-            return await self._reader().fetchrow(sql, *args)
-        except _DRIVER_ERRORS as exc:
-            raise store_error(exc) from exc
-
-    async def _fetchval(self, sql: str, *args: Any) -> Any:
-        """The first column of the first row of one read (errors as ``_fetch``)."""
-        try:
-            return await self._reader().fetchval(sql, *args)
-        except _DRIVER_ERRORS as exc:
-            raise store_error(exc) from exc
+    @property
+    def reads(self) -> PgReads:
+        """Reads on the pool and writes through the committer (admin, tests, benchmarks)."""
+        return self._reads
 
     # ------------------------------------------------------------------ enqueue and queues
 
@@ -284,7 +259,7 @@ class PostgresStore:
     async def _take_seqs(self, blocks: int) -> list[int]:
         """``blocks`` fresh values of the jobs sequence, each the start of a block of
         ``ids.BLOCK`` seqs (``JobIds``' fetch)."""
-        return [r[0] for r in await self._fetch(Q["take_seqs"], blocks)]
+        return [r[0] for r in await self._reads.fetch(Q["take_seqs"], blocks)]
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
@@ -299,34 +274,34 @@ class PostgresStore:
         foreign ids, so nothing else keeps a second row from taking the id (another node's
         job then hidden from every lookup by id)."""
         seq_of = self._ids.seq_of
-        carried = [seq_of(row[0]) for row in rows]
+        carried = [seq_of(row.id) for row in rows]
         foreign: list[bytes] = []
         if None in carried:  # foreign ids: seqs of this node's blocks (they stay dense)
             more = iter(await self._ids.take_seqs(carried.count(None)))
             seqs = [next(more) if s is None else s for s in carried]
-            foreign = [row[0] for row, s in zip(rows, carried, strict=True) if s is None]
+            foreign = [row.id for row, s in zip(rows, carried, strict=True) if s is None]
         else:
             seqs = cast("list[int]", carried)
-        if not foreign and not new_queues and not custom and not any(row[11] for row in rows):
-            return await self._committer.submit(ops.InsertOp([(*row, s) for row, s in zip(rows, seqs, strict=True)]),
-                                                len(rows))
-        return await self._committer.submit(ops.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign),
-                                            len(rows))
+        if not foreign and not new_queues and not custom and not any_keyed(rows):
+            records = [(*row, s) for row, s in zip(rows, seqs, strict=True)]
+            return await self._committer.submit(enqueue.InsertOp(records), len(rows))
+        return await self._committer.submit(
+            enqueue.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign), len(rows))
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""
-        return [QueueRecord(r[0], r[1], bool(r[2]), bool(r[3])) for r in await self._fetch(Q["load_queues"])]
+        return [QueueRow._make(r).record() for r in await self._reads.fetch(Q["load_queues"])]
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
         """Create or replace a queue row."""
-        await self._committer.submit(ops.QueueOp(queue, now), 0)
+        await self._committer.submit(queue_rows.QueueOp(queue, now), 0)
 
     async def change_queue(self, name: str, change: Callable[[QueueRecord | None], QueueRecord],
                            now: int) -> QueueRecord:
         """See ``Store.change_queue``: ``SELECT … FOR UPDATE`` of the row, ``change``, then
         the UPDATE (or INSERT) in one transaction through the committer."""
-        result = await self._committer.submit(ops.ChangeQueueOp(name, change, now), 0)
-        if isinstance(result, ops.Refused):
+        result = await self._committer.submit(queue_rows.ChangeQueueOp(name, change, now), 0)
+        if isinstance(result, queue_rows.Refused):
             raise result.exc
         return result
 
@@ -336,27 +311,23 @@ class PostgresStore:
         """Promote due jobs, then lease up to ``max_jobs`` READY jobs from the queues in order
         with ``FOR UPDATE SKIP LOCKED`` (no job leased twice, however many nodes reserve).
         Every job of the call gets the same fresh random 128-bit lease id. The leases run
-        from when the committer runs the operation (``ops.ReserveOp.granted``), which is
+        from when the committer runs the operation (``reserve.ReserveOp.granted``), which is
         the jobs' ``started_at``."""
-        worker, reserved, node = params.worker_id, _RESERVED, params.node
+        worker, node = params.worker_id, params.node
         lease_id = os.urandom(16)
         records: list[JobRecord] = []
-        op = ops.ReserveOp(params, lease_id, self._granting)
+        op = reserve.ReserveOp(params, lease_id, self._granting)
         leased = await self._committer.submit(op, 0)
         now = op.granted
         for promoted in op.promoted:
             self._promoted(promoted)
         for queue, expires, rows in leased:
-            records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
-                                                   attempt, max_attempts, payload, encoding, extras, idem, lease_id,
-                                                   expires, worker, now, history, None, None, 0, seq, node))
-                           for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
-                                encoding, extras, idem, history, seq) in rows)
+            records.extend(leased_records(rows, queue, lease_id, expires, worker, now, node))
         return records
 
     async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
         """See ``Store.reserve_damaged``: one transaction."""
-        return await self._committer.submit(ops.BuryLeasedOp(list(leases), now), 0)
+        return await self._committer.submit(reserve.BuryLeasedOp(list(leases), now), 0)
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
         """Apply acks/nacks in one transaction (``Store.settle``): acks of live leases in one
@@ -364,17 +335,15 @@ class PostgresStore:
         ack = SettleKind.ACK
         acks = [p for p in items if p.kind is ack]
         if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
-            return await self._committer.submit(ops.SettleEachOp(items, policy), len(items))
+            return await self._committer.submit(settle.SettleEachOp(items, policy), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
         folded = [p for p in acks if p.now == now]
         others = ({} if len(folded) == len(items)  # the common case: every item folded
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
         rows, refused, other_results = await self._committer.submit(
-            ops.AckManyOp(folded, others, now, default_keep, policy), len(items))
-        completed = int(State.COMPLETED)
-        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started or 0, job_type))
-                for job_id, queue, attempt, _seq, started, job_type in rows}
+            settle.AckManyOp(folded, others, now, default_keep, policy), len(items))
+        done = acked_results(rows, now)
         done.update(refused)
         if not others:
             return [done[p.job_id] for p in items]
@@ -384,34 +353,34 @@ class PostgresStore:
                      clock: Clock | None = None) -> ExtendResult:
         """Push a live lease's expiry to ``expires_at`` (µs), measured from when the committer
         writes it with a ``clock`` (``Store.extend``)."""
-        return await self._committer.submit(ops.ExtendOp(job_id, lease_id, now, expires_at, clock), 0)
+        return await self._committer.submit(settle.ExtendOp(job_id, lease_id, now, expires_at, clock), 0)
 
     # ------------------------------------------------------------------ sweeps
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
         """SCHEDULED → READY for due jobs; rows another node promotes are skipped (it does)."""
-        return await self._committer.submit(ops.PromoteOp(now, limit), 0)
+        return await self._committer.submit(sweeps.PromoteOp(now, limit), 0)
 
     async def next_due(self) -> int | None:
         """Earliest run_at among SCHEDULED jobs (µs), or None."""
-        value = await self._fetchval(Q["next_due"])
+        value = await self._reads.fetchval(Q["next_due"])
         return None if value is None else int(value)
 
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
         """Expired leases → READY, or CANCELLED / DEAD_LETTERED (``transitions.reclaim``).
         ``now`` is lowered, when the pass runs, to the grant time of a reserve of this node
-        writing its leases at that moment (``ops.Granting``)."""
-        return await self._committer.submit(ops.ReclaimOp(now, limit, policy, self._granting), 0)
+        writing its leases at that moment (``reserve.Granting``)."""
+        return await self._committer.submit(sweeps.ReclaimOp(now, limit, policy, self._granting), 0)
 
     async def prune(self, now: int, limit: int) -> SweepResult:
         """Delete finished jobs past retention, then expired idempotency keys."""
-        return await self._committer.submit(ops.PruneOp(now, limit), 0)
+        return await self._committer.submit(sweeps.PruneOp(now, limit), 0)
 
     # ------------------------------------------------------------------ reads
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id (read pool)."""
-        row = await self._fetchrow(Q["get_job"], job_id)
+        row = await self._reads.fetchrow(Q["get_job"], job_id)
         return None if row is None else _record(tuple(row))
 
 
@@ -420,8 +389,8 @@ class PostgresStore:
     async def load_periodic(self, names: Sequence[str] | None = None) -> list[PeriodicRecord]:
         """``Store.load_periodic``: one read on the pool."""
         if names is None:
-            return [periodic.record(r) for r in await self._fetch(periodic.P["load_all"])]
-        return [periodic.record(r) for r in await self._fetch(periodic.P["load_named"], list(names))]
+            return [periodic.record(r) for r in await self._reads.fetch(periodic.P["load_all"])]
+        return [periodic.record(r) for r in await self._reads.fetch(periodic.P["load_named"], list(names))]
 
     async def put_periodic(self, name: str, definition: str, source: str, now: int) -> bool:
         """``Store.put_periodic``: one statement (the other nodes are told)."""

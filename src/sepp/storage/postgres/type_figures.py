@@ -20,7 +20,7 @@ from sepp.storage.type_figures import (
 
 if TYPE_CHECKING:
     from sepp.storage.postgres.committer import Tx
-    from sepp.storage.postgres.store import PostgresStore
+    from sepp.storage.postgres.reads import PgReads
 
 F = load_queries("sepp.storage.postgres", "type_figures.sql")
 
@@ -39,7 +39,7 @@ def _columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
     return [list(c) for c in zip(*rows, strict=True)] if rows else []
 
 
-async def add_type_figures(store: PostgresStore, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
+async def add_type_figures(reads: PgReads, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
                            keep_minutes_after: int, keep_hours_after: int) -> None:
     """``AdminStore.add_type_figures`` on PostgreSQL: one transaction of two multi-row upserts
     (in key order) and the prunes."""
@@ -55,10 +55,10 @@ async def add_type_figures(store: PostgresStore, minutes: Sequence[TypeMinute], 
             await tx.conn.execute(F["prune_type_counts"], step, keep)
             await tx.conn.execute(F["prune_type_runs"], step, keep)
 
-    await store._committer.submit(op, 0)
+    await reads.submit(op, 0)
 
 
-async def type_figures(store: PostgresStore, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
+async def type_figures(reads: PgReads, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
     """``AdminStore.type_figures`` on PostgreSQL: grouped range reads of the primary keys, one
     per step (hour rows for the day, minute rows for the hour)."""
     if not _storable(queue):
@@ -67,8 +67,8 @@ async def type_figures(store: PostgresStore, queue: str, day_minute: int, hour_m
     runs: list[dict[tuple[str, int], int]] = []
     for step, since in ((HOUR_STEP, day_minute), (MINUTE_STEP, hour_minute)):
         sums.append({row[0]: TypeTotals(*(_int(v) for v in tuple(row)[1:6]))
-                     for row in await store._fetch(F["type_totals"], queue, step, since)})
-        runs.append({(t, int(b)): _int(n) for t, b, n in await store._fetch(F["type_buckets"], queue, step, since)})
+                     for row in await reads.fetch(F["type_totals"], queue, step, since)})
+        runs.append({(t, int(b)): _int(n) for t, b, n in await reads.fetch(F["type_buckets"], queue, step, since)})
     return read_of(sums[0], sums[1], runs[0], runs[1])
 
 

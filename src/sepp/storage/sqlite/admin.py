@@ -1,7 +1,8 @@
 """``SQLiteAdmin``: the admin operations of the SQLite backend (``sepp.storage.admin.AdminStore``).
 
-Reads go through the store's reader threads, writes through its committer (one
-transaction each, folded into group commits like every other write). Every query
+Reads go through the store's reader threads, writes through its writer, both handed over
+as ``reads.SQLiteReads`` (each write one function of ``admin_writes`` in a transaction,
+folded into group commits like every other write). Every query
 is driven by an index, so none of them slows down as the completed-job history grows:
 
 * READY listings walk ``jobs_ready`` queue by queue in reserve order;
@@ -18,17 +19,15 @@ writer for long.
 from __future__ import annotations
 
 import json
-import sqlite3
+from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sepp.domain.params import FlowLimits
 from sepp.domain.states import STATE_NAMES
-from sepp.domain.transitions import CancelAction, cancel, redrive
 from sepp.quoting import clip
 from sepp.storage import flow_keys
-from sepp.storage._sql import load_queries
 from sepp.storage.admin import (
     DeadFilter,
     FlowRead,
@@ -36,7 +35,6 @@ from sepp.storage.admin import (
     JobQuery,
     JobSummary,
     MinuteRow,
-    Outcome,
     QueueGauges,
     SortKey,
     StateCounts,
@@ -48,32 +46,38 @@ from sepp.storage.admin import position_int as _int
 from sepp.storage.base import FINISHED, JobRecord, PolicyLookup, State
 from sepp.storage.rows import as_text, lenient_text, note_damaged, repair_job
 from sepp.storage.search import search_page
+from sepp.storage.sqlite import admin_writes as writes
 from sepp.storage.sqlite import type_figures as figures
 from sepp.storage.sqlite.matching import count_jobs as _count_jobs
+from sepp.storage.sqlite.reads import SQLiteReads
+from sepp.storage.sqlite.sql import A
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
-
-if TYPE_CHECKING:
-    from sepp.storage.sqlite.store import SQLiteStore
-
-A = load_queries("sepp.storage.sqlite", "admin.sql")
-for _statement in ("search_match", "search_range"):
-    A[_statement] = A[_statement].replace("{filters}", A["search_filters"])
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _FINISHED = tuple(int(s) for s in FINISHED)
 
 
-def _summary(row: Sequence[Any]) -> JobSummary:
-    (seq, id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, size, encoding,
-     extras, idem, lease_id, lease_exp, worker, started, finished, reason, cancel, recorded, last_error, node) = row
-    record = JobRecord(id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, b"",
-                       encoding, extras, idem, lease_id, lease_exp, worker, started, None, finished, reason,
-                       cancel, seq, node)
-    # A damaged field reads as unset or clamped (logged once per job), so one such row
-    # never fails the page it is on.
+class SummaryRow(namedtuple("SummaryRow", "seq id queue job_type state priority run_at enqueued_at attempt "
+                                          "max_attempts size encoding extras idempotency_key lease_id "
+                                          "lease_expires_at worker_id started_at finished_at reason "
+                                          "cancel_requested recorded last_error node")):
+    """A row of ``job_summaries``: a listed job without its payload (``size``: its bytes),
+    with the attempts its history records and its last error, derived in SQL."""
+
+    __slots__ = ()
+
+
+def _summary(found: Sequence[Any]) -> JobSummary:
+    """A ``job_summaries`` row as a ``JobSummary``: a damaged field reads as unset or clamped
+    (``repair_job``, logged once per job), so one such row never fails the page it is on."""
+    row = SummaryRow._make(found)
+    record = JobRecord(row.id, row.queue, row.job_type, row.state, row.priority, row.run_at, row.enqueued_at,
+                       row.attempt, row.max_attempts, b"", row.encoding, row.extras, row.idempotency_key,
+                       row.lease_id, row.lease_expires_at, row.worker_id, row.started_at, None, row.finished_at,
+                       row.reason, row.cancel_requested, row.seq, row.node)
     fixed = repair_job(record)
     return JobSummary(fixed._replace(cancel_requested=bool(fixed.cancel_requested)),
-                      _count(size), _count(recorded), as_text(last_error, "") or "")
+                      _count(row.size), _count(row.recorded), as_text(row.last_error, "") or "")
 
 
 def _name(queue: str | bytes) -> str:
@@ -82,15 +86,16 @@ def _name(queue: str | bytes) -> str:
 
 
 class SQLiteAdmin:
-    """Admin operations over one ``SQLiteStore`` (see ``AdminStore`` for each method's contract)."""
+    """Admin operations over one ``SQLiteStore``'s reader threads and writer (``reads``; see
+    ``AdminStore`` for each method's contract)."""
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self._store = store
-        self._submit = store.committer.submit
+    def __init__(self, reads: SQLiteReads) -> None:
+        self._reads = reads
+        self._submit = reads.submit
 
     async def _read(self, name: str, params: Any = (), one: bool = False) -> Any:
         """Run the named query on a reader thread; ``params`` is a sequence or a mapping."""
-        return await self._store._read(A[name], params, one)
+        return await self._reads.read(A[name], params, one)
 
     # ------------------------------------------------------------------ listings
 
@@ -359,20 +364,20 @@ class SQLiteAdmin:
         """Fold in-memory throughput counts into ``queue_throughput`` and prune old minutes."""
         rows = [(queue, minute, *values) for (queue, minute), values in counts.items()]
 
-        await self._submit(partial(_add_counts_op, rows, keep_after_minute))
+        await self._submit(partial(writes.add_counts, rows, keep_after_minute))
 
     async def count_jobs(self, query: JobQuery) -> int:
         """See ``AdminStore.count_jobs`` (``sepp.storage.sqlite.matching``)."""
-        return await _count_jobs(self._store, query)
+        return await _count_jobs(self._reads, query)
 
     async def add_type_figures(self, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
                                keep_minutes_after: int, keep_hours_after: int) -> None:
         """See ``AdminStore.add_type_figures`` (``sepp.storage.sqlite.type_figures``)."""
-        await figures.add_type_figures(self._store, minutes, buckets, keep_minutes_after, keep_hours_after)
+        await figures.add_type_figures(self._reads, minutes, buckets, keep_minutes_after, keep_hours_after)
 
     async def type_figures(self, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
         """See ``AdminStore.type_figures``."""
-        return await figures.type_figures(self._store, queue, day_minute, hour_minute)
+        return await figures.type_figures(self._reads, queue, day_minute, hour_minute)
 
     # ------------------------------------------------------------------ single jobs
 
@@ -384,19 +389,19 @@ class SQLiteAdmin:
     async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
         """See ``AdminStore.cancel``."""
 
-        result: WriteResult = await self._submit(partial(_cancel_op, job_id, now, policy, reason))
+        result: WriteResult = await self._submit(partial(writes.cancel_job, job_id, now, policy, reason))
         return result
 
     async def requeue(self, job_id: bytes, now: int) -> WriteResult:
         """See ``AdminStore.requeue``."""
 
-        result: WriteResult = await self._submit(partial(_requeue_op, job_id, now))
+        result: WriteResult = await self._submit(partial(writes.requeue_job, job_id, now))
         return result
 
     async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
         """See ``AdminStore.delete_job``."""
 
-        result: WriteResult = await self._submit(partial(_delete_op, job_id, state))
+        result: WriteResult = await self._submit(partial(writes.delete_job, job_id, state))
         return result
 
     # ------------------------------------------------------------------ bulk
@@ -423,109 +428,17 @@ class SQLiteAdmin:
         if where.queue is None:
             del params["queue"]
 
-        result: tuple[int, set[str]] = await self._submit(partial(_requeue_dead_op, name, params))
+        result: tuple[int, set[str]] = await self._submit(partial(writes.requeue_dead, name, params))
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:
         """Delete up to ``limit`` of the queue's jobs in ``states`` (one commit)."""
 
-        deleted: int = await self._submit(partial(_purge_op, queue, tuple(states), limit))
+        deleted: int = await self._submit(partial(writes.purge, queue, tuple(states), limit))
         return deleted
 
     async def delete_queue(self, queue: str) -> bool:
         """Delete the queue row (and its throughput) when it holds no job."""
 
-        done: bool = await self._submit(partial(_delete_queue_op, queue))
+        done: bool = await self._submit(partial(writes.delete_queue, queue))
         return done
-
-
-# ---------------------------------------------------------------------- writer-side operations
-# Module-level so they pickle (the writer may run in its own process).
-
-
-def _add_counts_op(rows: list[tuple[Any, ...]], keep_after_minute: int, conn: sqlite3.Connection) -> None:
-    """Writer side of ``SQLiteAdmin.add_counts``."""
-    if rows:
-        conn.executemany(A["add_counts"], rows)
-    conn.execute(A["prune_throughput"], (keep_after_minute,))
-
-
-def _cancel_op(job_id: bytes, now: int, policy: PolicyLookup, reason: str, conn: sqlite3.Connection) -> WriteResult:
-    """Writer side of ``SQLiteAdmin.cancel``: applies ``transitions.cancel``."""
-    row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
-    if row is None:
-        return WriteResult(Outcome.NOT_FOUND)
-    seq, queue, state = row
-    decision = cancel(state, now, policy(queue), reason)
-    action = decision.action
-    if action is CancelAction.CANCEL:
-        conn.execute(A["cancel_now"], (decision.finished_at, decision.purge_at, decision.reason, seq))
-        return WriteResult(Outcome.DONE, queue, int(State.CANCELLED))
-    if action is CancelAction.REQUEST:
-        conn.execute(A["request_cancel"], (seq,))
-        return WriteResult(Outcome.CANCEL_REQUESTED, queue, state)
-    if action is CancelAction.UNCHANGED:
-        return WriteResult(Outcome.UNCHANGED, queue, state)
-    return WriteResult(Outcome.WRONG_STATE, queue, state)
-
-
-def _requeue_op(job_id: bytes, now: int, conn: sqlite3.Connection) -> WriteResult:
-    """Writer side of ``SQLiteAdmin.requeue``: applies ``transitions.redrive``."""
-    row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
-    if row is None:
-        return WriteResult(Outcome.NOT_FOUND)
-    seq, queue, state = row
-    decision = redrive(state, now)
-    if decision is None:
-        return WriteResult(Outcome.WRONG_STATE, queue, state)
-    conn.execute(A["requeue_one"], (decision.state, decision.attempt, decision.run_at, seq))
-    return WriteResult(Outcome.DONE, queue, decision.state)
-
-
-def _delete_op(job_id: bytes, state: int | None, conn: sqlite3.Connection) -> WriteResult:
-    """Writer side of ``SQLiteAdmin.delete_job`` (the one writer: the state read is the state
-    deleted over)."""
-    row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
-    if row is None:
-        return WriteResult(Outcome.NOT_FOUND)
-    if state is not None and row[2] != state:
-        return WriteResult(Outcome.WRONG_STATE, row[1], row[2])
-    conn.execute(A["delete_one"], (row[0],))
-    return WriteResult(Outcome.DONE, row[1], row[2])
-
-
-def _requeue_dead_op(name: str, params: dict[str, Any], conn: sqlite3.Connection) -> tuple[int, set[str]]:
-    """Writer side of ``SQLiteAdmin.requeue_dead``: the columns of ``transitions.redrive``
-    (READY at ``:now``, attempt 0) for up to ``:limit`` ``BULK_REDRIVABLE`` (DEAD_LETTERED)
-    jobs, written by the statement itself (``requeue_dead_*`` in admin.sql)."""
-    rows = conn.execute(A[name], params).fetchall()
-    return len(rows), {r[0] for r in rows}
-
-
-def _purge_op(queue: str, states: Sequence[int], limit: int, conn: sqlite3.Connection) -> int:
-    """Writer side of ``SQLiteAdmin.purge``."""
-    left = limit
-    for state in states:
-        if left <= 0:
-            break
-        if state == int(State.SCHEDULED):
-            cur = conn.execute(A["purge_scheduled"], {"queue": queue, "limit": left})
-        elif state == int(State.READY):
-            cur = conn.execute(A["purge_ready"], {"queue": queue, "limit": left})
-        elif state == int(State.RESERVED):
-            cur = conn.execute(A["purge_reserved"], {"queue": queue, "limit": left})
-        else:
-            cur = conn.execute(A["purge_finished"], {"queue": queue, "state": state, "limit": left})
-        left -= cur.rowcount
-    return limit - left
-
-
-def _delete_queue_op(queue: str, conn: sqlite3.Connection) -> bool:
-    """Writer side of ``SQLiteAdmin.delete_queue``."""
-    if conn.execute(A["queue_has_jobs"], {"queue": queue}).fetchone()[0]:
-        return False
-    conn.execute(A["delete_queue_row"], (queue,))
-    conn.execute(A["delete_queue_throughput"], (queue,))
-    conn.execute(A["delete_queue_bucket"], (queue,))
-    figures.delete_queue_figures(queue, conn)
-    return True

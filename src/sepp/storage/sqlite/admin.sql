@@ -135,11 +135,12 @@ SELECT (SELECT min(seq) FROM jobs), (SELECT max(seq) FROM jobs);
 
 -- name: job_summaries
 SELECT seq, id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
-    length(payload), encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at,
+    length(payload) AS size, encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at,
     finished_at, reason, cancel_requested,
     -- attempts recorded: a completed job's last attempt is implicit (not in history)
-    json_array_length(h) + (state = 4 AND coalesce(json_extract(h, '$[#-1].outcome'), '') <> 'completed'),
-    CASE WHEN state = 4 THEN '' ELSE json_extract(h, '$[#-1].error_message') END,
+    json_array_length(h) + (state = 4 AND coalesce(json_extract(h, '$[#-1].outcome'), '') <> 'completed')
+        AS recorded,
+    CASE WHEN state = 4 THEN '' ELSE json_extract(h, '$[#-1].error_message') END AS last_error,
     node
 FROM (SELECT *,
     -- a history that is not a JSON array (a damaged row) reads as none: the listing of the

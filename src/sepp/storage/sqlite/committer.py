@@ -45,7 +45,7 @@ log = logging.getLogger("sepp.committer")
 
 
 @dataclass(slots=True)
-class _Pending(Generic[T]):
+class Pending(Generic[T]):
     """One submitted operation; ``token`` identifies it to whoever waits for it (a future in
     this process, an operation number across the writer-process pipe). ``siblings``: how many
     other operations were in flight (submitted, not yet answered) when it was submitted —
@@ -59,16 +59,16 @@ class _Pending(Generic[T]):
 
 
 #: What the loop hands back per operation: (pending, value, exception).
-Results = list[tuple[_Pending[Any], Any, BaseException | None]]
+Results = list[tuple[Pending[Any], Any, BaseException | None]]
 
 
 class Source(Protocol):
     """Where ``GroupLoop`` takes operations from: ``get`` blocks for the next one,
     ``get_nowait`` raises ``queue.Empty`` when none is waiting (``queue.SimpleQueue`` is one)."""
 
-    def get(self) -> _Pending[Any] | object: ...
+    def get(self) -> Pending[Any] | object: ...
 
-    def get_nowait(self) -> _Pending[Any] | object: ...
+    def get_nowait(self) -> Pending[Any] | object: ...
 
 
 #: Put this to make ``GroupLoop.run`` commit what is queued and return.
@@ -151,7 +151,7 @@ class GroupLoop:
         #: Commit histograms, written by this loop's thread.
         self.stats = CommitStats()
 
-    def put(self, item: _Pending[Any] | object) -> None:
+    def put(self, item: Pending[Any] | object) -> None:
         """Queue an operation (or ``STOP``); thread-safe. Only with the default source."""
         assert isinstance(self._q, queue.SimpleQueue)
         self._q.put(item)
@@ -171,7 +171,7 @@ class GroupLoop:
                 first = self._q.get()
                 if first is STOP:
                     break
-                group: list[_Pending[Any]] = [first]  # type: ignore[list-item]
+                group: list[Pending[Any]] = [first]  # type: ignore[list-item]
                 stop_after = False
                 if (self._group_wait and self._last_group > 1 and self._last_weight < _WAIT_BELOW_JOBS
                         and first.siblings > 0):  # type: ignore[attr-defined]
@@ -193,7 +193,7 @@ class GroupLoop:
                 if stop_after:
                     break
             # Drain anything that raced with the stop marker.
-            rest: list[_Pending[Any]] = []
+            rest: list[Pending[Any]] = []
             while True:
                 try:
                     item = self._q.get_nowait()
@@ -213,7 +213,7 @@ class GroupLoop:
             if fsync is not None:
                 fsync.join()
 
-    def _commit_group(self, conn: sqlite3.Connection, group: list[_Pending[Any]]) -> None:
+    def _commit_group(self, conn: sqlite3.Connection, group: list[Pending[Any]]) -> None:
         if any(item.fn.__class__ is Probe for item in group):
             probes = [item for item in group if item.fn.__class__ is Probe]
             answers: Results = []
@@ -221,7 +221,7 @@ class GroupLoop:
                 try:
                     answers.append((item, item.fn(conn), None))
                 except Exception as exc:
-                    answers.append((item, None, _wrap(exc)))
+                    answers.append((item, None, as_store_error(exc)))
             self._deliver(answers)
             group = [item for item in group if item.fn.__class__ is not Probe]
             if not group:
@@ -232,7 +232,7 @@ class GroupLoop:
             results = self._transaction(conn, group)
         except Exception:
             if len(group) == 1:
-                results = [(group[0], None, _wrap(_last_exc()))]
+                results = [(group[0], None, as_store_error(_last_exc()))]
             else:
                 # Isolate the failure: each operation in its own transaction.
                 results = []
@@ -240,10 +240,10 @@ class GroupLoop:
                     try:
                         results.extend(self._transaction(conn, [item]))
                     except Exception as exc:
-                        results.append((item, None, _wrap(exc)))
+                        results.append((item, None, as_store_error(exc)))
         self._deliver(results)
 
-    def _transaction(self, conn: sqlite3.Connection, group: list[_Pending[Any]]) -> Results:
+    def _transaction(self, conn: sqlite3.Connection, group: list[Pending[Any]]) -> Results:
         jobs = sum(item.weight for item in group)
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -338,7 +338,7 @@ class Committer:
             raise StoreClosed("the store is closing")
         fut: asyncio.Future[T] = self._loop.create_future()
         self.backlog += weight
-        self._group.put(_Pending(fn, fut, weight, self.in_flight))
+        self._group.put(Pending(fn, fut, weight, self.in_flight))
         self.in_flight += 1
         return fut
 
@@ -406,7 +406,9 @@ def _last_exc() -> BaseException:
     return exc
 
 
-def _wrap(exc: BaseException) -> BaseException:
+def as_store_error(exc: BaseException) -> BaseException:
+    """``exc`` as the caller of an operation gets it: an ``sqlite3.Error`` as a ``StoreError``
+    (``sqlite: …``, the original as its cause), anything else as is."""
     if isinstance(exc, sqlite3.Error):
         err = StoreError(f"sqlite: {exc}")
         err.__cause__ = exc

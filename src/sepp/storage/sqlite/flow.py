@@ -14,7 +14,11 @@ from typing import Any
 
 from sepp.domain.params import Bucket, FlowLimits
 from sepp.storage import flow_keys
+from sepp.storage.row_types import LeasedRow, at
 from sepp.storage.sqlite.sql import Q
+
+#: Positions in a ``ready_for_lease`` row (``LeasedRow``).
+_PAYLOAD, _HISTORY, _SEQ = at(LeasedRow, "payload"), at(LeasedRow, "history"), at(LeasedRow, "seq")
 
 
 def room(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int,
@@ -54,7 +58,7 @@ def key_rows(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int
     """The ready_for_lease rows to lease under the per-key limit and their bytes: the
     RESERVED jobs of each group counted, then at most ``flow_keys.KEY_SCAN`` READY jobs
     walked in reserve order (``flow_keys.pick``; ``budget``/``used``/``have`` as in
-    ``ops._ready_rows``)."""
+    ``_ready_rows`` in ``ops``)."""
     held = flow_keys.reserved_groups((r[0] for r in conn.execute(Q["reserved_extras_in"], (queue,))), limits.key)
     picker = flow_keys.Picker(limits.key, limits.max_per_key, held, want, budget, used, have)
     candidates = conn.execute(Q["ready_keys"], (queue, flow_keys.KEY_SCAN))
@@ -64,11 +68,11 @@ def key_rows(conn: sqlite3.Connection, queue: str, limits: FlowLimits, want: int
     if not seqs:
         return [], 0
     rows = conn.execute(Q["ready_for_lease_seqs"], (json.dumps(seqs),)).fetchall()
-    return rows, sum(len(r[7]) + len(r[11] or "") for r in rows)
+    return rows, sum(len(r[_PAYLOAD]) + len(r[_HISTORY] or "") for r in rows)
 
 
 def lease_rows(conn: sqlite3.Connection, rows: list[Any], lease_id: bytes, expires: int, worker: str, now: int,
                node: str) -> int:
     """Lease the READY jobs of ``rows`` (ready_for_lease rows, seq last); how many it leased."""
-    seqs = json.dumps([r[12] for r in rows])
+    seqs = json.dumps([r[_SEQ] for r in rows])
     return int(conn.execute(Q["lease_seqs"], (lease_id, expires, worker, now, seqs, node)).rowcount)

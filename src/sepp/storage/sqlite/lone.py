@@ -67,7 +67,7 @@ from typing import TypeVar
 
 from sepp.storage.commit_stats import CommitStats
 from sepp.storage.errors import StoreError
-from sepp.storage.sqlite.committer import Op, _wrap
+from sepp.storage.sqlite.committer import Op, as_store_error
 
 T = TypeVar("T")
 log = logging.getLogger("sepp.committer")
@@ -175,7 +175,7 @@ class LoneWriter:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
-                raise _wrap(exc) from exc
+                raise as_store_error(exc) from exc
             raise
         self.commits += 1
         self._run += 1 + jobs // RUN_JOBS

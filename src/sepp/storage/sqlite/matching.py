@@ -5,19 +5,17 @@ index's WHERE); the job-type filter is only in the text when given."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sepp.storage.admin import JobQuery
-
-if TYPE_CHECKING:
-    from sepp.storage.sqlite.store import SQLiteStore
+from sepp.storage.sqlite.reads import SQLiteReads
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _SQL = ("SELECT count(*) FROM jobs WHERE state = {state} AND queue = :queue{job_type}"
         " AND coalesce(finished_at, 0) >= :after AND coalesce(finished_at, 0) < :before")
 
 
-async def count_jobs(store: SQLiteStore, query: JobQuery) -> int:
+async def count_jobs(reads: SQLiteReads, query: JobQuery) -> int:
     """Jobs of ``query.queue`` in ``query.state`` (both required) of ``query.job_type`` (any
     when None) whose finish time lies in [finished_after, finished_before) (unbounded sides
     when None; an unfinished job counts as finished at 0). Raises ``ValueError`` without a
@@ -31,5 +29,5 @@ async def count_jobs(store: SQLiteStore, query: JobQuery) -> int:
                    "before": _INT_MAX if query.finished_before is None else query.finished_before}
     if query.job_type is None:
         del params["job_type"]
-    row = await store._read(sql, params, True)
+    row = await reads.read(sql, params, True)
     return int(row[0]) if row is not None else 0

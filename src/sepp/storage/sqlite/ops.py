@@ -31,14 +31,21 @@ from sepp.domain.params import (
 )
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import Dedups, JobRow, QueueRecord
-from sepp.domain.transitions import Decision, HeldJob, completed_purge_at, lease_error, settle
+from sepp.domain.transitions import Decision, completed_purge_at, lease_error, settle
 from sepp.quoting import clip
 from sepp.storage.errors import StoreError
+from sepp.storage.row_types import AckedRow, LeasedRow, LeaseLookup, at
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import flow
 from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, blob_slices, insert_sql, insert_statements
 from sepp.storage.sqlite.sweeps import promote
+
+_ID, _PAYLOAD, _HISTORY, _SEQ = (at(LeasedRow, "id"), at(LeasedRow, "payload"), at(LeasedRow, "history"),
+                                 at(LeasedRow, "seq"))
+#: Positions in a one-row insert's parameters (a ``JobRow``'s fields).
+_ROW_ID, _ROW_PAYLOAD = at(JobRow, "id"), at(JobRow, "payload")
+_ACKED_ID, _ACKED_QUEUE, _ACKED_SEQ = at(AckedRow, "id"), at(AckedRow, "queue"), at(AckedRow, "seq")
 
 # ---------------------------------------------------------------------- enqueue
 
@@ -50,7 +57,7 @@ def run_inserts(statements: list[tuple[InsertKey | None, Sequence[object]]], con
     for key, params in statements:
         if key is None:
             one: list[Any] = list(params)
-            one[0], one[8] = bytearray(one[0]), bytearray(one[8])
+            one[_ROW_ID], one[_ROW_PAYLOAD] = bytearray(one[_ROW_ID]), bytearray(one[_ROW_PAYLOAD])
             conn.execute(Q["insert_job"], one)
             continue
         blobs: list[Any] = list(params)
@@ -198,8 +205,9 @@ def _ready_rows(cur: sqlite3.Cursor, budget: int, used: int, have: bool) -> tupl
         return cur.fetchall(), 0
     rows: list[Any] = []
     size = 0
+    payload, history = _PAYLOAD, _HISTORY
     for row in cur:
-        n = len(row[7]) + len(row[11] or "")
+        n = len(row[payload]) + len(row[history] or "")
         if used + size + n > budget and (rows or have):
             break
         rows.append(row)
@@ -225,13 +233,13 @@ def _bury_damaged_ready(conn: sqlite3.Connection, queue: str, want: int, now: in
                 break
             if decoder.damaged != before:
                 damaged.append((row, "a text column is not UTF-8"))
-            elif not isinstance(row[7], bytes) or not isinstance(row[11], str | None):
+            elif not isinstance(row[_PAYLOAD], bytes) or not isinstance(row[_HISTORY], str | None):
                 damaged.append((row, "its payload or history has the wrong type"))
     finally:
         conn.text_factory = saved
     for row, why in damaged:
-        conn.execute(Q["bury_damaged"], (now, DAMAGED_ROW, row[12]))
-        note_damaged(row[0] if isinstance(row[0], bytes) else row[12],
+        conn.execute(Q["bury_damaged"], (now, DAMAGED_ROW, row[_SEQ]))
+        note_damaged(row[_ID] if isinstance(row[_ID], bytes) else row[_SEQ],
                      f"job {describe(row)} in queue {clip(repr(queue), 200)} cannot be delivered ({why}): "
                      f"dead-lettered with {DAMAGED_ROW}")
 
@@ -245,9 +253,10 @@ def bury_leased_op(leases: list[tuple[bytes, bytes]], now: int, conn: sqlite3.Co
 # ---------------------------------------------------------------------- settle and extend
 
 
-def _held(row: Sequence[Any] | None) -> HeldJob | None:
-    """A ``settle_lookup`` row as the rules read it (its seq dropped)."""
-    return None if row is None else HeldJob._make(row[1:])
+def _lookup(conn: sqlite3.Connection, job_id: bytes) -> LeaseLookup | None:
+    """The ``settle_lookup`` row of the job, or None."""
+    row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
+    return None if row is None else LeaseLookup._make(row)
 
 
 def _apply(conn: sqlite3.Connection, seq: int, lease_id: bytes, d: Decision) -> None:
@@ -262,13 +271,14 @@ def _apply(conn: sqlite3.Connection, seq: int, lease_id: bytes, d: Decision) -> 
 
 def settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup) -> SettleResult:
     """Judge and apply one ack or nack (``transitions.settle``)."""
-    row = conn.execute(Q["settle_lookup"], (p.job_id,)).fetchone()
+    row = _lookup(conn, p.job_id)
     rand = random.uniform(-1.0, 1.0) if p.kind is SettleKind.RETRY else 0.0
-    verdict = settle(_held(row), p, policy, rand)
+    verdict = settle(None if row is None else row.held(), p, policy, rand)
     if isinstance(verdict, SettleResult):
         return verdict
-    _apply(conn, row[0], p.lease_id, verdict)
-    return verdict.result(row[1], row[8], row[12])
+    assert row is not None
+    _apply(conn, row.seq, p.lease_id, verdict)
+    return verdict.result(row.queue, row.started_at, row.job_type)
 
 
 def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlite3.Connection) -> list[SettleResult]:
@@ -278,29 +288,29 @@ def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlit
 
 def ack_many(statements: list[list[object]], others: dict[int, SettleParams], now: int, default_keep: int,
              policy: PolicyLookup, conn: sqlite3.Connection
-             ) -> tuple[list[tuple[bytes, str, int, int, str]], dict[bytes, SettleResult], dict[int, SettleResult]]:
+             ) -> tuple[list[Any], dict[bytes, SettleResult], dict[int, SettleResult]]:
     """Writer side of a batched settle, one transaction: run the ack statements (the
     parameters of ``ack_many_head``: now, default retention, then one (job id, lease id)
     pair per ack: the rule ``transitions.ack`` for many jobs); give the jobs of a queue with
     its own completed retention their purge time; apply each ack the statements did not
     complete (refused or repeated) and each of ``others`` (nacks, by item index) one by one.
 
-    Returns the completed (job id, queue, attempt, started_at, job_type), {job id: result} of the acks applied one
-    by one, and {item index: result} of ``others``."""
+    Returns the rows of the completed jobs (``AckedRow`` columns), {job id: result} of the
+    acks applied one by one, and {item index: result} of ``others``."""
     rows: list[Any] = []
     for params in statements:
         rows += conn.execute(ack_sql((len(params) - 2) // 2), params).fetchall()
-    for queue in {row[1] for row in rows}:
+    for queue in {row[_ACKED_QUEUE] for row in rows}:
         pol = policy(queue)
         if pol.completed_retention != default_keep:
             purge_at = completed_purge_at(now, pol)
-            for _job_id, row_queue, _attempt, seq, _started, _type in rows:
-                if row_queue == queue:
-                    conn.execute(Q["set_purge_at"], (purge_at, seq))
+            for row in rows:
+                if row[_ACKED_QUEUE] == queue:
+                    conn.execute(Q["set_purge_at"], (purge_at, row[_ACKED_SEQ]))
     refused: dict[bytes, SettleResult] = {}
     if len(rows) < sum((len(params) - 2) // 2 for params in statements):
         # A row per completed ack (the ids are unique): fewer rows, so some acks did not complete.
-        acked = {row[0] for row in rows}
+        acked = {row[_ACKED_ID] for row in rows}
         ack = SettleKind.ACK
         for params in statements:
             for k in range(2, len(params), 2):
@@ -309,9 +319,7 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
                     assert isinstance(job_id, bytes) and isinstance(lease_id, bytes)
                     item = SettleParams(job_id, lease_id, ack, now, outcome="completed")
                     refused[job_id] = settle_one(conn, item, policy)
-    return ([(job_id, queue, attempt, started or 0, job_type) for job_id, queue, attempt, _seq, started, job_type
-             in rows], refused,
-            {i: settle_one(conn, p, policy) for i, p in others.items()})
+    return rows, refused, {i: settle_one(conn, p, policy) for i, p in others.items()}
 
 
 def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None,
@@ -319,12 +327,12 @@ def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: 
     """Writer side of ``SQLiteStore.extend``: push a live lease's expiry to ``expires_at`` (µs),
     moved on by the time the operation waited for the writer when there is a ``clock``
     (``params.granted_expiry``, read here)."""
-    row = conn.execute(Q["settle_lookup"], (job_id,)).fetchone()
-    job = _held(row)
+    row = _lookup(conn, job_id)
+    job = None if row is None else row.held()
     err = lease_error(job, lease_id, now)
     if err is not None:
         return ExtendResult(err)
-    assert job is not None
+    assert job is not None and row is not None
     expires_at = granted_expiry(now, expires_at, clock)
-    conn.execute(Q["extend_lease"], (expires_at, row[0]))
+    conn.execute(Q["extend_lease"], (expires_at, row.seq))
     return ExtendResult(None, expires_at, bool(job.cancel_requested))

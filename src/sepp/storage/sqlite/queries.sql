@@ -53,7 +53,8 @@ SELECT min(run_at) FROM jobs WHERE state = 1;
 -- The next ?2 READY jobs of queue ?1 in reserve order (priority DESC, run_at, seq): the
 -- columns a reservation needs, attempt already counting the delivery. lease_ready then
 -- leases exactly these (same ORDER BY and LIMIT, same transaction, sole writer).
-SELECT id, job_type, priority, run_at, enqueued_at, attempt + 1, max_attempts, coalesce(payload, x''), encoding,
+SELECT id, job_type, priority, run_at, enqueued_at, attempt + 1 AS attempt, max_attempts,
+    coalesce(payload, x'') AS payload, encoding,
     extras, idempotency_key, history, seq
 FROM jobs WHERE queue = ?1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT ?2;
 
@@ -88,7 +89,8 @@ RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq, jobs.started_at, jobs.job
 UPDATE jobs SET purge_at = ? WHERE seq = ?;
 
 -- name: get_job
-SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, coalesce(payload, x''),
+SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
+    coalesce(payload, x'') AS payload,
     encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
     finished_at, reason, cancel_requested, seq, node
 FROM jobs WHERE id = ?;
@@ -202,7 +204,8 @@ FROM jobs WHERE queue = ?1 AND state = 2 ORDER BY priority DESC, run_at, seq LIM
 
 -- name: ready_for_lease_seqs
 -- The ready_for_lease columns of the READY jobs whose seqs are the JSON array ?1, in reserve order.
-SELECT id, job_type, priority, run_at, enqueued_at, attempt + 1, max_attempts, coalesce(payload, x''), encoding,
+SELECT id, job_type, priority, run_at, enqueued_at, attempt + 1 AS attempt, max_attempts,
+    coalesce(payload, x'') AS payload, encoding,
     extras, idempotency_key, history, seq
 FROM jobs WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 2 ORDER BY priority DESC, run_at, seq;
 

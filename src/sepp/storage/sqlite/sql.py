@@ -1,4 +1,4 @@
-"""SQL text of the SQLite backend: the named queries (``queries.sql``) and the builders of
+"""SQL text of the SQLite backend: the named queries (``queries.sql``, ``admin.sql``) and the builders of
 the statements whose text depends on a batch (multi-row INSERTs, batched acks).
 
 The builders run on the event loop (docs/decisions.md "The writer runs SQL, the event loop
@@ -15,6 +15,10 @@ from sepp.storage._sql import load_queries
 
 #: The named queries of ``queries.sql``, by name.
 Q = load_queries("sepp.storage.sqlite")
+#: The named queries of ``admin.sql`` (the admin listings, counts and writes), by name.
+A = load_queries("sepp.storage.sqlite", "admin.sql")
+for _statement in ("search_match", "search_range"):
+    A[_statement] = A[_statement].replace("{filters}", A["search_filters"])
 
 #: Rows per multi-row INSERT: at most 12 parameters each, far below SQLite's 32,766 limit.
 INSERT_CHUNK = 512

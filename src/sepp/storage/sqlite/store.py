@@ -1,14 +1,16 @@
-"""SQLiteStore: the embedded backend (one WAL file, one writer thread, reader threads).
+"""SQLiteStore: the embedded backend (one WAL file, one writer, reader threads).
 
-Every write is an operation run by the ``Committer`` on the single writer
-connection; reads use per-thread read-only connections (WAL lets them run beside
-the writer). See ``base.Store`` for the contract of each method.
+Every write is an operation run on the single writer connection, by the ``Committer``
+(a thread of this process) or the ``ProcessCommitter`` (a child process: what ``sepp
+serve`` uses); reads use per-thread read-only connections (WAL lets them run beside the
+writer). See ``base.Store`` for the contract of each method.
 
 This module is the façade; the driver is split by duty: ``ops`` (the write operations run
 on the writer: enqueue, reserve, settle, extend), ``sweeps`` (promotion, reclaim, prune),
 ``sql`` (the named queries and the statement builders), ``schema`` (the writer connection
-and migrations). What a settle or a reclaim does to a job is decided by
-``sepp.domain.transitions``; the driver applies it.
+and migrations), ``reads`` (the reader threads and the writer's submit: all that the admin
+operations, ``admin``, get of the store). What a settle or a reclaim does to a job is
+decided by ``sepp.domain.transitions``; the driver applies it.
 """
 
 from __future__ import annotations
@@ -17,13 +19,10 @@ import asyncio
 import fcntl
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import uuid_utils
 from uuid_utils import UUID
@@ -43,19 +42,20 @@ from sepp.storage.base import (
     SettleKind,
     SettleParams,
     SettleResult,
-    State,
     StoreFigures,
     SweepResult,
     WorkerRecord,
 )
 from sepp.storage.commit_stats import merge
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
-from sepp.storage.rows import fetch_lenient, repair_job
+from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
+from sepp.storage.rows import repair_job
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
 from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, LoneBusy, LoneWriter
+from sepp.storage.sqlite.reads import SQLiteReads
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
 from sepp.storage.sqlite.writer_process import ProcessCommitter
@@ -63,12 +63,9 @@ from sepp.storage.sqlite.writer_process import ProcessCommitter
 DB_FILE = "sepp.db"
 #: Held (flock) by the process that owns the folder: one sepp per data folder.
 LOCK_FILE = "sepp.lock"
-_RESERVED = int(State.RESERVED)
 
 
 _record = JobRecord._make  # rows of get_job are JobRecord fields in order
-#: Builds a NamedTuple (SettleResult, JobRecord) from a full tuple without its Python-level __new__.
-_new_result = tuple.__new__
 
 
 class SQLiteStore:
@@ -106,9 +103,8 @@ class SQLiteStore:
         #: seconds, an interval like the lone path's ``QUIET_GAP``, not a clock reading).
         self._batches_waiting = 0
         self._batches_overlapped = -BATCH_QUIET
-        self._readers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sepp-reader")
-        self._local = threading.local()
-        self._reader_conns: list[sqlite3.Connection] = []
+        #: The reader threads and the writer, as the admin operations use them.
+        self._reads = SQLiteReads(self.path, self._committer)
         self._lock_fd: int | None = None
         self._node: NodeRecord | None = None
         self._workers: list[WorkerRecord] = []
@@ -163,10 +159,7 @@ class SQLiteStore:
         if self._lone is not None:
             self._lone.close()
         await self._committer.stop()
-        self._readers.shutdown(wait=True)
-        for conn in self._reader_conns:
-            conn.close()
-        self._reader_conns.clear()
+        self._reads.close()
         self._unlock_folder()
 
     async def failure(self) -> StoreFailed:
@@ -201,22 +194,12 @@ class SQLiteStore:
     @property
     def admin(self) -> SQLiteAdmin:
         """The admin operations (listings, stats, redrive; ``sepp.storage.admin.AdminStore``)."""
-        return SQLiteAdmin(self)
+        return SQLiteAdmin(self._reads)
 
-    async def _read(self, sql: str, params: Sequence[Any] = (), one: bool = False) -> Any:
-        def run() -> Any:
-            conn = getattr(self._local, "conn", None)
-            if conn is None:
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
-                                       check_same_thread=False)
-                conn.execute("PRAGMA busy_timeout=10000")
-                self._local.conn = conn
-                self._reader_conns.append(conn)
-            # A text value that is not UTF-8 (a damaged row) is read with U+FFFD instead of
-            # failing the read of every row with it (storage.rows).
-            return fetch_lenient(conn, sql, params, one)
-
-        return await asyncio.get_running_loop().run_in_executor(self._readers, run)
+    @property
+    def reads(self) -> SQLiteReads:
+        """Reads on the reader threads and writes through the writer (admin, tests)."""
+        return self._reads
 
     # ------------------------------------------------------------------ enqueue
 
@@ -230,7 +213,7 @@ class SQLiteStore:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call.
         Calls with custom-index entries take the keyed path (``ops.enqueue_op``), so a call
         without any runs exactly as before (nothing added to it)."""
-        if not new_queues and not custom and not any(row[11] for row in rows):
+        if not new_queues and not custom and not any_keyed(rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
                 return await self._write_one(MergeableInsert(ops.insert_jobs, list(rows), {}))
             # The statements are prepared here, on the event loop: the writer only runs them
@@ -286,7 +269,7 @@ class SQLiteStore:
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""
         rows = await self._committer.submit(partial(ops.fetch_all, Q["load_queues"], ()))
-        return [QueueRecord(name, settings, bool(paused), bool(declared)) for name, settings, paused, declared in rows]
+        return [QueueRow._make(row).record() for row in rows]
 
     async def upsert_queue(self, queue: QueueRecord, now: int) -> None:
         """Create or replace a queue row."""
@@ -302,15 +285,16 @@ class SQLiteStore:
         in its transaction); otherwise ``change`` runs again over the row it returns. With one
         writer that is the same as a locked read-change-write."""
         rows = await self._committer.submit(partial(ops.fetch_all, Q["get_queue"], (name,)))
-        row: Sequence[Any] | None = rows[0] if rows else None
+        row = QueueRow._make(rows[0]) if rows else None
         while True:
-            stored = None if row is None else QueueRecord(row[0], row[1], bool(row[2]), bool(row[3]))
+            stored = None if row is None else row.record()
             new = change(stored)
-            seen = None if row is None else tuple(row[1:])
-            row = await self._committer.submit(partial(
+            seen = None if row is None else (row.settings, row.paused, row.declared)
+            current = await self._committer.submit(partial(
                 ops.write_queue_if, name, seen, (new.settings_json, int(new.paused), int(new.declared)), now))
-            if row is None:
+            if current is None:
                 return QueueRecord(name, new.settings_json, new.paused, new.declared)
+            row = QueueRow._make(current)
 
     # ------------------------------------------------------------------ worker side
 
@@ -321,7 +305,7 @@ class SQLiteStore:
         the pair job id + lease id; docs/decisions.md "One lease id per Reserve call"). The
         leases run from when the writer grants them (``ReserveParams.grant_time``), which is
         the jobs' ``started_at``."""
-        worker, reserved, node = params.worker_id, _RESERVED, params.node
+        worker, node = params.worker_id, params.node
         lease_id = os.urandom(16)
 
         records: list[JobRecord] = []
@@ -329,11 +313,7 @@ class SQLiteStore:
         for queue in promoted:
             self._promoted(queue)
         for queue, expires, rows in leased:
-            records.extend(_new_result(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at,
-                                                   attempt, max_attempts, payload, encoding, extras, idem, lease_id,
-                                                   expires, worker, now, history, None, None, 0, seq, node))
-                           for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload,
-                                encoding, extras, idem, history, seq) in rows)
+            records.extend(leased_records(rows, queue, lease_id, expires, worker, now, node))
         return records
 
     async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
@@ -369,9 +349,7 @@ class SQLiteStore:
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
         rows, refused, other_results = await self._committer.submit(
             partial(ops.ack_many, statements, others, now, default_keep, policy), len(items))
-        completed = int(State.COMPLETED)
-        done = {job_id: _new_result(SettleResult, (None, completed, now, attempt, queue, started, job_type))
-                for job_id, queue, attempt, started, job_type in rows}
+        done = acked_results(rows, now)
         done.update(refused)
         if not others:
             return [done[p.job_id] for p in items]
@@ -394,7 +372,7 @@ class SQLiteStore:
 
     async def next_due(self) -> int | None:
         """Earliest run_at among SCHEDULED jobs (µs), or None."""
-        row = await self._read(Q["next_due"], one=True)
+        row = await self._reads.read(Q["next_due"], one=True)
         return None if row is None else row[0]
 
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
@@ -413,7 +391,7 @@ class SQLiteStore:
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id (read connection); a damaged field reads as unset or clamped
         (``storage.rows.repair_job``, logged once per job)."""
-        row = await self._read(Q["get_job"], (job_id,), one=True)
+        row = await self._reads.read(Q["get_job"], (job_id,), one=True)
         return None if row is None else repair_job(_record(row))
 
     # ------------------------------------------------------------------ Store protocol: stop, metrics
@@ -437,7 +415,7 @@ class SQLiteStore:
         SQLite failure."""
         answered = self._committer.submit(Probe(), 0)  # raises StoreClosed before any read starts
         try:
-            await asyncio.gather(self._read(Q["ping"], one=True), answered)
+            await asyncio.gather(self._reads.read(Q["ping"], one=True), answered)
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
 

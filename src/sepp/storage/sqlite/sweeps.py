@@ -15,6 +15,7 @@ process); the connection comes last (``functools.partial`` binds the rest).
 from __future__ import annotations
 
 import sqlite3
+from collections import namedtuple
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -22,9 +23,10 @@ from typing import Any
 from sepp.domain.params import SkippedRow, SweepResult
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
-from sepp.domain.transitions import ExpiredLease, reclaim
+from sepp.domain.transitions import reclaim
 from sepp.quoting import clip
 from sepp.storage.errors import StoreError
+from sepp.storage.row_types import ExpiredRow, at
 from sepp.storage.rows import fetch_lenient
 from sepp.storage.sqlite.sql import Q
 
@@ -123,8 +125,18 @@ def _skipped(failed: Sequence[tuple[_Row, BaseException]], id_at: int, queue_at:
 
 # ---------------------------------------------------------------------- promotion
 
+#: The rows of the paged passes (a pass row by row when its one statement failed): a due job
+#: (``due_jobs``), a job past retention (``purgeable_jobs``), an expired key (``expired_keys``).
+_DueRow = namedtuple("_DueRow", "seq queue run_at id")
+_PurgeableRow = namedtuple("_PurgeableRow", "seq queue purge_at id")
+_KeyRow = namedtuple("_KeyRow", "queue key expires_at job_id")
+_DUE_SEQ, _DUE_QUEUE, _DUE_RUN_AT, _DUE_ID = (at(_DueRow, n) for n in ("seq", "queue", "run_at", "id"))
+_PURGE_SEQ, _PURGE_QUEUE, _PURGE_AT, _PURGE_ID = (at(_PurgeableRow, n) for n in ("seq", "queue", "purge_at", "id"))
+_KEY_QUEUE, _KEY, _KEY_EXPIRES, _KEY_JOB = (at(_KeyRow, n) for n in ("queue", "key", "expires_at", "job_id"))
+
+
 def _promote_row(conn: sqlite3.Connection, row: _Row) -> None:
-    conn.execute(Q["promote_one"], (row[0],))
+    conn.execute(Q["promote_one"], (row[_DUE_SEQ],))
 
 
 def promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
@@ -132,10 +144,13 @@ def promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
     or row by row when it fails (also run by every Reserve before it leases)."""
     ok, rows = _batch_or_rows(conn, lambda: conn.execute(Q["promote_due"], (now, limit)).fetchall())
     if ok:
-        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows))
-    done, failed = _paged(conn, Q["due_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[2], r[0]), _promote_row)
-    return SweepResult(len(done), frozenset(row[1] for row, _ in done), {}, _skipped(failed, 3, 1),
-                       promoted_run_at=tuple(row[2] for row, _ in done))
+        return SweepResult(len(rows), frozenset(q for q, _run_at in rows),
+                           promoted_run_at=tuple(run_at for _q, run_at in rows))
+    done, failed = _paged(conn, Q["due_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[_DUE_RUN_AT], r[_DUE_SEQ]),
+                          _promote_row)
+    return SweepResult(len(done), frozenset(row[_DUE_QUEUE] for row, _ in done), {},
+                       _skipped(failed, _DUE_ID, _DUE_QUEUE),
+                       promoted_run_at=tuple(row[_DUE_RUN_AT] for row, _ in done))
 
 
 def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
@@ -145,10 +160,15 @@ def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
 
 # ---------------------------------------------------------------------- reclaim
 
+#: Positions in an ``expired_leases`` row (``ExpiredRow``): its page key and what a skipped row reports.
+_SEQ, _EXPIRES_AT = at(ExpiredRow, "seq"), at(ExpiredRow, "lease_expires_at")
+_ID, _QUEUE = at(ExpiredRow, "id"), at(ExpiredRow, "queue")
+
 def _reclaim_row(now: int, policy: PolicyLookup, conn: sqlite3.Connection, row: _Row) -> int:
     """Apply the reclaim rule to one ``expired_leases`` row under its lease guard; the new state."""
-    seq, lease_id = row[0], row[10]
-    decision = reclaim(ExpiredLease._make(row[1:9]), now, policy)
+    lease = ExpiredRow._make(row)
+    seq, lease_id = lease.seq, lease.lease_id
+    decision = reclaim(lease.lease(), now, policy)
     if decision.run_at is None:
         cur = conn.execute(Q["reclaim_ready"], (decision.state, decision.entry, seq, lease_id))
     else:
@@ -162,31 +182,34 @@ def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connect
     """Writer side of ``SQLiteStore.reclaim_expired``: each expired lease back to READY, or
     CANCELLED (cancel requested) or DEAD_LETTERED (last attempt) as ``transitions.reclaim``
     decides; failures isolated per row."""
-    done, failed = _paged(conn, Q["expired_leases"], now, limit, (_INT64_MIN, 0), lambda r: (r[6], r[0]),
-                          partial(_reclaim_row, now, policy))
+    done, failed = _paged(conn, Q["expired_leases"], now, limit, (_INT64_MIN, 0),
+                          lambda r: (r[_EXPIRES_AT], r[_SEQ]), partial(_reclaim_row, now, policy))
     woke = set()
     dead: dict[str, int] = {}
     expired: dict[str, int] = {}
     types: dict[tuple[str, str, int], int] = {}
-    for row, state in done:
-        expired[row[1]] = expired.get(row[1], 0) + 1
+    for found, state in done:
+        row = ExpiredRow._make(found)
+        queue = row.queue
+        expired[queue] = expired.get(queue, 0) + 1
         if state == _READY:
-            woke.add(row[1])
+            woke.add(queue)
         elif state == _DEAD:
-            dead[row[1]] = dead.get(row[1], 0) + 1
-        key = (row[1], row[11] if isinstance(row[11], str) else "", state)
+            dead[queue] = dead.get(queue, 0) + 1
+        key = (queue, row.job_type if isinstance(row.job_type, str) else "", state)
         types[key] = types.get(key, 0) + 1
-    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, 9, 1), expired, expired_types=types)
+    return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, _ID, _QUEUE), expired,
+                       expired_types=types)
 
 
 # ---------------------------------------------------------------------- prune
 
 def _prune_job(conn: sqlite3.Connection, row: _Row) -> None:
-    conn.execute(Q["prune_one"], (row[0],))
+    conn.execute(Q["prune_one"], (row[_PURGE_SEQ],))
 
 
 def _prune_key(conn: sqlite3.Connection, row: _Row) -> None:
-    conn.execute(Q["prune_key"], (row[0], row[1]))
+    conn.execute(Q["prune_key"], (row[_KEY_QUEUE], row[_KEY]))
 
 
 def prune_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
@@ -195,12 +218,12 @@ def prune_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
     skipped: tuple[SkippedRow, ...] = ()
     ok, jobs = _batch_or_rows(conn, lambda: conn.execute(Q["prune_jobs"], (now, limit)).rowcount)
     if not ok:
-        done, failed = _paged(conn, Q["purgeable_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[2], r[0]),
-                              _prune_job)
-        jobs, skipped = len(done), _skipped(failed, 3, 1)
+        done, failed = _paged(conn, Q["purgeable_jobs"], now, limit, (_INT64_MIN, 0),
+                              lambda r: (r[_PURGE_AT], r[_PURGE_SEQ]), _prune_job)
+        jobs, skipped = len(done), _skipped(failed, _PURGE_ID, _PURGE_QUEUE)
     ok, keys = _batch_or_rows(conn, lambda: conn.execute(Q["prune_idempotency"], (now, limit)).rowcount)
     if not ok:
         done, failed = _paged(conn, Q["expired_keys"], now, limit, (_INT64_MIN, "", ""),
-                              lambda r: (r[2], r[0], r[1]), _prune_key)
-        keys, skipped = len(done), skipped + _skipped(failed, 3, 0, 1)
+                              lambda r: (r[_KEY_EXPIRES], r[_KEY_QUEUE], r[_KEY]), _prune_key)
+        keys, skipped = len(done), skipped + _skipped(failed, _KEY_JOB, _KEY_QUEUE, _KEY)
     return SweepResult(int(jobs + keys), skipped=skipped)

@@ -21,7 +21,7 @@ from sepp.storage.type_figures import (
 )
 
 if TYPE_CHECKING:
-    from sepp.storage.sqlite.store import SQLiteStore
+    from sepp.storage.sqlite.reads import SQLiteReads
 
 F = load_queries("sepp.storage.sqlite", "type_figures.sql")
 
@@ -31,14 +31,14 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-async def add_type_figures(store: SQLiteStore, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
+async def add_type_figures(reads: SQLiteReads, minutes: Sequence[TypeMinute], buckets: Sequence[TypeRunBucket],
                            keep_minutes_after: int, keep_hours_after: int) -> None:
     """``AdminStore.add_type_figures`` on SQLite: one write operation."""
-    await store.committer.submit(partial(_add_op, list(minutes), list(buckets), keep_minutes_after,
+    await reads.submit(partial(_add_op, list(minutes), list(buckets), keep_minutes_after,
                                          keep_hours_after), 0)
 
 
-async def type_figures(store: SQLiteStore, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
+async def type_figures(reads: SQLiteReads, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
     """``AdminStore.type_figures`` on SQLite: grouped range reads of the primary keys, one per
     step (hour rows for the day, minute rows for the hour)."""
     sums: list[dict[str, TypeTotals]] = []
@@ -46,8 +46,8 @@ async def type_figures(store: SQLiteStore, queue: str, day_minute: int, hour_min
     for step, since in ((HOUR_STEP, day_minute), (MINUTE_STEP, hour_minute)):
         params: Any = {"queue": queue, "step": step, "since": since}
         sums.append({row[0]: TypeTotals(*(_int(v) for v in row[1:6]))
-                     for row in await store._read(F["type_totals"], params, False) if isinstance(row[0], str)})
-        runs.append({(t, b): _int(n) for t, b, n in await store._read(F["type_buckets"], params, False)
+                     for row in await reads.read(F["type_totals"], params, False) if isinstance(row[0], str)})
+        runs.append({(t, b): _int(n) for t, b, n in await reads.read(F["type_buckets"], params, False)
                      if isinstance(t, str) and isinstance(b, int)})
     return read_of(sums[0], sums[1], runs[0], runs[1])
 

@@ -61,7 +61,7 @@ from typing import Any, BinaryIO, TypeVar
 from sepp import logs
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreClosed, StoreError, StoreFailed
-from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Results, _Pending, resolve
+from sepp.storage.sqlite.committer import STOP, GroupLoop, Op, Pending, Results, resolve
 
 T = TypeVar("T")
 log = logging.getLogger("sepp.committer")
@@ -366,17 +366,17 @@ class _Frames:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._buf = bytearray()
-        self._items: deque[_Pending[Any] | object] = deque()
+        self._items: deque[Pending[Any] | object] = deque()
         self._eof = False
 
-    def get(self) -> _Pending[Any] | object:
+    def get(self) -> Pending[Any] | object:
         while not self._items:
             if self._eof:
                 return STOP
             self._fill(block=True)
         return self._items.popleft()
 
-    def get_nowait(self) -> _Pending[Any] | object:
+    def get_nowait(self) -> Pending[Any] | object:
         while not self._items and not self._eof and self._fill(block=False):
             pass
         if not self._items:
@@ -406,7 +406,7 @@ class _Frames:
                 self._items.append(STOP)
                 break
             token, fn, weight, siblings = item
-            self._items.append(_Pending(fn, token, weight, siblings))
+            self._items.append(Pending(fn, token, weight, siblings))
         del buf[:start]
         return True
 
@@ -428,7 +428,10 @@ def child_main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The modules of the operations (unpickled from stdin) and what they import, before the
     # settings are read: a prespawned child loads them while its parent starts.
-    import sepp.storage.sqlite.store  # noqa: F401
+    import sepp.storage.sqlite.admin_writes
+    import sepp.storage.sqlite.ops
+    import sepp.storage.sqlite.periodic
+    import sepp.storage.sqlite.sweeps  # noqa: F401
     # stdout carries frames only: keep stray prints and logs away from it.
     stdin_fd = os.dup(0)
     if sys.argv[1] == SETTINGS_ON_STDIN:  # prespawned: wait for them (nothing else comes first)

@@ -1,0 +1,131 @@
+"""The admin writes of the PostgreSQL backend, each run by the committer inside a group
+transaction (``committer.Tx``): cancel, requeue and delete one job, the bulk redrive and
+purge chunks, a queue's deletion and the throughput counts. ``PostgresAdmin`` binds their
+arguments (``functools.partial``) and submits them; the transaction is their last argument.
+
+Several nodes share the database, so each is safe against a reserve, settle or sweep
+running on another node at the same moment: a single job's row is locked while judged
+(``FOR UPDATE``) and written under a guard on the state judged; the bulk chunks take their
+rows through ``FOR UPDATE SKIP LOCKED`` subselects (a row another transaction holds is left
+for a later chunk); counts are added to the stored ones, never replace them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sepp.domain.policy import PolicyLookup
+from sepp.domain.states import State
+from sepp.domain.transitions import CancelAction, Redrive, cancel, redrive
+from sepp.storage.admin import Outcome, WriteResult, cancel_result
+from sepp.storage.postgres import type_figures as figures
+from sepp.storage.postgres.committer import Tx
+from sepp.storage.postgres.flow import forget as forget_flow_bound
+from sepp.storage.postgres.sql import A, rowcount
+
+_READY = int(State.READY)
+
+
+async def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str, tx: Tx) -> WriteResult:
+    """``PostgresAdmin.cancel``: ``transitions.cancel`` applied to the row locked while judged."""
+    row = await tx.conn.fetchrow(A["admin_lookup"], job_id)
+    if row is None:
+        return WriteResult(Outcome.NOT_FOUND)
+    seq, queue, state = row
+    decision = cancel(state, now, policy(queue), reason)
+    if decision.action is CancelAction.CANCEL:
+        await tx.conn.execute(A["cancel_now"], decision.finished_at, decision.purge_at, decision.reason, seq)
+    elif decision.action is CancelAction.REQUEST:
+        await tx.conn.execute(A["request_cancel"], seq)
+    return cancel_result(decision.action, queue, state)
+
+
+async def requeue_job(job_id: bytes, now: int, tx: Tx) -> WriteResult:
+    """``PostgresAdmin.requeue``: ``transitions.redrive`` applied to the row locked while
+    judged; the queue's long-pollers on every node are woken."""
+    row = await tx.conn.fetchrow(A["admin_lookup"], job_id)
+    if row is None:
+        return WriteResult(Outcome.NOT_FOUND)
+    seq, queue, state = row
+    decision = redrive(state, now)
+    if decision is None:
+        return WriteResult(Outcome.WRONG_STATE, queue, state)
+    await tx.conn.execute(A["requeue_one"], decision.state, decision.attempt, decision.run_at, seq)
+    if decision.state == _READY:
+        tx.wake(queue)
+    return WriteResult(Outcome.DONE, queue, decision.state)
+
+
+async def delete_job(job_id: bytes, state: int | None, tx: Tx) -> WriteResult:
+    """``PostgresAdmin.delete_job``: one statement (a concurrent writer of the row is waited
+    for, and the state is judged on the row it left)."""
+    if state is None:
+        row = await tx.conn.fetchrow(A["delete_one"], job_id)
+    else:
+        row = await tx.conn.fetchrow(A["delete_one_in_state"], job_id, state)
+        if row is None:  # gone, or in another state
+            found = await tx.conn.fetchrow(A["admin_lookup"], job_id)
+            if found is not None:
+                _seq, queue, now_state = found
+                return WriteResult(Outcome.WRONG_STATE, queue, now_state)
+    if row is None:
+        return WriteResult(Outcome.NOT_FOUND)
+    queue, was = row
+    return WriteResult(Outcome.DONE, queue, was)
+
+
+async def requeue_dead(decision: Redrive, sql: str, args: Sequence[Any], tx: Tx) -> tuple[int, set[str]]:
+    """One chunk of ``PostgresAdmin.requeue_dead``: the statement ``sql`` (``requeue_dead_*``)
+    with ``args`` writes ``decision``'s columns; returns (how many, their queues) and wakes
+    those queues' long-pollers when the jobs went READY."""
+    rows = await tx.conn.fetch(sql, *args)
+    queues = {queue for (queue,) in rows}
+    if decision.state == _READY:
+        for queue in queues:
+            tx.wake(queue)
+    return len(rows), queues
+
+
+async def purge(queue: str, states: Sequence[int], limit: int, tx: Tx) -> int:
+    """``PostgresAdmin.purge``: up to ``limit`` of the queue's jobs in ``states`` (in that
+    order) deleted; rows another transaction holds are skipped. Returns how many."""
+    left = limit
+    for state in states:
+        if left <= 0:
+            break
+        if state == int(State.SCHEDULED):
+            status = await tx.conn.execute(A["purge_scheduled"], queue, left)
+        elif state == _READY:
+            status = await tx.conn.execute(A["purge_ready"], queue, left)
+        elif state == int(State.RESERVED):
+            status = await tx.conn.execute(A["purge_reserved"], queue, left)
+        else:
+            status = await tx.conn.execute(A["purge_finished"], queue, left, state)
+        left -= rowcount(status)
+    return limit - left
+
+
+async def delete_queue(queue: str, tx: Tx) -> bool:
+    """``PostgresAdmin.delete_queue``: the queue row locked while judged; False while it
+    holds a job, else the row, its throughput, bucket, flow bound and figures deleted and
+    the other nodes told (they forget it: ``QueueRegistry.refresh``)."""
+    await tx.conn.execute(A["lock_queue_row"], queue)
+    if await tx.conn.fetchval(A["queue_has_jobs"], queue):
+        return False
+    await tx.conn.execute(A["delete_queue_row"], queue)
+    await tx.conn.execute(A["delete_queue_throughput"], queue)
+    await tx.conn.execute(A["delete_queue_bucket"], queue)
+    await forget_flow_bound(tx.conn, queue)  # a queue of that name made again starts without it
+    await figures.delete_queue_figures(tx, queue)
+    tx.queues_changed()
+    return True
+
+
+async def add_counts(columns: list[list[Any]], keep_after_minute: int, tx: Tx) -> None:
+    """``PostgresAdmin.add_counts``: the counts (one list per column: queue, minute,
+    enqueued, completed, dead-lettered; rows in key order) added to the stored ones, then
+    the rows older than ``keep_after_minute`` dropped."""
+    if columns:
+        await tx.conn.execute(A["add_counts"], *columns)
+    await tx.conn.execute(A["prune_throughput"], keep_after_minute)

@@ -88,6 +88,18 @@ def duration_to_seconds(d: duration_pb2.Duration) -> float:
     return d.seconds + d.nanos / 1e9
 
 
+def varint(n: int) -> bytes:
+    """``n`` (≥ 0) as a protobuf base-128 varint: the one home of the hand-written encoders'
+    varint (the client's batch writer, the server's Reserve answer, the worker's settle
+    batch), bytes as protobuf writes them."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 # ---------------------------------------------------------------- rich errors
 
 

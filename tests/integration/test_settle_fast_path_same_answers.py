@@ -19,7 +19,7 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.hard_limits import MAX_SETTLE_BATCH
 from sepp.testing import ServerProcess
-from sepp.worker._settler import _varint
+from sepp.wire import varint as _varint
 
 Pairs = list[tuple[str, str]]
 Build = Callable[[Pairs], Pairs]
@@ -32,7 +32,7 @@ def settle_server(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Ite
 
 def _ack(job_id: str, lease_id: str, extra: bytes = b"") -> bytes:
     """A ``SettleRequest`` of one ack item, framed by hand as the worker's ``Settler`` frames
-    it (its ``_varint``), with ``extra`` appended to the ``AckRequest``'s own bytes."""
+    it (``sepp.wire.varint``), with ``extra`` appended to the ``AckRequest``'s own bytes."""
     ack = wpb.AckRequest(job_id=job_id, lease_id=lease_id).SerializeToString() + extra
     item = b"\x0a" + _varint(len(ack)) + ack
     return b"\x0a" + _varint(len(item)) + item

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.worker._settler import Settler, _varint
+from sepp.wire import varint as _varint
+from sepp.worker._settler import Settler
 from sepp.worker.outcome import COMPLETED, DeadLetter, Outcome, Retry, outcome_for_exception, released
 
 

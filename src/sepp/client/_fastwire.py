@@ -30,6 +30,7 @@ from typing import Any
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc as ppb_grpc
 from sepp.request import _EMPTY, EnqueueRequest
+from sepp.wire import varint as varint  # re-exported: the shared varint
 
 #: The ``ServerInfo`` feature of a server that reads ``EnqueueBatchRequest.plain``.
 PLAIN_FEATURE = "enqueue_batch_plain"
@@ -41,16 +42,6 @@ def is_plain(req: EnqueueRequest) -> bool:
     return (type(req) is EnqueueRequest and req.custom is _EMPTY and req.trace_context is _EMPTY
             and req.priority is None and req.max_attempts is None and req.scheduled_at is None
             and req.idempotency_key is None)
-
-
-def varint(n: int) -> bytes:
-    """``n`` (≥ 0) as a protobuf base-128 varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def field(tag: int, data: bytes) -> bytes:

@@ -21,10 +21,16 @@ import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
 from sepp.server.auth import AuthSettings
@@ -84,6 +90,9 @@ class ServerConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SEPP_", env_nested_delimiter="__", frozen=True,
                                       extra="forbid", allow_inf_nan=False)
+    #: The TOML file's tables, read below the environment; ``None`` (no file source) unless
+    #: ``load_config`` sets it on a subclass of its own.
+    _file_data: ClassVar[dict[str, Any] | None] = None
 
     #: The storage backend: "sqlite" (the embedded default, one node) or "postgres" (any
     #: number of nodes on one PostgreSQL database).
@@ -290,10 +299,13 @@ class ServerConfig(BaseSettings):
                                    dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Constructed directly: keyword arguments > SEPP_* environment (the old flat SQLite
-        # names below the current ones) > defaults (no .env, no secrets folder). load_config
-        # adds the TOML file below the environment.
-        return init_settings, env_settings, _LegacyEnv(settings_cls)
+        # Keyword arguments > SEPP_* environment (the old flat SQLite names below the current
+        # ones) > the TOML file's tables (``_file_data``: set by load_config, on a subclass of
+        # its own) > defaults (no .env, no secrets folder).
+        sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings, _LegacyEnv(settings_cls))
+        if cls._file_data is None:
+            return sources
+        return (*sources, InitSettingsSource(settings_cls, cls._file_data))
 
 
 def _given(value: Any) -> str:
@@ -362,16 +374,7 @@ def load_config(config_file: Path | None = None, **flags: Any) -> ServerConfig:
     set_flags = {k: v for k, v in flags.items() if v is not None}
 
     class _WithFile(ServerConfig):
-        @classmethod
-        def settings_customise_sources(cls, settings_cls: type[BaseSettings],
-                                       init_settings: PydanticBaseSettingsSource,
-                                       env_settings: PydanticBaseSettingsSource,
-                                       dotenv_settings: PydanticBaseSettingsSource,
-                                       file_secret_settings: PydanticBaseSettingsSource,
-                                       ) -> tuple[PydanticBaseSettingsSource, ...]:
-            from pydantic_settings import InitSettingsSource
-
-            return init_settings, env_settings, _LegacyEnv(settings_cls), InitSettingsSource(settings_cls, file_data)
+        _file_data = file_data
 
     try:
         loaded = _WithFile(**set_flags)

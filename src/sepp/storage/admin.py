@@ -21,7 +21,7 @@ from sepp.domain.listing import DeadFilter, JobPage, JobQuery, JobSummary, SortK
 from sepp.domain.params import FlowLimits
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
-from sepp.domain.transitions import CancelAction
+from sepp.domain.transitions import CancelAction, Redrive, redrive
 from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket
 
 # The value types live in ``sepp.domain.listing`` and ``sepp.domain.admin`` (the UI and the
@@ -55,6 +55,20 @@ def count_or_zero(value: Any) -> int:
     """A stored count as a non-negative int (anything else reads as 0: a damaged row never
     fails a listing)."""
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def requeue_plan(row: Sequence[Any] | None, now: int) -> WriteResult | tuple[Any, str, Redrive]:
+    """A driver's judgement of an admin requeue at ``now`` (µs) of the job whose
+    ``admin_lookup`` row (seq, queue, state) is ``row`` (``None``: no such job): the answer
+    when there is nothing to write (``NOT_FOUND``, or ``WRONG_STATE``: ``transitions.redrive``
+    said no), else (seq, queue, the columns to write)."""
+    if row is None:
+        return WriteResult(Outcome.NOT_FOUND)
+    seq, queue, state = row
+    decision = redrive(state, now)
+    if decision is None:
+        return WriteResult(Outcome.WRONG_STATE, queue, state)
+    return seq, queue, decision
 
 
 def cancel_result(action: CancelAction, queue: str, state: int) -> WriteResult:

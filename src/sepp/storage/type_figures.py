@@ -21,6 +21,7 @@ only adds them up).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -88,3 +89,23 @@ def read_of(day: dict[str, TypeTotals], hour: dict[str, TypeTotals], day_runs: d
     for key in {*day_runs, *hour_runs}:
         hist.setdefault(key[0], {})[key[1]] = (day_runs.get(key, 0), hour_runs.get(key, 0))
     return TypeFiguresRead(totals, hist)
+
+
+#: ``read_step(step, since)``: one window's rows of a queue — the totals {job_type: sums} and
+#: the run buckets {(job_type, bucket): runs} of its ``step`` rows from minute ``since`` on.
+StepRead = Callable[[int, int], Awaitable[tuple[dict[str, TypeTotals], dict[tuple[str, int], int]]]]
+
+
+async def read_windows(read_step: StepRead, day_minute: int, hour_minute: int) -> TypeFiguresRead:
+    """A driver's ``AdminStore.type_figures``: the day from the hour rows since ``day_minute``,
+    the hour from the minute rows since ``hour_minute`` (one ``read_step`` each), as one
+    ``TypeFiguresRead``."""
+    day, day_runs = await read_step(HOUR_STEP, day_minute)
+    hour, hour_runs = await read_step(MINUTE_STEP, hour_minute)
+    return read_of(day, hour, day_runs, hour_runs)
+
+
+def prune_steps(keep_minutes_after: int, keep_hours_after: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """What a driver prunes after an add: (step, minute before which rows go) for the minute
+    rows and the hour rows."""
+    return (MINUTE_STEP, keep_minutes_after), (HOUR_STEP, keep_hours_after)

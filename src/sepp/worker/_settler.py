@@ -40,6 +40,7 @@ from typing import Any, TypeAlias
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.errors import MessageTooLarge, SeppError, TransportError
+from sepp.wire import varint
 from sepp.worker._failures import FailureLog
 from sepp.worker._rpc import WorkerRpc
 from sepp.worker.outcome import Outcome
@@ -70,16 +71,6 @@ _UUID_TEXT = 36
 _ACK_BODY = 2 * (2 + _UUID_TEXT)  # AckRequest: two (tag, length, 36 bytes) fields
 _ACK_HEAD = bytes((0x0A, 2 + _ACK_BODY, 0x0A, _ACK_BODY, 0x0A, _UUID_TEXT))
 _ACK_LEASE = bytes((0x12, _UUID_TEXT))
-
-
-def _varint(n: int) -> bytes:
-    """``n`` (≥ 0) as a protobuf base-128 varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 class Abandoned(SeppError):
@@ -344,7 +335,7 @@ class Settler:
             item = wpb.SettleItem()
             outcome.fill(item, job_id, lease_id)
             body = item.SerializeToString()
-            extend((_ITEMS_TAG, _varint(len(body)), body))
+            extend((_ITEMS_TAG, varint(len(body)), body))
         return wpb.SettleRequest.FromString(b"".join(parts))
 
     def _join(self, batch: list[_Item]) -> int:

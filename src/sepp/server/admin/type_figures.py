@@ -227,9 +227,7 @@ class TypeRollup:
         for m in minutes:
             if m.step != MINUTE_STEP:
                 continue
-            acc = pending.get((m.queue, m.job_type, m.minute))
-            if acc is None:
-                acc = pending[(m.queue, m.job_type, m.minute)] = _Acc()
+            acc = _acc_of(pending, (m.queue, m.job_type, m.minute))
             acc.completed += m.completed
             acc.retried += m.retried
             acc.dead += m.dead_lettered
@@ -238,9 +236,7 @@ class TypeRollup:
         for b in buckets:
             if b.step != MINUTE_STEP:
                 continue
-            acc = pending.get((b.queue, b.job_type, b.minute))
-            if acc is None:
-                acc = pending[(b.queue, b.job_type, b.minute)] = _Acc()
+            acc = _acc_of(pending, (b.queue, b.job_type, b.minute))
             acc.buckets[b.bucket] = acc.buckets.get(b.bucket, 0) + b.n
         self._index = {}
 
@@ -278,6 +274,14 @@ class TypeRollup:
                     for b, n in acc.buckets.items():
                         runs[(job_type, b)] = runs.get((job_type, b), 0) + n
         return read_of(day, hour, day_runs, hour_runs)
+
+
+def _acc_of(pending: dict[tuple[str, str, int], _Acc], key: tuple[str, str, int]) -> _Acc:
+    """The counts of ``key`` (queue, job_type, minute) in ``pending``, made empty when new."""
+    acc = pending.get(key)
+    if acc is None:
+        acc = pending[key] = _Acc()
+    return acc
 
 
 def _rows(pending: Mapping[tuple[str, str, int], _Acc]) -> tuple[list[TypeMinute], list[TypeRunBucket]]:

@@ -13,6 +13,7 @@ from sepp.domain.ids import job_id_text
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
 from sepp.limits import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS
+from sepp.wire import varint
 
 _COMPLETED = int(State.COMPLETED)
 
@@ -189,16 +190,6 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
 # (tests/unit/test_reservation_wire.py).
 
 
-def _varint(n: int) -> bytes:
-    """``n`` (≥ 0) as a protobuf base-128 varint."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _fields(message: Message, low: int, high: int) -> bytes:
     """The serialized fields of ``message`` numbered ``low`` to ``high`` (inclusive)."""
     part = type(message)()
@@ -210,12 +201,12 @@ def _fields(message: Message, low: int, high: int) -> bytes:
 
 
 #: The varints of the numbers below 16,384 (most lengths), looked up instead of computed.
-_SMALL_VARINTS = tuple(_varint(n) for n in range(1 << 14))
+_SMALL_VARINTS = tuple(varint(n) for n in range(1 << 14))
 
 
 def _length(n: int) -> bytes:
     """``n`` (≥ 0) as a varint (``_SMALL_VARINTS`` when there)."""
-    return _SMALL_VARINTS[n] if n < 1 << 14 else _varint(n)
+    return _SMALL_VARINTS[n] if n < 1 << 14 else varint(n)
 
 
 class _Kind:

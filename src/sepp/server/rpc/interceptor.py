@@ -28,17 +28,13 @@ from sepp import wire
 from sepp.domain.store_errors import StoreError
 from sepp.rejections import Reason
 from sepp.server.errors import EngineError
+from sepp.server.rpc.handler_cache import CachedWrap
 from sepp.server.rpc.status import abort_for, abort_with
 
 log = logging.getLogger("sepp.rpc")
 
 #: The ErrorInfo reason of an unexpected server error (exactly this name).
 INTERNAL_ERROR = Reason.INTERNAL_ERROR
-
-#: Most method names whose wrapped handler is kept (names come from callers; unknown ones
-#: have no handler and are never cached).
-_CACHE_MAX = 1024
-
 
 async def answer_unexpected(context: Any, method: str, exc: Exception) -> None:
     """Abort the call for an exception its handler did not map (see the module docstring);
@@ -94,23 +90,9 @@ def guard(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
     return handler
 
 
-class InternalErrors(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class InternalErrors(CachedWrap):
     """The grpc.aio server interceptor of the module docstring; pass it to ``grpc.aio.server``."""
 
-    def __init__(self) -> None:
-        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
-
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-                                details: grpc.HandlerCallDetails) -> Any:
-        """The method's handler, guarded (None for an unknown method: grpc answers UNIMPLEMENTED)."""
-        method: str = details.method  # type: ignore[attr-defined]
-        cached = self._handlers.get(method)
-        if cached is not None:
-            return cached
-        handler = await continuation(details)
-        if handler is None:
-            return None
-        guarded = guard(handler, method)
-        if len(self._handlers) < _CACHE_MAX:
-            self._handlers[method] = guarded
-        return guarded
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """``handler`` guarded (``guard``)."""
+        return guard(handler, method)

@@ -14,6 +14,7 @@ from sepp import wire
 from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.server.errors import PeriodicInvalid
 from sepp.server.periodic.admin import PeriodicView, settings_from
+from sepp.server.periodic.jobs import fill_job_options
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.server.rpc.convert import ts
 
@@ -58,12 +59,7 @@ def schedule_proto(spec: PeriodicSettings) -> ppb.PeriodicSchedule:
     msg = ppb.PeriodicSchedule(name=spec.name, cron=spec.cron, every=spec.every, timezone=spec.timezone,
                                queue=spec.queue, job_type=spec.job_type, payload=spec.payload.encode(),
                                encoding=spec.encoding, catch_up=spec.catch_up)
-    for key, value in spec.custom.items():
-        msg.custom[key].CopyFrom(wire.custom_to_proto(value))
-    if spec.priority is not None:
-        msg.priority = spec.priority
-    if spec.max_attempts is not None:
-        msg.max_attempts = spec.max_attempts
+    fill_job_options(msg, spec)
     return msg
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 
-#: Most method names whose wrapped handler is kept.
-_CACHE_MAX = 1024
+from sepp.server.rpc.handler_cache import CachedWrap
+
 _perf = time.perf_counter
 _NAMES: dict[grpc.StatusCode, str] = {code: code.name for code in grpc.StatusCode}
 _BY_NUMBER: dict[int, str] = {code.value[0]: code.name for code in grpc.StatusCode}
@@ -59,30 +59,23 @@ def _timed(behaviour: Callable[[Any, Any], Awaitable[Any]], method: str, observe
     return timed
 
 
-class RpcMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class RpcMetrics(CachedWrap):
     """The interceptor of the module docstring; ``observe(method, code, seconds)`` records one
     call (``Metrics.observe_rpc``). Only unary-response handlers are timed (every sepp method
     is unary); others pass through."""
 
     def __init__(self, observe: Observe) -> None:
+        super().__init__()
         self._observe = observe
-        self._handlers: dict[str, Any] = {}
 
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-                                details: grpc.HandlerCallDetails) -> Any:
-        """The method's handler, timed when it is one of sepp's services."""
-        path: str = details.method  # type: ignore[attr-defined]
-        cached = self._handlers.get(path)
-        if cached is not None:
-            return cached
-        handler = await continuation(details)
-        if handler is None or not path.startswith("/sepp."):
-            return handler
-        method = path.rpartition("/")[2]
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler | None:
+        """``handler`` timed when ``method`` is one of sepp's services (None, served as it is,
+        for the others)."""
+        if not method.startswith("/sepp."):
+            return None
+        name = method.rpartition("/")[2]
         if handler.unary_unary is not None:
-            handler = handler._replace(unary_unary=_timed(handler.unary_unary, method, self._observe))
-        elif handler.stream_unary is not None:
-            handler = handler._replace(stream_unary=_timed(handler.stream_unary, method, self._observe))
-        if len(self._handlers) < _CACHE_MAX:
-            self._handlers[path] = handler
+            return handler._replace(unary_unary=_timed(handler.unary_unary, name, self._observe))  # type: ignore[attr-defined, no-any-return]
+        if handler.stream_unary is not None:
+            return handler._replace(stream_unary=_timed(handler.stream_unary, name, self._observe))  # type: ignore[attr-defined, no-any-return]
         return handler

@@ -17,8 +17,8 @@ from typing import Any
 
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
-from sepp.domain.transitions import CancelAction, Redrive, cancel, redrive
-from sepp.storage.admin import Outcome, WriteResult, cancel_result
+from sepp.domain.transitions import CancelAction, Redrive, cancel
+from sepp.storage.admin import Outcome, WriteResult, cancel_result, requeue_plan
 from sepp.storage.postgres import type_figures as figures
 from sepp.storage.postgres.committer import Tx
 from sepp.storage.postgres.flow import forget as forget_flow_bound
@@ -44,13 +44,10 @@ async def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str,
 async def requeue_job(job_id: bytes, now: int, tx: Tx) -> WriteResult:
     """``PostgresAdmin.requeue``: ``transitions.redrive`` applied to the row locked while
     judged; the queue's long-pollers on every node are woken."""
-    row = await tx.conn.fetchrow(A["admin_lookup"], job_id)
-    if row is None:
-        return WriteResult(Outcome.NOT_FOUND)
-    seq, queue, state = row
-    decision = redrive(state, now)
-    if decision is None:
-        return WriteResult(Outcome.WRONG_STATE, queue, state)
+    plan = requeue_plan(await tx.conn.fetchrow(A["admin_lookup"], job_id), now)
+    if isinstance(plan, WriteResult):
+        return plan
+    seq, queue, decision = plan
     await tx.conn.execute(A["requeue_one"], decision.state, decision.attempt, decision.run_at, seq)
     if decision.state == _READY:
         tx.wake(queue)

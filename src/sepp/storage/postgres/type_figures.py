@@ -8,15 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sepp.storage._sql import load_queries
-from sepp.storage.type_figures import (
-    HOUR_STEP,
-    MINUTE_STEP,
-    TypeFiguresRead,
-    TypeMinute,
-    TypeRunBucket,
-    TypeTotals,
-    read_of,
-)
+from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket, TypeTotals, prune_steps, read_windows
 
 if TYPE_CHECKING:
     from sepp.storage.postgres.committer import Tx
@@ -51,7 +43,7 @@ async def add_type_figures(reads: PgReads, minutes: Sequence[TypeMinute], bucket
             await tx.conn.execute(F["add_type_counts"], *counts)
         if runs:
             await tx.conn.execute(F["add_type_runs"], *runs)
-        for step, keep in ((MINUTE_STEP, keep_minutes_after), (HOUR_STEP, keep_hours_after)):
+        for step, keep in prune_steps(keep_minutes_after, keep_hours_after):
             await tx.conn.execute(F["prune_type_counts"], step, keep)
             await tx.conn.execute(F["prune_type_runs"], step, keep)
 
@@ -63,13 +55,14 @@ async def type_figures(reads: PgReads, queue: str, day_minute: int, hour_minute:
     per step (hour rows for the day, minute rows for the hour)."""
     if not _storable(queue):
         return TypeFiguresRead({}, {})
-    sums: list[dict[str, TypeTotals]] = []
-    runs: list[dict[tuple[str, int], int]] = []
-    for step, since in ((HOUR_STEP, day_minute), (MINUTE_STEP, hour_minute)):
-        sums.append({row[0]: TypeTotals(*(_int(v) for v in tuple(row)[1:6]))
-                     for row in await reads.fetch(F["type_totals"], queue, step, since)})
-        runs.append({(t, int(b)): _int(n) for t, b, n in await reads.fetch(F["type_buckets"], queue, step, since)})
-    return read_of(sums[0], sums[1], runs[0], runs[1])
+
+    async def read_step(step: int, since: int) -> tuple[dict[str, TypeTotals], dict[tuple[str, int], int]]:
+        sums = {row[0]: TypeTotals(*(_int(v) for v in tuple(row)[1:6]))
+                for row in await reads.fetch(F["type_totals"], queue, step, since)}
+        runs = {(t, int(b)): _int(n) for t, b, n in await reads.fetch(F["type_buckets"], queue, step, since)}
+        return sums, runs
+
+    return await read_windows(read_step, day_minute, hour_minute)
 
 
 async def delete_queue_figures(tx: Tx, queue: str) -> None:

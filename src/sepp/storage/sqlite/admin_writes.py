@@ -14,8 +14,8 @@ from typing import Any
 
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
-from sepp.domain.transitions import CancelAction, cancel, redrive
-from sepp.storage.admin import Outcome, WriteResult, cancel_result
+from sepp.domain.transitions import CancelAction, cancel
+from sepp.storage.admin import Outcome, WriteResult, cancel_result, requeue_plan
 from sepp.storage.sqlite import type_figures as figures
 from sepp.storage.sqlite.sql import A
 
@@ -43,13 +43,10 @@ def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str, conn:
 
 def requeue_job(job_id: bytes, now: int, conn: sqlite3.Connection) -> WriteResult:
     """Writer side of ``SQLiteAdmin.requeue``: applies ``transitions.redrive``."""
-    row = conn.execute(A["admin_lookup"], (job_id,)).fetchone()
-    if row is None:
-        return WriteResult(Outcome.NOT_FOUND)
-    seq, queue, state = row
-    decision = redrive(state, now)
-    if decision is None:
-        return WriteResult(Outcome.WRONG_STATE, queue, state)
+    plan = requeue_plan(conn.execute(A["admin_lookup"], (job_id,)).fetchone(), now)
+    if isinstance(plan, WriteResult):
+        return plan
+    seq, queue, decision = plan
     conn.execute(A["requeue_one"], (decision.state, decision.attempt, decision.run_at, seq))
     return WriteResult(Outcome.DONE, queue, decision.state)
 

@@ -10,15 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sepp.storage._sql import load_queries
-from sepp.storage.type_figures import (
-    HOUR_STEP,
-    MINUTE_STEP,
-    TypeFiguresRead,
-    TypeMinute,
-    TypeRunBucket,
-    TypeTotals,
-    read_of,
-)
+from sepp.storage.type_figures import TypeFiguresRead, TypeMinute, TypeRunBucket, TypeTotals, prune_steps, read_windows
 
 if TYPE_CHECKING:
     from sepp.storage.sqlite.reads import SQLiteReads
@@ -41,15 +33,16 @@ async def add_type_figures(reads: SQLiteReads, minutes: Sequence[TypeMinute], bu
 async def type_figures(reads: SQLiteReads, queue: str, day_minute: int, hour_minute: int) -> TypeFiguresRead:
     """``AdminStore.type_figures`` on SQLite: grouped range reads of the primary keys, one per
     step (hour rows for the day, minute rows for the hour)."""
-    sums: list[dict[str, TypeTotals]] = []
-    runs: list[dict[tuple[str, int], int]] = []
-    for step, since in ((HOUR_STEP, day_minute), (MINUTE_STEP, hour_minute)):
+
+    async def read_step(step: int, since: int) -> tuple[dict[str, TypeTotals], dict[tuple[str, int], int]]:
         params: Any = {"queue": queue, "step": step, "since": since}
-        sums.append({row[0]: TypeTotals(*(_int(v) for v in row[1:6]))
-                     for row in await reads.read(F["type_totals"], params, False) if isinstance(row[0], str)})
-        runs.append({(t, b): _int(n) for t, b, n in await reads.read(F["type_buckets"], params, False)
-                     if isinstance(t, str) and isinstance(b, int)})
-    return read_of(sums[0], sums[1], runs[0], runs[1])
+        sums = {row[0]: TypeTotals(*(_int(v) for v in row[1:6]))
+                for row in await reads.read(F["type_totals"], params, False) if isinstance(row[0], str)}
+        runs = {(t, b): _int(n) for t, b, n in await reads.read(F["type_buckets"], params, False)
+                if isinstance(t, str) and isinstance(b, int)}
+        return sums, runs
+
+    return await read_windows(read_step, day_minute, hour_minute)
 
 
 def _add_op(minutes: list[TypeMinute], buckets: list[TypeRunBucket], keep_minutes_after: int,
@@ -59,7 +52,7 @@ def _add_op(minutes: list[TypeMinute], buckets: list[TypeRunBucket], keep_minute
         conn.executemany(F["add_type_counts"], minutes)
     if buckets:
         conn.executemany(F["add_type_runs"], buckets)
-    for step, keep in ((MINUTE_STEP, keep_minutes_after), (HOUR_STEP, keep_hours_after)):
+    for step, keep in prune_steps(keep_minutes_after, keep_hours_after):
         conn.execute(F["prune_type_counts"], (step, keep))
         conn.execute(F["prune_type_runs"], (step, keep))
 

@@ -1,4 +1,4 @@
-"""Reading damaged job rows (attacker findings O1–O4).
+"""Reading damaged job rows (a row whose columns a crash, a bad migration or a hand edit left unreadable).
 
 A row written into the database file behind sepp's back (an old or damaged file, a manual
 edit while the server was stopped) can hold a value of the wrong type in any column: text

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from support.interrupting import with_default_sigint
 from support.proxy import OneWayCut
 from support.servers import module_server
 from support.stored import stored_by
@@ -66,8 +67,8 @@ def batch_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int
 
 
 def start(target: str, path: Path | str, queue: str, *flags: str, stdin: int | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "sepp", "enqueue", queue, "--batch-file", str(path),
-                             "--server", target, *flags],
+    return subprocess.Popen(with_default_sigint([sys.executable, "-m", "sepp", "enqueue", queue, "--batch-file",
+                                                 str(path), "--server", target, *flags]),
                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"})
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 import pytest
+from support.interrupting import with_default_sigint
 from support.proxy import OneWayCut
 from support.servers import ServerFactory, module_server
 from support.stored import stored_by
@@ -138,7 +139,7 @@ with Client(target, options=ClientOptions(timeout=120, interrupt_grace=grace)) a
 
 
 def start_child(target: str, queue: str, grace: float, mode: str = "") -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", CHILD, target, queue, str(grace), mode or "-"],
+    return subprocess.Popen(with_default_sigint([sys.executable, "-c", CHILD, target, queue, str(grace), mode or "-"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
 

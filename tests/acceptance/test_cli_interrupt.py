@@ -8,7 +8,7 @@ Each line's job carries its line number in its custom map (``line``), without an
 key; the queue is listed through the admin API and compared with what the command printed:
 the ids printed plus the "may or may not be stored" lines must cover exactly the jobs stored.
 The command is signalled once it printed enough lines; a batch that must stay unanswered is
-sent through ``OneWayCut`` (it drops what the client sends from some point on).
+sent through ``OneWayCut`` (from some point on it drops the calls the client sends).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Every check compares the account with the jobs the server really stored: each jo
 request index in its custom map (``i``), and the queue is listed through the admin API. The
 Ctrl-C tests run the producer as a child process and signal it once it printed enough
 progress lines; a batch that must stay unanswered is sent through ``OneWayCut``, which drops
-what the client sends from some point on (the test waits until it dropped a batch's worth).
+the calls the client sends from some point on (the test waits until it dropped a batch's worth).
 """
 
 from __future__ import annotations

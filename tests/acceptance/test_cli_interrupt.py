@@ -8,7 +8,7 @@ Each line's job carries its line number in its custom map (``line``), without an
 key; the queue is listed through the admin API and compared with what the command printed:
 the ids printed plus the "may or may not be stored" lines must cover exactly the jobs stored.
 The command is signalled once it printed enough lines; a batch that must stay unanswered is
-sent through ``OneWayCut`` (it drops what the client sends from some point on).
+sent through ``OneWayCut`` (from some point on it drops the calls the client sends).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from support.interrupting import with_default_sigint
 from support.proxy import OneWayCut
 from support.servers import module_server
 from support.stored import stored_by
@@ -45,6 +46,9 @@ BATCH_BYTES = 1000
 #: batches in flight; the rest is a loaded machine).
 ENDS_WITHIN = 60.0
 
+#: A line gRPC's C core logs below ERROR (``I1207 10:00:00.123456 4242 chttp2_transport.cc:1403] …``):
+#: the CLI sets ``GRPC_VERBOSITY=ERROR`` before grpc is imported, so none reaches its user.
+_GRPC_CORE_LOG = re.compile(r"^[IWD]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ", re.M)
 _ACCOUNT = re.compile(r"^(?:interrupted|stopped): (?P<text>.*)$", re.M)
 _SPAN = r"lines? (\d+)(?:–(\d+))?"
 
@@ -66,8 +70,8 @@ def batch_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int
 
 
 def start(target: str, path: Path | str, queue: str, *flags: str, stdin: int | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "sepp", "enqueue", queue, "--batch-file", str(path),
-                             "--server", target, *flags],
+    return subprocess.Popen(with_default_sigint([sys.executable, "-m", "sepp", "enqueue", queue, "--batch-file",
+                                                 str(path), "--server", target, *flags]),
                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "COLUMNS": "200"})
 
@@ -165,6 +169,7 @@ def test_ctrl_c_prints_every_answered_id_and_the_lines_not_sent(capped: ServerPr
     resume = numbers[numbers.index(max(shown)) + 1]
     assert f"resume from line {resume}\n" in err
     assert "Traceback" not in err
+    assert not _GRPC_CORE_LOG.search(err), err
 
 
 def test_ctrl_c_with_a_batch_sent_into_a_cut_names_the_lines_that_may_be_stored(
@@ -193,6 +198,7 @@ def test_ctrl_c_with_a_batch_sent_into_a_cut_names_the_lines_that_may_be_stored(
     # At least the batch sent after the cut is unknown (and the server never saw it).
     assert CAP <= len([n for n in numbers if maybe[0] <= n <= maybe[1]]) <= 4 * CAP
     assert store == shown
+    assert not _GRPC_CORE_LOG.search(err), err
     resume = numbers[numbers.index(maybe[1]) + 1]
     assert (f"resume from line {resume}; lines {maybe[0]}–{maybe[1]} may be stored already: send them again "
             "only with idempotency keys, or after checking for them (sepp jobs list)") in err
@@ -247,6 +253,7 @@ def test_a_transport_error_gives_the_same_account_before_the_error(capped: Serve
     maybe = check(numbers, shown, store, account["text"])
     assert maybe is not None, err
     assert store == shown
+    assert not _GRPC_CORE_LOG.search(err), err
     error = err.splitlines()[-1]
     assert error.startswith(f"transport error (DeadlineExceeded) talking to {proxy.target}: "), err
     assert "enqueue_many" not in error and ".answered" not in error
@@ -296,6 +303,7 @@ def test_further_ctrl_cs_never_print_a_line_twice_and_still_exit_130(
         child.kill()
     assert child.returncode == 130, err
     assert "Traceback" not in err
+    assert not _GRPC_CORE_LOG.search(err), err
     lines = out + rest.splitlines()
     assert len(set(lines)) == len(lines)
     shown = printed(lines)  # also: no line number twice

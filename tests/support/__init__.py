@@ -8,6 +8,8 @@ waiting and the server fixtures. Importable as ``support`` (``pythonpath = ["tes
 * ``failures`` — ``failure_of``, the one decoder of a failed call (status, ErrorInfo
   reason and metadata, every rich detail), and ``fails`` / ``code_reason`` around it.
 * ``waiting``  — ``wait_for``, the one poll-with-deadline.
+* ``interrupting`` — ``with_default_sigint``: a child a test Ctrl-Cs starts with SIGINT's default
+  action, whatever the test run inherited (a background job ignores SIGINT).
 * ``producer`` — request builders, ``Stubs`` for the wire-contract tests, rejection assertions.
 * ``worker``   — ``Wire`` (enqueue / reserve / ack / nack / extend / settle) and job state
   read through the admin API.

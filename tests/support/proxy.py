@@ -88,19 +88,34 @@ class PausableProxy:
                     sock.shutdown(socket.SHUT_RDWR)
 
 
+#: The client's connection preface (RFC 9113 §3.4), before its first frame.
+_PREFACE = 24
+#: The HTTP/2 frame types a cut still lets through (RFC 9113 §6): SETTINGS, PING, GOAWAY and
+#: WINDOW_UPDATE — the connection's upkeep, not a call. ``HEADERS`` (1) opens a call.
+_SETTINGS, _PING, _GOAWAY, _WINDOW_UPDATE, _HEADERS = 4, 6, 7, 8, 1
+
+
 class OneWayCut(PausableProxy):
     """A relay to a sepp server whose client-to-server direction can be cut (``cut()``): from
-    then on every byte a client sends is read and dropped (``dropped`` counts them), while
-    the server's answers to what it received before still come back. Connections stay open:
-    a call sent after the cut is never seen by the server and never answered (nothing of it
-    is stored), as when the network between two hosts starts losing every packet one way."""
+    then on every call a client sends is read and dropped (``dropped`` counts the bytes of its
+    frames), while the server's answers to what it received before still come back. A call
+    sent after the cut is never seen by the server and never answered (nothing of it is
+    stored), as when the network loses every packet of it one way.
+
+    Only the calls are cut: the relay reads the client's HTTP/2 frames and still passes the
+    connection's upkeep (SETTINGS and their acks, PING and their acks, GOAWAY, the window
+    updates of the connection and of the calls the server saw). Dropping those too would
+    make the server end the connection when a ping it sent before the cut goes unanswered
+    for a minute (``GOAWAY … ping_timeout``), and the calls sent into the cut would then
+    fail (``UNAVAILABLE``, a new connection, a deadline) instead of staying unanswered — a
+    test that takes that long on a loaded machine would see another story."""
 
     def __init__(self, target: str) -> None:
         host, _, port = target.rpartition(":")
         super().__init__(host, int(port))
         self._cut = threading.Event()
         self._count = threading.Lock()
-        #: Bytes clients sent after ``cut()`` (dropped).
+        #: Bytes of the frames clients sent after ``cut()`` (dropped).
         self.dropped = 0
 
     @property
@@ -109,22 +124,45 @@ class OneWayCut(PausableProxy):
         return f"127.0.0.1:{self.port}"
 
     def cut(self) -> None:
-        """Drop what clients send from now on (see the class)."""
+        """Drop the calls clients send from now on (see the class)."""
         self._cut.set()
 
     def _pump(self, source: socket.socket, target: socket.socket) -> None:
-        upstream = source.getsockname()[1] == self.port  # an accepted socket: a client's bytes
+        if source.getsockname()[1] != self.port:  # the server's bytes: relayed as they are
+            super()._pump(source, target)
+            return
+        pending = bytearray()
+        preface = _PREFACE
+        seen = 0  # the highest stream the server was sent the HEADERS of
         try:
             while True:
                 data = source.recv(65536)
                 if not data:
                     break
-                if upstream and self._cut.is_set():
-                    with self._count:
-                        self.dropped += len(data)
-                    continue
-                self._running.wait()
-                target.sendall(data)
+                pending += data
+                out = bytearray()
+                if preface:
+                    taken = pending[:preface]
+                    out += taken
+                    del pending[:len(taken)]
+                    preface -= len(taken)
+                while not preface and len(pending) >= 9:
+                    size = 9 + int.from_bytes(pending[:3], "big")
+                    if len(pending) < size:
+                        break
+                    kind, stream = pending[3], int.from_bytes(pending[5:9], "big") & 0x7FFFFFFF
+                    upkeep = kind in (_SETTINGS, _PING, _GOAWAY) or (kind == _WINDOW_UPDATE and stream <= seen)
+                    if self._cut.is_set() and not upkeep:
+                        with self._count:
+                            self.dropped += size
+                    else:
+                        out += pending[:size]
+                        if kind == _HEADERS:
+                            seen = max(seen, stream)
+                    del pending[:size]
+                if out:
+                    self._running.wait()
+                    target.sendall(out)
         except OSError:
             pass
         finally:

@@ -105,9 +105,9 @@ async def test_the_reads_stop_while_nobody_scrapes_and_resume_with_the_next_scra
     sampler = GaugeSampler(reads, 0.02, idle_after=0.1)
     try:
         await sampler.current()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # past idle_after without a scrape: the reads stop
         idle = reads.calls
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a check that nothing happens: no read without a scrape
         assert reads.calls == idle, "reads went on without scrapes"
         assert 2 <= idle <= 12
         await sampler.current()
@@ -137,7 +137,7 @@ async def test_with_interval_zero_a_scrape_never_shows_a_read_that_began_before_
     first = asyncio.ensure_future(sampler.current())  # read 1 starts and hangs
     await wait_until(lambda: reads.calls == 1)
     later = [asyncio.ensure_future(sampler.current()) for _ in range(3)]  # arrive during read 1
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # a check that nothing happens (below)
     assert reads.calls == 1  # nothing runs beside read 1
     reads.hang.set()
     assert ready(await first) == 1

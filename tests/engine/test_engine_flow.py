@@ -54,8 +54,7 @@ async def test_a_long_poll_held_back_by_max_in_flight_wakes_when_a_slot_frees(ma
     await h.enqueue()
     await h.enqueue()
     (first,) = await h.reserve(n=5)
-    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
-    await asyncio.sleep(0.05)
+    waiting = await _held_back_long_poll(h)
     assert not waiting.done()  # held back, not refused
     started = time.monotonic()
     await h.ack(first)
@@ -83,8 +82,7 @@ async def test_a_long_poll_held_back_by_the_rate_retries_when_the_next_token_is_
     await h.enqueue()
     await h.enqueue()
     assert len(await h.reserve(n=5)) == 1
-    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
-    await asyncio.sleep(0.05)
+    waiting = await _held_back_long_poll(h)
     assert not waiting.done()
     h.clock.advance(1.0)  # the next token is due; nobody notifies — the reserver polls for it
     (job,) = await asyncio.wait_for(waiting, 5)
@@ -241,8 +239,7 @@ async def test_a_long_poll_held_back_wakes_when_an_update_raises_the_limit(make_
     await h.enqueue()
     await h.enqueue()
     assert len(await h.reserve(n=5)) == 1
-    waiting = asyncio.ensure_future(h.engine.reserve(["q"], 1, None, 10.0, "w2"))
-    await asyncio.sleep(0.05)
+    waiting = await _held_back_long_poll(h)
     assert not waiting.done()
     started = time.monotonic()
     await admin.update_queue("q", {"max_in_flight": 2}, ["max_in_flight"])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from support.worker import until
+
 from engine.engine_kit import Harness, S
 
 
@@ -15,9 +17,9 @@ async def test_a_long_poll_wakes_when_another_queues_reserve_promoted_its_job(ha
     await harness.enqueue("y")
     assert len(await harness.engine.reserve(["y"], 1, None, 0.0, "wy")) == 1  # queue y known
     poll = asyncio.create_task(harness.engine.reserve(["x"], 1, None, 10.0, "wx"))
-    await asyncio.sleep(0.05)
+    await until(lambda: harness.engine.parked("wx") == 1, what="the long poll to park")
     await harness.enqueue("x", at_us=harness.now + S)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # a check that nothing happens: a job due later wakes no one now
     assert not poll.done()
     harness.clock.advance(2)
     assert await harness.engine.reserve(["y"], 1, None, 0.0, "wy") == []  # promotes x's job as a side effect

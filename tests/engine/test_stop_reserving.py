@@ -274,7 +274,7 @@ async def test_one_of_two_same_id_workers_stops_the_other_keeps_reserving(harnes
     await h.enqueue("q")
     assert len(await h.engine.reserve(["q"], 1, None, 0.0, "W")) == 1
     other = asyncio.create_task(h.engine.reserve(["q"], 1, None, 30.0, "W"))  # the second process, parked
-    await asyncio.sleep(0.05)
+    await until(lambda: h.engine.parked("W") == 1, what="the second process's reserve to park")
     h.clock.advance(1)
     h.engine.stop_reserving("W", stopped=True)  # the first process's last call
     assert await asyncio.wait_for(other, 10) == []  # its parked poll answers empty early …

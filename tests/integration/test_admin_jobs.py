@@ -14,6 +14,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from support.admin import AdminStubs, connect, list_all
 from support.failures import fails as refusal
 from support.servers import backend_config
+from support.waiting import wait_for
 
 from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
@@ -215,7 +216,7 @@ def test_bulk_redrive_counts_first_then_requeues_what_matches(stubs: AdminStubs)
     a2 = stubs.dead_letter("bulk", "a", reason="y")
     b1 = stubs.dead_letter("bulk", "b", reason="x")
     mark = _ts(0)
-    time.sleep(0.01)
+    wait_for(lambda: time.time_ns() > mark.ToNanoseconds(), what="the clock past the mark")  # a3 is stamped after it
     a3 = stubs.dead_letter("bulk", "a", reason="x")
     other = stubs.dead_letter("bulk-other", "a", reason="x")
 

@@ -110,6 +110,8 @@ def test_a_paused_queue_gives_nothing_and_resume_wakes_a_waiting_reserver(stubs:
     waiter = threading.Thread(target=lambda: got.extend(stubs.reserve("pz", wait=10)))
     started = time.monotonic()
     waiter.start()
+    # Time for the Reserve to park in its long-poll: nothing outside the server shows a parked
+    # call (the engine tests wait on ``parked()``); had it not parked yet, it would just get the job.
     time.sleep(0.3)
     assert stubs.call("ResumeQueue", apb.ResumeQueueRequest(name="pz")).paused is False
     waiter.join(15)
@@ -152,7 +154,7 @@ def test_delete_refuses_a_non_empty_queue_unless_forced(stubs: AdminStubs) -> No
 def test_stats_count_states_age_the_oldest_ready_job_and_count_throughput(stubs: AdminStubs) -> None:
     for _ in range(4):
         stubs.enqueue("st")
-    time.sleep(0.2)
+    time.sleep(0.2)  # the subject: the oldest ready job's age counts this wait
     acked, dead = stubs.reserve("st", 2)
     stubs.worker.Ack(wpb.AckRequest(job_id=acked.job.id, lease_id=acked.lease_id))
     stubs.worker.Nack(wpb.NackRequest(job_id=dead.job.id, lease_id=dead.lease_id, dead_letter="x"))

@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 from storage.conformance_kit import lease
 from support.backends import PG_TEST_DSN, fresh_schema
+from support.worker import until
 
 from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.policy import PolicyTable, QueuePolicy
@@ -123,7 +124,7 @@ async def test_migrating_while_an_older_node_inserts_then_all_nodes_enqueue(
     a = PostgresStore(PG_TEST_DSN, schema=schema, node="a5-mig-a")
     b = PostgresStore(PG_TEST_DSN, schema=schema, node="a5-mig-b")
     try:
-        await asyncio.sleep(0.05)
+        await until(lambda: during, what="the older node's first inserts")  # it inserts during the migration
         await asyncio.gather(a.open(), b.open())  # one migrates, the other waits for it
         new: list[bytes] = []
 

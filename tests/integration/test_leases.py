@@ -12,7 +12,7 @@ import grpc
 import pytest
 from support.failures import code_reason as refusal
 from support.servers import ServerFactory, module_server
-from support.waiting import wait_for
+from support.waiting import past, wait_for
 from support.worker import fast_queue, job_row, wire_for
 
 from sepp.api.v1 import common_pb2 as pb
@@ -69,7 +69,7 @@ def test_the_right_lease_after_its_expiry_is_lease_expired(server_factory: Serve
     with wire_for(server) as w:
         job_id = w.enqueue()
         res = w.reserve_one(lease=0.2)
-        time.sleep(0.3)
+        past(res.lease_expires_at.ToMicroseconds() / 1e6, what="the lease's expiry")
         assert refusal(lambda: w.ack(res)) == (FAILED, "LEASE_EXPIRED")
         assert refusal(lambda: w.extend(res, 5)) == (FAILED, "LEASE_EXPIRED")
         assert refusal(lambda: w.nack(res, "release")) == (FAILED, "LEASE_EXPIRED")
@@ -92,7 +92,7 @@ def test_extend_keeps_the_lease_past_its_original_expiry(lease_server: ServerPro
             assert resp.lease_expires_at.ToMicroseconds() >= sent_at_us + 5_000_000
             assert resp.cancel_requested is False
             extensions += 1
-            time.sleep(0.25)
+            time.sleep(0.25)  # the pace of the extensions: time passing is what this test is about
         assert w.reserve(wait=0) == []  # past the first expiry, and the sweep has not given it to anyone
         w.ack(res)
         row = job_row(lease_server, job_id)
@@ -412,7 +412,7 @@ def test_an_acks_only_settle_of_expired_leases_answers_as_the_item_by_item_path(
             for _ in range(3):
                 w.enqueue(queue=queue)
             expired = w.reserve([queue], max_jobs=2, lease=0.2)
-            time.sleep(0.3)
+            past(max(r.lease_expires_at.ToMicroseconds() for r in expired) / 1e6, what="the leases' expiry")
             live = w.reserve([queue], max_jobs=1, lease=30)
             items = [wpb.SettleItem(ack=wpb.AckRequest(job_id=r.job.id, lease_id=r.lease_id))
                      for r in (expired[0], live[0], expired[1], live[0], expired[0])]

@@ -95,7 +95,7 @@ def test_an_enqueue_counts_and_shows_in_the_queue_gauges(metered: ServerProcess,
 def test_the_oldest_ready_age_grows_while_the_job_waits(metered: ServerProcess, fresh_queue: str) -> None:
     with wire_for(metered, fresh_queue) as w:
         w.enqueue()
-    time.sleep(0.3)
+    time.sleep(0.3)  # the subject: the age must have grown by this wait
     age = val(scrape(metered), "sepp_queue_oldest_ready_age_seconds", queue=fresh_queue)
     assert 0.3 <= age < 30
 

@@ -126,7 +126,7 @@ async def test_prefetch_bounds_the_jobs_a_worker_holds(fast: ServerProcess, fres
         w.enqueue_many([pb.EnqueueRequest(queue=fresh_queue, job_type="t") for _ in range(10)])
     async with running(worker):
         await until(lambda: count_states(fast, fresh_queue).get("RESERVED") == 5, what="5 jobs held")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # a check that nothing happens: no sixth job is taken meanwhile
         assert count_states(fast, fresh_queue) == {"RESERVED": 5, "READY": 5}
         assert worker.held == 5
         gate.set()
@@ -357,7 +357,7 @@ async def test_a_second_stop_with_zero_grace_hurries_the_first(fast: ServerProce
     task = asyncio.create_task(worker.run(install_signal_handlers=False))
     await until(lambda: worker.held == 1, what="the job to start")
     first = asyncio.create_task(worker.stop(30))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # a check that nothing happens: the first stop waits for the handler
     assert not first.done()
     t0 = time.monotonic()
     await worker.stop(0)

@@ -98,7 +98,7 @@ async def test_suspended_handlers_hand_the_waiting_jobs_to_other_slots(fast: Ser
     ids = enqueue(fast, fresh_queue, ["t"] * 12)
     async with running(worker):
         await until(lambda: active == 5, what="five handlers waiting at once")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a check that nothing happens: no sixth handler starts
         assert active == 5 and peak == 5
         gate.set()
         await until(lambda: len(reports) == 12, what="12 jobs")

@@ -25,6 +25,7 @@ import asyncpg
 import pytest
 from support.backends import PG_TEST_DSN
 from support.nodes import open_nodes
+from support.pg_locks import sessions_waiting_for
 
 from sepp.domain.params import SettleKind, SettleParams, SettleResult
 from sepp.domain.records import JobRecord
@@ -46,27 +47,6 @@ async def two_nodes(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Store, 
         yield a, b, schema
 
 
-#: Sessions waiting for session $1 or for one that waits for it.
-_WAITING = """WITH w AS (SELECT pid, pg_blocking_pids(pid) AS b FROM pg_stat_activity)
-SELECT count(*) FROM w WHERE $1 = ANY(b) OR b && ARRAY(SELECT pid FROM w WHERE $1 = ANY(b))"""
-
-
-async def _waiters(holder: asyncpg.Connection, n: int) -> None:
-    """Until ``n`` sessions wait for ``holder``'s session, or for one that waits for it
-    (polled every 10 ms from a session of its own — inside a transaction pg_stat_activity
-    is read once —, at most DEADLINE s; AssertionError past it)."""
-    pid = holder.get_server_pid()
-    conn = await asyncpg.connect(PG_TEST_DSN)
-    try:
-        for _ in range(DEADLINE * 100):
-            if await conn.fetchval(_WAITING, pid) >= n:
-                return
-            await asyncio.sleep(0.01)
-    finally:
-        await conn.close()
-    raise AssertionError(f"fewer than {n} sessions waited for the held row")
-
-
 def _acks(recs: list[JobRecord], kind: SettleKind = SettleKind.ACK) -> list[SettleParams]:
     return [SettleParams(r.id, r.lease_id or b"", kind, NOW + S) for r in recs]
 
@@ -82,7 +62,7 @@ async def _cross(a: Store, b: Store, schema: str, recs: list[JobRecord], first: 
         await tx.start()
         await holder.execute(f"SELECT 1 FROM {schema}.jobs WHERE id = $1 FOR UPDATE", middle.id)
         calls = asyncio.gather(a.settle(first, POLICY), b.settle(second, POLICY))
-        await _waiters(holder, 2)
+        await sessions_waiting_for(holder, 2, DEADLINE)
         await tx.rollback()
         ra, rb = await asyncio.wait_for(calls, DEADLINE)
     finally:
@@ -129,7 +109,7 @@ async def test_an_ack_whose_job_was_re_leased_while_it_waited_for_the_row_is_a_l
         await holder.execute(f"UPDATE {schema}.jobs SET lease_id = $2, attempt = attempt + 1 WHERE id = $1",
                              middle.id, b"\1" * 16)
         call = asyncio.ensure_future(a.settle(_acks(recs), POLICY))
-        await _waiters(holder, 1)
+        await sessions_waiting_for(holder, 1, DEADLINE)
         await tx.commit()
         results = await asyncio.wait_for(call, DEADLINE)
     finally:

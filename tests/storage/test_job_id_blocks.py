@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 from support.backends import PG_TEST_DSN, fresh_schema
+from support.pg_locks import sessions_waiting_for
 from support.proxy import PausableProxy
 
 from sepp.domain.params import SettleKind, SettleParams
@@ -307,7 +308,7 @@ async def test_a_caller_cancelled_while_waiting_for_a_block_leaves_the_node_work
         await locker.execute(f"ALTER SEQUENCE jobs_seq_seq INCREMENT BY {pg_ids.BLOCK}")  # blocks nextval
         cancelled = asyncio.ensure_future(store.new_job_ids(5))
         waiting = [asyncio.ensure_future(store.new_job_ids(n)) for n in (1, 2000, 3)]
-        await asyncio.sleep(0.3)
+        await sessions_waiting_for(locker, 1)  # the block's fetch waits for the lock
         assert not any(f.done() for f in [cancelled, *waiting])
         cancelled.cancel()
         await tx.rollback()

@@ -32,7 +32,7 @@ async def test_promotion_by_a_lone_reserve_wakes_the_other_node(two_nodes: tuple
     woke: asyncio.Queue[str | None] = asyncio.Queue()
     b.subscribe(woke.put_nowait, lambda: None)
     await put(a, row("x", state=State.SCHEDULED, run_at=NOW + S))
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # time for a notice of the put, if any, to arrive: drained, not awaited
     while not woke.empty():
         woke.get_nowait()
     # A one-queue Reserve of ANOTHER queue at a time the x job is due promotes it.

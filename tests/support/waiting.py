@@ -38,3 +38,13 @@ def with_lead(trial: Callable[[float], T | None], lead: float, tries: int = 4, w
         if found is not None:
             return found
     raise AssertionError(f"the machine outran every lead up to {lead * 2 ** (tries - 1)} s: {what or trial}")
+
+
+def past(instant: float, margin: float = 0.02, what: str = "") -> None:
+    """Wait until the wall clock (``time.time()``, seconds since the Unix epoch, the clock
+    the server stamps leases and times with on this machine) is ``margin`` seconds past
+    ``instant``: for a deadline the server named (a lease's expiry), instead of a guessed
+    sleep. ``AssertionError`` naming ``what`` if the clock does not get there within
+    10 s more than the wait should take."""
+    timeout = max(0.0, instant + margin - time.time()) + 10.0
+    wait_for(lambda: time.time() > instant + margin, timeout=timeout, interval=0.005, what=what or f"{instant}")

@@ -115,7 +115,7 @@ async def test_concurrent_takes_wait_for_one_fetch_and_get_distinct_ids() -> Non
     seq.gate = asyncio.Event()
     job_ids = JobIds(seq.fetch, Clock())
     takes = [asyncio.ensure_future(job_ids.take(n)) for n in (3, 300, 30)]
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the takes run while the fetch is held: a check that only one fetch starts
     assert len(seq.fetches) == 1 and not any(t.done() for t in takes)
     seq.gate.set()
     made = [u.bytes for t in takes for u in await t]

@@ -9,6 +9,7 @@ sampler reacts to); tests/integration/test_metrics.py drives the same code with 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
@@ -64,7 +65,8 @@ async def test_a_scrape_shows_the_latest_background_read_without_reading_itself(
 
 async def test_failed_and_hung_reads_count_and_a_stale_read_is_left_out() -> None:
     reads = Reads()
-    sampler = GaugeSampler(reads, 0.05)
+    ahead = 0.0  # how far the sampler's clock runs ahead of the real one (s)
+    sampler = GaugeSampler(reads, 0.05, monotonic=lambda: time.monotonic() + ahead)
     sampler.scrape_wait, sampler.read_timeout = 0.1, 0.1
     try:
         assert ready(await sampler.current()) == 1
@@ -74,7 +76,7 @@ async def test_failed_and_hung_reads_count_and_a_stale_read_is_left_out() -> Non
         reads.hang.clear()
         await wait_until(lambda: sampler.errors["timeout"] >= 1)
         # Past 2 intervals + the scrape wait without a good read: nothing is shown.
-        await asyncio.sleep(sampler.stale_after)
+        ahead += sampler.stale_after
         assert await sampler.current() is None
         reads.hang.set()
         await wait_until(lambda: sampler._latest is not None and sampler._latest.counts["q"].ready > 1)
@@ -103,9 +105,9 @@ async def test_the_reads_stop_while_nobody_scrapes_and_resume_with_the_next_scra
     sampler = GaugeSampler(reads, 0.02, idle_after=0.1)
     try:
         await sampler.current()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # past idle_after without a scrape: the reads stop
         idle = reads.calls
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a check that nothing happens: no read without a scrape
         assert reads.calls == idle, "reads went on without scrapes"
         assert 2 <= idle <= 12
         await sampler.current()
@@ -135,7 +137,7 @@ async def test_with_interval_zero_a_scrape_never_shows_a_read_that_began_before_
     first = asyncio.ensure_future(sampler.current())  # read 1 starts and hangs
     await wait_until(lambda: reads.calls == 1)
     later = [asyncio.ensure_future(sampler.current()) for _ in range(3)]  # arrive during read 1
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # a check that nothing happens (below)
     assert reads.calls == 1  # nothing runs beside read 1
     reads.hang.set()
     assert ready(await first) == 1

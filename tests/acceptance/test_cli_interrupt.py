@@ -9,6 +9,8 @@ key; the queue is listed through the admin API and compared with what the comman
 the ids printed plus the "may or may not be stored" lines must cover exactly the jobs stored.
 The command is signalled once it printed enough lines; a batch that must stay unanswered is
 sent through ``OneWayCut`` (from some point on it drops the calls the client sends).
+The ids are printed in file order: a batch answered behind one without a verdict is counted
+among the lines that may be stored, not printed.
 """
 
 from __future__ import annotations
@@ -195,9 +197,14 @@ def test_ctrl_c_with_a_batch_sent_into_a_cut_names_the_lines_that_may_be_stored(
     store = stored(capped.grpc_target, "cli-int-cut")
     maybe = check(numbers, shown, store, account["text"])
     assert maybe is not None, err
-    # At least the batch sent after the cut is unknown (and the server never saw it).
-    assert CAP <= len([n for n in numbers if maybe[0] <= n <= maybe[1]]) <= 4 * CAP
-    assert store == shown
+    # The batches in flight are unknown, and the server never got one of them (its frames
+    # went into the cut). A batch handed over after that one may be stored all the same: the
+    # client's writes of the calls in flight interleave, so its frames can have gone out
+    # before the cut; its verdict, behind the lost batch's, is not printed (ids are printed
+    # in file order) and its lines are among those that may be stored (``check``).
+    window = [n for n in numbers if maybe[0] <= n <= maybe[1]]
+    assert CAP <= len(window) <= 4 * CAP
+    assert len([n for n in window if n not in store]) >= CAP, (window[0], window[-1], sorted(set(store) - set(shown)))
     assert not _GRPC_CORE_LOG.search(err), err
     resume = numbers[numbers.index(maybe[1]) + 1]
     assert (f"resume from line {resume}; lines {maybe[0]}–{maybe[1]} may be stored already: send them again "

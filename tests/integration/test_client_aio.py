@@ -110,6 +110,10 @@ def test_an_async_client_called_from_another_event_loop_says_so(shared_server: S
             asyncio.run(call())
 
 
+#: Seconds a restarted server may take to answer again on a loaded machine.
+RESTART_WITHIN = 60.0
+
+
 async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_unavailable_unsent(
         server_factory: ServerFactory) -> None:
     """A call waits for a connection within its deadline, for the AsyncClient too: calls made
@@ -122,7 +126,8 @@ async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_una
     flight when the server died, which may have been stored, so an unkeyed one fails
     (test_client_restart.py covers those; a loaded CI machine was that slow once)."""
     server = server_factory(grpc_listen=f"127.0.0.1:{free_port()}")  # the same port after a restart
-    async with AsyncClient(server.grpc_target) as client:
+    # A deadline longer than a loaded machine's server start (the default 10 s was not once).
+    async with AsyncClient(server.grpc_target, options=ClientOptions(timeout=RESTART_WITHIN)) as client:
         await client.enqueue(EnqueueRequest("back", "t"))
         for stop in (server.terminate, server.kill):
             stop()
@@ -132,7 +137,7 @@ async def test_async_calls_wait_for_a_restarting_server_and_an_absent_one_is_una
             await asyncio.sleep(0.3)  # a check that nothing happens: the calls wait for the server
             assert not any(call.done() for call in calls)
             await asyncio.get_running_loop().run_in_executor(None, server.start)
-            acks = await asyncio.wait_for(asyncio.gather(*calls), 10)
+            acks = await asyncio.wait_for(asyncio.gather(*calls), RESTART_WITHIN)
             assert [ack.deduplicated for ack in acks] == [False, False]
     server.kill()
     async with AsyncClient(server.grpc_target, options=ClientOptions(timeout=0.5)) as client:

@@ -86,11 +86,28 @@ def check_account(store: dict[int, str], answered: Sequence[str | None], maybe: 
     assert not unexplained, f"stored but neither answered nor in {maybe}: {unexplained[:10]}"
 
 
+def check_seen(seen: list[list[Any]], answered: Sequence[str | None], *, whole: bool = True) -> None:
+    """The batches ``on_batch`` was passed (``[start, ids]`` each) against the ids answered:
+    each batch is the answered ids at its place, in order, none twice; together they cover the
+    answered ids (``whole``; else a prefix of them) but for at most one batch — the one whose
+    callback the Ctrl-C interrupted, which is not called again for the same results."""
+    gaps, end = [], 0
+    for start, ids in seen:
+        assert start >= end, (start, end)
+        if start > end:
+            gaps.append((end, start))
+        assert ids == list(answered[start:start + len(ids)])
+        end = start + len(ids)
+    if whole and end < len(answered):
+        gaps.append((end, len(answered)))
+    assert len(gaps) <= 1 and all(b - a <= CAP for a, b in gaps), gaps
+
+
 # ----------------------------------------------------------------- Ctrl-C, in a child process
 
 #: The producer of the Ctrl-C tests: ``enqueue_many`` of endless jobs with ``progress N`` on
-#: stdout per batch; on ``EnqueueInterrupted`` one JSON line (the ids answered, the ids passed
-#: to ``on_batch``, the range that may be stored, the message, whether it is a
+#: stdout per batch; on ``EnqueueInterrupted`` one JSON line (the ids answered, the
+#: ``[start, ids]`` of each batch passed to ``on_batch``, the range that may be stored, the message, whether it is a
 #: KeyboardInterrupt) and exit 130. With
 #: ``report-wait`` a thread prints ``waiting`` once the main thread waits for the batches in
 #: flight after the interruption.
@@ -122,8 +139,8 @@ if mode == "report-wait":
 seen = []
 
 def on_batch(start, results):
-    assert start == len(seen)
-    seen.extend(r.job_id if isinstance(r, EnqueueAck) else None for r in results)
+    # One step records the batch (a Ctrl-C landing in this callback loses the batch whole).
+    seen.append([start, [r.job_id if isinstance(r, EnqueueAck) else None for r in results]])
 
 with Client(target, options=ClientOptions(timeout=120, interrupt_grace=grace)) as client:
     try:
@@ -187,7 +204,7 @@ def test_ctrl_c_waits_for_the_batches_in_flight_and_accounts_for_every_stored_jo
     assert store == dict(enumerate(answered))
     # The batches answered while it waited were passed to on_batch too: someone saving the
     # ids from on_batch has every id answered.
-    assert report["seen"] == answered
+    check_seen(report["seen"], answered)
     assert f"requests 0–{len(answered) - 1} answered (see .answered)" in report["message"]
     assert f"requests from {len(answered)} on were never sent" in report["message"]
 
@@ -213,10 +230,13 @@ def test_batches_sent_into_a_cut_are_reported_as_maybe_stored(capped: ServerProc
     answered, maybe = report["answered"], range(*report["maybe"])
     store = stored(capped.grpc_target, "int-cut")
     check_account(store, answered, maybe)
-    # At least the batch sent after the cut had no verdict; the server never saw it.
+    # At least the batch sent after the cut had no verdict, and the server never got it whole.
+    # A batch handed over after it may be stored all the same (the client's writes of the
+    # calls in flight interleave, so its frames can have gone out before the cut): it is
+    # among those that may be stored (check_account).
     assert CAP <= len(maybe) <= IN_FLIGHT * CAP
-    assert not set(store) & set(maybe)
-    assert report["seen"] == answered
+    assert len(set(maybe) - set(store)) >= CAP
+    check_seen(report["seen"], answered)
     assert f"requests {maybe.start}–{maybe.stop - 1} may or may not be stored (sent, no verdict)" in report["message"]
     assert f"requests from {maybe.stop} on were never sent" in report["message"]
 
@@ -238,7 +258,7 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_batches_in_flight(capped: ServerP
     answered, maybe = report["answered"], range(*report["maybe"])
     check_account(stored(capped.grpc_target, "int-twice"), answered, maybe)
     assert len(maybe) >= CAP
-    assert report["seen"] == answered[:len(report["seen"])]
+    check_seen(report["seen"], answered, whole=False)
 
 
 # ----------------------------------------------------------------- in process

@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	@flock $(VENV).lock sh -c '\
 	  if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt $(LOCK) ]; then exit 0; fi; \
 	  set -e; \
+	  echo "setting up $(VENV): installing sepp and the pinned packages of $(LOCK) (the first time: a minute or more)"; \
 	  $(PY) -m venv $(VENV); \
 	  $(BIN)/pip install --quiet --upgrade pip; \
 	  $(BIN)/pip install --quiet -c $(LOCK) -e ".[dev]"; \

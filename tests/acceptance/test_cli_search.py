@@ -88,3 +88,14 @@ def test_bad_where_input_exits_2_with_a_message(srv: ServerProcess) -> None:
     assert err["metadata"]["limit"] == "256" and "longer than 256 bytes" in err["error"]
     many = sepp("jobs", "list", *[a for i in range(9) for a in ("--where", f"k{i}=v")], server=target)
     assert many.returncode == 2 and "at most 8 custom terms" in many.stderr
+
+
+@pytest.mark.sqlite_only(reason="a CLI note on an empty listing, backend-neutral")
+def test_where_with_the_search_box_spelling_finds_nothing_and_says_how_to_write_it(srv: ServerProcess) -> None:
+    target = srv.grpc_target
+    _enqueue(target, "s5", "mail", tenant="acme")
+    result = sepp("jobs", "list", "--where", "custom.tenant=acme", server=target)
+    assert result.returncode == 0 and "No jobs match." in result.stdout, result.stderr
+    assert "--where takes the custom-map key itself: --where tenant=acme, not custom.tenant=acme" in result.stderr
+    plain = sepp("jobs", "list", "--where", "tenant=nobody", server=target)  # no note for a plain key
+    assert plain.returncode == 0 and "No jobs match." in plain.stdout and "note:" not in plain.stderr, plain.stderr

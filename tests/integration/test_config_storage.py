@@ -157,6 +157,18 @@ def test_sepp_serve_warns_once_per_old_key_and_runs_with_it(tmp_path: Path) -> N
     assert any(" writer=thread " in line for line in proc.output), proc.output
 
 
+def test_sepp_serve_says_a_postgres_dsn_without_storage_postgres_is_not_used(tmp_path: Path) -> None:
+    # A DSN alone (the flag --postgres-dsn without --storage postgres, say) keeps SQLite: one
+    # warning says so, and how to run on PostgreSQL.
+    dsn = "postgresql://sepp@127.0.0.1:1/nowhere"
+    with ServerProcess(tmp_path / "data", {"postgres_dsn": dsn, "shutdown_grace": 2.0}) as proc:
+        pass
+    warnings = [line for line in proc.output if line.startswith("sepp: warning:")]
+    assert len(warnings) == 1 and "postgres_dsn is set but storage is sqlite" in warnings[0], proc.output
+    assert "add --storage postgres" in warnings[0], warnings
+    assert any("sepp ready" in line and " data=" in line for line in proc.output), proc.output
+
+
 @pytest.mark.parametrize(("content", "words"), [
     ("cache_mib = 32\n[sqlite]\ncache_mib = 64\n", ["cache_mib and sqlite.cache_mib are both given"]),
     ('storage = "mysql"\n', ["storage:", "'sqlite'", "'postgres'", "'mysql'"]),

@@ -22,7 +22,10 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
 def test_a_second_server_on_the_same_data_folder_refuses_to_start(server: ServerProcess) -> None:
     done = _serve("--data-dir", str(server.data_dir), "--grpc-listen", "127.0.0.1:0")
     assert done.returncode == 1
-    assert "in use by another sepp process" in done.stderr
+    assert server.proc is not None
+    # It names the process holding the folder and what to do instead.
+    assert f"in use by another sepp process (pid {server.proc.pid}): stop that one first" in done.stderr
+    assert "another data folder (data_dir, --data-dir)" in done.stderr
 
 
 def test_a_data_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:

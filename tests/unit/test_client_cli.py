@@ -171,6 +171,11 @@ def test_batch_file_with_a_bad_line_exits_2_and_names_the_line(tmp_path: Path) -
     path.write_text('{"queue": "q", "job_type": "t"}\n{"queue": 1\n')
     result = runner.invoke(app, ["enqueue", "--batch-file", str(path), "--server", "127.0.0.1:1"])
     assert result.exit_code == 2 and "line 2" in result.stderr
+    # The file's line and the column in it — not json's "line 1" of the one line it parsed —
+    # and that line 1, good as it is, was not sent either.
+    message = " ".join(result.stderr.split())
+    assert "line 2: not valid JSON (Expecting" in message and "column 12" in message, message
+    assert "line 1" not in message and "nothing was sent" in message, message
 
 
 def test_an_unreachable_server_exits_3() -> None:

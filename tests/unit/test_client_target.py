@@ -76,21 +76,27 @@ def test_the_worker_config_takes_the_same_forms() -> None:
 
 
 @pytest.mark.parametrize(("details", "cause"), [
-    (REFUSED, "connection refused: is sepp running on T?"),
-    (HTTP1, "T answered but is not a gRPC server (is it sepp's HTTP port? the gRPC port is 7700 by default)"),
-    (NO_HOST, "no such host: the name in T does not resolve"),
-    (MISFORMATTED, "T is not a server address: expected HOST:PORT, e.g. 127.0.0.1:7700"),
+    (REFUSED, "connection refused: is sepp running on T:1?"),
+    (HTTP1, "T:1 answered but is not a gRPC server (is it sepp's HTTP port? the gRPC port is 7700 by default)"),
+    (NO_HOST, "no such host: the name in T:1 does not resolve"),
+    (MISFORMATTED, "T:1 is not a server address: expected HOST:PORT, e.g. 127.0.0.1:7700"),
     ("failed to connect to all addresses; last error: UNKNOWN: ipv4:10.1.1.1:7700: Failed to connect to remote "
-     "host: No route to host", "no route to host: is T the right address?"),
+     "host: No route to host", "no route to host: is T:1 the right address?"),
     ("failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:7700: Socket closed",
-     "cannot connect to T; the server closed the connection: if it serves TLS, give its CA (tls_ca, --tls-ca)"),
+     "cannot connect to T:1; the server closed the connection: if it serves TLS, give its CA (tls_ca, --tls-ca)"),
     # nothing definite: waited out (a slow network, a DNS server that does not answer)
     ("failed to connect to all addresses; last error: UNKNOWN: ipv4:10.1.1.1:7700: Connection timed out", None),
     ("DNS resolution failed for sepp.internal:7700: C-ares status is not ARES_SUCCESS", None),
     ("", None),
 ])
 def test_the_cause_is_named_only_when_it_is_definite(details: str, cause: str | None) -> None:
-    assert no_server_cause(details, "T", tls=False) == cause
+    assert no_server_cause(details, "T:1", tls=False) == cause
+
+
+def test_a_refused_address_without_a_port_says_grpc_dialled_443() -> None:
+    # "--server 127.0.0.1": gRPC dials 443, and "is sepp running on 127.0.0.1?" would not say why.
+    assert no_server_cause(REFUSED, "127.0.0.1", tls=False) == (
+        "connection refused: 127.0.0.1 names no port, so gRPC dialled 443: expected HOST:PORT, e.g. 127.0.0.1:7700")
 
 
 def test_a_name_that_does_not_resolve_was_never_sent() -> None:

@@ -66,8 +66,8 @@ def enqueue_file(path: Path, defaults: JobDefaults, atomic: bool, server: str, t
                 fail_input(f"cannot read batch file: {exc}", as_json)
             try:
                 jobs = read_batch_lines(text, defaults)
-            except ValueError as exc:
-                fail_input(str(exc), as_json)
+            except ValueError as exc:  # the whole file is read before any line is sent
+                fail_input(f"{exc}; nothing was sent (every line is checked before the first is sent)", as_json)
             if not jobs:
                 fail_input("the batch file holds no jobs", as_json)
             lines = [number for number, _ in jobs]

@@ -158,14 +158,22 @@ def request_from_line(obj: Any, defaults: JobDefaults) -> EnqueueRequest:
 def read_batch_lines(text: str, defaults: JobDefaults) -> list[tuple[int, EnqueueRequest]]:
     """Parse a JSON-lines batch file into ``(line number, request)``; blank lines are skipped.
 
-    Raises ``ValueError`` naming the first bad line.
+    Raises ``ValueError`` naming the first bad line: ``line 2: not valid JSON (Expecting
+    property name enclosed in double quotes, column 2); each line must hold one whole JSON
+    object`` — the column within that line (``json``'s own message would also say "line 1",
+    of the one-line text it was given).
     """
     out: list[tuple[int, EnqueueRequest]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            out.append((number, request_from_line(json.loads(line), defaults)))
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"line {number}: not valid JSON ({exc.msg}, column {exc.colno}); "
+                             "each line must hold one whole JSON object") from None
+        try:
+            out.append((number, request_from_line(obj, defaults)))
         except (ValueError, TypeError, OverflowError) as exc:
             raise ValueError(f"line {number}: {exc}") from None
     return out

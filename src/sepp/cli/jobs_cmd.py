@@ -78,6 +78,11 @@ def jobs_list(
         return
     if not rows:
         admin_out().print("No jobs match.")
+        for where_key, value in terms:  # the search box's spelling, taken as a key of its own
+            if where_key.startswith("custom.") and len(where_key) > len("custom."):
+                err_console().print(f"note: --where takes the custom-map key itself: --where "
+                                    f"{where_key.removeprefix('custom.')}={value}, not {where_key}={value} "
+                                    f"(custom. is the UI search box's spelling)", markup=False, highlight=False)
         return
     admin_out().print(summary_table(rows))
     if next_token:

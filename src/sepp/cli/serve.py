@@ -101,6 +101,9 @@ def serve(
         raise typer.Exit(2) from None
     for note in cfg.deprecations:  # an old key name, still accepted
         typer.echo(f"sepp: warning: {note}", err=True)
+    if cfg.storage == "sqlite" and cfg.postgres_dsn.strip():  # a DSN alone does not pick PostgreSQL
+        typer.echo(f"sepp: warning: postgres_dsn is set but storage is sqlite: the DSN is not used, jobs go to "
+                   f"{cfg.data_dir}; add --storage postgres (env SEPP_STORAGE=postgres) to run on PostgreSQL", err=True)
     exposed = open_to_all(cfg)
     if exposed and not cfg.insecure:
         typer.echo(f"sepp: refusing to listen on {', '.join(exposed)} with no [[auth.tokens]] configured: anyone "

@@ -101,6 +101,9 @@ def no_server_cause(details: str, target: str, *, tls: bool) -> str | None:
     """
     text = details.lower()
     if "connection refused" in text:
+        if ":" not in target:  # a bare host: gRPC dials its default port, 443, not sepp's
+            return (f"connection refused: {target} names no port, so gRPC dialled 443: expected HOST:PORT, "
+                    f"e.g. {target}:{DEFAULT_GRPC_PORT}")
         return f"connection refused: is sepp running on {target}?"
     if "http1.x server" in text:
         return (f"{target} answered but is not a gRPC server (is it sepp's HTTP port? the gRPC port is "

@@ -143,8 +143,10 @@ class SQLiteStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            holder = _lock_holder(fd)
             os.close(fd)
-            raise StoreLocked(f"data folder {folder} is in use by another sepp process") from None
+            raise StoreLocked(f"data folder {folder} is in use by another sepp process{holder}: stop that one "
+                              f"first, or give this one another data folder (data_dir, --data-dir)") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
@@ -477,3 +479,14 @@ class SQLiteStore:
 
 def _nobody(_queue: str) -> None:
     """The ``on_promoted`` callback until one is set."""
+
+
+def _lock_holder(fd: int) -> str:
+    """`` (pid N)`` naming the process that holds the data folder's lock, read from the lock
+    file ``fd`` (its holder writes its pid there once it has the lock); empty when the file
+    holds no pid (its holder has not written it yet) or cannot be read."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return f" (pid {text})" if text.isdigit() else ""

@@ -3,8 +3,9 @@ returns the decoded result of a completed job and raises ``JobFailed`` (with the
 and the attempt history) for a dead-lettered one, ``JobCancelled`` for a cancelled one,
 ``JobNotFound`` for an id of no job and ``WaitTimeout`` (a ``TimeoutError``) when time runs
 out; ``wait`` answers every job; ``as_completed`` yields each job once, in the order they
-finish; a timeout longer than one long-poll is several; a wait rides out a server restart;
-roles ``produce`` and ``admin`` may wait, ``work`` may not."""
+finish (more than 1,000 ids in chunks side by side); a timeout longer than one long-poll is
+several; a wait rides out a server restart; roles ``produce`` and ``admin`` may wait, ``work``
+may not."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from support.servers import module_server
 from support.worker import Wire, pinned_server, wire_for
 
 from sepp import AsyncClient, Client, ClientOptions, EnqueueRequest, JobCancelled, JobFailed, JobNotFound, WaitTimeout
+from sepp.api.v1 import common_pb2 as pb
 from sepp.errors import PermissionDenied
 from sepp.testing import ServerProcess
 
@@ -174,3 +176,29 @@ def test_roles_produce_and_admin_may_wait_and_work_may_not(locked: ServerProcess
             client.result(job_id, timeout=0)
     with Client(locked.grpc_target, token=TOKENS["worker"][0]) as worker, pytest.raises(PermissionDenied):
         worker.result(job_id, timeout=0)
+
+
+def test_more_than_1000_ids_are_waited_for_in_chunks(shared_server: ServerProcess, wire: Wire) -> None:
+    ids: list[str] = []
+    for _ in range(0, 1001, 250):
+        ids += wire.enqueue_many([pb.EnqueueRequest(queue=wire.queue, job_type="t") for _ in range(250)])
+    ids = ids[:1001]
+    wire.cancel(ids[-1])  # in the second chunk
+    wire.cancel(ids[0])
+    with Client(shared_server.grpc_target) as client:
+        seen: list[str] = []
+        with pytest.raises(WaitTimeout) as timed_out:
+            for outcome in client.as_completed(ids, timeout=1.0):
+                seen.append(outcome.job_id)
+        assert sorted(seen) == sorted([ids[0], ids[-1]])
+        assert len(timed_out.value.pending) == 999 and set(timed_out.value.finished) == set(seen)
+
+    async def with_async() -> list[str]:
+        async with AsyncClient(shared_server.grpc_target) as aclient:
+            got: list[str] = []
+            with pytest.raises(WaitTimeout):
+                async for outcome in aclient.as_completed(ids, timeout=1.0):
+                    got.append(outcome.job_id)
+            return got
+
+    assert sorted(asyncio.run(with_async())) == sorted([ids[0], ids[-1]])

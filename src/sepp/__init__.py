@@ -24,6 +24,9 @@ if TYPE_CHECKING:
         AtomicEnqueueError,
         DeadlineExceeded,
         EnqueueInterrupted,
+        JobCancelled,
+        JobFailed,
+        JobNotFound,
         MessageTooLarge,
         Overloaded,
         PermissionDenied,
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
         TransportError,
         Unauthenticated,
         Unavailable,
+        WaitTimeout,
     )
     from sepp.rejections import RejectionCode
     from sepp.request import (
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
         Rejection,
         ServerInfo,
     )
+    from sepp.request.outcomes import JobOutcome
     from sepp.worker import DeadLetter, Job, Retry, Worker
 
 #: Public name → the module that defines it.
@@ -69,6 +74,10 @@ _EXPORTS: dict[str, str] = {
     "AtomicEnqueueError": "sepp.errors",
     "DeadlineExceeded": "sepp.errors",
     "EnqueueInterrupted": "sepp.errors",
+    "JobCancelled": "sepp.errors",
+    "JobFailed": "sepp.errors",
+    "JobNotFound": "sepp.errors",
+    "JobOutcome": "sepp.request.outcomes",
     "MessageTooLarge": "sepp.errors",
     "Overloaded": "sepp.errors",
     "PermissionDenied": "sepp.errors",
@@ -78,6 +87,7 @@ _EXPORTS: dict[str, str] = {
     "TransportError": "sepp.errors",
     "Unauthenticated": "sepp.errors",
     "Unavailable": "sepp.errors",
+    "WaitTimeout": "sepp.errors",
 }
 
 __all__ = [
@@ -92,6 +102,10 @@ __all__ = [
     "EnqueueRequest",
     "IndexedRejection",
     "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotFound",
+    "JobOutcome",
     "MessageTooLarge",
     "NodeInfo",
     "Overloaded",
@@ -109,6 +123,7 @@ __all__ = [
     "TransportError",
     "Unauthenticated",
     "Unavailable",
+    "WaitTimeout",
     "Worker",
     "__version__",
 ]

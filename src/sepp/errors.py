@@ -7,7 +7,11 @@
     │   ├── RejectedError        a job broke a catalogue rule (``.rejection``)
     │   │   └── AtomicEnqueueError   an atomic batch refused whole, every failure by index
     │   ├── AdminRefused         an admin request refused (also ``AdminError``: code, reason, metadata)
+    │   ├── JobNotFound          a job waited for does not exist (``.job_id``)
     │   └── LeaseError           (sepp.worker.errors) a settle or extend found the lease gone
+    ├── JobOutcomeError          a job waited for ended without a result (``.outcome``)
+    │   ├── JobFailed            it was dead-lettered (``.last_error``, ``.attempts``)
+    │   └── JobCancelled         an admin cancelled it
     └── TransportError           no per-job verdict was reached
         ├── Unavailable          transient (retried when safe)
         ├── DeadlineExceeded     transient (retried when safe)
@@ -16,6 +20,9 @@
         ├── Unauthenticated      not transient: no token, or one the server does not know
         ├── PermissionDenied     not transient: the token lacks the role the service needs
         └── ServerError          anything else, with the gRPC ``code``
+
+    TimeoutError
+    └── WaitTimeout              a wait for jobs ran out of time (``.finished``, ``.pending``)
 
     KeyboardInterrupt
     └── EnqueueInterrupted       Ctrl-C stopped ``enqueue_many``; what was stored (``.answered``, ``.maybe_stored``)
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
 
     from sepp.rejections import RejectionCode
     from sepp.request import IndexedRejection, Rejection
+    from sepp.request.outcomes import Attempt, JobOutcome
 
 
 class SeppError(Exception):
@@ -113,6 +121,79 @@ class AdminError(SeppError):
 
 class AdminRefused(AdminError, RefusedError):
     """The server refused the admin request."""
+
+
+class JobNotFound(RefusedError):
+    """No job has that id: it was never enqueued, or it was deleted (a finished job is kept
+    only for its queue's retention)."""
+
+    def __init__(self, message: str | None = None, *, job_id: str = "") -> None:
+        #: The id the server named ("" when it named none).
+        self.job_id = job_id
+        super().__init__(message)
+
+
+# ----------------------------------------------------------------- a job's outcome
+
+
+class JobOutcomeError(SeppError):
+    """A job waited for ended without a result: ``outcome`` (a ``JobOutcome``) says how."""
+
+    def __init__(self, outcome: JobOutcome, message: str | None = None) -> None:
+        self.outcome = outcome
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.outcome, self.message)
+
+
+class JobFailed(JobOutcomeError):
+    """The job was dead-lettered: it failed for good (``last_error``, ``attempts``, ``reason``)."""
+
+    def __init__(self, outcome: JobOutcome, message: str | None = None) -> None:
+        detail = f": {outcome.last_error}" if outcome.last_error else ""
+        super().__init__(outcome, message or f"job {outcome.job_id} failed after {outcome.attempt} attempt(s) "
+                                             f"({outcome.reason or 'dead-lettered'}){detail}")
+
+    @property
+    def last_error(self) -> str:
+        """The error message of the last attempt that reported one ("" when none did)."""
+        return self.outcome.last_error
+
+    @property
+    def attempts(self) -> tuple[Attempt, ...]:
+        """Every attempt, oldest first, with its outcome and error."""
+        return self.outcome.attempts
+
+    @property
+    def reason(self) -> str:
+        """Why it was dead-lettered: ``ATTEMPTS_EXHAUSTED``, ``NACK_DEAD_LETTER`` or
+        ``LEASE_EXPIRED`` (plus the worker's reason)."""
+        return self.outcome.reason
+
+
+class JobCancelled(JobOutcomeError):
+    """An admin cancelled the job before it completed."""
+
+    def __init__(self, outcome: JobOutcome, message: str | None = None) -> None:
+        why = f": {outcome.reason}" if outcome.reason else ""
+        super().__init__(outcome, message or f"job {outcome.job_id} was cancelled{why}")
+
+
+class WaitTimeout(TimeoutError):
+    """A wait for jobs ended before every job finished (``Client.wait``, ``as_completed``,
+    ``result``): a ``TimeoutError``, not a ``SeppError`` — nothing failed, the jobs go on.
+    ``finished`` maps the ids that finished to their ``JobOutcome``; ``pending`` lists the
+    others, in the order asked."""
+
+    def __init__(self, message: str, *, finished: dict[str, JobOutcome] | None = None,
+                 pending: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.finished = dict(finished or {})
+        self.pending = list(pending)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _wait_timeout, (str(self), self.finished, self.pending)
 
 
 # ----------------------------------------------------------------- transport
@@ -249,6 +330,10 @@ __all__ = [
     "AtomicEnqueueError",
     "DeadlineExceeded",
     "EnqueueInterrupted",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotFound",
+    "JobOutcomeError",
     "MessageTooLarge",
     "Overloaded",
     "PermissionDenied",
@@ -259,6 +344,7 @@ __all__ = [
     "TransportError",
     "Unauthenticated",
     "Unavailable",
+    "WaitTimeout",
 ]
 
 
@@ -290,3 +376,8 @@ def many_account(answered: int, end: int, sent: int | None = None, *, rest: bool
 def _atomic_error(errors: Sequence[IndexedRejection], message: str | None, total: int) -> AtomicEnqueueError:
     """Unpickles an ``AtomicEnqueueError`` (its ``total`` is keyword-only)."""
     return AtomicEnqueueError(errors, message, total=total)
+
+
+def _wait_timeout(message: str, finished: dict[str, JobOutcome], pending: list[str]) -> WaitTimeout:
+    """Unpickles a ``WaitTimeout`` (its ``finished`` and ``pending`` are keyword-only)."""
+    return WaitTimeout(message, finished=finished, pending=pending)

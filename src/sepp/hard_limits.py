@@ -42,6 +42,13 @@ MAX_ALLOWED_ENCODINGS = 64
 #: seconds of the event loop and an answer beyond the message cap. 10,000 is
 #: 40× the Worker's default ``settle_batch`` (256), which is bounded by it too.
 MAX_SETTLE_BATCH = 10_000
+#: Most job ids one ``WaitJobs`` call waits for (``Client.wait`` / ``as_completed`` split
+#: longer lists): each id is one lookup of every re-read of the call, and 1,000 outcomes with
+#: their histories still fit one answer in the common case.
+MAX_WAIT_JOBS = 1_000
+#: Longest ``limits.max_wait_seconds`` a server may be configured with, seconds: one hour
+#: (a longer wait holds a call open past what proxies and load balancers let idle).
+MAX_WAIT_SECONDS = 3600.0
 #: Largest ``limits.max_queues``. Every queue travels in each GetServerInfo / ListQueues
 #: answer (~150 bytes with default settings): 100,000 of them stay under the 16 MiB message
 #: cap, so producers (which read server info first) keep working.

@@ -34,6 +34,8 @@ from sepp.hard_limits import (  # noqa: F401 - re-exported: sepp.limits is where
     MAX_SIZE,
     MAX_TIMESTAMP_SECONDS,
     MAX_TRACE_KEY_BYTES,
+    MAX_WAIT_JOBS,
+    MAX_WAIT_SECONDS,
     MIN_LEASE,
     MIN_TIMESTAMP_SECONDS,
     YEAR,
@@ -181,6 +183,10 @@ class ServerLimits(BaseModel):
     max_reserve_batch: int = Field(default=256, ge=1, le=MAX_SIZE)
     #: Longest Reserve long-poll, seconds (≤ 30 s).
     max_reserve_wait: float = Field(default=30.0, ge=0, le=30.0)
+    #: Longest ``WaitJobs`` long-poll, seconds (60 s; 1 s .. 1 h): a call asking for longer
+    #: waits this long and answers empty, and the client asks again. Advertised
+    #: (``ServerLimits.max_wait``).
+    max_wait_seconds: float = Field(default=60.0, ge=1.0, le=MAX_WAIT_SECONDS)
     #: Longest error detail kept per attempt, bytes (16 KiB).
     max_error_detail_bytes: int = Field(default=16 * KiB, ge=0, le=MAX_SIZE)
 

@@ -10,6 +10,7 @@ import sqlite3
 from collections import defaultdict
 from typing import Any
 
+from sepp.domain.outcomes import JobOutcome
 from sepp.domain.records import JobRecord, NodeRecord, PeriodicRecord
 from sepp.storage.base import Store
 from sepp.storage.postgres.flow import FlowReadyRow
@@ -20,6 +21,7 @@ from sepp.storage.postgres.store import PostgresStore
 from sepp.storage.postgres.summaries import SummaryRow as PgSummaryRow
 from sepp.storage.row_types import AckedRow, ExpiredRow, LeasedRow, LeaseLookup, QueueRow
 from sepp.storage.sqlite.admin import SummaryRow as SQLiteSummaryRow
+from sepp.storage.sqlite.outcomes import outcomes_sql
 from sepp.storage.sqlite.periodic import P as SQLITE_P
 from sepp.storage.sqlite.sql import A as SQLITE_A
 from sepp.storage.sqlite.sql import Q as SQLITE_Q
@@ -34,6 +36,7 @@ SQLITE_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "settle_lookup": (SQLITE_Q["settle_lookup"], LeaseLookup),
     "expired_leases": (SQLITE_Q["expired_leases"], ExpiredRow),
     "get_job": (SQLITE_Q["get_job"], JobRecord),
+    "job_outcomes": (outcomes_sql(2), JobOutcome),
     "ack_many_head": (ack_sql(2), AckedRow),
     "load_queues": (SQLITE_Q["load_queues"], QueueRow),
     "get_queue": (SQLITE_Q["get_queue"], QueueRow),
@@ -52,6 +55,7 @@ POSTGRES_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "settle_lookup": (PG_Q["settle_lookup"], LeaseLookup),
     "expired_leases": (PG_Q["expired_leases"], ExpiredRow),
     "get_job": (PG_Q["get_job"], JobRecord),
+    "job_outcomes": (PG_Q["job_outcomes"], JobOutcome),
     "ack_many": (PG_Q["ack_many"], AckedRow),
     "load_queues": (PG_Q["load_queues"], QueueRow),
     "lock_queue": (PG_Q["lock_queue"], QueueRow),

@@ -32,13 +32,20 @@ def test_no_server_module_reaches_through_an_engine_for_a_part() -> None:
 
 
 class _NoPromotions:
-    """A store stand-in for wiring checks (the engine subscribes to its promotions)."""
+    """A store stand-in for wiring checks (the engine subscribes to its promotions and to
+    other nodes' finished jobs)."""
+
+    shared = False
 
     def __init__(self) -> None:
         self.promoted: list[object] = []
+        self.finished: list[object] = []
 
     def on_promoted(self, callback: object) -> None:
         self.promoted.append(callback)
+
+    def on_finished(self, callback: object) -> None:
+        self.finished.append(callback)
 
 
 def test_the_engine_and_its_services_share_one_set_of_parts() -> None:
@@ -51,11 +58,12 @@ def test_the_engine_and_its_services_share_one_set_of_parts() -> None:
     engine = JobEngine(parts)
     assert engine.parts is parts
     assert not any(hasattr(engine, name) for name in _PART)
-    for service in (engine.admission, engine.leasing, engine.settlement):
+    for service in (engine.admission, engine.leasing, engine.settlement, engine.waits):
         assert service.store is parts.store and service.queues is parts.queues
     assert engine.admission.events is engine.settlement.events is parts.events
     assert engine.leasing.clock is engine.settlement.clock is clock
     assert store.promoted == [notifier.ready]  # a Reserve's promotions wake this node's long polls
+    assert len(store.finished) == 1  # other nodes' finished jobs wake this node's waits
     assert parts.node == socket.gethostname() and parts.limits is config.limits  # no node_name set
 
 

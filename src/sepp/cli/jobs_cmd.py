@@ -1,5 +1,6 @@
 """``sepp jobs …``: list (filters, ``--where``, pages), show, cancel, requeue (one job, or a
-bulk redrive of a queue's dead letters) and delete jobs, over ``AdminClient``.
+bulk redrive of a queue's dead letters) and delete jobs, over ``AdminClient``; ``result``
+(``jobs_result``: a job's outcome, waited for with the producer client).
 
 Exit codes as ``sepp queues`` (sepp.cli.queues_cmd): 0 done; 1 declined at the
 confirmation; 2 refused by the server or bad input; 3 transport error.
@@ -17,13 +18,14 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.cli.admin_calls import admin_client, admin_fail, admin_out, fail_flag, print_admin_json
 from sepp.cli.admin_views import job_json, print_job, summary_json, summary_table
 from sepp.cli.flags import FlagValueError, parse_where
+from sepp.cli.jobs_result import jobs_result
 from sepp.cli.main import app
 from sepp.cli.shell import DEFAULT_SERVER, JsonOpt, ServerOpt, TokenOpt, YesOpt, confirm, err_console, parse_moment
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
 from sepp.client.admin import state_number
 from sepp.domain.states import state_label
 
-jobs_app = typer.Typer(name="jobs", help="List, inspect, cancel, requeue (redrive) and delete jobs.",
+jobs_app = typer.Typer(name="jobs", help="List, inspect, wait for, cancel, requeue (redrive) and delete jobs.",
                        no_args_is_help=True)
 app.add_typer(jobs_app)
 
@@ -210,3 +212,7 @@ def jobs_delete(
     else:
         for job_id in job_ids:
             admin_out().print(f"{job_id}: deleted")
+
+
+# ``sepp jobs result``: its own module (the producer client's wait), registered last.
+jobs_app.command("result")(jobs_result)

@@ -196,10 +196,17 @@ CONNECT_WAIT_MAX = 1.0
 MIN_ATTEMPT_TIME = 0.01
 
 
-def deadline(options: ClientOptions) -> float | None:
-    """The deadline of an attempt starting now (``options.timeout``), in ``options.clock``'s
+def deadline(options: ClientOptions, extra: float = 0.0) -> float | None:
+    """The deadline of an attempt starting now (``options.timeout``, plus ``extra`` seconds
+    for a call that waits on the server by design: a long-poll), in ``options.clock``'s
     monotonic seconds, or ``None``."""
-    return None if options.timeout is None else options.clock.monotonic() + options.timeout
+    return None if options.timeout is None else options.clock.monotonic() + options.timeout + extra
+
+
+def attempt_timeout(options: ClientOptions, extra: float = 0.0) -> float | None:
+    """The gRPC timeout of one attempt: ``options.timeout`` plus ``extra`` seconds (a
+    long-poll's wait), or ``None`` without a timeout."""
+    return None if options.timeout is None else options.timeout + extra
 
 
 def time_left(deadline: float | None, clock: Clock = SYSTEM_CLOCK) -> float | None:

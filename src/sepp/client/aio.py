@@ -14,6 +14,7 @@ import grpc.aio
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core, _fastwire, _info, _many
+from sepp.client._wait_methods import AsyncWaits
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
@@ -30,7 +31,7 @@ def _unsent(task: asyncio.Task[list[BatchResult]]) -> bool:
     return task.done() and not task.cancelled() and _many.provably_unsent(task.exception())
 
 
-class AsyncClient:
+class AsyncClient(AsyncWaits):
     """asyncio sepp producer client; every method of :class:`~sepp.Client`, awaited.
 
     ::
@@ -353,7 +354,7 @@ class AsyncClient:
             verdicts = _info.validate_all(await self._cached_info(), protos)
         return verdicts
 
-    async def _call(self, method_name: str, request: Any, *, idempotent: bool) -> Any:
+    async def _call(self, method_name: str, request: Any, *, idempotent: bool, extra_time: float = 0.0) -> Any:
         """Call the stub's ``method_name`` like ``Client._call``: every try has gRPC's
         ``wait_for_ready`` off, and a try that found no connection waits here for the
         channel's state to change (at most ``CONNECT_WAIT_MAX`` per wait) within the
@@ -364,8 +365,8 @@ class AsyncClient:
         metadata = self._metadata or None
         attempt = 1
         maybe_sent = False  # whether an earlier try of this call may have reached a server
-        deadline = _core.deadline(options)
-        timeout = options.timeout
+        deadline = _core.deadline(options, extra_time)
+        timeout = _core.attempt_timeout(options, extra_time)
         while True:
             try:
                 response = await method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
@@ -392,8 +393,8 @@ class AsyncClient:
                 raise error from cause
             await asyncio.sleep(delay)
             attempt += 1
-            deadline = _core.deadline(options)
-            timeout = options.timeout
+            deadline = _core.deadline(options, extra_time)
+            timeout = _core.attempt_timeout(options, extra_time)
 
     async def _state_change(self, longest: float) -> None:
         """Wait until the channel's connectivity changes (it asks to connect), at most

@@ -16,6 +16,7 @@ import grpc
 from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core, _fastwire, _info, _many, _sync_many
+from sepp.client._wait_methods import SyncWaits
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from sepp._otel import Send
 
 
-class Client:
+class Client(SyncWaits):
     """Blocking sepp producer client.
 
     ::
@@ -51,6 +52,9 @@ class Client:
     Every method raises :class:`~sepp.errors.RejectedError` for a deterministic refusal
     (local or from the server) and :class:`~sepp.errors.TransportError` when no verdict
     was reached (after the retries the :class:`RetryPolicy` allows).
+
+    Waiting for jobs (``result``, ``wait``, ``as_completed``: ``SyncWaits``) needs a token
+    with role ``produce`` or ``admin``.
 
     Args:
         target: ``host:port`` of the server's gRPC listener (``grpc://`` or ``http://`` before
@@ -399,7 +403,7 @@ class Client:
             verdicts = _info.validate_all(self._cached_info(), protos)
         return verdicts
 
-    def _call(self, method: Any, request: Any, *, idempotent: bool) -> Any:
+    def _call(self, method: Any, request: Any, *, idempotent: bool, extra_time: float = 0.0) -> Any:
         """Call ``method`` with the client's metadata and deadline, waiting for the connection
         and retrying per ``options`` (``_core.waits_for_connection``, ``_core.retry_delay``).
 
@@ -417,8 +421,8 @@ class Client:
         metadata = self._metadata or None
         attempt = 1
         maybe_sent = False  # whether an earlier try of this call may have reached a server
-        deadline = _core.deadline(options)
-        timeout = options.timeout
+        deadline = _core.deadline(options, extra_time)
+        timeout = _core.attempt_timeout(options, extra_time)
         while True:
             try:
                 response = method(request, timeout=timeout, metadata=metadata, wait_for_ready=False)
@@ -448,5 +452,5 @@ class Client:
                 raise error from cause
             time.sleep(delay)
             attempt += 1
-            deadline = _core.deadline(options)
-            timeout = options.timeout
+            deadline = _core.deadline(options, extra_time)
+            timeout = _core.attempt_timeout(options, extra_time)

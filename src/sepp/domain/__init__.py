@@ -12,6 +12,7 @@ transport and no database.
 - ``listing``: a job listing's ``JobQuery`` and ``JobPage``, and a redrive's ``DeadFilter``;
   ``admin``: what the admin's writes answer (``Outcome``) and its figures read (``StateCounts``,
   ``MinuteRow``, …) — shared by the store, the admin engine, the UI and the RPC edge.
+- ``outcomes``: what a wait for jobs reads of each (``JobOutcome``: state, attempts, result).
 - ``store_errors``: ``StoreError`` and its kinds, raised by a store and caught above it.
 
 It imports nothing from ``sepp.storage``, ``sepp.server``, the front ends, grpc, protobuf

@@ -94,15 +94,25 @@ class JobRecord(NamedTuple):
         state and ``finished_at``; docs/decisions.md "The completing attempt is implicit"): it
         is derived here from ``attempt``, ``worker_id``, ``node``, ``started_at`` and ``finished_at``.
         """
-        entries = _history_entries(self.history)
-        if self.state == State.COMPLETED:
-            last = entries[-1] if entries else None
-            # Rows completed before schema 4 carry the entry already.
-            if last is None or last.get("outcome") != "completed" or last.get("attempt") != self.attempt:
-                entries.append({"attempt": self.attempt, "worker_id": self.worker_id or "",
-                                "node": self.node or "", "started_at": self.started_at, "ended_at": self.finished_at,
-                                "outcome": "completed", "error_message": "", "error_detail": ""})
-        return entries
+        return attempt_entries(self.state, self.history, self.attempt, self.worker_id, self.node, self.started_at,
+                               self.finished_at)
+
+
+def attempt_entries(state: int, history: str | None, attempt: int, worker_id: str | None, node: str | None,
+                    started_at: int | None, finished_at: int | None) -> list[dict[str, Any]]:
+    """A job's attempt history from its columns (``JobRecord.attempt_entries``, and the
+    outcome a wait answers): the ``history`` entries, oldest first, and for a COMPLETED job
+    the completing attempt, derived from ``attempt``, ``worker_id``, ``node``, ``started_at``
+    and ``finished_at`` (µs UTC) when ``history`` does not carry it."""
+    entries = _history_entries(history)
+    if state == State.COMPLETED:
+        last = entries[-1] if entries else None
+        # Rows completed before schema 4 carry the entry already.
+        if last is None or last.get("outcome") != "completed" or last.get("attempt") != attempt:
+            entries.append({"attempt": attempt, "worker_id": worker_id or "", "node": node or "",
+                            "started_at": started_at, "ended_at": finished_at, "outcome": "completed",
+                            "error_message": "", "error_detail": ""})
+    return entries
 
 
 #: An attempt entry's fields and the value a missing or mistyped one reads as.

@@ -60,6 +60,8 @@ def server_limits_from_proto(msg: pb.ServerLimits) -> ServerLimits:
     Limits the server does not advertise (``max_message_bytes``, the worker-side
     ones) keep the model's defaults: they are *not* the server's values.
     """
+    # An older server does not advertise max_wait (unset): keep the default, as for the others.
+    max_wait = _duration(msg.max_wait) if msg.HasField("max_wait") else ServerLimits().max_wait_seconds
     return ServerLimits(
         max_enqueue_batch=msg.max_enqueue_batch,
         max_attempts_ceiling=msg.max_attempts_ceiling,
@@ -70,6 +72,7 @@ def server_limits_from_proto(msg: pb.ServerLimits) -> ServerLimits:
         max_encoding_bytes=msg.max_encoding_bytes,
         max_trace_entries=msg.max_trace_entries,
         max_trace_value_bytes=msg.max_trace_value_bytes,
+        max_wait_seconds=max_wait,
     )
 
 

@@ -244,8 +244,10 @@ class SeppServer:
             return
         self._stopping = True
         await self.readiness.stopping()
-        # Idle workers' long-polls answer now instead of holding the stop up to their wait.
+        # Idle workers' long-polls answer now instead of holding the stop up to their wait; so
+        # do producers' waits for jobs (their clients ask again, of the next server).
         self.engine.end_long_polls()
+        self.engine.end_waits()
         await self.grpc.stop(self.config.shutdown_grace)
         await self.metrics.stop()
         await self.periodic.stop()

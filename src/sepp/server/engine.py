@@ -1,6 +1,7 @@
 """JobEngine: the queue semantics, transport-agnostic — a thin facade over admission
-(``sepp.server.admission``), leasing (``sepp.server.leasing``) and settlement
-(``sepp.server.settlement``), built over one ``ServerParts``.
+(``sepp.server.admission``), leasing (``sepp.server.leasing``), settlement
+(``sepp.server.settlement``) and waiting for jobs (``sepp.server.waiting``), built over one
+``ServerParts``.
 
 The RPC layer hands it protobuf requests; errors are ``sepp.server.errors`` exceptions that
 ``rpc.status`` maps to the wire. It holds no part of its own: services that need the clock,
@@ -14,6 +15,7 @@ from sepp.server.admission import Admission
 from sepp.server.leasing import Leasing
 from sepp.server.parts import ServerParts
 from sepp.server.settlement import Settlement
+from sepp.server.waiting import Waiting
 
 
 class JobEngine:
@@ -23,7 +25,8 @@ class JobEngine:
     - admission (``Admission``): ``enqueue``, ``enqueue_batch``, ``enqueue_atomic``;
     - leasing (``Leasing``): ``reserve``, ``parked``, ``stop_reserving``, ``end_long_polls``,
       ``release``, ``give_back``, ``bury_damaged``, ``quiesce``;
-    - settlement (``Settlement``): ``settle``, ``settle_one``, ``extend``.
+    - settlement (``Settlement``): ``settle``, ``settle_one``, ``extend``;
+    - waiting for jobs (``Waiting``, as ``waits``): ``wait_jobs``, ``waits_parked``, ``end_waits``.
 
     ``parts`` is what it was built over. Services are handed the same ``ServerParts`` by
     whoever builds them (``sepp.server.app``, a test harness), never take it from the engine.
@@ -48,6 +51,10 @@ class JobEngine:
         self.settle = settlement.settle
         self.settle_one = settlement.settle_one
         self.extend = settlement.extend
+        self.waits = waits = Waiting(parts)
+        self.wait_jobs = waits.wait_jobs
+        self.waits_parked = waits.waiting
+        self.end_waits = waits.end_waits
 
 
 __all__ = ["JobEngine"]

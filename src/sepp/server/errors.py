@@ -70,11 +70,13 @@ class LeaseRefused(EngineError):
 
 class NotFound(EngineError):
     """A job, queue or idempotency key does not exist; ``reason`` is its catalogue reason
-    (``JOB_NOT_FOUND``, ``QUEUE_NOT_FOUND``, ``IDEMPOTENCY_KEY_NOT_FOUND``)."""
+    (``JOB_NOT_FOUND``, ``QUEUE_NOT_FOUND``, ``IDEMPOTENCY_KEY_NOT_FOUND``); ``metadata``
+    goes into the ErrorInfo (``job_id`` for a wait's unknown job)."""
 
-    def __init__(self, what: str, reason: Reason) -> None:
+    def __init__(self, what: str, reason: Reason, metadata: dict[str, str] | None = None) -> None:
         super().__init__(what)
         self.reason = reason
+        self.metadata = metadata
 
 
 class QueueLimitReached(EngineError):

@@ -86,6 +86,13 @@ class EngineEvents:
     - ``promoted(now, run_ats)``: the promotion sweep made jobs READY at ``now`` (µs); the
       run_at (µs) each had.
 
+    For waits for jobs (``server.waiting`` subscribes; acks and nacks it reads from
+    ``settled``, a reclaim pass's dead letters from ``reclaimed``):
+
+    - ``ended(job_ids, queues)``: jobs finished or left the store outside a settle — an admin
+      cancel or delete (their 16-byte ids), a damaged row dead-lettered, a queue purged or
+      deleted (``queues``: every job of them may be gone).
+
     For the job-type figures (they subscribe):
 
     - ``reclaimed(counts)``: a reclaim pass took back expired leases; {(queue, job_type, new
@@ -103,3 +110,4 @@ class EngineEvents:
         default_factory=lambda: Event("leases_expired"))
     promoted: Event[[int, Sequence[int]]] = field(default_factory=lambda: Event("promoted"))
     reclaimed: Event[[Mapping[tuple[str, str, int], int]]] = field(default_factory=lambda: Event("reclaimed"))
+    ended: Event[[Sequence[bytes], Sequence[str]]] = field(default_factory=lambda: Event("ended"))

@@ -268,6 +268,8 @@ class Leasing(EngineService):
             await self.store.reserve_damaged([(rec.id, rec.lease_id or b"") for rec, _ in jobs], self._clock_now())
         except Exception:
             log.exception("dead-lettering %d damaged job(s) failed; their leases will expire", len(jobs))
+            return
+        self.events.ended([rec.id for rec, _ in jobs], ())  # waits for them answer now
 
 
 __all__ = ["Leasing"]

@@ -23,6 +23,7 @@ from typing import Protocol
 from uuid_utils import UUID
 
 from sepp.domain.clock import Clock
+from sepp.domain.outcomes import JobOutcome
 from sepp.domain.params import (
     DAMAGED_ROW,
     NO_FLOW,
@@ -60,6 +61,7 @@ __all__ = [
     "Dedups",
     "ExtendResult",
     "FlowLimits",
+    "JobOutcome",
     "JobRecord",
     "JobRow",
     "NodeRecord",
@@ -270,6 +272,34 @@ class Store(Protocol):
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id, or None."""
+
+    # -- waiting for jobs (``sepp.server.waiting``): the stored state, and hints between nodes.
+
+    async def job_outcomes(self, job_ids: Sequence[bytes]) -> list[JobOutcome]:
+        """What a wait reads of each stored job among ``job_ids`` (at most ``MAX_WAIT_JOBS``;
+        in no particular order, an id of no job left out): ``JobOutcome`` — state, queue,
+        attempts, and for a finished job its history, reason and result. One read, off the
+        writer."""
+
+    def on_finished(self, finished: Callable[[Sequence[bytes] | None, Sequence[str]], None]) -> None:
+        """Call ``finished(ids, queues)`` (on the event loop) when another node says jobs
+        finished: their ids, and queues where jobs finished whose ids it did not send (a
+        reclaim pass); ``finished(None, ())`` when such news may have been missed (look
+        again). A store that is not ``shared`` never calls it."""
+
+    @property
+    def others_waiting(self) -> bool:
+        """Whether another node said lately that callers wait on it (``waiting``): only then
+        is ``finished`` worth calling. Always False when not ``shared``."""
+
+    def finished(self, job_ids: Sequence[bytes], queues: Sequence[str]) -> None:
+        """Tell the other nodes' waiters that ``job_ids`` finished (and jobs of ``queues``
+        whose ids are not known), after the commit that finished them: in the background,
+        batched, and only while ``others_waiting``. Quick and synchronous; never raises."""
+
+    def waiting(self) -> None:
+        """Tell the other nodes that callers wait on this one (so they send ``finished``);
+        repeated while they wait. Quick and synchronous (sent in the background); never raises."""
 
     # -- periodic schedules: one row per schedule, shared by every node.
 

@@ -27,7 +27,8 @@ from support.fuzz.strategies import TRACEPARENT
 #: ServerConfig of a fuzzed server: fast sweeps (leases expire and poison rows are met within
 #: the run) and a short long-poll cap (``max_reserve_wait`` 0.2 s), so a Reserve never waits
 #: long and a wait above the cap is a quick INVALID_ARGUMENT.
-SERVER_CONFIG: dict[str, Any] = {"sweep_interval": 0.05, "shutdown_grace": 5.0, "limits": {"max_reserve_wait": 0.2}}
+SERVER_CONFIG: dict[str, Any] = {"sweep_interval": 0.05, "shutdown_grace": 5.0,
+                                 "limits": {"max_reserve_wait": 0.2, "max_wait_seconds": 1.0}}
 
 #: Queues :func:`seed` declares: defaults, one with a short dedup window and retention, one
 #: where the first failed delivery dead-letters.

@@ -619,6 +619,7 @@ class ServerLimits(_message.Message):
     MAX_ENCODING_BYTES_FIELD_NUMBER: _builtins.int
     MAX_TRACE_ENTRIES_FIELD_NUMBER: _builtins.int
     MAX_TRACE_VALUE_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_FIELD_NUMBER: _builtins.int
     max_enqueue_batch: _builtins.int
     max_attempts_ceiling: _builtins.int
     max_queue_name_bytes: _builtins.int
@@ -629,6 +630,12 @@ class ServerLimits(_message.Message):
     max_trace_value_bytes: _builtins.int
     @_builtins.property
     def max_schedule_horizon(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def max_wait(self) -> _duration_pb2.Duration:
+        """Longest WaitJobs long-poll (limits.max_wait_seconds, default 60 s): a longer timeout waits
+        this long and answers empty.
+        """
+
     def __init__(
         self,
         *,
@@ -641,10 +648,11 @@ class ServerLimits(_message.Message):
         max_encoding_bytes: _builtins.int = ...,
         max_trace_entries: _builtins.int = ...,
         max_trace_value_bytes: _builtins.int = ...,
+        max_wait: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["max_schedule_horizon", b"max_schedule_horizon"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["max_schedule_horizon", b"max_schedule_horizon", "max_wait", b"max_wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_attempts_ceiling", b"max_attempts_ceiling", "max_encoding_bytes", b"max_encoding_bytes", "max_enqueue_batch", b"max_enqueue_batch", "max_idempotency_key_bytes", b"max_idempotency_key_bytes", "max_job_type_bytes", b"max_job_type_bytes", "max_queue_name_bytes", b"max_queue_name_bytes", "max_schedule_horizon", b"max_schedule_horizon", "max_trace_entries", b"max_trace_entries", "max_trace_value_bytes", b"max_trace_value_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_attempts_ceiling", b"max_attempts_ceiling", "max_encoding_bytes", b"max_encoding_bytes", "max_enqueue_batch", b"max_enqueue_batch", "max_idempotency_key_bytes", b"max_idempotency_key_bytes", "max_job_type_bytes", b"max_job_type_bytes", "max_queue_name_bytes", b"max_queue_name_bytes", "max_schedule_horizon", b"max_schedule_horizon", "max_trace_entries", b"max_trace_entries", "max_trace_value_bytes", b"max_trace_value_bytes", "max_wait", b"max_wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -22,6 +22,125 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class WaitJobsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """1..1,000 job ids (canonical UUID text); an id given twice counts once."""
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """How long to wait for one of them to finish; absent or zero: look once and answer. A
+        timeout above ServerLimits.max_wait waits max_wait.
+        """
+
+    def __init__(
+        self,
+        *,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_ids", b"job_ids", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitJobsRequest: _TypeAlias = WaitJobsRequest  # noqa: Y015
+
+@_typing.final
+class WaitJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobOutcome]:
+        """The outcome of each given job that is finished, in request order; empty when none
+        finished within the timeout. When the outcomes (results, histories) would not fit one
+        message, the first ones that fit are answered (at least one): ask again for the rest,
+        which are answered at once.
+        """
+
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[Global___JobOutcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaitJobsResponse: _TypeAlias = WaitJobsResponse  # noqa: Y015
+
+@_typing.final
+class JobOutcome(_message.Message):
+    """What became of a finished job."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    state: _common_pb2.JobState.ValueType
+    """COMPLETED, DEAD_LETTERED or CANCELLED."""
+    last_error: _builtins.str
+    """The error_message of the last attempt that recorded one ("" when none did)."""
+    attempt: _builtins.int
+    """Deliveries (1 on the first delivery)."""
+    queue: _builtins.str
+    job_type: _builtins.str
+    reason: _builtins.str
+    """DEAD_LETTERED: ATTEMPTS_EXHAUSTED, NACK_DEAD_LETTER or LEASE_EXPIRED (plus the worker's
+    reason); CANCELLED: the cancel's reason; "" for COMPLETED.
+    """
+    @_builtins.property
+    def result(self) -> _common_pb2.Payload:
+        """The handler's return value; unset when there is none (or the job did not complete)."""
+
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Attempt]:
+        """Every attempt, oldest first (the completing attempt included)."""
+
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """When the job reached its state (UTC)."""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        state: _common_pb2.JobState.ValueType = ...,
+        result: _common_pb2.Payload | None = ...,
+        last_error: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        attempts: _abc.Iterable[_common_pb2.Attempt] | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        queue: _builtins.str = ...,
+        job_type: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "finished_at", b"finished_at", "job_id", b"job_id", "job_type", b"job_type", "last_error", b"last_error", "queue", b"queue", "reason", b"reason", "result", b"result", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobOutcome: _TypeAlias = JobOutcome  # noqa: Y015
+
+@_typing.final
 class EnqueueBatchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -61,6 +61,11 @@ class ProducerServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.ServerInfo.FromString,
                 _registered_method=True)
+        self.WaitJobs = channel.unary_unary(
+                '/sepp.api.v1.ProducerService/WaitJobs',
+                request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsResponse.FromString,
+                _registered_method=True)
 
 
 class ProducerServiceServicer:
@@ -100,6 +105,18 @@ class ProducerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WaitJobs(self, request, context):
+        """Long-poll until any of the given jobs is finished (COMPLETED, DEAD_LETTERED or CANCELLED):
+        answers at once with the outcome of each finished one, or empty when none finished within
+        the timeout (docs/decisions.md "Waiting for jobs"). Role produce or admin. An id of no
+        stored job (never enqueued, or deleted when its retention ran out) is NOT_FOUND, reason
+        JOB_NOT_FOUND, metadata job_id; more than 1,000 ids is INVALID_ARGUMENT (field job_ids,
+        limit 1000).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProducerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -122,6 +139,11 @@ def add_ProducerServiceServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.GetServerInfoRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.ServerInfo.SerializeToString,
+            ),
+            'WaitJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitJobs,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -238,6 +260,33 @@ class ProducerService:
             '/sepp.api.v1.ProducerService/GetServerInfo',
             sepp_dot_api_dot_v1_dot_producer__pb2.GetServerInfoRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_producer__pb2.ServerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.ProducerService/WaitJobs',
+            sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,14 @@ class ProducerServiceStub:
     """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections."""
     GetServerInfo: _grpc.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]
     """Version, feature flags, persist/strict mode and every advertised limit."""
+    WaitJobs: _grpc.UnaryUnaryMultiCallable[_producer_pb2.WaitJobsRequest, _producer_pb2.WaitJobsResponse]
+    """Long-poll until any of the given jobs is finished (COMPLETED, DEAD_LETTERED or CANCELLED):
+    answers at once with the outcome of each finished one, or empty when none finished within
+    the timeout (docs/decisions.md "Waiting for jobs"). Role produce or admin. An id of no
+    stored job (never enqueued, or deleted when its retention ran out) is NOT_FOUND, reason
+    JOB_NOT_FOUND, metadata job_id; more than 1,000 ids is INVALID_ARGUMENT (field job_ids,
+    limit 1000).
+    """
 
 @_typing.type_check_only
 class ProducerServiceAsyncStub(ProducerServiceStub):
@@ -68,6 +76,14 @@ class ProducerServiceAsyncStub(ProducerServiceStub):
     """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections."""
     GetServerInfo: _aio.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]  # type: ignore[assignment]
     """Version, feature flags, persist/strict mode and every advertised limit."""
+    WaitJobs: _aio.UnaryUnaryMultiCallable[_producer_pb2.WaitJobsRequest, _producer_pb2.WaitJobsResponse]  # type: ignore[assignment]
+    """Long-poll until any of the given jobs is finished (COMPLETED, DEAD_LETTERED or CANCELLED):
+    answers at once with the outcome of each finished one, or empty when none finished within
+    the timeout (docs/decisions.md "Waiting for jobs"). Role produce or admin. An id of no
+    stored job (never enqueued, or deleted when its retention ran out) is NOT_FOUND, reason
+    JOB_NOT_FOUND, metadata job_id; more than 1,000 ids is INVALID_ARGUMENT (field job_ids,
+    limit 1000).
+    """
 
 class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Enqueue jobs and read the limits they are validated against.
@@ -109,5 +125,19 @@ class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_producer_pb2.ServerInfo, _abc.Awaitable[_producer_pb2.ServerInfo]]:
         """Version, feature flags, persist/strict mode and every advertised limit."""
+
+    @_abc_1.abstractmethod
+    def WaitJobs(
+        self,
+        request: _producer_pb2.WaitJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_producer_pb2.WaitJobsResponse, _abc.Awaitable[_producer_pb2.WaitJobsResponse]]:
+        """Long-poll until any of the given jobs is finished (COMPLETED, DEAD_LETTERED or CANCELLED):
+        answers at once with the outcome of each finished one, or empty when none finished within
+        the timeout (docs/decisions.md "Waiting for jobs"). Role produce or admin. An id of no
+        stored job (never enqueued, or deleted when its retention ran out) is NOT_FOUND, reason
+        JOB_NOT_FOUND, metadata job_id; more than 1,000 ids is INVALID_ARGUMENT (field job_ids,
+        limit 1000).
+        """
 
 def add_ProducerServiceServicer_to_server(servicer: ProducerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

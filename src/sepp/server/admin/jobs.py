@@ -118,6 +118,8 @@ class JobAdmin:
                                 f"job {clip(job_id, 64)} is {state_name(result.state)}; only SCHEDULED, "
                                 "READY and RESERVED jobs can be cancelled", {"state": state_name(result.state)})
         self._changed()
+        if result.outcome is Outcome.DONE:
+            self.parts.events.ended([raw], ())  # waits for it answer now
         return result.outcome
 
     async def requeue(self, job_id: str) -> JobRecord:
@@ -162,7 +164,8 @@ class JobAdmin:
         that state (a ticked row, a bulk run: ``AdminStore.delete_job``). Raises
         ``NotFound``, or ``StateConflict`` (JOB_STATE) for a job in another state than
         ``state``."""
-        result = await self.store.delete_job(parse_job_id(job_id), state)
+        raw = parse_job_id(job_id)
+        result = await self.store.delete_job(raw, state)
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
@@ -170,6 +173,7 @@ class JobAdmin:
                                 f"{state_name(state or 0)}; not deleted", {"state": state_name(result.state)})
         self._changed()
         self.freed(result.queue, (result.state,))
+        self.parts.events.ended([raw], ())  # waits for it learn it is gone
 
     def freed(self, name: str, states: Iterable[int]) -> None:
         """Wake this node's long-polls of a flow-limited queue ``name`` when jobs in ``states``

@@ -193,6 +193,7 @@ class QueueChanges:
         self._changed()
         if total:
             self._jobs.freed(name, wanted)
+            self.parts.events.ended((), [name])  # waits for its jobs learn they are gone
         _queue_event("queue_purged", name, f"purged: {total} job(s) deleted", count=total)
         return total
 

@@ -1,7 +1,8 @@
 """Tokens and roles on every gRPC service: the server interceptor ``Authorize``.
 
 Each sepp service needs one role: ``sepp.api.v1.ProducerService`` (``GetServerInfo`` is in
-it) ``produce``, ``WorkerService`` ``work``, ``AdminService`` ``admin``. gRPC health and
+it) ``produce``, ``WorkerService`` ``work``, ``AdminService`` ``admin``; a method in
+``METHOD_ROLES`` takes more (``WaitJobs``: ``produce`` or ``admin``). gRPC health and
 reflection (and any method that is not sepp's) stay open. A call presents its token as the
 metadata ``authorization: Bearer <secret>``; the ``Authenticator`` hashes it and compares the
 digest with the configured ones in constant time.
@@ -40,6 +41,13 @@ SERVICE_ROLES: dict[str, str] = {
     producer_pb2.DESCRIPTOR.services_by_name["ProducerService"].full_name: "produce",
     worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name: "work",
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name: "admin",
+}
+
+#: Methods that more roles than their service's may call (full method name → every role
+#: that may): a producer waits for its jobs, and so may an operator (``sepp jobs result``).
+METHOD_ROLES: dict[str, frozenset[str]] = {
+    f"/{producer_pb2.DESCRIPTOR.services_by_name['ProducerService'].full_name}/WaitJobs":
+        frozenset({"produce", "admin"}),
 }
 
 #: Where the refusal tells the caller to look.
@@ -110,7 +118,7 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 message = (f"{method} needs a token with role '{role}' and the call carried {what} "
                            f"(metadata authorization: Bearer <secret>); {HINT}")
             return wire.plain_status(code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED, message, meta)
-        if role in token.roles:
+        if role in token.roles or not token.roles.isdisjoint(METHOD_ROLES.get(method, ())):
             return None
         has = ", ".join(sorted(token.roles))
         self.auth.failed("forbidden", f"token {token.name!r} (roles: {has}) called {method}; it needs role {role}",
@@ -136,4 +144,4 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return _denied(handler, status)
 
 
-__all__ = ["SERVICE_ROLES", "Authorize", "role_for"]
+__all__ = ["METHOD_ROLES", "SERVICE_ROLES", "Authorize", "role_for"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Any
 
 from google.protobuf import timestamp_pb2
 from google.protobuf.message import DecodeError, Message
@@ -101,8 +103,14 @@ def _int32(value: int) -> int:
 def _fill_attempts(job: pb.Job, rec: JobRecord) -> None:
     """The job's attempt history (``JobRecord.attempt_entries``, which reads a damaged history
     as far as it can) as ``job.attempts``; a time outside the Timestamp range is left unset."""
-    for entry in rec.attempt_entries():
-        attempt = job.attempts.add(attempt=_int32(entry["attempt"]), worker_id=entry["worker_id"],
+    add_attempts(job.attempts, rec.attempt_entries())
+
+
+def add_attempts(attempts: Any, entries: Iterable[dict[str, Any]]) -> None:
+    """Append attempt ``entries`` (``records.attempt_entries``) to the repeated ``Attempt``
+    field ``attempts``; a time outside the Timestamp range is left unset."""
+    for entry in entries:
+        attempt = attempts.add(attempt=_int32(entry["attempt"]), worker_id=entry["worker_id"],
                                    node=entry["node"], outcome=entry["outcome"], error_message=entry["error_message"],
                                    error_detail=entry["error_detail"])
         for name in ("started_at", "ended_at"):

@@ -1,4 +1,5 @@
-"""ProducerService servicer: proto in, engine, proto out — no business logic here."""
+"""ProducerService servicer: proto in, engine, proto out — no business logic here (WaitJobs'
+answer is built in ``rpc.outcomes``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import producer_pb2_grpc
 from sepp.domain.store_errors import StoreError
+from sepp.hard_limits import MAX_DURATION_SECONDS
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError
 from sepp.server.parts import ServerParts
+from sepp.server.rpc.outcomes import wait_response
 from sepp.server.rpc.status import abort_for
+from sepp.server.rpc_args import duration_arg
 from sepp.wire import seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
@@ -20,7 +24,7 @@ Context: TypeAlias = Any
 
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
-            "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain")
+            "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain", "wait_jobs")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 
@@ -121,6 +125,14 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
 
+    async def WaitJobs(self, request: ppb.WaitJobsRequest, context: Context) -> ppb.WaitJobsResponse:
+        try:
+            timeout = duration_arg(request.timeout, "timeout", 0.0, MAX_DURATION_SECONDS)
+            outcomes = await self.engine.wait_jobs(request.job_ids, timeout)
+        except (EngineError, StoreError) as exc:
+            await abort_for(context, exc)
+        return wait_response(outcomes)
+
     async def GetServerInfo(self, request: ppb.GetServerInfoRequest,
                             context: Context) -> ppb.ServerInfo:
         return server_info(self.parts, self.started, self.node)
@@ -140,7 +152,8 @@ def server_info(parts: ServerParts, started: float, node: str) -> ppb.ServerInfo
             max_queue_name_bytes=lim.max_queue_name_bytes, max_job_type_bytes=lim.max_job_type_bytes,
             max_schedule_horizon=seconds_to_duration(lim.max_schedule_horizon),
             max_idempotency_key_bytes=lim.max_idempotency_key_bytes, max_encoding_bytes=lim.max_encoding_bytes,
-            max_trace_entries=lim.max_trace_entries, max_trace_value_bytes=lim.max_trace_value_bytes),
+            max_trace_entries=lim.max_trace_entries, max_trace_value_bytes=lim.max_trace_value_bytes,
+            max_wait=seconds_to_duration(lim.max_wait_seconds)),
         queue_defaults=queue_settings_proto(parts.queues.defaults),
         uptime=seconds_to_duration(parts.clock.monotonic() - started), node=node, storage=cfg.storage)
     for n in parts.nodes:

@@ -48,7 +48,7 @@ def status_for(exc: BaseException) -> status_pb2.Status:
         code = code_pb2.NOT_FOUND if exc.error is SettleError.NOT_FOUND else code_pb2.FAILED_PRECONDITION
         return wire.plain_status(code, exc.error.value, str(exc), {"job_id": exc.job_id})
     if isinstance(exc, NotFound):
-        return wire.plain_status(code_pb2.NOT_FOUND, exc.reason, str(exc))
+        return wire.plain_status(code_pb2.NOT_FOUND, exc.reason, str(exc), exc.metadata)
     if isinstance(exc, QueueLimitReached):
         return wire.plain_status(code_pb2.FAILED_PRECONDITION, Reason.QUEUE_LIMIT_REACHED, str(exc),
                                  {"field": "name", "limit": str(exc.limit), "actual": str(exc.actual)})

@@ -3,7 +3,8 @@ LISTENs on the schema's channel, so a long-polling ``Reserve`` on this node wake
 another node made jobs ready (an enqueue, a promotion, a retry, a reclaim, a redrive).
 
 Payloads are JSON ``{"o": origin, "q": [queue, …]}`` sent by ``committer`` at commit; this
-node's own (``origin``) are ignored, its engine has woken its reservers already. When the
+node's own (``origin``) are ignored, its engine has woken its reservers already. Other keys
+(finished jobs, waiting nodes: ``finished``) go to the ``subscribe_notices`` callbacks. When the
 connection is lost (PostgreSQL restarted) it is made again, retrying every
 ``RECONNECT_EVERY`` seconds, and the subscribers are called with ``None`` (and told the queues may
 have changed): notifications may have been missed meanwhile, so every waiter wakes and
@@ -39,6 +40,7 @@ class Listener:
         self._origin = origin
         self._subscribers: list[Callable[[str | None], None]] = []
         self._queue_subscribers: list[Callable[[], None]] = []
+        self._notice_subscribers: list[Callable[[dict[str, Any]], None]] = []
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -49,6 +51,12 @@ class Listener:
         wake everything) and ``queues_changed()`` when it changed queue rows."""
         self._subscribers.append(ready)
         self._queue_subscribers.append(queues_changed)
+
+    def subscribe_notices(self, notice: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``notice(payload)`` with every other node's notification (the parsed JSON
+        object), for what the store reads of it beyond ready queues and queue changes
+        (``finished``: finished jobs, waiting nodes)."""
+        self._notice_subscribers.append(notice)
 
     async def start(self) -> None:
         """Connect and LISTEN, then keep the connection (raises ``StoreError`` when the
@@ -83,6 +91,11 @@ class Listener:
             self._wake(q)
         if changed:
             self._changed()
+        for notice in self._notice_subscribers:
+            try:
+                notice(data)
+            except Exception:
+                log.exception("notification subscriber failed")
 
     def _changed(self) -> None:
         for callback in self._queue_subscribers:

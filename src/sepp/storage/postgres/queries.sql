@@ -451,3 +451,19 @@ SELECT extras FROM jobs WHERE queue = $1 AND state = 3;
 -- lease_seqs leases only rows still READY.
 SELECT seq, extras, octet_length(coalesce(payload, '\x'::bytea)) + coalesce(octet_length(history), 0)
 FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2;
+
+-- name: job_outcomes
+-- What a wait for jobs reads of each id of $1 (domain.outcomes.JobOutcome, by name): each probed
+-- through jobs_pkey at the seq it carries, after jobs_id_foreign (as get_job); the history only
+-- of a finished job. The job's result: the last two columns (NULL until the jobs table has
+-- them; then select the result columns here instead).
+SELECT j.id, j.queue, j.job_type, j.state, j.attempt, j.finished_at, j.reason,
+    CASE WHEN j.state IN (4, 5, 6) THEN j.history END AS history, j.worker_id, j.node, j.started_at,
+    NULL::bytea AS result, NULL::text AS result_encoding
+FROM unnest($1::bytea[]) AS v(jid)
+CROSS JOIN LATERAL (
+    SELECT * FROM jobs
+    WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = v.jid AND job_id_foreign(f.id, f.seq)), job_seq_hint(v.jid))
+        AND id = v.jid
+    OFFSET 0
+) j;

@@ -26,6 +26,7 @@ from sepp.domain.clock import SYSTEM_CLOCK, Clock
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
+    JobOutcome,
     JobRecord,
     JobRow,
     NodeRecord,
@@ -42,9 +43,10 @@ from sepp.storage.base import (
     WorkerRecord,
 )
 from sepp.storage.errors import StoreFailed, StoreUnavailable
-from sepp.storage.postgres import enqueue, nodes, periodic, queue_rows, reserve, settle, sweeps
+from sepp.storage.postgres import enqueue, nodes, outcomes, periodic, queue_rows, reserve, settle, sweeps
 from sepp.storage.postgres.admin import PostgresAdmin
 from sepp.storage.postgres.committer import PgCommitter, store_error
+from sepp.storage.postgres.finished import Finished, FinishedNotices
 from sepp.storage.postgres.ids import JobIds
 from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
@@ -91,6 +93,8 @@ class PostgresStore:
         #: The read pool and the committer, as the admin operations use them.
         self._reads = PgReads(self._committer)
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
+        #: Finished jobs and waiting nodes, told to and heard from the other nodes (``finished``).
+        self._notices = FinishedNotices(self._reads, self._listener, self.channel, self.origin)
         self._promoted: Callable[[str], None] = _nobody
         #: The grant times of this node's reserves writing their leases right now: its
         #: reclaim passes free no lease ending after them (``reserve.Granting``).
@@ -146,6 +150,7 @@ class PostgresStore:
         if reads.closed:
             return
         reads.closed = True
+        await self._notices.close()
         await self._committer.stop()
         await self._listener.stop()
         if reads.pool is not None:
@@ -182,6 +187,23 @@ class PostgresStore:
     def on_promoted(self, ready: Callable[[str], None]) -> None:
         """``Store.on_promoted``."""
         self._promoted = ready
+
+    def on_finished(self, finished: Finished) -> None:
+        """``Store.on_finished``: what the other nodes tell (``finished.FinishedNotices``)."""
+        self._notices.subscribe(finished)
+
+    @property
+    def others_waiting(self) -> bool:
+        """``Store.others_waiting``: another node said it waits within ``finished.WAITING_TTL`` s."""
+        return self._notices.others_waiting
+
+    def finished(self, job_ids: Sequence[bytes], queues: Sequence[str]) -> None:
+        """``Store.finished``: a NOTIFY on the read pool, batched, while others wait."""
+        self._notices.finished(job_ids, queues)
+
+    def waiting(self) -> None:
+        """``Store.waiting``: one NOTIFY on the read pool, in the background."""
+        self._notices.waiting()
 
     async def heartbeat(self, node: NodeRecord) -> None:
         """``Store.heartbeat``: upsert the node's row (one small transaction)."""
@@ -383,6 +405,9 @@ class PostgresStore:
         row = await self._reads.fetchrow(Q["get_job"], job_id)
         return None if row is None else _record(tuple(row))
 
+    async def job_outcomes(self, job_ids: Sequence[bytes]) -> list[JobOutcome]:
+        """``Store.job_outcomes``: one statement on the read pool (``outcomes``)."""
+        return await outcomes.job_outcomes(self._reads, job_ids)
 
     # ------------------------------------------------------------------ periodic schedules
 

@@ -215,3 +215,13 @@ FROM jobs WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 2 ORDER BY 
 UPDATE jobs SET state = 3, attempt = attempt + 1, lease_id = ?1, lease_expires_at = ?2, worker_id = ?3,
     started_at = ?4, cancel_requested = 0, node = ?6
 WHERE seq IN (SELECT value FROM json_each(?5)) AND state = 2;
+
+-- name: job_outcomes
+-- What a wait for jobs reads of each id (domain.outcomes.JobOutcome, by name): the history only
+-- of a finished job. The driver widens the IN list to one parameter per id (outcomes.py).
+-- The job's result: the last two columns (NULL until the jobs table has them; then select
+-- the result columns here instead).
+SELECT id, queue, job_type, state, attempt, finished_at, reason,
+    CASE WHEN state IN (4, 5, 6) THEN history END AS history, worker_id, node, started_at,
+    NULL AS result, NULL AS result_encoding
+FROM jobs WHERE id IN (?);

@@ -31,6 +31,7 @@ from sepp.domain.clock import Clock
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
+    JobOutcome,
     JobRecord,
     JobRow,
     NodeRecord,
@@ -51,7 +52,7 @@ from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.rows import repair_job
 from sepp.storage.search import CustomEntry
-from sepp.storage.sqlite import ops, periodic, sweeps
+from sepp.storage.sqlite import ops, outcomes, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
 from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, LoneBusy, LoneWriter
@@ -396,6 +397,10 @@ class SQLiteStore:
         row = await self._reads.read(Q["get_job"], (job_id,), one=True)
         return None if row is None else repair_job(_record(row))
 
+    async def job_outcomes(self, job_ids: Sequence[bytes]) -> list[JobOutcome]:
+        """``Store.job_outcomes``: one read on a reader thread (``outcomes``)."""
+        return await outcomes.job_outcomes(self._reads, job_ids)
+
     # ------------------------------------------------------------------ Store protocol: stop, metrics
 
     def abort(self) -> None:
@@ -434,6 +439,20 @@ class SQLiteStore:
     def on_promoted(self, ready: Callable[[str], None]) -> None:
         """``Store.on_promoted``."""
         self._promoted = ready
+
+    def on_finished(self, finished: Callable[[Sequence[bytes] | None, Sequence[str]], None]) -> None:
+        """``Store.on_finished``: no other nodes, so never called."""
+
+    @property
+    def others_waiting(self) -> bool:
+        """``Store.others_waiting``: False, there are no other nodes."""
+        return False
+
+    def finished(self, job_ids: Sequence[bytes], queues: Sequence[str]) -> None:
+        """``Store.finished``: nobody else to tell."""
+
+    def waiting(self) -> None:
+        """``Store.waiting``: nobody else to tell."""
 
     async def heartbeat(self, node: NodeRecord) -> None:
         """``Store.heartbeat``: the one node is kept in memory (nothing written)."""

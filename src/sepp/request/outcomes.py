@@ -1,0 +1,138 @@
+"""What a producer learns of a finished job (``Client.wait``, ``Client.as_completed``,
+``Client.result``): ``JobOutcome`` with its ``Attempt`` history, and ``decode_result``, the
+one rule that turns a stored result into the value ``Client.result`` returns. Frozen
+dataclasses, no I/O, built from wire messages with ``from_proto``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import timestamp_pb2
+
+from sepp.api.v1 import producer_pb2 as ppb
+from sepp.domain.states import state_label
+from sepp.request import JSON_ENCODING, Payload
+
+#: The encoding label of a result that is raw bytes (a handler returned ``bytes``).
+OCTET_STREAM = "application/octet-stream"
+
+COMPLETED, DEAD_LETTERED, CANCELLED = "COMPLETED", "DEAD_LETTERED", "CANCELLED"
+
+
+def _time(ts: timestamp_pb2.Timestamp, present: bool) -> dt.datetime | None:
+    if not present:
+        return None
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=ts.ToMicroseconds())
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One delivery of a job, as its history records it.
+
+    Attributes:
+        attempt: 1 for the first delivery (a released attempt keeps its number).
+        worker_id: The worker that held the lease ("" when unknown).
+        node: The server node that leased it ("" when unknown).
+        started_at / ended_at: When the lease was granted and when the attempt ended (UTC;
+            None when unknown).
+        outcome: ``completed``, ``retry``, ``retry_after``, ``dead_letter``, ``released``,
+            ``lease_expired`` or ``cancelled``.
+        error_message / error_detail: What the worker reported ("" when nothing).
+    """
+
+    attempt: int
+    worker_id: str
+    node: str
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    outcome: str
+    error_message: str
+    error_detail: str
+
+    @classmethod
+    def from_proto(cls, msg: Any) -> Attempt:
+        """Build from a wire ``Attempt``."""
+        return cls(msg.attempt, msg.worker_id, msg.node, _time(msg.started_at, msg.HasField("started_at")),
+                   _time(msg.ended_at, msg.HasField("ended_at")), msg.outcome, msg.error_message, msg.error_detail)
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What became of a finished job.
+
+    Attributes:
+        job_id: The job's id (canonical UUID text).
+        state: ``"COMPLETED"``, ``"DEAD_LETTERED"`` or ``"CANCELLED"``.
+        result: The handler's return value as stored (data and encoding label), None when it
+            returned none or the job did not complete; :meth:`value` decodes it.
+        last_error: The error message of the last attempt that reported one ("" when none).
+        attempt: Deliveries (1 on the first).
+        attempts: Every attempt, oldest first (the completing one included).
+        finished_at: When the job reached ``state`` (UTC).
+        queue / job_type: As enqueued.
+        reason: Why it was dead-lettered (``ATTEMPTS_EXHAUSTED``, ``NACK_DEAD_LETTER`` or
+            ``LEASE_EXPIRED``, plus the worker's reason) or cancelled; "" for a completed job.
+    """
+
+    job_id: str
+    state: str
+    result: Payload | None
+    last_error: str
+    attempt: int
+    attempts: tuple[Attempt, ...]
+    finished_at: dt.datetime | None
+    queue: str
+    job_type: str
+    reason: str
+
+    @property
+    def completed(self) -> bool:
+        """Whether the job completed (its handler returned)."""
+        return self.state == COMPLETED
+
+    @property
+    def dead_lettered(self) -> bool:
+        """Whether the job was dead-lettered (it failed for good)."""
+        return self.state == DEAD_LETTERED
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether an admin cancelled the job."""
+        return self.state == CANCELLED
+
+    def value(self) -> Any:
+        """The decoded result (``decode_result``); None without one."""
+        return decode_result(self.result)
+
+    @classmethod
+    def from_proto(cls, msg: ppb.JobOutcome) -> JobOutcome:
+        """Build from a wire ``JobOutcome``."""
+        result = Payload(bytes(msg.result.data), msg.result.encoding) if msg.HasField("result") else None
+        return cls(msg.job_id, state_label(int(msg.state)), result, msg.last_error, msg.attempt,
+                   tuple(Attempt.from_proto(a) for a in msg.attempts),
+                   _time(msg.finished_at, msg.HasField("finished_at")), msg.queue, msg.job_type, msg.reason)
+
+
+def decode_result(result: Payload | None) -> Any:
+    """A stored result as ``Client.result`` returns it: None without one; for
+    ``application/json`` the decoded JSON value; for ``application/octet-stream`` the bytes;
+    for any other encoding the result itself, data and label (``Payload``).
+
+    Raises ``ValueError`` when a result labelled JSON does not decode.
+    """
+    if result is None:
+        return None
+    if result.encoding == JSON_ENCODING:
+        return json.loads(result.data.decode("utf-8"))
+    if result.encoding == OCTET_STREAM:
+        return result.data
+    # Another encoding: the data and its label as they are. (Where a result type of its own,
+    # ``sepp.Result(data, encoding)``, exists, it is returned here instead.)
+    return result
+
+
+__all__ = ["CANCELLED", "COMPLETED", "DEAD_LETTERED", "OCTET_STREAM", "Attempt", "JobOutcome", "decode_result"]

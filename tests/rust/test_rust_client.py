@@ -82,7 +82,8 @@ def test_the_rust_clients_tests_pass_against_live_servers(servers: dict[str, str
         _need("cargo is not installed")
     if not Path("/usr/share/cargo/registry/h2-0.3.13").exists():
         _need("Debian's Rust crates (librust-h2-dev, …) are not installed")
-    env = {**os.environ, **servers, "CARGO_TARGET_DIR": str(CRATE / "target"), "CARGO_TERM_COLOR": "never", "SEPP_RS_FRESH": "1"}
+    env = {**os.environ, **servers, "CARGO_TARGET_DIR": str(CRATE / "target"), "CARGO_TERM_COLOR": "never",
+           "SEPP_RS_FRESH": "1"}
     proc = subprocess.run([cargo, "test", "--offline", "--", "--test-threads", "4"], cwd=CRATE, env=env,
                           capture_output=True, text=True, timeout=CARGO_TIMEOUT)
     output = proc.stdout + proc.stderr
@@ -125,4 +126,5 @@ def test_the_snippet_tests_hold_the_seed_pages_rust_snippets_verbatim() -> None:
     blocks = _rust_blocks(SEED_PAGE.read_text("utf-8"))
     assert len(blocks) == 8, blocks
     for block in blocks:
-        assert "\n".join(block) in flat, "this snippet of the seed page is not in seed_snippets.rs:\n" + "\n".join(block)
+        snippet = "\n".join(block)
+        assert snippet in flat, f"this snippet of the seed page is not in seed_snippets.rs:\n{snippet}"

@@ -422,7 +422,10 @@ impl Client {
                     }
                 }
             };
-            let Failure::Transport(error) = failure else { return Err(failure) };
+            let error = match failure {
+                Failure::Transport(error) => error,
+                other => return Err(other),
+            };
             maybe_sent = maybe_sent || !error.not_sent();
             match inner.retry.after(&error, attempt, idempotent) {
                 Some(delay) => {

@@ -160,8 +160,10 @@ pub fn validate(req: &pb::EnqueueRequest, limits: &ServerLimits, queue_limits: &
         return Some(bad);
     }
     // 4. UnknownQueue.
-    let Some(qlim) = queue_limits(queue) else {
-        return Some(reject(C::UnknownQueue, format!("queue {} is not declared (strict mode)", quote(queue, QUOTE_LIMIT)), "queue"));
+    let qlim = match queue_limits(queue) {
+        Some(qlim) => qlim,
+        None => return Some(reject(C::UnknownQueue, format!("queue {} is not declared (strict mode)", quote(queue, QUOTE_LIMIT)),
+                                   "queue")),
     };
     // 5. PayloadTooLarge.
     let size = payload.data.len() as i64;

@@ -38,7 +38,7 @@ async fn a_rejection_arrives_as_a_status_with_error_info_and_the_packed_rejectio
     let mut request = job("rs-grpc", "t");
     request.priority = Some(10);
     let err = ch.unary::<_, pb::EnqueueAck>(&format!("{PRODUCER}/Enqueue"), &request, None).await.unwrap_err();
-    let CallError::Status(status) = err else { panic!("{err:?}") };
+    let status = match err { CallError::Status(status) => status, other => panic!("{other:?}") };
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(status.reason(), "INVALID_ARGUMENT");
     assert_eq!(status.metadata("field"), Some("priority"));
@@ -53,7 +53,7 @@ async fn a_refused_atomic_batch_carries_every_failure_by_index() {
     let ch = channel(&common::target());
     let batch = pb::EnqueueBatchRequest { jobs: vec![job("rs-grpc", "t"), job("", "t"), job("rs-grpc", "")], plain: vec![] };
     let err = ch.unary::<_, pb::EnqueueAtomicResponse>(&format!("{PRODUCER}/EnqueueAtomic"), &batch, None).await.unwrap_err();
-    let CallError::Status(status) = err else { panic!("{err:?}") };
+    let status = match err { CallError::Status(status) => status, other => panic!("{other:?}") };
     assert_eq!((status.code(), status.reason()), (Code::InvalidArgument, "ATOMIC_BATCH_REJECTED"));
     let listed: Vec<(u32, i32)> = status.atomic.as_ref().unwrap().rejections.iter()
         .map(|r| (r.index, r.rejection.as_ref().unwrap().code)).collect();

@@ -109,7 +109,7 @@ async fn an_empty_or_over_cap_batch_is_refused_whole_by_either_side() {
             let err = client.enqueue_batch(jobs()).await.unwrap_err();
             let r = err.rejection().unwrap_or_else(|| panic!("{err:?}"));
             assert_eq!((r.code, r.field.as_str(), r.limit, r.actual), (RejectionCode::InvalidArgument, "jobs", Some(256), Some(count as i64)));
-            let AtomicEnqueueError::Rejected(r) = client.enqueue_atomic(jobs()).await.unwrap_err() else { panic!() };
+            let r = match client.enqueue_atomic(jobs()).await.unwrap_err() { AtomicEnqueueError::Rejected(r) => r, other => panic!("{other:?}") };
             assert_eq!((r.field.as_str(), r.actual), ("jobs", Some(count as i64)));
         }
     }
@@ -144,7 +144,7 @@ async fn a_failed_atomic_batch_stores_nothing_and_lists_every_failure_the_same_f
         let [a, b] = good();
         let err = client.enqueue_atomic([a, req("checkout", "x").with_max_attempts(0), b,
                                          req("bad.queue", "x").with_payload(Payload::new(vec![0; MIB + 1], ""))]).await.unwrap_err();
-        let AtomicEnqueueError::Validation(errors) = &err else { panic!("{err:?}") };
+        let errors = match &err { AtomicEnqueueError::Validation(errors) => errors, other => panic!("{other:?}") };
         let listed: Vec<(usize, RejectionCode, &str)> = errors.iter().map(|e| (e.index, e.rejection.code, e.rejection.field.as_str())).collect();
         assert_eq!(listed, [(1, RejectionCode::InvalidArgument, "max_attempts"), (3, RejectionCode::PayloadTooLarge, "payload.data")]);
         assert!(err.to_string().starts_with("atomic batch rejected, nothing enqueued: job 1: InvalidArgument: "), "{err}");
@@ -178,7 +178,7 @@ async fn nothing_listening_fails_at_once_and_says_it_was_never_sent() {
     let started = Instant::now();
     let err = Client::connect(format!("http://127.0.0.1:{}", common::unused_port())).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
-    let Error::Transport(t) = &err else { panic!("{err:?}") };
+    let t = match &err { Error::Transport(t) => t, other => panic!("{other:?}") };
     assert_eq!(t.kind(), TransportErrorKind::Unavailable);
     assert!(t.not_sent() && !t.may_be_stored() && t.transient());
     assert!(t.message().starts_with("connection refused: is sepp running on 127.0.0.1:"), "{t}");

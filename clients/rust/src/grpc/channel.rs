@@ -7,7 +7,6 @@
 //! can make a duplicate.
 
 use std::fmt;
-use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -231,7 +230,7 @@ impl Channel {
         let mut data = frame(&message);
         while !data.is_empty() {
             stream.reserve_capacity(data.len());
-            let granted = match poll_fn(|cx| stream.poll_capacity(cx)).await {
+            let granted = match Capacity(&mut stream).await {
                 Some(Ok(n)) => n,
                 Some(Err(e)) => return Err(after_send(e)),
                 None => return Err(CallError::Broken("the stream closed while the request was sent".into())),
@@ -275,6 +274,17 @@ impl Channel {
             Ok(None) => Err(CallError::Protocol(format!("{path} answered OK without a message"))),
             Err(why) => Err(CallError::Protocol(why)),
         }
+    }
+}
+
+/// The next grant of send capacity on a stream (`SendStream::poll_capacity` as a future).
+struct Capacity<'a>(&'a mut h2::SendStream<Bytes>);
+
+impl std::future::Future for Capacity<'_> {
+    type Output = Option<Result<usize, h2::Error>>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        self.0.poll_capacity(cx)
     }
 }
 

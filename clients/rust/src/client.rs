@@ -373,20 +373,21 @@ impl Client {
     /// Call `ProducerService/method`, retrying per the policy; see `call_path`.
     async fn call<Req: Message, Resp: Message + Default>(&self, method: &str, request: &Req, idempotent: bool)
                                                           -> Result<Resp, Failure> {
-        self.call_path(&format!("{PRODUCER}{method}"), request, idempotent).await
+        self.call_path(&format!("{PRODUCER}{method}"), request, idempotent, Duration::ZERO).await
     }
 
     /// Call `path`: each attempt has the client's timeout; a try that finds no connection
     /// waits for one within it once this client has reached a server (a restart), and
     /// fails at once on a first contact with nothing listening; transient failures are
-    /// retried per the policy (`idempotent`: re-sending cannot make a duplicate).
-    pub(crate) async fn call_path<Req: Message, Resp: Message + Default>(&self, path: &str, request: &Req, idempotent: bool)
-                                                                          -> Result<Resp, Failure> {
+    /// retried per the policy (`idempotent`: re-sending cannot make a duplicate). `extra`
+    /// lengthens each attempt's deadline (a long-polling `Reserve`'s wait).
+    pub(crate) async fn call_path<Req: Message, Resp: Message + Default>(&self, path: &str, request: &Req, idempotent: bool,
+                                                                          extra: Duration) -> Result<Resp, Failure> {
         let inner = &self.inner;
         let mut attempt = 1;
         let mut maybe_sent = false;
         loop {
-            let deadline = inner.timeout.map(|t| Instant::now() + t);
+            let deadline = inner.timeout.map(|t| Instant::now() + t + extra);
             let failure = loop {
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                 match inner.channel.unary::<Req, Resp>(path, request, left).await {

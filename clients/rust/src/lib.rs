@@ -37,6 +37,7 @@ mod rejection;
 mod request;
 mod retry;
 pub mod validation;
+mod worker;
 
 pub use client::{Client, ClientBuilder, TOKEN_ENV};
 pub use error::{AtomicEnqueueError, Error, TransportError, TransportErrorKind};
@@ -44,3 +45,4 @@ pub use info::{PersistMode, QueueInfo, QueueLimits, QueueSettings, ServerInfo, S
 pub use rejection::{IndexedRejection, Rejection, RejectionCode};
 pub use request::{CustomValue, EnqueueAck, EnqueueRequest, Payload, Priority};
 pub use retry::RetryPolicy;
+pub use worker::{LeaseExtension, NackDirective, NackOutcome, ReservedJob, Worker};

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -46,7 +47,7 @@ def _cargo() -> str | None:
     return found
 
 
-def _need(what: str) -> None:
+def _need(what: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{what}: CI must run the Rust client's tests (bash .ci/run installs them: scripts/ensure-rust.sh)")
     pytest.skip(f"{what} (in CI, CI=true, this fails instead)")

@@ -202,3 +202,29 @@ async fn the_error_types_are_std_errors() {
     let e: Box<dyn std::error::Error> = Error::Rejected(EnqueueRequest::new("q", "").unwrap_err()).into();
     assert_eq!(e.to_string(), "JobTypeInvalid: job type is empty (field job_type)");
 }
+
+#[tokio::test]
+async fn a_plain_batch_sent_by_column_answers_each_job_in_request_order() {
+    // Plain jobs (queue, type, payload only) travel as column runs; each ack must still be
+    // the job at its index: reserve them back and match ids to job types and payloads.
+    let client = local().await;
+    let (a, b) = (common::fresh_queue("rs-plain"), common::fresh_queue("rs-plain"));
+    let jobs: Vec<EnqueueRequest> = (0..12).map(|i| {
+        let queue = if i % 3 == 0 { &b } else { &a };
+        let r = req(queue, &format!("t{}", i % 2));
+        if i % 4 == 0 { r } else { r.with_payload(Payload::new(format!("{i}").into_bytes(), if i % 5 == 0 { "x" } else { "" })) }
+    }).collect();
+    let acks: Vec<String> = client.enqueue_batch(jobs.clone()).await.unwrap().into_iter()
+        .map(|r| r.unwrap().job_id.to_string()).collect();
+    let worker = sepp_rs::Worker::from_client(client);
+    let mut seen = std::collections::HashMap::new();
+    for queue in [&a, &b] {
+        for job in worker.reserve([queue.as_str()], 12, Duration::ZERO).await.unwrap() {
+            seen.insert(job.id.clone(), (job.queue.clone(), job.job_type.clone(), job.payload.clone()));
+        }
+    }
+    for (i, (id, request)) in acks.iter().zip(&jobs).enumerate() {
+        let want = (request.queue().to_string(), request.job_type().to_string(), request.payload().cloned().unwrap_or_default());
+        assert_eq!(seen.get(id), Some(&want), "job {i}");
+    }
+}

@@ -467,7 +467,7 @@ fn first_contact_cause(cause: &str) -> &'static str {
 
 fn judge(info: &ServerInfo, protos: &[pb::EnqueueRequest]) -> Vec<Option<Rejection>> {
     let now_ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0);
-    let lookup = |queue: &str| info.queue_limits(queue).cloned();
+    let lookup = |queue: &str| info.queue_limits(queue);
     protos.iter().map(|p| validate(p, &info.limits, &lookup, now_ns)).collect()
 }
 

@@ -100,8 +100,8 @@ pub fn custom_value_size(value: &pb::CustomValue) -> usize {
 /// `queue_limits` looks the queue up (its limits, or `None` for an unknown queue in
 /// strict mode); it is consulted only once checks 1–3 passed. `now_ns` is the current
 /// time, UTC nanoseconds since the epoch, for `ScheduledTooFar`.
-pub fn validate(req: &pb::EnqueueRequest, limits: &ServerLimits, queue_limits: &dyn Fn(&str) -> Option<QueueLimits>,
-                now_ns: i128) -> Option<Rejection> {
+pub fn validate<'a>(req: &pb::EnqueueRequest, limits: &ServerLimits,
+                   queue_limits: &dyn Fn(&str) -> Option<&'a QueueLimits>, now_ns: i128) -> Option<Rejection> {
     // 1. InvalidArgument: malformed fields.
     if let Some(p) = req.priority {
         if !(0..=9).contains(&p) {
@@ -181,7 +181,7 @@ pub fn validate(req: &pb::EnqueueRequest, limits: &ServerLimits, queue_limits: &
     }
     // 7–9. Custom map bounds.
     if !req.custom.is_empty() {
-        if let Some(bad) = custom_bounds(req, &qlim, queue) {
+        if let Some(bad) = custom_bounds(req, qlim, queue) {
             return Some(bad);
         }
     }

@@ -227,20 +227,10 @@ impl Channel {
         }
         let (response, mut stream) = sender.send_request(request, false).map_err(|e| CallError::NotSent(e.to_string()))?;
 
-        let mut data = frame(&message);
-        while !data.is_empty() {
-            stream.reserve_capacity(data.len());
-            let granted = match Capacity(&mut stream).await {
-                Some(Ok(n)) => n,
-                Some(Err(e)) => return Err(after_send(e)),
-                None => return Err(CallError::Broken("the stream closed while the request was sent".into())),
-            };
-            if granted == 0 {
-                continue;
-            }
-            let chunk = data.split_to(granted.min(data.len()));
-            stream.send_data(chunk, data.is_empty()).map_err(after_send)?;
-        }
+        // The whole message is handed to h2 at once: it goes out with the headers in one write
+        // (a capacity round trip first would split them and cost a scheduling turn per call),
+        // and h2 holds what the peer's flow-control window does not admit yet until it does.
+        stream.send_data(frame(&message), true).map_err(after_send)?;
 
         let response = response.await.map_err(after_send)?;
         let (head, mut body) = response.into_parts();
@@ -274,17 +264,6 @@ impl Channel {
             Ok(None) => Err(CallError::Protocol(format!("{path} answered OK without a message"))),
             Err(why) => Err(CallError::Protocol(why)),
         }
-    }
-}
-
-/// The next grant of send capacity on a stream (`SendStream::poll_capacity` as a future).
-struct Capacity<'a>(&'a mut h2::SendStream<Bytes>);
-
-impl std::future::Future for Capacity<'_> {
-    type Output = Option<Result<usize, h2::Error>>;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        self.0.poll_capacity(cx)
     }
 }
 

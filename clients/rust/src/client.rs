@@ -259,10 +259,10 @@ impl Client {
             let count = to_send.len();
             let message = match self.plain_wire().await {
                 true => match plain_runs(&to_send) {
-                    Some(plain) => pb::EnqueueBatchRequest { jobs: Vec::new(), plain },
-                    None => pb::EnqueueBatchRequest { jobs: to_send, plain: Vec::new() },
+                    Some(plain) => pb::EnqueueBatchRequest { jobs: Vec::new(), plain, ..Default::default() },
+                    None => pb::EnqueueBatchRequest { jobs: to_send, plain: Vec::new(), ..Default::default() },
                 },
-                false => pb::EnqueueBatchRequest { jobs: to_send, plain: Vec::new() },
+                false => pb::EnqueueBatchRequest { jobs: to_send, plain: Vec::new(), ..Default::default() },
             };
             let response: pb::EnqueueBatchResponse = self.call("EnqueueBatch", &message, keyed).await.map_err(Failure::into_error)?;
             if response.results.len() != count {
@@ -282,6 +282,8 @@ impl Client {
             out.push(match result {
                 pb::enqueue_result::Outcome::Ack(ack) => Ok(ack_from(&ack).map_err(Error::Transport)?),
                 pb::enqueue_result::Outcome::Rejection(r) => Err(Rejection::from_proto(&r)),
+                #[allow(unreachable_patterns)] // an outcome a newer proto adds
+                _ => return Err(protocol("the server returned a batch result of a kind this client does not know".into())),
             });
         }
         Ok(out)
@@ -305,7 +307,7 @@ impl Client {
         }
         let keyed = protos.iter().all(|p| !p.idempotency_key.is_empty());
         let count = protos.len();
-        let message = pb::EnqueueBatchRequest { jobs: protos, plain: Vec::new() };
+        let message = pb::EnqueueBatchRequest { jobs: protos, plain: Vec::new(), ..Default::default() };
         let response: pb::EnqueueAtomicResponse = match self.call("EnqueueAtomic", &message, keyed).await {
             Ok(r) => r,
             Err(Failure::Atomic(mut errors)) => {
@@ -329,7 +331,7 @@ impl Client {
     /// Fetch `GetServerInfo` now and replace the cached copy.
     pub async fn refresh_server_info(&self) -> Result<Arc<ServerInfo>, Error> {
         let mut guard = self.inner.info.lock().await;
-        let msg: pb::ServerInfo = self.call("GetServerInfo", &pb::GetServerInfoRequest {}, true).await
+        let msg: pb::ServerInfo = self.call("GetServerInfo", &pb::GetServerInfoRequest::default(), true).await
             .map_err(Failure::into_error)?;
         let info = Arc::new(ServerInfo::from_proto(&msg));
         *guard = Some((info.clone(), Instant::now()));
@@ -494,6 +496,7 @@ fn plain_runs(jobs: &[pb::EnqueueRequest]) -> Option<Vec<pb::PlainJobs>> {
                 job_type: job.job_type.clone(),
                 encoding: encoding.to_string(),
                 data: vec![data.to_vec()],
+                ..Default::default()
             }),
         }
     }

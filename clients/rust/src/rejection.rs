@@ -152,6 +152,7 @@ impl Rejection {
             field: self.field.clone(),
             limit: self.limit,
             actual: self.actual,
+            ..Default::default()
         }
     }
 }

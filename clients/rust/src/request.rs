@@ -30,7 +30,7 @@ impl Payload {
     }
 
     fn to_proto(&self) -> pb::Payload {
-        pb::Payload { data: self.data.clone(), encoding: self.encoding.clone() }
+        pb::Payload { data: self.data.clone(), encoding: self.encoding.clone(), ..Default::default() }
     }
 }
 
@@ -79,7 +79,7 @@ impl CustomValue {
             CustomValue::Float(f) => Kind::FloatValue(*f),
             CustomValue::Bool(b) => Kind::BoolValue(*b),
         };
-        pb::CustomValue { kind: Some(kind) }
+        pb::CustomValue { kind: Some(kind), ..Default::default() }
     }
 
     /// From the wire; `None` for a value with no type.
@@ -89,6 +89,8 @@ impl CustomValue {
             Kind::IntValue(i) => CustomValue::Int(*i),
             Kind::FloatValue(f) => CustomValue::Float(*f),
             Kind::BoolValue(b) => CustomValue::Bool(*b),
+            #[allow(unreachable_patterns)] // a kind a newer proto adds
+            _ => return None,
         })
     }
 }
@@ -235,6 +237,7 @@ impl EnqueueRequest {
             scheduled_at: self.scheduled_at.map(timestamp),
             idempotency_key: self.idempotency_key.clone().unwrap_or_default(),
             trace_context: self.trace_context.clone(),
+            ..Default::default()
         }
     }
 }

@@ -147,6 +147,7 @@ impl Worker {
             concurrency: max_jobs.min(i32::MAX as u32) as i32,
             client_version: concat!("sepp-rs/", env!("CARGO_PKG_VERSION")).to_string(),
             host: std::env::var("HOSTNAME").unwrap_or_default(),
+            ..Default::default()
         };
         let response: pb::ReserveResponse = self.call("Reserve", &request, false, wait).await?;
         Ok(response.reservations.into_iter().map(ReservedJob::from_proto).collect())
@@ -154,7 +155,12 @@ impl Worker {
 
     /// Complete `job`. Safe to repeat with the same lease (a lost ack may be sent again).
     pub async fn ack(&self, job: &ReservedJob) -> Result<(), Error> {
-        let request = pb::AckRequest { job_id: job.id.clone(), lease_id: job.lease_id.clone(), worker_id: self.worker_id.clone() };
+        let request = pb::AckRequest {
+            job_id: job.id.clone(),
+            lease_id: job.lease_id.clone(),
+            worker_id: self.worker_id.clone(),
+            ..Default::default()
+        };
         let _: pb::AckResponse = self.call("Ack", &request, true, Duration::ZERO).await?;
         Ok(())
     }
@@ -165,10 +171,10 @@ impl Worker {
                       -> Result<NackOutcome, Error> {
         use pb::nack_request::Directive;
         let directive = match directive {
-            NackDirective::Retry => Directive::Retry(pb::RetryDirective {}),
+            NackDirective::Retry => Directive::Retry(pb::RetryDirective::default()),
             NackDirective::RetryAfter(d) => Directive::RetryAfter(duration(d)),
             NackDirective::DeadLetter(reason) => Directive::DeadLetter(reason),
-            NackDirective::Release => Directive::Release(pb::ReleaseDirective {}),
+            NackDirective::Release => Directive::Release(pb::ReleaseDirective::default()),
         };
         let request = pb::NackRequest {
             job_id: job.id.clone(),
@@ -176,6 +182,7 @@ impl Worker {
             directive: Some(directive),
             error: error.map(|(message, detail)| pb::JobError { message, detail }),
             worker_id: self.worker_id.clone(),
+            ..Default::default()
         };
         let response: pb::NackResponse = self.call("Nack", &request, false, Duration::ZERO).await?;
         let state = pb::JobState::from_i32(response.state).map_or("JOB_STATE_UNSPECIFIED", |s| s.as_str_name());
@@ -190,6 +197,7 @@ impl Worker {
             lease_id: job.lease_id.clone(),
             extend_by: Some(duration(by)),
             worker_id: self.worker_id.clone(),
+            ..Default::default()
         };
         let response: pb::ExtendLeaseResponse = self.call("ExtendLease", &request, true, Duration::ZERO).await?;
         job.lease_expires_at = time(response.lease_expires_at.as_ref());

@@ -24,7 +24,7 @@ fn job(queue: &str, job_type: &str) -> pb::EnqueueRequest {
 #[tokio::test]
 async fn a_unary_call_returns_the_decoded_answer() {
     let ch = channel(&common::target());
-    let info: pb::ServerInfo = ch.unary(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest {},
+    let info: pb::ServerInfo = ch.unary(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest::default(),
                                         Some(Duration::from_secs(10))).await.unwrap();
     assert!(!info.version.is_empty());
     assert_eq!(info.limits.unwrap().max_enqueue_batch, 256);
@@ -51,7 +51,7 @@ async fn a_rejection_arrives_as_a_status_with_error_info_and_the_packed_rejectio
 #[tokio::test]
 async fn a_refused_atomic_batch_carries_every_failure_by_index() {
     let ch = channel(&common::target());
-    let batch = pb::EnqueueBatchRequest { jobs: vec![job("rs-grpc", "t"), job("", "t"), job("rs-grpc", "")], plain: vec![] };
+    let batch = pb::EnqueueBatchRequest { jobs: vec![job("rs-grpc", "t"), job("", "t"), job("rs-grpc", "")], plain: vec![], ..Default::default() };
     let err = ch.unary::<_, pb::EnqueueAtomicResponse>(&format!("{PRODUCER}/EnqueueAtomic"), &batch, None).await.unwrap_err();
     let status = match err { CallError::Status(status) => status, other => panic!("{other:?}") };
     assert_eq!((status.code(), status.reason()), (Code::InvalidArgument, "ATOMIC_BATCH_REJECTED"));
@@ -72,7 +72,7 @@ async fn an_unknown_method_is_unimplemented() {
 #[tokio::test]
 async fn nothing_listening_is_a_connect_error_that_was_never_sent() {
     let ch = channel(&format!("127.0.0.1:{}", common::unused_port()));
-    let err = ch.unary::<_, pb::ServerInfo>(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest {},
+    let err = ch.unary::<_, pb::ServerInfo>(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest::default(),
                                             Some(Duration::from_secs(5))).await.unwrap_err();
     assert!(matches!(err, CallError::Connect(_)), "{err:?}");
     assert!(err.never_sent());
@@ -92,7 +92,7 @@ async fn an_http1_server_is_not_mistaken_for_grpc() {
         }
     });
     let ch = Channel::new(address, ChannelOptions::default());
-    let err = ch.unary::<_, pb::ServerInfo>(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest {},
+    let err = ch.unary::<_, pb::ServerInfo>(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest::default(),
                                             Some(Duration::from_secs(5))).await.unwrap_err();
     assert!(!matches!(err, CallError::Status(_)), "{err:?}");
 }
@@ -109,7 +109,7 @@ async fn a_deadline_that_passes_after_sending_says_it_was_sent() {
         }
     });
     let ch = Channel::new(address, ChannelOptions::default());
-    let err = ch.unary::<_, pb::ServerInfo>(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest {},
+    let err = ch.unary::<_, pb::ServerInfo>(&format!("{PRODUCER}/GetServerInfo"), &pb::GetServerInfoRequest::default(),
                                             Some(Duration::from_millis(300))).await.unwrap_err();
     assert!(matches!(err, CallError::Timeout { .. }), "{err:?}");
     hold.abort();
@@ -124,7 +124,7 @@ async fn a_message_over_the_cap_is_refused_unsent_and_one_at_the_cap_goes_out() 
     assert!(err.never_sent());
     // A large message (well past one HTTP/2 frame and the initial window) travels whole.
     let mut big = job("rs-grpc", "big");
-    big.payload = Some(pb::Payload { data: vec![7u8; 1024 * 1024], encoding: String::new() });
+    big.payload = Some(pb::Payload { data: vec![7u8; 1024 * 1024], encoding: String::new(), ..Default::default() });
     let ack: pb::EnqueueAck = channel(&common::target()).unary(&format!("{PRODUCER}/Enqueue"), &big, None).await.unwrap();
     assert!(!ack.job_id.is_empty());
 }

@@ -216,14 +216,16 @@ mod tests {
             reason: "PAYLOAD_TOO_LARGE".into(),
             domain: "sepp".into(),
             metadata: [("limit".to_string(), "10".to_string())].into_iter().collect(),
+            ..Default::default()
         };
-        let retry = google_rpc::RetryInfo { retry_delay: Some(prost_types::Duration { seconds: 1, nanos: 500_000_000 }) };
-        let rejection = sepp_v1::Rejection { code: 5, message: "big".into(), field: "payload.data".into(), limit: Some(10), actual: Some(11) };
+        let retry = google_rpc::RetryInfo { retry_delay: Some(prost_types::Duration { seconds: 1, nanos: 500_000_000 }), ..Default::default() };
+        let rejection = sepp_v1::Rejection { code: 5, message: "big".into(), field: "payload.data".into(), limit: Some(10), actual: Some(11), ..Default::default() };
         let packed = google_rpc::Status {
             code: 3,
             message: "PayloadTooLarge: big".into(),
             details: vec![pack(ERROR_INFO, &info), pack(RETRY_INFO, &retry), pack(REJECTION, &rejection),
                           pack("type.googleapis.com/x.Unknown", &info)],
+            ..Default::default()
         };
         let status = Status::from_headers(b"3", Some(b"ignored%20here"), Some(&b64(&packed.encode_to_vec())));
         assert_eq!(status.code(), Code::InvalidArgument);
@@ -243,6 +245,7 @@ mod tests {
             code: 8,
             message: String::new(),
             details: vec![pack(ERROR_INFO, &google_rpc::ErrorInfo { reason: "X".into(), domain: "other".into(), metadata: Default::default() })],
+            ..Default::default()
         };
         let status = Status::from_headers(b"8", Some(b"m"), Some(&b64(&foreign.encode_to_vec())));
         assert_eq!((status.message.as_str(), status.reason()), ("m", ""));

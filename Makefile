@@ -40,6 +40,7 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	bash scripts/ensure-chromium.sh
+	bash scripts/ensure-rust.sh
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not exclusive"
 	$(BIN)/pytest -q -m exclusive
 

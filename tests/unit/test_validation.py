@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import validation_cases
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueLimits, ServerLimits
-from sepp.quoting import clip
 from sepp.validation import Validator, custom_value_size, traceparent_valid, utf8_len
 from sepp.wire import custom_to_proto
 
@@ -101,81 +101,21 @@ def test_traceparent_follows_w3c_trace_context(value: str, valid: bool) -> None:
 
 
 # ---------------------------------------------------------------- every check at its boundary
-
-BOUNDARIES: list[tuple[str, pb.EnqueueRequest, tuple[object, ...] | None]] = [
-    ("plain", req(), None),
-    ("priority 0", req(priority=0), None),
-    ("priority 9", req(priority=9), None),
-    ("priority -1", req(priority=-1), ("INVALID_ARGUMENT", "priority", 0, -1)),
-    ("priority 10", req(priority=10), ("INVALID_ARGUMENT", "priority", 9, 10)),
-    ("max_attempts 1", req(max_attempts=1), None),
-    ("max_attempts ceiling", req(max_attempts=20), None),
-    ("max_attempts 0", req(max_attempts=0), ("INVALID_ARGUMENT", "max_attempts", 1, 0)),
-    ("max_attempts ceiling+1", req(max_attempts=21), ("INVALID_ARGUMENT", "max_attempts", 20, 21)),
-    ("encoding 5 bytes", req(encoding="é€"), None),
-    ("encoding 6 bytes", req(encoding="€€"), ("INVALID_ARGUMENT", "payload.encoding", 5, 6)),
-    ("custom nan", req(custom={"k": math.nan}), ("INVALID_ARGUMENT", "custom[k]", None, None)),
-    ("custom -inf", req(custom={"k": -math.inf}), ("INVALID_ARGUMENT", "custom[k]", None, None)),
-    ("custom empty key", req(custom={"": 1}), ("INVALID_ARGUMENT", "custom[]", None, None)),
-    ("custom unset value", req(custom={"k": pb.CustomValue()}), ("INVALID_ARGUMENT", "custom[k]", None, None)),
-    ("timestamp nanos out of range", req(at_ns=None, scheduled_at={"seconds": 1, "nanos": 10**9}),
-     ("INVALID_ARGUMENT", "scheduled_at", None, None)),
-    ("timestamp before year 1", req(scheduled_at={"seconds": -62135596801}),
-     ("INVALID_ARGUMENT", "scheduled_at", None, None)),
-    ("queue 8 bytes", req(queue="q" * 8), ("UNKNOWN_QUEUE", "queue", None, None)),
-    ("queue 9 bytes", req(queue="q" * 9), ("QUEUE_NAME_INVALID", "queue", 8, 9)),
-    ("queue empty", req(queue=""), ("QUEUE_NAME_INVALID", "queue", None, None)),
-    ("queue '.'", req(queue="."), ("QUEUE_NAME_INVALID", "queue", None, None)),
-    ("queue '..'", req(queue=".."), ("QUEUE_NAME_INVALID", "queue", None, None)),
-    ("queue '-x'", req(queue="-x"), ("QUEUE_NAME_INVALID", "queue", None, None)),
-    ("queue non-ascii", req(queue="é"), ("QUEUE_NAME_INVALID", "queue", None, None)),
-    ("queue trailing newline", req(queue="open\n"), ("QUEUE_NAME_INVALID", "queue", None, None)),
-    ("job_type 6 bytes", req(job_type="€€"), None),
-    ("job_type 7 bytes", req(job_type="a€€"), ("JOB_TYPE_INVALID", "job_type", 6, 7)),
-    ("job_type 8 bytes, 2 chars", req(job_type="😀😀"), ("JOB_TYPE_INVALID", "job_type", 6, 8)),
-    ("job_type empty", req(job_type=""), ("JOB_TYPE_INVALID", "job_type", None, None)),
-    ("job_type U+0000", req(job_type="a\x00"), ("JOB_TYPE_INVALID", "job_type", None, None)),
-    ("job_type U+009F", req(job_type="a\x9f"), ("JOB_TYPE_INVALID", "job_type", None, None)),
-    ("job_type U+00A0 is not control", req(job_type="a\xa0b"), None),
-    ("unknown queue", req(queue="nope"), ("UNKNOWN_QUEUE", "queue", None, None)),
-    ("payload 10", req(data=b"x" * 10), None),
-    ("payload 11", req(data=b"x" * 11), ("PAYLOAD_TOO_LARGE", "payload.data", 10, 11)),
-    ("encoding allowed", req("enc", encoding="a/b"), None),
-    ("encoding not allowed", req("enc", encoding="a/B"), ("ENCODING_NOT_ALLOWED", "payload.encoding", None, None)),
-    ("encoding empty, not allowed", req("enc"), ("ENCODING_NOT_ALLOWED", "payload.encoding", None, None)),
-    ("3 entries", req(custom={"a": 1, "b": 2, "c": True}), None),
-    ("4 entries", req(custom={"a": 1, "b": 2, "c": 3, "d": 4}), ("CUSTOM_ENTRIES_TOO_MANY", "custom", 3, 4)),
-    ("key 4 bytes", req(custom={"éé": True}), None),
-    ("key 5 bytes", req(custom={"é€": True}), ("CUSTOM_KEY_TOO_LONG", "custom[é€]", 4, 5)),
-    # a=1 → 1+8, b="éééé" → 1+8, c=True → 1+1: 20 bytes
-    ("map 20 bytes", req(custom={"a": 1, "b": "é" * 4, "c": True}), None),
-    ("map 21 bytes", req(custom={"a": 1, "b": "é" * 4 + "x", "c": True}), ("CUSTOM_MAP_TOO_LARGE", "custom", 20, 21)),
-    ("map 27 bytes (bool→int)", req(custom={"a": 1, "b": "é" * 4, "c": 1}), ("CUSTOM_MAP_TOO_LARGE", "custom", 20, 27)),
-    ("scheduled exactly at the horizon", req(at_ns=NOW + 100 * 10**9), None),
-    ("scheduled 1 ns past the horizon", req(at_ns=NOW + 100 * 10**9 + 1),
-     ("SCHEDULED_TOO_FAR", "scheduled_at", 100, 101)),
-    ("scheduled far past the horizon", req(at_ns=NOW + 250 * 10**9), ("SCHEDULED_TOO_FAR", "scheduled_at", 100, 250)),
-    ("scheduled in the past", req(at_ns=NOW - 10**12), None),
-    ("key 4 bytes (é)", req(idempotency_key="éé"), None),
-    ("key 5 bytes", req(idempotency_key="éé!"), ("IDEMPOTENCY_KEY_TOO_LONG", "idempotency_key", 4, 5)),
-    ("trace 2 entries", req(trace={"traceparent": TP, "tracestate": "a=b"}), None),
-    ("trace 3 entries", req(trace={"a": "1", "b": "2", "c": "3"}), ("TRACE_CONTEXT_INVALID", "trace_context", 2, 3)),
-    ("trace value 60 bytes", req(trace={"x": "é" * 30}), None),
-    ("trace value 61 bytes", req(trace={"x": "é" * 30 + "!"}), ("TRACE_CONTEXT_INVALID", "trace_context[x]", 60, 61)),
-    # Keys: a fixed 256 bytes, quoted at most ~200 bytes in the field name.
-    ("trace key 256 bytes", req(trace={"é" * 128: "v"}), None),
-    ("trace key 257 bytes", req(trace={"é" * 128 + "k": "v"}),
-     ("TRACE_CONTEXT_INVALID", "trace_context[" + clip("é" * 128 + "k") + "]", 256, 257)),
-    ("trace key 100 KB", req(trace={"k" * 100_000: "v"}),
-     ("TRACE_CONTEXT_INVALID", "trace_context[" + clip("k" * 100_000) + "]", 256, 100_000)),
-    ("traceparent invalid", req(trace={"traceparent": "00-x"}),
-     ("TRACE_CONTEXT_INVALID", "trace_context[traceparent]", None, None)),
-]
+# The cases live in tests/data/validation_cases.json, shared with the clients' live tests
+# (tests/integration/test_validation_table.py, clients/rust/tests/validation_table.rs).
 
 
-@pytest.mark.parametrize(("request_", "expected"), [b[1:] for b in BOUNDARIES], ids=[b[0] for b in BOUNDARIES])
-def test_each_check_at_its_boundary(request_: pb.EnqueueRequest, expected: tuple[object, ...] | None) -> None:
-    assert verdict(request_) == expected
+def test_the_shared_table_is_judged_under_these_limits() -> None:
+    server = validation_cases.SERVER
+    assert server["strict"] is True
+    assert LIM == ServerLimits(**server["limits"])
+    assert QLIM == QueueLimits(**server["queues"]["enc"]["limits"])
+    assert OPEN == QueueLimits(**server["queues"]["open"]["limits"])
+
+
+@pytest.mark.parametrize("case", validation_cases.CASES, ids=[c["id"] for c in validation_cases.CASES])
+def test_each_check_at_its_boundary(case: dict[str, Any]) -> None:
+    assert verdict(validation_cases.wire_request(case, NOW)) == validation_cases.expected(case)
 
 
 # ---------------------------------------------------------------- order and determinism

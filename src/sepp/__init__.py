@@ -20,6 +20,7 @@ from sepp._version import __version__
 
 if TYPE_CHECKING:
     from sepp.client import AsyncClient, Client, ClientOptions, RetryPolicy
+    from sepp.client.watch import JobEvent
     from sepp.errors import (
         AtomicEnqueueError,
         DeadlineExceeded,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         TransportError,
         Unauthenticated,
         Unavailable,
+        WatchBehind,
     )
     from sepp.rejections import RejectionCode
     from sepp.request import (
@@ -78,6 +80,8 @@ _EXPORTS: dict[str, str] = {
     "TransportError": "sepp.errors",
     "Unauthenticated": "sepp.errors",
     "Unavailable": "sepp.errors",
+    "WatchBehind": "sepp.errors",
+    "JobEvent": "sepp.client.watch",
 }
 
 __all__ = [
@@ -92,6 +96,7 @@ __all__ = [
     "EnqueueRequest",
     "IndexedRejection",
     "Job",
+    "JobEvent",
     "MessageTooLarge",
     "NodeInfo",
     "Overloaded",
@@ -109,6 +114,7 @@ __all__ = [
     "TransportError",
     "Unauthenticated",
     "Unavailable",
+    "WatchBehind",
     "Worker",
     "__version__",
 ]

@@ -42,6 +42,10 @@ MAX_ALLOWED_ENCODINGS = 64
 #: seconds of the event loop and an answer beyond the message cap. 10,000 is
 #: 40× the Worker's default ``settle_batch`` (256), which is bounded by it too.
 MAX_SETTLE_BATCH = 10_000
+#: Largest progress value a handler may report (``Job.set_progress``), UTF-8 bytes of its
+#: JSON text: enough for a fraction, a dict of counters or a short text, small enough that
+#: a progress write (at most one per job per second) costs what a lease extension costs.
+MAX_PROGRESS_BYTES = 4_096
 #: Largest ``limits.max_queues``. Every queue travels in each GetServerInfo / ListQueues
 #: answer (~150 bytes with default settings): 100,000 of them stay under the 16 MiB message
 #: cap, so producers (which read server info first) keep working.

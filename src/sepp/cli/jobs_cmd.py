@@ -20,6 +20,7 @@ from sepp.cli.flags import FlagValueError, parse_where
 from sepp.cli.main import app
 from sepp.cli.shell import DEFAULT_SERVER, JsonOpt, ServerOpt, TokenOpt, YesOpt, confirm, err_console, parse_moment
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
+from sepp.cli.watch_cmd import jobs_watch
 from sepp.client.admin import state_number
 from sepp.domain.states import state_label
 
@@ -205,3 +206,6 @@ def jobs_delete(
     else:
         for job_id in job_ids:
             admin_out().print(f"{job_id}: deleted")
+
+
+jobs_app.command("watch")(jobs_watch)

@@ -9,6 +9,7 @@ from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from sepp.api.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -20,6 +21,202 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _JobEventKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _JobEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobEventKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    JOB_EVENT_KIND_UNSPECIFIED: _JobEventKind.ValueType  # 0
+    JOB_EVENT_ENQUEUED: _JobEventKind.ValueType  # 1
+    """Stored by an enqueue (state READY, or SCHEDULED with run_at); not sent for a deduplicated one."""
+    JOB_EVENT_PROMOTED: _JobEventKind.ValueType  # 2
+    """A SCHEDULED job (first run or a retry) became READY."""
+    JOB_EVENT_RESERVED: _JobEventKind.ValueType  # 3
+    """Leased by a worker: worker_id and attempt (1 on the first delivery)."""
+    JOB_EVENT_PROGRESS: _JobEventKind.ValueType  # 4
+    """The running handler reported progress: progress holds the latest value (JSON text)."""
+    JOB_EVENT_COMPLETED: _JobEventKind.ValueType  # 5
+    """Acked: COMPLETED; result_bytes is the stored result's size."""
+    JOB_EVENT_RETRY_SCHEDULED: _JobEventKind.ValueType  # 6
+    """A failed attempt will run again: run_at (now for READY) and error (the worker's message)."""
+    JOB_EVENT_DEAD_LETTERED: _JobEventKind.ValueType  # 7
+    """DEAD_LETTERED: reason (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED or the worker's reason) and error."""
+    JOB_EVENT_CANCELLED: _JobEventKind.ValueType  # 8
+    """CANCELLED: reason."""
+    JOB_EVENT_REQUEUED: _JobEventKind.ValueType  # 9
+    """Back to READY without finishing an attempt: released by its worker or the server
+    (reason "released"), its lease ran out with attempts left ("lease_expired"), or an
+    admin redrove it ("requeued").
+    """
+
+class JobEventKind(_JobEventKind, metaclass=_JobEventKindEnumTypeWrapper):
+    """What happened to a job (the state change a JobEvent reports)."""
+
+JOB_EVENT_KIND_UNSPECIFIED: JobEventKind.ValueType  # 0
+JOB_EVENT_ENQUEUED: JobEventKind.ValueType  # 1
+"""Stored by an enqueue (state READY, or SCHEDULED with run_at); not sent for a deduplicated one."""
+JOB_EVENT_PROMOTED: JobEventKind.ValueType  # 2
+"""A SCHEDULED job (first run or a retry) became READY."""
+JOB_EVENT_RESERVED: JobEventKind.ValueType  # 3
+"""Leased by a worker: worker_id and attempt (1 on the first delivery)."""
+JOB_EVENT_PROGRESS: JobEventKind.ValueType  # 4
+"""The running handler reported progress: progress holds the latest value (JSON text)."""
+JOB_EVENT_COMPLETED: JobEventKind.ValueType  # 5
+"""Acked: COMPLETED; result_bytes is the stored result's size."""
+JOB_EVENT_RETRY_SCHEDULED: JobEventKind.ValueType  # 6
+"""A failed attempt will run again: run_at (now for READY) and error (the worker's message)."""
+JOB_EVENT_DEAD_LETTERED: JobEventKind.ValueType  # 7
+"""DEAD_LETTERED: reason (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED or the worker's reason) and error."""
+JOB_EVENT_CANCELLED: JobEventKind.ValueType  # 8
+"""CANCELLED: reason."""
+JOB_EVENT_REQUEUED: JobEventKind.ValueType  # 9
+"""Back to READY without finishing an attempt: released by its worker or the server
+(reason "released"), its lease ran out with attempts left ("lease_expired"), or an
+admin redrove it ("requeued").
+"""
+Global___JobEventKind: _TypeAlias = JobEventKind  # noqa: Y015
+
+@_typing.final
+class WatchJobsRequest(_message.Message):
+    """The filters of WatchJobs; combined with AND, an empty list means any."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these jobs (canonical UUID text): at most 1,000."""
+
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only jobs of these queues: at most 100."""
+
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only jobs of these types: at most 100."""
+
+    def __init__(
+        self,
+        *,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        queues: _abc.Iterable[_builtins.str] | None = ...,
+        job_types: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_ids", b"job_ids", "job_types", b"job_types", "queues", b"queues"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchJobsRequest: _TypeAlias = WatchJobsRequest  # noqa: Y015
+
+@_typing.final
+class WatchJobsResponse(_message.Message):
+    """Events of WatchJobs: every event buffered since the previous message (at least one)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___JobEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchJobsResponse: _TypeAlias = WatchJobsResponse  # noqa: Y015
+
+@_typing.final
+class JobEvent(_message.Message):
+    """One state change of one job, as the node that made it saw it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    RUN_AT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    RESULT_BYTES_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    """Increases by one with every event the answering node relays (its own and other nodes'):
+    a watcher's events have increasing positions; gaps are events its filters left out.
+    Counted per node and per server run: it says order on this stream, not across nodes'
+    commits, and starts again after a restart.
+    """
+    kind: Global___JobEventKind.ValueType
+    job_id: _builtins.str
+    queue: _builtins.str
+    job_type: _builtins.str
+    state: _common_pb2.JobState.ValueType
+    """The state the job is in after the change."""
+    attempt: _builtins.int
+    """The job's attempt after the change (0 before the first delivery)."""
+    worker_id: _builtins.str
+    """RESERVED: the worker that leased it ("" when it gave none)."""
+    error: _builtins.str
+    """RETRY_SCHEDULED, DEAD_LETTERED: the error message the worker reported."""
+    reason: _builtins.str
+    """DEAD_LETTERED, CANCELLED, REQUEUED: why."""
+    progress: _builtins.str
+    """PROGRESS: the value the handler set, JSON text (at most 4,096 bytes)."""
+    result_bytes: _builtins.int
+    """COMPLETED: the size of the stored result in bytes (0: none)."""
+    node: _builtins.str
+    """The node where the change was made (config node_name)."""
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp:
+        """When the change was made (the node's clock, UTC)."""
+
+    @_builtins.property
+    def run_at(self) -> _timestamp_pb2.Timestamp:
+        """ENQUEUED, RETRY_SCHEDULED, PROMOTED: when it runs (next)."""
+
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        kind: Global___JobEventKind.ValueType = ...,
+        job_id: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        job_type: _builtins.str = ...,
+        state: _common_pb2.JobState.ValueType = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        attempt: _builtins.int = ...,
+        worker_id: _builtins.str = ...,
+        run_at: _timestamp_pb2.Timestamp | None = ...,
+        error: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        progress: _builtins.str = ...,
+        result_bytes: _builtins.int = ...,
+        node: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "run_at", b"run_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "attempt", b"attempt", "error", b"error", "job_id", b"job_id", "job_type", b"job_type", "kind", b"kind", "node", b"node", "position", b"position", "progress", b"progress", "queue", b"queue", "reason", b"reason", "result_bytes", b"result_bytes", "run_at", b"run_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobEvent: _TypeAlias = JobEvent  # noqa: Y015
 
 @_typing.final
 class EnqueueBatchRequest(_message.Message):

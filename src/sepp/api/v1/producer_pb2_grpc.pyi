@@ -48,6 +48,15 @@ class ProducerServiceStub:
     """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections."""
     GetServerInfo: _grpc.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]
     """Version, feature flags, persist/strict mode and every advertised limit."""
+    WatchJobs: _grpc.UnaryStreamMultiCallable[_producer_pb2.WatchJobsRequest, _producer_pb2.WatchJobsResponse]
+    """Live job events: one event per state change of the jobs the filters select, on any
+    node sharing the store, from when the call is accepted until the caller ends it.
+    Live and at-most-once (docs/decisions.md "Live job events"): events are never stored
+    or replayed; a watcher that falls behind its server-side buffer is cut off with
+    RESOURCE_EXHAUSTED, ErrorInfo reason WATCH_BEHIND (metadata behind, buffer). Each
+    message carries every event buffered since the previous one, in position order.
+    Roles: produce or admin.
+    """
 
 @_typing.type_check_only
 class ProducerServiceAsyncStub(ProducerServiceStub):
@@ -68,6 +77,15 @@ class ProducerServiceAsyncStub(ProducerServiceStub):
     """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections."""
     GetServerInfo: _aio.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]  # type: ignore[assignment]
     """Version, feature flags, persist/strict mode and every advertised limit."""
+    WatchJobs: _aio.UnaryStreamMultiCallable[_producer_pb2.WatchJobsRequest, _producer_pb2.WatchJobsResponse]  # type: ignore[assignment]
+    """Live job events: one event per state change of the jobs the filters select, on any
+    node sharing the store, from when the call is accepted until the caller ends it.
+    Live and at-most-once (docs/decisions.md "Live job events"): events are never stored
+    or replayed; a watcher that falls behind its server-side buffer is cut off with
+    RESOURCE_EXHAUSTED, ErrorInfo reason WATCH_BEHIND (metadata behind, buffer). Each
+    message carries every event buffered since the previous one, in position order.
+    Roles: produce or admin.
+    """
 
 class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Enqueue jobs and read the limits they are validated against.
@@ -109,5 +127,20 @@ class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_producer_pb2.ServerInfo, _abc.Awaitable[_producer_pb2.ServerInfo]]:
         """Version, feature flags, persist/strict mode and every advertised limit."""
+
+    @_abc_1.abstractmethod
+    def WatchJobs(
+        self,
+        request: _producer_pb2.WatchJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_producer_pb2.WatchJobsResponse], _abc.AsyncIterator[_producer_pb2.WatchJobsResponse]]:
+        """Live job events: one event per state change of the jobs the filters select, on any
+        node sharing the store, from when the call is accepted until the caller ends it.
+        Live and at-most-once (docs/decisions.md "Live job events"): events are never stored
+        or replayed; a watcher that falls behind its server-side buffer is cut off with
+        RESOURCE_EXHAUSTED, ErrorInfo reason WATCH_BEHIND (metadata behind, buffer). Each
+        message carries every event buffered since the previous one, in position order.
+        Roles: produce or admin.
+        """
 
 def add_ProducerServiceServicer_to_server(servicer: ProducerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -42,6 +42,12 @@ SERVICE_ROLES: dict[str, str] = {
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name: "admin",
 }
 
+#: Methods a token with another role may call too (full method name → those roles): the
+#: live job events are for producers and operators alike.
+ALSO_ALLOWED: dict[str, frozenset[str]] = {
+    "/sepp.api.v1.ProducerService/WatchJobs": frozenset({"admin"}),
+}
+
 #: Where the refusal tells the caller to look.
 HINT = "check --token / SEPP_TOKEN / token="
 
@@ -110,7 +116,7 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 message = (f"{method} needs a token with role '{role}' and the call carried {what} "
                            f"(metadata authorization: Bearer <secret>); {HINT}")
             return wire.plain_status(code_pb2.UNAUTHENTICATED, Reason.UNAUTHENTICATED, message, meta)
-        if role in token.roles:
+        if role in token.roles or not ALSO_ALLOWED.get(method, frozenset()).isdisjoint(token.roles):
             return None
         has = ", ".join(sorted(token.roles))
         self.auth.failed("forbidden", f"token {token.name!r} (roles: {has}) called {method}; it needs role {role}",
@@ -136,4 +142,4 @@ class Authorize(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return _denied(handler, status)
 
 
-__all__ = ["SERVICE_ROLES", "Authorize", "role_for"]
+__all__ = ["ALSO_ALLOWED", "SERVICE_ROLES", "Authorize", "role_for"]

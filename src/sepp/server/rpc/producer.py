@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 from sepp._version import __version__
@@ -13,6 +14,7 @@ from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError
 from sepp.server.parts import ServerParts
 from sepp.server.rpc.status import abort_for
+from sepp.server.rpc.watch import watch_jobs
 from sepp.wire import seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
@@ -20,7 +22,8 @@ Context: TypeAlias = Any
 
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
-            "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain")
+            "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain", "watch_jobs",
+            "progress")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 
@@ -124,6 +127,11 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
     async def GetServerInfo(self, request: ppb.GetServerInfoRequest,
                             context: Context) -> ppb.ServerInfo:
         return server_info(self.parts, self.started, self.node)
+
+    def WatchJobs(self, request: ppb.WatchJobsRequest,  # type: ignore[override]
+                  context: Context) -> AsyncIterator[ppb.WatchJobsResponse]:
+        """The live job events the filters select (``sepp.server.rpc.watch``)."""
+        return watch_jobs(self.parts.job_events, request, context)
 
 
 def server_info(parts: ServerParts, started: float, node: str) -> ppb.ServerInfo:

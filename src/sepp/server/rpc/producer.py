@@ -129,8 +129,9 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
         return server_info(self.parts, self.started, self.node)
 
     def WatchJobs(self, request: ppb.WatchJobsRequest,  # type: ignore[override]
-                  context: Context) -> AsyncIterator[ppb.WatchJobsResponse]:
-        """The live job events the filters select (``sepp.server.rpc.watch``)."""
+                  context: Context) -> AsyncIterator[bytes]:
+        """The live job events the filters select (``sepp.server.rpc.watch``), each message
+        already serialized."""
         return watch_jobs(self.parts.job_events, request, context)
 
 

@@ -101,7 +101,7 @@ def register(server: grpc.aio.Server, service: descriptor.ServiceDescriptor, ser
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                 _guarded_stream(getattr(servicer, method.name)),
                 request_deserializer=_safe(request_cls.FromString),
-                response_serializer=response_cls.SerializeToString,
+                response_serializer=_passing_bytes(response_cls.SerializeToString),
             )
             continue
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(

@@ -73,9 +73,9 @@ def events_message(events: Sequence[JobEvent]) -> ppb.WatchJobsResponse:
     return resp
 
 
-async def watch_jobs(hub: JobEvents, request: ppb.WatchJobsRequest,
-                     context: Any) -> AsyncIterator[ppb.WatchJobsResponse]:
-    """The stream of one ``WatchJobs`` call (see the module docstring)."""
+async def watch_jobs(hub: JobEvents, request: ppb.WatchJobsRequest, context: Any) -> AsyncIterator[bytes]:
+    """The stream of one ``WatchJobs`` call (see the module docstring): each message as its
+    serialized bytes (the registration sends bytes as they are)."""
     try:
         ids, queues, types = watch_filters(request)
     except InvalidRequest as exc:
@@ -98,7 +98,7 @@ async def watch_jobs(hub: JobEvents, request: ppb.WatchJobsRequest,
                     {"behind": str(watcher.behind), "buffer": str(watcher.limit)}))
             events = watcher.take()
             for start in range(0, len(events), EVENTS_PER_MESSAGE):
-                yield events_message(events[start:start + EVENTS_PER_MESSAGE])
+                yield events_message(events[start:start + EVENTS_PER_MESSAGE]).SerializeToString()
     finally:
         hub.unwatch(watcher)
 

@@ -7,6 +7,10 @@ job: enqueued, reserved, completed), and the event rate the watcher received.
 The watcher counts the events of each message without converting them (its own cost stays
 small: this measures the server's). Prints the median of each, the change, and the
 events/s; the acceptance figure is a change of at most 15 % at 20,000 events/s or more.
+Because the load generator and the watcher share this process's CPU with the server on a
+small machine, it also prints the server process's CPU time per completed job (from
+/proc; the SQLite writer child not counted — events cost nothing there): on a loaded
+machine that is the steadier figure of what the events cost the server.
 
     python benchmarks/watch_cost.py [--duration 5] [--rounds 3] [--storage sqlite|postgres]
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -32,9 +37,16 @@ from sepp.testing import ServerProcess
 from sepp.wire import seconds_to_duration
 
 
-async def round_rate(target: str, duration: float, watch: bool, producers: int = 2,
-                     consumers: int = 2) -> tuple[float, float]:
-    """(completed jobs/s, events/s the watcher received) over ``duration`` s after a 1 s warm-up."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def round_rate(target: str, duration: float, watch: bool, pid: int, producers: int = 2,
+                     consumers: int = 2) -> tuple[float, float, float]:
+    """(completed jobs/s, events/s the watcher received, server CPU µs per job) over
+    ``duration`` s after a 1 s warm-up."""
     counter = Counter()
     events = [0]
     stop = asyncio.Event()
@@ -67,7 +79,7 @@ async def round_rate(target: str, duration: float, watch: bool, producers: int =
             call = stream(ppb.WatchJobsRequest(queues=[QUEUE]))
             try:
                 async for resp in call:
-                    events[0] += len(resp.events)
+                    events[0] += len(resp.positions)
             except asyncio.CancelledError:
                 call.cancel()
                 raise
@@ -77,15 +89,16 @@ async def round_rate(target: str, duration: float, watch: bool, producers: int =
         if watch:
             tasks.append(asyncio.create_task(watcher()))
         await asyncio.sleep(1.0)
-        c0, e0, t0 = counter.completed, events[0], time.perf_counter()
+        c0, e0, t0, cpu0 = counter.completed, events[0], time.perf_counter(), cpu_seconds(pid)
         await asyncio.sleep(duration)
-        elapsed = time.perf_counter() - t0
-        rate, event_rate = (counter.completed - c0) / elapsed, (events[0] - e0) / elapsed
+        elapsed, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+        done = counter.completed - c0
+        rate, event_rate = done / elapsed, (events[0] - e0) / elapsed
         stop.set()
         for t in tasks[-1:] if watch else ():
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return rate, event_rate
+    return rate, event_rate, cpu / max(done, 1) * 1e6
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -96,17 +109,28 @@ async def main(args: argparse.Namespace) -> None:
         plain: list[float] = []
         watched: list[float] = []
         event_rates: list[float] = []
+        cpu_plain: list[float] = []
+        cpu_watched: list[float] = []
+        assert server.proc is not None
+        pid = server.proc.pid
         for _ in range(args.rounds):
-            plain.append((await round_rate(server.grpc_target, args.duration, False))[0])
-            rate, event_rate = await round_rate(server.grpc_target, args.duration, True)
+            rate, _events, cpu = await round_rate(server.grpc_target, args.duration, False, pid)
+            plain.append(rate)
+            cpu_plain.append(cpu)
+            rate, event_rate, cpu = await round_rate(server.grpc_target, args.duration, True, pid)
             watched.append(rate)
             event_rates.append(event_rate)
+            cpu_watched.append(cpu)
     base, with_watch = statistics.median(plain), statistics.median(watched)
+    cpu_base, cpu_watch = statistics.median(cpu_plain), statistics.median(cpu_watched)
     rows = [["jobs/s, no watcher", f"{base:,.0f}", ", ".join(f"{r:,.0f}" for r in plain)],
             ["jobs/s, one watcher of every event", f"{with_watch:,.0f}", ", ".join(f"{r:,.0f}" for r in watched)],
             ["events/s the watcher received", f"{statistics.median(event_rates):,.0f}",
              ", ".join(f"{r:,.0f}" for r in event_rates)],
-            ["change", f"{(with_watch / base - 1) * 100:+.1f} %", ""]]
+            ["change", f"{(with_watch / base - 1) * 100:+.1f} %", ""],
+            ["server CPU µs/job, no watcher", f"{cpu_base:.1f}", ", ".join(f"{c:.1f}" for c in cpu_plain)],
+            ["server CPU µs/job, one watcher", f"{cpu_watch:.1f}", ", ".join(f"{c:.1f}" for c in cpu_watched)],
+            ["CPU-bound rate change (CPU/job ratio)", f"{(cpu_base / cpu_watch - 1) * 100:+.1f} %", ""]]
     print(table(["figure", "median", "rounds"], rows))
 
 

@@ -10,8 +10,7 @@ import pytest
 
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
-from sepp.client.watch import KINDS
-from sepp.client.watch import JobEvent as ClientEvent
+from sepp.client.watch import KINDS, events_of
 from sepp.domain.clock import FakeClock
 from sepp.server import job_events as ev
 from sepp.server.event_relay import decode_event, encode_event
@@ -34,8 +33,7 @@ def test_an_event_crosses_nodes_and_the_wire_unchanged() -> None:
     back = decode_event(json.loads(encode_event(e)))
     assert back == e._replace(position=0)
     assert decode_event(["nope"]) is None and decode_event([1] * 14) is None
-    [msg] = events_message([e]).events
-    seen = ClientEvent.from_proto(msg)
+    [seen] = events_of(ppb.WatchJobsResponse.FromString(events_message([e]).SerializeToString()))
     assert (seen.position, seen.kind, seen.job_id, seen.state, seen.attempt, seen.error, seen.progress, seen.node) == (
         7, "retry_scheduled", "00010203-0405-0607-0809-0a0b0c0d0e0f", "SCHEDULED", 2, "boom é", {"done": 1}, "n1")
     assert seen.at.timestamp() == pytest.approx(1_767_225_600.123456) and seen.run_at is not None
@@ -88,3 +86,37 @@ def test_set_progress_refuses_what_json_cannot_hold() -> None:
     with pytest.raises(ValueError, match="lone surrogate"):
         job.set_progress("\ud800")
     assert told == [] and job.progress is None
+
+
+def test_a_message_carries_many_events_by_column_and_a_bad_one_is_refused() -> None:
+    from sepp.errors import ServerError
+
+    events = [JobEvent(n, ev.ENQUEUED, bytes([n]) * 16, f"q{n}", "t", 2, 1_767_225_600_000_000 + n, 0, "", 0, "", "",
+                       "", 0, "n1") for n in range(1, 4)]
+    seen = events_of(events_message(events))
+    assert [(s.position, s.queue, s.run_at, s.progress) for s in seen] == [(1, "q1", None, None), (2, "q2", None, None),
+                                                                         (3, "q3", None, None)]
+    assert seen[1].job_id == "02020202-0202-0202-0202-020202020202"
+    assert events_of(events_message([])) == []
+    broken = events_message(events)
+    broken.queues.pop()
+    with pytest.raises(ServerError, match="columns disagree"):
+        events_of(broken)
+
+
+
+def test_a_batch_of_events_past_a_watchers_buffer_cuts_it_off() -> None:
+    from sepp.domain.records import JobRow
+    from sepp.server.job_events import JobEvents
+
+    hub = JobEvents("n1", FakeClock(), buffer=3)
+    fits, cut, filtered = hub.watch(), hub.watch(), hub.watch(queues=["q"])
+    rows = [JobRow(bytes([i]) * 16, "q", "t", 2, 0, 5, 5, 1, b"", "", None, None) for i in range(3)]
+    hub.enqueued(rows, {})
+    assert [e.position for e in fits.take()] == [1, 2, 3] and fits.behind == 0
+    assert len(filtered.take()) == 3
+    hub.enqueued([*rows, rows[0]], {1: (b"", 0)})  # one deduplicated: three stored
+    assert [e.position for e in fits.take()] == [4, 5, 6]
+    assert cut.behind == 6  # the 3 buffered and the 3 that did not fit: cut off, counting on
+    hub.enqueued(rows, {})
+    assert cut.behind == 9 and cut.pending == []

@@ -21,6 +21,7 @@ import grpc
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client._status import error_from_rpc
+from sepp.errors import ServerError
 
 #: The full method name of the stream.
 WATCH_METHOD = "/sepp.api.v1.ProducerService/WatchJobs"
@@ -32,8 +33,40 @@ KINDS = {ppb.JOB_EVENT_ENQUEUED: "enqueued", ppb.JOB_EVENT_PROMOTED: "promoted",
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _time(ts: Any) -> dt.datetime:
-    return _EPOCH + dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+_STATES = {number: name for name, number in pb.JobState.items()}
+
+
+def _time(us: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=us)
+
+
+def _progress(text: str) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def events_of(resp: ppb.WatchJobsResponse) -> list[JobEvent]:
+    """The events of one ``WatchJobsResponse`` (its columns read back into one object per
+    event), in order. Raises ``ServerError`` when its columns disagree in length."""
+    positions = list(resp.positions)
+    n = len(positions)
+    columns = (resp.kinds, resp.queues, resp.job_types, resp.states, resp.at_us, resp.attempts, resp.worker_ids,
+               resp.run_at_us, resp.errors, resp.reasons, resp.progress, resp.result_bytes, resp.nodes)
+    raw = resp.job_ids
+    if len(raw) != 16 * n or any(len(c) != n for c in columns):
+        raise ServerError(f"a WatchJobs message whose columns disagree ({n} positions, {len(raw)} id bytes)")
+    out = []
+    for i, (pos, kind, queue, job_type, state, at, attempt, worker, run_at, error, reason, progress, size,
+            node) in enumerate(zip(positions, *columns, strict=True)):
+        h = raw[16 * i:16 * i + 16].hex()
+        out.append(JobEvent(pos, KINDS.get(kind, str(kind)), f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}",
+                            queue, job_type, _STATES.get(state, str(state)), _time(at), attempt, worker,
+                            _time(run_at) if run_at else None, error, reason, _progress(progress), size, node))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,20 +106,6 @@ class JobEvent:
     progress: Any = None
     result_bytes: int = 0
     node: str = ""
-
-    @classmethod
-    def from_proto(cls, msg: ppb.JobEvent) -> JobEvent:
-        """Build from a wire ``JobEvent``."""
-        progress = None
-        if msg.progress:
-            try:
-                progress = json.loads(msg.progress)
-            except ValueError:
-                progress = msg.progress
-        return cls(msg.position, KINDS.get(msg.kind, str(msg.kind)), msg.job_id, msg.queue, msg.job_type,
-                   pb.JobState.Name(msg.state) if msg.state in pb.JobState.values() else str(msg.state),
-                   _time(msg.at), msg.attempt, msg.worker_id, _time(msg.run_at) if msg.HasField("run_at") else None,
-                   msg.error, msg.reason, progress, msg.result_bytes, msg.node)
 
     def to_json(self) -> dict[str, Any]:
         """The event as plain JSON (times as RFC 3339 text; empty fields left out)."""
@@ -129,7 +148,7 @@ class JobWatch:
     def __init__(self, call: Any, target: str) -> None:
         self._call = call
         self._target = target
-        self._pending: Iterator[ppb.JobEvent] = iter(())
+        self._pending: Iterator[JobEvent] = iter(())
         self._closed = False
 
     def __iter__(self) -> JobWatch:
@@ -137,15 +156,15 @@ class JobWatch:
 
     def __next__(self) -> JobEvent:
         while True:
-            for msg in self._pending:
-                return JobEvent.from_proto(msg)
+            for event in self._pending:
+                return event
             try:
                 resp = next(self._call)
             except grpc.RpcError as exc:
                 if self._closed:
                     raise StopIteration from None
                 raise error_from_rpc(exc, self._target) from None
-            self._pending = iter(resp.events)
+            self._pending = iter(events_of(resp))
 
     def close(self) -> None:
         """End the watch (idempotent)."""
@@ -167,7 +186,7 @@ class AsyncJobWatch:
         self._call = call
         self._target = target
         self._stream: AsyncIterator[ppb.WatchJobsResponse] | None = None
-        self._pending: Iterator[ppb.JobEvent] = iter(())
+        self._pending: Iterator[JobEvent] = iter(())
         self._closed = False
 
     def __aiter__(self) -> AsyncJobWatch:
@@ -175,8 +194,8 @@ class AsyncJobWatch:
 
     async def __anext__(self) -> JobEvent:
         while True:
-            for msg in self._pending:
-                return JobEvent.from_proto(msg)
+            for event in self._pending:
+                return event
             if self._stream is None:
                 self._stream = self._call.__aiter__()
             try:
@@ -189,7 +208,7 @@ class AsyncJobWatch:
                 if self._closed:  # close() cancelled the call, not the task
                     raise StopAsyncIteration from None
                 raise
-            self._pending = iter(resp.events)
+            self._pending = iter(events_of(resp))
 
     async def close(self) -> None:
         """End the watch (idempotent)."""
@@ -203,4 +222,5 @@ class AsyncJobWatch:
         await self.close()
 
 
-__all__ = ["KINDS", "WATCH_METHOD", "AsyncJobWatch", "JobEvent", "JobWatch", "stream_method", "watch_request"]
+__all__ = ["KINDS", "WATCH_METHOD", "AsyncJobWatch", "JobEvent", "JobWatch", "events_of", "stream_method",
+           "watch_request"]

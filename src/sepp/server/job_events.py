@@ -218,6 +218,24 @@ class JobEvents:
         if self._remote and self.relay is not None:
             self.relay(event)
 
+    def _deliver_all(self, events: list[JobEvent]) -> None:
+        """``_deliver`` each of ``events`` (in order): to a watcher without filters and with
+        room for them all, as one list extension."""
+        if not events:
+            return
+        for w in self._watchers:
+            if (w.job_ids is None and w.queues is None and w.job_types is None and not w.behind
+                    and len(w.pending) + len(events) <= w.limit):
+                w.pending.extend(events)
+                w.wake.set()
+            else:
+                for event in events:
+                    w.offer(event)
+        relay = self.relay
+        if self._remote and relay is not None:
+            for event in events:
+                relay(event)
+
     # ------------------------------------------------------------ the engine's emitters
     # The three of every job (enqueued, reserved, completed) build their tuples with
     # tuple.__new__ (the JobEvent fields in order): a busy watched node makes tens of
@@ -225,27 +243,26 @@ class JobEvents:
 
     def enqueued(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
         """An enqueue commit stored ``rows`` (all but the ``dedups`` indexes)."""
-        deliver, node, pos = self._deliver, self.node, self.position
-        for i, row in enumerate(rows):
-            if dedups and i in dedups:
-                continue
-            pos += 1
-            self.position = pos
-            deliver(_new(JobEvent, (pos, ENQUEUED, row[0], row[1], row[2], row[3], row[6], 0, "", row[5], "", "", "",
-                                    0, node)))
+        node, pos = self.node, self.position
+        if dedups:
+            rows = [row for i, row in enumerate(rows) if i not in dedups]
+        batch = [_new(JobEvent, (pos + k, ENQUEUED, row[0], row[1], row[2], row[3], row[6], 0, "", row[5], "", "", "",
+                                 0, node)) for k, row in enumerate(rows, 1)]
+        self.position = pos + len(batch)
+        self._deliver_all(batch)
 
     def reserved(self, jobs: Iterable[JobRecord], worker_id: str) -> None:
         """A reserve leased ``jobs`` to ``worker_id``."""
-        deliver, node, pos = self._deliver, self.node, self.position
-        for j in jobs:
-            pos += 1
-            self.position = pos
-            deliver(_new(JobEvent, (pos, RESERVED, j[0], j[1], j[2], _RESERVED, j[16] or 0, j[7], worker_id, 0, "",
-                                    "", "", 0, node)))
+        node, pos = self.node, self.position
+        batch = [_new(JobEvent, (pos + k, RESERVED, j[0], j[1], j[2], _RESERVED, j[16] or 0, j[7], worker_id, 0, "",
+                                 "", "", 0, node)) for k, j in enumerate(jobs, 1)]
+        self.position = pos + len(batch)
+        self._deliver_all(batch)
 
     def settled(self, items: Sequence[SettleParams], results: Sequence[SettleResult]) -> None:
         """A settle call's items and their verdicts (refused ones and repeated acks report nothing)."""
-        emit, deliver, node = self.emit, self._deliver, self.node
+        emit, node = self.emit, self.node
+        done: list[JobEvent] = []
         for p, r in zip(items, results, strict=True):
             error, state, run_at, attempt, queue, _started, job_type = r
             if error is not None:
@@ -253,9 +270,13 @@ class JobEvents:
             if state == _COMPLETED:
                 if run_at:  # run_at 0: a repeated ack
                     self.position = pos = self.position + 1
-                    deliver(_new(JobEvent, (pos, COMPLETED, p[0], queue, job_type, state, p[3], attempt, "", 0, "",
-                                            "", "", 0, node)))
-            elif state == _DEAD:
+                    done.append(_new(JobEvent, (pos, COMPLETED, p[0], queue, job_type, state, p[3], attempt, "", 0, "",
+                                                "", "", 0, node)))
+                continue
+            if done:  # the completions so far first: the events stay in position order
+                self._deliver_all(done)
+                done = []
+            if state == _DEAD:
                 reason = ATTEMPTS_EXHAUSTED if p.kind is not _DEAD_LETTER else p.reason
                 emit(DEAD_LETTERED, p.job_id, queue, job_type, state, p.now, attempt, reason=reason,
                      error=p.error_message)
@@ -267,6 +288,7 @@ class JobEvents:
             else:
                 emit(RETRY_SCHEDULED, p.job_id, queue, job_type, state, p.now, attempt, run_at=run_at,
                      error=p.error_message)
+        self._deliver_all(done)
 
     def progressed(self, job_id: bytes, queue: str, job_type: str, attempt: int, progress: str) -> None:
         """A running handler's progress was stored."""

@@ -52,7 +52,7 @@ class _JobEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobEvent
     """
 
 class JobEventKind(_JobEventKind, metaclass=_JobEventKindEnumTypeWrapper):
-    """What happened to a job (the state change a JobEvent reports)."""
+    """What happened to a job (the state change an event of WatchJobsResponse reports)."""
 
 JOB_EVENT_KIND_UNSPECIFIED: JobEventKind.ValueType  # 0
 JOB_EVENT_ENQUEUED: JobEventKind.ValueType  # 1
@@ -116,107 +116,114 @@ Global___WatchJobsRequest: _TypeAlias = WatchJobsRequest  # noqa: Y015
 
 @_typing.final
 class WatchJobsResponse(_message.Message):
-    """Events of WatchJobs: every event buffered since the previous message (at least one)."""
+    """Events of WatchJobs: every event buffered since the previous message (at least one), by
+    column — event i is (positions[i], kinds[i], job_ids[16*i : 16*i+16], queues[i], …); every
+    column holds one entry per event. Columnar so that a busy stream costs the server a few
+    copies per message rather than a message object per event (docs/decisions.md "Progress
+    and live job events"); the Python client gives each event as one object.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    EVENTS_FIELD_NUMBER: _builtins.int
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
+    AT_US_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    WORKER_IDS_FIELD_NUMBER: _builtins.int
+    RUN_AT_US_FIELD_NUMBER: _builtins.int
+    ERRORS_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    RESULT_BYTES_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    job_ids: _builtins.bytes
+    """The jobs' 16-byte ids, one after another (the canonical text of each is its 8-4-4-4-12
+    lowercase hex).
+    """
     @_builtins.property
-    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobEvent]: ...
+    def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Increases by one with every event the answering node relays (its own and other nodes'):
+        a watcher's events have increasing positions; gaps are events its filters left out.
+        Counted per node and per server run: it says order on this stream, not across nodes'
+        commits, and starts again after a restart.
+        """
+
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___JobEventKind.ValueType]: ...
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.JobState.ValueType]:
+        """The state each job is in after the change."""
+
+    @_builtins.property
+    def at_us(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """When each change was made: µs since the Unix epoch, UTC (the node's clock)."""
+
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Each job's attempt after the change (0 before the first delivery)."""
+
+    @_builtins.property
+    def worker_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """RESERVED: the worker that leased it ("" otherwise, or when it gave none)."""
+
+    @_builtins.property
+    def run_at_us(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """ENQUEUED, RETRY_SCHEDULED, PROMOTED: when it runs (next), µs UTC; 0 otherwise."""
+
+    @_builtins.property
+    def errors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """RETRY_SCHEDULED, DEAD_LETTERED: the error message the worker reported ("" otherwise)."""
+
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """DEAD_LETTERED, CANCELLED, REQUEUED: why ("" otherwise)."""
+
+    @_builtins.property
+    def progress(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """PROGRESS: the value the handler set, JSON text of at most 4,096 bytes ("" otherwise)."""
+
+    @_builtins.property
+    def result_bytes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """COMPLETED: the size of the stored result in bytes (0: none)."""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The node where each change was made (config node_name)."""
+
     def __init__(
         self,
         *,
-        events: _abc.Iterable[Global___JobEvent] | None = ...,
+        positions: _abc.Iterable[_builtins.int] | None = ...,
+        kinds: _abc.Iterable[Global___JobEventKind.ValueType] | None = ...,
+        job_ids: _builtins.bytes = ...,
+        queues: _abc.Iterable[_builtins.str] | None = ...,
+        job_types: _abc.Iterable[_builtins.str] | None = ...,
+        states: _abc.Iterable[_common_pb2.JobState.ValueType] | None = ...,
+        at_us: _abc.Iterable[_builtins.int] | None = ...,
+        attempts: _abc.Iterable[_builtins.int] | None = ...,
+        worker_ids: _abc.Iterable[_builtins.str] | None = ...,
+        run_at_us: _abc.Iterable[_builtins.int] | None = ...,
+        errors: _abc.Iterable[_builtins.str] | None = ...,
+        reasons: _abc.Iterable[_builtins.str] | None = ...,
+        progress: _abc.Iterable[_builtins.str] | None = ...,
+        result_bytes: _abc.Iterable[_builtins.int] | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_us", b"at_us", "attempts", b"attempts", "errors", b"errors", "job_ids", b"job_ids", "job_types", b"job_types", "kinds", b"kinds", "nodes", b"nodes", "positions", b"positions", "progress", b"progress", "queues", b"queues", "reasons", b"reasons", "result_bytes", b"result_bytes", "run_at_us", b"run_at_us", "states", b"states", "worker_ids", b"worker_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchJobsResponse: _TypeAlias = WatchJobsResponse  # noqa: Y015
-
-@_typing.final
-class JobEvent(_message.Message):
-    """One state change of one job, as the node that made it saw it."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    POSITION_FIELD_NUMBER: _builtins.int
-    KIND_FIELD_NUMBER: _builtins.int
-    JOB_ID_FIELD_NUMBER: _builtins.int
-    QUEUE_FIELD_NUMBER: _builtins.int
-    JOB_TYPE_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
-    AT_FIELD_NUMBER: _builtins.int
-    ATTEMPT_FIELD_NUMBER: _builtins.int
-    WORKER_ID_FIELD_NUMBER: _builtins.int
-    RUN_AT_FIELD_NUMBER: _builtins.int
-    ERROR_FIELD_NUMBER: _builtins.int
-    REASON_FIELD_NUMBER: _builtins.int
-    PROGRESS_FIELD_NUMBER: _builtins.int
-    RESULT_BYTES_FIELD_NUMBER: _builtins.int
-    NODE_FIELD_NUMBER: _builtins.int
-    position: _builtins.int
-    """Increases by one with every event the answering node relays (its own and other nodes'):
-    a watcher's events have increasing positions; gaps are events its filters left out.
-    Counted per node and per server run: it says order on this stream, not across nodes'
-    commits, and starts again after a restart.
-    """
-    kind: Global___JobEventKind.ValueType
-    job_id: _builtins.str
-    queue: _builtins.str
-    job_type: _builtins.str
-    state: _common_pb2.JobState.ValueType
-    """The state the job is in after the change."""
-    attempt: _builtins.int
-    """The job's attempt after the change (0 before the first delivery)."""
-    worker_id: _builtins.str
-    """RESERVED: the worker that leased it ("" when it gave none)."""
-    error: _builtins.str
-    """RETRY_SCHEDULED, DEAD_LETTERED: the error message the worker reported."""
-    reason: _builtins.str
-    """DEAD_LETTERED, CANCELLED, REQUEUED: why."""
-    progress: _builtins.str
-    """PROGRESS: the value the handler set, JSON text (at most 4,096 bytes)."""
-    result_bytes: _builtins.int
-    """COMPLETED: the size of the stored result in bytes (0: none)."""
-    node: _builtins.str
-    """The node where the change was made (config node_name)."""
-    @_builtins.property
-    def at(self) -> _timestamp_pb2.Timestamp:
-        """When the change was made (the node's clock, UTC)."""
-
-    @_builtins.property
-    def run_at(self) -> _timestamp_pb2.Timestamp:
-        """ENQUEUED, RETRY_SCHEDULED, PROMOTED: when it runs (next)."""
-
-    def __init__(
-        self,
-        *,
-        position: _builtins.int = ...,
-        kind: Global___JobEventKind.ValueType = ...,
-        job_id: _builtins.str = ...,
-        queue: _builtins.str = ...,
-        job_type: _builtins.str = ...,
-        state: _common_pb2.JobState.ValueType = ...,
-        at: _timestamp_pb2.Timestamp | None = ...,
-        attempt: _builtins.int = ...,
-        worker_id: _builtins.str = ...,
-        run_at: _timestamp_pb2.Timestamp | None = ...,
-        error: _builtins.str = ...,
-        reason: _builtins.str = ...,
-        progress: _builtins.str = ...,
-        result_bytes: _builtins.int = ...,
-        node: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "run_at", b"run_at"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "attempt", b"attempt", "error", b"error", "job_id", b"job_id", "job_type", b"job_type", "kind", b"kind", "node", b"node", "position", b"position", "progress", b"progress", "queue", b"queue", "reason", b"reason", "result_bytes", b"result_bytes", "run_at", b"run_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___JobEvent: _TypeAlias = JobEvent  # noqa: Y015
 
 @_typing.final
 class EnqueueBatchRequest(_message.Message):

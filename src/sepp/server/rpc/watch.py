@@ -1,8 +1,9 @@
 """``WatchJobs``: the live job events of ``sepp.server.job_events`` as a server stream.
 
 Each message carries every event buffered for the call since the previous one (at most
-``EVENTS_PER_MESSAGE``): under load one message holds many events, which is what keeps a
-busy stream cheap (one gRPC message costs far more than one event in it). A watcher that
+``EVENTS_PER_MESSAGE``), by column: under load one message holds many events, which is what
+keeps a busy stream cheap (one gRPC message, or one message object, costs far more than
+one event in a column). A watcher that
 falls ``watch_buffer`` events behind ends with RESOURCE_EXHAUSTED, ErrorInfo reason
 ``WATCH_BEHIND`` (metadata ``behind``, ``buffer``); a stopping server ends every stream with
 UNAVAILABLE (``SHUTTING_DOWN``).
@@ -17,7 +18,7 @@ from google.rpc import code_pb2
 
 from sepp import wire
 from sepp.api.v1 import producer_pb2 as ppb
-from sepp.domain.ids import job_id_bytes, job_id_text
+from sepp.domain.ids import job_id_bytes
 from sepp.quoting import quote
 from sepp.rejections import Reason
 from sepp.server.errors import InvalidRequest
@@ -26,7 +27,7 @@ from sepp.server.rpc.status import abort_for, abort_with
 
 #: Most events one ``WatchJobsResponse`` carries (each at most ~5 KiB with a full progress
 #: value: a message stays far below the message cap).
-EVENTS_PER_MESSAGE = 500
+EVENTS_PER_MESSAGE = 1_000
 
 
 def watch_filters(request: ppb.WatchJobsRequest) -> tuple[list[bytes], list[str], list[str]]:
@@ -47,30 +48,17 @@ def watch_filters(request: ppb.WatchJobsRequest) -> tuple[list[bytes], list[str]
 
 
 def events_message(events: Sequence[JobEvent]) -> ppb.WatchJobsResponse:
-    """The ``WatchJobsResponse`` of ``events`` (in order)."""
-    resp = ppb.WatchJobsResponse()
-    add = resp.events.add
-    for e in events:
-        m = add(position=e.position, kind=e.kind, job_id=job_id_text(e.job_id), queue=e.queue,  # type: ignore[arg-type]
-                job_type=e.job_type, state=e.state, attempt=e.attempt, node=e.node)  # type: ignore[arg-type]
-        at = m.at
-        at.seconds, rem = divmod(e.at, 1_000_000)
-        at.nanos = rem * 1000
-        if e.run_at:
-            run_at = m.run_at
-            run_at.seconds, rem = divmod(e.run_at, 1_000_000)
-            run_at.nanos = rem * 1000
-        if e.worker_id:
-            m.worker_id = e.worker_id
-        if e.error:
-            m.error = e.error
-        if e.reason:
-            m.reason = e.reason
-        if e.progress:
-            m.progress = e.progress
-        if e.result_bytes:
-            m.result_bytes = e.result_bytes
-    return resp
+    """The ``WatchJobsResponse`` of ``events`` (in order), by column: the tuples transposed
+    in one C-level ``zip``, each column copied into the message at once (about 0.5 µs an
+    event, against about 4 µs for a message object per event)."""
+    if not events:
+        return ppb.WatchJobsResponse()
+    (positions, kinds, job_ids, queues, job_types, states, at_us, attempts, worker_ids, run_at_us, errors, reasons,
+     progress, result_bytes, nodes) = zip(*events, strict=True)
+    return ppb.WatchJobsResponse(
+        positions=positions, kinds=kinds, job_ids=b"".join(job_ids), queues=queues, job_types=job_types,
+        states=states, at_us=at_us, attempts=attempts, worker_ids=worker_ids, run_at_us=run_at_us, errors=errors,
+        reasons=reasons, progress=progress, result_bytes=result_bytes, nodes=nodes)
 
 
 async def watch_jobs(hub: JobEvents, request: ppb.WatchJobsRequest, context: Any) -> AsyncIterator[bytes]:

@@ -11,6 +11,7 @@ UNAVAILABLE (``SHUTTING_DOWN``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -28,6 +29,9 @@ from sepp.server.rpc.status import abort_for, abort_with
 #: Most events one ``WatchJobsResponse`` carries (each at most ~5 KiB with a full progress
 #: value: a message stays far below the message cap).
 EVENTS_PER_MESSAGE = 1_000
+#: Seconds a stream waits after the first event of a message for more (the most an event
+#: is held back by it).
+GATHER = 0.005
 
 
 def watch_filters(request: ppb.WatchJobsRequest) -> tuple[list[bytes], list[str], list[str]]:
@@ -72,6 +76,10 @@ async def watch_jobs(hub: JobEvents, request: ppb.WatchJobsRequest, context: Any
     try:
         while True:
             await watcher.wake.wait()
+            if len(watcher.pending) < EVENTS_PER_MESSAGE and not watcher.closed:
+                # Let the commits of the next moment join this message: under load one message
+                # per GATHER, not one per commit.
+                await asyncio.sleep(GATHER)
             if watcher.closed:
                 await abort_with(context, wire.plain_status(code_pb2.UNAVAILABLE, Reason.SHUTTING_DOWN,
                                                             "the server is shutting down; watch another node or "
@@ -91,4 +99,4 @@ async def watch_jobs(hub: JobEvents, request: ppb.WatchJobsRequest, context: Any
         hub.unwatch(watcher)
 
 
-__all__ = ["EVENTS_PER_MESSAGE", "events_message", "watch_filters", "watch_jobs"]
+__all__ = ["EVENTS_PER_MESSAGE", "GATHER", "events_message", "watch_filters", "watch_jobs"]

@@ -195,3 +195,18 @@ def test_a_watcher_keeps_events_in_position_order() -> None:
         w.offer(JobEvent(n, ev.ENQUEUED, b"\0" * 16, "q", "t", 2, 0, 0))
     assert [e.position for e in w.take()] == [1, 2, 3]
     assert job_id_text(b"\0" * 16) == "00000000-0000-0000-0000-000000000000"
+
+
+async def test_an_admin_cancel_and_requeue_are_reported(harness: Harness) -> None:
+    from sepp.server.admin.jobs import JobAdmin
+
+    admin = JobAdmin(harness.parts, harness.store.admin, lambda: None)
+    w = harness.parts.job_events.watch()
+    job_id, _ = await harness.enqueue("q")
+    await admin.cancel(job_id_text(job_id), "not needed")
+    [_, cancelled] = w.take()
+    assert (cancelled.kind, cancelled.state, cancelled.reason) == (ev.CANCELLED, int(State.CANCELLED), "not needed")
+    await admin.requeue(job_id_text(job_id))
+    [requeued] = w.take()
+    assert (requeued.kind, requeued.state, requeued.reason, requeued.job_id) == (
+        ev.REQUEUED, int(State.READY), "requeued", job_id)

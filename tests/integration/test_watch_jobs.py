@@ -12,15 +12,16 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from support.interrupting import with_default_sigint
-from support.servers import module_server
+from support.servers import ServerFactory, module_server
 from support.waiting import wait_for
 from support.worker import make_worker, running, until, wire_for
 
-from sepp import AsyncClient, Client, EnqueueRequest, RejectedError
+from sepp import AsyncClient, Client, EnqueueRequest, RejectedError, Unavailable
 from sepp.client.watch import JobEvent, JobWatch
 from sepp.testing import ServerProcess
 from sepp.worker import Job
@@ -97,6 +98,12 @@ async def test_a_watch_sees_a_jobs_life_and_its_progress_coalesced(srv: ServerPr
                         what="the last progress value")
             with wire_for(srv, fresh_queue) as w:
                 assert json.loads(w.get_job(job_id).progress) == {"done": 100, "total": 100}
+            shown = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "sepp", "jobs", "show", job_id, "--json", "--server",
+                                 srv.grpc_target], capture_output=True, text=True, timeout=60,
+                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
+            assert shown.returncode == 0, shown.stderr
+            assert json.loads(shown.stdout)["progress"] == {"done": 100, "total": 100}
             release.set()
             await until(lambda: any(e.kind == "completed" for e in col.of(job_id)), within=20, what="completed")
         sent = worker._keeper.progress_sent
@@ -191,3 +198,17 @@ def test_sepp_jobs_watch_prints_a_json_line_per_event(srv: ServerProcess, fresh_
     first = lines[0]
     assert first["kind"] == "enqueued" and first["queue"] == fresh_queue and first["job_id"] in ids
     assert first["state"] == "READY" and isinstance(first["position"], int)
+
+
+def test_a_stopping_server_ends_the_watch_at_once_with_unavailable(server_factory: ServerFactory) -> None:
+    srv = server_factory(shutdown_grace=30.0)
+    with Client(srv.grpc_target) as client:
+        col = Collector(client.watch())
+        armed(client, col, "stopping")
+        started = time.monotonic()
+        srv.terminate(timeout=20)
+        col.thread.join(20)
+        assert not col.thread.is_alive()
+        assert isinstance(col.error, Unavailable), col.error
+        assert time.monotonic() - started < 15  # not held up to the 30 s grace
+

@@ -20,6 +20,7 @@ from sepp._version import __version__
 
 if TYPE_CHECKING:
     from sepp.client import AsyncClient, Client, ClientOptions, RetryPolicy
+    from sepp.client.watch import JobEvent
     from sepp.errors import (
         AtomicEnqueueError,
         DeadlineExceeded,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         Unauthenticated,
         Unavailable,
         WaitTimeout,
+        WatchBehind,
     )
     from sepp.rejections import RejectionCode
     from sepp.request import (
@@ -88,6 +90,8 @@ _EXPORTS: dict[str, str] = {
     "Unauthenticated": "sepp.errors",
     "Unavailable": "sepp.errors",
     "WaitTimeout": "sepp.errors",
+    "WatchBehind": "sepp.errors",
+    "JobEvent": "sepp.client.watch",
 }
 
 __all__ = [
@@ -106,6 +110,7 @@ __all__ = [
     "JobFailed",
     "JobNotFound",
     "JobOutcome",
+    "JobEvent",
     "MessageTooLarge",
     "NodeInfo",
     "Overloaded",
@@ -124,6 +129,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WaitTimeout",
+    "WatchBehind",
     "Worker",
     "__version__",
 ]

@@ -19,6 +19,7 @@
         ├── MessageTooLarge      not transient: the request exceeds max_message_bytes
         ├── Unauthenticated      not transient: no token, or one the server does not know
         ├── PermissionDenied     not transient: the token lacks the role the service needs
+        ├── WatchBehind          a job-event watcher fell behind and was cut off; has ``behind``
         └── ServerError          anything else, with the gRPC ``code``
 
     TimeoutError
@@ -320,6 +321,23 @@ class PermissionDenied(TransportError):
     """
 
 
+class WatchBehind(TransportError):
+    """The job-event watch fell behind the server's buffer and was cut off; watch again and read the jobs' state.
+
+    Live job events are at-most-once (docs/decisions.md "Live job events"): the events
+    between the cut and a new watch are not replayed. ``behind`` is how many events the
+    watcher missed when it was cut off (0 when the server did not say).
+    """
+
+    transient = True
+
+    def __init__(self, message: str | None = None, *, behind: int = 0, code: grpc.StatusCode | None = None,
+                 reason: str = "WATCH_BEHIND") -> None:
+        #: Events the watcher had missed when it was cut off.
+        self.behind = behind
+        super().__init__(message, code=code, reason=reason)
+
+
 class ServerError(TransportError):
     """The server answered with an unexpected gRPC error."""
 
@@ -345,6 +363,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WaitTimeout",
+    "WatchBehind",
 ]
 
 

@@ -49,6 +49,10 @@ MAX_WAIT_JOBS = 1_000
 #: Longest ``limits.max_wait_seconds`` a server may be configured with, seconds: one hour
 #: (a longer wait holds a call open past what proxies and load balancers let idle).
 MAX_WAIT_SECONDS = 3600.0
+#: Largest progress value a handler may report (``Job.set_progress``), UTF-8 bytes of its
+#: JSON text: enough for a fraction, a dict of counters or a short text, small enough that
+#: a progress write (at most one per job per second) costs what a lease extension costs.
+MAX_PROGRESS_BYTES = 4_096
 #: Largest ``limits.max_queues``. Every queue travels in each GetServerInfo / ListQueues
 #: answer (~150 bytes with default settings): 100,000 of them stay under the 16 MiB message
 #: cap, so producers (which read server info first) keep working.

@@ -28,6 +28,7 @@ from sepp.hard_limits import (  # noqa: F401 - re-exported: sepp.limits is where
     MAX_DURATION_SECONDS,
     MAX_HORIZON,
     MAX_LEASE,
+    MAX_PROGRESS_BYTES,
     MAX_QUEUES,
     MAX_RETENTION,
     MAX_SETTLE_BATCH,

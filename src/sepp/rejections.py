@@ -151,6 +151,7 @@ class Reason(enum.StrEnum):
     SHUTTING_DOWN = "SHUTTING_DOWN"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    WATCH_BEHIND = "WATCH_BEHIND"
 
     @property
     def grpc_status(self) -> grpc.StatusCode:
@@ -219,6 +220,9 @@ _REASON_ROWS = (
               "Unavailable"),
     ReasonRow(Reason.INTERNAL_ERROR, grpc.StatusCode.INTERNAL, "any RPC",
               "an unexpected server error; metadata method", "ServerError"),
+    ReasonRow(Reason.WATCH_BEHIND, grpc.StatusCode.RESOURCE_EXHAUSTED, "WatchJobs",
+              "the watcher fell further behind than the server buffers for it (watch_buffer events) and was "
+              "cut off; metadata behind/buffer", "WatchBehind (transport family)"),
 )
 
 #: Every wire reason besides the rejection codes, with its status and meaning.

@@ -34,6 +34,7 @@ from sepp.errors import (
     TransportError,
     Unauthenticated,
     Unavailable,
+    WatchBehind,
 )
 from sepp.rejections import CATALOGUE, REASONS, WIRE_REASONS, Reason, RejectionCode
 from sepp.server import errors as engine_errors
@@ -123,7 +124,7 @@ FAMILY: dict[Reason, type[Exception]] = {
     Reason.INVALID_ARGUMENT: RejectedError, Reason.ATOMIC_BATCH_REJECTED: ServerError,  # no AtomicRejections
     Reason.OVERLOADED: Overloaded, Reason.SHUTTING_DOWN: Unavailable, Reason.STORE_UNAVAILABLE: Unavailable,
     Reason.INTERNAL_ERROR: ServerError, Reason.UNAUTHENTICATED: Unauthenticated,
-    Reason.PERMISSION_DENIED: PermissionDenied,
+    Reason.PERMISSION_DENIED: PermissionDenied, Reason.WATCH_BEHIND: WatchBehind,
 }
 
 

@@ -156,6 +156,7 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         "lease_id": job.lease_id or None, "lease_expires_at": iso_time(job.lease_expires_at,
                                                                   job.HasField("lease_expires_at")),
         "worker_id": job.worker_id or None, "node": job.node or None, "cancel_requested": job.cancel_requested,
+        "progress": progress_value(job.progress),
         "payload": payload,
         "custom": custom_json(job.custom),
         "trace_context": dict(job.trace_context),
@@ -164,6 +165,17 @@ def job_json(job: pb.Job) -> dict[str, Any]:
                       "ended_at": iso_time(a.ended_at), "outcome": a.outcome, "error_message": a.error_message,
                       "error_detail": a.error_detail} for a in job.attempts],
     }
+
+
+def progress_value(text: str) -> Any:
+    """A job's stored progress (JSON text) decoded; None when there is none; the text itself
+    when it does not decode (a damaged row)."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def summary_json(s: apb.JobSummary) -> dict[str, Any]:
@@ -246,6 +258,8 @@ def print_job(job: pb.Job) -> None:
         value = data[key]
         if value is not None:
             table.add_row(key, escape(str(value)))
+    if job.progress:
+        table.add_row("progress", escape(job.progress[:400]))
     out.print(table)
     print_payload(out, data["payload"])
     if data["custom"]:

@@ -22,6 +22,7 @@ from sepp.cli.jobs_result import jobs_result
 from sepp.cli.main import app
 from sepp.cli.shell import DEFAULT_SERVER, JsonOpt, ServerOpt, TokenOpt, YesOpt, confirm, err_console, parse_moment
 from sepp.cli.shell import WaitTimeoutOpt as TimeoutOpt
+from sepp.cli.watch_cmd import jobs_watch
 from sepp.client.admin import state_number
 from sepp.domain.states import state_label
 
@@ -216,3 +217,4 @@ def jobs_delete(
 
 # ``sepp jobs result``: its own module (the producer client's wait), registered last.
 jobs_app.command("result")(jobs_result)
+jobs_app.command("watch")(jobs_watch)

@@ -29,6 +29,7 @@ from sepp.errors import (
     TransportError,
     Unauthenticated,
     Unavailable,
+    WatchBehind,
 )
 from sepp.rejections import ERROR_DOMAIN, Reason, RejectionCode
 
@@ -88,6 +89,7 @@ def error_from_status(code: grpc.StatusCode, details: str,
     * ErrorInfo reason = a catalogue code → ``RejectedError`` (the packed ``Rejection``
       detail when present, else rebuilt from the ErrorInfo metadata)
     * RESOURCE_EXHAUSTED + ``OVERLOADED`` → ``Overloaded`` (``retry_after`` from RetryInfo)
+    * RESOURCE_EXHAUSTED + ``WATCH_BEHIND`` → ``WatchBehind`` (``behind`` from the metadata)
     * RESOURCE_EXHAUSTED without ErrorInfo → ``MessageTooLarge``
     * UNAVAILABLE, or CANCELLED by the server (shutdown) → ``Unavailable``;
       DEADLINE_EXCEEDED → ``DeadlineExceeded``
@@ -130,6 +132,9 @@ def error_from_status(code: grpc.StatusCode, details: str,
             retry = found.get("retry_info")
             retry_after = wire.duration_to_seconds(retry.retry_delay) if retry is not None else None
             return Overloaded(message or None, retry_after=retry_after, code=code)
+        if reason == Reason.WATCH_BEHIND:
+            behind = info.metadata.get("behind", "") if info is not None else ""
+            return WatchBehind(message or None, behind=int(behind) if behind.isdigit() else 0, code=code)
         if info is None:
             text = f"the request exceeds the gRPC message cap{where}: {details}" if details else None
             return MessageTooLarge(text, code=code)

@@ -18,6 +18,7 @@ from sepp.client._wait_methods import AsyncWaits
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
+from sepp.client.watch import AsyncJobWatch, stream_method, watch_request
 from sepp.errors import RejectedError, TransportError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
@@ -272,6 +273,16 @@ class AsyncClient(AsyncWaits):
         return (await self._validate_protos(_core.to_protos([request])))[0]
 
     # ------------------------------------------------------------ lifecycle
+
+    def watch(self, *, queues: Iterable[str] = (), job_ids: Iterable[str] = (),
+              job_types: Iterable[str] = ()) -> AsyncJobWatch:
+        """Live job events, as :meth:`sepp.Client.watch`: ``async for event in client.watch(…)``;
+        ``await watch.close()`` (or ``async with``) ends it. Raises ``TypeError`` for a filter
+        given as one string; iterating raises the watch's end."""
+        request = watch_request(queues, job_ids, job_types)
+        self._get_stub()
+        call = stream_method(self._channel)(request, metadata=self._metadata or None)
+        return AsyncJobWatch(call, self.target)
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Closing twice is fine."""

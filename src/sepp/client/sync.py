@@ -20,6 +20,7 @@ from sepp.client._wait_methods import SyncWaits
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
+from sepp.client.watch import JobWatch, stream_method, watch_request
 from sepp.errors import RejectedError, TransportError
 from sepp.request import BatchResult, EnqueueAck, EnqueueRequest, Rejection, ServerInfo
 
@@ -351,6 +352,36 @@ class Client(SyncWaits):
         return self._validate_protos(_core.to_protos([request]))[0]
 
     # ------------------------------------------------------------ lifecycle
+
+    def watch(self, *, queues: Iterable[str] = (), job_ids: Iterable[str] = (),
+              job_types: Iterable[str] = ()) -> JobWatch:
+        """Live job events: an iterator of :class:`~sepp.client.watch.JobEvent`, one per state
+        change (enqueued, promoted, reserved, progress, completed, retry_scheduled,
+        dead_lettered, cancelled, requeued) of the jobs the filters select — every filter
+        given must hold, an empty one means any — on any node sharing the server's store,
+        from when the server accepted the watch on.
+
+        ::
+
+            with client.watch(queues=["emails"]) as events:
+                for event in events:
+                    print(event.kind, event.job_id, event.state)
+
+        At-most-once and live (docs/decisions.md "Live job events"): nothing is replayed,
+        and a consumer slower than the server's buffer (``watch_buffer`` events) is cut off
+        with :class:`~sepp.errors.WatchBehind`; a server that stops ends it with
+        ``Unavailable``. Watch again and read the jobs' state for what happened between. For
+        a job's outcome use its stored state, not the events. ``close()`` ends the watch.
+
+        Raises ``TypeError`` for a filter given as one string; iterating raises the
+        watch's end (``RejectedError`` for bad filters: at most 1,000 job ids, 100 queues,
+        100 job types).
+        """
+        if self._closed:
+            raise RuntimeError("this sepp Client is closed")
+        request = watch_request(queues, job_ids, job_types)
+        call = stream_method(self._channel)(request, metadata=self._metadata or None)
+        return JobWatch(call, self.target)
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled and raise ``RuntimeError`` (they

@@ -193,11 +193,16 @@ class SettleResult(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ExtendResult:
-    """The verdict on an extend: new expiry (µs) and whether an admin asked to cancel."""
+    """The verdict on an extend: new expiry (µs) and whether an admin asked to cancel; for a
+    live lease also the job's ``queue``, ``job_type`` and ``attempt`` (the live job events
+    name them)."""
 
     error: SettleError | None
     lease_expires_at: int = 0
     cancel_requested: bool = False
+    queue: str = ""
+    job_type: str = ""
+    attempt: int = 0
 
 
 class SkippedRow(NamedTuple):
@@ -223,7 +228,11 @@ class SweepResult:
 
     For the job-type figures: ``expired_types`` counts a reclaim's outcomes by
     {(queue, job_type, new state): jobs}, the new state READY (retried), DEAD_LETTERED or
-    CANCELLED."""
+    CANCELLED.
+
+    For the live job events: ``reclaimed_jobs`` holds (job id, queue, job type, new state,
+    attempt) of each job a reclaim pass changed, ``promoted_jobs`` (job id, queue, job type,
+    attempt, run_at) of each job a promotion sweep made READY."""
 
     count: int
     queues: frozenset[str] = field(default_factory=frozenset)
@@ -232,3 +241,5 @@ class SweepResult:
     expired: dict[str, int] = field(default_factory=dict)
     promoted_run_at: tuple[int, ...] = ()
     expired_types: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    reclaimed_jobs: tuple[tuple[bytes, str, str, int, int], ...] = ()
+    promoted_jobs: tuple[tuple[bytes, str, str, int, int], ...] = ()

@@ -83,6 +83,10 @@ class JobRecord(NamedTuple):
     #: The node that leased it last (``ReserveParams.node``); None if never leased
     #: or leased before the column existed.
     node: str | None = None
+    #: The latest progress its handler reported (``Job.set_progress``): JSON text of at most
+    #: ``MAX_PROGRESS_BYTES``; None when none was reported (or the read does not carry it:
+    #: only ``get_job`` does).
+    progress: str | None = None
 
     def attempt_entries(self) -> list[dict[str, Any]]:
         """The attempt history, oldest first: dicts with ``attempt``, ``worker_id``, ``node``

@@ -112,6 +112,8 @@ class Admission(EngineService):
         READY queues' reservers woken, ``events.scheduled``. Returns the store's dedups."""
         dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom)
         self.events.stored(rows, dedups)
+        if self.job_events.active:
+            self.job_events.enqueued(rows, dedups)
         if new_queues:
             # A local change (generation): a cluster refresh that read the rows before this
             # commit must not apply them, or it would forget these queues, now persisted but

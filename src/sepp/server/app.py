@@ -34,6 +34,7 @@ from sepp.server.cluster import Cluster
 from sepp.server.config import ServerConfig
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError
+from sepp.server.event_relay import EventRelay
 from sepp.server.http.app import build_http_app
 from sepp.server.listen import address_in_use, check_free
 from sepp.server.metrics import Metrics
@@ -145,6 +146,8 @@ class SeppServer:
                                sweep_skipped=lambda: self.sweeper.skipped)
         #: Wake-ups, queue settings and the heartbeat shared with the other nodes.
         self.cluster = Cluster(parts, self.node, config.grpc_listen)
+        #: Live job events to and from the other nodes (``WatchJobs`` sees every node's).
+        self.relay = EventRelay(parts)
         #: Tokens and roles of every API and the UI, with the failure counts.
         self.auth = Authenticator.from_config(config.auth, config.admin_token)
         self.metrics.auth_failures_from(lambda: self.auth.failures)
@@ -199,6 +202,7 @@ class SeppServer:
             host = self.config.grpc_listen.rpartition(":")[0]
             self.cluster.address = f"{host}:{self.grpc_port}"
             await self.cluster.start()
+            await self.relay.start()
             await self.readiness.start()
             if self.config.http_listen:
                 await self._start_http()
@@ -210,6 +214,7 @@ class SeppServer:
                 await self.grpc.stop(0)
             await self.periodic.stop()
             await self.sweeper.stop()
+            await self.relay.stop()
             await self.cluster.stop()
             await self.admin.stop()
             await self.store.close()
@@ -248,10 +253,13 @@ class SeppServer:
         # do producers' waits for jobs (their clients ask again, of the next server).
         self.engine.end_long_polls()
         self.engine.end_waits()
+        # Watch streams end now (UNAVAILABLE) instead of holding the stop up to the grace.
+        self.parts.job_events.close()
         await self.grpc.stop(self.config.shutdown_grace)
         await self.metrics.stop()
         await self.periodic.stop()
         await self.sweeper.stop()
+        await self.relay.stop()
         await self.cluster.stop()
         await self.admin.stop()
         await self.store.close()

@@ -132,6 +132,9 @@ class ServerConfig(BaseSettings):
     #: --where``, ListJobs with a search filter) before it stops and offers to go on from
     #: there (docs/operations.md "Search").
     search_scan_rows: int = Field(default=10_000, ge=1, le=1_000_000)
+    #: Live job events (``WatchJobs``): most events one watcher's buffer holds before the
+    #: watcher is cut off as too slow (RESOURCE_EXHAUSTED, docs/decisions.md "Live job events").
+    watch_buffer: int = Field(default=10_000, ge=1, le=1_000_000)
     #: Group commit: under concurrent load, wait this long to gather writes into one commit, seconds.
     group_commit_wait: float = Field(default=0.004, ge=0, le=0.1)
     #: Grace period for in-flight RPCs on SIGTERM, seconds.

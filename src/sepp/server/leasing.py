@@ -145,6 +145,8 @@ class Leasing(EngineService):
                                            self.limits.max_message_bytes, self.node, flow or NO_FLOW, self.clock)
                     jobs = await self._lease(params)
                     if jobs:
+                        if self.job_events.active:
+                            self.job_events.reserved(jobs, worker_id)
                         return jobs  # stopped while leasing or not: what was leased is answered
                 remaining = deadline - loop.time()
                 if remaining <= 0 or me.stopped or self._no_waits:

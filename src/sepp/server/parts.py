@@ -22,6 +22,7 @@ from sepp.limits import ServerLimits
 from sepp.server.config import ServerConfig
 from sepp.server.eventlog import RateLimited
 from sepp.server.events import EngineEvents
+from sepp.server.job_events import JobEvents
 from sepp.server.notifier import Notifier
 from sepp.server.queues import QueueRegistry
 from sepp.server.workers import WorkerRegistry
@@ -62,6 +63,8 @@ class ServerParts:
     - ``queues``: the ``QueueRegistry`` (settings, flow state, on-demand queues).
     - ``notifier``: wakes long-polling reservers of a queue.
     - ``events``: the ``EngineEvents`` subscriber lists (subscribe, do not assign).
+    - ``job_events``: the live job events (``JobEvents``: ``WatchJobs``); emitters check
+      its ``active`` before building an event.
     - ``validator``: the shared ``Validator`` of enqueue requests, over ``limits`` and the registry.
     - ``workers``: the workers this node sees (fed by Reserve calls, reported each heartbeat).
     - ``nodes``: the nodes sharing the store as last read (every heartbeat, or the UI's nodes
@@ -80,6 +83,7 @@ class ServerParts:
     validator: Validator
     workers: WorkerRegistry
     logs: EngineLogs
+    job_events: JobEvents
     nodes: list[NodeRecord] = field(default_factory=list)
 
     @classmethod
@@ -87,16 +91,17 @@ class ServerParts:
               clock: Clock = SYSTEM_CLOCK) -> ServerParts:
         """The parts of a node over ``store`` and ``registry``: fresh events, validator,
         worker registry and log limits; the node named by ``config`` (else the host name)."""
-        return cls(config=config, node=config.node_name or socket.gethostname(), clock=clock, store=store,
+        node = config.node_name or socket.gethostname()
+        return cls(config=config, node=node, clock=clock, store=store,
                    queues=registry, notifier=notifier, events=EngineEvents(), limits=config.limits,
                    validator=Validator(config.limits, registry.limits_for), workers=WorkerRegistry(clock),
-                   logs=EngineLogs())
+                   logs=EngineLogs(), job_events=JobEvents(node, clock, config.watch_buffer))
 
 
 class EngineService:
     """Base of the engine's services (admission, leasing, settlement): the parts they read on
     their hot paths bound as their own attributes, one attribute lookup each — ``clock`` and
-    ``_clock_now`` (``clock.now``, µs UTC), ``store``, ``queues``, ``notifier``, ``events``,
+    ``_clock_now`` (``clock.now``, µs UTC), ``store``, ``queues``, ``notifier``, ``events``, ``job_events``,
     ``limits`` and ``_logs``. They are bound once: a service sees the parts it was built over."""
 
     def __init__(self, parts: ServerParts) -> None:
@@ -106,6 +111,7 @@ class EngineService:
         self.queues = parts.queues
         self.notifier = parts.notifier
         self.events = parts.events
+        self.job_events = parts.job_events
         self.limits = parts.limits
         self._logs = parts.logs
 

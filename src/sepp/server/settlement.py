@@ -10,11 +10,12 @@ reached COMPLETED or DEAD_LETTERED, ``events.scheduled`` for retries with a dela
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 
 from sepp.domain.ids import job_id_text
-from sepp.limits import MAX_LEASE, MIN_LEASE
+from sepp.limits import MAX_LEASE, MAX_PROGRESS_BYTES, MIN_LEASE
 from sepp.quoting import clip
 from sepp.server.errors import InvalidRequest, LeaseRefused
 from sepp.server.parts import EngineService
@@ -58,6 +59,8 @@ class Settlement(EngineService):
         for name in woke:
             self.notifier.ready(name)  # jobs given back (release, retry without delay)
         self.events.settled(items, results)
+        if self.job_events.active:
+            self.job_events.settled(items, results)
         return results
 
     def _dead_lettered(self, item: SettleParams, queue: str, attempt: int) -> None:
@@ -80,19 +83,43 @@ class Settlement(EngineService):
             raise LeaseRefused(result.error, job_id_text(item.job_id))
         return result
 
-    async def extend(self, job_id: bytes, lease_id: bytes, extend_by_s: float) -> ExtendResult:
+    async def extend(self, job_id: bytes, lease_id: bytes, extend_by_s: float,
+                     progress: str | None = None) -> ExtendResult:
         """New expiry = ``extend_by_s`` from when the store writes it (the extension is judged
-        by the lease as it stood when the call came). Raises ``LeaseRefused`` or
-        ``InvalidRequest``."""
+        by the lease as it stood when the call came). ``progress``: the handler's latest
+        progress (JSON text of at most ``MAX_PROGRESS_BYTES`` UTF-8 bytes), stored in the same
+        write and announced as a live job event; refused with the extension when the lease
+        does not hold. Raises ``LeaseRefused`` or ``InvalidRequest`` (fields ``extend_by``,
+        ``progress``)."""
         if not MIN_LEASE <= extend_by_s <= MAX_LEASE:
             raise InvalidRequest(f"extend_by must be between {MIN_LEASE:g} and {MAX_LEASE:g} s",
                                  "extend_by", MIN_LEASE if extend_by_s < MIN_LEASE
                                  else MAX_LEASE, extend_by_s)
+        if progress is not None:
+            check_progress(progress)
         now = self._clock_now()
-        result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000), self.clock)
+        result = await self.store.extend(job_id, lease_id, now, now + int(extend_by_s * 1_000_000), self.clock,
+                                         progress)
         if result.error is not None:
             raise LeaseRefused(result.error, job_id_text(job_id))
+        if progress is not None and self.job_events.active:
+            self.job_events.progressed(job_id, result.queue, result.job_type, result.attempt, progress)
         return result
 
 
-__all__ = ["Settlement"]
+def check_progress(progress: str) -> None:
+    """Refuse a progress text that is not JSON or longer than ``MAX_PROGRESS_BYTES`` UTF-8
+    bytes: ``InvalidRequest`` (field ``progress``, with the limit and the size)."""
+    size = len(progress) if progress.isascii() else len(progress.encode("utf-8", "surrogatepass"))
+    if size > MAX_PROGRESS_BYTES:
+        raise InvalidRequest(f"progress is {size} bytes of JSON; at most {MAX_PROGRESS_BYTES} are kept "
+                             "(report a fraction, a few counters or a short text)", "progress",
+                             MAX_PROGRESS_BYTES, size)
+    try:
+        json.loads(progress)
+    except ValueError:
+        raise InvalidRequest("progress must be JSON text (Job.set_progress encodes the value)",
+                             "progress") from None
+
+
+__all__ = ["Settlement", "check_progress"]

@@ -54,8 +54,13 @@ from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.errors import StoreFailed
 from sepp.storage.search import CustomEntry
 
+#: Longest payload ``Store.publish_events`` takes, UTF-8 bytes (PostgreSQL's NOTIFY takes
+#: fewer than 8,000; the rest is room for the channel and framing).
+EVENT_PAYLOAD_BYTES = 7_500
+
 __all__ = [
     "DAMAGED_ROW",
+    "EVENT_PAYLOAD_BYTES",
     "FINISHED",
     "NO_FLOW",
     "Dedups",
@@ -158,6 +163,18 @@ class Store(Protocol):
         ``queues_changed()`` when another node created, changed or deleted a queue. Called on
         the event loop. A store that is not ``shared`` never calls them."""
 
+    def subscribe_events(self, on_payload: Callable[[str], None]) -> None:
+        """Live job events from the other nodes: ``on_payload(text)`` for each text another
+        node (or this one: the caller tells them apart) sent with ``publish_events``, on the
+        event loop. At-most-once: a payload sent while the connection was away is lost. A
+        store that is not ``shared`` never calls it."""
+
+    async def publish_events(self, payload: str) -> None:
+        """Send ``payload`` (text of at most ``EVENT_PAYLOAD_BYTES`` UTF-8 bytes) to every
+        node's ``subscribe_events`` callbacks (PostgreSQL: ``pg_notify`` on the schema's
+        events channel, outside any job transaction). Nothing for a store that is not
+        ``shared``. Raises ``StoreError`` when it could not be sent (the caller drops it)."""
+
     async def heartbeat(self, node: NodeRecord) -> None:
         """Record that ``node`` is alive (insert or update its row; ``last_seen``)."""
 
@@ -245,12 +262,14 @@ class Store(Protocol):
         """Apply acks/nacks in one commit; one result per item, in order."""
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
-                     clock: Clock | None = None) -> ExtendResult:
+                     clock: Clock | None = None, progress: str | None = None) -> ExtendResult:
         """Move a live lease's expiry to ``expires_at`` (µs UTC). The lease is judged live or
         not at ``now`` (when the extension was asked). With a ``clock`` the expiry is
         measured from when the store writes it: ``expires_at`` plus the time since ``now``
         read from ``clock`` in that transaction (``params.granted_expiry``; picklable, as
-        ``ReserveParams.clock``), and the result carries that expiry."""
+        ``ReserveParams.clock``), and the result carries that expiry. ``progress`` (JSON
+        text, checked by the caller) replaces the job's stored progress in the same write;
+        a refused extension writes neither."""
 
     async def promote_due(self, now: int, limit: int) -> SweepResult:
         """SCHEDULED jobs with run_at ≤ now → READY (at most ``limit``).

@@ -168,7 +168,8 @@ class Reserver:
             if not resp.reservations:
                 continue
             now = self._monotonic()
-            jobs = [Job(r, now) for r in resp.reservations]
+            progress = self._keeper.progress
+            jobs = [Job(r, now, progress) for r in resp.reservations]
             self._stats["reserved"] += len(jobs)
             self._keeper.track_all(jobs)
             if not self.active:

@@ -131,13 +131,17 @@ class WorkerRpc:
             raise ServerError(f"the server answered {len(resp.results)} results for {len(request.items)} items")
         return list(resp.results)
 
-    async def extend(self, job_id: str, lease_id: str, extend_by: float) -> wpb.ExtendLeaseResponse:
-        """``ExtendLease`` (deadline 10 s): new expiry = server now + ``extend_by`` seconds.
+    async def extend(self, job_id: str, lease_id: str, extend_by: float, *,
+                     progress: str | None = None) -> wpb.ExtendLeaseResponse:
+        """``ExtendLease`` (deadline 10 s): new expiry = server now + ``extend_by`` seconds;
+        ``progress`` (JSON text) is stored with it.
 
         Raises ``LeaseError`` when the lease no longer holds, else a ``TransportError``.
         """
         req = wpb.ExtendLeaseRequest(job_id=job_id, lease_id=lease_id,
                                      extend_by=seconds_to_duration(extend_by), worker_id=self.worker_id)
+        if progress is not None:
+            req.progress = progress
         try:
             return await self._get_stub().ExtendLease(req, timeout=10.0, metadata=self._metadata)  # type: ignore[no-any-return]
         except grpc.RpcError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json as _json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +19,7 @@ from google.protobuf import timestamp_pb2
 
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.hard_limits import MAX_PROGRESS_BYTES
 from sepp.wire import CustomPrimitive, custom_map_from_proto
 
 UTC = dt.UTC
@@ -79,12 +80,15 @@ class Job:
             a long handler should check it and stop early (each ``ExtendLease`` reports it).
         lease_lost: Set when an extension was refused: the job may already run elsewhere
             and this delivery's settle will be refused.
+        progress: The latest value ``set_progress`` accepted, as JSON text (None before the
+            first); the Worker sends it with a lease extension, at most once a second.
     """
 
-    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_lease_expires", "_reserved_at", "_trace",
-                 "cancel_requested", "lease_id", "lease_lost", "reservation")
+    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_lease_expires", "_on_progress", "_reserved_at",
+                 "_trace", "cancel_requested", "lease_id", "lease_lost", "progress", "reservation")
 
-    def __init__(self, reservation: wpb.Reservation, reserved_at: float = 0.0) -> None:
+    def __init__(self, reservation: wpb.Reservation, reserved_at: float = 0.0,
+                 on_progress: Callable[[Job], None] | None = None) -> None:
         #: The wire reservation this job was built from.
         self.reservation = reservation
         #: When the worker took the reservation in (its clock's monotonic seconds; its
@@ -98,6 +102,41 @@ class Job:
         self._custom: Mapping[str, CustomPrimitive] | None = None
         self._trace: Mapping[str, str] | None = None
         self._history: tuple[JobAttempt, ...] | None = None
+        #: Told of each new progress value (the Worker's lease keeper sends it).
+        self._on_progress = on_progress
+        self.progress: str | None = None
+
+    def set_progress(self, value: Any) -> None:
+        """Report how far the handler got: ``value`` is any JSON-encodable value — a fraction
+        (``0.42``), a dict of counters (``{"done": 420, "total": 1000}``), a short text — of
+        at most 4,096 bytes as compact JSON (UTF-8).
+
+        The latest value is stored as the job's progress (``sepp jobs show``, the admin API's
+        ``Job.progress``, a ``progress`` live job event): the Worker sends it with a lease
+        extension at most once a second per job, the latest value winning, so calling this
+        often (every item of a loop) costs next to nothing. Safe from any thread (a
+        synchronous handler runs in one). A value sent after the lease was lost is refused
+        with the lease (``lease_lost``).
+
+        Raises ``TypeError`` for a value JSON cannot encode and ``ValueError`` for one longer
+        than 4,096 bytes encoded (or holding NaN / infinity); nothing is sent then.
+        """
+        try:
+            text = _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except TypeError as exc:
+            raise TypeError(f"set_progress needs a JSON-encodable value: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"set_progress needs a JSON-encodable value: {exc}") from None
+        try:
+            size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError("set_progress needs valid text: the value holds a lone surrogate") from None
+        if size > MAX_PROGRESS_BYTES:
+            raise ValueError(f"progress is {size} bytes as JSON; at most {MAX_PROGRESS_BYTES} are kept (report a "
+                             "fraction, a few counters or a short text)")
+        self.progress = text
+        if self._on_progress is not None:
+            self._on_progress(self)
 
     @property
     def lease_expires_at(self) -> dt.datetime:

@@ -774,6 +774,7 @@ class Job(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     job_type: _builtins.str
@@ -792,6 +793,8 @@ class Job(_message.Message):
     """An admin asked to cancel this RESERVED job; the worker learns it via ExtendLease."""
     node: _builtins.str
     """The node that leased it last (empty when never leased)."""
+    progress: _builtins.str
+    """The latest progress its handler reported (JSON text; empty when none)."""
     @_builtins.property
     def payload(self) -> Global___Payload: ...
     @_builtins.property
@@ -834,10 +837,11 @@ class Job(_message.Message):
         worker_id: _builtins.str = ...,
         cancel_requested: _builtins.bool = ...,
         node: _builtins.str = ...,
+        progress: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "lease_expires_at", b"lease_expires_at", "payload", b"payload", "run_at", b"run_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "node", b"node", "payload", b"payload", "priority", b"priority", "queue", b"queue", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "node", b"node", "payload", b"payload", "priority", b"priority", "progress", b"progress", "queue", b"queue", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -27,33 +27,39 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from sepp.api.v1 import common_pb2 as sepp_dot_api_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asepp/api/v1/producer.proto\x12\x0bsepp.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18sepp/api/v1/common.proto\"N\n\x0fWaitJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"=\n\x10WaitJobsResponse\x12)\n\x08outcomes\x18\x01 \x03(\x0b\x32\x17.sepp.api.v1.JobOutcome\"\x97\x02\n\nJobOutcome\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.sepp.api.v1.JobState\x12$\n\x06result\x18\x03 \x01(\x0b\x32\x14.sepp.api.v1.Payload\x12\x12\n\nlast_error\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12&\n\x08\x61ttempts\x18\x06 \x03(\x0b\x32\x14.sepp.api.v1.Attempt\x12/\n\x0b\x66inished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05queue\x18\x08 \x01(\t\x12\x10\n\x08job_type\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\"g\n\x13\x45nqueueBatchRequest\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x1b.sepp.api.v1.EnqueueRequest\x12%\n\x05plain\x18\x02 \x03(\x0b\x32\x16.sepp.api.v1.PlainJobs\"o\n\rEnqueueResult\x12&\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x17.sepp.api.v1.EnqueueAckH\x00\x12+\n\trejection\x18\x02 \x01(\x0b\x32\x16.sepp.api.v1.RejectionH\x00\x42\t\n\x07outcome\"C\n\x14\x45nqueueBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.sepp.api.v1.EnqueueResult\">\n\x15\x45nqueueAtomicResponse\x12%\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x17.sepp.api.v1.EnqueueAck\"\x16\n\x14GetServerInfoRequest\"\xe6\x02\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\t\x12.\n\x0cpersist_mode\x18\x03 \x01(\x0e\x32\x18.sepp.api.v1.PersistMode\x12\x0e\n\x06strict\x18\x04 \x01(\x08\x12)\n\x06limits\x18\x05 \x01(\x0b\x32\x19.sepp.api.v1.ServerLimits\x12\x32\n\x0equeue_defaults\x18\x06 \x01(\x0b\x32\x1a.sepp.api.v1.QueueSettings\x12&\n\x06queues\x18\x07 \x03(\x0b\x32\x16.sepp.api.v1.QueueInfo\x12)\n\x06uptime\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04node\x18\t \x01(\t\x12\x0f\n\x07storage\x18\n \x01(\t\x12$\n\x05nodes\x18\x0b \x03(\x0b\x32\x15.sepp.api.v1.NodeInfo\"\x99\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12.\n\nstarted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tlast_seen\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp2\x94\x03\n\x0fProducerService\x12?\n\x07\x45nqueue\x12\x1b.sepp.api.v1.EnqueueRequest\x1a\x17.sepp.api.v1.EnqueueAck\x12S\n\x0c\x45nqueueBatch\x12 .sepp.api.v1.EnqueueBatchRequest\x1a!.sepp.api.v1.EnqueueBatchResponse\x12U\n\rEnqueueAtomic\x12 .sepp.api.v1.EnqueueBatchRequest\x1a\".sepp.api.v1.EnqueueAtomicResponse\x12K\n\rGetServerInfo\x12!.sepp.api.v1.GetServerInfoRequest\x1a\x17.sepp.api.v1.ServerInfo\x12G\n\x08WaitJobs\x12\x1c.sepp.api.v1.WaitJobsRequest\x1a\x1d.sepp.api.v1.WaitJobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asepp/api/v1/producer.proto\x12\x0bsepp.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18sepp/api/v1/common.proto\"N\n\x0fWaitJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\x12*\n\x07timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"=\n\x10WaitJobsResponse\x12)\n\x08outcomes\x18\x01 \x03(\x0b\x32\x17.sepp.api.v1.JobOutcome\"\x97\x02\n\nJobOutcome\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.sepp.api.v1.JobState\x12$\n\x06result\x18\x03 \x01(\x0b\x32\x14.sepp.api.v1.Payload\x12\x12\n\nlast_error\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12&\n\x08\x61ttempts\x18\x06 \x03(\x0b\x32\x14.sepp.api.v1.Attempt\x12/\n\x0b\x66inished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05queue\x18\x08 \x01(\t\x12\x10\n\x08job_type\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\"F\n\x10WatchJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\x12\x0e\n\x06queues\x18\x02 \x03(\t\x12\x11\n\tjob_types\x18\x03 \x03(\t\"\xd1\x02\n\x11WatchJobsResponse\x12\x11\n\tpositions\x18\x02 \x03(\x04\x12(\n\x05kinds\x18\x03 \x03(\x0e\x32\x19.sepp.api.v1.JobEventKind\x12\x0f\n\x07job_ids\x18\x04 \x01(\x0c\x12\x0e\n\x06queues\x18\x05 \x03(\t\x12\x11\n\tjob_types\x18\x06 \x03(\t\x12%\n\x06states\x18\x07 \x03(\x0e\x32\x15.sepp.api.v1.JobState\x12\r\n\x05\x61t_us\x18\x08 \x03(\x03\x12\x10\n\x08\x61ttempts\x18\t \x03(\x05\x12\x12\n\nworker_ids\x18\n \x03(\t\x12\x11\n\trun_at_us\x18\x0b \x03(\x03\x12\x0e\n\x06\x65rrors\x18\x0c \x03(\t\x12\x0f\n\x07reasons\x18\r \x03(\t\x12\x10\n\x08progress\x18\x0e \x03(\t\x12\x14\n\x0cresult_bytes\x18\x0f \x03(\x03\x12\r\n\x05nodes\x18\x10 \x03(\tJ\x04\x08\x01\x10\x02\"g\n\x13\x45nqueueBatchRequest\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x1b.sepp.api.v1.EnqueueRequest\x12%\n\x05plain\x18\x02 \x03(\x0b\x32\x16.sepp.api.v1.PlainJobs\"o\n\rEnqueueResult\x12&\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x17.sepp.api.v1.EnqueueAckH\x00\x12+\n\trejection\x18\x02 \x01(\x0b\x32\x16.sepp.api.v1.RejectionH\x00\x42\t\n\x07outcome\"C\n\x14\x45nqueueBatchResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.sepp.api.v1.EnqueueResult\">\n\x15\x45nqueueAtomicResponse\x12%\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x17.sepp.api.v1.EnqueueAck\"\x16\n\x14GetServerInfoRequest\"\xe6\x02\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\t\x12.\n\x0cpersist_mode\x18\x03 \x01(\x0e\x32\x18.sepp.api.v1.PersistMode\x12\x0e\n\x06strict\x18\x04 \x01(\x08\x12)\n\x06limits\x18\x05 \x01(\x0b\x32\x19.sepp.api.v1.ServerLimits\x12\x32\n\x0equeue_defaults\x18\x06 \x01(\x0b\x32\x1a.sepp.api.v1.QueueSettings\x12&\n\x06queues\x18\x07 \x03(\x0b\x32\x16.sepp.api.v1.QueueInfo\x12)\n\x06uptime\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04node\x18\t \x01(\t\x12\x0f\n\x07storage\x18\n \x01(\t\x12$\n\x05nodes\x18\x0b \x03(\x0b\x32\x15.sepp.api.v1.NodeInfo\"\x99\x01\n\x08NodeInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12.\n\nstarted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tlast_seen\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x94\x02\n\x0cJobEventKind\x12\x1e\n\x1aJOB_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12JOB_EVENT_ENQUEUED\x10\x01\x12\x16\n\x12JOB_EVENT_PROMOTED\x10\x02\x12\x16\n\x12JOB_EVENT_RESERVED\x10\x03\x12\x16\n\x12JOB_EVENT_PROGRESS\x10\x04\x12\x17\n\x13JOB_EVENT_COMPLETED\x10\x05\x12\x1d\n\x19JOB_EVENT_RETRY_SCHEDULED\x10\x06\x12\x1b\n\x17JOB_EVENT_DEAD_LETTERED\x10\x07\x12\x17\n\x13JOB_EVENT_CANCELLED\x10\x08\x12\x16\n\x12JOB_EVENT_REQUEUED\x10\t2\xe2\x03\n\x0fProducerService\x12?\n\x07\x45nqueue\x12\x1b.sepp.api.v1.EnqueueRequest\x1a\x17.sepp.api.v1.EnqueueAck\x12S\n\x0c\x45nqueueBatch\x12 .sepp.api.v1.EnqueueBatchRequest\x1a!.sepp.api.v1.EnqueueBatchResponse\x12U\n\rEnqueueAtomic\x12 .sepp.api.v1.EnqueueBatchRequest\x1a\".sepp.api.v1.EnqueueAtomicResponse\x12K\n\rGetServerInfo\x12!.sepp.api.v1.GetServerInfoRequest\x1a\x17.sepp.api.v1.ServerInfo\x12G\n\x08WaitJobs\x12\x1c.sepp.api.v1.WaitJobsRequest\x1a\x1d.sepp.api.v1.WaitJobsResponse\x12L\n\tWatchJobs\x12\x1d.sepp.api.v1.WatchJobsRequest\x1a\x1e.sepp.api.v1.WatchJobsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sepp.api.v1.producer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_JOBEVENTKIND']._serialized_start=1864
+  _globals['_JOBEVENTKIND']._serialized_end=2140
   _globals['_WAITJOBSREQUEST']._serialized_start=134
   _globals['_WAITJOBSREQUEST']._serialized_end=212
   _globals['_WAITJOBSRESPONSE']._serialized_start=214
   _globals['_WAITJOBSRESPONSE']._serialized_end=275
   _globals['_JOBOUTCOME']._serialized_start=278
   _globals['_JOBOUTCOME']._serialized_end=557
-  _globals['_ENQUEUEBATCHREQUEST']._serialized_start=559
-  _globals['_ENQUEUEBATCHREQUEST']._serialized_end=662
-  _globals['_ENQUEUERESULT']._serialized_start=664
-  _globals['_ENQUEUERESULT']._serialized_end=775
-  _globals['_ENQUEUEBATCHRESPONSE']._serialized_start=777
-  _globals['_ENQUEUEBATCHRESPONSE']._serialized_end=844
-  _globals['_ENQUEUEATOMICRESPONSE']._serialized_start=846
-  _globals['_ENQUEUEATOMICRESPONSE']._serialized_end=908
-  _globals['_GETSERVERINFOREQUEST']._serialized_start=910
-  _globals['_GETSERVERINFOREQUEST']._serialized_end=932
-  _globals['_SERVERINFO']._serialized_start=935
-  _globals['_SERVERINFO']._serialized_end=1293
-  _globals['_NODEINFO']._serialized_start=1296
-  _globals['_NODEINFO']._serialized_end=1449
-  _globals['_PRODUCERSERVICE']._serialized_start=1452
-  _globals['_PRODUCERSERVICE']._serialized_end=1856
+  _globals['_WATCHJOBSREQUEST']._serialized_start=559
+  _globals['_WATCHJOBSREQUEST']._serialized_end=629
+  _globals['_WATCHJOBSRESPONSE']._serialized_start=632
+  _globals['_WATCHJOBSRESPONSE']._serialized_end=969
+  _globals['_ENQUEUEBATCHREQUEST']._serialized_start=971
+  _globals['_ENQUEUEBATCHREQUEST']._serialized_end=1074
+  _globals['_ENQUEUERESULT']._serialized_start=1076
+  _globals['_ENQUEUERESULT']._serialized_end=1187
+  _globals['_ENQUEUEBATCHRESPONSE']._serialized_start=1189
+  _globals['_ENQUEUEBATCHRESPONSE']._serialized_end=1256
+  _globals['_ENQUEUEATOMICRESPONSE']._serialized_start=1258
+  _globals['_ENQUEUEATOMICRESPONSE']._serialized_end=1320
+  _globals['_GETSERVERINFOREQUEST']._serialized_start=1322
+  _globals['_GETSERVERINFOREQUEST']._serialized_end=1344
+  _globals['_SERVERINFO']._serialized_start=1347
+  _globals['_SERVERINFO']._serialized_end=1705
+  _globals['_NODEINFO']._serialized_start=1708
+  _globals['_NODEINFO']._serialized_end=1861
+  _globals['_PRODUCERSERVICE']._serialized_start=2143
+  _globals['_PRODUCERSERVICE']._serialized_end=2625
 # @@protoc_insertion_point(module_scope)

@@ -9,6 +9,7 @@ from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from sepp.api.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -20,6 +21,62 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _JobEventKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _JobEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobEventKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    JOB_EVENT_KIND_UNSPECIFIED: _JobEventKind.ValueType  # 0
+    JOB_EVENT_ENQUEUED: _JobEventKind.ValueType  # 1
+    """Stored by an enqueue (state READY, or SCHEDULED with run_at); not sent for a deduplicated one."""
+    JOB_EVENT_PROMOTED: _JobEventKind.ValueType  # 2
+    """A SCHEDULED job (first run or a retry) became READY."""
+    JOB_EVENT_RESERVED: _JobEventKind.ValueType  # 3
+    """Leased by a worker: worker_id and attempt (1 on the first delivery)."""
+    JOB_EVENT_PROGRESS: _JobEventKind.ValueType  # 4
+    """The running handler reported progress: progress holds the latest value (JSON text)."""
+    JOB_EVENT_COMPLETED: _JobEventKind.ValueType  # 5
+    """Acked: COMPLETED; result_bytes is the stored result's size."""
+    JOB_EVENT_RETRY_SCHEDULED: _JobEventKind.ValueType  # 6
+    """A failed attempt will run again: run_at (now for READY) and error (the worker's message)."""
+    JOB_EVENT_DEAD_LETTERED: _JobEventKind.ValueType  # 7
+    """DEAD_LETTERED: reason (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED or the worker's reason) and error."""
+    JOB_EVENT_CANCELLED: _JobEventKind.ValueType  # 8
+    """CANCELLED: reason."""
+    JOB_EVENT_REQUEUED: _JobEventKind.ValueType  # 9
+    """Back to READY without finishing an attempt: released by its worker or the server
+    (reason "released"), its lease ran out with attempts left ("lease_expired"), or an
+    admin redrove it ("requeued").
+    """
+
+class JobEventKind(_JobEventKind, metaclass=_JobEventKindEnumTypeWrapper):
+    """What happened to a job (the state change an event of WatchJobsResponse reports)."""
+
+JOB_EVENT_KIND_UNSPECIFIED: JobEventKind.ValueType  # 0
+JOB_EVENT_ENQUEUED: JobEventKind.ValueType  # 1
+"""Stored by an enqueue (state READY, or SCHEDULED with run_at); not sent for a deduplicated one."""
+JOB_EVENT_PROMOTED: JobEventKind.ValueType  # 2
+"""A SCHEDULED job (first run or a retry) became READY."""
+JOB_EVENT_RESERVED: JobEventKind.ValueType  # 3
+"""Leased by a worker: worker_id and attempt (1 on the first delivery)."""
+JOB_EVENT_PROGRESS: JobEventKind.ValueType  # 4
+"""The running handler reported progress: progress holds the latest value (JSON text)."""
+JOB_EVENT_COMPLETED: JobEventKind.ValueType  # 5
+"""Acked: COMPLETED; result_bytes is the stored result's size."""
+JOB_EVENT_RETRY_SCHEDULED: JobEventKind.ValueType  # 6
+"""A failed attempt will run again: run_at (now for READY) and error (the worker's message)."""
+JOB_EVENT_DEAD_LETTERED: JobEventKind.ValueType  # 7
+"""DEAD_LETTERED: reason (ATTEMPTS_EXHAUSTED, LEASE_EXPIRED or the worker's reason) and error."""
+JOB_EVENT_CANCELLED: JobEventKind.ValueType  # 8
+"""CANCELLED: reason."""
+JOB_EVENT_REQUEUED: JobEventKind.ValueType  # 9
+"""Back to READY without finishing an attempt: released by its worker or the server
+(reason "released"), its lease ran out with attempts left ("lease_expired"), or an
+admin redrove it ("requeued").
+"""
+Global___JobEventKind: _TypeAlias = JobEventKind  # noqa: Y015
 
 @_typing.final
 class WaitJobsRequest(_message.Message):
@@ -139,6 +196,153 @@ class JobOutcome(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobOutcome: _TypeAlias = JobOutcome  # noqa: Y015
+
+@_typing.final
+class WatchJobsRequest(_message.Message):
+    """The filters of WatchJobs; combined with AND, an empty list means any."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these jobs (canonical UUID text): at most 1,000."""
+
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only jobs of these queues: at most 100."""
+
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only jobs of these types: at most 100."""
+
+    def __init__(
+        self,
+        *,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        queues: _abc.Iterable[_builtins.str] | None = ...,
+        job_types: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_ids", b"job_ids", "job_types", b"job_types", "queues", b"queues"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchJobsRequest: _TypeAlias = WatchJobsRequest  # noqa: Y015
+
+@_typing.final
+class WatchJobsResponse(_message.Message):
+    """Events of WatchJobs: every event buffered since the previous message (at least one), by
+    column — event i is (positions[i], kinds[i], job_ids[16*i : 16*i+16], queues[i], …); every
+    column holds one entry per event. Columnar so that a busy stream costs the server a few
+    copies per message rather than a message object per event (docs/decisions.md "Progress
+    and live job events"); the Python client gives each event as one object.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITIONS_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
+    AT_US_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    WORKER_IDS_FIELD_NUMBER: _builtins.int
+    RUN_AT_US_FIELD_NUMBER: _builtins.int
+    ERRORS_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    RESULT_BYTES_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    job_ids: _builtins.bytes
+    """The jobs' 16-byte ids, one after another (the canonical text of each is its 8-4-4-4-12
+    lowercase hex).
+    """
+    @_builtins.property
+    def positions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Increases by one with every event the answering node relays (its own and other nodes'):
+        a watcher's events have increasing positions; gaps are events its filters left out.
+        Counted per node and per server run: it says order on this stream, not across nodes'
+        commits, and starts again after a restart.
+        """
+
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___JobEventKind.ValueType]: ...
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.JobState.ValueType]:
+        """The state each job is in after the change."""
+
+    @_builtins.property
+    def at_us(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """When each change was made: µs since the Unix epoch, UTC (the node's clock)."""
+
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Each job's attempt after the change (0 before the first delivery)."""
+
+    @_builtins.property
+    def worker_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """RESERVED: the worker that leased it ("" otherwise, or when it gave none)."""
+
+    @_builtins.property
+    def run_at_us(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """ENQUEUED, RETRY_SCHEDULED, PROMOTED: when it runs (next), µs UTC; 0 otherwise."""
+
+    @_builtins.property
+    def errors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """RETRY_SCHEDULED, DEAD_LETTERED: the error message the worker reported ("" otherwise)."""
+
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """DEAD_LETTERED, CANCELLED, REQUEUED: why ("" otherwise)."""
+
+    @_builtins.property
+    def progress(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """PROGRESS: the value the handler set, JSON text of at most 4,096 bytes ("" otherwise)."""
+
+    @_builtins.property
+    def result_bytes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """COMPLETED: the size of the stored result in bytes (0: none)."""
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The node where each change was made (config node_name)."""
+
+    def __init__(
+        self,
+        *,
+        positions: _abc.Iterable[_builtins.int] | None = ...,
+        kinds: _abc.Iterable[Global___JobEventKind.ValueType] | None = ...,
+        job_ids: _builtins.bytes = ...,
+        queues: _abc.Iterable[_builtins.str] | None = ...,
+        job_types: _abc.Iterable[_builtins.str] | None = ...,
+        states: _abc.Iterable[_common_pb2.JobState.ValueType] | None = ...,
+        at_us: _abc.Iterable[_builtins.int] | None = ...,
+        attempts: _abc.Iterable[_builtins.int] | None = ...,
+        worker_ids: _abc.Iterable[_builtins.str] | None = ...,
+        run_at_us: _abc.Iterable[_builtins.int] | None = ...,
+        errors: _abc.Iterable[_builtins.str] | None = ...,
+        reasons: _abc.Iterable[_builtins.str] | None = ...,
+        progress: _abc.Iterable[_builtins.str] | None = ...,
+        result_bytes: _abc.Iterable[_builtins.int] | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_us", b"at_us", "attempts", b"attempts", "errors", b"errors", "job_ids", b"job_ids", "job_types", b"job_types", "kinds", b"kinds", "nodes", b"nodes", "positions", b"positions", "progress", b"progress", "queues", b"queues", "reasons", b"reasons", "result_bytes", b"result_bytes", "run_at_us", b"run_at_us", "states", b"states", "worker_ids", b"worker_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchJobsResponse: _TypeAlias = WatchJobsResponse  # noqa: Y015
 
 @_typing.final
 class EnqueueBatchRequest(_message.Message):

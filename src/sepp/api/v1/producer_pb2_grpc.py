@@ -66,6 +66,11 @@ class ProducerServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsResponse.FromString,
                 _registered_method=True)
+        self.WatchJobs = channel.unary_stream(
+                '/sepp.api.v1.ProducerService/WatchJobs',
+                request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.WatchJobsRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.WatchJobsResponse.FromString,
+                _registered_method=True)
 
 
 class ProducerServiceServicer:
@@ -117,6 +122,19 @@ class ProducerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchJobs(self, request, context):
+        """Live job events: one event per state change of the jobs the filters select, on any
+        node sharing the store, from when the call is accepted until the caller ends it.
+        Live and at-most-once (docs/decisions.md "Live job events"): events are never stored
+        or replayed; a watcher that falls behind its server-side buffer is cut off with
+        RESOURCE_EXHAUSTED, ErrorInfo reason WATCH_BEHIND (metadata behind, buffer). Each
+        message carries every event buffered since the previous one, in position order.
+        Roles: produce or admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProducerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +162,11 @@ def add_ProducerServiceServicer_to_server(servicer, server):
                     servicer.WaitJobs,
                     request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsResponse.SerializeToString,
+            ),
+            'WatchJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJobs,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.WatchJobsRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.WatchJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -287,6 +310,33 @@ class ProducerService:
             '/sepp.api.v1.ProducerService/WaitJobs',
             sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_producer__pb2.WaitJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sepp.api.v1.ProducerService/WatchJobs',
+            sepp_dot_api_dot_v1_dot_producer__pb2.WatchJobsRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_producer__pb2.WatchJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,15 @@ class ProducerServiceStub:
     JOB_NOT_FOUND, metadata job_id; more than 1,000 ids is INVALID_ARGUMENT (field job_ids,
     limit 1000).
     """
+    WatchJobs: _grpc.UnaryStreamMultiCallable[_producer_pb2.WatchJobsRequest, _producer_pb2.WatchJobsResponse]
+    """Live job events: one event per state change of the jobs the filters select, on any
+    node sharing the store, from when the call is accepted until the caller ends it.
+    Live and at-most-once (docs/decisions.md "Live job events"): events are never stored
+    or replayed; a watcher that falls behind its server-side buffer is cut off with
+    RESOURCE_EXHAUSTED, ErrorInfo reason WATCH_BEHIND (metadata behind, buffer). Each
+    message carries every event buffered since the previous one, in position order.
+    Roles: produce or admin.
+    """
 
 @_typing.type_check_only
 class ProducerServiceAsyncStub(ProducerServiceStub):
@@ -83,6 +92,15 @@ class ProducerServiceAsyncStub(ProducerServiceStub):
     stored job (never enqueued, or deleted when its retention ran out) is NOT_FOUND, reason
     JOB_NOT_FOUND, metadata job_id; more than 1,000 ids is INVALID_ARGUMENT (field job_ids,
     limit 1000).
+    """
+    WatchJobs: _aio.UnaryStreamMultiCallable[_producer_pb2.WatchJobsRequest, _producer_pb2.WatchJobsResponse]  # type: ignore[assignment]
+    """Live job events: one event per state change of the jobs the filters select, on any
+    node sharing the store, from when the call is accepted until the caller ends it.
+    Live and at-most-once (docs/decisions.md "Live job events"): events are never stored
+    or replayed; a watcher that falls behind its server-side buffer is cut off with
+    RESOURCE_EXHAUSTED, ErrorInfo reason WATCH_BEHIND (metadata behind, buffer). Each
+    message carries every event buffered since the previous one, in position order.
+    Roles: produce or admin.
     """
 
 class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -138,6 +156,21 @@ class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
         stored job (never enqueued, or deleted when its retention ran out) is NOT_FOUND, reason
         JOB_NOT_FOUND, metadata job_id; more than 1,000 ids is INVALID_ARGUMENT (field job_ids,
         limit 1000).
+        """
+
+    @_abc_1.abstractmethod
+    def WatchJobs(
+        self,
+        request: _producer_pb2.WatchJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_producer_pb2.WatchJobsResponse], _abc.AsyncIterator[_producer_pb2.WatchJobsResponse]]:
+        """Live job events: one event per state change of the jobs the filters select, on any
+        node sharing the store, from when the call is accepted until the caller ends it.
+        Live and at-most-once (docs/decisions.md "Live job events"): events are never stored
+        or replayed; a watcher that falls behind its server-side buffer is cut off with
+        RESOURCE_EXHAUSTED, ErrorInfo reason WATCH_BEHIND (metadata behind, buffer). Each
+        message carries every event buffered since the previous one, in position order.
+        Roles: produce or admin.
         """
 
 def add_ProducerServiceServicer_to_server(servicer: ProducerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -323,10 +323,16 @@ class ExtendLeaseRequest(_message.Message):
     LEASE_ID_FIELD_NUMBER: _builtins.int
     EXTEND_BY_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     lease_id: _builtins.str
     worker_id: _builtins.str
     """Optional: the worker_id of the Reserve that leased the job (Workers page)."""
+    progress: _builtins.str
+    """Optional: the handler's latest progress, JSON text of at most 4,096 UTF-8 bytes
+    (INVALID_ARGUMENT, field progress, otherwise). Stored as the job's progress in the same
+    write as the extension, and refused with it when the lease does not hold.
+    """
     @_builtins.property
     def extend_by(self) -> _duration_pb2.Duration:
         """New expiry = now + extend_by."""
@@ -338,12 +344,15 @@ class ExtendLeaseRequest(_message.Message):
         lease_id: _builtins.str = ...,
         extend_by: _duration_pb2.Duration | None = ...,
         worker_id: _builtins.str = ...,
+        progress: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["extend_by", b"extend_by"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_progress", b"_progress", "extend_by", b"extend_by", "progress", b"progress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extend_by", b"extend_by", "job_id", b"job_id", "lease_id", b"lease_id", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_progress", b"_progress", "extend_by", b"extend_by", "job_id", b"job_id", "lease_id", b"lease_id", "progress", b"progress", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__progress: _TypeAlias = _typing.Literal["progress"]  # noqa: Y015
+    _WhichOneofArgType__progress: _TypeAlias = _typing.Literal["_progress", b"_progress"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__progress) -> _WhichOneofReturnType__progress | None: ...
 
 Global___ExtendLeaseRequest: _TypeAlias = ExtendLeaseRequest  # noqa: Y015
 

@@ -22,6 +22,7 @@ from sepp.server.admin.checks import StateConflict, existing_queue, parse_job_id
 from sepp.server.admin.cursor import decode_cursor, encode_cursor
 from sepp.server.admin.views import JobListing
 from sepp.server.errors import InvalidRequest, NotFound
+from sepp.server.job_events import CANCELLED, REQUEUED
 from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueState
 from sepp.storage.admin import AdminStore
@@ -120,6 +121,12 @@ class JobAdmin:
         self._changed()
         if result.outcome is Outcome.DONE:
             self.parts.events.ended([raw], ())  # waits for it answer now
+        if result.outcome is Outcome.DONE and self.parts.job_events.active:
+            rec = await self.parts.store.get_job(raw)
+            if rec is not None:
+                self.parts.job_events.emit(CANCELLED, rec.id, rec.queue, rec.job_type, rec.state,
+                                           rec.finished_at or self._clock_now(), rec.attempt,
+                                           reason=rec.reason or "")
         return result.outcome
 
     async def requeue(self, job_id: str) -> JobRecord:
@@ -132,7 +139,11 @@ class JobAdmin:
                                 "DEAD_LETTERED and CANCELLED jobs can be requeued", {"state": state_name(result.state)})
         self.parts.notifier.ready(result.queue)
         self._changed()
-        return await self.get_job(job_id)
+        rec = await self.get_job(job_id)
+        if self.parts.job_events.active:
+            self.parts.job_events.emit(REQUEUED, rec.id, rec.queue, rec.job_type, rec.state, self._clock_now(),
+                                       rec.attempt, reason="requeued", run_at=rec.run_at)
+        return rec
 
     async def requeue_dead(self, where: DeadFilter, dry_run: bool = False, max_jobs: int = 0) -> tuple[int, int]:
         """Bulk redrive: (matched, requeued). Only jobs dead-lettered before the call started

@@ -2,7 +2,7 @@
 
 Each sepp service needs one role: ``sepp.api.v1.ProducerService`` (``GetServerInfo`` is in
 it) ``produce``, ``WorkerService`` ``work``, ``AdminService`` ``admin``; a method in
-``METHOD_ROLES`` takes more (``WaitJobs``: ``produce`` or ``admin``). gRPC health and
+``METHOD_ROLES`` takes more (``WaitJobs``, ``WatchJobs``: ``produce`` or ``admin``). gRPC health and
 reflection (and any method that is not sepp's) stay open. A call presents its token as the
 metadata ``authorization: Bearer <secret>``; the ``Authenticator`` hashes it and compares the
 digest with the configured ones in constant time.
@@ -44,9 +44,12 @@ SERVICE_ROLES: dict[str, str] = {
 }
 
 #: Methods that more roles than their service's may call (full method name → every role
-#: that may): a producer waits for its jobs, and so may an operator (``sepp jobs result``).
+#: that may): a producer waits for its jobs and watches their events, and so may an operator
+#: (``sepp jobs result``, ``sepp jobs watch``).
 METHOD_ROLES: dict[str, frozenset[str]] = {
     f"/{producer_pb2.DESCRIPTOR.services_by_name['ProducerService'].full_name}/WaitJobs":
+        frozenset({"produce", "admin"}),
+    f"/{producer_pb2.DESCRIPTOR.services_by_name['ProducerService'].full_name}/WatchJobs":
         frozenset({"produce", "admin"}),
 }
 

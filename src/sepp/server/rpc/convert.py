@@ -69,6 +69,8 @@ def fill_job(job: pb.Job, rec: JobRecord, with_history: bool = True) -> None:
         job.node = rec.node
     if rec.cancel_requested:
         job.cancel_requested = True
+    if rec.progress:
+        job.progress = rec.progress
     set_ts(job.run_at, rec.run_at)
     set_ts(job.enqueued_at, rec.enqueued_at)
     if rec.extras:
@@ -127,7 +129,8 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
     Raises ``TypeError``/``ValueError`` for a damaged row (a column of the wrong type, a time
     outside the Timestamp range): the caller does not hand such a job out."""
     (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
-     idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node) = rec
+     idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node,
+     _progress) = rec
     if not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US):
         # A damaged row: a time no Timestamp can carry; the caller buries it.
         raise ValueError("run_at or enqueued_at is outside the Timestamp range")
@@ -279,7 +282,8 @@ class ReservationWriter:
         """Append ``rec``'s reservation. Raises what ``fill_reservation`` raises for a damaged
         row (``TypeError``/``ValueError``/``OverflowError``); nothing is appended then."""
         (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
-         idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node) = rec
+         idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node,
+     _progress) = rec
         if (extras or history or idem or type(id_) is not bytes or len(id_) != 16 or type(payload) is not bytes
                 or type(run_at) is not int or type(enqueued_at) is not int
                 or not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US)):

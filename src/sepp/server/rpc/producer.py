@@ -3,6 +3,7 @@ answer is built in ``rpc.outcomes``)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 from sepp._version import __version__
@@ -17,6 +18,7 @@ from sepp.server.parts import ServerParts
 from sepp.server.rpc.outcomes import wait_response
 from sepp.server.rpc.status import abort_for
 from sepp.server.rpc_args import duration_arg
+from sepp.server.rpc.watch import watch_jobs
 from sepp.wire import seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
@@ -24,7 +26,8 @@ Context: TypeAlias = Any
 
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
-            "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain", "wait_jobs")
+            "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain", "wait_jobs",
+            "watch_jobs", "progress")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 
@@ -136,6 +139,12 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
     async def GetServerInfo(self, request: ppb.GetServerInfoRequest,
                             context: Context) -> ppb.ServerInfo:
         return server_info(self.parts, self.started, self.node)
+
+    def WatchJobs(self, request: ppb.WatchJobsRequest,  # type: ignore[override]
+                  context: Context) -> AsyncIterator[bytes]:
+        """The live job events the filters select (``sepp.server.rpc.watch``), each message
+        already serialized."""
+        return watch_jobs(self.parts.job_events, request, context)
 
 
 def server_info(parts: ServerParts, started: float, node: str) -> ppb.ServerInfo:

@@ -9,7 +9,7 @@ the catalogued ``INVALID_ARGUMENT`` (ErrorInfo reason ``INVALID_ARGUMENT``) — 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -72,18 +72,38 @@ def _guarded(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any
 HOT_METHODS = frozenset({"Enqueue", "EnqueueBatch", "Reserve", "Settle", "ExtendLease"})
 
 
-def register(server: grpc.aio.Server, service: descriptor.ServiceDescriptor, servicer: object) -> None:
-    """Register ``servicer``'s unary methods for ``service`` on ``server`` (hardened decoding);
-    the ``HOT_METHODS`` among them also as registered methods.
+def _guarded_stream(method: Callable[[Any, Any], AsyncIterator[Any]]) -> Callable[[Any, Any], AsyncIterator[Any]]:
+    """``_guarded`` for a server-streaming method (an async iterator of answers)."""
+    async def behaviour(request: Any, context: Any) -> AsyncIterator[Any]:
+        if type(request) is Malformed:
+            status = wire.plain_status(code_pb2.INVALID_ARGUMENT, Reason.INVALID_ARGUMENT,
+                                       f"InvalidArgument: malformed request: {request.error}", {"field": ""})
+            await abort_with(context, status)
+        async for answer in method(request, context):
+            yield answer
 
-    Raises ``ValueError`` for a streaming method (sepp's services have none).
+    return behaviour
+
+
+def register(server: grpc.aio.Server, service: descriptor.ServiceDescriptor, servicer: object) -> None:
+    """Register ``servicer``'s unary and server-streaming methods for ``service`` on ``server``
+    (hardened decoding); the ``HOT_METHODS`` among them also as registered methods.
+
+    Raises ``ValueError`` for a client-streaming method (sepp's services have none).
     """
     handlers = {}
     for method in service.methods:
-        if method.client_streaming or method.server_streaming:
-            raise ValueError(f"{method.full_name} is streaming; register it by hand")
+        if method.client_streaming:
+            raise ValueError(f"{method.full_name} is client-streaming; register it by hand")
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _guarded_stream(getattr(servicer, method.name)),
+                request_deserializer=_safe(request_cls.FromString),
+                response_serializer=_passing_bytes(response_cls.SerializeToString),
+            )
+            continue
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             _guarded(getattr(servicer, method.name)),
             request_deserializer=_safe(request_cls.FromString),

@@ -226,7 +226,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         try:
             jid, lid = _ids(request.job_id, request.lease_id)
             extend_by = duration_arg(request.extend_by, "extend_by", MIN_LEASE, MAX_LEASE)
-            result = await self.engine.extend(jid, lid, extend_by)
+            progress = request.progress if request.HasField("progress") else None
+            result = await self.engine.extend(jid, lid, extend_by, progress)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
         if request.worker_id:

@@ -140,6 +140,8 @@ class Sweeper:
         result = await self.parts.store.promote_due(now, PASS_LIMIT)
         if result.promoted_run_at:
             self.parts.events.promoted(now, result.promoted_run_at)
+        if result.promoted_jobs and self.parts.job_events.active:
+            self.parts.job_events.promoted(result.promoted_jobs, now)
         for name in result.queues:
             self.parts.notifier.ready(name)
         self._note_skipped("promote", result.skipped)
@@ -193,6 +195,8 @@ class Sweeper:
             parts.events.leases_expired(result.expired, result.dead_lettered)
         if result.expired_types:
             parts.events.reclaimed(result.expired_types)
+        if result.reclaimed_jobs and parts.job_events.active:
+            parts.job_events.reclaimed(result.reclaimed_jobs, self.clock.now())
         if result.count:
             self._log_reclaimed(result)
         self._note_skipped("reclaim", result.skipped)

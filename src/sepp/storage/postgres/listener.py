@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,16 @@ log = logging.getLogger("sepp.storage.postgres")
 RECONNECT_EVERY = 0.5
 
 
+def events_channel(channel: str) -> str:
+    """The live job events' channel of the wake-up ``channel``: ``{channel}_ev``, or, when
+    that passes PostgreSQL's 63-byte identifier limit (``pg_notify`` refuses a longer name;
+    LISTEN would cut it), ``sepp_ev_`` and a hash of ``channel``."""
+    name = f"{channel}_ev"
+    if len(name.encode()) <= 63:
+        return name
+    return "sepp_ev_" + hashlib.sha256(channel.encode()).hexdigest()[:40]
+
+
 class Listener:
     """LISTEN on ``channel`` with connections made by ``connect``; ``subscribe`` callbacks
     get each queue another node woke (or ``None``: wake everything)."""
@@ -37,6 +48,10 @@ class Listener:
     def __init__(self, connect: Callable[[], Awaitable[asyncpg.Connection]], channel: str, origin: str) -> None:
         self._connect = connect
         self._channel = channel
+        #: The live job events' channel (``Store.publish_events``): payloads go to
+        #: ``subscribe_events`` callbacks as they are.
+        self.events_channel = events_channel(channel)
+        self._event_subscribers: list[Callable[[str], None]] = []
         self._origin = origin
         self._subscribers: list[Callable[[str | None], None]] = []
         self._queue_subscribers: list[Callable[[], None]] = []
@@ -57,6 +72,9 @@ class Listener:
         object), for what the store reads of it beyond ready queues and queue changes
         (``finished``: finished jobs, waiting nodes)."""
         self._notice_subscribers.append(notice)
+    def subscribe_events(self, on_payload: Callable[[str], None]) -> None:
+        """Call ``on_payload(text)`` for each payload on the events channel (any node's)."""
+        self._event_subscribers.append(on_payload)
 
     async def start(self) -> None:
         """Connect and LISTEN, then keep the connection (raises ``StoreError`` when the
@@ -68,6 +86,7 @@ class Listener:
         conn = await self._connect()
         try:
             await conn.add_listener(self._channel, self._on_notify)
+            await conn.add_listener(self.events_channel, self._on_event)
         except BaseException:
             conn.terminate()
             raise
@@ -96,6 +115,13 @@ class Listener:
                 notice(data)
             except Exception:
                 log.exception("notification subscriber failed")
+
+    def _on_event(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        for callback in self._event_subscribers:
+            try:
+                callback(payload)
+            except Exception:  # a subscriber's bug must not stop the listener
+                log.exception("job-event subscriber failed")
 
     def _changed(self) -> None:
         for callback in self._queue_subscribers:

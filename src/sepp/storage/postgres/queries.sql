@@ -112,6 +112,14 @@ WITH chunk AS MATERIALIZED (
 UPDATE jobs j SET state = 2 WHERE j.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND j.state::integer = 1
 RETURNING j.queue, j.run_at;
 
+-- name: promote_due_jobs
+-- promote_due for the sweeper, returning what the live job events name of each job too.
+WITH chunk AS MATERIALIZED (
+    SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs j SET state = 2 WHERE j.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND j.state::integer = 1
+RETURNING j.queue, j.run_at, j.id, j.job_type, j.attempt;
+
 -- name: next_due
 -- Not min(run_at): a planner that thought no job SCHEDULED aggregated over all of them.
 SELECT run_at FROM jobs WHERE state = 1 ORDER BY run_at LIMIT 1;
@@ -201,7 +209,7 @@ UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);
 -- name: get_job
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     coalesce(payload, '\x'::bytea) AS payload, encoding, extras, idempotency_key, lease_id, lease_expires_at,
-    worker_id, started_at, history, finished_at, reason, cancel_requested, seq, node
+    worker_id, started_at, history, finished_at, reason, cancel_requested, seq, node, progress
 FROM jobs WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = $1 AND job_id_foreign(f.id, f.seq)), job_seq_hint($1)) AND id = $1;
 
 -- name: settle_lookup
@@ -234,6 +242,10 @@ WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state::integer = 3;
 
 -- name: extend_lease
 UPDATE jobs SET lease_expires_at = $1 WHERE seq = $2;
+
+-- name: extend_lease_progress
+-- An extension that carries the handler's progress (JSON text): $1 expiry, $2 progress, $3 seq.
+UPDATE jobs SET lease_expires_at = $1, progress = $2 WHERE seq = $3;
 
 -- name: sweep_no_jit
 -- Before expired_leases, in its transaction: no JIT compilation. The planner estimates the

@@ -33,10 +33,11 @@ def _leased_bytes(rows: Sequence[Any]) -> int:
     return sum(len(r[payload]) + (len(r[history].encode()) if r[history] else 0) for r in rows)
 
 
-async def promote(tx: Tx, now: int, limit: int) -> list[Any]:
-    """Due SCHEDULED jobs → READY (``promote_due``); one (queue, run_at) row per job."""
-    rows = await tx.conn.fetch(Q["promote_due"], now, limit)
-    for q in {queue for queue, _run_at in rows}:
+async def promote(tx: Tx, now: int, limit: int, with_jobs: bool = False) -> list[Any]:
+    """Due SCHEDULED jobs → READY (``promote_due``); one (queue, run_at) row per job, and
+    ``with_jobs`` (the sweeper) its id, job type and attempt after them."""
+    rows = await tx.conn.fetch(Q["promote_due_jobs"] if with_jobs else Q["promote_due"], now, limit)
+    for q in {row[0] for row in rows}:
         tx.wake(q)
     return list(rows)
 

@@ -149,10 +149,12 @@ class ExtendOp:
     time the operation waited for its writer when there is a ``clock``
     (``params.granted_expiry``, read once the row is locked)."""
 
-    __slots__ = ("clock", "expires_at", "job_id", "lease_id", "now")
+    __slots__ = ("clock", "expires_at", "job_id", "lease_id", "now", "progress")
 
-    def __init__(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None = None) -> None:
+    def __init__(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None = None,
+                 progress: str | None = None) -> None:
         self.job_id, self.lease_id, self.now, self.expires_at, self.clock = job_id, lease_id, now, expires_at, clock
+        self.progress = progress
 
     async def __call__(self, tx: Tx) -> ExtendResult:
         found = await tx.conn.fetchrow(Q["settle_lookup"], self.job_id)
@@ -163,5 +165,8 @@ class ExtendOp:
             return ExtendResult(err)
         assert job is not None and row is not None
         expires_at = granted_expiry(self.now, self.expires_at, self.clock)
-        await tx.conn.execute(Q["extend_lease"], expires_at, row.seq)
-        return ExtendResult(None, expires_at, bool(job.cancel_requested))
+        if self.progress is None:
+            await tx.conn.execute(Q["extend_lease"], expires_at, row.seq)
+        else:
+            await tx.conn.execute(Q["extend_lease_progress"], expires_at, self.progress, row.seq)
+        return ExtendResult(None, expires_at, bool(job.cancel_requested), row.queue, row.job_type, job.attempt)

@@ -184,6 +184,15 @@ class PostgresStore:
         may have been missed); ``queues_changed()`` when another node changed queue rows."""
         self._listener.subscribe(ready, queues_changed)
 
+    def subscribe_events(self, on_payload: Callable[[str], None]) -> None:
+        """``Store.subscribe_events``: payloads of the events channel (``{channel}_ev``)."""
+        self._listener.subscribe_events(on_payload)
+
+    async def publish_events(self, payload: str) -> None:
+        """``Store.publish_events``: one ``pg_notify`` on the events channel through the read
+        pool (no job transaction waits for it). Raises ``StoreError``."""
+        await self._reads.fetchval("SELECT pg_notify($1, $2)", self._listener.events_channel, payload)
+
     def on_promoted(self, ready: Callable[[str], None]) -> None:
         """``Store.on_promoted``."""
         self._promoted = ready
@@ -372,10 +381,10 @@ class PostgresStore:
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
-                     clock: Clock | None = None) -> ExtendResult:
+                     clock: Clock | None = None, progress: str | None = None) -> ExtendResult:
         """Push a live lease's expiry to ``expires_at`` (µs), measured from when the committer
-        writes it with a ``clock`` (``Store.extend``)."""
-        return await self._committer.submit(settle.ExtendOp(job_id, lease_id, now, expires_at, clock), 0)
+        writes it with a ``clock``, and store ``progress`` with it (``Store.extend``)."""
+        return await self._committer.submit(settle.ExtendOp(job_id, lease_id, now, expires_at, clock, progress), 0)
 
     # ------------------------------------------------------------------ sweeps
 

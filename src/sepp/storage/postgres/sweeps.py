@@ -28,9 +28,9 @@ class PromoteOp:
         self.now, self.limit = now, limit
 
     async def __call__(self, tx: Tx) -> SweepResult:
-        rows = await promote(tx, self.now, self.limit)
-        return SweepResult(len(rows), frozenset(q for q, _run_at in rows),
-                           promoted_run_at=tuple(run_at for _q, run_at in rows))
+        rows = await promote(tx, self.now, self.limit, with_jobs=True)
+        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows),
+                           promoted_jobs=tuple((bytes(r[2]), r[0], r[3], r[4], r[1]) for r in rows))
 
 
 class ReclaimOp:
@@ -50,6 +50,7 @@ class ReclaimOp:
         dead: dict[str, int] = {}
         expired: dict[str, int] = {}
         types: dict[tuple[str, str, int], int] = {}
+        changed: list[tuple[bytes, str, str, int, int]] = []
         await conn.execute(Q["sweep_no_jit"])
         rows = await conn.fetch(Q["expired_leases"], now, self.limit)
         for found in rows:
@@ -72,7 +73,9 @@ class ReclaimOp:
                 dead[queue] = dead.get(queue, 0) + 1
             key = (queue, r.job_type, d.state)
             types[key] = types.get(key, 0) + 1
-        return SweepResult(len(rows), frozenset(woke), dead, expired=expired, expired_types=types)
+            changed.append((bytes(r.id), queue, r.job_type, d.state, d.attempt))
+        return SweepResult(len(rows), frozenset(woke), dead, expired=expired, expired_types=types,
+                           reclaimed_jobs=tuple(changed))
 
 
 class PruneOp:

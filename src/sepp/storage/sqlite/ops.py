@@ -323,10 +323,10 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
 
 
 def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None,
-              conn: sqlite3.Connection) -> ExtendResult:
+              progress: str | None, conn: sqlite3.Connection) -> ExtendResult:
     """Writer side of ``SQLiteStore.extend``: push a live lease's expiry to ``expires_at`` (µs),
     moved on by the time the operation waited for the writer when there is a ``clock``
-    (``params.granted_expiry``, read here)."""
+    (``params.granted_expiry``, read here); ``progress`` (not None) is stored with it."""
     row = _lookup(conn, job_id)
     job = None if row is None else row.held()
     err = lease_error(job, lease_id, now)
@@ -334,5 +334,8 @@ def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: 
         return ExtendResult(err)
     assert job is not None and row is not None
     expires_at = granted_expiry(now, expires_at, clock)
-    conn.execute(Q["extend_lease"], (expires_at, row.seq))
-    return ExtendResult(None, expires_at, bool(job.cancel_requested))
+    if progress is None:
+        conn.execute(Q["extend_lease"], (expires_at, row.seq))
+    else:
+        conn.execute(Q["extend_lease_progress"], (expires_at, progress, row.seq))
+    return ExtendResult(None, expires_at, bool(job.cancel_requested), row.queue, row.job_type, job.attempt)

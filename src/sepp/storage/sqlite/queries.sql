@@ -46,6 +46,12 @@ UPDATE jobs SET state = 2
 WHERE seq IN (SELECT seq FROM jobs WHERE state = 1 AND run_at <= ? ORDER BY run_at LIMIT ?)
 RETURNING queue, run_at;
 
+-- name: promote_due_jobs
+-- promote_due for the sweeper, returning what the live job events name of each job too.
+UPDATE jobs SET state = 2
+WHERE seq IN (SELECT seq FROM jobs WHERE state = 1 AND run_at <= ? ORDER BY run_at LIMIT ?)
+RETURNING queue, run_at, id, job_type, attempt;
+
 -- name: next_due
 SELECT min(run_at) FROM jobs WHERE state = 1;
 
@@ -92,7 +98,7 @@ UPDATE jobs SET purge_at = ? WHERE seq = ?;
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     coalesce(payload, x'') AS payload,
     encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
-    finished_at, reason, cancel_requested, seq, node
+    finished_at, reason, cancel_requested, seq, node, progress
 FROM jobs WHERE id = ?;
 
 -- name: settle_lookup
@@ -121,6 +127,10 @@ UPDATE jobs SET state = 4, finished_at = ?, purge_at = ?, reason = NULL WHERE se
 
 -- name: extend_lease
 UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
+
+-- name: extend_lease_progress
+-- An extension that carries the handler's progress (JSON text): ?1 expiry, ?2 progress, ?3 seq.
+UPDATE jobs SET lease_expires_at = ?, progress = ? WHERE seq = ?;
 
 -- name: expired_leases
 -- Up to ?4 expired leases (expiry <= ?1) after the key (?2 expiry, ?3 seq), oldest first: a

@@ -359,11 +359,12 @@ class SQLiteStore:
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
-                     clock: Clock | None = None) -> ExtendResult:
+                     clock: Clock | None = None, progress: str | None = None) -> ExtendResult:
         """Push a live lease's expiry to ``expires_at`` (µs), measured from when the writer
-        writes it with a ``clock`` (``Store.extend``)."""
+        writes it with a ``clock``, and store ``progress`` with it (``Store.extend``)."""
 
-        return await self._committer.submit(partial(ops.extend_op, job_id, lease_id, now, expires_at, clock))
+        return await self._committer.submit(partial(ops.extend_op, job_id, lease_id, now, expires_at, clock,
+                                                    progress))
 
     # ------------------------------------------------------------------ sweeps
 
@@ -435,6 +436,12 @@ class SQLiteStore:
 
     def subscribe(self, ready: Callable[[str | None], None], queues_changed: Callable[[], None]) -> None:
         """``Store.subscribe``: there are no other nodes, so nothing is ever called."""
+
+    def subscribe_events(self, on_payload: Callable[[str], None]) -> None:
+        """``Store.subscribe_events``: there are no other nodes, so nothing is ever called."""
+
+    async def publish_events(self, payload: str) -> None:
+        """``Store.publish_events``: there are no other nodes to tell."""
 
     def on_promoted(self, ready: Callable[[str], None]) -> None:
         """``Store.on_promoted``."""

@@ -139,13 +139,15 @@ def _promote_row(conn: sqlite3.Connection, row: _Row) -> None:
     conn.execute(Q["promote_one"], (row[_DUE_SEQ],))
 
 
-def promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
+def promote(conn: sqlite3.Connection, now: int, limit: int, with_jobs: bool = False) -> SweepResult:
     """Due SCHEDULED jobs (run_at ≤ ``now`` µs) → READY, at most ``limit``: one statement,
-    or row by row when it fails (also run by every Reserve before it leases)."""
-    ok, rows = _batch_or_rows(conn, lambda: conn.execute(Q["promote_due"], (now, limit)).fetchall())
+    or row by row when it fails (also run by every Reserve before it leases). ``with_jobs``
+    (the sweeper): ``promoted_jobs`` names each job (not for the rows done one by one)."""
+    sql = Q["promote_due_jobs"] if with_jobs else Q["promote_due"]
+    ok, rows = _batch_or_rows(conn, lambda: conn.execute(sql, (now, limit)).fetchall())
     if ok:
-        return SweepResult(len(rows), frozenset(q for q, _run_at in rows),
-                           promoted_run_at=tuple(run_at for _q, run_at in rows))
+        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows),
+                           promoted_jobs=tuple((r[2], r[0], r[3], r[4], r[1]) for r in rows) if with_jobs else ())
     done, failed = _paged(conn, Q["due_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[_DUE_RUN_AT], r[_DUE_SEQ]),
                           _promote_row)
     return SweepResult(len(done), frozenset(row[_DUE_QUEUE] for row, _ in done), {},
@@ -155,7 +157,7 @@ def promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
 
 def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
     """Writer side of ``SQLiteStore.promote_due``."""
-    return promote(conn, now, limit)
+    return promote(conn, now, limit, with_jobs=True)
 
 
 # ---------------------------------------------------------------------- reclaim
@@ -188,6 +190,7 @@ def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connect
     dead: dict[str, int] = {}
     expired: dict[str, int] = {}
     types: dict[tuple[str, str, int], int] = {}
+    changed: list[tuple[bytes, str, str, int, int]] = []
     for found, state in done:
         row = ExpiredRow._make(found)
         queue = row.queue
@@ -198,8 +201,9 @@ def reclaim_op(now: int, limit: int, policy: PolicyLookup, conn: sqlite3.Connect
             dead[queue] = dead.get(queue, 0) + 1
         key = (queue, row.job_type if isinstance(row.job_type, str) else "", state)
         types[key] = types.get(key, 0) + 1
+        changed.append((row.id, queue, key[1], state, row.attempt))
     return SweepResult(len(done), frozenset(woke), dead, _skipped(failed, _ID, _QUEUE), expired,
-                       expired_types=types)
+                       expired_types=types, reclaimed_jobs=tuple(changed))
 
 
 # ---------------------------------------------------------------------- prune

@@ -1,0 +1,319 @@
+"""Live job events: what ``WatchJobs`` streams (docs/decisions.md "Live job events").
+
+The engine reports each state change of a job here — enqueued, promoted, reserved,
+progress, completed, retry scheduled, dead-lettered, cancelled, requeued — after the commit
+that made it. ``JobEvents`` gives each event the node's next position and hands it to every
+local ``Watcher`` whose filters select it, and, while another node has watchers, to the
+``relay`` that sends it there (``sepp.server.event_relay``).
+
+Nothing is built when nobody watches: every emitter checks ``JobEvents.active`` (a plain
+attribute) first. A watcher's buffer is bounded (``ServerConfig.watch_buffer`` events): a
+watcher whose buffer is full is cut off (``Watcher.behind`` says by how many events) and
+dropped, so a slow consumer never slows the server down. Events are live and at-most-once:
+correctness never depends on them (waits read the stored state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import NamedTuple
+
+from sepp.domain.clock import Clock
+from sepp.domain.params import SettleKind, SettleParams, SettleResult
+from sepp.domain.records import Dedups, JobRecord, JobRow
+from sepp.domain.states import State
+from sepp.domain.transitions import ATTEMPTS_EXHAUSTED, CANCELLED_WHILE_RESERVED, LEASE_EXPIRED
+
+#: The event kinds: the numbers of the wire enum ``JobEventKind`` (``JOB_EVENT_ENQUEUED`` …;
+#: tests/unit/test_job_events.py holds them equal), kept here so the engine needs no wire code.
+ENQUEUED, PROMOTED, RESERVED, PROGRESS, COMPLETED = 1, 2, 3, 4, 5
+RETRY_SCHEDULED, DEAD_LETTERED, CANCELLED, REQUEUED = 6, 7, 8, 9
+#: Kind number → lower-case name (``sepp jobs watch``, logs).
+KIND_NAMES = {ENQUEUED: "enqueued", PROMOTED: "promoted", RESERVED: "reserved", PROGRESS: "progress",
+              COMPLETED: "completed", RETRY_SCHEDULED: "retry_scheduled", DEAD_LETTERED: "dead_lettered",
+              CANCELLED: "cancelled", REQUEUED: "requeued"}
+
+_READY, _RESERVED, _SCHEDULED = int(State.READY), int(State.RESERVED), int(State.SCHEDULED)
+_COMPLETED, _DEAD, _CANCELLED = int(State.COMPLETED), int(State.DEAD_LETTERED), int(State.CANCELLED)
+_RELEASE, _DEAD_LETTER = SettleKind.RELEASE, SettleKind.DEAD_LETTER
+_new = tuple.__new__
+
+#: Events a watcher's buffer holds by default before it is cut off (``ServerConfig.watch_buffer``).
+DEFAULT_WATCH_BUFFER = 10_000
+#: Most job ids, queues and job types one watcher may filter on (INVALID_ARGUMENT beyond).
+MAX_WATCH_IDS, MAX_WATCH_NAMES = 1_000, 100
+
+
+class JobEvent(NamedTuple):
+    """One state change of one job. ``job_id`` is the 16-byte id; times are µs UTC; ``kind`` a
+    ``JobEventKind`` number, ``state`` the job's state after the change; ``position`` the
+    node's event counter (0 until ``JobEvents`` publishes it). The optional fields are set
+    for the kinds the ``JobEvent`` message names them for."""
+
+    position: int
+    kind: int
+    job_id: bytes
+    queue: str
+    job_type: str
+    state: int
+    at: int
+    attempt: int
+    worker_id: str = ""
+    run_at: int = 0
+    error: str = ""
+    reason: str = ""
+    progress: str = ""
+    result_bytes: int = 0
+    node: str = ""
+
+
+class Watcher:
+    """One ``WatchJobs`` call: its filters (None = any), its buffer of events not yet sent,
+    and the event that wakes the stream.
+
+    ``behind`` is 0 while the watcher keeps up; once its buffer of ``limit`` events is full it
+    holds the number of events it missed (the buffered ones and every later one it would
+    have got), and the watcher takes no more: the stream ends with that count. ``closed``:
+    the server is stopping (the stream ends UNAVAILABLE)."""
+
+    __slots__ = ("behind", "closed", "job_ids", "job_types", "limit", "pending", "queues", "wake")
+
+    def __init__(self, job_ids: Collection[bytes] = (), queues: Collection[str] = (), job_types: Collection[str] = (),
+                 limit: int = DEFAULT_WATCH_BUFFER) -> None:
+        self.job_ids = frozenset(job_ids) or None
+        self.queues = frozenset(queues) or None
+        self.job_types = frozenset(job_types) or None
+        self.limit = limit
+        self.pending: list[JobEvent] = []
+        self.wake = asyncio.Event()
+        self.behind = 0
+        self.closed = False
+
+    def wants(self, event: JobEvent) -> bool:
+        """Whether the filters select ``event`` (each given filter must hold)."""
+        return ((self.job_ids is None or event.job_id in self.job_ids)
+                and (self.queues is None or event.queue in self.queues)
+                and (self.job_types is None or event.job_type in self.job_types))
+
+    def offer(self, event: JobEvent) -> None:
+        """Buffer ``event`` if the filters select it; a full buffer cuts the watcher off."""
+        if not self.wants(event):
+            return
+        if self.behind:
+            self.behind += 1
+            return
+        pending = self.pending
+        if len(pending) >= self.limit:
+            self.behind = len(pending) + 1
+            pending.clear()
+        else:
+            pending.append(event)
+        self.wake.set()
+
+    def take(self) -> list[JobEvent]:
+        """The buffered events, oldest first (the buffer is emptied)."""
+        out, self.pending = self.pending, []
+        self.wake.clear()
+        return out
+
+
+class JobEvents:
+    """The node's live job events: watchers, positions, and the engine's emitters.
+
+    ``node`` is named in every local event; ``clock`` stamps the events of changes whose time
+    the store does not report; ``buffer`` is each watcher's bound (events).
+
+    ``active`` is True while a local watcher exists or another node has one
+    (``remote_watchers``): the engine builds no event otherwise. ``relay`` (set by the
+    cluster relay) is called with each local event while other nodes have watchers.
+    """
+
+    def __init__(self, node: str, clock: Clock, buffer: int = DEFAULT_WATCH_BUFFER) -> None:
+        self.node = node
+        self.clock = clock
+        self.buffer = buffer
+        self.active = False
+        self.position = 0
+        self._watchers: list[Watcher] = []
+        self._remote = False
+        self._closed = False
+        #: Called with each local event while another node watches (``event_relay``).
+        self.relay: Callable[[JobEvent], None] | None = None
+        #: Called when the number of local watchers changes (the relay announces it).
+        self.on_watchers: Callable[[int], None] | None = None
+
+    # ------------------------------------------------------------ watchers
+
+    def watch(self, job_ids: Collection[bytes] = (), queues: Collection[str] = (),
+              job_types: Collection[str] = ()) -> Watcher:
+        """A new watcher with these filters (empty = any), receiving from now on."""
+        w = Watcher(job_ids, queues, job_types, self.buffer)
+        if self._closed:
+            w.closed = True
+            w.wake.set()
+            return w
+        self._watchers = [*self._watchers, w]
+        self._changed()
+        return w
+
+    def unwatch(self, watcher: Watcher) -> None:
+        """Forget ``watcher`` (idempotent; call in a ``finally``)."""
+        if watcher in self._watchers:
+            self._watchers = [w for w in self._watchers if w is not watcher]
+            self._changed()
+
+    @property
+    def watchers(self) -> int:
+        """How many local watchers there are."""
+        return len(self._watchers)
+
+    @property
+    def remote_watchers(self) -> bool:
+        """Whether another node sharing the store has watchers (set by the relay)."""
+        return self._remote
+
+    @remote_watchers.setter
+    def remote_watchers(self, value: bool) -> None:
+        self._remote = value
+        self.active = bool(self._watchers) or value
+
+    def _changed(self) -> None:
+        self.active = bool(self._watchers) or self._remote
+        if self.on_watchers is not None:
+            self.on_watchers(len(self._watchers))
+
+    def close(self) -> None:
+        """The server is stopping: every watcher's stream ends (UNAVAILABLE) and no new one
+        receives anything. Idempotent."""
+        self._closed = True
+        for w in self._watchers:
+            w.closed = True
+            w.wake.set()
+        self._watchers = []
+        self._changed()
+
+    # ------------------------------------------------------------ publishing
+
+    def publish(self, event: JobEvent, *, local: bool = True) -> None:
+        """Give ``event`` the next position and hand it to every watcher (and, for a
+        ``local`` one while other nodes watch, to the relay)."""
+        self.position += 1
+        event = event._replace(position=self.position)
+        for w in self._watchers:
+            w.offer(event)
+        if local and self._remote and self.relay is not None:
+            self.relay(event)
+
+    def emit(self, kind: int, job_id: bytes, queue: str, job_type: str, state: int, at: int, attempt: int,
+             **extra: object) -> None:
+        """Publish one local event (``extra``: the optional ``JobEvent`` fields)."""
+        self.position += 1
+        self._deliver(JobEvent(self.position, kind, job_id, queue, job_type, state, at, attempt, node=self.node,
+                               **extra))  # type: ignore[arg-type]
+
+    def _deliver(self, event: JobEvent) -> None:
+        for w in self._watchers:
+            w.offer(event)
+        if self._remote and self.relay is not None:
+            self.relay(event)
+
+    def _deliver_all(self, events: list[JobEvent]) -> None:
+        """``_deliver`` each of ``events`` (in order): to a watcher without filters and with
+        room for them all, as one list extension."""
+        if not events:
+            return
+        for w in self._watchers:
+            if (w.job_ids is None and w.queues is None and w.job_types is None and not w.behind
+                    and len(w.pending) + len(events) <= w.limit):
+                w.pending.extend(events)
+                w.wake.set()
+            else:
+                for event in events:
+                    w.offer(event)
+        relay = self.relay
+        if self._remote and relay is not None:
+            for event in events:
+                relay(event)
+
+    # ------------------------------------------------------------ the engine's emitters
+    # The three of every job (enqueued, reserved, completed) build their tuples with
+    # tuple.__new__ (the JobEvent fields in order): a busy watched node makes tens of
+    # thousands a second.
+
+    def enqueued(self, rows: Sequence[JobRow], dedups: Dedups) -> None:
+        """An enqueue commit stored ``rows`` (all but the ``dedups`` indexes)."""
+        node, pos = self.node, self.position
+        if dedups:
+            rows = [row for i, row in enumerate(rows) if i not in dedups]
+        batch = [_new(JobEvent, (pos + k, ENQUEUED, row[0], row[1], row[2], row[3], row[6], 0, "", row[5], "", "", "",
+                                 0, node)) for k, row in enumerate(rows, 1)]
+        self.position = pos + len(batch)
+        self._deliver_all(batch)
+
+    def reserved(self, jobs: Iterable[JobRecord], worker_id: str) -> None:
+        """A reserve leased ``jobs`` to ``worker_id``."""
+        node, pos = self.node, self.position
+        batch = [_new(JobEvent, (pos + k, RESERVED, j[0], j[1], j[2], _RESERVED, j[16] or 0, j[7], worker_id, 0, "",
+                                 "", "", 0, node)) for k, j in enumerate(jobs, 1)]
+        self.position = pos + len(batch)
+        self._deliver_all(batch)
+
+    def settled(self, items: Sequence[SettleParams], results: Sequence[SettleResult]) -> None:
+        """A settle call's items and their verdicts (refused ones and repeated acks report nothing)."""
+        emit, node = self.emit, self.node
+        done: list[JobEvent] = []
+        for p, r in zip(items, results, strict=True):
+            error, state, run_at, attempt, queue, _started, job_type = r
+            if error is not None:
+                continue
+            if state == _COMPLETED:
+                if run_at:  # run_at 0: a repeated ack
+                    self.position = pos = self.position + 1
+                    done.append(_new(JobEvent, (pos, COMPLETED, p[0], queue, job_type, state, p[3], attempt, "", 0, "",
+                                                "", "", 0, node)))
+                continue
+            if done:  # the completions so far first: the events stay in position order
+                self._deliver_all(done)
+                done = []
+            if state == _DEAD:
+                reason = ATTEMPTS_EXHAUSTED if p.kind is not _DEAD_LETTER else p.reason
+                emit(DEAD_LETTERED, p.job_id, queue, job_type, state, p.now, attempt, reason=reason,
+                     error=p.error_message)
+            elif state == _CANCELLED:
+                emit(CANCELLED, p.job_id, queue, job_type, state, p.now, attempt, error=p.error_message,
+                     reason=CANCELLED_WHILE_RESERVED)
+            elif p.kind is _RELEASE:
+                emit(REQUEUED, p.job_id, queue, job_type, state, p.now, attempt, reason="released", run_at=run_at)
+            else:
+                emit(RETRY_SCHEDULED, p.job_id, queue, job_type, state, p.now, attempt, run_at=run_at,
+                     error=p.error_message)
+        self._deliver_all(done)
+
+    def progressed(self, job_id: bytes, queue: str, job_type: str, attempt: int, progress: str) -> None:
+        """A running handler's progress was stored."""
+        self.emit(PROGRESS, job_id, queue, job_type, _RESERVED, self.clock.now(), attempt, progress=progress)
+
+    def promoted(self, jobs: Iterable[tuple[bytes, str, str, int, int]], now: int) -> None:
+        """A promotion sweep made ``jobs`` READY: (job id, queue, job type, attempt, run_at) each."""
+        emit = self.emit
+        for job_id, queue, job_type, attempt, run_at in jobs:
+            emit(PROMOTED, job_id, queue, job_type, _READY, now, attempt, run_at=run_at)
+
+    def reclaimed(self, jobs: Iterable[tuple[bytes, str, str, int, int]], now: int) -> None:
+        """A reclaim pass took back expired leases: (job id, queue, job type, new state,
+        attempt) each — READY (requeued, ``lease_expired``), DEAD_LETTERED (``LEASE_EXPIRED``)
+        or CANCELLED."""
+        emit = self.emit
+        for job_id, queue, job_type, state, attempt in jobs:
+            if state == _READY:
+                emit(REQUEUED, job_id, queue, job_type, state, now, attempt, reason="lease_expired")
+            elif state == _DEAD:
+                emit(DEAD_LETTERED, job_id, queue, job_type, state, now, attempt, reason=LEASE_EXPIRED)
+            else:
+                emit(CANCELLED, job_id, queue, job_type, state, now, attempt,
+                     reason=CANCELLED_WHILE_RESERVED)
+
+__all__ = ["CANCELLED", "COMPLETED", "DEAD_LETTERED", "DEFAULT_WATCH_BUFFER", "ENQUEUED", "MAX_WATCH_IDS",
+           "MAX_WATCH_NAMES", "PROGRESS", "PROMOTED", "REQUEUED", "RESERVED", "RETRY_SCHEDULED", "JobEvent",
+           "JobEvents", "Watcher"]

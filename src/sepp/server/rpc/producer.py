@@ -17,8 +17,8 @@ from sepp.server.errors import EngineError
 from sepp.server.parts import ServerParts
 from sepp.server.rpc.outcomes import wait_response
 from sepp.server.rpc.status import abort_for
-from sepp.server.rpc_args import duration_arg
 from sepp.server.rpc.watch import watch_jobs
+from sepp.server.rpc_args import duration_arg
 from sepp.wire import seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         Unauthenticated,
         Unavailable,
     )
+    from sepp.job_result import Result
     from sepp.rejections import RejectionCode
     from sepp.request import (
         EnqueueAck,
@@ -62,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "Rejection": "sepp.request",
     "ServerInfo": "sepp.request",
     "RejectionCode": "sepp.rejections",
+    "Result": "sepp.job_result",
     "Worker": "sepp.worker",
     "Job": "sepp.worker",
     "Retry": "sepp.worker",
@@ -101,6 +103,7 @@ __all__ = [
     "RejectedError",
     "Rejection",
     "RejectionCode",
+    "Result",
     "Retry",
     "RetryPolicy",
     "SeppError",

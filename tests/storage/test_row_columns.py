@@ -23,7 +23,7 @@ from sepp.storage.sqlite.admin import SummaryRow as SQLiteSummaryRow
 from sepp.storage.sqlite.periodic import P as SQLITE_P
 from sepp.storage.sqlite.sql import A as SQLITE_A
 from sepp.storage.sqlite.sql import Q as SQLITE_Q
-from sepp.storage.sqlite.sql import ack_sql
+from sepp.storage.sqlite.sql import ack_results_sql, ack_sql
 from sepp.storage.sqlite.store import SQLiteStore
 from sepp.storage.sqlite.sweeps import _DueRow, _KeyRow, _PurgeableRow
 
@@ -35,6 +35,7 @@ SQLITE_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "expired_leases": (SQLITE_Q["expired_leases"], ExpiredRow),
     "get_job": (SQLITE_Q["get_job"], JobRecord),
     "ack_many_head": (ack_sql(2), AckedRow),
+    "ack_many_results_head": (ack_results_sql(2), AckedRow),
     "load_queues": (SQLITE_Q["load_queues"], QueueRow),
     "get_queue": (SQLITE_Q["get_queue"], QueueRow),
     "job_summaries": (SQLITE_A["job_summaries"], SQLiteSummaryRow),
@@ -53,6 +54,7 @@ POSTGRES_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "expired_leases": (PG_Q["expired_leases"], ExpiredRow),
     "get_job": (PG_Q["get_job"], JobRecord),
     "ack_many": (PG_Q["ack_many"], AckedRow),
+    "ack_many_results": (PG_Q["ack_many_results"], AckedRow),
     "load_queues": (PG_Q["load_queues"], QueueRow),
     "lock_queue": (PG_Q["lock_queue"], QueueRow),
     "nodes": (PG_Q["nodes"], NodeRecord),

@@ -83,6 +83,10 @@ class JobRecord(NamedTuple):
     #: The node that leased it last (``ReserveParams.node``); None if never leased
     #: or leased before the column existed.
     node: str | None = None
+    #: What the handler returned, stored with the ack that completed the job (bytes, and
+    #: its encoding label); None when it returned nothing or the job is not COMPLETED.
+    result: bytes | None = None
+    result_encoding: str | None = None
 
     def attempt_entries(self) -> list[dict[str, Any]]:
         """The attempt history, oldest first: dicts with ``attempt``, ``worker_id``, ``node``

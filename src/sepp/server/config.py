@@ -32,7 +32,16 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
+from sepp.limits import (
+    DAY,
+    HOUR,
+    MAX_SIZE,
+    MESSAGE_BOUNDED,
+    QueueSettings,
+    ServerLimits,
+    fmt_number,
+    long_encoding_label,
+)
 from sepp.server.auth import AuthSettings
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.storage.config import LEGACY_SQLITE_KEYS, ConfigError, PostgresSettings, SQLiteSettings
@@ -283,9 +292,11 @@ class ServerConfig(BaseSettings):
             if rej is not None and rej.field == "queue" and rej.code != 4:
                 raise ValueError(f"queue name {name!r} is invalid: {rej.message}")
         for name, settings in [("queue_defaults", self.queue_defaults), *self.queues.items()]:
-            if settings.limits.max_payload_bytes > self.limits.max_message_bytes:
-                raise ValueError(f"{name}: max_payload_bytes ({settings.limits.max_payload_bytes}) exceeds "
-                                 f"max_message_bytes ({self.limits.max_message_bytes})")
+            for limit in MESSAGE_BOUNDED:
+                value = getattr(settings.limits, limit)
+                if value > self.limits.max_message_bytes:
+                    raise ValueError(f"{name}: {limit} ({value}) exceeds max_message_bytes "
+                                     f"({self.limits.max_message_bytes})")
             long_label = long_encoding_label(settings.limits, self.limits.max_encoding_bytes)
             if long_label is not None:
                 raise ValueError(f"{name}.limits.allowed_encodings[{long_label[0]}] is {long_label[1]} bytes long; "

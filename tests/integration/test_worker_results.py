@@ -67,7 +67,7 @@ async def test_return_values_are_the_jobs_results_in_the_admin_api_and_jobs_show
         return {"sent": True, "to": job.id[:8]}
 
     def as_bytes(job: Job) -> bytes:  # a blocking handler, run in a thread
-        return b"\x00\x01binary"
+        return b"\xff\x00binary"  # not UTF-8
 
     async def as_result(job: Job) -> Result:
         return Result(b"<b>done</b>", "text/html")
@@ -81,7 +81,7 @@ async def test_return_values_are_the_jobs_results_in_the_admin_api_and_jobs_show
     assert [j.state for j in jobs] == [pb.COMPLETED] * 4
     assert json.loads(jobs[0].result.data) == {"sent": True, "to": ids[0][:8]}
     assert jobs[0].result.encoding == "application/json"
-    assert (jobs[1].result.data, jobs[1].result.encoding) == (b"\x00\x01binary", "application/octet-stream")
+    assert (jobs[1].result.data, jobs[1].result.encoding) == (b"\xff\x00binary", "application/octet-stream")
     assert (jobs[2].result.data, jobs[2].result.encoding) == (b"<b>done</b>", "text/html")
     assert not jobs[3].HasField("result")
     _shown(srv, ids, jobs)
@@ -97,7 +97,7 @@ def _shown(srv: ServerProcess, ids: list[str], jobs: list[pb.Job]) -> None:
     assert json.loads(result["text"]) == {"sent": True, "to": ids[0][:8]}
     assert (result["encoding"], result["bytes"]) == ("application/json", len(jobs[0].result.data))
     binary = json.loads(runner.invoke(app, ["jobs", "show", ids[1], "--json", "--server", srv.grpc_target]).stdout)
-    assert binary["result"] == {"base64": "AAFiaW5hcnk=", "encoding": "application/octet-stream", "bytes": 8}
+    assert binary["result"] == {"base64": "/wBiaW5hcnk=", "encoding": "application/octet-stream", "bytes": 8}
     assert json.loads(runner.invoke(app, ["jobs", "show", ids[3], "--json", "--server", srv.grpc_target]
                                     ).stdout)["result"] is None
     human = runner.invoke(app, ["jobs", "show", ids[0], "--server", srv.grpc_target], env={"COLUMNS": "200"})
@@ -165,7 +165,7 @@ def _ack_item(res: wpb.Reservation, size: int) -> wpb.SettleItem:
 def test_the_server_refuses_an_over_limit_result_and_fails_the_attempt(srv: ServerProcess, fresh_queue: str) -> None:
     with wire_for(srv, fresh_queue) as w:
         ids = [w.enqueue(fresh_queue, "t", max_attempts=3) for _ in range(4)]
-        res = w.reserve(fresh_queue, 4)
+        res = w.reserve([fresh_queue], 4)
         assert {r.job.id for r in res} == set(ids)
         assert dict(w.worker.Reserve(wpb.ReserveRequest(queues=[fresh_queue], max_jobs=1, worker_id="t"),
                                      timeout=10).max_result_bytes) == {}  # nothing left: no limits said

@@ -240,8 +240,8 @@ def info_cmd(server: ServerOpt = DEFAULT_SERVER, token: ClientTokenOpt = None, t
     out.print(table)
     queues = Table(title="Queues", title_justify="left", box=box.SIMPLE_HEAD,
                    caption="prio/tries = default priority/max attempts; payload = max payload; "
-                           "custom = max entries/key bytes/map bytes; result = max result", caption_justify="left")
-    for column in ("queue", "decl", "paused", "prio", "tries", "payload", "encodings", "custom", "result"):
+                           "custom = max entries/key bytes/map bytes", caption_justify="left")
+    for column in ("queue", "decl", "paused", "prio", "tries", "payload", "encodings", "custom"):
         if column in ("queue", "encodings"):
             queues.add_column(column, overflow="fold")
         else:
@@ -252,8 +252,7 @@ def info_cmd(server: ServerOpt = DEFAULT_SERVER, token: ClientTokenOpt = None, t
         queues.add_row(escape(name), declared, paused, str(settings.default_priority),
                        str(settings.default_max_attempts), _bytes(lim.max_payload_bytes),
                        escape(", ".join(lim.allowed_encodings)) or "any",
-                       f"{lim.max_custom_entries}/{lim.max_custom_key_bytes}/{lim.max_custom_bytes}",
-                       _bytes(lim.max_result_bytes))
+                       f"{lim.max_custom_entries}/{lim.max_custom_key_bytes}/{lim.max_custom_bytes}")
 
     add("(defaults, unused: strict)" if info.strict else "(defaults)", "", "", info.queue_defaults)
     for q in info.queues.values():

@@ -160,6 +160,23 @@ class QueueSettings(BaseModel):
         return f"{amount}/{_UNIT_OF[period]}"
 
 
+def fit_result_limit(settings: QueueSettings, max_message_bytes: int) -> QueueSettings:
+    """``settings`` with ``limits.max_result_bytes`` lowered to ``max_message_bytes`` when it is
+    larger and the settings never named it (its 1 MiB default): a server whose message cap is
+    below 1 MiB starts, and declares queues, with settings written before results existed. A
+    value that was named is left as it is (and refused where it is checked). Keeps what the
+    settings name (``model_fields_set``): the config's named keys are what it overlays."""
+    lim = settings.limits
+    if lim.max_result_bytes <= max_message_bytes or "max_result_bytes" in lim.model_fields_set:
+        return settings
+    fitted = lim.model_copy(update={"max_result_bytes": max_message_bytes})
+    fitted.__pydantic_fields_set__.discard("max_result_bytes")
+    out = settings.model_copy(update={"limits": fitted})
+    if "limits" not in settings.model_fields_set:
+        out.__pydantic_fields_set__.discard("limits")
+    return out
+
+
 class ServerLimits(BaseModel):
     """Server-wide limits. ``max_message_bytes`` is enforced, not advertised."""
 

@@ -39,6 +39,7 @@ from sepp.limits import (
     MESSAGE_BOUNDED,
     QueueSettings,
     ServerLimits,
+    fit_result_limit,
     fmt_number,
     long_encoding_label,
 )
@@ -284,6 +285,23 @@ class ServerConfig(BaseSettings):
                                  "each schedule needs a name of its own")
             seen[spec.name] = i
         return value
+
+    @field_validator("queue_defaults")
+    @classmethod
+    def _defaults_result_fits(cls, value: QueueSettings, info: ValidationInfo) -> QueueSettings:
+        """An unnamed (default) ``max_result_bytes`` above ``max_message_bytes`` is lowered to it
+        (``fit_result_limit``); a named one is checked in ``_check``."""
+        limits = info.data.get("limits")
+        return value if limits is None else fit_result_limit(value, limits.max_message_bytes)
+
+    @field_validator("queues")
+    @classmethod
+    def _queues_result_fits(cls, value: dict[str, QueueSettings], info: ValidationInfo) -> dict[str, QueueSettings]:
+        """``_defaults_result_fits`` for each declared queue."""
+        limits = info.data.get("limits")
+        if limits is None:
+            return value
+        return {name: fit_result_limit(settings, limits.max_message_bytes) for name, settings in value.items()}
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:

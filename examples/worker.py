@@ -18,14 +18,16 @@ log = logging.getLogger("examples.worker")
 
 
 @worker.handler("welcome")
-async def welcome(job: Job) -> None:
-    """Return = success (ack): the job is COMPLETED."""
+async def welcome(job: Job) -> dict[str, object]:
+    """Return = success (ack): the job is COMPLETED, and what it returns is the job's result
+    (a dict: stored as JSON; ``sepp jobs show ID`` prints it)."""
     user_id = job.json()["user_id"]          # payload bytes parsed as JSON
     vip = job.custom.get("vip", False)        # typed custom map: a bool stays a bool
     await asyncio.sleep(0.2)                  # pretend to send a mail
     if user_id is None:
         raise DeadLetter("no user id")        # give up now: NACK_DEAD_LETTER
     log.info("sent welcome mail to user %s%s", user_id, " (vip)" if vip else "")
+    return {"mailed": user_id, "vip": vip}
 
 
 def thumbnail(job: Job) -> None:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         WaitTimeout,
         WatchBehind,
     )
+    from sepp.job_result import Result
     from sepp.rejections import RejectionCode
     from sepp.request import (
         EnqueueAck,
@@ -69,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "Rejection": "sepp.request",
     "ServerInfo": "sepp.request",
     "RejectionCode": "sepp.rejections",
+    "Result": "sepp.job_result",
     "Worker": "sepp.worker",
     "Job": "sepp.worker",
     "Retry": "sepp.worker",
@@ -120,6 +122,7 @@ __all__ = [
     "RejectedError",
     "Rejection",
     "RejectionCode",
+    "Result",
     "Retry",
     "RetryPolicy",
     "SeppError",

@@ -85,6 +85,14 @@ class QueueLimits(BaseModel):
     max_custom_key_bytes: int = Field(default=64, ge=1, le=MAX_SIZE)
     #: Largest custom map, Σ(key bytes + value size), bytes.
     max_custom_bytes: int = Field(default=8192, ge=0, le=MAX_SIZE)
+    #: Largest job result (what a handler returns, stored with its ack) accepted, bytes;
+    #: equal is allowed (1 MiB default). Also at most the server's ``max_message_bytes``.
+    max_result_bytes: int = Field(default=1 * MiB, ge=0, le=MAX_SIZE)
+
+
+#: The queue limits that are at most the server's ``max_message_bytes`` (a payload travels in
+#: one enqueue message, a result in one ack).
+MESSAGE_BOUNDED = ("max_payload_bytes", "max_result_bytes")
 
 
 class QueueSettings(BaseModel):
@@ -155,6 +163,23 @@ class QueueSettings(BaseModel):
         return f"{amount}/{_UNIT_OF[period]}"
 
 
+def fit_result_limit(settings: QueueSettings, max_message_bytes: int) -> QueueSettings:
+    """``settings`` with ``limits.max_result_bytes`` lowered to ``max_message_bytes`` when it is
+    larger and the settings never named it (its 1 MiB default): a server whose message cap is
+    below 1 MiB starts, and declares queues, with settings written before results existed. A
+    value that was named is left as it is (and refused where it is checked). Keeps what the
+    settings name (``model_fields_set``): the config's named keys are what it overlays."""
+    lim = settings.limits
+    if lim.max_result_bytes <= max_message_bytes or "max_result_bytes" in lim.model_fields_set:
+        return settings
+    fitted = lim.model_copy(update={"max_result_bytes": max_message_bytes})
+    fitted.__pydantic_fields_set__.discard("max_result_bytes")
+    out = settings.model_copy(update={"limits": fitted})
+    if "limits" not in settings.model_fields_set:
+        out.__pydantic_fields_set__.discard("limits")
+    return out
+
+
 class ServerLimits(BaseModel):
     """Server-wide limits. ``max_message_bytes`` is enforced, not advertised."""
 
@@ -178,7 +203,7 @@ class ServerLimits(BaseModel):
     #: ≥ 55: a traceparent (version 00) is 55 bytes long.
     max_trace_value_bytes: int = Field(default=512, ge=55, le=MAX_SIZE)
     #: Whole gRPC message cap, bytes (16 MiB; at most 2 GiB − 1, gRPC's own cap); always
-    #: ≥ every queue's max_payload_bytes.
+    #: ≥ every queue's max_payload_bytes and max_result_bytes.
     max_message_bytes: int = Field(default=16 * MiB, ge=1024, le=MAX_SIZE)
     #: Most jobs one Reserve may ask for.
     max_reserve_batch: int = Field(default=256, ge=1, le=MAX_SIZE)

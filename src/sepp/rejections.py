@@ -31,6 +31,7 @@ class RejectionCode(enum.StrEnum):
     SCHEDULED_TOO_FAR = "ScheduledTooFar"
     IDEMPOTENCY_KEY_TOO_LONG = "IdempotencyKeyTooLong"
     TRACE_CONTEXT_INVALID = "TraceContextInvalid"
+    RESULT_TOO_LARGE = "ResultTooLarge"
 
     @property
     def reason(self) -> str:
@@ -39,7 +40,8 @@ class RejectionCode(enum.StrEnum):
 
     @property
     def grpc_status(self) -> grpc.StatusCode:
-        """Status of a rejected single ``Enqueue``: NOT_FOUND for UnknownQueue, else INVALID_ARGUMENT."""
+        """Status of a rejected single ``Enqueue`` (of a refused ``Ack`` for ResultTooLarge):
+        NOT_FOUND for UnknownQueue, else INVALID_ARGUMENT."""
         return CATALOGUE[self].status
 
     @classmethod
@@ -113,6 +115,10 @@ _ROWS = (
     CatalogueRow(RejectionCode.TRACE_CONTEXT_INVALID, grpc.StatusCode.INVALID_ARGUMENT,
                  "more than max_trace_entries entries, a key over 256 bytes, a value too long, "
                  "or an invalid traceparent"),
+    CatalogueRow(RejectionCode.RESULT_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT,
+                 "an ack's len(result.data) > the job's queue's max_result_bytes (`Ack` status, `Settle` per "
+                 "item): the ack is not applied, the attempt is failed instead and retried per the queue's "
+                 "policy with this reason in the job's history"),
 )
 
 #: The catalogue, keyed by code, in validation order.
@@ -126,7 +132,7 @@ ERROR_DOMAIN = "sepp"
 
 
 class Reason(enum.StrEnum):
-    """Every ErrorInfo reason (domain ``sepp``) the server sends besides the 12 rejection codes
+    """Every ErrorInfo reason (domain ``sepp``) the server sends besides the rejection codes
     . The value is the wire form; ``REASONS`` gives status and meaning.
 
     ``INVALID_ARGUMENT`` is also the rejection code ``InvalidArgument``: the same reason
@@ -228,5 +234,5 @@ _REASON_ROWS = (
 #: Every wire reason besides the rejection codes, with its status and meaning.
 REASONS: dict[Reason, ReasonRow] = {row.reason: row for row in _REASON_ROWS}
 
-#: Every ErrorInfo reason the server can send: the 12 rejection codes and ``REASONS``.
+#: Every ErrorInfo reason the server can send: the rejection codes and ``REASONS``.
 WIRE_REASONS: frozenset[str] = frozenset({c.reason for c in RejectionCode} | {str(r) for r in Reason})

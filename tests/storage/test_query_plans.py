@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sepp.storage.sqlite import SQLiteStore
-from sepp.storage.sqlite.sql import A, Q, ack_sql, insert_sql
+from sepp.storage.sqlite.sql import A, Q, ack_results_sql, ack_sql, insert_sql
 from sepp.storage.sqlite.store import DB_FILE
 
 #: Query name → parameters (values do not matter for the plan).
@@ -31,7 +31,7 @@ QUERIES: dict[str, tuple[object, ...]] = {
     "lease_ready": (b"l" * 16, 0, "w", 0, "q", 10, "n1"),
     "settle_lookup": (b"x" * 16,),
     "settle_update": (2, 0, 1, None, None, None, "{}", 1, b"l" * 16),
-    "complete_one": (0, 0, 1, b"l" * 16),
+    "complete_one": (0, 0, 1, b"l" * 16, None, None),
     "reclaim_ready": (2, "{}", 1, b"l" * 16),
     "get_job": (b"x" * 16,),
     "find_idempotency": ("q", "k"),
@@ -93,6 +93,10 @@ def test_the_reclaim_sweep_walks_jobs_leased_queue_by_queue(db: sqlite3.Connecti
 def test_batched_acks_probe_jobs_by_id(db: sqlite3.Connection) -> None:
     plan = _plan(db, ack_sql(2), (0, 0, b"a" * 16, b"b" * 16, b"c" * 16, b"d" * 16))
     assert "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)" in plan, plan
+    # The same statement with a result per ack (ack_many_results_head): the same probe.
+    with_results = _plan(db, ack_results_sql(2), (0, 0, b"a" * 16, b"b" * 16, b"r", "text/plain",
+                                                  b"c" * 16, b"d" * 16, None, None))
+    assert "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)" in with_results, with_results
 
 
 def test_a_multi_row_insert_takes_twelve_values_per_row(db: sqlite3.Connection) -> None:

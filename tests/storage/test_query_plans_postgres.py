@@ -55,11 +55,12 @@ PARTIAL = ("jobs_ready", "jobs_scheduled", "jobs_leased", "jobs_finished")
 #: Statement name → parameters: "SEQ:<state>" / "ID:<state>" are a job of that state,
 #: "SEQS:2" 256 READY seqs, "IDS:3" 256 RESERVED ids.
 STATEMENTS: dict[str, tuple[Any, ...]] = {
-    "complete_one": (NOW, NOW + 1, "SEQ:3", LEASE),
+    "complete_one": (NOW, NOW + 1, "SEQ:3", LEASE, b"r", "text/plain"),
     "settle_update": (2, NOW, 1, None, None, None, "{}", "SEQ:3", LEASE),
     "reclaim_ready": (2, "{}", "SEQ:3", LEASE),
     "bury_leased": (NOW, "damaged", "ID:3", LEASE),
     "ack_many": (NOW, 1_000_000, "IDS:3", [LEASE] * 256),
+    "ack_many_results": (NOW, 1_000_000, "IDS:3", [LEASE] * 256, [b"r", None] * 128, ["text/plain", None] * 128),
     "request_cancel": ("SEQ:3",),
     "lease_seqs": ("SEQS:2", LEASE, NOW + 60_000_000, "w", NOW, "n"),
     "lease_within": ("q", 256, LEASE, NOW + 60_000_000, "w", NOW, "n", 1_000_000, True),

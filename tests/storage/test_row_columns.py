@@ -25,7 +25,7 @@ from sepp.storage.sqlite.outcomes import outcomes_sql
 from sepp.storage.sqlite.periodic import P as SQLITE_P
 from sepp.storage.sqlite.sql import A as SQLITE_A
 from sepp.storage.sqlite.sql import Q as SQLITE_Q
-from sepp.storage.sqlite.sql import ack_sql
+from sepp.storage.sqlite.sql import ack_results_sql, ack_sql
 from sepp.storage.sqlite.store import SQLiteStore
 from sepp.storage.sqlite.sweeps import _DueRow, _KeyRow, _PurgeableRow
 
@@ -38,6 +38,7 @@ SQLITE_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "get_job": (SQLITE_Q["get_job"], JobRecord),
     "job_outcomes": (outcomes_sql(2), JobOutcome),
     "ack_many_head": (ack_sql(2), AckedRow),
+    "ack_many_results_head": (ack_results_sql(2), AckedRow),
     "load_queues": (SQLITE_Q["load_queues"], QueueRow),
     "get_queue": (SQLITE_Q["get_queue"], QueueRow),
     "job_summaries": (SQLITE_A["job_summaries"], SQLiteSummaryRow),
@@ -57,6 +58,7 @@ POSTGRES_READS: dict[str, tuple[str, type[tuple[Any, ...]]]] = {
     "get_job": (PG_Q["get_job"], JobRecord),
     "job_outcomes": (PG_Q["job_outcomes"], JobOutcome),
     "ack_many": (PG_Q["ack_many"], AckedRow),
+    "ack_many_results": (PG_Q["ack_many_results"], AckedRow),
     "load_queues": (PG_Q["load_queues"], QueueRow),
     "lock_queue": (PG_Q["lock_queue"], QueueRow),
     "nodes": (PG_Q["nodes"], NodeRecord),

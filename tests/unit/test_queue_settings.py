@@ -5,6 +5,8 @@ a stored row out of range is clamped, and the edge helpers refuse malformed prot
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -13,6 +15,7 @@ from sepp.limits import (
     MAX_SIZE,
     MAX_TIMESTAMP_SECONDS,
     MIN_TIMESTAMP_SECONDS,
+    QueueLimits,
     QueueSettings,
     clamp_settings,
 )
@@ -115,7 +118,8 @@ def test_the_maxima_table_in_the_docs_matches_the_code() -> None:
     text = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text("utf-8")
     table = text.split("| setting | min | max | note |", 1)[1].split("\n\n", 1)[0]
     rows = [line.split("|")[1:4] for line in table.strip().splitlines()[1:]]
-    assert len(rows) == 43, rows
+    keys = [key.strip() for key, _lo, _hi in rows]
+    assert len(set(keys)) == len(keys) >= 45, keys  # each setting once (the loop below: every one there)
     seen: set[tuple[str, str]] = set()
     for key, lo, hi in rows:
         path = key.strip().strip("`").split(".")
@@ -129,3 +133,28 @@ def test_the_maxima_table_in_the_docs_matches_the_code() -> None:
         for name, info in every.model_fields.items():
             if info.annotation in (int, float):
                 assert (every.__name__, name) in seen, f"{every.__name__}.{name} is missing from the Maxima table"
+
+
+def test_an_unnamed_result_limit_fits_a_small_message_cap_and_a_named_one_is_checked(tmp_path: Path) -> None:
+    """max_result_bytes is bounded by max_message_bytes like max_payload_bytes; its 1 MiB
+    default, never named, is lowered to a smaller message cap instead (a config or queue
+    written before results existed keeps working), and stays unnamed (not overlaid)."""
+    from sepp.server.admin.settings import merge_settings
+    from sepp.server.config import ServerConfig
+    from sepp.server.errors import InvalidRequest
+
+    small = {"limits": {"max_message_bytes": 65536}, "data_dir": tmp_path}
+    fits = QueueSettings.model_validate({"limits": {"max_payload_bytes": 1024}})
+    named = QueueSettings.model_validate({"limits": {"max_payload_bytes": 1024, "max_result_bytes": 65536}})
+    cfg = ServerConfig(**small, queue_defaults=fits, queues={"a": fits, "b": named})  # type: ignore[arg-type]
+    assert cfg.queue_defaults.limits.max_result_bytes == cfg.queues["a"].limits.max_result_bytes == 65536
+    assert cfg.queues["a"].limits.model_fields_set == {"max_payload_bytes"}  # what the config named, still
+    assert cfg.queues["b"].limits.max_result_bytes == 65536  # named, at the cap
+    with pytest.raises(ValidationError, match=r"max_result_bytes \(65537\) exceeds max_message_bytes \(65536\)"):
+        ServerConfig(**small, queue_defaults={"limits": {"max_payload_bytes": 1024,  # type: ignore[arg-type]
+                                                          "max_result_bytes": 65537}})
+    old = QueueSettings(limits=QueueLimits(max_payload_bytes=1024))  # a row stored before results
+    assert merge_settings(old, {"default_priority": 7}, ["default_priority"], 65536).limits.max_result_bytes == 65536
+    with pytest.raises(InvalidRequest) as info:
+        merge_settings(old, {"limits": {"max_result_bytes": 65537}}, ["limits.max_result_bytes"], 65536)
+    assert (info.value.field, info.value.limit, info.value.actual) == ("limits.max_result_bytes", 65536, 65537)

@@ -151,7 +151,8 @@ def test_catalogue_order_walks_down_as_each_failure_is_fixed() -> None:
         order.append(v[0])
         fix()
     assert verdict(r) is None
-    assert order == list(pb.RejectionCode.keys())[1:]
+    # Every enqueue check in catalogue order; RESULT_TOO_LARGE, last, is an ack's, not a job's.
+    assert order == [c for c in list(pb.RejectionCode.keys())[1:] if c != "RESULT_TOO_LARGE"]
 
 
 def test_among_several_bad_keys_the_smallest_is_reported_whatever_the_insertion_order() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from sepp.worker._runners import RETURNED as _RETURNED
 from sepp.worker._runners import Raised as _Raised
+from sepp.worker._runners import Returned as _Returned
 from sepp.worker._runners import new_runner as _new_runner
 from sepp.worker._runners import resume as _resume
 
@@ -28,12 +29,12 @@ async def resumed(coro: Coroutine[Any, Any, Any]) -> str:
     runner = _new_runner()
     ended = runner.send(coro)
     how = "inline"
-    if ended is not _RETURNED and type(ended) is not _Raised:
+    if ended is not _RETURNED and type(ended) is not _Raised and type(ended) is not _Returned:
         ended = await _resume(runner, ended)
         how = "resumed"
     if type(ended) is _Raised:
         raise ended.exc
-    assert ended is _RETURNED
+    assert ended is _RETURNED or type(ended) is _Returned  # (None, or the value returned: the job's result)
     return how
 
 
@@ -145,7 +146,7 @@ async def test_a_runner_runs_coroutines_one_after_another_whatever_their_end() -
     async def quick() -> str:
         seen.append(var.get())
         var.set("quick")
-        return "ignored"
+        return "kept"
 
     async def fails_at_once() -> None:
         raise KeyError("first step")
@@ -159,7 +160,8 @@ async def test_a_runner_runs_coroutines_one_after_another_whatever_their_end() -
         seen.append(var.get())
 
     runner = _new_runner()
-    assert contextvars.copy_context().run(runner.send, quick()) is _RETURNED
+    ended = contextvars.copy_context().run(runner.send, quick())
+    assert type(ended) is _Returned and ended.value == "kept"  # what it returned (None: RETURNED)
     ended = runner.send(fails_at_once())
     assert type(ended) is _Raised and isinstance(ended.exc, KeyError)
     assert ended.exc.__context__ is None  # the runner does not chain one job's error to the next
@@ -169,7 +171,8 @@ async def test_a_runner_runs_coroutines_one_after_another_whatever_their_end() -
     ctx = contextvars.copy_context()
     first = ctx.run(runner.send, suspends_then_returns())
     assert await _resume(runner, first, ctx) is _RETURNED
-    assert runner.send(quick()) is _RETURNED
+    ended = runner.send(quick())
+    assert type(ended) is _Returned and ended.value == "kept"
     assert seen == ["unset", "unset", "unset"]  # each step in its own context: nothing leaked
 
 
@@ -182,3 +185,22 @@ async def test_an_error_after_an_error_has_no_context() -> None:
     second = runner.send(fails(2))
     assert type(first) is _Raised and type(second) is _Raised
     assert second.exc.__context__ is None
+
+
+async def test_what_a_handler_returns_comes_back_whether_it_suspended_or_not() -> None:
+    async def at_once() -> bytes:
+        return b"now"
+
+    async def later() -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"r": 1}
+
+    async def nothing_later() -> None:
+        await asyncio.sleep(0)
+
+    runner = _new_runner()
+    ended = runner.send(at_once())
+    assert type(ended) is _Returned and ended.value == b"now"
+    ended = await _resume(runner, runner.send(later()))
+    assert type(ended) is _Returned and ended.value == {"r": 1}
+    assert await _resume(runner, runner.send(nothing_later())) is _RETURNED

@@ -76,7 +76,8 @@ def settings_json(s: pb.QueueSettings) -> dict[str, Any]:
             "consumer_timeout": seconds_of(s.consumer_timeout),
             "limits": {"max_payload_bytes": lim.max_payload_bytes, "allowed_encodings": list(lim.allowed_encodings),
                        "max_custom_entries": lim.max_custom_entries,
-                       "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes}}
+                       "max_custom_key_bytes": lim.max_custom_key_bytes, "max_custom_bytes": lim.max_custom_bytes,
+                       "max_result_bytes": lim.max_result_bytes}}
 
 
 def held_back_json(s: apb.QueueStats) -> dict[str, Any] | None:
@@ -145,8 +146,10 @@ def custom_json(custom: Mapping[str, pb.CustomValue]) -> dict[str, dict[str, Any
 
 
 def job_json(job: pb.Job) -> dict[str, Any]:
-    """A job as plain JSON (payload as UTF-8 text when it decodes, else base64)."""
+    """A job as plain JSON (payload and result as UTF-8 text when they decode, else base64;
+    ``result`` null when the job has none)."""
     payload = payload_json(job.payload.data, job.payload.encoding)
+    result = payload_json(job.result.data, job.result.encoding) if job.HasField("result") else None
     return {
         "id": job.id, "queue": job.queue, "job_type": job.job_type, "state": state_label(job.state),
         "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
@@ -158,6 +161,7 @@ def job_json(job: pb.Job) -> dict[str, Any]:
         "worker_id": job.worker_id or None, "node": job.node or None, "cancel_requested": job.cancel_requested,
         "progress": progress_value(job.progress),
         "payload": payload,
+        "result": result,
         "custom": custom_json(job.custom),
         "trace_context": dict(job.trace_context),
         "attempts": [{"attempt": a.attempt, "worker_id": a.worker_id, "node": a.node,
@@ -210,11 +214,12 @@ def summary_table(rows: list[apb.JobSummary]) -> Table:
     return table
 
 
-def print_payload(out: Console, payload: dict[str, Any]) -> None:
-    """A payload as ``job_json`` spells it (``text`` or ``base64``, ``encoding``, ``bytes``):
-    a ``payload (N bytes, encoding E)`` heading, then its first 4000 characters — JSON
-    re-indented when the encoding says JSON and it parses, binary as base64."""
-    out.print(f"[bold]payload[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
+def print_payload(out: Console, payload: dict[str, Any], title: str = "payload") -> None:
+    """A payload (or a job's result: ``title``) as ``job_json`` spells it (``text`` or
+    ``base64``, ``encoding``, ``bytes``): a ``payload (N bytes, encoding E)`` heading, then
+    its first 4000 characters — JSON re-indented when the encoding says JSON and it parses,
+    binary as base64."""
+    out.print(f"[bold]{title}[/] ({payload['bytes']:,} bytes, encoding {escape(payload['encoding'] or '(none)')})")
     if "text" in payload:
         text = payload["text"]
         if "json" in payload["encoding"]:
@@ -241,8 +246,9 @@ def custom_table(custom: dict[str, dict[str, Any]]) -> Table:
 
 
 def print_job(job: pb.Job) -> None:
-    """``sepp jobs show`` for people: fields, payload (first 4000 characters), custom map,
-    trace context, attempts and the last error detail, on stdout."""
+    """``sepp jobs show`` for people: fields, payload (first 4000 characters), result (the
+    same, when there is one), custom map, trace context, attempts and the last error
+    detail, on stdout."""
     out = out_console(tables=True)
     data = job_json(job)
     out.print(f"[bold]job {job.id}[/]  {data['state']}" + ("  [yellow]cancel requested[/]"
@@ -262,6 +268,8 @@ def print_job(job: pb.Job) -> None:
         table.add_row("progress", escape(job.progress[:400]))
     out.print(table)
     print_payload(out, data["payload"])
+    if data["result"] is not None:
+        print_payload(out, data["result"], "result")
     if data["custom"]:
         out.print(custom_table(data["custom"]))
     if data["trace_context"]:

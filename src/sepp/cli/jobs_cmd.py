@@ -100,7 +100,7 @@ def jobs_show(
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
-    """Every field of one job: payload, custom map, attempt history."""
+    """Every field of one job: payload, result (when it has one), custom map, attempt history."""
     if not job_id and not (queue and key):
         admin_fail("give a job id, or --queue and --key", as_json)
     with admin_client(server, token, timeout, as_json) as client:

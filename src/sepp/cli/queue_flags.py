@@ -27,6 +27,7 @@ SETTING_FLAGS = {
     "dead_letter_retention": "--dead-letter-retention", "limits.max_payload_bytes": "--max-payload-bytes",
     "limits.allowed_encodings": "--allowed-encoding", "limits.max_custom_entries": "--max-custom-entries",
     "limits.max_custom_key_bytes": "--max-custom-key-bytes", "limits.max_custom_bytes": "--max-custom-bytes",
+    "limits.max_result_bytes": "--max-result-bytes",
     "max_in_flight": "--max-in-flight", "rate_limit": "--rate-limit", "rate_burst": "--rate-burst",
     "concurrency_key": "--concurrency-key", "max_in_flight_per_key": "--max-in-flight-per-key",
     "consumer_timeout": "--consumer-timeout",
@@ -101,6 +102,9 @@ KeyBytesFlag = Annotated[int | None, typer.Option(
     "--max-custom-key-bytes", help="Longest custom-map key, UTF-8 bytes.")]
 CustomBytesFlag = Annotated[int | None, typer.Option(
     "--max-custom-bytes", help="Largest custom map, the sum of key bytes + value sizes, bytes.")]
+ResultFlag = Annotated[int | None, typer.Option(
+    "--max-result-bytes", help="Largest job result (a handler's return value) accepted, bytes (at most the "
+    "server's max_message_bytes).")]
 InFlightFlag = Annotated[int | None, typer.Option(
     "--max-in-flight", help="Most jobs RESERVED at once, across workers and nodes (0 = unlimited).")]
 RateFlag = Annotated[str | None, typer.Option(
@@ -127,7 +131,8 @@ def queue_flags(as_json: bool, **flags: Any) -> tuple[pb.QueueSettings | None, l
             completed_retention=flags["completed_retention"], dead_letter_retention=flags["dead_letter_retention"],
             max_payload_bytes=flags["max_payload_bytes"], allowed_encodings=flags["allowed_encodings"] or [],
             max_custom_entries=flags["max_custom_entries"], max_custom_key_bytes=flags["max_custom_key_bytes"],
-            max_custom_bytes=flags["max_custom_bytes"], max_in_flight=flags["max_in_flight"],
+            max_custom_bytes=flags["max_custom_bytes"], max_result_bytes=flags["max_result_bytes"],
+            max_in_flight=flags["max_in_flight"],
             rate_limit=flags["rate_limit"], rate_burst=flags["rate_burst"], concurrency_key=flags["concurrency_key"],
             max_in_flight_per_key=flags["max_in_flight_per_key"], consumer_timeout=flags["consumer_timeout"])
     except FlagValueError as exc:

@@ -42,6 +42,7 @@ from sepp.cli.queue_flags import (
     PerKeyFlag,
     PriorityFlag,
     RateFlag,
+    ResultFlag,
     RetryBaseFlag,
     RetryCapFlag,
     queue_flags,
@@ -158,7 +159,8 @@ def queues_declare(
     dead_letter_retention: DeadFlag = None, max_payload_bytes: PayloadFlag = None,
     allowed_encodings: EncodingFlag = None, max_custom_entries: EntriesFlag = None,
     max_custom_key_bytes: KeyBytesFlag = None, max_custom_bytes: CustomBytesFlag = None,
-    max_in_flight: InFlightFlag = None, rate_limit: RateFlag = None, rate_burst: BurstFlag = None,
+    max_result_bytes: ResultFlag = None, max_in_flight: InFlightFlag = None, rate_limit: RateFlag = None,
+    rate_burst: BurstFlag = None,
     concurrency_key: KeyFlag = None, max_in_flight_per_key: PerKeyFlag = None,
     consumer_timeout: ConsumerFlag = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
@@ -171,7 +173,8 @@ def queues_declare(
         completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
         max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings,
         max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
-        max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+        max_custom_bytes=max_custom_bytes, max_result_bytes=max_result_bytes, max_in_flight=max_in_flight,
+        rate_limit=rate_limit,
         rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key,
         consumer_timeout=consumer_timeout)
     with admin_client(server, token, timeout, as_json) as client:
@@ -192,7 +195,8 @@ def queues_update(
     dead_letter_retention: DeadFlag = None, max_payload_bytes: PayloadFlag = None,
     allowed_encodings: EncodingFlag = None, max_custom_entries: EntriesFlag = None,
     max_custom_key_bytes: KeyBytesFlag = None, max_custom_bytes: CustomBytesFlag = None,
-    max_in_flight: InFlightFlag = None, rate_limit: RateFlag = None, rate_burst: BurstFlag = None,
+    max_result_bytes: ResultFlag = None, max_in_flight: InFlightFlag = None, rate_limit: RateFlag = None,
+    rate_burst: BurstFlag = None,
     concurrency_key: KeyFlag = None, max_in_flight_per_key: PerKeyFlag = None,
     consumer_timeout: ConsumerFlag = None,
     server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
@@ -208,7 +212,8 @@ def queues_update(
         completed_retention=completed_retention, dead_letter_retention=dead_letter_retention,
         max_payload_bytes=max_payload_bytes, allowed_encodings=allowed_encodings,
         max_custom_entries=max_custom_entries, max_custom_key_bytes=max_custom_key_bytes,
-        max_custom_bytes=max_custom_bytes, max_in_flight=max_in_flight, rate_limit=rate_limit,
+        max_custom_bytes=max_custom_bytes, max_result_bytes=max_result_bytes, max_in_flight=max_in_flight,
+        rate_limit=rate_limit,
         rate_burst=rate_burst, concurrency_key=concurrency_key, max_in_flight_per_key=max_in_flight_per_key,
         consumer_timeout=consumer_timeout)
     if settings is None:

@@ -154,7 +154,11 @@ class SettleKind(enum.Enum):
 
 class SettleParams(NamedTuple):
     """One ack or nack. RETRY uses ``delay`` (µs) when ≥ 0, else the queue's
-    backoff; DEAD_LETTER records ``reason``; ``outcome`` labels the attempt in history."""
+    backoff; DEAD_LETTER records ``reason``; ``outcome`` labels the attempt in history.
+
+    An ACK may carry the job's ``result`` (its bytes; None = no result) and
+    ``result_encoding`` (its label), stored in the same write as the completion; a result
+    longer than the queue's ``max_result_bytes`` is refused (``transitions.settle``)."""
 
     job_id: bytes
     lease_id: bytes
@@ -165,6 +169,8 @@ class SettleParams(NamedTuple):
     outcome: str = ""
     error_message: str = ""
     error_detail: str = ""
+    result: bytes | None = None
+    result_encoding: str = ""
 
 
 class SettleError(enum.Enum):

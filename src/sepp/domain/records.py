@@ -83,6 +83,10 @@ class JobRecord(NamedTuple):
     #: The node that leased it last (``ReserveParams.node``); None if never leased
     #: or leased before the column existed.
     node: str | None = None
+    #: What the handler returned, stored with the ack that completed the job (bytes, and
+    #: its encoding label); None when it returned nothing or the job is not COMPLETED.
+    result: bytes | None = None
+    result_encoding: str | None = None
     #: The latest progress its handler reported (``Job.set_progress``): JSON text of at most
     #: ``MAX_PROGRESS_BYTES``; None when none was reported (or the read does not carry it:
     #: only ``get_job`` does).

@@ -193,15 +193,56 @@ def nack(job: HeldJob, p: SettleParams, policy: QueuePolicy, rand: float) -> Dec
 def settle(job: HeldJob | None, p: SettleParams, policy: PolicyLookup, rand: float) -> Decision | SettleResult:
     """The whole settle rule for one ack or nack: a ``SettleResult`` when nothing is written
     (the lease is refused — ``lease_error`` — or an ack is repeated), else the ``Decision``
-    to apply (``ack`` / ``nack``; ``policy`` is looked up by the job's queue)."""
+    to apply (``ack`` / ``nack``; ``policy`` is looked up by the job's queue).
+
+    An ack whose result is longer than the queue's ``max_result_bytes`` is not applied: the
+    attempt fails instead (``refused_result``: a RETRY with the queue's backoff and jitter
+    ``rand``, dead-lettered on the last attempt), so its verdict is not COMPLETED
+    (``result_refused``). A driver writes ``p.result`` with the completion of an ack's
+    ``Decision`` (entry None), in the same statement."""
     err = lease_error(job, p.lease_id, p.now)
     if err is not None:
         again = repeated_ack(job, err, p.kind)
         return SettleResult(err) if again is None else again
     assert job is not None
+    pol = policy(job.queue)
     if p.kind is SettleKind.ACK:
-        return ack(job, p.now, policy(job.queue))
-    return nack(job, p, policy(job.queue), rand)
+        if p.result is not None and len(p.result) > pol.max_result_bytes:
+            return nack(job, refused_result(p, pol.max_result_bytes), pol, rand)
+        return ack(job, p.now, pol)
+    return nack(job, p, pol, rand)
+
+
+#: The catalogue name a refused result's history entry starts with (``RejectionCode.RESULT_TOO_LARGE``).
+RESULT_TOO_LARGE = "ResultTooLarge"
+
+
+def result_too_large_message(size: int, limit: int) -> str:
+    """Why a result of ``size`` bytes is refused by a queue whose ``max_result_bytes`` is
+    ``limit``: the text the attempt's history records (and a refused ack's error says)."""
+    return (f"{RESULT_TOO_LARGE}: the handler's result is {size} bytes, more than the queue's max_result_bytes "
+            f"({limit}); the attempt failed and is retried per the queue's policy")
+
+
+def refused_result(p: SettleParams, limit: int) -> SettleParams:
+    """The nack an ack ``p`` becomes when its result is longer than ``limit`` bytes: RETRY
+    with the queue's backoff (outcome ``retry``), no result, the refusal as its error message."""
+    size = len(p.result or b"")
+    return SettleParams(p.job_id, p.lease_id, SettleKind.RETRY, p.now, outcome="retry",
+                        error_message=result_too_large_message(size, limit))
+
+
+def result_refused(p: SettleParams, r: SettleResult) -> bool:
+    """Whether ``r``, the verdict on ``p``, is an ack whose result was refused (the attempt
+    failed instead): an ack that was applied always completes its job, so an applied ack
+    whose job is not COMPLETED is one."""
+    return p.kind is SettleKind.ACK and r.error is None and r.state != _COMPLETED
+
+
+def needs_jitter(p: SettleParams) -> bool:
+    """Whether the settle rule may draw on ``rand`` for ``p``: a RETRY, or an ack with a result
+    (refused, it retries with the backoff). A driver draws the jitter only then."""
+    return p.kind is SettleKind.RETRY or p.result is not None
 
 
 def reclaim(job: ExpiredLease, now: int, policy: PolicyLookup) -> Decision:

@@ -7,7 +7,6 @@ dataclasses, no I/O, built from wire messages with ``from_proto``.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,8 @@ from google.protobuf import timestamp_pb2
 
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.domain.states import state_label
-from sepp.request import JSON_ENCODING, Payload
+from sepp.job_result import result_value
+from sepp.request import Payload
 
 #: The encoding label of a result that is raw bytes (a handler returned ``bytes``).
 OCTET_STREAM = "application/octet-stream"
@@ -120,19 +120,14 @@ class JobOutcome:
 def decode_result(result: Payload | None) -> Any:
     """A stored result as ``Client.result`` returns it: None without one; for
     ``application/json`` the decoded JSON value; for ``application/octet-stream`` the bytes;
-    for any other encoding the result itself, data and label (``Payload``).
+    for any other encoding a ``sepp.Result`` (data and label) — ``job_result.result_value``,
+    the one rule for reading a result back.
 
     Raises ``ValueError`` when a result labelled JSON does not decode.
     """
     if result is None:
         return None
-    if result.encoding == JSON_ENCODING:
-        return json.loads(result.data.decode("utf-8"))
-    if result.encoding == OCTET_STREAM:
-        return result.data
-    # Another encoding: the data and its label as they are. (Where a result type of its own,
-    # ``sepp.Result(data, encoding)``, exists, it is returned here instead.)
-    return result
+    return result_value(result.data, result.encoding)
 
 
 __all__ = ["CANCELLED", "COMPLETED", "DEAD_LETTERED", "OCTET_STREAM", "Attempt", "JobOutcome", "decode_result"]

@@ -29,6 +29,7 @@ def queue_limits_from_proto(msg: pb.QueueLimits) -> QueueLimits:
         max_custom_entries=msg.max_custom_entries,
         max_custom_key_bytes=msg.max_custom_key_bytes,
         max_custom_bytes=msg.max_custom_bytes,
+        max_result_bytes=msg.max_result_bytes,
     )
 
 

@@ -32,7 +32,17 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from sepp.limits import DAY, HOUR, MAX_SIZE, QueueSettings, ServerLimits, fmt_number, long_encoding_label
+from sepp.limits import (
+    DAY,
+    HOUR,
+    MAX_SIZE,
+    MESSAGE_BOUNDED,
+    QueueSettings,
+    ServerLimits,
+    fit_result_limit,
+    fmt_number,
+    long_encoding_label,
+)
 from sepp.server.auth import AuthSettings
 from sepp.server.periodic.spec import PeriodicSettings
 from sepp.storage.config import LEGACY_SQLITE_KEYS, ConfigError, PostgresSettings, SQLiteSettings
@@ -279,6 +289,23 @@ class ServerConfig(BaseSettings):
             seen[spec.name] = i
         return value
 
+    @field_validator("queue_defaults")
+    @classmethod
+    def _defaults_result_fits(cls, value: QueueSettings, info: ValidationInfo) -> QueueSettings:
+        """An unnamed (default) ``max_result_bytes`` above ``max_message_bytes`` is lowered to it
+        (``fit_result_limit``); a named one is checked in ``_check``."""
+        limits = info.data.get("limits")
+        return value if limits is None else fit_result_limit(value, limits.max_message_bytes)
+
+    @field_validator("queues")
+    @classmethod
+    def _queues_result_fits(cls, value: dict[str, QueueSettings], info: ValidationInfo) -> dict[str, QueueSettings]:
+        """``_defaults_result_fits`` for each declared queue."""
+        limits = info.data.get("limits")
+        if limits is None:
+            return value
+        return {name: fit_result_limit(settings, limits.max_message_bytes) for name, settings in value.items()}
+
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
         for name in self.queues:
@@ -286,9 +313,11 @@ class ServerConfig(BaseSettings):
             if rej is not None and rej.field == "queue" and rej.code != 4:
                 raise ValueError(f"queue name {name!r} is invalid: {rej.message}")
         for name, settings in [("queue_defaults", self.queue_defaults), *self.queues.items()]:
-            if settings.limits.max_payload_bytes > self.limits.max_message_bytes:
-                raise ValueError(f"{name}: max_payload_bytes ({settings.limits.max_payload_bytes}) exceeds "
-                                 f"max_message_bytes ({self.limits.max_message_bytes})")
+            for limit in MESSAGE_BOUNDED:
+                value = getattr(settings.limits, limit)
+                if value > self.limits.max_message_bytes:
+                    raise ValueError(f"{name}: {limit} ({value}) exceeds max_message_bytes "
+                                     f"({self.limits.max_message_bytes})")
             long_label = long_encoding_label(settings.limits, self.limits.max_encoding_bytes)
             if long_label is not None:
                 raise ValueError(f"{name}.limits.allowed_encodings[{long_label[0]}] is {long_label[1]} bytes long; "

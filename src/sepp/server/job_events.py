@@ -270,8 +270,9 @@ class JobEvents:
             if state == _COMPLETED:
                 if run_at:  # run_at 0: a repeated ack
                     self.position = pos = self.position + 1
+                    result = p[9]  # SettleParams.result: bytes or None
                     done.append(_new(JobEvent, (pos, COMPLETED, p[0], queue, job_type, state, p[3], attempt, "", 0, "",
-                                                "", "", 0, node)))
+                                                "", "", len(result) if result else 0, node)))
                 continue
             if done:  # the completions so far first: the events stay in position order
                 self._deliver_all(done)

@@ -61,7 +61,8 @@ class QueueState:
         self.policy = QueuePolicy(
             backoff_base=int(settings.retry_base * _US), backoff_cap=int(settings.retry_cap * _US),
             jitter=settings.retry_jitter, completed_retention=int(settings.completed_retention * _US),
-            dead_retention=int(settings.dead_letter_retention * _US))
+            dead_retention=int(settings.dead_letter_retention * _US),
+            max_result_bytes=settings.limits.max_result_bytes)
         flow = flow_limits(settings)
         self.flow = flow if flow.active else None
         if flow.max_in_flight or flow.max_per_key:

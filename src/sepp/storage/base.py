@@ -259,7 +259,10 @@ class Store(Protocol):
         Returns how many were still held by those leases."""
 
     async def settle(self, items: Sequence[SettleParams], policy: PolicyLookup) -> list[SettleResult]:
-        """Apply acks/nacks in one commit; one result per item, in order."""
+        """Apply acks/nacks in one commit; one result per item, in order (``transitions.settle``
+        decides each). An ack's ``result`` is written by the statement that completes its job
+        (never a write of its own); one longer than its queue's ``max_result_bytes``
+        (``policy``) is not applied: the attempt is retried instead (``transitions.result_refused``)."""
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
                      clock: Clock | None = None, progress: str | None = None) -> ExtendResult:

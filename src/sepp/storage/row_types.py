@@ -107,7 +107,7 @@ def leased_records(rows: Iterable[Sequence[Any]], queue: str, lease_id: bytes, e
     reserved = _RESERVED
     return [_new(JobRecord, (id_, queue, job_type, reserved, priority, run_at, enqueued_at, attempt, max_attempts,
                              payload, encoding, extras, idem, lease_id, expires, worker, now, history, None, None, 0,
-                             seq, node, None))
+                             seq, node, None, None, None))
             for (id_, job_type, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras, idem,
                  history, seq) in rows]
 

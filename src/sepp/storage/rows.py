@@ -138,11 +138,11 @@ def damaged_fields(rec: JobRecord) -> tuple[JobRecord, list[str]]:
             new = value if isinstance(value, int) and not isinstance(value, bool) and value in KNOWN_STATES else 0
         elif name in ("queue", "job_type", "encoding"):
             new = as_text(value, "")
-        elif name in ("idempotency_key", "worker_id", "history", "reason", "node", "progress"):
+        elif name in ("idempotency_key", "worker_id", "history", "reason", "node", "progress", "result_encoding"):
             new = as_text(value, None)
         elif name == "payload":
             new = _blob(value, b"")
-        elif name == "extras":
+        elif name in ("extras", "result"):
             new = _blob(value, None) if value is not None else None
         elif name in ("priority", "attempt", "max_attempts"):
             new = _int(value, *_INT32, 0)

@@ -15,7 +15,8 @@
             raise Retry("mailer down", after=30)   # retry in exactly 30 s
         if user is None:
             raise DeadLetter("no user")            # dead-letter now
-        await send(user)                           # any other exception = retry with backoff
+        return await send(user)                    # any other exception = retry with backoff;
+                                                   # the value returned is the job's result
 
     worker.run_sync()    # until SIGTERM/SIGINT, then drains gracefully
 
@@ -25,11 +26,11 @@ Run from the command line with ``sepp worker module:worker``.
 from __future__ import annotations
 
 from sepp.worker.config import WorkerConfig
-from sepp.worker.errors import LeaseError
+from sepp.worker.errors import LeaseError, ResultError
 from sepp.worker.job import Job, JobAttempt
 from sepp.worker.outcome import DeadLetter, Retry
 from sepp.worker.registry import Handler, HandlerRegistry
 from sepp.worker.runtime import JobReport, Worker
 
 __all__ = ["DeadLetter", "Handler", "HandlerRegistry", "Job", "JobAttempt", "JobReport", "LeaseError",
-           "Retry", "Worker", "WorkerConfig"]
+           "ResultError", "Retry", "Worker", "WorkerConfig"]

@@ -164,7 +164,10 @@ class Reports:
             self.stats["refused"] += 1
             level = logging.INFO if resent else logging.WARNING
             note = " (re-sent after a transport error: the first may have applied it)" if resent else ""
-            log.log(level, "settle of job %s (%s) refused: %s%s", job.id, outcome.kind, result.error_reason, note)
+            said = result.error_reason  # (a result refused: what became of the attempt too)
+            if result.error_message and result.error_message != said:
+                said = f"{said}: {result.error_message}"
+            log.log(level, "settle of job %s (%s) refused: %s%s", job.id, outcome.kind, said, note)
         if not self._hooks:
             return
         report = JobReport(job, outcome.kind, state, duration, outcome.error_message, run_at, refused)

@@ -48,6 +48,8 @@ class Reserver:
         on_fatal: Called with the error once the server refused the worker's token (the
             worker then stops; never retried).
         monotonic: Monotonic seconds (when each job arrived: ``Job._reserved_at``).
+        result_limits: Where each answer's ``max_result_bytes`` go (queue → bytes, the latest
+            the server said): the slot pool checks a handler's result against it.
 
     ``active`` turns False when the worker stops; ``calls`` are the ``Reserve`` calls in
     flight (a stop may cancel them: it sets ``cancelled`` first).
@@ -55,8 +57,9 @@ class Reserver:
 
     def __init__(self, config: WorkerConfig, rpc: WorkerRpc, pool: SlotPool, keeper: LeaseKeeper,
                  reports: Reports, on_fatal: Callable[[TransportError], None],
-                 monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float], result_limits: dict[str, int] | None = None) -> None:
         self._config, self._rpc, self._pool, self._keeper = config, rpc, pool, keeper
+        self._result_limits: dict[str, int] = {} if result_limits is None else result_limits
         self._release, self._stats = reports.release, reports.stats
         self._on_fatal, self._monotonic = on_fatal, monotonic
         #: False once the worker stops: lanes end after the call they are in.
@@ -167,6 +170,8 @@ class Reserver:
             self._stats["reserve_calls"] += 1
             if not resp.reservations:
                 continue
+            if resp.max_result_bytes:
+                self._result_limits.update(resp.max_result_bytes)
             now = self._monotonic()
             progress = self._keeper.progress
             jobs = [Job(r, now, progress) for r in resp.reservations]

@@ -12,8 +12,18 @@ import types
 from collections.abc import Callable, Generator
 from typing import Any
 
-#: What a handler runner (``run_handlers``) yields once the handler it ran returned.
+#: What a handler runner (``run_handlers``) yields once the handler it ran returned ``None``.
 RETURNED: Any = object()
+
+
+class Returned:
+    """What a handler runner (``run_handlers``) yields once the handler it ran returned
+    ``value`` (not ``None``: that is ``RETURNED``): the job's result to be."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
 
 
 class Raised:
@@ -30,8 +40,9 @@ def run_handlers() -> Generator[Any, Any, None]:
     """Run the handler coroutines sent in, one after another, as ``await coro`` would
     (``yield from``, PEP 380). ``runner.send(coro)`` runs ``coro``'s first step and returns
     what it yields when it suspends — its later steps are the runner's (``send``/``throw``,
-    forwarded to ``coro``: ``resume``) — or, once it ended, ``RETURNED`` or a ``Raised``
-    holding its exception; then the runner waits for the next coroutine. Unlike
+    forwarded to ``coro``: ``resume``) — or, once it ended, ``RETURNED`` (it returned
+    ``None``), a ``Returned`` holding the value it returned, or a ``Raised`` holding its
+    exception; then the runner waits for the next coroutine. Unlike
     ``coro.send(None)``, a handler that returns raises no ``StopIteration`` (catching it was
     about a third of the runtime's cost of a no-op handler's first step). Start one with
     ``send(None)``; closing it closes the coroutine it is in (``GeneratorExit`` is not
@@ -40,8 +51,9 @@ def run_handlers() -> Generator[Any, Any, None]:
     while True:
         ended: Any
         try:
-            yield from coro
-            ended = RETURNED
+            value = yield from coro
+            ended = RETURNED if value is None else Returned(value)
+            value = None
         except GeneratorExit:
             raise
         except BaseException as exc:  # the handler's failure, told (not raised) to the caller
@@ -65,8 +77,8 @@ def resume(runner: Generator[Any, Any, None], first: Any,
     on to the handler (through ``runner``) and what it yields goes out to the task (``yield
     from``, PEP 380). With ``ctx``, every step runs in that context (``Context.run``), as
     each step of a task runs in the task's own context. Returns ``runner``'s end marker
-    (``RETURNED`` or a ``Raised``) once the handler ended; ``runner`` may then run the
-    next one."""
+    (``RETURNED``, a ``Returned`` or a ``Raised``) once the handler ended; ``runner`` may then
+    run the next one."""
     send: Callable[[Any], Any] = runner.send
     throw: Callable[[BaseException], Any] = runner.throw
     if ctx is not None:
@@ -89,8 +101,8 @@ def resume(runner: Generator[Any, Any, None], first: Any,
             yielded = throw(exc)
         else:
             yielded = send(sent)
-        if yielded is RETURNED or type(yielded) is Raised:
+        if yielded is RETURNED or type(yielded) is Raised or type(yielded) is Returned:
             return yielded
 
 
-__all__ = ["RETURNED", "Raised", "new_runner", "resume", "run_handlers"]
+__all__ = ["RETURNED", "Raised", "Returned", "new_runner", "resume", "run_handlers"]

@@ -24,17 +24,17 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from sepp import tracing
 from sepp.worker._reports import Reports
-from sepp.worker._runners import RETURNED, Raised, new_runner, resume
+from sepp.worker._runners import RETURNED, Raised, Returned, new_runner, resume
 from sepp.worker._threads import DaemonThreadPool
 from sepp.worker.config import PREFETCH_MAX_WAIT
 from sepp.worker.job import Job
-from sepp.worker.outcome import COMPLETED, Outcome, no_handler, outcome_for_exception, released
+from sepp.worker.outcome import COMPLETED, Outcome, no_handler, outcome_for_exception, released, returned
 from sepp.worker.registry import Registered
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class SlotPool:
         max_reserve: Most jobs one ``Reserve`` asks for (the adaptive prefetch's range).
         tracer_provider: The job spans' ``TracerProvider`` (``None``: the global one).
         monotonic: Monotonic seconds (the worker's clock).
+        result_limits: Each queue's ``max_result_bytes`` as the server last said (queue →
+            bytes; the reserver keeps it): a handler's result is checked against its job's
+            queue's entry before the ack (none: no local check, the server still checks).
 
     ``on_room`` (set by the worker: the reserver's ``wake``) is called when slots made room
     for more jobs; ``active`` turns False when the worker stops (slots then end).
@@ -66,8 +69,9 @@ class SlotPool:
 
     def __init__(self, handlers: dict[str, Registered], threads: DaemonThreadPool, reports: Reports, *,
                  concurrency: int, prefetch: int | None, max_reserve: int, tracer_provider: Any,
-                 monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float], result_limits: Mapping[str, int] | None = None) -> None:
         self._handlers = handlers
+        self._result_limits: Mapping[str, int] = {} if result_limits is None else result_limits
         self._threads = threads
         self._release = reports.release
         self._finish = reports.finish
@@ -242,6 +246,9 @@ class SlotPool:
             if first is RETURNED:
                 runners.append(runner)
                 outcome = COMPLETED
+            elif type(first) is Returned:
+                runners.append(runner)
+                outcome = self._returned(job, first.value)
             elif type(first) is Raised:
                 runners.append(runner)
                 outcome, error = self._failure(first.exc, me)
@@ -259,39 +266,49 @@ class SlotPool:
         try:
             self._suspending(me)
             try:
-                await rest
+                value = await rest
             finally:
                 self._pulling.add(me)
-            outcome = COMPLETED
+            outcome = COMPLETED if value is None else self._returned(job, value)
         except BaseException as exc:  # KeyboardInterrupt/SystemExit raised by a handler: a failure too
             outcome, error = self._failure(exc, me)
         self._finish(job, outcome, error, span, started)
 
-    async def _resumed(self, runner: Generator[Any, Any, None], first: Any, ctx: contextvars.Context) -> None:
-        """Finish the handler that suspended in ``runner`` yielding ``first``; raise what it raised."""
+    def _returned(self, job: Job, value: Any) -> Outcome:
+        """The outcome of ``job``'s handler that returned ``value`` (not None): an ack carrying
+        it as the result, or — not JSON-encodable, over the queue's ``max_result_bytes`` — a
+        failed attempt (``outcome.returned``)."""
+        return returned(value, self._result_limits.get(job._job.queue))
+
+    async def _resumed(self, runner: Generator[Any, Any, None], first: Any, ctx: contextvars.Context) -> Any:
+        """Finish the handler that suspended in ``runner`` yielding ``first``; return what it
+        returned, raise what it raised."""
         ended = await resume(runner, first, ctx)
         self._runners.append(runner)  # it ended the handler: free for the next one
         if type(ended) is Raised:
             raise ended.exc
+        return ended.value if type(ended) is Returned else None
 
-    async def _blocking(self, fn: Callable[[Job], Any], job: Job) -> None:
-        """Run the blocking handler ``fn`` in a thread (and await what it returns, if awaitable).
-        A coroutine it returns runs in a context of its own (a copy of the slot's), as an async
-        handler's steps do: a context variable it sets is not seen by the next job of the slot."""
+    async def _blocking(self, fn: Callable[[Job], Any], job: Job) -> Any:
+        """Run the blocking handler ``fn`` in a thread (and await what it returns, if awaitable);
+        return what it returned (what the awaitable gave, for one). A coroutine it returns runs
+        in a context of its own (a copy of the slot's), as an async handler's steps do: a
+        context variable it sets is not seen by the next job of the slot."""
         result = await self._threads.run(fn, job)
         if type(result) is CoroutineType:
             runners = self._runners
             runner = runners.pop() if runners else new_runner()
             ctx = _copy_context()
             first = ctx.run(runner.send, result)
-            if first is RETURNED or type(first) is Raised:
+            if first is RETURNED or type(first) is Raised or type(first) is Returned:
                 runners.append(runner)
                 if type(first) is Raised:
                     raise first.exc
-                return
-            await self._resumed(runner, first, ctx)
-        elif inspect.isawaitable(result):
-            await result
+                return first.value if type(first) is Returned else None
+            return await self._resumed(runner, first, ctx)
+        if inspect.isawaitable(result):
+            return await result
+        return result
 
     def _failure(self, exc: BaseException, me: asyncio.Task[None]) -> tuple[Outcome, BaseException | None]:
         """The outcome of a handler of slot ``me`` that raised ``exc``, and the error to record."""

@@ -3,8 +3,9 @@
 ::
 
     SeppError
-    └── RefusedError  (the rejection family, sepp.errors)
-        └── LeaseError    a settle or extend was refused: the job's lease no longer holds
+    ├── RefusedError  (the rejection family, sepp.errors)
+    │   └── LeaseError    a settle or extend was refused: the job's lease no longer holds
+    └── ResultError   a handler's return value could not be its job's result
 
 Transport failures of worker calls are the client's ``TransportError`` family
 (``Unavailable``, ``DeadlineExceeded``, ``ServerError`` …), converted by the same code.
@@ -12,7 +13,7 @@ Transport failures of worker calls are the client's ``TransportError`` family
 
 from __future__ import annotations
 
-from sepp.errors import RefusedError
+from sepp.errors import RefusedError, SeppError
 from sepp.rejections import Reason
 
 #: ErrorInfo reasons the server gives for a refused settle or extend.
@@ -36,4 +37,13 @@ class LeaseError(RefusedError):
         return (type(self), (self.reason, self.job_id, self.message))
 
 
-__all__ = ["LEASE_REASONS", "LeaseError"]
+class ResultError(SeppError):
+    """A handler's return value could not become its job's result: JSON cannot encode it, or it
+    is larger than the queue's ``max_result_bytes``. The runtime raises it after the handler
+    returned, in the handler's place: the attempt fails like a handler that raised (a retry
+    with the queue's backoff; dead-lettered on the last attempt), this message and its
+    traceback (with the encoder's error as its cause) in the job's history. The worker goes
+    on with its other jobs."""
+
+
+__all__ = ["LEASE_REASONS", "LeaseError", "ResultError"]

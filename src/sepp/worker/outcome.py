@@ -1,6 +1,9 @@
 """What a handler's return or exception means for its job (the nack directives).
 
-* return (any value)      → ``Ack`` → COMPLETED
+* return                  → ``Ack`` → COMPLETED; the value returned is the job's result
+  (``sepp.job_result``: ``None`` none, ``bytes``, a ``sepp.Result``, else JSON), stored with
+  the ack. One JSON cannot encode, or larger than the queue's ``max_result_bytes``, fails the
+  attempt instead (``returned``: a ``retry`` with the reason)
 * ``raise Retry(after=s)`` → nack ``retry_after`` (exactly ``s`` seconds), or ``retry``
   (the queue's backoff) when ``after`` is ``None``; dead-letters at ``max_attempts``
 * ``raise DeadLetter(why)`` → nack ``dead_letter`` (reason NACK_DEAD_LETTER: why)
@@ -14,11 +17,14 @@ from __future__ import annotations
 import datetime as dt
 import traceback
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.domain.transitions import result_too_large_message
 from sepp.hard_limits import MAX_DURATION_SECONDS
+from sepp.job_result import result_of
 from sepp.wire import seconds_to_duration
+from sepp.worker.errors import ResultError
 
 #: Longest error detail sent, bytes (the server keeps at most 16 KiB).
 MAX_DETAIL_BYTES = 16 * 1024
@@ -65,13 +71,16 @@ class DeadLetter(Exception):
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The settle a finished job gets: ``kind``, the delay for ``retry_after`` (seconds),
-    the dead-letter ``reason`` and the error (message, detail) for the attempt history."""
+    the dead-letter ``reason`` and the error (message, detail) for the attempt history; for
+    ``completed``, the job's ``result`` (bytes, None = none) and its ``result_encoding``."""
 
     kind: OutcomeKind
     delay: float | None = None
     reason: str = ""
     error_message: str = ""
     error_detail: str = ""
+    result: bytes | None = None
+    result_encoding: str = ""
 
     @property
     def error(self) -> str:
@@ -91,6 +100,10 @@ class Outcome:
             ack = item.ack
             ack.job_id = job_id
             ack.lease_id = lease_id
+            if self.result is not None:
+                result = ack.result
+                result.data = self.result
+                result.encoding = self.result_encoding
             return
         item.nack.CopyFrom(self._nack(job_id, lease_id))
 
@@ -169,6 +182,30 @@ def _format(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
+def returned(value: Any, limit: int | None) -> Outcome:
+    """The outcome of a handler that returned ``value``: ``completed`` carrying it as the job's
+    result (``sepp.job_result.result_of``; ``COMPLETED`` for ``None``), checked against the
+    queue's ``max_result_bytes`` ``limit`` (bytes; ``None`` when the server did not say).
+    Never raises: a value JSON cannot encode is a ``retry`` recording a ``ResultError`` (its
+    message, and a traceback with the encoder's error as the cause), one over the limit a
+    ``retry`` recording ``ResultTooLarge`` — the words the server records when it refuses one."""
+    try:
+        try:
+            result = result_of(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ResultError(f"the handler's return value cannot be stored as the job's result: {describe(exc)} "
+                              "(return bytes, a sepp.Result, a JSON-encodable value, or None for no result)"
+                              ) from exc
+    except ResultError as exc:
+        return Outcome("retry", error_message=_truncate(describe(exc)), error_detail=_truncate(_format(exc)))
+    if result is None:
+        return COMPLETED
+    size = len(result.data)
+    if limit is not None and size > limit:
+        return Outcome("retry", error_message=result_too_large_message(size, limit))
+    return Outcome("completed", result=result.data, result_encoding=result.encoding)
+
+
 def no_handler(job_type: str) -> Outcome:
     """Dead-letter a job whose type has no handler in this worker."""
     reason = f"no handler registered for job type {job_type!r}"
@@ -181,4 +218,4 @@ def released(why: str) -> Outcome:
 
 
 __all__ = ["COMPLETED", "DeadLetter", "Outcome", "OutcomeKind", "Retry", "describe", "no_handler",
-           "outcome_for_exception", "released"]
+           "outcome_for_exception", "released", "returned"]

@@ -1,8 +1,11 @@
 """Handlers by job type: ``job_type → function(job)``.
 
 A handler is ``async def f(job)`` (run on the worker's event loop) or a plain
-``def f(job)`` (run in the worker's thread pool, so it may block). Its return value
-is ignored; returning means success (ack).
+``def f(job)`` (run in the worker's thread pool, so it may block). Returning means success
+(ack), and the value returned is the job's result, stored with the ack: ``None`` none,
+``bytes`` as ``application/octet-stream``, a ``sepp.Result`` as given, anything else as JSON
+(``sepp.job_result``; one JSON cannot encode, or over the queue's ``max_result_bytes``,
+fails the attempt instead).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from sepp.worker.job import Job
 
-#: A handler: ``(job) -> None`` or ``async (job) -> None`` (the result is ignored).
+#: A handler: ``(job) -> result`` or ``async (job) -> result`` (what it returns is the job's
+#: result; ``None`` for none).
 Handler = Callable[["Job"], Awaitable[Any]] | Callable[["Job"], Any]
 H = TypeVar("H", bound=Callable[..., Any])
 

@@ -5,8 +5,9 @@
     worker = Worker("127.0.0.1:7700", queues=["emails"], concurrency=8)
 
     @worker.handler("welcome")
-    async def welcome(job: Job) -> None:
-        await send_mail(job.json()["user_id"])
+    async def welcome(job: Job) -> dict[str, str]:
+        message_id = await send_mail(job.json()["user_id"])
+        return {"message_id": message_id}   # the job's result (None: no result)
 
     worker.run_sync()          # or: await worker.run()
 
@@ -224,11 +225,14 @@ class Worker:
         self._reports = Reports(self._rpc, self._keeper, self._hooks, self.stats, cfg.settle_batch, clock)
         self._settler = self._reports.settler
         self._threads = DaemonThreadPool(cfg.concurrency, "sepp-handler")
+        # Each queue's max_result_bytes as the Reserve answers say (the reserver writes it):
+        # a handler's result is checked against its job's queue's before the ack.
+        result_limits: dict[str, int] = {}
         self._pool = SlotPool(self.registry._handlers, self._threads, self._reports, concurrency=cfg.concurrency,
                               prefetch=cfg.prefetch, max_reserve=cfg.max_reserve,
-                              tracer_provider=self.tracer_provider, monotonic=monotonic)
+                              tracer_provider=self.tracer_provider, monotonic=monotonic, result_limits=result_limits)
         self._reserver = Reserver(cfg, self._rpc, self._pool, self._keeper, self._reports, self._fatal_error,
-                                  monotonic)
+                                  monotonic, result_limits)
         self._pool.on_room = self._reserver.wake
         self._hurry = asyncio.Event()
         self._done = asyncio.Event()

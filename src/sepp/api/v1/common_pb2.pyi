@@ -43,6 +43,11 @@ class _RejectionCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Rejecti
     SCHEDULED_TOO_FAR: _RejectionCode.ValueType  # 10
     IDEMPOTENCY_KEY_TOO_LONG: _RejectionCode.ValueType  # 11
     TRACE_CONTEXT_INVALID: _RejectionCode.ValueType  # 12
+    RESULT_TOO_LARGE: _RejectionCode.ValueType  # 13
+    """Not an enqueue check: an ack whose result is larger than the job's queue's
+    max_result_bytes (AckRequest.result, a Settle ack item). The attempt is failed instead
+    and retried per the queue's policy (docs/errors.md).
+    """
 
 class RejectionCode(_RejectionCode, metaclass=_RejectionCodeEnumTypeWrapper):
     """The stable rejection codes of the catalogue, in validation order.
@@ -62,6 +67,11 @@ CUSTOM_MAP_TOO_LARGE: RejectionCode.ValueType  # 9
 SCHEDULED_TOO_FAR: RejectionCode.ValueType  # 10
 IDEMPOTENCY_KEY_TOO_LONG: RejectionCode.ValueType  # 11
 TRACE_CONTEXT_INVALID: RejectionCode.ValueType  # 12
+RESULT_TOO_LARGE: RejectionCode.ValueType  # 13
+"""Not an enqueue check: an ack whose result is larger than the job's queue's
+max_result_bytes (AckRequest.result, a Settle ack item). The attempt is failed instead
+and retried per the queue's policy (docs/errors.md).
+"""
 Global___RejectionCode: _TypeAlias = RejectionCode  # noqa: Y015
 
 class _JobState:
@@ -451,6 +461,7 @@ class QueueLimits(_message.Message):
     MAX_CUSTOM_ENTRIES_FIELD_NUMBER: _builtins.int
     MAX_CUSTOM_KEY_BYTES_FIELD_NUMBER: _builtins.int
     MAX_CUSTOM_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_RESULT_BYTES_FIELD_NUMBER: _builtins.int
     max_payload_bytes: _builtins.int
     """Largest payload.data accepted, bytes (equal is allowed)."""
     max_custom_entries: _builtins.int
@@ -459,6 +470,8 @@ class QueueLimits(_message.Message):
     """Longest custom key, UTF-8 bytes."""
     max_custom_bytes: _builtins.int
     """Largest custom map: Σ(key bytes + value size); string = UTF-8 bytes, int/float 8, bool 1."""
+    max_result_bytes: _builtins.int
+    """Largest job result (an ack's result.data) accepted, bytes (equal is allowed; default 1 MiB)."""
     @_builtins.property
     def allowed_encodings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """When non-empty, the only encoding labels accepted (exact match)."""
@@ -471,10 +484,11 @@ class QueueLimits(_message.Message):
         max_custom_entries: _builtins.int = ...,
         max_custom_key_bytes: _builtins.int = ...,
         max_custom_bytes: _builtins.int = ...,
+        max_result_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_encodings", b"allowed_encodings", "max_custom_bytes", b"max_custom_bytes", "max_custom_entries", b"max_custom_entries", "max_custom_key_bytes", b"max_custom_key_bytes", "max_payload_bytes", b"max_payload_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_encodings", b"allowed_encodings", "max_custom_bytes", b"max_custom_bytes", "max_custom_entries", b"max_custom_entries", "max_custom_key_bytes", b"max_custom_key_bytes", "max_payload_bytes", b"max_payload_bytes", "max_result_bytes", b"max_result_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -774,6 +788,7 @@ class Job(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
     NODE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
@@ -813,6 +828,12 @@ class Job(_message.Message):
 
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def result(self) -> Global___Payload:
+        """What the handler returned, stored with the ack that completed the job (absent when it
+        returned nothing, and for a job not COMPLETED). Kept as long as the completed job is.
+        """
+
     def __init__(
         self,
         *,
@@ -837,11 +858,12 @@ class Job(_message.Message):
         worker_id: _builtins.str = ...,
         cancel_requested: _builtins.bool = ...,
         node: _builtins.str = ...,
+        result: Global___Payload | None = ...,
         progress: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "lease_expires_at", b"lease_expires_at", "payload", b"payload", "run_at", b"run_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "lease_expires_at", b"lease_expires_at", "payload", b"payload", "result", b"result", "run_at", b"run_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "node", b"node", "payload", b"payload", "priority", b"priority", "progress", b"progress", "queue", b"queue", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "node", b"node", "payload", b"payload", "priority", b"priority", "progress", b"progress", "queue", b"queue", "result", b"result", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -121,17 +121,46 @@ Global___Reservation: _TypeAlias = Reservation  # noqa: Y015
 class ReserveResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MaxResultBytesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     RESERVATIONS_FIELD_NUMBER: _builtins.int
+    MAX_RESULT_BYTES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def reservations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]: ...
+    @_builtins.property
+    def max_result_bytes(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The max_result_bytes of each queue the reservations come from (queue → bytes): the
+        largest AckRequest.result.data the server accepts for their acks, which a worker checks
+        before it acks. Absent from servers before results: no local check.
+        """
+
     def __init__(
         self,
         *,
         reservations: _abc.Iterable[Global___Reservation] | None = ...,
+        max_result_bytes: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reservations", b"reservations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_result_bytes", b"max_result_bytes", "reservations", b"reservations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -144,22 +173,33 @@ class AckRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     LEASE_ID_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     lease_id: _builtins.str
     worker_id: _builtins.str
     """Optional: the worker_id of the Reserve that leased the job (the Workers page counts
     its jobs done).
     """
+    @_builtins.property
+    def result(self) -> _common_pb2.Payload:
+        """Optional: the job's result, stored in the same commit as the completion (absent = no
+        result). data at most the queue's max_result_bytes: a larger one is refused with
+        RESULT_TOO_LARGE (INVALID_ARGUMENT; in a Settle, that item's error_reason) and the
+        attempt is failed instead — retried per the queue's policy, dead-lettered on its last
+        attempt — with the reason in the job's history. encoding ≤ max_encoding_bytes, no NUL.
+        """
+
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         lease_id: _builtins.str = ...,
         worker_id: _builtins.str = ...,
+        result: _common_pb2.Payload | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_id", b"lease_id", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_id", b"lease_id", "result", b"result", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -445,10 +485,13 @@ class SettleResult(_message.Message):
     RUN_AT_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
     error_reason: _builtins.str
-    """On failure: LEASE_MISMATCH, LEASE_EXPIRED, JOB_NOT_FOUND or INVALID_ARGUMENT."""
+    """On failure: LEASE_MISMATCH, LEASE_EXPIRED, JOB_NOT_FOUND, INVALID_ARGUMENT, or
+    RESULT_TOO_LARGE (an ack whose result was refused: the attempt was failed instead, and
+    state / run_at say where the job went).
+    """
     error_message: _builtins.str
     state: _common_pb2.JobState.ValueType
-    """For nacks that succeeded: where the job went."""
+    """For nacks that succeeded, and acks refused with RESULT_TOO_LARGE: where the job went."""
     @_builtins.property
     def run_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(

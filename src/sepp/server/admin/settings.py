@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sepp.limits import QueueSettings, long_encoding_label
+from sepp.limits import MESSAGE_BOUNDED, QueueSettings, long_encoding_label
 from sepp.quoting import clip, quote
 from sepp.server.errors import InvalidRequest
 from sepp.server.rpc_args import invalid_from_pydantic
@@ -20,7 +20,8 @@ def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequ
     field of ``patch``). Paths are QueueSettings field names, ``limits.<name>`` for a limit.
 
     Raises ``InvalidRequest`` (field = the path) for an unknown path or an invalid value:
-    also for ``max_payload_bytes`` above ``max_message_bytes`` and, when
+    also for ``max_payload_bytes`` above ``max_message_bytes``, or a ``max_result_bytes`` the
+    patch names above it (one it does not name is lowered to it) and, when
     ``max_encoding_bytes`` is given, an ``allowed_encodings`` label longer than that
     (field ``limits.allowed_encodings[i]``).
     """
@@ -42,9 +43,19 @@ def merge_settings(current: QueueSettings, patch: Mapping[str, Any], paths: Sequ
         settings = QueueSettings.model_validate(merged)
     except ValidationError as exc:
         raise invalid_from_pydantic(exc) from None
-    if settings.limits.max_payload_bytes > max_message_bytes:
-        raise InvalidRequest(f"limits.max_payload_bytes must not exceed max_message_bytes ({max_message_bytes})",
-                             "limits.max_payload_bytes", max_message_bytes, settings.limits.max_payload_bytes)
+    named = set(paths or _all_paths(patch))
+    for name in MESSAGE_BOUNDED:  # a payload travels in an enqueue, a result in an ack: one message each
+        value = getattr(settings.limits, name)
+        if value <= max_message_bytes:
+            continue
+        if name == "max_result_bytes" and not named & {"limits", "limits.max_result_bytes"}:
+            # Not asked for: the default (or a row stored before results) over a small message
+            # cap is lowered to the cap, as at start (limits.fit_result_limit).
+            settings = settings.model_copy(update={"limits": settings.limits.model_copy(
+                update={"max_result_bytes": max_message_bytes})})
+            continue
+        raise InvalidRequest(f"limits.{name} must not exceed max_message_bytes ({max_message_bytes})",
+                             f"limits.{name}", max_message_bytes, value)
     if max_encoding_bytes is not None:
         long_label = long_encoding_label(settings.limits, max_encoding_bytes)
         if long_label is not None:

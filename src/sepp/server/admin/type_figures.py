@@ -64,7 +64,7 @@ OTHER = "(other)"
 
 _COMPLETED, _DEAD = int(State.COMPLETED), int(State.DEAD_LETTERED)
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
-_RETRY, _RELEASE = SettleKind.RETRY, SettleKind.RELEASE
+_RETRY, _RELEASE, _ACK = SettleKind.RETRY, SettleKind.RELEASE, SettleKind.ACK
 _log, _ceil = math.log, math.ceil
 
 
@@ -195,8 +195,8 @@ class TypeRollup:
                 acc.completed += 1
             elif state == _DEAD:
                 acc.dead += 1
-            elif kind is _RETRY and (state == _SCHEDULED or state == _READY):
-                acc.retried += 1
+            elif (kind is _RETRY or kind is _ACK) and (state == _SCHEDULED or state == _READY):
+                acc.retried += 1  # (an ack lands here only when its result was refused)
             if started:
                 acc.times.append(now - started)   # bucketed by ``_Acc.fold``, off this path
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
 _COMPLETED, _DEAD = int(State.COMPLETED), int(State.DEAD_LETTERED)
 _RETRY, _DEAD_LETTER, _RELEASE = SettleKind.RETRY, SettleKind.DEAD_LETTER, SettleKind.RELEASE
+_ACK = SettleKind.ACK
 #: Every state's label (``sepp_queue_jobs{state}``): the lowercase name sepp spells states with.
 _STATES = [STATE_NAMES[int(s)] for s in State]
 _queue_of = itemgetter(1)
@@ -164,8 +165,8 @@ class Metrics:
                 if state == _DEAD:
                     reason = m.NACK_DEAD_LETTER if kind is _DEAD_LETTER else m.ATTEMPTS_EXHAUSTED
                     self.dead_lettered[(queue, reason)] += 1
-                elif kind is _RETRY and (state == _SCHEDULED or state == _READY):
-                    self.retried[queue] += 1
+                elif (kind is _RETRY or kind is _ACK) and (state == _SCHEDULED or state == _READY):
+                    self.retried[queue] += 1  # (an ack lands here only when its result was refused)
             if started:
                 if queue != last:
                     h = runtime.get(queue)

@@ -46,7 +46,7 @@ _DURATIONS = ("lease_duration", "dedup_window", "retry_base", "retry_cap", "comp
 _SCALARS = ("default_priority", "default_max_attempts", "retry_jitter", "max_in_flight", "rate_limit", "rate_burst",
             "concurrency_key", "max_in_flight_per_key")
 _LIMITS = ("max_payload_bytes", "allowed_encodings", "max_custom_entries", "max_custom_key_bytes",
-           "max_custom_bytes")
+           "max_custom_bytes", "max_result_bytes")
 
 
 # ---------------------------------------------------------------------- conversions

@@ -83,6 +83,10 @@ def fill_job(job: pb.Job, rec: JobRecord, with_history: bool = True) -> None:
         set_ts(job.lease_expires_at, rec.lease_expires_at)
     if with_history and (rec.history or rec.state == _COMPLETED):
         _fill_attempts(job, rec)
+    if rec.result is not None:
+        result = job.result
+        result.data = rec.result
+        result.encoding = rec.result_encoding or ""
 
 
 def _merge_extras(job: pb.Job, extras: bytes, job_id: bytes) -> None:
@@ -130,7 +134,7 @@ def fill_reservation(res: wpb.Reservation, rec: JobRecord) -> None:
     outside the Timestamp range): the caller does not hand such a job out."""
     (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
      idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node,
-     _progress) = rec
+     _result, _result_encoding, _progress) = rec
     if not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US):
         # A damaged row: a time no Timestamp can carry; the caller buries it.
         raise ValueError("run_at or enqueued_at is outside the Timestamp range")
@@ -283,7 +287,7 @@ class ReservationWriter:
         row (``TypeError``/``ValueError``/``OverflowError``); nothing is appended then."""
         (id_, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts, payload, encoding, extras,
          idem, lease_id, lease_expires_at, worker_id, _started, history, _finished, reason, cancel, _seq, node,
-     _progress) = rec
+         _result, _result_encoding, _progress) = rec
         if (extras or history or idem or type(id_) is not bytes or len(id_) != 16 or type(payload) is not bytes
                 or type(run_at) is not int or type(enqueued_at) is not int
                 or not (_MIN_US <= run_at <= _MAX_US and _MIN_US <= enqueued_at <= _MAX_US)):

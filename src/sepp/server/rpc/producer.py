@@ -49,7 +49,8 @@ def queue_settings_proto(s: object) -> pb.QueueSettings:
         consumer_timeout=seconds_to_duration(s.consumer_timeout),
         limits=pb.QueueLimits(max_payload_bytes=lim.max_payload_bytes, allowed_encodings=lim.allowed_encodings,
                               max_custom_entries=lim.max_custom_entries,
-                              max_custom_key_bytes=lim.max_custom_key_bytes, max_custom_bytes=lim.max_custom_bytes))
+                              max_custom_key_bytes=lim.max_custom_key_bytes, max_custom_bytes=lim.max_custom_bytes,
+                              max_result_bytes=lim.max_result_bytes))
 
 
 #: One ``EnqueueResult`` holding an ``EnqueueAck`` with a 36-character job id and

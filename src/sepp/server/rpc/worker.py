@@ -15,16 +15,17 @@ from sepp.domain.params import SettleKind, SettleParams, SettleResult
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
 from sepp.domain.store_errors import StoreError
+from sepp.domain.transitions import result_refused, result_too_large_message
 from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
-from sepp.rejections import Reason
+from sepp.rejections import Reason, RejectionCode
 from sepp.server.engine import JobEngine
-from sepp.server.errors import EngineError, InvalidRequest
+from sepp.server.errors import EngineError, InvalidRequest, JobRejected
 from sepp.server.fast_rows import ack_params, ack_params_of
 from sepp.server.parts import ServerParts
 from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
 from sepp.server.rpc_args import duration_arg
-from sepp.validation import utf8_len
+from sepp.validation import queue_fix, utf8_len
 from sepp.wire import quote
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
@@ -59,14 +60,27 @@ MAX_REASON_BYTES = 1024
 
 
 def settle_params(item: wpb.AckRequest | wpb.NackRequest, now: int, max_detail: int,
-                  max_delay: float = 365 * 86400.0) -> SettleParams:
+                  max_delay: float = 365 * 86400.0, max_encoding: int = 128) -> SettleParams:
     """An ack or nack message → ``SettleParams``. Error message and detail are cut to
-    ``max_detail`` bytes, a dead-letter reason to 1 KiB. Raises ``InvalidRequest`` for a bad
-    item (malformed ids, a malformed ``retry_after`` or one below 0 or above ``max_delay``
-    seconds: field ``retry_after``, limit 0 or ``max_delay``, the exact value)."""
+    ``max_detail`` bytes, a dead-letter reason to 1 KiB; an ack's ``result`` is carried over
+    (its size is judged by the store, against the job's queue). Raises ``InvalidRequest`` for
+    a bad item (malformed ids, a malformed ``retry_after`` or one below 0 or above
+    ``max_delay`` seconds: field ``retry_after``, limit 0 or ``max_delay``, the exact value; a
+    result encoding label longer than ``max_encoding`` UTF-8 bytes or holding a NUL: field
+    ``result.encoding``)."""
     jid, lid = _ids(item.job_id, item.lease_id)
     if isinstance(item, wpb.AckRequest):
-        return SettleParams(jid, lid, SettleKind.ACK, now, outcome="completed")
+        if not item.HasField("result"):
+            return SettleParams(jid, lid, SettleKind.ACK, now, outcome="completed")
+        encoding = item.result.encoding
+        size = utf8_len(encoding)
+        if size > max_encoding:
+            raise InvalidRequest(f"the result's encoding label is {size} bytes long; a label is at most "
+                                 f"max_encoding_bytes ({max_encoding})", "result.encoding", max_encoding, size)
+        if "\x00" in encoding:  # every backend stores labels as text (docs/decisions.md)
+            raise InvalidRequest("the result's encoding label contains a NUL character (U+0000)", "result.encoding")
+        return SettleParams(jid, lid, SettleKind.ACK, now, outcome="completed", result=item.result.data,
+                            result_encoding=encoding)
     directive = item.WhichOneof("directive")
     message = _truncate(item.error.message, max_detail)
     detail = _truncate(item.error.detail, max_detail)
@@ -99,6 +113,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.max_message = parts.limits.max_message_bytes
         self.max_delay = parts.limits.max_schedule_horizon
         self.max_wait = parts.limits.max_reserve_wait
+        self.max_encoding = parts.limits.max_encoding_bytes
+        #: Each queue's policy (its max_result_bytes: the Reserve answer's limits, a refusal's).
+        self._policy_for = parts.queues.policy_for
         #: The settle time of acks and nacks (µs UTC) comes from the server's clock.
         self._clock_now = parts.clock.now
         self.workers = parts.workers
@@ -142,8 +159,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 await self.engine.bury_damaged(damaged)
                 jobs = [rec for rec in jobs if all(rec is not d for d, _ in damaged)]
             self._give_back_if_cancelled(context, jobs)
-            return bytes(writer)
-        resp = wpb.ReserveResponse()
+            return bytes(writer) + self._result_limits(jobs).SerializeToString()
+        resp = self._result_limits(jobs)  # (the limits of every queue leased: what is given back too)
+        budget -= resp.ByteSize()
         size = 0
         overflow: list[JobRecord] = []
         for rec in jobs:
@@ -174,6 +192,19 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self._give_back_if_cancelled(context, [rec for rec in jobs if id(rec) not in held])
         return resp
 
+    def _result_limits(self, jobs: list[JobRecord]) -> wpb.ReserveResponse:
+        """A ``ReserveResponse`` holding only ``max_result_bytes``: the limit of each queue of
+        ``jobs`` (one entry per queue). The answer's reservations are added to it, or its bytes
+        appended to theirs (protobuf reads two messages one after the other as their merge)."""
+        limits = wpb.ReserveResponse()
+        if jobs:
+            entries = limits.max_result_bytes
+            policy_for = self._policy_for
+            for queue in {rec.queue for rec in jobs}:
+                if isinstance(queue, str):  # (a damaged row's queue is buried, never delivered)
+                    entries[queue] = policy_for(queue).max_result_bytes
+        return limits
+
     def _give_back_if_cancelled(self, context: Context, delivered: list[JobRecord]) -> None:
         """If the caller cancels the call after its jobs were leased and the answer built —
         a stopping Worker that stops waiting for a slow answer — its jobs would stay RESERVED by
@@ -203,9 +234,20 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return wpb.StopReservingResponse(woken=woken)
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
+        """Complete the job (``JobEngine.settle_one``), storing ``request.result`` with it. A
+        result over the queue's ``max_result_bytes`` is refused: INVALID_ARGUMENT /
+        RESULT_TOO_LARGE (field ``result.data``, limit, actual), the attempt failed instead."""
         try:
-            await self.engine.settle_one(settle_params(request, self._clock_now(), self.max_detail, self.max_delay))
+            params = settle_params(request, self._clock_now(), self.max_detail, self.max_delay, self.max_encoding)
+            result = await self.engine.settle_one(params)
+            if result_refused(params, result):
+                size, limit = len(params.result or b""), self._policy_for(result.queue).max_result_bytes
+                raise JobRejected(pb.Rejection(code=_RESULT_TOO_LARGE_CODE,  # type: ignore[arg-type]
+                                               field="result.data", limit=limit, actual=size,
+                                               message=_refusal_text(result.queue, size, limit)))
         except (EngineError, StoreError) as exc:
+            if request.worker_id and isinstance(exc, JobRejected):
+                self.workers.called(request.worker_id, failed=1)
             await abort_for(context, exc)
         if request.worker_id:
             self.workers.called(request.worker_id, completed=1)
@@ -213,7 +255,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
 
     async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
         try:
-            params = settle_params(request, self._clock_now(), self.max_detail, self.max_delay)
+            params = settle_params(request, self._clock_now(), self.max_detail, self.max_delay, self.max_encoding)
             result = await self.engine.settle_one(params)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
@@ -270,14 +312,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             if kind == "ack":  # the common case, inline: two id parses and a tuple
                 a = item.ack
                 jid, lid = job_id_bytes(a.job_id), job_id_bytes(a.lease_id)
-                if jid is not None and lid is not None:
+                if jid is not None and lid is not None and not a.HasField("result"):
                     params.append(ack_params(jid, lid, now))
                     slots.append(i)
                     continue
             try:
                 if kind is None:
                     raise InvalidRequest("settle item has neither ack nor nack", "items")
-                params.append(settle_params(getattr(item, kind), now, self.max_detail, self.max_delay))
+                params.append(settle_params(getattr(item, kind), now, self.max_detail, self.max_delay,
+                                            self.max_encoding))
                 slots.append(i)
             except InvalidRequest as exc:
                 bad[i] = str(exc)
@@ -290,11 +333,21 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             by_slot: Any = results  # every item parsed: slot i is results[i]
         else:
             by_slot = dict(zip(slots, results, strict=True))
+        by_param: Any = params if not bad else dict(zip(slots, params, strict=True))
         for i in range(len(request.items)):
             if i in bad:
                 add(ok=False, error_reason=Reason.INVALID_ARGUMENT, error_message=bad[i])
                 continue
-            _add_result(add, by_slot[i])
+            r = by_slot[i]
+            p = by_param[i]
+            if p.result is not None and result_refused(p, r):  # the attempt failed instead: where it went
+                size, limit = len(p.result), self._policy_for(r.queue).max_result_bytes
+                res = add(ok=False, error_reason=_RESULT_TOO_LARGE, error_message=_refusal_text(r.queue, size, limit),
+                          state=r.state)
+                if r.state in _BACK:
+                    set_ts(res.run_at, r.run_at)
+                continue
+            _add_result(add, r)
         if request.worker_id:
             self._count_done(request.worker_id, results, params)
         return resp
@@ -367,6 +420,16 @@ def _settle_response(results: list[SettleResult]) -> wpb.SettleResponse:
 
 _COMPLETED = int(State.COMPLETED)
 _RELEASE = SettleKind.RELEASE
+#: The wire reason and code number of a refused result (the rejection catalogue's ResultTooLarge).
+_RESULT_TOO_LARGE = RejectionCode.RESULT_TOO_LARGE.reason
+_RESULT_TOO_LARGE_CODE = RejectionCode.RESULT_TOO_LARGE.to_wire()
+
+
+def _refusal_text(queue: str, size: int, limit: int) -> str:
+    """The message of an ack refused for its result of ``size`` bytes (``limit``: the queue's
+    max_result_bytes): what happened to the attempt, and how to raise the limit."""
+    text = result_too_large_message(size, limit).removeprefix(f"{RejectionCode.RESULT_TOO_LARGE.value}: ")
+    return text + queue_fix(queue, "max-result-bytes")
 
 #: One serialized ``SettleResponse.results`` entry ``{ok: true, state: COMPLETED}``: a Settle
 #: whose acks all completed their jobs answers with this repeated once per item (protobuf

@@ -203,13 +203,35 @@ WHERE j.seq = ANY(ARRAY(SELECT seq FROM hit)) AND j.state::integer = 3 AND j.lea
     AND j.lease_expires_at > $1
 RETURNING j.id, j.queue, j.attempt, j.seq, j.started_at, j.job_type;
 
+-- name: ack_many_results
+-- ack_many for acks of which some carry a result: $5/$6 each ack's result and its encoding
+-- (NULL, NULL for one without), written by the same statement as the completion. The probe
+-- carries them along; the UPDATE still finds its rows through the array of their seqs
+-- (jobs_pkey, locked in seq order as in ack_many) and takes each one's result from the
+-- probe's row of that seq. The acks of a Settle that carry no result use ack_many, which
+-- binds and writes nothing more.
+WITH hit AS MATERIALIZED (
+    SELECT f.seq, v.res, v.enc FROM unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::text[]) AS v(jid, lid, res, enc)
+    CROSS JOIN LATERAL (
+        SELECT seq FROM jobs
+        WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = v.jid AND job_id_foreign(f.id, f.seq)), job_seq_hint(v.jid))
+            AND id = v.jid AND lease_id = v.lid AND state::integer = 3 AND lease_expires_at > $1
+        OFFSET 0
+    ) f
+)
+UPDATE jobs j SET state = 4, finished_at = $1, purge_at = $1 + $2, result = h.res, result_encoding = h.enc
+FROM hit h
+WHERE j.seq = ANY(ARRAY(SELECT seq FROM hit)) AND h.seq = j.seq AND j.state::integer = 3
+    AND j.lease_id = ANY($4::bytea[]) AND j.lease_expires_at > $1
+RETURNING j.id, j.queue, j.attempt, j.seq, j.started_at, j.job_type;
+
 -- name: set_purge_at
 UPDATE jobs SET purge_at = $1 WHERE seq = ANY($2::bigint[]);
 
 -- name: get_job
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     coalesce(payload, '\x'::bytea) AS payload, encoding, extras, idempotency_key, lease_id, lease_expires_at,
-    worker_id, started_at, history, finished_at, reason, cancel_requested, seq, node, progress
+    worker_id, started_at, history, finished_at, reason, cancel_requested, seq, node, result, result_encoding, progress
 FROM jobs WHERE seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = $1 AND job_id_foreign(f.id, f.seq)), job_seq_hint($1)) AND id = $1;
 
 -- name: settle_lookup
@@ -236,8 +258,9 @@ UPDATE jobs SET state = $1,
 WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state::integer = 3;
 
 -- name: complete_one
--- One ack of a live lease: $1 finished_at, $2 purge_at; guarded: $3 seq, $4 lease id.
-UPDATE jobs SET state = 4, finished_at = $1, purge_at = $2, reason = NULL
+-- One ack of a live lease: $1 finished_at, $2 purge_at; guarded: $3 seq, $4 lease id; $5
+-- the result and $6 its encoding (NULL, NULL: none).
+UPDATE jobs SET state = 4, finished_at = $1, purge_at = $2, reason = NULL, result = $5, result_encoding = $6
 WHERE seq = $3 AND lease_id IS NOT DISTINCT FROM $4 AND state::integer = 3;
 
 -- name: extend_lease
@@ -467,11 +490,10 @@ FROM jobs WHERE queue = $1 AND state = 2 ORDER BY priority DESC, run_at, seq LIM
 -- name: job_outcomes
 -- What a wait for jobs reads of each id of $1 (domain.outcomes.JobOutcome, by name): each probed
 -- through jobs_pkey at the seq it carries, after jobs_id_foreign (as get_job); the history only
--- of a finished job. The job's result: the last two columns (NULL until the jobs table has
--- them; then select the result columns here instead).
+-- of a finished job; its result (stored with the completing ack) in the last two columns.
 SELECT j.id, j.queue, j.job_type, j.state, j.attempt, j.finished_at, j.reason,
     CASE WHEN j.state IN (4, 5, 6) THEN j.history END AS history, j.worker_id, j.node, j.started_at,
-    NULL::bytea AS result, NULL::text AS result_encoding
+    j.result, j.result_encoding
 FROM unnest($1::bytea[]) AS v(jid)
 CROSS JOIN LATERAL (
     SELECT * FROM jobs

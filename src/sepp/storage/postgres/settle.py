@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sepp.domain.clock import Clock
-from sepp.domain.params import ExtendResult, SettleKind, SettleParams, SettleResult, granted_expiry
+from sepp.domain.params import ExtendResult, SettleParams, SettleResult, granted_expiry
 from sepp.domain.policy import PolicyLookup, PolicyTable
 from sepp.domain.states import State
-from sepp.domain.transitions import Decision, completed_purge_at, lease_error, settle
+from sepp.domain.transitions import Decision, completed_purge_at, lease_error, needs_jitter, settle
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres.committer import Tx, notify_in
 from sepp.storage.postgres.sql import Q
@@ -28,9 +28,14 @@ _ID, _QUEUE, _SEQ = at(AckedRow, "id"), at(AckedRow, "queue"), at(AckedRow, "seq
 
 
 
-async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision, wake: bool = False) -> None:
+async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision, p: SettleParams,
+                 wake: bool = False) -> None:
+    """Write ``d`` to the job ``seq`` under its lease guard; an ack's decision writes the
+    result of ``p`` (the item judged) with the completion."""
     if d.entry is None:
-        status = await tx.conn.execute(Q["complete_one"], d.finished_at, d.purge_at, seq, lease_id)
+        result = p.result
+        status = await tx.conn.execute(Q["complete_one"], d.finished_at, d.purge_at, seq, lease_id, result,
+                                       None if result is None else p.result_encoding)
     else:
         status = await tx.conn.execute(Q["settle_update"], *d[:6], d.entry, seq, lease_id)
     if _count(status) != 1:  # the row is locked (settle_lookup FOR UPDATE): cannot happen
@@ -43,12 +48,12 @@ async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleRes
     """Judge (``transitions.settle``) and apply one ack or nack, the row locked meanwhile."""
     found = await tx.conn.fetchrow(Q["settle_lookup"], p.job_id)
     row = None if found is None else LeaseLookup._make(found)
-    rand = random.uniform(-1.0, 1.0) if p.kind is SettleKind.RETRY else 0.0
+    rand = random.uniform(-1.0, 1.0) if needs_jitter(p) else 0.0
     verdict = settle(None if row is None else row.held(), p, policy, rand)
     if isinstance(verdict, SettleResult):
         return verdict
     assert row is not None
-    await _apply(tx, row.seq, p.lease_id, row.queue, verdict, policy(row.queue).wake_on_settle)
+    await _apply(tx, row.seq, p.lease_id, row.queue, verdict, p, policy(row.queue).wake_on_settle)
     return verdict.result(row.queue, row.started_at, row.job_type)
 
 
@@ -81,7 +86,8 @@ class AckManyOp:
     worker re-sending a batch whose answer it lost, through another node — wait for each
     other instead of deadlocking. Result: the rows of the completed jobs (job id, queue,
     attempt, seq, started_at or None, job_type), {job id: result} of the acks applied one by
-    one, {index: result} of ``others``."""
+    one, {index: result} of ``others``. When any ack carries a result, ``ack_many_results``
+    writes each one's result with its completion."""
 
     __slots__ = ("acks", "default_keep", "now", "others", "policy")
 
@@ -92,8 +98,7 @@ class AckManyOp:
     async def __call__(self, tx: Tx) -> tuple[list[Any], dict[bytes, SettleResult], dict[int, SettleResult]]:
         conn, now = tx.conn, self.now
         acks = sorted(self.acks, key=_JOB_ID)
-        rows = await conn.fetch(Q["ack_many"], now, self.default_keep, [p.job_id for p in acks],
-                                [p.lease_id for p in acks])
+        rows = await _ack_many(conn, acks, now, self.default_keep)
         for queue in dict.fromkeys([r[_QUEUE] for r in rows]):  # each queue once, in row order
             pol = self.policy(queue)
             if pol.wake_on_settle:  # a flow-limited queue got slots back
@@ -119,8 +124,7 @@ class AckManyOp:
         if self.others or not _plain(self.policy, self.default_keep):
             return False, None, None
         acks = sorted(self.acks, key=_JOB_ID)
-        rows = await conn.fetch(Q["ack_many"], self.now, self.default_keep, [p.job_id for p in acks],
-                                [p.lease_id for p in acks])
+        rows = await _ack_many(conn, acks, self.now, self.default_keep)
         refused: dict[bytes, SettleResult] = {}
         if len(rows) < len(acks):
             acked = {r[_ID] for r in rows}
@@ -129,6 +133,18 @@ class AckManyOp:
                 refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
                 await notify_in(tx, channel, origin)
         return True, (rows, refused, {}), None
+
+
+async def _ack_many(conn: Any, acks: list[SettleParams], now: int, keep: int) -> list[Any]:
+    """Run the batched ack statement over ``acks`` (sorted by job id) at ``now``, completed
+    retention ``keep`` µs: ``ack_many`` when none carries a result, else ``ack_many_results``
+    (each result bound with its ack). Returns the rows of the jobs it completed."""
+    ids, leases = [p.job_id for p in acks], [p.lease_id for p in acks]
+    if all(p.result is None for p in acks):
+        return await conn.fetch(Q["ack_many"], now, keep, ids, leases)  # type: ignore[no-any-return]
+    return await conn.fetch(Q["ack_many_results"], now, keep, ids, leases,  # type: ignore[no-any-return]
+                            [p.result for p in acks],
+                            [None if p.result is None else p.result_encoding for p in acks])
 
 
 def _plain(policy: PolicyLookup, keep: int) -> bool:

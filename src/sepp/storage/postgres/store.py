@@ -23,6 +23,7 @@ import asyncpg
 from uuid_utils import UUID
 
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
+from sepp.domain.policy import result_floor
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
@@ -369,9 +370,13 @@ class PostgresStore:
             return await self._committer.submit(settle.SettleEachOp(items, policy), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
-        folded = [p for p in acks if p.now == now]
+        # An ack whose result some queue could refuse is judged one by one (its queue's
+        # limit looked up, the row locked); every other ack of this time is folded.
+        floor = result_floor(policy)
+        folded = [p for p in acks if p.now == now and (p.result is None or len(p.result) <= floor)]
         others = ({} if len(folded) == len(items)  # the common case: every item folded
-                  else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
+                  else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now
+                        or (p.result is not None and len(p.result) > floor)})
         rows, refused, other_results = await self._committer.submit(
             settle.AckManyOp(folded, others, now, default_keep, policy), len(items))
         done = acked_results(rows, now)

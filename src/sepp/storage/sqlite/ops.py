@@ -31,14 +31,22 @@ from sepp.domain.params import (
 )
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import Dedups, JobRow, QueueRecord
-from sepp.domain.transitions import Decision, completed_purge_at, lease_error, settle
+from sepp.domain.transitions import Decision, completed_purge_at, lease_error, needs_jitter, settle
 from sepp.quoting import clip
 from sepp.storage.errors import StoreError
 from sepp.storage.row_types import AckedRow, LeasedRow, LeaseLookup, at
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import flow
-from sepp.storage.sqlite.sql import InsertKey, Q, ack_sql, blob_slices, insert_sql, insert_statements
+from sepp.storage.sqlite.sql import (
+    InsertKey,
+    Q,
+    ack_results_sql,
+    ack_sql,
+    blob_slices,
+    insert_sql,
+    insert_statements,
+)
 from sepp.storage.sqlite.sweeps import promote
 
 _ID, _PAYLOAD, _HISTORY, _SEQ = (at(LeasedRow, "id"), at(LeasedRow, "payload"), at(LeasedRow, "history"),
@@ -259,10 +267,13 @@ def _lookup(conn: sqlite3.Connection, job_id: bytes) -> LeaseLookup | None:
     return None if row is None else LeaseLookup._make(row)
 
 
-def _apply(conn: sqlite3.Connection, seq: int, lease_id: bytes, d: Decision) -> None:
-    """Write ``d`` to the job ``seq`` under its lease guard (still RESERVED by ``lease_id``)."""
+def _apply(conn: sqlite3.Connection, seq: int, lease_id: bytes, d: Decision, p: SettleParams) -> None:
+    """Write ``d`` to the job ``seq`` under its lease guard (still RESERVED by ``lease_id``);
+    an ack's decision writes the result of ``p`` (the item judged) with the completion."""
     if d.entry is None:  # an ack: the one-job form of the batched ack statement
-        cur = conn.execute(Q["complete_one"], (d.finished_at, d.purge_at, seq, lease_id))
+        result = p.result
+        cur = conn.execute(Q["complete_one"], (d.finished_at, d.purge_at, seq, lease_id, result,
+                                               None if result is None else p.result_encoding))
     else:
         cur = conn.execute(Q["settle_update"], (*d[:6], d.entry, seq, lease_id))
     if cur.rowcount != 1:  # cannot happen with one writer: the lease was judged in this transaction
@@ -272,12 +283,12 @@ def _apply(conn: sqlite3.Connection, seq: int, lease_id: bytes, d: Decision) -> 
 def settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup) -> SettleResult:
     """Judge and apply one ack or nack (``transitions.settle``)."""
     row = _lookup(conn, p.job_id)
-    rand = random.uniform(-1.0, 1.0) if p.kind is SettleKind.RETRY else 0.0
+    rand = random.uniform(-1.0, 1.0) if needs_jitter(p) else 0.0
     verdict = settle(None if row is None else row.held(), p, policy, rand)
     if isinstance(verdict, SettleResult):
         return verdict
     assert row is not None
-    _apply(conn, row.seq, p.lease_id, verdict)
+    _apply(conn, row.seq, p.lease_id, verdict, p)
     return verdict.result(row.queue, row.started_at, row.job_type)
 
 
@@ -287,19 +298,23 @@ def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlit
 
 
 def ack_many(statements: list[list[object]], others: dict[int, SettleParams], now: int, default_keep: int,
-             policy: PolicyLookup, conn: sqlite3.Connection
+             policy: PolicyLookup, conn: sqlite3.Connection, results: bool = False
              ) -> tuple[list[Any], dict[bytes, SettleResult], dict[int, SettleResult]]:
     """Writer side of a batched settle, one transaction: run the ack statements (the
     parameters of ``ack_many_head``: now, default retention, then one (job id, lease id)
-    pair per ack: the rule ``transitions.ack`` for many jobs); give the jobs of a queue with
+    pair per ack: the rule ``transitions.ack`` for many jobs; with ``results``, those of
+    ``ack_many_results_head``: (job id, lease id, result, encoding) per ack, each result
+    written by the statement that completes its job); give the jobs of a queue with
     its own completed retention their purge time; apply each ack the statements did not
     complete (refused or repeated) and each of ``others`` (nacks, by item index) one by one.
 
     Returns the rows of the completed jobs (``AckedRow`` columns), {job id: result} of the
     acks applied one by one, and {item index: result} of ``others``."""
     rows: list[Any] = []
+    width = 4 if results else 2  # parameters per ack
     for params in statements:
-        rows += conn.execute(ack_sql((len(params) - 2) // 2), params).fetchall()
+        n = (len(params) - 2) // width
+        rows += conn.execute(ack_results_sql(n) if results else ack_sql(n), params).fetchall()
     for queue in {row[_ACKED_QUEUE] for row in rows}:
         pol = policy(queue)
         if pol.completed_retention != default_keep:
@@ -308,16 +323,19 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
                 if row[_ACKED_QUEUE] == queue:
                     conn.execute(Q["set_purge_at"], (purge_at, row[_ACKED_SEQ]))
     refused: dict[bytes, SettleResult] = {}
-    if len(rows) < sum((len(params) - 2) // 2 for params in statements):
+    if len(rows) < sum((len(params) - 2) // width for params in statements):
         # A row per completed ack (the ids are unique): fewer rows, so some acks did not complete.
         acked = {row[_ACKED_ID] for row in rows}
         ack = SettleKind.ACK
         for params in statements:
-            for k in range(2, len(params), 2):
+            for k in range(2, len(params), width):
                 job_id, lease_id = params[k], params[k + 1]
                 if job_id not in acked:
                     assert isinstance(job_id, bytes) and isinstance(lease_id, bytes)
-                    item = SettleParams(job_id, lease_id, ack, now, outcome="completed")
+                    result, encoding = (params[k + 2], params[k + 3]) if results else (None, "")
+                    item = SettleParams(job_id, lease_id, ack, now, outcome="completed",
+                                        result=result,  # type: ignore[arg-type]
+                                        result_encoding=encoding or "")  # type: ignore[arg-type]
                     refused[job_id] = settle_one(conn, item, policy)
     return rows, refused, {i: settle_one(conn, p, policy) for i, p in others.items()}
 

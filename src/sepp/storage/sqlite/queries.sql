@@ -91,6 +91,16 @@ FROM (SELECT column1 AS jid, column2 AS lid FROM (VALUES {values})) AS v
 WHERE jobs.id = v.jid AND jobs.lease_id = v.lid AND jobs.state = 3 AND jobs.lease_expires_at > ?1
 RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq, jobs.started_at, jobs.job_type;
 
+-- name: ack_many_results_head
+-- ack_many_head for acks of which some carry a result: the VALUES list holds (job id, lease
+-- id, result, its encoding) from ?3 on (NULL, NULL for an ack without one), and each job's
+-- result is written by the same statement as its completion. The acks of a Settle that carry
+-- no result use ack_many_head, which binds and writes nothing more.
+UPDATE jobs SET state = 4, finished_at = ?1, purge_at = ?1 + ?2, result = v.res, result_encoding = v.enc
+FROM (SELECT column1 AS jid, column2 AS lid, column3 AS res, column4 AS enc FROM (VALUES {values})) AS v
+WHERE jobs.id = v.jid AND jobs.lease_id = v.lid AND jobs.state = 3 AND jobs.lease_expires_at > ?1
+RETURNING jobs.id, jobs.queue, jobs.attempt, jobs.seq, jobs.started_at, jobs.job_type;
+
 -- name: set_purge_at
 UPDATE jobs SET purge_at = ? WHERE seq = ?;
 
@@ -98,7 +108,7 @@ UPDATE jobs SET purge_at = ? WHERE seq = ?;
 SELECT id, queue, job_type, state, priority, run_at, enqueued_at, attempt, max_attempts,
     coalesce(payload, x'') AS payload,
     encoding, extras, idempotency_key, lease_id, lease_expires_at, worker_id, started_at, history,
-    finished_at, reason, cancel_requested, seq, node, progress
+    finished_at, reason, cancel_requested, seq, node, result, result_encoding, progress
 FROM jobs WHERE id = ?;
 
 -- name: settle_lookup
@@ -122,8 +132,10 @@ WHERE seq = ? AND lease_id IS ? AND state = 3;
 
 -- name: complete_one
 -- One ack of a live lease (the completing attempt stays implicit, as in ack_many_head).
--- ?1 finished_at, ?2 purge_at; guarded like settle_update: ?3 seq, ?4 lease id.
-UPDATE jobs SET state = 4, finished_at = ?, purge_at = ?, reason = NULL WHERE seq = ? AND lease_id IS ? AND state = 3;
+-- ?1 finished_at, ?2 purge_at; guarded like settle_update: ?3 seq, ?4 lease id; ?5 the
+-- result and ?6 its encoding (NULL, NULL: none).
+UPDATE jobs SET state = 4, finished_at = ?1, purge_at = ?2, reason = NULL, result = ?5, result_encoding = ?6
+WHERE seq = ?3 AND lease_id IS ?4 AND state = 3;
 
 -- name: extend_lease
 UPDATE jobs SET lease_expires_at = ? WHERE seq = ?;
@@ -229,9 +241,8 @@ WHERE seq IN (SELECT value FROM json_each(?5)) AND state = 2;
 -- name: job_outcomes
 -- What a wait for jobs reads of each id (domain.outcomes.JobOutcome, by name): the history only
 -- of a finished job. The driver widens the IN list to one parameter per id (outcomes.py).
--- The job's result: the last two columns (NULL until the jobs table has them; then select
--- the result columns here instead).
+-- The job's result (stored with the completing ack): the last two columns.
 SELECT id, queue, job_type, state, attempt, finished_at, reason,
     CASE WHEN state IN (4, 5, 6) THEN history END AS history, worker_id, node, started_at,
-    NULL AS result, NULL AS result_encoding
+    result, result_encoding
 FROM jobs WHERE id IN (?);

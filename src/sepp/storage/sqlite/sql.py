@@ -114,6 +114,7 @@ def insert_statements(rows: Sequence[JobRow]) -> list[tuple[InsertKey | None, Se
 
 
 _ACK_SQL: dict[int, str] = {}
+_ACK_RESULTS_SQL: dict[int, str] = {}
 #: Most acks folded into one UPDATE statement (a Settle of more is split).
 ACK_CHUNK = 256
 
@@ -125,4 +126,14 @@ def ack_sql(n: int) -> str:
     if sql is None:
         values = ", ".join(f"(?{3 + 2 * i}, ?{4 + 2 * i})" for i in range(n))
         sql = _ACK_SQL[n] = Q["ack_many_head"].replace("{values}", values)
+    return sql
+
+
+def ack_results_sql(n: int) -> str:
+    """``ack_sql`` for acks that may carry results: ``ack_many_results_head`` with ``n``
+    (job id, lease id, result, encoding) quadruples from ?3 on."""
+    sql = _ACK_RESULTS_SQL.get(n)
+    if sql is None:
+        values = ", ".join(f"(?{3 + 4 * i}, ?{4 + 4 * i}, ?{5 + 4 * i}, ?{6 + 4 * i})" for i in range(n))
+        sql = _ACK_RESULTS_SQL[n] = Q["ack_many_results_head"].replace("{values}", values)
     return sql

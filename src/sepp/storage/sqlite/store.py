@@ -28,6 +28,7 @@ import uuid_utils
 from uuid_utils import UUID
 
 from sepp.domain.clock import Clock
+from sepp.domain.policy import result_floor
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
@@ -337,21 +338,33 @@ class SQLiteStore:
             return await self._committer.submit(partial(ops.settle_each, items, policy), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
-        folded = [p for p in acks if p.now == now]
+        # An ack whose result some queue could refuse is judged one by one (its queue's
+        # limit looked up); every other ack of this time is folded into the statements.
+        floor = result_floor(policy)
+        folded = [p for p in acks if p.now == now and (p.result is None or len(p.result) <= floor)]
+        results = any(p.result is not None for p in folded)
         # Only what the writer needs crosses to it: the acks as statement parameters (at most
         # ACK_CHUNK per statement: preparing a VALUES list costs more than linearly in its
         # length, and one statement text is cached per length), the rest by item index.
+        # Acks without results bind (job id, lease id) alone (ack_many_head); when any carries
+        # one, each binds its result and encoding too (ack_many_results_head).
         statements: list[list[object]] = []
         for start in range(0, len(folded), ACK_CHUNK):
             chunk_params: list[object] = [now, default_keep]
-            for p in folded[start:start + ACK_CHUNK]:
-                chunk_params.append(p.job_id)
-                chunk_params.append(p.lease_id)
+            if results:
+                for p in folded[start:start + ACK_CHUNK]:
+                    chunk_params += (p.job_id, p.lease_id, p.result,
+                                     None if p.result is None else p.result_encoding)
+            else:
+                for p in folded[start:start + ACK_CHUNK]:
+                    chunk_params.append(p.job_id)
+                    chunk_params.append(p.lease_id)
             statements.append(chunk_params)
         others = ({} if len(folded) == len(items)  # the common case: every item folded
-                  else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now})
+                  else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now
+                        or (p.result is not None and len(p.result) > floor)})
         rows, refused, other_results = await self._committer.submit(
-            partial(ops.ack_many, statements, others, now, default_keep, policy), len(items))
+            partial(ops.ack_many, statements, others, now, default_keep, policy, results=results), len(items))
         done = acked_results(rows, now)
         done.update(refused)
         if not others:

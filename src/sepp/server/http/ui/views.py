@@ -1,4 +1,4 @@
-"""What the UI shows, formatted: times, durations, sizes, payloads (text / JSON / hex dump),
+"""What the UI shows, formatted: times, durations, sizes, payloads and results (text / JSON / hex dump),
 queue settings and the job page's context. Pure functions of records; no request
 handling here.
 """
@@ -198,7 +198,8 @@ _UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit", "max_in_flight_per_key")
 
 
 def job_context(rec: JobRecord) -> dict[str, Any]:
-    """Everything the job page shows of a record."""
+    """Everything the job page shows of a record (its payload and result each as a
+    ``PayloadView``; ``result`` None when the job has none)."""
     job = job_to_proto(rec)
     custom = []
     for key in sorted(job.custom):
@@ -221,7 +222,9 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
         previous = a.get("attempt", 0)
     # Requeued and not run since: the last entry's number is past the job's own attempt.
     requeued_since = previous is not None and rec.state in (1, 2) and rec.attempt < previous
+    result = None if rec.result is None else payload_view(rec.result, rec.result_encoding or "")
     return {"title": f"Job {job.id}", "job": job, "rec": rec, "payload": payload_view(rec.payload, rec.encoding),
+            "result": result,
             "custom": custom, "trace": sorted(job.trace_context.items()), "attempts": attempts,
             "requeued_since": requeued_since, "leased": rec.state == 3,
             "state_name": state_name(rec.state), "can_cancel": rec.state in (1, 2, 3) and not rec.cancel_requested,

@@ -238,7 +238,8 @@ $$;
 -- The verdict on one job (sepp.validation.Validator.check, the same checks in the same
 -- order): NULL when it passes, else the rejection (_rejection). lim: the admission row's
 -- limits; qsettings: the queue's stored settings (NULL: no such queue); strict, queue_count:
--- strict mode and the queues stored (for max_queues); now_us: the time of the call.
+-- strict mode and the queues stored or admitted earlier in the call (for max_queues, as a
+-- node counts them); now_us: the time of the call.
 CREATE FUNCTION _check(queue text, job_type text, payload_len bigint, encoding text, custom jsonb, priority int,
                        max_attempts int, scheduled_at timestamptz, idempotency_key text, trace jsonb, lim jsonb,
                        qsettings jsonb, strict boolean, queue_count bigint, now_us bigint)
@@ -332,9 +333,9 @@ BEGIN
         END IF;
         IF queue_count >= (lim ->> 'max_queues')::bigint THEN
             RETURN _rejection(4, 'queue ' || _quote(queue) || ' does not exist and the server''s queue limit is '
-                                 || 'reached (limits.max_queues = ' || (lim ->> 'max_queues') || '): declare it '
-                                 || 'after raising [limits] max_queues in the server''s config (SEPP_LIMITS__MAX_QUEUES), '
-                                 || 'or delete queues no longer used', 'queue',
+                                 || 'reached (limits.max_queues = ' || (lim ->> 'max_queues') || '): delete unused '
+                                 || 'queues (sepp queues delete NAME) or declare this one after raising [limits] '
+                                 || 'max_queues in the server''s config (SEPP_LIMITS__MAX_QUEUES)', 'queue',
                               (lim ->> 'max_queues')::bigint, queue_count);
         END IF;
     END IF;
@@ -503,7 +504,7 @@ BEGIN
         verdict := _check(queues[i], job_types[i], coalesce(octet_length(payloads[i]), 0), coalesce(encodings[i], ''),
                           coalesce(customs[i], '{}'), priorities[i], max_attempts[i], scheduled_ats[i],
                           coalesce(idempotency_keys[i], ''), coalesce(trace_contexts[i], '{}'), lim, qs, strict_mode,
-                          queue_count, now_us);
+                          queue_count + cardinality(created), now_us);
         IF verdict IS NOT NULL THEN
             PERFORM _raise(verdict, CASE WHEN batch THEN i - 1 END);
         END IF;

@@ -9,7 +9,6 @@ named ``%(pN)s`` form by ``pyformat`` (a placeholder may appear twice).
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -63,16 +62,14 @@ def _custom_json(value: pb.CustomValue) -> Any:
     if kind == "bool_value":
         return {"bool": value.bool_value}
     if kind == "float_value":
-        f = value.float_value
-        if math.isfinite(f):
-            return {"float": f}
-        return {"float": "NaN" if math.isnan(f) else ("Infinity" if f > 0 else "-Infinity")}
+        return {"float": repr(value.float_value)}  # text: exact, and -0.0, nan and ±inf too
     return None
 
 
 def sql_args(req: pb.EnqueueRequest) -> tuple[Any, ...]:
     """The 11 arguments of the one-job statement for ``req``: queue, job type, payload data,
-    encoding, custom (JSON text, each value an object naming its kind: ``{"int": 42}``),
+    encoding, custom (JSON text, each value an object naming its kind: ``{"int": 42}``,
+    ``{"float": "1.5"}``),
     priority, max_attempts (None when unset), scheduled_at as (Unix seconds, µs; None when
     unset; nanoseconds below the µs are dropped), idempotency key (None when empty) and
     trace context (JSON text)."""

@@ -73,8 +73,9 @@ CREATE FUNCTION _quote(t text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE
 
 -- The kind of a custom value as the SQL functions take it (jsonb): a string, true/false, a
 -- number (an integer literal within int64 is an int, any other number a float), or an
--- object naming the kind — {"string": "…"}, {"int": 42}, {"float": 1.5 | "NaN" | "Infinity"
--- | "-Infinity"}, {"bool": true} — as the Python helpers send it. null, {} or anything else
+-- object naming the kind — {"string": "…"}, {"int": 42}, {"float": 1.5 | "-0.0" | "NaN" |
+-- "Infinity" | "-Infinity"} (a float as text keeps what a JSON number cannot: -0.0, NaN,
+-- ±inf), {"bool": true} — as the Python helpers send it. null, {} or anything else
 -- is a value with no type (InvalidArgument, as a CustomValue with no kind).
 CREATE FUNCTION _custom_kind(v jsonb) RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -97,8 +98,8 @@ BEGIN
                AND (v ->> 'int')::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
                 RETURN 'int';
             END IF;
-            IF jsonb_typeof(v -> 'float') = 'number'
-               OR (v ->> 'float') IN ('NaN', 'Infinity', '-Infinity', 'nan', 'inf', '-inf') THEN
+            IF jsonb_typeof(v -> 'float') = 'number' OR (jsonb_typeof(v -> 'float') = 'string' AND (v ->> 'float')
+                   ~* '^[-+]?(nan|inf|infinity|([0-9]+[.]?[0-9]*|[.][0-9]+)(e[-+]?[0-9]+)?)$') THEN
                 RETURN 'float';
             END IF;
             RETURN NULL;
@@ -112,18 +113,46 @@ CREATE FUNCTION _custom_scalar(v jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE PAR
     RETURN CASE WHEN jsonb_typeof(v) = 'object' THEN (SELECT e.value FROM jsonb_each(v) e LIMIT 1) ELSE v END;
 
 CREATE FUNCTION _custom_float(v jsonb) RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-    RETURN CASE _custom_scalar(v) #>> '{}' WHEN 'nan' THEN 'NaN'::float8 WHEN 'inf' THEN 'Infinity'::float8
-                WHEN '-inf' THEN '-Infinity'::float8 ELSE (_custom_scalar(v) #>> '{}')::float8 END;
+    RETURN (_custom_scalar(v) #>> '{}')::float8;
+
+-- Python's repr() of a finite float: the shortest decimal that reads back as f (PostgreSQL's
+-- own text may carry one digit more), fixed notation for exponents -4 to 15 ("42.0",
+-- "0.0001"), else scientific with a two-digit exponent ("1e+16", "1.5e-05").
+CREATE FUNCTION _py_float(f float8) RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
+DECLARE
+    x numeric;
+    y numeric;
+    e int;
+    digits text;
+BEGIN
+    IF f = 0 THEN
+        RETURN CASE WHEN f::text LIKE '-%' THEN '-0.0' ELSE '0.0' END;
+    END IF;
+    x := f::text::numeric;
+    e := floor(log(10, abs(x)))::int;
+    FOR p IN 1..17 LOOP
+        y := round(x, p - 1 - e);
+        EXIT WHEN y::float8 = f;
+    END LOOP;
+    y := trim_scale(y);
+    e := floor(log(10, abs(y)))::int;
+    IF e >= -4 AND e < 16 THEN
+        RETURN CASE WHEN strpos(y::text, '.') = 0 THEN y::text || '.0' ELSE y::text END;
+    END IF;
+    digits := rtrim(ltrim(replace(replace(abs(y)::text, '.', ''), '-', ''), '0'), '0');
+    RETURN CASE WHEN y < 0 THEN '-' ELSE '' END || left(digits, 1)
+           || CASE WHEN length(digits) > 1 THEN '.' || substring(digits FROM 2) ELSE '' END
+           || 'e' || CASE WHEN e < 0 THEN '-' ELSE '+' END || CASE WHEN abs(e) < 10 THEN '0' ELSE '' END || abs(e);
+END;
+$$;
 
 -- sepp.storage.search.value_text: the value as the custom index stores it (a float as
--- Python's repr: PostgreSQL's shortest text, with ".0" on an integral value and without
--- the exponent PostgreSQL uses from 1e15 where Python's starts at 1e16).
+-- Python's repr, _py_float).
 CREATE FUNCTION _custom_text(v jsonb) RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
 DECLARE
     kind text := _custom_kind(v);
     s jsonb := _custom_scalar(v);
     f float8;
-    t text;
 BEGIN
     IF kind = 'string' THEN RETURN s #>> '{}'; END IF;
     IF kind = 'bool' THEN RETURN CASE WHEN s::boolean THEN 'true' ELSE 'false' END; END IF;
@@ -132,14 +161,7 @@ BEGIN
     IF f = 'NaN'::float8 THEN RETURN 'nan'; END IF;
     IF f = 'Infinity'::float8 THEN RETURN 'inf'; END IF;
     IF f = '-Infinity'::float8 THEN RETURN '-inf'; END IF;
-    t := f::text;
-    IF strpos(t, 'e') > 0 AND abs(f) >= 1e15 AND abs(f) < 1e16 THEN
-        t := t::numeric::text;
-    END IF;
-    IF strpos(t, 'e') = 0 AND strpos(t, '.') = 0 THEN
-        t := t || '.0';
-    END IF;
-    RETURN t;
+    RETURN _py_float(f);
 END;
 $$;
 
@@ -504,7 +526,8 @@ BEGIN
         verdict := _check(queues[i], job_types[i], coalesce(octet_length(payloads[i]), 0), coalesce(encodings[i], ''),
                           coalesce(customs[i], '{}'), priorities[i], max_attempts[i], scheduled_ats[i],
                           coalesce(idempotency_keys[i], ''), coalesce(trace_contexts[i], '{}'), lim, qs, strict_mode,
-                          queue_count + cardinality(created), now_us);
+                          CASE WHEN queues[i] = ANY (created) THEN 0 ELSE queue_count + cardinality(created) END,
+                          now_us);
         IF verdict IS NOT NULL THEN
             PERFORM _raise(verdict, CASE WHEN batch THEN i - 1 END);
         END IF;
@@ -670,7 +693,7 @@ BEGIN
              WHERE p.pronamespace = current_schema()::regnamespace
                AND p.proname IN ('enqueue', 'enqueue_batch', 'admission_limits', '_enqueue', '_check', '_raise',
                                  '_rejection', '_server_fix', '_queue_fix', '_traceparent_valid', '_py_repr',
-                                 '_utf8_head', '_clip', '_quote', '_custom_kind', '_custom_scalar', '_custom_float',
+                                 '_utf8_head', '_clip', '_quote', '_py_float', '_custom_kind', '_custom_scalar', '_custom_float',
                                  '_custom_text', '_pb_varint', '_pb_bytes', '_pb_custom_value', '_pb_extras') LOOP
         IF nm IN ('enqueue', 'enqueue_batch', 'admission_limits') THEN  -- the SECURITY DEFINER ones
             EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());

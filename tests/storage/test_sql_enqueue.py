@@ -85,7 +85,7 @@ async def test_a_committed_job_is_the_row_a_node_writes(schema: str, conn: async
     assert (bytes(row["payload"]), row["encoding"], row["idempotency_key"]) == (b"{}", "application/json", "k1")
     assert row["run_at"] == row["enqueued_at"] and row["history"] is None
     extras = pb.EnqueueRequest.FromString(bytes(row["extras"]))
-    want = {"user": 42, "ratio": 1.0, "big": 10**15, "vip": True, "locale": "en"}
+    want: dict[str, str | int | float | bool] = {"user": 42, "ratio": 1.0, "big": 10**15, "vip": True, "locale": "en"}
     assert dict(extras.custom) == {k: custom_to_proto(v) for k, v in want.items()}
     assert dict(extras.trace_context) == {"traceparent": TRACEPARENT}
     entries = {(r["key"], r["value"]) for r in await conn.fetch(f"SELECT key, value FROM {schema}.job_custom")}

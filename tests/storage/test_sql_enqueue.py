@@ -30,7 +30,8 @@ import sepp.postgres as sql_enqueue
 from sepp import EnqueueAck, EnqueueRequest, Payload, RejectedError, Rejection, RejectionCode
 from sepp.api.v1 import common_pb2 as pb
 from sepp.limits import QueueSettings, ServerLimits
-from sepp.storage.postgres.admission import AdmissionSettings, publish
+from sepp.quoting import clip, quote
+from sepp.storage.postgres.admission import AdmissionSettings, grant_app_role, publish
 from sepp.storage.postgres.ids import carried_seq
 from sepp.storage.postgres.schema import migrate
 from sepp.storage.search import value_text
@@ -227,7 +228,8 @@ async def test_the_wake_up_goes_out_at_commit_only(schema: str, conn: asyncpg.Co
 
 
 _VALUES = st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**63), 2**63 - 1) \
-    | st.text(max_size=8) | st.booleans() | st.sampled_from([1e15, 1e16, 1000000000000000.1, 1e-5, 1e-4, -0.0])
+    | st.text(max_size=8) | st.booleans() \
+    | st.sampled_from([1e15, 1e16, 1000000000000000.1, 1e-5, 1e-4, -0.0, 1.5e308, 1.7976931348623157e308, 5e-324])
 
 
 @settings(max_examples=40, deadline=None, database=None)
@@ -291,3 +293,65 @@ async def test_the_async_helpers_take_psycopg_and_asyncpg(schema: str, conn: asy
         await ac.rollback()
     assert isinstance(one, EnqueueAck) and len(many) == 3
     assert [r["job_type"] for r in await conn.fetch(f"SELECT job_type FROM {schema}.jobs")] == ["asyncpg"]
+
+
+# Letters, marks, numbers, punctuation, symbols, spaces and the escaped controls: the SQL
+# repr knows no Unicode database, so an unassigned or private-use code point, or a format
+# character other than those it lists, is shown as itself (docs/decisions.md).
+_SHOWN = st.characters(whitelist_categories=("L", "M", "N", "P", "S", "Zs", "Cc"), blacklist_characters="\x00")
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(texts=st.lists(st.text(_SHOWN, max_size=80)
+                      | st.sampled_from(["'", '"', "'\"", "a\\b", "\t\n\r\x7f\x85\xa0\xad",
+                                       "\u1680\u2000\u200a\u200b\u202f\u205f\u2060\u2066\u3000\ufeff\u061c",
+                                       "é" * 101, "x" * 201]),
+                      min_size=1, max_size=40))
+def test_a_value_quoted_in_a_message_reads_as_quoting_quote(texts: list[str]) -> None:
+    asyncio.run(_quotes(texts))
+
+
+async def _quotes(texts: list[str]) -> None:
+    c = await asyncpg.connect(PG_TEST_DSN)
+    try:
+        if not _SCHEMA_FOR_TEXT:
+            name = fresh_schema()
+            await migrate(c, name)
+            _SCHEMA_FOR_TEXT.append(name)
+        await c.execute(f"SET search_path = {_SCHEMA_FOR_TEXT[0]}")
+        got = await c.fetchrow("SELECT array_agg(_quote(t) ORDER BY o), array_agg(_clip(t) ORDER BY o) "
+                               "FROM unnest($1::text[]) WITH ORDINALITY AS u(t, o)", texts)
+        assert (got[0], got[1]) == ([quote(t) for t in texts], [clip(t) for t in texts])
+    finally:
+        await c.close()
+
+
+async def test_the_app_role_can_enqueue_and_touch_nothing_else(schema: str, conn: asyncpg.Connection) -> None:
+    role = f"{schema}_app"
+    try:
+        assert await grant_app_role(conn, schema, role) is True  # created NOLOGIN
+        assert await grant_app_role(conn, schema, role) is False  # idempotent
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL ROLE {role}")
+            # A table of the caller's own that would shadow sepp's without a fixed search_path.
+            await conn.execute("CREATE TEMP TABLE jobs (id bytea) ON COMMIT DROP")
+            _, dedup = await conn.fetchrow(f"SELECT * FROM {schema}.enqueue('app', 't')")
+            rows = await conn.fetch(f"SELECT * FROM {schema}.enqueue_batch(ARRAY['app'], ARRAY['u'])")
+            limits = json.loads(await conn.fetchval(f"SELECT {schema}.admission_limits(ARRAY['app'])"))
+            assert dedup is False and len(rows) == 1 and set(limits["queues"]) == {"app"}
+            assert await conn.fetchval("SELECT count(*) FROM pg_temp.jobs") == 0
+        for statement in (f"SELECT * FROM {schema}.jobs", f"UPDATE {schema}.jobs SET priority = 9",
+                          f"DELETE FROM {schema}.idempotency", f"SELECT * FROM {schema}.admission",
+                          f"INSERT INTO {schema}.queues VALUES ('x', '{{}}', false, true, 0, 0)",
+                          f"SELECT * FROM {schema}._enqueue(ARRAY['q'], ARRAY['t'], NULL, NULL, NULL, NULL, NULL, "
+                          "NULL, NULL, NULL, false)",
+                          f"SELECT {schema}._check('q', 't', 0, '', '{{}}', NULL, NULL, NULL, '', '{{}}', '{{}}', "
+                          "NULL, false, 0, 0)"):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                async with conn.transaction():
+                    await conn.execute(f"SET LOCAL ROLE {role}")
+                    await conn.execute(statement)
+        assert await _count(conn, schema, "jobs") == 2
+    finally:
+        await conn.execute(f"DROP OWNED BY {role}")
+        await conn.execute(f"DROP ROLE IF EXISTS {role}")

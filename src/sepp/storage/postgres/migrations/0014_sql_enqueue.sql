@@ -24,8 +24,10 @@ CREATE TABLE admission (
 
 -- Python's repr() of a string, as sepp.quoting.quote shows a value in a message: single
 -- quotes unless the text holds ' and no ", backslash escapes for the quote, \\, \t \n \r,
--- \xNN for C0/C1 controls, DEL, NBSP and the soft hyphen, \uNNNN for the line and
--- paragraph separators, the zero-width and direction marks and the BOM.
+-- \xNN for C0/C1 controls, DEL, NBSP and the soft hyphen, \uNNNN for the other spaces
+-- but U+0020, the line and paragraph separators, the zero-width, joiner and direction
+-- marks and the BOM. (No Unicode database here: an unassigned or private-use code point is
+-- shown as itself where Python escapes it.)
 CREATE FUNCTION _py_repr(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT AS $$
 DECLARE
     q text := CASE WHEN strpos(t, '''') > 0 AND strpos(t, '"') = 0 THEN '"' ELSE '''' END;
@@ -33,6 +35,9 @@ DECLARE
     c text;
     n int;
 BEGIN
+    IF t = '' THEN
+        RETURN '''''';
+    END IF;
     FOREACH c IN ARRAY regexp_split_to_array(t, '') LOOP
         n := ascii(c);
         IF c = '\' THEN out := out || '\\';
@@ -41,7 +46,9 @@ BEGIN
         ELSIF n = 10 THEN out := out || '\n';
         ELSIF n = 13 THEN out := out || '\r';
         ELSIF n < 32 OR n BETWEEN 127 AND 160 OR n = 173 THEN out := out || '\x' || lpad(to_hex(n), 2, '0');
-        ELSIF n IN (8232, 8233, 65279) OR n BETWEEN 8203 AND 8207 THEN out := out || '\u' || lpad(to_hex(n), 4, '0');
+        ELSIF n IN (1564, 5760, 6158, 8232, 8233, 8239, 8287, 12288, 65279) OR n BETWEEN 8192 AND 8207
+              OR n BETWEEN 8288 AND 8292 OR n BETWEEN 8294 AND 8303 THEN
+            out := out || '\u' || lpad(to_hex(n), 4, '0');
         ELSE out := out || c;
         END IF;
     END LOOP;
@@ -132,7 +139,7 @@ BEGIN
     e := floor(log(10, abs(x)))::int;
     FOR p IN 1..17 LOOP
         y := round(x, p - 1 - e);
-        EXIT WHEN y::float8 = f;
+        EXIT WHEN abs(y) <= 1.7976931348623157e308 AND y::float8 = f;  -- (rounding up may overflow)
     END LOOP;
     y := trim_scale(y);
     e := floor(log(10, abs(y)))::int;

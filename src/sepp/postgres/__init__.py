@@ -83,7 +83,7 @@ def _verdicts(reqs: Sequence[EnqueueRequest], limits: Any) -> tuple[list[pb.Enqu
 def _run_sync(conn: Any, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
     query = pyformat(sql)
     try:
-        if hasattr(conn, "cursor"):
+        if callable(getattr(conn, "cursor", None)):  # a connection (Django's cursor has a .cursor attribute)
             with conn.cursor() as cur:
                 cur.execute(query, named(args))
                 return list(cur.fetchall())
@@ -124,7 +124,7 @@ async def _run_async(conn: Any, sql: str, args: Sequence[Any]) -> list[tuple[Any
         if _is_asyncpg(conn):
             return [tuple(r) for r in await conn.fetch(sql, *args)]
         query = pyformat(sql)
-        if hasattr(conn, "cursor"):
+        if callable(getattr(conn, "cursor", None)):
             async with conn.cursor() as cur:
                 await cur.execute(query, named(args))
                 return list(await cur.fetchall())

@@ -14,7 +14,6 @@ without either (a store opened by a test) gets the documented defaults.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -55,9 +54,9 @@ async def publish(conn: asyncpg.Connection, schema: str, settings: AdmissionSett
         conflict = ("DO UPDATE SET strict = excluded.strict, limits = excluded.limits, "
                     "queue_defaults = excluded.queue_defaults, updated_at = excluded.updated_at")
     await conn.execute(f"INSERT INTO {schema}.admission (one, strict, limits, queue_defaults, updated_at) "
-                       f"VALUES (true, $1, $2::jsonb, $3, $4) ON CONFLICT (one) {conflict}",
-                       settings.strict, settings.limits.model_dump_json(), settings.queue_defaults.model_dump_json(),
-                       int(time.time() * 1_000_000))
+                       "VALUES (true, $1, $2::jsonb, $3, (extract(epoch FROM now()) * 1000000)::bigint) "
+                       f"ON CONFLICT (one) {conflict}",
+                       settings.strict, settings.limits.model_dump_json(), settings.queue_defaults.model_dump_json())
 
 
 async def grant_app_role(conn: asyncpg.Connection, schema: str, role: str) -> bool:

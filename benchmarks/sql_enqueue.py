@@ -45,8 +45,8 @@ def rate(count: int, seconds: float) -> dict[str, Any]:
 async def pgqueuer_part(dsn: str, single: int, jobs: int, chunk: int) -> dict[str, Any]:
     """PgQueuer's ``Queries.enqueue``: ``single`` one-job calls, then ``jobs`` in lists of ``chunk``."""
     import asyncpg
-    from pgqueuer import AsyncpgDriver
-    from pgqueuer.queries import Queries
+    from pgqueuer import AsyncpgDriver  # type: ignore[import-not-found]
+    from pgqueuer.queries import Queries  # type: ignore[import-not-found]
 
     schema = f"bench_pgq_{os.getpid()}"
     admin = await asyncpg.connect(dsn)

@@ -182,6 +182,23 @@ async def test_strict_mode_refuses_an_undeclared_queue(schema: str, conn: asyncp
     assert await _count(conn, schema, "queues") == 1
 
 
+async def test_a_new_queue_gets_the_queue_defaults_limits(schema: str, conn: asyncpg.Connection) -> None:
+    small = QueueSettings.model_validate({"limits": {"max_payload_bytes": 4}, "default_priority": 2})
+    await publish(conn, schema, AdmissionSettings(queue_defaults=small))
+    rows = await conn.fetch(f"SELECT * FROM {schema}.enqueue_batch(ARRAY['new', 'new'], ARRAY['t', 't'], "
+                            "ARRAY['\\x01020304'::bytea, NULL])")
+    assert len(rows) == 2
+    assert [r[0] for r in await conn.fetch(f"SELECT priority FROM {schema}.jobs")] == [2, 2]
+    for call in (f"SELECT * FROM {schema}.enqueue('new', 't', '\\x0102030405'::bytea)",
+                 f"SELECT * FROM {schema}.enqueue('other', 't', '\\x0102030405'::bytea)",
+                 f"SELECT * FROM {schema}.enqueue_batch(ARRAY['x', 'x'], ARRAY['t', 't'], "
+                 "ARRAY[NULL, '\\x0102030405'::bytea])"):
+        with pytest.raises(asyncpg.PostgresError) as caught:
+            await conn.fetch(call)
+        detail = json.loads(caught.value.detail)
+        assert (caught.value.sqlstate, detail["limit"], detail["actual"]) == ("SE005", 4, 5), call
+
+
 async def test_max_queues_counts_the_queues_a_batch_creates(schema: str, conn: asyncpg.Connection) -> None:
     await publish(conn, schema, AdmissionSettings(limits=ServerLimits(max_queues=2)))
     await conn.fetch(f"SELECT * FROM {schema}.enqueue_batch(ARRAY['a', 'b', 'a'], ARRAY['t', 't', 't'])")
@@ -346,7 +363,7 @@ async def test_the_app_role_can_enqueue_and_touch_nothing_else(schema: str, conn
                           f"SELECT * FROM {schema}._enqueue(ARRAY['q'], ARRAY['t'], NULL, NULL, NULL, NULL, NULL, "
                           "NULL, NULL, NULL, false)",
                           f"SELECT {schema}._check('q', 't', 0, '', '{{}}', NULL, NULL, NULL, '', '{{}}', '{{}}', "
-                          "NULL, false, 0, 0)"):
+                          "NULL, true, false, 0, 0)"):
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
                 async with conn.transaction():
                     await conn.execute(f"SET LOCAL ROLE {role}")

@@ -266,12 +266,13 @@ $$;
 
 -- The verdict on one job (sepp.validation.Validator.check, the same checks in the same
 -- order): NULL when it passes, else the rejection (_rejection). lim: the admission row's
--- limits; qsettings: the queue's stored settings (NULL: no such queue); strict, queue_count:
+-- limits; qsettings: the queue's stored settings, or the queue defaults when it has none
+-- (known false: created on this enqueue, if strict mode and max_queues allow); strict, queue_count:
 -- strict mode and the queues stored or admitted earlier in the call (for max_queues, as a
 -- node counts them); now_us: the time of the call.
 CREATE FUNCTION _check(queue text, job_type text, payload_len bigint, encoding text, custom jsonb, priority int,
                        max_attempts int, scheduled_at timestamptz, idempotency_key text, trace jsonb, lim jsonb,
-                       qsettings jsonb, strict boolean, queue_count bigint, now_us bigint)
+                       qsettings jsonb, known boolean, strict boolean, queue_count bigint, now_us bigint)
     RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE
     ceiling int := (lim ->> 'max_attempts_ceiling')::int;
@@ -356,7 +357,7 @@ BEGIN
         RETURN _rejection(3, 'job type contains control characters', 'job_type');
     END IF;
     -- 4. UnknownQueue.
-    IF qsettings IS NULL THEN
+    IF NOT known THEN
         IF strict THEN
             RETURN _rejection(4, 'queue ' || _quote(queue) || ' is not declared (strict mode)', 'queue');
         END IF;
@@ -463,6 +464,9 @@ $$;
 -- The core of enqueue and enqueue_batch: the jobs of one call, one array element each (every
 -- array as long as queues; NULL elements are the defaults). Returns one (job_id, deduplicated)
 -- per job, in order. Raises the first rejected job's rejection (_raise; nothing stored then).
+-- Set-based but for the verdicts (one _check per job; a plain job — queue, job type and
+-- payload only — is checked once per (queue, job type, encoding) and then by its size, as a
+-- node's plain path does).
 CREATE FUNCTION _enqueue(queues text[], job_types text[], payloads bytea[], encodings text[], customs jsonb[],
                          priorities int[], max_attempts int[], scheduled_ats timestamptz[], idempotency_keys text[],
                          trace_contexts jsonb[], batch boolean)
@@ -474,33 +478,27 @@ DECLARE
     lim jsonb;
     defaults_text text;
     defaults jsonb;
-    qcache jsonb := '{}';
+    qcache jsonb := '{}';    -- queue → its stored settings, or null when it has none (yet)
+    plain jsonb := '{}';     -- queue, job type, encoding → the largest payload passing; -1: refused
     created text[] := '{}';
     queue_count bigint;
     qs jsonb;
     verdict jsonb;
+    cap bigint;
+    pk text;
     blocks bigint[];
     hi bytea;
-    ids bytea[] := '{}';
-    seqs bigint[] := '{}';
-    states smallint[] := '{}';
-    prios int[] := '{}';
-    attempts int[] := '{}';
-    run_ats bigint[] := '{}';
-    extras bytea[] := '{}';
-    keys text[] := '{}';
-    untils bigint[] := '{}';
-    dedup bytea[];
-    first_of jsonb := '{}';
-    ready text[] := '{}';
-    keep boolean[];
+    ids bytea[];
+    seqs bigint[];
+    keys text[];
+    untils bigint[];
+    ready text[];
+    first_of jsonb;
     claimed text[];
+    dedup bytea[];
+    keep boolean[];
     holder bytea;
-    at_us bigint;
-    custom jsonb;
-    trace jsonb;
     k text;
-    i int;
     r record;
 BEGIN
     IF n = 0 THEN
@@ -521,25 +519,41 @@ BEGIN
     defaults := defaults_text::jsonb;
     SELECT count(*) INTO queue_count FROM queues;
     -- Pass 1, the verdicts: the first rejected job raises (nothing stored).
-    FOR i IN 1..n LOOP
-        IF NOT qcache ? queues[i] THEN
-            SELECT q.settings::jsonb INTO qs FROM queues q WHERE q.name = queues[i];
-            qcache := qcache || jsonb_build_object(coalesce(queues[i], ''), coalesce(qs, 'null'::jsonb));
+    FOR r IN SELECT * FROM unnest(queues, job_types, payloads, encodings, customs, priorities, max_attempts,
+                                  scheduled_ats, idempotency_keys, trace_contexts)
+                           WITH ORDINALITY AS u(uq, ut, up, ue, uc, upr, uma, usa, uk, utc, uo) LOOP
+        IF NOT qcache ? coalesce(r.uq, '') THEN
+            SELECT q.settings::jsonb INTO qs FROM queues q WHERE q.name = r.uq;
+            qcache := qcache || jsonb_build_object(coalesce(r.uq, ''), coalesce(qs, 'null'::jsonb));
         END IF;
-        qs := qcache -> coalesce(queues[i], '');
-        IF qs = 'null'::jsonb THEN
-            qs := NULL;
+        qs := nullif(qcache -> coalesce(r.uq, ''), 'null'::jsonb);
+        IF coalesce(r.uc, '{}') = '{}' AND coalesce(r.utc, '{}') = '{}' AND r.upr IS NULL AND r.uma IS NULL
+           AND r.usa IS NULL AND coalesce(r.uk, '') = '' THEN
+            pk := coalesce(r.uq, '') || chr(31) || coalesce(r.ut, '') || chr(31) || coalesce(r.ue, '');
+            IF NOT plain ? pk THEN
+                verdict := _check(r.uq, r.ut, 0, coalesce(r.ue, ''), '{}', NULL, NULL, NULL, '', '{}', lim,
+                                  coalesce(qs, defaults), qs IS NOT NULL, strict_mode,
+                                  CASE WHEN r.uq = ANY (created) THEN 0 ELSE queue_count + cardinality(created) END,
+                                  now_us);
+                plain := plain || jsonb_build_object(pk, CASE WHEN verdict IS NOT NULL THEN -1 ELSE
+                    coalesce((coalesce(qs, defaults) #>> '{limits,max_payload_bytes}')::bigint, 1048576) END);
+            END IF;
+            cap := (plain ->> pk)::bigint;
+            verdict := NULL;
+        ELSE
+            cap := -1;
         END IF;
-        verdict := _check(queues[i], job_types[i], coalesce(octet_length(payloads[i]), 0), coalesce(encodings[i], ''),
-                          coalesce(customs[i], '{}'), priorities[i], max_attempts[i], scheduled_ats[i],
-                          coalesce(idempotency_keys[i], ''), coalesce(trace_contexts[i], '{}'), lim, qs, strict_mode,
-                          CASE WHEN queues[i] = ANY (created) THEN 0 ELSE queue_count + cardinality(created) END,
-                          now_us);
-        IF verdict IS NOT NULL THEN
-            PERFORM _raise(verdict, CASE WHEN batch THEN i - 1 END);
+        IF cap < 0 OR coalesce(octet_length(r.up), 0) > cap THEN
+            verdict := _check(r.uq, r.ut, coalesce(octet_length(r.up), 0), coalesce(r.ue, ''), coalesce(r.uc, '{}'),
+                              r.upr, r.uma, r.usa, coalesce(r.uk, ''), coalesce(r.utc, '{}'), lim,
+                              coalesce(qs, defaults), qs IS NOT NULL, strict_mode,
+                              CASE WHEN r.uq = ANY (created) THEN 0 ELSE queue_count + cardinality(created) END, now_us);
+            IF verdict IS NOT NULL THEN
+                PERFORM _raise(verdict, CASE WHEN batch THEN r.uo::int - 1 END);
+            END IF;
         END IF;
-        IF qs IS NULL AND NOT queues[i] = ANY (created) THEN
-            created := created || queues[i];
+        IF qs IS NULL AND NOT r.uq = ANY (created) THEN
+            created := created || r.uq;
         END IF;
     END LOOP;
     -- New queues: created with the defaults, as a node creates a queue on first enqueue.
@@ -547,52 +561,32 @@ BEGIN
         INSERT INTO queues (name, settings, paused, declared, created_at, updated_at)
         SELECT c, defaults_text, false, false, now_us, now_us FROM unnest(created) c
         ON CONFLICT (name) DO NOTHING;
-        FOR i IN 1..cardinality(created) LOOP
-            qcache := qcache || jsonb_build_object(created[i], defaults);
-        END LOOP;
+        SELECT qcache || jsonb_object_agg(c, defaults) INTO qcache FROM unnest(created) c;
     END IF;
     -- Seqs: one block of the jobs sequence per 1,024 jobs, as a node takes them (ids.BLOCK);
     -- ids: UUIDv7 of this moment carrying the seq (ids.make_id).
     SELECT array_agg(nextval('jobs_seq_seq') ORDER BY g) INTO blocks FROM generate_series(1, (n + 1023) / 1024) g;
     hi := substring(int8send(now_us / 1000) FROM 3 FOR 6)
           || substring(int8send(28672 | ((now_us % 1000) * 1000 * 4096 / 1000000)) FROM 7 FOR 2);
-    -- Pass 2, the rows.
-    FOR i IN 1..n LOOP
-        qs := qcache -> queues[i];
-        seqs := seqs || (blocks[(i - 1) / 1024 + 1] + (i - 1) % 1024);
-        ids := ids || (hi || int8send(seqs[i] | (-9223372036854775807 - 1)));
-        prios := prios || coalesce(priorities[i], (qs ->> 'default_priority')::int, (defaults ->> 'default_priority')::int, 5);
-        attempts := attempts || coalesce(max_attempts[i], (qs ->> 'default_max_attempts')::int,
-                                         (defaults ->> 'default_max_attempts')::int, 10);
-        at_us := CASE WHEN scheduled_ats[i] IS NULL THEN NULL
-                      ELSE floor(extract(epoch FROM scheduled_ats[i]) * 1000000)::bigint END;
-        IF at_us IS NOT NULL AND at_us > now_us THEN
-            states := states || 1::smallint;
-            run_ats := run_ats || at_us;
-        ELSE
-            states := states || 2::smallint;
-            run_ats := run_ats || now_us;
-            IF NOT queues[i] = ANY (ready) THEN
-                ready := ready || queues[i];
-            END IF;
-        END IF;
-        custom := coalesce(customs[i], '{}');
-        trace := coalesce(trace_contexts[i], '{}');
-        extras := extras || CASE WHEN custom = '{}' AND trace = '{}' THEN NULL ELSE _pb_extras(custom, trace) END;
-        k := nullif(idempotency_keys[i], '');
-        keys := keys || k;
-        untils := untils || CASE WHEN k IS NULL THEN 0
-                                 ELSE now_us + trunc(coalesce((qs ->> 'dedup_window')::numeric, 86400) * 1000000)::bigint END;
-        IF k IS NOT NULL AND NOT first_of ? (queues[i] || chr(31) || k) THEN
-            first_of := first_of || jsonb_build_object(queues[i] || chr(31) || k, i);
-        END IF;
-    END LOOP;
+    SELECT array_agg(x.seq ORDER BY x.o), array_agg(hi || int8send(x.seq | (-9223372036854775807 - 1)) ORDER BY x.o),
+           array_agg(x.k ORDER BY x.o),
+           array_agg(CASE WHEN x.k IS NULL THEN 0 ELSE now_us + trunc(coalesce(
+               (qcache -> x.q ->> 'dedup_window')::numeric, 86400) * 1000000)::bigint END ORDER BY x.o),
+           coalesce(array_agg(DISTINCT x.q) FILTER (WHERE x.sa IS NULL OR x.sa <= now_us), '{}')
+    INTO seqs, ids, keys, untils, ready
+    FROM (SELECT u.o::int AS o, blocks[(u.o::int - 1) / 1024 + 1] + (u.o - 1) % 1024 AS seq, u.q, nullif(u.k, '') AS k,
+                 floor(extract(epoch FROM u.sa) * 1000000)::bigint AS sa
+          FROM unnest(queues, idempotency_keys, scheduled_ats) WITH ORDINALITY AS u(q, k, sa, o)) x;
     -- Idempotency keys: claimed as a node claims them (queries.sql claim_keys, held_keys), in
     -- (queue, key) order; a key held by a live claim deduplicates its job against the holder,
     -- a later job of this call with a key claimed here against the call's first.
     dedup := array_fill(NULL::bytea, ARRAY[n]);
     keep := array_fill(true, ARRAY[n]);
-    IF first_of <> '{}' THEN
+    SELECT jsonb_object_agg(f.qk, f.o) INTO first_of FROM (
+        SELECT DISTINCT ON (u.q || chr(31) || u.k) u.q || chr(31) || u.k AS qk, u.o
+        FROM unnest(queues, keys) WITH ORDINALITY AS u(q, k, o) WHERE u.k IS NOT NULL
+        ORDER BY u.q || chr(31) || u.k, u.o) f;
+    IF first_of IS NOT NULL THEN
         WITH c AS (
             INSERT INTO idempotency AS ik (queue, key, job_id, expires_at)
             SELECT queues[f.value::int], keys[f.value::int], ids[f.value::int], untils[f.value::int]
@@ -602,49 +596,53 @@ BEGIN
                 WHERE ik.expires_at <= now_us
             RETURNING ik.queue, ik.key)
         SELECT coalesce(array_agg(c.queue || chr(31) || c.key), '{}') INTO claimed FROM c;
-        FOR i IN 1..n LOOP
-            IF keys[i] IS NULL THEN
-                CONTINUE;
-            END IF;
-            k := queues[i] || chr(31) || keys[i];
+        FOR r IN SELECT u.q, u.k, u.o::int AS o FROM unnest(queues, keys) WITH ORDINALITY AS u(q, k, o)
+                 WHERE u.k IS NOT NULL LOOP
+            k := r.q || chr(31) || r.k;
             IF k = ANY (claimed) THEN
-                IF (first_of ->> k)::int <> i THEN
-                    dedup[i] := ids[(first_of ->> k)::int];
-                    keep[i] := false;
+                IF (first_of ->> k)::int <> r.o THEN
+                    dedup[r.o] := ids[(first_of ->> k)::int];
+                    keep[r.o] := false;
                 END IF;
             ELSE
-                SELECT h.job_id INTO holder FROM idempotency h WHERE h.queue = queues[i] AND h.key = keys[i];
+                SELECT h.job_id INTO holder FROM idempotency h WHERE h.queue = r.q AND h.key = r.k;
                 IF NOT FOUND THEN
-                    RAISE EXCEPTION 'idempotency key % of queue % neither claimed nor held', keys[i], queues[i]
+                    RAISE EXCEPTION 'idempotency key % of queue % neither claimed nor held', r.k, r.q
                         USING ERRCODE = 'SE000';
                 END IF;
-                dedup[i] := holder;
-                keep[i] := false;
+                dedup[r.o] := holder;
+                keep[r.o] := false;
             END IF;
         END LOOP;
     END IF;
     INSERT INTO jobs (id, queue, job_type, state, priority, run_at, enqueued_at, max_attempts, payload, encoding,
                       extras, idempotency_key, seq)
-    SELECT ids[g], queues[g], job_types[g], states[g], prios[g], run_ats[g], now_us, attempts[g],
-           coalesce(payloads[g], '\x'::bytea), coalesce(encodings[g], ''), extras[g], keys[g], seqs[g]
-    FROM generate_series(1, n) g WHERE keep[g];
+    SELECT u.id, u.q, u.t, CASE WHEN u.at > now_us THEN 1 ELSE 2 END, coalesce(u.pr,
+               (qcache -> u.q ->> 'default_priority')::int, (defaults ->> 'default_priority')::int, 5),
+           greatest(coalesce(u.at, now_us), now_us), now_us, coalesce(u.ma,
+               (qcache -> u.q ->> 'default_max_attempts')::int, (defaults ->> 'default_max_attempts')::int, 10),
+           coalesce(u.p, '\x'::bytea), coalesce(u.e, ''),
+           CASE WHEN coalesce(u.c, '{}') = '{}' AND coalesce(u.tc, '{}') = '{}' THEN NULL ELSE _pb_extras(u.c, u.tc) END,
+           u.k, u.seq
+    FROM (SELECT v.*, floor(extract(epoch FROM v.sa) * 1000000)::bigint AS at
+          FROM unnest(ids, seqs, queues, job_types, payloads, encodings, customs, priorities, max_attempts,
+                      scheduled_ats, keys, trace_contexts, keep)
+               AS v(id, seq, q, t, p, e, c, pr, ma, sa, k, tc, kept)) u
+    WHERE u.kept;
     -- The custom-search index entries of the jobs stored (search.indexable: key and text at
     -- most 256 UTF-8 bytes).
     INSERT INTO job_custom (seq, key, value)
-    SELECT seqs[g], e.key, _custom_text(e.value)
-    FROM generate_series(1, n) g, jsonb_each(coalesce(customs[g], '{}')) e
-    WHERE keep[g] AND octet_length(e.key) <= 256 AND octet_length(_custom_text(e.value)) <= 256;
+    SELECT u.seq, e.key, _custom_text(e.value)
+    FROM unnest(seqs, customs, keep) AS u(seq, c, kept), jsonb_each(u.c) e
+    WHERE u.kept AND u.c IS NOT NULL AND octet_length(e.key) <= 256 AND octet_length(_custom_text(e.value)) <= 256;
     -- Wake the nodes' long polls (and have them reload the queues when some were created):
     -- the payload their listener reads, sent at commit.
     IF cardinality(ready) > 0 OR cardinality(created) > 0 THEN
         PERFORM pg_notify('sepp_' || current_schema(),
                           jsonb_build_object('o', 'sql', 'q', to_jsonb(ready), 'k', cardinality(created) > 0)::text);
     END IF;
-    FOR i IN 1..n LOOP
-        job_id := encode(coalesce(dedup[i], ids[i]), 'hex')::uuid;
-        deduplicated := dedup[i] IS NOT NULL;
-        RETURN NEXT;
-    END LOOP;
+    RETURN QUERY SELECT encode(coalesce(u.d, u.i), 'hex')::uuid, u.d IS NOT NULL
+                 FROM unnest(ids, dedup) WITH ORDINALITY AS u(i, d, o) ORDER BY u.o;
 END;
 $$;
 

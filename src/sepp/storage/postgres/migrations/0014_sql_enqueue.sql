@@ -517,7 +517,6 @@ BEGIN
         RAISE EXCEPTION 'sepp.enqueue: the admission settings are missing; run sepp migrate' USING ERRCODE = 'SE000';
     END IF;
     defaults := defaults_text::jsonb;
-    SELECT count(*) INTO queue_count FROM queues;
     -- Pass 1, the verdicts: the first rejected job raises (nothing stored).
     FOR r IN SELECT * FROM unnest(queues, job_types, payloads, encodings, customs, priorities, max_attempts,
                                   scheduled_ats, idempotency_keys, trace_contexts)
@@ -527,6 +526,9 @@ BEGIN
             qcache := qcache || jsonb_build_object(coalesce(r.uq, ''), coalesce(qs, 'null'::jsonb));
         END IF;
         qs := nullif(qcache -> coalesce(r.uq, ''), 'null'::jsonb);
+        IF qs IS NULL AND queue_count IS NULL AND NOT strict_mode THEN  -- counted only for a new queue
+            SELECT count(*) INTO queue_count FROM queues;
+        END IF;
         IF coalesce(r.uc, '{}') = '{}' AND coalesce(r.utc, '{}') = '{}' AND r.upr IS NULL AND r.uma IS NULL
            AND r.usa IS NULL AND coalesce(r.uk, '') = '' THEN
             pk := coalesce(r.uq, '') || chr(31) || coalesce(r.ut, '') || chr(31) || coalesce(r.ue, '');

@@ -170,6 +170,8 @@ def test_the_local_validation_cases_get_one_verdict_through_sql_and_grpc(cluster
     through_grpc = [None if r.WhichOneof("outcome") == "ack" else _grpc_verdict(r.rejection) for r in resp.results]
     through_sql = asyncio.run(_sql_verdicts(nodes.schema, reqs))
     for (name, _, expected), g, s in zip(named_cases, through_grpc, through_sql, strict=True):
+        if g is not None and g[0] == "SCHEDULED_TOO_FAR" and s is not None:  # actual: as each path measured it
+            g, s = (*g[:3], None, g[4]), (*s[:3], None, s[4])
         assert s == g, f"{name}: SQL {s} != gRPC {g}"
         if expected is None:
             assert g is None, name

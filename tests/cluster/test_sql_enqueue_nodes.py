@@ -4,7 +4,8 @@
   once (the function's NOTIFY on the channel the nodes LISTEN on): the figure is printed;
   what is asserted is the failure mode — a Reserve not woken waits out its 10 s poll
   (``WAKE_BOUND``). The job a worker gets is the one enqueued (payload, custom map, trace
-  context, priority), and a queue the function created is known to every node.
+  context, priority), a custom-map search finds it, the queue stats count it, and a queue
+  the function created is known to every node.
 * One set of rules: the shared validator's table of local-validation cases
   (``local_validation_cases``) gives the same verdict — code, field, limit, actual and
   message — through the SQL function and through gRPC on a node with the table's limits,
@@ -28,12 +29,14 @@ from support.backends import PG_TEST_DSN
 from support.worker import Wire
 
 from sepp import wire
+from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.postgres._params import named, pyformat, rejection_of_detail, sql_args, statements
 
 from .conftest import ClusterFactory
+from .harness import queue_stats
 
 #: Seconds within which a parked 10 s long poll must have been woken.
 WAKE_BOUND = 5.0
@@ -88,6 +91,11 @@ def test_a_job_committed_through_sql_wakes_a_long_poll_on_another_node(cluster_f
             job = got[0].job
             assert (job.job_type, job.payload.data, job.payload.encoding, job.priority) == ("first", b"{}", "json", 7)
             assert job.custom["tenant"].int_value == 42 and dict(job.trace_context) == {"traceparent": TRACE}
+            # Found by a custom-map search and counted on the other node (the admin API the UI reads).
+            found = w1.admin.ListJobs(apb.ListJobsRequest(custom=[apb.CustomMatch(key="tenant", value="42")]),
+                                      timeout=20)
+            assert [j.job.id for j in found.jobs] == [str(job_id)]
+            assert queue_stats(nodes[0], "sqlq").reserved == 1
             w2.ack(got[0])
             figures = []
             for i in range(5):

@@ -498,6 +498,8 @@ DECLARE
     dedup bytea[];
     keep boolean[];
     holder bytea;
+    any_custom boolean := false;
+    any_key boolean := false;
     k text;
     r record;
 BEGIN
@@ -557,6 +559,8 @@ BEGIN
         IF qs IS NULL AND NOT r.uq = ANY (created) THEN
             created := created || r.uq;
         END IF;
+        any_custom := any_custom OR coalesce(r.uc, '{}') <> '{}';
+        any_key := any_key OR coalesce(r.uk, '') <> '';
     END LOOP;
     -- New queues: created with the defaults, as a node creates a queue on first enqueue.
     IF cardinality(created) > 0 THEN
@@ -584,10 +588,12 @@ BEGIN
     -- a later job of this call with a key claimed here against the call's first.
     dedup := array_fill(NULL::bytea, ARRAY[n]);
     keep := array_fill(true, ARRAY[n]);
-    SELECT jsonb_object_agg(f.qk, f.o) INTO first_of FROM (
-        SELECT DISTINCT ON (u.q || chr(31) || u.k) u.q || chr(31) || u.k AS qk, u.o
-        FROM unnest(queues, keys) WITH ORDINALITY AS u(q, k, o) WHERE u.k IS NOT NULL
-        ORDER BY u.q || chr(31) || u.k, u.o) f;
+    IF any_key THEN
+        SELECT jsonb_object_agg(f.qk, f.o) INTO first_of FROM (
+            SELECT DISTINCT ON (u.q || chr(31) || u.k) u.q || chr(31) || u.k AS qk, u.o
+            FROM unnest(queues, keys) WITH ORDINALITY AS u(q, k, o) WHERE u.k IS NOT NULL
+            ORDER BY u.q || chr(31) || u.k, u.o) f;
+    END IF;
     IF first_of IS NOT NULL THEN
         WITH c AS (
             INSERT INTO idempotency AS ik (queue, key, job_id, expires_at)
@@ -633,10 +639,12 @@ BEGIN
     WHERE u.kept;
     -- The custom-search index entries of the jobs stored (search.indexable: key and text at
     -- most 256 UTF-8 bytes).
-    INSERT INTO job_custom (seq, key, value)
-    SELECT u.seq, e.key, _custom_text(e.value)
-    FROM unnest(seqs, customs, keep) AS u(seq, c, kept), jsonb_each(u.c) e
-    WHERE u.kept AND u.c IS NOT NULL AND octet_length(e.key) <= 256 AND octet_length(_custom_text(e.value)) <= 256;
+    IF any_custom THEN
+        INSERT INTO job_custom (seq, key, value)
+        SELECT u.seq, e.key, _custom_text(e.value)
+        FROM unnest(seqs, customs, keep) AS u(seq, c, kept), jsonb_each(u.c) e
+        WHERE u.kept AND u.c IS NOT NULL AND octet_length(e.key) <= 256 AND octet_length(_custom_text(e.value)) <= 256;
+    END IF;
     -- Wake the nodes' long polls (and have them reload the queues when some were created):
     -- the payload their listener reads, sent at commit.
     IF cardinality(ready) > 0 OR cardinality(created) > 0 THEN

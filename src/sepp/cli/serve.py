@@ -187,8 +187,15 @@ def migrate(
         help="Schema to create or migrate (else \\[postgres] schema in --config, or SEPP_POSTGRES__SCHEMA).",
         show_default="sepp")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML config file of sepp serve.")] = None,
+    app_role: Annotated[str | None, typer.Option(
+        help="Also let this PostgreSQL role enqueue in its own transactions through the schema's SQL "
+             "functions, and nothing else (created NOLOGIN if missing; docs/enqueue-in-transaction.md).",
+        show_default=False)] = None,
 ) -> None:
     """Create or migrate the PostgreSQL schema ahead of a deploy (every node also does it at start).
+
+    Also writes the configuration's strict mode, limits and queue defaults for the SQL
+    enqueue functions, and with --app-role grants that role EXECUTE on them.
 
     Runs under the same advisory lock as a starting node (docs/deploying.md).
     Prints "schema NAME: version A -> B" or "schema NAME: already at version B" (exit 0). A
@@ -215,10 +222,12 @@ def migrate(
         typer.echo("sepp: invalid configuration: postgres_dsn is not set (--postgres-dsn, env SEPP_POSTGRES_DSN, "
                    "or postgres_dsn in --config)", err=True)
         raise typer.Exit(2)
+    from sepp.storage.postgres.admission import AdmissionSettings
     from sepp.storage.postgres.schema import migrate_dsn
 
+    admission = AdmissionSettings(cfg.strict, cfg.limits, cfg.queue_defaults)
     try:
-        before, after = asyncio.run(migrate_dsn(cfg.postgres_dsn, settings.schema))
+        before, after = asyncio.run(migrate_dsn(cfg.postgres_dsn, settings.schema, admission, app_role))
     except StoreError as exc:
         typer.echo(f"sepp: cannot migrate: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None
@@ -226,3 +235,6 @@ def migrate(
         typer.echo(f"schema {settings.schema}: already at version {after}")
     else:
         typer.echo(f"schema {settings.schema}: version {before} -> {after}")
+    if app_role is not None:
+        typer.echo(f"role {app_role}: may call {settings.schema}.enqueue, {settings.schema}.enqueue_batch and "
+                   f"{settings.schema}.admission_limits, nothing else")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 
 from sepp.domain.clock import SYSTEM_CLOCK, Clock
+from sepp.limits import QueueSettings, ServerLimits
 from sepp.storage.base import Store
 from sepp.storage.config import STORAGES, ConfigError, StoreConfig
 from sepp.storage.sqlite import SQLiteStore
@@ -27,7 +28,9 @@ def open_store(config: StoreConfig, clock: Clock = SYSTEM_CLOCK) -> Store:
     * ``sqlite``: ``SQLiteStore`` over ``config.data_dir`` with the ``[sqlite]`` table.
     * ``postgres``: ``PostgresStore`` on ``config.postgres_dsn`` with the
       ``[postgres]`` table (schema, ``pool_size`` read and ``writers`` write connections),
-      ``debug_commit_delay`` and the node name (``config.node_name``, else the host name).
+      ``debug_commit_delay`` and the node name (``config.node_name``, else the host name),
+      and, when ``config`` has them (a ``ServerConfig`` does), ``strict``, ``limits`` and
+      ``queue_defaults`` for the SQL enqueue functions (``postgres.admission``).
       ``data_dir`` is not used.
 
     Raises ``ConfigError`` (one line) for a ``storage`` this build does not know or a
@@ -44,10 +47,15 @@ def open_store(config: StoreConfig, clock: Clock = SYSTEM_CLOCK) -> Store:
             raise ConfigError("postgres_dsn: must be set when storage is 'postgres' "
                               "(--postgres-dsn, env SEPP_POSTGRES_DSN), e.g. postgresql://USER@HOST:5432/DB")
         from sepp.storage.postgres import PostgresStore  # only a PostgreSQL server loads asyncpg
+        from sepp.storage.postgres.admission import AdmissionSettings
 
         pg = config.postgres
+        # The admission settings of a server's config (a test's small config may have none).
+        strict, limits, defaults = (getattr(config, k, None) for k in ("strict", "limits", "queue_defaults"))
+        admission = (AdmissionSettings(bool(strict), limits, defaults)
+                     if isinstance(limits, ServerLimits) and isinstance(defaults, QueueSettings) else None)
         return PostgresStore(config.postgres_dsn, config.persist_mode, schema=pg.schema, pool_size=pg.pool_size,
                              writers=pg.writers, commit_delay=config.debug_commit_delay,
-                             node=config.node_name or socket.gethostname(), clock=clock)
+                             node=config.node_name or socket.gethostname(), clock=clock, admission=admission)
     known = ", ".join(repr(name) for name in STORAGES)
     raise ConfigError(f"storage: unknown backend {config.storage!r} (this build knows {known})")

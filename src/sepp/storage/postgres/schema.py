@@ -22,6 +22,7 @@ import asyncpg
 
 from sepp.storage._sql import migrations
 from sepp.storage.errors import StoreCorrupt, StoreError, StoreUnavailable
+from sepp.storage.postgres.admission import AdmissionSettings, grant_app_role, publish
 
 _PKG = "sepp.storage.postgres"
 #: What ``[postgres] schema`` accepts: a plain lower-case SQL identifier (no quoting needed).
@@ -173,18 +174,32 @@ async def migrate(conn: asyncpg.Connection, schema: str, up_to: int | None = Non
                 await conn.execute(sql)
                 await conn.execute(f"INSERT INTO {schema}.schema_migrations (version, name) VALUES ($1, $2)",
                                    number, name)
+            # The SQL enqueue functions' settings: the defaults until a node or `sepp migrate`
+            # writes its own (sepp.storage.postgres.admission).
+            await publish(conn, schema, AdmissionSettings(), replace=False)
     except asyncpg.PostgresError as exc:
         raise StoreError(f"cannot migrate PostgreSQL schema {schema}: {' '.join(str(exc).split())}") from exc
     return int(current), max(int(current), latest)
 
 
-async def migrate_dsn(dsn: str, schema: str = "sepp") -> tuple[int, int]:
-    """``sepp migrate``: connect to ``dsn``, ``migrate`` ``schema``, disconnect. Returns
-    (version before, version after). Raises ``StoreUnavailable`` / ``StoreError`` /
-    ``StoreCorrupt`` with a one-line message."""
+async def migrate_dsn(dsn: str, schema: str = "sepp", admission: AdmissionSettings | None = None,
+                      app_role: str | None = None) -> tuple[int, int]:
+    """``sepp migrate``: connect to ``dsn``, ``migrate`` ``schema``, write ``admission`` (the
+    configuration's strict mode, limits and queue defaults, for the SQL enqueue functions),
+    grant ``app_role`` what an application needs to enqueue in its own transactions
+    (``admission.grant_app_role``), disconnect. Returns (version before, version after).
+    Raises ``StoreUnavailable`` / ``StoreError`` / ``StoreCorrupt`` with a one-line message."""
     conn = await connect(dsn, "public", application="sepp migrate")
     try:
-        return await migrate(conn, schema)
+        versions = await migrate(conn, schema)
+        try:
+            if admission is not None:
+                await publish(conn, schema, admission)
+            if app_role is not None:
+                await grant_app_role(conn, schema, app_role)
+        except (asyncpg.PostgresError, ValueError) as exc:
+            raise StoreError(f"cannot grant or configure schema {schema}: {' '.join(str(exc).split())}") from exc
+        return versions
     finally:
         await conn.close()
 

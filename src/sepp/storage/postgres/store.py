@@ -46,6 +46,7 @@ from sepp.storage.base import (
 from sepp.storage.errors import StoreFailed, StoreUnavailable
 from sepp.storage.postgres import enqueue, nodes, outcomes, periodic, queue_rows, reserve, settle, sweeps
 from sepp.storage.postgres.admin import PostgresAdmin
+from sepp.storage.postgres.admission import AdmissionSettings, publish
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.finished import Finished, FinishedNotices
 from sepp.storage.postgres.ids import JobIds
@@ -71,12 +72,16 @@ class PostgresStore:
     ``commit_delay``: seconds slept before each commit (a test knob). ``node``: this
     node's name (connection ``application_name``). ``clock``: the time of the job ids this
     store makes and the age of its blocks of seqs (``ids.JobIds``); every operation takes
-    its ``now``.
+    its ``now``. ``admission``: the node's strict mode, limits and queue defaults, written at
+    ``open`` for the SQL enqueue functions (``admission``; None: left as stored).
     """
 
     def __init__(self, dsn: str, mode: str = "group", *, schema: str = "sepp", pool_size: int = 10,
-                 writers: int = 4, commit_delay: float = 0.0, node: str = "", clock: Clock = SYSTEM_CLOCK) -> None:
+                 writers: int = 4, commit_delay: float = 0.0, node: str = "", clock: Clock = SYSTEM_CLOCK,
+                 admission: AdmissionSettings | None = None) -> None:
         self.dsn = dsn
+        #: This node's admission settings, written at ``open`` for the SQL enqueue functions.
+        self.admission = admission
         self.mode = mode
         self.schema = schema
         self.node = node
@@ -128,6 +133,10 @@ class PostgresStore:
         conn = await connect(self.dsn, self.schema, self.mode, self._application)
         try:
             await migrate(conn, self.schema)
+            if self.admission is not None:
+                await publish(conn, self.schema, self.admission)
+        except asyncpg.PostgresError as exc:
+            raise store_error(exc) from exc
         finally:
             await conn.close()
         try:

@@ -40,10 +40,8 @@ from .harness import queue_stats
 
 #: Seconds within which a parked 10 s long poll must have been woken.
 WAKE_BOUND = 5.0
-#: The table of local-validation cases the Python client's validator is tested with (name,
-#: wire request, expected (reason, field, limit, actual) or None), with its limits, queues
-#: and "now". Where it lives is this one line: point it at the shared data file of cases
-#: once there is one.
+#: The shared local-validation cases are tests/data/validation_cases.json (the validator's
+#: unit tests, the Python and the Rust clients read it too); the module whose limits (``LIM``, ``QLIM``, ``OPEN``) and "now" the shared cases are judged with.
 CASES_MODULE = Path(__file__).parents[1] / "unit" / "test_validation.py"
 #: Cases the SQL path cannot be asked: PostgreSQL text holds no U+0000 (the driver refuses
 #: the call before the function runs; the helpers' local check refuses the job first), and
@@ -54,12 +52,16 @@ NOT_IN_SQL = {"job_type U+0000", "scheduled 1 ns past the horizon", "timestamp n
 
 
 def local_validation_cases() -> tuple[list[tuple[str, pb.EnqueueRequest, Any]], Any]:
-    """(the cases, the module holding them: ``LIM``, ``QLIM``, ``OPEN``, ``NOW``)."""
+    """(the shared cases of tests/data/validation_cases.json as wire requests — id, request,
+    expected verdict — and the module holding the limits they are judged with: ``LIM``,
+    ``QLIM``, ``OPEN``, ``NOW``)."""
+    from support import validation_cases as shared
+
     spec = importlib.util.spec_from_file_location("sepp_local_validation_cases", CASES_MODULE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return list(module.BOUNDARIES), module
+    return [(case["id"], shared.wire_request(case, module.NOW), shared.expected(case)) for case in shared.CASES], module
 
 
 def _parked(w: Wire, queue: str, wait: float) -> grpc.Future:

@@ -41,7 +41,8 @@ from .harness import queue_stats
 #: Seconds within which a parked 10 s long poll must have been woken.
 WAKE_BOUND = 5.0
 #: The shared local-validation cases are tests/data/validation_cases.json (the validator's
-#: unit tests, the Python and the Rust clients read it too); the module whose limits (``LIM``, ``QLIM``, ``OPEN``) and "now" the shared cases are judged with.
+#: unit tests, the Python and the Rust clients read it too); this module holds the limits
+#: (``LIM``, ``QLIM``, ``OPEN``) and the "now" they are judged with.
 CASES_MODULE = Path(__file__).parents[1] / "unit" / "test_validation.py"
 #: Cases the SQL path cannot be asked: PostgreSQL text holds no U+0000 (the driver refuses
 #: the call before the function runs; the helpers' local check refuses the job first), and

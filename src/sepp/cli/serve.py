@@ -99,11 +99,13 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"sepp: invalid configuration: {one_line(exc)}", err=True)
         raise typer.Exit(2) from None
-    for note in cfg.deprecations:  # an old key name, still accepted
-        typer.echo(f"sepp: warning: {note}", err=True)
+    notes = list(cfg.deprecations)  # an old key name, still accepted
     if cfg.storage == "sqlite" and cfg.postgres_dsn.strip():  # a DSN alone does not pick PostgreSQL
-        typer.echo(f"sepp: warning: postgres_dsn is set but storage is sqlite: the DSN is not used, jobs go to "
-                   f"{cfg.data_dir}; add --storage postgres (env SEPP_STORAGE=postgres) to run on PostgreSQL", err=True)
+        notes.append(f"postgres_dsn is set but storage is sqlite: the DSN is not used, jobs go to {cfg.data_dir}; "
+                     f"add --storage postgres (env SEPP_STORAGE=postgres) to run on PostgreSQL")
+    if cfg.log_format != "json":  # one plain line each; as JSON log lines once logging is set up
+        for note in notes:
+            typer.echo(f"sepp: warning: {note}", err=True)
     exposed = open_to_all(cfg)
     if exposed and not cfg.insecure:
         typer.echo(f"sepp: refusing to listen on {', '.join(exposed)} with no [[auth.tokens]] configured: anyone "
@@ -118,6 +120,9 @@ def serve(
     from sepp.server.eventlog import config_secrets, config_summary, summary_text
 
     configure_logging(cfg.log_level, cfg.log_format, node, secrets=config_secrets(cfg))
+    if cfg.log_format == "json":  # every stderr line of a JSON-logging server is a JSON object
+        for note in notes:
+            logging.getLogger("sepp.server").warning(note, extra={"event": "config_warning"})
     if exposed:
         logging.getLogger("sepp.auth").warning(
             "insecure: listening on %s with no [[auth.tokens]]: every API is open to anyone who can reach it",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import duration_pb2
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 from support.admin import connect
 from support.browser import UI_CONFIG, browser_fixture, page_fixture  # noqa: F401
 from support.servers import backend_config

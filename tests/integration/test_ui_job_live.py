@@ -1,7 +1,8 @@
 """The job page of a job that is not finished refreshes its live part by itself (htmx polls
 ``/ui/partials/jobs/{id}``): the fragment shows the state and the progress the handler
-reported, and once the job is finished it comes without the trigger and with status 286 (htmx
-stops polling), showing the result. Over plain HTTP on a real server, each backend."""
+reported, a poll that finds nothing changed is an empty 204, and once the job is finished
+the fragment comes without the trigger and with status 286 (htmx stops polling), showing
+the result. Over plain HTTP on a real server, each backend."""
 
 from __future__ import annotations
 
@@ -57,21 +58,31 @@ def _live(page: str) -> str:
     return match[0]
 
 
+def _poll_url(tag: str) -> str:
+    match = re.search(r'hx-get="([^"]+)"', tag)
+    assert match, tag
+    return match[1].replace("&amp;", "&")
+
+
 def test_a_running_jobs_page_polls_until_it_completes_then_shows_the_result(
         web: httpx.Client, stubs: AdminStubs, fresh_queue: str) -> None:
     job_id = stubs.enqueue(fresh_queue, "crunch")
     ready = web.get(f"/jobs/{job_id}")
     assert ready.status_code == 200
     tag = _live(ready.text)
-    assert f'hx-get="/ui/partials/jobs/{job_id}"' in tag and 'hx-swap="outerHTML"' in tag
+    assert f'hx-get="/ui/partials/jobs/{job_id}?v=' in tag and 'hx-swap="outerHTML"' in tag
     match = TRIGGER.search(tag)
     assert match and 1 <= int(match[1]) <= 5, tag
     assert "None reported yet." in ready.text
 
+    unchanged = web.get(_poll_url(tag))
+    assert unchanged.status_code == 204 and unchanged.text == ""  # nothing to swap in
+
     lease = stubs.reserve_job(fresh_queue, job_id).lease_id
     _progress(stubs, job_id, lease, 0.25)
-    part = web.get(f"/ui/partials/jobs/{job_id}")
-    assert part.status_code == 200
+    part = web.get(_poll_url(tag))  # the page's poll, after the job changed
+    assert part.status_code == 200 and _poll_url(_live(part.text)) != _poll_url(tag)
+    assert web.get(_poll_url(_live(part.text))).status_code == 204
     assert TRIGGER.search(_live(part.text)) and 'data-state="reserved"' in _live(part.text)
     assert ">RESERVED</span>" in part.text
     assert '<progress id="job-progress-bar" max="100" value="25.0"' in part.text

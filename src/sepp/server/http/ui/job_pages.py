@@ -47,7 +47,9 @@ class JobPages:
         progress, result, attempts), one ``get_job``. A finished job's (COMPLETED,
         DEAD_LETTERED, CANCELLED) comes without the polling trigger and with status 286,
         which tells htmx to stop polling; so does a job that is gone (deleted or purged),
-        with a line saying so instead of the 404 page."""
+        with a line saying so instead of the 404 page. ``?v=`` is the fingerprint
+        (``views.live_version``) of the part the page shows: while it still holds the answer
+        is an empty 204, which htmx does not swap in."""
         try:
             rec = await self.admin.get_job(request.path_params["job_id"])
         except NotFound:
@@ -55,6 +57,8 @@ class JobPages:
                                 "This job is gone: deleted, or purged after its retention. Reload the page."
                                 "</p></div>", status_code=STOP_POLLING)
         context = job_context(rec)
+        if request.query_params.get("v") == context["version"] and not context["terminal"]:
+            return Response(status_code=204)  # unchanged: htmx swaps nothing and polls on
         return self.kit.render(request, "_job_live.html", {**context, "poll": JOB_POLL_SECONDS},
                                STOP_POLLING if context["terminal"] else 200)
 

@@ -6,6 +6,7 @@ handling here.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -248,10 +249,21 @@ _UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit", "max_in_flight_per_key")
 TERMINAL_STATES = frozenset({4, 5, 6})
 
 
+def live_version(rec: JobRecord) -> str:
+    """A short fingerprint (16 hex digits) of what the job page's live part shows of
+    ``rec``: every field but the payload and the custom map / trace context (which do not
+    change), the result by its size. Equal fingerprints mean nothing to swap in."""
+    shown = [value for name, value in zip(rec._fields, rec, strict=True)
+             if name not in ("payload", "extras", "result")]
+    shown.append(None if rec.result is None else len(rec.result))
+    return hashlib.blake2b(repr(shown).encode(), digest_size=8).hexdigest()
+
+
 def job_context(rec: JobRecord) -> dict[str, Any]:
     """Everything the job page shows of a record (its payload and result each as a
     ``PayloadView``; ``result`` None when the job has none; ``progress`` a ``ProgressView``
-    or None; ``terminal`` whether the job is finished, so its page stops refreshing)."""
+    or None; ``terminal`` whether the job is finished, so its page stops refreshing;
+    ``version`` its ``live_version``)."""
     job = job_to_proto(rec)
     custom = []
     for key in sorted(job.custom):
@@ -275,7 +287,7 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
     # Requeued and not run since: the last entry's number is past the job's own attempt.
     requeued_since = previous is not None and rec.state in (1, 2) and rec.attempt < previous
     result = None if rec.result is None else payload_view(rec.result, rec.result_encoding or "")
-    return {"terminal": rec.state in TERMINAL_STATES,
+    return {"terminal": rec.state in TERMINAL_STATES, "version": live_version(rec),
             "progress": None if not rec.progress else progress_view(rec.progress),
             "title": f"Job {job.id}", "job": job, "rec": rec, "payload": payload_view(rec.payload, rec.encoding),
             "result": result,

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from sepp.domain.ids import job_id_text
 from sepp.domain.listing import JobQuery
@@ -19,6 +19,11 @@ from sepp.server.errors import InvalidRequest, NotFound
 from sepp.server.http.ui.forms import dead_filter
 from sepp.server.http.ui.kit import PageKit
 from sepp.server.http.ui.views import STATE_FIELD, fmt_time, job_context
+
+#: How often the page of a job that is not finished fetches its live part again, seconds.
+JOB_POLL_SECONDS = 2
+#: The status that tells htmx to stop polling (a 2xx: the answer is still swapped in).
+STOP_POLLING = 286
 
 
 class JobPages:
@@ -32,9 +37,30 @@ class JobPages:
     # ------------------------------------------------------------------ job
 
     async def job_page(self, request: Request) -> Response:
-        """Every field of one job."""
+        """Every field of one job; the live part (``_job_live.html``) refreshes itself every
+        ``JOB_POLL_SECONDS`` while the job is not finished."""
         rec = await self.admin.get_job(request.path_params["job_id"])
-        return self.kit.render(request, "job.html", job_context(rec))
+        return self.kit.render(request, "job.html", {**job_context(rec), "poll": JOB_POLL_SECONDS})
+
+    async def job_partial(self, request: Request) -> Response:
+        """``GET /ui/partials/jobs/{job_id}``: the job page's live part (state, fields,
+        progress, result, attempts), one ``get_job``. A finished job's (COMPLETED,
+        DEAD_LETTERED, CANCELLED) comes without the polling trigger and with status 286,
+        which tells htmx to stop polling; so does a job that is gone (deleted or purged),
+        with a line saying so instead of the 404 page. ``?v=`` is the fingerprint
+        (``views.live_version``) of the part the page shows: while it still holds the answer
+        is an empty 204, which htmx does not swap in."""
+        try:
+            rec = await self.admin.get_job(request.path_params["job_id"])
+        except NotFound:
+            return HTMLResponse('<div id="job-live" data-state="gone"><p class="flash flash-error" role="alert">'
+                                "This job is gone: deleted, or purged after its retention. Reload the page."
+                                "</p></div>", status_code=STOP_POLLING)
+        context = job_context(rec)
+        if request.query_params.get("v") == context["version"] and not context["terminal"]:
+            return Response(status_code=204)  # unchanged: htmx swaps nothing and polls on
+        return self.kit.render(request, "_job_live.html", {**context, "poll": JOB_POLL_SECONDS},
+                               STOP_POLLING if context["terminal"] else 200)
 
     async def _job_action(self, request: Request, verb: str) -> Response:
         job_id = request.path_params["job_id"]

@@ -73,6 +73,7 @@ class AdminUI:
             Route("/queues/{name}/purge", post(queues.queue_purge), methods=["POST"]),
             *self.lists.routes(),
             Route("/jobs/{job_id}", page(jobs.job_page)),
+            Route("/ui/partials/jobs/{job_id}", page(jobs.job_partial)),
             Route("/jobs/{job_id}/cancel", post(jobs.job_cancel), methods=["POST"]),
             Route("/jobs/{job_id}/requeue", post(jobs.job_requeue), methods=["POST"]),
             Route("/jobs/{job_id}/delete", post(jobs.job_delete), methods=["POST"]),

@@ -6,11 +6,12 @@ handling here.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from sepp.domain.admin import StateCounts
 from sepp.domain.records import JobRecord, NodeRecord
@@ -168,6 +169,52 @@ def hexdump(data: bytes) -> str:
 
 
 
+@dataclass(frozen=True, slots=True)
+class ProgressView:
+    """How the job page shows a job's latest progress (its JSON text, decoded).
+
+    ``kind`` is fraction | map | text | json: ``fraction`` a number from 0 to 1 (or a map
+    with numeric ``done`` and a positive ``total``), shown as a bar with ``percent``
+    (0–100, float); ``map`` a JSON object, its ``rows`` (key, value as text) in the
+    handler's order; ``text`` a JSON string, shown as is; ``json`` anything else (another
+    number, a list, true/false/null, or text that is not JSON), shown as compact JSON or
+    as stored. ``text`` holds what is shown beside or instead of the bar."""
+
+    kind: str
+    text: str
+    percent: float | None = None
+    rows: tuple[tuple[str, str], ...] = ()
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def progress_view(text: str) -> ProgressView:
+    """A stored progress value (JSON text of at most 4 KiB) → its ``ProgressView``. Never
+    raises: text that is not JSON is shown as stored."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ProgressView("json", text)
+    if _number(value) and 0 <= value <= 1:
+        return ProgressView("fraction", f"{value * 100:.1f}%".replace(".0%", "%"), value * 100)
+    if isinstance(value, str):
+        return ProgressView("text", value)
+    if isinstance(value, dict):
+        rows = tuple((str(k), _shown(v)) for k, v in value.items())
+        done, total = value.get("done"), value.get("total")
+        if _number(done) and _number(total) and total > 0 and 0 <= done <= total:
+            percent = done / total * 100
+            return ProgressView("fraction", f"{percent:.1f}%".replace(".0%", "%"), percent, rows)
+        return ProgressView("map", "", None, rows)
+    return ProgressView("json", json.dumps(value, ensure_ascii=False))
+
+
 def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Queue settings as (label, human value) rows; durations in seconds → readable."""
     rows = []
@@ -197,9 +244,26 @@ def settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
 _UNLIMITED_AT_ZERO = ("max_in_flight", "rate_limit", "max_in_flight_per_key")
 
 
+#: COMPLETED, DEAD_LETTERED, CANCELLED: a job in one of them changes no more by itself (its
+#: page stops refreshing).
+TERMINAL_STATES = frozenset({4, 5, 6})
+
+
+def live_version(rec: JobRecord) -> str:
+    """A short fingerprint (16 hex digits) of what the job page's live part shows of
+    ``rec``: every field but the payload and the custom map / trace context (which do not
+    change), the result by its size. Equal fingerprints mean nothing to swap in."""
+    shown = [value for name, value in zip(rec._fields, rec, strict=True)
+             if name not in ("payload", "extras", "result")]
+    shown.append(None if rec.result is None else len(rec.result))
+    return hashlib.blake2b(repr(shown).encode(), digest_size=8).hexdigest()
+
+
 def job_context(rec: JobRecord) -> dict[str, Any]:
     """Everything the job page shows of a record (its payload and result each as a
-    ``PayloadView``; ``result`` None when the job has none)."""
+    ``PayloadView``; ``result`` None when the job has none; ``progress`` a ``ProgressView``
+    or None; ``terminal`` whether the job is finished, so its page stops refreshing;
+    ``version`` its ``live_version``)."""
     job = job_to_proto(rec)
     custom = []
     for key in sorted(job.custom):
@@ -223,7 +287,9 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
     # Requeued and not run since: the last entry's number is past the job's own attempt.
     requeued_since = previous is not None and rec.state in (1, 2) and rec.attempt < previous
     result = None if rec.result is None else payload_view(rec.result, rec.result_encoding or "")
-    return {"title": f"Job {job.id}", "job": job, "rec": rec, "payload": payload_view(rec.payload, rec.encoding),
+    return {"terminal": rec.state in TERMINAL_STATES, "version": live_version(rec),
+            "progress": None if not rec.progress else progress_view(rec.progress),
+            "title": f"Job {job.id}", "job": job, "rec": rec, "payload": payload_view(rec.payload, rec.encoding),
             "result": result,
             "custom": custom, "trace": sorted(job.trace_context.items()), "attempts": attempts,
             "requeued_since": requeued_since, "leased": rec.state == 3,

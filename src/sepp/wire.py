@@ -8,6 +8,7 @@ atomic batch adds an ``AtomicRejections`` detail; load shedding adds a
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -69,6 +70,17 @@ def custom_map_from_proto(custom: Mapping[str, pb.CustomValue]) -> dict[str, Cus
         if value is not None:
             out[key] = value
     return out
+
+
+def progress_value(text: str) -> Any:
+    """A job's progress as it travels (JSON text) decoded; None when there is none (""); the
+    text itself when it does not decode (a damaged row). Raises nothing."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def seconds_to_duration(seconds: float) -> duration_pb2.Duration:

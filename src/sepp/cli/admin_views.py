@@ -18,7 +18,7 @@ from sepp.api.v1 import admin_pb2 as apb
 from sepp.api.v1 import common_pb2 as pb
 from sepp.cli.shell import escape, out_console
 from sepp.domain.states import STATE_NAMES, state_label
-from sepp.wire import custom_from_proto
+from sepp.wire import custom_from_proto, progress_value
 
 #: State names in number order, as the counts columns and ``--json`` counts spell them.
 STATE_ORDER = tuple(STATE_NAMES.values())
@@ -169,17 +169,6 @@ def job_json(job: pb.Job) -> dict[str, Any]:
                       "ended_at": iso_time(a.ended_at), "outcome": a.outcome, "error_message": a.error_message,
                       "error_detail": a.error_detail} for a in job.attempts],
     }
-
-
-def progress_value(text: str) -> Any:
-    """A job's stored progress (JSON text) decoded; None when there is none; the text itself
-    when it does not decode (a damaged row)."""
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def summary_json(s: apb.JobSummary) -> dict[str, Any]:

@@ -129,13 +129,7 @@ class SyncWaits(_Common):
                 if item is None:
                     running -= 1
                     continue
-                if isinstance(item, BaseException):
-                    raise item
-                for outcome in item:
-                    if outcome.job_id in pending:
-                        del pending[outcome.job_id]
-                        done[outcome.job_id] = outcome
-                        yield outcome
+                yield from _waiting.arrived(item, pending, done)
             if pending:
                 raise _waiting.timed_out(deadline, done, pending)
         finally:
@@ -196,13 +190,8 @@ class AsyncWaits(_Common):
                 if item is None:
                     running -= 1
                     continue
-                if isinstance(item, BaseException):
-                    raise item
-                for outcome in item:
-                    if outcome.job_id in pending:
-                        del pending[outcome.job_id]
-                        done[outcome.job_id] = outcome
-                        yield outcome
+                for outcome in _waiting.arrived(item, pending, done):
+                    yield outcome
             if pending:
                 raise _waiting.timed_out(deadline, done, pending)
         finally:

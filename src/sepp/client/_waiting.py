@@ -95,6 +95,22 @@ def outcomes(response: ppb.WaitJobsResponse, pending: dict[str, Any]) -> list[Jo
     return out
 
 
+def arrived(item: list[JobOutcome] | BaseException, pending: dict[str, Any],
+            done: dict[str, JobOutcome]) -> list[JobOutcome]:
+    """What one poller handed over, for the caller: the outcomes of ids still ``pending``
+    (moved from ``pending`` into ``done``, in order; an id already done is skipped). Raises
+    the poller's exception when it handed one over instead."""
+    if isinstance(item, BaseException):
+        raise item
+    new: list[JobOutcome] = []
+    for outcome in item:
+        if outcome.job_id in pending:
+            del pending[outcome.job_id]
+            done[outcome.job_id] = outcome
+            new.append(outcome)
+    return new
+
+
 def not_found(error: SeppError, asked: Sequence[str]) -> SeppError:
     """``error`` as ``JobNotFound`` when the server said an id is of no job (``JOB_NOT_FOUND``:
     the id it names, else the only one asked for), else ``error`` itself."""

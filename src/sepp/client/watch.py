@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client._status import error_from_rpc
 from sepp.errors import ServerError
+from sepp.wire import progress_value
 
 #: The full method name of the stream.
 WATCH_METHOD = "/sepp.api.v1.ProducerService/WatchJobs"
@@ -40,15 +40,6 @@ def _time(us: int) -> dt.datetime:
     return _EPOCH + dt.timedelta(microseconds=us)
 
 
-def _progress(text: str) -> Any:
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def events_of(resp: ppb.WatchJobsResponse) -> list[JobEvent]:
     """The events of one ``WatchJobsResponse`` (its columns read back into one object per
     event), in order. Raises ``ServerError`` when its columns disagree in length."""
@@ -65,7 +56,7 @@ def events_of(resp: ppb.WatchJobsResponse) -> list[JobEvent]:
         h = raw[16 * i:16 * i + 16].hex()
         out.append(JobEvent(pos, KINDS.get(kind, str(kind)), f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}",
                             queue, job_type, _STATES.get(state, str(state)), _time(at), attempt, worker,
-                            _time(run_at) if run_at else None, error, reason, _progress(progress), size, node))
+                            _time(run_at) if run_at else None, error, reason, progress_value(progress), size, node))
     return out
 
 

@@ -10,9 +10,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import timestamp_pb2
-
 from sepp.api.v1 import producer_pb2 as ppb
+from sepp.attempts import Attempt as Attempt  # re-exported: a job's history on the producer's side
+from sepp.attempts import wire_time
 from sepp.domain.states import state_label
 from sepp.job_result import result_value
 from sepp.request import Payload
@@ -21,43 +21,6 @@ from sepp.request import Payload
 OCTET_STREAM = "application/octet-stream"
 
 COMPLETED, DEAD_LETTERED, CANCELLED = "COMPLETED", "DEAD_LETTERED", "CANCELLED"
-
-
-def _time(ts: timestamp_pb2.Timestamp, present: bool) -> dt.datetime | None:
-    if not present:
-        return None
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=ts.ToMicroseconds())
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One delivery of a job, as its history records it.
-
-    Attributes:
-        attempt: 1 for the first delivery (a released attempt keeps its number).
-        worker_id: The worker that held the lease ("" when unknown).
-        node: The server node that leased it ("" when unknown).
-        started_at / ended_at: When the lease was granted and when the attempt ended (UTC;
-            None when unknown).
-        outcome: ``completed``, ``retry``, ``retry_after``, ``dead_letter``, ``released``,
-            ``lease_expired`` or ``cancelled``.
-        error_message / error_detail: What the worker reported ("" when nothing).
-    """
-
-    attempt: int
-    worker_id: str
-    node: str
-    started_at: dt.datetime | None
-    ended_at: dt.datetime | None
-    outcome: str
-    error_message: str
-    error_detail: str
-
-    @classmethod
-    def from_proto(cls, msg: Any) -> Attempt:
-        """Build from a wire ``Attempt``."""
-        return cls(msg.attempt, msg.worker_id, msg.node, _time(msg.started_at, msg.HasField("started_at")),
-                   _time(msg.ended_at, msg.HasField("ended_at")), msg.outcome, msg.error_message, msg.error_detail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +77,7 @@ class JobOutcome:
         result = Payload(bytes(msg.result.data), msg.result.encoding) if msg.HasField("result") else None
         return cls(msg.job_id, state_label(int(msg.state)), result, msg.last_error, msg.attempt,
                    tuple(Attempt.from_proto(a) for a in msg.attempts),
-                   _time(msg.finished_at, msg.HasField("finished_at")), msg.queue, msg.job_type, msg.reason)
+                   wire_time(msg.finished_at, msg.HasField("finished_at")), msg.queue, msg.job_type, msg.reason)
 
 
 def decode_result(result: Payload | None) -> Any:

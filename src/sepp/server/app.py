@@ -212,13 +212,16 @@ class SeppServer:
             # the loop closed, it printed a Server.__del__ traceback under the clean error line.
             with contextlib.suppress(Exception):
                 await self.grpc.stop(0)
-            await self.periodic.stop()
-            await self.sweeper.stop()
-            await self.relay.stop()
-            await self.cluster.stop()
-            await self.admin.stop()
-            await self.store.close()
+            await self._stop_services()
             raise
+
+    async def _stop_services(self) -> None:
+        """Stop the background services (periodic schedules, sweeper, relay, cluster, admin
+        engine), in that order, then close the store: the tail of both a failed start and
+        ``stop`` (a failed start calls each stop whether or not that service started)."""
+        for service in (self.periodic, self.sweeper, self.relay, self.cluster, self.admin):
+            await service.stop()
+        await self.store.close()
 
     async def _start_http(self) -> None:
         host, _, port = self.config.http_listen.rpartition(":")
@@ -257,12 +260,7 @@ class SeppServer:
         self.parts.job_events.close()
         await self.grpc.stop(self.config.shutdown_grace)
         await self.metrics.stop()
-        await self.periodic.stop()
-        await self.sweeper.stop()
-        await self.relay.stop()
-        await self.cluster.stop()
-        await self.admin.stop()
-        await self.store.close()
+        await self._stop_services()
         if self.http is not None and self._http_task is not None:
             self.http.exit()
             with contextlib.suppress(Exception):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.outcomes import FINISHED_STATES, JobOutcome
@@ -45,6 +46,8 @@ ANNOUNCE_EVERY = 5.0
 #: Room left in an answer for everything but the outcomes, bytes.
 _ANSWER_SLACK = 64 * KiB
 
+_K = TypeVar("_K", bytes, str)
+
 
 class _Waiter:
     """One ``wait_jobs`` call in progress: its ids, the queues of its unfinished jobs (as
@@ -59,6 +62,16 @@ class _Waiter:
         self.event = asyncio.Event()
         self.parked = False
         self.stopped = False
+
+
+def _forget(index: dict[_K, set[_Waiter]], keys: Iterable[_K], me: _Waiter) -> None:
+    """Take ``me`` out of ``index``'s sets under ``keys``, dropping a set it leaves empty."""
+    for key in keys:
+        waiters = index.get(key)
+        if waiters is not None:
+            waiters.discard(me)
+            if not waiters:
+                del index[key]
 
 
 class Waiting(EngineService):
@@ -175,22 +188,12 @@ class Waiting(EngineService):
             self._by_queue.setdefault(name, set()).add(me)
 
     def _drop_queues(self, me: _Waiter) -> None:
-        for name in me.queues:
-            waiters = self._by_queue.get(name)
-            if waiters is not None:
-                waiters.discard(me)
-                if not waiters:
-                    del self._by_queue[name]
+        _forget(self._by_queue, me.queues, me)
 
     def _unregister(self, me: _Waiter) -> None:
         self._all.discard(me)
         self._drop_queues(me)
-        for raw in me.ids:
-            waiters = self._by_id.get(raw)
-            if waiters is not None:
-                waiters.discard(me)
-                if not waiters:
-                    del self._by_id[raw]
+        _forget(self._by_id, me.ids, me)
 
     def _announce(self, now: float) -> None:
         """Tell the other nodes that callers wait here, at most every ``ANNOUNCE_EVERY`` s."""

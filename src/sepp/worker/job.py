@@ -11,14 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import json as _json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from google.protobuf import timestamp_pb2
 
-from sepp.api.v1 import common_pb2 as pb
 from sepp.api.v1 import worker_pb2 as wpb
+from sepp.attempts import Attempt
 from sepp.hard_limits import MAX_PROGRESS_BYTES
 from sepp.wire import CustomPrimitive, custom_map_from_proto
 
@@ -31,31 +30,16 @@ def timestamp_to_datetime(ts: timestamp_pb2.Timestamp) -> dt.datetime:
     return _EPOCH + dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
 
 
-def _maybe_datetime(msg: Any, field: str) -> dt.datetime | None:
-    return timestamp_to_datetime(getattr(msg, field)) if msg.HasField(field) else None
-
-
-@dataclass(frozen=True, slots=True)
-class JobAttempt:
-    """One finished earlier attempt from the job's history.
+class JobAttempt(Attempt):
+    """One finished earlier attempt from the job's history: the producer's
+    ``sepp.attempts.Attempt`` (attempt, worker_id, node, started_at, ended_at,
+    outcome, error_message, error_detail; times aware UTC), under the worker's name.
 
     ``outcome`` is one of ``completed``, ``retry``, ``retry_after``, ``dead_letter``,
-    ``released``, ``lease_expired``, ``cancelled``; times are aware UTC.
+    ``released``, ``lease_expired``, ``cancelled``.
     """
 
-    attempt: int
-    worker_id: str
-    started_at: dt.datetime | None
-    ended_at: dt.datetime | None
-    outcome: str
-    error_message: str
-    error_detail: str
-
-    @classmethod
-    def from_proto(cls, msg: pb.Attempt) -> JobAttempt:
-        """Build from a wire ``Attempt``."""
-        return cls(msg.attempt, msg.worker_id, _maybe_datetime(msg, "started_at"),
-                   _maybe_datetime(msg, "ended_at"), msg.outcome, msg.error_message, msg.error_detail)
+    __slots__ = ()
 
 
 class Job:

@@ -9,7 +9,8 @@ This module is the façade; the driver is split by duty: ``ops`` (the write oper
 on the writer: enqueue, reserve, settle, extend), ``sweeps`` (promotion, reclaim, prune),
 ``sql`` (the named queries and the statement builders), ``schema`` (the writer connection
 and migrations), ``reads`` (the reader threads and the writer's submit: all that the admin
-operations, ``admin``, get of the store). What a settle or a reclaim does to a job is
+operations, ``admin``, get of the store), ``one_node`` (the protocol's methods about other
+nodes, of which SQLite has none). What a settle or a reclaim does to a job is
 decided by ``sepp.domain.transitions``; the driver applies it.
 """
 
@@ -57,6 +58,7 @@ from sepp.storage.sqlite import ops, outcomes, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
 from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, LoneBusy, LoneWriter
+from sepp.storage.sqlite.one_node import OneNode
 from sepp.storage.sqlite.reads import SQLiteReads
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
@@ -70,7 +72,7 @@ LOCK_FILE = "sepp.lock"
 _record = JobRecord._make  # rows of get_job are JobRecord fields in order
 
 
-class SQLiteStore:
+class SQLiteStore(OneNode):
     """The embedded store in ``data_dir/sepp.db``.
 
     ``mode`` is the persist mode (``sync`` | ``group`` | ``async``);
@@ -439,58 +441,6 @@ class SQLiteStore:
             await asyncio.gather(self._reads.read(Q["ping"], one=True), answered)
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite: {exc}") from exc
-
-    # ------------------------------------------------------------------ Store protocol: one node
-
-    @property
-    def shared(self) -> bool:
-        """``Store.shared``: False, one process owns the data folder (``LOCK_FILE``)."""
-        return False
-
-    def subscribe(self, ready: Callable[[str | None], None], queues_changed: Callable[[], None]) -> None:
-        """``Store.subscribe``: there are no other nodes, so nothing is ever called."""
-
-    def subscribe_events(self, on_payload: Callable[[str], None]) -> None:
-        """``Store.subscribe_events``: there are no other nodes, so nothing is ever called."""
-
-    async def publish_events(self, payload: str) -> None:
-        """``Store.publish_events``: there are no other nodes to tell."""
-
-    def on_promoted(self, ready: Callable[[str], None]) -> None:
-        """``Store.on_promoted``."""
-        self._promoted = ready
-
-    def on_finished(self, finished: Callable[[Sequence[bytes] | None, Sequence[str]], None]) -> None:
-        """``Store.on_finished``: no other nodes, so never called."""
-
-    @property
-    def others_waiting(self) -> bool:
-        """``Store.others_waiting``: False, there are no other nodes."""
-        return False
-
-    def finished(self, job_ids: Sequence[bytes], queues: Sequence[str]) -> None:
-        """``Store.finished``: nobody else to tell."""
-
-    def waiting(self) -> None:
-        """``Store.waiting``: nobody else to tell."""
-
-    async def heartbeat(self, node: NodeRecord) -> None:
-        """``Store.heartbeat``: the one node is kept in memory (nothing written)."""
-        self._node = node
-
-    async def nodes(self) -> list[NodeRecord]:
-        """``Store.nodes``: this process's node, once it sent a heartbeat."""
-        return [] if self._node is None else [self._node]
-
-    async def report_workers(self, node: str, workers: Sequence[WorkerRecord], forget_before: int) -> None:
-        """``Store.report_workers``: one node, so its last report is kept in memory (nothing
-        written; a restart starts with no workers, as they reconnect within a poll)."""
-        self._workers = sorted((w for w in workers if w.last_seen >= forget_before),
-                               key=lambda w: (w.worker_id, w.node))
-
-    async def workers(self) -> list[WorkerRecord]:
-        """``Store.workers``: the last report."""
-        return list(self._workers)
 
     # ------------------------------------------------------------------ periodic schedules
 

@@ -78,9 +78,16 @@ class Rpc:
         return f"{self.service}.{self.name}"
 
 
+#: The server-streaming RPCs the fuzzer does not call (a well-formed call streams until it is
+#: ended): WatchJobs' filters are tested at their limits and one past them in
+#: tests/integration/test_watch_jobs.py.
+STREAMING = frozenset({"sepp.api.v1.ProducerService.WatchJobs"})
+
+
 def rpcs() -> list[Rpc]:
-    """Every RPC of every service declared in the ``sepp.api.v1`` proto modules, in
-    declaration order. Raises ``ValueError`` for a streaming RPC (sepp has none)."""
+    """Every unary RPC of every service declared in the ``sepp.api.v1`` proto modules, in
+    declaration order (``STREAMING`` lists the server-streaming ones it leaves out: their bad
+    input is tested by their own tests). Raises ``ValueError`` for any other streaming RPC."""
     found: list[Rpc] = []
     for info in sorted(pkgutil.iter_modules(sepp.api.v1.__path__), key=lambda m: m.name):
         if not info.name.endswith("_pb2"):
@@ -88,6 +95,8 @@ def rpcs() -> list[Rpc]:
         module = importlib.import_module(f"sepp.api.v1.{info.name}")
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
+                if method.full_name in STREAMING:
+                    continue
                 if method.client_streaming or method.server_streaming:
                     raise ValueError(f"{method.full_name} is streaming; the fuzzer only calls unary RPCs")
                 found.append(Rpc(service.name, method.name, f"/{service.full_name}/{method.name}",

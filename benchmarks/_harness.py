@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -135,3 +137,19 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 def median(values: list[float]) -> float:
     """Median of ``values``."""
     return statistics.median(values)
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its children (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (OSError, IndexError, ValueError):
+            continue
+    return total

@@ -39,7 +39,7 @@ from typing import Any
 import asyncpg
 import grpc
 import uvloop
-from _harness import table
+from _harness import table, tree_cpu
 from postgres_drain import cluster_cpu, postmaster_of
 
 from sepp.api.v1 import common_pb2 as pb
@@ -123,22 +123,6 @@ async def drain_worker(target: str, jobs: int, settings: dict[str, Any], name: s
     await worker.stop(5)
     await run
     CALLS[name] = (worker.stats.get("reserve_calls", 0), worker._settler.calls)
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` and its children (Linux ``/proc``)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 async def measure(target: str, jobs: int, drain: Callable[[], Awaitable[None]],

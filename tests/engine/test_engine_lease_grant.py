@@ -12,7 +12,8 @@ end of the one it follows.
 The writers are held from the test: every writer of the store's committer runs an
 operation that waits for the test (``held_writes``), or a session of the test holds a lock
 the reserve needs (PostgreSQL). The fake clock cannot reach a writer in a process of its
-own (it gets a copy), so the ``sqlite-process`` variant is skipped.
+own (it gets a copy), so the ``sqlite-process`` variant (``CONFORMANCE_ALL=1``) is
+deselected at collection (``writer_in_process``, tests/support/servers.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from support.backends import PG_TEST_DSN
 from engine.engine_kit import Harness, HarnessFactory, S
 from sepp.domain.records import JobRecord
 from sepp.domain.states import State
+
+pytestmark = pytest.mark.writer_in_process(reason="the writer reads the fake clock; held from the test")
 
 #: Seconds a test waits for a condition it polls (the writers to be held, a reserve to queue).
 PATIENCE = 30.0
@@ -82,8 +85,7 @@ async def held_writes(h: Harness) -> AsyncIterator[Callable[[], int]]:
             gate.set()
             await asyncio.gather(*holders)
         return
-    if not hasattr(committer, "in_flight"):
-        pytest.skip("the writer runs in a process of its own: it reads a copy of the fake clock")
+    assert hasattr(committer, "in_flight"), "a writer in a process of its own: deselected by writer_in_process"
     thread_gate, thread_entered = threading.Event(), threading.Event()
     holder = committer.submit(partial(_hold_sqlite, thread_entered, thread_gate), 0)
     try:
@@ -181,8 +183,6 @@ async def test_a_reserve_waiting_for_a_lock_never_leases_into_a_reclaimed_lease(
     # statement. A session of the test holds that lock: the reserve waits there, on one
     # writer connection, while the first lease ends and a reclaim runs on another.
     h = await make_harness(queues={"q": {"max_in_flight": 10}})
-    if not h.store.shared:
-        pytest.skip("PostgreSQL only (the marker leaves the sqlite-process variant in)")
     schema = h.store.schema  # type: ignore[attr-defined]
     job_id, _ = await h.enqueue(max_attempts=3)
     (first,) = await h.reserve(lease_s=LEASE)
@@ -215,8 +215,6 @@ async def test_no_reclaim_frees_a_lease_ending_after_the_grant_of_a_reserve_writ
     # lease ends and a reclaim pass runs on another writer connection. Had the reclaim freed
     # it, the reserve would lease b's job with a window starting before the old one ended.
     h = await make_harness(queues={"a": {"rate_limit": "100/s"}, "b": {}})
-    if not h.store.shared:
-        pytest.skip("PostgreSQL only (the marker leaves the sqlite-process variant in)")
     schema = h.store.schema  # type: ignore[attr-defined]
     assert await h.engine.reserve(["a"], 1, LEASE, 0.0, "w") == []  # makes a's token bucket
     job_id, _ = await h.enqueue("b", max_attempts=3)

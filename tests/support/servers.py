@@ -49,8 +49,12 @@ SERVER_BACKENDS = [b for b in BACKENDS if b != "sqlite-process"]
 
 #: The marker of a test that depends on SQLite itself (registered in pyproject.toml).
 SQLITE_ONLY = "sqlite_only"
-#: The marker of a test that needs PostgreSQL itself: its ``[sqlite]`` variant is deselected.
+#: The marker of a test that needs PostgreSQL itself: its SQLite variants are deselected.
 POSTGRES_ONLY = "postgres_only"
+#: The marker of a test that needs the SQLite writer in the test's own process (it moves a
+#: fake clock the writer reads, or holds the writer thread): its ``[sqlite-process]`` variant
+#: is deselected.
+WRITER_IN_PROCESS = "writer_in_process"
 
 #: The ``server_factory`` fixture: ServerConfig keys → a started server.
 ServerFactory = Callable[..., ServerProcess]
@@ -89,11 +93,12 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Drop the ``[postgres]`` variants of the tests marked ``sqlite_only`` — and the
-    ``[sqlite]`` variants of those marked ``postgres_only`` — from ``items`` (in place) and
-    report them through ``pytest_deselected`` (so ``-q`` counts them as deselected, never
-    skipped). A test parametrized over another fixture's ``backend`` (the conformance
-    suite's) is left alone unless it carries a marker."""
+    """Drop the ``[postgres]`` variants of the tests marked ``sqlite_only``, the SQLite
+    variants (``[sqlite]``, ``[sqlite-process]``) of those marked ``postgres_only``, and the
+    ``[sqlite-process]`` variants of those marked ``writer_in_process`` from ``items`` (in
+    place), and report them through ``pytest_deselected`` (so ``-q`` counts them as
+    deselected, never skipped). A test parametrized over another fixture's ``backend`` (the
+    conformance suite's) is left alone unless it carries a marker."""
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
@@ -102,7 +107,8 @@ def deselect_sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> Non
         backend = (callspec.params.get("backend", callspec.params.get("make_harness"))
                    if callspec is not None else None)
         drop = (backend == "postgres" and item.get_closest_marker(SQLITE_ONLY) is not None) or \
-            (backend == "sqlite" and item.get_closest_marker(POSTGRES_ONLY) is not None)
+            (backend in ("sqlite", "sqlite-process") and item.get_closest_marker(POSTGRES_ONLY) is not None) or \
+            (backend == "sqlite-process" and item.get_closest_marker(WRITER_IN_PROCESS) is not None)
         (dropped if drop else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

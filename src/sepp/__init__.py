@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         ServerInfo,
     )
     from sepp.request.outcomes import JobOutcome
+    from sepp.tasks import App, AsyncApp, AsyncTask, Signature, Task, TaskAck, current_job
     from sepp.worker import DeadLetter, Job, Retry, Worker
 
 #: Public name → the module that defines it.
@@ -94,10 +95,20 @@ _EXPORTS: dict[str, str] = {
     "WaitTimeout": "sepp.errors",
     "WatchBehind": "sepp.errors",
     "JobEvent": "sepp.client.watch",
+    "App": "sepp.tasks",
+    "AsyncApp": "sepp.tasks",
+    "AsyncTask": "sepp.tasks",
+    "Signature": "sepp.tasks",
+    "Task": "sepp.tasks",
+    "TaskAck": "sepp.tasks",
+    "current_job": "sepp.tasks",
 }
 
 __all__ = [
+    "App",
+    "AsyncApp",
     "AsyncClient",
+    "AsyncTask",
     "AtomicEnqueueError",
     "Client",
     "ClientOptions",
@@ -128,6 +139,9 @@ __all__ = [
     "SeppError",
     "ServerError",
     "ServerInfo",
+    "Signature",
+    "Task",
+    "TaskAck",
     "TransportError",
     "Unauthenticated",
     "Unavailable",
@@ -135,6 +149,7 @@ __all__ = [
     "WatchBehind",
     "Worker",
     "__version__",
+    "current_job",
 ]
 
 

@@ -121,10 +121,11 @@ class _TaskBase(Generic[P, R]):
         other.default_options = changed
         return other
 
-    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A ``Signature`` of this call, not sent: arguments bound (missing ones allowed: a
-        workflow may pass the previous step's result as the first) and converted to JSON.
-        Raises ``TypeError`` / ``ValueError`` as ``enqueue`` does."""
+        workflow may pass the previous step's result as the first, so the type checker does
+        not check these; ``si`` it does) and converted to JSON. Raises ``TypeError`` /
+        ``ValueError`` as ``enqueue`` does."""
         out_args, out_kwargs = self._codec.bind(args, kwargs, partial=True)
         return Signature(self.job_type, tuple(out_args), out_kwargs, self.default_options)
 

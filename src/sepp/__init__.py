@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         ServerInfo,
     )
     from sepp.request.outcomes import JobOutcome
-    from sepp.tasks import App, AsyncApp, AsyncTask, Signature, Task, TaskAck, current_job
+    from sepp.tasks import App, AsyncApp, AsyncTask, AsyncTaskAck, Signature, Task, TaskAck, current_job
     from sepp.worker import DeadLetter, Job, Retry, Worker
 
 #: Public name → the module that defines it.
@@ -98,6 +98,7 @@ _EXPORTS: dict[str, str] = {
     "App": "sepp.tasks",
     "AsyncApp": "sepp.tasks",
     "AsyncTask": "sepp.tasks",
+    "AsyncTaskAck": "sepp.tasks",
     "Signature": "sepp.tasks",
     "Task": "sepp.tasks",
     "TaskAck": "sepp.tasks",
@@ -109,6 +110,7 @@ __all__ = [
     "AsyncApp",
     "AsyncClient",
     "AsyncTask",
+    "AsyncTaskAck",
     "AtomicEnqueueError",
     "Client",
     "ClientOptions",

@@ -60,10 +60,10 @@ class _Decorator(Generic[T]):
         return self._make(fn)
 
 
-class _AppBase:
-    """The parts ``App`` and ``AsyncApp`` share (see the module docstring)."""
+class _AppBase(Generic[T]):
+    """The parts ``App`` and ``AsyncApp`` share (see the module docstring); ``T`` its task class."""
 
-    _task_class: type[_TaskBase[Any, Any]]
+    _task_class: type[T]
 
     def __init__(
         self,
@@ -85,7 +85,7 @@ class _AppBase:
         self.worker_options = worker_options
         self.default_queue = default_queue
         #: Every task, by job type, in the order they were defined.
-        self.tasks: dict[str, _TaskBase[Any, Any]] = {}
+        self.tasks: dict[str, T] = {}
         #: Eager mode (``run_inline``): ``None`` off, else whether exceptions propagate.
         self._inline: bool | None = None
 
@@ -153,7 +153,7 @@ class _AppBase:
         raise NotImplementedError
 
 
-class App(_AppBase):
+class App(_AppBase[Task[Any, Any]]):
     """Tasks over a blocking ``Client`` (created on first enqueue unless ``client`` is given).
 
     Args:
@@ -248,7 +248,7 @@ class TaskDecorator(_Decorator[Task[Any, Any]]):
         return self._make(fn)
 
 
-class AsyncApp(_AppBase):
+class AsyncApp(_AppBase[AsyncTask[Any, Any]]):
     """``App`` over an ``AsyncClient``: ``await task.enqueue(…)``, ``await ack.result()``.
     Arguments as ``App``'s (``client`` an ``AsyncClient``). Its client is made on the first
     enqueue, in that event loop; ``await app.close()`` closes it."""

@@ -4,10 +4,12 @@ The payload of a task's job (``application/json``, UTF-8; docs/tasks.md "The pay
 
     {"args": [42], "kwargs": {"locale": "de"}}
 
-``args`` are the positional arguments, ``kwargs`` the keyword ones, as
-``inspect.BoundArguments`` normalises them (a parameter that can be given by position is sent
-in ``args``). A worker also accepts a payload without one of the keys, and an empty payload
-(no arguments at all), so another language may send ``{"args": [42]}`` or nothing.
+``args`` are the positional arguments, ``kwargs`` the keyword ones, as the caller gave them
+(after binding; a parameter converted by pydantic may move from ``kwargs`` to ``args``, as
+``inspect.BoundArguments`` places it). A worker binds them the same way, so a sender may give
+any parameter that can be passed by keyword in either. A worker also accepts a payload
+without one of the keys, and an empty payload (no arguments at all), so another language
+may send ``{"args": [42]}`` or nothing.
 
 Values: what JSON carries as it is (``str``, ``int`` of any size, finite ``float``, ``bool``,
 ``None``, lists — a ``tuple`` is sent as a list — and objects with ``str`` keys, nested). A
@@ -28,8 +30,10 @@ import json
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from sepp.request._jsontext import json_text
 
 #: Annotations passed through as they are (JSON carries them; nothing to convert).
 _PLAIN: frozenset[Any] = frozenset(
@@ -41,7 +45,11 @@ _PLAIN_ORIGINS: frozenset[Any] = frozenset({list, dict, typing.Union, types.Unio
 #: The payload of a call without arguments (what the worker sees most often in benchmarks).
 EMPTY_PAYLOAD = b'{"args":[],"kwargs":{}}'
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+#: ``_fits``' position of a keyword-only parameter: past every positional argument.
+_NO_POSITION = 1 << 30
+_NO_ARGS: tuple[Any, ...] = ()
+_NO_KWARGS: dict[str, Any] = {}
+
 
 
 class ArgumentsError(ValueError):
@@ -183,7 +191,44 @@ class ArgsCodec:
                     self._return_adapter = TypeAdapter(self._return_adapter)
                 except Exception:  # a return type pydantic has no schema for: passed as it is
                     self._return_adapter = None
+        self._simple_tables()
         self._resolved = True
+
+    def _simple_tables(self) -> None:
+        """The tables of ``_fits``: set when every parameter is positional-or-keyword or
+        keyword-only and none is converted (``_simple``)."""
+        params = list(self.signature.parameters.values())
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self._simple = not self._adapters and all(p.kind in kinds for p in params)
+        positional = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        #: Parameter name → its position (keyword-only ones: past every position).
+        self._index = {p.name: positional.index(p.name) if p.name in positional else _NO_POSITION for p in params}
+        self._names = positional
+        self._required = [(p.name, self._index[p.name]) for p in params if p.default is inspect.Parameter.empty]
+        #: ``(least, most)`` positional arguments a call with no keyword ones may have (the
+        #: fastest check of ``_fits``); ``(1 << 30, 0)`` — nothing fits — when it is not simple
+        #: or a keyword-only parameter is required.
+        self._positional_range = (len(self._required), len(positional))
+        if not self._simple or any(at == _NO_POSITION for _name, at in self._required):
+            self._positional_range = (_NO_POSITION, 0)
+
+    def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether ``args`` / ``kwargs`` bind to a simple signature (``_simple``): as
+        ``Signature.bind`` decides, without building ``BoundArguments`` (a call that does not
+        fit goes through ``bind``, which says why)."""
+        n = len(args)
+        if n > len(self._names):
+            return False
+        if kwargs:
+            index = self._index
+            for key in kwargs:
+                at = index.get(key)
+                if at is None or at < n:
+                    return False
+        for name, at in self._required:
+            if at >= n and name not in kwargs:
+                return False
+        return True
 
     # ------------------------------------------------------------------ producer side
 
@@ -195,7 +240,21 @@ class ArgsCodec:
         Raises ``TypeError`` for a wrong argument name or count (``partial``: missing ones
         allowed) or a value JSON cannot carry, ``ValueError`` for NaN / an infinity and
         ``pydantic.ValidationError`` (a ``ValueError``) for a value its annotation refuses."""
-        self.resolve()
+        if not self._resolved:
+            self.resolve()
+        least, most = self._positional_range
+        if not partial and ((not kwargs and least <= len(args) <= most) or (self._simple and self._fits(args, kwargs))):
+            # the common case, without inspect
+            names = self._names
+            for i, value in enumerate(args):
+                kind = type(value)
+                if kind is not int and kind is not str and kind is not bool and value is not None:
+                    check_json(value, f"{self.name}(): argument {names[i]!r}")
+            for key, value in kwargs.items():
+                kind = type(value)
+                if kind is not int and kind is not str and kind is not bool and value is not None:
+                    check_json(value, f"{self.name}(): argument {key!r}")
+            return list(args), kwargs
         try:
             bound = (self.signature.bind_partial if partial else self.signature.bind)(*args, **kwargs)
         except TypeError as exc:
@@ -225,30 +284,37 @@ class ArgsCodec:
 
     # ------------------------------------------------------------------ worker side
 
-    def decode(self, data: bytes) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def decode(self, data: bytes) -> tuple[Sequence[Any], dict[str, Any]]:
         """The call's ``(args, kwargs)`` from a job's payload, converted to the annotated
         types. Raises ``ArgumentsError`` for a payload the task cannot take."""
+        if not self._resolved:
+            self.resolve()
         if data == EMPTY_PAYLOAD or not data:
             if self.signature.parameters:
                 return self._bind_sent((), {})
             return (), {}
         try:
-            obj = json.loads(data)
+            obj = _parse(data)
         except ValueError as exc:
             raise ArgumentsError(f"{self.name}: the payload is not JSON: {exc}") from None
-        if not isinstance(obj, dict):
+        if type(obj) is not dict:
             raise ArgumentsError(
                 f"{self.name}: the payload must be a JSON object "
                 f'{{"args": [...], "kwargs": {{...}}}}, not {type(obj).__name__}'
             )
-        args = obj.get("args", [])
-        kwargs = obj.get("kwargs", {})
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
+        args = obj.get("args", _NO_ARGS)
+        kwargs = obj.get("kwargs", _NO_KWARGS)
+        if (type(args) is not list and args is not _NO_ARGS) or type(kwargs) is not dict:
             raise ArgumentsError(f'{self.name}: the payload\'s "args" must be a list and "kwargs" an object')
-        return self._bind_sent(tuple(args), kwargs)
+        least, most = self._positional_range
+        if (not kwargs and least <= len(args) <= most) or (self._simple and self._fits(args, kwargs)):
+            return args, kwargs  # the common case: nothing to convert
+        return self._bind_sent(args, kwargs)
 
-    def _bind_sent(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _bind_sent(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
         self.resolve()
+        if self._simple and self._fits(args, kwargs):
+            return args, kwargs
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -272,6 +338,12 @@ class ArgsCodec:
 
     # ------------------------------------------------------------------ results
 
+    @property
+    def converts_result(self) -> bool:
+        """Whether return values are converted by pydantic (``dump_result``/``load_result``)."""
+        self.resolve()
+        return self._return_adapter is not None
+
     def dump_result(self, value: Any) -> Any:
         """A return value as the job's result: converted to JSON-ready values by pydantic when
         the return annotation is not plain JSON (a model, a dataclass…), else as it is."""
@@ -290,9 +362,27 @@ class ArgsCodec:
         return adapter.validate_python(value)
 
 
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _parse(data: bytes) -> Any:
+    """``json.loads(data)`` (UTF-8), through the C scanner directly when the text is one
+    value with nothing around it (a task payload as written): a third of ``loads``' cost.
+    Raises ``ValueError`` (``JSONDecodeError`` / ``UnicodeDecodeError``)."""
+    text = data.decode("utf-8")
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return json.loads(text)  # raises, or copes with what is around the value
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
 def payload_bytes(args: list[Any], kwargs: Mapping[str, Any]) -> bytes:
-    """``{"args": args, "kwargs": kwargs}`` as compact UTF-8 JSON (values already checked)."""
-    return _ENCODE({"args": args, "kwargs": kwargs}).encode("utf-8")
+    """``{"args": args, "kwargs": kwargs}`` as compact UTF-8 JSON (values already checked),
+    with ``Payload.json``'s encoder (``sepp.request._jsontext``)."""
+    return json_text({"args": args, "kwargs": kwargs}).encode("utf-8")
 
 
 def _is_job(annotation: Any, job_class: type) -> bool:

@@ -45,43 +45,43 @@ def current_job() -> Job:
 
 def task_handler(codec: ArgsCodec, is_async: bool) -> Callable[[Job], Any]:
     """The ``Worker`` handler of a task (see the module docstring): ``async def`` when the
-    function is, else a plain function (run in the worker's thread pool)."""
+    function is, else a plain function (run in the worker's thread pool). Raises
+    ``NameError`` for an annotation that names nothing (resolved here at the latest)."""
+    codec.resolve()
     fn = codec.fn
     decode = codec.decode
-    dump = codec.dump_result
+    dump = codec.dump_result if codec.converts_result else None
+    with_job = codec.job_param is not None
     current = _CURRENT
-
-    def arguments(job: Job) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        try:
-            args, kwargs = decode(job.payload)
-        except ArgumentsError as exc:
-            raise DeadLetter(str(exc)) from None
-        if codec.job_param is not None:
-            args = (job, *args)
-        return args, kwargs
 
     if is_async:
 
         async def run_async(job: Job) -> Any:
-            args, kwargs = arguments(job)
+            try:
+                args, kwargs = decode(job.payload)
+            except ArgumentsError as exc:
+                raise DeadLetter(str(exc)) from None
             token = current.set(job)
             try:
-                value = await fn(*args, **kwargs)
+                value = await (fn(job, *args, **kwargs) if with_job else fn(*args, **kwargs))
             finally:
                 current.reset(token)
-            return dump(value)
+            return value if dump is None else dump(value)
 
         run_async.__qualname__ = run_async.__name__ = f"task:{codec.name}"
         return run_async
 
     def run(job: Job) -> Any:
-        args, kwargs = arguments(job)
+        try:
+            args, kwargs = decode(job.payload)
+        except ArgumentsError as exc:
+            raise DeadLetter(str(exc)) from None
         token = current.set(job)
         try:
-            value = fn(*args, **kwargs)
+            value = fn(job, *args, **kwargs) if with_job else fn(*args, **kwargs)
         finally:
             current.reset(token)
-        return dump(value)
+        return value if dump is None else dump(value)
 
     run.__qualname__ = run.__name__ = f"task:{codec.name}"
     return run

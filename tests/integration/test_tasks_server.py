@@ -172,6 +172,22 @@ async def test_a_payload_the_task_cannot_take_is_dead_lettered_with_the_reason(s
     assert outcomes[model].dead_lettered and "argument 'order'" in outcomes[model].reason
 
 
+def _node() -> str | None:
+    """The node binary with examples/node's packages (``npm ci`` when missing, as
+    test_node_worker.py does); ``None`` without node or npm on a developer machine — in CI
+    (``CI=true``) that fails the test instead."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not (node and npm):
+        if os.environ.get("CI") == "true":
+            pytest.fail("node and npm are needed in CI: a task is enqueued from Node.js")
+        return None
+    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True,
+                              timeout=600, check=False)
+        assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
+    return node
+
+
 TASKS_MODULE = textwrap.dedent('''
     import sepp
 
@@ -199,15 +215,13 @@ def test_a_task_enqueued_from_the_cli_and_from_node_runs_in_sepp_worker_module_a
     assert sent.returncode == 0, sent.stderr
     from_cli = json.loads(sent.stdout)["job_id"]
     ids = {"cli": from_cli}
-    node = shutil.which("node")
-    if (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir() and node:
+    node = _node()
+    if node is not None:
         done = subprocess.run([node, str(NODE_DIR / "enqueue_task.js"), fresh_queue, "cli_tasks.shout", "hi",
                                "3"], env={**os.environ, "SEPP_SERVER": target}, capture_output=True, text=True,
                               timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         ids["node"] = done.stdout.strip()
-    elif os.environ.get("CI") == "true":
-        pytest.fail("node and examples/node/node_modules are needed in CI (npm ci in examples/node)")
     # this process enqueues through the same module's task (the same job type), to SEPP_SERVER
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("SEPP_SERVER", target)

@@ -75,11 +75,15 @@ def load_worker(spec: str) -> Any:
             obj = getattr(obj, part)
         except AttributeError:
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
-    from sepp.tasks.app import _AppBase
-
-    if not isinstance(obj, Worker | _AppBase) and callable(obj):
+    # A sepp.App exists only once sepp.tasks was loaded (by the module that made it): looked up,
+    # not imported, so a plain Worker's process still imports no pydantic.
+    tasks_app = sys.modules.get("sepp.tasks.app")
+    app_class: Any = tasks_app._AppBase if tasks_app is not None else ()
+    if not isinstance(obj, Worker) and not isinstance(obj, app_class) and callable(obj):
         obj = obj()
-    if isinstance(obj, _AppBase):  # a sepp.App: a Worker running every task of it
+        tasks_app = sys.modules.get("sepp.tasks.app")
+        app_class = tasks_app._AppBase if tasks_app is not None else ()
+    if isinstance(obj, app_class):  # a sepp.App: a Worker running every task of it
         if not obj.tasks:
             raise ValueError(f"{spec} is a sepp.App without tasks (import the modules that define them in the "
                              "app's module)")

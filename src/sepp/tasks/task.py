@@ -29,7 +29,6 @@ from sepp.worker.registry import is_async_handler
 if TYPE_CHECKING:
     from sepp.client import _many
     from sepp.request.outcomes import JobOutcome
-    from sepp.tasks.app import App, AsyncApp
     from sepp.worker.job import Job
 
 P = ParamSpec("P")
@@ -74,8 +73,9 @@ class _TaskBase(Generic[P, R]):
     def __init__(self, app: Any, fn: Callable[..., Any], job_type: str, options: TaskOptions) -> None:
         #: The function itself (calling it runs it here and now, as a plain call).
         self.fn = fn
-        #: The app that defined the task.
-        self.app = app
+        #: The app that defined the task (an ``App`` or ``AsyncApp``: typed ``Any`` here, as
+        #: ``sepp.tasks.app`` imports this module).
+        self.app: Any = app
         #: The job type its jobs carry and its worker dispatches on.
         self.job_type = job_type
         #: How its jobs are enqueued (``options(…)`` makes a copy with others).
@@ -179,8 +179,6 @@ class _TaskBase(Generic[P, R]):
 class Task(_TaskBase[P, R]):
     """A task of an ``App``: blocking ``enqueue`` / ``enqueue_many`` (see the module docstring)."""
 
-    app: App
-
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskAck[R]:
         """Enqueue one call; return once its job is durably stored (or deduplicated).
 
@@ -231,8 +229,6 @@ class Task(_TaskBase[P, R]):
 
 class AsyncTask(_TaskBase[P, R]):
     """A task of an ``AsyncApp``: ``await task.enqueue(…)``, ``await task.enqueue_many(…)``."""
-
-    app: AsyncApp
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> AsyncTaskAck[R]:
         """See :meth:`Task.enqueue` (binding and conversion happen before the first ``await``)."""

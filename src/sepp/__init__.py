@@ -53,7 +53,7 @@ if TYPE_CHECKING:
         ServerInfo,
     )
     from sepp.request.outcomes import JobOutcome
-    from sepp.tasks import App, AsyncApp, AsyncTask, AsyncTaskAck, Signature, Task, TaskAck, current_job
+    from sepp.tasks import App, AsyncApp, AsyncTask, AsyncTaskAck, Custom, Signature, Task, TaskAck, current_job
     from sepp.worker import DeadLetter, Job, Retry, Worker
 
 #: Public name → the module that defines it.
@@ -99,6 +99,7 @@ _EXPORTS: dict[str, str] = {
     "AsyncApp": "sepp.tasks",
     "AsyncTask": "sepp.tasks",
     "AsyncTaskAck": "sepp.tasks",
+    "Custom": "sepp.tasks",
     "Signature": "sepp.tasks",
     "Task": "sepp.tasks",
     "TaskAck": "sepp.tasks",
@@ -114,6 +115,7 @@ __all__ = [
     "AtomicEnqueueError",
     "Client",
     "ClientOptions",
+    "Custom",
     "DeadLetter",
     "DeadlineExceeded",
     "EnqueueAck",

@@ -377,3 +377,22 @@ def test_the_target_comes_from_sepp_server(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_arguments_error_is_a_value_error() -> None:
     assert issubclass(ArgumentsError, ValueError)
+
+
+def test_parameters_marked_custom_also_travel_in_the_custom_map() -> None:
+    local = App(NOWHERE)
+
+    @local.task(name="tenant-job")
+    def tenant_job(tenant: Annotated[str, sepp.Custom], n: int, vip: Annotated[bool, sepp.Custom] = False) -> int:
+        return n
+
+    request = tenant_job.options(custom={"source": "api"}).request("acme", 3)
+    assert dict(request.custom) == {"source": "api", "tenant": "acme", "vip": False}
+    assert json.loads(body(request)) == {"args": ["acme", 3], "kwargs": {}}  # still an argument
+    assert dict(tenant_job.request(n=1, tenant="b", vip=True).custom) == {"tenant": "b", "vip": True}
+    (many,) = tenant_job._many_requests([("c", 1)])
+    assert dict(many.custom) == {"tenant": "c", "vip": False}
+    with pytest.raises(TypeError):  # a custom-map value must be str, int, float or bool
+        tenant_job.request(["not", "a", "scalar"], 1)  # type: ignore[arg-type]
+    with local.run_inline():
+        assert tenant_job.enqueue("d", 5).result() == 5

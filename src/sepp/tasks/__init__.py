@@ -23,7 +23,7 @@ payload). docs/tasks.md describes the payload other languages send.
 
 from __future__ import annotations
 
-from sepp.tasks._args import ArgumentsError
+from sepp.tasks._args import ArgumentsError, Custom
 from sepp.tasks.ack import AsyncTaskAck, TaskAck
 from sepp.tasks.app import App, AsyncApp, job_type_of
 from sepp.tasks.running import current_job
@@ -36,6 +36,7 @@ __all__ = [
     "AsyncApp",
     "AsyncTask",
     "AsyncTaskAck",
+    "Custom",
     "Signature",
     "Task",
     "TaskAck",

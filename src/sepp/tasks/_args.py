@@ -52,6 +52,13 @@ _NO_KWARGS: dict[str, Any] = {}
 
 
 
+class Custom:
+    """Marks a task parameter whose value also goes into the job's typed custom map, under the
+    parameter's name, searchable in the UI and the admin API: ``user_id: Annotated[int,
+    sepp.Custom]``. The value must be a custom-map value (``str``, ``int`` in int64, ``float``,
+    ``bool``); it still travels in the payload too, so the function receives it as usual."""
+
+
 class ArgumentsError(ValueError):
     """A job's payload does not hold arguments the task accepts (malformed JSON, not the
     documented shape, a wrong name or count, a value its annotation refuses). Raised in the
@@ -148,6 +155,8 @@ class ArgsCodec:
         self._return_adapter: Any = None
         self._var_positional: str | None = None
         self._var_keyword: str | None = None
+        #: Parameters marked ``Custom`` → their defaults (``inspect.Parameter.empty``: none).
+        self.custom_params: dict[str, Any] = {}
         try:
             self.resolve()
         except NameError:  # a forward reference defined later in the module: on first use
@@ -175,6 +184,9 @@ class ArgsCodec:
                 self._var_positional = param.name
             elif param.kind is param.VAR_KEYWORD:
                 self._var_keyword = param.name
+            if typing.get_origin(annotation) is typing.Annotated and any(
+                    m is Custom or isinstance(m, Custom) for m in typing.get_args(annotation)[1:]):
+                self.custom_params[param.name] = param.default
             if not is_plain(annotation):
                 self._adapters[param.name] = annotation
         if self.job_param is not None:
@@ -281,6 +293,18 @@ class ArgsCodec:
             return EMPTY_PAYLOAD
         out_args, out_kwargs = self.bind(args, kwargs)
         return payload_bytes(out_args, out_kwargs)
+
+    def custom_entries(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The custom-map entries of a call (its ``Custom`` parameters' values, by name; one not
+        given and without default is left out). Call after :meth:`bind` accepted the call."""
+        out: dict[str, Any] = {}
+        index = self._index
+        for name, default in self.custom_params.items():
+            at = index.get(name, _NO_POSITION)
+            value = args[at] if at < len(args) else kwargs.get(name, default)
+            if value is not inspect.Parameter.empty:
+                out[name] = value
+        return out
 
     # ------------------------------------------------------------------ worker side
 

@@ -145,16 +145,29 @@ class _TaskBase(Generic[P, R]):
     def request(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueRequest:
         """The ``EnqueueRequest`` of this call (to send with ``Client.enqueue_atomic``, say).
         Raises as ``enqueue`` does."""
-        return self.default_options.request(self.job_type, self._codec.encode(args, kwargs))
+        return self._call_request(args, kwargs, self.default_options)
+
+    def _call_request(self, args: tuple[Any, ...], kwargs: dict[str, Any], options: TaskOptions) -> EnqueueRequest:
+        """The request of one call: the payload, plus the ``Custom`` parameters' values in the
+        custom map (raises as ``enqueue``)."""
+        codec = self._codec
+        payload = codec.encode(args, kwargs)
+        if codec.custom_params:
+            options = options.merged(custom=codec.custom_entries(args, kwargs))
+        return options.request(self.job_type, payload)
 
     def _many_requests(self, calls: Iterable[tuple[Any, ...] | Signature]) -> list[EnqueueRequest]:
         """Every call's request, all bound before any is sent (``TypeError`` names the call)."""
         out: list[EnqueueRequest] = []
         options, job_type, encode = self.default_options, self.job_type, self._codec.encode
+        plain = not self._codec.custom_params
         for index, call in enumerate(calls):
             if type(call) is tuple:
                 try:
-                    out.append(options.request(job_type, encode(call, {})))
+                    if plain:
+                        out.append(options.request(job_type, encode(call, {})))
+                    else:
+                        out.append(self._call_request(call, {}, options))
                 except (TypeError, ValueError) as exc:
                     exc.add_note(f"in call {index} of enqueue_many")
                     raise
@@ -164,7 +177,10 @@ class _TaskBase(Generic[P, R]):
                         f"call {index} of enqueue_many is a signature of {call.job_type!r}, not of {job_type!r}"
                     )
                 self._codec.bind(call.args, dict(call.kwargs))  # complete, as enqueue needs
-                out.append(call.request())
+                if plain:
+                    out.append(call.request())
+                else:
+                    out.append(self._call_request(call.args, dict(call.kwargs), call.options))
             else:
                 raise TypeError(
                     f"call {index} of enqueue_many must be a tuple of positional arguments or a "
@@ -189,12 +205,11 @@ class Task(_TaskBase[P, R]):
             RejectedError, TransportError: as ``Client.enqueue``.
         In eager mode (``App.run_inline``) the task runs here instead, before this returns.
         """
-        payload = self._codec.encode(args, kwargs)
+        request = self._call_request(args, kwargs, self.default_options)
         inline = self.app._inline
         if inline is not None:
-            outcome = run_inline(self.handler, self.is_async, self.job_type, payload, self.default_options, inline)
-            return TaskAck(outcome.job_id, False, self._codec, self.app._get_client, outcome)
-        ack = self.app._get_client().enqueue(self.default_options.request(self.job_type, payload))
+            return self._inline_ack(request, inline)
+        ack = self.app._get_client().enqueue(request)
         return TaskAck(ack.job_id, ack.deduplicated, self._codec, self.app._get_client)
 
     def enqueue_many(
@@ -221,7 +236,7 @@ class Task(_TaskBase[P, R]):
         return _acks(results, TaskAck, self._codec, self.app._get_client)
 
     def _inline_ack(self, request: EnqueueRequest, propagate: bool) -> TaskAck[R]:
-        options = self.default_options.merged(queue=request.queue)
+        options = self.default_options.merged(queue=request.queue, custom=request.custom)
         data = request.payload.data if request.payload is not None else b""
         outcome = run_inline(self.handler, self.is_async, self.job_type, data, options, propagate)
         return TaskAck(outcome.job_id, False, self._codec, self.app._get_client, outcome)
@@ -232,13 +247,14 @@ class AsyncTask(_TaskBase[P, R]):
 
     async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> AsyncTaskAck[R]:
         """See :meth:`Task.enqueue` (binding and conversion happen before the first ``await``)."""
-        payload = self._codec.encode(args, kwargs)
+        request = self._call_request(args, kwargs, self.default_options)
         inline = self.app._inline
         if inline is not None:
-            outcome = await self._run_here(payload, self.default_options, inline)
+            payload = request.payload.data if request.payload is not None else b""
+            outcome = await self._run_here(payload, self.default_options.merged(custom=request.custom), inline)
             return AsyncTaskAck(outcome.job_id, False, self._codec, self.app._get_client, outcome)
         client = await self.app._get_client()
-        ack = await client.enqueue(self.default_options.request(self.job_type, payload))
+        ack = await client.enqueue(request)
         return AsyncTaskAck(ack.job_id, ack.deduplicated, self._codec, self.app._get_client)
 
     async def enqueue_many(

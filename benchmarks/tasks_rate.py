@@ -28,6 +28,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,9 @@ async def plain_row(target: str, queue: str, jobs: int) -> None:
 
     run = asyncio.create_task(worker.run(install_signal_handlers=False))
     async with AsyncClient(target) as client:
-        results = await client.enqueue_many(EnqueueRequest(queue, "noop", payload=Payload.json({"i": i}))
-                                            for i in range(jobs))
+        results = await client.enqueue_many(
+            EnqueueRequest(queue, "noop", payload=Payload.json({"i": i})) for i in range(jobs)
+        )
     assert all(isinstance(r, sepp.EnqueueAck) for r in results)
     await counter.done.wait()
     await worker.stop(5)
@@ -115,12 +117,13 @@ async def main(args: argparse.Namespace) -> None:
                 order = list(rows.items()) if round_no % 2 == 0 else list(rows.items())[::-1]
                 for index, (name, row) in enumerate(order):
                     queue = f"bench-{round_no}-{index}"
-                    results[name].append(await measure(
-                        lambda r=row, q=queue: r(server.grpc_target, q, args.jobs), args.jobs))  # type: ignore[misc]
+                    results[name].append(await measure(partial(row, server.grpc_target, queue, args.jobs), args.jobs))
         finally:
             server.terminate()
-    medians = {name: (statistics.median(m[0] for m in got), statistics.median(m[1] for m in got))
-               for name, got in results.items()}
+    medians = {
+        name: (statistics.median(m[0] for m in got), statistics.median(m[1] for m in got))
+        for name, got in results.items()
+    }
     plain_rate = next(iter(medians.values()))[0]
     out: list[list[str]] = []
     for name, (rate, cpu) in medians.items():

@@ -23,8 +23,10 @@ from support.worker import running
 from sepp import Client
 from sepp.testing import ServerProcess
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.sqlite_only(reason="the README's tasks do not depend on the storage backend")]
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.sqlite_only(reason="the README's tasks do not depend on the storage backend"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "### Tasks: define a job once, enqueue it like a call"
@@ -41,7 +43,7 @@ def _blocks(kind: str) -> list[str]:
 def test_the_definition_shown_is_the_examples() -> None:
     definition = _blocks("python")[0]
     example = (ROOT / "examples" / "tasks.py").read_text(encoding="utf-8")
-    task = definition[definition.index("@app.task"):].strip()
+    task = definition[definition.index("@app.task") :].strip()
     assert task.replace("\n", "") in re.sub(r'\n    """.*?"""', "", example).replace("\n", "")
 
 
@@ -61,9 +63,14 @@ async def test_the_readme_tasks_run_as_written(shared_server: ServerProcess, mon
                 exec(compile(producer, "README.md", "exec"), {})  # the README's own code
 
         await asyncio.to_thread(run_block)
-        sent = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "sepp", *argv, "--json", "--server",
-                                                        shared_server.grpc_target],
-                                       capture_output=True, text=True, timeout=60, check=False)
+        sent = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "sepp", *argv, "--json", "--server", shared_server.grpc_target],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert sent.returncode == 0, sent.stderr
         job_id = json.loads(sent.stdout)["job_id"]
         with Client(shared_server.grpc_target) as client:

@@ -84,18 +84,22 @@ def make_app(srv: ServerProcess, queue: str) -> sepp.App:
     return app
 
 
-async def test_sync_and_async_tasks_run_by_the_apps_worker_with_typed_results(shared_server: ServerProcess,
-                                                                             fresh_queue: str) -> None:
+async def test_sync_and_async_tasks_run_by_the_apps_worker_with_typed_results(
+    shared_server: ServerProcess, fresh_queue: str
+) -> None:
     app = make_app(shared_server, fresh_queue)
     add, greet, receipt = app.tasks["add"], app.tasks["greet"], app.tasks["receipt"]
     when = dt.datetime(2030, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
     async with running(app.worker()):
+
         def produce() -> list[Any]:
             with app:
-                return [add.enqueue(2, 3).result(timeout=30),
-                        greet.enqueue("ann", punct="?").result(timeout=30),
-                        receipt.enqueue(Order(id=7, items=["a", "b"]), when).result(timeout=30),
-                        receipt.enqueue({"id": 8, "items": []}, at=when.isoformat()).result(timeout=30)]
+                return [
+                    add.enqueue(2, 3).result(timeout=30),
+                    greet.enqueue("ann", punct="?").result(timeout=30),
+                    receipt.enqueue(Order(id=7, items=["a", "b"]), when).result(timeout=30),
+                    receipt.enqueue({"id": 8, "items": []}, at=when.isoformat()).result(timeout=30),
+                ]
 
         results = await asyncio.to_thread(produce)
     assert results[:2] == [5, "hello ann? (attempt 1)"]
@@ -117,7 +121,8 @@ async def test_an_async_app_enqueues_and_waits_with_await(shared_server: ServerP
         assert (await ack.wait()).completed
         acks = await add.enqueue_many([(i, i) for i in range(10)])
         assert [await a.result(timeout=30) for a in acks if isinstance(a, sepp.AsyncTaskAck)] == [
-            2 * i for i in range(10)]
+            2 * i for i in range(10)
+        ]
 
 
 async def test_enqueue_many_options_and_failures(shared_server: ServerProcess, fresh_queue: str) -> None:
@@ -151,7 +156,10 @@ async def test_enqueue_many_options_and_failures(shared_server: ServerProcess, f
     assert job.state == pb.SCHEDULED
     assert job.run_at.ToDatetime(dt.UTC) > dt.datetime.now(dt.UTC) + dt.timedelta(minutes=55)
     assert (job.priority, job.idempotency_key, custom_map_from_proto(job.custom)) == (
-        7, "greet-later", {"tenant": "acme"})
+        7,
+        "greet-later",
+        {"tenant": "acme"},
+    )
     assert json.loads(job.payload.data) == {"args": ["zed"], "kwargs": {}}
     assert job.payload.encoding == "application/json"
     assert out["flaky"] == 2
@@ -159,8 +167,9 @@ async def test_enqueue_many_options_and_failures(shared_server: ServerProcess, f
     assert out["exhausted"].reason.startswith("ATTEMPTS_EXHAUSTED") and len(out["exhausted"].attempts) == 3
 
 
-async def test_a_payload_the_task_cannot_take_is_dead_lettered_with_the_reason(shared_server: ServerProcess,
-                                                                              fresh_queue: str) -> None:
+async def test_a_payload_the_task_cannot_take_is_dead_lettered_with_the_reason(
+    shared_server: ServerProcess, fresh_queue: str
+) -> None:
     app = make_app(shared_server, fresh_queue)
     with wire_for(shared_server) as w:
         bad = w.enqueue(fresh_queue, "add", data=b'{"args": [1, 2, 3]}', max_attempts=5)
@@ -182,13 +191,19 @@ def _node() -> str | None:
             pytest.fail("node and npm are needed in CI: a task is enqueued from Node.js")
         return None
     if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True,
-                              timeout=600, check=False)
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
     return node
 
 
-TASKS_MODULE = textwrap.dedent('''
+TASKS_MODULE = textwrap.dedent("""
     import sepp
 
     app = sepp.App(concurrency=2)
@@ -200,26 +215,48 @@ TASKS_MODULE = textwrap.dedent('''
     @app.task(queue="{queue}")
     async def shout(text: str, times: int = 1) -> str:
         return (text.upper() + " ") * times
-''')
+""")
 
 
 @pytest.mark.sqlite_only(reason="the CLI and another language's client do not depend on the storage backend")
 def test_a_task_enqueued_from_the_cli_and_from_node_runs_in_sepp_worker_module_app(
-        shared_server: ServerProcess, fresh_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared_server: ServerProcess, fresh_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "cli_tasks.py").write_text(TASKS_MODULE.format(queue=fresh_queue), "utf-8")
     target = shared_server.grpc_target
     # the CLI: the task's job type and its JSON arguments (docs/tasks.md "The payload")
-    sent = subprocess.run([sys.executable, "-m", "sepp", "enqueue", fresh_queue, "cli_tasks.add",
-                           '{"args": [1], "kwargs": {"y": 2}}', "--json-payload", "--server", target, "--json"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    sent = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sepp",
+            "enqueue",
+            fresh_queue,
+            "cli_tasks.add",
+            '{"args": [1], "kwargs": {"y": 2}}',
+            "--json-payload",
+            "--server",
+            target,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert sent.returncode == 0, sent.stderr
     from_cli = json.loads(sent.stdout)["job_id"]
     ids = {"cli": from_cli}
     node = _node()
     if node is not None:
-        done = subprocess.run([node, str(NODE_DIR / "enqueue_task.js"), fresh_queue, "cli_tasks.shout", "hi",
-                               "3"], env={**os.environ, "SEPP_SERVER": target}, capture_output=True, text=True,
-                              timeout=60, check=False)
+        done = subprocess.run(
+            [node, str(NODE_DIR / "enqueue_task.js"), fresh_queue, "cli_tasks.shout", "hi", "3"],
+            env={**os.environ, "SEPP_SERVER": target},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         ids["node"] = done.stdout.strip()
     # this process enqueues through the same module's task (the same job type), to SEPP_SERVER
@@ -232,8 +269,14 @@ def test_a_task_enqueued_from_the_cli_and_from_node_runs_in_sepp_worker_module_a
         assert app.target == target
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("SEPP_")}, "PYTHONUNBUFFERED": "1"}
         with (tmp_path / "worker.out").open("w") as out, (tmp_path / "worker.err").open("w") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "sepp", "worker", "cli_tasks:app", "--server", target],
-                                    cwd=tmp_path, env=env, text=True, stdout=out, stderr=err)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sepp", "worker", "cli_tasks:app", "--server", target],
+                cwd=tmp_path,
+                env=env,
+                text=True,
+                stdout=out,
+                stderr=err,
+            )
         try:
             outcomes = client.wait(list(ids.values()), timeout=60)
         finally:
@@ -247,8 +290,9 @@ def test_a_task_enqueued_from_the_cli_and_from_node_runs_in_sepp_worker_module_a
 
 
 @pytest.mark.sqlite_only(reason="the shipped fixture starts a SQLite server")
-async def test_the_shipped_pytest_fixture_serves_tasks(sepp_server: ServerProcess,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_shipped_pytest_fixture_serves_tasks(
+    sepp_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SEPP_SERVER", sepp_server.grpc_target)
     app = sepp.AsyncApp(poll_wait=0.5)
 

@@ -100,7 +100,11 @@ def test_a_task_is_its_function_made_a_job_type_with_its_options() -> None:
     assert send_welcome.queue == "emails" and add.queue == "default"
     request = send_welcome.request(42, locale="de")
     assert (request.queue, request.job_type, request.priority, request.max_attempts) == (
-        "emails", "test_tasks.send_welcome", 7, 5)
+        "emails",
+        "test_tasks.send_welcome",
+        7,
+        5,
+    )
     assert request.payload is not None and request.payload.encoding == "application/json"
     assert app.tasks["add"] is add and app.queues == ["emails", "default"]
     assert sepp.App is App and sepp.current_job is current_job
@@ -114,6 +118,7 @@ def test_a_job_type_defined_twice_is_refused() -> None:
 def test_a_job_parameter_must_come_first() -> None:
     other = App(NOWHERE)
     with pytest.raises(TypeError, match="must be the first positional parameter"):
+
         @other.task
         def late(n: int, job: Job) -> None: ...
 
@@ -121,13 +126,16 @@ def test_a_job_parameter_must_come_first() -> None:
 # ---------------------------------------------------------------- binding
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda: send_welcome.enqueue(), "missing a required argument: 'user_id'"),  # type: ignore[call-arg]
-    (lambda: send_welcome.enqueue(1, "de", "x"), "too many positional arguments"),  # type: ignore[call-arg]
-    (lambda: send_welcome.enqueue(1, lang="de"), "unexpected keyword argument 'lang'"),  # type: ignore[call-arg]
-    (lambda: send_welcome.enqueue(1, user_id=2), "multiple values for argument 'user_id'"),  # type: ignore[misc]
-    (lambda: add.enqueue_many([(1, 2), (3,)]), "missing a required argument: 'y'"),
-])
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: send_welcome.enqueue(), "missing a required argument: 'user_id'"),  # type: ignore[call-arg]
+        (lambda: send_welcome.enqueue(1, "de", "x"), "too many positional arguments"),  # type: ignore[call-arg]
+        (lambda: send_welcome.enqueue(1, lang="de"), "unexpected keyword argument 'lang'"),  # type: ignore[call-arg]
+        (lambda: send_welcome.enqueue(1, user_id=2), "multiple values for argument 'user_id'"),  # type: ignore[misc]
+        (lambda: add.enqueue_many([(1, 2), (3,)]), "missing a required argument: 'y'"),
+    ],
+)
 def test_binding_errors_are_type_errors_before_anything_is_sent(call: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         call()
@@ -151,16 +159,19 @@ def test_the_payload_is_args_and_kwargs_as_given() -> None:
     assert payload(anything, "zß→😀") == {"args": ["zß→😀"], "kwargs": {}}
 
 
-@pytest.mark.parametrize(("value", "error", "message"), [
-    (float("nan"), ValueError, "NaN and infinities are not JSON"),
-    (float("inf"), ValueError, "NaN and infinities are not JSON"),
-    ([1, {"deep": [float("-inf")]}], ValueError, r"argument 'args'\[0\]\[1\]\['deep'\]\[0\] is -inf"),
-    (b"raw", TypeError, "is a bytes, which JSON cannot carry"),
-    ({1, 2}, TypeError, "is a set, which JSON cannot carry"),
-    ({1: "one"}, TypeError, "has the key 1 .int.: JSON object keys are text"),
-    (Point(1, 2), TypeError, "is a Point, which JSON cannot carry .annotate the parameter"),
-    (object(), TypeError, "is a object, which JSON cannot carry"),
-])
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (float("nan"), ValueError, "NaN and infinities are not JSON"),
+        (float("inf"), ValueError, "NaN and infinities are not JSON"),
+        ([1, {"deep": [float("-inf")]}], ValueError, r"argument 'args'\[0\]\[1\]\['deep'\]\[0\] is -inf"),
+        (b"raw", TypeError, "is a bytes, which JSON cannot carry"),
+        ({1, 2}, TypeError, "is a set, which JSON cannot carry"),
+        ({1: "one"}, TypeError, "has the key 1 .int.: JSON object keys are text"),
+        (Point(1, 2), TypeError, "is a Point, which JSON cannot carry .annotate the parameter"),
+        (object(), TypeError, "is a object, which JSON cannot carry"),
+    ],
+)
 def test_values_json_cannot_carry_are_refused_at_enqueue(value: Any, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         anything.enqueue(value)
@@ -175,11 +186,20 @@ def test_json_edge_values_travel_exactly() -> None:
 
 
 def test_plain_annotations_are_passed_through_and_others_converted() -> None:
-    for plain in (int, str, float, bool, None, Any, list[int], dict[str, list[float]], int | None,
-                  Annotated[int, "x"]):
+    for plain in (int, str, float, bool, None, Any, list[int], dict[str, list[float]], int | None, Annotated[int, "x"]):
         assert is_plain(plain), plain
-    for other in (User, Point, dt.datetime, uuid.UUID, Decimal, set[int], tuple[int, int], dict[int, str],
-                  list[User], User | None):
+    for other in (
+        User,
+        Point,
+        dt.datetime,
+        uuid.UUID,
+        Decimal,
+        set[int],
+        tuple[int, int],
+        dict[int, str],
+        list[User],
+        User | None,
+    ):
         assert not is_plain(other), other
 
 
@@ -190,7 +210,12 @@ def test_pydantic_models_and_dataclasses_are_validated_and_converted_on_both_sid
     when = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     request = models.request({"id": 1, "name": "ann"}, Point(2, 3), when, {3, 1}, Decimal("1.50"))  # type: ignore[arg-type]
     assert json.loads(body(request))["args"] == [
-        {"id": 1, "name": "ann"}, {"x": 2, "y": 3}, "2030-01-02T03:04:05Z", [1, 3], "1.50"]
+        {"id": 1, "name": "ann"},
+        {"x": 2, "y": 3},
+        "2030-01-02T03:04:05Z",
+        [1, 3],
+        "1.50",
+    ]
     # the worker gets the annotated types back; the result is the model as JSON
     assert run_handler(models, body(request)) == {"id": 5, "name": "ann@2030:1.50"}
     with pytest.raises(ValidationError):  # refused at enqueue, by the annotation
@@ -244,8 +269,9 @@ def test_eager_mode_runs_sync_and_async_tasks_here_with_results() -> None:
         assert add.enqueue(2, 3).result() == 5
         acks = add.enqueue_many([(1, 1), add.s(2, y=2)])
         assert [a.result() for a in acks if isinstance(a, TaskAck)] == [2, 4]
-        user = models.enqueue(User(id=1, name="a"), Point(1, 0), dt.datetime(2031, 1, 1, tzinfo=dt.UTC), {9},
-                              Decimal("2")).result()
+        user = models.enqueue(
+            User(id=1, name="a"), Point(1, 0), dt.datetime(2031, 1, 1, tzinfo=dt.UTC), {9}, Decimal("2")
+        ).result()
         assert user == User(id=3, name="a@2031:2")  # the return annotation converts it back
         assert with_job.enqueue(2).result() == ["with-job", 1, True, 2]
     assert app._inline is None
@@ -311,7 +337,11 @@ def test_options_make_a_copy_with_each_enqueue_setting() -> None:
     opts = send_welcome.options(idempotency_key="welcome-42", priority=2, custom={"tenant": "acme"})
     request = opts.options(scheduled_at=when, custom={"vip": True}).request(42)
     assert (request.idempotency_key, request.priority, request.max_attempts, request.scheduled_at) == (
-        "welcome-42", 2, 5, when)
+        "welcome-42",
+        2,
+        5,
+        when,
+    )
     assert dict(request.custom) == {"tenant": "acme", "vip": True}
     assert send_welcome.default_options.idempotency_key is None  # the task itself is unchanged
     before = dt.datetime.now(dt.UTC)
@@ -328,9 +358,14 @@ def test_options_make_a_copy_with_each_enqueue_setting() -> None:
 def test_signatures_are_plain_data() -> None:
     sig = send_welcome.options(priority=1).s(locale="de")  # partial: a workflow may add user_id first
     assert isinstance(sig, Signature) and not sig.immutable
-    assert sig.to_dict() == {"job_type": "test_tasks.send_welcome", "queue": "emails", "args": [],
-                             "kwargs": {"locale": "de"}, "immutable": False,
-                             "options": {"queue": "emails", "priority": 1, "max_attempts": 5}}
+    assert sig.to_dict() == {
+        "job_type": "test_tasks.send_welcome",
+        "queue": "emails",
+        "args": [],
+        "kwargs": {"locale": "de"},
+        "immutable": False,
+        "options": {"queue": "emails", "priority": 1, "max_attempts": 5},
+    }
     full = send_welcome.si(42)
     assert full.immutable and full.args == (42,) and full.request().job_type == send_welcome.job_type
     assert json.loads(full.payload()) == {"args": [42], "kwargs": {}}
@@ -358,7 +393,8 @@ def test_sepp_worker_loads_an_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 
     (tmp_path / "tasks_app_mod.py").write_text(
         "import sepp\napp = sepp.App('127.0.0.1:9')\nempty = sepp.App()\n\n"
-        "@app.task(queue='q1')\ndef one(x: int) -> int:\n    return x\n")
+        "@app.task(queue='q1')\ndef one(x: int) -> int:\n    return x\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     worker = load_worker("tasks_app_mod:app")
     assert list(worker.config.queues) == ["q1"] and "tasks_app_mod.one" in worker.registry

@@ -16,7 +16,7 @@ from mypy import api
 
 pytestmark = pytest.mark.timeout(600)
 
-EXAMPLE = textwrap.dedent('''
+EXAMPLE = textwrap.dedent("""
     import sepp
     from sepp import Job
 
@@ -67,15 +67,19 @@ EXAMPLE = textwrap.dedent('''
         value: float = await (await twice.enqueue(2.0)).result()
         await twice.enqueue("a")  # E: arg-type
         text: str = await (await twice.enqueue(1.0)).result()  # E: assignment
-''')
+""")
 
 
 def test_mypy_reports_every_misuse_of_a_task_and_nothing_else(tmp_path: Path) -> None:
     source = tmp_path / "tasks_misuse.py"
     source.write_text(EXAMPLE)
-    expected = {(number, line.split("# E: ")[1].strip())
-                for number, line in enumerate(EXAMPLE.splitlines(), 1) if "# E: " in line}
-    stdout, stderr, _status = api.run(["--strict", "--no-error-summary", "--show-error-codes",
-                                       "--cache-dir", str(tmp_path / "cache"), str(source)])
+    expected = {
+        (number, line.split("# E: ")[1].strip())
+        for number, line in enumerate(EXAMPLE.splitlines(), 1)
+        if "# E: " in line
+    }
+    stdout, stderr, _status = api.run(
+        ["--strict", "--no-error-summary", "--show-error-codes", "--cache-dir", str(tmp_path / "cache"), str(source)]
+    )
     found = {(int(m[1]), m[2]) for m in re.finditer(r"tasks_misuse\.py:(\d+): error: .*\[([\w-]+)\]", stdout)}
     assert found == expected, stdout + stderr

@@ -51,7 +51,6 @@ _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: dict[str, Any] = {}
 
 
-
 class Custom:
     """Marks a task parameter whose value also goes into the job's typed custom map, under the
     parameter's name, searchable in the UI and the admin API: ``user_id: Annotated[int,
@@ -185,7 +184,8 @@ class ArgsCodec:
             elif param.kind is param.VAR_KEYWORD:
                 self._var_keyword = param.name
             if typing.get_origin(annotation) is typing.Annotated and any(
-                    m is Custom or isinstance(m, Custom) for m in typing.get_args(annotation)[1:]):
+                m is Custom or isinstance(m, Custom) for m in typing.get_args(annotation)[1:]
+            ):
                 self.custom_params[param.name] = param.default
             if not is_plain(annotation):
                 self._adapters[param.name] = annotation

@@ -17,7 +17,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from support.node import NODE_DIR, node_with_packages
 from support.worker import running, wire_for
 
 import sepp
@@ -39,7 +39,6 @@ pytestmark = pytest.mark.timeout(120)
 #: The fixtures sepp ships for its users' tests (``sepp_server``), enabled as they would.
 pytest_plugins = ["sepp.testing.fixtures"]
 
-NODE_DIR = Path(__file__).resolve().parents[2] / "examples" / "node"
 
 
 class Order(BaseModel):
@@ -181,28 +180,6 @@ async def test_a_payload_the_task_cannot_take_is_dead_lettered_with_the_reason(
     assert outcomes[model].dead_lettered and "argument 'order'" in outcomes[model].reason
 
 
-def _node() -> str | None:
-    """The node binary with examples/node's packages (``npm ci`` when missing, as
-    test_node_worker.py does); ``None`` without node or npm on a developer machine — in CI
-    (``CI=true``) that fails the test instead."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not (node and npm):
-        if os.environ.get("CI") == "true":
-            pytest.fail("node and npm are needed in CI: a task is enqueued from Node.js")
-        return None
-    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
-    return node
-
-
 TASKS_MODULE = textwrap.dedent("""
     import sepp
 
@@ -247,7 +224,10 @@ def test_a_task_enqueued_from_the_cli_and_from_node_runs_in_sepp_worker_module_a
     assert sent.returncode == 0, sent.stderr
     from_cli = json.loads(sent.stdout)["job_id"]
     ids = {"cli": from_cli}
-    node = _node()
+    try:
+        node: str | None = node_with_packages("a task enqueued from Node.js")
+    except pytest.skip.Exception:  # no node here (in CI that fails instead): the CLI and Python parts run
+        node = None
     if node is not None:
         done = subprocess.run(
             [node, str(NODE_DIR / "enqueue_task.js"), fresh_queue, "cli_tasks.shout", "hi", "3"],

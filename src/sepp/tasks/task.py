@@ -271,7 +271,7 @@ class AsyncTask(_TaskBase[P, R]):
         if inline is not None:
             out: list[AsyncTaskAck[R] | Rejection] = []
             for request in requests:
-                options = self.default_options.merged(queue=request.queue)
+                options = self.default_options.merged(queue=request.queue, custom=request.custom)
                 data = request.payload.data if request.payload is not None else b""
                 outcome = await self._run_here(data, options, inline)
                 out.append(AsyncTaskAck(outcome.job_id, False, self._codec, self.app._get_client, outcome))

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         ServerInfo,
     )
     from sepp.request.outcomes import JobOutcome
+    from sepp.tasks import App, AsyncApp, AsyncTask, AsyncTaskAck, Custom, Signature, Task, TaskAck, current_job
     from sepp.worker import DeadLetter, Job, Retry, Worker
 
 #: Public name → the module that defines it.
@@ -94,13 +95,27 @@ _EXPORTS: dict[str, str] = {
     "WaitTimeout": "sepp.errors",
     "WatchBehind": "sepp.errors",
     "JobEvent": "sepp.client.watch",
+    "App": "sepp.tasks",
+    "AsyncApp": "sepp.tasks",
+    "AsyncTask": "sepp.tasks",
+    "AsyncTaskAck": "sepp.tasks",
+    "Custom": "sepp.tasks",
+    "Signature": "sepp.tasks",
+    "Task": "sepp.tasks",
+    "TaskAck": "sepp.tasks",
+    "current_job": "sepp.tasks",
 }
 
 __all__ = [
+    "App",
+    "AsyncApp",
     "AsyncClient",
+    "AsyncTask",
+    "AsyncTaskAck",
     "AtomicEnqueueError",
     "Client",
     "ClientOptions",
+    "Custom",
     "DeadLetter",
     "DeadlineExceeded",
     "EnqueueAck",
@@ -128,6 +143,9 @@ __all__ = [
     "SeppError",
     "ServerError",
     "ServerInfo",
+    "Signature",
+    "Task",
+    "TaskAck",
     "TransportError",
     "Unauthenticated",
     "Unavailable",
@@ -135,6 +153,7 @@ __all__ = [
     "WatchBehind",
     "Worker",
     "__version__",
+    "current_job",
 ]
 
 

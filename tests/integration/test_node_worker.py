@@ -17,7 +17,6 @@ is skipped on a developer machine and FAILS in CI (``CI=true``): CI must run it.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from support.auth import TOKENS, auth_config
+from support.node import NODE_DIR, node_with_packages
 from support.servers import ServerFactory
 from support.waiting import wait_for
 
@@ -35,30 +35,14 @@ from sepp.testing import ServerProcess
 
 pytestmark = pytest.mark.sqlite_only(reason="the worker protocol does not depend on the storage backend")
 
-NODE_DIR = Path(__file__).resolve().parents[2] / "examples" / "node"
 QUEUE = "node-demo"
 LEASE = 2  # seconds: the worker extends every 2/3 s, so the test sees extensions quickly
 
 
-def _tools() -> tuple[str, str]:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node and npm:
-        return node, npm
-    missing = "node" if not node else "npm"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{missing} is not installed: CI must run the Node.js example worker's test")
-    pytest.skip(f"{missing} is not installed (in CI, CI=true, this fails instead)")
-
-
 @pytest.fixture(scope="module")
 def node() -> str:
-    """The node binary, with examples/node's packages installed (``npm ci`` when missing)."""
-    node_bin, npm = _tools()
-    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        done = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True,
-                              timeout=600, check=False)
-        assert done.returncode == 0, f"npm ci failed:\n{done.stdout}\n{done.stderr}"
-    return node_bin
+    """The node binary, with examples/node's packages installed (``support.node``)."""
+    return node_with_packages("the Node.js example worker's test")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,11 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
     out = _run("import sepp.client\n"
                "try:\n    sepp.client.nosuch\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(1)")
     assert out.returncode == 0, out.stderr
+
+
+def test_sepp_worker_loading_a_plain_worker_loads_no_tasks_and_no_pydantic(tmp_path: Path) -> None:
+    (tmp_path / "plain_jobs.py").write_text("from sepp.worker import Worker\nworker = Worker(queues=['q'])\n")
+    mods = loaded_after(f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+                        "from sepp.cli.worker_cmd import load_worker; load_worker('plain_jobs:worker')")
+    assert "plain_jobs" in mods
+    assert {m for m in mods if m == "pydantic" or m.startswith(("pydantic.", "sepp.tasks"))} == set()

@@ -42,6 +42,9 @@ def test_contracts_hold_on_the_source_tree(tree: Path) -> None:
 @pytest.mark.parametrize(("module", "line", "contract"), [
     ("client/_bad.py", "import sepp.server.engine", "sepp.client and sepp.worker never import sepp.server"),
     ("worker/_bad.py", "from sepp.storage import base", "sepp.client and sepp.worker never import sepp.server"),
+    ("tasks/_bad.py", "import sepp.server.engine", "sepp.client and sepp.worker never import sepp.server"),
+    ("client/_bad.py", "from sepp.tasks import app", "sepp.tasks sits on the client and the worker"),
+    ("worker/_bad.py", "import sepp.tasks.running", "sepp.tasks sits on the client and the worker"),
     ("storage/_bad.py", "import sepp.cli.main", "sepp.storage never imports sepp.server"),
     ("wire_bad.py", "import sepp.server.errors", "nothing imports sepp.server but sepp.cli"),
     ("server/_bad.py", "from sepp.storage.sqlite import store", "sepp.server imports no storage driver"),

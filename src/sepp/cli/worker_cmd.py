@@ -1,6 +1,7 @@
 """``sepp worker module:attr``: run a :class:`~sepp.worker.Worker` defined in an importable module.
 
-``attr`` names a ``Worker`` (or a function of no arguments returning one). Flags
+``attr`` names a ``Worker`` (or a function of no arguments returning one), or a ``sepp.App``
+(``sepp.tasks``: a Worker running every task of the app, on the tasks' queues). Flags
 override the worker's own settings. Job outcomes go to stdout (JSON with ``--json``);
 lifecycle messages and warnings go to stderr (``--log-level``). SIGTERM or Ctrl-C
 drains gracefully (a second one skips the grace period). Exit codes: 0 after a
@@ -48,7 +49,8 @@ SUMMARY_EVERY = 10.0
 
 
 def load_worker(spec: str) -> Any:
-    """Import ``module:attr`` (the current directory is importable) and return the ``Worker``.
+    """Import ``module:attr`` (the current directory is importable) and return the ``Worker``
+    (for a ``sepp.App``: ``app.worker()``, every task registered).
 
     Raises ``ValueError`` with a readable message when the spec is malformed, the module
     or attribute is missing, or the attribute is not (and does not build) a ``Worker``.
@@ -73,10 +75,21 @@ def load_worker(spec: str) -> Any:
             obj = getattr(obj, part)
         except AttributeError:
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(obj, Worker) and callable(obj):
+    # A sepp.App exists only once sepp.tasks was loaded (by the module that made it): looked up,
+    # not imported, so a plain Worker's process still imports no pydantic.
+    tasks_app = sys.modules.get("sepp.tasks.app")
+    app_class: Any = tasks_app._AppBase if tasks_app is not None else ()
+    if not isinstance(obj, Worker) and not isinstance(obj, app_class) and callable(obj):
         obj = obj()
+        tasks_app = sys.modules.get("sepp.tasks.app")
+        app_class = tasks_app._AppBase if tasks_app is not None else ()
+    if isinstance(obj, app_class):  # a sepp.App: a Worker running every task of it
+        if not obj.tasks:
+            raise ValueError(f"{spec} is a sepp.App without tasks (import the modules that define them in the "
+                             "app's module)")
+        return obj.worker()
     if not isinstance(obj, Worker):
-        raise ValueError(f"{spec} is a {type(obj).__name__}, not a sepp.worker.Worker")
+        raise ValueError(f"{spec} is a {type(obj).__name__}, not a sepp.worker.Worker or a sepp.App")
     return obj
 
 
@@ -197,8 +210,9 @@ def _check_seconds(flag: str, value: float, lo: float, hi: float | None) -> None
 @app.command("worker")
 def worker(
     target: Annotated[str, typer.Argument(help="MODULE:ATTRIBUTE naming a sepp.worker.Worker (or a function of no "
-                                                  "arguments returning one); MODULE is imported from the "
-                                                  "current directory, then sys.path (PYTHONPATH).")],
+                                                  "arguments returning one) or a sepp.App (every task); "
+                                                  "MODULE is imported from the current directory, then sys.path "
+                                                  "(PYTHONPATH).")],
     server: Annotated[str | None, typer.Option(
         "--server", "-s", envvar="SEPP_SERVER", show_default=False,
         help="gRPC target of the server: HOST:PORT, or for several nodes ipv4:HOST:PORT,HOST:PORT,… "

@@ -242,4 +242,28 @@ class Job:
                 f"attempt={self.attempt}/{self.max_attempts})")
 
 
-__all__ = ["Job", "JobAttempt", "timestamp_to_datetime"]
+def detached_job(job_id: str, queue: str, job_type: str, payload: bytes, encoding: str, *,
+                 custom: Mapping[str, CustomPrimitive] | None = None, priority: int = 0, max_attempts: int = 1,
+                 attempt: int = 1, idempotency_key: str = "") -> Job:
+    """A ``Job`` no server reserved (no lease: ``lease_id`` empty), for a handler run in this
+    process — a task's eager mode (``sepp.App.run_inline``, docs/tasks.md). Its times
+    (``enqueued_at``, ``run_at``, ``lease_expires_at``) are now, UTC. Raises ``TypeError`` /
+    ``OverflowError`` for a custom value the custom map cannot hold."""
+    from sepp.wire import custom_to_proto
+
+    now = timestamp_pb2.Timestamp()
+    now.FromDatetime(dt.datetime.now(UTC))
+    reservation = wpb.Reservation(attempt=attempt)
+    reservation.lease_expires_at.CopyFrom(now)
+    job = reservation.job
+    job.id, job.queue, job.job_type = job_id, queue, job_type
+    job.payload.data, job.payload.encoding = payload, encoding
+    job.priority, job.max_attempts, job.attempt, job.idempotency_key = priority, max_attempts, attempt, idempotency_key
+    job.run_at.CopyFrom(now)
+    job.enqueued_at.CopyFrom(now)
+    for key, value in (custom or {}).items():
+        job.custom[key].CopyFrom(custom_to_proto(value))
+    return Job(reservation)
+
+
+__all__ = ["Job", "JobAttempt", "detached_job", "timestamp_to_datetime"]

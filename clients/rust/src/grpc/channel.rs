@@ -15,12 +15,14 @@ use h2::client::SendRequest;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Version};
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::grpc::codec::{frame, timeout_header, unframe, PREFIX_LEN};
 use crate::grpc::status::{Code, Status};
+use crate::grpc::tls::TlsConnector;
 
 /// Flow-control windows this side grants the server (a stream, the whole connection),
 /// bytes: large enough that a big answer (a `GetServerInfo` listing many queues, a
@@ -92,6 +94,8 @@ pub struct ChannelOptions {
     pub metadata: Vec<(HeaderName, HeaderValue)>,
     /// The `user-agent` header.
     pub user_agent: String,
+    /// TLS for every connection (`None`: plaintext HTTP/2).
+    pub tls: Option<TlsConnector>,
 }
 
 impl Default for ChannelOptions {
@@ -100,11 +104,13 @@ impl Default for ChannelOptions {
             max_message_bytes: 16 * 1024 * 1024,
             metadata: Vec::new(),
             user_agent: concat!("sepp-rs/", env!("CARGO_PKG_VERSION")).to_string(),
+            tls: None,
         }
     }
 }
 
-/// A plaintext HTTP/2 channel to `HOST:PORT`, shared by clones.
+/// An HTTP/2 channel to `HOST:PORT` (plaintext, or TLS when the options carry it), shared
+/// by clones.
 #[derive(Clone)]
 pub struct Channel {
     inner: Arc<Inner>,
@@ -196,10 +202,23 @@ impl Channel {
         let address = &self.inner.address;
         let tcp = TcpStream::connect(address).await.map_err(|e| CallError::Connect(format!("{address}: {e}")))?;
         let _ = tcp.set_nodelay(true);
+        match &self.inner.options.tls {
+            None => self.handshake(tcp).await,
+            Some(tls) => {
+                let stream = tls.connect(tcp).await
+                    .map_err(|e| CallError::Connect(format!("{address}: TLS handshake failed ({e})")))?;
+                self.handshake(stream).await
+            }
+        }
+    }
+
+    async fn handshake<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(&self, io: T)
+                                                                           -> Result<SendRequest<Bytes>, CallError> {
+        let address = &self.inner.address;
         let (sender, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
-            .handshake::<_, Bytes>(tcp)
+            .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| CallError::Connect(format!("{address}: HTTP/2 handshake failed: {e}")))?;
         tokio::spawn(async move {
@@ -214,7 +233,7 @@ impl Channel {
         let mut builder = Request::builder()
             .method(Method::POST)
             .version(Version::HTTP_2)
-            .uri(format!("http://{}{}", self.inner.address, path))
+            .uri(format!("{}://{}{}", if options.tls.is_some() { "https" } else { "http" }, self.inner.address, path))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             .header("user-agent", options.user_agent.as_str());

@@ -11,7 +11,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sepp_rs::{Client, ClientBuilder, EnqueueRequest, Error, Worker};
+use sepp_rs::{Client, ClientBuilder, EnqueueRequest, Error, TransportErrorKind, Worker};
 
 fn pki(file: &str) -> PathBuf {
     PathBuf::from(common::env("SEPP_RS_TLS_DIR")).join(file)
@@ -85,7 +85,8 @@ async fn mutual_tls_with_the_client_certificate_enqueues_and_a_worker_acks() {
 async fn mutual_tls_without_a_client_certificate_is_refused() {
     let err = quick(common::env("SEPP_RS_MTLS_TARGET")).tls_ca(pki("ca.pem")).connect().await
         .expect_err("a client without a certificate reached a server requiring one");
-    assert!(err.transport().is_some(), "{err}");
+    assert_eq!(err.transport().map(|t| t.kind()), Some(TransportErrorKind::Unavailable), "{err}");
+    assert!(err.to_string().contains("it may require a client certificate (tls_cert/tls_key)"), "{err}");
 }
 
 #[tokio::test]
@@ -93,7 +94,8 @@ async fn mutual_tls_with_a_strangers_certificate_is_refused() {
     let err = quick(common::env("SEPP_RS_MTLS_TARGET")).tls_ca(pki("ca.pem"))
         .tls_cert(pki("stranger.pem")).tls_key(pki("stranger.key")).connect().await
         .expect_err("a stranger's certificate was accepted");
-    assert!(err.transport().is_some(), "{err}");
+    assert_eq!(err.transport().map(|t| t.kind()), Some(TransportErrorKind::Unavailable), "{err}");
+    assert!(err.to_string().contains("it may require a client certificate (tls_cert/tls_key)"), "{err}");
 }
 
 #[tokio::test]

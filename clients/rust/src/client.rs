@@ -310,8 +310,12 @@ impl Client {
                             continue;
                         }
                         if let CallError::Connect(cause) = &error {
-                            break Failure::Transport(TransportError::new(TransportErrorKind::Unavailable,
-                                format!("{}: is sepp running on {}? ({cause})", first_contact_cause(cause), inner.target))
+                            let message = if cause.contains("TLS handshake failed") {
+                                format!("server unavailable ({}): {cause}", inner.target)
+                            } else {
+                                format!("{}: is sepp running on {}? ({cause})", first_contact_cause(cause), inner.target)
+                            };
+                            break Failure::Transport(TransportError::new(TransportErrorKind::Unavailable, message)
                                 .with_not_sent(true));
                         }
                         if matches!(error, CallError::Status(_)) {
@@ -341,8 +345,6 @@ fn first_contact_cause(cause: &str) -> &'static str {
     let lower = cause.to_lowercase();
     if lower.contains("refused") {
         "connection refused"
-    } else if lower.contains("tls handshake failed") {
-        "TLS handshake failed"
     } else if lower.contains("handshake") {
         "the address answered but is not a gRPC server"
     } else {

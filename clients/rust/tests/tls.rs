@@ -52,6 +52,7 @@ async fn a_server_certificate_from_another_ca_fails_the_handshake_and_says_why()
     let message = connect_error(quick(common::env("SEPP_RS_TLS_TARGET")).tls_ca(pki("other-ca.pem")).connect().await);
     assert!(message.contains("TLS handshake failed"), "{message}");
     assert!(message.contains("UnknownIssuer"), "{message}");
+    assert!(!message.contains("is sepp running"), "a server that answered TLS is running: {message}");
 }
 
 #[tokio::test]

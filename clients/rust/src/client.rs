@@ -1,4 +1,4 @@
-//! The producer client: [`Client::connect`], the builder, and the three enqueue calls
+//! The producer client: [`Client::connect`] and the three enqueue calls
 //! plus `get_server_info`, with local validation against the server's advertised limits
 //! and retries only where they are safe.
 
@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::header::{HeaderName, HeaderValue};
 use prost::Message;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::error::{classify, AtomicEnqueueError, Error, Failure, TransportError, TransportErrorKind};
-use crate::grpc::{CallError, Channel, ChannelOptions};
+use crate::builder::ClientBuilder;
+use crate::grpc::{CallError, Channel};
 use crate::info::ServerInfo;
 use crate::proto::sepp_v1 as pb;
 use crate::rejection::{IndexedRejection, Rejection, RejectionCode};
@@ -28,133 +28,6 @@ const UNKNOWN_QUEUE_REFRESH_AFTER: Duration = Duration::from_secs(1);
 const CONNECT_POLL: Duration = Duration::from_millis(50);
 /// The feature flag of a server that reads plain batch jobs by column.
 const PLAIN_FEATURE: &str = "enqueue_batch_plain";
-/// The environment variable read for the token when the builder is given none.
-pub const TOKEN_ENV: &str = "SEPP_TOKEN";
-
-/// Settings of a [`Client`]; made with [`Client::builder`].
-#[derive(Clone, Debug)]
-pub struct ClientBuilder {
-    target: String,
-    token: Option<String>,
-    timeout: Option<Duration>,
-    validate_locally: bool,
-    server_info_ttl: Option<Duration>,
-    retry: RetryPolicy,
-    max_message_bytes: usize,
-    wait_for_server_start: bool,
-}
-
-impl ClientBuilder {
-    /// The token (role `produce`, or `work` for a worker) sent as `authorization: Bearer`
-    /// on every call. Without this call `$SEPP_TOKEN` is read; `""` sends none.
-    pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
-        self
-    }
-
-    /// Deadline of each attempt of a call (default 10 s); `None` = no deadline.
-    pub fn timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.timeout = timeout.into();
-        self
-    }
-
-    /// Whether requests are checked against the server's advertised limits before they are
-    /// sent (default true). The server always validates too.
-    pub fn validate_locally(mut self, on: bool) -> Self {
-        self.validate_locally = on;
-        self
-    }
-
-    /// How long the cached server info is trusted before it is fetched again (default 300 s).
-    pub fn server_info_ttl(mut self, ttl: impl Into<Option<Duration>>) -> Self {
-        self.server_info_ttl = ttl.into();
-        self
-    }
-
-    /// How transient failures are retried (default: 4 tries, 100 ms doubling to 5 s).
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = policy;
-        self
-    }
-
-    /// Largest message sent or received, bytes (default 16 MiB, the server's default
-    /// `max_message_bytes`); a larger request fails as `MessageTooLarge` unsent.
-    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
-        self.max_message_bytes = bytes;
-        self
-    }
-
-    /// What the first call does when nothing listens at the address: `false` (default) fails
-    /// at once (`connection refused: is sepp running on …?`); `true` waits for the server
-    /// within the call's timeout (a producer started together with its server).
-    pub fn wait_for_server_start(mut self, wait: bool) -> Self {
-        self.wait_for_server_start = wait;
-        self
-    }
-
-    /// Build the client and make the first call (`GetServerInfo`, whose limits local
-    /// validation uses).
-    ///
-    /// Errors: a `TransportError` — `Unavailable` (`not_sent`) when the address is not
-    /// `HOST:PORT` (optionally after `http://` or `grpc://`; TLS is not supported yet) or
-    /// nothing answers there, `Unauthenticated` for a token the server does not know.
-    pub async fn connect(self) -> Result<Client, Error> {
-        let client = self.build()?;
-        client.refresh_server_info().await?;
-        Ok(client)
-    }
-
-    /// Build the client without calling the server (the first call dials).
-    pub fn build(self) -> Result<Client, Error> {
-        let address = parse_target(&self.target)?;
-        let token = match self.token {
-            Some(t) => t,
-            None => std::env::var(TOKEN_ENV).unwrap_or_default(),
-        };
-        let token = token.trim();
-        let mut metadata = Vec::new();
-        if !token.is_empty() {
-            if !token.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(invalid("the token must be printable ASCII without spaces (as made by sepp token new)"));
-            }
-            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| invalid(&e.to_string()))?;
-            metadata.push((HeaderName::from_static("authorization"), value));
-        }
-        let options = ChannelOptions { max_message_bytes: self.max_message_bytes, metadata, ..ChannelOptions::default() };
-        Ok(Client {
-            inner: Arc::new(Inner {
-                channel: Channel::new(address.clone(), options),
-                target: address,
-                timeout: self.timeout,
-                validate_locally: self.validate_locally,
-                server_info_ttl: self.server_info_ttl,
-                retry: self.retry,
-                wait_for_server_start: self.wait_for_server_start,
-                info: Mutex::new(None),
-                reached: AtomicBool::new(false),
-            }),
-        })
-    }
-}
-
-fn invalid(message: &str) -> Error {
-    Error::Transport(TransportError::new(TransportErrorKind::Unavailable, message).with_not_sent(true))
-}
-
-/// `HOST:PORT` of a target written `HOST:PORT`, `http://HOST:PORT` or `grpc://HOST:PORT`.
-fn parse_target(target: &str) -> Result<String, Error> {
-    let rest = target.trim();
-    if rest.starts_with("https://") || rest.starts_with("grpcs://") {
-        return Err(invalid(&format!("{target}: TLS is not supported by sepp-rs yet (docs/rust-client.md); \
-                                     use a plaintext address or a TLS-terminating proxy")));
-    }
-    let rest = rest.strip_prefix("http://").or_else(|| rest.strip_prefix("grpc://")).unwrap_or(rest);
-    let rest = rest.trim_end_matches('/');
-    match rest.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() && !host.contains('/') => Ok(rest.to_string()),
-        _ => Err(invalid(&format!("{target:?} is not HOST:PORT (e.g. http://127.0.0.1:7700)"))),
-    }
-}
 
 /// A sepp producer client. Cheap to clone (clones share one HTTP/2 connection, which
 /// multiplexes concurrent calls); use it from a tokio runtime.
@@ -199,17 +72,25 @@ impl Client {
         Client::builder(target).connect().await
     }
 
-    /// A builder for a client of `target`: token, timeout, retries, local validation.
+    /// A builder for a client of `target`: token, timeout, retries, local validation, TLS.
     pub fn builder(target: impl Into<String>) -> ClientBuilder {
-        ClientBuilder {
-            target: target.into(),
-            token: None,
-            timeout: Some(Duration::from_secs(10)),
-            validate_locally: true,
-            server_info_ttl: Some(Duration::from_secs(300)),
-            retry: RetryPolicy::default(),
-            max_message_bytes: 16 * 1024 * 1024,
-            wait_for_server_start: false,
+        ClientBuilder::new(target.into())
+    }
+
+    /// The client `build` assembles from its settings and channel.
+    pub(crate) fn assemble(b: &ClientBuilder, channel: Channel, target: String) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                channel,
+                target,
+                timeout: b.timeout,
+                validate_locally: b.validate_locally,
+                server_info_ttl: b.server_info_ttl,
+                retry: b.retry.clone(),
+                wait_for_server_start: b.wait_for_server_start,
+                info: Mutex::new(None),
+                reached: AtomicBool::new(false),
+            }),
         }
     }
 
@@ -429,8 +310,12 @@ impl Client {
                             continue;
                         }
                         if let CallError::Connect(cause) = &error {
-                            break Failure::Transport(TransportError::new(TransportErrorKind::Unavailable,
-                                format!("{}: is sepp running on {}? ({cause})", first_contact_cause(cause), inner.target))
+                            let message = if cause.contains("TLS handshake failed") {
+                                format!("server unavailable ({}): {cause}", inner.target)
+                            } else {
+                                format!("{}: is sepp running on {}? ({cause})", first_contact_cause(cause), inner.target)
+                            };
+                            break Failure::Transport(TransportError::new(TransportErrorKind::Unavailable, message)
                                 .with_not_sent(true));
                         }
                         if matches!(error, CallError::Status(_)) {
@@ -535,18 +420,5 @@ mod tests {
         keyed.idempotency_key = "k".into();
         assert!(plain_runs(&[job("a", "t", None), keyed]).is_none());
         assert!(plain_runs(&[]).is_none());
-    }
-
-    #[test]
-    fn targets_are_host_port_after_an_optional_plaintext_scheme() {
-        assert_eq!(parse_target("http://127.0.0.1:7700").unwrap(), "127.0.0.1:7700");
-        assert_eq!(parse_target("grpc://localhost:7700/").unwrap(), "localhost:7700");
-        assert_eq!(parse_target("127.0.0.1:7700").unwrap(), "127.0.0.1:7700");
-        assert_eq!(parse_target("[::1]:7700").unwrap(), "[::1]:7700");
-        for bad in ["127.0.0.1", "http://host:port", ":7700", "http://h:7700/path"] {
-            assert!(parse_target(bad).is_err(), "{bad}");
-        }
-        let tls = parse_target("https://h:7700").unwrap_err().to_string();
-        assert!(tls.contains("TLS is not supported"), "{tls}");
     }
 }

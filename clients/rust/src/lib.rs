@@ -27,6 +27,7 @@
 //! small unary gRPC layer over `h2` ([`grpc`]); docs/rust-client.md has the whole page.
 #![warn(missing_docs)]
 
+mod builder;
 mod client;
 mod error;
 pub mod grpc;
@@ -39,7 +40,8 @@ mod retry;
 pub mod validation;
 mod worker;
 
-pub use client::{Client, ClientBuilder, TOKEN_ENV};
+pub use builder::{ClientBuilder, TOKEN_ENV};
+pub use client::Client;
 pub use error::{AtomicEnqueueError, Error, TransportError, TransportErrorKind};
 pub use info::{PersistMode, QueueInfo, QueueLimits, QueueSettings, ServerInfo, ServerLimits};
 pub use rejection::{IndexedRejection, Rejection, RejectionCode};

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::client::{Client, ClientBuilder};
+use crate::builder::ClientBuilder;
+use crate::client::Client;
 use crate::error::{Error, Failure};
 use crate::proto::sepp_v1 as pb;
 use crate::request::{CustomValue, Payload};

@@ -7,7 +7,10 @@
 //! can make a duplicate.
 
 use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -15,12 +18,14 @@ use h2::client::SendRequest;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Version};
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::grpc::codec::{frame, timeout_header, unframe, PREFIX_LEN};
 use crate::grpc::status::{Code, Status};
+use crate::grpc::tls::TlsConnector;
 
 /// Flow-control windows this side grants the server (a stream, the whole connection),
 /// bytes: large enough that a big answer (a `GetServerInfo` listing many queues, a
@@ -92,6 +97,8 @@ pub struct ChannelOptions {
     pub metadata: Vec<(HeaderName, HeaderValue)>,
     /// The `user-agent` header.
     pub user_agent: String,
+    /// TLS for every connection (`None`: plaintext HTTP/2).
+    pub tls: Option<TlsConnector>,
 }
 
 impl Default for ChannelOptions {
@@ -100,11 +107,13 @@ impl Default for ChannelOptions {
             max_message_bytes: 16 * 1024 * 1024,
             metadata: Vec::new(),
             user_agent: concat!("sepp-rs/", env!("CARGO_PKG_VERSION")).to_string(),
+            tls: None,
         }
     }
 }
 
-/// A plaintext HTTP/2 channel to `HOST:PORT`, shared by clones.
+/// An HTTP/2 channel to `HOST:PORT` (plaintext, or TLS when the options carry it), shared
+/// by clones.
 #[derive(Clone)]
 pub struct Channel {
     inner: Arc<Inner>,
@@ -114,7 +123,45 @@ struct Inner {
     address: String,
     options: ChannelOptions,
     /// The live connection and its generation (bumped on every dial).
-    conn: Mutex<(u64, Option<SendRequest<Bytes>>)>,
+    conn: Mutex<(u64, Option<Live>)>,
+}
+
+/// A connection's sender, and whether any byte has come from the server on it yet.
+#[derive(Clone)]
+struct Live {
+    sender: SendRequest<Bytes>,
+    heard: Arc<AtomicBool>,
+}
+
+/// The connection's byte stream, noting in `heard` that the server has sent something.
+struct Heard<T> {
+    io: T,
+    heard: Arc<AtomicBool>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Heard<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Heard<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 impl fmt::Debug for Channel {
@@ -162,14 +209,14 @@ impl Channel {
 
     /// A connection ready for a new stream: the current one, or a new one when there is
     /// none or it has closed.
-    async fn ready(&self) -> Result<SendRequest<Bytes>, CallError> {
+    async fn ready(&self) -> Result<Live, CallError> {
         let (generation, current) = {
             let guard = self.inner.conn.lock().await;
             (guard.0, guard.1.clone())
         };
-        if let Some(sender) = current {
+        if let Some(Live { sender, heard }) = current {
             match sender.ready().await {
-                Ok(sender) => return Ok(sender),
+                Ok(sender) => return Ok(Live { sender, heard }),
                 Err(_) => {
                     let mut guard = self.inner.conn.lock().await;
                     if guard.0 == generation {
@@ -180,41 +227,59 @@ impl Channel {
         }
         let mut guard = self.inner.conn.lock().await;
         if guard.0 != generation {
-            if let Some(sender) = guard.1.clone() {
+            if let Some(Live { sender, heard }) = guard.1.clone() {
                 drop(guard);
-                return sender.ready().await.map_err(|e| CallError::NotSent(e.to_string()));
+                let sender = sender.ready().await.map_err(|e| CallError::NotSent(e.to_string()))?;
+                return Ok(Live { sender, heard });
             }
         }
-        let sender = self.dial().await?;
+        let live = self.dial().await?;
         guard.0 += 1;
-        guard.1 = Some(sender.clone());
+        guard.1 = Some(live.clone());
         drop(guard);
-        sender.ready().await.map_err(|e| CallError::NotSent(e.to_string()))
+        let sender = live.sender.ready().await.map_err(|e| CallError::NotSent(e.to_string()))?;
+        Ok(Live { sender, heard: live.heard })
     }
 
-    async fn dial(&self) -> Result<SendRequest<Bytes>, CallError> {
+    async fn dial(&self) -> Result<Live, CallError> {
         let address = &self.inner.address;
         let tcp = TcpStream::connect(address).await.map_err(|e| CallError::Connect(format!("{address}: {e}")))?;
         let _ = tcp.set_nodelay(true);
+        match &self.inner.options.tls {
+            None => self.handshake(tcp).await,
+            Some(tls) => {
+                let stream = tls.connect(tcp).await
+                    .map_err(|e| CallError::Connect(format!("{address}: TLS handshake failed ({e})")))?;
+                self.handshake(stream).await
+            }
+        }
+    }
+
+    async fn handshake<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(&self, io: T) -> Result<Live, CallError> {
+        let address = &self.inner.address;
+        let heard = Arc::new(AtomicBool::new(false));
+        let io = Heard { io, heard: heard.clone() };
         let (sender, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
-            .handshake::<_, Bytes>(tcp)
+            .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| CallError::Connect(format!("{address}: HTTP/2 handshake failed: {e}")))?;
         tokio::spawn(async move {
             let _ = connection.await; // ends when the connection closes; calls then see the error
         });
-        Ok(sender)
+        Ok(Live { sender, heard })
     }
 
-    async fn exchange(&self, mut sender: SendRequest<Bytes>, path: &str, message: Bytes,
+    async fn exchange(&self, live: Live, path: &str, message: Bytes,
                       timeout: Option<Duration>) -> Result<Bytes, CallError> {
         let options = &self.inner.options;
+        let Live { mut sender, heard } = live;
+        let after_send = |e: h2::Error| self.after_send(e, &heard);
         let mut builder = Request::builder()
             .method(Method::POST)
             .version(Version::HTTP_2)
-            .uri(format!("http://{}{}", self.inner.address, path))
+            .uri(format!("{}://{}{}", if options.tls.is_some() { "https" } else { "http" }, self.inner.address, path))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             .header("user-agent", options.user_agent.as_str());
@@ -280,13 +345,28 @@ fn check(status: Status, _path: &str) -> Result<(), CallError> {
     }
 }
 
-/// An HTTP/2 error once the request may have gone out: a stream the server refused
-/// unprocessed (`REFUSED_STREAM`, e.g. above a GOAWAY's last stream) was never sent;
-/// anything else may have been processed.
-fn after_send(error: h2::Error) -> CallError {
-    if error.reason() == Some(h2::Reason::REFUSED_STREAM) {
-        CallError::NotSent(error.to_string())
-    } else {
-        CallError::Broken(error.to_string())
+impl Channel {
+    /// An HTTP/2 error once the request may have gone out: a stream the server refused
+    /// unprocessed (`REFUSED_STREAM`, e.g. above a GOAWAY's last stream) was never sent;
+    /// anything else may have been processed. A connection the server closed before
+    /// sending a single byte (not even its HTTP/2 settings) gets a hint: that is what a
+    /// server requiring a client certificate does to a TLS client without one, and what a
+    /// TLS server does to a plaintext client. (Still "may have been processed": bytes the
+    /// server sent can be lost to a reset before they are read.)
+    fn after_send(&self, error: h2::Error, heard: &AtomicBool) -> CallError {
+        if error.reason() == Some(h2::Reason::REFUSED_STREAM) {
+            return CallError::NotSent(error.to_string());
+        }
+        if heard.load(Ordering::Relaxed) {
+            return CallError::Broken(error.to_string());
+        }
+        let hint = if self.inner.options.tls.is_some() {
+            "the server closed the connection without answering anything: it may require a client certificate \
+             (tls_cert/tls_key) signed by its tls_client_ca"
+        } else {
+            "the server closed the connection without answering anything: if it serves TLS, use https:// and \
+             its CA (tls_ca)"
+        };
+        CallError::Broken(format!("{error}; {hint}"))
     }
 }

@@ -17,7 +17,8 @@ pub fn table_target() -> String {
     env("SEPP_RS_TABLE_TARGET")
 }
 
-fn env(name: &str) -> String {
+/// The environment variable `name`; panics, saying how to set it, when it is not set.
+pub fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: run these tests through pytest tests/rust (it starts the servers), \
                 or start `sepp serve` and set {name}=http://HOST:PORT")

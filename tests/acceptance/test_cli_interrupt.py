@@ -259,7 +259,11 @@ def test_a_transport_error_gives_the_same_account_before_the_error(capped: Serve
     store = stored(capped.grpc_target, "cli-int-transport")
     maybe = check(numbers, shown, store, account["text"])
     assert maybe is not None, err
-    assert store == shown
+    # As with Ctrl-C into a cut: the batch whose frames went into the cut never reached the
+    # server, but a batch handed over after it may have gone out before the cut and be stored;
+    # ``check`` holds every stored line not printed inside the "may be stored" range.
+    window = [n for n in numbers if maybe[0] <= n <= maybe[1]]
+    assert len([n for n in window if n not in store]) >= CAP, (window[0], window[-1], sorted(set(store) - set(shown)))
     assert not _GRPC_CORE_LOG.search(err), err
     error = err.splitlines()[-1]
     assert error.startswith(f"transport error (DeadlineExceeded) talking to {proxy.target}: "), err

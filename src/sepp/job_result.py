@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,38 @@ MAX_RESULT_ENCODING_BYTES = 128
 
 #: ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, made once:
 #: the text ``Payload.json`` writes.
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_ENCODE = _ENCODER.encode
+
+#: The C encoder ``_ENCODE`` builds on each call for a dict or a list (``JSONEncoder.iterencode``
+#: with ``_one_shot``), built once (``_json_text``): the same settings, so the same text and
+#: errors. Its ``_MARKERS`` (the circular-reference check's ids) are empty between calls
+#: that succeed; a call that fails may leave some, so it clears them.
+_MARKERS: dict[int, Any] = {}
+
+
+def _c_encoder() -> Any:
+    """The C encoder as ``JSONEncoder.iterencode`` builds it for ``_ENCODER``, or ``None`` when
+    this Python has none, builds it otherwise, or it writes a probe differently."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        encoder = make(_MARKERS, _ENCODER.default, json.encoder.encode_basestring, None, _ENCODER.key_separator,
+                       _ENCODER.item_separator, False, False, False)
+        probe = {"a": [1, 2.5, None, True, "é\u2603\x00"], "b": {}}
+        if "".join(encoder(probe, 0)) != _ENCODE(probe):
+            return None
+    except Exception:
+        return None
+    finally:
+        _MARKERS.clear()
+    return encoder
+
+
+_C_ENCODE: Any = _c_encoder()
+#: Held while ``_C_ENCODE`` runs: a second thread (or a ``default`` re-entering) uses ``_ENCODE``.
+_C_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,16 +119,57 @@ def result_of(value: Any) -> Result | None:
         return None
     kind = type(value)
     if kind is bytes:
-        return Result(value, OCTET_STREAM)
+        return _labelled(value, OCTET_STREAM)
     if kind is Result:
         return value  # type: ignore[no-any-return]
     if isinstance(value, bytes | bytearray | memoryview):
-        return Result(bytes(value), OCTET_STREAM)
+        return _labelled(bytes(value), OCTET_STREAM)
     if isinstance(value, Result):
         return value
     if _is_payload(value):
         return Result(value.data, value.encoding)
-    return Result(_ENCODE(value).encode("utf-8"), JSON_ENCODING)
+    return _labelled(_ENCODE(value).encode("utf-8"), JSON_ENCODING)
+
+
+def result_parts(value: Any) -> tuple[bytes, str] | None:
+    """``result_of(value)`` as its ``(data, encoding)`` — bytes and label — or ``None`` for
+    no result, with the same rules and errors; a ``dict``, ``list`` or ``bytes`` (what
+    handlers return most) without building a ``Result`` on the way (the Worker calls this
+    once per job that returned something)."""
+    kind = type(value)
+    if kind is dict or kind is list:
+        return _json_text(value).encode("utf-8"), JSON_ENCODING
+    if kind is bytes:
+        return value, OCTET_STREAM
+    result = result_of(value)
+    return None if result is None else (result.data, result.encoding)
+
+
+def _json_text(value: dict[Any, Any] | list[Any]) -> str:
+    """``_ENCODE(value)`` — the same text, the same errors — through the C encoder built once
+    (``_C_ENCODE``) when it is free, saving the encoder's construction per call."""
+    if _C_ENCODE is None or not _C_LOCK.acquire(blocking=False):
+        return _ENCODE(value)
+    try:
+        return "".join(_C_ENCODE(value, 0))
+    except BaseException:
+        _MARKERS.clear()
+        raise
+    finally:
+        _C_LOCK.release()
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _labelled(data: bytes, encoding: str) -> Result:
+    """``Result(data, encoding)`` for ``bytes`` ``data`` and one of this module's constant
+    labels, which ``Result.__post_init__`` would only check again."""
+    result = _new(Result)
+    _set(result, "data", data)
+    _set(result, "encoding", encoding)
+    return result  # type: ignore[no-any-return]
 
 
 def _is_payload(value: Any) -> bool:
@@ -119,4 +192,5 @@ def result_value(data: bytes, encoding: str) -> Any:
     return Result(bytes(data), encoding)
 
 
-__all__ = ["JSON_ENCODING", "MAX_RESULT_ENCODING_BYTES", "OCTET_STREAM", "Result", "result_of", "result_value"]
+__all__ = ["JSON_ENCODING", "MAX_RESULT_ENCODING_BYTES", "OCTET_STREAM", "Result", "result_of", "result_parts",
+           "result_value"]

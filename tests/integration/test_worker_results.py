@@ -194,3 +194,38 @@ def test_the_server_refuses_an_over_limit_result_and_fails_the_attempt(srv: Serv
     for job in (jobs[past.job.id], jobs[lone.job.id]):
         assert job.state == pb.SCHEDULED and not job.HasField("result")
         assert job.attempts[0].outcome == "retry" and job.attempts[0].error_message.startswith("ResultTooLarge: ")
+
+
+def _labelled(res: wpb.Reservation, data: bytes, encoding: str) -> wpb.SettleItem:
+    return wpb.SettleItem(ack=wpb.AckRequest(job_id=res.job.id, lease_id=res.lease_id,
+                                             result=pb.Payload(data=data, encoding=encoding)))
+
+
+def test_a_settle_of_result_acks_is_answered_alike_whether_its_labels_were_seen_before(
+        srv: ServerProcess, fresh_queue: str) -> None:
+    """The servicer checks a result's encoding label once and then takes it as checked: a
+    label at the limit (128 bytes) is accepted each time, one past it or with a NUL is
+    refused each time (INVALID_ARGUMENT for that item), also when a good label of the same
+    call was taken as checked; a batch of result acks that all completed is answered as the
+    item-by-item answer would be, and each job keeps its own result."""
+    longest, too_long, nul = "e" * 128, "e" * 129, "text/plain\x00"
+    with wire_for(srv, fresh_queue) as w:
+        ids = [w.enqueue(fresh_queue, "t", max_attempts=3) for _ in range(9)]
+        res = sorted(w.reserve([fresh_queue], 9), key=lambda r: ids.index(r.job.id))
+        first = w.settle([_labelled(res[0], b"a", longest), _labelled(res[1], b"", "application/json")])
+        assert [(r.ok, r.state) for r in first] == [(True, pb.COMPLETED)] * 2
+        again = w.settle([_labelled(res[2], b"b" * 100, longest), _labelled(res[3], b"x", too_long),
+                          _labelled(res[4], b"y", nul), _labelled(res[5], b"{}", "application/json"),
+                          _labelled(res[6], b"z", too_long)])
+        bad = (False, "INVALID_ARGUMENT")
+        assert [(r.ok, r.error_reason) for r in again] == [(True, ""), bad, bad, (True, ""), bad]
+        assert "at most max_encoding_bytes (128)" in again[1].error_message and "NUL" in again[2].error_message
+        last = w.settle([_labelled(res[7], b"", ""), _labelled(res[8], b"c", longest)])
+        assert [(r.ok, r.state, r.error_reason) for r in last] == [(True, pb.COMPLETED, "")] * 2
+        jobs = [w.get_job(j) for j in ids]
+    assert [(j.state, j.result.data, j.result.encoding) for j in (jobs[0], jobs[1], jobs[2], jobs[5], jobs[8])] == [
+        (pb.COMPLETED, b"a", longest), (pb.COMPLETED, b"", "application/json"), (pb.COMPLETED, b"b" * 100, longest),
+        (pb.COMPLETED, b"{}", "application/json"), (pb.COMPLETED, b"c", longest)]
+    assert jobs[7].state == pb.COMPLETED
+    for j in (jobs[3], jobs[4], jobs[6]):
+        assert j.state == pb.RESERVED and not j.HasField("result")  # refused items: nothing applied

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.records import JobRow
 from sepp.domain.states import State
-from sepp.server.fast_rows import ack_params, ack_params_of, job_row, plain_rows
+from sepp.server.fast_rows import ack_params, ack_params_of, job_row, plain_rows, result_ack_params
 
 ids = st.binary(min_size=16, max_size=16)
 texts = st.text(max_size=40)
@@ -48,6 +48,17 @@ def test_plain_rows_are_the_plain_ready_rows(jobs: list[tuple[bytes, bytes]], qu
 def test_ack_params_are_the_plain_ack(job_id: bytes, lease_id: bytes, now: int) -> None:
     fast = ack_params(job_id, lease_id, now)
     plain = SettleParams(job_id, lease_id, SettleKind.ACK, now, outcome="completed")
+    assert type(fast) is SettleParams
+    assert fast == plain
+    assert fast._asdict() == plain._asdict()
+
+
+@given(ids, ids, ints, st.binary(max_size=64), texts)
+def test_result_ack_params_are_the_plain_ack_with_its_result(job_id: bytes, lease_id: bytes, now: int, result: bytes,
+                                                             encoding: str) -> None:
+    fast = result_ack_params(job_id, lease_id, now, result, encoding)
+    plain = SettleParams(job_id, lease_id, SettleKind.ACK, now, outcome="completed", result=result,
+                         result_encoding=encoding)
     assert type(fast) is SettleParams
     assert fast == plain
     assert fast._asdict() == plain._asdict()

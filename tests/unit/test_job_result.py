@@ -14,7 +14,7 @@ import pytest
 
 import sepp
 from sepp.api.v1 import common_pb2 as pb
-from sepp.job_result import JSON_ENCODING, OCTET_STREAM, Result, result_of, result_value
+from sepp.job_result import JSON_ENCODING, OCTET_STREAM, Result, result_of, result_parts, result_value
 from sepp.worker._settler import Settler
 from sepp.worker.outcome import COMPLETED, Outcome, returned
 
@@ -34,6 +34,22 @@ from sepp.worker.outcome import COMPLETED, Outcome, returned
 def test_a_return_value_becomes_a_result_by_its_type(value: Any, data: bytes, encoding: str) -> None:
     result = result_of(value)
     assert result == Result(data, encoding) and type(result.data) is bytes
+    # The Worker's shortcut (no Result built for a dict, list or bytes) says the same.
+    assert result_parts(value) == (data, encoding)
+    assert returned(value, None) == Outcome("completed", result=data, result_encoding=encoding)
+
+
+class _Dict(dict[str, Any]):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    None, {}, [], {"a": (1, 2)}, (1, "x"), _Dict(a=1), "é", 1.5, True, b"", b"\x00",
+    Result(b"", "x/y"), sepp.Payload(b"p", "text/plain"), {"s": "\u2603", "n": None},
+])
+def test_the_workers_shortcut_gives_what_result_of_gives(value: Any) -> None:
+    result = result_of(value)
+    assert result_parts(value) == (None if result is None else (result.data, result.encoding))
 
 
 def test_none_is_no_result_and_a_completed_ack_without_one() -> None:
@@ -122,3 +138,23 @@ def test_the_domains_refusal_names_the_catalogue_code() -> None:
     assert RESULT_TOO_LARGE == RejectionCode.RESULT_TOO_LARGE.value
     assert RejectionCode.from_wire("RESULT_TOO_LARGE") is RejectionCode.RESULT_TOO_LARGE
     assert CATALOGUE[RejectionCode.RESULT_TOO_LARGE].status.name == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("value", [
+    {}, [], {"a": [1, 2.5, None, True, "é\u2603"], "b": {"c": -(2**70)}}, [{"k": "v"}] * 3,
+    {1: "int key", 2.5: "float key", False: "bool key", None: "none key"}, ["\x00\x1f\"\\"],
+])
+def test_the_json_shortcut_writes_what_json_dumps_writes(value: Any) -> None:
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    assert result_parts(value) == (expected, JSON_ENCODING)
+
+
+def test_a_failed_json_encoding_leaves_the_next_one_unharmed() -> None:
+    shared = [1]
+    loop: list[Any] = [shared]
+    loop.append(loop)
+    for bad, error in (({"x": math.inf}, ValueError), ([shared, object()], TypeError), (loop, ValueError)):
+        with pytest.raises(error):
+            result_parts(bad)
+        # The same objects again, in a value that is fine: no stale circular-reference marks.
+        assert result_parts([shared, shared, {"s": shared}]) == (b"[[1],[1],{\"s\":[1]}]", JSON_ENCODING)

@@ -55,6 +55,15 @@ def ack_params(job_id: bytes, lease_id: bytes, now: int) -> SettleParams:
                                None, ""))
 
 
+def result_ack_params(job_id: bytes, lease_id: bytes, now: int, result: bytes, encoding: str) -> SettleParams:
+    """``SettleParams(job_id, lease_id, SettleKind.ACK, now, outcome="completed", result=result,
+    result_encoding=encoding)`` (the other fields their defaults), built without
+    ``SettleParams.__new__``: one ack of a Settle that carries the job's result (bytes) and
+    its label, already checked."""
+    return _new(SettleParams, (job_id, lease_id, _ACK, now, -1, "", "completed", "", "",  # type: ignore[no-any-return]
+                               result, encoding))
+
+
 def ack_params_of(ids: bytes, now: int) -> list[SettleParams]:
     """The ``ack_params`` of each (job id, lease id) pair of ``ids`` — 16-byte job id, 16-byte
     lease id, job id, … (``len(ids)`` a multiple of 32) — in order, settle time ``now`` (µs
@@ -65,4 +74,4 @@ def ack_params_of(ids: bytes, now: int) -> list[SettleParams]:
             for k in range(0, len(ids), 32)]
 
 
-__all__ = ["JobFields", "ack_params", "ack_params_of", "job_row", "plain_rows"]
+__all__ = ["JobFields", "ack_params", "ack_params_of", "job_row", "plain_rows", "result_ack_params"]

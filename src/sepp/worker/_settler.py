@@ -66,11 +66,53 @@ RETRY_PAUSE_MAX = 2.0
 #: length-delimited), and an ack of a job id and a lease id of ``_UUID_TEXT`` bytes each —
 #: ``items`` (length 78) → ``SettleItem.ack`` (field 1, length 76) → ``AckRequest.job_id``
 #: (field 1, length 36), the job id, then ``lease_id`` (field 2, length 36), the lease id.
+#: An ack with a result adds ``AckRequest.result`` (field 4, ``_RESULT_TAG``): a ``Payload``
+#: of ``data`` (field 1, left out when empty) then ``encoding`` (field 2, left out when
+#: empty), so the two lengths in front grow by that field's size.
 _ITEMS_TAG = b"\x0a"
 _UUID_TEXT = 36
 _ACK_BODY = 2 * (2 + _UUID_TEXT)  # AckRequest: two (tag, length, 36 bytes) fields
 _ACK_HEAD = bytes((0x0A, 2 + _ACK_BODY, 0x0A, _ACK_BODY, 0x0A, _UUID_TEXT))
 _ACK_LEASE = bytes((0x12, _UUID_TEXT))
+_ACK_JOB = bytes((0x0A, _UUID_TEXT))
+_RESULT_TAG = b"\x22"
+_DATA_TAG = b"\x0a"
+#: ``_result_frame``'s answers by (label, result size): a worker's results come in a
+#: handful of labels and sizes, and an ack's framing depends on nothing else.
+_FRAMES: dict[tuple[str, int], tuple[bytes, bytes, bytes]] = {}
+#: Frames kept in ``_FRAMES`` at most (about 100 bytes each).
+_FRAMES_MAX = 4096
+
+
+def _length(n: int) -> bytes:
+    """``varint(n)``, with the one-byte case inline (most lengths here)."""
+    return bytes((n,)) if n < 0x80 else varint(n)
+
+
+def _result_frame(encoding: str, size: int) -> tuple[bytes, bytes, bytes]:
+    """The framing of an ack with a result of ``size`` bytes labelled ``encoding``, as three
+    parts: ``head`` + job id + ``_ACK_LEASE`` + lease id + ``middle`` + the result's bytes +
+    ``tail`` is the ``items`` entry ``SettleItem(ack=AckRequest(job_id, lease_id,
+    result=Payload(data, encoding)))`` serializes to, for ids of ``_UUID_TEXT`` UTF-8 bytes
+    (``tests/unit/test_worker_settle_wire.py`` checks it against protobuf's bytes).
+    ``Payload.data`` (field 1) and ``encoding`` (field 2) are left out when empty, as proto3
+    leaves out a default; the ``result`` field itself is always there. Raises
+    ``UnicodeEncodeError`` for a label holding a lone surrogate (``Result`` refuses one)."""
+    frame = _FRAMES.get((encoding, size))
+    if frame is not None:
+        return frame
+    raw = encoding.encode("utf-8")
+    tail = b"\x12" + _length(len(raw)) + raw if raw else b""
+    data_head = _DATA_TAG + _length(size) if size else b""
+    payload = len(data_head) + size + len(tail)
+    middle = _RESULT_TAG + _length(payload) + data_head
+    ack = _ACK_BODY + len(middle) - len(data_head) + payload
+    ack_head = _length(ack)
+    head = _ITEMS_TAG + _length(1 + len(ack_head) + ack) + b"\x0a" + ack_head + _ACK_JOB
+    frame = (head, middle, tail)
+    if len(_FRAMES) < _FRAMES_MAX:
+        _FRAMES[(encoding, size)] = frame
+    return frame
 
 
 class Abandoned(SeppError):
@@ -318,19 +360,30 @@ class Settler:
         """The ``SettleRequest`` of ``batch``'s items, in order.
 
         Written as wire bytes and parsed once: an ack of a job whose id and lease id are
-        canonical UUID text (36 bytes each, as the server writes them; nearly every item) and no
-        result is a constant prefix, its job id, a constant separator and its lease id (``_ACK_HEAD``),
-        a third of the cost of ``items.add().ack`` and two field writes. Any other item is
-        serialized by protobuf (``Outcome.fill``) and framed as an ``items`` entry; a
-        repeated field's entries concatenate (the protobuf encoding)."""
+        canonical UUID text (36 bytes each, as the server writes them; nearly every item) is a
+        constant prefix, its job id, a constant separator and its lease id (``_ACK_HEAD``) —
+        with its result after them when it has one (the ``Payload`` field: the result's bytes
+        in its framing for its label and size, ``_result_frame``, made once) — a third of the cost of
+        ``items.add().ack`` and the field writes. Any other item is serialized by protobuf
+        (``Outcome.fill``) and framed as an ``items`` entry; a repeated field's entries
+        concatenate (the protobuf encoding)."""
         parts: list[bytes] = []
         extend = parts.extend
+        frames = _FRAMES
         for outcome, job_id, lease_id, _, _ in batch:
-            if outcome.kind == "completed" and outcome.result is None:
+            if outcome.kind == "completed":
                 job = job_id.encode()
                 lease = lease_id.encode()
                 if len(job) == _UUID_TEXT == len(lease):
-                    extend((_ACK_HEAD, job, _ACK_LEASE, lease))
+                    result = outcome.result
+                    if result is None:
+                        extend((_ACK_HEAD, job, _ACK_LEASE, lease))
+                        continue
+                    frame = frames.get((outcome.result_encoding, len(result)))
+                    if frame is None:
+                        frame = _result_frame(outcome.result_encoding, len(result))
+                    head, middle, tail = frame
+                    extend((head, job, _ACK_LEASE, lease, middle, result, tail))
                     continue
             item = wpb.SettleItem()
             outcome.fill(item, job_id, lease_id)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.transitions import result_too_large_message
 from sepp.hard_limits import MAX_DURATION_SECONDS
-from sepp.job_result import result_of
+from sepp.job_result import result_parts
 from sepp.wire import seconds_to_duration
 from sepp.worker.errors import ResultError
 
@@ -191,19 +191,20 @@ def returned(value: Any, limit: int | None) -> Outcome:
     ``retry`` recording ``ResultTooLarge`` — the words the server records when it refuses one."""
     try:
         try:
-            result = result_of(value)
+            parts = result_parts(value)
         except (TypeError, ValueError, RecursionError) as exc:
             raise ResultError(f"the handler's return value cannot be stored as the job's result: {describe(exc)} "
                               "(return bytes, a sepp.Result, a JSON-encodable value, or None for no result)"
                               ) from exc
     except ResultError as exc:
         return Outcome("retry", error_message=_truncate(describe(exc)), error_detail=_truncate(_format(exc)))
-    if result is None:
+    if parts is None:
         return COMPLETED
-    size = len(result.data)
+    data, encoding = parts
+    size = len(data)
     if limit is not None and size > limit:
         return Outcome("retry", error_message=result_too_large_message(size, limit))
-    return Outcome("completed", result=result.data, result_encoding=result.encoding)
+    return Outcome("completed", None, "", "", "", data, encoding)
 
 
 def no_handler(job_type: str) -> Outcome:

@@ -20,7 +20,7 @@ from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
 from sepp.rejections import Reason, RejectionCode
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected
-from sepp.server.fast_rows import ack_params, ack_params_of
+from sepp.server.fast_rows import ack_params, ack_params_of, result_ack_params
 from sepp.server.parts import ServerParts
 from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
 from sepp.server.rpc.status import abort_for
@@ -118,6 +118,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self._policy_for = parts.queues.policy_for
         #: The settle time of acks and nacks (µs UTC) comes from the server's clock.
         self._clock_now = parts.clock.now
+        #: Result encoding labels already found valid (``_LABELS_KEPT`` at most): a worker
+        #: sends a handful, the same on every ack, and each is checked once, not per job.
+        self._good_labels: set[str] = set()
         self.workers = parts.workers
 
     async def Reserve(self, request: wpb.ReserveRequest,  # type: ignore[override]
@@ -312,22 +315,38 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             if kind == "ack":  # the common case, inline: two id parses and a tuple
                 a = item.ack
                 jid, lid = job_id_bytes(a.job_id), job_id_bytes(a.lease_id)
-                if jid is not None and lid is not None and not a.HasField("result"):
-                    params.append(ack_params(jid, lid, now))
-                    slots.append(i)
-                    continue
+                if jid is not None and lid is not None:
+                    if not a.HasField("result"):
+                        params.append(ack_params(jid, lid, now))
+                        slots.append(i)
+                        continue
+                    result = a.result
+                    label = result.encoding
+                    if label in self._good_labels:  # checked before (settle_params's rules)
+                        params.append(result_ack_params(jid, lid, now, result.data, label))
+                        slots.append(i)
+                        continue
             try:
                 if kind is None:
                     raise InvalidRequest("settle item has neither ack nor nack", "items")
-                params.append(settle_params(getattr(item, kind), now, self.max_detail, self.max_delay,
-                                            self.max_encoding))
-                slots.append(i)
+                p = settle_params(getattr(item, kind), now, self.max_detail, self.max_delay, self.max_encoding)
             except InvalidRequest as exc:
                 bad[i] = str(exc)
+                continue
+            params.append(p)
+            slots.append(i)
+            if p.result is not None and len(self._good_labels) < _LABELS_KEPT:
+                self._good_labels.add(p.result_encoding)  # settle_params accepted it
         try:
             results = await self.engine.settle(params) if params else []
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+        if not bad:
+            done = sum(1 for r in results if r.error is None and r.state == _COMPLETED)
+            if done == len(results):  # every item an ack that completed its job (none refused)
+                if request.worker_id:
+                    self.workers.called(request.worker_id, completed=done, failed=0)
+                return _ALL_COMPLETED * done  # the bytes the loop below would build
         add = resp.results.add
         if not bad:
             by_slot: Any = results  # every item parsed: slot i is results[i]
@@ -420,6 +439,8 @@ def _settle_response(results: list[SettleResult]) -> wpb.SettleResponse:
 
 _COMPLETED = int(State.COMPLETED)
 _RELEASE = SettleKind.RELEASE
+#: Result encoding labels a ``WorkerServicer`` keeps as checked, at most.
+_LABELS_KEPT = 64
 #: The wire reason and code number of a refused result (the rejection catalogue's ResultTooLarge).
 _RESULT_TOO_LARGE = RejectionCode.RESULT_TOO_LARGE.reason
 _RESULT_TOO_LARGE_CODE = RejectionCode.RESULT_TOO_LARGE.to_wire()

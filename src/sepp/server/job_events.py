@@ -218,9 +218,10 @@ class JobEvents:
         if self._remote and self.relay is not None:
             self.relay(event)
 
-    def _deliver_all(self, events: list[JobEvent]) -> None:
+    def _deliver_all(self, events: list[JobEvent], relay_them: bool = True) -> None:
         """``_deliver`` each of ``events`` (in order): to a watcher without filters and with
-        room for them all, as one list extension."""
+        room for them all, as one list extension. ``relay_them`` False: to this node's
+        watchers only (events every node makes for itself)."""
         if not events:
             return
         for w in self._watchers:
@@ -232,7 +233,7 @@ class JobEvents:
                 for event in events:
                     w.offer(event)
         relay = self.relay
-        if self._remote and relay is not None:
+        if relay_them and self._remote and relay is not None:
             for event in events:
                 relay(event)
 
@@ -250,6 +251,18 @@ class JobEvents:
                                  0, node)) for k, row in enumerate(rows, 1)]
         self.position = pos + len(batch)
         self._deliver_all(batch)
+
+    def sql_enqueued(self, jobs: Iterable[tuple[bytes, str, str, int, int]]) -> None:
+        """Jobs an enqueue through the SQL functions stored, as this node read them: (job id,
+        queue, job type, run_at µs, enqueued_at µs) each. Each is an ``enqueued`` event at
+        its ``enqueued_at``, SCHEDULED when its run_at is later, named with no node (none
+        made it), for this node's watchers only: every node hears of them itself."""
+        pos = self.position
+        batch = [_new(JobEvent, (pos + k, ENQUEUED, job_id, queue, job_type,
+                                 _SCHEDULED if run_at > at else _READY, at, 0, "", run_at, "", "", "", 0, ""))
+                 for k, (job_id, queue, job_type, run_at, at) in enumerate(jobs, 1)]
+        self.position = pos + len(batch)
+        self._deliver_all(batch, relay_them=False)
 
     def reserved(self, jobs: Iterable[JobRecord], worker_id: str) -> None:
         """A reserve leased ``jobs`` to ``worker_id``."""
@@ -300,6 +313,14 @@ class JobEvents:
         emit = self.emit
         for job_id, queue, job_type, attempt, run_at in jobs:
             emit(PROMOTED, job_id, queue, job_type, _READY, now, attempt, run_at=run_at)
+
+    def redriven(self, jobs: Iterable[tuple[bytes, str, str]], now: int) -> None:
+        """A bulk redrive requeued DEAD_LETTERED ``jobs`` (job id, queue, job type each) at
+        ``now`` (µs UTC): READY, attempt 0, run_at ``now`` (``transitions.redrive``), reason
+        ``requeued`` like a single requeue."""
+        emit = self.emit
+        for job_id, queue, job_type in jobs:
+            emit(REQUEUED, job_id, queue, job_type, _READY, now, 0, reason="requeued", run_at=now)
 
     def reclaimed(self, jobs: Iterable[tuple[bytes, str, str, int, int]], now: int) -> None:
         """A reclaim pass took back expired leases: (job id, queue, job type, new state,

@@ -210,12 +210,17 @@ async def test_bulk_redrive_counts_filters_and_limit(store: Store) -> None:
     assert await admin.count_dead(DeadFilter(reason_prefix="B")) == 3
     assert await admin.count_dead(DeadFilter(job_type="other")) == 1
     assert await admin.count_dead(DeadFilter(after=NOW + 1, before=NOW + 3)) == 2
-    assert await admin.requeue_dead(DeadFilter(reason_prefix="BAD"), NOW + 9, 2) == (2, {"a"})
-    assert await admin.requeue_dead(DeadFilter(reason_prefix="BAD"), NOW + 9, 2) == (1, {"b"})
-    assert await admin.requeue_dead(DeadFilter(reason_prefix="BAD"), NOW + 9, 2) == (0, set())
+    # Each requeued job is named (job id, queue, job type): the live requeued events.
+    by_id = {r.id: r for r in rows}
+    first = await admin.requeue_dead(DeadFilter(reason_prefix="BAD"), NOW + 9, 2)
+    assert sorted(first) == sorted((r.id, "a", "t") for r in rows[:2])
+    (second,) = await admin.requeue_dead(DeadFilter(reason_prefix="BAD"), NOW + 9, 2)
+    assert second[1] == "b" and second[2] == by_id[second[0]].job_type
+    assert await admin.requeue_dead(DeadFilter(reason_prefix="BAD"), NOW + 9, 2) == []
     assert await admin.count_dead(DeadFilter()) == 1
     assert [(await get(store, r.id)).state for r in rows] == [int(READY)] * 3 + [int(DEAD)]
-    assert await admin.requeue_dead(DeadFilter(queue="b"), NOW + 9, 10) == (1, {"b"})
+    (last,) = await admin.requeue_dead(DeadFilter(queue="b"), NOW + 9, 10)
+    assert last[1] == "b" and last[0] not in {second[0], *(job_id for job_id, _q, _t in first)}
 
 
 async def test_a_delete_in_a_state_leaves_a_job_that_left_it_alone(store: Store) -> None:

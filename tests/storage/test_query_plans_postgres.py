@@ -66,7 +66,6 @@ STATEMENTS: dict[str, tuple[Any, ...]] = {
     "lease_within": ("q", 256, LEASE, NOW + 60_000_000, "w", NOW, "n", 1_000_000, True),
     "lease_seqs_spend": ("SEQS:2", LEASE, NOW + 60_000_000, "w", NOW, "n", "q", 1.0, NOW),
     "promote_due": (NOW + 10_000_000, 1_000),
-    "promote_due_jobs": (NOW + 10_000_000, 1_000),
     "promote_due_locking": (NOW + 10_000_000, 1_000, ["q"]),
     "cancel_now": (NOW, NOW + 1, "cancelled", "SEQ:2"),
     "requeue_one": (2, 0, NOW, "SEQ:5"),
@@ -84,10 +83,12 @@ STATEMENTS: dict[str, tuple[Any, ...]] = {
     # Reads that find jobs by seq and test their state (the admin search).
     "search_match": ("SEQS:3", "q", 3, None, None, None, None, None, [], []),
     "search_range": ("SEQ:3", None, 5, None, None, None, None, None, [], [], "SEQ:3+1000"),
+    # The jobs an enqueue through SQL stored, read by their blocks of seqs (live events).
+    "jobs_in_seq_blocks": ("SEQS:2", [4] * 256),
 }
 #: Those that change the rows a CTE selected (the CTE may use a partial index; the row
 #: changed must be found by seq).
-CHUNKED = {"expired_leases", "lease_within", "promote_due", "promote_due_jobs", "promote_due_locking",
+CHUNKED = {"expired_leases", "lease_within", "promote_due", "promote_due_locking",
            "requeue_dead_queue", "requeue_dead_all", "purge_scheduled", "purge_ready", "purge_reserved",
            "purge_finished", "prune_jobs"}
 

@@ -238,10 +238,54 @@ async def test_the_wake_up_goes_out_at_commit_only(schema: str, conn: asyncpg.Co
         messages = [json.loads(await asyncio.wait_for(got.get(), 10)) for _ in range(2)]
         # The rolled-back transaction's never came (notifications arrive in commit order):
         # the first ones are the commit's, one per call, which created the queues (k: the
-        # nodes reload them) and made jobs of w ready.
-        assert messages == [{"o": "sql", "q": ["w"], "k": True}, {"o": "sql", "q": [], "k": True}]
+        # nodes reload them), made jobs of w ready, stored one job each ("c") and name the
+        # block of seqs holding it ("s": the nodes' live enqueued events read it).
+        seqs = [r["seq"] for r in await conn.fetch(f"SELECT seq FROM {schema}.jobs ORDER BY seq")]
+        assert messages == [{"o": "sql", "q": ["w"], "k": True, "c": {"w": 1}, "s": [[seqs[0], 1]]},
+                            {"o": "sql", "q": [], "k": True, "c": {"later": 1}, "s": [[seqs[1], 1]]}]
     finally:
         await listener.close()
+
+
+async def _notices(schema: str, conn: asyncpg.Connection, sql: str) -> list[str]:
+    """The payloads one committed call of ``sql`` sent on the nodes' channel."""
+    listener = await asyncpg.connect(PG_TEST_DSN)
+    got: asyncio.Queue[str] = asyncio.Queue()
+    await listener.add_listener(f"sepp_{schema}", lambda *args: got.put_nowait(args[3]))
+    try:
+        async with conn.transaction():
+            await conn.fetch(sql)
+            await conn.execute(f"SELECT pg_notify('sepp_{schema}', 'end')")  # sent after the call's
+        out = []
+        while (payload := await asyncio.wait_for(got.get(), 10)) != "end":
+            out.append(payload)
+        return out
+    finally:
+        await listener.close()
+
+
+async def test_the_notification_names_every_block_and_queue_within_the_payload_limit(
+        schema: str, conn: asyncpg.Connection) -> None:
+    # 1,025 jobs: two blocks of seqs, the second holding one job; deduplicated jobs are not counted.
+    payloads = await _notices(schema, conn, f"SELECT * FROM {schema}.enqueue_batch("
+                                            "array_fill('b'::text, ARRAY[1025]), array_fill('t'::text, ARRAY[1025]))")
+    [one] = [json.loads(p) for p in payloads]
+    first = await conn.fetchval(f"SELECT min(seq) FROM {schema}.jobs")
+    assert one["c"] == {"b": 1025} and [n for _s, n in one["s"]] == [1024, 1] and one["s"][0][0] == first
+    payloads = await _notices(schema, conn, f"SELECT * FROM {schema}.enqueue_batch(ARRAY['b', 'b'], ARRAY['t', 't'], "
+                                            "idempotency_keys => ARRAY['k', 'k'])")
+    assert [json.loads(p)["c"] for p in payloads] == [{"b": 1}]
+    # 300 queues with 120-byte names: over one payload's 8,000 bytes, split over several, each
+    # under the limit, together naming every queue once (the queue rows are created: k once).
+    names = [f"{i:03d}" + "q" * 117 for i in range(300)]
+    payloads = await _notices(schema, conn, f"SELECT * FROM {schema}.enqueue_batch($${{{','.join(names)}}}$$::text[], "
+                                            "array_fill('t'::text, ARRAY[300]))")
+    assert len(payloads) > 1 and max(len(p.encode()) for p in payloads) < 8000
+    parsed = [json.loads(p) for p in payloads]
+    counts = {q: n for p in parsed for q, n in p["c"].items()}
+    assert counts == dict.fromkeys(names, 1) and sorted(q for p in parsed for q in p["q"]) == names
+    assert [p["k"] for p in parsed] == [True] + [False] * (len(parsed) - 1)
+    assert sum(n for p in parsed for _s, n in p["s"]) == 300
 
 
 _VALUES = st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**63), 2**63 - 1) \

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.api.v1 import worker_pb2 as wpb
@@ -15,7 +17,7 @@ from sepp.domain.clock import FakeClock
 from sepp.server import job_events as ev
 from sepp.server.event_relay import decode_event, encode_event
 from sepp.server.job_events import JobEvent
-from sepp.server.rpc.watch import events_message
+from sepp.server.rpc.watch import encode_events, events_message
 from sepp.worker import Job
 from sepp.worker._progress import ProgressGate
 
@@ -120,3 +122,21 @@ def test_a_batch_of_events_past_a_watchers_buffer_cuts_it_off() -> None:
     assert cut.behind == 6  # the 3 buffered and the 3 that did not fit: cut off, counting on
     hub.enqueued(rows, {})
     assert cut.behind == 9 and cut.pending == []
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=6)
+_EVENT = st.builds(
+    JobEvent, st.integers(0, 2**64 - 1), st.sampled_from(sorted(ev.KIND_NAMES)), st.binary(min_size=16, max_size=16),
+    st.sampled_from(["q", "r", "ü"]), st.sampled_from(["t", ""]), st.integers(0, 6), st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**31), 2**31 - 1), st.sampled_from(["", "w1"]), st.integers(-(2**63), 2**63 - 1), _TEXT, _TEXT,
+    _TEXT, st.integers(-(2**63), 2**63 - 1), st.sampled_from(["n1", ""]))
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(events=st.lists(_EVENT, min_size=1, max_size=40), runs=st.integers(1, 4))
+def test_a_message_written_by_column_parses_as_the_message_object(events: list[JobEvent], runs: int) -> None:
+    # Runs of one kind, most columns alike within a run (a busy stream), and anything at all.
+    alike = [e._replace(kind=sorted(ev.KIND_NAMES)[i * runs // len(events)], state=2, error="")
+             for i, e in enumerate(events)]
+    for batch in (events, alike, alike[:1], [events[0]] * 3):
+        assert ppb.WatchJobsResponse.FromString(encode_events(batch)) == events_message(batch)

@@ -62,7 +62,8 @@ def test_the_engine_and_its_services_share_one_set_of_parts() -> None:
         assert service.store is parts.store and service.queues is parts.queues
     assert engine.admission.events is engine.settlement.events is parts.events
     assert engine.leasing.clock is engine.settlement.clock is clock
-    assert store.promoted == [notifier.ready]  # a Reserve's promotions wake this node's long polls
+    # A Reserve's promotions wake this node's long polls (and are reported: Leasing._promoted).
+    assert store.promoted == [engine.leasing._promoted]
     assert len(store.finished) == 1  # other nodes' finished jobs wake this node's waits
     assert parts.node == socket.gethostname() and parts.limits is config.limits  # no node_name set
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sepp.domain.clock import Clock
 
@@ -249,3 +249,12 @@ class SweepResult:
     expired_types: dict[tuple[str, str, int], int] = field(default_factory=dict)
     reclaimed_jobs: tuple[tuple[bytes, str, str, int, int], ...] = ()
     promoted_jobs: tuple[tuple[bytes, str, str, int, int], ...] = ()
+
+
+def promotion(rows: Sequence[Sequence[Any]]) -> SweepResult:
+    """The ``SweepResult`` of a promotion statement's rows, each (queue, run_at µs, job id
+    bytes, job type, attempt) — the RETURNING of ``promote_due_jobs`` on both backends:
+    ``count``, ``queues``, ``promoted_run_at`` and ``promoted_jobs`` (job id, queue, job
+    type, attempt, run_at) set."""
+    return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows),
+                       promoted_jobs=tuple((bytes(r[2]), r[0], r[3], r[4], r[1]) for r in rows))

@@ -47,6 +47,7 @@ from sepp.server.readiness import Readiness
 from sepp.server.rpc.admin import AdminServicer
 from sepp.server.rpc.server import GrpcFront
 from sepp.server.rpc.timing import RpcMetrics
+from sepp.server.sql_enqueues import SqlEnqueues
 from sepp.server.sweeper import Sweeper
 from sepp.server.tls import load_server_tls
 from sepp.storage.base import Store
@@ -148,6 +149,8 @@ class SeppServer:
         self.cluster = Cluster(parts, self.node, config.grpc_listen)
         #: Live job events to and from the other nodes (``WatchJobs`` sees every node's).
         self.relay = EventRelay(parts)
+        #: Jobs committed through the SQL functions: counted, and live events for watchers.
+        self.sql_enqueues = SqlEnqueues(parts)
         #: Tokens and roles of every API and the UI, with the failure counts.
         self.auth = Authenticator.from_config(config.auth, config.admin_token)
         self.metrics.auth_failures_from(lambda: self.auth.failures)
@@ -203,6 +206,7 @@ class SeppServer:
             self.cluster.address = f"{host}:{self.grpc_port}"
             await self.cluster.start()
             await self.relay.start()
+            await self.sql_enqueues.start()
             await self.readiness.start()
             if self.config.http_listen:
                 await self._start_http()
@@ -219,7 +223,7 @@ class SeppServer:
         """Stop the background services (periodic schedules, sweeper, relay, cluster, admin
         engine), in that order, then close the store: the tail of both a failed start and
         ``stop`` (a failed start calls each stop whether or not that service started)."""
-        for service in (self.periodic, self.sweeper, self.relay, self.cluster, self.admin):
+        for service in (self.periodic, self.sweeper, self.relay, self.sql_enqueues, self.cluster, self.admin):
             await service.stop()
         await self.store.close()
 

@@ -83,8 +83,10 @@ class EngineEvents:
       ``SettleResult`` for each, in order (refused ones included, with their error).
     - ``leases_expired(expired, dead)``: a reclaim pass took back ``expired[queue]`` leases and
       dead-lettered ``dead[queue]`` of them (LEASE_EXPIRED on the last attempt).
-    - ``promoted(now, run_ats)``: the promotion sweep made jobs READY at ``now`` (µs); the
-      run_at (µs) each had.
+    - ``promoted(now, run_ats)``: a promotion (the sweep's, or a Reserve's on its way) made
+      jobs READY at ``now`` (µs); the run_at (µs) each had.
+    - ``sql_enqueued(counts)``: this node heard that jobs were committed through the SQL
+      functions (``Store.on_sql_enqueued``): jobs stored per queue. Every node hears each.
 
     For waits for jobs (``server.waiting`` subscribes; acks and nacks it reads from
     ``settled``, a reclaim pass's dead letters from ``reclaimed``):
@@ -109,5 +111,6 @@ class EngineEvents:
     leases_expired: Event[[Mapping[str, int], Mapping[str, int]]] = field(
         default_factory=lambda: Event("leases_expired"))
     promoted: Event[[int, Sequence[int]]] = field(default_factory=lambda: Event("promoted"))
+    sql_enqueued: Event[[Mapping[str, int]]] = field(default_factory=lambda: Event("sql_enqueued"))
     reclaimed: Event[[Mapping[tuple[str, str, int], int]]] = field(default_factory=lambda: Event("reclaimed"))
     ended: Event[[Sequence[bytes], Sequence[str]]] = field(default_factory=lambda: Event("ended"))

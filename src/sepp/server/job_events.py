@@ -111,6 +111,35 @@ class Watcher:
             pending.append(event)
         self.wake.set()
 
+    def select(self, events: list[JobEvent]) -> list[JobEvent]:
+        """The events of ``events`` the filters select, in order (``events`` itself when the
+        watcher has none): one comprehension over the tuples' fields, no call per event."""
+        ids, queues, types = self.job_ids, self.queues, self.job_types
+        if ids is None and types is None:
+            return events if queues is None else [e for e in events if e[3] in queues]
+        if ids is None and queues is None:
+            return [e for e in events if e[4] in types]  # type: ignore[operator]
+        return [e for e in events if (ids is None or e[2] in ids) and (queues is None or e[3] in queues)
+                and (types is None or e[4] in types)]
+
+    def offer_all(self, events: list[JobEvent]) -> None:
+        """``offer`` each of ``events`` (the filters already applied: ``select``), as one list
+        extension while there is room; past the buffer the watcher is cut off with the count
+        ``offer`` one by one would have reached."""
+        if not events:
+            return
+        if self.behind:
+            self.behind += len(events)
+            return
+        pending = self.pending
+        room = self.limit - len(pending)
+        if len(events) <= room:
+            pending.extend(events)
+        else:
+            self.behind = self.limit + len(events) - room
+            pending.clear()
+        self.wake.set()
+
     def take(self) -> list[JobEvent]:
         """The buffered events, oldest first (the buffer is emptied)."""
         out, self.pending = self.pending, []
@@ -218,21 +247,16 @@ class JobEvents:
         if self._remote and self.relay is not None:
             self.relay(event)
 
-    def _deliver_all(self, events: list[JobEvent]) -> None:
-        """``_deliver`` each of ``events`` (in order): to a watcher without filters and with
-        room for them all, as one list extension."""
+    def _deliver_all(self, events: list[JobEvent], relay_them: bool = True) -> None:
+        """``_deliver`` each of ``events`` (in order): each watcher's selection as one list
+        extension (``Watcher.select``, ``offer_all``). ``relay_them`` False: to this node's
+        watchers only (events every node makes for itself)."""
         if not events:
             return
         for w in self._watchers:
-            if (w.job_ids is None and w.queues is None and w.job_types is None and not w.behind
-                    and len(w.pending) + len(events) <= w.limit):
-                w.pending.extend(events)
-                w.wake.set()
-            else:
-                for event in events:
-                    w.offer(event)
+            w.offer_all(w.select(events))
         relay = self.relay
-        if self._remote and relay is not None:
+        if relay_them and self._remote and relay is not None:
             for event in events:
                 relay(event)
 
@@ -251,6 +275,18 @@ class JobEvents:
         self.position = pos + len(batch)
         self._deliver_all(batch)
 
+    def sql_enqueued(self, jobs: Iterable[tuple[bytes, str, str, int, int]]) -> None:
+        """Jobs an enqueue through the SQL functions stored, as this node read them: (job id,
+        queue, job type, run_at µs, enqueued_at µs) each. Each is an ``enqueued`` event at
+        its ``enqueued_at``, SCHEDULED when its run_at is later, named with no node (none
+        made it), for this node's watchers only: every node hears of them itself."""
+        pos = self.position
+        batch = [_new(JobEvent, (pos + k, ENQUEUED, job_id, queue, job_type,
+                                 _SCHEDULED if run_at > at else _READY, at, 0, "", run_at, "", "", "", 0, ""))
+                 for k, (job_id, queue, job_type, run_at, at) in enumerate(jobs, 1)]
+        self.position = pos + len(batch)
+        self._deliver_all(batch, relay_them=False)
+
     def reserved(self, jobs: Iterable[JobRecord], worker_id: str) -> None:
         """A reserve leased ``jobs`` to ``worker_id``."""
         node, pos = self.node, self.position
@@ -261,7 +297,18 @@ class JobEvents:
 
     def settled(self, items: Sequence[SettleParams], results: Sequence[SettleResult]) -> None:
         """A settle call's items and their verdicts (refused ones and repeated acks report nothing)."""
-        emit, node = self.emit, self.node
+        node = self.node
+        if all(r[0] is not None or r[1] == _COMPLETED for r in results):
+            # Acks only (the busy case): the completions in one comprehension.
+            pos = self.position
+            batch = [_new(JobEvent, (pos + k, COMPLETED, p[0], r[4], r[6], _COMPLETED, p[3], r[3], "", 0, "", "", "",
+                                     len(p[9]) if p[9] else 0, node))
+                     for k, (p, r) in enumerate([(p, r) for p, r in zip(items, results, strict=True)
+                                                 if r[0] is None and r[2]], 1)]
+            self.position = pos + len(batch)
+            self._deliver_all(batch)
+            return
+        emit = self.emit
         done: list[JobEvent] = []
         for p, r in zip(items, results, strict=True):
             error, state, run_at, attempt, queue, _started, job_type = r
@@ -300,6 +347,14 @@ class JobEvents:
         emit = self.emit
         for job_id, queue, job_type, attempt, run_at in jobs:
             emit(PROMOTED, job_id, queue, job_type, _READY, now, attempt, run_at=run_at)
+
+    def redriven(self, jobs: Iterable[tuple[bytes, str, str]], now: int) -> None:
+        """A bulk redrive requeued DEAD_LETTERED ``jobs`` (job id, queue, job type each) at
+        ``now`` (µs UTC): READY, attempt 0, run_at ``now`` (``transitions.redrive``), reason
+        ``requeued`` like a single requeue."""
+        emit = self.emit
+        for job_id, queue, job_type in jobs:
+            emit(REQUEUED, job_id, queue, job_type, _READY, now, 0, reason="requeued", run_at=now)
 
     def reclaimed(self, jobs: Iterable[tuple[bytes, str, str, int, int]], now: int) -> None:
         """A reclaim pass took back expired leases: (job id, queue, job type, new state,

@@ -21,7 +21,7 @@ from sepp.server.parts import ENGINE_LOG as log
 from sepp.server.parts import EngineService, ServerParts
 from sepp.server.queues import QueueState
 from sepp.server.settlement import Settlement
-from sepp.storage.base import DAMAGED_ROW, NO_FLOW, ReserveParams, SettleKind, SettleParams
+from sepp.storage.base import DAMAGED_ROW, NO_FLOW, ReserveParams, SettleKind, SettleParams, SweepResult
 from sepp.storage.rows import describe
 
 #: Shortest wait of a long-polling Reserve for the next token of a rate-limited queue, seconds.
@@ -64,8 +64,9 @@ class Leasing(EngineService):
         self.workers = parts.workers
         self._settle = settlement.settle
         # A Reserve promotes every queue's due jobs: wake this node's long polls of the
-        # queues it promoted (the sweep would find nothing left, so wake nobody).
-        parts.store.on_promoted(parts.notifier.ready)
+        # queues it promoted and report the promotions (the sweep would find nothing left,
+        # so wake nobody and report nothing).
+        parts.store.on_promoted(self._promoted)
         #: The ``reserve`` calls in progress by worker id (calls with an empty id are not
         #: kept): what ``stop_reserving`` wakes.
         self._reserving: dict[str, set[_Reserving]] = {}
@@ -173,6 +174,17 @@ class Leasing(EngineService):
                     calls.discard(me)
                     if not calls:
                         del self._reserving[worker_id]
+
+    def _promoted(self, result: SweepResult, now: int) -> None:
+        """A reserve's own promotion made ``result``'s jobs READY at ``now`` (µs UTC): this
+        node's long polls of their queues are woken, and the promotions reported as the
+        sweep's are (the lag metric, the live ``promoted`` events)."""
+        if result.promoted_run_at:
+            self.events.promoted(now, result.promoted_run_at)
+        if result.promoted_jobs and self.job_events.active:
+            self.job_events.promoted(result.promoted_jobs, now)
+        for name in sorted(result.queues):
+            self.notifier.ready(name)
 
     def parked(self, worker_id: str | None = None) -> int:
         """How many ``reserve`` calls with ``worker_id`` (None: any, an empty id included)

@@ -156,9 +156,10 @@ class AdminStore(Protocol):
     async def count_dead(self, where: DeadFilter) -> int:
         """How many DEAD_LETTERED jobs match."""
 
-    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> tuple[int, set[str]]:
-        """Requeue up to ``limit`` matching DEAD_LETTERED jobs in one commit; returns
-        (how many, the queues they went to)."""
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> list[tuple[bytes, str, str]]:
+        """Requeue up to ``limit`` matching DEAD_LETTERED jobs in one commit (the columns of
+        ``transitions.redrive``: READY at ``now`` µs, attempt 0); returns (job id, queue, job
+        type) of each job requeued."""
 
     async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
         """Delete one job in any state (``DONE`` with its queue and the state it had), or

@@ -16,7 +16,7 @@ The protocol is complete: the server builds a store with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -175,6 +175,20 @@ class Store(Protocol):
         events channel, outside any job transaction). Nothing for a store that is not
         ``shared``. Raises ``StoreError`` when it could not be sent (the caller drops it)."""
 
+    def on_sql_enqueued(self, enqueued: Callable[[Mapping[str, int], Sequence[tuple[int, int]]], None]) -> None:
+        """Call ``enqueued(counts, blocks)`` (on the event loop) each time this node hears
+        that jobs were committed through the SQL functions ``enqueue`` / ``enqueue_batch``
+        (docs/enqueue-in-transaction.md), a few ms after that commit: ``counts`` the jobs
+        stored per queue (deduplicated ones not counted), ``blocks`` the (first seq, seqs)
+        ranges holding them, for ``sql_enqueued_jobs``. Every node hears every such commit;
+        one made while this node's listener connection was away is not heard here
+        (at-most-once). A store that is not ``shared`` never calls it."""
+
+    async def sql_enqueued_jobs(self, blocks: Sequence[tuple[int, int]]) -> list[tuple[bytes, str, str, int, int]]:
+        """The jobs stored in ``blocks`` (as ``on_sql_enqueued`` names them), in seq order:
+        (16-byte id, queue, job type, run_at µs, enqueued_at µs) each; a job deleted since is
+        not listed. Raises ``StoreError``. A store that is not ``shared`` has none."""
+
     async def heartbeat(self, node: NodeRecord) -> None:
         """Record that ``node`` is alive (insert or update its row; ``last_seen``)."""
 
@@ -245,12 +259,17 @@ class Store(Protocol):
         The promotion takes every queue's due jobs: the queues it made jobs READY in are
         told to ``on_promoted``'s callback once the call committed."""
 
-    def on_promoted(self, ready: Callable[[str], None]) -> None:
-        """Call ``ready(queue)`` (on the event loop, after the call committed) for each queue
-        a ``reserve``'s own promotion made jobs READY in — also queues that call does not
-        reserve from. This node's long polls of those queues must be woken: the promotion
-        sweep that would have woken them then finds nothing left to promote (other nodes
-        hear of it through ``subscribe``). Replaces the previous callback; none by default."""
+    def on_promoted(self, promoted: Callable[[SweepResult, int], None]) -> None:
+        """Call ``promoted(result, now)`` (on the event loop, after the call committed) when a
+        ``reserve``'s own promotion made jobs READY — also of queues that call does not
+        reserve from: ``result.queues`` the queues, ``result.promoted_run_at`` and
+        ``result.promoted_jobs`` each job as a sweep's ``promote_due`` names them (a row
+        promoted one by one after its batch statement failed is left to the sweep's
+        report), ``now`` the time (µs UTC) the promotion took as now. This node's long polls
+        of those queues must be woken, and the promotions reported (the lag metric, the
+        live ``promoted`` events): the promotion sweep then finds nothing left to promote
+        (other nodes hear of the wake-up through ``subscribe``). Replaces the previous
+        callback; none by default."""
 
     async def reserve_damaged(self, leases: Sequence[tuple[bytes, bytes]], now: int) -> int:
         """Dead-letter leased jobs (job id, lease id) whose rows could not be delivered (a

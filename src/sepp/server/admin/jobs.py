@@ -160,11 +160,14 @@ class JobAdmin:
         goal = matched if max_jobs == 0 else min(max_jobs, matched)
         done = 0
         while done < goal:
-            n, queues = await self.store.requeue_dead(snapshot, self._clock_now(), min(CHUNK, goal - done))
-            for name in queues:
+            at = self._clock_now()
+            jobs = await self.store.requeue_dead(snapshot, at, min(CHUNK, goal - done))
+            for name in sorted({queue for _id, queue, _type in jobs}):
                 self.parts.notifier.ready(name)
-            done += n
-            if n == 0:
+            if jobs and self.parts.job_events.active:
+                self.parts.job_events.redriven(jobs, at)
+            done += len(jobs)
+            if not jobs:
                 break
         self._changed()
         return matched, done

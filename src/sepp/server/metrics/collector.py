@@ -53,6 +53,7 @@ class Metrics:
         self.parts = parts
         self._sweep_skipped = sweep_skipped
         self.enqueued: Counter[str] = Counter()
+        self.enqueued_sql: Counter[str] = Counter()
         self.deduplicated: Counter[str] = Counter()
         self.rejections: Counter[tuple[str, str]] = Counter()
         self.completed: Counter[str] = Counter()
@@ -74,7 +75,8 @@ class Metrics:
         self._unsubscribe = [ev.stored.subscribe(self._on_stored), ev.rejected.subscribe(self._on_rejected),
                              ev.overloaded.subscribe(self._on_overloaded), ev.settled.subscribe(self._on_settled),
                              ev.leases_expired.subscribe(self._on_leases_expired),
-                             ev.promoted.subscribe(self._on_promoted)]
+                             ev.promoted.subscribe(self._on_promoted),
+                             ev.sql_enqueued.subscribe(self.enqueued_sql.update)]
 
     # ------------------------------------------------------------------ wiring
 
@@ -206,15 +208,18 @@ class Metrics:
 
     def _job_counters(self) -> tuple[dict[Any, float], ...]:
         """Copies of the job counters as they are now (the order ``render`` writes them)."""
-        return (dict(self.enqueued), dict(self.deduplicated), dict(self.rejections), dict(self.completed),
-                dict(self.retried), dict(self.dead_lettered), dict(self.leases_expired), {(): self.overloaded})
+        return (dict(self.enqueued), dict(self.enqueued_sql), dict(self.deduplicated), dict(self.rejections),
+                dict(self.completed), dict(self.retried), dict(self.dead_lettered), dict(self.leases_expired),
+                {(): self.overloaded})
 
     def render(self) -> bytes:
         """Every metric of ``definitions.ALL`` in the Prometheus text format (``exposition``)."""
         out = Text()
         frozen, self._frozen = self._frozen, None
-        enqueued, dedup, rejections, completed, retried, dead, expired, overloaded = frozen or self._job_counters()
+        (enqueued, enqueued_sql, dedup, rejections, completed, retried, dead, expired,
+         overloaded) = frozen or self._job_counters()
         out.samples(m.JOBS_ENQUEUED, (((q,), n) for q, n in enqueued.items()))
+        out.samples(m.JOBS_ENQUEUED_SQL, (((q,), n) for q, n in enqueued_sql.items()))
         out.samples(m.JOBS_DEDUPLICATED, (((q,), n) for q, n in dedup.items()))
         out.samples(m.ENQUEUE_REJECTIONS, rejections.items())
         out.samples(m.JOBS_COMPLETED, (((q,), n) for q, n in completed.items()))

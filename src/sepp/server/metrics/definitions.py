@@ -36,6 +36,11 @@ _NODE = " (this node, since it started)"
 # ---------------------------------------------------------------------- counters (node-local)
 JOBS_ENQUEUED = MetricDef("sepp_jobs_enqueued_total", "counter", ("queue",),
                           "Jobs stored by enqueue calls" + _NODE)
+JOBS_ENQUEUED_SQL = MetricDef("sepp_jobs_enqueued_sql_total", "counter", ("queue",),
+                              "Jobs stored through the SQL functions enqueue / enqueue_batch in the applications' "
+                              "own transactions, as this node heard of them: every node hears every one, so each "
+                              "node's count is the cluster's (aggregate nodes with max, not sum; docs/decisions.md)"
+                              + _NODE)
 JOBS_DEDUPLICATED = MetricDef("sepp_jobs_deduplicated_total", "counter", ("queue",),
                               "Enqueued jobs answered with an existing job of the same idempotency key" + _NODE)
 ENQUEUE_REJECTIONS = MetricDef("sepp_enqueue_rejections_total", "counter", ("queue", "code"),
@@ -85,7 +90,8 @@ RPC_DURATION = MetricDef("sepp_rpc_duration_seconds", "histogram", ("method", "c
                          (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                           30.0, 60.0))
 PROMOTION_LAG = MetricDef("sepp_promotion_lag_seconds", "histogram", (),
-                          "Time from a scheduled job's run_at to the promotion sweep making it READY" + _NODE,
+                          "Time from a scheduled job's run_at to a promotion (the sweep's or a Reserve's) "
+                          "making it READY" + _NODE,
                           (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0))
 JOB_RUNTIME = MetricDef("sepp_job_runtime_seconds", "histogram", ("queue",),
                         "Time from reserve to ack or nack of an attempt, seconds" + _NODE,
@@ -94,8 +100,8 @@ JOB_RUNTIME = MetricDef("sepp_job_runtime_seconds", "histogram", ("queue",),
 
 #: Every metric, in exposition order.
 ALL: tuple[MetricDef, ...] = (
-    JOBS_ENQUEUED, JOBS_DEDUPLICATED, ENQUEUE_REJECTIONS, JOBS_COMPLETED, JOBS_RETRIED, JOBS_DEAD_LETTERED,
-    LEASES_EXPIRED, JOBS_OVERLOADED, AUTH_FAILURES, SCRAPE_ERRORS, COMMITS, SWEEP_SKIPPED,
+    JOBS_ENQUEUED, JOBS_ENQUEUED_SQL, JOBS_DEDUPLICATED, ENQUEUE_REJECTIONS, JOBS_COMPLETED, JOBS_RETRIED,
+    JOBS_DEAD_LETTERED, LEASES_EXPIRED, JOBS_OVERLOADED, AUTH_FAILURES, SCRAPE_ERRORS, COMMITS, SWEEP_SKIPPED,
     COMMIT_BACKLOG, QUEUES, QUEUE_JOBS, QUEUE_OLDEST_READY_AGE, QUEUE_PAUSED, QUEUE_NO_CONSUMER,
     QUEUE_GAUGES_AGE,
     COMMIT_BATCH_JOBS, COMMIT_DURATION, RPC_DURATION, PROMOTION_LAG, JOB_RUNTIME,

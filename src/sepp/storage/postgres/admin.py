@@ -393,13 +393,13 @@ class PostgresAdmin:
             value = await self._reads.fetchval(A["count_dead_queue"], where.queue, *self._dead_args(where))
         return int(value or 0)
 
-    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> tuple[int, set[str]]:
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> list[tuple[bytes, str, str]]:
         """One chunk of a bulk redrive: up to ``limit`` matching DEAD_LETTERED jobs (oldest
         dead letters first within a queue) get ``transitions.redrive``'s columns in one
         commit; rows another transaction holds are skipped (left for the next chunk). Returns
-        (how many, the queues they went to); those queues' long-pollers are woken."""
+        (job id, queue, job type) of each job requeued; their queues' long-pollers are woken."""
         if not _storable(where.queue, where.job_type, where.reason_prefix):
-            return 0, set()
+            return []
         decision = redrive(int(BULK_REDRIVABLE), now)
         assert decision is not None  # DEAD_LETTERED is redrivable
         cols = [decision.state, decision.attempt, decision.run_at]
@@ -407,7 +407,8 @@ class PostgresAdmin:
             sql, args = A["requeue_dead_all"], [*cols, *self._dead_args(where), limit]
         else:
             sql, args = A["requeue_dead_queue"], [*cols, where.queue, *self._dead_args(where), limit]
-        result: tuple[int, set[str]] = await self._submit(partial(writes.requeue_dead, decision, sql, args), 0)
+        result: list[tuple[bytes, str, str]] = await self._submit(partial(writes.requeue_dead, decision, sql, args),
+                                                                   0)
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:

@@ -287,7 +287,7 @@ WITH chunk AS MATERIALIZED (
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
 WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 5
-RETURNING jobs.queue;
+RETURNING jobs.id, jobs.queue, jobs.job_type;
 
 -- name: requeue_dead_all
 -- As requeue_dead_queue over every queue (jobs_finished order): $1 state, $2 attempt,
@@ -302,7 +302,7 @@ WITH chunk AS MATERIALIZED (
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
 WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 5
-RETURNING jobs.queue;
+RETURNING jobs.id, jobs.queue, jobs.job_type;
 
 -- name: purge_scheduled
 -- $1 queue, $2 limit (each purge_*): up to $2 rows, locked rows skipped.

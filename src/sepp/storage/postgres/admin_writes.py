@@ -72,16 +72,15 @@ async def delete_job(job_id: bytes, state: int | None, tx: Tx) -> WriteResult:
     return WriteResult(Outcome.DONE, queue, was)
 
 
-async def requeue_dead(decision: Redrive, sql: str, args: Sequence[Any], tx: Tx) -> tuple[int, set[str]]:
+async def requeue_dead(decision: Redrive, sql: str, args: Sequence[Any], tx: Tx) -> list[tuple[bytes, str, str]]:
     """One chunk of ``PostgresAdmin.requeue_dead``: the statement ``sql`` (``requeue_dead_*``)
-    with ``args`` writes ``decision``'s columns; returns (how many, their queues) and wakes
-    those queues' long-pollers when the jobs went READY."""
-    rows = await tx.conn.fetch(sql, *args)
-    queues = {queue for (queue,) in rows}
+    with ``args`` writes ``decision``'s columns; returns (job id, queue, job type) of each
+    job and wakes their queues' long-pollers when the jobs went READY."""
+    rows = [(bytes(job_id), queue, job_type) for job_id, queue, job_type in await tx.conn.fetch(sql, *args)]
     if decision.state == _READY:
-        for queue in queues:
+        for queue in {row[1] for row in rows}:
             tx.wake(queue)
-    return len(rows), queues
+    return rows
 
 
 async def purge(queue: str, states: Sequence[int], limit: int, tx: Tx) -> int:

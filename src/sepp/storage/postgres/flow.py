@@ -57,7 +57,7 @@ def lock_queues(flow: Mapping[str, FlowLimits], queues: Iterable[str]) -> list[s
 async def promote_locking(conn: Any, now: int, limit: int, queues: Sequence[str]) -> list[Any]:
     """``promote_due`` (due SCHEDULED jobs → READY, at most ``limit``, due at ``now`` µs) that
     also takes the flow lock of each of ``queues`` for the rest of the transaction on the
-    asyncpg connection ``conn``; one (queue, run_at) row per job promoted."""
+    asyncpg connection ``conn``; one (queue, run_at, id, job type, attempt) row per job promoted."""
     return [r for r in await conn.fetch(Q["promote_due_locking"], now, limit, list(queues)) if r["queue"] is not None]
 
 

@@ -103,17 +103,11 @@ SELECT name, settings, paused, declared FROM queues ORDER BY name;
 
 -- name: promote_due
 -- Due SCHEDULED jobs → READY; rows another node is promoting right now are skipped (it
--- promotes them), so every job is promoted exactly once however many nodes sweep.
+-- promotes them), so every job is promoted exactly once however many nodes sweep. Run by
+-- the sweeper and by every Reserve first; returns what the promotion lag and the live job
+-- events name of each job (sepp.domain.params.promotion).
 -- Every chunk below is a MATERIALIZED CTE: as `seq IN (SELECT … LIMIT n FOR UPDATE SKIP
 -- LOCKED)` the planner may re-run the subquery per outer row and touch more than n rows.
-WITH chunk AS MATERIALIZED (
-    SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs j SET state = 2 WHERE j.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND j.state::integer = 1
-RETURNING j.queue, j.run_at;
-
--- name: promote_due_jobs
--- promote_due for the sweeper, returning what the live job events name of each job too.
 WITH chunk AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
 )
@@ -383,9 +377,10 @@ WITH locks AS MATERIALIZED (
     SELECT seq FROM jobs WHERE state = 1 AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ), promoted AS (
     UPDATE jobs j SET state = 2 WHERE j.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND j.state::integer = 1
-    RETURNING j.queue, j.run_at
+    RETURNING j.queue, j.run_at, j.id, j.job_type, j.attempt
 )
-SELECT p.queue, p.run_at FROM (SELECT count(*) FROM locks) AS l(n) LEFT JOIN promoted p ON true;
+SELECT p.queue, p.run_at, p.id, p.job_type, p.attempt FROM (SELECT count(*) FROM locks) AS l(n)
+LEFT JOIN promoted p ON true;
 
 -- name: flow_ready
 -- Flow control: one statement for what a limited Reserve of queue $1 needs
@@ -501,3 +496,12 @@ CROSS JOIN LATERAL (
         AND id = v.jid
     OFFSET 0
 ) j;
+
+-- name: jobs_in_seq_blocks
+-- The jobs an enqueue through the SQL functions stored (sql_notices): those in the blocks of
+-- seqs [$1[i], $1[i] + $2[i]), in seq order, with what their live `enqueued` events name.
+-- Each block probes jobs_pkey by range (a block's deduplicated seqs have no row).
+SELECT j.id, j.queue, j.job_type, j.run_at, j.enqueued_at
+FROM unnest($1::bigint[], $2::bigint[]) AS b(first, n)
+JOIN jobs j ON j.seq >= b.first AND j.seq < b.first + b.n
+ORDER BY j.seq;

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sepp.domain.params import DAMAGED_ROW, ReserveParams
+from sepp.domain.params import DAMAGED_ROW, ReserveParams, SweepResult, promotion
 from sepp.storage.postgres import flow
 from sepp.storage.postgres.committer import Tx, notifier
 from sepp.storage.postgres.sql import Q
@@ -18,6 +18,8 @@ from sepp.storage.row_types import LeasedRow, at
 
 _PRIORITY, _RUN_AT, _SEQ = at(LeasedRow, "priority"), at(LeasedRow, "run_at"), at(LeasedRow, "seq")
 _PAYLOAD, _HISTORY = at(LeasedRow, "payload"), at(LeasedRow, "history")
+#: A promotion that made nothing READY.
+_NOTHING = SweepResult(0)
 
 
 def _reserve_order(r: Any, priority: int = _PRIORITY, run_at: int = _RUN_AT, seq: int = _SEQ) -> tuple[int, int, int]:
@@ -33,10 +35,10 @@ def _leased_bytes(rows: Sequence[Any]) -> int:
     return sum(len(r[payload]) + (len(r[history].encode()) if r[history] else 0) for r in rows)
 
 
-async def promote(tx: Tx, now: int, limit: int, with_jobs: bool = False) -> list[Any]:
-    """Due SCHEDULED jobs → READY (``promote_due``); one (queue, run_at) row per job, and
-    ``with_jobs`` (the sweeper) its id, job type and attempt after them."""
-    rows = await tx.conn.fetch(Q["promote_due_jobs"] if with_jobs else Q["promote_due"], now, limit)
+async def promote(tx: Tx, now: int, limit: int) -> list[Any]:
+    """Due SCHEDULED jobs → READY (``promote_due``); one (queue, run_at, id, job type,
+    attempt) row per job (``params.promotion``)."""
+    rows = await tx.conn.fetch(Q["promote_due"], now, limit)
     for q in {row[0] for row in rows}:
         tx.wake(q)
     return list(rows)
@@ -87,12 +89,14 @@ class ReserveOp:
     meanwhile. Each run of the operation (a group run again one by one, a retried
     deadlock) reads it afresh."""
 
-    __slots__ = ("granted", "granting", "lease_id", "params", "promoted")
+    __slots__ = ("granted", "granting", "lease_id", "params", "promoted", "promoted_at")
 
     def __init__(self, params: ReserveParams, lease_id: bytes, granting: Granting | None = None) -> None:
         self.params, self.lease_id, self.granting = params, lease_id, granting
-        #: The queues the promotion made jobs READY in (the last run; ``Store.on_promoted``).
-        self.promoted: tuple[str, ...] = ()
+        #: What the promotion made READY (the last run; ``Store.on_promoted``), and the time
+        #: it promoted at (µs UTC).
+        self.promoted: SweepResult = _NOTHING
+        self.promoted_at = params.now
         #: The grant time of the last run (µs UTC): the jobs' ``started_at``.
         self.granted = params.now
 
@@ -101,12 +105,12 @@ class ReserveOp:
         now = p.grant_time()  # what is due; the leases read the clock again (``_lease``)
         locking = flow.lock_queues(p.flow, p.queues) if p.flow else []
         if locking:  # the flow locks ride on the promotion statement (measured: docs/decisions.md)
-            woken = {q for q, _run_at in await flow.promote_locking(conn, now, 10_000, locking)} - {None}
-            for q in woken:
+            rows = await flow.promote_locking(conn, now, 10_000, locking)
+            for q in {row[0] for row in rows}:
                 tx.wake(q)
         else:
-            woken = {q for q, _run_at in await promote(tx, now, 10_000)}
-        self.promoted = tuple(sorted(woken))
+            rows = await promote(tx, now, 10_000)
+        self.promoted, self.promoted_at = promotion(rows) if rows else _NOTHING, now
         return await self._lease(conn)
 
     async def run_alone(self, conn: Any, channel: str, origin: str
@@ -119,9 +123,10 @@ class ReserveOp:
         rolls back the leases of the earlier ones instead of leaving them to expire."""
         if self.params.flow or len(self.params.queues) != 1:
             return False, None, None
-        rows = await conn.fetch(Q["promote_due"], self.params.grant_time(), 10_000)
-        woken = sorted({q for q, _run_at in rows})
-        self.promoted = tuple(woken)
+        now = self.params.grant_time()
+        rows = await conn.fetch(Q["promote_due"], now, 10_000)
+        woken = sorted({row[0] for row in rows})
+        self.promoted, self.promoted_at = promotion(rows) if rows else _NOTHING, now
         out = await self._lease(conn)
         return True, out, (notifier(conn, channel, origin, woken) if woken else None)
 

@@ -54,6 +54,7 @@ from sepp.storage.postgres.listener import Listener
 from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
+from sepp.storage.postgres.sql_notices import SqlEnqueued, SqlEnqueueNotices, SqlJob
 from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.search import CustomEntry
 
@@ -101,7 +102,9 @@ class PostgresStore:
         self._listener = Listener(self._connect_listener, self.channel, self.origin)
         #: Finished jobs and waiting nodes, told to and heard from the other nodes (``finished``).
         self._notices = FinishedNotices(self._reads, self._listener, self.channel, self.origin)
-        self._promoted: Callable[[str], None] = _nobody
+        #: Jobs enqueued through the SQL functions, as this node hears of them.
+        self._sql = SqlEnqueueNotices(self._reads, self._listener)
+        self._promoted: Callable[[SweepResult, int], None] = _nobody
         #: The grant times of this node's reserves writing their leases right now: its
         #: reclaim passes free no lease ending after them (``reserve.Granting``).
         self._granting = reserve.Granting()
@@ -203,9 +206,17 @@ class PostgresStore:
         pool (no job transaction waits for it). Raises ``StoreError``."""
         await self._reads.fetchval("SELECT pg_notify($1, $2)", self._listener.events_channel, payload)
 
-    def on_promoted(self, ready: Callable[[str], None]) -> None:
+    def on_promoted(self, promoted: Callable[[SweepResult, int], None]) -> None:
         """``Store.on_promoted``."""
-        self._promoted = ready
+        self._promoted = promoted
+
+    def on_sql_enqueued(self, enqueued: SqlEnqueued) -> None:
+        """``Store.on_sql_enqueued``: the SQL functions' notifications (``sql_notices``)."""
+        self._sql.subscribe(enqueued)
+
+    async def sql_enqueued_jobs(self, blocks: Sequence[tuple[int, int]]) -> list[SqlJob]:
+        """``Store.sql_enqueued_jobs``: read on the pool by seq ranges (``sql_notices``)."""
+        return await self._sql.jobs(blocks)
 
     def on_finished(self, finished: Finished) -> None:
         """``Store.on_finished``: what the other nodes tell (``finished.FinishedNotices``)."""
@@ -360,8 +371,8 @@ class PostgresStore:
         op = reserve.ReserveOp(params, lease_id, self._granting)
         leased = await self._committer.submit(op, 0)
         now = op.granted
-        for promoted in op.promoted:
-            self._promoted(promoted)
+        if op.promoted.count:
+            self._promoted(op.promoted, op.promoted_at)
         for queue, expires, rows in leased:
             records.extend(leased_records(rows, queue, lease_id, expires, worker, now, node))
         return records
@@ -458,5 +469,5 @@ class PostgresStore:
             await self._committer.submit(periodic.RecordRunsOp(list(runs)), 0)
 
 
-def _nobody(_queue: str) -> None:
+def _nobody(_promoted: SweepResult, _now: int) -> None:
     """The ``on_promoted`` callback until one is set."""

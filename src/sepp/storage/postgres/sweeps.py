@@ -5,7 +5,7 @@ skipped) and the prune of finished jobs and expired idempotency keys.
 
 from __future__ import annotations
 
-from sepp.domain.params import SweepResult
+from sepp.domain.params import SweepResult, promotion
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
 from sepp.domain.transitions import reclaim
@@ -28,9 +28,7 @@ class PromoteOp:
         self.now, self.limit = now, limit
 
     async def __call__(self, tx: Tx) -> SweepResult:
-        rows = await promote(tx, self.now, self.limit, with_jobs=True)
-        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows),
-                           promoted_jobs=tuple((bytes(r[2]), r[0], r[3], r[4], r[1]) for r in rows))
+        return promotion(await promote(tx, self.now, self.limit))
 
 
 class ReclaimOp:

@@ -421,14 +421,15 @@ class SQLiteAdmin:
         row = await self._read(name, params, one=True)
         return int(row[0])
 
-    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> tuple[int, set[str]]:
-        """One chunk of a bulk redrive (oldest dead letters first within a queue)."""
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> list[tuple[bytes, str, str]]:
+        """One chunk of a bulk redrive (oldest dead letters first within a queue): (job id,
+        queue, job type) of each job requeued."""
         params = {**self._dead_params(where), "now": now, "limit": limit}
         name = "requeue_dead_all" if where.queue is None else "requeue_dead_queue"
         if where.queue is None:
             del params["queue"]
 
-        result: tuple[int, set[str]] = await self._submit(partial(writes.requeue_dead, name, params))
+        result: list[tuple[bytes, str, str]] = await self._submit(partial(writes.requeue_dead, name, params))
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:

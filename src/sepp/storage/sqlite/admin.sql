@@ -252,7 +252,7 @@ WHERE seq IN (
       AND (:job_type IS NULL OR job_type = :job_type)
       AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
     ORDER BY finished_at, seq LIMIT :limit)
-RETURNING queue;
+RETURNING id, queue, job_type;
 
 -- name: requeue_dead_all
 UPDATE jobs SET state = 2, attempt = 0, run_at = :now, finished_at = NULL, purge_at = NULL, reason = NULL,
@@ -263,7 +263,7 @@ WHERE seq IN (
       AND (:job_type IS NULL OR job_type = :job_type)
       AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
     LIMIT :limit)
-RETURNING queue;
+RETURNING id, queue, job_type;
 
 -- name: purge_scheduled
 DELETE FROM jobs WHERE seq IN (

@@ -64,12 +64,12 @@ def delete_job(job_id: bytes, state: int | None, conn: sqlite3.Connection) -> Wr
     return WriteResult(Outcome.DONE, queue, found)
 
 
-def requeue_dead(name: str, params: dict[str, Any], conn: sqlite3.Connection) -> tuple[int, set[str]]:
+def requeue_dead(name: str, params: dict[str, Any], conn: sqlite3.Connection) -> list[tuple[bytes, str, str]]:
     """Writer side of ``SQLiteAdmin.requeue_dead``: the columns of ``transitions.redrive``
     (READY at ``:now``, attempt 0) for up to ``:limit`` ``BULK_REDRIVABLE`` (DEAD_LETTERED)
-    jobs, written by the statement itself (``requeue_dead_*`` in admin.sql)."""
-    rows = conn.execute(A[name], params).fetchall()
-    return len(rows), {r[0] for r in rows}
+    jobs, written by the statement itself (``requeue_dead_*`` in admin.sql); (job id,
+    queue, job type) of each."""
+    return [(r[0], r[1], r[2]) for r in conn.execute(A[name], params)]
 
 
 def purge(queue: str, states: Sequence[int], limit: int, conn: sqlite3.Connection) -> int:

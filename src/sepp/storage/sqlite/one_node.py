@@ -9,19 +9,19 @@ is written; a restart starts with none, as the workers reconnect within a poll).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from sepp.storage.base import NodeRecord, WorkerRecord
+from sepp.storage.base import NodeRecord, SweepResult, WorkerRecord
 
 
 class OneNode:
     """``SQLiteStore``'s part of the ``Store`` protocol about other nodes (see the module).
 
-    The owner sets ``_promoted`` (the ``on_promoted`` callback it calls when a sweep made a
-    queue's jobs ready), ``_node`` (None) and ``_workers`` ([]) in its ``__init__``.
+    The owner sets ``_promoted`` (the ``on_promoted`` callback it calls when a reserve's
+    promotion made jobs ready), ``_node`` (None) and ``_workers`` ([]) in its ``__init__``.
     """
 
-    _promoted: Callable[[str], None]
+    _promoted: Callable[[SweepResult, int], None]
     _node: NodeRecord | None
     _workers: list[WorkerRecord]
 
@@ -39,9 +39,16 @@ class OneNode:
     async def publish_events(self, payload: str) -> None:
         """``Store.publish_events``: there are no other nodes to tell."""
 
-    def on_promoted(self, ready: Callable[[str], None]) -> None:
+    def on_promoted(self, promoted: Callable[[SweepResult, int], None]) -> None:
         """``Store.on_promoted``."""
-        self._promoted = ready
+        self._promoted = promoted
+
+    def on_sql_enqueued(self, enqueued: Callable[[Mapping[str, int], Sequence[tuple[int, int]]], None]) -> None:
+        """``Store.on_sql_enqueued``: SQLite has no SQL functions to enqueue through; never called."""
+
+    async def sql_enqueued_jobs(self, blocks: Sequence[tuple[int, int]]) -> list[tuple[bytes, str, str, int, int]]:
+        """``Store.sql_enqueued_jobs``: none."""
+        return []
 
     def on_finished(self, finished: Callable[[Sequence[bytes] | None, Sequence[str]], None]) -> None:
         """``Store.on_finished``: no other nodes, so never called."""

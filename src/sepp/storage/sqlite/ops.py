@@ -27,6 +27,7 @@ from sepp.domain.params import (
     SettleKind,
     SettleParams,
     SettleResult,
+    SweepResult,
     granted_expiry,
 )
 from sepp.domain.policy import PolicyLookup
@@ -142,11 +143,11 @@ def write_queue_if(name: str, seen: Sequence[Any] | None, new: Sequence[Any], no
 
 
 def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
-               ) -> tuple[list[tuple[str, int, list[Any]]], tuple[str, ...], int]:
+               ) -> tuple[list[tuple[str, int, list[Any]]], SweepResult, int]:
     """Writer side of ``SQLiteStore.reserve``: SQL only; the records are built by the caller
     (docs/decisions.md "The writer runs SQL, the event loop builds"). Per queue with jobs:
-    (queue, lease expiry µs, the ready_for_lease rows); the queues the promotion made
-    jobs READY in (``Store.on_promoted``); and the grant time (µs): ``params.grant_time()``
+    (queue, lease expiry µs, the ready_for_lease rows); what the promotion made READY
+    (``Store.on_promoted``; due at the grant time); and the grant time (µs): ``params.grant_time()``
     read here, inside the transaction, once every write queued before it has committed —
     the leases run from it, not from when the call was made (docs/decisions.md "A lease
     runs from when it is granted").
@@ -156,7 +157,7 @@ def reserve_op(params: ReserveParams, lease_id: bytes, conn: sqlite3.Connection
     with ``DAMAGED_ROW`` in the same transaction and the next rows are taken instead.
     That check runs only after the plain read failed, off the hot path."""
     now = params.grant_time()
-    promoted = tuple(sorted(promote(conn, now, 10_000).queues))  # a row it skips is reported by the sweep
+    promoted = promote(conn, now, 10_000)  # a row it skips is reported by the sweep
     out: list[tuple[str, int, list[Any]]] = []
     want = params.max_jobs
     budget, used = params.max_bytes, 0

@@ -42,12 +42,8 @@ WHERE name = ?1 AND settings = ?6 AND paused = ?7 AND declared = ?8;
 SELECT name, settings, paused, declared FROM queues ORDER BY name;
 
 -- name: promote_due
-UPDATE jobs SET state = 2
-WHERE seq IN (SELECT seq FROM jobs WHERE state = 1 AND run_at <= ? ORDER BY run_at LIMIT ?)
-RETURNING queue, run_at;
-
--- name: promote_due_jobs
--- promote_due for the sweeper, returning what the live job events name of each job too.
+-- Due SCHEDULED jobs → READY (the sweeper, and every Reserve first), returning what the
+-- promotion lag and the live job events name of each job (sepp.domain.params.promotion).
 UPDATE jobs SET state = 2
 WHERE seq IN (SELECT seq FROM jobs WHERE state = 1 AND run_at <= ? ORDER BY run_at LIMIT ?)
 RETURNING queue, run_at, id, job_type, attempt;

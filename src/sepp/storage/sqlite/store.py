@@ -86,7 +86,7 @@ class SQLiteStore(OneNode):
                  fsync_interval: float = 0.05, commit_delay: float = 0.0, max_group_ops: int = 1024,
                  group_wait: float = 0.004, writer: str = "thread") -> None:
         self.path = Path(data_dir) / DB_FILE
-        self._promoted: Callable[[str], None] = _nobody
+        self._promoted: Callable[[SweepResult, int], None] = _nobody
         self.mode = mode
         self._cache_mib = cache_mib
         self._committer: Committer | ProcessCommitter
@@ -316,8 +316,8 @@ class SQLiteStore(OneNode):
 
         records: list[JobRecord] = []
         leased, promoted, now = await self._committer.submit(partial(ops.reserve_op, params, lease_id), 0)
-        for queue in promoted:
-            self._promoted(queue)
+        if promoted.count:
+            self._promoted(promoted, now)
         for queue, expires, rows in leased:
             records.extend(leased_records(rows, queue, lease_id, expires, worker, now, node))
         return records
@@ -466,7 +466,7 @@ class SQLiteStore(OneNode):
             await self._committer.submit(partial(periodic.record_runs, list(runs)), 0)
 
 
-def _nobody(_queue: str) -> None:
+def _nobody(_promoted: SweepResult, _now: int) -> None:
     """The ``on_promoted`` callback until one is set."""
 
 

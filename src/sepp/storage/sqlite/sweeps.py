@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from sepp.domain.params import SkippedRow, SweepResult
+from sepp.domain.params import SkippedRow, SweepResult, promotion
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.states import State
 from sepp.domain.transitions import reclaim
@@ -139,15 +139,13 @@ def _promote_row(conn: sqlite3.Connection, row: _Row) -> None:
     conn.execute(Q["promote_one"], (row[_DUE_SEQ],))
 
 
-def promote(conn: sqlite3.Connection, now: int, limit: int, with_jobs: bool = False) -> SweepResult:
+def promote(conn: sqlite3.Connection, now: int, limit: int) -> SweepResult:
     """Due SCHEDULED jobs (run_at ≤ ``now`` µs) → READY, at most ``limit``: one statement,
-    or row by row when it fails (also run by every Reserve before it leases). ``with_jobs``
-    (the sweeper): ``promoted_jobs`` names each job (not for the rows done one by one)."""
-    sql = Q["promote_due_jobs"] if with_jobs else Q["promote_due"]
-    ok, rows = _batch_or_rows(conn, lambda: conn.execute(sql, (now, limit)).fetchall())
+    or row by row when it fails (also run by every Reserve before it leases).
+    ``promoted_jobs`` names each job (not for the rows done one by one)."""
+    ok, rows = _batch_or_rows(conn, lambda: conn.execute(Q["promote_due"], (now, limit)).fetchall())
     if ok:
-        return SweepResult(len(rows), frozenset(r[0] for r in rows), promoted_run_at=tuple(r[1] for r in rows),
-                           promoted_jobs=tuple((r[2], r[0], r[3], r[4], r[1]) for r in rows) if with_jobs else ())
+        return promotion(rows)
     done, failed = _paged(conn, Q["due_jobs"], now, limit, (_INT64_MIN, 0), lambda r: (r[_DUE_RUN_AT], r[_DUE_SEQ]),
                           _promote_row)
     return SweepResult(len(done), frozenset(row[_DUE_QUEUE] for row, _ in done), {},
@@ -157,7 +155,7 @@ def promote(conn: sqlite3.Connection, now: int, limit: int, with_jobs: bool = Fa
 
 def promote_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
     """Writer side of ``SQLiteStore.promote_due``."""
-    return promote(conn, now, limit, with_jobs=True)
+    return promote(conn, now, limit)
 
 
 # ---------------------------------------------------------------------- reclaim

@@ -49,9 +49,13 @@ def test_the_definition_shown_is_the_examples() -> None:
 
 async def test_the_readme_tasks_run_as_written(shared_server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT))
+    # The example's ``sepp.App()`` reads $SEPP_SERVER when it is made, as the README says: a
+    # fresh import of it under that variable points it at this test's server.
+    monkeypatch.setenv("SEPP_SERVER", shared_server.grpc_target)
+    monkeypatch.delitem(sys.modules, "examples.tasks", raising=False)
     from examples import tasks
 
-    monkeypatch.setattr(tasks.app, "target", shared_server.grpc_target)  # before its first enqueue
+    assert tasks.app.target == shared_server.grpc_target
     producer = _blocks("python")[1]
     (command,) = [line for block in _blocks("sh") for line in block.splitlines() if "sepp enqueue" in line]
     argv = shlex.split(command)[1:]

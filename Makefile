@@ -41,7 +41,7 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	bash scripts/ensure-chromium.sh
 	bash scripts/ensure-rust.sh
-	$(BIN)/pytest -q -n 2 --dist loadfile -m "not exclusive"
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not exclusive" --durations=40
 	$(BIN)/pytest -q -m exclusive
 
 # pip-tools runs in a throwaway venv of its own, so the lock never pins pip-tools itself.

@@ -6,6 +6,10 @@
   is reloaded from the store (``QueueRegistry.refresh``) at once, and every
   ``QUEUE_REFRESH_EVERY`` seconds regardless — so a change made on one node takes effect
   on every node within that bound even if its notification was lost (docs/deploying.md).
+* **Lost wake-ups**: every ``RECHECK_EVERY`` seconds every long-polling reserver of the node
+  is woken to look at the store once more, so a job made ready by another node is found
+  within that bound even when its notification never arrived (River's fetch poll interval
+  does the same; docs/deploying.md, "Long polls wake across nodes").
 * **Heartbeat**: the node's row (name, address, version, started, last seen) is written
   every ``HEARTBEAT_EVERY`` seconds; ``GetServerInfo`` and the UI list the nodes. The
   workers this node saw go with it (``Store.report_workers``, the Workers page).
@@ -31,6 +35,9 @@ log = logging.getLogger("sepp.cluster")
 HEARTBEAT_EVERY = 5.0
 #: Longest time (seconds) a queue change made on another node can go unseen here.
 QUEUE_REFRESH_EVERY = 5.0
+#: Longest time (seconds) a long-polling reserver can miss a job made ready on another node
+#: whose wake-up notification was lost: then every parked reserve of the node looks again.
+RECHECK_EVERY = 1.0
 #: A node not seen for this many seconds is shown as gone in the UI (three missed heartbeats;
 #: GetServerInfo lists every node with its last heartbeat and leaves the judgement to the reader).
 NODE_GONE_AFTER = 3 * HEARTBEAT_EVERY
@@ -41,16 +48,18 @@ class Cluster:
 
     ``parts``: the node's shared parts (clock, store, queues, notifier, workers, nodes);
     ``node``: this node's name; ``address``: its gRPC address (as configured);
-    ``heartbeat_every`` / ``refresh_every``: seconds (tests shorten them).
+    ``heartbeat_every`` / ``refresh_every`` / ``recheck_every``: seconds (tests shorten them;
+    ``recheck_every`` 0 turns the rechecks off).
     """
 
     def __init__(self, parts: ServerParts, node: str, address: str, *, heartbeat_every: float = HEARTBEAT_EVERY,
-                 refresh_every: float = QUEUE_REFRESH_EVERY) -> None:
+                 refresh_every: float = QUEUE_REFRESH_EVERY, recheck_every: float = RECHECK_EVERY) -> None:
         self.parts = parts
         self.node = node
         self.address = address
         self.heartbeat_every = heartbeat_every
         self.refresh_every = refresh_every
+        self.recheck_every = recheck_every
         self.started_at = parts.clock.now()
         self._duplicate_warned = False
         self._changed = asyncio.Event()
@@ -71,6 +80,8 @@ class Cluster:
         self._tasks.append(asyncio.create_task(self._heartbeats(), name="sepp-heartbeat"))
         if store.shared:
             self._tasks.append(asyncio.create_task(self._refreshes(), name="sepp-queue-refresh"))
+            if self.recheck_every > 0:
+                self._tasks.append(asyncio.create_task(self._rechecks(), name="sepp-reserve-recheck"))
 
     async def stop(self) -> None:
         """Stop the loops (the node's row stays, with its last ``last_seen``). Idempotent."""
@@ -80,6 +91,16 @@ class Cluster:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+
+    async def _rechecks(self) -> None:
+        """Wake every parked long poll each ``recheck_every`` seconds (shared stores only): the
+        notifications of other nodes are hints, and one lost (a send that failed after its
+        commit, a listener busy reconnecting) must not leave a ready job unseen for a whole
+        long poll. A woken reserve that finds nothing parks again; the cost is one reserve
+        attempt per parked call and interval."""
+        while True:
+            await asyncio.sleep(self.recheck_every)
+            self.parts.notifier.ready_all()
 
     async def _heartbeats(self) -> None:
         while True:

@@ -32,6 +32,8 @@ class RejectionCode(enum.StrEnum):
     IDEMPOTENCY_KEY_TOO_LONG = "IdempotencyKeyTooLong"
     TRACE_CONTEXT_INVALID = "TraceContextInvalid"
     RESULT_TOO_LARGE = "ResultTooLarge"
+    DEPENDENCIES_TOO_MANY = "DependenciesTooMany"
+    DEPENDENCY_NOT_FOUND = "DependencyNotFound"
 
     @property
     def reason(self) -> str:
@@ -119,6 +121,11 @@ _ROWS = (
                  "an ack's len(result.data) > the job's queue's max_result_bytes (`Ack` status, `Settle` per "
                  "item): the ack is not applied, the attempt is failed instead and retried per the queue's "
                  "policy with this reason in the job's history"),
+    CatalogueRow(RejectionCode.DEPENDENCIES_TOO_MANY, grpc.StatusCode.INVALID_ARGUMENT,
+                 "more than 256 distinct job ids in depends_on (docs/workflows.md)"),
+    CatalogueRow(RejectionCode.DEPENDENCY_NOT_FOUND, grpc.StatusCode.NOT_FOUND,
+                 "an id in depends_on names no stored job (never enqueued, or purged after its retention); "
+                 "the message names the id"),
 )
 
 #: The catalogue, keyed by code, in validation order.

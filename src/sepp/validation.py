@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from sepp.api.v1 import common_pb2 as pb
@@ -40,6 +41,26 @@ _CMTL = RejectionCode.CUSTOM_MAP_TOO_LARGE.to_wire()
 _STF = RejectionCode.SCHEDULED_TOO_FAR.to_wire()
 _IKTL = RejectionCode.IDEMPOTENCY_KEY_TOO_LONG.to_wire()
 _TCI = RejectionCode.TRACE_CONTEXT_INVALID.to_wire()
+_DTM = RejectionCode.DEPENDENCIES_TOO_MANY.to_wire()
+
+#: Most distinct job ids one job may depend on (``EnqueueRequest.depends_on``; docs/workflows.md).
+MAX_DEPENDENCIES = 256
+
+
+def dependency_ids(depends_on: Sequence[str]) -> list[bytes] | pb.Rejection:
+    """The 16-byte ids of ``depends_on`` (UUID texts), a repeated id counted once, in the order
+    first given; or the rejection: ``InvalidArgument`` (field ``depends_on[i]``) for a text that
+    is not a UUID, ``DependenciesTooMany`` (limit 256, actual the distinct count) past 256."""
+    seen: dict[bytes, None] = {}
+    for i, text in enumerate(depends_on):
+        try:
+            seen[uuid.UUID(text).bytes] = None
+        except ValueError:
+            return _reject(_IA, f"depends_on[{i}] is not a job id (a UUID): {clip(repr(text), 80)}", f"depends_on[{i}]")
+    if len(seen) > MAX_DEPENDENCIES:
+        return _reject(_DTM, f"a job depends on at most {MAX_DEPENDENCIES} jobs", "depends_on", MAX_DEPENDENCIES,
+                       len(seen))
+    return list(seen)
 
 
 def utf8_len(text: str) -> int:
@@ -265,6 +286,11 @@ class Validator:
             bad_trace = _trace_rejection(trace, lim)
             if bad_trace is not None:
                 return bad_trace
+        # 13. DependenciesTooMany (and a malformed id: InvalidArgument).
+        if req.depends_on:
+            deps = dependency_ids(req.depends_on)
+            if type(deps) is pb.Rejection:
+                return deps
         return (queue, job_type, data, encoding, priority, max_attempts, at_ns, bool(custom or trace), key or None)
 
 

@@ -44,5 +44,5 @@ def test_the_throughput_counter_dates_finished_jobs_by_its_clock() -> None:
 
 def test_admin_state_names_are_the_uppercase_wire_spelling() -> None:
     assert [state_name(int(s)) for s in State] == ["SCHEDULED", "READY", "RESERVED", "COMPLETED", "DEAD_LETTERED",
-                                                   "CANCELLED"]
+                                                   "CANCELLED", "DEFERRED"]
     assert state_name(99) == "UNKNOWN"

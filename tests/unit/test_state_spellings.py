@@ -17,15 +17,16 @@ def test_every_spelling_of_dead_lettered_parses(text: str) -> None:
     assert state_number(text) == 5
 
 
-@pytest.mark.parametrize("text", ["deadlettered", "dead", "", "0", "7", "ready!", "READY READY"])
+@pytest.mark.parametrize("text", ["deadlettered", "dead", "", "0", "8", "ready!", "READY READY"])
 def test_anything_else_is_an_error_naming_the_states(text: str) -> None:
-    with pytest.raises(ValueError, match="one of SCHEDULED, READY, RESERVED, COMPLETED, DEAD_LETTERED, CANCELLED"):
+    with pytest.raises(ValueError,
+                       match="one of SCHEDULED, READY, RESERVED, COMPLETED, DEAD_LETTERED, CANCELLED, DEFERRED"):
         parse_state(text)
 
 
 def test_every_state_is_shown_as_its_api_name() -> None:
     assert [state_label(n) for n in sorted(STATE_NAMES)] == ["SCHEDULED", "READY", "RESERVED", "COMPLETED",
-                                                             "DEAD_LETTERED", "CANCELLED"]
+                                                             "DEAD_LETTERED", "CANCELLED", "DEFERRED"]
     assert state_label(99) == "99"
 
 

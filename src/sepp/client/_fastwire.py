@@ -41,7 +41,7 @@ def is_plain(req: EnqueueRequest) -> bool:
     whose ``to_proto`` may differ). ``lean_jobs`` and ``plain_runs`` inline this test."""
     return (type(req) is EnqueueRequest and req.custom is _EMPTY and req.trace_context is _EMPTY
             and req.priority is None and req.max_attempts is None and req.scheduled_at is None
-            and req.idempotency_key is None)
+            and req.idempotency_key is None and not req.depends_on)
 
 
 def field(tag: int, data: bytes) -> bytes:
@@ -105,7 +105,7 @@ def lean_jobs(requests: Sequence[EnqueueRequest], shape_of: ShapeOf) -> bytes | 
     for req in requests:
         if not (type(req) is EnqueueRequest and req.custom is _EMPTY and req.trace_context is _EMPTY
                 and req.priority is None and req.max_attempts is None and req.scheduled_at is None
-                and req.idempotency_key is None):
+                and req.idempotency_key is None and not req.depends_on):
             return None  # not plain: ``is_plain``, inlined
         payload = req.payload
         enc = "" if payload is None else payload.encoding
@@ -145,7 +145,7 @@ def plain_runs(requests: Sequence[EnqueueRequest], shape_of: ShapeOf) -> bytes |
     for req in requests:
         if not (type(req) is EnqueueRequest and req.custom is _EMPTY and req.trace_context is _EMPTY
                 and req.priority is None and req.max_attempts is None and req.scheduled_at is None
-                and req.idempotency_key is None):
+                and req.idempotency_key is None and not req.depends_on):
             return None  # not plain: ``is_plain``, inlined
         payload = req.payload
         if payload is None:

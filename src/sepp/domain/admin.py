@@ -43,12 +43,14 @@ class StateCounts:
     completed: int = 0
     dead_lettered: int = 0
     cancelled: int = 0
+    #: Waiting for the jobs they depend on (docs/workflows.md).
+    deferred: int = 0
 
     @property
     def total(self) -> int:
         """Jobs of every state."""
         return (self.scheduled + self.ready + self.reserved + self.completed + self.dead_lettered
-                + self.cancelled)
+                + self.cancelled + self.deferred)
 
 
 @dataclass(frozen=True, slots=True)

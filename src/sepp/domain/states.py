@@ -19,6 +19,8 @@ class State(enum.IntEnum):
     COMPLETED = 4
     DEAD_LETTERED = 5
     CANCELLED = 6
+    #: Waiting for the jobs it depends on to complete (docs/workflows.md).
+    DEFERRED = 7
 
 
 #: States a job never leaves on its own (retention applies).

@@ -35,3 +35,16 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached right now (PostgreSQL down or restarting, a
     connection lost mid-call): transient, the call may be retried (gRPC ``UNAVAILABLE``).
     A write that fails this way may or may not have committed; an acknowledged one has."""
+
+
+class DependencyMissing(StoreError):
+    """An enqueue named dependencies (``Store.enqueue``'s ``depends_on``) that are no stored
+    job: nothing of the call was written. ``missing``: row index → the first such id of that
+    row (16 bytes), for every row that named one."""
+
+    def __init__(self, missing: dict[int, bytes]) -> None:
+        super().__init__(missing)
+        self.missing = missing
+
+    def __str__(self) -> str:
+        return f"dependencies not found: {', '.join(f'row {i}: {v.hex()}' for i, v in self.missing.items())}"

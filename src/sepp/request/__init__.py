@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json as _json
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from types import MappingProxyType
 from typing import Any
@@ -210,6 +211,9 @@ class EnqueueRequest:
         idempotency_key: Dedup key, unique per queue within its dedup window; ``""``
             is normalized to ``None`` (the wire has no difference).
         trace_context: W3C trace context (``traceparent``/``tracestate``); read-only.
+        depends_on: Ids (UUID text or ``uuid.UUID``) of jobs this one waits for: it is stored
+            DEFERRED until all of them completed (docs/workflows.md). A tuple of canonical
+            UUID texts, a repeated id kept once; at most 256 (``DependenciesTooMany``).
 
     Raises:
         TypeError: a naive ``scheduled_at``; a field or custom value of the wrong type.
@@ -227,6 +231,7 @@ class EnqueueRequest:
     scheduled_at: dt.datetime | None = None
     idempotency_key: str | None = None
     trace_context: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY, hash=False)
+    depends_on: tuple[str, ...] = ()
     #: The wire message, built by the first ``to_proto`` and reused after (not a field).
     _proto: pb.EnqueueRequest | None = dataclasses.field(default=None, init=False, repr=False, compare=False,
                                                          hash=False)
@@ -234,7 +239,8 @@ class EnqueueRequest:
     def __init__(self, queue: str, job_type: str, *, payload: Payload | None = None,
                  custom: Mapping[str, CustomPrimitive] = _EMPTY, priority: int | None = None,
                  max_attempts: int | None = None, scheduled_at: dt.datetime | None = None,
-                 idempotency_key: str | None = None, trace_context: Mapping[str, str] = _EMPTY) -> None:
+                 idempotency_key: str | None = None, trace_context: Mapping[str, str] = _EMPTY,
+                 depends_on: Sequence[str | uuid.UUID] = ()) -> None:
         # Written out rather than generated (the fields' defaults are the same; the client's
         # per-job cost): an ``EnqueueRequest`` is filled in as a ``_RequestDraft`` (``_fill``:
         # a third of the instructions), a subclass's instance with slot setters (half of a
@@ -251,6 +257,7 @@ class EnqueueRequest:
             draft.scheduled_at = scheduled_at
             draft.idempotency_key = idempotency_key
             draft.trace_context = trace_context
+            draft.depends_on = depends_on  # type: ignore[assignment]  # made a tuple in __post_init__
             draft._proto = None
             draft.__class__ = EnqueueRequest  # type: ignore[assignment]
         else:
@@ -264,11 +271,12 @@ class EnqueueRequest:
             s[6](self, scheduled_at)
             s[7](self, idempotency_key)
             s[8](self, trace_context)
-            s[9](self, None)
+            s[9](self, depends_on)
+            s[10](self, None)
         if (type(queue) is str and type(job_type) is str and queue.isascii() and job_type.isascii()
                 and custom is _EMPTY and trace_context is _EMPTY and priority is None
                 and max_attempts is None and scheduled_at is None and idempotency_key is None
-                and (payload is None or type(payload) is Payload)):
+                and (payload is None or type(payload) is Payload) and depends_on is _NO_DEPS):
             return  # the common case: nothing else to check or convert
         self.__post_init__()
 
@@ -277,8 +285,9 @@ class EnqueueRequest:
         if (type(queue) is str and type(job_type) is str and queue.isascii() and job_type.isascii()
                 and self.custom is _EMPTY and self.trace_context is _EMPTY and self.priority is None
                 and self.max_attempts is None and self.scheduled_at is None and self.idempotency_key is None
-                and (self.payload is None or type(self.payload) is Payload)):
+                and (self.payload is None or type(self.payload) is Payload) and self.depends_on is _NO_DEPS):
             return  # the common case: nothing else to check or convert
+        object.__setattr__(self, "depends_on", _dependency_texts(self.depends_on))
         _check_str("queue", queue)
         _check_str("job_type", job_type)
         if self.payload is not None and not isinstance(self.payload, Payload):
@@ -355,6 +364,15 @@ class EnqueueRequest:
         """A copy carrying a dedup key (makes a retried enqueue safe)."""
         return dataclasses.replace(self, idempotency_key=key)
 
+    def with_depends_on(self, job_ids: Sequence[str | uuid.UUID]) -> EnqueueRequest:
+        """A copy that waits for the jobs ``job_ids`` (their ids, as ``EnqueueAck.job_id`` gives
+        them, or ``uuid.UUID``): stored DEFERRED until every one of them completed, then READY
+        (docs/workflows.md). Replaces any earlier list; a repeated id is kept once. Raises
+        ``ValueError`` for a text that is not a UUID, ``TypeError`` for a single str or an item
+        of another type; more than 256 distinct ids is the rejection ``DependenciesTooMany``
+        (locally, before sending, and by the server)."""
+        return dataclasses.replace(self, depends_on=job_ids)  # type: ignore[arg-type]
+
     def with_trace_context(self, trace_context: Mapping[str, str]) -> EnqueueRequest:
         """A copy carrying W3C trace context (``traceparent``, ``tracestate``)."""
         return dataclasses.replace(self, trace_context=trace_context)
@@ -389,6 +407,8 @@ class EnqueueRequest:
             msg.idempotency_key = self.idempotency_key
         for key, value in self.trace_context.items():
             msg.trace_context[key] = value
+        if self.depends_on:
+            msg.depends_on.extend(self.depends_on)
         return msg
 
 
@@ -397,7 +417,32 @@ class EnqueueRequest:
 _PAYLOAD_SET = tuple(Payload.__dict__[f.name].__set__ for f in dataclasses.fields(Payload))
 _REQUEST_SET = tuple(EnqueueRequest.__dict__[name].__set__ for name in (
     "queue", "job_type", "payload", "custom", "priority", "max_attempts", "scheduled_at", "idempotency_key",
-    "trace_context", "_proto"))
+    "trace_context", "depends_on", "_proto"))
+
+#: ``EnqueueRequest.depends_on`` when none is given (tested by identity on the fast path).
+_NO_DEPS: tuple[str, ...] = ()
+
+
+def _dependency_texts(ids: object) -> tuple[str, ...]:
+    """``ids`` (UUID texts or ``uuid.UUID``s) as canonical UUID texts, a repeated id kept once,
+    in the order first given. Raises ``TypeError`` for a str/bytes given as the whole list or
+    an item of another type, ``ValueError`` for a text that is not a UUID. More than 256 is
+    the catalogue's ``DependenciesTooMany``, found by the client's local validation (the
+    server's checks, ``sepp.validation``) and by the server."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise TypeError(f"depends_on must be a sequence of job ids, not {type(ids).__name__}")
+    seen: dict[str, None] = {}
+    for i, item in enumerate(ids):
+        if isinstance(item, uuid.UUID):
+            seen[str(item)] = None
+        elif isinstance(item, str):
+            try:
+                seen[str(uuid.UUID(item))] = None
+            except ValueError:
+                raise ValueError(f"depends_on[{i}] is not a job id (a UUID): {item!r}") from None
+        else:
+            raise TypeError(f"depends_on[{i}] must be a job id (str or uuid.UUID), not {type(item).__name__}")
+    return tuple(seen) if seen else _NO_DEPS
 
 # ``_fill``: how the frozen value types are filled in cheaply. A frozen dataclass's
 # ``__setattr__`` is a Python function that raises, so every field of a new instance costs a C
@@ -431,6 +476,7 @@ class _RequestDraft:
     scheduled_at: dt.datetime | None
     idempotency_key: str | None
     trace_context: Mapping[str, str]
+    depends_on: tuple[str, ...]
     _proto: pb.EnqueueRequest | None
 
 

@@ -20,18 +20,28 @@ from uuid_utils import UUID
 from sepp.api.v1 import common_pb2 as pb
 from sepp.domain.ids import job_id_text
 from sepp.limits import QueueLimits
+from sepp.rejections import RejectionCode
 from sepp.server.custom_index import index_entries
 from sepp.server.errors import AtomicRejected, BacklogFull, InvalidRequest, JobRejected
 from sepp.server.fast_rows import job_row, plain_rows
 from sepp.server.parts import EngineService, ServerParts
 from sepp.storage.base import Dedups, JobRow, QueueRecord, State
+from sepp.storage.errors import DependencyMissing
 from sepp.storage.search import CustomEntry
-from sepp.validation import Checked, server_fix
+from sepp.validation import Checked, dependency_ids, server_fix
 
 _SCHEDULED, _READY = int(State.SCHEDULED), int(State.READY)
+_DNF = RejectionCode.DEPENDENCY_NOT_FOUND.to_wire()
 
 #: A stored (or deduplicated) job as the engine reports it: (job id text, deduplicated).
 Ack = tuple[str, bool]
+
+
+def dependency_rejection(job_id: bytes) -> pb.Rejection:
+    """``DependencyNotFound`` naming ``job_id`` (16 bytes): a dependency that is no stored job."""
+    return pb.Rejection(code=_DNF, field="depends_on",  # type: ignore[arg-type]
+                        message=f"job {job_id_text(job_id)} in depends_on does not exist (never enqueued, or "
+                                "purged after its retention)")
 
 
 def expand_plain(plain: Sequence[pb.PlainJobs]) -> list[pb.EnqueueRequest]:
@@ -72,14 +82,16 @@ class Admission(EngineService):
             raise BacklogFull(self.config.overload_retry_after, backlog)
 
     def _build(self, req: pb.EnqueueRequest, checked: Checked, now: int,
-               new_queues: list[QueueRecord], custom: list[CustomEntry], uid: UUID) -> tuple[JobRow, str, int]:
+               new_queues: list[QueueRecord], custom: list[CustomEntry], uid: UUID,
+               deps: dict[int, list[bytes]] | None = None, index: int = 0) -> tuple[JobRow, str, int]:
         """Row for a validated request (``checked``: what ``Validator.check`` read from it)
         with id ``uid`` (``Store.new_job_ids``), its id text and its dedup deadline (µs, 0 =
         no key).
 
         Registers an on-demand queue (non-strict mode) and adds it to ``new_queues``
         until it is persisted; appends the job's custom-index entries to ``custom``
-        (``index_entries``; a job without a custom map adds none and costs one test).
+        (``index_entries``; a job without a custom map adds none and costs one test). A job
+        with dependencies adds their ids to ``deps`` under ``index``, its row's index in the call.
         """
         name, job_type, data, encoding, priority, max_attempts, at_ns, has_extras, key = checked
         q = self.queues.get(name)
@@ -104,13 +116,18 @@ class Admission(EngineService):
             custom.extend(index_entries(uid.bytes, req.custom))
         row = job_row((uid.bytes, name, job_type, state, priority, run_at, now, max_attempts, data, encoding, extras,
                        key))
+        if req.depends_on and deps is not None:
+            deps[index] = cast("list[bytes]", dependency_ids(req.depends_on))
         return row, str(uid), (now + q.dedup_us if key else 0)
 
     async def _commit(self, rows: list[JobRow], dedup_until: list[int], now: int,
-                      new_queues: list[QueueRecord], custom: list[CustomEntry]) -> Dedups:
+                      new_queues: list[QueueRecord], custom: list[CustomEntry],
+                      deps: dict[int, list[bytes]] | None = None) -> Dedups:
         """Store ``rows`` in one commit, then tell: ``events.stored``, new queues persisted,
-        READY queues' reservers woken, ``events.scheduled``. Returns the store's dedups."""
-        dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom)
+        READY queues' reservers woken, ``events.scheduled``. Returns the store's dedups.
+        ``deps``: row index → the ids it depends on. Raises ``DependencyMissing`` (nothing
+        stored) when one is no stored job."""
+        dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom, deps or None)
         self.events.stored(rows, dedups)
         if self.job_events.active:
             self.job_events.enqueued(rows, dedups)
@@ -153,8 +170,14 @@ class Admission(EngineService):
         self._check_backlog(1)
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
-        row, text, until = self._build(req, checked, now, new_queues, custom, uid)
-        dedups = await self._commit([row], [until], now, new_queues, custom)
+        deps: dict[int, list[bytes]] = {}
+        row, text, until = self._build(req, checked, now, new_queues, custom, uid, deps)
+        try:
+            dedups = await self._commit([row], [until], now, new_queues, custom, deps)
+        except DependencyMissing as exc:
+            rejection = dependency_rejection(exc.missing[0])
+            self.events.rejected(((req.queue, rejection),))
+            raise JobRejected(rejection) from None
         if dedups:
             return pb.EnqueueAck(job_id=job_id_text(dedups[0][0]), deduplicated=True)
         return pb.EnqueueAck(job_id=text)
@@ -256,6 +279,7 @@ class Admission(EngineService):
         rows: list[JobRow] = []
         untils: list[int] = []
         slots: list[int] = []
+        deps: dict[int, list[bytes]] = {}
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
         # Pass 1, the verdicts (nothing created or registered yet): a Rejection, a Checked
@@ -267,7 +291,7 @@ class Admission(EngineService):
         for req in reqs:
             has = req.HasField
             if (not req.idempotency_key and not req.custom and not req.trace_context and not has("priority")
-                    and not has("max_attempts") and not has("scheduled_at")):
+                    and not has("max_attempts") and not has("scheduled_at") and not req.depends_on):
                 payload = req.payload
                 data = payload.data
                 key = (req.queue, req.job_type, payload.encoding)
@@ -314,7 +338,7 @@ class Admission(EngineService):
             if type(verdict) is pb.Rejection:
                 append_out(verdict)
                 continue
-            row, text, until = build(req, verdict, now, new_queues, custom, next(ids))
+            row, text, until = build(req, verdict, now, new_queues, custom, next(ids), deps, len(rows))
             if until and min_dedup_us is not None:
                 until = max(until, now + min_dedup_us[i])
             append_slot(len(out))
@@ -325,10 +349,38 @@ class Admission(EngineService):
             self._plain_rows(run, blobs, now, new_queues, out, rows, slots, ids)
             untils.extend(repeat(0, len(blobs)))
         if rows:
-            dedups = await self._commit(rows, untils, now, new_queues, custom)
+            dedups = await self._commit_best_effort(rows, untils, now, new_queues, custom, deps, slots, out)
             for i, (original, _state) in dedups.items():
                 out[slots[i]] = (job_id_text(original), True)
         return out
+
+    async def _commit_best_effort(self, rows: list[JobRow], untils: list[int], now: int,
+                                  new_queues: list[QueueRecord], custom: list[CustomEntry],
+                                  deps: dict[int, list[bytes]], slots: list[int],
+                                  out: list[pb.Rejection | Ack]) -> Dedups:
+        """``_commit`` for a best-effort batch: a row whose dependency is no stored job gets
+        its ``DependencyNotFound`` in ``out`` (at ``slots[i]``) and the others are stored
+        without it (the store wrote nothing of the refused call). ``slots`` is left matching
+        the rows stored. The dedups, by index of the rows stored."""
+        while True:
+            try:
+                return await self._commit(rows, untils, now, new_queues, custom, deps)
+            except DependencyMissing as exc:
+                refused = exc.missing
+                self.events.rejected([(rows[i].queue, dependency_rejection(dep)) for i, dep in refused.items()])
+                for i, dep in refused.items():
+                    out[slots[i]] = dependency_rejection(dep)
+                keep = [i for i in range(len(rows)) if i not in refused]
+                gone = {rows[i].id for i in refused}
+                rows[:] = [rows[i] for i in keep]
+                untils[:] = [untils[i] for i in keep]
+                slots[:] = [slots[i] for i in keep]
+                custom[:] = [e for e in custom if e[0] not in gone]
+                moved = {new: deps[old] for new, old in enumerate(keep) if old in deps}
+                deps.clear()
+                deps.update(moved)
+                if not rows:
+                    return {}
 
     def _plain_rows(self, run: pb.PlainJobs, blobs: list[bytes], now: int, new_queues: list[QueueRecord],
                     out: list[pb.Rejection | Ack], rows: list[JobRow], slots: list[int], ids: Iterator[UUID]) -> None:
@@ -381,15 +433,22 @@ class Admission(EngineService):
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
         rows, untils, out = [], [], []
-        for req, checked, uid in zip(reqs, verdicts, uids, strict=True):
-            row, text, until = self._build(req, cast("Checked", checked), now, new_queues, custom, uid)
+        deps: dict[int, list[bytes]] = {}
+        for i, (req, checked, uid) in enumerate(zip(reqs, verdicts, uids, strict=True)):
+            row, text, until = self._build(req, cast("Checked", checked), now, new_queues, custom, uid, deps, i)
             rows.append(row)
             untils.append(until)
             out.append((text, False))
-        dedups = await self._commit(rows, untils, now, new_queues, custom)
+        try:
+            dedups = await self._commit(rows, untils, now, new_queues, custom, deps)
+        except DependencyMissing as exc:
+            failures = [pb.IndexedRejection(index=i, rejection=dependency_rejection(dep))
+                        for i, dep in sorted(exc.missing.items())]
+            self.events.rejected([(reqs[f.index].queue, f.rejection) for f in failures])
+            raise AtomicRejected(failures) from None
         for i, (original, _state) in dedups.items():
             out[i] = (job_id_text(original), True)
         return out
 
 
-__all__ = ["Ack", "Admission", "expand_plain"]
+__all__ = ["Ack", "Admission", "dependency_rejection", "expand_plain"]

@@ -51,6 +51,7 @@ from sepp.domain.records import (
 from sepp.domain.states import FINISHED, State
 from sepp.storage.admin import AdminStore
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
+from sepp.storage.dependencies import DependsOn
 from sepp.storage.errors import StoreFailed
 from sepp.storage.search import CustomEntry
 
@@ -218,13 +219,20 @@ class Store(Protocol):
         like a write. ``enqueue`` accepts any 16-byte id, also one not made here."""
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
-                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
+                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = (),
+                      depends_on: DependsOn | None = None) -> Dedups:
         """Store ``rows`` in one commit. A row with an idempotency key is deduplicated
         against unexpired keys (``now``) and earlier rows of the same call; otherwise it
         claims its key until ``dedup_until[i]`` (µs). ``new_queues`` are created (if
         absent) in the same commit, and so are the custom-index entries ``custom`` (job id,
         key, value text; ``sepp.storage.search``) of the rows stored (a
-        deduplicated row's are dropped). Returns the deduplicated rows (others were stored)."""
+        deduplicated row's are dropped). Returns the deduplicated rows (others were stored).
+
+        ``depends_on`` (row index → the 16-byte ids that row depends on, distinct, in order;
+        ``storage.dependencies``): a row with a dependency not COMPLETED is stored DEFERRED
+        and released — READY, or SCHEDULED for a run_at after the release — in the commit
+        that completes its last one. Raises ``DependencyMissing`` (nothing stored) when an id
+        is no stored job. A deduplicated row's dependencies are not recorded."""
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue."""

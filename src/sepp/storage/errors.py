@@ -5,6 +5,7 @@ decides what they mean."""
 from __future__ import annotations
 
 from sepp.domain.store_errors import (
+    DependencyMissing,
     StoreClosed,
     StoreCorrupt,
     StoreError,
@@ -13,4 +14,5 @@ from sepp.domain.store_errors import (
     StoreUnavailable,
 )
 
-__all__ = ["StoreClosed", "StoreCorrupt", "StoreError", "StoreFailed", "StoreLocked", "StoreUnavailable"]
+__all__ = ["DependencyMissing", "StoreClosed", "StoreCorrupt", "StoreError", "StoreFailed", "StoreLocked",
+           "StoreUnavailable"]

@@ -48,6 +48,10 @@ class _RejectionCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Rejecti
     max_result_bytes (AckRequest.result, a Settle ack item). The attempt is failed instead
     and retried per the queue's policy (docs/errors.md).
     """
+    DEPENDENCIES_TOO_MANY: _RejectionCode.ValueType  # 14
+    """More than 256 distinct ids in depends_on."""
+    DEPENDENCY_NOT_FOUND: _RejectionCode.ValueType  # 15
+    """An id in depends_on names no stored job (never enqueued, or purged after its retention)."""
 
 class RejectionCode(_RejectionCode, metaclass=_RejectionCodeEnumTypeWrapper):
     """The stable rejection codes of the catalogue, in validation order.
@@ -72,6 +76,10 @@ RESULT_TOO_LARGE: RejectionCode.ValueType  # 13
 max_result_bytes (AckRequest.result, a Settle ack item). The attempt is failed instead
 and retried per the queue's policy (docs/errors.md).
 """
+DEPENDENCIES_TOO_MANY: RejectionCode.ValueType  # 14
+"""More than 256 distinct ids in depends_on."""
+DEPENDENCY_NOT_FOUND: RejectionCode.ValueType  # 15
+"""An id in depends_on names no stored job (never enqueued, or purged after its retention)."""
 Global___RejectionCode: _TypeAlias = RejectionCode  # noqa: Y015
 
 class _JobState:
@@ -87,6 +95,8 @@ class _JobStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobState.Val
     COMPLETED: _JobState.ValueType  # 4
     DEAD_LETTERED: _JobState.ValueType  # 5
     CANCELLED: _JobState.ValueType  # 6
+    DEFERRED: _JobState.ValueType  # 7
+    """Waiting for its dependencies (EnqueueRequest.depends_on) to complete."""
 
 class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
     """Job states."""
@@ -98,6 +108,8 @@ RESERVED: JobState.ValueType  # 3
 COMPLETED: JobState.ValueType  # 4
 DEAD_LETTERED: JobState.ValueType  # 5
 CANCELLED: JobState.ValueType  # 6
+DEFERRED: JobState.ValueType  # 7
+"""Waiting for its dependencies (EnqueueRequest.depends_on) to complete."""
 Global___JobState: _TypeAlias = JobState  # noqa: Y015
 
 class _PersistMode:
@@ -240,6 +252,7 @@ class EnqueueRequest(_message.Message):
     SCHEDULED_AT_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Target queue (required). [A-Za-z0-9._:-], first char a letter or digit, ≤ 128 bytes."""
     job_type: _builtins.str
@@ -266,6 +279,14 @@ class EnqueueRequest(_message.Message):
     def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """W3C trace context (traceparent / tracestate); ≤ 8 entries, values ≤ 512 bytes."""
 
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Ids (canonical UUID text) of jobs this one waits for (docs/workflows.md): it is stored
+        DEFERRED until every one of them is COMPLETED, then becomes READY (or SCHEDULED for a
+        future scheduled_at) in the commit of the last one's ack. At most 256; a repeated id
+        counts once; an id of no stored job is DependencyNotFound.
+        """
+
     def __init__(
         self,
         *,
@@ -278,10 +299,11 @@ class EnqueueRequest(_message.Message):
         scheduled_at: _timestamp_pb2.Timestamp | None = ...,
         idempotency_key: _builtins.str = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        depends_on: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_priority", b"_priority", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_priority", b"_priority", "custom", b"custom", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "scheduled_at", b"scheduled_at", "trace_context", b"trace_context"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_priority", b"_priority", "custom", b"custom", "depends_on", b"depends_on", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "scheduled_at", b"scheduled_at", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015

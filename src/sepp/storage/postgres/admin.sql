@@ -184,7 +184,8 @@ SELECT
     (SELECT count(*) FROM jobs WHERE state = 3 AND queue = $1::text),
     (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 4 AND queue = $1::text),
     (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 5 AND queue = $1::text),
-    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 6 AND queue = $1::text);
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 6 AND queue = $1::text),
+    (SELECT count(*) FROM jobs WHERE state = 7 AND queue = $1::text);
 
 -- name: oldest_ready
 -- min(run_at) of a queue's READY jobs: one index seek per priority 0..9 (jobs_ready is
@@ -337,7 +338,8 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 1 AND queue = $1::text)
     OR EXISTS (SELECT 1 FROM jobs WHERE state = 3 AND queue = $1::text)
     OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 4 AND queue = $1::text)
     OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 5 AND queue = $1::text)
-    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 6 AND queue = $1::text);
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 6 AND queue = $1::text)
+    OR EXISTS (SELECT 1 FROM jobs WHERE state = 7 AND queue = $1::text);
 
 -- name: delete_queue_row
 DELETE FROM queues WHERE name = $1::text;

@@ -14,7 +14,8 @@ from typing import Any
 
 from sepp.domain.records import Dedups, JobRow, QueueRecord
 from sepp.domain.states import State
-from sepp.storage.errors import StoreError
+from sepp.storage.dependencies import DependsOn, missing_of, packed
+from sepp.storage.errors import DependencyMissing, StoreError
 from sepp.storage.postgres.committer import FoldableOp, Tx
 from sepp.storage.postgres.sql import Q
 from sepp.storage.row_types import at
@@ -105,13 +106,15 @@ class EnqueueOp:
     """An enqueue with idempotency keys, new queues or custom-index entries (``Store.enqueue``;
     ``custom``: the entries of every row, a deduplicated row's left out)."""
 
-    __slots__ = ("custom", "dedup_until", "foreign", "lock_key", "new_queues", "now", "rows", "seqs")
+    __slots__ = ("custom", "dedup_until", "depends_on", "foreign", "lock_key", "new_queues", "now", "rows", "seqs")
 
     def __init__(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                  new_queues: Sequence[QueueRecord], custom: Sequence[CustomEntry] = (),
-                 seqs: Sequence[int] = (), foreign: Sequence[bytes] = ()) -> None:
+                 seqs: Sequence[int] = (), foreign: Sequence[bytes] = (), depends_on: DependsOn | None = None) -> None:
         self.rows, self.dedup_until, self.now, self.new_queues = rows, dedup_until, now, new_queues
         self.custom = custom
+        #: Row index → the ids it depends on (``storage.dependencies``).
+        self.depends_on = depends_on
         #: Each row's seq (``Record``).
         self.seqs = seqs
         #: The rows' foreign ids (``PostgresStore.enqueue``): refused if a row has one as
@@ -128,6 +131,10 @@ class EnqueueOp:
             taken = await conn.fetch(Q["native_taken"], list(self.foreign))
             if taken:
                 raise StoreError(f"PostgreSQL: duplicate job id {bytes(taken[0]['id']).hex()}: a job has it already")
+        found: dict[bytes, int] = {}
+        waiting: set[int] = set()
+        if self.depends_on:
+            found, waiting = await _dependencies(conn, self.depends_on)
         for q in self.new_queues:
             await conn.execute(Q["insert_queue_if_absent"], q.name, q.settings_json, q.paused, q.declared, now, now)
         if self.new_queues:
@@ -171,6 +178,13 @@ class EnqueueOp:
             else:  # claimed by a transaction that then vanished (cannot happen: the insert waited)
                 raise StoreError(f"idempotency key {key!r} of queue {row.queue!r} neither claimed nor held")
         await insert(tx, fresh)
+        if self.depends_on:
+            for i, ids in self.depends_on.items():
+                if i not in dedups:
+                    waits = [found[d] for d in ids if found[d] in waiting]
+                    await conn.execute(Q["defer_job"], seqs[i], len(waits), packed(ids))
+                    if waits:
+                        await conn.execute(Q["insert_waits"], waits, seqs[i])
         custom = self.custom
         if custom:
             if dedups:
@@ -180,3 +194,17 @@ class EnqueueOp:
                 await conn.execute(Q["insert_custom"], [e[0] for e in custom], [e[1] for e in custom],
                                    [e[2] for e in custom])
         return dedups
+
+
+async def _dependencies(conn: Any, depends_on: DependsOn) -> tuple[dict[bytes, int], set[int]]:
+    """Look up and lock the dependencies of an enqueue: {id: seq} of each, and the seqs of the
+    unfinished ones (now marked ``has_dependents``). Raises ``DependencyMissing`` when one is
+    no stored job. Locked in seq order, so two enqueues naming the same jobs wait for each
+    other instead of deadlocking; a dependency completing meanwhile is read after its commit."""
+    ids = sorted({d for v in depends_on.values() for d in v})
+    found = {bytes(r[0]): r[1] for r in await conn.fetch(Q["dep_lookup"], ids)}
+    missing = missing_of(depends_on, found)
+    if missing:
+        raise DependencyMissing(missing)
+    waiting = {r[0] for r in await conn.fetch(Q["mark_dependencies"], sorted(found.values()))}
+    return found, waiting

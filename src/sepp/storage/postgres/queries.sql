@@ -497,6 +497,28 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) j;
 
+-- name: dep_lookup
+-- Dependencies named at enqueue (docs/workflows.md): id, seq and state of each stored one of
+-- the ids $1 (an id of no job is left out).
+SELECT j.id, j.seq, j.state FROM unnest($1::bytea[]) AS u(id)
+JOIN jobs j ON j.seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = u.id AND job_id_foreign(f.id, f.seq)),
+                                job_seq_hint(u.id)) AND j.id = u.id;
+
+-- name: mark_dependencies
+-- Lock the dependencies of seqs $1 and mark the unfinished ones (their completion then
+-- releases their dependents: jobs_release); returns those, as of after any concurrent
+-- completion of them committed (the UPDATE waits for its row lock, then reads the row again).
+UPDATE jobs SET has_dependents = true WHERE seq = ANY($1::bigint[]) AND state <> 4 RETURNING seq;
+
+-- name: defer_job
+-- A job just inserted with dependencies: $1 seq, $2 how many are unfinished (DEFERRED when
+-- any), $3 its depends_on column (the ids in order).
+UPDATE jobs SET state = CASE WHEN $2 > 0 THEN 7 ELSE state END, deps_left = $2, depends_on = $3 WHERE seq = $1;
+
+-- name: insert_waits
+-- The edges of job seq $2: one per unfinished dependency seq of $1.
+INSERT INTO job_waits (parent_seq, child_seq) SELECT p, $2 FROM unnest($1::bigint[]) AS p ON CONFLICT DO NOTHING;
+
 -- name: jobs_in_seq_blocks
 -- The jobs an enqueue through the SQL functions stored (sql_notices): those in the blocks of
 -- seqs [$1[i], $1[i] + $2[i]), in seq order, with what their live `enqueued` events name.

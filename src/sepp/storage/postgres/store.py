@@ -43,6 +43,7 @@ from sepp.storage.base import (
     SweepResult,
     WorkerRecord,
 )
+from sepp.storage.dependencies import DependsOn
 from sepp.storage.errors import StoreFailed, StoreUnavailable
 from sepp.storage.postgres import enqueue, nodes, outcomes, periodic, queue_rows, reserve, settle, sweeps
 from sepp.storage.postgres.admin import PostgresAdmin
@@ -314,7 +315,8 @@ class PostgresStore:
         return [r[0] for r in await self._reads.fetch(Q["take_seqs"], blocks)]
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
-                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
+                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = (),
+                      depends_on: DependsOn | None = None) -> Dedups:
         """See ``Store.enqueue``: one transaction; keys claimed with ``INSERT … ON CONFLICT``
         (exactly once across nodes; ``queries.sql`` ``claim_keys``). Calls with custom-index
         entries take the ``EnqueueOp`` path (jobs and entries in one transaction), so a call
@@ -334,11 +336,11 @@ class PostgresStore:
             foreign = [row.id for row, s in zip(rows, carried, strict=True) if s is None]
         else:
             seqs = cast("list[int]", carried)
-        if not foreign and not new_queues and not custom and not any_keyed(rows):
+        if not foreign and not new_queues and not custom and not depends_on and not any_keyed(rows):
             records = [(*row, s) for row, s in zip(rows, seqs, strict=True)]
             return await self._committer.submit(enqueue.InsertOp(records), len(rows))
         return await self._committer.submit(
-            enqueue.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign), len(rows))
+            enqueue.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign, depends_on), len(rows))
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""

@@ -174,7 +174,8 @@ SELECT
     (SELECT count(*) FROM jobs INDEXED BY jobs_leased WHERE state = 3 AND queue = :queue),
     (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 4 AND queue = :queue),
     (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 5 AND queue = :queue),
-    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 6 AND queue = :queue);
+    (SELECT count(*) FROM jobs WHERE state >= 4 AND state = 6 AND queue = :queue),
+    (SELECT count(*) FROM jobs INDEXED BY jobs_deferred WHERE state = 7 AND queue = :queue);
 
 -- name: oldest_ready
 -- min(run_at) of a queue's READY jobs: one index seek per priority (the index is ordered
@@ -286,7 +287,8 @@ SELECT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_scheduled WHERE state = 1 AND 
     OR EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_leased WHERE state = 3 AND queue = :queue)
     OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 4 AND queue = :queue)
     OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 5 AND queue = :queue)
-    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 6 AND queue = :queue);
+    OR EXISTS (SELECT 1 FROM jobs WHERE state >= 4 AND state = 6 AND queue = :queue)
+    OR EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_deferred WHERE state = 7 AND queue = :queue);
 
 -- name: delete_queue_row
 DELETE FROM queues WHERE name = ?;

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from sepp.domain.clock import Clock
 from sepp.domain.params import (
@@ -32,9 +32,11 @@ from sepp.domain.params import (
 )
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import Dedups, JobRow, QueueRecord
+from sepp.domain.states import State
 from sepp.domain.transitions import Decision, completed_purge_at, lease_error, needs_jitter, settle
 from sepp.quoting import clip
-from sepp.storage.errors import StoreError
+from sepp.storage.dependencies import DependsOn, missing_of, packed
+from sepp.storage.errors import DependencyMissing, StoreError
 from sepp.storage.row_types import AckedRow, LeasedRow, LeaseLookup, at
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
 from sepp.storage.search import CustomEntry
@@ -55,6 +57,8 @@ _ID, _PAYLOAD, _HISTORY, _SEQ = (at(LeasedRow, "id"), at(LeasedRow, "payload"), 
 #: Positions in a one-row insert's parameters (a ``JobRow``'s fields).
 _ROW_ID, _ROW_PAYLOAD = at(JobRow, "id"), at(JobRow, "payload")
 _ACKED_ID, _ACKED_QUEUE, _ACKED_SEQ = at(AckedRow, "id"), at(AckedRow, "queue"), at(AckedRow, "seq")
+_COMPLETED = int(State.COMPLETED)
+T = TypeVar("T")
 
 # ---------------------------------------------------------------------- enqueue
 
@@ -82,9 +86,22 @@ def insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
 
 
 def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new_queues: Sequence[QueueRecord],
-               custom: Sequence[CustomEntry], conn: sqlite3.Connection) -> Dedups:
-    """Writer side of ``SQLiteStore.enqueue`` with idempotency keys, new queues or custom-index
-    entries (``custom``: those of every row; a deduplicated row's are not written)."""
+               custom: Sequence[CustomEntry], conn: sqlite3.Connection, depends_on: DependsOn | None = None) -> Dedups:
+    """Writer side of ``SQLiteStore.enqueue`` with idempotency keys, new queues, custom-index
+    entries (``custom``: those of every row; a deduplicated row's are not written) or
+    dependencies (``depends_on``, ``storage.dependencies``: looked up before anything is
+    written; ``DependencyMissing`` when one is no stored job)."""
+    states: dict[bytes, tuple[int, int]] = {}
+    if depends_on:
+        for ids in depends_on.values():
+            for dep in ids:
+                if dep not in states:
+                    hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
+                    if hit is not None:
+                        states[dep] = (hit[0], hit[1])
+        missing = missing_of(depends_on, states)
+        if missing:
+            raise DependencyMissing(missing)
     for q in new_queues:
         conn.execute(Q["insert_queue_if_absent"],
                      (q.name, q.settings_json, int(q.paused), int(q.declared), now, now))
@@ -106,12 +123,40 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
             conn.execute(Q["claim_idempotency"], (row.queue, key, row.id, dedup_until[i]))
         fresh.append(row)
     insert_jobs(conn, fresh)
+    if depends_on:
+        for i, ids in depends_on.items():
+            if i not in dedups:
+                _defer(conn, rows[i].id, ids, states)
     if custom:
         if dedups:
             gone = {rows[i].id for i in dedups}
             custom = [e for e in custom if e[0] not in gone]
         conn.executemany(Q["insert_custom"], custom)
     return dedups
+
+
+def _defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, tuple[int, int]]
+           ) -> None:
+    """Record the dependencies ``ids`` of the job ``job_id`` just inserted (``states``: each
+    id's (seq, state)): DEFERRED with its count of unfinished ones, one edge per unfinished one."""
+    seq = conn.execute(Q["job_seq"], (job_id,)).fetchone()[0]
+    waits = [states[dep][0] for dep in ids if states[dep][1] != _COMPLETED]
+    conn.execute(Q["defer_job"], (seq, len(waits), packed(ids)))
+    for parent in waits:
+        conn.execute(Q["mark_dependency"], (parent,))
+        conn.execute(Q["insert_wait"], (parent, seq))
+
+
+def drain_wakes(conn: sqlite3.Connection) -> list[str]:
+    """The queues the releases of this transaction made jobs READY in (``jobs_release``), once
+    each; the list is emptied."""
+    return sorted({r[0] for r in conn.execute(Q["drain_wakes"])})
+
+
+def with_wakes(op: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> tuple[T, list[str]]:
+    """Run the settle ``op``; its value and the queues its completions made dependents READY
+    in (``drain_wakes``), from the same transaction."""
+    return op(conn), drain_wakes(conn)
 
 
 def fetch_all(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> list[Any]:

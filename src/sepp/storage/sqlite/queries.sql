@@ -242,3 +242,27 @@ SELECT id, queue, job_type, state, attempt, finished_at, reason,
     CASE WHEN state IN (4, 5, 6) THEN history END AS history, worker_id, node, started_at,
     result, result_encoding
 FROM jobs WHERE id IN (?);
+
+-- name: dep_lookup
+-- A dependency named at enqueue (docs/workflows.md): its seq and state, by id.
+SELECT seq, state FROM jobs WHERE id = ?;
+
+-- name: job_seq
+SELECT seq FROM jobs WHERE id = ?;
+
+-- name: defer_job
+-- A job just inserted with dependencies: ?1 seq, ?2 how many are unfinished (DEFERRED when
+-- any), ?3 its depends_on column (the ids in order).
+UPDATE jobs SET state = CASE WHEN ?2 > 0 THEN 7 ELSE state END, deps_left = ?2, depends_on = ?3 WHERE seq = ?1;
+
+-- name: mark_dependency
+-- An unfinished dependency: its completion now releases its dependents (jobs_release).
+UPDATE jobs SET has_dependents = 1 WHERE seq = ? AND has_dependents = 0;
+
+-- name: insert_wait
+INSERT OR IGNORE INTO job_waits (parent_seq, child_seq) VALUES (?, ?);
+
+-- name: drain_wakes
+-- The queues jobs_release made jobs READY in during this transaction (dep_wakes is empty
+-- between transactions: every settle drains it).
+DELETE FROM dep_wakes RETURNING queue;

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import uuid_utils
 from uuid_utils import UUID
@@ -50,6 +51,7 @@ from sepp.storage.base import (
     WorkerRecord,
 )
 from sepp.storage.commit_stats import merge
+from sepp.storage.dependencies import DependsOn
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.rows import repair_job
@@ -63,6 +65,8 @@ from sepp.storage.sqlite.reads import SQLiteReads
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
 from sepp.storage.sqlite.writer_process import ProcessCommitter
+
+T = TypeVar("T")
 
 DB_FILE = "sepp.db"
 #: Held (flock) by the process that owns the folder: one sepp per data folder.
@@ -215,10 +219,14 @@ class SQLiteStore(OneNode):
         return [uuid7() for _ in range(n)]
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
-                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = ()) -> Dedups:
+                      new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = (),
+                      depends_on: DependsOn | None = None) -> Dedups:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call.
-        Calls with custom-index entries take the keyed path (``ops.enqueue_op``), so a call
-        without any runs exactly as before (nothing added to it)."""
+        Calls with custom-index entries or dependencies take the keyed path (``ops.enqueue_op``),
+        so a call without any runs exactly as before (nothing added to it)."""
+        if depends_on:
+            op = partial(ops.enqueue_op, rows, dedup_until, now, new_queues, custom, depends_on=depends_on)
+            return await self._committer.submit(op, len(rows))
         if not new_queues and not custom and not any_keyed(rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
                 return await self._write_one(MergeableInsert(ops.insert_jobs, list(rows), {}))
@@ -337,7 +345,7 @@ class SQLiteStore(OneNode):
         acks = [p for p in items if p.kind is ack]
         if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
             # Nothing to fold, or one job twice: apply strictly in request order.
-            return await self._committer.submit(partial(ops.settle_each, items, policy), len(items))
+            return await self._woken(partial(ops.settle_each, items, policy), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
         # An ack whose result some queue could refuse is judged one by one (its queue's
@@ -365,13 +373,21 @@ class SQLiteStore(OneNode):
         others = ({} if len(folded) == len(items)  # the common case: every item folded
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now
                         or (p.result is not None and len(p.result) > floor)})
-        rows, refused, other_results = await self._committer.submit(
+        rows, refused, other_results = await self._woken(
             partial(ops.ack_many, statements, others, now, default_keep, policy, results=results), len(items))
         done = acked_results(rows, now)
         done.update(refused)
         if not others:
             return [done[p.job_id] for p in items]
         return [other_results[i] if i in others else done[p.job_id] for i, p in enumerate(items)]
+
+    async def _woken(self, op: Op[T], weight: int) -> T:
+        """Run the settle ``op`` and wake the long polls of the queues its completions made
+        dependents READY in (``ops.with_wakes``), after the commit."""
+        value, queues = await self._committer.submit(partial(ops.with_wakes, op), weight)
+        if queues:  # a wake-up only: no promotion to report (no run_at, no events)
+            self._promoted(SweepResult(0, frozenset(queues)), 0)
+        return value
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
                      clock: Clock | None = None, progress: str | None = None) -> ExtendResult:

@@ -1,6 +1,7 @@
 """What a producer learns of a finished job (``Client.wait``, ``Client.as_completed``,
-``Client.result``): ``JobOutcome`` with its ``Attempt`` history, and ``decode_result``, the
-one rule that turns a stored result into the value ``Client.result`` returns. Frozen
+``Client.result``): ``JobOutcome`` with its ``Attempt`` history (``JobOutcome.value`` is what
+``Client.result`` returns or raises for it), and ``decode_result``, the one rule that turns a
+stored result into the value ``Client.result`` returns. Frozen
 dataclasses, no I/O, built from wire messages with ``from_proto``.
 """
 
@@ -14,6 +15,7 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.attempts import Attempt as Attempt  # re-exported: a job's history on the producer's side
 from sepp.attempts import wire_time
 from sepp.domain.states import state_label
+from sepp.errors import JobCancelled, JobFailed
 from sepp.job_result import result_value
 from sepp.request import Payload
 
@@ -68,7 +70,19 @@ class JobOutcome:
         return self.state == CANCELLED
 
     def value(self) -> Any:
-        """The decoded result (``decode_result``); None without one."""
+        """What ``Client.result`` returns for this outcome: the decoded result of a COMPLETED
+        job (``decode_result``: the JSON value, ``bytes`` for ``application/octet-stream``, a
+        ``sepp.Result`` for another label; None when the handler returned none).
+
+        Raises ``sepp.JobFailed`` for a DEAD_LETTERED job and ``sepp.JobCancelled`` for a
+        CANCELLED one, as ``Client.result`` does (check ``completed`` first to branch without
+        them; ``result`` holds nothing for such a job); ``ValueError`` when a result labelled
+        JSON does not decode.
+        """
+        if self.state == DEAD_LETTERED:
+            raise JobFailed(self)
+        if self.state == CANCELLED:
+            raise JobCancelled(self)
         return decode_result(self.result)
 
     @classmethod

@@ -306,6 +306,24 @@ def test_eager_mode_propagates_a_failure_or_records_it() -> None:
         flaky.enqueue()  # type: ignore[call-arg]
 
 
+def test_eager_mode_dead_letters_a_result_json_cannot_encode_at_once() -> None:
+    """As a worker does: no attempt would return anything else (new-user trial)."""
+    local = App(NOWHERE)
+    calls: list[int] = []
+
+    @local.task(max_attempts=3)
+    def odd() -> object:
+        calls.append(current_job().attempt)
+        return {"when": object()}
+
+    with local.run_inline(propagate=False):
+        outcome = odd.enqueue().wait()
+    assert outcome.dead_lettered and calls == [1]
+    assert outcome.reason.startswith("NACK_DEAD_LETTER: ResultError: the handler's return value cannot be stored")
+    with local.run_inline(), pytest.raises(TypeError, match="not JSON serializable"):  # propagated as it was
+        odd.enqueue()
+
+
 async def test_an_async_app_runs_inline_inside_a_running_loop() -> None:
     aapp = AsyncApp(NOWHERE)
 

@@ -278,8 +278,8 @@ class SlotPool:
 
     def _returned(self, job: Job, value: Any) -> Outcome:
         """The outcome of ``job``'s handler that returned ``value`` (not None): an ack carrying
-        it as the result, or — not JSON-encodable, over the queue's ``max_result_bytes`` — a
-        failed attempt (``outcome.returned``)."""
+        it as the result, or a dead-letter (not JSON-encodable) or a failed attempt (over the
+        queue's ``max_result_bytes``): ``outcome.returned``."""
         return returned(value, self._result_limits.get(job._job.queue))
 
     async def _resumed(self, runner: Generator[Any, Any, None], first: Any, ctx: contextvars.Context) -> Any:

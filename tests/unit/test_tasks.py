@@ -418,6 +418,11 @@ def test_sepp_worker_loads_an_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Any
     assert list(worker.config.queues) == ["q1"] and "tasks_app_mod.one" in worker.registry
     with pytest.raises(ValueError, match="without tasks"):
         load_worker("tasks_app_mod:empty")
+    # A typo lists what the module holds that sepp worker can run (a new user's report).
+    with pytest.raises(ValueError) as typo:
+        load_worker("tasks_app_mod:ap")
+    assert str(typo.value) == ("module 'tasks_app_mod' has no attribute 'ap'; App or Worker objects there: app, "
+                               "empty")
 
 
 def test_the_target_comes_from_sepp_server(monkeypatch: pytest.MonkeyPatch) -> None:

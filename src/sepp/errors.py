@@ -43,9 +43,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import grpc
 
+    from sepp.attempts import Attempt
     from sepp.rejections import RejectionCode
     from sepp.request import IndexedRejection, Rejection
-    from sepp.request.outcomes import Attempt, JobOutcome
+
+    # The fields of a JobOutcome: sepp.request.outcomes itself imports this module (its
+    # JobOutcome.value raises JobFailed / JobCancelled). Every outcome passed is a JobOutcome.
+    from sepp.request.outcome_fields import OutcomeFields as JobOutcome
 
 
 class SeppError(Exception):

@@ -12,11 +12,13 @@ import json
 import pytest
 
 from engine.engine_kit import Harness, HarnessFactory, S
+from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.ids import job_id_text
 from sepp.domain.states import State
 from sepp.server import job_events as ev
 from sepp.server.errors import InvalidRequest, LeaseRefused
 from sepp.server.job_events import JobEvent, Watcher
+from sepp.server.rpc.worker import settle_params
 
 
 def kinds(w: Watcher) -> list[tuple[int, str, int]]:
@@ -187,6 +189,38 @@ async def test_progress_with_a_stale_lease_is_refused_and_not_stored(harness: Ha
     with pytest.raises(LeaseRefused):  # settled: the lease is gone for progress too
         await harness.engine.extend(new.id, new.lease_id or b"", 30.0, "1.0")
     assert (await harness.job(job_id)).progress == "0.5"
+
+
+async def test_a_jobs_event_times_never_go_back(harness: Harness) -> None:
+    """A new user's report: ``sepp jobs watch`` printed a progress event with a later time
+    than the completion after it. The ack reached the server first (stamped then) and waited
+    for its commit while the extension with the last progress, received 2 ms later, committed
+    before it (PostgreSQL's committers run side by side). The completion is now shown at no
+    earlier time than the progress before it; the stored ``finished_at`` is the ack's."""
+    w = harness.parts.job_events.watch()
+    job_id, _ = await harness.enqueue("q")
+    [job] = await harness.reserve("q")
+    w.take()
+    received = harness.now
+    ack = settle_params(wpb.AckRequest(job_id=job_id_text(job.id), lease_id=job_id_text(job.lease_id or b"")),
+                        received, 16 * 1024)
+    harness.clock.advance(us=2_000)
+    await harness.engine.extend(job.id, job.lease_id or b"", 30.0, '"99%"')
+    harness.clock.advance(us=1_000)
+    await harness.engine.settle([ack])
+    progress, completed = w.take()
+    assert (progress.kind, completed.kind) == (ev.PROGRESS, ev.COMPLETED)
+    assert progress.at == received + 2_000  # when the extension was received
+    assert completed.at == progress.at  # not received (2 ms before the progress shown above it)
+    assert (await harness.job(job_id)).finished_at == received
+    # The next job's events are stamped as they come again: the entry ended with the completion.
+    job_id, _ = await harness.enqueue("q")
+    [job] = await harness.reserve("q")
+    await harness.engine.extend(job.id, job.lease_id or b"", 30.0, "0.5")
+    await harness.ack(job)
+    assert [(e.kind, e.at) for e in w.take()] == [(ev.ENQUEUED, harness.now), (ev.RESERVED, harness.now),
+                                                 (ev.PROGRESS, harness.now), (ev.COMPLETED, harness.now)]
+    assert harness.parts.job_events._progress_at == {}
 
 
 def test_a_watcher_keeps_events_in_position_order() -> None:

@@ -117,15 +117,15 @@ async def test_a_lowered_limit_applies_to_the_next_ack(make_harness: HarnessFact
     assert refused.state == int(State.SCHEDULED)
 
 
-async def test_the_worker_fails_an_attempt_whose_result_json_cannot_encode(make_harness: HarnessFactory) -> None:
+async def test_the_worker_dead_letters_a_job_whose_result_json_cannot_encode(make_harness: HarnessFactory) -> None:
     h = await make_harness(queues=QUEUES)
-    job_id, _ = await h.enqueue()
+    job_id, _ = await h.enqueue(max_attempts=5)
     (job,) = await h.reserve()
     (result,) = await _settle(h, (job, {"when": object()}))
-    assert result.state == int(State.SCHEDULED)
+    assert result.state == int(State.DEAD_LETTERED)  # at once: attempts were left
     back = await h.job(job_id)
     (entry,) = _history(back)
-    assert entry["outcome"] == "retry" and back.result is None
+    assert entry["outcome"] == "dead_letter" and back.result is None
     assert entry["error_message"].startswith("ResultError: the handler's return value cannot be stored as the "
                                              "job's result: TypeError: Object of type object is not JSON "
                                              "serializable")

@@ -22,6 +22,7 @@ from support.worker import Wire, pinned_server, wire_for
 
 from sepp import AsyncClient, Client, ClientOptions, EnqueueRequest, JobCancelled, JobFailed, JobNotFound, WaitTimeout
 from sepp.api.v1 import common_pb2 as pb
+from sepp.api.v1 import worker_pb2 as wpb
 from sepp.errors import PermissionDenied
 from sepp.testing import ServerProcess
 
@@ -84,6 +85,27 @@ def test_a_cancelled_job_raises_job_cancelled(shared_server: ServerProcess, wire
             client.result(job_id, timeout=30)
         canceller.join()  # its answer may come after the wait's: the channel stays open for it
     assert cancelled.value.outcome.state == "CANCELLED" and "not needed" in str(cancelled.value)
+
+
+def test_an_outcomes_value_raises_what_result_raises(shared_server: ServerProcess, wire: Wire) -> None:
+    """A new user's report: ``JobOutcome.value()`` of a dead-lettered job was None, while the
+    docs said it decodes as ``Client.result`` would (which raises ``JobFailed``)."""
+    dead, cancelled, done = wire.enqueue(max_attempts=1), wire.enqueue(), wire.enqueue()
+    wire.nack(wire.reserve_one(), "dead_letter", message="poison")
+    wire.cancel(cancelled, "not needed")
+    res = wire.reserve_one()
+    wire.worker.Ack(wpb.AckRequest(job_id=res.job.id, lease_id=res.lease_id,
+                                   result=pb.Payload(data=b'{"n": 1}', encoding="application/json")), timeout=10)
+    with Client(shared_server.grpc_target) as client:
+        outcomes = client.wait([dead, cancelled, done], timeout=30)
+        for job_id, error in ((dead, JobFailed), (cancelled, JobCancelled)):
+            with pytest.raises(error) as from_result:
+                client.result(job_id, timeout=0)
+            with pytest.raises(error) as from_value:
+                outcomes[job_id].value()
+            assert str(from_value.value) == str(from_result.value)
+            assert from_value.value.outcome == outcomes[job_id]
+        assert outcomes[done].value() == client.result(done, timeout=0) == {"n": 1}
 
 
 def test_an_unknown_id_is_job_not_found_and_a_bad_one_a_value_error(shared_server: ServerProcess) -> None:

@@ -32,6 +32,7 @@ from support.worker import running, wire_for
 import sepp
 from sepp import Client, DeadLetter, Job, JobFailed, Retry
 from sepp.api.v1 import common_pb2 as pb
+from sepp.client.admin import AdminClient
 from sepp.testing import ServerProcess
 from sepp.wire import custom_map_from_proto
 
@@ -267,6 +268,36 @@ def test_a_task_enqueued_from_the_cli_and_from_node_runs_in_sepp_worker_module_a
     assert outcomes[ids["python"]].value() == "OK "
     if "node" in ids:
         assert outcomes[ids["node"]].value() == "HI HI HI "
+
+
+@pytest.mark.sqlite_only(reason="the CLI's flags do not depend on the storage backend")
+def test_a_tasks_options_apply_to_its_own_enqueues_and_the_cli_passes_them(
+    shared_server: ServerProcess, fresh_queue: str
+) -> None:
+    """A new user's report: a task's job enqueued with ``sepp enqueue`` got the queue's
+    max_attempts, not the decorator's. As docs/tasks.md ("The payload") now says: the options
+    are the task object's, and the CLI passes them with its flags, the line the docs show."""
+    app = sepp.App(shared_server.grpc_target)
+
+    @app.task(queue=fresh_queue, max_attempts=3, priority=8, name="limited")
+    def limited() -> None: ...
+
+    def cli(*flags: str) -> str:
+        sent = subprocess.run([sys.executable, "-m", "sepp", "enqueue", fresh_queue, "limited", "{}",
+                               "--json-payload", *flags, "--server", shared_server.grpc_target, "--json"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert sent.returncode == 0, sent.stderr
+        return json.loads(sent.stdout)["job_id"]  # type: ignore[no-any-return]
+
+    with app, AdminClient(shared_server.grpc_target) as admin:
+        jobs = {"task": limited.enqueue().job_id, "cli": cli(), "cli+flags": cli("--max-attempts", "3",
+                                                                                  "--priority", "8")}
+        settings = admin.get_queue(fresh_queue).settings
+        got = {how: (admin.get_job(job_id).max_attempts, admin.get_job(job_id).priority)
+               for how, job_id in jobs.items()}
+    assert got == {"task": (3, 8), "cli": (settings.default_max_attempts, settings.default_priority),
+                   "cli+flags": (3, 8)}
+    assert got["cli"] != (3, 8)
 
 
 @pytest.mark.sqlite_only(reason="the shipped fixture starts a SQLite server")

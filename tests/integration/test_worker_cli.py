@@ -59,6 +59,9 @@ def sepp_worker(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -
     ("no_such_module:worker", "cannot import module 'no_such_module'"),
     ("no_such_module:worker", "add that folder to PYTHONPATH"),
     ("cli_handlers:nope", "has no attribute 'nope'"),
+    # a typo names what there is to run (the Worker; not the function, nor the int)
+    ("cli_handlers:wroker", "module 'cli_handlers' has no attribute 'wroker'; App or Worker objects there: worker\n"),
+    ("cli_handlers:worker.nope", "has no attribute 'worker.nope'; it holds no App or Worker object"),
     ("cli_handlers:not_a_worker", "is a int, not a sepp.worker.Worker"),
 ])
 def test_a_bad_target_is_a_usage_error(tmp_path: Path, spec: str, message: str) -> None:

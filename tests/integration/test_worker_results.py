@@ -112,22 +112,26 @@ def _shown(srv: ServerProcess, ids: list[str], jobs: list[pb.Job]) -> None:
         assert "No result: the handler returned nothing." in web.get(f"/jobs/{ids[3]}").text
 
 
-async def test_a_value_json_cannot_encode_fails_its_attempt_and_the_worker_goes_on(
+async def test_a_value_json_cannot_encode_dead_letters_its_job_at_once_and_the_worker_goes_on(
         srv: ServerProcess, fresh_queue: str) -> None:
+    """A new user's report: such a job was retried through all its attempts, each failing the
+    same way. Now it is dead-lettered on its first attempt, as a handler's ``DeadLetter`` is."""
     async def unencodable(job: Job) -> object:
         return {"when": object()}
 
     async def fine(job: Job) -> str:
         return "fine"
 
-    ids = await _run_jobs(srv, fresh_queue, {"odd": unencodable, "ok": fine}, [("odd", 1), ("ok", 1), ("ok", 1)])
+    ids = await _run_jobs(srv, fresh_queue, {"odd": unencodable, "ok": fine}, [("odd", 5), ("ok", 1), ("ok", 1)])
     odd, *oks = (_job(srv, job_id) for job_id in ids)
     assert [j.state for j in oks] == [pb.COMPLETED] * 2 and all(j.result.data == b'"fine"' for j in oks)
-    assert odd.state == pb.DEAD_LETTERED and odd.dead_letter_reason == "ATTEMPTS_EXHAUSTED"
+    why = ("ResultError: the handler's return value cannot be stored as the job's result: TypeError: Object of type "
+           "object is not JSON serializable")
+    assert odd.state == pb.DEAD_LETTERED and odd.dead_letter_reason.startswith(f"NACK_DEAD_LETTER: {why}")
     assert not odd.HasField("result")
-    (attempt,) = odd.attempts
-    assert attempt.error_message.startswith("ResultError: the handler's return value cannot be stored as the job's "
-                                            "result: TypeError: Object of type object is not JSON serializable")
+    (attempt,) = odd.attempts  # one attempt of the 5 it had
+    assert attempt.error_message.startswith(why) and "JSON-encodable" in attempt.error_message
+    assert "Traceback" in attempt.error_detail
 
 
 async def test_the_worker_checks_the_queues_limit_at_the_limit_and_one_past_it(

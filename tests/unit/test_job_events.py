@@ -140,3 +140,38 @@ def test_a_message_written_by_column_parses_as_the_message_object(events: list[J
              for i, e in enumerate(events)]
     for batch in (events, alike, alike[:1], [events[0]] * 3):
         assert ppb.WatchJobsResponse.FromString(encode_events(batch)) == events_message(batch)
+
+
+def test_a_jobs_next_event_is_never_earlier_than_its_last_progress_up_to_the_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``JobEvents`` remembers each job's last progress time, for at most
+    ``MAX_PROGRESS_TIMES`` jobs (here 3): at the bound every job's completion is lifted to
+    its progress time; one past it, the oldest job is forgotten and its completion keeps its
+    own time. A relayed event (another node's clock) is held to the same order."""
+    monkeypatch.setattr(ev, "MAX_PROGRESS_TIMES", 3)
+    hub = ev.JobEvents("n1", FakeClock())
+    w = hub.watch()
+    ids = [bytes([n]) * 16 for n in range(5)]
+
+    def progress(job_id: bytes, at: int) -> None:
+        hub.progressed(job_id, "q", "t", 1, "0.5", at)
+
+    def completed_at(job_id: bytes, at: int, *, relayed: bool = False) -> int:
+        event = JobEvent(0, ev.COMPLETED, job_id, "q", "t", 3, at, 1)
+        if relayed:
+            hub.publish(event, local=False)
+        else:
+            hub._deliver_all([event])
+        return w.take()[-1].at
+
+    for job_id in ids[:3]:
+        progress(job_id, 100)
+    assert [completed_at(job_id, 50) for job_id in ids[:3]] == [100, 100, 100]  # at the bound
+    for job_id in ids[:4]:
+        progress(job_id, 100)
+    assert [completed_at(job_id, 50) for job_id in ids[:4]] == [50, 100, 100, 100]  # one past: the first forgotten
+    progress(ids[4], 200)
+    progress(ids[4], 150)  # a progress relayed late is not shown going back either
+    assert w.take()[-1].at == 200
+    assert completed_at(ids[4], 120, relayed=True) == 200
+    assert completed_at(ids[4], 120) == 120  # the entry ended with the completion

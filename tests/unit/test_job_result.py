@@ -73,22 +73,22 @@ def test_sepp_exports_result_and_what_is_stored_reads_back_as_it_was_returned() 
     ({"x": math.nan}, "ValueError: Out of range float values are not JSON compliant"),
     ({1j: 1}, "TypeError: keys must be str, int, float, bool or None"),
 ])
-def test_a_value_json_cannot_encode_fails_the_attempt_with_the_reason(value: Any, why: str) -> None:
+def test_a_value_json_cannot_encode_dead_letters_the_job_with_the_reason(value: Any, why: str) -> None:
     with pytest.raises((TypeError, ValueError)):
         result_of(value)
     outcome = returned(value, 1024)
-    assert outcome.kind == "retry" and outcome.result is None
+    assert outcome.kind == "dead_letter" and outcome.result is None and outcome.reason == outcome.error_message
     assert outcome.error_message.startswith("ResultError: the handler's return value cannot be stored as the "
                                             "job's result: ")
     assert why in outcome.error_message and "JSON-encodable" in outcome.error_message
     assert "The above exception was the direct cause" in outcome.error_detail  # the encoder's error, kept
 
 
-def test_a_circular_value_fails_the_attempt_too() -> None:
+def test_a_circular_value_dead_letters_the_job_too() -> None:
     loop: list[Any] = []
     loop.append(loop)
     outcome = returned(loop, None)
-    assert outcome.kind == "retry" and "Circular reference" in outcome.error_message
+    assert outcome.kind == "dead_letter" and "Circular reference" in outcome.error_message
 
 
 def test_the_queues_limit_is_checked_at_the_limit_and_one_past_it() -> None:

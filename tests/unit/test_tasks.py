@@ -306,6 +306,24 @@ def test_eager_mode_propagates_a_failure_or_records_it() -> None:
         flaky.enqueue()  # type: ignore[call-arg]
 
 
+def test_eager_mode_dead_letters_a_result_json_cannot_encode_at_once() -> None:
+    """As a worker does: no attempt would return anything else (new-user trial)."""
+    local = App(NOWHERE)
+    calls: list[int] = []
+
+    @local.task(max_attempts=3)
+    def odd() -> object:
+        calls.append(current_job().attempt)
+        return {"when": object()}
+
+    with local.run_inline(propagate=False):
+        outcome = odd.enqueue().wait()
+    assert outcome.dead_lettered and calls == [1]
+    assert outcome.reason.startswith("NACK_DEAD_LETTER: ResultError: the handler's return value cannot be stored")
+    with local.run_inline(), pytest.raises(TypeError, match="not JSON serializable"):  # propagated as it was
+        odd.enqueue()
+
+
 async def test_an_async_app_runs_inline_inside_a_running_loop() -> None:
     aapp = AsyncApp(NOWHERE)
 
@@ -400,6 +418,11 @@ def test_sepp_worker_loads_an_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Any
     assert list(worker.config.queues) == ["q1"] and "tasks_app_mod.one" in worker.registry
     with pytest.raises(ValueError, match="without tasks"):
         load_worker("tasks_app_mod:empty")
+    # A typo lists what the module holds that sepp worker can run (a new user's report).
+    with pytest.raises(ValueError) as typo:
+        load_worker("tasks_app_mod:ap")
+    assert str(typo.value) == ("module 'tasks_app_mod' has no attribute 'ap'; App or Worker objects there: app, "
+                               "empty")
 
 
 def test_the_target_comes_from_sepp_server(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,7 +53,9 @@ def load_worker(spec: str) -> Any:
     (for a ``sepp.App``: ``app.worker()``, every task registered).
 
     Raises ``ValueError`` with a readable message when the spec is malformed, the module
-    or attribute is missing, or the attribute is not (and does not build) a ``Worker``.
+    or attribute is missing (the message then lists the ``App`` and ``Worker`` objects the
+    module holds: ``module 'myapp' has no attribute 'ap'; App or Worker objects there: app``),
+    or the attribute is not (and does not build) a ``Worker``.
     """
     from sepp.worker import Worker
 
@@ -69,16 +71,19 @@ def load_worker(spec: str) -> Any:
             raise ValueError(f"cannot import module {module_name!r}: {exc} (looked in {os.getcwd()} and on "
                              "sys.path: run from the folder that holds it, or add that folder to PYTHONPATH)") from exc
         raise
+    # A sepp.App exists only once sepp.tasks was loaded (by the module that made it): looked up,
+    # not imported, so a plain Worker's process still imports no pydantic.
+    tasks_app = sys.modules.get("sepp.tasks.app")
+    app_class: Any = tasks_app._AppBase if tasks_app is not None else ()
     obj: Any = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
-    # A sepp.App exists only once sepp.tasks was loaded (by the module that made it): looked up,
-    # not imported, so a plain Worker's process still imports no pydantic.
-    tasks_app = sys.modules.get("sepp.tasks.app")
-    app_class: Any = tasks_app._AppBase if tasks_app is not None else ()
+            found = runnable_names(obj, (Worker, app_class))
+            there = (f"; App or Worker objects there: {', '.join(found)}" if found
+                     else "; it holds no App or Worker object")
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}{there}") from None
     if not isinstance(obj, Worker) and not isinstance(obj, app_class) and callable(obj):
         obj = obj()
         tasks_app = sys.modules.get("sepp.tasks.app")
@@ -91,6 +96,17 @@ def load_worker(spec: str) -> Any:
     if not isinstance(obj, Worker):
         raise ValueError(f"{spec} is a {type(obj).__name__}, not a sepp.worker.Worker or a sepp.App")
     return obj
+
+
+def runnable_names(holder: Any, kinds: tuple[type, ...]) -> list[str]:
+    """The names of ``holder``'s attributes (a module's globals, say) that are instances of
+    ``kinds`` (``Worker`` and ``sepp.App``), sorted, those starting with ``_`` left out: what
+    ``sepp worker MODULE:NAME`` could run, for the message of a name that is not there."""
+    try:
+        items = list(vars(holder).items())
+    except TypeError:  # no __dict__
+        return []
+    return sorted(name for name, value in items if not name.startswith("_") and isinstance(value, kinds))
 
 
 def _label(report: Any) -> str:

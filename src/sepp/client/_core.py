@@ -34,6 +34,7 @@ from sepp.client._status import (  # noqa: F401 - re-exported
 from sepp.client.options import ClientOptions
 from sepp.client.target import (
     first_contact_error,
+    given_target,
     mark_reached,
     no_server_cause,
     normalize_target,
@@ -56,8 +57,6 @@ from sepp.request import (
     Rejection,
     fresh_acks,
 )
-
-DEFAULT_TARGET = "127.0.0.1:7700"
 
 
 def channel_options(options: ClientOptions) -> list[tuple[str, Any]]:
@@ -281,11 +280,12 @@ def after_failed_try(reached: bool, error: SeppError, exc: grpc.RpcError, target
     return False
 
 
-def client_target(target: str, options: ClientOptions) -> str:
+def client_target(target: str | None, options: ClientOptions) -> str:
     """``target`` as a client dials it (``target.normalize_target``: a ``grpc://`` or
-    ``http://`` prefix removed; ``grpcs://`` / ``https://`` only with TLS configured).
+    ``http://`` prefix removed; ``grpcs://`` / ``https://`` only with TLS configured); None
+    (no target given) takes ``$SEPP_SERVER``, else ``DEFAULT_TARGET`` (``given_target``).
     Raises ``ValueError`` for a target that is not ``HOST:PORT`` in such a form."""
-    return normalize_target(target, tls=options.credentials is not None)
+    return normalize_target(given_target(target), tls=options.credentials is not None)
 
 
 def not_sent(error: SeppError) -> bool:

@@ -19,10 +19,10 @@ from typing import Any
 
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.domain.clock import Clock
-from sepp.errors import JobCancelled, JobFailed, JobNotFound, SeppError, ServerError, WaitTimeout
+from sepp.errors import JobNotFound, SeppError, ServerError, WaitTimeout
 from sepp.hard_limits import MAX_WAIT_JOBS
 from sepp.request import EnqueueAck
-from sepp.request.outcomes import JobOutcome, decode_result
+from sepp.request.outcomes import JobOutcome
 from sepp.wire import seconds_to_duration
 
 #: Longest poll when the server's ``max_wait`` is not known yet (its default), seconds.
@@ -129,13 +129,10 @@ def timed_out(deadline: Deadline, done: dict[str, JobOutcome], pending: Iterable
 
 
 def value_of(outcome: JobOutcome) -> Any:
-    """What ``result`` returns for ``outcome``: the decoded result of a COMPLETED job
-    (``decode_result``); raises ``JobFailed`` (dead-lettered) or ``JobCancelled``."""
-    if outcome.dead_lettered:
-        raise JobFailed(outcome)
-    if outcome.cancelled:
-        raise JobCancelled(outcome)
-    return decode_result(outcome.result)
+    """What ``result`` returns for ``outcome``: ``JobOutcome.value`` — the decoded result of a
+    COMPLETED job (``decode_result``); raises ``JobFailed`` (dead-lettered) or
+    ``JobCancelled``."""
+    return outcome.value()
 
 
 __all__ = ["DEFAULT_POLL", "Deadline", "chunks", "job_ids", "not_found", "outcomes", "request", "timed_out",

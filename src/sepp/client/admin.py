@@ -40,12 +40,17 @@ from sepp.api.v1 import periodic_pb2 as ppb
 from sepp.client._core import error_from_rpc
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
-from sepp.client.target import first_contact_error, mark_reached, normalize_target, reached_a_server, rpc_details
+from sepp.client.target import (
+    first_contact_error,
+    given_target,
+    mark_reached,
+    normalize_target,
+    reached_a_server,
+    rpc_details,
+)
 from sepp.client.tls import PathArg, with_tls
 from sepp.domain.states import STATE_BY_NAME, parse_state
 from sepp.errors import AdminError, AdminRefused, TransportError
-
-DEFAULT_TARGET = "127.0.0.1:7700"
 
 #: Job states by their lower-case names (``dead_lettered``; ``dead-lettered`` also works):
 #: the domain name table (``sepp.domain.states``).
@@ -85,17 +90,18 @@ class AdminClient:
     or ``PermissionDenied`` (the transport family; in earlier versions ``AdminRefused``). TLS:
     ``credentials``, or ``tls_ca`` / ``tls_cert`` / ``tls_key`` PEM files
     (``sepp.client.tls``), not both. ``target``: ``HOST:PORT`` (the forms of ``sepp.Client``;
-    ``sepp.client.target``). Raises ``ValueError`` for a TLS file that cannot be read or used,
-    and for a ``target`` that is not ``HOST:PORT``. A call to an address this process never
+    ``sepp.client.target``; ``None``: ``$SEPP_SERVER`` when set, else ``127.0.0.1:7700``).
+    Raises ``ValueError`` for a TLS file that cannot be read or used, and for a ``target``
+    that is not ``HOST:PORT``. A call to an address this process never
     reached, where nothing can be connected to, raises ``Unavailable`` naming the cause
     (``connection refused: is sepp running on …?``); admin calls never wait for a connection."""
 
-    def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, timeout: float = 30.0,
+    def __init__(self, target: str | None = None, *, token: str | None = None, timeout: float = 30.0,
                  credentials: grpc.ChannelCredentials | None = None, tls_ca: PathArg | None = None,
                  tls_cert: PathArg | None = None, tls_key: PathArg | None = None) -> None:
         credentials = with_tls(ClientOptions(credentials=credentials), tls_ca, tls_cert, tls_key).credentials
         #: The address dialled: ``target`` without a ``grpc://`` / ``http://`` prefix.
-        self.target = normalize_target(target, tls=credentials is not None)
+        self.target = normalize_target(given_target(target), tls=credentials is not None)
         self._tls = credentials is not None
         #: Whether a call got an answer from a server (``sepp.client.target.mark_reached``).
         self._reached = False

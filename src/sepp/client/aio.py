@@ -50,7 +50,8 @@ class AsyncClient(AsyncWaits):
     after a call got through is waited out within ``ClientOptions.timeout``.
 
     Args:
-        target: ``host:port`` of the server's gRPC listener (the forms of :class:`~sepp.Client`).
+        target: ``host:port`` of the server's gRPC listener (the forms of :class:`~sepp.Client`);
+            ``None``: ``$SEPP_SERVER`` when set, else ``127.0.0.1:7700``.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
             on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
@@ -65,7 +66,7 @@ class AsyncClient(AsyncWaits):
     and for a ``target`` that is not ``HOST:PORT`` (as :class:`~sepp.Client`).
     """
 
-    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
+    def __init__(self, target: str | None = None, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)

@@ -61,6 +61,8 @@ class Client(SyncWaits):
         target: ``host:port`` of the server's gRPC listener (``grpc://`` or ``http://`` before
             it is accepted and removed; ``grpcs://`` / ``https://`` only with TLS configured;
             gRPC's own ``ipv4:…`` / ``dns:///…`` forms pass as they are: ``sepp.client.target``).
+            ``None`` (not given): ``$SEPP_SERVER`` when set, else ``127.0.0.1:7700``; a target
+            given always wins over the variable.
         options: Timeouts, retries, local validation, TLS; defaults when ``None``.
         token: The secret of a token with role ``produce``, sent as ``authorization: Bearer``
             on every call; ``None`` reads ``$SEPP_TOKEN``, ``""`` sends none.
@@ -80,7 +82,7 @@ class Client(SyncWaits):
     without TLS configured (one line naming the expected ``HOST:PORT``).
     """
 
-    def __init__(self, target: str = _core.DEFAULT_TARGET, *, options: ClientOptions | None = None,
+    def __init__(self, target: str | None = None, *, options: ClientOptions | None = None,
                  token: str | None = None, tls_ca: PathArg | None = None, tls_cert: PathArg | None = None,
                  tls_key: PathArg | None = None, tracer_provider: Any = None) -> None:
         self.options = with_tls(options or ClientOptions(), tls_ca, tls_cert, tls_key)

@@ -2,7 +2,8 @@
 
 Shared by ``Client``, ``AsyncClient``, ``AdminClient``, the ``Worker`` and the CLI's
 ``--server`` (README "Produce a job from Python", docs/decisions.md "A first contact fails
-fast").
+fast"). A client given no target takes ``$SEPP_SERVER``, else ``127.0.0.1:7700``
+(``given_target``).
 
 **The address.** A target is ``HOST:PORT`` (or one of gRPC's own forms:
 ``ipv4:HOST:PORT,HOST:PORT``, ``dns:///NAME:PORT``, ``unix:PATH``; passed on as they are).
@@ -26,6 +27,8 @@ waited out as before.
 
 from __future__ import annotations
 
+import os
+
 import grpc
 
 from sepp.client.tls import tls_hint
@@ -36,6 +39,20 @@ URL_SCHEMES: dict[str, bool] = {"grpc": False, "http": False, "grpcs": True, "ht
 
 #: The port ``sepp serve`` listens on for gRPC unless told otherwise (``grpc_listen``).
 DEFAULT_GRPC_PORT = 7700
+#: Where a client connects when given no target and ``SEPP_SERVER`` is unset (or empty).
+DEFAULT_TARGET = f"127.0.0.1:{DEFAULT_GRPC_PORT}"
+#: The environment variable naming the server when a client is given no target (as for
+#: every ``sepp`` command's ``--server`` and ``sepp.App``).
+TARGET_ENV = "SEPP_SERVER"
+
+
+def given_target(target: str | None) -> str:
+    """The target a client takes: ``target`` when given (an explicit one always wins), else
+    ``$SEPP_SERVER`` when set and not empty, else ``DEFAULT_TARGET`` (``127.0.0.1:7700``).
+    The variable is read when the client is made. Not yet normalized (``normalize_target``)."""
+    if target is not None:
+        return target
+    return os.environ.get(TARGET_ENV) or DEFAULT_TARGET
 
 
 def normalize_target(target: str, *, tls: bool) -> str:
@@ -159,5 +176,6 @@ def rpc_details(exc: BaseException) -> str:
     return text if isinstance(text, str) else ""
 
 
-__all__ = ["DEFAULT_GRPC_PORT", "URL_SCHEMES", "first_contact_error", "has_reached", "mark_reached",
+__all__ = ["DEFAULT_GRPC_PORT", "DEFAULT_TARGET", "TARGET_ENV", "URL_SCHEMES", "first_contact_error",
+           "given_target", "has_reached", "mark_reached",
            "no_server_cause", "normalize_target", "reached_a_server", "rpc_details"]

@@ -43,6 +43,9 @@ _new = tuple.__new__
 DEFAULT_WATCH_BUFFER = 10_000
 #: Most job ids, queues and job types one watcher may filter on (INVALID_ARGUMENT beyond).
 MAX_WATCH_IDS, MAX_WATCH_NAMES = 1_000, 100
+#: Most jobs whose last progress time a node remembers to keep each job's event times in
+#: order (``JobEvents`` "Times in order"); past it the oldest entry is forgotten.
+MAX_PROGRESS_TIMES = 65_536
 
 
 class JobEvent(NamedTuple):
@@ -153,6 +156,15 @@ class JobEvents:
     ``node`` is named in every local event; ``clock`` stamps the events of changes whose time
     the store does not report; ``buffer`` is each watcher's bound (events).
 
+    Times in order: a job's events are shown with times that never go back. A progress event
+    is stamped when its extension was received (as a settle is), but it can commit after a
+    settle received before it (PostgreSQL's committers run side by side; another node's clock
+    for a relayed event): then the job's next event — its completion, say — would show an
+    earlier time than the progress before it. So the node remembers the time of each job's
+    last progress event it handed out (at most ``MAX_PROGRESS_TIMES`` jobs, the oldest
+    forgotten first; nothing while nobody watches) and hands that job's next event out at no
+    earlier time (``_ordered``). The stored times (``finished_at``) are not changed.
+
     ``active`` is True while a local watcher exists or another node has one
     (``remote_watchers``): the engine builds no event otherwise. ``relay`` (set by the
     cluster relay) is called with each local event while other nodes have watchers.
@@ -171,6 +183,8 @@ class JobEvents:
         self.relay: Callable[[JobEvent], None] | None = None
         #: Called when the number of local watchers changes (the relay announces it).
         self.on_watchers: Callable[[int], None] | None = None
+        #: Job id → µs time of its last progress event handed out, oldest first (``_ordered``).
+        self._progress_at: dict[bytes, int] = {}
 
     # ------------------------------------------------------------ watchers
 
@@ -229,10 +243,26 @@ class JobEvents:
         ``local`` one while other nodes watch, to the relay)."""
         self.position += 1
         event = event._replace(position=self.position)
+        if self._progress_at or event.kind == PROGRESS:
+            event = self._ordered(event)
         for w in self._watchers:
             w.offer(event)
         if local and self._remote and self.relay is not None:
             self.relay(event)
+
+    def _ordered(self, event: JobEvent) -> JobEvent:
+        """``event`` at no earlier time than its job's last progress event (see "Times in
+        order" in the class docstring): a progress event's time is remembered, any other kind
+        ends the job's entry (a later progress event starts a new one)."""
+        times = self._progress_at
+        last = times.pop(event.job_id, None)
+        if last is not None and last > event.at:
+            event = event._replace(at=last)
+        if event.kind == PROGRESS:
+            times[event.job_id] = event.at
+            if len(times) > MAX_PROGRESS_TIMES:
+                del times[next(iter(times))]
+        return event
 
     def emit(self, kind: int, job_id: bytes, queue: str, job_type: str, state: int, at: int, attempt: int,
              **extra: object) -> None:
@@ -242,6 +272,8 @@ class JobEvents:
                                **extra))  # type: ignore[arg-type]
 
     def _deliver(self, event: JobEvent) -> None:
+        if self._progress_at or event.kind == PROGRESS:
+            event = self._ordered(event)
         for w in self._watchers:
             w.offer(event)
         if self._remote and self.relay is not None:
@@ -253,6 +285,8 @@ class JobEvents:
         watchers only (events every node makes for itself)."""
         if not events:
             return
+        if self._progress_at:  # some job's progress was handed out: its next event not earlier
+            events = [self._ordered(e) for e in events]
         for w in self._watchers:
             w.offer_all(w.select(events))
         relay = self.relay
@@ -338,9 +372,12 @@ class JobEvents:
                      error=p.error_message)
         self._deliver_all(done)
 
-    def progressed(self, job_id: bytes, queue: str, job_type: str, attempt: int, progress: str) -> None:
-        """A running handler's progress was stored."""
-        self.emit(PROGRESS, job_id, queue, job_type, _RESERVED, self.clock.now(), attempt, progress=progress)
+    def progressed(self, job_id: bytes, queue: str, job_type: str, attempt: int, progress: str,
+                   at: int | None = None) -> None:
+        """A running handler's progress was stored; ``at``: when the server received the
+        extension that carried it (µs UTC, as a settle's time is), None = now."""
+        self.emit(PROGRESS, job_id, queue, job_type, _RESERVED, self.clock.now() if at is None else at, attempt,
+                  progress=progress)
 
     def promoted(self, jobs: Iterable[tuple[bytes, str, str, int, int]], now: int) -> None:
         """A promotion sweep made ``jobs`` READY: (job id, queue, job type, attempt, run_at) each."""
@@ -370,6 +407,6 @@ class JobEvents:
                 emit(CANCELLED, job_id, queue, job_type, state, now, attempt,
                      reason=CANCELLED_WHILE_RESERVED)
 
-__all__ = ["CANCELLED", "COMPLETED", "DEAD_LETTERED", "DEFAULT_WATCH_BUFFER", "ENQUEUED", "MAX_WATCH_IDS",
-           "MAX_WATCH_NAMES", "PROGRESS", "PROMOTED", "REQUEUED", "RESERVED", "RETRY_SCHEDULED", "JobEvent",
-           "JobEvents", "Watcher"]
+__all__ = ["CANCELLED", "COMPLETED", "DEAD_LETTERED", "DEFAULT_WATCH_BUFFER", "ENQUEUED", "MAX_PROGRESS_TIMES",
+           "MAX_WATCH_IDS", "MAX_WATCH_NAMES", "PROGRESS", "PROMOTED", "REQUEUED", "RESERVED", "RETRY_SCHEDULED",
+           "JobEvent", "JobEvents", "Watcher"]

@@ -103,7 +103,7 @@ class Settlement(EngineService):
         if result.error is not None:
             raise LeaseRefused(result.error, job_id_text(job_id))
         if progress is not None and self.job_events.active:
-            self.job_events.progressed(job_id, result.queue, result.job_type, result.attempt, progress)
+            self.job_events.progressed(job_id, result.queue, result.job_type, result.attempt, progress, now)
         return result
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from sepp.errors import JobCancelled, JobFailed
 from sepp.request import EnqueueAck
 from sepp.request.outcomes import JobOutcome
 
@@ -40,10 +39,7 @@ class _AckBase(EnqueueAck, Generic[R]):
         object.__setattr__(self, "_outcome", outcome)
 
     def _value(self, outcome: JobOutcome) -> R:
-        if outcome.dead_lettered:
-            raise JobFailed(outcome)
-        if outcome.cancelled:
-            raise JobCancelled(outcome)
+        # JobOutcome.value raises JobFailed / JobCancelled as Client.result does.
         return self._codec.load_result(outcome.value())  # type: ignore[no-any-return]
 
 

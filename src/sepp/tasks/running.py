@@ -26,7 +26,7 @@ from sepp.request.outcomes import COMPLETED, DEAD_LETTERED, JobOutcome
 from sepp.tasks._args import ArgsCodec, ArgumentsError
 from sepp.tasks.signature import TASK_ENCODING, TaskOptions
 from sepp.worker.job import Job, detached_job
-from sepp.worker.outcome import DeadLetter, Retry
+from sepp.worker.outcome import DeadLetter, Retry, returned
 
 _CURRENT: contextvars.ContextVar[Job] = contextvars.ContextVar("sepp_current_job")
 
@@ -101,7 +101,8 @@ async def run_inline_async(
     """Run one task call in this process, as a worker would (eager mode), attempt after
     attempt up to ``options.max_attempts`` (1 when not set), without delays. With
     ``propagate`` the first exception the function raises (``Retry``/``DeadLetter`` too) is
-    raised here; else a failure is retried at once and the job's outcome records it."""
+    raised here; else a failure is retried at once and the job's outcome records it, and a
+    return value JSON cannot encode dead-letters the job at once, as a worker does."""
     job_id = str(uuid.uuid4())
     last_error = ""
     attempts = _attempts_of(options)
@@ -120,7 +121,6 @@ async def run_inline_async(
         )
         try:
             value = await handler(job) if is_async else handler(job)
-            stored = result_of(value)
         except BaseException as exc:
             if propagate or not isinstance(exc, Exception):
                 raise
@@ -130,6 +130,14 @@ async def run_inline_async(
             if not isinstance(exc, Retry):
                 last_error = "".join(traceback.format_exception_only(exc)).strip()
             continue
+        try:
+            stored = result_of(value)
+        except (TypeError, ValueError, RecursionError):
+            if propagate:
+                raise
+            # As a worker does: a value JSON cannot encode dead-letters the job at once.
+            why = returned(value, None).reason
+            return _outcome(job, DEAD_LETTERED, None, why, attempt, f"NACK_DEAD_LETTER: {why}")
         result = None if stored is None else Payload(stored.data, stored.encoding)
         return _outcome(job, COMPLETED, result, "", attempt, "")
     return _outcome(job, DEAD_LETTERED, None, last_error, attempts, "ATTEMPTS_EXHAUSTED")

@@ -7,7 +7,7 @@ Enable them in your ``conftest.py``::
 then ask for them in a test::
 
     def test_welcome_is_sent(sepp_server, monkeypatch):
-        monkeypatch.setenv("SEPP_SERVER", sepp_server.grpc_target)   # where sepp.App() connects
+        monkeypatch.setenv("SEPP_SERVER", sepp_server.grpc_target)   # where sepp.App() and Client() connect
         ...
 
 * ``sepp_server``: a started ``ServerProcess`` (SQLite in pytest's ``tmp_path``, free loopback

@@ -10,7 +10,10 @@
 2. Release every prefetched job not started.
 3. Let running handlers finish within the grace period (a hurry cuts it short).
 4. Cancel async handlers still running and release their jobs (a blocking handler's
-   thread cannot be stopped: its job is released too and its result ignored).
+   thread cannot be stopped: its job is released too and its result ignored). The release's
+   error message, kept in the job's history, says why: ``shutdown grace exceeded`` when the
+   grace period ran out, else what hurried the stop (``Stopper.hurried_by``: a second
+   interrupt, a second SIGTERM, ``stop(0)``) — ``abandon_reason``.
 5. Wait for the acks and releases the server has not answered yet: as long as it answers,
    or up to ``SETTLE_STOP_TIMEOUT`` past its last answer; a hurry gives up at once what is
    being re-sent. What is given up (logged at WARNING with its count) comes back after
@@ -77,6 +80,10 @@ class Stopper:
         rpc, reserver, pool, reports, keeper, threads: The worker's parts.
         hurry: Set by a second signal or ``stop(0)``: the stop cuts every wait short.
         clock: The worker's clock (the grace period and the ``StopReserving`` waits).
+
+    ``hurried_by`` is set (by the worker, before it sets ``hurry``) to what hurried the stop,
+    as the release reasons name it: "a second interrupt (SIGINT)", "a second SIGTERM",
+    "stop(0)"; ``abandon_reason`` turns it into the history text of a released job.
     """
 
     def __init__(self, worker_id: str, rpc: WorkerRpc, reserver: Reserver, pool: SlotPool, reports: Reports,
@@ -93,6 +100,9 @@ class Stopper:
         #: The stop gave up on the server's answers (StopReserving or acks unanswered): its
         #: last call (``_say_stopped``) is not sent, it would only wait out its deadline.
         self.unanswered = False
+        #: What set ``hurry`` ("a second interrupt (SIGINT)", "a second SIGTERM", "stop(0)"),
+        #: named in the history of the jobs the stop releases; "" while not hurried.
+        self.hurried_by = ""
 
     async def run(self, grace: float) -> None:
         """Steps 1 to 6, ``grace`` seconds (from now) for the running handlers; then
@@ -165,7 +175,7 @@ class Stopper:
             log.warning("releasing %d running job(s) now (the stop was hurried)", len(stuck))
         else:
             log.warning("releasing %d job(s) still running after the grace period", len(stuck))
-        pool.abandoning = True
+        pool.abandoning = abandon_reason(self.hurried_by if self._hurry.is_set() else "")
         for task in stuck:
             task.cancel()
         await asyncio.wait(left, timeout=CANCEL_WAIT)
@@ -173,7 +183,8 @@ class Stopper:
         hung = [pool.running[t] for t in left if not t.done() and t in pool.running]
         if hung:
             log.warning("%d handler(s) ignored cancellation; releasing their job(s)", len(hung))
-            self._reports.release(hung, "worker stopped; the handler did not end (shutdown grace exceeded)")
+            self._reports.release(hung, abandon_reason(self.hurried_by if self._hurry.is_set() else "",
+                                                       ended=False))
 
     async def _await_reservers(self) -> None:
         """Let the reservers end, each releasing what its last call brought.
@@ -268,5 +279,18 @@ class Stopper:
             log.debug("could not tell the server this worker stopped: %s", exc)
 
 
+def abandon_reason(hurried_by: str, *, ended: bool = True) -> str:
+    """The error message of a running job the stop releases (kept in its history):
+    ``hurried_by`` "" — the grace period ran out — gives "worker stopped before the handler
+    finished (shutdown grace exceeded)"; else the hurry is named: "worker stopped by a second
+    interrupt (SIGINT) before the handler finished". ``ended`` False: the handler ignored its
+    cancellation ("…; the handler did not end")."""
+    if not hurried_by:
+        return ("worker stopped before the handler finished (shutdown grace exceeded)" if ended
+                else "worker stopped; the handler did not end (shutdown grace exceeded)")
+    return (f"worker stopped by {hurried_by} before the handler finished" if ended
+            else f"worker stopped by {hurried_by}; the handler did not end")
+
+
 __all__ = ["CANCEL_WAIT", "RESERVE_STOP_EVERY", "RESERVE_STOP_TIMEOUT", "RESERVE_STOP_WAIT",
-           "SETTLE_STOP_TIMEOUT", "STOPPED_DEADLINE", "Stopper"]
+           "SETTLE_STOP_TIMEOUT", "STOPPED_DEADLINE", "Stopper", "abandon_reason"]

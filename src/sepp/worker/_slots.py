@@ -82,8 +82,10 @@ class SlotPool:
         self.on_room: Callable[[], None] = _nothing
         #: False once the worker stops: slots end, nothing more is dispatched.
         self.active = True
-        #: Set by the stop once it cancels the handlers still running past the grace period.
-        self.abandoning = False
+        #: Set by the stop once it cancels the handlers still running: why, as the release's
+        #: error message ("worker stopped before the handler finished (shutdown grace
+        #: exceeded)", or the hurry that cut the grace short); None while nothing is abandoned.
+        self.abandoning: str | None = None
         #: Prefetched jobs, oldest first (each knows when it arrived: ``Job._reserved_at``).
         self.pending: deque[Job] = deque()
         #: The handler slot of each job running.
@@ -276,8 +278,8 @@ class SlotPool:
 
     def _returned(self, job: Job, value: Any) -> Outcome:
         """The outcome of ``job``'s handler that returned ``value`` (not None): an ack carrying
-        it as the result, or — not JSON-encodable, over the queue's ``max_result_bytes`` — a
-        failed attempt (``outcome.returned``)."""
+        it as the result, or a dead-letter (not JSON-encodable) or a failed attempt (over the
+        queue's ``max_result_bytes``): ``outcome.returned``."""
         return returned(value, self._result_limits.get(job._job.queue))
 
     async def _resumed(self, runner: Generator[Any, Any, None], first: Any, ctx: contextvars.Context) -> Any:
@@ -313,9 +315,9 @@ class SlotPool:
     def _failure(self, exc: BaseException, me: asyncio.Task[None]) -> tuple[Outcome, BaseException | None]:
         """The outcome of a handler of slot ``me`` that raised ``exc``, and the error to record."""
         if isinstance(exc, asyncio.CancelledError):
-            if self.abandoning:
+            if self.abandoning is not None:
                 me.uncancel()
-                return released("worker stopped before the handler finished (shutdown grace exceeded)"), None
+                return released(self.abandoning), None
             # The handler raised CancelledError of its own, or a cancellation the runtime did
             # not ask for landed in it: its handler's own (it cancelled its task), or one a job
             # before it on this slot left to land later. A failure like any other: the job is

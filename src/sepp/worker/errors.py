@@ -40,10 +40,10 @@ class LeaseError(RefusedError):
 class ResultError(SeppError):
     """A handler's return value could not become its job's result: JSON cannot encode it, or it
     is larger than the queue's ``max_result_bytes``. The runtime raises it after the handler
-    returned, in the handler's place: the attempt fails like a handler that raised (a retry
-    with the queue's backoff; dead-lettered on the last attempt), this message and its
-    traceback (with the encoder's error as its cause) in the job's history. The worker goes
-    on with its other jobs."""
+    returned, in the handler's place. One JSON cannot encode dead-letters the job at once
+    (reason ``NACK_DEAD_LETTER: ResultError: …``: every attempt would fail the same way); this
+    message and its traceback (with the encoder's error as its cause) are in the job's
+    history. The worker goes on with its other jobs."""
 
 
 __all__ = ["LEASE_REASONS", "LeaseError", "ResultError"]

@@ -2,8 +2,10 @@
 
 * return                  → ``Ack`` → COMPLETED; the value returned is the job's result
   (``sepp.job_result``: ``None`` none, ``bytes``, a ``sepp.Result``, else JSON), stored with
-  the ack. One JSON cannot encode, or larger than the queue's ``max_result_bytes``, fails the
-  attempt instead (``returned``: a ``retry`` with the reason)
+  the ack. One JSON cannot encode dead-letters the job at once (``returned``: a
+  ``dead_letter`` recording a ``ResultError`` — every attempt would return the same kind of
+  value); one larger than the queue's ``max_result_bytes`` fails the attempt (a ``retry``
+  with the reason)
 * ``raise Retry(after=s)`` → nack ``retry_after`` (exactly ``s`` seconds), or ``retry``
   (the queue's backoff) when ``after`` is ``None``; dead-letters at ``max_attempts``
 * ``raise DeadLetter(why)`` → nack ``dead_letter`` (reason NACK_DEAD_LETTER: why)
@@ -186,9 +188,11 @@ def returned(value: Any, limit: int | None) -> Outcome:
     """The outcome of a handler that returned ``value``: ``completed`` carrying it as the job's
     result (``sepp.job_result.result_of``; ``COMPLETED`` for ``None``), checked against the
     queue's ``max_result_bytes`` ``limit`` (bytes; ``None`` when the server did not say).
-    Never raises: a value JSON cannot encode is a ``retry`` recording a ``ResultError`` (its
-    message, and a traceback with the encoder's error as the cause), one over the limit a
-    ``retry`` recording ``ResultTooLarge`` — the words the server records when it refuses one."""
+    Never raises: a value JSON cannot encode is a ``dead_letter`` (reason ``NACK_DEAD_LETTER:
+    ResultError: …``, as a handler's ``raise DeadLetter(...)`` would be: retrying runs the
+    same code to the same kind of value) recording the ``ResultError`` and a traceback with
+    the encoder's error as the cause; one over the limit a ``retry`` recording
+    ``ResultTooLarge`` — the words the server records when it refuses one."""
     try:
         try:
             parts = result_parts(value)
@@ -197,7 +201,8 @@ def returned(value: Any, limit: int | None) -> Outcome:
                               "(return bytes, a sepp.Result, a JSON-encodable value, or None for no result)"
                               ) from exc
     except ResultError as exc:
-        return Outcome("retry", error_message=_truncate(describe(exc)), error_detail=_truncate(_format(exc)))
+        why = _truncate(describe(exc))
+        return Outcome("dead_letter", reason=why, error_message=why, error_detail=_truncate(_format(exc)))
     if parts is None:
         return COMPLETED
     data, encoding = parts

@@ -4,8 +4,8 @@ A handler is ``async def f(job)`` (run on the worker's event loop) or a plain
 ``def f(job)`` (run in the worker's thread pool, so it may block). Returning means success
 (ack), and the value returned is the job's result, stored with the ack: ``None`` none,
 ``bytes`` as ``application/octet-stream``, a ``sepp.Result`` as given, anything else as JSON
-(``sepp.job_result``; one JSON cannot encode, or over the queue's ``max_result_bytes``,
-fails the attempt instead).
+(``sepp.job_result``; one JSON cannot encode dead-letters the job at once, one over the
+queue's ``max_result_bytes`` fails the attempt instead).
 """
 
 from __future__ import annotations

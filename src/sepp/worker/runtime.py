@@ -43,7 +43,10 @@ only on a second signal, once the server left ``StopReserving`` unanswered for
 ``release``: the attempt is given back) every prefetched job not started;
 let running handlers finish within ``shutdown_grace``; then cancel async handlers
 still running and release their jobs (a blocking handler's thread cannot be stopped:
-its job is released too and its result ignored). A second signal skips the grace.
+its job is released too and its result ignored). A second signal skips the grace. The
+history of a job released so says why: "worker stopped before the handler finished (shutdown
+grace exceeded)", or "worker stopped by a second interrupt (SIGINT) before the handler
+finished" (a second SIGTERM, ``stop(0)``: named the same way).
 Last, wait for the acks and releases the server has not answered yet: as long as it
 answers, or up to ``SETTLE_STOP_TIMEOUT`` past its last answer; a second signal gives up at
 once what is being re-sent. What is given up (logged at WARNING with its count) comes back
@@ -313,7 +316,7 @@ class Worker:
         if self._phase == "stopped":
             return
         if grace is not None and grace <= 0:
-            self._hurry.set()
+            self._hurry_by("stop(0)")
         await asyncio.shield(self._begin_stop(self.config.shutdown_grace if grace is None else grace))
 
     def _begin_stop(self, grace: float) -> asyncio.Task[None]:
@@ -350,6 +353,13 @@ class Worker:
             self._begin_stop(self.config.shutdown_grace)
         else:
             log.warning("%s again: releasing running jobs now", sig.name)
+            self._hurry_by("a second interrupt (SIGINT)" if sig == signal.SIGINT else f"a second {sig.name}")
+
+    def _hurry_by(self, cause: str) -> None:
+        """Cut the stop's waits short; ``cause`` (the first hurry's) is named in the history
+        of the running jobs it releases (``_shutdown.abandon_reason``)."""
+        if not self._hurry.is_set():
+            self._stopper.hurried_by = cause
             self._hurry.set()
 
     def _fatal_error(self, error: TransportError) -> None:

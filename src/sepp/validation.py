@@ -43,6 +43,9 @@ _IKTL = RejectionCode.IDEMPOTENCY_KEY_TOO_LONG.to_wire()
 _TCI = RejectionCode.TRACE_CONTEXT_INVALID.to_wire()
 _DTM = RejectionCode.DEPENDENCIES_TOO_MANY.to_wire()
 
+#: The values of ``EnqueueRequest.on_dependency_failure`` (an unknown number is InvalidArgument).
+_DEP_POLICIES = frozenset(pb.DependencyFailure.values())
+
 #: Most distinct job ids one job may depend on (``EnqueueRequest.depends_on``; docs/workflows.md).
 MAX_DEPENDENCIES = 256
 
@@ -291,6 +294,9 @@ class Validator:
             deps = dependency_ids(req.depends_on)
             if type(deps) is pb.Rejection:
                 return deps
+        if req.on_dependency_failure and req.on_dependency_failure not in _DEP_POLICIES:
+            return _reject(_IA, f"on_dependency_failure {req.on_dependency_failure} is not one of CANCEL, RUN, WAIT",
+                           "on_dependency_failure")
         return (queue, job_type, data, encoding, priority, max_attempts, at_ns, bool(custom or trace), key or None)
 
 

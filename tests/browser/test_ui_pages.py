@@ -128,6 +128,30 @@ def test_a_single_job_is_requeued_from_its_page(page: Page, srv: ServerProcess) 
     expect(page.locator(".badge").first).to_have_text("READY")
 
 
+def test_a_deferred_job_page_names_its_dependency_and_follows_it_live(page: Page, srv: ServerProcess) -> None:
+    dep = enqueue(srv.grpc_target, "ui-deps")
+    child = enqueue(srv.grpc_target, "ui-deps-child", depends_on=[dep])
+    page.goto(f"{srv.http_url}/jobs/{child}")
+    expect(page.locator(".badge").first).to_have_text("DEFERRED")
+    expect(page.locator("#waiting-on")).to_contain_text(dep)
+    # Its dependency cancelled on another tab: the open page turns CANCELLED by itself.
+    other = page.context.new_page()
+    other.on("dialog", lambda dialog: dialog.accept())
+    other.goto(f"{srv.http_url}/jobs/{dep}")
+    other.get_by_role("button", name="Cancel").click()
+    expect(other.locator(".flash")).to_contain_text("cancelled")
+    expect(page.locator(".badge").first).to_have_text("CANCELLED")
+    expect(page.locator("#job-live")).to_contain_text(f"DEPENDENCY_FAILED: dependency {dep} was cancelled")
+    expect(page.locator("#waiting-on")).to_have_count(0)
+    # A requeue of the dependency revives it: it waits again.
+    other.get_by_role("button", name="Requeue").click()
+    expect(other.locator(".flash")).to_contain_text("requeued")
+    page.reload()
+    expect(page.locator(".badge").first).to_have_text("DEFERRED")
+    page.goto(f"{srv.http_url}/queues/ui-deps-child")
+    expect(page.locator("table.jobs")).to_contain_text(child)
+
+
 def test_queue_page_pauses_resumes_and_purges(page: Page, srv: ServerProcess) -> None:
     for _ in range(3):
         enqueue(srv.grpc_target, "ui-q:ops")

@@ -65,3 +65,32 @@ def test_256_dependencies_pass_and_257_are_too_many(shared_server: ServerProcess
             c.enqueue(EnqueueRequest("deps-it", "t").with_depends_on(ids))
     rejection = info.value.rejection
     assert (rejection.code, rejection.limit, rejection.actual) == (RejectionCode.DEPENDENCIES_TOO_MANY, 256, 257)
+
+
+def test_the_failure_policy_is_checked_and_sent() -> None:
+    dep = str(uuid.uuid4())
+    req = EnqueueRequest("q", "t").with_depends_on([dep])
+    assert req.on_dependency_failure == "cancel" and not req.to_proto().on_dependency_failure
+    assert req.with_on_dependency_failure("run").to_proto().on_dependency_failure == 2
+    assert EnqueueRequest("q", "t", on_dependency_failure="wait").to_proto().on_dependency_failure == 3
+    with pytest.raises(ValueError, match="on_dependency_failure"):
+        req.with_on_dependency_failure("ignore")
+
+
+def test_a_cancelled_dependency_cancels_its_dependent_and_a_requeue_revives_it(client: Client,
+                                                                              shared_server: ServerProcess) -> None:
+    parent = client.enqueue(EnqueueRequest("deps-fail", "first")).job_id
+    child = client.enqueue(EnqueueRequest("deps-fail-child", "second").with_depends_on([parent])).job_id
+    runs = client.enqueue(EnqueueRequest("deps-fail-child", "third").with_depends_on([parent])
+                          .with_on_dependency_failure("run")).job_id
+    with AdminClient(shared_server.grpc_target) as admin:
+        admin.cancel_job(parent)
+        got = admin.get_job(child)
+        assert int(got.state) == State.CANCELLED
+        assert got.dead_letter_reason == f"DEPENDENCY_FAILED: dependency {parent} was cancelled"
+        assert int(admin.get_job(runs).state) == State.READY
+        admin.requeue_job(parent, without_dependents=True)
+        assert int(admin.get_job(child).state) == State.CANCELLED
+        admin.cancel_job(parent)
+        admin.requeue_job(parent)
+        assert int(admin.get_job(child).state) == State.DEFERRED

@@ -12,10 +12,12 @@ import asyncio
 
 import pytest
 
+from sepp.domain.listing import JobQuery
 from sepp.domain.params import SettleKind, SettleParams
 from sepp.domain.states import State
 from sepp.storage.admin import StateCounts
 from sepp.storage.base import Store
+from sepp.storage.dependencies import CANCEL, WAIT
 from sepp.storage.errors import DependencyMissing
 from storage.conformance_kit import LEASE, NOW, POLICY, S, get, lease, put, row, settle1
 
@@ -29,11 +31,12 @@ async def _running(store: Store, n: int, queue: str = "dep") -> list[bytes]:
     return [r.id for r in recs]
 
 
-async def _child(store: Store, deps: list[bytes], *, run_at: int = NOW, queue: str = "child") -> bytes:
-    """A job of ``queue`` depending on ``deps``; its id."""
+async def _child(store: Store, deps: list[bytes], *, run_at: int = NOW, queue: str = "child",
+                 on_failure: int = CANCEL) -> bytes:
+    """A job of ``queue`` depending on ``deps`` with the failure policy ``on_failure``; its id."""
     state = State.SCHEDULED if run_at > NOW else State.READY
     child = row(queue, run_at=run_at, state=state)
-    assert await store.enqueue([child], [0], NOW, depends_on={0: deps}) == {}
+    assert await store.enqueue([child], [0], NOW, depends_on={0: deps}, on_failure={0: on_failure}) == {}
     return child.id
 
 
@@ -90,7 +93,7 @@ async def test_a_future_run_at_is_scheduled_on_release(store: Store) -> None:
 
 async def test_retries_nacks_and_lease_expiry_of_a_dependency_release_nothing(store: Store) -> None:
     a, b, c = await _running(store, 3)
-    child = await _child(store, [a, b, c])
+    child = await _child(store, [a, b, c], on_failure=WAIT)  # c's dead letter leaves it waiting
     await settle1(store, await get(store, a), SettleKind.RETRY, NOW + S, delay=0)
     await settle1(store, await get(store, b), SettleKind.RELEASE, NOW + S)
     await settle1(store, await get(store, c), SettleKind.DEAD_LETTER, NOW + S, reason="boom")
@@ -163,3 +166,26 @@ async def test_deferred_jobs_are_counted_per_queue_and_in_every_queue(store: Sto
     assert (await store.admin.queue_gauges()).counts["child"].deferred == 2
     await _ack(store, a)
     assert (await store.admin.state_counts("child"))["child"] == StateCounts(ready=2)
+
+
+async def test_deferred_jobs_are_listed_in_enqueue_order_with_what_they_wait_for(store: Store) -> None:
+    a, b = await _running(store, 2)
+    first = await _child(store, [a, b])
+    second = await _child(store, [b])
+    await store.enqueue([row("other")], [0], NOW)
+    deferred = JobQuery(queue="child", state=State.DEFERRED)
+    page = await store.admin.list_jobs(deferred, None, 1)
+    assert [s.record.id for s in page.jobs] == [first] and page.next_key is not None
+    rest = await store.admin.list_jobs(deferred, page.next_key, 5)
+    assert [s.record.id for s in rest.jobs] == [second] and rest.next_key is None
+    every = await store.admin.list_jobs(JobQuery(state=State.DEFERRED), None, 5)
+    assert [s.record.id for s in every.jobs] == [first, second]
+    assert await store.admin.oldest_deferred(["child", "dep", "none"]) == {"child": NOW}
+    assert await store.admin.waiting_on((await get(store, first)).seq) == [a, b]
+    await _ack(store, a)
+    assert await store.admin.waiting_on((await get(store, first)).seq) == [b]
+    assert (await store.admin.queue_gauges()).oldest_deferred == {"child": NOW}
+    await _ack(store, b)
+    assert await store.admin.waiting_on((await get(store, first)).seq) == []
+    assert await store.admin.oldest_deferred(["child"]) == {}
+    assert (await store.admin.list_jobs(deferred, None, 5)).jobs == []

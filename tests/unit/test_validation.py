@@ -243,3 +243,10 @@ def test_a_long_key_is_quoted_and_clipped_in_the_verdict() -> None:
     # At the limit the key is named whole.
     at_limit = v.validate(req(custom={"k" * 200: pb.CustomValue()}), NOW)
     assert at_limit is not None and at_limit.field == f"custom[{'k' * 200}]"
+
+
+def test_the_dependency_failure_policy_is_one_of_the_enum_values() -> None:
+    for known in pb.DependencyFailure.values():
+        assert verdict(req(on_dependency_failure=known)) is None
+    assert verdict(req(on_dependency_failure=4)) == ("INVALID_ARGUMENT", "on_dependency_failure", None, None)
+    assert verdict(req(on_dependency_failure=-1)) == ("INVALID_ARGUMENT", "on_dependency_failure", None, None)

@@ -111,6 +111,7 @@ def stats_json(s: apb.QueueStats) -> dict[str, Any]:
     return {"counts": {name: getattr(s, name) for name in STATE_ORDER},
             "oldest_ready_age": seconds_of(s.oldest_ready_age) if s.HasField("oldest_ready_age") else None,
             "oldest_ready_at": iso_time(s.oldest_ready_at, s.HasField("oldest_ready_at")),
+            "oldest_deferred_age": seconds_of(s.oldest_deferred_age) if s.HasField("oldest_deferred_age") else None,
             "no_consumer": s.no_consumer,
             "last_reserve_at": iso_time(s.last_reserve_at, s.HasField("last_reserve_at")),
             "held_back": held_back_json(s),
@@ -160,6 +161,7 @@ def job_json(job: pb.Job) -> dict[str, Any]:
                                                                   job.HasField("lease_expires_at")),
         "worker_id": job.worker_id or None, "node": job.node or None, "cancel_requested": job.cancel_requested,
         "progress": progress_value(job.progress),
+        "waiting_on": list(job.waiting_on),
         "payload": payload,
         "result": result,
         "custom": custom_json(job.custom),
@@ -255,6 +257,8 @@ def print_job(job: pb.Job) -> None:
             table.add_row(key, escape(str(value)))
     if job.progress:
         table.add_row("progress", escape(job.progress[:400]))
+    if job.waiting_on:  # a DEFERRED job: the dependencies it still waits for
+        table.add_row("waiting_on", escape(" ".join(job.waiting_on)))
     out.print(table)
     print_payload(out, data["payload"])
     if data["result"] is not None:

@@ -9,6 +9,7 @@ confirmation; 2 refused by the server or bad input; 3 transport error.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -157,17 +158,22 @@ def jobs_requeue(
     before: Annotated[str, typer.Option("--before", help="Filter: dead-lettered before (same forms).")] = "",
     max_jobs: Annotated[int, typer.Option("--max", help="Redrive at most this many (0 = all).")] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only count the matching dead letters.")] = False,
+    without_dependents: Annotated[bool, typer.Option(
+        "--without-dependents", help="Leave the jobs cancelled because these failed (their dependents) "
+                                     "cancelled; by default they wait again.")] = False,
     yes: YesOpt = False, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None, as_json: JsonOpt = False,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
-    """Redrive jobs: READY again with attempt 0; id, payload, custom map, priority and history kept."""
+    """Redrive jobs: READY again with attempt 0 (DEFERRED if still waiting for dependencies); id,
+    payload, custom map, priority and history kept. The jobs cancelled because one of them
+    failed (its dependents) wait again unless --without-dependents."""
     if job_ids and all_dead:
         admin_fail("give job ids or --all-dead, not both", as_json)
     if not job_ids and not all_dead:
         admin_fail("give job ids, or --all-dead with filters", as_json)
     with admin_client(server, token, timeout, as_json) as client:
         if job_ids:
-            jobs = _run_each(job_ids, client.requeue_job)
+            jobs = _run_each(job_ids, partial(client.requeue_job, without_dependents=without_dependents))
             if as_json:
                 print_admin_json([{"id": j.id, "state": state_label(j.state), "attempt": j.attempt} for j in jobs])
             else:
@@ -191,7 +197,8 @@ def jobs_requeue(
         goal = matched if not max_jobs else min(max_jobs, matched)
         confirm(f"Requeue {goal:,} of {matched:,} matching dead-lettered job(s)?", yes, as_json)
         with err_console().status(f"requeueing {goal:,} job(s)…"):
-            matched, requeued = client.requeue_dead_lettered(**kw, max_jobs=max_jobs)
+            matched, requeued = client.requeue_dead_lettered(**kw, max_jobs=max_jobs,
+                                                             without_dependents=without_dependents)
     if as_json:
         print_admin_json({"matched": matched, "requeued": requeued, "dry_run": False})
     else:

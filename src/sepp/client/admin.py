@@ -244,14 +244,19 @@ class AdminClient:
         """Cancel now (SCHEDULED/READY) or ask the worker to (RESERVED)."""
         return self._call("CancelJob", apb.CancelJobRequest(job_id=job_id, reason=reason))  # type: ignore[no-any-return]
 
-    def requeue_job(self, job_id: str) -> pb.Job:
-        """Redrive a DEAD_LETTERED or CANCELLED job (attempt reset, history kept)."""
-        return self._call("RequeueJob", apb.RequeueJobRequest(job_id=job_id))  # type: ignore[no-any-return]
+    def requeue_job(self, job_id: str, *, without_dependents: bool = False) -> pb.Job:
+        """Redrive a DEAD_LETTERED or CANCELLED job (attempt reset, history kept; DEFERRED if it
+        still waits for dependencies). The jobs cancelled because it failed wait again, unless
+        ``without_dependents`` (docs/workflows.md)."""
+        req = apb.RequeueJobRequest(job_id=job_id, without_dependents=without_dependents)
+        return self._call("RequeueJob", req)  # type: ignore[no-any-return]
 
     def requeue_dead_lettered(self, *, queue: str = "", job_type: str = "", reason_prefix: str = "",
                               after: dt.datetime | None = None, before: dt.datetime | None = None,
-                              dry_run: bool = False, max_jobs: int = 0) -> tuple[int, int]:
-        """Bulk redrive of matching DEAD_LETTERED jobs. Returns (matched, requeued).
+                              dry_run: bool = False, max_jobs: int = 0,
+                              without_dependents: bool = False) -> tuple[int, int]:
+        """Bulk redrive of matching DEAD_LETTERED jobs (their dependents cancelled because they
+        failed wait again, unless ``without_dependents``). Returns (matched, requeued).
 
         Raises ``TypeError`` for a naive ``after``/``before``, ``ValueError`` for one outside
         0001-01-01 .. 9999-12-31 UTC.
@@ -261,7 +266,8 @@ class AdminClient:
             f.dead_lettered_after.CopyFrom(_ts(after))
         if before is not None:
             f.dead_lettered_before.CopyFrom(_ts(before))
-        req = apb.RequeueDeadLetteredRequest(filter=f, dry_run=dry_run, max_jobs=max_jobs)
+        req = apb.RequeueDeadLetteredRequest(filter=f, dry_run=dry_run, max_jobs=max_jobs,
+                                             without_dependents=without_dependents)
         resp = self._call("RequeueDeadLettered", req, timeout=max(self.timeout, 600))
         return int(resp.matched), int(resp.requeued)
 

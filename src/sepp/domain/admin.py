@@ -65,6 +65,9 @@ class QueueGauges:
     #: filled in by the server's metrics read for ``sepp_queue_no_consumer``, not
     #: by the store's ``queue_gauges``.
     last_reserve: dict[str, int] = field(default_factory=dict)
+    #: Queue → enqueued_at (µs UTC) of its DEFERRED job of lowest enqueue sequence, for every
+    #: queue that has DEFERRED jobs (``AdminStore.oldest_deferred``).
+    oldest_deferred: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,8 +43,9 @@ OUTCOME_LEASE_EXPIRED, MESSAGE_LEASE_EXPIRED = "lease_expired", "lease expired"
 REDRIVABLE = (_DEAD, _CANCELLED)
 #: The state a bulk redrive takes jobs out of (the dead-letter view).
 BULK_REDRIVABLE = _DEAD
-#: States an admin cancel finishes at once; a RESERVED job is asked cooperatively.
-CANCELLABLE_NOW = (_SCHEDULED, _READY)
+#: States an admin cancel finishes at once (DEFERRED too: waiting for its dependencies); a
+#: RESERVED job is asked cooperatively.
+CANCELLABLE_NOW = (_SCHEDULED, _READY, int(State.DEFERRED))
 
 
 class HeldJob(NamedTuple):
@@ -285,7 +286,7 @@ class CancelDecision(NamedTuple):
 
 
 def cancel(state: int, now: int, policy: QueuePolicy, reason: str) -> CancelDecision:
-    """An admin cancel at ``now`` of a job in ``state``: SCHEDULED/READY are CANCELLED at once
+    """An admin cancel at ``now`` of a job in ``state``: SCHEDULED/READY/DEFERRED are CANCELLED at once
     (finished now, purge after the dead retention, ``reason`` or ``CANCELLED_BY_ADMIN``);
     RESERVED is asked cooperatively (``REQUEST``: the flag ``nack``/``reclaim`` honour, also
     reported by an extend); CANCELLED is ``UNCHANGED``; anything else ``WRONG_STATE``."""

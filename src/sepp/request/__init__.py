@@ -214,6 +214,10 @@ class EnqueueRequest:
         depends_on: Ids (UUID text or ``uuid.UUID``) of jobs this one waits for: it is stored
             DEFERRED until all of them completed (docs/workflows.md). A tuple of canonical
             UUID texts, a repeated id kept once; at most 256 (``DependenciesTooMany``).
+        on_dependency_failure: What the job does when a dependency is dead-lettered or
+            cancelled: ``"cancel"`` (the default: CANCELLED naming it), ``"run"`` (released
+            anyway) or ``"wait"`` (DEFERRED until it is redriven and completes);
+            docs/workflows.md "When a dependency fails". Another text is ``ValueError``.
 
     Raises:
         TypeError: a naive ``scheduled_at``; a field or custom value of the wrong type.
@@ -232,6 +236,7 @@ class EnqueueRequest:
     idempotency_key: str | None = None
     trace_context: Mapping[str, str] = dataclasses.field(default_factory=lambda: _EMPTY, hash=False)
     depends_on: tuple[str, ...] = ()
+    on_dependency_failure: str = "cancel"
     #: The wire message, built by the first ``to_proto`` and reused after (not a field).
     _proto: pb.EnqueueRequest | None = dataclasses.field(default=None, init=False, repr=False, compare=False,
                                                          hash=False)
@@ -240,7 +245,7 @@ class EnqueueRequest:
                  custom: Mapping[str, CustomPrimitive] = _EMPTY, priority: int | None = None,
                  max_attempts: int | None = None, scheduled_at: dt.datetime | None = None,
                  idempotency_key: str | None = None, trace_context: Mapping[str, str] = _EMPTY,
-                 depends_on: Sequence[str | uuid.UUID] = ()) -> None:
+                 depends_on: Sequence[str | uuid.UUID] = (), on_dependency_failure: str = "cancel") -> None:
         # Written out rather than generated (the fields' defaults are the same; the client's
         # per-job cost): an ``EnqueueRequest`` is filled in as a ``_RequestDraft`` (``_fill``:
         # a third of the instructions), a subclass's instance with slot setters (half of a
@@ -258,6 +263,7 @@ class EnqueueRequest:
             draft.idempotency_key = idempotency_key
             draft.trace_context = trace_context
             draft.depends_on = depends_on  # type: ignore[assignment]  # made a tuple in __post_init__
+            draft.on_dependency_failure = on_dependency_failure
             draft._proto = None
             draft.__class__ = EnqueueRequest  # type: ignore[assignment]
         else:
@@ -272,11 +278,13 @@ class EnqueueRequest:
             s[7](self, idempotency_key)
             s[8](self, trace_context)
             s[9](self, depends_on)
-            s[10](self, None)
+            s[10](self, on_dependency_failure)
+            s[11](self, None)
         if (type(queue) is str and type(job_type) is str and queue.isascii() and job_type.isascii()
                 and custom is _EMPTY and trace_context is _EMPTY and priority is None
                 and max_attempts is None and scheduled_at is None and idempotency_key is None
-                and (payload is None or type(payload) is Payload) and depends_on is _NO_DEPS):
+                and (payload is None or type(payload) is Payload) and depends_on is _NO_DEPS
+                and on_dependency_failure == "cancel"):
             return  # the common case: nothing else to check or convert
         self.__post_init__()
 
@@ -285,9 +293,13 @@ class EnqueueRequest:
         if (type(queue) is str and type(job_type) is str and queue.isascii() and job_type.isascii()
                 and self.custom is _EMPTY and self.trace_context is _EMPTY and self.priority is None
                 and self.max_attempts is None and self.scheduled_at is None and self.idempotency_key is None
-                and (self.payload is None or type(self.payload) is Payload) and self.depends_on is _NO_DEPS):
+                and (self.payload is None or type(self.payload) is Payload) and self.depends_on is _NO_DEPS
+                and self.on_dependency_failure == "cancel"):
             return  # the common case: nothing else to check or convert
         object.__setattr__(self, "depends_on", _dependency_texts(self.depends_on))
+        if self.on_dependency_failure not in _DEP_FAILURE:
+            raise ValueError("on_dependency_failure must be 'cancel', 'run' or 'wait', not "
+                             f"{self.on_dependency_failure!r}")
         _check_str("queue", queue)
         _check_str("job_type", job_type)
         if self.payload is not None and not isinstance(self.payload, Payload):
@@ -373,6 +385,14 @@ class EnqueueRequest:
         (locally, before sending, and by the server)."""
         return dataclasses.replace(self, depends_on=job_ids)  # type: ignore[arg-type]
 
+    def with_on_dependency_failure(self, policy: str) -> EnqueueRequest:
+        """A copy whose job, when a dependency is dead-lettered or cancelled, does ``policy``:
+        ``"cancel"`` (the default: CANCELLED with reason ``DEPENDENCY_FAILED`` naming it, its
+        own dependents following theirs), ``"run"`` (released anyway) or ``"wait"`` (DEFERRED
+        until the dependency is redriven and completes); docs/workflows.md. Raises
+        ``ValueError`` for another text."""
+        return dataclasses.replace(self, on_dependency_failure=policy)
+
     def with_trace_context(self, trace_context: Mapping[str, str]) -> EnqueueRequest:
         """A copy carrying W3C trace context (``traceparent``, ``tracestate``)."""
         return dataclasses.replace(self, trace_context=trace_context)
@@ -409,6 +429,8 @@ class EnqueueRequest:
             msg.trace_context[key] = value
         if self.depends_on:
             msg.depends_on.extend(self.depends_on)
+        if self.on_dependency_failure != "cancel":
+            msg.on_dependency_failure = _DEP_FAILURE[self.on_dependency_failure]  # type: ignore[assignment]
         return msg
 
 
@@ -417,7 +439,11 @@ class EnqueueRequest:
 _PAYLOAD_SET = tuple(Payload.__dict__[f.name].__set__ for f in dataclasses.fields(Payload))
 _REQUEST_SET = tuple(EnqueueRequest.__dict__[name].__set__ for name in (
     "queue", "job_type", "payload", "custom", "priority", "max_attempts", "scheduled_at", "idempotency_key",
-    "trace_context", "depends_on", "_proto"))
+    "trace_context", "depends_on", "on_dependency_failure", "_proto"))
+
+#: ``EnqueueRequest.on_dependency_failure`` → its wire value.
+_DEP_FAILURE = {"cancel": pb.DEPENDENCY_FAILURE_CANCEL, "run": pb.DEPENDENCY_FAILURE_RUN,
+                "wait": pb.DEPENDENCY_FAILURE_WAIT}
 
 #: ``EnqueueRequest.depends_on`` when none is given (tested by identity on the fast path).
 _NO_DEPS: tuple[str, ...] = ()
@@ -477,6 +503,7 @@ class _RequestDraft:
     idempotency_key: str | None
     trace_context: Mapping[str, str]
     depends_on: tuple[str, ...]
+    on_dependency_failure: str
     _proto: pb.EnqueueRequest | None
 
 

@@ -26,6 +26,7 @@ from sepp.server.errors import AtomicRejected, BacklogFull, InvalidRequest, JobR
 from sepp.server.fast_rows import job_row, plain_rows
 from sepp.server.parts import EngineService, ServerParts
 from sepp.storage.base import Dedups, JobRow, QueueRecord, State
+from sepp.storage.dependencies import CANCEL, RUN, WAIT
 from sepp.storage.errors import DependencyMissing
 from sepp.storage.search import CustomEntry
 from sepp.validation import Checked, dependency_ids, server_fix
@@ -35,6 +36,28 @@ _DNF = RejectionCode.DEPENDENCY_NOT_FOUND.to_wire()
 
 #: A stored (or deduplicated) job as the engine reports it: (job id text, deduplicated).
 Ack = tuple[str, bool]
+
+#: ``EnqueueRequest.on_dependency_failure`` → the store's policy (``storage.dependencies``).
+_POLICY_OF = {pb.DEPENDENCY_FAILURE_UNSPECIFIED: CANCEL, pb.DEPENDENCY_FAILURE_CANCEL: CANCEL,
+              pb.DEPENDENCY_FAILURE_RUN: RUN, pb.DEPENDENCY_FAILURE_WAIT: WAIT}
+
+
+class Deps(dict[int, list[bytes]]):
+    """The dependencies of the rows of one enqueue call: row index → the 16-byte ids it
+    depends on; ``policies``: row index → its failure policy, for the rows that are not
+    "cancel" (``Store.enqueue``'s ``depends_on`` and ``on_failure``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policies: dict[int, int] = {}
+
+    def keep(self, kept: list[int]) -> None:
+        """Re-index after the rows ``kept`` (old indexes, in their new order) are all that is left."""
+        moved = {new: self[old] for new, old in enumerate(kept) if old in self}
+        policies = {new: self.policies[old] for new, old in enumerate(kept) if old in self.policies}
+        self.clear()
+        self.update(moved)
+        self.policies = policies
 
 
 def dependency_rejection(job_id: bytes) -> pb.Rejection:
@@ -83,7 +106,7 @@ class Admission(EngineService):
 
     def _build(self, req: pb.EnqueueRequest, checked: Checked, now: int,
                new_queues: list[QueueRecord], custom: list[CustomEntry], uid: UUID,
-               deps: dict[int, list[bytes]] | None = None, index: int = 0) -> tuple[JobRow, str, int]:
+               deps: Deps | None = None, index: int = 0) -> tuple[JobRow, str, int]:
         """Row for a validated request (``checked``: what ``Validator.check`` read from it)
         with id ``uid`` (``Store.new_job_ids``), its id text and its dedup deadline (µs, 0 =
         no key).
@@ -118,16 +141,20 @@ class Admission(EngineService):
                        key))
         if req.depends_on and deps is not None:
             deps[index] = cast("list[bytes]", dependency_ids(req.depends_on))
+            policy = _POLICY_OF.get(req.on_dependency_failure, CANCEL)
+            if policy != CANCEL:
+                deps.policies[index] = policy
         return row, str(uid), (now + q.dedup_us if key else 0)
 
     async def _commit(self, rows: list[JobRow], dedup_until: list[int], now: int,
                       new_queues: list[QueueRecord], custom: list[CustomEntry],
-                      deps: dict[int, list[bytes]] | None = None) -> Dedups:
+                      deps: Deps | None = None) -> Dedups:
         """Store ``rows`` in one commit, then tell: ``events.stored``, new queues persisted,
         READY queues' reservers woken, ``events.scheduled``. Returns the store's dedups.
         ``deps``: row index → the ids it depends on. Raises ``DependencyMissing`` (nothing
         stored) when one is no stored job."""
-        dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom, deps or None)
+        dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom, deps or None,
+                                          deps.policies if deps else None)
         self.events.stored(rows, dedups)
         if self.job_events.active:
             self.job_events.enqueued(rows, dedups)
@@ -170,7 +197,7 @@ class Admission(EngineService):
         self._check_backlog(1)
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
-        deps: dict[int, list[bytes]] = {}
+        deps = Deps()
         row, text, until = self._build(req, checked, now, new_queues, custom, uid, deps)
         try:
             dedups = await self._commit([row], [until], now, new_queues, custom, deps)
@@ -279,7 +306,7 @@ class Admission(EngineService):
         rows: list[JobRow] = []
         untils: list[int] = []
         slots: list[int] = []
-        deps: dict[int, list[bytes]] = {}
+        deps = Deps()
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
         # Pass 1, the verdicts (nothing created or registered yet): a Rejection, a Checked
@@ -356,7 +383,7 @@ class Admission(EngineService):
 
     async def _commit_best_effort(self, rows: list[JobRow], untils: list[int], now: int,
                                   new_queues: list[QueueRecord], custom: list[CustomEntry],
-                                  deps: dict[int, list[bytes]], slots: list[int],
+                                  deps: Deps, slots: list[int],
                                   out: list[pb.Rejection | Ack]) -> Dedups:
         """``_commit`` for a best-effort batch: a row whose dependency is no stored job gets
         its ``DependencyNotFound`` in ``out`` (at ``slots[i]``) and the others are stored
@@ -376,9 +403,7 @@ class Admission(EngineService):
                 untils[:] = [untils[i] for i in keep]
                 slots[:] = [slots[i] for i in keep]
                 custom[:] = [e for e in custom if e[0] not in gone]
-                moved = {new: deps[old] for new, old in enumerate(keep) if old in deps}
-                deps.clear()
-                deps.update(moved)
+                deps.keep(keep)
                 if not rows:
                     return {}
 
@@ -433,7 +458,7 @@ class Admission(EngineService):
         new_queues: list[QueueRecord] = []
         custom: list[CustomEntry] = []
         rows, untils, out = [], [], []
-        deps: dict[int, list[bytes]] = {}
+        deps = Deps()
         for i, (req, checked, uid) in enumerate(zip(reqs, verdicts, uids, strict=True)):
             row, text, until = self._build(req, cast("Checked", checked), now, new_queues, custom, uid, deps, i)
             rows.append(row)
@@ -451,4 +476,4 @@ class Admission(EngineService):
         return out
 
 
-__all__ = ["Ack", "Admission", "dependency_rejection", "expand_plain"]
+__all__ = ["Ack", "Admission", "Deps", "dependency_rejection", "expand_plain"]

@@ -106,6 +106,15 @@ class AdminStore(Protocol):
     async def oldest_ready(self, queue: str) -> int | None:
         """The smallest run_at (µs) among the queue's READY jobs, or None."""
 
+    async def oldest_deferred(self, queues: Sequence[str]) -> dict[str, int]:
+        """Queue → enqueued_at (µs) of its DEFERRED job of lowest enqueue sequence (the one
+        waiting longest, enqueue order), for those of ``queues`` that have one; one index seek
+        per queue (docs/workflows.md)."""
+
+    async def waiting_on(self, seq: int) -> list[bytes]:
+        """The ids (16 bytes) of the dependencies the job of ``seq`` still waits for (not
+        COMPLETED yet), by their enqueue sequence; [] for a job that waits for nothing."""
+
     async def reserved_by_worker(self) -> dict[str, int]:
         """RESERVED jobs per ``worker_id`` right now, every queue (a worker's jobs
         in flight); jobs reserved without a worker id count under ``""``."""
@@ -147,19 +156,23 @@ class AdminStore(Protocol):
         """(job id, expires_at µs) of a claimed key, expired or not; None when unclaimed."""
 
     async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
-        """SCHEDULED/READY → CANCELLED (finished_at = now, kept for the queue's dead-letter
+        """SCHEDULED/READY/DEFERRED → CANCELLED (finished_at = now, kept for the queue's dead-letter
         retention); RESERVED → cancel_requested set; CANCELLED → UNCHANGED; else WRONG_STATE."""
 
-    async def requeue(self, job_id: bytes, now: int) -> WriteResult:
-        """DEAD_LETTERED/CANCELLED → READY at ``now`` with attempt 0 (history kept); else WRONG_STATE."""
+    async def requeue(self, job_id: bytes, now: int, revive_dependents: bool = True) -> WriteResult:
+        """DEAD_LETTERED/CANCELLED → READY at ``now`` with attempt 0 (history kept; DEFERRED
+        instead for a job that still waits for dependencies); else WRONG_STATE. Unless
+        ``revive_dependents`` is False, the jobs CANCELLED because this one failed (and theirs
+        in turn) wait again (docs/workflows.md "Redrive revives the dependents")."""
 
     async def count_dead(self, where: DeadFilter) -> int:
         """How many DEAD_LETTERED jobs match."""
 
-    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> list[tuple[bytes, str, str]]:
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int,
+                           revive_dependents: bool = True) -> list[tuple[bytes, str, str]]:
         """Requeue up to ``limit`` matching DEAD_LETTERED jobs in one commit (the columns of
         ``transitions.redrive``: READY at ``now`` µs, attempt 0); returns (job id, queue, job
-        type) of each job requeued."""
+        type) of each job requeued. ``revive_dependents``: as ``requeue``."""
 
     async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
         """Delete one job in any state (``DONE`` with its queue and the state it had), or

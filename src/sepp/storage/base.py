@@ -51,7 +51,7 @@ from sepp.domain.records import (
 from sepp.domain.states import FINISHED, State
 from sepp.storage.admin import AdminStore
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
-from sepp.storage.dependencies import DependsOn
+from sepp.storage.dependencies import DependsOn, OnFailure
 from sepp.storage.errors import StoreFailed
 from sepp.storage.search import CustomEntry
 
@@ -220,7 +220,7 @@ class Store(Protocol):
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = (),
-                      depends_on: DependsOn | None = None) -> Dedups:
+                      depends_on: DependsOn | None = None, on_failure: OnFailure | None = None) -> Dedups:
         """Store ``rows`` in one commit. A row with an idempotency key is deduplicated
         against unexpired keys (``now``) and earlier rows of the same call; otherwise it
         claims its key until ``dedup_until[i]`` (µs). ``new_queues`` are created (if
@@ -232,7 +232,10 @@ class Store(Protocol):
         ``storage.dependencies``): a row with a dependency not COMPLETED is stored DEFERRED
         and released — READY, or SCHEDULED for a run_at after the release — in the commit
         that completes its last one. Raises ``DependencyMissing`` (nothing stored) when an id
-        is no stored job. A deduplicated row's dependencies are not recorded."""
+        is no stored job. A deduplicated row's dependencies are not recorded. ``on_failure``
+        (row index → ``dependencies.CANCEL`` / ``RUN`` / ``WAIT``, absent: cancel) is what the
+        row does when a dependency is dead-lettered or cancelled, then or later
+        (docs/workflows.md "When a dependency fails")."""
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue."""

@@ -375,6 +375,8 @@ class QueueStats(_message.Message):
     NO_CONSUMER_FIELD_NUMBER: _builtins.int
     LAST_RESERVE_AT_FIELD_NUMBER: _builtins.int
     HELD_BACK_FIELD_NUMBER: _builtins.int
+    DEFERRED_FIELD_NUMBER: _builtins.int
+    OLDEST_DEFERRED_AGE_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     paused: _builtins.bool
     scheduled: _builtins.int
@@ -387,6 +389,8 @@ class QueueStats(_message.Message):
     """The "no consumer" signal: not paused, READY jobs, and neither the oldest of
     them nor any worker's Reserve of the queue within its consumer_timeout.
     """
+    deferred: _builtins.int
+    """DEFERRED jobs: waiting for the jobs they depend on (docs/workflows.md)."""
     @_builtins.property
     def oldest_ready_age(self) -> _duration_pb2.Duration:
         """How long the longest-waiting READY job has been reservable (now − its run_at);
@@ -409,6 +413,12 @@ class QueueStats(_message.Message):
         the limits hold back"); absent when the queue has no flow limit.
         """
 
+    @_builtins.property
+    def oldest_deferred_age(self) -> _duration_pb2.Duration:
+        """How long the DEFERRED job enqueued first (lowest enqueue sequence) has waited (now − its
+        enqueued_at); absent when no job is DEFERRED.
+        """
+
     def __init__(
         self,
         *,
@@ -426,10 +436,12 @@ class QueueStats(_message.Message):
         no_consumer: _builtins.bool = ...,
         last_reserve_at: _timestamp_pb2.Timestamp | None = ...,
         held_back: Global___HeldBack | None = ...,
+        deferred: _builtins.int = ...,
+        oldest_deferred_age: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["held_back", b"held_back", "last_reserve_at", b"last_reserve_at", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["held_back", b"held_back", "last_reserve_at", b"last_reserve_at", "oldest_deferred_age", b"oldest_deferred_age", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "completed", b"completed", "dead_lettered", b"dead_lettered", "held_back", b"held_back", "last_reserve_at", b"last_reserve_at", "no_consumer", b"no_consumer", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at", "paused", b"paused", "queue", b"queue", "ready", b"ready", "reserved", b"reserved", "scheduled", b"scheduled", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "completed", b"completed", "dead_lettered", b"dead_lettered", "deferred", b"deferred", "held_back", b"held_back", "last_reserve_at", b"last_reserve_at", "no_consumer", b"no_consumer", "oldest_deferred_age", b"oldest_deferred_age", "oldest_ready_age", b"oldest_ready_age", "oldest_ready_at", b"oldest_ready_at", "paused", b"paused", "queue", b"queue", "ready", b"ready", "reserved", b"reserved", "scheduled", b"scheduled", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -771,15 +783,21 @@ class RequeueJobRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_ID_FIELD_NUMBER: _builtins.int
+    WITHOUT_DEPENDENTS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
+    without_dependents: _builtins.bool
+    """Leave the jobs CANCELLED because this one failed (its dependents, docs/workflows.md)
+    cancelled; by default they wait again.
+    """
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
+        without_dependents: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "without_dependents", b"without_dependents"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -828,10 +846,15 @@ class RequeueDeadLetteredRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     MAX_JOBS_FIELD_NUMBER: _builtins.int
+    WITHOUT_DEPENDENTS_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     """Only count the matching jobs."""
     max_jobs: _builtins.int
     """Requeue at most this many (0 = all)."""
+    without_dependents: _builtins.bool
+    """Leave the jobs CANCELLED because these failed (their dependents) cancelled; by default
+    they wait again (docs/workflows.md).
+    """
     @_builtins.property
     def filter(self) -> Global___DeadLetterFilter: ...
     def __init__(
@@ -840,10 +863,11 @@ class RequeueDeadLetteredRequest(_message.Message):
         filter: Global___DeadLetterFilter | None = ...,
         dry_run: _builtins.bool = ...,
         max_jobs: _builtins.int = ...,
+        without_dependents: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "filter", b"filter", "max_jobs", b"max_jobs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "filter", b"filter", "max_jobs", b"max_jobs", "without_dependents", b"without_dependents"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,6 +24,38 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _DependencyFailure:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DependencyFailureEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DependencyFailure.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DEPENDENCY_FAILURE_UNSPECIFIED: _DependencyFailure.ValueType  # 0
+    """CANCEL."""
+    DEPENDENCY_FAILURE_CANCEL: _DependencyFailure.ValueType  # 1
+    """CANCELLED at once with reason DEPENDENCY_FAILED naming the dependency; its own
+    dependents follow their policies in the same commit.
+    """
+    DEPENDENCY_FAILURE_RUN: _DependencyFailure.ValueType  # 2
+    """Released anyway (the failed dependency counts as settled)."""
+    DEPENDENCY_FAILURE_WAIT: _DependencyFailure.ValueType  # 3
+    """Stays DEFERRED until the dependency is redriven and completes."""
+
+class DependencyFailure(_DependencyFailure, metaclass=_DependencyFailureEnumTypeWrapper):
+    """A dependent job's policy for a failed (DEAD_LETTERED or CANCELLED) dependency."""
+
+DEPENDENCY_FAILURE_UNSPECIFIED: DependencyFailure.ValueType  # 0
+"""CANCEL."""
+DEPENDENCY_FAILURE_CANCEL: DependencyFailure.ValueType  # 1
+"""CANCELLED at once with reason DEPENDENCY_FAILED naming the dependency; its own
+dependents follow their policies in the same commit.
+"""
+DEPENDENCY_FAILURE_RUN: DependencyFailure.ValueType  # 2
+"""Released anyway (the failed dependency counts as settled)."""
+DEPENDENCY_FAILURE_WAIT: DependencyFailure.ValueType  # 3
+"""Stays DEFERRED until the dependency is redriven and completes."""
+Global___DependencyFailure: _TypeAlias = DependencyFailure  # noqa: Y015
+
 class _RejectionCode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -253,6 +285,7 @@ class EnqueueRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    ON_DEPENDENCY_FAILURE_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Target queue (required). [A-Za-z0-9._:-], first char a letter or digit, ≤ 128 bytes."""
     job_type: _builtins.str
@@ -263,6 +296,10 @@ class EnqueueRequest(_message.Message):
     """≥ 1, ≤ the server's ceiling (default 1,000); absent = the queue's default."""
     idempotency_key: _builtins.str
     """Dedup key, unique per queue within its dedup window; empty = none. ≤ 256 bytes."""
+    on_dependency_failure: Global___DependencyFailure.ValueType
+    """What this job does when a dependency is dead-lettered or cancelled (docs/workflows.md
+    "When a dependency fails"); unset is CANCEL.
+    """
     @_builtins.property
     def payload(self) -> Global___Payload:
         """Optional payload; absent means empty data and empty encoding."""
@@ -300,10 +337,11 @@ class EnqueueRequest(_message.Message):
         idempotency_key: _builtins.str = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         depends_on: _abc.Iterable[_builtins.str] | None = ...,
+        on_dependency_failure: Global___DependencyFailure.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_priority", b"_priority", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "scheduled_at", b"scheduled_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_priority", b"_priority", "custom", b"custom", "depends_on", b"depends_on", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "max_attempts", b"max_attempts", "payload", b"payload", "priority", b"priority", "queue", b"queue", "scheduled_at", b"scheduled_at", "trace_context", b"trace_context"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts", "_priority", b"_priority", "custom", b"custom", "depends_on", b"depends_on", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "max_attempts", b"max_attempts", "on_dependency_failure", b"on_dependency_failure", "payload", b"payload", "priority", b"priority", "queue", b"queue", "scheduled_at", b"scheduled_at", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
@@ -812,6 +850,7 @@ class Job(_message.Message):
     NODE_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
+    WAITING_ON_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     queue: _builtins.str
     job_type: _builtins.str
@@ -856,6 +895,12 @@ class Job(_message.Message):
         returned nothing, and for a job not COMPLETED). Kept as long as the completed job is.
         """
 
+    @_builtins.property
+    def waiting_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Of a DEFERRED job, the ids of the dependencies it still waits for (not COMPLETED yet),
+        in enqueue order of those jobs; filled by the admin API's GetJob only (docs/workflows.md).
+        """
+
     def __init__(
         self,
         *,
@@ -882,10 +927,11 @@ class Job(_message.Message):
         node: _builtins.str = ...,
         result: Global___Payload | None = ...,
         progress: _builtins.str = ...,
+        waiting_on: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "lease_expires_at", b"lease_expires_at", "payload", b"payload", "result", b"result", "run_at", b"run_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "node", b"node", "payload", b"payload", "priority", b"priority", "progress", b"progress", "queue", b"queue", "result", b"result", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "attempts", b"attempts", "cancel_requested", b"cancel_requested", "custom", b"custom", "dead_letter_reason", b"dead_letter_reason", "enqueued_at", b"enqueued_at", "finished_at", b"finished_at", "id", b"id", "idempotency_key", b"idempotency_key", "job_type", b"job_type", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "max_attempts", b"max_attempts", "node", b"node", "payload", b"payload", "priority", b"priority", "progress", b"progress", "queue", b"queue", "result", b"result", "run_at", b"run_at", "state", b"state", "trace_context", b"trace_context", "waiting_on", b"waiting_on", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,8 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sepp.domain.admin import Outcome, StateCounts
+from sepp.domain.ids import job_id_text
 from sepp.domain.listing import DeadFilter, JobQuery
 from sepp.domain.records import JobRecord
+from sepp.domain.states import State
 from sepp.server.admin.bulk import BulkActions
 from sepp.server.admin.checks import existing_queue
 from sepp.server.admin.jobs import JobAdmin
@@ -121,6 +123,14 @@ class AdminEngine:
         """``JobAdmin.get_job``: the full job."""
         return await self.jobs.get_job(job_id)
 
+    async def waiting_on(self, rec: JobRecord) -> list[str]:
+        """The ids (text) of the dependencies the job ``rec`` still waits for: those of a
+        DEFERRED job (``AdminStore.waiting_on``), [] for a job in any other state (docs/workflows.md).
+        Raises ``StoreError``."""
+        if rec.state != int(State.DEFERRED):
+            return []
+        return [job_id_text(i) for i in await self.store.waiting_on(rec.seq)]
+
     async def list_jobs(self, query: JobQuery, page_token: str = "", page_size: int = 0) -> JobListing:
         """``JobAdmin.list_jobs``: one page of jobs matching ``query``."""
         return await self.jobs.list_jobs(query, page_token, page_size)
@@ -137,13 +147,15 @@ class AdminEngine:
         """``JobAdmin.cancel_outcome``: what the cancel did."""
         return await self.jobs.cancel_outcome(job_id, reason)
 
-    async def requeue(self, job_id: str) -> JobRecord:
-        """``JobAdmin.requeue``: the job as read after the redrive."""
-        return await self.jobs.requeue(job_id)
+    async def requeue(self, job_id: str, revive_dependents: bool = True) -> JobRecord:
+        """``JobAdmin.requeue``: the job as read after the redrive (its dependents cancelled
+        because it failed revived unless ``revive_dependents`` is False)."""
+        return await self.jobs.requeue(job_id, revive_dependents)
 
-    async def requeue_dead(self, where: DeadFilter, dry_run: bool = False, max_jobs: int = 0) -> tuple[int, int]:
+    async def requeue_dead(self, where: DeadFilter, dry_run: bool = False, max_jobs: int = 0,
+                           revive_dependents: bool = True) -> tuple[int, int]:
         """``JobAdmin.requeue_dead``: (matched, requeued)."""
-        return await self.jobs.requeue_dead(where, dry_run, max_jobs)
+        return await self.jobs.requeue_dead(where, dry_run, max_jobs, revive_dependents)
 
     async def delete_job(self, job_id: str, state: int | None = None) -> None:
         """``JobAdmin.delete_job``: delete one job (only while in ``state`` when given)."""

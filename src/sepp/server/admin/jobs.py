@@ -97,7 +97,7 @@ class JobAdmin:
         return job_id_text(hit[0]), hit[1], job
 
     async def cancel(self, job_id: str, reason: str = "") -> JobRecord:
-        """SCHEDULED/READY → CANCELLED; RESERVED → cancel requested (the worker sees it on
+        """SCHEDULED/READY/DEFERRED → CANCELLED; RESERVED → cancel requested (the worker sees it on
         ExtendLease). Returns the job as read after. Raises ``NotFound`` or ``StateConflict``
         (JOB_STATE)."""
         await self.cancel_outcome(job_id, reason)
@@ -129,9 +129,11 @@ class JobAdmin:
                                            reason=rec.reason or "")
         return result.outcome
 
-    async def requeue(self, job_id: str) -> JobRecord:
-        """Redrive a DEAD_LETTERED or CANCELLED job. Raises ``NotFound`` or ``StateConflict``."""
-        result = await self.store.requeue(parse_job_id(job_id), self._clock_now())
+    async def requeue(self, job_id: str, revive_dependents: bool = True) -> JobRecord:
+        """Redrive a DEAD_LETTERED or CANCELLED job (DEFERRED again if it still waits for
+        dependencies) and, unless ``revive_dependents`` is False, the jobs cancelled because it
+        failed (docs/workflows.md). Raises ``NotFound`` or ``StateConflict``."""
+        result = await self.store.requeue(parse_job_id(job_id), self._clock_now(), revive_dependents)
         if result.outcome is Outcome.NOT_FOUND:
             raise NotFound(f"job {clip(job_id, 64)} does not exist", Reason.JOB_NOT_FOUND)
         if result.outcome is Outcome.WRONG_STATE:
@@ -145,9 +147,11 @@ class JobAdmin:
                                        rec.attempt, reason="requeued", run_at=rec.run_at)
         return rec
 
-    async def requeue_dead(self, where: DeadFilter, dry_run: bool = False, max_jobs: int = 0) -> tuple[int, int]:
+    async def requeue_dead(self, where: DeadFilter, dry_run: bool = False, max_jobs: int = 0,
+                           revive_dependents: bool = True) -> tuple[int, int]:
         """Bulk redrive: (matched, requeued). Only jobs dead-lettered before the call started
-        are taken, so a job that fails again meanwhile is not redriven twice."""
+        are taken, so a job that fails again meanwhile is not redriven twice. Unless
+        ``revive_dependents`` is False, the jobs cancelled because they failed wait again."""
         if max_jobs < 0:
             raise InvalidRequest(f"max_jobs must not be negative (0 = every match; got {max_jobs})", "max_jobs", 0,
                                  max_jobs)
@@ -161,7 +165,7 @@ class JobAdmin:
         done = 0
         while done < goal:
             at = self._clock_now()
-            jobs = await self.store.requeue_dead(snapshot, at, min(CHUNK, goal - done))
+            jobs = await self.store.requeue_dead(snapshot, at, min(CHUNK, goal - done), revive_dependents)
             for name in sorted({queue for _id, queue, _type in jobs}):
                 self.parts.notifier.ready(name)
             if jobs and self.parts.job_events.active:

@@ -217,6 +217,8 @@ class AdminStats:
             if minute >= first:
                 series.setdefault(queue, {}).setdefault(minute, [0, 0, 0])[column] += n
         last = await self._last_reserves()
+        deferred = await self.store.oldest_deferred([q.name for q in queues
+                                                     if counts.get(q.name, StateCounts()).deferred])
         out = []
         for q in queues:
             oldest = await self.store.oldest_ready(q.name) if counts.get(q.name, StateCounts()).ready else None
@@ -227,7 +229,7 @@ class AdminStats:
             if q.flow is not None:
                 held = held_back(q.flow, c.ready, c.reserved, await self.store.flow_read(q.name, q.flow), now)
             out.append(QueueStatsView(q.name, q.paused, c, oldest, rows, now, last.get(q.name),
-                                      q.settings.consumer_timeout, held))
+                                      q.settings.consumer_timeout, held, deferred.get(q.name)))
         return out
 
     async def _last_reserves(self) -> dict[str, int]:

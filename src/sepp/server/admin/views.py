@@ -31,6 +31,13 @@ class QueueStatsView:
     #: READY jobs each flow limit holds back right now (``admin.held_back``), or None when
     #: the queue has no flow limit.
     held_back: HeldBack | None = None
+    #: enqueued_at (µs UTC) of the DEFERRED job enqueued first, or None when none is DEFERRED.
+    oldest_deferred_at: int | None = None
+
+    @property
+    def oldest_deferred_age(self) -> float | None:
+        """Seconds the DEFERRED job enqueued first has waited for its dependencies, or None."""
+        return None if self.oldest_deferred_at is None else max(0.0, (self.now - self.oldest_deferred_at) / 1e6)
 
     @property
     def oldest_ready_age(self) -> float | None:

@@ -272,6 +272,11 @@ class Metrics:
                 run_at = gauges.oldest_ready.get(queue)
                 out.sample(name, f'{{queue="{label_value(queue)}"}}',
                            max(0, now - run_at) / 1e6 if run_at is not None else 0)
+            out.family(m.QUEUE_OLDEST_DEFERRED_AGE)
+            name = m.QUEUE_OLDEST_DEFERRED_AGE.name
+            for queue in every:
+                at = gauges.oldest_deferred.get(queue)
+                out.sample(name, f'{{queue="{label_value(queue)}"}}', max(0, now - at) / 1e6 if at is not None else 0)
             out.samples(m.QUEUE_GAUGES_AGE, [((), age)])
         out.samples(m.QUEUE_PAUSED, (((q.name,), 1 if q.paused else 0) for q in registry))
         if snapshot is not None:

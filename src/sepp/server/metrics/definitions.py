@@ -72,6 +72,9 @@ QUEUE_JOBS = MetricDef("sepp_queue_jobs", "gauge", ("queue", "state"),
 QUEUE_OLDEST_READY_AGE = MetricDef("sepp_queue_oldest_ready_age_seconds", "gauge", ("queue",),
                                    "Seconds since the oldest READY job of the queue became ready; 0 with none "
                                    "(whole store)")
+QUEUE_OLDEST_DEFERRED_AGE = MetricDef("sepp_queue_oldest_deferred_age_seconds", "gauge", ("queue",),
+                                      "Seconds since the DEFERRED job enqueued first was enqueued (waiting for "
+                                      "its dependencies); 0 with none (whole store)")
 QUEUE_PAUSED = MetricDef("sepp_queue_paused", "gauge", ("queue",), "1 when the queue is paused, else 0")
 QUEUE_NO_CONSUMER = MetricDef("sepp_queue_no_consumer", "gauge", ("queue",),
                               "1 when the queue is flagged no consumer (READY jobs, and no Reserve from any "
@@ -102,8 +105,8 @@ JOB_RUNTIME = MetricDef("sepp_job_runtime_seconds", "histogram", ("queue",),
 ALL: tuple[MetricDef, ...] = (
     JOBS_ENQUEUED, JOBS_ENQUEUED_SQL, JOBS_DEDUPLICATED, ENQUEUE_REJECTIONS, JOBS_COMPLETED, JOBS_RETRIED,
     JOBS_DEAD_LETTERED, LEASES_EXPIRED, JOBS_OVERLOADED, AUTH_FAILURES, SCRAPE_ERRORS, COMMITS, SWEEP_SKIPPED,
-    COMMIT_BACKLOG, QUEUES, QUEUE_JOBS, QUEUE_OLDEST_READY_AGE, QUEUE_PAUSED, QUEUE_NO_CONSUMER,
-    QUEUE_GAUGES_AGE,
+    COMMIT_BACKLOG, QUEUES, QUEUE_JOBS, QUEUE_OLDEST_READY_AGE, QUEUE_OLDEST_DEFERRED_AGE, QUEUE_PAUSED,
+    QUEUE_NO_CONSUMER, QUEUE_GAUGES_AGE,
     COMMIT_BATCH_JOBS, COMMIT_DURATION, RPC_DURATION, PROMOTION_LAG, JOB_RUNTIME,
 )
 

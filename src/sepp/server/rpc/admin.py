@@ -113,7 +113,9 @@ def stats_proto(view: QueueStatsView) -> apb.QueueStats:
     c = view.counts
     msg = apb.QueueStats(queue=view.name, paused=view.paused, scheduled=c.scheduled, ready=c.ready,
                          reserved=c.reserved, completed=c.completed, dead_lettered=c.dead_lettered,
-                         cancelled=c.cancelled)
+                         cancelled=c.cancelled, deferred=c.deferred)
+    if view.oldest_deferred_at is not None:
+        msg.oldest_deferred_age.CopyFrom(seconds_to_duration(view.oldest_deferred_age or 0.0))
     if view.oldest_ready_at is not None:
         msg.oldest_ready_at.CopyFrom(ts(view.oldest_ready_at))
         msg.oldest_ready_age.CopyFrom(seconds_to_duration(view.oldest_ready_age or 0.0))
@@ -243,7 +245,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @_rpc
     async def GetJob(self, request: apb.GetJobRequest, context: Context) -> pb.Job:
-        return job_to_proto(await self.admin.get_job(request.job_id))
+        rec = await self.admin.get_job(request.job_id)
+        msg = job_to_proto(rec)
+        msg.waiting_on.extend(await self.admin.waiting_on(rec))
+        return msg
 
     @_rpc
     async def ListJobs(self, request: apb.ListJobsRequest, context: Context) -> apb.ListJobsResponse:
@@ -274,7 +279,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @_rpc
     async def RequeueJob(self, request: apb.RequeueJobRequest, context: Context) -> pb.Job:
-        return job_to_proto(await self.admin.requeue(request.job_id))
+        return job_to_proto(await self.admin.requeue(request.job_id, not request.without_dependents))
 
     @_rpc
     async def RequeueDeadLettered(self, request: apb.RequeueDeadLetteredRequest,
@@ -283,7 +288,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         where = DeadFilter(queue=f.queue or None, job_type=f.job_type or None, reason_prefix=f.reason_prefix or None,
                            after=optional_timestamp(f, "dead_lettered_after", "filter.dead_lettered_after"),
                            before=optional_timestamp(f, "dead_lettered_before", "filter.dead_lettered_before"))
-        matched, requeued = await self.admin.requeue_dead(where, request.dry_run, request.max_jobs)
+        matched, requeued = await self.admin.requeue_dead(where, request.dry_run, request.max_jobs,
+                                                          not request.without_dependents)
         return apb.RequeueDeadLetteredResponse(matched=matched, requeued=requeued)
 
     @_rpc

@@ -122,9 +122,10 @@ class PostgresAdmin:
             name = "list_retrying" if query.retries else "list_scheduled"
             rows = await self._reads.fetch(A[name], run_at, seq, query.queue, query.job_type, want)
             keys = [(s, [r, s]) for s, r in rows]
-        elif query.state == int(State.RESERVED):
+        elif query.state in (int(State.RESERVED), int(State.DEFERRED)):
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
-            rows = await self._reads.fetch(A["list_reserved"], seq, query.queue, query.job_type, want)
+            name = "list_reserved" if query.state == int(State.RESERVED) else "list_deferred"
+            rows = await self._reads.fetch(A[name], seq, query.queue, query.job_type, want)
             keys = [(s, [s]) for (s,) in rows]
         else:
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
@@ -280,6 +281,18 @@ class PostgresAdmin:
         value = await self._reads.fetchval(A["oldest_ready"], queue)
         return None if value is None else int(value)
 
+    async def oldest_deferred(self, queues: Sequence[str]) -> dict[str, int]:
+        """See ``AdminStore.oldest_deferred`` (``jobs_finished``: DEFERRED rows, finished_at
+        NULL, in seq order within a queue)."""
+        names = sorted(q for q in queues if _storable(q))
+        if not names:
+            return {}
+        return {q: int(at) for q, at in await self._reads.fetch(A["oldest_deferred_all"], names) if at is not None}
+
+    async def waiting_on(self, seq: int) -> list[bytes]:
+        """See ``AdminStore.waiting_on`` (``job_waits_child``)."""
+        return [bytes(r[0]) for r in await self._reads.fetch(A["waiting_on"], seq)]
+
     async def reserved_by_worker(self) -> dict[str, int]:
         """See ``AdminStore.reserved_by_worker`` (the ``jobs_leased`` partial index holds only
         RESERVED rows)."""
@@ -293,7 +306,8 @@ class PostgresAdmin:
         names = sorted(q for q, c in counts.items() if c.ready)
         oldest = {q: int(run_at) for q, run_at in await self._reads.fetch(A["oldest_ready_all"], names)
                   if run_at is not None}
-        return QueueGauges(counts, oldest)
+        deferred = await self.oldest_deferred([q for q, c in counts.items() if c.deferred])
+        return QueueGauges(counts, oldest, oldest_deferred=deferred)
 
     async def flow_read(self, queue: str, limits: FlowLimits) -> FlowRead:
         """``AdminStore.flow_read``: the bucket row, and for a per-key limit the extras of the
@@ -354,17 +368,17 @@ class PostgresAdmin:
 
     async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
         """Apply ``transitions.cancel`` to the job, locked while judged (see
-        ``AdminStore.cancel``): SCHEDULED/READY → CANCELLED (``DONE``), RESERVED → the cancel
+        ``AdminStore.cancel``): SCHEDULED/READY/DEFERRED → CANCELLED (``DONE``), RESERVED → the cancel
         request flag (``CANCEL_REQUESTED``), CANCELLED → ``UNCHANGED``, else ``WRONG_STATE``;
         ``NOT_FOUND`` for no such job."""
         result: WriteResult = await self._submit(partial(writes.cancel_job, job_id, now, policy, reason), 0)
         return result
 
-    async def requeue(self, job_id: bytes, now: int) -> WriteResult:
+    async def requeue(self, job_id: bytes, now: int, revive_dependents: bool = True) -> WriteResult:
         """Apply ``transitions.redrive`` (DEAD_LETTERED/CANCELLED → READY at ``now``, attempt
         0, history kept) to the job, locked while judged; wakes the queue's long-pollers on
         every node. ``WRONG_STATE`` for another state, ``NOT_FOUND`` for no such job."""
-        result: WriteResult = await self._submit(partial(writes.requeue_job, job_id, now), 0)
+        result: WriteResult = await self._submit(partial(writes.requeue_job, job_id, now, revive_dependents), 0)
         return result
 
     async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
@@ -393,7 +407,8 @@ class PostgresAdmin:
             value = await self._reads.fetchval(A["count_dead_queue"], where.queue, *self._dead_args(where))
         return int(value or 0)
 
-    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> list[tuple[bytes, str, str]]:
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int,
+                           revive_dependents: bool = True) -> list[tuple[bytes, str, str]]:
         """One chunk of a bulk redrive: up to ``limit`` matching DEAD_LETTERED jobs (oldest
         dead letters first within a queue) get ``transitions.redrive``'s columns in one
         commit; rows another transaction holds are skipped (left for the next chunk). Returns
@@ -407,8 +422,8 @@ class PostgresAdmin:
             sql, args = A["requeue_dead_all"], [*cols, *self._dead_args(where), limit]
         else:
             sql, args = A["requeue_dead_queue"], [*cols, where.queue, *self._dead_args(where), limit]
-        result: list[tuple[bytes, str, str]] = await self._submit(partial(writes.requeue_dead, decision, sql, args),
-                                                                   0)
+        result: list[tuple[bytes, str, str]] = await self._submit(
+            partial(writes.requeue_dead, decision, sql, args, revive_dependents), 0)
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:

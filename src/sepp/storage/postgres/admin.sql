@@ -235,7 +235,7 @@ SELECT seq, queue, state FROM jobs WHERE seq = job_seq_of($1::bytea) AND id = $1
 -- name: cancel_now
 -- $1 finished_at, $2 purge_at, $3 reason (transitions.cancel), $4 seq; guarded on the state.
 UPDATE jobs SET state = 6, finished_at = $1::bigint, purge_at = $2::bigint, reason = $3::text
-WHERE seq = $4::bigint AND state::integer IN (1, 2);
+WHERE seq = $4::bigint AND state::integer IN (1, 2, 7);
 
 -- name: request_cancel
 UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state::integer = 3;
@@ -244,8 +244,9 @@ UPDATE jobs SET cancel_requested = 1 WHERE seq = $1::bigint AND state::integer =
 -- Redrive (sepp.domain.transitions.redrive): $1 state (READY), $2 attempt (0),
 -- $3 run_at (now), $4 seq; id, payload, extras, priority, max_attempts and history are
 -- untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED. Guarded on the state.
-UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
-    purge_at = NULL, reason = NULL, cancel_requested = 0
+-- A job that still waits for dependencies (deps_left, docs/workflows.md) goes back to DEFERRED.
+UPDATE jobs SET state = CASE WHEN deps_left > 0 THEN 7 ELSE $1::smallint END, attempt = $2::integer,
+    run_at = $3::bigint, finished_at = NULL, purge_at = NULL, reason = NULL, cancel_requested = 0, dep_failed_by = NULL
 WHERE seq = $4::bigint AND state::integer IN (5, 6);
 
 -- name: delete_one
@@ -288,7 +289,7 @@ WITH chunk AS MATERIALIZED (
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
 WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 5
-RETURNING jobs.id, jobs.queue, jobs.job_type;
+RETURNING jobs.id, jobs.queue, jobs.job_type, jobs.seq;
 
 -- name: requeue_dead_all
 -- As requeue_dead_queue over every queue (jobs_finished order): $1 state, $2 attempt,
@@ -303,7 +304,7 @@ WITH chunk AS MATERIALIZED (
 UPDATE jobs SET state = $1::smallint, attempt = $2::integer, run_at = $3::bigint, finished_at = NULL,
     purge_at = NULL, reason = NULL, cancel_requested = 0
 WHERE jobs.seq = ANY(ARRAY(SELECT seq FROM chunk)) AND jobs.state::integer = 5
-RETURNING jobs.id, jobs.queue, jobs.job_type;
+RETURNING jobs.id, jobs.queue, jobs.job_type, jobs.seq;
 
 -- name: purge_scheduled
 -- $1 queue, $2 limit (each purge_*): up to $2 rows, locked rows skipped.
@@ -365,3 +366,48 @@ SELECT extras FROM jobs WHERE queue = $1::text AND state = 3;
 -- name: flow_ready_keys
 -- The first $2 READY jobs of queue $1 in reserve order with their extras (jobs_ready).
 SELECT seq, extras FROM jobs WHERE queue = $1::text AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT $2::bigint;
+
+-- ------------------------------------------------------------------ dependencies (docs/workflows.md)
+-- DEFERRED rows (state 7) sit in jobs_finished (WHERE state >= 4) with finished_at NULL, so
+-- within a queue that index orders them by seq: enqueue order.
+
+-- name: list_deferred
+-- $1 seq, $2 queue or NULL, $3 job_type or NULL, $4 limit.
+SELECT seq FROM jobs
+WHERE state >= 4 AND state = 7 AND seq > $1::bigint
+  AND ($2::text IS NULL OR queue = $2::text) AND ($3::text IS NULL OR job_type = $3::text)
+ORDER BY seq LIMIT $4::bigint;
+
+-- name: oldest_deferred_all
+-- enqueued_at of the DEFERRED job of lowest seq of every queue of $1 (NULL for a queue
+-- without one): one index seek per queue.
+SELECT q.name, (SELECT j.enqueued_at FROM jobs j WHERE j.state >= 4 AND j.state = 7 AND j.queue = q.name
+                ORDER BY j.finished_at, j.seq LIMIT 1)
+FROM unnest($1::text[]) AS q(name);
+
+-- name: waiting_on
+-- The ids of the dependencies job $1 (seq) still waits for (its job_waits edges), by their seq.
+SELECT p.id FROM job_waits w JOIN jobs p ON p.seq = w.parent_seq WHERE w.child_seq = $1::bigint ORDER BY w.parent_seq;
+
+-- name: revivable
+-- Jobs CANCELLED because dependency $1 (seq) failed (_fail_dependents, an enqueue), locked.
+SELECT seq FROM jobs WHERE dep_failed_by = $1::bigint AND state = 6 FOR UPDATE;
+
+-- name: other_failed_dependency
+-- A dependency job $1 (seq) still waits for that is DEAD_LETTERED or CANCELLED, with the
+-- reason naming it: seq, reason, purge_at.
+SELECT p.seq, 'DEPENDENCY_FAILED: dependency ' || encode(p.id, 'hex')::uuid::text || ' was '
+           || CASE WHEN p.state = 5 THEN 'dead-lettered' ELSE 'cancelled' END, p.purge_at
+FROM job_waits w JOIN jobs p ON p.seq = w.parent_seq
+WHERE w.child_seq = $1::bigint AND p.state IN (5, 6) LIMIT 1;
+
+-- name: revive_one
+-- Back to waiting (DEFERRED; READY when it waits for nothing any more); returns the queue
+-- and the new state.
+UPDATE jobs SET state = CASE WHEN deps_left > 0 THEN 7 ELSE 2 END, finished_at = NULL, purge_at = NULL,
+    reason = NULL, dep_failed_by = NULL
+WHERE seq = $1::bigint AND state = 6 RETURNING queue, state;
+
+-- name: reblame
+-- Still cancelled, now because of another failed dependency: $1 seq, $2 its seq, $3 reason, $4 purge_at.
+UPDATE jobs SET dep_failed_by = $2::bigint, reason = $3::text, purge_at = $4::bigint WHERE seq = $1::bigint;

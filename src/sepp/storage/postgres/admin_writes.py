@@ -41,9 +41,11 @@ async def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str,
     return cancel_result(decision.action, queue, state)
 
 
-async def requeue_job(job_id: bytes, now: int, tx: Tx) -> WriteResult:
+async def requeue_job(job_id: bytes, now: int, revive_dependents: bool, tx: Tx) -> WriteResult:
     """``PostgresAdmin.requeue``: ``transitions.redrive`` applied to the row locked while
-    judged; the queue's long-pollers on every node are woken."""
+    judged (DEFERRED for a job still waiting for dependencies); the queue's long-pollers on
+    every node are woken. With ``revive_dependents``, the dependents cancelled because it
+    failed wait again (``revive``)."""
     plan = requeue_plan(await tx.conn.fetchrow(A["admin_lookup"], job_id), now)
     if isinstance(plan, WriteResult):
         return plan
@@ -51,7 +53,35 @@ async def requeue_job(job_id: bytes, now: int, tx: Tx) -> WriteResult:
     await tx.conn.execute(A["requeue_one"], decision.state, decision.attempt, decision.run_at, seq)
     if decision.state == _READY:
         tx.wake(queue)
+    if revive_dependents:
+        await revive([seq], tx)
     return WriteResult(Outcome.DONE, queue, decision.state)
+
+
+async def revive(seqs: Sequence[int], tx: Tx) -> int:
+    """Revive the dependents CANCELLED because one of the jobs ``seqs`` (just redriven)
+    failed, and theirs in turn: each goes back to DEFERRED (READY, its queue woken, when it
+    waits for nothing), unless another of its dependencies is still DEAD_LETTERED or
+    CANCELLED — then it stays CANCELLED, now naming that one. Returns how many were revived
+    (docs/workflows.md "Redrive revives the dependents")."""
+    conn = tx.conn
+    frontier = list(seqs)
+    revived = 0
+    while frontier:
+        children = [r[0] for s in frontier for r in await conn.fetch(A["revivable"], s)]
+        frontier = []
+        for child in children:
+            other = await conn.fetchrow(A["other_failed_dependency"], child)
+            if other is not None:
+                await conn.execute(A["reblame"], child, other[0], other[1], other[2])
+                continue
+            row = await conn.fetchrow(A["revive_one"], child)
+            if row is not None:
+                revived += 1
+                frontier.append(child)
+                if row[1] == _READY:
+                    tx.wake(row[0])
+    return revived
 
 
 async def delete_job(job_id: bytes, state: int | None, tx: Tx) -> WriteResult:
@@ -72,11 +102,16 @@ async def delete_job(job_id: bytes, state: int | None, tx: Tx) -> WriteResult:
     return WriteResult(Outcome.DONE, queue, was)
 
 
-async def requeue_dead(decision: Redrive, sql: str, args: Sequence[Any], tx: Tx) -> list[tuple[bytes, str, str]]:
+async def requeue_dead(decision: Redrive, sql: str, args: Sequence[Any], revive_dependents: bool,
+                       tx: Tx) -> list[tuple[bytes, str, str]]:
     """One chunk of ``PostgresAdmin.requeue_dead``: the statement ``sql`` (``requeue_dead_*``)
     with ``args`` writes ``decision``'s columns; returns (job id, queue, job type) of each
-    job and wakes their queues' long-pollers when the jobs went READY."""
-    rows = [(bytes(job_id), queue, job_type) for job_id, queue, job_type in await tx.conn.fetch(sql, *args)]
+    job and wakes their queues' long-pollers when the jobs went READY. With
+    ``revive_dependents``, their dependents cancelled because they failed wait again (``revive``)."""
+    found = await tx.conn.fetch(sql, *args)
+    rows = [(bytes(job_id), queue, job_type) for job_id, queue, job_type, _seq in found]
+    if revive_dependents:
+        await revive([r[3] for r in found], tx)
     if decision.state == _READY:
         for queue in {row[1] for row in rows}:
             tx.wake(queue)

@@ -14,7 +14,7 @@ from typing import Any
 
 from sepp.domain.records import Dedups, JobRow, QueueRecord
 from sepp.domain.states import State
-from sepp.storage.dependencies import DependsOn, missing_of, packed
+from sepp.storage.dependencies import CANCEL, DependsOn, Found, OnFailure, failure_reason, missing_of, packed, plan
 from sepp.storage.errors import DependencyMissing, StoreError
 from sepp.storage.postgres.committer import FoldableOp, Tx
 from sepp.storage.postgres.sql import Q
@@ -59,6 +59,9 @@ async def insert(tx: Tx, records: Sequence[Record]) -> None:
     for r in records:
         if r[_STATE] == _READY:
             tx.wake(r[_QUEUE])
+
+
+_COMPLETED = int(State.COMPLETED)
 
 
 class InsertOp(FoldableOp):
@@ -106,15 +109,19 @@ class EnqueueOp:
     """An enqueue with idempotency keys, new queues or custom-index entries (``Store.enqueue``;
     ``custom``: the entries of every row, a deduplicated row's left out)."""
 
-    __slots__ = ("custom", "dedup_until", "depends_on", "foreign", "lock_key", "new_queues", "now", "rows", "seqs")
+    __slots__ = ("custom", "dedup_until", "depends_on", "foreign", "lock_key", "new_queues", "now", "on_failure",
+                 "rows", "seqs")
 
     def __init__(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                  new_queues: Sequence[QueueRecord], custom: Sequence[CustomEntry] = (),
-                 seqs: Sequence[int] = (), foreign: Sequence[bytes] = (), depends_on: DependsOn | None = None) -> None:
+                 seqs: Sequence[int] = (), foreign: Sequence[bytes] = (), depends_on: DependsOn | None = None,
+                 on_failure: OnFailure | None = None) -> None:
         self.rows, self.dedup_until, self.now, self.new_queues = rows, dedup_until, now, new_queues
         self.custom = custom
         #: Row index → the ids it depends on (``storage.dependencies``).
         self.depends_on = depends_on
+        #: Row index → its failure policy (``storage.dependencies``; absent: cancel).
+        self.on_failure = on_failure or {}
         #: Each row's seq (``Record``).
         self.seqs = seqs
         #: The rows' foreign ids (``PostgresStore.enqueue``): refused if a row has one as
@@ -131,10 +138,9 @@ class EnqueueOp:
             taken = await conn.fetch(Q["native_taken"], list(self.foreign))
             if taken:
                 raise StoreError(f"PostgreSQL: duplicate job id {bytes(taken[0]['id']).hex()}: a job has it already")
-        found: dict[bytes, int] = {}
-        waiting: set[int] = set()
+        found: dict[bytes, Found] = {}
         if self.depends_on:
-            found, waiting = await _dependencies(conn, self.depends_on)
+            found = await _dependencies(conn, self.depends_on)
         for q in self.new_queues:
             await conn.execute(Q["insert_queue_if_absent"], q.name, q.settings_json, q.paused, q.declared, now, now)
         if self.new_queues:
@@ -181,10 +187,15 @@ class EnqueueOp:
         if self.depends_on:
             for i, ids in self.depends_on.items():
                 if i not in dedups:
-                    waits = [found[d] for d in ids if found[d] in waiting]
-                    await conn.execute(Q["defer_job"], seqs[i], len(waits), packed(ids))
+                    policy = self.on_failure.get(i, CANCEL)
+                    waits, failed = plan(ids, found, policy)
+                    await conn.execute(Q["defer_job"], seqs[i], len(waits), packed(ids), policy)
                     if waits:
                         await conn.execute(Q["insert_waits"], waits, seqs[i])
+                    if failed is not None:
+                        dep, f = failed
+                        await conn.execute(Q["cancel_at_enqueue"], seqs[i], now, f.purge_at,
+                                           failure_reason(dep, f.state), f.seq)
         custom = self.custom
         if custom:
             if dedups:
@@ -196,15 +207,16 @@ class EnqueueOp:
         return dedups
 
 
-async def _dependencies(conn: Any, depends_on: DependsOn) -> tuple[dict[bytes, int], set[int]]:
-    """Look up and lock the dependencies of an enqueue: {id: seq} of each, and the seqs of the
-    unfinished ones (now marked ``has_dependents``). Raises ``DependencyMissing`` when one is
-    no stored job. Locked in seq order, so two enqueues naming the same jobs wait for each
-    other instead of deadlocking; a dependency completing meanwhile is read after its commit."""
+async def _dependencies(conn: Any, depends_on: DependsOn) -> dict[bytes, Found]:
+    """Look up and lock the dependencies of an enqueue: {id: (seq, state, purge_at)} of each
+    as of after the lock (the unfinished ones now marked ``has_dependents``). Raises
+    ``DependencyMissing`` when one is no stored job. Locked in seq order, so two enqueues
+    naming the same jobs wait for each other instead of deadlocking; a dependency completing
+    or failing meanwhile is read after its commit."""
     ids = sorted({d for v in depends_on.values() for d in v})
-    found = {bytes(r[0]): r[1] for r in await conn.fetch(Q["dep_lookup"], ids)}
-    missing = missing_of(depends_on, found)
+    seq_of = {bytes(r[0]): r[1] for r in await conn.fetch(Q["dep_lookup"], ids)}
+    missing = missing_of(depends_on, seq_of)
     if missing:
         raise DependencyMissing(missing)
-    waiting = {r[0] for r in await conn.fetch(Q["mark_dependencies"], sorted(found.values()))}
-    return found, waiting
+    locked = {r[0]: Found(r[0], r[1], r[2]) for r in await conn.fetch(Q["mark_dependencies"], sorted(seq_of.values()))}
+    return {dep: locked.get(seq, Found(seq, _COMPLETED, None)) for dep, seq in seq_of.items()}

@@ -508,12 +508,18 @@ JOIN jobs j ON j.seq = coalesce((SELECT f.seq FROM jobs f WHERE f.id = u.id AND 
 -- Lock the dependencies of seqs $1 and mark the unfinished ones (their completion then
 -- releases their dependents: jobs_release); returns those, as of after any concurrent
 -- completion of them committed (the UPDATE waits for its row lock, then reads the row again).
-UPDATE jobs SET has_dependents = true WHERE seq = ANY($1::bigint[]) AND state <> 4 RETURNING seq;
+UPDATE jobs SET has_dependents = true WHERE seq = ANY($1::bigint[]) AND state <> 4 RETURNING seq, state, purge_at;
 
 -- name: defer_job
 -- A job just inserted with dependencies: $1 seq, $2 how many are unfinished (DEFERRED when
--- any), $3 its depends_on column (the ids in order).
-UPDATE jobs SET state = CASE WHEN $2 > 0 THEN 7 ELSE state END, deps_left = $2, depends_on = $3 WHERE seq = $1;
+-- any), $3 its depends_on column (the ids in order), $4 its failure policy (on_dep_fail).
+UPDATE jobs SET state = CASE WHEN $2 > 0 THEN 7 ELSE state END, deps_left = $2, depends_on = $3, on_dep_fail = $4
+WHERE seq = $1;
+
+-- name: cancel_at_enqueue
+-- A job enqueued with the "cancel" policy and an already failed dependency: $1 seq,
+-- $2 finished_at, $3 purge_at, $4 reason, $5 the dependency's seq.
+UPDATE jobs SET state = 6, finished_at = $2, purge_at = $3, reason = $4, dep_failed_by = $5 WHERE seq = $1;
 
 -- name: insert_waits
 -- The edges of job seq $2: one per unfinished dependency seq of $1.

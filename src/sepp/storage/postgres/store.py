@@ -43,7 +43,7 @@ from sepp.storage.base import (
     SweepResult,
     WorkerRecord,
 )
-from sepp.storage.dependencies import DependsOn
+from sepp.storage.dependencies import DependsOn, OnFailure
 from sepp.storage.errors import StoreFailed, StoreUnavailable
 from sepp.storage.postgres import enqueue, nodes, outcomes, periodic, queue_rows, reserve, settle, sweeps
 from sepp.storage.postgres.admin import PostgresAdmin
@@ -316,7 +316,7 @@ class PostgresStore:
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = (),
-                      depends_on: DependsOn | None = None) -> Dedups:
+                      depends_on: DependsOn | None = None, on_failure: OnFailure | None = None) -> Dedups:
         """See ``Store.enqueue``: one transaction; keys claimed with ``INSERT … ON CONFLICT``
         (exactly once across nodes; ``queries.sql`` ``claim_keys``). Calls with custom-index
         entries take the ``EnqueueOp`` path (jobs and entries in one transaction), so a call
@@ -340,7 +340,8 @@ class PostgresStore:
             records = [(*row, s) for row, s in zip(rows, seqs, strict=True)]
             return await self._committer.submit(enqueue.InsertOp(records), len(rows))
         return await self._committer.submit(
-            enqueue.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign, depends_on), len(rows))
+            enqueue.EnqueueOp(rows, dedup_until, now, new_queues, custom, seqs, foreign, depends_on, on_failure),
+            len(rows))
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue, by name."""

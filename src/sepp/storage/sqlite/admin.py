@@ -127,9 +127,11 @@ class SQLiteAdmin:
             rows = await self._read(name, {**base, "queue": query.queue, "run_at": run_at, "seq": seq,
                                            "limit": want})
             keys = [(s, [r, s]) for s, r in rows]
-        elif query.state == int(State.RESERVED):
+        elif query.state in (int(State.RESERVED), int(State.DEFERRED)):
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
-            rows = await self._read("list_reserved", {**base, "queue": query.queue, "seq": seq, "limit": want})
+            name = "list_reserved" if query.state == int(State.RESERVED) else "list_deferred"
+            rows = await self._read(name, {"job_type": query.job_type, "queue": query.queue, "seq": seq,
+                                           "limit": want})
             keys = [(s, [s]) for (s,) in rows]
         else:
             seq = _int(after[0]) if after and len(after) == 1 else _start(after, 1)[0]
@@ -324,6 +326,18 @@ class SQLiteAdmin:
         row = await self._read("oldest_ready", {"queue": queue}, one=True)
         return None if row is None or row[0] is None else int(row[0])
 
+    async def oldest_deferred(self, queues: Sequence[str]) -> dict[str, int]:
+        """See ``AdminStore.oldest_deferred`` (``jobs_finished``: DEFERRED rows, finished_at
+        NULL, in seq order within a queue)."""
+        if not queues:
+            return {}
+        rows = await self._read("oldest_deferred_all", {"names": json.dumps(sorted(queues))})
+        return {q: int(at) for q, at in rows if isinstance(at, int)}
+
+    async def waiting_on(self, seq: int) -> list[bytes]:
+        """See ``AdminStore.waiting_on`` (``job_waits_child``)."""
+        return [bytes(r[0]) for r in await self._read("waiting_on", {"seq": seq})]
+
     async def reserved_by_worker(self) -> dict[str, int]:
         """See ``AdminStore.reserved_by_worker`` (through the ``jobs_leased`` index: only
         RESERVED rows are read)."""
@@ -336,7 +350,8 @@ class SQLiteAdmin:
         names = json.dumps(sorted(q for q, c in counts.items() if c.ready))
         oldest = {q: int(run_at) for q, run_at in await self._read("oldest_ready_all", {"names": names})
                   if isinstance(run_at, int)}
-        return QueueGauges(counts, oldest)
+        deferred = await self.oldest_deferred([q for q, c in counts.items() if c.deferred])
+        return QueueGauges(counts, oldest, oldest_deferred=deferred)
 
     async def flow_read(self, queue: str, limits: FlowLimits) -> FlowRead:
         """``AdminStore.flow_read``: the bucket row, and for a per-key limit the extras of the
@@ -392,10 +407,11 @@ class SQLiteAdmin:
         result: WriteResult = await self._submit(partial(writes.cancel_job, job_id, now, policy, reason))
         return result
 
-    async def requeue(self, job_id: bytes, now: int) -> WriteResult:
+    async def requeue(self, job_id: bytes, now: int, revive_dependents: bool = True) -> WriteResult:
         """See ``AdminStore.requeue``."""
 
-        result: WriteResult = await self._submit(partial(writes.requeue_job, job_id, now))
+        result: WriteResult = await self._submit(partial(writes.requeue_job, job_id, now,
+                                                         revive_dependents=revive_dependents))
         return result
 
     async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
@@ -421,7 +437,8 @@ class SQLiteAdmin:
         row = await self._read(name, params, one=True)
         return int(row[0])
 
-    async def requeue_dead(self, where: DeadFilter, now: int, limit: int) -> list[tuple[bytes, str, str]]:
+    async def requeue_dead(self, where: DeadFilter, now: int, limit: int,
+                           revive_dependents: bool = True) -> list[tuple[bytes, str, str]]:
         """One chunk of a bulk redrive (oldest dead letters first within a queue): (job id,
         queue, job type) of each job requeued."""
         params = {**self._dead_params(where), "now": now, "limit": limit}
@@ -429,7 +446,8 @@ class SQLiteAdmin:
         if where.queue is None:
             del params["queue"]
 
-        result: list[tuple[bytes, str, str]] = await self._submit(partial(writes.requeue_dead, name, params))
+        result: list[tuple[bytes, str, str]] = await self._submit(
+            partial(writes.requeue_dead, name, params, revive_dependents=revive_dependents))
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:

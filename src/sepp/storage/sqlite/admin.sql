@@ -214,7 +214,7 @@ SELECT job_id, expires_at FROM idempotency WHERE queue = ? AND key = ?;
 SELECT seq, queue, state FROM jobs WHERE id = ?;
 
 -- name: cancel_now
-UPDATE jobs SET state = 6, finished_at = ?, purge_at = ?, reason = ? WHERE seq = ? AND state IN (1, 2);
+UPDATE jobs SET state = 6, finished_at = ?, purge_at = ?, reason = ? WHERE seq = ? AND state IN (1, 2, 7);
 
 -- name: request_cancel
 UPDATE jobs SET cancel_requested = 1 WHERE seq = ? AND state = 3;
@@ -223,9 +223,10 @@ UPDATE jobs SET cancel_requested = 1 WHERE seq = ? AND state = 3;
 -- Redrive (sepp.domain.transitions.redrive): ?1 state (READY), ?2 attempt (0),
 -- ?3 run_at (now), ?4 seq; id, payload, extras, priority, max_attempts and history are
 -- untouched. lease_id stays, so a stale worker's re-ack is LEASE_EXPIRED.
-UPDATE jobs SET state = ?, attempt = ?, run_at = ?, finished_at = NULL, purge_at = NULL, reason = NULL,
-    cancel_requested = 0
-WHERE seq = ? AND state IN (5, 6);
+-- A job that still waits for dependencies (deps_left, docs/workflows.md) goes back to DEFERRED.
+UPDATE jobs SET state = CASE WHEN deps_left > 0 THEN 7 ELSE ?1 END, attempt = ?2, run_at = ?3, finished_at = NULL,
+    purge_at = NULL, reason = NULL, cancel_requested = 0, dep_failed_by = NULL
+WHERE seq = ?4 AND state IN (5, 6);
 
 -- name: delete_one
 DELETE FROM jobs WHERE seq = ?;
@@ -253,7 +254,7 @@ WHERE seq IN (
       AND (:job_type IS NULL OR job_type = :job_type)
       AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
     ORDER BY finished_at, seq LIMIT :limit)
-RETURNING id, queue, job_type;
+RETURNING id, queue, job_type, seq;
 
 -- name: requeue_dead_all
 UPDATE jobs SET state = 2, attempt = 0, run_at = :now, finished_at = NULL, purge_at = NULL, reason = NULL,
@@ -264,7 +265,7 @@ WHERE seq IN (
       AND (:job_type IS NULL OR job_type = :job_type)
       AND (:reason IS NULL OR substr(reason, 1, length(:reason)) = :reason)
     LIMIT :limit)
-RETURNING id, queue, job_type;
+RETURNING id, queue, job_type, seq;
 
 -- name: purge_scheduled
 DELETE FROM jobs WHERE seq IN (
@@ -314,3 +315,24 @@ SELECT extras FROM jobs WHERE queue = :queue AND state = 3;
 -- name: flow_ready_keys
 -- The first :limit READY jobs of queue :queue in reserve order with their extras (jobs_ready).
 SELECT seq, extras FROM jobs WHERE queue = :queue AND state = 2 ORDER BY priority DESC, run_at, seq LIMIT :limit;
+
+-- ------------------------------------------------------------------ dependencies (docs/workflows.md)
+-- DEFERRED rows (state 7) sit in jobs_finished (WHERE state >= 4) with finished_at NULL, so
+-- within a queue that index orders them by seq: enqueue order.
+
+-- name: list_deferred
+SELECT seq FROM jobs
+WHERE state >= 4 AND state = 7 AND seq > :seq
+  AND (:queue IS NULL OR queue = :queue) AND (:job_type IS NULL OR job_type = :job_type)
+ORDER BY seq LIMIT :limit;
+
+-- name: oldest_deferred_all
+-- enqueued_at of the DEFERRED job of lowest seq of every queue of :names (a JSON array of
+-- queue names; NULL for a queue without one): one index seek per queue.
+SELECT q.value, (SELECT enqueued_at FROM jobs WHERE seq = (
+    SELECT seq FROM jobs WHERE state >= 4 AND state = 7 AND queue = q.value ORDER BY finished_at, seq LIMIT 1))
+FROM json_each(:names) AS q;
+
+-- name: waiting_on
+-- The ids of the dependencies job :seq still waits for (its job_waits edges), by their seq.
+SELECT p.id FROM job_waits w JOIN jobs p ON p.seq = w.parent_seq WHERE w.child_seq = :seq ORDER BY w.parent_seq;

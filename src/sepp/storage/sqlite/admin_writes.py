@@ -17,6 +17,7 @@ from sepp.domain.states import State
 from sepp.domain.transitions import CancelAction, cancel
 from sepp.storage.admin import Outcome, WriteResult, cancel_result, requeue_plan
 from sepp.storage.sqlite import type_figures as figures
+from sepp.storage.sqlite.dependents import propagate_failures, revive
 from sepp.storage.sqlite.sql import A
 
 
@@ -36,18 +37,24 @@ def cancel_job(job_id: bytes, now: int, policy: PolicyLookup, reason: str, conn:
     decision = cancel(state, now, policy(queue), reason)
     if decision.action is CancelAction.CANCEL:
         conn.execute(A["cancel_now"], (decision.finished_at, decision.purge_at, decision.reason, seq))
+        propagate_failures(conn)  # its dependents, per their policy (docs/workflows.md)
     elif decision.action is CancelAction.REQUEST:
         conn.execute(A["request_cancel"], (seq,))
     return cancel_result(decision.action, queue, state)
 
 
-def requeue_job(job_id: bytes, now: int, conn: sqlite3.Connection) -> WriteResult:
-    """Writer side of ``SQLiteAdmin.requeue``: applies ``transitions.redrive``."""
+def requeue_job(job_id: bytes, now: int, conn: sqlite3.Connection, revive_dependents: bool = True) -> WriteResult:
+    """Writer side of ``SQLiteAdmin.requeue``: applies ``transitions.redrive`` (DEFERRED
+    instead of READY for a job that still waits for dependencies) and, unless
+    ``revive_dependents`` is False, revives the dependents cancelled because it failed
+    (``dependents.revive``)."""
     plan = requeue_plan(conn.execute(A["admin_lookup"], (job_id,)).fetchone(), now)
     if isinstance(plan, WriteResult):
         return plan
     seq, queue, decision = plan
     conn.execute(A["requeue_one"], (decision.state, decision.attempt, decision.run_at, seq))
+    if revive_dependents:
+        revive(conn, [seq])
     return WriteResult(Outcome.DONE, queue, decision.state)
 
 
@@ -64,12 +71,17 @@ def delete_job(job_id: bytes, state: int | None, conn: sqlite3.Connection) -> Wr
     return WriteResult(Outcome.DONE, queue, found)
 
 
-def requeue_dead(name: str, params: dict[str, Any], conn: sqlite3.Connection) -> list[tuple[bytes, str, str]]:
+def requeue_dead(name: str, params: dict[str, Any], conn: sqlite3.Connection,
+                 revive_dependents: bool = True) -> list[tuple[bytes, str, str]]:
     """Writer side of ``SQLiteAdmin.requeue_dead``: the columns of ``transitions.redrive``
     (READY at ``:now``, attempt 0) for up to ``:limit`` ``BULK_REDRIVABLE`` (DEAD_LETTERED)
     jobs, written by the statement itself (``requeue_dead_*`` in admin.sql); (job id,
-    queue, job type) of each."""
-    return [(r[0], r[1], r[2]) for r in conn.execute(A[name], params)]
+    queue, job type) of each. Unless ``revive_dependents`` is False, revives the dependents
+    cancelled because they failed (``dependents.revive``)."""
+    rows = conn.execute(A[name], params).fetchall()
+    if revive_dependents:
+        revive(conn, [r[3] for r in rows])
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 def purge(queue: str, states: Sequence[int], limit: int, conn: sqlite3.Connection) -> int:

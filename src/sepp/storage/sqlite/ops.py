@@ -35,12 +35,13 @@ from sepp.domain.records import Dedups, JobRow, QueueRecord
 from sepp.domain.states import State
 from sepp.domain.transitions import Decision, completed_purge_at, lease_error, needs_jitter, settle
 from sepp.quoting import clip
-from sepp.storage.dependencies import DependsOn, missing_of, packed
+from sepp.storage.dependencies import CANCEL, DependsOn, Found, OnFailure, failure_reason, missing_of, packed, plan
 from sepp.storage.errors import DependencyMissing, StoreError
 from sepp.storage.row_types import AckedRow, LeasedRow, LeaseLookup, at
 from sepp.storage.rows import LenientText, describe, is_decode_error, note_damaged
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import flow
+from sepp.storage.sqlite.dependents import propagate_failures
 from sepp.storage.sqlite.sql import (
     InsertKey,
     Q,
@@ -86,19 +87,21 @@ def insert_jobs(conn: sqlite3.Connection, rows: Sequence[JobRow]) -> None:
 
 
 def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new_queues: Sequence[QueueRecord],
-               custom: Sequence[CustomEntry], conn: sqlite3.Connection, depends_on: DependsOn | None = None) -> Dedups:
+               custom: Sequence[CustomEntry], conn: sqlite3.Connection, depends_on: DependsOn | None = None,
+               on_failure: OnFailure | None = None) -> Dedups:
     """Writer side of ``SQLiteStore.enqueue`` with idempotency keys, new queues, custom-index
     entries (``custom``: those of every row; a deduplicated row's are not written) or
     dependencies (``depends_on``, ``storage.dependencies``: looked up before anything is
-    written; ``DependencyMissing`` when one is no stored job)."""
-    states: dict[bytes, tuple[int, int]] = {}
+    written; ``DependencyMissing`` when one is no stored job; ``on_failure``: row index → its
+    policy, ``storage.dependencies``)."""
+    states: dict[bytes, Found] = {}
     if depends_on:
         for ids in depends_on.values():
             for dep in ids:
                 if dep not in states:
                     hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
                     if hit is not None:
-                        states[dep] = (hit[0], hit[1])
+                        states[dep] = Found(*hit)
         missing = missing_of(depends_on, states)
         if missing:
             raise DependencyMissing(missing)
@@ -126,7 +129,7 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
     if depends_on:
         for i, ids in depends_on.items():
             if i not in dedups:
-                _defer(conn, rows[i].id, ids, states)
+                _defer(conn, rows[i].id, ids, states, (on_failure or {}).get(i, CANCEL), now)
     if custom:
         if dedups:
             gone = {rows[i].id for i in dedups}
@@ -135,16 +138,23 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
     return dedups
 
 
-def _defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, tuple[int, int]]
-           ) -> None:
+def _defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, Found],
+           policy: int, now: int) -> None:
     """Record the dependencies ``ids`` of the job ``job_id`` just inserted (``states``: each
-    id's (seq, state)): DEFERRED with its count of unfinished ones, one edge per unfinished one."""
+    id's lookup) with its failure ``policy``: DEFERRED with its count of unfinished ones, one
+    edge per unfinished one (``dependencies.plan``); with "cancel" and a dependency failed
+    already, CANCELLED naming it at ``now``, kept as long as that dependency."""
     seq = conn.execute(Q["job_seq"], (job_id,)).fetchone()[0]
-    waits = [states[dep][0] for dep in ids if states[dep][1] != _COMPLETED]
+    waits, failed = plan(ids, states, policy)
     conn.execute(Q["defer_job"], (seq, len(waits), packed(ids)))
+    if policy != CANCEL:
+        conn.execute(Q["set_dep_policy"], (seq, policy))
     for parent in waits:
         conn.execute(Q["mark_dependency"], (parent,))
         conn.execute(Q["insert_wait"], (parent, seq))
+    if failed is not None:
+        dep, found = failed
+        conn.execute(Q["cancel_at_enqueue"], (seq, now, found.purge_at, failure_reason(dep, found.state), found.seq))
 
 
 def drain_wakes(conn: sqlite3.Connection) -> list[str]:
@@ -154,9 +164,13 @@ def drain_wakes(conn: sqlite3.Connection) -> list[str]:
 
 
 def with_wakes(op: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> tuple[T, list[str]]:
-    """Run the settle ``op``; its value and the queues its completions made dependents READY
-    in (``drain_wakes``), from the same transaction."""
-    return op(conn), drain_wakes(conn)
+    """Run the settle (or sweep, or admin) ``op``, then the failure policies of what it
+    dead-lettered or cancelled (``propagate_failures``); its value and the queues its
+    completions and releases made dependents READY in (``drain_wakes``), from the same
+    transaction."""
+    value = op(conn)
+    propagate_failures(conn)
+    return value, drain_wakes(conn)
 
 
 def fetch_all(sql: str, params: Sequence[Any], conn: sqlite3.Connection) -> list[Any]:

@@ -245,7 +245,7 @@ FROM jobs WHERE id IN (?);
 
 -- name: dep_lookup
 -- A dependency named at enqueue (docs/workflows.md): its seq and state, by id.
-SELECT seq, state FROM jobs WHERE id = ?;
+SELECT seq, state, purge_at FROM jobs WHERE id = ?;
 
 -- name: job_seq
 SELECT seq FROM jobs WHERE id = ?;
@@ -266,3 +266,57 @@ INSERT OR IGNORE INTO job_waits (parent_seq, child_seq) VALUES (?, ?);
 -- The queues jobs_release made jobs READY in during this transaction (dep_wakes is empty
 -- between transactions: every settle drains it).
 DELETE FROM dep_wakes RETURNING queue;
+
+-- name: take_failed
+-- The dependencies that failed in this transaction (jobs_dep_failed), taken off the list.
+DELETE FROM dep_failed RETURNING seq, id, state, finished_at, purge_at;
+
+-- name: release_run_children
+-- Dependents of failed job :seq with the "run" policy: the edge counts as settled; DEFERRED
+-- at their last one, they become READY (SCHEDULED for a run_at after :fin).
+UPDATE jobs SET deps_left = deps_left - 1,
+    state = CASE WHEN state <> 7 THEN state WHEN deps_left > 1 THEN 7 WHEN run_at > :fin THEN 1 ELSE 2 END
+WHERE seq IN (SELECT child_seq FROM job_waits WHERE parent_seq = :seq) AND on_dep_fail = 1;
+
+-- name: wake_run_children
+INSERT INTO dep_wakes (queue)
+SELECT queue FROM jobs WHERE seq IN (SELECT child_seq FROM job_waits WHERE parent_seq = :seq) AND on_dep_fail = 1
+    AND state = 2;
+
+-- name: drop_run_edges
+DELETE FROM job_waits WHERE parent_seq = :seq
+    AND child_seq IN (SELECT seq FROM jobs WHERE on_dep_fail = 1
+                      AND seq IN (SELECT child_seq FROM job_waits WHERE parent_seq = :seq));
+
+-- name: cancel_children
+-- Dependents of failed job :seq with the "cancel" policy still DEFERRED: CANCELLED naming it
+-- (:reason), kept as long as it (:purge); jobs_dep_failed lists those that have dependents.
+UPDATE jobs SET state = 6, finished_at = :fin, purge_at = :purge, reason = :reason, dep_failed_by = :seq
+WHERE seq IN (SELECT child_seq FROM job_waits WHERE parent_seq = :seq) AND on_dep_fail = 0 AND state = 7;
+
+-- name: set_dep_policy
+UPDATE jobs SET on_dep_fail = ?2 WHERE seq = ?1;
+
+-- name: cancel_at_enqueue
+-- A job enqueued with the "cancel" policy and an already failed dependency: ?1 seq,
+-- ?2 finished_at, ?3 purge_at, ?4 reason, ?5 the dependency's seq.
+UPDATE jobs SET state = 6, finished_at = ?2, purge_at = ?3, reason = ?4, dep_failed_by = ?5 WHERE seq = ?1;
+
+-- name: revivable
+-- Jobs CANCELLED because dependency :seq failed (cancel_children, cancel_at_enqueue).
+SELECT seq FROM jobs WHERE dep_failed_by = :seq AND state = 6;
+
+-- name: other_failed_dependency
+-- A dependency job :child still waits for that is DEAD_LETTERED or CANCELLED: seq, id, state, purge_at.
+SELECT p.seq, p.id, p.state, p.purge_at FROM job_waits w JOIN jobs p ON p.seq = w.parent_seq
+WHERE w.child_seq = :child AND p.state IN (5, 6) LIMIT 1;
+
+-- name: revive_one
+-- Back to waiting (DEFERRED; READY when it waits for nothing any more).
+UPDATE jobs SET state = CASE WHEN deps_left > 0 THEN 7 ELSE 2 END, finished_at = NULL, purge_at = NULL,
+    reason = NULL, dep_failed_by = NULL
+WHERE seq = :child AND state = 6;
+
+-- name: reblame
+-- Still cancelled, now because of another failed dependency (:dep, its reason and purge_at).
+UPDATE jobs SET dep_failed_by = :dep, reason = :reason, purge_at = :purge WHERE seq = :child;

@@ -51,7 +51,7 @@ from sepp.storage.base import (
     WorkerRecord,
 )
 from sepp.storage.commit_stats import merge
-from sepp.storage.dependencies import DependsOn
+from sepp.storage.dependencies import DependsOn, OnFailure
 from sepp.storage.errors import StoreError, StoreFailed, StoreLocked
 from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.rows import repair_job
@@ -220,12 +220,13 @@ class SQLiteStore(OneNode):
 
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = (),
-                      depends_on: DependsOn | None = None) -> Dedups:
+                      depends_on: DependsOn | None = None, on_failure: OnFailure | None = None) -> Dedups:
         """See ``Store.enqueue``: one transaction; dedup against live keys and within the call.
         Calls with custom-index entries or dependencies take the keyed path (``ops.enqueue_op``),
         so a call without any runs exactly as before (nothing added to it)."""
         if depends_on:
-            op = partial(ops.enqueue_op, rows, dedup_until, now, new_queues, custom, depends_on=depends_on)
+            op = partial(ops.enqueue_op, rows, dedup_until, now, new_queues, custom, depends_on=depends_on,
+                         on_failure=on_failure)
             return await self._committer.submit(op, len(rows))
         if not new_queues and not custom and not any_keyed(rows):
             if len(rows) == 1:  # concurrent single enqueues are folded into one statement by the committer
@@ -413,7 +414,7 @@ class SQLiteStore(OneNode):
     async def reclaim_expired(self, now: int, limit: int, policy: PolicyLookup) -> SweepResult:
         """Expired leases → READY, or DEAD_LETTERED with LEASE_EXPIRED on the last attempt."""
 
-        return await self._committer.submit(partial(sweeps.reclaim_op, now, limit, policy), 0)
+        return await self._woken(partial(sweeps.reclaim_op, now, limit, policy), 0)
 
     async def prune(self, now: int, limit: int) -> SweepResult:
         """Delete finished jobs past retention, then expired idempotency keys; an

@@ -12,6 +12,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from sepp.domain.ids import job_id_text
 from sepp.domain.listing import JobQuery
+from sepp.domain.records import JobRecord
 from sepp.domain.states import State
 from sepp.server.admin import StateConflict
 from sepp.server.admin.search import parse_search
@@ -40,7 +41,17 @@ class JobPages:
         """Every field of one job; the live part (``_job_live.html``) refreshes itself every
         ``JOB_POLL_SECONDS`` while the job is not finished."""
         rec = await self.admin.get_job(request.path_params["job_id"])
-        return self.kit.render(request, "job.html", {**job_context(rec), "poll": JOB_POLL_SECONDS})
+        return self.kit.render(request, "job.html", {**await self._live_context(rec), "poll": JOB_POLL_SECONDS})
+
+    async def _live_context(self, rec: JobRecord) -> dict[str, Any]:
+        """``job_context`` plus ``waiting_on``: the ids of the dependencies a DEFERRED job still
+        waits for ([] otherwise), also part of the live part's fingerprint (``version``)."""
+        context = job_context(rec)
+        waiting = await self.admin.waiting_on(rec)
+        context["waiting_on"] = waiting
+        if waiting:
+            context["version"] = f"{context['version']}-w{len(waiting)}"
+        return context
 
     async def job_partial(self, request: Request) -> Response:
         """``GET /ui/partials/jobs/{job_id}``: the job page's live part (state, fields,
@@ -56,7 +67,7 @@ class JobPages:
             return HTMLResponse('<div id="job-live" data-state="gone"><p class="flash flash-error" role="alert">'
                                 "This job is gone: deleted, or purged after its retention. Reload the page."
                                 "</p></div>", status_code=STOP_POLLING)
-        context = job_context(rec)
+        context = await self._live_context(rec)
         if request.query_params.get("v") == context["version"] and not context["terminal"]:
             return Response(status_code=204)  # unchanged: htmx swaps nothing and polls on
         return self.kit.render(request, "_job_live.html", {**context, "poll": JOB_POLL_SECONDS},

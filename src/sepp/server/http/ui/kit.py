@@ -29,7 +29,16 @@ from sepp.server.errors import InvalidRequest, NotFound
 from sepp.server.http.ui.figures_view import fmt_runtime
 from sepp.server.http.ui.forms import read_form
 from sepp.server.http.ui.security import csrf_ok, csrf_token, is_authed
-from sepp.server.http.ui.views import SLUG_OF, STATE_SLUGS, fmt_ago, fmt_bytes, fmt_duration, fmt_iso, fmt_time
+from sepp.server.http.ui.views import (
+    SLUG_OF,
+    STATE_SLUGS,
+    TAB_ORDER,
+    fmt_ago,
+    fmt_bytes,
+    fmt_duration,
+    fmt_iso,
+    fmt_time,
+)
 from sepp.server.parts import ServerParts
 
 #: Templates and static files stay next to the package (``sepp/server/http/``).
@@ -69,7 +78,7 @@ class PageKit:
                            slug=lambda s: SLUG_OF.get(int(s), ""), number=lambda n: f"{n:,}",
                            uuid=job_id_text, runtime=fmt_runtime)
         env.globals.update(POLL_SECONDS=POLL_SECONDS, HTMX=HTMX, STATE_SLUGS=STATE_SLUGS,
-                           TYPES_POLL_SECONDS=TYPES_POLL_SECONDS)
+                           TYPES_POLL_SECONDS=TYPES_POLL_SECONDS, TAB_ORDER=TAB_ORDER)
         self.templates = Jinja2Templates(env=env)
 
     csrf_token = staticmethod(csrf_token)

@@ -38,7 +38,7 @@ class QueuePages:
         window = window_param(request.query_params.get("window"))
         views = await self.admin.stats(minutes=window.minutes)
         totals = {f: sum(getattr(v.counts, f) for v in views) for f in
-                  ("scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")}
+                  ("deferred", "scheduled", "ready", "reserved", "completed", "dead_lettered", "cancelled")}
         chart = build_chart(merge_rows(views), window) if views else None
         return {"views": views, "totals": totals, "chart": chart, "window": window, "WINDOWS": WINDOWS}
 

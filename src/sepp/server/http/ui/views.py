@@ -44,9 +44,10 @@ def state_param(value: str | None, default: int = 2) -> int:
         raise InvalidRequest(str(exc), "state", actual=value[:64]) from None
 
 
-#: The state tabs in the order the pages show them: (StateCounts field, state number).
-TAB_ORDER: tuple[tuple[str, int], ...] = (("scheduled", 1), ("ready", 2), ("reserved", 3), ("completed", 4),
-                                          ("dead_lettered", 5), ("cancelled", 6))
+#: The state tabs in the order the pages show them, a job's life from left to right (DEFERRED
+#: first: waiting for its dependencies): (StateCounts field, state number).
+TAB_ORDER: tuple[tuple[str, int], ...] = (("deferred", 7), ("scheduled", 1), ("ready", 2), ("reserved", 3),
+                                          ("completed", 4), ("dead_lettered", 5), ("cancelled", 6))
 
 #: State number → its ``StateCounts`` field.
 STATE_FIELD: dict[int, str] = {number: field for field, number in TAB_ORDER}
@@ -293,7 +294,7 @@ def job_context(rec: JobRecord) -> dict[str, Any]:
             "result": result,
             "custom": custom, "trace": sorted(job.trace_context.items()), "attempts": attempts,
             "requeued_since": requeued_since, "leased": rec.state == 3,
-            "state_name": state_name(rec.state), "can_cancel": rec.state in (1, 2, 3) and not rec.cancel_requested,
+            "state_name": state_name(rec.state), "can_cancel": rec.state in (1, 2, 3, 7) and not rec.cancel_requested,
             "can_requeue": rec.state in (5, 6)}
 
 

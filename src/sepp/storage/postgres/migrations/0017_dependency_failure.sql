@@ -78,3 +78,8 @@ $$;
 CREATE TRIGGER jobs_dep_failed AFTER UPDATE OF state ON jobs FOR EACH ROW
     WHEN (NEW.state IN (5, 6) AND OLD.state NOT IN (5, 6) AND NEW.has_dependents)
     EXECUTE FUNCTION _fail_dependents();
+
+-- Trigger functions only: no role needs to call them (PostgreSQL grants EXECUTE to PUBLIC by
+-- default; the SQL enqueue's app role must reach nothing but its three functions).
+REVOKE ALL ON FUNCTION _release_dependents() FROM PUBLIC;
+REVOKE ALL ON FUNCTION _fail_dependents() FROM PUBLIC;

@@ -69,6 +69,8 @@ STATEMENTS: dict[str, tuple[Any, ...]] = {
     "promote_due_locking": (NOW + 10_000_000, 1_000, ["q"]),
     "cancel_now": (NOW, NOW + 1, "cancelled", "SEQ:2"),
     "requeue_one": (2, 0, NOW, "SEQ:5"),
+    # A dependent cancelled because of a failed dependency, revived by its redrive.
+    "revive_one": ("SEQ:5",),
     # A ticked row's delete, only while the job is in the state the page listed.
     "delete_one_in_state": ("ID:5", 5),
     "requeue_dead_queue": (2, 0, NOW, "q", 0, NOW + 1, None, None, 1_000),

@@ -406,7 +406,7 @@ WHERE w.child_seq = $1::bigint AND p.state IN (5, 6) LIMIT 1;
 -- and the new state.
 UPDATE jobs SET state = CASE WHEN deps_left > 0 THEN 7 ELSE 2 END, finished_at = NULL, purge_at = NULL,
     reason = NULL, dep_failed_by = NULL
-WHERE seq = $1::bigint AND state = 6 RETURNING queue, state;
+WHERE seq = $1::bigint AND state::integer = 6 RETURNING queue, state;
 
 -- name: reblame
 -- Still cancelled, now because of another failed dependency: $1 seq, $2 its seq, $3 reason, $4 purge_at.

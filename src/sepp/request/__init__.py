@@ -22,7 +22,7 @@ import dataclasses
 import datetime as dt
 import json as _json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from types import MappingProxyType
 from typing import Any
@@ -507,6 +507,28 @@ class _RequestDraft:
     _proto: pb.EnqueueRequest | None
 
 
+def request_maker(queue: str, job_type: str, encoding: str) -> Callable[[bytes], EnqueueRequest]:
+    """``data -> EnqueueRequest(queue, job_type, payload=Payload(data, encoding))`` for many
+    requests that differ in their payload bytes only (``data``: ``bytes``, not checked): the
+    names and the label are checked once, here (raises as ``EnqueueRequest`` / ``Payload``),
+    and each request is filled in without a constructor call (``_fill``): a quarter of the cost."""
+    EnqueueRequest(queue, job_type, payload=Payload(b"", encoding))  # the checks, once
+
+    def make(data: bytes) -> EnqueueRequest:
+        body: _PayloadDraft = _new(_PayloadDraft)
+        body.data, body.encoding = data, encoding
+        body.__class__ = Payload  # type: ignore[assignment]
+        draft: _RequestDraft = _new(_RequestDraft)
+        draft.queue, draft.job_type, draft.payload = queue, job_type, body  # type: ignore[assignment]
+        draft.custom = draft.trace_context = _EMPTY
+        draft.priority = draft.max_attempts = draft.scheduled_at = draft.idempotency_key = draft._proto = None
+        draft.depends_on, draft.on_dependency_failure = _NO_DEPS, "cancel"
+        draft.__class__ = EnqueueRequest  # type: ignore[assignment]
+        return draft  # type: ignore[return-value]
+
+    return make
+
+
 # The results and the server's self-description live in their own modules; imported here,
 # where callers have always found them.
 from sepp.request.results import BatchResult, EnqueueAck, IndexedRejection, Rejection, fresh_acks  # noqa: E402
@@ -540,5 +562,6 @@ __all__ = [
     "fresh_acks",
     "queue_limits_from_proto",
     "queue_settings_from_proto",
+    "request_maker",
     "server_limits_from_proto",
 ]

@@ -33,6 +33,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sepp.request._jsontext import UNCHECKED as _UNCHECKED
 from sepp.request._jsontext import json_text
 
 #: Annotations passed through as they are (JSON carries them; nothing to convert).
@@ -49,6 +50,7 @@ EMPTY_PAYLOAD = b'{"args":[],"kwargs":{}}'
 _NO_POSITION = 1 << 30
 _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: dict[str, Any] = {}
+_INF, _NEG_INF = math.inf, -math.inf
 
 
 class Custom:
@@ -156,6 +158,8 @@ class ArgsCodec:
         self._var_keyword: str | None = None
         #: Parameters marked ``Custom`` → their defaults (``inspect.Parameter.empty``: none).
         self.custom_params: dict[str, Any] = {}
+        #: See ``_simple_tables``; nothing fits until the annotations are read.
+        self._positional_range = (_NO_POSITION, 0)
         try:
             self.resolve()
         except NameError:  # a forward reference defined later in the module: on first use
@@ -289,10 +293,37 @@ class ArgsCodec:
 
     def encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         """The payload of a call with ``args`` / ``kwargs`` (raises as :meth:`bind`)."""
+        if not kwargs and self.fits_positional(args):
+            return self.write_positional(args)
         if not args and not kwargs and not self.signature.parameters:
             return EMPTY_PAYLOAD
         out_args, out_kwargs = self.bind(args, kwargs)
         return payload_bytes(out_args, out_kwargs)
+
+    def fits_positional(self, args: tuple[Any, ...]) -> bool:
+        """Whether ``args`` alone (no keyword arguments) is the commonest call, which
+        :meth:`write_positional` writes without failing: as many as the signature takes, a
+        simple signature (no converted parameter, no ``*args`` / ``**kwargs``), every value a
+        ``str`` (valid UTF-8), ``int``, finite ``float``, ``bool`` or ``None``. False says
+        nothing about the call: :meth:`encode` binds it the whole way."""
+        least, most = self._positional_range
+        if not least <= len(args) <= most or _UNCHECKED is None:
+            return False
+        for value in args:
+            kind = type(value)
+            if kind is int or kind is bool or value is None:
+                continue
+            if kind is str:
+                if not value.isascii() and not _is_utf8(value):
+                    return False
+            elif kind is not float or not _NEG_INF < value < _INF:  # NaN or an infinity fails
+                return False
+        return True
+
+    def write_positional(self, args: tuple[Any, ...]) -> bytes:
+        """The payload of the call ``args`` that :meth:`fits_positional`: what :meth:`encode`
+        writes, without binding's intermediate list and dict."""
+        return f'{{"args":{"".join(_UNCHECKED(args, 0))},"kwargs":{{}}}}'.encode()
 
     def custom_entries(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The custom-map entries of a call (its ``Custom`` parameters' values, by name; one not
@@ -311,6 +342,18 @@ class ArgsCodec:
     def decode(self, data: bytes) -> tuple[Sequence[Any], dict[str, Any]]:
         """The call's ``(args, kwargs)`` from a job's payload, converted to the annotated
         types. Raises ``ArgumentsError`` for a payload the task cannot take."""
+        if data.startswith(_ARGS_HEAD) and data.endswith(_ARGS_TAIL):
+            # as encode writes a positional call: only the list is parsed (anything else the
+            # scanner or the count does not accept goes the whole way, which says why)
+            try:
+                text = data.decode("utf-8")
+                args, end = _SCAN(text, _ARGS_AT)
+            except (StopIteration, ValueError):
+                pass
+            else:
+                least, most = self._positional_range
+                if end == len(text) - _TAIL_LEN and least <= len(args) <= most:
+                    return args, {}
         if not self._resolved:
             self.resolve()
         if data == EMPTY_PAYLOAD or not data:
@@ -387,6 +430,10 @@ class ArgsCodec:
 
 
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+#: What ``encode`` writes around a positional call's arguments (``decode``'s fast path).
+_ARGS_HEAD, _ARGS_TAIL = b'{"args":[', b'],"kwargs":{}}'
+#: Where the list starts in the text, and the length of what follows it.
+_ARGS_AT, _TAIL_LEN = len(_ARGS_HEAD) - 1, len(_ARGS_TAIL) - 1
 
 
 def _parse(data: bytes) -> Any:
@@ -407,6 +454,15 @@ def payload_bytes(args: list[Any], kwargs: Mapping[str, Any]) -> bytes:
     """``{"args": args, "kwargs": kwargs}`` as compact UTF-8 JSON (values already checked),
     with ``Payload.json``'s encoder (``sepp.request._jsontext``)."""
     return json_text({"args": args, "kwargs": kwargs}).encode("utf-8")
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _is_job(annotation: Any, job_class: type) -> bool:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sepp.request import EnqueueRequest, Payload
+from sepp.request import EnqueueRequest, Payload, request_maker
 from sepp.tasks._args import payload_bytes
 from sepp.wire import CustomPrimitive
 
@@ -77,19 +78,25 @@ class TaskOptions:
             given["custom"] = {**self.custom, **given["custom"]}
         return dataclasses.replace(self, **given) if given else self
 
-    def request(self, job_type: str, payload: bytes) -> EnqueueRequest:
-        """The ``EnqueueRequest`` of one job of ``job_type`` with ``payload`` (the JSON
-        arguments) under these options; ``delay`` counts from now. Raises as
-        ``EnqueueRequest`` does."""
-        body = Payload(payload, TASK_ENCODING)
-        if (
+    @property
+    def bare(self) -> bool:
+        """Whether its requests carry nothing but queue, job type and payload (no optional
+        field set)."""
+        return (
             self.priority is None
             and self.max_attempts is None
             and self.idempotency_key is None
             and self.delay is None
             and self.scheduled_at is None
             and self.custom is _NO_CUSTOM
-        ):
+        )
+
+    def request(self, job_type: str, payload: bytes) -> EnqueueRequest:
+        """The ``EnqueueRequest`` of one job of ``job_type`` with ``payload`` (the JSON
+        arguments) under these options; ``delay`` counts from now. Raises as
+        ``EnqueueRequest`` does."""
+        body = Payload(payload, TASK_ENCODING)
+        if self.bare:
             return EnqueueRequest(self.queue, job_type, payload=body)  # the request's own fast path
         when = self.scheduled_at
         if when is None and self.delay is not None:
@@ -105,6 +112,14 @@ class TaskOptions:
             idempotency_key=self.idempotency_key,
             **extra,
         )
+
+    def request_maker(self, job_type: str) -> Callable[[bytes], EnqueueRequest]:
+        """``payload -> self.request(job_type, payload)`` for many jobs (``delay`` counts from
+        each call); when ``bare``, the names are checked once, here, and each request costs a
+        quarter (``sepp.request.request_maker``). Raises as ``EnqueueRequest`` does."""
+        if self.bare:
+            return request_maker(self.queue, job_type, TASK_ENCODING)
+        return functools.partial(self.request, job_type)
 
     def to_dict(self) -> dict[str, Any]:
         """The options as JSON values: ``delay`` in seconds, ``scheduled_at`` ISO 8601 (UTC);

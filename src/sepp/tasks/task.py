@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
 
 from sepp.request import EnqueueAck, EnqueueRequest, Rejection
@@ -35,6 +35,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 A = TypeVar("A", bound=_AckBase[Any])
 _new = object.__new__
+_NO_KWARGS: dict[str, Any] = {}  # never written to (encode only reads it)
 _ACK_SLOTS = tuple(
     getattr(cls, name).__set__
     for cls, name in (
@@ -65,6 +66,35 @@ def _acks(results: list[EnqueueAck | Rejection], kind: type[A], codec: ArgsCodec
         set_outcome(ack, None)
         append(ack)
     return out
+
+
+class _Requests:
+    """The requests of ``enqueue_many``'s calls, every call bound and checked already
+    (``_TaskBase._many_requests``): ``items`` holds each request built, or a call's tuple of
+    arguments that ``ArgsCodec.fits_positional``, whose payload (``write``) and request
+    (``make``) are built as the client reads it — which cannot fail —, so the first batch is
+    on its way before the last request is built. Sized: the client's ``progress`` knows the
+    total."""
+
+    __slots__ = ("_items", "_make", "_write")
+
+    def __init__(
+        self,
+        items: list[EnqueueRequest | tuple[Any, ...]],
+        write: Callable[[tuple[Any, ...]], bytes],
+        make: Callable[[bytes], EnqueueRequest] | None,
+    ) -> None:
+        self._items = items
+        self._write = write
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[EnqueueRequest]:
+        write, make = self._write, self._make
+        for item in self._items:
+            yield make(write(item)) if type(item) is tuple else item  # type: ignore[misc,arg-type]
 
 
 class _TaskBase(Generic[P, R]):
@@ -156,18 +186,26 @@ class _TaskBase(Generic[P, R]):
             options = options.merged(custom=codec.custom_entries(args, kwargs))
         return options.request(self.job_type, payload)
 
-    def _many_requests(self, calls: Iterable[tuple[Any, ...] | Signature]) -> list[EnqueueRequest]:
+    def _many_requests(self, calls: Iterable[tuple[Any, ...] | Signature]) -> _Requests:
         """Every call's request, all bound before any is sent (``TypeError`` names the call)."""
-        out: list[EnqueueRequest] = []
-        options, job_type, encode = self.default_options, self.job_type, self._codec.encode
-        plain = not self._codec.custom_params
+        items: list[EnqueueRequest | tuple[Any, ...]] = []
+        append = items.append
+        options, job_type, codec = self.default_options, self.job_type, self._codec
+        encode, fits = codec.encode, codec.fits_positional
+        plain = not codec.custom_params
+        bare = plain and options.bare
+        make: Callable[[bytes], EnqueueRequest] | None = None  # options.request_maker, on first use
         for index, call in enumerate(calls):
             if type(call) is tuple:
                 try:
-                    if plain:
-                        out.append(options.request(job_type, encode(call, {})))
+                    if bare and fits(call):  # checked now, written when the client reads it
+                        if make is None:
+                            make = options.request_maker(job_type)
+                        append(call)
+                    elif plain:
+                        append(options.request(job_type, encode(call, _NO_KWARGS)))
                     else:
-                        out.append(self._call_request(call, {}, options))
+                        append(self._call_request(call, {}, options))
                 except (TypeError, ValueError) as exc:
                     exc.add_note(f"in call {index} of enqueue_many")
                     raise
@@ -176,17 +214,17 @@ class _TaskBase(Generic[P, R]):
                     raise TypeError(
                         f"call {index} of enqueue_many is a signature of {call.job_type!r}, not of {job_type!r}"
                     )
-                self._codec.bind(call.args, dict(call.kwargs))  # complete, as enqueue needs
+                codec.bind(call.args, dict(call.kwargs))  # complete, as enqueue needs
                 if plain:
-                    out.append(call.request())
+                    append(call.request())
                 else:
-                    out.append(self._call_request(call.args, dict(call.kwargs), call.options))
+                    append(self._call_request(call.args, dict(call.kwargs), call.options))
             else:
                 raise TypeError(
                     f"call {index} of enqueue_many must be a tuple of positional arguments or a "
                     f"signature (task.s(...)), not {type(call).__name__}"
                 )
-        return out
+        return _Requests(items, codec.write_positional, make)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.job_type} queue={self.queue}>"

@@ -161,15 +161,22 @@ def start_child(target: str, queue: str, grace: float, mode: str = "") -> subpro
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
 
 
-def read_until(stream: IO[str], want: str, count: int = 1) -> None:
-    """Read lines from ``stream`` until ``count`` of them started with ``want``."""
+def read_until(stream: IO[str], want: str, count: int = 1, child: subprocess.Popen[str] | None = None) -> None:
+    """Read lines from ``stream`` until ``count`` of them started with ``want``. When the
+    stream ends first, the ``AssertionError`` quotes the last lines read and, given the
+    ``child``, its exit code and the end of its stderr (what it did instead)."""
     seen = 0
+    last: list[str] = []
     for line in stream:
+        last = [*last[-9:], line.rstrip("\n")]
         if line.startswith(want):
             seen += 1
             if seen >= count:
                 return
-    raise AssertionError(f"the child ended before printing {count} lines starting {want!r}")
+    told = f"the child ended before printing {count} lines starting {want!r}; its last lines: {last}"
+    if child is not None and child.stderr is not None:
+        told += f"; exit code {child.wait(10)}; stderr ends: {child.stderr.read()[-3000:]!r}"
+    raise AssertionError(told)
 
 
 def finish(child: subprocess.Popen[str]) -> dict[str, Any]:
@@ -250,7 +257,7 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_batches_in_flight(capped: ServerP
         cut.cut()
         wait_for(lambda: cut.dropped >= BATCH_BYTES, 30, what="a batch sent after the cut")
         child.send_signal(signal.SIGINT)
-        read_until(child.stdout, "waiting")
+        read_until(child.stdout, "waiting", child=child)
         child.send_signal(signal.SIGINT)
         report = finish(child)
     finally:

@@ -4,6 +4,7 @@ completed job prints its result (exit 0), a dead-lettered one its last error and
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -40,7 +41,10 @@ def test_a_completed_job_prints_its_outcome(srv: ServerProcess) -> None:
         res = w.reserve_one()
         unfinished = sepp("jobs", "result", job_id, "--json", server=srv.grpc_target)
         assert unfinished.returncode == 4, unfinished.stderr
-        assert json.loads(unfinished.stderr)["error"] == "not_finished"
+        doc = json.loads(unfinished.stderr)
+        assert (doc["error"], doc["state"], doc["queue"], doc["no_consumer"]) == (
+            "not_finished", "RESERVED", "cli-result", False)
+        assert doc["message"] == f"job {job_id} is not finished (state RESERVED, queue 'cli-result')"
 
         def ack_soon() -> None:
             time.sleep(1.0)  # after the command started waiting: the wait is the test's subject
@@ -80,3 +84,24 @@ def test_an_unknown_id_and_a_bad_wait_exit_2(srv: ServerProcess) -> None:
         "error": "not_found", "job_id": unknown, "message": json.loads(out.stderr)["message"]}
     assert sepp("jobs", "result", unknown, "--wait", "soon", server=srv.grpc_target).returncode == 2
     assert sepp("jobs", "result", "nope", server=srv.grpc_target).returncode == 2
+
+
+def test_a_wait_that_times_out_names_the_seconds_the_state_and_an_idle_queue(srv: ServerProcess) -> None:
+    w = Wire(srv.grpc_target, queue="cli-result-idle")
+    try:
+        ready = w.enqueue()  # no worker has ever reserved from this queue
+        later = w.enqueue(scheduled_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+        w.reserve(queues=["cli-result-polled"])  # a worker polled this one just now (nothing there)
+        polled = w.enqueue("cli-result-polled")
+    finally:
+        w.close()
+    out = sepp("jobs", "result", ready, "--wait", "0.5", server=srv.grpc_target)
+    assert out.returncode == 4
+    assert (f"job {ready} is not finished after 0.5 s (state READY, queue 'cli-result-idle'): no worker has "
+            "reserved from queue 'cli-result-idle' recently") in " ".join(out.stderr.split()), out.stderr
+    doc = json.loads(sepp("jobs", "result", later, "--wait", "1", "--json", server=srv.grpc_target).stderr)
+    assert (doc["state"], doc["no_consumer"]) == ("SCHEDULED", True)
+    assert doc["message"].startswith(f"job {later} is not finished after 1 s (state SCHEDULED")
+    doc = json.loads(sepp("jobs", "result", polled, "--wait", "0.2", "--json", server=srv.grpc_target).stderr)
+    assert (doc["state"], doc["queue"], doc["no_consumer"]) == ("READY", "cli-result-polled", False)
+    assert "no worker" not in doc["message"]

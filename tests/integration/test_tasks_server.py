@@ -173,11 +173,16 @@ async def test_a_payload_the_task_cannot_take_is_dead_lettered_with_the_reason(
     app = make_app(shared_server, fresh_queue)
     with wire_for(shared_server) as w:
         bad = w.enqueue(fresh_queue, "add", data=b'{"args": [1, 2, 3]}', max_attempts=5)
+        mistyped = w.enqueue(fresh_queue, "add", data=b'{"args": ["x", 2]}', max_attempts=5)
         model = w.enqueue(fresh_queue, "receipt", data=b'{"args": [{"id": "x"}, "2030-01-01T00:00:00Z"]}')
     async with running(app.worker()):
-        outcomes = await asyncio.to_thread(lambda: Client(shared_server.grpc_target).wait([bad, model], timeout=30))
+        outcomes = await asyncio.to_thread(
+            lambda: Client(shared_server.grpc_target).wait([bad, mistyped, model], timeout=30)
+        )
     assert outcomes[bad].dead_lettered and outcomes[bad].attempt == 1  # not retried: it cannot succeed
     assert "too many positional arguments" in outcomes[bad].reason
+    assert outcomes[mistyped].dead_lettered and outcomes[mistyped].attempt == 1
+    assert "add(): argument 'x' must be int, not str" in outcomes[mistyped].reason
     assert outcomes[model].dead_lettered and "argument 'order'" in outcomes[model].reason
 
 

@@ -340,7 +340,7 @@ def test_payload_json_after_an_error_starts_clean() -> None:
 
 def test_values_filled_in_as_drafts_are_ordinary_frozen_instances() -> None:
     """``EnqueueRequest``, ``Payload`` and ``fresh_acks`` fill their instances in through a
-    draft class of the same layout (``sepp.request._fill``): what comes out is an instance of
+    draft class of the same layout (``_fill`` in ``sepp.request.payload``): what comes out is an instance of
     the frozen class itself — same type, repr, eq, hash, and still frozen — and a subclass's
     instance (filled with slot setters) keeps its own class."""
     import dataclasses

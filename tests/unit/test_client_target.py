@@ -10,6 +10,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from sepp import Client
 from sepp.client._core import error_from_status, never_sent
 from sepp.client.target import (
     first_contact_error,
@@ -67,6 +68,22 @@ def test_a_prefixed_target_that_is_not_host_port_is_refused_naming_the_form(targ
     with pytest.raises(ValueError) as info:
         normalize_target(target, tls=False)
     assert says in str(info.value) and target in str(info.value)
+
+
+@pytest.mark.parametrize("port", ["7700", "1", "65535"])
+def test_a_bare_port_is_refused_suggesting_the_loopback_host(port: str) -> None:
+    expected = f"{port!r} names no host: expected HOST:PORT, e.g. 127.0.0.1:{port}"
+    with pytest.raises(ValueError) as info:
+        normalize_target(port, tls=False)
+    assert str(info.value) == expected
+    with pytest.raises(ValueError) as made:
+        Client(port)  # the message a user sees (nothing is dialled: made refuses first)
+    assert str(made.value) == expected
+    with pytest.raises(ValueError, match="names no host"):
+        WorkerConfig(port, ("q",))
+    # one character more is a host name, or a HOST:PORT: left to gRPC
+    assert normalize_target(f"h{port}", tls=False) == f"h{port}"
+    assert normalize_target(f"127.0.0.1:{port}", tls=False) == f"127.0.0.1:{port}"
 
 
 def test_the_worker_config_takes_the_same_forms() -> None:

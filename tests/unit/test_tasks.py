@@ -423,6 +423,12 @@ def test_sepp_worker_loads_an_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Any
         load_worker("tasks_app_mod:ap")
     assert str(typo.value) == ("module 'tasks_app_mod' has no attribute 'ap'; App or Worker objects there: app, "
                                "empty")
+    # A file name for the module (another new user's report): the hint, without running the file.
+    for spec, hint in [("tasks_app_mod.py:app", "drop the .py: sepp worker tasks_app_mod:app"),
+                       ("jobs/tasks_app_mod.py:app", "run from jobs and drop the .py: sepp worker tasks_app_mod:app")]:
+        with pytest.raises(ValueError) as file_name:
+            load_worker(spec)
+        assert str(file_name.value) == f"{spec!r} names a file, sepp worker takes a module: {hint}"
 
 
 def test_the_target_comes_from_sepp_server(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,11 @@ def add(x: int, y: int = 0) -> int:
     return x + y
 
 
+@app.task(name="pair")
+def pair(x: Any, y: Any = 0) -> list[Any]:
+    return [x, y]
+
+
 @app.task(name="nothing")
 def nothing() -> str:
     return "done"
@@ -74,10 +79,15 @@ def run_handler(task: Any, data: bytes) -> Any:
     ],
 )
 def test_positional_calls_are_written_as_binding_writes_them(args: tuple[Any, ...]) -> None:
-    codec = add._codec
+    codec = pair._codec
     assert codec.fits_positional(args)
     assert codec.encode(args, {}) == reference(list(args), {})
-    assert add.request(*args).payload == Payload(reference(list(args), {}), "application/json")
+    assert pair.request(*args).payload == Payload(reference(list(args), {}), "application/json")
+
+
+def test_values_their_annotation_takes_are_written_the_short_way() -> None:
+    assert add._codec.fits_positional((1, 2))
+    assert add.request(1, 2).payload == Payload(reference([1, 2], {}), "application/json")
 
 
 def test_a_call_without_arguments_is_the_empty_payload() -> None:
@@ -91,14 +101,17 @@ def test_a_call_without_arguments_is_the_empty_payload() -> None:
         (add, ()),  # one fewer than the least
         (add, (1, 2, 3)),  # one past the most
         (keyword, (1,)),  # a required keyword-only parameter
-        (add, (float("nan"),)),
-        (add, (float("inf"),)),
-        (add, (-float("inf"),)),
-        (add, ("lone \ud800",)),
+        (pair, (float("nan"),)),
+        (pair, (float("inf"),)),
+        (pair, (-float("inf"),)),
+        (pair, ("lone \ud800",)),
         (add, (Level.HIGH,)),  # an int subclass: check_json's business
-        (add, ([1, 2],)),  # not a scalar
-        (add, ({"a": 1},)),
-        (add, (b"raw",)),
+        (pair, ([1, 2],)),  # not a scalar
+        (pair, ({"a": 1},)),
+        (pair, (b"raw",)),
+        (add, ("1",)),  # a str for x: int (bind refuses it)
+        (add, (1, True)),  # a bool for y: int
+        (add, (1.0,)),  # a float for x: int
     ],
 )
 def test_everything_else_goes_the_whole_way(task: Any, args: tuple[Any, ...]) -> None:
@@ -112,27 +125,29 @@ def test_everything_else_goes_the_whole_way(task: Any, args: tuple[Any, ...]) ->
         ((1, 2, 3), TypeError, "too many positional arguments"),
         ((float("nan"),), ValueError, "NaN and infinities are not JSON"),
         (("lone \ud800",), UnicodeEncodeError, "surrogates not allowed"),
+        (("1",), TypeError, re.escape("add(): argument 'x' must be int, not str")),
     ],
 )
 def test_what_does_not_fit_raises_as_before(args: tuple[Any, ...], error: type[Exception], message: str) -> None:
+    task = add if error is TypeError else pair
     with pytest.raises(error, match=message):
-        add.request(*args)
+        task.request(*args)
     with pytest.raises(error, match=message) as caught:
-        add.enqueue_many([(1, 2), args])
+        task.enqueue_many([(1, 2), args])
     assert "in call 1 of enqueue_many" in caught.value.__notes__
 
 
 def test_values_the_shortcut_leaves_out_still_travel() -> None:
     assert json.loads(add.request(Level.HIGH).payload.data) == {"args": [2], "kwargs": {}}  # type: ignore[union-attr]
-    assert json.loads(add.request([1, 2]).payload.data) == {"args": [[1, 2]], "kwargs": {}}  # type: ignore[arg-type, union-attr]
+    assert json.loads(pair.request([1, 2]).payload.data) == {"args": [[1, 2]], "kwargs": {}}  # type: ignore[union-attr]
 
 
 def test_enqueue_many_requests_are_the_requests_of_each_call_in_order() -> None:
     signature = add.s(3, y=4)
-    calls: list[tuple[Any, ...] | Signature] = [(1, 2), signature, (5,), ([6],), ("ß",)]
+    calls: list[tuple[Any, ...] | Signature] = [(1, 2), signature, (5,), (Level.HIGH,), (7, 8)]
     requests = add._many_requests(calls)
     assert len(requests) == 5  # sized: the client's progress knows the total
-    expected = [add.request(1, 2), signature.request(), add.request(5), add.request([6]), add.request("ß")]  # type: ignore[arg-type]
+    expected = [add.request(1, 2), signature.request(), add.request(5), add.request(Level.HIGH), add.request(7, 8)]
     assert list(requests) == expected
     assert list(requests) == expected  # read again: the same
     assert all(type(r) is EnqueueRequest for r in requests)

@@ -103,6 +103,30 @@ def print_outcome(data: dict[str, Any]) -> None:
         out.print(table)
 
 
+def where_it_waits(server: str, token: str | None, timeout: float, job_id: str) -> dict[str, Any] | None:
+    """What a job not finished is doing, for ``sepp jobs result``'s message: ``{"state": "READY",
+    "queue": …, "no_consumer": bool}`` — ``no_consumer`` true for a READY or SCHEDULED job on a
+    queue no worker polls (no Reserve of it on record) or that the queue stats flag "no
+    consumer" (READY jobs waiting longer than its ``consumer_timeout`` with no Reserve), as
+    ``sepp queues list`` does. ``None`` when the admin API cannot say (a token without that
+    role, the job gone, the server unreachable): the message then names the job only."""
+    from sepp.cli.tls import client_tls
+    from sepp.client.admin import AdminClient
+    from sepp.domain.states import STATE_NAMES, State
+    from sepp.errors import SeppError
+
+    try:
+        with AdminClient(server, token=token, timeout=min(timeout, 5.0), **client_tls()) as admin:
+            job = admin.get_job(job_id)
+            state = int(job.state)
+            waiting = state in (State.READY, State.SCHEDULED)
+            stats = admin.queue_stats([job.queue])[0] if waiting else None
+    except (SeppError, ValueError, IndexError):
+        return None
+    no_consumer = stats is not None and (stats.no_consumer or not stats.HasField("last_reserve_at"))
+    return {"state": STATE_NAMES.get(state, str(state)).upper(), "queue": job.queue, "no_consumer": no_consumer}
+
+
 def jobs_result(
     job_id: Annotated[str, typer.Argument(help="The job's id.")],
     wait: Annotated[str, typer.Option(
@@ -128,8 +152,15 @@ def jobs_result(
     except JobNotFound as exc:
         fail(str(exc), as_json, EXIT_REFUSED, {"error": "not_found", "job_id": exc.job_id, "message": str(exc)})
     except WaitTimeout:
-        message = f"job {job_id} is not finished" + (f" after {wait}" if seconds else "")
-        fail(message, as_json, EXIT_NOT_FINISHED, {"error": "not_finished", "job_id": job_id, "message": message})
+        where = where_it_waits(server, token, timeout, job_id)
+        message = f"job {job_id} is not finished" + (f" after {seconds:g} s" if seconds else "")
+        if where is not None:
+            message += f" (state {where['state']}, queue {where['queue']!r})"
+            if where["no_consumer"]:
+                message += (f": no worker has reserved from queue {where['queue']!r} recently "
+                            "(sepp queues list flags it 'no consumer'); is a worker running for it?")
+        fail(message, as_json, EXIT_NOT_FINISHED,
+             {"error": "not_finished", "job_id": job_id, "message": message, **(where or {})})
     except RefusedError as exc:
         fail(str(exc), as_json, EXIT_REFUSED, {"error": "refused", "message": str(exc)})
     except TransportError as exc:

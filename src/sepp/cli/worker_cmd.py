@@ -52,7 +52,8 @@ def load_worker(spec: str) -> Any:
     """Import ``module:attr`` (the current directory is importable) and return the ``Worker``
     (for a ``sepp.App``: ``app.worker()``, every task registered).
 
-    Raises ``ValueError`` with a readable message when the spec is malformed, the module
+    Raises ``ValueError`` with a readable message when the spec is malformed (a file name
+    ``myapp.py:app`` says to drop the ``.py``: ``sepp worker myapp:app``), the module
     or attribute is missing (the message then lists the ``App`` and ``Worker`` objects the
     module holds: ``module 'myapp' has no attribute 'ap'; App or Worker objects there: app``),
     or the attribute is not (and does not build) a ``Worker``.
@@ -62,6 +63,11 @@ def load_worker(spec: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"expected MODULE:ATTRIBUTE (e.g. myapp.jobs:worker), got {spec!r}")
+    if module_name.endswith(".py"):  # a file name: importing it would run myapp, then fail on "myapp.py"
+        folder, _, stem = module_name[:-3].replace("\\", "/").rpartition("/")
+        where = f"run from {folder} and " if folder else ""
+        raise ValueError(f"{spec!r} names a file, sepp worker takes a module: {where}drop the .py: "
+                         f"sepp worker {stem}:{attr}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

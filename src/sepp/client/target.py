@@ -60,9 +60,12 @@ def normalize_target(target: str, *, tls: bool) -> str:
     a trailing ``/``), else ``target`` unchanged (``HOST:PORT`` and gRPC's own forms).
 
     ``tls``: whether the client is configured for TLS. Raises ``ValueError`` (one line naming
-    the expected form ``HOST:PORT``) for a prefixed target with a path or without a port, and
-    for ``grpcs://`` / ``https://`` when ``tls`` is false.
+    the expected form ``HOST:PORT``) for a bare port (``"7700"``: it suggests
+    ``127.0.0.1:7700``), a prefixed target with a path or without a port, and for
+    ``grpcs://`` / ``https://`` when ``tls`` is false.
     """
+    if target.isdigit():  # a bare port: gRPC would take it for a host name and dial port 443
+        raise ValueError(f"{target!r} names no host: expected HOST:PORT, e.g. 127.0.0.1:{target}")
     scheme, sep, rest = target.partition("://")
     if not sep or scheme.lower() not in URL_SCHEMES:
         return target

@@ -23,25 +23,16 @@ refused at enqueue with a ``TypeError``/``ValueError`` naming the argument.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import inspect
 import json
 import math
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sepp.request._jsontext import UNCHECKED as _UNCHECKED
 from sepp.request._jsontext import json_text
-
-#: Annotations passed through as they are (JSON carries them; nothing to convert).
-_PLAIN: frozenset[Any] = frozenset(
-    {int, str, float, bool, type(None), None, Any, object, list, dict, inspect.Parameter.empty}
-)
-#: Generic origins whose arguments decide (``list[int]`` is plain, ``list[UUID]`` is not).
-_PLAIN_ORIGINS: frozenset[Any] = frozenset({list, dict, typing.Union, types.UnionType, Mapping})
+from sepp.tasks._argtypes import TypeCheck, bound_refusal, check_json, is_plain, type_check
 
 #: The payload of a call without arguments (what the worker sees most often in benchmarks).
 EMPTY_PAYLOAD = b'{"args":[],"kwargs":{}}'
@@ -64,71 +55,6 @@ class ArgumentsError(ValueError):
     """A job's payload does not hold arguments the task accepts (malformed JSON, not the
     documented shape, a wrong name or count, a value its annotation refuses). Raised in the
     worker: the job can never succeed, so the task's handler dead-letters it."""
-
-
-def is_plain(annotation: Any) -> bool:
-    """Whether values of ``annotation`` travel as JSON without conversion (see the module
-    docstring); ``Annotated[X, …]`` is judged by ``X``, ``Literal`` of JSON values is plain."""
-    if annotation in _PLAIN if _hashable(annotation) else False:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return is_plain(typing.get_args(annotation)[0])
-    if origin is typing.Literal:
-        return all(type(v) in (int, str, bool, type(None)) for v in typing.get_args(annotation))
-    if origin in _PLAIN_ORIGINS:
-        args = typing.get_args(annotation)
-        if origin in (dict, Mapping) and args and args[0] is not str:
-            return False
-        return all(is_plain(a) for a in args)
-    return False
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
-
-def check_json(value: Any, where: str) -> None:
-    """Refuse a value JSON cannot carry exactly: ``TypeError`` for a type JSON has no form for
-    (``bytes``, ``set``, another object) or a non-``str`` object key, ``ValueError`` for NaN or
-    an infinity. ``where`` names the value in the message (``argument 'x'[2]``)."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return
-    if kind is float:
-        if not math.isfinite(value):
-            raise ValueError(f"{where} is {value!r}, which JSON cannot carry (NaN and infinities are not JSON)")
-        return
-    if kind is list or kind is tuple:
-        for i, item in enumerate(value):
-            check_json(item, f"{where}[{i}]")
-        return
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                raise TypeError(
-                    f"{where} has the key {key!r} ({type(key).__name__}): JSON object keys are "
-                    "text, so it would come back as a different key; use str keys"
-                )
-            check_json(item, f"{where}[{key!r}]")
-        return
-    if isinstance(value, bool | int | str):  # subclasses (an IntEnum…) JSON writes as their base value
-        return
-    if isinstance(value, float):
-        check_json(float(value), where)
-        return
-    hint = ""
-    if isinstance(value, bytes | bytearray | memoryview):
-        hint = " (send text, e.g. base64, or annotate the parameter as bytes so pydantic converts it)"
-    elif isinstance(value, set | frozenset):
-        hint = " (send a list, or annotate the parameter as set[...] so pydantic converts it)"
-    elif dataclasses.is_dataclass(value) or hasattr(value, "model_dump") or isinstance(value, enum.Enum):
-        hint = " (annotate the parameter with its type so pydantic converts it)"
-    raise TypeError(f"{where} is a {kind.__name__}, which JSON cannot carry{hint}")
 
 
 class ArgsCodec:
@@ -158,8 +84,12 @@ class ArgsCodec:
         self._var_keyword: str | None = None
         #: Parameters marked ``Custom`` → their defaults (``inspect.Parameter.empty``: none).
         self.custom_params: dict[str, Any] = {}
+        #: Parameters with a plain annotation that checks values (``n: int``) → the check
+        #: (``sepp.tasks._argtypes``); see also ``_positional_checks``.
+        self._checks: dict[str, TypeCheck] = {}
         #: See ``_simple_tables``; nothing fits until the annotations are read.
         self._positional_range = (_NO_POSITION, 0)
+        self._positional_checks: tuple[TypeCheck | None, ...] = ()
         try:
             self.resolve()
         except NameError:  # a forward reference defined later in the module: on first use
@@ -193,6 +123,8 @@ class ArgsCodec:
                 self.custom_params[param.name] = param.default
             if not is_plain(annotation):
                 self._adapters[param.name] = annotation
+            elif (check := type_check(annotation)) is not None:
+                self._checks[param.name] = check
         if self.job_param is not None:
             self.signature = self._signature.replace(parameters=params[1:])
         returns = hints.get("return", inspect.Parameter.empty)
@@ -225,6 +157,8 @@ class ArgsCodec:
         #: fastest check of ``_fits``); ``(1 << 30, 0)`` — nothing fits — when it is not simple
         #: or a keyword-only parameter is required.
         self._positional_range = (len(self._required), len(positional))
+        #: The check of each positional parameter, in order (``()`` when none has one).
+        self._positional_checks = tuple(self._checks.get(name) for name in positional) if self._checks else ()
         if not self._simple or any(at == _NO_POSITION for _name, at in self._required):
             self._positional_range = (_NO_POSITION, 0)
 
@@ -270,6 +204,10 @@ class ArgsCodec:
                 kind = type(value)
                 if kind is not int and kind is not str and kind is not bool and value is not None:
                     check_json(value, f"{self.name}(): argument {key!r}")
+            if self._checks:
+                why = self._sent_refusal(args, kwargs)
+                if why is not None:
+                    raise TypeError(f"{self.name}(): {why}")
             return list(args), kwargs
         try:
             bound = (self.signature.bind_partial if partial else self.signature.bind)(*args, **kwargs)
@@ -282,6 +220,10 @@ class ArgsCodec:
                     arguments[name] = self._dump(name, adapter, arguments[name])
         for key, value in bound.arguments.items():
             check_json(value, f"{self.name}(): argument {key!r}")
+        if self._checks:
+            why = bound_refusal(self._checks, bound.arguments, self._var_positional, self._var_keyword)
+            if why is not None:
+                raise TypeError(f"{self.name}(): {why}")
         return list(bound.args), bound.kwargs
 
     def _dump(self, name: str, adapter: Any, value: Any) -> Any:
@@ -309,6 +251,10 @@ class ArgsCodec:
         least, most = self._positional_range
         if not least <= len(args) <= most or _UNCHECKED is None:
             return False
+        if self._positional_checks:  # n: int takes an int only (a plain str, int… here: no depth)
+            for value, check in zip(args, self._positional_checks, strict=False):
+                if check is not None and type(value) not in check.types:
+                    return False
         for value in args:
             kind = type(value)
             if kind is int or kind is bool or value is None:
@@ -353,6 +299,8 @@ class ArgsCodec:
             else:
                 least, most = self._positional_range
                 if end == len(text) - _TAIL_LEN and least <= len(args) <= most:
+                    if self._positional_checks:
+                        self._check_sent(args, _NO_KWARGS)
                     return args, {}
         if not self._resolved:
             self.resolve()
@@ -375,17 +323,25 @@ class ArgsCodec:
             raise ArgumentsError(f'{self.name}: the payload\'s "args" must be a list and "kwargs" an object')
         least, most = self._positional_range
         if (not kwargs and least <= len(args) <= most) or (self._simple and self._fits(args, kwargs)):
+            if self._checks:
+                self._check_sent(args, kwargs)
             return args, kwargs  # the common case: nothing to convert
         return self._bind_sent(args, kwargs)
 
     def _bind_sent(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
         self.resolve()
         if self._simple and self._fits(args, kwargs):
+            if self._checks:
+                self._check_sent(args, kwargs)
             return args, kwargs
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise ArgumentsError(f"{self.name}(): {exc}") from None
+        if self._checks:
+            why = bound_refusal(self._checks, bound.arguments, self._var_positional, self._var_keyword)
+            if why is not None:
+                raise ArgumentsError(f"{self.name}(): {why}")
         if self._adapters:
             arguments = bound.arguments
             for name, adapter in self._adapters.items():
@@ -395,6 +351,31 @@ class ArgsCodec:
                     except ValueError as exc:  # pydantic.ValidationError
                         raise ArgumentsError(f"{self.name}(): argument {name!r}: {exc}") from None
         return bound.args, bound.kwargs
+
+    def _check_sent(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise ``ArgumentsError`` when a value of a call that fits the simple signature does
+        not fit its parameter's plain annotation (``sepp.tasks._argtypes``)."""
+        why = self._sent_refusal(args, kwargs)
+        if why is not None:
+            raise ArgumentsError(f"{self.name}(): {why}")
+
+    def _sent_refusal(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """Why a value of a call that fits the simple signature (``_fits``) does not fit its
+        parameter's plain annotation (``argument 'n' must be int, not str``), or ``None``."""
+        for value, check, name in zip(args, self._positional_checks, self._names, strict=False):
+            if check is not None and (type(value) not in check.types or check.deep):
+                why = check.refusal(value, f"argument {name!r}")
+                if why is not None:
+                    return why
+        if kwargs:
+            checks = self._checks
+            for key, value in kwargs.items():
+                check = checks.get(key)
+                if check is not None and (type(value) not in check.types or check.deep):
+                    why = check.refusal(value, f"argument {key!r}")
+                    if why is not None:
+                        return why
+        return None
 
     def _load(self, name: str, adapter: Any, value: Any) -> Any:
         if name == self._var_positional:

@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
@@ -112,7 +113,7 @@ def check_seen(seen: list[list[Any]], answered: Sequence[str | None], *, whole: 
 #: ``report-wait`` a thread prints ``waiting`` once the main thread waits for the batches in
 #: flight after the interruption.
 CHILD = r"""
-import json, sys, threading, time
+import json, signal, sys, threading, time
 from sepp import Client, ClientOptions, EnqueueAck, EnqueueInterrupted, EnqueueRequest, Payload
 
 target, queue, grace, mode = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
@@ -134,8 +135,24 @@ def report_wait():
             return
         time.sleep(0.01)
 
+def interrupt_from_a_thread():
+    # Ctrl-C as the OS may deliver it: to some thread other than the main one, while the main
+    # thread waits for the oldest batch in flight (found in its stack twice, 0.1 s apart).
+    sys.stdin.readline()
+    main = threading.main_thread().ident
+    def collecting():
+        frame = sys._current_frames().get(main)
+        while frame is not None and frame.f_code.co_name != "collect":
+            frame = frame.f_back
+        return frame is not None
+    while not (collecting() and time.sleep(0.1) is None and collecting()):
+        time.sleep(0.01)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
 if mode == "report-wait":
     threading.Thread(target=report_wait, daemon=True).start()
+if mode == "thread-signal":
+    threading.Thread(target=interrupt_from_a_thread, daemon=True).start()
 seen = []
 
 def on_batch(start, results):
@@ -157,7 +174,7 @@ with Client(target, options=ClientOptions(timeout=120, interrupt_grace=grace)) a
 
 def start_child(target: str, queue: str, grace: float, mode: str = "") -> subprocess.Popen[str]:
     return subprocess.Popen(with_default_sigint([sys.executable, "-c", CHILD, target, queue, str(grace), mode or "-"]),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
 
 
@@ -266,6 +283,27 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_batches_in_flight(capped: ServerP
     check_account(stored(capped.grpc_target, "int-twice"), answered, maybe)
     assert len(maybe) >= CAP
     check_seen(report["seen"], answered, whole=False)
+
+
+def test_a_ctrl_c_the_os_hands_to_another_thread_ends_the_run_at_once(capped: ServerProcess, cut: OneWayCut) -> None:
+    # The batch sent after the cut is never answered (the child's calls time out after 120 s):
+    # a main thread that slept in its wait until then would see the Ctrl-C only 120 s later.
+    child = start_child(cut.target, "int-thread", grace=0.0, mode="thread-signal")
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        read_until(child.stdout, "progress", 10)
+        cut.cut()
+        wait_for(lambda: cut.dropped >= BATCH_BYTES, 30, what="a batch sent after the cut")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        told = time.monotonic()
+        report = finish(child)
+        assert time.monotonic() - told < ENDS_WITHIN  # the calls in flight would end after 120 s
+    finally:
+        child.kill()
+    answered, maybe = report["answered"], range(*report["maybe"])
+    check_account(stored(capped.grpc_target, "int-thread"), answered, maybe)
+    assert len(maybe) >= CAP
 
 
 # ----------------------------------------------------------------- in process

@@ -6,14 +6,38 @@ threads (``Senders``), the oldest batch collected (``collect``), and after a
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
 from queue import SimpleQueue
+from typing import Any
 
 from sepp.client._many import ManyRun, OnBatch, Progress, provably_unsent
 from sepp.domain.clock import Clock
 from sepp.errors import EnqueueInterrupted, TransportError
 from sepp.request import BatchResult
+
+#: Longest the calling thread blocks in one wait, seconds. The OS hands a Ctrl-C (SIGINT) to
+#: any thread of the process that does not block it — one of gRPC's or a sender — and Python
+#: raises the ``KeyboardInterrupt`` in the main thread only when that thread runs again: a wait
+#: that never woke up would hold the Ctrl-C back until the batch it waits for was answered (up
+#: to the call's timeout). Waking this often bounds that delay.
+WAKE_EVERY = 0.05
+
+
+def wait_done(futures: Sequence[Future[Any]], clock: Clock | None = None, deadline: float | None = None) -> bool:
+    """Block until every one of ``futures`` is done (True), or — given ``clock`` and
+    ``deadline`` (its ``monotonic`` seconds) — until the deadline passed (False), waking every
+    ``WAKE_EVERY`` seconds so that a Ctrl-C is raised here at once (see ``WAKE_EVERY``).
+    Raises ``KeyboardInterrupt`` when one comes."""
+    while True:
+        step = WAKE_EVERY
+        if clock is not None and deadline is not None:
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                return all(f.done() for f in futures)
+            step = min(step, left)
+        if not wait(futures, timeout=step).not_done:
+            return True
 
 
 class Senders:
@@ -69,7 +93,9 @@ def unsent(fut: Future[list[BatchResult]]) -> bool:
 def collect(run: ManyRun, progress: Progress | None, on_batch: OnBatch | None, total: int | None) -> None:
     """Wait for the oldest batch in flight, add its results to ``run.out`` (it leaves
     ``run.batches`` only then) and call the callbacks."""
-    results = run.batches[0].handle.result()
+    handle = run.batches[0].handle
+    wait_done((handle,))
+    results = handle.result()
     run.out.extend(results)
     run.batches.popleft()
     run.report(on_batch, progress, total)
@@ -121,7 +147,8 @@ def await_verdicts(run: ManyRun, report: Callable[[], None], clock: Clock, grace
         if sent.start != len(run.out):
             return
         try:
-            results = sent.handle.result(timeout=max(0.0, deadline - clock.monotonic()))
+            wait_done((sent.handle,), clock, deadline)
+            results = sent.handle.result(timeout=0)
         except TransportError as exc:  # the answered parts of a batch sent in parts
             run.out.extend(exc.answered or ())
             tell()
@@ -132,4 +159,4 @@ def await_verdicts(run: ManyRun, report: Callable[[], None], clock: Clock, grace
         tell()
 
 
-__all__ = ["Senders", "await_verdicts", "collect", "interrupted", "unsent"]
+__all__ = ["WAKE_EVERY", "Senders", "await_verdicts", "collect", "interrupted", "unsent", "wait_done"]

@@ -6,7 +6,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Iterable, Sized
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -259,7 +259,7 @@ class Client(SyncWaits):
             try:
                 for sent in run.batches:
                     sent.handle.cancel()  # those not started yet are never sent
-                wait([sent.handle for sent in run.batches])
+                _sync_many.wait_done([sent.handle for sent in run.batches])
             except KeyboardInterrupt:  # Ctrl-C while the batches in flight are waited for
                 senders.stop()
                 raise run.interrupted(_sync_many.unsent) from None

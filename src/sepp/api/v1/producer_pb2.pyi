@@ -518,7 +518,7 @@ class EnqueueWorkflowResponse(_message.Message):
     """True when the idempotency key named an earlier workflow: nothing was stored."""
     @_builtins.property
     def acks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.EnqueueAck]:
-        """One ack per node, in node order (deduplicated false on each: see the field above)."""
+        """One ack per node, in node order (deduplicated = the field above, on each)."""
 
     def __init__(
         self,

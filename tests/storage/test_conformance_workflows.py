@@ -7,6 +7,7 @@ honours the workflow's idempotency key.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -163,3 +164,15 @@ async def test_a_ten_thousand_node_fan_in_in_one_call(store: Store) -> None:
     await settle1(store, last, SettleKind.ACK, NOW + 3 * S)
     assert (await get(store, callback.id)).state == State.READY
     assert [r.id for r in await lease(store, "fan-cb", n=5, now=NOW + 4 * S)] == [callback.id]
+
+
+async def test_two_concurrent_calls_with_one_key_store_one_workflow(store: Store) -> None:
+    calls = [([row("race") for _ in range(3)], _claim("same-key")) for _ in range(2)]
+    answers = await asyncio.gather(*(_store(store, rows, {1: [0], 2: [1]}, claim) for rows, claim in calls))
+    stored = [i for i, a in enumerate(answers) if a is None]
+    assert len(stored) == 1
+    (winner,) = stored
+    (dedup,) = [a for a in answers if a is not None]
+    rows, claim = calls[winner]
+    assert dedup == WorkflowDedup(claim.workflow_id, [r.id for r in rows])
+    assert len(await lease(store, "race", n=10, now=NOW + S)) == 1

@@ -38,8 +38,8 @@ class WorkflowOp:
     """The committer operation of ``PostgresStore.enqueue_workflow``: returns the earlier
     ``WorkflowDedup`` when the key is held (nothing written), else None."""
 
-    __slots__ = ("claim", "custom", "dedup_until", "depends_on", "foreign", "new_queues", "now", "on_failure", "rows",
-                 "seqs")
+    __slots__ = ("claim", "custom", "dedup_until", "depends_on", "foreign", "lock_key", "new_queues", "now",
+                 "on_failure", "rows", "seqs")
 
     def __init__(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                  new_queues: Sequence[QueueRecord], custom: Sequence[CustomEntry], depends_on: DependsOn,
@@ -48,6 +48,10 @@ class WorkflowOp:
         self.depends_on, self.on_failure, self.claim = depends_on, on_failure, claim
         #: Each row's seq and the rows' foreign ids (``EnqueueOp``).
         self.seqs, self.foreign = seqs, foreign
+        #: Where the committer runs it among the keyed operations of a group (``EnqueueOp.lock_key``):
+        #: ("", key) — before every job key (a queue name is never empty), workflow keys in order,
+        #: so two groups claiming the same workflow keys wait for each other instead of deadlocking.
+        self.lock_key = ("", claim.key)
 
     async def __call__(self, tx: Tx) -> WorkflowDedup | None:
         conn, claim, rows, seqs = tx.conn, self.claim, self.rows, self.seqs

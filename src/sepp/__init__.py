@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         ServerInfo,
     )
     from sepp.request.outcomes import JobOutcome
+    from sepp.request.workflow import Workflow, WorkflowAck, chain, chord, group
     from sepp.tasks import App, AsyncApp, AsyncTask, AsyncTaskAck, Custom, Signature, Task, TaskAck, current_job
     from sepp.worker import DeadLetter, Job, Retry, Worker
 
@@ -104,6 +105,11 @@ _EXPORTS: dict[str, str] = {
     "Task": "sepp.tasks",
     "TaskAck": "sepp.tasks",
     "current_job": "sepp.tasks",
+    "Workflow": "sepp.request.workflow",
+    "WorkflowAck": "sepp.request.workflow",
+    "chain": "sepp.request.workflow",
+    "chord": "sepp.request.workflow",
+    "group": "sepp.request.workflow",
 }
 
 __all__ = [
@@ -152,8 +158,13 @@ __all__ = [
     "WaitTimeout",
     "WatchBehind",
     "Worker",
+    "Workflow",
+    "WorkflowAck",
     "__version__",
+    "chain",
+    "chord",
     "current_job",
+    "group",
 ]
 
 

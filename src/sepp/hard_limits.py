@@ -46,6 +46,9 @@ MAX_SETTLE_BATCH = 10_000
 #: longer lists): each id is one lookup of every re-read of the call, and 1,000 outcomes with
 #: their histories still fit one answer in the common case.
 MAX_WAIT_JOBS = 1_000
+#: Most nodes one ``EnqueueWorkflow`` call may carry (docs/workflows.md "Workflows"): the
+#: whole graph is one commit, and the request one message within ``max_message_bytes``.
+MAX_WORKFLOW_NODES = 10_000
 #: Longest ``limits.max_wait_seconds`` a server may be configured with, seconds: one hour
 #: (a longer wait holds a call open past what proxies and load balancers let idle).
 MAX_WAIT_SECONDS = 3600.0

@@ -192,10 +192,11 @@ _REASON_ROWS = (
               "(ListJobs job_id, idempotency_key, error_contains, custom); ErrorInfo metadata "
               "field/limit/actual",
               "RejectedError (InvalidArgument); AdminError from the admin client"),
-    ReasonRow(Reason.ATOMIC_BATCH_REJECTED, grpc.StatusCode.INVALID_ARGUMENT, "EnqueueAtomic",
+    ReasonRow(Reason.ATOMIC_BATCH_REJECTED, grpc.StatusCode.INVALID_ARGUMENT, "EnqueueAtomic, EnqueueWorkflow",
               "the atomic batch was refused whole, nothing stored; metadata count/listed/first_index and "
               "an AtomicRejections detail", "AtomicEnqueueError"),
-    ReasonRow(Reason.OVERLOADED, grpc.StatusCode.RESOURCE_EXHAUSTED, "Enqueue, EnqueueBatch, EnqueueAtomic",
+    ReasonRow(Reason.OVERLOADED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+              "Enqueue, EnqueueBatch, EnqueueAtomic, EnqueueWorkflow",
               "the commit backlog is full, nothing stored; metadata backlog, RetryInfo retry_delay", "Overloaded"),
     ReasonRow(Reason.LEASE_MISMATCH, grpc.StatusCode.FAILED_PRECONDITION, "Settle, ExtendLease",
               "another delivery holds the job (checked first)", "LeaseError (worker)"),

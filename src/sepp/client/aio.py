@@ -15,6 +15,7 @@ from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core, _fastwire, _info, _many
 from sepp.client._wait_methods import AsyncWaits
+from sepp.client._workflow_methods import AsyncWorkflows
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
@@ -32,7 +33,7 @@ def _unsent(task: asyncio.Task[list[BatchResult]]) -> bool:
     return task.done() and not task.cancelled() and _many.provably_unsent(task.exception())
 
 
-class AsyncClient(AsyncWaits):
+class AsyncClient(AsyncWaits, AsyncWorkflows):
     """asyncio sepp producer client; every method of :class:`~sepp.Client`, awaited.
 
     ::

@@ -17,6 +17,7 @@ from sepp import tracing
 from sepp.api.v1 import producer_pb2 as ppb
 from sepp.client import _core, _fastwire, _info, _many, _sync_many
 from sepp.client._wait_methods import SyncWaits
+from sepp.client._workflow_methods import SyncWorkflows
 from sepp.client.auth import token_metadata
 from sepp.client.options import ClientOptions
 from sepp.client.tls import PathArg, with_tls
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from sepp._otel import Send
 
 
-class Client(SyncWaits):
+class Client(SyncWaits, SyncWorkflows):
     """Blocking sepp producer client.
 
     ::

@@ -155,6 +155,13 @@ class Admission(EngineService):
         stored) when one is no stored job."""
         dedups = await self.store.enqueue(rows, dedup_until, now, new_queues, custom, deps or None,
                                           deps.policies if deps else None)
+        self.stored(rows, dedups, new_queues)
+        return dedups
+
+    def stored(self, rows: list[JobRow], dedups: Dedups, new_queues: list[QueueRecord]) -> None:
+        """Tell of ``rows`` just committed (``dedups``: those deduplicated instead):
+        ``events.stored``, the live job events, new queues persisted, READY queues'
+        reservers woken, ``events.scheduled``."""
         self.events.stored(rows, dedups)
         if self.job_events.active:
             self.job_events.enqueued(rows, dedups)
@@ -179,7 +186,6 @@ class Admission(EngineService):
             self.notifier.ready(name)
         if earliest:
             self.events.scheduled(earliest)
-        return dedups
 
     async def enqueue(self, req: pb.EnqueueRequest) -> pb.EnqueueAck:
         """Validate and store one job. Raises ``JobRejected`` or ``BacklogFull``."""

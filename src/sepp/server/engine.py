@@ -16,13 +16,15 @@ from sepp.server.leasing import Leasing
 from sepp.server.parts import ServerParts
 from sepp.server.settlement import Settlement
 from sepp.server.waiting import Waiting
+from sepp.server.workflows import WorkflowAdmission
 
 
 class JobEngine:
     """Enqueue, reserve and settle on top of ``parts.store``: each operation is the bound
     method of the service that does it (no extra call on the hot paths).
 
-    - admission (``Admission``): ``enqueue``, ``enqueue_batch``, ``enqueue_atomic``;
+    - admission (``Admission``): ``enqueue``, ``enqueue_batch``, ``enqueue_atomic``, and
+      ``enqueue_workflow`` (``WorkflowAdmission`` over it);
     - leasing (``Leasing``): ``reserve``, ``parked``, ``stop_reserving``, ``end_long_polls``,
       ``release``, ``give_back``, ``bury_damaged``, ``quiesce``;
     - settlement (``Settlement``): ``settle``, ``settle_one``, ``extend``;
@@ -40,6 +42,7 @@ class JobEngine:
         self.enqueue = admission.enqueue
         self.enqueue_batch = admission.enqueue_batch
         self.enqueue_atomic = admission.enqueue_atomic
+        self.enqueue_workflow = WorkflowAdmission(admission).enqueue_workflow
         self.reserve = leasing.reserve
         self.parked = leasing.parked
         self.stop_reserving = leasing.stop_reserving

@@ -54,6 +54,7 @@ from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.dependencies import DependsOn, OnFailure
 from sepp.storage.errors import StoreFailed
 from sepp.storage.search import CustomEntry
+from sepp.storage.workflows import WorkflowClaim, WorkflowDedup
 
 #: Longest payload ``Store.publish_events`` takes, UTF-8 bytes (PostgreSQL's NOTIFY takes
 #: fewer than 8,000; the rest is room for the channel and framing).
@@ -236,6 +237,24 @@ class Store(Protocol):
         (row index → ``dependencies.CANCEL`` / ``RUN`` / ``WAIT``, absent: cancel) is what the
         row does when a dependency is dead-lettered or cancelled, then or later
         (docs/workflows.md "When a dependency fails")."""
+
+    async def enqueue_workflow(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
+                               new_queues: Sequence[QueueRecord], custom: Sequence[CustomEntry],
+                               depends_on: DependsOn, on_failure: OnFailure,
+                               claim: WorkflowClaim) -> WorkflowDedup | None:
+        """Store the jobs of one workflow (``rows``, none with an idempotency key) in one
+        commit, or nothing (``sepp.storage.workflows``). Each gets ``claim.workflow_id``.
+        ``depends_on`` (row index → 16-byte ids, in topological order of the rows) may name
+        rows of this call as well as stored jobs; the rows are stored DEFERRED and released
+        as for ``enqueue``. ``claim.key`` (when not "") is held until ``claim.dedup_until``
+        (µs): a live claim returns the earlier workflow (``WorkflowDedup``: its id and its
+        jobs' ids in node order) and stores nothing; otherwise returns None. Raises
+        ``DependencyMissing`` (nothing stored) when an id is neither a row of the call nor a
+        stored job."""
+
+    async def workflow_jobs(self, workflow_id: bytes) -> list[bytes]:
+        """The 16-byte ids of the stored jobs of workflow ``workflow_id`` (16 bytes), in
+        enqueue order; [] for no such workflow (or once its jobs are purged)."""
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue."""

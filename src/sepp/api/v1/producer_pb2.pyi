@@ -442,6 +442,100 @@ class EnqueueAtomicResponse(_message.Message):
 Global___EnqueueAtomicResponse: _TypeAlias = EnqueueAtomicResponse  # noqa: Y015
 
 @_typing.final
+class WorkflowNode(_message.Message):
+    """One job of a workflow and the nodes it runs after."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job(self) -> _common_pb2.EnqueueRequest:
+        """The job, as for Enqueue; its idempotency_key must be empty (the workflow has its own).
+        Its depends_on (ids of stored jobs) may be set too: it waits for those and for `after`.
+        """
+
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Indexes into EnqueueWorkflowRequest.nodes of the nodes this one depends on (any order,
+        no cycle, not itself; a repeated index counts once). Together with job.depends_on at
+        most 256 dependencies.
+        """
+
+    def __init__(
+        self,
+        *,
+        job: _common_pb2.EnqueueRequest | None = ...,
+        after: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowNode: _TypeAlias = WorkflowNode  # noqa: Y015
+
+@_typing.final
+class EnqueueWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    idempotency_key: _builtins.str
+    """Optional: a retried call with the same key (within the longest dedup_window of the
+    nodes' queues) returns the first call's workflow_id and job ids, deduplicated = true.
+    At most 256 bytes of UTF-8.
+    """
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkflowNode]:
+        """1..10,000 nodes; the whole message within the server's gRPC receive cap."""
+
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[Global___WorkflowNode] | None = ...,
+        idempotency_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnqueueWorkflowRequest: _TypeAlias = EnqueueWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class EnqueueWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    DEDUPLICATED_FIELD_NUMBER: _builtins.int
+    ACKS_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    """The workflow's id (canonical UUID text), stored on each of its jobs."""
+    deduplicated: _builtins.bool
+    """True when the idempotency key named an earlier workflow: nothing was stored."""
+    @_builtins.property
+    def acks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.EnqueueAck]:
+        """One ack per node, in node order (deduplicated = the field above, on each)."""
+
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        deduplicated: _builtins.bool = ...,
+        acks: _abc.Iterable[_common_pb2.EnqueueAck] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "deduplicated", b"deduplicated", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnqueueWorkflowResponse: _TypeAlias = EnqueueWorkflowResponse  # noqa: Y015
+
+@_typing.final
 class GetServerInfoRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

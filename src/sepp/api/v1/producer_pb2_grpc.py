@@ -56,6 +56,11 @@ class ProducerServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueBatchRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueAtomicResponse.FromString,
                 _registered_method=True)
+        self.EnqueueWorkflow = channel.unary_unary(
+                '/sepp.api.v1.ProducerService/EnqueueWorkflow',
+                request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.FromString,
+                _registered_method=True)
         self.GetServerInfo = channel.unary_unary(
                 '/sepp.api.v1.ProducerService/GetServerInfo',
                 request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.GetServerInfoRequest.SerializeToString,
@@ -98,6 +103,18 @@ class ProducerServiceServicer:
 
     def EnqueueAtomic(self, request, context):
         """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EnqueueWorkflow(self, request, context):
+        """A graph of jobs and their edges, all or nothing (docs/workflows.md "Workflows"): every
+        node stored in one commit, or none and INVALID_ARGUMENT carrying AtomicRejections (by
+        node index) as EnqueueAtomic does. A malformed graph (an edge to no node, a cycle, no
+        node, more than 10,000) is INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT,
+        field "nodes". A retried call with the same idempotency_key answers the first call's
+        ids with deduplicated = true and stores nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -152,6 +169,11 @@ def add_ProducerServiceServicer_to_server(servicer, server):
                     servicer.EnqueueAtomic,
                     request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueBatchRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueAtomicResponse.SerializeToString,
+            ),
+            'EnqueueWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnqueueWorkflow,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.SerializeToString,
             ),
             'GetServerInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetServerInfo,
@@ -256,6 +278,33 @@ class ProducerService:
             '/sepp.api.v1.ProducerService/EnqueueAtomic',
             sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueBatchRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueAtomicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnqueueWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.ProducerService/EnqueueWorkflow',
+            sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.FromString,
             options,
             channel_credentials,
             insecure,

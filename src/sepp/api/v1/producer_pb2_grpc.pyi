@@ -46,6 +46,14 @@ class ProducerServiceStub:
     """Best effort: one result per job, in request order. 1..max_enqueue_batch jobs."""
     EnqueueAtomic: _grpc.UnaryUnaryMultiCallable[_producer_pb2.EnqueueBatchRequest, _producer_pb2.EnqueueAtomicResponse]
     """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections."""
+    EnqueueWorkflow: _grpc.UnaryUnaryMultiCallable[_producer_pb2.EnqueueWorkflowRequest, _producer_pb2.EnqueueWorkflowResponse]
+    """A graph of jobs and their edges, all or nothing (docs/workflows.md "Workflows"): every
+    node stored in one commit, or none and INVALID_ARGUMENT carrying AtomicRejections (by
+    node index) as EnqueueAtomic does. A malformed graph (an edge to no node, a cycle, no
+    node, more than 10,000) is INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT,
+    field "nodes". A retried call with the same idempotency_key answers the first call's
+    ids with deduplicated = true and stores nothing.
+    """
     GetServerInfo: _grpc.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]
     """Version, feature flags, persist/strict mode and every advertised limit."""
     WaitJobs: _grpc.UnaryUnaryMultiCallable[_producer_pb2.WaitJobsRequest, _producer_pb2.WaitJobsResponse]
@@ -83,6 +91,14 @@ class ProducerServiceAsyncStub(ProducerServiceStub):
     """Best effort: one result per job, in request order. 1..max_enqueue_batch jobs."""
     EnqueueAtomic: _aio.UnaryUnaryMultiCallable[_producer_pb2.EnqueueBatchRequest, _producer_pb2.EnqueueAtomicResponse]  # type: ignore[assignment]
     """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections."""
+    EnqueueWorkflow: _aio.UnaryUnaryMultiCallable[_producer_pb2.EnqueueWorkflowRequest, _producer_pb2.EnqueueWorkflowResponse]  # type: ignore[assignment]
+    """A graph of jobs and their edges, all or nothing (docs/workflows.md "Workflows"): every
+    node stored in one commit, or none and INVALID_ARGUMENT carrying AtomicRejections (by
+    node index) as EnqueueAtomic does. A malformed graph (an edge to no node, a cycle, no
+    node, more than 10,000) is INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT,
+    field "nodes". A retried call with the same idempotency_key answers the first call's
+    ids with deduplicated = true and stores nothing.
+    """
     GetServerInfo: _aio.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]  # type: ignore[assignment]
     """Version, feature flags, persist/strict mode and every advertised limit."""
     WaitJobs: _aio.UnaryUnaryMultiCallable[_producer_pb2.WaitJobsRequest, _producer_pb2.WaitJobsResponse]  # type: ignore[assignment]
@@ -135,6 +151,20 @@ class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_producer_pb2.EnqueueAtomicResponse, _abc.Awaitable[_producer_pb2.EnqueueAtomicResponse]]:
         """All or nothing: every job stored, or none and INVALID_ARGUMENT carrying AtomicRejections."""
+
+    @_abc_1.abstractmethod
+    def EnqueueWorkflow(
+        self,
+        request: _producer_pb2.EnqueueWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_producer_pb2.EnqueueWorkflowResponse, _abc.Awaitable[_producer_pb2.EnqueueWorkflowResponse]]:
+        """A graph of jobs and their edges, all or nothing (docs/workflows.md "Workflows"): every
+        node stored in one commit, or none and INVALID_ARGUMENT carrying AtomicRejections (by
+        node index) as EnqueueAtomic does. A malformed graph (an edge to no node, a cycle, no
+        node, more than 10,000) is INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT,
+        field "nodes". A retried call with the same idempotency_key answers the first call's
+        ids with deduplicated = true and stores nothing.
+        """
 
     @_abc_1.abstractmethod
     def GetServerInfo(

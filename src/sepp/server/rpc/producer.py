@@ -27,7 +27,7 @@ Context: TypeAlias = Any
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
             "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain", "wait_jobs",
-            "watch_jobs", "progress")
+            "watch_jobs", "progress", "enqueue_workflow")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 
@@ -128,6 +128,18 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
             return resp
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+
+    async def EnqueueWorkflow(self, request: ppb.EnqueueWorkflowRequest,
+                              context: Context) -> ppb.EnqueueWorkflowResponse:
+        try:
+            ack = await self.engine.enqueue_workflow(request.nodes, request.idempotency_key)
+        except (EngineError, StoreError) as exc:
+            await abort_for(context, exc)
+        resp = ppb.EnqueueWorkflowResponse(workflow_id=ack.workflow_id, deduplicated=ack.deduplicated)
+        add = resp.acks.add
+        for job_id, dedup in ack.acks:
+            add(job_id=job_id, deduplicated=dedup)
+        return resp
 
     async def WaitJobs(self, request: ppb.WaitJobsRequest, context: Context) -> ppb.WaitJobsResponse:
         try:

@@ -140,7 +140,7 @@ class EnqueueOp:
                 raise StoreError(f"PostgreSQL: duplicate job id {bytes(taken[0]['id']).hex()}: a job has it already")
         found: dict[bytes, Found] = {}
         if self.depends_on:
-            found = await _dependencies(conn, self.depends_on)
+            found = await dependencies(conn, self.depends_on)
         for q in self.new_queues:
             await conn.execute(Q["insert_queue_if_absent"], q.name, q.settings_json, q.paused, q.declared, now, now)
         if self.new_queues:
@@ -207,7 +207,7 @@ class EnqueueOp:
         return dedups
 
 
-async def _dependencies(conn: Any, depends_on: DependsOn) -> dict[bytes, Found]:
+async def dependencies(conn: Any, depends_on: DependsOn) -> dict[bytes, Found]:
     """Look up and lock the dependencies of an enqueue: {id: (seq, state, purge_at)} of each
     as of after the lock (the unfinished ones now marked ``has_dependents``). Raises
     ``DependencyMissing`` when one is no stored job. Locked in seq order, so two enqueues

@@ -56,6 +56,7 @@ from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql_notices import SqlEnqueued, SqlEnqueueNotices, SqlJob
+from sepp.storage.postgres.workflows import WorkflowParts
 from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.search import CustomEntry
 
@@ -64,7 +65,7 @@ _record = JobRecord._make
 PING_TIMEOUT = 1.0
 
 
-class PostgresStore:
+class PostgresStore(WorkflowParts):
     """The store in schema ``schema`` of the database at ``dsn``.
 
     ``mode``: persist mode: ``sync`` and ``group`` commit with
@@ -314,6 +315,17 @@ class PostgresStore:
         ``ids.BLOCK`` seqs (``JobIds``' fetch)."""
         return [r[0] for r in await self._reads.fetch(Q["take_seqs"], blocks)]
 
+    async def _seqs(self, rows: Sequence[JobRow]) -> tuple[list[int], list[bytes]]:
+        """Each row's seq — the one its id carries (``new_job_ids``), or for a foreign id a seq
+        of this node's blocks (they stay dense) — and the foreign ids."""
+        seq_of = self._ids.seq_of
+        carried = [seq_of(row.id) for row in rows]
+        if None not in carried:
+            return cast("list[int]", carried), []
+        more = iter(await self._ids.take_seqs(carried.count(None)))
+        seqs = [next(more) if s is None else s for s in carried]
+        return seqs, [row.id for row, s in zip(rows, carried, strict=True) if s is None]
+
     async def enqueue(self, rows: Sequence[JobRow], dedup_until: Sequence[int], now: int,
                       new_queues: Sequence[QueueRecord] = (), custom: Sequence[CustomEntry] = (),
                       depends_on: DependsOn | None = None, on_failure: OnFailure | None = None) -> Dedups:
@@ -327,15 +339,7 @@ class PostgresStore:
         foreign id that a row already has as its native id — ``jobs_id_foreign`` holds only
         foreign ids, so nothing else keeps a second row from taking the id (another node's
         job then hidden from every lookup by id)."""
-        seq_of = self._ids.seq_of
-        carried = [seq_of(row.id) for row in rows]
-        foreign: list[bytes] = []
-        if None in carried:  # foreign ids: seqs of this node's blocks (they stay dense)
-            more = iter(await self._ids.take_seqs(carried.count(None)))
-            seqs = [next(more) if s is None else s for s in carried]
-            foreign = [row.id for row, s in zip(rows, carried, strict=True) if s is None]
-        else:
-            seqs = cast("list[int]", carried)
+        seqs, foreign = await self._seqs(rows)
         if not foreign and not new_queues and not custom and not depends_on and not any_keyed(rows):
             records = [(*row, s) for row, s in zip(rows, seqs, strict=True)]
             return await self._committer.submit(enqueue.InsertOp(records), len(rows))

@@ -129,7 +129,7 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
     if depends_on:
         for i, ids in depends_on.items():
             if i not in dedups:
-                _defer(conn, rows[i].id, ids, states, (on_failure or {}).get(i, CANCEL), now)
+                defer(conn, rows[i].id, ids, states, (on_failure or {}).get(i, CANCEL), now)
     if custom:
         if dedups:
             gone = {rows[i].id for i in dedups}
@@ -138,7 +138,7 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
     return dedups
 
 
-def _defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, Found],
+def defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, Found],
            policy: int, now: int) -> None:
     """Record the dependencies ``ids`` of the job ``job_id`` just inserted (``states``: each
     id's lookup) with its failure ``policy``: DEFERRED with its count of unfinished ones, one

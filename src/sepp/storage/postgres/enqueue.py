@@ -187,15 +187,7 @@ class EnqueueOp:
         if self.depends_on:
             for i, ids in self.depends_on.items():
                 if i not in dedups:
-                    policy = self.on_failure.get(i, CANCEL)
-                    waits, failed = plan(ids, found, policy)
-                    await conn.execute(Q["defer_job"], seqs[i], len(waits), packed(ids), policy)
-                    if waits:
-                        await conn.execute(Q["insert_waits"], waits, seqs[i])
-                    if failed is not None:
-                        dep, f = failed
-                        await conn.execute(Q["cancel_at_enqueue"], seqs[i], now, f.purge_at,
-                                           failure_reason(dep, f.state), f.seq)
+                    await defer(conn, seqs[i], ids, found, self.on_failure.get(i, CANCEL), now)
         custom = self.custom
         if custom:
             if dedups:
@@ -205,6 +197,20 @@ class EnqueueOp:
                 await conn.execute(Q["insert_custom"], [e[0] for e in custom], [e[1] for e in custom],
                                    [e[2] for e in custom])
         return dedups
+
+
+async def defer(conn: Any, seq: int, ids: Sequence[bytes], found: dict[bytes, Found], policy: int,
+                now: int) -> None:
+    """Write a new job (``seq``) as waiting for ``ids`` (``found``: each one's seq and state):
+    its count of unfinished dependencies and its wait rows; under ``policy`` a dependency that
+    already failed cancels it at once (``now``, µs UTC; docs/workflows.md)."""
+    waits, failed = plan(ids, found, policy)
+    await conn.execute(Q["defer_job"], seq, len(waits), packed(ids), policy)
+    if waits:
+        await conn.execute(Q["insert_waits"], waits, seq)
+    if failed is not None:
+        dep, f = failed
+        await conn.execute(Q["cancel_at_enqueue"], seq, now, f.purge_at, failure_reason(dep, f.state), f.seq)
 
 
 async def dependencies(conn: Any, depends_on: DependsOn) -> dict[bytes, Found]:

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sepp.domain.records import JobRow, QueueRecord
-from sepp.storage.dependencies import CANCEL, DependsOn, Found, OnFailure, failure_reason, packed, plan, unpacked
+from sepp.storage.dependencies import CANCEL, DependsOn, Found, OnFailure, unpacked
 from sepp.storage.errors import StoreError
 from sepp.storage.postgres.committer import PgCommitter, Tx
-from sepp.storage.postgres.enqueue import EnqueueOp, dependencies
+from sepp.storage.postgres.enqueue import EnqueueOp, defer, dependencies
 from sepp.storage.postgres.reads import PgReads
-from sepp.storage.postgres.sql import Q
 from sepp.storage.search import CustomEntry
 from sepp.storage.workflows import WorkflowClaim, WorkflowDedup, row_found, stored_dependencies
 
@@ -79,14 +78,7 @@ class WorkflowOp:
         now = self.now
         for i, ids in self.depends_on.items():  # topological order: a row's parents of the call first
             policy = self.on_failure.get(i, CANCEL)
-            waits, failed = plan(ids, found, policy)
-            await conn.execute(Q["defer_job"], seqs[i], len(waits), packed(ids), policy)
-            if waits:
-                await conn.execute(Q["insert_waits"], waits, seqs[i])
-            if failed is not None:
-                dep, f = failed
-                await conn.execute(Q["cancel_at_enqueue"], seqs[i], now, f.purge_at, failure_reason(dep, f.state),
-                                   f.seq)
+            await defer(conn, seqs[i], ids, found, policy, now)
             row_found(found, rows[i], seqs[i], ids, policy)
         return None
 

@@ -64,4 +64,17 @@ class JobOutcome(NamedTuple):
         return 256 + len(self.history or "") + len(self.result or b"") + len(self.reason or "")
 
 
-__all__ = ["FINISHED_STATES", "JobOutcome"]
+class JobDependencies(NamedTuple):
+    """What a reserved job's handler needs to read its dependencies' outcomes
+    (``Store.job_dependencies``; docs/workflows.md "Reading the dependencies' results"): the
+    job's ``state`` and current ``lease_id`` (16 bytes, None when never leased), which fence
+    the read to the lease holder, and ``depends_on``, the 16-byte ids it was enqueued with, in
+    order (a workflow node's edges first, then its own ``depends_on``; [] when none). The ids
+    are kept on the job for as long as it is: the release deletes only the edges."""
+
+    state: int
+    lease_id: bytes | None
+    depends_on: list[bytes]
+
+
+__all__ = ["FINISHED_STATES", "JobDependencies", "JobOutcome"]

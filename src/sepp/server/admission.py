@@ -38,8 +38,8 @@ _DNF = RejectionCode.DEPENDENCY_NOT_FOUND.to_wire()
 Ack = tuple[str, bool]
 
 #: ``EnqueueRequest.on_dependency_failure`` → the store's policy (``storage.dependencies``).
-_POLICY_OF = {pb.DEPENDENCY_FAILURE_UNSPECIFIED: CANCEL, pb.DEPENDENCY_FAILURE_CANCEL: CANCEL,
-              pb.DEPENDENCY_FAILURE_RUN: RUN, pb.DEPENDENCY_FAILURE_WAIT: WAIT}
+POLICY_OF = {pb.DEPENDENCY_FAILURE_UNSPECIFIED: CANCEL, pb.DEPENDENCY_FAILURE_CANCEL: CANCEL,
+             pb.DEPENDENCY_FAILURE_RUN: RUN, pb.DEPENDENCY_FAILURE_WAIT: WAIT}
 
 
 class Deps(dict[int, list[bytes]]):
@@ -141,7 +141,7 @@ class Admission(EngineService):
                        key))
         if req.depends_on and deps is not None:
             deps[index] = cast("list[bytes]", dependency_ids(req.depends_on))
-            policy = _POLICY_OF.get(req.on_dependency_failure, CANCEL)
+            policy = POLICY_OF.get(req.on_dependency_failure, CANCEL)
             if policy != CANCEL:
                 deps.policies[index] = policy
         return row, str(uid), (now + q.dedup_us if key else 0)
@@ -482,4 +482,4 @@ class Admission(EngineService):
         return out
 
 
-__all__ = ["Ack", "Admission", "Deps", "dependency_rejection", "expand_plain"]
+__all__ = ["POLICY_OF", "Ack", "Admission", "Deps", "dependency_rejection", "expand_plain"]

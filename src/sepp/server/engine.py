@@ -1,6 +1,7 @@
 """JobEngine: the queue semantics, transport-agnostic — a thin facade over admission
 (``sepp.server.admission``), leasing (``sepp.server.leasing``), settlement
-(``sepp.server.settlement``) and waiting for jobs (``sepp.server.waiting``), built over one
+(``sepp.server.settlement``), waiting for jobs (``sepp.server.waiting``) and a handler's
+read of its dependencies (``sepp.server.dependency_reads``), built over one
 ``ServerParts``.
 
 The RPC layer hands it protobuf requests; errors are ``sepp.server.errors`` exceptions that
@@ -12,6 +13,7 @@ the store, the queues, the notifier, the events or the limits take them from
 from __future__ import annotations
 
 from sepp.server.admission import Admission
+from sepp.server.dependency_reads import DependencyReads
 from sepp.server.leasing import Leasing
 from sepp.server.parts import ServerParts
 from sepp.server.settlement import Settlement
@@ -28,7 +30,8 @@ class JobEngine:
     - leasing (``Leasing``): ``reserve``, ``parked``, ``stop_reserving``, ``end_long_polls``,
       ``release``, ``give_back``, ``bury_damaged``, ``quiesce``;
     - settlement (``Settlement``): ``settle``, ``settle_one``, ``extend``;
-    - waiting for jobs (``Waiting``, as ``waits``): ``wait_jobs``, ``waits_parked``, ``end_waits``.
+    - waiting for jobs (``Waiting``, as ``waits``): ``wait_jobs``, ``waits_parked``, ``end_waits``;
+    - a handler's read of its dependencies (``DependencyReads``): ``dependency_outcomes``.
 
     ``parts`` is what it was built over. Services are handed the same ``ServerParts`` by
     whoever builds them (``sepp.server.app``, a test harness), never take it from the engine.
@@ -58,6 +61,7 @@ class JobEngine:
         self.wait_jobs = waits.wait_jobs
         self.waits_parked = waits.waiting
         self.end_waits = waits.end_waits
+        self.dependency_outcomes = DependencyReads(parts).dependency_outcomes
 
 
 __all__ = ["JobEngine"]

@@ -21,9 +21,10 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.domain.ids import job_id_text
 from sepp.hard_limits import MAX_WORKFLOW_NODES
 from sepp.rejections import RejectionCode
-from sepp.server.admission import Ack, Admission, Deps, dependency_rejection
+from sepp.server.admission import POLICY_OF, Ack, Admission, Deps, dependency_rejection
 from sepp.server.errors import AtomicRejected, InvalidRequest
 from sepp.storage.base import JobRow, QueueRecord
+from sepp.storage.dependencies import CANCEL
 from sepp.storage.errors import DependencyMissing
 from sepp.storage.search import CustomEntry
 from sepp.storage.workflows import WorkflowClaim
@@ -142,6 +143,10 @@ class WorkflowAdmission:
             ids.extend(d for d in deps.get(i, ()) if d not in ids)
             if ids:
                 depends_on[i] = ids
+                if i not in deps.policies and reqs[i].on_dependency_failure:  # a node with edges only
+                    policy = POLICY_OF.get(reqs[i].on_dependency_failure, CANCEL)
+                    if policy != CANCEL:
+                        deps.policies[i] = policy
         until = now + max(adm.queues.get(row.queue).dedup_us for row in rows) if key else 0  # type: ignore[union-attr]
         workflow_id = uuid_utils.uuid7()
         try:

@@ -23,7 +23,7 @@ from typing import Protocol
 from uuid_utils import UUID
 
 from sepp.domain.clock import Clock
-from sepp.domain.outcomes import JobOutcome
+from sepp.domain.outcomes import JobDependencies, JobOutcome
 from sepp.domain.params import (
     DAMAGED_ROW,
     NO_FLOW,
@@ -68,6 +68,7 @@ __all__ = [
     "Dedups",
     "ExtendResult",
     "FlowLimits",
+    "JobDependencies",
     "JobOutcome",
     "JobRecord",
     "JobRow",
@@ -351,6 +352,11 @@ class Store(Protocol):
         in no particular order, an id of no job left out): ``JobOutcome`` — state, queue,
         attempts, and for a finished job its history, reason and result. One read, off the
         writer."""
+
+    async def job_dependencies(self, job_id: bytes) -> JobDependencies | None:
+        """The state, current lease id and stored ``depends_on`` ids of the job ``job_id``
+        (``JobDependencies``), None for no stored job: what a handler's read of its
+        dependencies' outcomes checks and then reads (``job_outcomes``). One read, off the writer."""
 
     def on_finished(self, finished: Callable[[Sequence[bytes] | None, Sequence[str]], None]) -> None:
         """Call ``finished(ids, queues)`` (on the event loop) when another node says jobs

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from sepp.errors import PermissionDenied, RejectedError, TransportError, Unauthenticated
+from sepp.worker._dependencies import DependencyReader
 from sepp.worker._failures import FailureLog
 from sepp.worker._lease import LeaseKeeper
 from sepp.worker._reports import Reports
@@ -80,9 +81,12 @@ class Reserver:
         #: Set by a stop that cancels the calls still open (a lane then ends quietly).
         self.cancelled = False
         self.tasks: list[asyncio.Task[None]] = []
+        #: What the reserved jobs read their dependencies' outcomes with (on this loop).
+        self._dependencies = DependencyReader(rpc)
 
     def start(self) -> None:
         """Start the lanes (``tasks``)."""
+        self._dependencies.loop = asyncio.get_running_loop()
         self.tasks = [asyncio.create_task(self._reserve_loop(lane), name=f"sepp-reserver-{lane}")
                       for lane in range(self._lanes)]
 
@@ -173,8 +177,8 @@ class Reserver:
             if resp.max_result_bytes:
                 self._result_limits.update(resp.max_result_bytes)
             now = self._monotonic()
-            progress = self._keeper.progress
-            jobs = [Job(r, now, progress) for r in resp.reservations]
+            progress, dependencies = self._keeper.progress, self._dependencies
+            jobs = [Job(r, now, progress, dependencies) for r in resp.reservations]
             self._stats["reserved"] += len(jobs)
             self._keeper.track_all(jobs)
             if not self.active:

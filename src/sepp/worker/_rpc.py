@@ -147,6 +147,20 @@ class WorkerRpc:
         except grpc.RpcError as exc:
             raise convert_error(exc, self.target, job_id) from None
 
+    async def dependency_outcomes(self, job_id: str, lease_id: str, offset: int) -> wpb.DependencyOutcomesResponse:
+        """``DependencyOutcomes`` (deadline 30 s): the outcomes of the jobs ``job_id`` depends
+        on, from position ``offset`` of its ``depends_on``, for the holder of ``lease_id``.
+
+        Raises ``LeaseError`` when the lease no longer holds (or the job is gone), else a
+        ``TransportError`` (``ServerError`` UNIMPLEMENTED from a server older than the call).
+        """
+        req = wpb.DependencyOutcomesRequest(job_id=job_id, lease_id=lease_id, offset=offset)
+        try:
+            return await self._get_stub().DependencyOutcomes(req, timeout=30.0,  # type: ignore[no-any-return]
+                                                             metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise convert_error(exc, self.target, job_id) from None
+
     async def stop_reserving(self, worker_id: str, deadline_s: float = 2.0, *, stopped: bool = False) -> int | None:
         """``StopReserving`` (deadline ``deadline_s`` seconds): the server ends the
         long-polls of ``worker_id``'s Reserves in progress; ``stopped``: the worker's session is

@@ -12,7 +12,7 @@ import datetime as dt
 import json as _json
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import timestamp_pb2
 
@@ -20,6 +20,11 @@ from sepp.api.v1 import worker_pb2 as wpb
 from sepp.attempts import Attempt
 from sepp.hard_limits import MAX_PROGRESS_BYTES
 from sepp.wire import CustomPrimitive, custom_map_from_proto
+from sepp.worker._dependencies import present, results
+
+if TYPE_CHECKING:
+    from sepp.request.outcomes import JobOutcome
+    from sepp.worker._dependencies import DependencyReader
 
 UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -66,13 +71,18 @@ class Job:
             and this delivery's settle will be refused.
         progress: The latest value ``set_progress`` accepted, as JSON text (None before the
             first); the Worker sends it with a lease extension, at most once a second.
+
+    ``dependency_results()`` / ``dependency_outcomes()`` (and their ``*_async`` twins) read
+    the results and outcomes of the jobs it depends on, from the server, when first called.
     """
 
-    __slots__ = ("__weakref__", "_custom", "_history", "_job", "_lease_expires", "_on_progress", "_reserved_at",
-                 "_trace", "cancel_requested", "lease_id", "lease_lost", "progress", "reservation")
+    __slots__ = ("__weakref__", "_custom", "_dep_outcomes", "_dependencies", "_history", "_job", "_lease_expires",
+                 "_on_progress", "_reserved_at", "_trace", "cancel_requested", "lease_id", "lease_lost", "progress",
+                 "reservation")
 
     def __init__(self, reservation: wpb.Reservation, reserved_at: float = 0.0,
-                 on_progress: Callable[[Job], None] | None = None) -> None:
+                 on_progress: Callable[[Job], None] | None = None,
+                 dependencies: DependencyReader | None = None) -> None:
         #: The wire reservation this job was built from.
         self.reservation = reservation
         #: When the worker took the reservation in (its clock's monotonic seconds; its
@@ -89,6 +99,10 @@ class Job:
         #: Told of each new progress value (the Worker's lease keeper sends it).
         self._on_progress = on_progress
         self.progress: str | None = None
+        #: Reads the dependencies' outcomes when the handler first asks (None: a job no
+        #: server reserved, which has none); what it read, kept for the next ask.
+        self._dependencies = dependencies
+        self._dep_outcomes: dict[str, JobOutcome | None] | None = None
 
     def set_progress(self, value: Any) -> None:
         """Report how far the handler got: ``value`` is any JSON-encodable value — a fraction
@@ -121,6 +135,65 @@ class Job:
         self.progress = text
         if self._on_progress is not None:
             self._on_progress(self)
+
+    # -------------------------------------------------------------- dependencies
+
+    async def _read_dependencies(self) -> dict[str, JobOutcome | None]:
+        if self._dep_outcomes is None:
+            reader = self._dependencies
+            self._dep_outcomes = {} if reader is None else await reader.outcomes(self.id, self.lease_id)
+        return self._dep_outcomes
+
+    async def dependency_outcomes_async(self) -> dict[str, JobOutcome]:
+        """``dependency_outcomes`` for an ``async def`` handler: ``await
+        job.dependency_outcomes_async()``. Raises as ``dependency_outcomes``."""
+        return present(self.id, await self._read_dependencies())
+
+    async def dependency_results_async(self) -> dict[str, Any]:
+        """``dependency_results`` for an ``async def`` handler: ``await
+        job.dependency_results_async()``. Raises as ``dependency_results``."""
+        return results(self.id, await self._read_dependencies())
+
+    def dependency_outcomes(self) -> dict[str, JobOutcome]:
+        """``{job_id: sepp.JobOutcome}`` of every job this one depends on (its ``depends_on``;
+        in a workflow its edges first), in ``depends_on`` order: state (``COMPLETED``,
+        ``DEAD_LETTERED``, ``CANCELLED``; another state for a dependency redriven after this
+        job was released), result, ``last_error``, attempts, reason. ``{}`` for a job without
+        dependencies. What a dependent with ``on_dependency_failure="run"`` reads to see
+        which dependencies failed and why (docs/workflows.md "Reading the dependencies' results").
+
+        Read from the server on the first call (one ``DependencyOutcomes`` call, more for
+        thousands of dependencies), then kept. For a plain ``def`` handler (it blocks its
+        thread); an ``async def`` handler awaits ``dependency_outcomes_async()``.
+
+        Raises ``sepp.JobNotFound`` (``job_id`` the dependency) when a dependency is no longer
+        stored (purged after its queue's retention, or deleted); ``LeaseError`` when this
+        delivery's lease no longer holds; a ``TransportError`` when the server cannot be
+        reached; ``RuntimeError`` when called on the worker's event loop (an ``async def``
+        handler); ``TimeoutError`` after 300 s.
+        """
+        found = self._dep_outcomes
+        if found is None:
+            found = self._dependencies.blocking(self._read_dependencies()) if self._dependencies else {}
+            self._dep_outcomes = found
+        return present(self.id, found)
+
+    def dependency_results(self) -> dict[str, Any]:
+        """``{job_id: result}`` of every job this one depends on, in ``depends_on`` order (in a
+        workflow its edges first: a ``chain`` step's only entry is the step before it): each
+        result decoded as ``Client.result`` decodes it — the JSON value, ``bytes``, a
+        ``sepp.Result`` for another label, ``None`` when the handler returned none. ``{}`` for
+        a job without dependencies.
+
+        Read as ``dependency_outcomes`` reads (on first use, then kept; an ``async def``
+        handler awaits ``dependency_results_async()``), and raises what it raises, and also
+        ``sepp.JobFailed`` / ``sepp.JobCancelled`` for a dependency dead-lettered or cancelled
+        (possible for ``on_dependency_failure="run"``: read ``dependency_outcomes`` there),
+        ``RuntimeError`` for one redriven after this job was released, ``ValueError`` for a
+        JSON result that does not decode.
+        """
+        self.dependency_outcomes()
+        return results(self.id, self._dep_outcomes or {})
 
     @property
     def lease_expires_at(self) -> dt.datetime:

@@ -15,6 +15,7 @@ from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from sepp.api.v1 import common_pb2 as _common_pb2
+from sepp.api.v1 import producer_pb2 as _producer_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -579,3 +580,63 @@ class StopReservingResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StopReservingResponse: _TypeAlias = StopReservingResponse  # noqa: Y015
+
+@_typing.final
+class DependencyOutcomesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    LEASE_ID_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    lease_id: _builtins.str
+    """The lease the caller holds on job_id (its fencing token)."""
+    offset: _builtins.int
+    """Answer from this position of the job's depends_on list (0 first): the next call of a
+    list that did not fit one answer.
+    """
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        lease_id: _builtins.str = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_id", b"lease_id", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DependencyOutcomesRequest: _TypeAlias = DependencyOutcomesRequest  # noqa: Y015
+
+@_typing.final
+class DependencyOutcomesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """How many jobs the job depends on (0: none; every answer says it)."""
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[_producer_pb2.JobOutcome]:
+        """The outcomes of depends_on[offset], depends_on[offset + 1], … in order, as many as fit
+        the server's max_message_bytes (at least one while offset < total). A dependency no
+        longer stored (purged after its retention, or deleted) has only job_id set (state
+        JOB_STATE_UNSPECIFIED); one that is not finished (redriven after this job was released
+        under the "run" policy) has its current state and no result.
+        """
+
+    def __init__(
+        self,
+        *,
+        total: _builtins.int = ...,
+        outcomes: _abc.Iterable[_producer_pb2.JobOutcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DependencyOutcomesResponse: _TypeAlias = DependencyOutcomesResponse  # noqa: Y015

@@ -64,6 +64,11 @@ class WorkerServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingResponse.FromString,
                 _registered_method=True)
+        self.DependencyOutcomes = channel.unary_unary(
+                '/sepp.api.v1.WorkerService/DependencyOutcomes',
+                request_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.DependencyOutcomesRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.DependencyOutcomesResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -114,6 +119,16 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DependencyOutcomes(self, request, context):
+        """The outcomes of the jobs a reserved job depends on (its depends_on, workflow edges
+        first), for its handler (docs/workflows.md "Reading the dependencies' results"). Only
+        the holder of the job's current lease may ask: another lease id is FAILED_PRECONDITION /
+        LEASE_MISMATCH, an unknown job NOT_FOUND / JOB_NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +161,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.StopReserving,
                     request_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingResponse.SerializeToString,
+            ),
+            'DependencyOutcomes': grpc.unary_unary_rpc_method_handler(
+                    servicer.DependencyOutcomes,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_worker__pb2.DependencyOutcomesRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_worker__pb2.DependencyOutcomesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -310,6 +330,33 @@ class WorkerService:
             '/sepp.api.v1.WorkerService/StopReserving',
             sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_worker__pb2.StopReservingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DependencyOutcomes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.WorkerService/DependencyOutcomes',
+            sepp_dot_api_dot_v1_dot_worker__pb2.DependencyOutcomesRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_worker__pb2.DependencyOutcomesResponse.FromString,
             options,
             channel_credentials,
             insecure,

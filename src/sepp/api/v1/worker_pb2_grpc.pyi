@@ -52,6 +52,12 @@ class WorkerServiceStub:
     without leasing again; one already leasing answers its jobs as usual (the worker gives
     them back). A Reserve that arrives later is not affected. Idempotent and cheap.
     """
+    DependencyOutcomes: _grpc.UnaryUnaryMultiCallable[_worker_pb2.DependencyOutcomesRequest, _worker_pb2.DependencyOutcomesResponse]
+    """The outcomes of the jobs a reserved job depends on (its depends_on, workflow edges
+    first), for its handler (docs/workflows.md "Reading the dependencies' results"). Only
+    the holder of the job's current lease may ask: another lease id is FAILED_PRECONDITION /
+    LEASE_MISMATCH, an unknown job NOT_FOUND / JOB_NOT_FOUND.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -71,6 +77,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     stopping worker): one parked in its wait answers no jobs at once,
     without leasing again; one already leasing answers its jobs as usual (the worker gives
     them back). A Reserve that arrives later is not affected. Idempotent and cheap.
+    """
+    DependencyOutcomes: _aio.UnaryUnaryMultiCallable[_worker_pb2.DependencyOutcomesRequest, _worker_pb2.DependencyOutcomesResponse]  # type: ignore[assignment]
+    """The outcomes of the jobs a reserved job depends on (its depends_on, workflow edges
+    first), for its handler (docs/workflows.md "Reading the dependencies' results"). Only
+    the holder of the job's current lease may ask: another lease id is FAILED_PRECONDITION /
+    LEASE_MISMATCH, an unknown job NOT_FOUND / JOB_NOT_FOUND.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -124,6 +136,18 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         stopping worker): one parked in its wait answers no jobs at once,
         without leasing again; one already leasing answers its jobs as usual (the worker gives
         them back). A Reserve that arrives later is not affected. Idempotent and cheap.
+        """
+
+    @_abc_1.abstractmethod
+    def DependencyOutcomes(
+        self,
+        request: _worker_pb2.DependencyOutcomesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.DependencyOutcomesResponse, _abc.Awaitable[_worker_pb2.DependencyOutcomesResponse]]:
+        """The outcomes of the jobs a reserved job depends on (its depends_on, workflow edges
+        first), for its handler (docs/workflows.md "Reading the dependencies' results"). Only
+        the holder of the job's current lease may ask: another lease id is FAILED_PRECONDITION /
+        LEASE_MISMATCH, an unknown job NOT_FOUND / JOB_NOT_FOUND.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -27,7 +27,7 @@ Context: TypeAlias = Any
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
             "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain", "wait_jobs",
-            "watch_jobs", "progress", "enqueue_workflow")
+            "watch_jobs", "progress", "enqueue_workflow", "dependency_outcomes")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 

@@ -23,6 +23,7 @@ from sepp.server.errors import EngineError, InvalidRequest, JobRejected
 from sepp.server.fast_rows import ack_params, ack_params_of, result_ack_params
 from sepp.server.parts import ServerParts
 from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
+from sepp.server.rpc.outcomes import dependency_response
 from sepp.server.rpc.status import abort_for
 from sepp.server.rpc_args import duration_arg
 from sepp.validation import queue_fix, utf8_len
@@ -235,6 +236,17 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         except EngineError as exc:
             await abort_for(context, exc)
         return wpb.StopReservingResponse(woken=woken)
+
+    async def DependencyOutcomes(self, request: wpb.DependencyOutcomesRequest,
+                                 context: Context) -> wpb.DependencyOutcomesResponse:
+        """The outcomes of the jobs ``request.job_id`` depends on, from ``request.offset``, for
+        the holder of its lease (``JobEngine.dependency_outcomes``): LEASE_MISMATCH /
+        JOB_NOT_FOUND as a settle's, INVALID_ARGUMENT for ids that are no UUIDs."""
+        try:
+            total, outcomes = await self.engine.dependency_outcomes(request.job_id, request.lease_id, request.offset)
+        except (EngineError, StoreError) as exc:
+            await abort_for(context, exc)
+        return dependency_response(total, outcomes)
 
     async def Ack(self, request: wpb.AckRequest, context: Context) -> wpb.AckResponse:
         """Complete the job (``JobEngine.settle_one``), storing ``request.result`` with it. A

@@ -27,6 +27,7 @@ from sepp.domain.policy import result_floor
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
+    JobDependencies,
     JobOutcome,
     JobRecord,
     JobRow,
@@ -445,6 +446,10 @@ class PostgresStore(WorkflowParts):
         """One job by id (read pool)."""
         row = await self._reads.fetchrow(Q["get_job"], job_id)
         return None if row is None else _record(tuple(row))
+
+    async def job_dependencies(self, job_id: bytes) -> JobDependencies | None:
+        """``Store.job_dependencies``: one statement on the read pool (``outcomes``)."""
+        return await outcomes.job_dependencies(self._reads, job_id)
 
     async def job_outcomes(self, job_ids: Sequence[bytes]) -> list[JobOutcome]:
         """``Store.job_outcomes``: one statement on the read pool (``outcomes``)."""

@@ -34,6 +34,7 @@ from sepp.domain.policy import result_floor
 from sepp.storage.base import (
     Dedups,
     ExtendResult,
+    JobDependencies,
     JobOutcome,
     JobRecord,
     JobRow,
@@ -430,6 +431,10 @@ class SQLiteStore(OneNode, WorkflowWrites):
         (``storage.rows.repair_job``, logged once per job)."""
         row = await self._reads.read(Q["get_job"], (job_id,), one=True)
         return None if row is None else repair_job(_record(row))
+
+    async def job_dependencies(self, job_id: bytes) -> JobDependencies | None:
+        """``Store.job_dependencies``: one read on a reader thread (``outcomes``)."""
+        return await outcomes.job_dependencies(self._reads, job_id)
 
     async def job_outcomes(self, job_ids: Sequence[bytes]) -> list[JobOutcome]:
         """``Store.job_outcomes``: one read on a reader thread (``outcomes``)."""

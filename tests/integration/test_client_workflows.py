@@ -88,10 +88,11 @@ def test_task_signatures_are_nodes() -> None:
     def add(x: int, y: int) -> int:
         return x + y
 
-    msg = chain(add.s(1, 2), add.s(3, 4)).to_proto()
-    assert [(n.job.queue, n.job.job_type) for n in msg.nodes] == [(add.queue, add.job_type)] * 2
-    assert json.loads(msg.nodes[1].job.payload.data)["args"] == [3, 4]
-    assert list(msg.nodes[1].after) == [0]
+    msg = chain(add.s(1, 2), add.si(3, 4), add.s(5)).to_proto()
+    assert [(n.job.queue, n.job.job_type) for n in msg.nodes] == [(add.queue, add.job_type)] * 3
+    assert json.loads(msg.nodes[1].job.payload.data) == {"args": [3, 4], "kwargs": {}}
+    assert json.loads(msg.nodes[2].job.payload.data) == {"args": [5], "kwargs": {}, "prepend": "result"}
+    assert [list(n.after) for n in msg.nodes] == [[], [0], [1]]
 
 
 def test_a_chain_runs_in_order(client: Client, wire: Wire) -> None:

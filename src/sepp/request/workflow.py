@@ -28,6 +28,16 @@ class HasRequest(Protocol):
         """The ``EnqueueRequest`` of the call."""
 
 
+@runtime_checkable
+class ReceivesResults(Protocol):
+    """A task call that can receive what its dependencies returned as its first argument
+    (``sepp.tasks.Signature``; docs/tasks.md "Chains pass results")."""
+
+    def request_receiving(self, prepend: str) -> EnqueueRequest:
+        """The ``EnqueueRequest`` of the call as a step receiving ``"result"`` (a chain step)
+        or ``"results"`` (a chord callback)."""
+
+
 #: What a node can be built from.
 NodeSpec = EnqueueRequest | HasRequest
 
@@ -63,10 +73,15 @@ class WorkflowAck:
         return cls(msg.workflow_id, bool(msg.deduplicated), tuple(EnqueueAck.from_proto(a) for a in msg.acks))
 
 
-def _as_request(spec: NodeSpec) -> EnqueueRequest:
-    """The ``EnqueueRequest`` of ``spec``; ``TypeError`` for anything else."""
+def _as_request(spec: NodeSpec, prepend: str | None = None) -> EnqueueRequest:
+    """The ``EnqueueRequest`` of ``spec`` (with ``prepend``, of a task call receiving its
+    dependencies' results: ``ReceivesResults``); ``TypeError`` for anything else."""
     if isinstance(spec, EnqueueRequest):
         return spec
+    if prepend is not None and isinstance(spec, ReceivesResults):
+        req = spec.request_receiving(prepend)
+        if isinstance(req, EnqueueRequest):
+            return req
     if isinstance(spec, HasRequest):
         req = spec.request()
         if isinstance(req, EnqueueRequest):
@@ -92,11 +107,20 @@ class Workflow:
         self._after: list[list[int]] = []
         self._tag = id(self)
 
-    def add(self, spec: NodeSpec, after: Iterable[Node] = ()) -> Node:
+    def add(self, spec: NodeSpec, after: Iterable[Node] = (), *, prepend: str | None = None) -> Node:
         """Add a node; return its handle. ``after``: nodes of this workflow it waits for.
-        Raises ``TypeError`` (not a request or signature), ``ValueError`` (a node of another
-        workflow, or more than 10,000 nodes)."""
-        request = _as_request(spec)
+        ``prepend``: for a mutable task signature (``task.s``), what it receives as its first
+        argument when it runs — ``"result"``, the result of its first dependency (``after[0]``),
+        as a ``chain`` step; ``"results"``, the list of all its dependencies' results in
+        order, as a ``chord`` callback (docs/tasks.md "Chains pass results"). None (the
+        default), an ``EnqueueRequest`` or a ``.si`` signature: nothing is passed (a handler
+        reads ``job.dependency_results()``).
+        Raises ``TypeError`` (not a request or signature; a signature that cannot take one
+        more first argument), ``ValueError`` (a node of another workflow, more than 10,000
+        nodes, another ``prepend``)."""
+        if prepend not in (None, "result", "results"):
+            raise ValueError(f'prepend is "result", "results" or None, not {prepend!r}')
+        request = _as_request(spec, prepend)
         parents: list[int] = []
         for node in after:
             if not isinstance(node, Node) or node.workflow_tag != self._tag:
@@ -129,11 +153,14 @@ class Workflow:
 
 
 def chain(*steps: NodeSpec, idempotency_key: str = "") -> Workflow:
-    """A workflow running ``steps`` one after another: each after the one before it."""
+    """A workflow running ``steps`` one after another: each after the one before it. A step
+    built with ``task.s(...)`` after the first receives the result of the step before it as
+    its first argument (Celery's rule; ``task.si(...)``: nothing). Raises ``TypeError`` for
+    such a step that cannot take one more first argument."""
     wf = Workflow(idempotency_key=idempotency_key)
     last: Node | None = None
     for step in steps:
-        last = wf.add(step, after=() if last is None else (last,))
+        last = wf.add(step, after=() if last is None else (last,), prepend=None if last is None else "result")
     return wf
 
 
@@ -147,11 +174,14 @@ def group(specs: Iterable[NodeSpec], *, idempotency_key: str = "") -> Workflow:
 
 def chord(header: Iterable[NodeSpec], callback: NodeSpec, *, idempotency_key: str = "") -> Workflow:
     """A workflow of ``header`` jobs and a ``callback`` that runs after all of them (acks: the
-    header's in order, then the callback's)."""
+    header's in order, then the callback's). A callback built with ``task.s(...)`` receives
+    the list of the header's results, in header order, as its first argument (Celery's rule;
+    ``task.si(...)``: nothing). Raises ``TypeError`` for such a callback that cannot take one
+    more first argument."""
     wf = Workflow(idempotency_key=idempotency_key)
     children = [wf.add(spec) for spec in header]
-    wf.add(callback, after=children)
+    wf.add(callback, after=children, prepend="results")
     return wf
 
 
-__all__ = ["HasRequest", "Node", "NodeSpec", "Workflow", "WorkflowAck", "chain", "chord", "group"]
+__all__ = ["HasRequest", "Node", "NodeSpec", "ReceivesResults", "Workflow", "WorkflowAck", "chain", "chord", "group"]

@@ -33,6 +33,7 @@ from typing import Any
 from sepp.request._jsontext import UNCHECKED as _UNCHECKED
 from sepp.request._jsontext import json_text
 from sepp.tasks._argtypes import TypeCheck, bound_refusal, check_json, is_plain, type_check
+from sepp.tasks._receiving import PREPEND_MODES, Receives
 
 #: The payload of a call without arguments (what the worker sees most often in benchmarks).
 EMPTY_PAYLOAD = b'{"args":[],"kwargs":{}}'
@@ -321,12 +322,36 @@ class ArgsCodec:
         kwargs = obj.get("kwargs", _NO_KWARGS)
         if (type(args) is not list and args is not _NO_ARGS) or type(kwargs) is not dict:
             raise ArgumentsError(f'{self.name}: the payload\'s "args" must be a list and "kwargs" an object')
+        if "prepend" in obj:
+            mode = obj["prepend"]
+            if mode not in PREPEND_MODES:
+                raise ArgumentsError(f'{self.name}: the payload\'s "prepend" must be "result" or "results", '
+                                     f"not {repr(mode)[:64]}")
+            raise Receives(mode, args, kwargs)
         least, most = self._positional_range
         if (not kwargs and least <= len(args) <= most) or (self._simple and self._fits(args, kwargs)):
             if self._checks:
                 self._check_sent(args, kwargs)
             return args, kwargs  # the common case: nothing to convert
         return self._bind_sent(args, kwargs)
+
+    def bind_received(self, first: Any, args: Sequence[Any],
+                      kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
+        """The call ``(first, *args, **kwargs)`` — ``first`` what the job's dependencies
+        returned (``Receives``) — bound and converted as ``decode`` does. Raises
+        ``ArgumentsError`` when the function cannot take it."""
+        return self._bind_sent([first, *args], kwargs)
+
+    def check_receiving(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Raise ``TypeError`` when the call ``(args, kwargs)`` (already bound partially) would
+        not bind with one more argument put first — a workflow step that receives its
+        dependencies' results (``Signature.request_receiving``). Counts and names only: the
+        value is not known before the step runs."""
+        try:
+            self.signature.bind(None, *args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}(): as a workflow step it receives the previous result as its first "
+                            f"argument, and then: {exc} (use .si() for a step that takes no result)") from None
 
     def _bind_sent(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
         self.resolve()
@@ -431,10 +456,14 @@ def _parse(data: bytes) -> Any:
     return value
 
 
-def payload_bytes(args: list[Any], kwargs: Mapping[str, Any]) -> bytes:
+def payload_bytes(args: list[Any], kwargs: Mapping[str, Any], prepend: str | None = None) -> bytes:
     """``{"args": args, "kwargs": kwargs}`` as compact UTF-8 JSON (values already checked),
-    with ``Payload.json``'s encoder (``sepp.request._jsontext``)."""
-    return json_text({"args": args, "kwargs": kwargs}).encode("utf-8")
+    with ``Payload.json``'s encoder (``sepp.request._jsontext``); with ``prepend`` (one of
+    ``PREPEND_MODES``) also ``"prepend": prepend``."""
+    body: dict[str, Any] = {"args": args, "kwargs": kwargs}
+    if prepend is not None:
+        body["prepend"] = prepend
+    return json_text(body).encode("utf-8")
 
 
 def _is_utf8(text: str) -> bool:

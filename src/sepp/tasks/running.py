@@ -6,7 +6,9 @@ payload into the function's arguments (``sepp.tasks._args``), makes the job
 ``current_job()`` and calls the function (passing the job first when its first parameter is
 annotated ``sepp.Job``); what the function returns is the job's result. A payload the
 function cannot take (not the documented JSON shape, a wrong argument, a value its
-annotation refuses) dead-letters the job: it would fail the same way every time.
+annotation refuses) dead-letters the job: it would fail the same way every time. A payload
+with ``"prepend"`` (a workflow step: ``sepp.tasks._receiving``) gets its dependencies'
+results as its first argument.
 ``Retry``/``DeadLetter`` and any other exception mean what they mean for every handler.
 """
 
@@ -24,6 +26,7 @@ from sepp.job_result import result_of
 from sepp.request import Payload
 from sepp.request.outcomes import COMPLETED, DEAD_LETTERED, JobOutcome
 from sepp.tasks._args import ArgsCodec, ArgumentsError
+from sepp.tasks._receiving import Receives, first_argument, first_argument_async
 from sepp.tasks.signature import TASK_ENCODING, TaskOptions
 from sepp.worker.job import Job, detached_job
 from sepp.worker.outcome import DeadLetter, Retry, returned
@@ -54,6 +57,12 @@ def task_handler(codec: ArgsCodec, is_async: bool) -> Callable[[Job], Any]:
     with_job = codec.job_param is not None
     current = _CURRENT
 
+    def received(first: Any, call: Receives) -> tuple[Any, dict[str, Any]]:
+        try:
+            return codec.bind_received(first, call.call_args, call.call_kwargs)
+        except ArgumentsError as exc:
+            raise DeadLetter(str(exc)) from None
+
     if is_async:
 
         async def run_async(job: Job) -> Any:
@@ -61,6 +70,9 @@ def task_handler(codec: ArgsCodec, is_async: bool) -> Callable[[Job], Any]:
                 args, kwargs = decode(job.payload)
             except ArgumentsError as exc:
                 raise DeadLetter(str(exc)) from None
+            except Receives as call:  # a workflow step given its dependencies' results
+                first = await first_argument_async(job, call.mode)
+                args, kwargs = received(first, call)
             token = current.set(job)
             try:
                 value = await (fn(job, *args, **kwargs) if with_job else fn(*args, **kwargs))
@@ -76,6 +88,8 @@ def task_handler(codec: ArgsCodec, is_async: bool) -> Callable[[Job], Any]:
             args, kwargs = decode(job.payload)
         except ArgumentsError as exc:
             raise DeadLetter(str(exc)) from None
+        except Receives as call:  # a workflow step given its dependencies' results
+            args, kwargs = received(first_argument(job, call.mode), call)
         token = current.set(job)
         try:
             value = fn(job, *args, **kwargs) if with_job else fn(*args, **kwargs)

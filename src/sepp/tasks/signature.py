@@ -20,6 +20,7 @@ from typing import Any
 
 from sepp.request import EnqueueRequest, Payload, request_maker
 from sepp.tasks._args import payload_bytes
+from sepp.tasks._receiving import PREPEND_MODES
 from sepp.wire import CustomPrimitive
 
 #: The encoding label of a task's payload.
@@ -149,6 +150,9 @@ class Signature:
         kwargs: The keyword arguments, the same (read-only).
         options: How its job is enqueued (``options.queue`` is its queue).
         immutable: True for ``.si``: its arguments are complete and final.
+        check: Raises ``TypeError`` when the call would not bind with one more argument put
+            first (``check(args, kwargs)``): what ``request_receiving`` checks. Set by
+            ``task.s``; None checks nothing.
     """
 
     job_type: str
@@ -156,6 +160,8 @@ class Signature:
     kwargs: Mapping[str, Any]
     options: TaskOptions
     immutable: bool = False
+    check: Callable[[tuple[Any, ...], Mapping[str, Any]], None] | None = field(default=None, compare=False,
+                                                                                repr=False)
 
     @property
     def queue(self) -> str:
@@ -169,6 +175,26 @@ class Signature:
     def request(self) -> EnqueueRequest:
         """The ``EnqueueRequest`` that enqueues this call (``delay`` counts from now)."""
         return self.options.request(self.job_type, self.payload())
+
+    def request_receiving(self, prepend: str) -> EnqueueRequest:
+        """The ``EnqueueRequest`` of this call as a workflow step that receives what its
+        dependencies returned as its first argument (docs/tasks.md "Chains pass results"):
+        ``prepend`` is ``"result"`` (a ``chain`` step: the result of the job it runs after) or
+        ``"results"`` (a ``chord`` callback: the list of its header's results, in header
+        order). The payload says so — ``{"args": [...], "kwargs": {...}, "prepend": "result"}``
+        — and the worker puts the value first. An immutable signature (``.si``) receives
+        nothing: its ``request()``.
+
+        Raises ``TypeError`` when the call cannot take one more argument first (every
+        positional parameter is given already, say) and ``ValueError`` for another
+        ``prepend``."""
+        if prepend not in PREPEND_MODES:
+            raise ValueError(f"prepend is one of {', '.join(map(repr, PREPEND_MODES))}, not {prepend!r}")
+        if self.immutable:
+            return self.request()
+        if self.check is not None:
+            self.check(self.args, self.kwargs)
+        return self.options.request(self.job_type, payload_bytes(list(self.args), dict(self.kwargs), prepend))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: ``{"job_type", "queue", "args", "kwargs", "options", "immutable"}``."""

@@ -157,7 +157,8 @@ class _TaskBase(Generic[P, R]):
         not check these; ``si`` it does) and converted to JSON. Raises ``TypeError`` /
         ``ValueError`` as ``enqueue`` does."""
         out_args, out_kwargs = self._codec.bind(args, kwargs, partial=True)
-        return Signature(self.job_type, tuple(out_args), out_kwargs, self.default_options)
+        return Signature(self.job_type, tuple(out_args), out_kwargs, self.default_options,
+                         check=self._codec.check_receiving)
 
     def si(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
         """An immutable ``Signature``: every argument given now (bound as ``enqueue`` binds),

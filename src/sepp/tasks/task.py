@@ -157,6 +157,10 @@ class _TaskBase(Generic[P, R]):
         not check these; ``si`` it does) and converted to JSON. Raises ``TypeError`` /
         ``ValueError`` as ``enqueue`` does."""
         out_args, out_kwargs = self._codec.bind(args, kwargs, partial=True)
+        if len(out_args) > len(args):  # binding moved keywords into args: keep them keywords, so a
+            names = list(self._codec.signature.parameters)  # result put first cannot shift them
+            out_kwargs = {**dict(zip(names[len(args):len(out_args)], out_args[len(args):], strict=True)), **out_kwargs}
+            out_args = out_args[:len(args)]
         return Signature(self.job_type, tuple(out_args), out_kwargs, self.default_options,
                          check=self._codec.check_receiving)
 

@@ -207,3 +207,23 @@ def test_every_refusal_is_counted_in_the_auth_failures_metric(locked: ServerProc
     # A refused call is a call too: sepp_rpc_duration_seconds has it under its code.
     assert {c: after.get(c, 0) - before.get(c, 0) for c in ("UNAUTHENTICATED", "PERMISSION_DENIED", "OK")} == \
         {"UNAUTHENTICATED": 3, "PERMISSION_DENIED": 1, "OK": 0}
+
+
+def test_dependency_outcomes_needs_the_work_role_and_then_the_lease(locked: ServerProcess) -> None:
+    """A worker's read of a job's dependencies (docs/workflows.md "Reading the dependencies'
+    results") is a worker call: role ``work``; past the role, the job's lease is checked (here
+    no such job: JOB_NOT_FOUND), so a worker token reads only the jobs it holds."""
+    stubs = StubSet(locked.grpc_target)
+    req = wpb.DependencyOutcomesRequest(job_id="018f0000-0000-7000-8000-000000000001",
+                                        lease_id="018f0000-0000-7000-8000-000000000002")
+
+    def read(s: StubSet, md: Any) -> Any:
+        return s.worker.DependencyOutcomes(req, timeout=CALL_TIMEOUT, metadata=md)
+
+    try:
+        failure = fails(read, stubs, bearer(TOKENS["worker"][0]))
+        assert (failure.code, failure.reason) == (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND")
+        failure = fails(read, stubs, bearer(TOKENS["producer"][0]))
+        assert (failure.code, failure.metadata["role"]) == (grpc.StatusCode.PERMISSION_DENIED, "work")
+    finally:
+        stubs.close()

@@ -57,10 +57,11 @@ class DependencyReads(EngineService):
         ids = deps.depends_on
         budget = max(self.limits.max_message_bytes - _ANSWER_SLACK, 1)
         out: list[tuple[bytes, JobOutcome | None]] = []
-        for start in range(offset, len(ids), MAX_WAIT_JOBS):
+        for start in range(offset, len(ids), MAX_WAIT_JOBS):  # one read per 1,000 ids, as a wait's
             chunk = ids[start:start + MAX_WAIT_JOBS]
             rows = {row.id: row for row in await self.store.job_outcomes(chunk)}
-            if not _fill(out, chunk, rows, budget - sum(_size(o) for _, o in out)):
+            budget = _fill(out, chunk, rows, budget)
+            if budget < 0:
                 break
         return len(ids), out
 
@@ -77,16 +78,16 @@ def _size(outcome: JobOutcome | None) -> int:
 
 
 def _fill(out: list[tuple[bytes, JobOutcome | None]], chunk: Sequence[bytes], rows: dict[bytes, JobOutcome],
-          budget: int) -> bool:
+          budget: int) -> int:
     """Append the outcomes of ``chunk`` to ``out`` while ``budget`` (bytes) lasts — the first
-    one of an answer always; False once one did not fit."""
+    one of an answer always; the budget left, negative once one did not fit (not appended)."""
     for dep in chunk:
         outcome = rows.get(dep)
         budget -= _size(outcome)
         if out and budget < 0:
-            return False
+            return budget
         out.append((dep, outcome))
-    return True
+    return budget
 
 
 __all__ = ["DependencyReads"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,34 +36,30 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _ENCODE = _ENCODER.encode
 
 #: The C encoder ``_ENCODE`` builds on each call for a dict or a list (``JSONEncoder.iterencode``
-#: with ``_one_shot``), built once (``_json_text``): the same settings, so the same text and
-#: errors. Its ``_MARKERS`` (the circular-reference check's ids) are empty between calls
-#: that succeed; a call that fails may leave some, so it clears them.
-_MARKERS: dict[int, Any] = {}
-
-
+#: with ``_one_shot``), built once (``_c_encoder``): the same settings, so the same text, but
+#: without the circular-reference marks (``markers=None``). Without them it holds no state
+#: between calls — no lock, any thread, re-entrant — and a value that contains itself runs
+#: into ``RecursionError`` instead of ``ValueError("Circular reference detected")``:
+#: ``result_parts`` then encodes it again with ``_ENCODE``, which raises the usual error.
 def _c_encoder() -> Any:
-    """The C encoder as ``JSONEncoder.iterencode`` builds it for ``_ENCODER``, or ``None`` when
-    this Python has none, builds it otherwise, or it writes a probe differently."""
+    """The C encoder as ``JSONEncoder.iterencode`` builds it for ``_ENCODER`` but without
+    markers, or ``None`` when this Python has none, builds it otherwise, or it writes a probe
+    differently."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return None
     try:
-        encoder = make(_MARKERS, _ENCODER.default, json.encoder.encode_basestring, None, _ENCODER.key_separator,
+        encoder = make(None, _ENCODER.default, json.encoder.encode_basestring, None, _ENCODER.key_separator,
                        _ENCODER.item_separator, False, False, False)
         probe = {"a": [1, 2.5, None, True, "é\u2603\x00"], "b": {}}
         if "".join(encoder(probe, 0)) != _ENCODE(probe):
             return None
     except Exception:
         return None
-    finally:
-        _MARKERS.clear()
     return encoder
 
 
 _C_ENCODE: Any = _c_encoder()
-#: Held while ``_C_ENCODE`` runs: a second thread (or a ``default`` re-entering) uses ``_ENCODE``.
-_C_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,25 +133,16 @@ def result_parts(value: Any) -> tuple[bytes, str] | None:
     once per job that returned something)."""
     kind = type(value)
     if kind is dict or kind is list:
-        return _json_text(value).encode("utf-8"), JSON_ENCODING
+        if _C_ENCODE is not None:  # _ENCODE's text without building its encoder per call
+            try:
+                return "".join(_C_ENCODE(value, 0)).encode("utf-8"), JSON_ENCODING
+            except RecursionError:
+                pass  # nested too deep, or a circular reference: _ENCODE raises which one it is
+        return _ENCODE(value).encode("utf-8"), JSON_ENCODING
     if kind is bytes:
         return value, OCTET_STREAM
     result = result_of(value)
     return None if result is None else (result.data, result.encoding)
-
-
-def _json_text(value: dict[Any, Any] | list[Any]) -> str:
-    """``_ENCODE(value)`` — the same text, the same errors — through the C encoder built once
-    (``_C_ENCODE``) when it is free, saving the encoder's construction per call."""
-    if _C_ENCODE is None or not _C_LOCK.acquire(blocking=False):
-        return _ENCODE(value)
-    try:
-        return "".join(_C_ENCODE(value, 0))
-    except BaseException:
-        _MARKERS.clear()
-        raise
-    finally:
-        _C_LOCK.release()
 
 
 _new = object.__new__

@@ -6,8 +6,11 @@ the reason in its error message. No server: the outcomes and their wire items.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -158,3 +161,36 @@ def test_a_failed_json_encoding_leaves_the_next_one_unharmed() -> None:
             result_parts(bad)
         # The same objects again, in a value that is fine: no stale circular-reference marks.
         assert result_parts([shared, shared, {"s": shared}]) == (b"[[1],[1],{\"s\":[1]}]", JSON_ENCODING)
+
+
+def test_the_json_shortcut_raises_what_json_dumps_raises_for_a_circular_or_too_deep_value() -> None:
+    loop: dict[str, Any] = {}
+    loop["self"] = {"again": loop}
+    deep: list[Any] = []
+    for _ in range(2 * sys.getrecursionlimit()):
+        deep = [deep]
+    for value, error in ((loop, ValueError), ([1, loop], ValueError), (deep, RecursionError)):
+        with pytest.raises(error) as expected:
+            json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        with pytest.raises(error) as got:
+            result_parts(value)
+        assert str(got.value) == str(expected.value)
+    assert result_parts([[[1]]]) == (b"[[[1]]]", JSON_ENCODING)  # just under any limit: fine
+
+
+def test_the_json_shortcut_is_safe_from_many_threads_at_once() -> None:
+    values = [{"n": n, "items": [{"k": "é" * (n % 7)}] * (n % 5)} for n in range(200)]
+    expected = [json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode() for v in values]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(5):
+            assert [parts[0] for parts in pool.map(result_parts, values) if parts] == expected
+
+
+def test_a_completed_outcome_with_a_result_is_the_frozen_outcome_the_constructor_makes() -> None:
+    for value, data, encoding in (({"a": 1}, b'{"a":1}', JSON_ENCODING), (b"", b"", OCTET_STREAM)):
+        outcome = returned(value, 1024)
+        made = Outcome("completed", result=data, result_encoding=encoding)
+        assert type(outcome) is Outcome and outcome == made and hash(outcome) == hash(made)
+        assert repr(outcome) == repr(made)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            outcome.result = b"other"  # type: ignore[misc]

@@ -317,6 +317,10 @@ UPDATE jobs SET state = CASE WHEN deps_left > 0 THEN 7 ELSE 2 END, finished_at =
     reason = NULL, dep_failed_by = NULL
 WHERE seq = :child AND state = 6;
 
+-- name: wake_revived
+-- A revived job that waits for nothing is READY: its queue's long polls are woken after the commit.
+INSERT INTO dep_wakes (queue) SELECT queue FROM jobs WHERE seq = :child AND state = 2;
+
 -- name: reblame
 -- Still cancelled, now because of another failed dependency (:dep, its reason and purge_at).
 UPDATE jobs SET dep_failed_by = :dep, reason = :reason, purge_at = :purge WHERE seq = :child;

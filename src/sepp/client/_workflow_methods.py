@@ -2,13 +2,16 @@
 ``AsyncClient`` (``AsyncWorkflows``), mixed into each (docs/workflows.md "Workflows"). The
 nodes are checked locally as ``enqueue_atomic``'s jobs are (when ``validate_locally``), then
 sent in one ``EnqueueWorkflow`` call; a call with an idempotency key is retried on transient
-errors (a retry cannot store the graph twice), one without is not."""
+errors (a retry cannot store the graph twice), one without is not. With tracing on, the call
+is traced as ``enqueue_atomic``'s (a ``create`` span per node, one ``send`` span linking them;
+``sepp._otel``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sepp import tracing
 from sepp.client import _core, _info
 from sepp.errors import ServerError
 from sepp.request import Rejection
@@ -24,6 +27,30 @@ def _checked(wf: Workflow) -> list[Any]:
     return _core.to_protos(wf.requests)
 
 
+def _traced(provider: Any, workflow: Workflow, message: Any) -> Any:
+    """The tracing ``Send`` of one ``EnqueueWorkflow`` call (``None`` when nothing records),
+    each node's creation context written into ``message``'s node (unless the node carries
+    its own ``trace_context``)."""
+    tracer = tracing.tracer(provider)
+    if tracer is None:
+        return None
+    send = tracer.send(workflow.requests, batch=True)
+    for node, carrier in zip(message.nodes, send.carriers, strict=True):
+        if carrier is not None:
+            node.job.trace_context.update(carrier)
+    return send
+
+
+def _ended(send: Any, ack: WorkflowAck | None, exc: BaseException | None = None) -> None:
+    """End the spans of ``send`` (``_traced``) with the call's ``ack`` or its failure ``exc``."""
+    if send is None:
+        return
+    if exc is not None:
+        send.fail(exc)
+    elif ack is not None:
+        send.done(ack.acks)
+
+
 def _ack(response: Any, sent: int) -> WorkflowAck:
     """The ``WorkflowAck`` of ``response``; ``ServerError`` when its acks do not match the nodes."""
     ack = WorkflowAck.from_proto(response)
@@ -36,6 +63,7 @@ class SyncWorkflows:
     """``Client.enqueue_workflow``."""
 
     options: Any
+    tracer_provider: Any
     _stub: Any
     _call: Callable[..., Any]
     _validate_protos: Callable[[list[Any]], list[Rejection | None]]
@@ -55,32 +83,47 @@ class SyncWorkflows:
             TypeError, ValueError: not a workflow, or an empty one.
         """
         protos = _checked(workflow)
-        if self.options.validate_locally:
-            error = _info.atomic_local_error(self._validate_protos(protos))
-            if error is not None:
-                raise error
-        response = self._call(self._stub.EnqueueWorkflow, workflow.to_proto(protos),
-                              idempotent=bool(workflow.idempotency_key))
-        return _ack(response, len(protos))
+        message = workflow.to_proto(protos)
+        send = _traced(self.tracer_provider, workflow, message)
+        try:
+            if self.options.validate_locally:
+                error = _info.atomic_local_error(self._validate_protos(protos))
+                if error is not None:
+                    raise error
+            ack = _ack(self._call(self._stub.EnqueueWorkflow, message, idempotent=bool(workflow.idempotency_key)),
+                       len(protos))
+        except BaseException as exc:
+            _ended(send, None, exc)
+            raise
+        _ended(send, ack)
+        return ack
 
 
 class AsyncWorkflows:
     """``AsyncClient.enqueue_workflow``."""
 
     options: Any
+    tracer_provider: Any
     _call: Callable[..., Awaitable[Any]]
     _validate_protos: Callable[[list[Any]], Awaitable[list[Rejection | None]]]
 
     async def enqueue_workflow(self, workflow: Workflow) -> WorkflowAck:
         """Enqueue a workflow all or nothing; see :meth:`sepp.Client.enqueue_workflow`."""
         protos = _checked(workflow)
-        if self.options.validate_locally:
-            error = _info.atomic_local_error(await self._validate_protos(protos))
-            if error is not None:
-                raise error
-        response = await self._call("EnqueueWorkflow", workflow.to_proto(protos),
-                                    idempotent=bool(workflow.idempotency_key))
-        return _ack(response, len(protos))
+        message = workflow.to_proto(protos)
+        send = _traced(self.tracer_provider, workflow, message)
+        try:
+            if self.options.validate_locally:
+                error = _info.atomic_local_error(await self._validate_protos(protos))
+                if error is not None:
+                    raise error
+            response = await self._call("EnqueueWorkflow", message, idempotent=bool(workflow.idempotency_key))
+            ack = _ack(response, len(protos))
+        except BaseException as exc:
+            _ended(send, None, exc)
+            raise
+        _ended(send, ack)
+        return ack
 
 
 __all__ = ["AsyncWorkflows", "SyncWorkflows"]

@@ -7,9 +7,9 @@ semantic conventions as published by ``opentelemetry-semantic-conventions`` 0.66
 
 * ``Client.enqueue`` / ``AsyncClient.enqueue``: one ``send <queue>`` span, kind PRODUCER,
   child of the caller's current span; its context is the job's creation context.
-* ``enqueue_batch`` / ``enqueue_atomic`` (and so ``enqueue_many``, batch by batch): one
-  ``create <queue>`` span, kind PRODUCER, per job (each job's own creation context), and one
-  ``send <queue>`` span for the call (kind CLIENT, or PRODUCER when no job got a create span)
+* ``enqueue_batch`` / ``enqueue_atomic`` / ``enqueue_workflow`` (and so ``enqueue_many``,
+  batch by batch): one ``create <queue>`` span, kind PRODUCER, per job (each job's own
+  creation context), and one ``send <queue>`` span for the call (kind CLIENT, or PRODUCER when no job got a create span)
   with ``messaging.batch.message_count`` and a link to every job's creation context. Mixed
   queues name it plain ``send``.
 * A job without ``trace_context`` gets its creation context written into the sent message

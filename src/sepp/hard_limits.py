@@ -49,6 +49,10 @@ MAX_WAIT_JOBS = 1_000
 #: Most nodes one ``EnqueueWorkflow`` call may carry (docs/workflows.md "Workflows"): the
 #: whole graph is one commit, and the request one message within ``max_message_bytes``.
 MAX_WORKFLOW_NODES = 10_000
+#: Largest workflow sent in parts (``EnqueueWorkflowParts``: the graph larger than one gRPC
+#: message), bytes of all its parts together: the server holds the whole graph in memory
+#: until its one commit, so this bounds what one call can make it hold.
+MAX_WORKFLOW_PARTS_BYTES = 256 * MiB
 #: Longest ``limits.max_wait_seconds`` a server may be configured with, seconds: one hour
 #: (a longer wait holds a call open past what proxies and load balancers let idle).
 MAX_WAIT_SECONDS = 3600.0

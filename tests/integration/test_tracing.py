@@ -26,8 +26,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from support.servers import module_server
 from support.worker import fast_queue, running, until
 
-from sepp import AsyncClient, Client, EnqueueRequest, Payload
-from sepp.errors import RejectedError
+from sepp import AsyncClient, Client, EnqueueRequest, Payload, chain
+from sepp.errors import AtomicEnqueueError, RejectedError
 from sepp.testing import ServerProcess
 from sepp.worker import Job, JobReport, Retry, Worker
 
@@ -152,6 +152,30 @@ def test_a_batch_records_a_create_span_per_job_and_one_send_span_linking_them(
     by_id = {job.id: job.trace_context.get("traceparent") for job in seen}
     assert by_id[results[2].job_id] == CALLER_TRACEPARENT  # type: ignore[union-attr]
     assert ids_of(by_id[results[0].job_id] or "") == (ok.context.trace_id, ok.context.span_id)  # type: ignore[union-attr]
+
+
+def test_a_workflow_records_a_create_span_per_node_whose_context_the_job_carries(
+        traced_server: ServerProcess, fresh_queue: str, spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    with Client(traced_server.grpc_target, tracer_provider=provider) as client:
+        ack = client.enqueue_workflow(chain(EnqueueRequest(fresh_queue, "t"), EnqueueRequest(fresh_queue, "t")))
+        with pytest.raises(AtomicEnqueueError):  # refused locally: every span ends with an error
+            client.enqueue_workflow(chain(EnqueueRequest(fresh_queue, "t"), EnqueueRequest(fresh_queue, "t",
+                                                                                           priority=10)))
+    creates = named(exporter, f"create {fresh_queue}")
+    sends = named(exporter, f"send {fresh_queue}")
+    assert len(creates) == 4 and len(sends) == 2
+    ok = [c for c in creates if c.status.status_code is StatusCode.UNSET]
+    assert [attrs(c)["messaging.message.id"] for c in ok] == [a.job_id for a in ack.acks]
+    assert attrs(sends[0])["messaging.batch.message_count"] == 2
+    assert sends[1].status.status_code is StatusCode.ERROR
+    assert all(c.status.status_code is StatusCode.ERROR for c in creates if c not in ok)
+    seen: list[Job] = []
+    run_jobs(traced_server, fresh_queue, provider, 2, seen.append)
+    by_id = {job.id: job.trace_context.get("traceparent") for job in seen}
+    first = ok[0].context
+    assert first is not None
+    assert ids_of(by_id[ack.acks[0].job_id] or "") == (first.trace_id, first.span_id)
 
 
 def test_a_caller_given_trace_context_is_kept_on_a_single_enqueue(

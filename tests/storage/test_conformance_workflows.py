@@ -120,6 +120,19 @@ async def test_an_expired_key_is_claimed_again(store: Store) -> None:
     assert await store.workflow_jobs(claim.workflow_id) == [later[0].id]
 
 
+async def test_expired_workflow_keys_are_swept_oldest_first_up_to_the_limit(store: Store) -> None:
+    for i in range(3):
+        assert await _store(store, [row("wf")], {}, _claim(f"exp-{i}", until=NOW + (i + 1) * S)) is None
+    assert await _store(store, [row("wf")], {}, _claim("kept", until=NOW + 3600 * S)) is None
+    assert (await store.prune(NOW + S - 1, 100)).count == 0        # one µs before the first expiry
+    assert (await store.prune(NOW + 3 * S, 2)).count == 2         # at the limit: the two oldest
+    assert (await store.prune(NOW + 3 * S, 2)).count == 1         # the third
+    assert (await store.prune(NOW + 3 * S, 2)).count == 0         # "kept" has not expired
+    # Swept keys are free; the unexpired one still answers its workflow.
+    assert await _store(store, [row("wf")], {}, _claim("exp-0")) is None
+    assert await _store(store, [row("wf")], {}, _claim("kept")) is not None
+
+
 async def test_a_failed_parent_cancels_down_the_workflow_and_run_is_released(store: Store) -> None:
     rows = [row("wf", max_attempts=1), row("mid"), row("leaf"), row("runner")]
     assert await _store(store, rows, {1: [0], 2: [1], 3: [0]}, on_failure={3: RUN}) is None

@@ -27,6 +27,7 @@ QUERIES: dict[str, tuple[object, ...]] = {
     "prune_key": ("q", "k"),
     "prune_jobs": (0, 10),
     "prune_idempotency": (0, 10),
+    "prune_workflow_keys": (0, 10),
     "ready_for_lease": ("q", 10),
     "lease_ready": (b"l" * 16, 0, "w", 0, "q", 10, "n1"),
     "settle_lookup": (b"x" * 16,),

@@ -339,8 +339,8 @@ class Store(Protocol):
         """RESERVED jobs whose lease ran out → READY, or DEAD_LETTERED (LEASE_EXPIRED) on the last attempt."""
 
     async def prune(self, now: int, limit: int) -> SweepResult:
-        """Delete finished jobs past their retention and expired idempotency keys (at most
-        ``limit`` of each); ``count`` is the rows deleted."""
+        """Delete finished jobs past their retention, expired idempotency keys and expired
+        workflow keys (at most ``limit`` of each); ``count`` is the rows deleted."""
 
     async def get_job(self, job_id: bytes) -> JobRecord | None:
         """One job by id, or None."""

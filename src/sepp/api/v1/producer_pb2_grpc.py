@@ -61,6 +61,11 @@ class ProducerServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.FromString,
                 _registered_method=True)
+        self.EnqueueWorkflowParts = channel.stream_unary(
+                '/sepp.api.v1.ProducerService/EnqueueWorkflowParts',
+                request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.FromString,
+                _registered_method=True)
         self.GetServerInfo = channel.unary_unary(
                 '/sepp.api.v1.ProducerService/GetServerInfo',
                 request_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.GetServerInfoRequest.SerializeToString,
@@ -120,6 +125,19 @@ class ProducerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EnqueueWorkflowParts(self, request_iterator, context):
+        """EnqueueWorkflow for a graph larger than one message (the server's max_message_bytes):
+        the client streams the graph in parts, each an EnqueueWorkflowRequest with the next
+        nodes in order (their `after` indexes count over the whole graph; idempotency_key on the
+        first part, empty or the same on the others), and the server stores the whole graph in
+        one commit when the stream ends, or nothing, answering as EnqueueWorkflow. All parts
+        together: at most 10,000 nodes and 256 MiB (INVALID_ARGUMENT, field "nodes", as soon as
+        a part passes either). Feature flag enqueue_workflow_parts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetServerInfo(self, request, context):
         """Version, feature flags, persist/strict mode and every advertised limit.
         """
@@ -172,6 +190,11 @@ def add_ProducerServiceServicer_to_server(servicer, server):
             ),
             'EnqueueWorkflow': grpc.unary_unary_rpc_method_handler(
                     servicer.EnqueueWorkflow,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.SerializeToString,
+            ),
+            'EnqueueWorkflowParts': grpc.stream_unary_rpc_method_handler(
+                    servicer.EnqueueWorkflowParts,
                     request_deserializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.SerializeToString,
             ),
@@ -303,6 +326,33 @@ class ProducerService:
             request,
             target,
             '/sepp.api.v1.ProducerService/EnqueueWorkflow',
+            sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnqueueWorkflowParts(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/sepp.api.v1.ProducerService/EnqueueWorkflowParts',
             sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_producer__pb2.EnqueueWorkflowResponse.FromString,
             options,

@@ -54,6 +54,15 @@ class ProducerServiceStub:
     field "nodes". A retried call with the same idempotency_key answers the first call's
     ids with deduplicated = true and stores nothing.
     """
+    EnqueueWorkflowParts: _grpc.StreamUnaryMultiCallable[_producer_pb2.EnqueueWorkflowRequest, _producer_pb2.EnqueueWorkflowResponse]
+    """EnqueueWorkflow for a graph larger than one message (the server's max_message_bytes):
+    the client streams the graph in parts, each an EnqueueWorkflowRequest with the next
+    nodes in order (their `after` indexes count over the whole graph; idempotency_key on the
+    first part, empty or the same on the others), and the server stores the whole graph in
+    one commit when the stream ends, or nothing, answering as EnqueueWorkflow. All parts
+    together: at most 10,000 nodes and 256 MiB (INVALID_ARGUMENT, field "nodes", as soon as
+    a part passes either). Feature flag enqueue_workflow_parts.
+    """
     GetServerInfo: _grpc.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]
     """Version, feature flags, persist/strict mode and every advertised limit."""
     WaitJobs: _grpc.UnaryUnaryMultiCallable[_producer_pb2.WaitJobsRequest, _producer_pb2.WaitJobsResponse]
@@ -98,6 +107,15 @@ class ProducerServiceAsyncStub(ProducerServiceStub):
     node, more than 10,000) is INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT,
     field "nodes". A retried call with the same idempotency_key answers the first call's
     ids with deduplicated = true and stores nothing.
+    """
+    EnqueueWorkflowParts: _aio.StreamUnaryMultiCallable[_producer_pb2.EnqueueWorkflowRequest, _producer_pb2.EnqueueWorkflowResponse]  # type: ignore[assignment]
+    """EnqueueWorkflow for a graph larger than one message (the server's max_message_bytes):
+    the client streams the graph in parts, each an EnqueueWorkflowRequest with the next
+    nodes in order (their `after` indexes count over the whole graph; idempotency_key on the
+    first part, empty or the same on the others), and the server stores the whole graph in
+    one commit when the stream ends, or nothing, answering as EnqueueWorkflow. All parts
+    together: at most 10,000 nodes and 256 MiB (INVALID_ARGUMENT, field "nodes", as soon as
+    a part passes either). Feature flag enqueue_workflow_parts.
     """
     GetServerInfo: _aio.UnaryUnaryMultiCallable[_producer_pb2.GetServerInfoRequest, _producer_pb2.ServerInfo]  # type: ignore[assignment]
     """Version, feature flags, persist/strict mode and every advertised limit."""
@@ -164,6 +182,21 @@ class ProducerServiceServicer(metaclass=_abc_1.ABCMeta):
         node, more than 10,000) is INVALID_ARGUMENT with ErrorInfo reason INVALID_ARGUMENT,
         field "nodes". A retried call with the same idempotency_key answers the first call's
         ids with deduplicated = true and stores nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def EnqueueWorkflowParts(
+        self,
+        request_iterator: _MaybeAsyncIterator[_producer_pb2.EnqueueWorkflowRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_producer_pb2.EnqueueWorkflowResponse, _abc.Awaitable[_producer_pb2.EnqueueWorkflowResponse]]:
+        """EnqueueWorkflow for a graph larger than one message (the server's max_message_bytes):
+        the client streams the graph in parts, each an EnqueueWorkflowRequest with the next
+        nodes in order (their `after` indexes count over the whole graph; idempotency_key on the
+        first part, empty or the same on the others), and the server stores the whole graph in
+        one commit when the stream ends, or nothing, answering as EnqueueWorkflow. All parts
+        together: at most 10,000 nodes and 256 MiB (INVALID_ARGUMENT, field "nodes", as soon as
+        a part passes either). Feature flag enqueue_workflow_parts.
         """
 
     @_abc_1.abstractmethod

@@ -18,7 +18,9 @@ from sepp.server.parts import ServerParts
 from sepp.server.rpc.outcomes import wait_response
 from sepp.server.rpc.status import abort_for
 from sepp.server.rpc.watch import watch_jobs
+from sepp.server.rpc.workflow_parts import gather
 from sepp.server.rpc_args import duration_arg
+from sepp.server.workflows import WorkflowAck
 from sepp.wire import seconds_to_duration
 
 #: grpc.aio.ServicerContext (grpc ships no type stubs).
@@ -27,7 +29,7 @@ Context: TypeAlias = Any
 #: Feature flags advertised by GetServerInfo.
 FEATURES = ("enqueue", "enqueue_batch", "enqueue_atomic", "idempotency", "scheduling", "priority",
             "trace_context", "worker", "settle_batch", "lease_extend", "admin", "enqueue_batch_plain", "wait_jobs",
-            "watch_jobs", "progress", "enqueue_workflow", "dependency_outcomes")
+            "watch_jobs", "progress", "enqueue_workflow", "dependency_outcomes", "enqueue_workflow_parts")
 
 _PERSIST = {"sync": pb.SYNC, "group": pb.GROUP, "async": pb.ASYNC}
 
@@ -135,12 +137,17 @@ class ProducerServicer(producer_pb2_grpc.ProducerServiceServicer):
             ack = await self.engine.enqueue_workflow(request.nodes, request.idempotency_key)
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
-        resp = ppb.EnqueueWorkflowResponse(workflow_id=ack.workflow_id, deduplicated=ack.deduplicated)
-        add = resp.acks.add
-        for job_id, dedup in ack.acks:
-            add(job_id=job_id, deduplicated=dedup)
-        return resp
+        return _workflow_response(ack)
 
+    async def EnqueueWorkflowParts(self, parts: AsyncIterator[ppb.EnqueueWorkflowRequest],
+                                   context: Context) -> ppb.EnqueueWorkflowResponse:
+        """``EnqueueWorkflow`` of a graph streamed in parts (``workflow_parts.gather``)."""
+        try:
+            nodes, key = await gather(parts)
+            ack = await self.engine.enqueue_workflow(nodes, key)
+        except (EngineError, StoreError) as exc:
+            await abort_for(context, exc)
+        return _workflow_response(ack)
     async def WaitJobs(self, request: ppb.WaitJobsRequest, context: Context) -> ppb.WaitJobsResponse:
         try:
             timeout = duration_arg(request.timeout, "timeout", 0.0, MAX_DURATION_SECONDS)
@@ -186,3 +193,12 @@ def server_info(parts: ServerParts, started: float, node: str) -> ppb.ServerInfo
         info.queues.add(name=q.name, settings=queue_settings_proto(q.settings), paused=q.paused,
                         declared=q.declared)
     return info
+
+
+def _workflow_response(ack: WorkflowAck) -> ppb.EnqueueWorkflowResponse:
+    """The wire answer of an enqueued (or deduplicated) workflow: its id and one ack per node."""
+    resp = ppb.EnqueueWorkflowResponse(workflow_id=ack.workflow_id, deduplicated=ack.deduplicated)
+    add = resp.acks.add
+    for job_id, dedup in ack.acks:
+        add(job_id=job_id, deduplicated=dedup)
+    return resp

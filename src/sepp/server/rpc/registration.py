@@ -2,7 +2,8 @@
 
 gRPC's generated ``add_*Servicer_to_server`` decodes requests before any sepp code
 runs, so a malformed message (corrupt wire format, invalid UTF-8 in a string) would
-come back as ``UNKNOWN`` with a Python exception text. Here each unary method gets a
+come back as ``UNKNOWN`` with a Python exception text. Here each method (each part of a
+client stream too) gets a
 deserializer that never raises and a thin wrapper that answers such a request with
 the catalogued ``INVALID_ARGUMENT`` (ErrorInfo reason ``INVALID_ARGUMENT``) — the server keeps serving.
 """
@@ -85,18 +86,53 @@ def _guarded_stream(method: Callable[[Any, Any], AsyncIterator[Any]]) -> Callabl
     return behaviour
 
 
-def register(server: grpc.aio.Server, service: descriptor.ServiceDescriptor, servicer: object) -> None:
-    """Register ``servicer``'s unary and server-streaming methods for ``service`` on ``server``
-    (hardened decoding); the ``HOT_METHODS`` among them also as registered methods.
+class MalformedPart(Exception):
+    """A part of a client stream could not be decoded (``Malformed``); answered
+    INVALID_ARGUMENT by ``_guarded_parts``."""
 
-    Raises ``ValueError`` for a client-streaming method (sepp's services have none).
+
+async def _checked_parts(parts: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The decoded parts of a client stream; raises ``MalformedPart`` at the first that is not."""
+    async for part in parts:
+        if type(part) is Malformed:
+            raise MalformedPart(part.error)
+        yield part
+
+
+def _guarded_parts(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``_guarded`` for a client-streaming method (a stream of parts, one answer): a part that
+    cannot be decoded ends the call with the catalogued INVALID_ARGUMENT."""
+    async def behaviour(parts: AsyncIterator[Any], context: Any) -> Any:
+        try:
+            return await method(_checked_parts(parts), context)
+        except MalformedPart as exc:
+            status = wire.plain_status(code_pb2.INVALID_ARGUMENT, Reason.INVALID_ARGUMENT,
+                                       f"InvalidArgument: malformed request part: {exc}", {"field": ""})
+            await abort_with(context, status)
+
+    return behaviour
+
+
+def register(server: grpc.aio.Server, service: descriptor.ServiceDescriptor, servicer: object) -> None:
+    """Register ``servicer``'s unary, server-streaming and client-streaming methods for
+    ``service`` on ``server`` (hardened decoding); the ``HOT_METHODS`` among them also as
+    registered methods.
+
+    Raises ``ValueError`` for a bidirectional method (sepp's services have none).
     """
     handlers = {}
     for method in service.methods:
-        if method.client_streaming:
-            raise ValueError(f"{method.full_name} is client-streaming; register it by hand")
+        if method.client_streaming and method.server_streaming:
+            raise ValueError(f"{method.full_name} is bidirectional; register it by hand")
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
+        if method.client_streaming:
+            handlers[method.name] = grpc.stream_unary_rpc_method_handler(
+                _guarded_parts(getattr(servicer, method.name)),
+                request_deserializer=_safe(request_cls.FromString),
+                response_serializer=_passing_bytes(response_cls.SerializeToString),
+            )
+            continue
         if method.server_streaming:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                 _guarded_stream(getattr(servicer, method.name)),

@@ -318,6 +318,14 @@ WITH chunk AS MATERIALIZED (
 )
 DELETE FROM idempotency i USING chunk WHERE i.queue = chunk.queue AND i.key = chunk.key;
 
+-- name: prune_workflow_keys
+-- Expired workflow keys (dedup_until ≤ $1, µs UTC), at most $2, oldest first (workflow_keys_expiry).
+WITH chunk AS MATERIALIZED (
+    SELECT idempotency_key FROM workflow_keys WHERE dedup_until <= $1 ORDER BY dedup_until LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM workflow_keys w USING chunk WHERE w.idempotency_key = chunk.idempotency_key;
+
 -- name: notify
 SELECT pg_notify($1, $2);
 

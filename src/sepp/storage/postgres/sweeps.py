@@ -77,7 +77,8 @@ class ReclaimOp:
 
 
 class PruneOp:
-    """``Store.prune``: finished jobs past retention, then expired idempotency keys."""
+    """``Store.prune``: finished jobs past retention, then expired idempotency keys (of jobs,
+    then of workflows)."""
 
     __slots__ = ("limit", "now")
 
@@ -87,4 +88,5 @@ class PruneOp:
     async def __call__(self, tx: Tx) -> SweepResult:
         jobs = _count(await tx.conn.execute(Q["prune_jobs"], self.now, self.limit))
         keys = _count(await tx.conn.execute(Q["prune_idempotency"], self.now, self.limit))
+        keys += _count(await tx.conn.execute(Q["prune_workflow_keys"], self.now, self.limit))
         return SweepResult(jobs + keys)

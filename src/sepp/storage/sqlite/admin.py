@@ -19,8 +19,9 @@ writer for long.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import namedtuple
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -85,13 +86,29 @@ def _name(queue: str | bytes) -> str:
     return queue if isinstance(queue, str) else lenient_text(queue)
 
 
+#: Runs a write ``op`` in the writer's next transaction and wakes the long polls of the queues
+#: its releases made jobs READY in, after the commit; ``weight`` as ``Committer.submit``.
+WokenWrite = Callable[[Callable[[sqlite3.Connection], Any], int], Awaitable[Any]]
+
+
+def _unwoken(reads: SQLiteReads) -> WokenWrite:
+    """A ``WokenWrite`` that wakes nobody (an admin built without its store's wake-ups)."""
+    async def write(op: Callable[[sqlite3.Connection], Any], weight: int) -> Any:
+        return await reads.submit(op, weight)
+    return write
+
+
 class SQLiteAdmin:
     """Admin operations over one ``SQLiteStore``'s reader threads and writer (``reads``; see
     ``AdminStore`` for each method's contract)."""
 
-    def __init__(self, reads: SQLiteReads) -> None:
+    def __init__(self, reads: SQLiteReads, woken: WokenWrite | None = None) -> None:
         self._reads = reads
         self._submit = reads.submit
+        # Writes that can make dependents READY (a cancel's "run" dependents, a redrive's
+        # revived ones) go through ``woken``: the store wakes those queues' long polls after
+        # the commit (``SQLiteStore._woken``), as a settle's releases do.
+        self._woken: WokenWrite = woken or _unwoken(reads)
 
     async def _read(self, name: str, params: Any = (), one: bool = False) -> Any:
         """Run the named query on a reader thread; ``params`` is a sequence or a mapping."""
@@ -404,14 +421,14 @@ class SQLiteAdmin:
     async def cancel(self, job_id: bytes, now: int, policy: PolicyLookup, reason: str) -> WriteResult:
         """See ``AdminStore.cancel``."""
 
-        result: WriteResult = await self._submit(partial(writes.cancel_job, job_id, now, policy, reason))
+        result: WriteResult = await self._woken(partial(writes.cancel_job, job_id, now, policy, reason), 1)
         return result
 
     async def requeue(self, job_id: bytes, now: int, revive_dependents: bool = True) -> WriteResult:
         """See ``AdminStore.requeue``."""
 
-        result: WriteResult = await self._submit(partial(writes.requeue_job, job_id, now,
-                                                         revive_dependents=revive_dependents))
+        result: WriteResult = await self._woken(partial(writes.requeue_job, job_id, now,
+                                                        revive_dependents=revive_dependents), 1)
         return result
 
     async def delete_job(self, job_id: bytes, state: int | None = None) -> WriteResult:
@@ -446,8 +463,8 @@ class SQLiteAdmin:
         if where.queue is None:
             del params["queue"]
 
-        result: list[tuple[bytes, str, str]] = await self._submit(
-            partial(writes.requeue_dead, name, params, revive_dependents=revive_dependents))
+        result: list[tuple[bytes, str, str]] = await self._woken(
+            partial(writes.requeue_dead, name, params, revive_dependents=revive_dependents), 1)
         return result
 
     async def purge(self, queue: str, states: Sequence[int], limit: int) -> int:

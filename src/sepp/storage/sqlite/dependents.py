@@ -51,6 +51,7 @@ def revive(conn: sqlite3.Connection, seqs: Iterable[int]) -> int:
                                             "reason": failure_reason(bytes(dep_id), dep_state)})
                 continue
             conn.execute(Q["revive_one"], {"child": child})
+            conn.execute(Q["wake_revived"], {"child": child})  # READY now: its queue is woken
             revived += 1
             frontier.append(child)
     return revived

@@ -168,6 +168,11 @@ DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE purge_at <= ? LIMIT ?)
 -- name: prune_idempotency
 DELETE FROM idempotency WHERE (queue, key) IN (SELECT queue, key FROM idempotency WHERE expires_at <= ? LIMIT ?);
 
+-- name: prune_workflow_keys
+-- Expired workflow keys (dedup_until ≤ ?1, µs UTC), at most ?2, oldest first (workflow_keys_expiry).
+DELETE FROM workflow_keys WHERE idempotency_key IN (
+    SELECT idempotency_key FROM workflow_keys WHERE dedup_until <= ?1 ORDER BY dedup_until LIMIT ?2);
+
 -- Row by row, for a sweep whose batch statement failed (one unprocessable row must not stop
 -- the others). Each SELECT pages by key after (?2, ?3[, ?4]) in index order.
 
@@ -316,6 +321,10 @@ WHERE w.child_seq = :child AND p.state IN (5, 6) LIMIT 1;
 UPDATE jobs SET state = CASE WHEN deps_left > 0 THEN 7 ELSE 2 END, finished_at = NULL, purge_at = NULL,
     reason = NULL, dep_failed_by = NULL
 WHERE seq = :child AND state = 6;
+
+-- name: wake_revived
+-- A revived job that waits for nothing is READY: its queue's long polls are woken after the commit.
+INSERT INTO dep_wakes (queue) SELECT queue FROM jobs WHERE seq = :child AND state = 2;
 
 -- name: reblame
 -- Still cancelled, now because of another failed dependency (:dep, its reason and purge_at).

@@ -206,7 +206,7 @@ class SQLiteStore(OneNode, WorkflowWrites):
     @property
     def admin(self) -> SQLiteAdmin:
         """The admin operations (listings, stats, redrive; ``sepp.storage.admin.AdminStore``)."""
-        return SQLiteAdmin(self._reads)
+        return SQLiteAdmin(self._reads, self._woken)
 
     @property
     def reads(self) -> SQLiteReads:

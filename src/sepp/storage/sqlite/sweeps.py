@@ -216,7 +216,7 @@ def _prune_key(conn: sqlite3.Connection, row: _Row) -> None:
 
 def prune_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
     """Writer side of ``SQLiteStore.prune``: one statement for jobs and one for keys, each
-    row by row when it fails."""
+    row by row when it fails, and one for expired workflow keys."""
     skipped: tuple[SkippedRow, ...] = ()
     ok, jobs = _batch_or_rows(conn, lambda: conn.execute(Q["prune_jobs"], (now, limit)).rowcount)
     if not ok:
@@ -228,4 +228,6 @@ def prune_op(now: int, limit: int, conn: sqlite3.Connection) -> SweepResult:
         done, failed = _paged(conn, Q["expired_keys"], now, limit, (_INT64_MIN, "", ""),
                               lambda r: (r[_KEY_EXPIRES], r[_KEY_QUEUE], r[_KEY]), _prune_key)
         keys, skipped = len(done), skipped + _skipped(failed, _KEY_JOB, _KEY_QUEUE, _KEY)
+    # A workflow key row holds only a text key, an id and ints: no row by row fallback.
+    keys += conn.execute(Q["prune_workflow_keys"], (now, limit)).rowcount
     return SweepResult(int(jobs + keys), skipped=skipped)

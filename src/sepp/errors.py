@@ -156,7 +156,9 @@ class JobFailed(JobOutcomeError):
     """The job was dead-lettered: it failed for good (``last_error``, ``attempts``, ``reason``)."""
 
     def __init__(self, outcome: JobOutcome, message: str | None = None) -> None:
-        detail = f": {outcome.last_error}" if outcome.last_error else ""
+        # A dead-letter reason often quotes the last error already ("NACK_DEAD_LETTER: <error>"): say it once.
+        error = outcome.last_error
+        detail = f": {error}" if error and error not in (outcome.reason or "") else ""
         super().__init__(outcome, message or f"job {outcome.job_id} failed after {outcome.attempt} attempt(s) "
                                              f"({outcome.reason or 'dead-lettered'}){detail}")
 

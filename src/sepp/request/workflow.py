@@ -82,6 +82,10 @@ def _as_request(spec: NodeSpec, prepend: str | None = None) -> EnqueueRequest:
         req = spec.request_receiving(prepend)
         if isinstance(req, EnqueueRequest):
             return req
+    if callable(getattr(spec, "s", None)) and callable(getattr(spec, "si", None)):  # a task, not a call of it
+        name = getattr(spec, "__name__", "task")
+        raise TypeError(f"a workflow node is a call of a task, not the task {getattr(spec, 'job_type', name)!r} "
+                        f"itself: add {name}.s(...) or {name}.si(...)")
     if isinstance(spec, HasRequest):
         req = spec.request()
         if isinstance(req, EnqueueRequest):

@@ -213,7 +213,7 @@ class ArgsCodec:
         try:
             bound = (self.signature.bind_partial if partial else self.signature.bind)(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{self.name}(): {exc}") from None
+            raise TypeError(f"{self.name}(): {self._unexpected(kwargs) or exc}") from None
         if self._adapters:
             arguments = bound.arguments
             for name, adapter in self._adapters.items():
@@ -226,6 +226,18 @@ class ArgsCodec:
             if why is not None:
                 raise TypeError(f"{self.name}(): {why}")
         return list(bound.args), bound.kwargs
+
+    def _unexpected(self, kwargs: dict[str, Any]) -> str | None:
+        """Python's own complaint about a keyword the function has no parameter for (it is
+        what a call of the function itself reports first, before a missing argument), or None."""
+        if self._var_keyword:
+            return None
+        params = self.signature.parameters
+        for key in kwargs:
+            param = params.get(key)
+            if param is None or param.kind is param.POSITIONAL_ONLY:
+                return f"got an unexpected keyword argument {key!r}"
+        return None
 
     def _dump(self, name: str, adapter: Any, value: Any) -> Any:
         if name == self._var_positional:

@@ -119,6 +119,12 @@ class _TaskBase(Generic[P, R]):
         self.__wrapped__ = fn
 
     @property
+    def name(self) -> str:
+        """The task's job type (``@app.task(name=...)``, else ``module.qualname``): the same
+        as ``job_type``."""
+        return self.job_type
+
+    @property
     def queue(self) -> str:
         """The queue its jobs go to."""
         return self.default_options.queue

@@ -159,6 +159,7 @@ class Reason(enum.StrEnum):
     QUEUE_LIMIT_REACHED = "QUEUE_LIMIT_REACHED"
     PERIODIC_INVALID = "PERIODIC_INVALID"
     PERIODIC_NOT_FOUND = "PERIODIC_NOT_FOUND"
+    WORKFLOW_NOT_FOUND = "WORKFLOW_NOT_FOUND"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     SHUTTING_DOWN = "SHUTTING_DOWN"
@@ -220,6 +221,8 @@ _REASON_ROWS = (
               "unknown field, or a job its queue would refuse; metadata field/schedule", "AdminError"),
     ReasonRow(Reason.PERIODIC_NOT_FOUND, grpc.StatusCode.NOT_FOUND, "AdminService periodic calls",
               "no periodic schedule with that name", "AdminError"),
+    ReasonRow(Reason.WORKFLOW_NOT_FOUND, grpc.StatusCode.NOT_FOUND, "AdminService.GetWorkflow, CancelWorkflow",
+              "no stored job carries that workflow id (never enqueued, or every job purged)", "AdminError"),
     ReasonRow(Reason.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED,
               "every sepp service when auth is on (AdminService only with admin_token alone)",
               "no bearer token, or one that is not configured; metadata role/method",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sepp.storage import workflow_admin
 from sepp.storage.sqlite import SQLiteStore
 from sepp.storage.sqlite.sql import A, Q, ack_results_sql, ack_sql, insert_sql
 from sepp.storage.sqlite.store import DB_FILE
@@ -116,3 +117,12 @@ def test_the_retries_listing_walks_only_jobs_retrying(db: sqlite3.Connection) ->
     plan = _plan(db, A["list_retrying"], {"run_at": 0, "seq": 0, "queue": None, "job_type": None, "limit": 50})
     assert "USING INDEX jobs_retrying" in plan and not re.search(r"SCAN jobs(?! USING INDEX jobs_retrying)", plan), \
         plan
+
+
+@pytest.mark.parametrize("name", ["LIST", "NODES", "CANCEL_ROWS"])
+def test_the_workflow_reads_seek_the_workflow_index(db: sqlite3.Connection, name: str) -> None:
+    params = {"LIST": (b"\xff" * 17, 10)}.get(name, (b"x" * 16,))
+    plan = _plan(db, getattr(workflow_admin, name), params)
+    assert "jobs_workflow" in plan, plan
+    # the listing's CTE rows are scanned; the jobs never are
+    assert not re.search(r"\bSCAN (?!w\b|CONSTANT ROW\b)", plan), plan

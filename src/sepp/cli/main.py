@@ -57,10 +57,10 @@ def version_cmd(
 COMMAND_MODULES: dict[str, str] = {
     "serve": "serve", "migrate": "serve", "enqueue": "producer", "info": "producer", "worker": "worker_cmd",
     "bench": "bench", "queues": "queues_cmd", "jobs": "jobs_cmd", "workers": "workers_cmd", "periodic": "periodic_cmd",
-    "token": "token_cmd",
+    "token": "token_cmd", "workflows": "workflows_cmd",
 }
 _ALL = ("serve", "producer", "worker_cmd", "queues_cmd", "jobs_cmd", "workers_cmd", "periodic_cmd", "bench",
-        "token_cmd")
+        "token_cmd", "workflows_cmd")
 
 
 def _register(command: str = "") -> None:

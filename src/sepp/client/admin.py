@@ -275,6 +275,28 @@ class AdminClient:
         """Delete one job."""
         self._call("DeleteJob", apb.DeleteJobRequest(job_id=job_id))
 
+    # ------------------------------------------------------------------ workflows
+
+    def list_workflows(self, *, page_size: int = 50, page_token: str = "") -> apb.ListWorkflowsResponse:
+        """One page of workflows, newest first (``workflows``, ``next_page_token``: "" on the
+        last page), each with its node count, jobs per state and whether it is terminal.
+        ``page_size`` 1..1000. Raises ``AdminRefused`` (INVALID_ARGUMENT) for a bad size or token."""
+        req = apb.ListWorkflowsRequest(page_size=page_size, page_token=page_token)
+        return self._call("ListWorkflows", req)  # type: ignore[no-any-return]
+
+    def get_workflow(self, workflow_id: str) -> apb.WorkflowInfo:
+        """One workflow: its summary, every node (job id, queue, job type, state, the indexes
+        of the nodes it runs after) and the indexes of its failed nodes. ``AdminRefused``
+        WORKFLOW_NOT_FOUND when no stored job carries the id."""
+        return self._call("GetWorkflow", apb.GetWorkflowRequest(workflow_id=workflow_id))  # type: ignore[no-any-return]
+
+    def cancel_workflow(self, workflow_id: str, reason: str = "") -> apb.CancelWorkflowResponse:
+        """Cancel every unfinished node of the workflow in one commit (RESERVED ones are asked
+        to stop): ``cancelled``, ``cancel_requested`` and the workflow's ``summary`` after.
+        ``AdminRefused`` WORKFLOW_NOT_FOUND when unknown."""
+        req = apb.CancelWorkflowRequest(workflow_id=workflow_id, reason=reason)
+        return self._call("CancelWorkflow", req)  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ workers
 
     def list_workers(self) -> apb.ListWorkersResponse:

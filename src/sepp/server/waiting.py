@@ -20,6 +20,9 @@ the others yet). The wait itself runs in real time on the event loop; nothing he
 the clock. Errors: ``InvalidRequest`` (no ids, more than ``MAX_WAIT_JOBS``, an id that is
 not a UUID, a negative timeout) and ``NotFound`` (JOB_NOT_FOUND, metadata ``job_id``: the
 first id of no stored job, checked on every read — a job deleted while waited for too).
+
+An id that is no job but a workflow's waits for the whole workflow (``workflow_waits``: its
+nodes read once, then waited for by id; answered when every node is finished).
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from typing import TypeVar
 from sepp.domain.ids import job_id_bytes, job_id_text
 from sepp.domain.outcomes import FINISHED_STATES, JobOutcome
 from sepp.domain.params import SettleParams, SettleResult
+from sepp.domain.workflows import WorkflowNode
 from sepp.hard_limits import MAX_WAIT_JOBS, KiB
 from sepp.quoting import clip
 from sepp.rejections import Reason
 from sepp.server.errors import InvalidRequest, NotFound
 from sepp.server.parts import EngineService, ServerParts
+from sepp.server.workflow_waits import expand, node_outcomes, workflow_outcome
 
 #: Seconds after its first read a parked wait on a shared store reads again, then every
 #: ``RECHECK_EVERY`` seconds (news from other nodes can be late or lost).
@@ -54,10 +59,14 @@ class _Waiter:
     last read: what a wake-up by queue finds it by), the event it parks on, and whether the
     server's stop ended it."""
 
-    __slots__ = ("event", "ids", "parked", "queues", "stopped")
+    __slots__ = ("event", "ids", "node_ids", "parked", "queues", "stopped", "workflows")
 
     def __init__(self, ids: Sequence[bytes]) -> None:
         self.ids = ids
+        #: The ids among ``ids`` that are workflows' → their nodes (``workflow_waits``), and
+        #: those nodes' ids, waited for by id as well.
+        self.workflows: dict[bytes, list[WorkflowNode]] = {}
+        self.node_ids: list[bytes] = []
         self.queues: frozenset[str] = frozenset()
         self.event = asyncio.Event()
         self.parked = False
@@ -117,6 +126,8 @@ class Waiting(EngineService):
             while True:
                 me.event.clear()  # before the read, never after: a wake-up during it ends the park
                 rows = {row.id: row for row in await self.store.job_outcomes(ids)}
+                if len(rows) < len(ids):  # ids of no job: workflows' ids, or unknown (a plain wait never gets here)
+                    rows = await self._workflows(me, ids, rows)
                 done = self._answer(ids, rows)
                 if done:
                     return done
@@ -135,6 +146,24 @@ class Waiting(EngineService):
                     me.parked = False
         finally:
             self._unregister(me)
+
+    async def _workflows(self, me: _Waiter, ids: Sequence[bytes],
+                         rows: dict[bytes, JobOutcome]) -> dict[bytes, JobOutcome]:
+        """``rows`` with the outcome of each id of ``ids`` that is a workflow's
+        (``workflow_waits.workflow_outcome``); the workflows' nodes are read once per wait and
+        then waited for by id too."""
+        me.workflows = await expand(self.store, [raw for raw in ids if raw not in rows], me.workflows)
+        if not me.workflows:
+            return rows
+        if not me.node_ids:
+            me.node_ids = [n.id for nodes in me.workflows.values() for n in nodes]
+            for raw in me.node_ids:
+                self._by_id.setdefault(raw, set()).add(me)
+        found = await node_outcomes(self.store, me.workflows)
+        out = dict(rows)
+        for wf, nodes in me.workflows.items():
+            out[wf] = workflow_outcome(wf, nodes, found)
+        return out
 
     def _parse(self, job_ids: Sequence[str]) -> list[bytes]:
         if not job_ids:
@@ -194,6 +223,7 @@ class Waiting(EngineService):
         self._all.discard(me)
         self._drop_queues(me)
         _forget(self._by_id, me.ids, me)
+        _forget(self._by_id, me.node_ids, me)
 
     def _announce(self, now: float) -> None:
         """Tell the other nodes that callers wait here, at most every ``ANNOUNCE_EVERY`` s."""

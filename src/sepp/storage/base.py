@@ -49,6 +49,7 @@ from sepp.domain.records import (
     WorkerRecord,
 )
 from sepp.domain.states import FINISHED, State
+from sepp.domain.workflows import WorkflowCancel, WorkflowNode, WorkflowSummary
 from sepp.storage.admin import AdminStore
 from sepp.storage.commit_stats import EMPTY, CommitHistograms
 from sepp.storage.dependencies import DependsOn, OnFailure
@@ -256,6 +257,31 @@ class Store(Protocol):
     async def workflow_jobs(self, workflow_id: bytes) -> list[bytes]:
         """The 16-byte ids of the stored jobs of workflow ``workflow_id`` (16 bytes), in
         enqueue order; [] for no such workflow (or once its jobs are purged)."""
+
+    # -- the admin side of workflows (``sepp.storage.workflow_admin``; docs/workflows.md
+    # "Seeing and steering a workflow"): read from the jobs that carry the workflow's id.
+
+    async def list_workflows(self, before: bytes | None, limit: int) -> list[WorkflowSummary]:
+        """Up to ``limit`` workflows whose 16-byte id sorts below ``before`` (None: from the
+        highest), highest id first — newest first, the ids being UUIDv7 — each with its stored
+        jobs per state and their earliest ``enqueued_at`` (µs UTC). One index seek per workflow
+        listed, then its jobs through the workflow index. A workflow whose jobs are all purged
+        is not listed."""
+
+    async def workflow_nodes(self, workflow_id: bytes) -> list[WorkflowNode]:
+        """The stored jobs of workflow ``workflow_id`` in enqueue order (= the order of the
+        ``EnqueueWorkflow`` call's nodes), each with the ids it depends on, its reason and for
+        a DEAD_LETTERED job its last error; [] for no such workflow."""
+
+    async def cancel_workflow(self, workflow_id: bytes, now: int, policy: PolicyLookup,
+                              reason: str) -> WorkflowCancel:
+        """Cancel every node of the workflow that is not finished, in one commit, as
+        ``AdminStore.cancel`` does per job: SCHEDULED, READY and DEFERRED → CANCELLED
+        (``finished_at = now`` µs, kept for the queue's dead-letter retention, ``reason``),
+        RESERVED → ``cancel_requested`` set (the worker learns it on ExtendLease); finished
+        nodes are left alone. Each node is cancelled before the nodes it depends on, so every
+        one names ``reason``; jobs outside the workflow that depend on a cancelled node follow
+        their failure policy. ``WorkflowCancel.found`` is False when no job carries the id."""
 
     async def load_queues(self) -> list[QueueRecord]:
         """Every persisted queue."""

@@ -1210,3 +1210,298 @@ class GetJobTypeStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetJobTypeStatsResponse: _TypeAlias = GetJobTypeStatsResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkflowsRequest(_message.Message):
+    """------------------------------------------------------------------ workflows"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """1..1000; 0 = 50."""
+    page_token: _builtins.str
+    """next_page_token of the previous page."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkflowsRequest: _TypeAlias = ListWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class WorkflowStateCounts(_message.Message):
+    """Jobs of one workflow per state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULED_FIELD_NUMBER: _builtins.int
+    READY_FIELD_NUMBER: _builtins.int
+    RESERVED_FIELD_NUMBER: _builtins.int
+    COMPLETED_FIELD_NUMBER: _builtins.int
+    DEAD_LETTERED_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    DEFERRED_FIELD_NUMBER: _builtins.int
+    scheduled: _builtins.int
+    ready: _builtins.int
+    reserved: _builtins.int
+    completed: _builtins.int
+    dead_lettered: _builtins.int
+    cancelled: _builtins.int
+    deferred: _builtins.int
+    def __init__(
+        self,
+        *,
+        scheduled: _builtins.int = ...,
+        ready: _builtins.int = ...,
+        reserved: _builtins.int = ...,
+        completed: _builtins.int = ...,
+        dead_lettered: _builtins.int = ...,
+        cancelled: _builtins.int = ...,
+        deferred: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled", b"cancelled", "completed", b"completed", "dead_lettered", b"dead_lettered", "deferred", b"deferred", "ready", b"ready", "reserved", b"reserved", "scheduled", b"scheduled"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowStateCounts: _TypeAlias = WorkflowStateCounts  # noqa: Y015
+
+@_typing.final
+class WorkflowSummary(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    TERMINAL_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    """The id EnqueueWorkflow answered (UUID text)."""
+    nodes: _builtins.int
+    """Its stored jobs (all its nodes, until some are purged after their retention)."""
+    terminal: _builtins.bool
+    """Every stored node is COMPLETED, DEAD_LETTERED or CANCELLED: nothing more will happen
+    on its own (a redrive can start it again).
+    """
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """The earliest enqueued_at of its stored jobs (they are stored in one commit)."""
+
+    @_builtins.property
+    def counts(self) -> Global___WorkflowStateCounts: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        nodes: _builtins.int = ...,
+        counts: Global___WorkflowStateCounts | None = ...,
+        terminal: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "created_at", b"created_at", "nodes", b"nodes", "terminal", b"terminal", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowSummary: _TypeAlias = WorkflowSummary  # noqa: Y015
+
+@_typing.final
+class ListWorkflowsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOWS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def workflows(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkflowSummary]:
+        """Newest first (highest workflow id: ids are UUIDv7, time-ordered to the millisecond)."""
+
+    def __init__(
+        self,
+        *,
+        workflows: _abc.Iterable[Global___WorkflowSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "workflows", b"workflows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkflowsResponse: _TypeAlias = ListWorkflowsResponse  # noqa: Y015
+
+@_typing.final
+class GetWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWorkflowRequest: _TypeAlias = GetWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class WorkflowNodeInfo(_message.Message):
+    """One node of a workflow: one job."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    EXTERNAL_DEPENDENCIES_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    queue: _builtins.str
+    job_type: _builtins.str
+    state: _common_pb2.JobState.ValueType
+    reason: _builtins.str
+    """Why it is DEAD_LETTERED or CANCELLED ("" otherwise)."""
+    last_error: _builtins.str
+    """The last attempt's error message of a DEAD_LETTERED job ("" otherwise)."""
+    cancel_requested: _builtins.bool
+    """An admin asked to cancel it while it ran (RESERVED)."""
+    @_builtins.property
+    def after(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The indexes (in WorkflowInfo.nodes) of the nodes it runs after."""
+
+    @_builtins.property
+    def external_dependencies(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Stored jobs outside the workflow it depends on (its own depends_on ids)."""
+
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        job_type: _builtins.str = ...,
+        state: _common_pb2.JobState.ValueType = ...,
+        after: _abc.Iterable[_builtins.int] | None = ...,
+        external_dependencies: _abc.Iterable[_builtins.str] | None = ...,
+        reason: _builtins.str = ...,
+        last_error: _builtins.str = ...,
+        cancel_requested: _builtins.bool = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "cancel_requested", b"cancel_requested", "external_dependencies", b"external_dependencies", "finished_at", b"finished_at", "job_id", b"job_id", "job_type", b"job_type", "last_error", b"last_error", "queue", b"queue", "reason", b"reason", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowNodeInfo: _TypeAlias = WorkflowNodeInfo  # noqa: Y015
+
+@_typing.final
+class WorkflowInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def summary(self) -> Global___WorkflowSummary: ...
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkflowNodeInfo]:
+        """Every stored node in the order of the EnqueueWorkflow call's nodes (enqueue order)."""
+
+    @_builtins.property
+    def failed(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The indexes of the DEAD_LETTERED and CANCELLED nodes, in node order (their reason and
+        last error are on the node).
+        """
+
+    def __init__(
+        self,
+        *,
+        summary: Global___WorkflowSummary | None = ...,
+        nodes: _abc.Iterable[Global___WorkflowNodeInfo] | None = ...,
+        failed: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["summary", b"summary"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failed", b"failed", "nodes", b"nodes", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkflowInfo: _TypeAlias = WorkflowInfo  # noqa: Y015
+
+@_typing.final
+class CancelWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    reason: _builtins.str
+    """Free text kept as each cancelled node's reason; empty = "WORKFLOW_CANCELLED: workflow <id>
+    was cancelled by an admin".
+    """
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelWorkflowRequest: _TypeAlias = CancelWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class CancelWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CANCELLED_FIELD_NUMBER: _builtins.int
+    CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    cancelled: _builtins.int
+    """Nodes moved to CANCELLED now."""
+    cancel_requested: _builtins.int
+    """RESERVED nodes asked to stop (cancel_requested; the worker learns it on ExtendLease)."""
+    @_builtins.property
+    def summary(self) -> Global___WorkflowSummary: ...
+    def __init__(
+        self,
+        *,
+        cancelled: _builtins.int = ...,
+        cancel_requested: _builtins.int = ...,
+        summary: Global___WorkflowSummary | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["summary", b"summary"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "cancelled", b"cancelled", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelWorkflowResponse: _TypeAlias = CancelWorkflowResponse  # noqa: Y015

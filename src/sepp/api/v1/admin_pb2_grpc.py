@@ -161,6 +161,21 @@ class AdminServiceStub:
                 request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsRequest.SerializeToString,
                 response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsResponse.FromString,
                 _registered_method=True)
+        self.ListWorkflows = channel.unary_unary(
+                '/sepp.api.v1.AdminService/ListWorkflows',
+                request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkflowsRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkflowsResponse.FromString,
+                _registered_method=True)
+        self.GetWorkflow = channel.unary_unary(
+                '/sepp.api.v1.AdminService/GetWorkflow',
+                request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetWorkflowRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.WorkflowInfo.FromString,
+                _registered_method=True)
+        self.CancelWorkflow = channel.unary_unary(
+                '/sepp.api.v1.AdminService/CancelWorkflow',
+                request_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.CancelWorkflowRequest.SerializeToString,
+                response_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.CancelWorkflowResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -346,6 +361,32 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkflows(self, request, context):
+        """Workflows (EnqueueWorkflow; docs/workflows.md "Seeing and steering a workflow"), read from
+        the jobs that carry the workflow's id: a workflow whose jobs are all purged is gone.
+        The workflows newest first (by their UUIDv7 id), paged, with their jobs per state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWorkflow(self, request, context):
+        """One workflow: every node with its state and edges, and the failed nodes and why;
+        NOT_FOUND / WORKFLOW_NOT_FOUND when no stored job carries the id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelWorkflow(self, request, context):
+        """Cancel every node that is not finished, in one commit, as CancelJob does per job
+        (SCHEDULED / READY / DEFERRED → CANCELLED, RESERVED: cancel_requested); finished nodes are
+        left alone, so a second call changes nothing. NOT_FOUND / WORKFLOW_NOT_FOUND when unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -473,6 +514,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetJobTypeStats,
                     request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsRequest.FromString,
                     response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsResponse.SerializeToString,
+            ),
+            'ListWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkflows,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkflowsRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkflowsResponse.SerializeToString,
+            ),
+            'GetWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorkflow,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.GetWorkflowRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.WorkflowInfo.SerializeToString,
+            ),
+            'CancelWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelWorkflow,
+                    request_deserializer=sepp_dot_api_dot_v1_dot_admin__pb2.CancelWorkflowRequest.FromString,
+                    response_serializer=sepp_dot_api_dot_v1_dot_admin__pb2.CancelWorkflowResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1150,6 +1206,87 @@ class AdminService:
             '/sepp.api.v1.AdminService/GetJobTypeStats',
             sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsRequest.SerializeToString,
             sepp_dot_api_dot_v1_dot_admin__pb2.GetJobTypeStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/ListWorkflows',
+            sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkflowsRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_admin__pb2.ListWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/GetWorkflow',
+            sepp_dot_api_dot_v1_dot_admin__pb2.GetWorkflowRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_admin__pb2.WorkflowInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sepp.api.v1.AdminService/CancelWorkflow',
+            sepp_dot_api_dot_v1_dot_admin__pb2.CancelWorkflowRequest.SerializeToString,
+            sepp_dot_api_dot_v1_dot_admin__pb2.CancelWorkflowResponse.FromString,
             options,
             channel_credentials,
             insecure,

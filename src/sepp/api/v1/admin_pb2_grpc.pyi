@@ -106,6 +106,20 @@ class AdminServiceStub:
     and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
     NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
     """
+    ListWorkflows: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListWorkflowsRequest, _admin_pb2.ListWorkflowsResponse]
+    """Workflows (EnqueueWorkflow; docs/workflows.md "Seeing and steering a workflow"), read from
+    the jobs that carry the workflow's id: a workflow whose jobs are all purged is gone.
+    The workflows newest first (by their UUIDv7 id), paged, with their jobs per state.
+    """
+    GetWorkflow: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetWorkflowRequest, _admin_pb2.WorkflowInfo]
+    """One workflow: every node with its state and edges, and the failed nodes and why;
+    NOT_FOUND / WORKFLOW_NOT_FOUND when no stored job carries the id.
+    """
+    CancelWorkflow: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CancelWorkflowRequest, _admin_pb2.CancelWorkflowResponse]
+    """Cancel every node that is not finished, in one commit, as CancelJob does per job
+    (SCHEDULED / READY / DEFERRED → CANCELLED, RESERVED: cancel_requested); finished nodes are
+    left alone, so a second call changes nothing. NOT_FOUND / WORKFLOW_NOT_FOUND when unknown.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -170,6 +184,20 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """One queue's figures per job type: completed, retried and dead-lettered counts
     and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
     NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+    """
+    ListWorkflows: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListWorkflowsRequest, _admin_pb2.ListWorkflowsResponse]  # type: ignore[assignment]
+    """Workflows (EnqueueWorkflow; docs/workflows.md "Seeing and steering a workflow"), read from
+    the jobs that carry the workflow's id: a workflow whose jobs are all purged is gone.
+    The workflows newest first (by their UUIDv7 id), paged, with their jobs per state.
+    """
+    GetWorkflow: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetWorkflowRequest, _admin_pb2.WorkflowInfo]  # type: ignore[assignment]
+    """One workflow: every node with its state and edges, and the failed nodes and why;
+    NOT_FOUND / WORKFLOW_NOT_FOUND when no stored job carries the id.
+    """
+    CancelWorkflow: _aio.UnaryUnaryMultiCallable[_admin_pb2.CancelWorkflowRequest, _admin_pb2.CancelWorkflowResponse]  # type: ignore[assignment]
+    """Cancel every node that is not finished, in one commit, as CancelJob does per job
+    (SCHEDULED / READY / DEFERRED → CANCELLED, RESERVED: cancel_requested); finished nodes are
+    left alone, so a second call changes nothing. NOT_FOUND / WORKFLOW_NOT_FOUND when unknown.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -382,6 +410,38 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """One queue's figures per job type: completed, retried and dead-lettered counts
         and run time p50 / p95 / max over the last hour and the last 24 hours, cluster-wide;
         NOT_FOUND / QUEUE_NOT_FOUND when the queue is unknown.
+        """
+
+    @_abc_1.abstractmethod
+    def ListWorkflows(
+        self,
+        request: _admin_pb2.ListWorkflowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListWorkflowsResponse, _abc.Awaitable[_admin_pb2.ListWorkflowsResponse]]:
+        """Workflows (EnqueueWorkflow; docs/workflows.md "Seeing and steering a workflow"), read from
+        the jobs that carry the workflow's id: a workflow whose jobs are all purged is gone.
+        The workflows newest first (by their UUIDv7 id), paged, with their jobs per state.
+        """
+
+    @_abc_1.abstractmethod
+    def GetWorkflow(
+        self,
+        request: _admin_pb2.GetWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.WorkflowInfo, _abc.Awaitable[_admin_pb2.WorkflowInfo]]:
+        """One workflow: every node with its state and edges, and the failed nodes and why;
+        NOT_FOUND / WORKFLOW_NOT_FOUND when no stored job carries the id.
+        """
+
+    @_abc_1.abstractmethod
+    def CancelWorkflow(
+        self,
+        request: _admin_pb2.CancelWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CancelWorkflowResponse, _abc.Awaitable[_admin_pb2.CancelWorkflowResponse]]:
+        """Cancel every node that is not finished, in one commit, as CancelJob does per job
+        (SCHEDULED / READY / DEFERRED → CANCELLED, RESERVED: cancel_requested); finished nodes are
+        left alone, so a second call changes nothing. NOT_FOUND / WORKFLOW_NOT_FOUND when unknown.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -11,7 +11,8 @@
 * ``cursor`` — the ``ListJobs`` page-token codec;
 * ``settings`` — ``merge_settings``, a settings patch applied to a queue's settings;
 * ``workers`` — ``WorkerView``, the Workers page's view of the cluster;
-* ``type_figures`` — ``TypeRollup`` and ``TypeFigures``, the job-type figures.
+* ``type_figures`` — ``TypeRollup`` and ``TypeFigures``, the job-type figures;
+* ``workflows`` — ``WorkflowAdmin``: list, read and cancel workflows.
 
 The names the front ends use are re-exported here (``from sepp.server.admin import AdminEngine``).
 """

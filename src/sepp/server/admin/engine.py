@@ -5,7 +5,8 @@ handle over the admin's parts, each in its own module:
 * ``queue_changes.QueueChanges`` — declare, change, pause, purge and delete queues;
 * ``stats.AdminStats`` — the dashboards' reads and the throughput / job-type counts in
   memory, flushed to the store;
-* ``bulk.BulkActions`` — bulk cancel / requeue / delete over ``JobAdmin``.
+* ``bulk.BulkActions`` — bulk cancel / requeue / delete over ``JobAdmin``;
+* ``workflows.WorkflowAdmin`` — list, read and cancel workflows (``engine.workflows``).
 
 Transport-agnostic like ``JobEngine``: the gRPC ``AdminService`` and the web UI both
 call it in-process. Errors are ``sepp.server.errors`` exceptions (``NotFound``,
@@ -31,6 +32,7 @@ from sepp.server.admin.stats import WINDOW_MINUTES, AdminStats
 from sepp.server.admin.type_figures import TypeFigures
 from sepp.server.admin.views import JobListing, QueueStatsView
 from sepp.server.admin.workers import WorkerView
+from sepp.server.admin.workflows import WorkflowAdmin
 from sepp.server.parts import ServerParts
 from sepp.server.queues import QueueState
 from sepp.storage.admin import AdminStore
@@ -66,6 +68,8 @@ class AdminEngine:
                                           self.statistics.changed)
         #: Bulk cancel / requeue / delete with progress.
         self.bulk = BulkActions(self.jobs)
+        #: The workflow operations (list, read, cancel whole).
+        self.workflows = WorkflowAdmin(parts, self.statistics.changed)
         #: The periodic schedules' admin side, set by the composition root
         #: (``sepp.server.app``); None in engine-only tests.
         self.periodic: PeriodicAdmin | None = None

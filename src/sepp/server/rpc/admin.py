@@ -33,6 +33,8 @@ from sepp.server.rpc.convert import job_to_proto, ts
 from sepp.server.rpc.periodic import periodic_info, settings_from_proto
 from sepp.server.rpc.producer import queue_settings_proto
 from sepp.server.rpc.status import abort_for, abort_with
+from sepp.server.rpc.workflows import cancel_proto, workflow_proto
+from sepp.server.rpc.workflows import summary_proto as workflow_summary_proto
 from sepp.server.rpc_args import duration_arg, optional_timestamp
 from sepp.wire import duration_to_seconds, seconds_to_duration
 
@@ -291,6 +293,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         matched, requeued = await self.admin.requeue_dead(where, request.dry_run, request.max_jobs,
                                                           not request.without_dependents)
         return apb.RequeueDeadLetteredResponse(matched=matched, requeued=requeued)
+
+    # ------------------------------------------------------------------ workflows
+
+    @_rpc
+    async def ListWorkflows(self, request: apb.ListWorkflowsRequest,
+                            context: Context) -> apb.ListWorkflowsResponse:
+        page, token = await self.admin.workflows.list_workflows(request.page_token, request.page_size)
+        return apb.ListWorkflowsResponse(workflows=[workflow_summary_proto(s) for s in page], next_page_token=token)
+
+    @_rpc
+    async def GetWorkflow(self, request: apb.GetWorkflowRequest, context: Context) -> apb.WorkflowInfo:
+        return workflow_proto(await self.admin.workflows.get_workflow(request.workflow_id))
+
+    @_rpc
+    async def CancelWorkflow(self, request: apb.CancelWorkflowRequest,
+                             context: Context) -> apb.CancelWorkflowResponse:
+        done, view = await self.admin.workflows.cancel_workflow(request.workflow_id, request.reason)
+        return cancel_proto(done, view)
 
     @_rpc
     async def DeleteJob(self, request: apb.DeleteJobRequest, context: Context) -> apb.DeleteJobResponse:

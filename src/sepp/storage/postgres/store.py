@@ -57,6 +57,7 @@ from sepp.storage.postgres.reads import DRIVER_ERRORS, PgReads
 from sepp.storage.postgres.schema import IDLE_TX_TIMEOUT, connect, connect_error, migrate, server_settings
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql_notices import SqlEnqueued, SqlEnqueueNotices, SqlJob
+from sepp.storage.postgres.workflow_admin import WorkflowAdminPg
 from sepp.storage.postgres.workflows import WorkflowParts
 from sepp.storage.row_types import QueueRow, acked_results, any_keyed, leased_records
 from sepp.storage.search import CustomEntry
@@ -66,7 +67,7 @@ _record = JobRecord._make
 PING_TIMEOUT = 1.0
 
 
-class PostgresStore(WorkflowParts):
+class PostgresStore(WorkflowParts, WorkflowAdminPg):
     """The store in schema ``schema`` of the database at ``dsn``.
 
     ``mode``: persist mode: ``sync`` and ``group`` commit with

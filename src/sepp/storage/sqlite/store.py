@@ -65,6 +65,7 @@ from sepp.storage.sqlite.one_node import OneNode
 from sepp.storage.sqlite.reads import SQLiteReads
 from sepp.storage.sqlite.schema import connect_writer
 from sepp.storage.sqlite.sql import ACK_CHUNK, Q, insert_statements
+from sepp.storage.sqlite.workflow_admin import WorkflowAdminSQLite
 from sepp.storage.sqlite.workflows import WorkflowWrites
 from sepp.storage.sqlite.writer_process import ProcessCommitter
 
@@ -78,7 +79,7 @@ LOCK_FILE = "sepp.lock"
 _record = JobRecord._make  # rows of get_job are JobRecord fields in order
 
 
-class SQLiteStore(OneNode, WorkflowWrites):
+class SQLiteStore(OneNode, WorkflowWrites, WorkflowAdminSQLite):
     """The embedded store in ``data_dir/sepp.db``.
 
     ``mode`` is the persist mode (``sync`` | ``group`` | ``async``);

@@ -2,7 +2,7 @@
 
 ``AdminUI`` builds the shared ``PageKit`` (``kit``: templates, rendering, flashes, login and
 CSRF guards) and the page groups over it — ``queue_pages``, ``job_pages``, ``enqueue_page``,
-``cluster_pages``, ``login``, ``lists``, ``bulk``, ``periodic`` — and lists their routes in
+``cluster_pages``, ``login``, ``lists``, ``bulk``, ``periodic``, ``workflow_pages`` — and lists their routes in
 one table, in the order Starlette matches them. Formatting lives in ``views`` and ``chart``,
 form parsing in ``forms``, CSRF / session / headers in ``security``.
 """
@@ -27,6 +27,7 @@ from sepp.server.http.ui.login import LoginPages
 from sepp.server.http.ui.periodic import PeriodicPages
 from sepp.server.http.ui.queue_pages import QueuePages
 from sepp.server.http.ui.security import SecurityHeaders, session_secret
+from sepp.server.http.ui.workflow_pages import WorkflowPages
 from sepp.server.parts import ServerParts
 
 
@@ -55,6 +56,8 @@ class AdminUI:
         self.bulk_ui = BulkUI(self.kit)
         self.lists = ListPages(self.kit)
         self.periodic = PeriodicPages(self.kit)
+        #: The workflow list and pages (``ui.workflow_pages``).
+        self.workflows = WorkflowPages(self.kit)
 
     def routes(self) -> list[BaseRoute]:
         """Every UI route (mount them on the HTTP app)."""
@@ -84,6 +87,7 @@ class AdminUI:
             Route("/workers", page(cluster.workers_page)),
             Route("/ui/partials/workers", page(cluster.workers_partial)),
             *self.periodic.routes(),
+            *self.workflows.routes(),
             Route("/nodes", page(cluster.nodes_page)),
             Route("/ui/partials/nodes", page(cluster.nodes_partial)),
             Route("/find", page(jobs.find)),

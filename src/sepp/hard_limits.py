@@ -49,6 +49,10 @@ MAX_WAIT_JOBS = 1_000
 #: Most nodes one ``EnqueueWorkflow`` call may carry (docs/workflows.md "Workflows"): the
 #: whole graph is one commit, and the request one message within ``max_message_bytes``.
 MAX_WORKFLOW_NODES = 10_000
+#: Most jobs one ack may carry as children of the job it completes (``Job.enqueue_children``,
+#: the ``then`` callback included; docs/workflows.md "A running job extends its workflow"):
+#: they are stored in the ack's commit, which holds the job's row lock meanwhile.
+MAX_CHILDREN = 1_000
 #: Longest ``limits.max_wait_seconds`` a server may be configured with, seconds: one hour
 #: (a longer wait holds a call open past what proxies and load balancers let idle).
 MAX_WAIT_SECONDS = 3600.0

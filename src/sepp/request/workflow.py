@@ -63,8 +63,9 @@ class WorkflowAck:
         return cls(msg.workflow_id, bool(msg.deduplicated), tuple(EnqueueAck.from_proto(a) for a in msg.acks))
 
 
-def _as_request(spec: NodeSpec) -> EnqueueRequest:
-    """The ``EnqueueRequest`` of ``spec``; ``TypeError`` for anything else."""
+def as_request(spec: NodeSpec) -> EnqueueRequest:
+    """The ``EnqueueRequest`` of ``spec`` (a request, or a task signature's ``request()``);
+    ``TypeError`` for anything else. Also what ``Job.enqueue_children`` takes."""
     if isinstance(spec, EnqueueRequest):
         return spec
     if isinstance(spec, HasRequest):
@@ -96,7 +97,7 @@ class Workflow:
         """Add a node; return its handle. ``after``: nodes of this workflow it waits for.
         Raises ``TypeError`` (not a request or signature), ``ValueError`` (a node of another
         workflow, or more than 10,000 nodes)."""
-        request = _as_request(spec)
+        request = as_request(spec)
         parents: list[int] = []
         for node in after:
             if not isinstance(node, Node) or node.workflow_tag != self._tag:
@@ -154,4 +155,4 @@ def chord(header: Iterable[NodeSpec], callback: NodeSpec, *, idempotency_key: st
     return wf
 
 
-__all__ = ["HasRequest", "Node", "NodeSpec", "Workflow", "WorkflowAck", "chain", "chord", "group"]
+__all__ = ["HasRequest", "Node", "NodeSpec", "Workflow", "WorkflowAck", "as_request", "chain", "chord", "group"]

@@ -14,7 +14,6 @@ the store, in the ack's transaction; ``store_refusal`` is its rejection.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 import uuid_utils
 
@@ -24,10 +23,7 @@ from sepp.domain.params import Children, SettleParams, SettleResult
 from sepp.domain.states import State
 from sepp.hard_limits import MAX_CHILDREN
 from sepp.rejections import RejectionCode
-from sepp.server.admission import Admission, Deps
-from sepp.storage.base import JobRow, QueueRecord
-from sepp.storage.search import CustomEntry
-from sepp.validation import Checked
+from sepp.server.admission import Admission
 
 _IA = RejectionCode.INVALID_ARGUMENT.to_wire()
 _DNF = RejectionCode.DEPENDENCY_NOT_FOUND.to_wire()
@@ -105,13 +101,7 @@ class ChildAdmission:
             adm.events.rejected([(req.queue, rejection)])
             return refused_children(p, history_text(rejection)), rejection
         uids = await adm.store.new_job_ids(n)
-        new_queues: list[QueueRecord] = []
-        custom: list[CustomEntry] = []
-        rows: list[JobRow] = []
-        deps = Deps()
-        for i, (req, checked, uid) in enumerate(zip(reqs, verdicts, uids, strict=True)):
-            row, _text, _until = adm._build(req, cast("Checked", checked), now, new_queues, custom, uid, deps, i)
-            rows.append(row)
+        rows, new_queues, custom, deps = adm.build_rows(reqs, verdicts, uids, now)
         depends_on: dict[int, list[bytes]] = {i: deps[i] for i in range(n) if i in deps}
         targets = list(range(n))
         if then is not None:

@@ -41,13 +41,7 @@ def store_children(conn: sqlite3.Connection, seq: int, c: Children, now: int) ->
     is no stored job."""
     rows = c.rows
     stored = stored_dependencies(rows, c.depends_on)
-    found: dict[bytes, Found] = {}
-    for outside in stored.values():
-        for dep in outside:
-            if dep not in found:
-                hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
-                if hit is not None:
-                    found[dep] = Found(*hit)
+    found = ops.stored_found(conn, stored)
     missing = missing_of(stored, found)
     if missing:
         child, dep = min(missing.items())

@@ -98,12 +98,7 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
     policy, ``storage.dependencies``)."""
     states: dict[bytes, Found] = {}
     if depends_on:
-        for ids in depends_on.values():
-            for dep in ids:
-                if dep not in states:
-                    hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
-                    if hit is not None:
-                        states[dep] = Found(*hit)
+        states = stored_found(conn, depends_on)
         missing = missing_of(depends_on, states)
         if missing:
             raise DependencyMissing(missing)
@@ -138,6 +133,20 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
             custom = [e for e in custom if e[0] not in gone]
         conn.executemany(Q["insert_custom"], custom)
     return dedups
+
+
+def stored_found(conn: sqlite3.Connection, depends_on: DependsOn) -> dict[bytes, Found]:
+    """{id: what ``dependencies.plan`` reads of it} for each id of ``depends_on`` that is a
+    stored job (one ``dep_lookup`` per distinct id); an id of no job is left out
+    (``missing_of`` names it)."""
+    found: dict[bytes, Found] = {}
+    for ids in depends_on.values():
+        for dep in ids:
+            if dep not in found:
+                hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
+                if hit is not None:
+                    found[dep] = Found(*hit)
+    return found
 
 
 def defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, Found],

@@ -53,6 +53,10 @@ MAX_WORKFLOW_NODES = 10_000
 #: message), bytes of all its parts together: the server holds the whole graph in memory
 #: until its one commit, so this bounds what one call can make it hold.
 MAX_WORKFLOW_PARTS_BYTES = 256 * MiB
+#: Most jobs one ack may carry as children of the job it completes (``Job.enqueue_children``,
+#: the ``then`` callback included; docs/workflows.md "A running job extends its workflow"):
+#: they are stored in the ack's commit, which holds the job's row lock meanwhile.
+MAX_CHILDREN = 1_000
 #: Longest ``limits.max_wait_seconds`` a server may be configured with, seconds: one hour
 #: (a longer wait holds a call open past what proxies and load balancers let idle).
 MAX_WAIT_SECONDS = 3600.0

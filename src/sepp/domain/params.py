@@ -8,9 +8,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sepp.domain.clock import Clock
+
+if TYPE_CHECKING:  # (records loads the limits, pydantic: the worker reads this module without them)
+    from sepp.domain.records import JobRow, QueueRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +155,40 @@ class SettleKind(enum.Enum):
     RELEASE = "release"        # back to READY, attempt given back
 
 
+class Children(NamedTuple):
+    """The jobs an ack stores with its completion (``sepp.domain.children``; docs/workflows.md
+    "A running job extends its workflow").
+
+    ``rows``: the children in the order the handler gave them, then the callback (``then``)
+    when there is one — each a ``JobRow`` with an id from ``Store.new_job_ids`` and no
+    idempotency key. ``new_queues``: queues to create in the same commit; ``custom``: the
+    custom-index entries (job id, key, value) of the rows. ``depends_on``: row index → the
+    16-byte ids it depends on, rows in index order (a child: its own ``depends_on``, stored
+    jobs only; the callback: every child's id, then its own); ``on_failure``: row index → its
+    failure policy (``storage.dependencies``; absent: cancel). ``targets``: the indexes of the
+    rows the acked job's dependents wait for instead of it (the callback, else every child).
+    ``workflow_id``: 16 bytes, the workflow the acked job and its children join when the job
+    has none yet (a job of a workflow keeps its own, and its children get it)."""
+
+    rows: Sequence[JobRow]
+    new_queues: Sequence[QueueRecord]
+    custom: Sequence[tuple[bytes, str, str]]
+    depends_on: Mapping[int, Sequence[bytes]]
+    on_failure: Mapping[int, int]
+    targets: Sequence[int]
+    workflow_id: bytes
+
+
 class SettleParams(NamedTuple):
     """One ack or nack. RETRY uses ``delay`` (µs) when ≥ 0, else the queue's
     backoff; DEAD_LETTER records ``reason``; ``outcome`` labels the attempt in history.
 
     An ACK may carry the job's ``result`` (its bytes; None = no result) and
     ``result_encoding`` (its label), stored in the same write as the completion; a result
-    longer than the queue's ``max_result_bytes`` is refused (``transitions.settle``)."""
+    longer than the queue's ``max_result_bytes`` is refused (``transitions.settle``).
+
+    An ACK may also carry ``children`` (``domain.children``): jobs stored in the same commit
+    as the completion, or none when the attempt fails instead."""
 
     job_id: bytes
     lease_id: bytes
@@ -171,6 +201,7 @@ class SettleParams(NamedTuple):
     error_detail: str = ""
     result: bytes | None = None
     result_encoding: str = ""
+    children: Children | None = None
 
 
 class SettleError(enum.Enum):

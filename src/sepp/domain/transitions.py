@@ -242,8 +242,8 @@ def result_refused(p: SettleParams, r: SettleResult) -> bool:
 
 def needs_jitter(p: SettleParams) -> bool:
     """Whether the settle rule may draw on ``rand`` for ``p``: a RETRY, or an ack with a result
-    (refused, it retries with the backoff). A driver draws the jitter only then."""
-    return p.kind is SettleKind.RETRY or p.result is not None
+    or children (refused, it retries with the backoff). A driver draws the jitter only then."""
+    return p.kind is SettleKind.RETRY or p.result is not None or p.children is not None
 
 
 def reclaim(job: ExpiredLease, now: int, policy: PolicyLookup) -> Decision:

@@ -73,9 +73,10 @@ class WorkflowAck:
         return cls(msg.workflow_id, bool(msg.deduplicated), tuple(EnqueueAck.from_proto(a) for a in msg.acks))
 
 
-def _as_request(spec: NodeSpec, prepend: str | None = None) -> EnqueueRequest:
-    """The ``EnqueueRequest`` of ``spec`` (with ``prepend``, of a task call receiving its
-    dependencies' results: ``ReceivesResults``); ``TypeError`` for anything else."""
+def as_request(spec: NodeSpec, prepend: str | None = None) -> EnqueueRequest:
+    """The ``EnqueueRequest`` of ``spec`` (a request, or a task signature's ``request()``; with
+    ``prepend``, of a task call receiving its dependencies' results: ``ReceivesResults``);
+    ``TypeError`` for anything else. Also what ``Job.enqueue_children`` takes."""
     if isinstance(spec, EnqueueRequest):
         return spec
     if prepend is not None and isinstance(spec, ReceivesResults):
@@ -124,7 +125,7 @@ class Workflow:
         nodes, another ``prepend``)."""
         if prepend not in (None, "result", "results"):
             raise ValueError(f'prepend is "result", "results" or None, not {prepend!r}')
-        request = _as_request(spec, prepend)
+        request = as_request(spec, prepend)
         parents: list[int] = []
         for node in after:
             if not isinstance(node, Node) or node.workflow_tag != self._tag:
@@ -188,4 +189,5 @@ def chord(header: Iterable[NodeSpec], callback: NodeSpec, *, idempotency_key: st
     return wf
 
 
-__all__ = ["HasRequest", "Node", "NodeSpec", "ReceivesResults", "Workflow", "WorkflowAck", "chain", "chord", "group"]
+__all__ = ["HasRequest", "Node", "NodeSpec", "ReceivesResults", "Workflow", "WorkflowAck", "as_request", "chain",
+           "chord", "group"]

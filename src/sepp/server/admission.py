@@ -146,6 +146,18 @@ class Admission(EngineService):
                 deps.policies[index] = policy
         return row, str(uid), (now + q.dedup_us if key else 0)
 
+    def build_rows(self, reqs: Sequence[pb.EnqueueRequest], verdicts: Sequence[Any], uids: Sequence[UUID],
+                   now: int) -> tuple[list[JobRow], list[QueueRecord], list[CustomEntry], Deps]:
+        """``_build`` for each of ``reqs`` (all valid: ``verdicts`` their ``Checked``, ``uids``
+        their ids) as rows of one call (a workflow's nodes, an ack's children): the rows, the
+        queues to create, the custom-index entries and the dependencies by row index."""
+        new_queues: list[QueueRecord] = []
+        custom: list[CustomEntry] = []
+        deps = Deps()
+        rows = [self._build(req, cast("Checked", checked), now, new_queues, custom, uid, deps, i)[0]
+                for i, (req, checked, uid) in enumerate(zip(reqs, verdicts, uids, strict=True))]
+        return rows, new_queues, custom, deps
+
     async def _commit(self, rows: list[JobRow], dedup_until: list[int], now: int,
                       new_queues: list[QueueRecord], custom: list[CustomEntry],
                       deps: Deps | None = None) -> Dedups:

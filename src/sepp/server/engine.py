@@ -13,6 +13,7 @@ the store, the queues, the notifier, the events or the limits take them from
 from __future__ import annotations
 
 from sepp.server.admission import Admission
+from sepp.server.children import ChildAdmission
 from sepp.server.dependency_reads import DependencyReads
 from sepp.server.leasing import Leasing
 from sepp.server.parts import ServerParts
@@ -29,7 +30,9 @@ class JobEngine:
       ``enqueue_workflow`` (``WorkflowAdmission`` over it);
     - leasing (``Leasing``): ``reserve``, ``parked``, ``stop_reserving``, ``end_long_polls``,
       ``release``, ``give_back``, ``bury_damaged``, ``quiesce``;
-    - settlement (``Settlement``): ``settle``, ``settle_one``, ``extend``;
+    - settlement (``Settlement``): ``settle``, ``settle_one``, ``extend``; the children an
+      ack carries (``ChildAdmission``): ``attach_children`` before the settle, ``children_told``
+      after it;
     - waiting for jobs (``Waiting``, as ``waits``): ``wait_jobs``, ``waits_parked``, ``end_waits``;
     - a handler's read of its dependencies (``DependencyReads``): ``dependency_outcomes``.
 
@@ -46,6 +49,9 @@ class JobEngine:
         self.enqueue_batch = admission.enqueue_batch
         self.enqueue_atomic = admission.enqueue_atomic
         self.enqueue_workflow = WorkflowAdmission(admission).enqueue_workflow
+        children = ChildAdmission(admission)
+        self.attach_children = children.attach
+        self.children_told = children.told
         self.reserve = leasing.reserve
         self.parked = leasing.parked
         self.stop_reserving = leasing.stop_reserving

@@ -50,9 +50,9 @@ def plain_rows(job_ids: Iterable[bytes], queue: str, job_type: str, priority: in
 
 def ack_params(job_id: bytes, lease_id: bytes, now: int) -> SettleParams:
     """``SettleParams(job_id, lease_id, SettleKind.ACK, now, outcome="completed")`` (the other
-    fields their defaults: no result), built without ``SettleParams.__new__``: one ack of a Settle."""
+    fields their defaults: no result, no children), built without ``SettleParams.__new__``: one ack of a Settle."""
     return _new(SettleParams, (job_id, lease_id, _ACK, now, -1, "", "completed", "", "",  # type: ignore[no-any-return]
-                               None, ""))
+                               None, "", None))
 
 
 def result_ack_params(job_id: bytes, lease_id: bytes, now: int, result: bytes, encoding: str) -> SettleParams:
@@ -61,7 +61,7 @@ def result_ack_params(job_id: bytes, lease_id: bytes, now: int, result: bytes, e
     ``SettleParams.__new__``: one ack of a Settle that carries the job's result (bytes) and
     its label, already checked."""
     return _new(SettleParams, (job_id, lease_id, _ACK, now, -1, "", "completed", "", "",  # type: ignore[no-any-return]
-                               result, encoding))
+                               result, encoding, None))
 
 
 def ack_params_of(ids: bytes, now: int) -> list[SettleParams]:
@@ -70,7 +70,8 @@ def ack_params_of(ids: bytes, now: int) -> list[SettleParams]:
     UTC): the acks of a Settle read from its wire form in one pass."""
     new = _new
     ack = _ACK
-    return [new(SettleParams, (ids[k:k + 16], ids[k + 16:k + 32], ack, now, -1, "", "completed", "", "", None, ""))
+    return [new(SettleParams, (ids[k:k + 16], ids[k + 16:k + 32], ack, now, -1, "", "completed", "", "", None, "",
+                                         None))
             for k in range(0, len(ids), 32)]
 
 

@@ -12,7 +12,7 @@ fail their own checks are ``AtomicRejected`` listing every failing index, as for
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import uuid_utils
 
@@ -21,14 +21,12 @@ from sepp.api.v1 import producer_pb2 as ppb
 from sepp.domain.ids import job_id_text
 from sepp.hard_limits import MAX_WORKFLOW_NODES
 from sepp.rejections import RejectionCode
-from sepp.server.admission import POLICY_OF, Ack, Admission, Deps, dependency_rejection
+from sepp.server.admission import POLICY_OF, Ack, Admission, dependency_rejection
 from sepp.server.errors import AtomicRejected, InvalidRequest
-from sepp.storage.base import JobRow, QueueRecord
 from sepp.storage.dependencies import CANCEL
 from sepp.storage.errors import DependencyMissing
-from sepp.storage.search import CustomEntry
 from sepp.storage.workflows import WorkflowClaim
-from sepp.validation import Checked, server_fix
+from sepp.validation import server_fix
 
 _IA = RejectionCode.INVALID_ARGUMENT.to_wire()
 
@@ -130,13 +128,7 @@ class WorkflowAdmission:
         adm._check_backlog(n)  # before and after the ids: see Admission.enqueue
         uids = await adm.store.new_job_ids(n)
         adm._check_backlog(n)
-        new_queues: list[QueueRecord] = []
-        custom: list[CustomEntry] = []
-        rows: list[JobRow] = []
-        deps = Deps()
-        for i, (req, checked, uid) in enumerate(zip(reqs, verdicts, uids, strict=True)):
-            row, _text, _until = adm._build(req, cast("Checked", checked), now, new_queues, custom, uid, deps, i)
-            rows.append(row)
+        rows, new_queues, custom, deps = adm.build_rows(reqs, verdicts, uids, now)
         depends_on: dict[int, list[bytes]] = {}
         for i in order:  # topological: the store plans a node's parents of the call before it
             ids = [uids[p].bytes for p in parents[i]]

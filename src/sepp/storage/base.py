@@ -338,7 +338,15 @@ class Store(Protocol):
         """Apply acks/nacks in one commit; one result per item, in order (``transitions.settle``
         decides each). An ack's ``result`` is written by the statement that completes its job
         (never a write of its own); one longer than its queue's ``max_result_bytes``
-        (``policy``) is not applied: the attempt is retried instead (``transitions.result_refused``)."""
+        (``policy``) is not applied: the attempt is retried instead (``transitions.result_refused``).
+
+        An ack's ``children`` (``domain.children.Children``) are stored by the same commit,
+        before the statement that completes its job: in the job's workflow (it takes
+        ``children.workflow_id`` when it has none), and the job's dependents made to wait for
+        ``children.targets`` instead of it. When a child's ``depends_on`` names no stored job,
+        nothing of them is written and the attempt is failed instead
+        (``domain.children.refused_children``: retried, the reason in its history). A refused
+        or repeated ack stores none."""
 
     async def extend(self, job_id: bytes, lease_id: bytes, now: int, expires_at: int,
                      clock: Clock | None = None, progress: str | None = None) -> ExtendResult:

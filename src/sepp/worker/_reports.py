@@ -88,13 +88,16 @@ class Reports:
                started: float) -> None:
         """The handler is done: tell ``span`` (tracing's ``Process``, or ``None``) the
         outcome and ``error``, and queue ``outcome`` for ``job`` (the report is made when
-        its verdict comes back). ``started`` is the ``time.perf_counter()`` reading taken
+        its verdict comes back; an ack carries the children the handler enqueued,
+        ``Job.enqueue_children``: a failure drops them). ``started`` is the ``time.perf_counter()`` reading taken
         when the handler started (seconds). Its slot goes to the next job while the outcome
         is settled in the background (queued before anything else runs; a stop waits for
         its verdict)."""
         if span is not None:
             span.outcome(outcome.kind, error, outcome.error_message)
         duration = _perf_counter() - started
+        if job._children is not None and outcome.kind == "completed":  # they travel with the ack
+            outcome = replace(outcome, children=job._children)
         self._keeper.untrack(job)
         self.stats[outcome.kind] += 1
         self.settling += 1

@@ -364,7 +364,7 @@ class Settler:
         constant prefix, its job id, a constant separator and its lease id (``_ACK_HEAD``) —
         with its result after them when it has one (the ``Payload`` field: the result's bytes
         in its framing for its label and size, ``_result_frame``, made once) — a third of the cost of
-        ``items.add().ack`` and the field writes. Any other item is serialized by protobuf
+        ``items.add().ack`` and the field writes. Any other item (an ack with children too) is serialized by protobuf
         (``Outcome.fill``) and framed as an ``items`` entry; a repeated field's entries
         concatenate (the protobuf encoding)."""
         parts: list[bytes] = []
@@ -374,7 +374,7 @@ class Settler:
             if outcome.kind == "completed":
                 job = job_id.encode()
                 lease = lease_id.encode()
-                if len(job) == _UUID_TEXT == len(lease):
+                if len(job) == _UUID_TEXT == len(lease) and outcome.children is None:
                     result = outcome.result
                     if result is None:
                         extend((_ACK_HEAD, job, _ACK_LEASE, lease))

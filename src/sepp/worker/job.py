@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json as _json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +18,14 @@ from google.protobuf import timestamp_pb2
 
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.attempts import Attempt
-from sepp.hard_limits import MAX_PROGRESS_BYTES
+from sepp.hard_limits import MAX_CHILDREN, MAX_PROGRESS_BYTES
 from sepp.wire import CustomPrimitive, custom_map_from_proto
 from sepp.worker._dependencies import present, results
+from sepp.worker.outcome import Children
 
 if TYPE_CHECKING:
     from sepp.request.outcomes import JobOutcome
+    from sepp.request.workflow import NodeSpec
     from sepp.worker._dependencies import DependencyReader
 
 UTC = dt.UTC
@@ -74,11 +76,14 @@ class Job:
 
     ``dependency_results()`` / ``dependency_outcomes()`` (and their ``*_async`` twins) read
     the results and outcomes of the jobs it depends on, from the server, when first called.
+    ``enqueue_children`` extends the job's workflow from its handler: the children are sent
+    with the ack and stored in its commit, and the jobs that depend on this one wait for them
+    (docs/workflows.md "A running job extends its workflow").
     """
 
-    __slots__ = ("__weakref__", "_custom", "_dep_outcomes", "_dependencies", "_history", "_job", "_lease_expires",
-                 "_on_progress", "_reserved_at", "_trace", "cancel_requested", "lease_id", "lease_lost", "progress",
-                 "reservation")
+    __slots__ = ("__weakref__", "_children", "_custom", "_dep_outcomes", "_dependencies", "_history", "_job",
+                 "_lease_expires", "_on_progress", "_reserved_at", "_trace", "cancel_requested", "lease_id",
+                 "lease_lost", "progress", "reservation")
 
     def __init__(self, reservation: wpb.Reservation, reserved_at: float = 0.0,
                  on_progress: Callable[[Job], None] | None = None,
@@ -103,6 +108,53 @@ class Job:
         #: server reserved, which has none); what it read, kept for the next ask.
         self._dependencies = dependencies
         self._dep_outcomes: dict[str, JobOutcome | None] | None = None
+        #: What ``enqueue_children`` collected (None: nothing), sent with the ack.
+        self._children: Children | None = None
+
+    def enqueue_children(self, requests: Iterable[NodeSpec], then: NodeSpec | None = None) -> None:
+        """Add jobs to this job's workflow: ``requests`` (each an ``EnqueueRequest`` or a task
+        signature, ``task.s(...)``) and, optionally, ``then``, a callback that runs once every
+        child completed. Nothing is sent now: they travel with this attempt's ack and are
+        stored in its commit, so they exist only if the handler then returns (completing the
+        job) — a handler that raises, a failed or refused ack, a lost lease or a crash stores
+        none, and the next attempt starts from nothing (docs/workflows.md "A running job
+        extends its workflow").
+
+        Once stored, the children belong to the job's workflow (one is made for a job
+        enqueued alone), and every job that depends on this one waits for the children — for
+        ``then`` when given — instead of this job: it runs after them, exactly once, by its
+        own ``on_dependency_failure`` when one of them fails. A child may carry its own
+        ``depends_on`` (stored jobs). Calls add up: the children of every call, at most one
+        ``then`` (it waits for all of them).
+
+        The server checks each child as an enqueue when the ack arrives; a child it refuses
+        (too large a payload, an unknown queue in strict mode, a ``depends_on`` id of no job)
+        fails this attempt instead of completing it — retried per the queue's policy, the
+        refusal in the job's history and the worker's log — and stores no child.
+
+        Raises ``TypeError`` for a child that is not a request or signature, ``ValueError``
+        for one with an idempotency key (the ack is stored once: a child needs none), for a
+        second ``then``, or past 1,000 children in all (``then`` counts), and
+        ``RuntimeError`` for a job run in-process (eager mode: no ack to carry them). Nothing
+        is added when it raises.
+        """
+        if not self.lease_id:
+            raise RuntimeError("enqueue_children needs a job reserved from a server (in eager mode there is no ack "
+                               "to carry the children)")
+        mine = self._children
+        if then is not None and mine is not None and mine.then is not None:
+            raise ValueError("this job already has a `then` callback (one per attempt: it waits for every child)")
+        protos = [_child_proto(spec) for spec in requests]
+        last = _child_proto(then) if then is not None else None
+        had = 0 if mine is None else len(mine.requests) + (mine.then is not None)
+        total = had + len(protos) + (last is not None)
+        if total > MAX_CHILDREN:
+            raise ValueError(f"a job enqueues at most {MAX_CHILDREN} children per attempt (its `then` included); "
+                             f"this call would make {total}")
+        if mine is None:
+            self._children = Children(tuple(protos), last)
+        else:
+            self._children = Children((*mine.requests, *protos), mine.then if last is None else last)
 
     def set_progress(self, value: Any) -> None:
         """Report how far the handler got: ``value`` is any JSON-encodable value — a fraction
@@ -313,6 +365,19 @@ class Job:
     def __repr__(self) -> str:
         return (f"Job(id={self.id!r}, queue={self.queue!r}, job_type={self.job_type!r}, "
                 f"attempt={self.attempt}/{self.max_attempts})")
+
+
+def _child_proto(spec: NodeSpec) -> Any:
+    """The wire request of a child ``spec``; ``TypeError`` / ``ValueError`` (an idempotency
+    key) as ``Job.enqueue_children`` says. (The request builders are loaded on first use: a
+    worker that never enqueues children does not load them.)"""
+    from sepp.request.workflow import as_request
+
+    req = as_request(spec)
+    if req.idempotency_key:
+        raise ValueError(f"a child job has no idempotency key (got {req.idempotency_key!r}): the ack that stores "
+                         "it is stored once")
+    return req.to_proto()
 
 
 def detached_job(job_id: str, queue: str, job_type: str, payload: bytes, encoding: str, *,

@@ -74,7 +74,8 @@ class DeadLetter(Exception):
 class Outcome:
     """The settle a finished job gets: ``kind``, the delay for ``retry_after`` (seconds),
     the dead-letter ``reason`` and the error (message, detail) for the attempt history; for
-    ``completed``, the job's ``result`` (bytes, None = none) and its ``result_encoding``."""
+    ``completed``, the job's ``result`` (bytes, None = none) and its ``result_encoding``, and
+    the ``children`` its handler enqueued (``Job.enqueue_children``; None = none)."""
 
     kind: OutcomeKind
     delay: float | None = None
@@ -83,6 +84,7 @@ class Outcome:
     error_detail: str = ""
     result: bytes | None = None
     result_encoding: str = ""
+    children: Children | None = None
 
     @property
     def error(self) -> str:
@@ -106,6 +108,10 @@ class Outcome:
                 result = ack.result
                 result.data = self.result
                 result.encoding = self.result_encoding
+            if self.children is not None:
+                ack.children.extend(self.children.requests)
+                if self.children.then is not None:
+                    ack.then.CopyFrom(self.children.then)
             return
         item.nack.CopyFrom(self._nack(job_id, lease_id))
 
@@ -130,6 +136,16 @@ class Outcome:
 COMPLETED = Outcome("completed")
 
 
+@dataclass(frozen=True, slots=True)
+class Children:
+    """What a handler gave ``Job.enqueue_children``: the wire ``requests`` of its children in
+    order, and of the callback ``then`` (None = none); sent with the ack
+    (``AckRequest.children``, ``AckRequest.then``)."""
+
+    requests: tuple[Any, ...]
+    then: Any = None
+
+
 class _OutcomeDraft:
     """``Outcome``'s layout with a plain ``__setattr__`` (``_acked``): a slot store each field,
     where a frozen dataclass's ``__init__`` calls ``object.__setattr__`` per field (a quarter
@@ -143,6 +159,7 @@ class _OutcomeDraft:
     error_detail: str
     result: bytes | None
     result_encoding: str
+    children: Children | None
 
 
 _new = object.__new__
@@ -158,6 +175,7 @@ def _acked(data: bytes, encoding: str) -> Outcome:
     draft.reason = draft.error_message = draft.error_detail = ""
     draft.result = data
     draft.result_encoding = encoding
+    draft.children = None
     draft.__class__ = Outcome  # type: ignore[assignment]
     return draft  # type: ignore[return-value]
 
@@ -255,5 +273,5 @@ def released(why: str) -> Outcome:
     return Outcome("released", error_message=why)
 
 
-__all__ = ["COMPLETED", "DeadLetter", "Outcome", "OutcomeKind", "Retry", "describe", "no_handler",
+__all__ = ["COMPLETED", "Children", "DeadLetter", "Outcome", "OutcomeKind", "Retry", "describe", "no_handler",
            "outcome_for_exception", "released", "returned"]

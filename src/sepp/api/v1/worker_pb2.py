@@ -28,7 +28,7 @@ from sepp.api.v1 import common_pb2 as sepp_dot_api_dot_v1_dot_common__pb2
 from sepp.api.v1 import producer_pb2 as sepp_dot_api_dot_v1_dot_producer__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18sepp/api/v1/worker.proto\x12\x0bsepp.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18sepp/api/v1/common.proto\x1a\x1asepp/api/v1/producer.proto\"\xdc\x01\n\x0eReserveRequest\x12\x0e\n\x06queues\x18\x01 \x03(\t\x12\x10\n\x08max_jobs\x18\x02 \x01(\x05\x12\x31\n\x0elease_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x13\n\x0b\x63oncurrency\x18\x06 \x01(\x05\x12\x16\n\x0e\x63lient_version\x18\x07 \x01(\t\x12\x0c\n\x04host\x18\x08 \x01(\t\"\x85\x01\n\x0bReservation\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.sepp.api.v1.Job\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\"\xc4\x01\n\x0fReserveResponse\x12.\n\x0creservations\x18\x01 \x03(\x0b\x32\x18.sepp.api.v1.Reservation\x12J\n\x10max_result_bytes\x18\x02 \x03(\x0b\x32\x30.sepp.api.v1.ReserveResponse.MaxResultBytesEntry\x1a\x35\n\x13MaxResultBytesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"g\n\nAckRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12$\n\x06result\x18\x04 \x01(\x0b\x32\x14.sepp.api.v1.Payload\"\r\n\x0b\x41\x63kResponse\"+\n\x08JobError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\x9e\x02\n\x0bNackRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12,\n\x05retry\x18\x03 \x01(\x0b\x32\x1b.sepp.api.v1.RetryDirectiveH\x00\x12\x30\n\x0bretry_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12\x15\n\x0b\x64\x65\x61\x64_letter\x18\x05 \x01(\tH\x00\x12\x30\n\x07release\x18\x06 \x01(\x0b\x32\x1d.sepp.api.v1.ReleaseDirectiveH\x00\x12$\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x15.sepp.api.v1.JobError\x12\x11\n\tworker_id\x18\x08 \x01(\tB\x0b\n\tdirective\"\x10\n\x0eRetryDirective\"\x12\n\x10ReleaseDirective\"`\n\x0cNackResponse\x12$\n\x05state\x18\x01 \x01(\x0e\x32\x15.sepp.api.v1.JobState\x12*\n\x06run_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9b\x01\n\x12\x45xtendLeaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12,\n\textend_by\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x15\n\x08progress\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x0b\n\t_progress\"e\n\x13\x45xtendLeaseResponse\x12\x34\n\x10lease_expires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"f\n\nSettleItem\x12&\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x17.sepp.api.v1.AckRequestH\x00\x12(\n\x04nack\x18\x02 \x01(\x0b\x32\x18.sepp.api.v1.NackRequestH\x00\x42\x06\n\x04kind\"J\n\rSettleRequest\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.sepp.api.v1.SettleItem\x12\x11\n\tworker_id\x18\x02 \x01(\t\"\x99\x01\n\x0cSettleResult\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x14\n\x0c\x65rror_reason\x18\x02 \x01(\t\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.sepp.api.v1.JobState\x12*\n\x06run_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"<\n\x0eSettleResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.sepp.api.v1.SettleResult\":\n\x14StopReservingRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07stopped\x18\x02 \x01(\x08\"&\n\x15StopReservingResponse\x12\r\n\x05woken\x18\x01 \x01(\x05\"M\n\x19\x44\x65pendencyOutcomesRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x05\"V\n\x1a\x44\x65pendencyOutcomesResponse\x12\r\n\x05total\x18\x01 \x01(\x05\x12)\n\x08outcomes\x18\x02 \x03(\x0b\x32\x17.sepp.api.v1.JobOutcome2\xa0\x04\n\rWorkerService\x12\x44\n\x07Reserve\x12\x1b.sepp.api.v1.ReserveRequest\x1a\x1c.sepp.api.v1.ReserveResponse\x12\x38\n\x03\x41\x63k\x12\x17.sepp.api.v1.AckRequest\x1a\x18.sepp.api.v1.AckResponse\x12;\n\x04Nack\x12\x18.sepp.api.v1.NackRequest\x1a\x19.sepp.api.v1.NackResponse\x12P\n\x0b\x45xtendLease\x12\x1f.sepp.api.v1.ExtendLeaseRequest\x1a .sepp.api.v1.ExtendLeaseResponse\x12\x41\n\x06Settle\x12\x1a.sepp.api.v1.SettleRequest\x1a\x1b.sepp.api.v1.SettleResponse\x12V\n\rStopReserving\x12!.sepp.api.v1.StopReservingRequest\x1a\".sepp.api.v1.StopReservingResponse\x12\x65\n\x12\x44\x65pendencyOutcomes\x12&.sepp.api.v1.DependencyOutcomesRequest\x1a\'.sepp.api.v1.DependencyOutcomesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18sepp/api/v1/worker.proto\x12\x0bsepp.api.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18sepp/api/v1/common.proto\x1a\x1asepp/api/v1/producer.proto\"\xdc\x01\n\x0eReserveRequest\x12\x0e\n\x06queues\x18\x01 \x03(\t\x12\x10\n\x08max_jobs\x18\x02 \x01(\x05\x12\x31\n\x0elease_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x13\n\x0b\x63oncurrency\x18\x06 \x01(\x05\x12\x16\n\x0e\x63lient_version\x18\x07 \x01(\t\x12\x0c\n\x04host\x18\x08 \x01(\t\"\x85\x01\n\x0bReservation\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.sepp.api.v1.Job\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\"\xc4\x01\n\x0fReserveResponse\x12.\n\x0creservations\x18\x01 \x03(\x0b\x32\x18.sepp.api.v1.Reservation\x12J\n\x10max_result_bytes\x18\x02 \x03(\x0b\x32\x30.sepp.api.v1.ReserveResponse.MaxResultBytesEntry\x1a\x35\n\x13MaxResultBytesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xc1\x01\n\nAckRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12$\n\x06result\x18\x04 \x01(\x0b\x32\x14.sepp.api.v1.Payload\x12-\n\x08\x63hildren\x18\n \x03(\x0b\x32\x1b.sepp.api.v1.EnqueueRequest\x12)\n\x04then\x18\x0b \x01(\x0b\x32\x1b.sepp.api.v1.EnqueueRequest\"\r\n\x0b\x41\x63kResponse\"+\n\x08JobError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\x9e\x02\n\x0bNackRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12,\n\x05retry\x18\x03 \x01(\x0b\x32\x1b.sepp.api.v1.RetryDirectiveH\x00\x12\x30\n\x0bretry_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12\x15\n\x0b\x64\x65\x61\x64_letter\x18\x05 \x01(\tH\x00\x12\x30\n\x07release\x18\x06 \x01(\x0b\x32\x1d.sepp.api.v1.ReleaseDirectiveH\x00\x12$\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x15.sepp.api.v1.JobError\x12\x11\n\tworker_id\x18\x08 \x01(\tB\x0b\n\tdirective\"\x10\n\x0eRetryDirective\"\x12\n\x10ReleaseDirective\"`\n\x0cNackResponse\x12$\n\x05state\x18\x01 \x01(\x0e\x32\x15.sepp.api.v1.JobState\x12*\n\x06run_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9b\x01\n\x12\x45xtendLeaseRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12,\n\textend_by\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworker_id\x18\x04 \x01(\t\x12\x15\n\x08progress\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x0b\n\t_progress\"e\n\x13\x45xtendLeaseResponse\x12\x34\n\x10lease_expires_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x02 \x01(\x08\"f\n\nSettleItem\x12&\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x17.sepp.api.v1.AckRequestH\x00\x12(\n\x04nack\x18\x02 \x01(\x0b\x32\x18.sepp.api.v1.NackRequestH\x00\x42\x06\n\x04kind\"J\n\rSettleRequest\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.sepp.api.v1.SettleItem\x12\x11\n\tworker_id\x18\x02 \x01(\t\"\x99\x01\n\x0cSettleResult\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x14\n\x0c\x65rror_reason\x18\x02 \x01(\t\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12$\n\x05state\x18\x04 \x01(\x0e\x32\x15.sepp.api.v1.JobState\x12*\n\x06run_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"<\n\x0eSettleResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.sepp.api.v1.SettleResult\":\n\x14StopReservingRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07stopped\x18\x02 \x01(\x08\"&\n\x15StopReservingResponse\x12\r\n\x05woken\x18\x01 \x01(\x05\"M\n\x19\x44\x65pendencyOutcomesRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x05\"V\n\x1a\x44\x65pendencyOutcomesResponse\x12\r\n\x05total\x18\x01 \x01(\x05\x12)\n\x08outcomes\x18\x02 \x03(\x0b\x32\x17.sepp.api.v1.JobOutcome2\xa0\x04\n\rWorkerService\x12\x44\n\x07Reserve\x12\x1b.sepp.api.v1.ReserveRequest\x1a\x1c.sepp.api.v1.ReserveResponse\x12\x38\n\x03\x41\x63k\x12\x17.sepp.api.v1.AckRequest\x1a\x18.sepp.api.v1.AckResponse\x12;\n\x04Nack\x12\x18.sepp.api.v1.NackRequest\x1a\x19.sepp.api.v1.NackResponse\x12P\n\x0b\x45xtendLease\x12\x1f.sepp.api.v1.ExtendLeaseRequest\x1a .sepp.api.v1.ExtendLeaseResponse\x12\x41\n\x06Settle\x12\x1a.sepp.api.v1.SettleRequest\x1a\x1b.sepp.api.v1.SettleResponse\x12V\n\rStopReserving\x12!.sepp.api.v1.StopReservingRequest\x1a\".sepp.api.v1.StopReservingResponse\x12\x65\n\x12\x44\x65pendencyOutcomes\x12&.sepp.api.v1.DependencyOutcomesRequest\x1a\'.sepp.api.v1.DependencyOutcomesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,40 +45,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESERVERESPONSE']._serialized_end=716
   _globals['_RESERVERESPONSE_MAXRESULTBYTESENTRY']._serialized_start=663
   _globals['_RESERVERESPONSE_MAXRESULTBYTESENTRY']._serialized_end=716
-  _globals['_ACKREQUEST']._serialized_start=718
-  _globals['_ACKREQUEST']._serialized_end=821
-  _globals['_ACKRESPONSE']._serialized_start=823
-  _globals['_ACKRESPONSE']._serialized_end=836
-  _globals['_JOBERROR']._serialized_start=838
-  _globals['_JOBERROR']._serialized_end=881
-  _globals['_NACKREQUEST']._serialized_start=884
-  _globals['_NACKREQUEST']._serialized_end=1170
-  _globals['_RETRYDIRECTIVE']._serialized_start=1172
-  _globals['_RETRYDIRECTIVE']._serialized_end=1188
-  _globals['_RELEASEDIRECTIVE']._serialized_start=1190
-  _globals['_RELEASEDIRECTIVE']._serialized_end=1208
-  _globals['_NACKRESPONSE']._serialized_start=1210
-  _globals['_NACKRESPONSE']._serialized_end=1306
-  _globals['_EXTENDLEASEREQUEST']._serialized_start=1309
-  _globals['_EXTENDLEASEREQUEST']._serialized_end=1464
-  _globals['_EXTENDLEASERESPONSE']._serialized_start=1466
-  _globals['_EXTENDLEASERESPONSE']._serialized_end=1567
-  _globals['_SETTLEITEM']._serialized_start=1569
-  _globals['_SETTLEITEM']._serialized_end=1671
-  _globals['_SETTLEREQUEST']._serialized_start=1673
-  _globals['_SETTLEREQUEST']._serialized_end=1747
-  _globals['_SETTLERESULT']._serialized_start=1750
-  _globals['_SETTLERESULT']._serialized_end=1903
-  _globals['_SETTLERESPONSE']._serialized_start=1905
-  _globals['_SETTLERESPONSE']._serialized_end=1965
-  _globals['_STOPRESERVINGREQUEST']._serialized_start=1967
-  _globals['_STOPRESERVINGREQUEST']._serialized_end=2025
-  _globals['_STOPRESERVINGRESPONSE']._serialized_start=2027
-  _globals['_STOPRESERVINGRESPONSE']._serialized_end=2065
-  _globals['_DEPENDENCYOUTCOMESREQUEST']._serialized_start=2067
-  _globals['_DEPENDENCYOUTCOMESREQUEST']._serialized_end=2144
-  _globals['_DEPENDENCYOUTCOMESRESPONSE']._serialized_start=2146
-  _globals['_DEPENDENCYOUTCOMESRESPONSE']._serialized_end=2232
-  _globals['_WORKERSERVICE']._serialized_start=2235
-  _globals['_WORKERSERVICE']._serialized_end=2779
+  _globals['_ACKREQUEST']._serialized_start=719
+  _globals['_ACKREQUEST']._serialized_end=912
+  _globals['_ACKRESPONSE']._serialized_start=914
+  _globals['_ACKRESPONSE']._serialized_end=927
+  _globals['_JOBERROR']._serialized_start=929
+  _globals['_JOBERROR']._serialized_end=972
+  _globals['_NACKREQUEST']._serialized_start=975
+  _globals['_NACKREQUEST']._serialized_end=1261
+  _globals['_RETRYDIRECTIVE']._serialized_start=1263
+  _globals['_RETRYDIRECTIVE']._serialized_end=1279
+  _globals['_RELEASEDIRECTIVE']._serialized_start=1281
+  _globals['_RELEASEDIRECTIVE']._serialized_end=1299
+  _globals['_NACKRESPONSE']._serialized_start=1301
+  _globals['_NACKRESPONSE']._serialized_end=1397
+  _globals['_EXTENDLEASEREQUEST']._serialized_start=1400
+  _globals['_EXTENDLEASEREQUEST']._serialized_end=1555
+  _globals['_EXTENDLEASERESPONSE']._serialized_start=1557
+  _globals['_EXTENDLEASERESPONSE']._serialized_end=1658
+  _globals['_SETTLEITEM']._serialized_start=1660
+  _globals['_SETTLEITEM']._serialized_end=1762
+  _globals['_SETTLEREQUEST']._serialized_start=1764
+  _globals['_SETTLEREQUEST']._serialized_end=1838
+  _globals['_SETTLERESULT']._serialized_start=1841
+  _globals['_SETTLERESULT']._serialized_end=1994
+  _globals['_SETTLERESPONSE']._serialized_start=1996
+  _globals['_SETTLERESPONSE']._serialized_end=2056
+  _globals['_STOPRESERVINGREQUEST']._serialized_start=2058
+  _globals['_STOPRESERVINGREQUEST']._serialized_end=2116
+  _globals['_STOPRESERVINGRESPONSE']._serialized_start=2118
+  _globals['_STOPRESERVINGRESPONSE']._serialized_end=2156
+  _globals['_DEPENDENCYOUTCOMESREQUEST']._serialized_start=2158
+  _globals['_DEPENDENCYOUTCOMESREQUEST']._serialized_end=2235
+  _globals['_DEPENDENCYOUTCOMESRESPONSE']._serialized_start=2237
+  _globals['_DEPENDENCYOUTCOMESRESPONSE']._serialized_end=2323
+  _globals['_WORKERSERVICE']._serialized_start=2326
+  _globals['_WORKERSERVICE']._serialized_end=2870
 # @@protoc_insertion_point(module_scope)

@@ -175,6 +175,8 @@ class AckRequest(_message.Message):
     LEASE_ID_FIELD_NUMBER: _builtins.int
     WORKER_ID_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
+    CHILDREN_FIELD_NUMBER: _builtins.int
+    THEN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     lease_id: _builtins.str
     worker_id: _builtins.str
@@ -190,6 +192,25 @@ class AckRequest(_message.Message):
         attempt — with the reason in the job's history. encoding ≤ max_encoding_bytes, no NUL.
         """
 
+    @_builtins.property
+    def children(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.EnqueueRequest]:
+        """Optional: jobs the handler enqueued from this attempt (Job.enqueue_children), stored in
+        the same commit as the completion — none when the ack is refused or the attempt fails.
+        They join the job's workflow (one is made when it has none), and the jobs that depend on
+        this job wait for them (for `then` when it is set) instead of it. Each is validated as an
+        Enqueue; it may carry depends_on (stored jobs) but no idempotency_key. Together with
+        `then` at most 1,000. A child that would be rejected (or a depends_on id of no stored
+        job) refuses the ack with that child's rejection (field children[i]. or then., or
+        INVALID_ARGUMENT on field children past 1,000; in a Settle, that item's error_reason),
+        and the attempt is failed instead as for RESULT_TOO_LARGE, the reason in its history.
+        """
+
+    @_builtins.property
+    def then(self) -> _common_pb2.EnqueueRequest:
+        """Optional: a callback job that runs once every child completed (it depends on all of
+        them, with its own on_dependency_failure; its own depends_on may add stored jobs).
+        """
+
     def __init__(
         self,
         *,
@@ -197,10 +218,12 @@ class AckRequest(_message.Message):
         lease_id: _builtins.str = ...,
         worker_id: _builtins.str = ...,
         result: _common_pb2.Payload | None = ...,
+        children: _abc.Iterable[_common_pb2.EnqueueRequest] | None = ...,
+        then: _common_pb2.EnqueueRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result", "then", b"then"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "lease_id", b"lease_id", "result", b"result", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "job_id", b"job_id", "lease_id", b"lease_id", "result", b"result", "then", b"then", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,6 +18,7 @@ from sepp.domain.store_errors import StoreError
 from sepp.domain.transitions import result_refused, result_too_large_message
 from sepp.limits import MAX_LEASE, MAX_SETTLE_BATCH, MIN_LEASE
 from sepp.rejections import Reason, RejectionCode
+from sepp.server.children import store_refusal
 from sepp.server.engine import JobEngine
 from sepp.server.errors import EngineError, InvalidRequest, JobRejected
 from sepp.server.fast_rows import ack_params, ack_params_of, result_ack_params
@@ -254,12 +255,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         RESULT_TOO_LARGE (field ``result.data``, limit, actual), the attempt failed instead."""
         try:
             params = settle_params(request, self._clock_now(), self.max_detail, self.max_delay, self.max_encoding)
+            refused = None
+            if request.children or request.HasField("then"):
+                params, refused = await self._with_children(params, request)
             result = await self.engine.settle_one(params)
-            if result_refused(params, result):
-                size, limit = len(params.result or b""), self._policy_for(result.queue).max_result_bytes
-                raise JobRejected(pb.Rejection(code=_RESULT_TOO_LARGE_CODE,  # type: ignore[arg-type]
-                                               field="result.data", limit=limit, actual=size,
-                                               message=_refusal_text(result.queue, size, limit)))
+            if refused is not None or ((params.result is not None or params.children is not None)
+                                       and result_refused(params, result)):
+                raise JobRejected(self._refusal(params, result, refused))
+            if params.children is not None:
+                self.engine.children_told([params], [result])
         except (EngineError, StoreError) as exc:
             if request.worker_id and isinstance(exc, JobRejected):
                 self.workers.called(request.worker_id, failed=1)
@@ -267,6 +271,25 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         if request.worker_id:
             self.workers.called(request.worker_id, completed=1)
         return wpb.AckResponse()
+
+    async def _with_children(self, params: SettleParams, ack: wpb.AckRequest
+                             ) -> tuple[SettleParams, pb.Rejection | None]:
+        """``params`` (an ack) with the children of ``ack`` (``JobEngine.attach_children``):
+        the ack carrying them, or the failed attempt it becomes and the child's rejection."""
+        then = ack.then if ack.HasField("then") else None
+        return await self.engine.attach_children(params, ack.children, then)
+
+    def _refusal(self, p: SettleParams, r: SettleResult, refused: pb.Rejection | None) -> pb.Rejection:
+        """Why the ack ``p`` did not complete its job although applied (``r``): its result
+        over the queue's max_result_bytes (RESULT_TOO_LARGE, judged first by the store), a
+        child refused before the settle (``refused``), or its children refused by the store."""
+        if p.result is not None:
+            size, limit = len(p.result), self._policy_for(r.queue).max_result_bytes
+            if size > limit:
+                return pb.Rejection(code=_RESULT_TOO_LARGE_CODE,  # type: ignore[arg-type]
+                                    field="result.data", limit=limit, actual=size,
+                                    message=_refusal_text(r.queue, size, limit))
+        return refused if refused is not None else store_refusal()
 
     async def Nack(self, request: wpb.NackRequest, context: Context) -> wpb.NackResponse:
         try:
@@ -322,11 +345,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         params = []
         slots: list[int] = []
         bad: dict[int, str] = {}
+        rejected: dict[int, pb.Rejection] = {}  # acks whose children were refused before the settle
         for i, item in enumerate(request.items):
             kind = item.WhichOneof("kind")
             if kind == "ack":  # the common case, inline: two id parses and a tuple
                 a = item.ack
                 jid, lid = job_id_bytes(a.job_id), job_id_bytes(a.lease_id)
+                if a.children or a.HasField("then"):
+                    jid = None  # the full path below, then its children
                 if jid is not None and lid is not None:
                     if not a.HasField("result"):
                         params.append(ack_params(jid, lid, now))
@@ -345,6 +371,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             except InvalidRequest as exc:
                 bad[i] = str(exc)
                 continue
+            if kind == "ack" and (item.ack.children or item.ack.HasField("then")):
+                p, refused = await self._with_children(p, item.ack)
+                if refused is not None:
+                    rejected[i] = refused
             params.append(p)
             slots.append(i)
             if p.result is not None and len(self._good_labels) < _LABELS_KEPT:
@@ -353,6 +383,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             results = await self.engine.settle(params) if params else []
         except (EngineError, StoreError) as exc:
             await abort_for(context, exc)
+        if rejected or any(p.children is not None for p in params):
+            self.engine.children_told(params, results)
         if not bad:
             done = sum(1 for r in results if r.error is None and r.state == _COMPLETED)
             if done == len(results):  # every item an ack that completed its job (none refused)
@@ -371,10 +403,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 continue
             r = by_slot[i]
             p = by_param[i]
-            if p.result is not None and result_refused(p, r):  # the attempt failed instead: where it went
-                size, limit = len(p.result), self._policy_for(r.queue).max_result_bytes
-                res = add(ok=False, error_reason=_RESULT_TOO_LARGE, error_message=_refusal_text(r.queue, size, limit),
-                          state=r.state)
+            if (i in rejected and r.error is None) or ((p.result is not None or p.children is not None)
+                                                       and result_refused(p, r)):
+                # The attempt failed instead: why, and where it went.
+                why = self._refusal(p, r, rejected.get(i))
+                res = add(ok=False, error_reason=RejectionCode.from_wire(why.code).reason,
+                          error_message=why.message, state=r.state)
                 if r.state in _BACK:
                     set_ts(res.run_at, r.run_at)
                 continue
@@ -453,8 +487,7 @@ _COMPLETED = int(State.COMPLETED)
 _RELEASE = SettleKind.RELEASE
 #: Result encoding labels a ``WorkerServicer`` keeps as checked, at most.
 _LABELS_KEPT = 64
-#: The wire reason and code number of a refused result (the rejection catalogue's ResultTooLarge).
-_RESULT_TOO_LARGE = RejectionCode.RESULT_TOO_LARGE.reason
+#: The wire code number of a refused result (the rejection catalogue's ResultTooLarge).
 _RESULT_TOO_LARGE_CODE = RejectionCode.RESULT_TOO_LARGE.to_wire()
 
 

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import operator
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from sepp.domain.children import refused_children
 from sepp.domain.clock import Clock
 from sepp.domain.params import ExtendResult, SettleParams, SettleResult, granted_expiry
 from sepp.domain.policy import PolicyLookup, PolicyTable
 from sepp.domain.states import State
-from sepp.domain.transitions import Decision, completed_purge_at, lease_error, needs_jitter, settle
+from sepp.domain.transitions import Decision, completed_purge_at, lease_error, nack, needs_jitter, settle
 from sepp.storage.errors import StoreError
+from sepp.storage.postgres.children import Placed, store_children
 from sepp.storage.postgres.committer import Tx, notify_in
 from sepp.storage.postgres.sql import Q
 from sepp.storage.postgres.sql import rowcount as _count
@@ -44,8 +46,11 @@ async def _apply(tx: Tx, seq: int, lease_id: bytes, queue: str, d: Decision, p: 
         tx.wake(queue)
 
 
-async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleResult:
-    """Judge (``transitions.settle``) and apply one ack or nack, the row locked meanwhile."""
+async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup,
+                     placed: Mapping[bytes, Placed] | None = None) -> SettleResult:
+    """Judge (``transitions.settle``) and apply one ack or nack, the row locked meanwhile. An
+    ack with children stores them first (``children.store_children``; ``placed``: job id →
+    its children's seqs), or fails the attempt when they are refused."""
     found = await tx.conn.fetchrow(Q["settle_lookup"], p.job_id)
     row = None if found is None else LeaseLookup._make(found)
     rand = random.uniform(-1.0, 1.0) if needs_jitter(p) else 0.0
@@ -53,6 +58,11 @@ async def settle_one(tx: Tx, p: SettleParams, policy: PolicyLookup) -> SettleRes
     if isinstance(verdict, SettleResult):
         return verdict
     assert row is not None
+    if p.children is not None and verdict.entry is None:  # an ack with children, about to complete
+        assert placed is not None
+        refusal = await store_children(tx, row.seq, p.children, placed[p.job_id], p.now)
+        if refusal is not None:  # nothing stored: the attempt fails instead
+            verdict = nack(row.held(), refused_children(p, refusal), policy(row.queue), rand)
     await _apply(tx, row.seq, p.lease_id, row.queue, verdict, p, policy(row.queue).wake_on_settle)
     return verdict.result(row.queue, row.started_at, row.job_type)
 
@@ -64,16 +74,19 @@ class SettleEachOp:
     and wait for each other instead of deadlocking (each deadlock cost deadlock_timeout,
     1 s, before the committer's retry)."""
 
-    __slots__ = ("items", "policy")
+    __slots__ = ("items", "placed", "policy")
 
-    def __init__(self, items: Sequence[SettleParams], policy: PolicyLookup) -> None:
+    def __init__(self, items: Sequence[SettleParams], policy: PolicyLookup,
+                 placed: Mapping[bytes, Placed] | None = None) -> None:
         self.items, self.policy = items, policy
+        #: Job id → the seqs of the children its ack carries (``settle_one``).
+        self.placed = placed
 
     async def __call__(self, tx: Tx) -> list[SettleResult]:
         items = self.items
         results: list[SettleResult | None] = [None] * len(items)
         for i in sorted(range(len(items)), key=lambda i: items[i].job_id):  # stable: a job's items in order
-            results[i] = await settle_one(tx, items[i], self.policy)
+            results[i] = await settle_one(tx, items[i], self.policy, self.placed)
         return results  # type: ignore[return-value]  # every index filled above
 
 
@@ -89,11 +102,13 @@ class AckManyOp:
     one, {index: result} of ``others``. When any ack carries a result, ``ack_many_results``
     writes each one's result with its completion."""
 
-    __slots__ = ("acks", "default_keep", "now", "others", "policy")
+    __slots__ = ("acks", "default_keep", "now", "others", "placed", "policy")
 
     def __init__(self, acks: list[SettleParams], others: dict[int, SettleParams], now: int, default_keep: int,
-                 policy: PolicyLookup) -> None:
+                 policy: PolicyLookup, placed: Mapping[bytes, Placed] | None = None) -> None:
         self.acks, self.others, self.now, self.default_keep, self.policy = acks, others, now, default_keep, policy
+        #: Job id → the seqs of the children an ack of ``others`` carries (``settle_one``).
+        self.placed = placed
 
     async def __call__(self, tx: Tx) -> tuple[list[Any], dict[bytes, SettleResult], dict[int, SettleResult]]:
         conn, now = tx.conn, self.now
@@ -110,7 +125,7 @@ class AckManyOp:
         if len(rows) < len(acks):  # a row per completed ack (ids unique): some were not
             acked = {r[_ID] for r in rows}
             refused = {p.job_id: await settle_one(tx, p, self.policy) for p in acks if p.job_id not in acked}
-        others = {i: await settle_one(tx, p, self.policy)
+        others = {i: await settle_one(tx, p, self.policy, self.placed)
                   for i, p in sorted(self.others.items(), key=lambda item: item[1].job_id)}
         return rows, refused, others
 

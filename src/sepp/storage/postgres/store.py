@@ -49,6 +49,7 @@ from sepp.storage.errors import StoreFailed, StoreUnavailable
 from sepp.storage.postgres import enqueue, nodes, outcomes, periodic, queue_rows, reserve, settle, sweeps
 from sepp.storage.postgres.admin import PostgresAdmin
 from sepp.storage.postgres.admission import AdmissionSettings, publish
+from sepp.storage.postgres.children import placed_children
 from sepp.storage.postgres.committer import PgCommitter, store_error
 from sepp.storage.postgres.finished import Finished, FinishedNotices
 from sepp.storage.postgres.ids import JobIds
@@ -396,18 +397,22 @@ class PostgresStore(WorkflowParts, WorkflowAdminPg):
         ack = SettleKind.ACK
         acks = [p for p in items if p.kind is ack]
         if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
-            return await self._committer.submit(settle.SettleEachOp(items, policy), len(items))
+            return await self._committer.submit(
+                settle.SettleEachOp(items, policy, await placed_children(acks, self._seqs)), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
         # An ack whose result some queue could refuse is judged one by one (its queue's
-        # limit looked up, the row locked); every other ack of this time is folded.
+        # limit looked up, the row locked), and so is an ack with children; every other ack
+        # of this time is folded.
         floor = result_floor(policy)
-        folded = [p for p in acks if p.now == now and (p.result is None or len(p.result) <= floor)]
+        folded = [p for p in acks
+                  if p.now == now and p.children is None and (p.result is None or len(p.result) <= floor)]
         others = ({} if len(folded) == len(items)  # the common case: every item folded
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now
-                        or (p.result is not None and len(p.result) > floor)})
+                        or p.children is not None or (p.result is not None and len(p.result) > floor)})
+        placed = await placed_children(others.values(), self._seqs) if others else None
         rows, refused, other_results = await self._committer.submit(
-            settle.AckManyOp(folded, others, now, default_keep, policy), len(items))
+            settle.AckManyOp(folded, others, now, default_keep, policy, placed), len(items))
         done = acked_results(rows, now)
         done.update(refused)
         if not others:

@@ -19,9 +19,11 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from sepp.domain.children import refused_children
 from sepp.domain.clock import Clock
 from sepp.domain.params import (
     DAMAGED_ROW,
+    Children,
     ExtendResult,
     ReserveParams,
     SettleKind,
@@ -33,7 +35,7 @@ from sepp.domain.params import (
 from sepp.domain.policy import PolicyLookup
 from sepp.domain.records import Dedups, JobRow, QueueRecord
 from sepp.domain.states import State
-from sepp.domain.transitions import Decision, completed_purge_at, lease_error, needs_jitter, settle
+from sepp.domain.transitions import Decision, completed_purge_at, lease_error, nack, needs_jitter, settle
 from sepp.quoting import clip
 from sepp.storage.dependencies import CANCEL, DependsOn, Found, OnFailure, failure_reason, missing_of, packed, plan
 from sepp.storage.errors import DependencyMissing, StoreError
@@ -96,12 +98,7 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
     policy, ``storage.dependencies``)."""
     states: dict[bytes, Found] = {}
     if depends_on:
-        for ids in depends_on.values():
-            for dep in ids:
-                if dep not in states:
-                    hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
-                    if hit is not None:
-                        states[dep] = Found(*hit)
+        states = stored_found(conn, depends_on)
         missing = missing_of(depends_on, states)
         if missing:
             raise DependencyMissing(missing)
@@ -136,6 +133,20 @@ def enqueue_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now: int, new
             custom = [e for e in custom if e[0] not in gone]
         conn.executemany(Q["insert_custom"], custom)
     return dedups
+
+
+def stored_found(conn: sqlite3.Connection, depends_on: DependsOn) -> dict[bytes, Found]:
+    """{id: what ``dependencies.plan`` reads of it} for each id of ``depends_on`` that is a
+    stored job (one ``dep_lookup`` per distinct id); an id of no job is left out
+    (``missing_of`` names it)."""
+    found: dict[bytes, Found] = {}
+    for ids in depends_on.values():
+        for dep in ids:
+            if dep not in found:
+                hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
+                if hit is not None:
+                    found[dep] = Found(*hit)
+    return found
 
 
 def defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, Found],
@@ -340,25 +351,40 @@ def _apply(conn: sqlite3.Connection, seq: int, lease_id: bytes, d: Decision, p: 
         raise StoreError(f"settle of job seq {seq} found its lease gone")
 
 
-def settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup) -> SettleResult:
-    """Judge and apply one ack or nack (``transitions.settle``)."""
+#: Stores an ack's children before its completion (``children.store_children``): given the
+#: connection, the job's seq, the children and the time; None when stored, else why not.
+ChildWriter = Callable[[sqlite3.Connection, int, Children, int], "str | None"]
+
+
+def settle_one(conn: sqlite3.Connection, p: SettleParams, policy: PolicyLookup,
+               children: ChildWriter | None = None) -> SettleResult:
+    """Judge and apply one ack or nack (``transitions.settle``). An ack with children stores
+    them first through ``children`` (the store passes ``children.store_children`` whenever an
+    item may carry some), or fails the attempt when they are refused."""
     row = _lookup(conn, p.job_id)
     rand = random.uniform(-1.0, 1.0) if needs_jitter(p) else 0.0
     verdict = settle(None if row is None else row.held(), p, policy, rand)
     if isinstance(verdict, SettleResult):
         return verdict
     assert row is not None
+    if p.children is not None and verdict.entry is None:  # an ack with children, about to complete
+        assert children is not None
+        refusal = children(conn, row.seq, p.children, p.now)
+        if refusal is not None:  # nothing stored: the attempt fails instead
+            verdict = nack(row.held(), refused_children(p, refusal), policy(row.queue), rand)
     _apply(conn, row.seq, p.lease_id, verdict, p)
     return verdict.result(row.queue, row.started_at, row.job_type)
 
 
-def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlite3.Connection) -> list[SettleResult]:
-    """Apply settle items one by one, in request order."""
-    return [settle_one(conn, p, policy) for p in items]
+def settle_each(items: Sequence[SettleParams], policy: PolicyLookup, conn: sqlite3.Connection,
+                children: ChildWriter | None = None) -> list[SettleResult]:
+    """Apply settle items one by one, in request order (``children``: see ``settle_one``)."""
+    return [settle_one(conn, p, policy, children) for p in items]
 
 
 def ack_many(statements: list[list[object]], others: dict[int, SettleParams], now: int, default_keep: int,
-             policy: PolicyLookup, conn: sqlite3.Connection, results: bool = False
+             policy: PolicyLookup, conn: sqlite3.Connection, results: bool = False,
+             children: ChildWriter | None = None
              ) -> tuple[list[Any], dict[bytes, SettleResult], dict[int, SettleResult]]:
     """Writer side of a batched settle, one transaction: run the ack statements (the
     parameters of ``ack_many_head``: now, default retention, then one (job id, lease id)
@@ -366,7 +392,8 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
     ``ack_many_results_head``: (job id, lease id, result, encoding) per ack, each result
     written by the statement that completes its job); give the jobs of a queue with
     its own completed retention their purge time; apply each ack the statements did not
-    complete (refused or repeated) and each of ``others`` (nacks, by item index) one by one.
+    complete (refused or repeated) and each of ``others`` (nacks, acks with children:
+    ``children`` as for ``settle_one``; by item index) one by one.
 
     Returns the rows of the completed jobs (``AckedRow`` columns), {job id: result} of the
     acks applied one by one, and {item index: result} of ``others``."""
@@ -397,7 +424,7 @@ def ack_many(statements: list[list[object]], others: dict[int, SettleParams], no
                                         result=result,  # type: ignore[arg-type]
                                         result_encoding=encoding or "")  # type: ignore[arg-type]
                     refused[job_id] = settle_one(conn, item, policy)
-    return rows, refused, {i: settle_one(conn, p, policy) for i, p in others.items()}
+    return rows, refused, {i: settle_one(conn, p, policy, children) for i, p in others.items()}
 
 
 def extend_op(job_id: bytes, lease_id: bytes, now: int, expires_at: int, clock: Clock | None,

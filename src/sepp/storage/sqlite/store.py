@@ -59,6 +59,7 @@ from sepp.storage.rows import repair_job
 from sepp.storage.search import CustomEntry
 from sepp.storage.sqlite import ops, outcomes, periodic, sweeps
 from sepp.storage.sqlite.admin import SQLiteAdmin
+from sepp.storage.sqlite.children import store_children
 from sepp.storage.sqlite.committer import Committer, MergeableInsert, Op, Probe
 from sepp.storage.sqlite.lone import BATCH_QUIET, LONE_MAX_JOBS, LoneBusy, LoneWriter
 from sepp.storage.sqlite.one_node import OneNode
@@ -349,13 +350,15 @@ class SQLiteStore(OneNode, WorkflowWrites, WorkflowAdminSQLite):
         acks = [p for p in items if p.kind is ack]
         if len(acks) < 2 or len({p.job_id for p in items}) != len(items):
             # Nothing to fold, or one job twice: apply strictly in request order.
-            return await self._woken(partial(ops.settle_each, items, policy), len(items))
+            return await self._woken(partial(ops.settle_each, items, policy, children=store_children), len(items))
         now = acks[0].now
         default_keep = policy("").completed_retention
         # An ack whose result some queue could refuse is judged one by one (its queue's
-        # limit looked up); every other ack of this time is folded into the statements.
+        # limit looked up), and so is an ack with children; every other ack of this time is
+        # folded into the statements.
         floor = result_floor(policy)
-        folded = [p for p in acks if p.now == now and (p.result is None or len(p.result) <= floor)]
+        folded = [p for p in acks
+                  if p.now == now and p.children is None and (p.result is None or len(p.result) <= floor)]
         results = any(p.result is not None for p in folded)
         # Only what the writer needs crosses to it: the acks as statement parameters (at most
         # ACK_CHUNK per statement: preparing a VALUES list costs more than linearly in its
@@ -376,9 +379,10 @@ class SQLiteStore(OneNode, WorkflowWrites, WorkflowAdminSQLite):
             statements.append(chunk_params)
         others = ({} if len(folded) == len(items)  # the common case: every item folded
                   else {i: p for i, p in enumerate(items) if p.kind is not ack or p.now != now
-                        or (p.result is not None and len(p.result) > floor)})
+                        or p.children is not None or (p.result is not None and len(p.result) > floor)})
         rows, refused, other_results = await self._woken(
-            partial(ops.ack_many, statements, others, now, default_keep, policy, results=results), len(items))
+            partial(ops.ack_many, statements, others, now, default_keep, policy, results=results,
+                    children=store_children if others else None), len(items))
         done = acked_results(rows, now)
         done.update(refused)
         if not others:

@@ -42,13 +42,7 @@ def enqueue_workflow_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now:
         if held is not None:
             return WorkflowDedup(bytes(held[0]), unpacked(held[1]))
     stored = stored_dependencies(rows, depends_on)
-    found: dict[bytes, Found] = {}
-    for outside in stored.values():
-        for dep in outside:
-            if dep not in found:
-                hit = conn.execute(Q["dep_lookup"], (dep,)).fetchone()
-                if hit is not None:
-                    found[dep] = Found(*hit)
+    found = ops.stored_found(conn, stored)
     missing = missing_of(stored, found)
     if missing:
         raise DependencyMissing(missing)

@@ -34,7 +34,10 @@ What is checked, per callback (``Problems`` lists each breach):
    that child is DEAD_LETTERED or CANCELLED. It has no ``start`` record (never ran).
 3. **COMPLETED exactly once**: the store completes a job once; the record shows at least one
    ``done``. Runs beyond the first are the at-least-once rule at work, allowed only when cut
-   by the kill: between two ``start`` records of one callback a server was killed.
+   by the kill: for two ``start`` records of one callback, a server was killed before the
+   later start and came back after the earlier attempt was leased (the attempt's
+   ``started_at``). A handler may start after the kill and still lose its lease to it: it
+   was prefetched before, and its lease ran out while the server was away.
 4. **Never started early**: every ``start`` record's time is later than the
    ``finished_at`` of each of its children (the server stamps ``finished_at`` before the
    ack's commit, which is what releases the callback, so a handler that starts earlier ran
@@ -334,10 +337,13 @@ def check_round(cluster: Cluster, chords: dict[int, list[str]], jobs: dict[str, 
             stamped = [last_child - _ts(a.started_at) for a in cb.attempts if _ts(a.started_at) < last_child]
             if stamped:
                 result.stamped_early.append(max(stamped))
+            granted = {a.attempt: _ts(a.started_at) for a in cb.attempts}
             for a, b in itertools.pairwise(starts):
-                if not any(a[2] <= killed_at <= b[2] for killed_at, _ in cluster.kills):
+                # The earlier attempt was leased (granted) before a server went away, and that
+                # server was gone before the later start: its lease could not be kept.
+                if not any(granted.get(a[1], a[2]) <= back and killed <= b[2] for killed, back in cluster.kills):
                     p.append(f"chord {index}: callback started twice (attempts {a[1]}, {b[1]}) with no kill "
-                             f"between")
+                             f"in between ({_story(cb, starts)}; kills {cluster.kills[-2:]})")
             result.reruns += max(0, len(starts) - 1)
         else:
             p.append(f"chord {index}: callback left {pb.JobState.Name(cb.state)} "

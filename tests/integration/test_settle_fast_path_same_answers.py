@@ -1,4 +1,4 @@
-"""Attacks on the Settle fast path (``_all_ack_ids``: the acks' ids read from the request's
+"""Attacks on the Settle fast path (``all_ack_ids``: the acks' ids read from the request's
 wire form) against a real server: every request is sent as raw bytes twice, on two fresh
 sets of jobs — as it is (the fast path when it is all canonical acks) and with an empty
 item appended, which forces the item-by-item path — and the two answers (per item: ok,

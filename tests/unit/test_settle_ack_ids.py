@@ -1,4 +1,4 @@
-"""``_all_ack_ids`` (the Settle hot path): the ids of a Settle of acks with canonical ids,
+"""``all_ack_ids`` (the Settle hot path): the ids of a Settle of acks with canonical ids,
 the bytes ``job_id_bytes`` gives for each, in item order — and None for anything else
 (a nack, an empty item, an id in another form), which the item-by-item path then judges."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from sepp.api.v1 import worker_pb2 as wpb
 from sepp.domain.ids import job_id_bytes
-from sepp.server.rpc.worker import _all_ack_ids
+from sepp.server.rpc.settle_wire import all_ack_ids
 
 IDS = [str(uuid.UUID(int=n * 0x1234567890ABCDEF + 7)) for n in range(1, 9)]
 
@@ -21,7 +21,7 @@ def _acks(*pairs: tuple[str, str]) -> list[wpb.SettleItem]:
 
 def test_the_ids_of_canonical_acks_are_the_bytes_job_id_bytes_gives_in_item_order() -> None:
     pairs = [(IDS[0], IDS[1]), (IDS[2].upper(), IDS[3]), (IDS[4], IDS[5].upper())]
-    raw = _all_ack_ids(wpb.SettleRequest(items=_acks(*pairs), worker_id="w-1"))
+    raw = all_ack_ids(wpb.SettleRequest(items=_acks(*pairs), worker_id="w-1"))
     assert raw == b"".join(job_id_bytes(text) or b"" for pair in pairs for text in pair)
     assert raw is not None and len(raw) == 32 * len(pairs)
 
@@ -43,8 +43,8 @@ def test_the_ids_of_canonical_acks_are_the_bytes_job_id_bytes_gives_in_item_orde
 ], ids=["none", "empty-item", "ack-then-nack", "nack-then-ack", "ack-then-empty", "no-hyphens", "braces",
         "empty-lease", "run-together", "space", "not-hex", "ack-worker-id", "lengths-shifted"])
 def test_anything_but_canonical_acks_takes_the_item_path(items: list[wpb.SettleItem]) -> None:
-    assert _all_ack_ids(wpb.SettleRequest(items=items)) is None
-    assert _all_ack_ids(wpb.SettleRequest(items=items, worker_id="w" * 80)) is None
+    assert all_ack_ids(wpb.SettleRequest(items=items)) is None
+    assert all_ack_ids(wpb.SettleRequest(items=items, worker_id="w" * 80)) is None
 
 
 def test_an_ack_with_an_unknown_field_takes_the_item_path() -> None:
@@ -52,4 +52,4 @@ def test_an_ack_with_an_unknown_field_takes_the_item_path() -> None:
     item = b"\x0a" + bytes((len(ack),)) + ack
     request = wpb.SettleRequest.FromString(b"\x0a" + bytes((len(item),)) + item)
     assert request.items[0].ack.job_id == IDS[0]
-    assert _all_ack_ids(request) is None
+    assert all_ack_ids(request) is None

@@ -3,8 +3,6 @@ stop of a worker's long-polls (``StopReserving``)."""
 
 from __future__ import annotations
 
-import binascii
-import re
 from typing import Any, TypeAlias
 
 from sepp.api.v1 import common_pb2 as pb
@@ -25,6 +23,7 @@ from sepp.server.fast_rows import ack_params, ack_params_of, result_ack_params
 from sepp.server.parts import ServerParts
 from sepp.server.rpc.convert import ReservationWriter, job_to_proto, set_ts, ts
 from sepp.server.rpc.outcomes import dependency_response
+from sepp.server.rpc.settle_wire import ALL_COMPLETED, BACK, add_result, all_ack_ids, settle_response
 from sepp.server.rpc.status import abort_for
 from sepp.server.rpc_args import duration_arg
 from sepp.validation import queue_fix, utf8_len
@@ -320,13 +319,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         """Apply a batch of acks and nacks (at most ``MAX_SETTLE_BATCH`` items, else
         INVALID_ARGUMENT whole): one result per item, in order; an item that does not parse is
         INVALID_ARGUMENT in its own result. A batch of acks that all completed their jobs is
-        answered already serialized (``_ALL_COMPLETED``; the registration sends bytes as they are)."""
+        answered already serialized (``ALL_COMPLETED``; the registration sends bytes as they are)."""
         n = len(request.items)
         if n > MAX_SETTLE_BATCH:  # refused whole, before any item is looked at
             await abort_for(context, InvalidRequest(f"a settle holds at most {MAX_SETTLE_BATCH} items (got {n})",
                                                     "items", MAX_SETTLE_BATCH, n))
         now = self._clock_now()
-        ids = _all_ack_ids(request)
+        ids = all_ack_ids(request)
         if ids is not None:  # the common case: only acks, every id canonical
             params = ack_params_of(ids, now)
             try:
@@ -337,10 +336,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             if done == len(results):  # every ack completed its job: none failed, none refused
                 if request.worker_id:
                     self.workers.called(request.worker_id, completed=done, failed=0)
-                return _ALL_COMPLETED * done  # already serialized (registration passes bytes)
+                return ALL_COMPLETED * done  # already serialized (registration passes bytes)
             if request.worker_id:
                 self._count_done(request.worker_id, results, params)
-            return _settle_response(results)
+            return settle_response(results)
         resp = wpb.SettleResponse()
         params = []
         slots: list[int] = []
@@ -390,7 +389,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             if done == len(results):  # every item an ack that completed its job (none refused)
                 if request.worker_id:
                     self.workers.called(request.worker_id, completed=done, failed=0)
-                return _ALL_COMPLETED * done  # the bytes the loop below would build
+                return ALL_COMPLETED * done  # the bytes the loop below would build
         add = resp.results.add
         if not bad:
             by_slot: Any = results  # every item parsed: slot i is results[i]
@@ -409,10 +408,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 why = self._refusal(p, r, rejected.get(i))
                 res = add(ok=False, error_reason=RejectionCode.from_wire(why.code).reason,
                           error_message=why.message, state=r.state)
-                if r.state in _BACK:
+                if r.state in BACK:
                     set_ts(res.run_at, r.run_at)
                 continue
-            _add_result(add, r)
+            add_result(add, r)
         if request.worker_id:
             self._count_done(request.worker_id, results, params)
         return resp
@@ -432,57 +431,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.workers.called(worker_id, completed=done, failed=failed)
 
 
-_HEX = rb"[0-9a-fA-F]"
-_UUID = _HEX + rb"{8}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{12}"
-#: Serialized ``SettleRequest.items`` of acks whose ids are canonical UUID text (8-4-4-4-12
-#: hex digits, either case) and nothing else: each item 80 bytes, ``0x0a 0x4e`` (item, 78
-#: bytes) ``0x0a 0x4c`` (ack, 76 bytes) ``0x0a 0x24`` <job id> ``0x12 0x24`` <lease id>.
-#: The lengths are part of the pattern, so a match is read item by item from the start:
-#: an item of any other kind, length or content (a nack, an empty item, an ack with a
-#: worker_id, an id in another form, unknown fields) ends it.
-_ACK_ITEMS = re.compile(rb"(?:\x0a\x4e\x0a\x4c\x0a\x24" + _UUID + rb"\x12\x24" + _UUID + rb")*")
-#: The bytes of ``_ACK_ITEMS`` that are not hex digits: the framing and the hyphens.
-_FRAMING = b"\x0a\x12\x24\x4c\x4e-"
-
-
-def _all_ack_ids(request: wpb.SettleRequest) -> bytes | None:
-    """The 16-byte ids of a Settle made only of acks whose job and lease ids are canonical
-    UUID text, one after the other — job id, lease id, job id, … in item order (item i's
-    ids at ``32 * i`` and ``32 * i + 16``), the bytes ``job_id_bytes`` gives for each.
-
-    Read from the request's wire form (``SerializeToString``: the items first, each in
-    protobuf's field order) with one regex match (``_ACK_ITEMS``) and one ``unhexlify`` for
-    the whole call, instead of two attribute reads and two ``job_id_bytes`` per item. None
-    when there is no item, or any item is not such an ack: the caller then takes the
-    item-by-item path, which refuses or accepts each item exactly as before."""
-    n = len(request.items)
-    if not n:
-        return None
-    items = request.SerializeToString()[:80 * n]
-    if _ACK_ITEMS.fullmatch(items) is None:
-        return None
-    return binascii.unhexlify(items.translate(None, _FRAMING))
-
-
-def _add_result(add: Any, r: SettleResult) -> None:
-    """One ``SettleResult`` message for ``r`` via ``add`` (``SettleResponse.results.add``)."""
-    if r.error is not None:
-        add(ok=False, error_reason=r.error.value, error_message=r.error.value)
-    elif r.state in _BACK:  # where a nacked job went
-        res = add(ok=True, state=r.state)
-        set_ts(res.run_at, r.run_at)
-    else:
-        add(ok=True, state=r.state)
-
-
-def _settle_response(results: list[SettleResult]) -> wpb.SettleResponse:
-    """The answer of a Settle whose items all parsed: one result per item, in order."""
-    resp = wpb.SettleResponse()
-    add = resp.results.add
-    for r in results:
-        _add_result(add, r)
-    return resp
-
 _COMPLETED = int(State.COMPLETED)
 _RELEASE = SettleKind.RELEASE
 #: Result encoding labels a ``WorkerServicer`` keeps as checked, at most.
@@ -496,14 +444,6 @@ def _refusal_text(queue: str, size: int, limit: int) -> str:
     max_result_bytes): what happened to the attempt, and how to raise the limit."""
     text = result_too_large_message(size, limit).removeprefix(f"{RejectionCode.RESULT_TOO_LARGE.value}: ")
     return text + queue_fix(queue, "max-result-bytes")
-
-#: One serialized ``SettleResponse.results`` entry ``{ok: true, state: COMPLETED}``: a Settle
-#: whose acks all completed their jobs answers with this repeated once per item (protobuf
-#: encodes a repeated field as its entries one after the other).
-_ALL_COMPLETED = wpb.SettleResponse(results=[wpb.SettleResult(ok=True, state=_COMPLETED)]).SerializeToString()  # type: ignore[arg-type]
-
-#: States a successful nack can leave a job in that come with a run_at (SCHEDULED, READY).
-_BACK = frozenset((int(State.SCHEDULED), int(State.READY)))
 
 
 _ = pb  # re-exported proto module used in type hints above

@@ -87,6 +87,24 @@ async def test_nodes_on_different_queues_and_a_stored_dependency(store: Store) -
     assert (await get(store, b.id)).state == State.READY
 
 
+async def test_nodes_ready_or_cancelled_at_enqueue_carry_the_workflow_id(store: Store) -> None:
+    # A node with dependencies is stamped with its deferral, whatever the deferral decides:
+    # READY (its one dependency COMPLETED already), CANCELLED (one failed), DEFERRED.
+    done, dead = row("before"), row("gone", max_attempts=1)
+    await store.enqueue([done, dead], [0, 0], NOW)
+    await _run_one(store, "before", NOW + S)
+    (rec,) = await lease(store, "gone", now=NOW + S)
+    await settle1(store, rec, SettleKind.DEAD_LETTER, NOW + S, reason="boom")
+    rows = [row("wf") for _ in range(4)]
+    claim = _claim()
+    deps = {0: [done.id], 1: [dead.id], 2: [rows[3].id]}
+    assert await store.enqueue_workflow(rows, [0] * 4, NOW + 2 * S, (), (), deps, {}, claim) is None
+    assert [(await get(store, r.id)).state for r in rows] == [State.READY, State.CANCELLED, State.DEFERRED,
+                                                              State.READY]
+    assert await store.workflow_jobs(claim.workflow_id) == [r.id for r in rows]
+    assert await store.workflow_jobs(_claim().workflow_id) == []
+
+
 async def test_an_unknown_stored_dependency_stores_nothing(store: Store) -> None:
     rows = [row("wf"), row("wf")]
     ghost = os.urandom(16)

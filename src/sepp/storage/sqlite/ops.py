@@ -150,14 +150,15 @@ def stored_found(conn: sqlite3.Connection, depends_on: DependsOn) -> dict[bytes,
 
 
 def defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states: dict[bytes, Found],
-           policy: int, now: int) -> None:
+          policy: int, now: int, workflow_id: bytes | None = None) -> int:
     """Record the dependencies ``ids`` of the job ``job_id`` just inserted (``states``: each
     id's lookup) with its failure ``policy``: DEFERRED with its count of unfinished ones, one
     edge per unfinished one (``dependencies.plan``); with "cancel" and a dependency failed
-    already, CANCELLED naming it at ``now``, kept as long as that dependency."""
-    seq = conn.execute(Q["job_seq"], (job_id,)).fetchone()[0]
+    already, CANCELLED naming it at ``now``, kept as long as that dependency. ``workflow_id``
+    (16 bytes): the workflow it joins, stamped by the same statement (None: left as it is).
+    Returns the job's seq."""
     waits, failed = plan(ids, states, policy)
-    conn.execute(Q["defer_job"], (seq, len(waits), packed(ids)))
+    seq: int = conn.execute(Q["defer_job"], (job_id, len(waits), packed(ids), workflow_id)).fetchone()[0]
     if policy != CANCEL:
         conn.execute(Q["set_dep_policy"], (seq, policy))
     for parent in waits:
@@ -166,6 +167,7 @@ def defer(conn: sqlite3.Connection, job_id: bytes, ids: Sequence[bytes], states:
     if failed is not None:
         dep, found = failed
         conn.execute(Q["cancel_at_enqueue"], (seq, now, found.purge_at, failure_reason(dep, found.state), found.seq))
+    return seq
 
 
 def drain_wakes(conn: sqlite3.Connection) -> list[str]:

@@ -256,9 +256,13 @@ SELECT seq, state, purge_at FROM jobs WHERE id = ?;
 SELECT seq FROM jobs WHERE id = ?;
 
 -- name: defer_job
--- A job just inserted with dependencies: ?1 seq, ?2 how many are unfinished (DEFERRED when
--- any), ?3 its depends_on column (the ids in order).
-UPDATE jobs SET state = CASE WHEN ?2 > 0 THEN 7 ELSE state END, deps_left = ?2, depends_on = ?3 WHERE seq = ?1;
+-- A job just inserted with dependencies: ?1 its id, ?2 how many are unfinished (DEFERRED when
+-- any), ?3 its depends_on column (the ids in order), ?4 its workflow's id (NULL: keep the one
+-- it has). Returns its seq: one statement writes the row once, where a lookup of its seq, an
+-- update and a workflow stamp cost three (measured: about 24 µs of writer time per job).
+UPDATE jobs SET state = CASE WHEN ?2 > 0 THEN 7 ELSE state END, deps_left = ?2, depends_on = ?3,
+    workflow_id = coalesce(?4, workflow_id)
+WHERE id = ?1 RETURNING seq;
 
 -- name: mark_dependency
 -- An unfinished dependency: its completion now releases its dependents (jobs_release).

@@ -50,16 +50,17 @@ def enqueue_workflow_op(rows: Sequence[JobRow], dedup_until: Sequence[int], now:
     if dedups:  # the admission refuses keyed nodes: nothing can be deduplicated here
         raise StoreError("a workflow's job was deduplicated by its idempotency key")
     wf = claim.workflow_id
-    conn.executemany(_STAMP, [(wf, row.id) for row in rows])
+    # A row with dependencies is stamped by its deferral (ops.defer: its row written once);
+    # the others here, each then looked up for its seq (its dependents' edges name it).
+    free = [row for i, row in enumerate(rows) if i not in depends_on]
+    conn.executemany(_STAMP, [(wf, row.id) for row in free])
     if depends_on:
         seq = Q["job_seq"]
-        seqs = [conn.execute(seq, (row.id,)).fetchone()[0] for row in rows]
-        for row, s in zip(rows, seqs, strict=True):
-            found[row.id] = Found(s, row.state, None)
+        for row in free:
+            found[row.id] = Found(conn.execute(seq, (row.id,)).fetchone()[0], row.state, None)
         for i, ids in depends_on.items():  # topological order: a row's parents of the call first
             policy = on_failure.get(i, CANCEL)
-            ops.defer(conn, rows[i].id, ids, found, policy, now)
-            row_found(found, rows[i], seqs[i], ids, policy)
+            row_found(found, rows[i], ops.defer(conn, rows[i].id, ids, found, policy, now, wf), ids, policy)
     if claim.key:
         conn.execute(_CLAIM, (claim.key, wf, claim.dedup_until, b"".join(row.id for row in rows)))
     return None

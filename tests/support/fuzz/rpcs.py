@@ -78,15 +78,16 @@ class Rpc:
         return f"{self.service}.{self.name}"
 
 
-#: The server-streaming RPCs the fuzzer does not call (a well-formed call streams until it is
-#: ended): WatchJobs' filters are tested at their limits and one past them in
-#: tests/integration/test_watch_jobs.py.
-STREAMING = frozenset({"sepp.api.v1.ProducerService.WatchJobs"})
+#: The streaming RPCs the fuzzer does not call: WatchJobs (server-streaming: a well-formed
+#: call streams until it is ended) has its filters tested at their limits and one past them in
+#: tests/integration/test_watch_jobs.py; EnqueueWorkflowParts (client-streaming) has its bounds,
+#: a key mismatch and an undecodable part tested in tests/integration/test_client_workflow_parts.py.
+STREAMING = frozenset({"sepp.api.v1.ProducerService.WatchJobs", "sepp.api.v1.ProducerService.EnqueueWorkflowParts"})
 
 
 def rpcs() -> list[Rpc]:
     """Every unary RPC of every service declared in the ``sepp.api.v1`` proto modules, in
-    declaration order (``STREAMING`` lists the server-streaming ones it leaves out: their bad
+    declaration order (``STREAMING`` lists the streaming ones it leaves out: their bad
     input is tested by their own tests). Raises ``ValueError`` for any other streaming RPC."""
     found: list[Rpc] = []
     for info in sorted(pkgutil.iter_modules(sepp.api.v1.__path__), key=lambda m: m.name):

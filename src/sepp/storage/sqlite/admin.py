@@ -91,24 +91,17 @@ def _name(queue: str | bytes) -> str:
 WokenWrite = Callable[[Callable[[sqlite3.Connection], Any], int], Awaitable[Any]]
 
 
-def _unwoken(reads: SQLiteReads) -> WokenWrite:
-    """A ``WokenWrite`` that wakes nobody (an admin built without its store's wake-ups)."""
-    async def write(op: Callable[[sqlite3.Connection], Any], weight: int) -> Any:
-        return await reads.submit(op, weight)
-    return write
-
-
 class SQLiteAdmin:
     """Admin operations over one ``SQLiteStore``'s reader threads and writer (``reads``; see
     ``AdminStore`` for each method's contract)."""
 
-    def __init__(self, reads: SQLiteReads, woken: WokenWrite | None = None) -> None:
+    def __init__(self, reads: SQLiteReads, woken: WokenWrite) -> None:
         self._reads = reads
         self._submit = reads.submit
         # Writes that can make dependents READY (a cancel's "run" dependents, a redrive's
         # revived ones) go through ``woken``: the store wakes those queues' long polls after
         # the commit (``SQLiteStore._woken``), as a settle's releases do.
-        self._woken: WokenWrite = woken or _unwoken(reads)
+        self._woken = woken
 
     async def _read(self, name: str, params: Any = (), one: bool = False) -> Any:
         """Run the named query on a reader thread; ``params`` is a sequence or a mapping."""
